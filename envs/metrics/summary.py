@@ -1,0 +1,84 @@
+"""Run metrics: per-request table and summary (paper §3 objectives).
+
+* TTFT = queueing + prefill + KV hand-off to decode + first decode step [s].
+* Token-weighted TTFT SLO attainment = sum of L over requests meeting their TTFT SLO / sum of
+  L over all requests (paper §3); request-level attainment counts requests instead.
+  Requests unfinished at the horizon (or rejected) count as misses and are reported.
+* Prefix hit rate (token-weighted) = sum of cached tokens / sum of prompt tokens over the
+  requests that started.
+* GPU-time = sum over engine steps of step time x CP degree [GPU s]; utilisation = GPU-time /
+  (num_gpus x simulated time).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from envs.sim.simulator import SimResult
+
+SUMMARY_KEYS = (
+    "policy", "workload", "num_requests", "num_unfinished", "mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s",
+    "slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "mean_queueing_delay_s",
+    "p90_queueing_delay_s", "gpu_time_s", "utilization", "sim_time_s", "wall_time_s",
+)
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else math.nan
+
+
+def summarize(result: SimResult) -> dict:
+    """Summary metrics of a run.
+
+    Returns:
+        dict with ``SUMMARY_KEYS`` (TTFT statistics over finished requests [s]; attainment and
+        hit rate as shares in [0, 1]; ``gpu_time_s`` [GPU s]; ``utilization`` in [0, 1]) plus
+        ``num_rejected``, ``num_redirected``, ``num_gpus`` and ``requests_per_wall_s``.
+    """
+    r = result.records
+    ttft = r["ttft_s"]
+    finished = ~np.isnan(ttft)
+    L = r["num_prompt_tokens"].astype(float)
+    met = finished & (ttft <= r["ttft_slo_s"])
+    started = ~np.isnan(r["start_s"])
+    t = ttft[finished]
+    wait = (r["start_s"] - r["arrival_s"])[started]
+    n = result.num_requests
+    sim_time = result.sim_time_s
+    out = {
+        "policy": result.policy,
+        "workload": result.workload,
+        "num_requests": int(n),
+        "num_unfinished": int(n - finished.sum()),
+        "mean_ttft_s": float(t.mean()) if len(t) else math.nan,
+        "p50_ttft_s": _pct(t, 50),
+        "p90_ttft_s": _pct(t, 90),
+        "p99_ttft_s": _pct(t, 99),
+        "slo_attainment_token_weighted": float(L[met].sum() / L.sum()) if n else math.nan,
+        "slo_attainment_requests": float(met.sum() / n) if n else math.nan,
+        "prefix_hit_rate": float(r["num_cached_tokens"][started].sum() / L[started].sum()) if started.any() else math.nan,
+        "mean_queueing_delay_s": float(wait.mean()) if len(wait) else math.nan,
+        "p90_queueing_delay_s": _pct(wait, 90),
+        "gpu_time_s": float(result.gpu_time_s),
+        "utilization": float(result.gpu_time_s / (result.num_gpus * sim_time)) if sim_time > 0 else 0.0,
+        "sim_time_s": float(sim_time),
+        "wall_time_s": float(result.wall_time_s),
+        "num_rejected": int(result.extras.get("num_rejected", 0)),
+        "num_redirected": int((r["num_routings"] > 1).sum()),
+        "num_gpus": int(result.num_gpus),
+        "requests_per_wall_s": float(n / result.wall_time_s) if result.wall_time_s > 0 else math.nan,
+    }
+    return out
+
+
+def request_table(result: SimResult):
+    """Per-request records as a pandas DataFrame (one row per request, columns with units)."""
+    import pandas as pd
+
+    df = pd.DataFrame(result.records)
+    df["queueing_delay_s"] = df["start_s"] - df["arrival_s"]
+    df["met_slo"] = df["ttft_s"] <= df["ttft_slo_s"]
+    df["policy"] = result.policy
+    return df

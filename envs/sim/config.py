@@ -1,0 +1,146 @@
+"""Frozen, validated configuration of one simulation run.
+
+Every field has a unit in its name and a documented default with its rationale. A
+:class:`SimConfig` plus a workload and a policy fully determine a run (with ``seed``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from envs.sim.pool import PoolConfig
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Per-worker prefill engine.
+
+    Args:
+        max_batch_tokens: token budget of one engine step [new tokens]. FCFS requests join the
+            step while the sum of their new tokens stays within the budget; a request larger
+            than the budget runs alone (no chunked prefill). 16,384 is a common prefill budget
+            (e.g. vLLM/SGLang ``max_num_batched_tokens`` / ``chunked_prefill_size`` settings for
+            long-context prefill instances).
+        max_batch_requests: at most this many requests per step.
+    """
+
+    max_batch_tokens: int = 16384
+    max_batch_requests: int = 64
+
+    def __post_init__(self) -> None:
+        _check(self.max_batch_tokens >= 1, f"engine.max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
+        _check(self.max_batch_requests >= 1, f"engine.max_batch_requests must be >= 1, got {self.max_batch_requests}")
+
+
+@dataclass(frozen=True)
+class LatencyConfig:
+    """TTFT terms outside the prefill pool (paper §3: TTFT includes KV transfer and first token).
+
+    Args:
+        kv_handoff_bandwidth_bytes_per_s: prefill->decode KV transfer rate [B/s]. 25 GB/s is
+            the figure of the Vertumnus walk-through's hand-off example (a 200 Gbit/s RDMA NIC).
+        first_decode_step_s: time of the first decode step that emits the first token [s];
+            30 ms is a typical decode iteration of a 30B-class MoE model at moderate batch.
+    """
+
+    kv_handoff_bandwidth_bytes_per_s: float = 25e9
+    first_decode_step_s: float = 0.030
+
+    def __post_init__(self) -> None:
+        _check(self.kv_handoff_bandwidth_bytes_per_s > 0, f"latency.kv_handoff_bandwidth_bytes_per_s must be > 0, got {self.kv_handoff_bandwidth_bytes_per_s}")
+        _check(self.first_decode_step_s >= 0, f"latency.first_decode_step_s must be >= 0, got {self.first_decode_step_s}")
+
+
+@dataclass(frozen=True)
+class PredictionErrorConfig:
+    """Gap between the router's predicted and the simulated (actual) execution time.
+
+    ``actual_step_s = predicted_step_s * bias * exp(N(-sigma^2/2, sigma))`` per engine step,
+    so the mean multiplicative error is ``bias`` and ``noise_sigma`` sets its spread (log-normal).
+    ``degree_bias`` multiplies further per CP degree, e.g. ``((4, 1.15),)`` to model CP-4
+    communication that the fitted model under-predicts by 15%.
+    """
+
+    bias: float = 1.0
+    noise_sigma: float = 0.0
+    degree_bias: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.bias > 0 and math.isfinite(self.bias), f"prediction_error.bias must be a finite number > 0, got {self.bias}")
+        _check(self.noise_sigma >= 0 and math.isfinite(self.noise_sigma), f"prediction_error.noise_sigma must be >= 0, got {self.noise_sigma}")
+        for item in self.degree_bias:
+            _check(len(item) == 2 and item[1] > 0, f"prediction_error.degree_bias entries must be (degree, factor > 0), got {item!r}")
+
+    def factor_for(self, degree: int) -> float:
+        return self.bias * dict(self.degree_bias).get(degree, 1.0)
+
+
+@dataclass(frozen=True)
+class SLOConfig:
+    """TTFT SLO per request.
+
+    Two kinds:
+
+    * ``"fixed"``: every request has the SLO ``ttft_slo_s``.
+    * ``"scaled"`` (default): ``max(min_ttft_slo_s, slo_scale * T_iso(L))`` where ``T_iso(L)`` is
+      the isolated TTFT of the uncached prompt on one GPU — ``E_1(L, 0)`` plus KV hand-off plus
+      first decode step — with the run's predicted cost model. This is the "SLO scale"
+      convention of DistServe (OSDI'24) and Splitwise-style studies: an SLO proportional to the
+      request's own minimum latency, because prefill time grows super-linearly with L so one
+      fixed number is either trivial for short prompts or impossible for long ones. Scale 3
+      tolerates about two requests' worth of queueing at single-GPU speed (and is met easily
+      by CP-2/CP-4 workers when they are not overloaded); the 1 s floor keeps short prompts
+      at an interactive bound rather than a few hundred milliseconds.
+    """
+
+    kind: str = "scaled"
+    ttft_slo_s: float = 5.0
+    slo_scale: float = 3.0
+    min_ttft_slo_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.kind in ("fixed", "scaled"), f"slo.kind must be 'fixed' or 'scaled', got {self.kind!r}")
+        _check(self.ttft_slo_s > 0, f"slo.ttft_slo_s must be > 0, got {self.ttft_slo_s}")
+        _check(self.slo_scale > 0, f"slo.slo_scale must be > 0, got {self.slo_scale}")
+        _check(self.min_ttft_slo_s >= 0, f"slo.min_ttft_slo_s must be >= 0, got {self.min_ttft_slo_s}")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything but the workload and the policy.
+
+    Args:
+        pool: GPUs, topology and initial composition.
+        engine: per-worker batching.
+        latency: TTFT terms outside the pool.
+        prediction_error: actual vs predicted execution time.
+        slo: TTFT SLO rule.
+        calibration_path: calibration JSON; ``None`` = the shipped default (Qwen3-30B-A3B on H20).
+        seed: seeds every random stream of the run (execution noise, randomised policies).
+        horizon_s: stop simulating at this time [s]; ``None`` runs until every request finished.
+            Requests unfinished at the horizon count as SLO misses.
+        record_events: keep the ``(name, time_s)`` event trace (tests, debugging).
+    """
+
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+    prediction_error: PredictionErrorConfig = field(default_factory=PredictionErrorConfig)
+    slo: SLOConfig = field(default_factory=SLOConfig)
+    calibration_path: str | None = None
+    seed: int = 0
+    horizon_s: float | None = None
+    record_events: bool = False
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}")
+        _check(self.horizon_s is None or self.horizon_s > 0, f"horizon_s must be > 0 or None, got {self.horizon_s}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,162 @@
+"""GPU pool topology and worker placement.
+
+A pool is a fixed budget of ``num_gpus`` GPUs in topology groups (nodes) of ``gpus_per_node``.
+A worker of CP degree C owns C consecutive GPUs starting at an offset aligned to C inside one
+node (a CP-4 worker on GPUs 0-3 or 4-7, never 2-5, never across nodes unless
+``allow_cross_node``) — the pre-built, topology-compatible groups of paper §6/§8.
+
+A *composition* says which workers exist. Two string forms (``--pool-composition``):
+
+* counts: ``"cp4x6,cp2x8"`` — six CP-4 and eight CP-2 workers, placed largest degree first at
+  the lowest aligned free offset (deterministic);
+* explicit: ``"cp4@0,cp4@4,cp2@8,..."`` — a worker of degree C on GPUs ``first..first+C-1``.
+
+Worker ids are the first GPU index divided by the smallest supported degree, so they are stable
+across split/merge (a split of the CP-4 worker on GPUs 0-3 yields ids of GPUs 0 and 2) and
+bounded by ``num_gpus // min(supported_degrees)``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Paper §9: 40 of the 64 H20-3e GPUs form the prefill pool, 8 GPUs per node; Qwen3 uses CP {2, 4}.
+# The default mix keeps 24 GPUs in six CP-4 workers (long prompts) and 16 GPUs in eight CP-2
+# workers (short prompts, more independent lanes): 14 workers.
+DEFAULT_COMPOSITION = "cp4x6,cp2x8"
+
+_COUNT_RE = re.compile(r"^cp(\d+)x(\d+)$")
+_PLACE_RE = re.compile(r"^cp(\d+)@(\d+)$")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """The fixed GPU budget and its initial worker composition.
+
+    Args:
+        num_gpus: GPUs in the prefill pool (paper §9: 40).
+        gpus_per_node: GPUs per topology group (8 on an HGX node).
+        composition: worker composition string (see module docstring).
+        supported_degrees: CP degrees a worker may have (paper: Qwen3 {2,4}, DeepSeek {4,8}).
+        allow_cross_node: allow a worker to span nodes (not in the paper).
+        gpu_type: GPU type, informational (the calibration file sets the cost model).
+
+    Raises:
+        ValueError: on an unsupported degree, misaligned or overlapping placement, a worker
+            crossing a node, or a composition whose GPU count differs from ``num_gpus``.
+    """
+
+    num_gpus: int = 40
+    gpus_per_node: int = 8
+    composition: str = DEFAULT_COMPOSITION
+    supported_degrees: tuple[int, ...] = (1, 2, 4, 8)
+    allow_cross_node: bool = False
+    gpu_type: str = "H20"
+
+    def __post_init__(self) -> None:
+        if self.num_gpus < 1:
+            raise ValueError(f"pool.num_gpus must be >= 1, got {self.num_gpus}")
+        if self.gpus_per_node < 1:
+            raise ValueError(f"pool.gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if not self.supported_degrees or any(d < 1 or d & (d - 1) for d in self.supported_degrees):
+            raise ValueError(f"pool.supported_degrees must be powers of two >= 1, got {self.supported_degrees}")
+        object.__setattr__(self, "supported_degrees", tuple(sorted(set(self.supported_degrees))))
+        self.placements()  # validate eagerly
+
+    @property
+    def min_degree(self) -> int:
+        return self.supported_degrees[0]
+
+    @property
+    def max_num_workers(self) -> int:
+        """Upper bound on worker ids: ``num_gpus // min(supported_degrees)``."""
+        return self.num_gpus // self.min_degree
+
+    def worker_id_for(self, first_gpu: int) -> int:
+        return first_gpu // self.min_degree
+
+    def placements(self) -> list[tuple[int, int]]:
+        """Resolved ``[(degree, first_gpu), ...]`` sorted by first GPU; validated."""
+        return resolve_composition(self.composition, self)
+
+    def check_group(self, degree: int, first_gpu: int) -> None:
+        """Raises ValueError unless ``degree`` GPUs from ``first_gpu`` form a valid CP group."""
+        if degree not in self.supported_degrees:
+            raise ValueError(f"CP degree {degree} is not supported; supported degrees are {list(self.supported_degrees)}")
+        if first_gpu < 0 or first_gpu + degree > self.num_gpus:
+            raise ValueError(f"worker cp{degree}@{first_gpu} uses GPUs {first_gpu}..{first_gpu + degree - 1}, outside the pool of {self.num_gpus} GPUs")
+        if first_gpu % degree:
+            raise ValueError(f"worker cp{degree}@{first_gpu} is misaligned: a CP-{degree} worker must start at a multiple of {degree}")
+        if not self.allow_cross_node and first_gpu // self.gpus_per_node != (first_gpu + degree - 1) // self.gpus_per_node:
+            raise ValueError(f"worker cp{degree}@{first_gpu} crosses a node boundary (nodes of {self.gpus_per_node} GPUs)")
+
+
+def resolve_composition(composition: str, pool: PoolConfig) -> list[tuple[int, int]]:
+    """Parses and places a composition string; see the module docstring for the forms.
+
+    Returns:
+        ``[(degree, first_gpu), ...]`` sorted by ``first_gpu``.
+
+    Raises:
+        ValueError: naming the offending item and what was expected.
+    """
+    items = [s.strip().lower() for s in composition.split(",") if s.strip()]
+    if not items:
+        raise ValueError("pool composition is empty; expected e.g. 'cp4x6,cp2x8' or 'cp4@0,cp4@4,...'")
+    explicit = [_PLACE_RE.match(s) for s in items]
+    counts = [_COUNT_RE.match(s) for s in items]
+    used = [False] * pool.num_gpus
+    placements: list[tuple[int, int]] = []
+    if all(explicit):
+        for s, m in zip(items, explicit):
+            degree, first = int(m.group(1)), int(m.group(2))
+            pool.check_group(degree, first)
+            for g in range(first, first + degree):
+                if used[g]:
+                    raise ValueError(f"worker {s} overlaps another worker on GPU {g}")
+                used[g] = True
+            placements.append((degree, first))
+    elif all(counts):
+        wanted: list[int] = []
+        for s, m in zip(items, counts):
+            degree, n = int(m.group(1)), int(m.group(2))
+            if degree not in pool.supported_degrees:
+                raise ValueError(f"composition item {s!r}: CP degree {degree} is not supported; supported degrees are {list(pool.supported_degrees)}")
+            wanted += [degree] * n
+        total = sum(wanted)
+        if total != pool.num_gpus:
+            raise ValueError(f"composition {composition!r} uses {total} GPUs but the pool has {pool.num_gpus}")
+        for degree in sorted(wanted, reverse=True):
+            for first in range(0, pool.num_gpus - degree + 1, degree):
+                try:
+                    pool.check_group(degree, first)
+                except ValueError:
+                    continue
+                if not any(used[first:first + degree]):
+                    for g in range(first, first + degree):
+                        used[g] = True
+                    placements.append((degree, first))
+                    break
+            else:
+                raise ValueError(f"composition {composition!r} cannot be placed: no aligned free group of {degree} GPUs left in nodes of {pool.gpus_per_node}")
+    else:
+        bad = next(s for s, a, b in zip(items, explicit, counts) if not (a if any(explicit) else b))
+        raise ValueError(f"composition item {bad!r} is invalid; expected all items as 'cp<C>x<count>' or all as 'cp<C>@<first_gpu>'")
+    if sum(d for d, _ in placements) != pool.num_gpus:
+        raise ValueError(f"composition {composition!r} uses {sum(d for d, _ in placements)} GPUs but the pool has {pool.num_gpus}")
+    placements.sort(key=lambda p: p[1])
+    return placements
+
+
+def composition_string(placements: list[tuple[int, int]]) -> str:
+    """Inverse of the explicit form: ``[(4, 0), (2, 4)] -> "cp4@0,cp2@4"``."""
+    return ",".join(f"cp{d}@{g}" for d, g in sorted(placements, key=lambda p: p[1]))
+
+
+def composition_counts(degrees: list[int]) -> str:
+    """Counts form of a list of degrees, largest first: ``[2, 4, 4] -> "cp4x2,cp2x1"``."""
+    out = []
+    for d in sorted(set(degrees), reverse=True):
+        out.append(f"cp{d}x{degrees.count(d)}")
+    return ",".join(out)

@@ -1,0 +1,45 @@
+"""The ``cpgym`` command line.
+
+Each sub-command lives in its own module under ``experiments/commands/`` exposing
+``add_arguments(parser)`` and ``run(args) -> int``; this file only maps names to modules
+(imported lazily so that ``cpgym simulate`` does not import torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). Plain registry; add a line to add a command.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("experiments.commands.simulate", "simulate a trace or workload under routing policies and print the comparison"),
+    "bench": ("experiments.commands.bench", "measure simulator speed (requests/s, simulated/wall time, peak memory)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cpgym", description="Adaptive context-parallel prefill serving: simulator, baselines, learned policies.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:
+        # Input errors are reported as one clear line, not a traceback (exit status 2).
+        print(f"cpgym {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

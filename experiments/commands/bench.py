@@ -1,0 +1,62 @@
+"""``cpgym bench``: simulator speed — simulated requests per wall-second, simulated time per
+wall time and peak memory, per policy, measured side by side in one process."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from experiments.common import add_sim_arguments, add_workload_arguments
+
+    add_workload_arguments(p)
+    add_sim_arguments(p)
+    p.add_argument("--policy", default="round-robin,least-work,prefix-affinity", help="comma-separated policies")
+    p.add_argument("--repeat", type=int, default=3, help="runs per policy; the median is reported (default 3)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def run(args: argparse.Namespace) -> int:
+    import statistics
+    import time
+    import tracemalloc
+
+    from baselines.registry import get_policy
+    from experiments.common import dumps_json, sim_config_from_args, workload_from_args
+    from experiments.runner import run_policy
+
+    if args.trace is None and args.workload is None:
+        from envs.workloads import default_traces_dir
+
+        args.trace = str(default_traces_dir() / "conversation_trace.jsonl")
+    config = sim_config_from_args(args)
+    t0 = time.perf_counter()
+    workload = workload_from_args(args)
+    load_s = time.perf_counter() - t0
+    rows = []
+    for name in [n.strip() for n in args.policy.split(",") if n.strip()]:
+        spec = get_policy(name)
+        walls, sims = [], 0.0
+        for _ in range(max(1, args.repeat)):
+            t = time.perf_counter()
+            res = run_policy(spec, workload, config)
+            walls.append(time.perf_counter() - t)
+            sims = res.sim_time_s
+        tracemalloc.start()
+        run_policy(spec, workload, config)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        wall = statistics.median(walls)
+        rows.append({"policy": name, "num_requests": workload.num_requests, "wall_time_s": wall,
+                     "requests_per_wall_s": workload.num_requests / wall, "sim_time_s": sims,
+                     "sim_over_wall": sims / wall, "peak_traced_memory_mib": peak / 2**20,
+                     "num_workers": len(config.pool.placements())})
+    if args.format == "json":
+        print(dumps_json({"workload": workload.name, "load_time_s": load_s, "results": rows}))
+    else:
+        print(f"workload {workload.name}: {workload.num_requests} requests, load {load_s:.2f} s; "
+              f"pool {config.pool.num_gpus} GPUs ({config.pool.composition}); median of {args.repeat} runs")
+        print(f"{'policy':22s} {'wall s':>8s} {'req/s':>10s} {'sim/wall':>10s} {'peak MiB':>9s}")
+        for r in rows:
+            print(f"{r['policy']:22s} {r['wall_time_s']:8.3f} {r['requests_per_wall_s']:10.0f} {r['sim_over_wall']:10.0f} {r['peak_traced_memory_mib']:9.1f}")
+    return 0

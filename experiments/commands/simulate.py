@@ -1,0 +1,80 @@
+"""``cpgym simulate``: the main job — replay a trace or workload under several routing policies
+and print the comparison (table or JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_POLICIES = "round-robin,least-work,prefix-affinity"
+
+JSON_KEYS = ("policy", "num_requests", "num_unfinished", "mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s",
+             "slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "gpu_time_s", "sim_time_s",
+             "wall_time_s")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from experiments.common import add_sim_arguments, add_workload_arguments
+
+    add_workload_arguments(p)
+    add_sim_arguments(p)
+    p.add_argument("--policy", default=None, help=f"comma-separated policy names (default: {DEFAULT_POLICIES}; see --list-policies)")
+    p.add_argument("--list-policies", action="store_true", help="print the known policies and exit")
+    p.add_argument("--out", metavar="DIR", help="write per-request tables, summaries and the resolved config under DIR")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def print_table(rows: list[dict], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    cols = [("policy", "policy", "{}"), ("num_requests", "requests", "{:d}"), ("num_unfinished", "unfinished", "{:d}"),
+            ("mean_ttft_s", "mean TTFT s", "{:.3f}"), ("p50_ttft_s", "P50 s", "{:.3f}"), ("p90_ttft_s", "P90 s", "{:.3f}"),
+            ("p99_ttft_s", "P99 s", "{:.3f}"), ("slo_attainment_token_weighted", "SLO tok", "{:.3f}"),
+            ("slo_attainment_requests", "SLO req", "{:.3f}"), ("prefix_hit_rate", "hit rate", "{:.3f}"),
+            ("utilization", "util", "{:.3f}"), ("wall_time_s", "wall s", "{:.2f}")]
+    for _, label, _ in cols:
+        t.add_column(label, justify="left" if label == "policy" else "right")
+    for r in rows:
+        t.add_row(*[fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in cols])
+    Console().print(t)
+
+
+def run(args: argparse.Namespace) -> int:
+    from baselines.registry import POLICIES, get_policy
+    from envs.metrics import summarize
+    from experiments.common import dumps_json, sim_config_from_args, workload_from_args
+    from experiments.runner import run_policy, write_run
+
+    if args.list_policies:
+        for name, spec in POLICIES.items():
+            print(f"{name:24s} {spec.description}  [{spec.source}]")
+        return 0
+    names = [n.strip() for n in (args.policy or DEFAULT_POLICIES).split(",") if n.strip()]
+    specs = [get_policy(n) for n in names]  # fail on a typo before running anything
+    config = sim_config_from_args(args)
+    workload = workload_from_args(args)
+    show_progress = sys.stderr.isatty() if args.progress is None else args.progress
+    rows = []
+    for spec in specs:
+        bar = None
+        if show_progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=workload.num_requests, desc=spec.name, unit="req", file=sys.stderr, leave=False)
+        result = run_policy(spec, workload, config, progress=bar.update if bar else None)
+        if bar:
+            bar.close()
+        summary = summarize(result)
+        rows.append(summary)
+        if args.out:
+            write_run(args.out, result, summary, {"workload_source": workload.source, "argv": sys.argv[1:]})
+    if args.format == "json":
+        print(dumps_json([{k: r[k] for k in JSON_KEYS} | {"utilization": r["utilization"], "num_gpus": r["num_gpus"]} for r in rows]))
+    else:
+        print_table(rows, f"{workload.name}: {workload.num_requests} requests, {workload.mean_rate_rps:.2f} req/s, "
+                          f"{config.pool.num_gpus} GPUs ({config.pool.composition}), seed {config.seed}")
+    return 0

@@ -1,0 +1,118 @@
+"""Arguments shared by the commands that run simulations (simulate, compare, evaluate, ...),
+and the functions turning them into a workload and a :class:`SimConfig`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
+from envs.sim.pool import DEFAULT_COMPOSITION
+
+DEFAULT_WORKLOAD = "mixed-default"
+
+
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--trace", metavar="PATH", help="trace file: Mooncake JSONL, Azure 2023 CSV or the L-Eval lengths CSV")
+    src.add_argument("--workload", metavar="NAME", help=f"named synthetic workload (default: {DEFAULT_WORKLOAD})")
+    rate = g.add_mutually_exclusive_group()
+    rate.add_argument("--target-rps", type=float, metavar="X", help="time-scale arrivals to this mean rate [requests/s]")
+    rate.add_argument("--rate-scale", type=float, metavar="X", help="multiply the arrival rate by X")
+    g.add_argument("--window-s", type=float, nargs=2, metavar=("START", "END"), help="keep arrivals in [START, END) s (after rate scaling)")
+    g.add_argument("--skip-invalid", action="store_true", help="skip invalid trace lines and report their count instead of failing")
+    g.add_argument("--workload-seed", type=int, default=0, help="seed of the synthetic generator / arrival spreading (default 0)")
+
+
+def add_sim_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("pool and simulator")
+    g.add_argument("--pool-gpus", type=int, default=40, help="GPUs in the prefill pool (default 40, the paper's prefill pool)")
+    g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per topology group (default 8)")
+    g.add_argument("--pool-composition", default=DEFAULT_COMPOSITION,
+                   help=f"worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); default {DEFAULT_COMPOSITION}")
+    g.add_argument("--supported-degrees", default="1,2,4,8", help="CP degrees a worker may have (default 1,2,4,8)")
+    g.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: shipped Qwen3-30B-A3B on H20, roofline)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
+    g.add_argument("--horizon-s", type=float, help="stop at this simulated time; unfinished requests count as SLO misses")
+    g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens, help="engine step token budget (default 16384)")
+    g.add_argument("--slo", default="scaled", metavar="SECONDS|scaled",
+                   help="TTFT SLO: a fixed number of seconds, or 'scaled' (default): max(1 s, slo-scale x isolated single-GPU TTFT)")
+    g.add_argument("--slo-scale", type=float, default=SLOConfig.slo_scale, help="scale of the 'scaled' SLO rule (default 3)")
+    g.add_argument("--prediction-bias", type=float, default=1.0, help="actual/predicted execution time factor (default 1.0)")
+    g.add_argument("--prediction-noise", type=float, default=0.0, help="log-normal sigma of actual/predicted per step (default 0)")
+    g.add_argument("--first-decode-step-s", type=float, default=LatencyConfig.first_decode_step_s, help="first decode step added to TTFT [s]")
+    g.add_argument("--kv-handoff-gbps", type=float, default=LatencyConfig.kv_handoff_bandwidth_bytes_per_s / 1e9,
+                   help="prefill->decode KV hand-off bandwidth [GB/s] (default 25)")
+
+
+def _parse_degrees(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--supported-degrees must be a comma-separated list of integers, got {text!r}") from None
+
+
+def sim_config_from_args(args: argparse.Namespace, **overrides) -> SimConfig:
+    """Builds the validated :class:`SimConfig` of the shared arguments."""
+    if args.slo == "scaled":
+        slo = SLOConfig(kind="scaled", slo_scale=args.slo_scale)
+    else:
+        try:
+            seconds = float(args.slo)
+        except ValueError:
+            raise ValueError(f"--slo must be a number of seconds or 'scaled', got {args.slo!r}") from None
+        slo = SLOConfig(kind="fixed", ttft_slo_s=seconds)
+    cfg = SimConfig(
+        pool=PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node, composition=args.pool_composition,
+                        supported_degrees=_parse_degrees(args.supported_degrees)),
+        engine=EngineConfig(max_batch_tokens=args.max_batch_tokens),
+        latency=LatencyConfig(kv_handoff_bandwidth_bytes_per_s=args.kv_handoff_gbps * 1e9, first_decode_step_s=args.first_decode_step_s),
+        prediction_error=PredictionErrorConfig(bias=args.prediction_bias, noise_sigma=args.prediction_noise),
+        slo=slo,
+        calibration_path=args.calibration,
+        seed=args.seed,
+        horizon_s=args.horizon_s,
+    )
+    if overrides:
+        from dataclasses import replace
+
+        cfg = replace(cfg, **overrides)
+    return cfg
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """Loads the trace or builds the named workload, then applies rate scaling and windowing."""
+    from envs import workloads
+
+    if args.trace:
+        wl = workloads.load_trace(args.trace, skip_invalid=args.skip_invalid, spread_seed=args.workload_seed)
+        skipped = wl.metadata.get("num_skipped_invalid", 0)
+        if skipped:
+            print(f"warning: skipped {skipped} invalid lines of {args.trace}", file=sys.stderr)
+    else:
+        wl = workloads.get_workload(args.workload or DEFAULT_WORKLOAD, seed=args.workload_seed)
+    if args.target_rps is not None:
+        wl = workloads.scale_to_rate(wl, args.target_rps)
+    elif args.rate_scale is not None:
+        wl = workloads.scale_rate(wl, args.rate_scale)
+    if args.window_s:
+        wl = workloads.window(wl, args.window_s[0], args.window_s[1])
+    return wl
+
+
+def dumps_json(obj) -> str:
+    """JSON with NaN/inf written as null (strict JSON for downstream tools)."""
+
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(obj), indent=2)

@@ -1,0 +1,71 @@
+"""Running named policies on a workload: the one code path behind ``cpgym simulate``,
+``cpgym compare``, sweeps and evaluations."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from baselines.registry import PolicySpec, get_policy
+from envs.metrics import request_table, summarize
+from envs.sim import Calibration, SimConfig, Simulator, Workload
+from envs.sim.simulator import SimResult
+
+
+def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimConfig,
+                    calibration: Calibration | None = None) -> tuple[Simulator, PolicySpec]:
+    """Creates the simulator for one policy: applies the policy's pool composition (if it needs
+    one) and attaches its controllers / cache manager."""
+    spec = get_policy(policy) if isinstance(policy, str) else policy
+    if spec.composition is not None:
+        config = replace(config, pool=replace(config.pool, composition=spec.composition))
+    sim = Simulator(workload, config, calibration, policy_name=spec.name)
+    for attachment in spec.make_attachments():
+        attachment.attach(sim)
+    return sim, spec
+
+
+def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
+               calibration: Calibration | None = None, progress=None) -> SimResult:
+    """Runs one policy to the end (or the horizon) and returns its result.
+
+    Args:
+        progress: optional callable ``(num_decided)`` called every 1,000 decisions.
+    """
+    sim, spec = build_simulator(policy, workload, config, calibration)
+    if progress is not None:
+        state = {"n": 0}
+
+        def _tick(_sim, _req, _w) -> None:
+            state["n"] += 1
+            if state["n"] % 1000 == 0:
+                progress(1000)
+
+        sim.dispatch_listeners.append(_tick)
+    result = sim.run(spec.make_router())
+    result.extras["policy_description"] = spec.description
+    return result
+
+
+def run_name(workload: str, policy: str, seed: int, when: float | None = None) -> str:
+    """CleanRL-style run name ``{workload}__{policy}__{seed}__{unix time}``."""
+    return f"{workload}__{policy}__{seed}__{int(when if when is not None else time.time())}"
+
+
+def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_config: dict | None = None) -> Path:
+    """Writes one run: ``requests.parquet`` (per-request table), ``summary.json`` and
+    ``config.json`` (the full resolved config, calibration included) under
+    ``out_dir/<run name>/``. Returns that folder."""
+    d = Path(out_dir) / run_name(result.workload, result.policy, result.config.seed)
+    d.mkdir(parents=True, exist_ok=True)
+    request_table(result).to_parquet(d / "requests.parquet", index=False)
+    (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    config = {"sim_config": asdict(result.config), "calibration": result.calibration.to_dict(),
+              "policy": result.policy, "workload": result.workload, **(extra_config or {})}
+    (d / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+    return d
+
+
+__all__ = ["build_simulator", "run_policy", "run_name", "write_run", "summarize"]
