@@ -43,6 +43,7 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--slo-scale", type=float, default=SLOConfig.slo_scale, help="scale of the 'scaled' SLO rule (default 3)")
     g.add_argument("--prediction-bias", type=float, default=1.0, help="actual/predicted execution time factor (default 1.0)")
     g.add_argument("--prediction-noise", type=float, default=0.0, help="log-normal sigma of actual/predicted per step (default 0)")
+    g.add_argument("--cache-capacity-scale", type=float, default=1.0, help="multiply every worker's KV-cache capacity (default 1.0)")
     g.add_argument("--first-decode-step-s", type=float, default=LatencyConfig.first_decode_step_s, help="first decode step added to TTFT [s]")
     g.add_argument("--kv-handoff-gbps", type=float, default=LatencyConfig.kv_handoff_bandwidth_bytes_per_s / 1e9,
                    help="prefill->decode KV hand-off bandwidth [GB/s] (default 25)")
@@ -75,6 +76,7 @@ def sim_config_from_args(args: argparse.Namespace, **overrides) -> SimConfig:
         calibration_path=args.calibration,
         seed=args.seed,
         horizon_s=args.horizon_s,
+        cache_capacity_scale=args.cache_capacity_scale,
     )
     if overrides:
         from dataclasses import replace

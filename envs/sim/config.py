@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from envs.sim.links import LinkConfig
 from envs.sim.pool import PoolConfig
 
 
@@ -121,6 +122,9 @@ class SimConfig:
         latency: TTFT terms outside the pool.
         prediction_error: actual vs predicted execution time.
         slo: TTFT SLO rule.
+        links: KV-transfer link bandwidths (replication, reconciliation).
+        cache_capacity_scale: multiplies every worker's KV-cache capacity (an ablation knob:
+            e.g. 0.5 for a smaller HBM share, >1 to emulate a host-memory cache tier).
         calibration_path: calibration JSON; ``None`` = the shipped default (Qwen3-30B-A3B on H20).
         seed: seeds every random stream of the run (execution noise, randomised policies).
         horizon_s: stop simulating at this time [s]; ``None`` runs until every request finished.
@@ -133,6 +137,8 @@ class SimConfig:
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     prediction_error: PredictionErrorConfig = field(default_factory=PredictionErrorConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
+    links: LinkConfig = field(default_factory=LinkConfig)
+    cache_capacity_scale: float = 1.0
     calibration_path: str | None = None
     seed: int = 0
     horizon_s: float | None = None
@@ -140,6 +146,7 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         _check(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}")
+        _check(self.cache_capacity_scale >= 0, f"cache_capacity_scale must be >= 0, got {self.cache_capacity_scale}")
         _check(self.horizon_s is None or self.horizon_s > 0, f"horizon_s must be > 0 or None, got {self.horizon_s}")
 
     def to_dict(self) -> dict:

@@ -33,6 +33,7 @@ from simpy.events import Event
 from envs.sim.cache import PrefixCache
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
+from envs.sim.links import KVLinks
 from envs.sim.request import Request, Workload
 from envs.sim.router import PoolView, Router
 from envs.sim.worker import Worker, WorkerState
@@ -131,6 +132,9 @@ class Simulator:
         for degree, first_gpu in config.pool.placements():
             self.add_worker(degree, first_gpu)
         self.view = PoolView(self)
+        pool = config.pool
+        self.links = KVLinks(-(-pool.num_gpus // pool.gpus_per_node), config.links)
+        self.kv_block_bytes = self.kv_block_size_tokens * calibration.kv_bytes_per_token
         self.trace: list[tuple[str, float]] | None = [] if config.record_events else None
         # listeners: fn(sim, request, worker) on dispatch / on finish
         self.dispatch_listeners: list[Callable] = []
@@ -162,7 +166,7 @@ class Simulator:
         wid = pool.worker_id_for(first_gpu)
         if wid in self.workers:
             raise ValueError(f"worker id {wid} (GPU {first_gpu}) already exists")
-        cap = self.calibration.kv_capacity_blocks(degree, self.kv_block_size_tokens)
+        cap = int(self.calibration.kv_capacity_blocks(degree, self.kv_block_size_tokens) * self.config.cache_capacity_scale)
         w = Worker(wid, degree, first_gpu, first_gpu // pool.gpus_per_node, PrefixCache(cap, wid),
                    self.calibration.kv_capacity_tokens(degree), epoch=self.epoch,
                    created_s=self.env.now if hasattr(self, "env") else 0.0)
@@ -486,6 +490,7 @@ class Simulator:
             num_gpus=self.config.pool.num_gpus,
             gpu_time_s=sum(w.gpu_time_s for w in all_workers),
             num_events=self.num_events,
-            extras={"num_rejected": self.num_rejected, "num_workers": len(self.workers),
+            extras={"num_rejected": self.num_rejected, "kv_transfer_bytes": self.links.total_bytes,
+                    "num_kv_transfers": self.links.num_transfers, "num_workers": len(self.workers),
                     "composition": [(w.degree, w.first_gpu) for w in (self.workers[i] for i in self.worker_ids)]},
         )
