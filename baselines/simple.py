@@ -50,10 +50,10 @@ class LeastWorkRouter(Router):
     def route(self, request: Request, view: PoolView) -> int:
         best = -1
         best_key = None
-        for wid in view.worker_ids:
-            if not view.is_eligible(wid, request):
-                continue
-            key = (view.outstanding_work_s(wid), view.num_queued_requests(wid))
+        work = view.outstanding_work_s
+        nq = view.num_queued_requests
+        for wid in view.eligible_worker_ids(request):
+            key = (work(wid), nq(wid))
             if best_key is None or key < best_key:
                 best, best_key = wid, key
         return best
@@ -67,10 +67,10 @@ class PrefixAffinityRouter(Router):
     def route(self, request: Request, view: PoolView) -> int:
         best = -1
         best_key = None
-        for wid in view.worker_ids:
-            if not view.is_eligible(wid, request):
-                continue
-            key = (-view.cached_blocks(wid, request), view.outstanding_work_s(wid))
+        work = view.outstanding_work_s
+        hit = view.cached_blocks
+        for wid in view.eligible_worker_ids(request):
+            key = (-hit(wid, request), work(wid))
             if best_key is None or key < best_key:
                 best, best_key = wid, key
         return best

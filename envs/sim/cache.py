@@ -101,23 +101,26 @@ class PrefixCache:
         n = min(len(block_hashes), self.capacity_blocks)
         if n <= 0:
             return
+        move = blocks.move_to_end
+        listeners = self.insert_listeners
         new: list[int] = []
         for i in range(n - 1, -1, -1):
             h = block_hashes[i]
             old = blocks.get(h)
             if old is None:
                 blocks[h] = state
-                new.append(h)
-                continue
-            if state == READY and old == PENDING:
-                blocks[h] = READY
-            blocks.move_to_end(h)
+                if listeners:
+                    new.append(h)
+            else:
+                if old != state and state == READY:
+                    blocks[h] = READY
+                move(h)
         if len(blocks) > self.capacity_blocks:
             self._evict(len(blocks) - self.capacity_blocks)
-        if self.insert_listeners:
+        if listeners:
             for h in reversed(new):
                 if h in blocks:
-                    for fn in self.insert_listeners:
+                    for fn in listeners:
                         fn(self.worker_id, h)
 
     def set_state(self, block_hash: int, state: int) -> None:
@@ -148,19 +151,22 @@ class PrefixCache:
     def _evict(self, num_blocks: int) -> None:
         blocks = self._blocks
         pinned = self._pinned
-        evicted: list[int] = []
+        listeners = self.evict_listeners
         if not pinned:
-            for _ in range(num_blocks):
-                h, _ = blocks.popitem(last=False)
-                evicted.append(h)
+            popitem = blocks.popitem
+            if not listeners:
+                for _ in range(num_blocks):
+                    popitem(last=False)
+                return
+            evicted = [popitem(last=False)[0] for _ in range(num_blocks)]
         else:
+            evicted = []
             for h in list(blocks):
                 if len(evicted) == num_blocks:
                     break
                 if h not in pinned:
                     del blocks[h]
                     evicted.append(h)
-        if self.evict_listeners:
-            for h in evicted:
-                for fn in self.evict_listeners:
-                    fn(self.worker_id, h)
+        for h in evicted:
+            for fn in listeners:
+                fn(self.worker_id, h)

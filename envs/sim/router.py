@@ -134,7 +134,14 @@ class PoolView:
         """Eligible workers in tie-break order (may be empty if no worker can hold the prompt)."""
         sim = self._sim
         ws = sim.workers
-        return [wid for wid in sim.worker_ids if sim.is_eligible(ws[wid], request)]
+        L = request.num_prompt_tokens
+        active = WorkerState.ACTIVE
+        out = []
+        for wid in sim.worker_ids:
+            w = ws[wid]
+            if w.state == active and L <= w.max_prompt_tokens:
+                out.append(wid)
+        return out
 
 
 class Router:

@@ -170,6 +170,7 @@ class Simulator:
         w = Worker(wid, degree, first_gpu, first_gpu // pool.gpus_per_node, PrefixCache(cap, wid),
                    self.calibration.kv_capacity_tokens(degree), epoch=self.epoch,
                    created_s=self.env.now if hasattr(self, "env") else 0.0)
+        w.max_prompt_tokens = min(self.calibration.max_prompt_tokens, w.kv_capacity_tokens)
         self.workers[wid] = w
         self.worker_ids.append(wid)
         self.worker_ids.sort(key=lambda i: self.workers[i].first_gpu)
@@ -190,8 +191,7 @@ class Simulator:
         return sum(w.degree for w in self.workers.values())
 
     def is_eligible(self, w: Worker, request: Request) -> bool:
-        return (w.state == WorkerState.ACTIVE and request.num_prompt_tokens <= self._max_prompt_tokens
-                and request.num_prompt_tokens <= w.kv_capacity_tokens)
+        return w.state == WorkerState.ACTIVE and request.num_prompt_tokens <= w.max_prompt_tokens
 
     def running_new_tokens(self, worker_id: int) -> int:
         return sum(self._num_new[r.request_id] for r in self.workers[worker_id].batch)
@@ -248,6 +248,9 @@ class Simulator:
         reqs = self.workload.requests
         req = reqs[idx]
         self.num_events += 1
+        # the clock reaches t as now + (t - now), which may differ from t by one ulp: record the
+        # simulated instant so that start >= arrival holds exactly
+        self._arrival[idx] = self.env.now
         if self.trace is not None:
             self.trace.append((f"arrival:{idx}", self.env.now))
         self._decisions.append(req)

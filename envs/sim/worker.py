@@ -43,11 +43,12 @@ class Worker:
         busy_time_s: wall time spent in engine steps [s].
         num_steps: engine steps run.
         kv_capacity_tokens: KV capacity of the worker [tokens].
+        max_prompt_tokens: longest prompt it can serve: min(model limit, KV capacity) [tokens].
     """
 
     __slots__ = ("worker_id", "degree", "first_gpu", "node", "state", "epoch", "queue", "queued_predicted_s",
                  "num_queued_new_tokens", "batch", "step_start_s", "step_predicted_end_s", "cache", "gpu_time_s",
-                 "busy_time_s", "num_steps", "kv_capacity_tokens", "created_s")
+                 "busy_time_s", "num_steps", "kv_capacity_tokens", "max_prompt_tokens", "created_s")
 
     def __init__(self, worker_id: int, degree: int, first_gpu: int, node: int, cache: PrefixCache,
                  kv_capacity_tokens: int, epoch: int = 0, created_s: float = 0.0) -> None:
@@ -68,6 +69,7 @@ class Worker:
         self.busy_time_s = 0.0
         self.num_steps = 0
         self.kv_capacity_tokens = kv_capacity_tokens
+        self.max_prompt_tokens = kv_capacity_tokens  # the simulator lowers it to the model's limit
         self.created_s = created_s
 
     @property
