@@ -104,6 +104,9 @@ class Simulator:
         calibration: cost model and memory figures; default: ``config.calibration_path`` or the
             shipped default file.
         policy_name: label stored in the result.
+        slo_cost_model: cost model of the "scaled" TTFT SLO rule; default the run's own. A policy
+            that changes the cost form (e.g. a TP-4 calibration transform) passes the original
+            one so that all policies are judged against the same SLOs.
 
     Raises:
         ValueError: on an invalid composition or a workload whose prompts no worker can hold
@@ -111,12 +114,13 @@ class Simulator:
     """
 
     def __init__(self, workload: Workload, config: SimConfig | None = None, calibration: Calibration | None = None,
-                 policy_name: str = "external") -> None:
+                 policy_name: str = "external", slo_cost_model=None) -> None:
         self.config = config = config or SimConfig()
         if calibration is None:
             calibration = Calibration.load(config.calibration_path) if config.calibration_path else Calibration.default()
         self.calibration = calibration
         self.cost_model = calibration.cost_model()
+        self._slo_cost_model = slo_cost_model  # cost model of the "scaled" SLO rule (default: cost_model)
         self.workload = workload
         self.policy_name = policy_name
         self.kv_block_size_tokens = workload.kv_block_size_tokens
@@ -139,6 +143,12 @@ class Simulator:
         # listeners: fn(sim, request, worker) on dispatch / on finish
         self.dispatch_listeners: list[Callable] = []
         self.finish_listeners: list[Callable] = []
+        # worker id -> fn(sim, worker, request, num_ready_blocks) -> (num_usable_blocks, ready_at_s):
+        # reconciles pending KV blocks before a step (paper §6.2; envs/sim/reconfig.py).
+        self.reconcile_hooks: dict[int, Callable] = {}
+        # fn() -> dict merged into SimResult.extras; attachments by name (e.g. "reconfig")
+        self.extras_providers: list[Callable[[], dict]] = []
+        self.attachments: dict[str, object] = {}
         self._init_records()
         self._decisions: deque[Request] = deque()
         self._parked: deque[Request] = deque()
@@ -231,7 +241,7 @@ class Simulator:
         reqs = self.workload.requests
         if slo.kind == "fixed":
             return [slo.ttft_slo_s] * len(reqs)
-        cm = self.cost_model
+        cm = self._slo_cost_model or self.cost_model
         lat = self.config.latency
         out = []
         for r in reqs:
@@ -242,6 +252,10 @@ class Simulator:
 
     def ttft_slo_s(self, request_id: int) -> float:
         return self._slo[request_id]
+
+    def num_cached_tokens(self, request_id: int) -> int:
+        """Prefix hit P [tokens] the request's engine step used (0 before it started)."""
+        return self._num_cached[request_id]
 
     # ------------------------------------------------------------------ arrivals / decisions
     def _on_arrival(self, idx: int) -> None:
@@ -378,10 +392,15 @@ class Simulator:
         tokens = 0
         batch = w.batch
         pred_service = self._pred_service
+        recon = self.reconcile_hooks.get(w.worker_id) if self.reconcile_hooks else None
+        ready_at = now
+        t_ready = now
         while q and len(batch) < max_req:
             req = q[0]
             L = req.num_prompt_tokens
             nhit = cache.match_ready(req.block_hashes)
+            if recon is not None:
+                nhit, t_ready = recon(self, w, req, nhit)
             P = nhit * bs
             if P > L - 1:
                 P = L - 1
@@ -402,6 +421,8 @@ class Simulator:
             pred += a * R + b * P + (c * R + alpha * (R * P + R * (R + 1) * 0.5)) / C
             tokens += R
             batch.append(req)
+            if t_ready > ready_at:
+                ready_at = t_ready
         if not q:
             w.queued_predicted_s = 0.0
             w.num_queued_new_tokens = 0
@@ -409,11 +430,15 @@ class Simulator:
         actual = pred * factor
         if self._noise_sigma > 0.0:
             actual *= math.exp(self.noise_rng.normal(self._noise_mu, self._noise_sigma))
+        # A step whose requests reuse pending blocks waits for their reconciliation transfers.
+        wait = ready_at - now
         w.step_start_s = now
-        w.step_predicted_end_s = now + pred
+        w.step_predicted_end_s = now + wait + pred
         if self.trace is not None:
+            if wait > 0.0:
+                self.trace.append((f"reconcile_wait:w{w.worker_id}", now))
             self.trace.append((f"step_start:w{w.worker_id}:n{len(batch)}", now))
-        self.schedule(actual, EventPriority.STEP_END, self._on_step_end, w)
+        self.schedule(wait + actual, EventPriority.STEP_END, self._on_step_end, w)
 
     def _on_step_end(self, w: Worker) -> None:
         now = self.env.now
@@ -495,5 +520,6 @@ class Simulator:
             num_events=self.num_events,
             extras={"num_rejected": self.num_rejected, "kv_transfer_bytes": self.links.total_bytes,
                     "num_kv_transfers": self.links.num_transfers, "num_workers": len(self.workers),
-                    "composition": [(w.degree, w.first_gpu) for w in (self.workers[i] for i in self.worker_ids)]},
+                    "composition": [(w.degree, w.first_gpu) for w in (self.workers[i] for i in self.worker_ids)],
+                    **{k: v for fn in self.extras_providers for k, v in fn().items()}},
         )

@@ -1,0 +1,555 @@
+"""Split/merge reconfiguration of CP workers inside the simulator (paper §6, §6.2, §8).
+
+This module holds the *mechanics* of a reconfiguration; the decision rule (when to split or
+merge which worker) lives in ``baselines/controller.py`` and the Gymnasium reconfiguration
+environment calls the same two functions: :func:`eligible_operations` (what may be applied now,
+for action masks) and :func:`apply_operation` (start one).
+
+Operations (paper §6 "Reconfiguration Operations"):
+
+* **split** of one ACTIVE degree-2C worker on GPUs ``f .. f+2C-1`` into two degree-C workers on
+  ``f .. f+C-1`` and ``f+C .. f+2C-1`` (the same GPUs);
+* **merge** of two ACTIVE sibling degree-C workers on ``f`` and ``f+C`` with ``f % 2C == 0``
+  into one degree-2C worker on ``f`` — only along the pre-built, aligned topology groups of
+  :class:`envs.sim.pool.PoolConfig` (never across a node unless the pool allows it).
+
+GPU count is preserved by construction. A worker takes part in at most one operation at a time
+(only ACTIVE workers are eligible, and a worker leaves ACTIVE when its operation starts).
+
+Protocol, simulated step by step (paper §6 / §8; the walk-through's five-stage diagram):
+
+1. *drain start* (``start_s``): the participating workers become DRAINING — removed from the
+   router's candidates, no admission — and their queued requests are redirected through the
+   router (``Simulator.redirect``; each is routed again, ``num_routings`` counts it);
+2. *in-flight steps finish under the old geometry*: each participant's running engine step
+   completes normally (its requests finish and insert their KV blocks);
+3. *common step boundary* (``drain_end_s``): when the last participant is idle, all ranks stand
+   at one step boundary; the workers become SWITCHING and the ranks switch to the pre-built
+   CP groups, which takes ``switch_s`` (default 0.5 s: paper §9 measured a switch < 1 s);
+4. *switch end* (``switch_end_s``): the old workers are retired and the new ones exist, still
+   SWITCHING (not schedulable); every rank confirms the new configuration epoch, modelled as
+   ``confirm_s_per_rank`` per participating rank, collected one after the other by the
+   controller (default 5 ms/rank: an assumption, the paper gives no figure);
+5. *commit* (``commit_s``): the global epoch increments, the new workers take it and become
+   ACTIVE — only now can the router choose them — and requests parked for lack of an ACTIVE
+   worker are released.
+
+KV state (paper §6.2 "Cache Coordination", §8; DESIGN.md "KV state across reconfiguration"):
+retained prefixes stay resident but are *pending reconciliation* — they are not ready hits
+(``PrefixCache.match_ready`` ignores them, routing sees them only through
+``PoolView.pending_blocks``):
+
+* **merge**: metadata of the two siblings is combined. A block held by *both* siblings is READY
+  on the merged worker (every byte already exists on the new worker's ranks; the re-addressing
+  is local metadata). A block held by *one* sibling is PENDING: the other sibling's ranks lack
+  their shards, i.e. a fraction ``1/2`` of the block's bytes, whose valid source is the holder's
+  ranks inside the merged worker itself (intra-node link).
+* **split**: each half holds half of every block's shards. Prefixes are assigned by demand and
+  capacity: each half retains, as PENDING, the most recently used blocks of the old worker that
+  fit in its own (halved) capacity, so hot prefixes are retained on both halves and cold ones
+  beyond a half's capacity are dropped (the cache tracks no prefix tree, so recency is the
+  demand signal and whole prefixes stay together). The missing half of a block's bytes comes
+  from the sibling half, which is a valid source while it still holds the block (ready or
+  pending) — if the sibling evicted it or no longer exists, the source is gone.
+
+First reuse of a pending prefix (``Simulator.reconcile_hooks``): when an engine step admits a
+request whose leading blocks beyond the ready hit are pending, the missing bytes of that run
+(``num_pending_blocks x missing_fraction x kv_block_bytes``) are transferred over
+``sim.links.reserve`` (FIFO, contended links), the blocks become READY and count toward the
+request's cached prefix P, and the step starts computing only when the transfer ends. A pending
+block without a valid source ends the reusable run: it and everything after it is an ordinary
+miss (recomputed and re-inserted as READY after the prefill).
+
+Everything an operation did is kept in :class:`OperationRecord` and, with the composition time
+series, returned in ``SimResult.extras["reconfig"]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from envs.sim.cache import PENDING, READY
+from envs.sim.worker import Worker, WorkerState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envs.sim.simulator import Simulator
+
+SPLIT = "split"
+MERGE = "merge"
+
+#: Fraction of a pending block's bytes missing on the new geometry: after a split each half
+#: holds half of the shards; after a merge the non-holding sibling's ranks (half of the merged
+#: ranks) lack theirs.
+MISSING_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class ReconfigConfig:
+    """Costs of the reconfiguration protocol.
+
+    Args:
+        switch_s: time for all participating ranks to switch to the pre-built CP groups at the
+            common step boundary [s]; paper §9: "< 1 s", default 0.5 s.
+        confirm_s_per_rank: epoch confirmation latency per participating rank, collected
+            serially by the controller [s]; default 0.005 s (assumption: one control RPC).
+
+    Raises:
+        ValueError: if a field is negative or not finite.
+    """
+
+    switch_s: float = 0.5
+    confirm_s_per_rank: float = 0.005
+
+    def __post_init__(self) -> None:
+        for name in ("switch_s", "confirm_s_per_rank"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
+                raise ValueError(f"reconfig.{name} must be a finite number >= 0, got {v!r}")
+
+
+@dataclass(frozen=True, order=True)
+class Operation:
+    """One split or merge.
+
+    Attributes:
+        kind: ``"split"`` or ``"merge"``.
+        worker_ids: the participating (old) workers: one for a split, the sibling pair
+            (lower first GPU first) for a merge.
+    """
+
+    kind: str
+    worker_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in (SPLIT, MERGE):
+            raise ValueError(f"operation kind must be 'split' or 'merge', got {self.kind!r}")
+        n = 1 if self.kind == SPLIT else 2
+        if len(self.worker_ids) != n:
+            raise ValueError(f"a {self.kind} takes {n} worker id(s), got {self.worker_ids!r}")
+
+    @staticmethod
+    def split(worker_id: int) -> Operation:
+        return Operation(SPLIT, (worker_id,))
+
+    @staticmethod
+    def merge(worker_id_a: int, worker_id_b: int) -> Operation:
+        return Operation(MERGE, tuple(sorted((worker_id_a, worker_id_b))))
+
+    def __str__(self) -> str:
+        return f"{self.kind}({','.join(map(str, self.worker_ids))})"
+
+
+@dataclass
+class OperationRecord:
+    """What one operation did and when (all times simulated seconds; NaN while not reached).
+
+    ``drain_s = drain_end_s - start_s`` (redirect + in-flight steps), ``switch_s = switch_end_s
+    - drain_end_s``, ``confirm_s = commit_s - switch_end_s``, ``total_s = commit_s - start_s``
+    (the paper's "drain + switch", 1.1-5.1 s in §9). ``pending_blocks_created``: blocks left
+    PENDING on the new workers; ``reconciliation_bytes`` / ``num_reconciled_blocks``: traffic of
+    their later first reuses (grows after the commit); ``expected_reconciliation_bytes``: the
+    upper bound used to rank operations (every pending block reconciled once).
+    """
+
+    index: int
+    kind: str
+    old_worker_ids: tuple[int, ...]
+    old_degree: int
+    new_degree: int
+    first_gpu: int
+    start_s: float
+    new_worker_ids: tuple[int, ...] = ()
+    drain_end_s: float = float("nan")
+    switch_end_s: float = float("nan")
+    commit_s: float = float("nan")
+    epoch: int = -1
+    num_redirected_requests: int = 0
+    predicted_drain_s: float = 0.0
+    expected_reconciliation_bytes: int = 0
+    pending_blocks_created: int = 0
+    ready_blocks_retained: int = 0
+    reconciliation_bytes: int = 0
+    num_reconciled_blocks: int = 0
+    num_source_lost_blocks: int = 0
+
+    @property
+    def drain_s(self) -> float:
+        return self.drain_end_s - self.start_s
+
+    @property
+    def switch_s(self) -> float:
+        return self.switch_end_s - self.drain_end_s
+
+    @property
+    def confirm_s(self) -> float:
+        return self.commit_s - self.switch_end_s
+
+    @property
+    def total_s(self) -> float:
+        return self.commit_s - self.start_s
+
+    @property
+    def committed(self) -> bool:
+        return self.commit_s == self.commit_s
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["old_worker_ids"] = list(self.old_worker_ids)
+        d["new_worker_ids"] = list(self.new_worker_ids)
+        d.update(drain_s=self.drain_s, switch_s=self.switch_s, confirm_s=self.confirm_s, total_s=self.total_s)
+        return d
+
+
+@dataclass
+class _InFlight:
+    op: Operation
+    record: OperationRecord
+    workers: list[Worker]
+    waiting: set[int] = field(default_factory=set)  # participants still running a step
+
+
+class Reconfigurator:
+    """Per-simulator reconfiguration state: in-flight operations, records, reconciliation.
+
+    Created and attached by :func:`get_reconfigurator` (one per simulator, stored in
+    ``sim.attachments["reconfig"]``). Hot-path cost: one dict lookup per engine-step end
+    (finish listener) and, on workers holding pending blocks, an O(1) check per request at step
+    start (plus the pending run when there is one).
+    """
+
+    def __init__(self, sim: Simulator, config: ReconfigConfig | None = None) -> None:
+        self.sim = sim
+        self.config = config or ReconfigConfig()
+        self.records: list[OperationRecord] = []
+        self._inflight: dict[int, _InFlight] = {}  # participating worker id -> operation
+        # new worker id -> (source worker id or -1 for itself, source first GPU, record index)
+        self._recon: dict[int, tuple[int, int, int]] = {}
+        self.composition_series: list[dict] = []
+        self.commit_listeners: list = []  # fn(sim, record) after every commit
+        sim.finish_listeners.append(self._on_step_finished)
+        sim.extras_providers.append(self.extras)
+        sim.attachments["reconfig"] = self
+        self._snapshot()
+
+    # ------------------------------------------------------------------ queries
+    def in_flight(self) -> list[OperationRecord]:
+        """Records of operations started and not yet committed."""
+        seen = {id(f.record): f.record for f in self._inflight.values()}
+        return list(seen.values())
+
+    def predicted_drain_s(self, op: Operation) -> float:
+        """Predicted drain of ``op`` [s]: the longest predicted remaining time of the
+        participants' running steps (queued requests are redirected, not waited for)."""
+        sim = self.sim
+        now = sim.env.now
+        out = 0.0
+        for wid in op.worker_ids:
+            w = sim.workers[wid]
+            if w.batch:
+                out = max(out, w.step_predicted_end_s - now)
+        return out
+
+    def expected_reconciliation_bytes(self, op: Operation) -> int:
+        """Upper bound of the KV-reconciliation traffic ``op`` creates [bytes]: every block it
+        leaves pending reconciled once (``MISSING_FRACTION`` of a block each)."""
+        return int(self._pending_blocks_after(op) * MISSING_FRACTION * self.sim.kv_block_bytes)
+
+    def _pending_blocks_after(self, op: Operation) -> int:
+        sim = self.sim
+        if op.kind == SPLIT:
+            w = sim.workers[op.worker_ids[0]]
+            cap = self._capacity_blocks(w.degree // 2)
+            return 2 * min(len(w.cache), cap)
+        a, b = (sim.workers[i].cache for i in op.worker_ids)
+        common = sum(1 for h in a.blocks() if h in b)
+        return len(a) + len(b) - 2 * common
+
+    def _capacity_blocks(self, degree: int) -> int:
+        sim = self.sim
+        return int(sim.calibration.kv_capacity_blocks(degree, sim.kv_block_size_tokens) * sim.config.cache_capacity_scale)
+
+    # ------------------------------------------------------------------ eligibility
+    def eligible_operations(self) -> list[Operation]:
+        """Operations that may start now, in pool order (splits and merges interleaved by
+        first GPU): splits of ACTIVE workers whose half degree is supported, merges of ACTIVE
+        aligned sibling pairs whose double degree is supported and forms a valid group."""
+        sim = self.sim
+        pool = sim.config.pool
+        supported = set(pool.supported_degrees)
+        ws = sim.workers
+        by_gpu = {w.first_gpu: w for w in ws.values()}
+        out: list[Operation] = []
+        for wid in sim.worker_ids:
+            w = ws[wid]
+            if w.state != WorkerState.ACTIVE:
+                continue
+            C = w.degree
+            if C % 2 == 0 and C // 2 in supported:
+                out.append(Operation.split(wid))
+            if 2 * C in supported and w.first_gpu % (2 * C) == 0:
+                sib = by_gpu.get(w.first_gpu + C)
+                if sib is not None and sib.degree == C and sib.state == WorkerState.ACTIVE and _valid_group(pool, 2 * C, w.first_gpu):
+                    out.append(Operation.merge(wid, sib.worker_id))
+        return out
+
+    def check(self, op: Operation) -> None:
+        """Raises ValueError (with the reason) unless ``op`` is eligible now."""
+        sim = self.sim
+        for wid in op.worker_ids:
+            w = sim.workers.get(wid)
+            if w is None:
+                raise ValueError(f"{op}: worker {wid} does not exist")
+            if w.state != WorkerState.ACTIVE:
+                raise ValueError(f"{op}: worker {wid} is {w.state.name}, not ACTIVE (at most one operation per worker)")
+        if op not in self.eligible_operations():
+            raise ValueError(f"{op} is not eligible: needs a supported degree and an aligned sibling group "
+                             f"(eligible now: {[str(o) for o in self.eligible_operations()]})")
+
+    # ------------------------------------------------------------------ protocol
+    def apply(self, op: Operation) -> OperationRecord:
+        """Starts ``op`` (stage 1: stop admission and redirect queues); the rest follows as
+        simulation events. Returns its (live) record.
+
+        Raises:
+            ValueError: if ``op`` is not eligible now.
+        """
+        self.check(op)
+        sim = self.sim
+        now = sim.env.now
+        workers = [sim.workers[i] for i in op.worker_ids]
+        C = workers[0].degree
+        rec = OperationRecord(
+            index=len(self.records), kind=op.kind, old_worker_ids=op.worker_ids, old_degree=C,
+            new_degree=C // 2 if op.kind == SPLIT else 2 * C, first_gpu=workers[0].first_gpu, start_s=now,
+            predicted_drain_s=self.predicted_drain_s(op), expected_reconciliation_bytes=self.expected_reconciliation_bytes(op))
+        self.records.append(rec)
+        flight = _InFlight(op, rec, workers)
+        for w in workers:
+            w.state = WorkerState.DRAINING
+            self._inflight[w.worker_id] = flight
+            q = w.queue
+            rec.num_redirected_requests += len(q)
+            while q:
+                sim.redirect(q.popleft())
+            w.queued_predicted_s = 0.0
+            w.num_queued_new_tokens = 0
+            if w.batch:
+                flight.waiting.add(w.worker_id)
+        sim._log(f"drain_start:{op}")
+        self._snapshot()
+        if not flight.waiting:
+            self._boundary(flight)
+        return rec
+
+    def _on_step_finished(self, sim: Simulator, batch, w: Worker) -> None:
+        flight = self._inflight.get(w.worker_id)
+        if flight is None or w.worker_id not in flight.waiting:
+            return
+        flight.waiting.discard(w.worker_id)
+        if not flight.waiting:
+            self._boundary(flight)
+
+    def _boundary(self, flight: _InFlight) -> None:
+        """Stage 3: every participant idle at a common step boundary; switch to the new groups."""
+        sim = self.sim
+        flight.record.drain_end_s = sim.env.now
+        for w in flight.workers:
+            w.state = WorkerState.SWITCHING
+        sim._log(f"switch_start:{flight.op}")
+        from envs.sim.simulator import EventPriority
+
+        sim.schedule(self.config.switch_s, EventPriority.RECONFIG, self._switch_end, flight)
+
+    def _switch_end(self, flight: _InFlight) -> None:
+        """Stage 4: old workers retired, new workers exist (SWITCHING) with their KV state."""
+        from envs.sim.simulator import EventPriority
+
+        sim = self.sim
+        rec = flight.record
+        rec.switch_end_s = sim.env.now
+        olds = flight.workers
+        for w in olds:
+            if w.batch or w.queue:  # pragma: no cover - guarded by DRAINING/SWITCHING
+                raise RuntimeError(f"worker {w.worker_id} has work at the switch of {flight.op}")
+        listeners = (list(olds[0].cache.insert_listeners), list(olds[0].cache.evict_listeners))
+        old_lru = [w.cache.blocks() for w in olds]  # LRU first
+        for w in olds:
+            for h in old_lru[olds.index(w)]:
+                for fn in w.cache.evict_listeners:
+                    fn(w.worker_id, h)
+            sim.retire_worker(w.worker_id)
+            self._inflight.pop(w.worker_id, None)
+            sim.reconcile_hooks.pop(w.worker_id, None)
+            self._recon.pop(w.worker_id, None)
+        if flight.op.kind == SPLIT:
+            C = rec.new_degree
+            news = [sim.add_worker(C, rec.first_gpu), sim.add_worker(C, rec.first_gpu + C)]
+        else:
+            news = [sim.add_worker(rec.new_degree, rec.first_gpu)]
+        for w in news:
+            w.state = WorkerState.SWITCHING
+            w.cache.insert_listeners.extend(listeners[0])
+            w.cache.evict_listeners.extend(listeners[1])
+        rec.new_worker_ids = tuple(w.worker_id for w in news)
+        if flight.op.kind == SPLIT:
+            for w, sib in ((news[0], news[1]), (news[1], news[0])):
+                mru_first = old_lru[0][::-1][: w.cache.capacity_blocks]
+                for h in reversed(mru_first):  # LRU first, so the MRU ends most recent
+                    w.cache.insert((h,), PENDING)
+                rec.pending_blocks_created += len(w.cache)
+                self._register(w, sib.worker_id, sib.first_gpu, rec.index)
+        else:
+            w = news[0]
+            a, b = old_lru
+            in_b = set(b)
+            in_a = set(a)
+            # Interleave the two recency orders by relative rank (LRU first).
+            order = sorted([(i / len(a), 0, h) for i, h in enumerate(a)] + [(i / len(b), 1, h) for i, h in enumerate(b) if h not in in_a])
+            for _, _, h in order:
+                w.cache.insert((h,), READY if (h in in_a and h in in_b) else PENDING)
+            pend = sum(1 for h in w.cache.blocks() if w.cache.state(h) == PENDING)
+            rec.pending_blocks_created += pend
+            rec.ready_blocks_retained += len(w.cache) - pend
+            if pend:
+                self._register(w, -1, w.first_gpu, rec.index)
+        ranks = sum(w.degree for w in news)
+        sim._log(f"switch_end:{flight.op}")
+        self._snapshot()
+        sim.schedule(self.config.confirm_s_per_rank * ranks, EventPriority.RECONFIG, self._commit, (flight, news))
+
+    def _commit(self, payload) -> None:
+        """Stage 5: every rank confirmed; new epoch; the new workers become schedulable."""
+        flight, news = payload
+        sim = self.sim
+        sim.epoch += 1
+        for w in news:
+            w.epoch = sim.epoch
+            w.state = WorkerState.ACTIVE
+        rec = flight.record
+        rec.commit_s = sim.env.now
+        rec.epoch = sim.epoch
+        sim._log(f"commit:{flight.op}:epoch{sim.epoch}")
+        self._snapshot()
+        sim.unpark()
+        for fn in self.commit_listeners:
+            fn(sim, rec)
+
+    # ------------------------------------------------------------------ KV reconciliation
+    def _register(self, w: Worker, source_wid: int, source_first_gpu: int, record_index: int) -> None:
+        self._recon[w.worker_id] = (source_wid, source_first_gpu, record_index)
+        self.sim.reconcile_hooks[w.worker_id] = self._reconcile
+
+    def _reconcile(self, sim: Simulator, w: Worker, req, nhit: int) -> tuple[int, float]:
+        """``Simulator.reconcile_hooks`` entry: extends the ready hit over pending blocks with a
+        valid source, transferring their missing bytes; returns (usable blocks, ready time)."""
+        now = sim.env.now
+        hashes = req.block_hashes
+        n = len(hashes)
+        cache = w.cache
+        if nhit >= n or cache.state(hashes[nhit]) != PENDING:
+            return nhit, now
+        src_wid, src_gpu, ridx = self._recon[w.worker_id]
+        src = w
+        if src_wid >= 0:
+            src = sim.workers.get(src_wid)
+            if src is not None and src.first_gpu != src_gpu:
+                src = None
+        rec = self.records[ridx]
+        k = nhit
+        pending: list[int] = []
+        while k < n:
+            h = hashes[k]
+            st = cache.state(h)
+            if st is None:
+                break
+            if st == PENDING:
+                if src is not w and (src is None or h not in src.cache):
+                    rec.num_source_lost_blocks += 1
+                    break
+                pending.append(h)
+            k += 1
+        if not pending:
+            return nhit, now
+        num_bytes = int(len(pending) * MISSING_FRACTION * sim.kv_block_bytes)
+        _, end = sim.links.reserve(now, src.node, w.node, num_bytes)
+        for h in pending:
+            cache.set_state(h, READY)
+        if src is not w:
+            from envs.sim.simulator import EventPriority
+
+            for h in pending:
+                src.cache.pin(h)
+            sim.schedule(end - now, EventPriority.TRANSFER_END, _unpin, (src.cache, pending))
+        rec.reconciliation_bytes += num_bytes
+        rec.num_reconciled_blocks += len(pending)
+        sim._log(f"reconcile:w{w.worker_id}:b{len(pending)}")
+        return k, end
+
+    # ------------------------------------------------------------------ records
+    def _snapshot(self) -> None:
+        sim = self.sim
+        by_degree: dict[str, int] = {}
+        transitioning = 0
+        for w in sim.workers.values():
+            if w.state == WorkerState.ACTIVE:
+                key = f"cp{w.degree}"
+                by_degree[key] = by_degree.get(key, 0) + 1
+            else:
+                transitioning += w.degree
+        entry = {"time_s": sim.env.now, "num_workers_by_degree": dict(sorted(by_degree.items())),
+                 "num_reconfiguring_gpus": transitioning, "num_gpus": sim.num_gpus_in_use(), "epoch": sim.epoch}
+        if self.composition_series and self.composition_series[-1]["time_s"] == entry["time_s"]:
+            self.composition_series[-1] = entry
+        else:
+            self.composition_series.append(entry)
+
+    def extras(self) -> dict:
+        """``SimResult.extras`` entries: ``reconfig_operations`` (list of record dicts) and
+        ``composition_series`` (time series of ACTIVE workers per degree and GPUs in transition)."""
+        return {"reconfig_operations": [r.to_dict() for r in self.records],
+                "composition_series": list(self.composition_series),
+                "num_reconfigurations": sum(1 for r in self.records if r.committed)}
+
+
+def _unpin(payload) -> None:
+    cache, hashes = payload
+    for h in hashes:
+        cache.unpin(h)
+
+
+def _valid_group(pool, degree: int, first_gpu: int) -> bool:
+    try:
+        pool.check_group(degree, first_gpu)
+    except ValueError:
+        return False
+    return True
+
+
+def get_reconfigurator(sim: Simulator, config: ReconfigConfig | None = None) -> Reconfigurator:
+    """The simulator's :class:`Reconfigurator`, created and attached on first use.
+
+    Raises:
+        ValueError: if one exists already with a different ``config``.
+    """
+    r = sim.attachments.get("reconfig")
+    if r is None:
+        return Reconfigurator(sim, config)
+    if config is not None and config != r.config:
+        raise ValueError(f"this simulator already has a reconfigurator with {r.config}, not {config}")
+    return r
+
+
+def eligible_operations(sim: Simulator) -> list[Operation]:
+    """Operations that may start now on ``sim`` (for action masks); see
+    :meth:`Reconfigurator.eligible_operations`."""
+    return get_reconfigurator(sim).eligible_operations()
+
+
+def apply_operation(sim: Simulator, op: Operation) -> OperationRecord:
+    """Starts ``op`` on ``sim`` (the protocol then runs as simulation events).
+
+    Raises:
+        ValueError: if ``op`` is not eligible now (names the reason).
+    """
+    return get_reconfigurator(sim).apply(op)

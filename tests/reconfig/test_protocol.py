@@ -1,0 +1,203 @@
+"""Reconfiguration protocol mechanics (envs/sim/reconfig.py): exact split trace, KV states,
+invariants under random operations."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import numpy as np
+
+from baselines.simple import LeastWorkRouter, PrefixAffinityRouter
+from envs.sim import PoolConfig, SimConfig, Simulator
+from envs.sim.cache import PENDING, READY
+from envs.sim.links import LinkConfig
+from envs.sim.reconfig import Operation, ReconfigConfig, apply_operation, eligible_operations, get_reconfigurator
+from envs.sim.simulator import EventPriority
+from envs.sim.worker import WorkerState
+
+from tests.sim.conftest import make_workload
+
+
+def _assert_trace(actual, expected):
+    assert [n for n, _ in actual] == [n for n, _ in expected]
+    assert [t for _, t in actual] == pytest.approx([t for _, t in expected])
+
+
+def test_exact_event_trace_of_one_split(simple_calibration):
+    # E_C(R,P) = 1 + 0.1 R / C. r0 (10 tokens, blocks 1,2,3) runs on the CP-4 worker 0..1.25.
+    # The split starts at 0.5 (drain: no queue to redirect), r1 arrives at 0.6 and is parked (no
+    # ACTIVE worker), the in-flight step ends at 1.25 (common boundary), switch 0.5 s -> 1.75,
+    # 4 ranks x 5 ms confirmation -> commit at 1.77 (epoch 1). r1 (same prefix) goes to worker 0
+    # (CP-2 on GPUs 0-1), whose 3 blocks are PENDING with the sibling (worker 1) as source: the
+    # missing half of 3 blocks of 4 bytes = 6 bytes at 6 B/s = 1 s, then P = min(12, 9) = 9,
+    # R = 1: 1 + 0.1 / 2 = 1.05 s -> ends at 3.82.
+    pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
+    cfg = SimConfig(pool=pool, record_events=True, links=LinkConfig(intra_node_bytes_per_s=6.0))
+    wl = make_workload([(0.0, 10, (1, 2, 3)), (0.6, 10, (1, 2, 3))])
+    sim = Simulator(wl, cfg, simple_calibration)
+    rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.5, confirm_s_per_rank=0.005))
+    sim.schedule(0.5, EventPriority.CONTROL, lambda _: apply_operation(sim, Operation.split(0)))
+    res = sim.run(LeastWorkRouter())
+    _assert_trace(sim.trace, [
+        ("arrival:0", 0.0), ("step_start:w0:n1", 0.0), ("drain_start:split(0)", 0.5), ("arrival:1", 0.6),
+        ("step_end:w0", 1.25), ("switch_start:split(0)", 1.25), ("switch_end:split(0)", 1.75),
+        ("commit:split(0):epoch1", 1.77), ("reconcile:w0:b3", 1.77), ("reconcile_wait:w0", 1.77),
+        ("step_start:w0:n1", 1.77), ("step_end:w0", 3.82),
+    ])
+    (rec,) = rc.records
+    assert (rec.drain_s, rec.switch_s, rec.confirm_s) == pytest.approx((0.75, 0.5, 0.02))
+    assert rec.new_worker_ids == (0, 1) and rec.epoch == 1 and sim.epoch == 1
+    assert rec.pending_blocks_created == 6 and rec.reconciliation_bytes == 6 and rec.num_reconciled_blocks == 3
+    assert res.records["num_cached_tokens"].tolist() == [0, 9]
+    assert res.records["degree"].tolist() == [4, 2]
+    assert [w.degree for w in sim.workers.values()] == [2, 2]
+    ops = res.extras["reconfig_operations"]
+    assert ops[0]["kind"] == "split" and ops[0]["total_s"] == pytest.approx(1.27)
+    assert [e["num_gpus"] for e in res.extras["composition_series"]] == [4] * len(res.extras["composition_series"])
+
+
+def test_drain_redirects_queue_through_router(simple_calibration):
+    # Two CP-1 siblings; worker 0 runs r0 and has r1, r2 queued when the merge starts: both are
+    # redirected (routed again) and, with no ACTIVE worker left, parked until the commit.
+    pool = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1@0,cp1@1", supported_degrees=(1, 2))
+    wl = make_workload([(0.0, 10, None), (0.0, 10, None), (0.0, 10, None), (0.0, 10, None)])
+    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    rc = get_reconfigurator(sim)
+    sim.schedule(0.1, EventPriority.CONTROL, lambda _: apply_operation(sim, Operation.merge(0, 1)))
+    res = sim.run(LeastWorkRouter())
+    (rec,) = rc.records
+    assert rec.num_redirected_requests == 2  # r2 on w0, r3 on w1 (r0, r1 in flight)
+    r = res.records
+    assert np.all(~np.isnan(r["ttft_s"]))
+    assert r["num_routings"].tolist() == [1, 1, 2, 2]
+    assert r["degree"].tolist() == [1, 1, 2, 2]
+    assert (r["start_s"][2:] >= rec.commit_s).all()
+
+
+def test_merge_combines_metadata_ready_if_both_pending_if_one(simple_calibration):
+    pool = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1@0,cp1@1", supported_degrees=(1, 2))
+    wl = make_workload([(100.0, 4, None)])
+    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    sim.workers[0].cache.insert((1, 2, 3))
+    sim.workers[1].cache.insert((1, 2, 9))
+    rc = get_reconfigurator(sim)
+    assert rc.expected_reconciliation_bytes(Operation.merge(0, 1)) == int(2 * 0.5 * sim.kv_block_bytes)
+    rec = apply_operation(sim, Operation.merge(0, 1))
+    sim.run(LeastWorkRouter())
+    c = sim.workers[0].cache
+    assert (c.state(1), c.state(2), c.state(3), c.state(9)) == (READY, READY, PENDING, PENDING)
+    assert rec.pending_blocks_created == 2 and rec.ready_blocks_retained == 2
+
+
+def test_split_pending_with_lost_source_is_an_ordinary_miss(simple_calibration):
+    pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
+    wl = make_workload([(10.0, 12, (1, 2, 3))])
+    sim = Simulator(wl, SimConfig(pool=pool, record_events=True), simple_calibration)
+    sim.workers[0].cache.insert((1, 2, 3))
+    rc = get_reconfigurator(sim)
+    apply_operation(sim, Operation.split(0))
+
+    def drop(_):  # the sibling (source) loses block 2 before the first reuse on worker 0
+        sim.workers[1].cache.remove(2)
+    sim.schedule(5.0, EventPriority.CONTROL, drop)
+    res = sim.run(PrefixAffinityRouter())
+    assert res.records["worker_id"][0] == 0
+    assert res.records["num_cached_tokens"][0] == 4  # block 1 reconciled, block 2 lost -> miss from there
+    assert rc.records[0].num_source_lost_blocks == 1 and rc.records[0].num_reconciled_blocks == 1
+    assert sim.workers[0].cache.state(3) == READY  # recomputed and re-inserted ready
+
+
+def test_ineligible_operations_raise(simple_calibration):
+    pool = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2@0,cp2@2,cp2@4,cp1@6,cp1@7", supported_degrees=(1, 2, 4))
+    sim = Simulator(make_workload([(0.0, 4, None)]), SimConfig(pool=pool), simple_calibration)
+    ops = eligible_operations(sim)
+    # worker id = first GPU (smallest degree 1)
+    assert ops == [Operation.split(0), Operation.merge(0, 2), Operation.split(2), Operation.split(4), Operation.merge(6, 7)]
+    with pytest.raises(ValueError, match="not eligible"):
+        apply_operation(sim, Operation.merge(2, 4))  # cp2@2 and cp2@4 are not an aligned sibling pair
+    apply_operation(sim, Operation.merge(0, 2))
+    with pytest.raises(ValueError, match="not ACTIVE"):
+        apply_operation(sim, Operation.split(0))
+    with pytest.raises(ValueError, match="does not exist"):
+        apply_operation(sim, Operation.split(5))
+    with pytest.raises(ValueError):
+        Operation("swap", (1,))
+
+
+def _random_run(seed: int, calibration, num_ops: int):
+    rng = np.random.default_rng(seed)
+    n = 40
+    times = np.sort(rng.uniform(0, 30, n))
+    prefixes = [tuple(range(100 * k, 100 * k + 3)) for k in range(3)]
+    specs = []
+    for t in times:
+        L = int(rng.integers(5, 60))
+        nb = -(-L // 4)
+        p = prefixes[int(rng.integers(3))]
+        hashes = tuple((p + tuple(range(10_000 + 100 * len(specs), 10_000 + 100 * len(specs) + nb)))[:nb])
+        specs.append((float(t), L, hashes))
+    wl = make_workload(specs)
+    pool = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp4@0,cp2@4,cp1@6,cp1@7", supported_degrees=(1, 2, 4))
+    sim = Simulator(wl, SimConfig(pool=pool, seed=seed), calibration)
+    rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.3))
+    gpu_epoch = [0] * 8
+    violations = []
+    finished = []
+
+    def on_commit(s, rec):
+        for wid in rec.new_worker_ids:
+            for g in s.workers[wid].gpus:
+                gpu_epoch[g] = rec.epoch
+    rc.commit_listeners.append(on_commit)
+    orig = sim._start_step
+
+    def checked_start(w):
+        if w.queue:
+            if w.state != WorkerState.ACTIVE or sim.workers.get(w.worker_id) is not w:
+                violations.append(("start on non-active", w.worker_id, w.state))
+            if any(gpu_epoch[g] > w.epoch for g in w.gpus) or w.epoch > sim.epoch:
+                violations.append(("stale epoch", w.worker_id, w.epoch))
+            if sim.num_gpus_in_use() != 8:
+                violations.append(("gpu count", sim.num_gpus_in_use()))
+        orig(w)
+    sim._start_step = checked_start
+    sim.dispatch_listeners.append(lambda s, r, w: w.state == WorkerState.ACTIVE or violations.append(("dispatch", w.worker_id)))
+    sim.finish_listeners.append(lambda s, batch, w: finished.extend(r.request_id for r in batch))
+
+    def do_op(_):
+        ops = eligible_operations(sim)
+        if ops:
+            apply_operation(sim, ops[int(rng.integers(len(ops)))])
+    for t in np.sort(rng.uniform(0, 35, num_ops)):
+        sim.schedule(float(t), EventPriority.CONTROL, do_op)
+    res = sim.run(PrefixAffinityRouter())
+    return sim, rc, res, violations, finished
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), num_ops=st.integers(1, 12))
+def test_invariants_under_random_operations(simple_calibration, seed, num_ops):
+    sim, rc, res, violations, finished = _random_run(seed, simple_calibration, num_ops)
+    assert violations == []
+    assert len(rc.records) >= 1  # the first scheduled operation always finds an ACTIVE worker
+    # no request lost or duplicated across redirections
+    assert sorted(finished) == list(range(res.num_requests))
+    assert not np.isnan(res.records["ttft_s"]).any()
+    # GPU count constant; every committed op has ordered stages
+    assert all(e["num_gpus"] == 8 for e in res.extras["composition_series"])
+    assert sim.num_gpus_in_use() == 8
+    for rec in rc.records:
+        assert rec.start_s <= rec.drain_end_s <= rec.switch_end_s <= rec.commit_s
+        assert rec.switch_s == pytest.approx(0.3)
+    assert sim.epoch == sum(1 for r in rc.records if r.committed)
+
+
+def test_same_seed_same_run(simple_calibration):
+    a = _random_run(7, simple_calibration, 8)[2]
+    b = _random_run(7, simple_calibration, 8)[2]
+    assert np.array_equal(a.records["ttft_s"], b.records["ttft_s"], equal_nan=True)
+    assert a.extras["reconfig_operations"] == b.extras["reconfig_operations"]
+
+
+def test_reconfig_config_validation():
+    with pytest.raises(ValueError, match="switch_s"):
+        ReconfigConfig(switch_s=-1.0)
