@@ -1,0 +1,112 @@
+"""Workloads: trace loaders, transforms and seeded synthetic generators (issue #2).
+
+* :mod:`.loaders` — :func:`load_trace` for Mooncake FAST'25 JSONL, Azure LLM inference 2023
+  CSV and the L-Eval derived lengths CSV (``shared/data/traces``, see its SOURCES.md);
+  bad input raises :class:`TraceFormatError` (file, line, field).
+* :mod:`.transforms` — rate scaling, time windows, train/eval split, episode windows, merge.
+* :mod:`.arrivals` — Poisson, Gamma (bursty), MMPP and inhomogeneous Poisson arrival processes.
+* :mod:`.synthetic` — generators (system prompts, multi-turn, tool agents, long documents,
+  phase changes, mixes) and the named registry :data:`WORKLOADS` / :func:`get_workload`.
+* :mod:`.stats` — :func:`workload_stats` (lengths, rate, ideal prefix reuse, reference-pool load).
+
+All results are :class:`envs.sim.request.Workload` objects.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .arrivals import (
+    ArrivalProcess,
+    GammaArrivals,
+    InhomogeneousPoissonArrivals,
+    MMPPArrivals,
+    PoissonArrivals,
+    inter_arrival_cv,
+)
+from .loaders import (
+    DEFAULT_LEVAL_MEAN_QUERY_GAP_S,
+    DEFAULT_LEVAL_RATE_RPS,
+    MOONCAKE_BLOCK_SIZE_TOKENS,
+    TraceFormatError,
+    TraceWarning,
+    detect_timestamp_bucket_ms,
+    load_azure_csv,
+    load_leval_lengths_csv,
+    load_mooncake_jsonl,
+    load_trace,
+    spread_quantised_timestamps,
+)
+from .prefix import BlockHasher, PromptContext
+from .stats import (
+    REFERENCE_GPU_PREFILL_TOKENS_PER_S,
+    REFERENCE_POOL_NUM_GPUS,
+    ideal_prefix_reuse_per_request,
+    workload_stats,
+)
+from .synthetic import (
+    LEVAL_DOC_TOKENS,
+    WORKLOADS,
+    TruncatedLogNormal,
+    get_workload,
+    long_document_questions,
+    mixed_workload,
+    multi_turn_sessions,
+    phase_changes,
+    system_prompt_requests,
+    tool_agent_sessions,
+)
+from .transforms import merge, scale_rate, scale_to_rate, split, window, windows
+
+def default_traces_dir() -> Path:
+    """The shared trace directory ``<repo>/../shared/data/traces`` (pass explicit paths to use others).
+
+    ``<repo>`` is the checkout holding this package (``envs/workloads/__init__.py`` → two levels
+    up). Trace files are never copied into the repository.
+    """
+    repo = Path(__file__).resolve().parents[2]
+    return (repo / ".." / "shared" / "data" / "traces").resolve()
+
+
+__all__ = [
+    "ArrivalProcess",
+    "BlockHasher",
+    "DEFAULT_LEVAL_MEAN_QUERY_GAP_S",
+    "DEFAULT_LEVAL_RATE_RPS",
+    "GammaArrivals",
+    "InhomogeneousPoissonArrivals",
+    "LEVAL_DOC_TOKENS",
+    "MMPPArrivals",
+    "MOONCAKE_BLOCK_SIZE_TOKENS",
+    "PoissonArrivals",
+    "PromptContext",
+    "REFERENCE_GPU_PREFILL_TOKENS_PER_S",
+    "REFERENCE_POOL_NUM_GPUS",
+    "TraceFormatError",
+    "TraceWarning",
+    "TruncatedLogNormal",
+    "WORKLOADS",
+    "default_traces_dir",
+    "detect_timestamp_bucket_ms",
+    "get_workload",
+    "ideal_prefix_reuse_per_request",
+    "inter_arrival_cv",
+    "load_azure_csv",
+    "load_leval_lengths_csv",
+    "load_mooncake_jsonl",
+    "load_trace",
+    "long_document_questions",
+    "merge",
+    "mixed_workload",
+    "multi_turn_sessions",
+    "phase_changes",
+    "scale_rate",
+    "scale_to_rate",
+    "split",
+    "spread_quantised_timestamps",
+    "system_prompt_requests",
+    "tool_agent_sessions",
+    "window",
+    "windows",
+    "workload_stats",
+]

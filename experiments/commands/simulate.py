@@ -40,7 +40,7 @@ def print_table(rows: list[dict], title: str) -> None:
         t.add_column(label, justify="left" if label == "policy" else "right")
     for r in rows:
         t.add_row(*[fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in cols])
-    Console().print(t)
+    Console(width=200).print(t)
 
 
 def run(args: argparse.Namespace) -> int:
