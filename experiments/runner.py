@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -19,9 +20,16 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     """Creates the simulator for one policy: applies the policy's pool composition (if it needs
     one) and attaches its controllers / cache manager."""
     spec = get_policy(policy) if isinstance(policy, str) else policy
-    if spec.composition is not None:
-        config = replace(config, pool=replace(config.pool, composition=spec.composition))
-    sim = Simulator(workload, config, calibration, policy_name=spec.name)
+    composition = spec.resolve_composition(config.pool)
+    if composition is not None:
+        config = replace(config, pool=replace(config.pool, composition=composition))
+    slo_cost_model = None
+    if spec.calibration_transform is not None:
+        if calibration is None:
+            calibration = Calibration.load(config.calibration_path) if config.calibration_path else Calibration.default()
+        slo_cost_model = calibration.cost_model()  # SLOs from the untransformed calibration
+        calibration = spec.calibration_transform(calibration)
+    sim = Simulator(workload, config, calibration, policy_name=spec.name, slo_cost_model=slo_cost_model)
     for attachment in spec.make_attachments():
         attachment.attach(sim)
     return sim, spec
@@ -50,8 +58,10 @@ def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
 
 
 def run_name(workload: str, policy: str, seed: int, when: float | None = None) -> str:
-    """CleanRL-style run name ``{workload}__{policy}__{seed}__{unix time}``."""
-    return f"{workload}__{policy}__{seed}__{int(when if when is not None else time.time())}"
+    """CleanRL-style run name ``{workload}__{policy}__{seed}__{unix time}``; characters that are
+    awkward in file names (``[ ] : /`` ...) become ``-`` (``tool-agent[0:20]`` -> ``tool-agent-0-20``)."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "-", workload).strip("-")
+    return f"{safe}__{policy}__{seed}__{int(when if when is not None else time.time())}"
 
 
 def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_config: dict | None = None) -> Path:
@@ -65,6 +75,9 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     config = {"sim_config": asdict(result.config), "calibration": result.calibration.to_dict(),
               "policy": result.policy, "workload": result.workload, **(extra_config or {})}
     (d / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+    from baselines.prediction_error import summarize_prediction_errors  # issue #3: per-bucket prediction errors
+
+    summarize_prediction_errors(result).to_csv(d / "prediction_errors.csv", index=False)
     return d
 
 
