@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from baselines.industry import (DynamoKVRouter, LlmdRouter, MooncakeTTFTRouter, SGLangCacheAwareRouter,
+                                StaticThresholdRouter, TensorParallelCostForm, VllmDPRouter, homogeneous_composition)
 from baselines.simple import LeastWorkRouter, PrefixAffinityRouter, RandomRouter, RoundRobinRouter
+from baselines.vertumnus import VertumnusParams, VertumnusRouter
+from envs.sim.cost_model import Calibration
+from envs.sim.pool import PoolConfig
 from envs.sim.router import Router
 
 
@@ -22,18 +27,39 @@ class PolicySpec:
         make_router: builds a fresh router for one run.
         description: one line for ``--help`` and tables.
         source: where its rule and defaults come from.
-        composition: pool composition it requires (e.g. a homogeneous pool), or ``None`` to use
-            the run's configured pool.
+        composition: pool composition it requires (e.g. a homogeneous pool): a composition
+            string, a callable ``f(pool: PoolConfig) -> str`` (follows the run's pool size, e.g.
+            :func:`baselines.industry.homogeneous_composition`), or ``None`` to use the run's
+            configured pool.
         make_attachments: builds objects attached to the simulator for the run (cluster
             controller, global cache manager); each has ``attach(sim)``.
+        calibration_transform: ``f(Calibration) -> Calibration`` giving the policy's workers a
+            different cost form (e.g. TP-4 for ``vllm-tp4``); the TTFT SLOs stay those of the
+            run's untransformed calibration, so every policy is judged against the same SLOs.
     """
 
     name: str
     make_router: Callable[[], Router]
     description: str
     source: str
-    composition: str | None = None
+    composition: str | Callable[[PoolConfig], str] | None = None
     make_attachments: Callable[[], list] = field(default=lambda: [])
+    calibration_transform: Callable[[Calibration], Calibration] | None = None
+
+    def resolve_composition(self, pool: PoolConfig) -> str | None:
+        """The composition string for ``pool`` (``None``: keep the run's composition)."""
+        return self.composition(pool) if callable(self.composition) else self.composition
+
+
+def _named(factory: Callable[[], Router], name: str) -> Callable[[], Router]:
+    """Router factory whose routers carry the registry name (results are labelled by it)."""
+
+    def make() -> Router:
+        router = factory()
+        router.name = name
+        return router
+
+    return make
 
 
 POLICIES: dict[str, PolicySpec] = {
@@ -41,6 +67,51 @@ POLICIES: dict[str, PolicySpec] = {
     "random": PolicySpec("random", RandomRouter, "uniformly random eligible worker (seeded)", "classic load balancer"),
     "least-work": PolicySpec("least-work", LeastWorkRouter, "least predicted outstanding work q_w", "paper §5 queue proxy; least-outstanding-work balancing"),
     "prefix-affinity": PolicySpec("prefix-affinity", PrefixAffinityRouter, "longest ready prefix hit, ties to less work", "cache-affinity routing (e.g. SGLang/llm-d prefix scorers, without load balance)"),
+    # --- issue #3: Vertumnus (paper §5) and its ablations, on the run's (heterogeneous) pool
+    "vertumnus": PolicySpec("vertumnus", lambda: VertumnusRouter(VertumnusParams(), "vertumnus"),
+                            "Vertumnus cost J = q + beta*s + lambda*(C*s - Cmin*E_Cmin), beta=1, lambda=1", "paper §5; defaults: baselines/vertumnus.py"),
+    "vertumnus-lambda0": PolicySpec("vertumnus-lambda0", lambda: VertumnusRouter(VertumnusParams(lambda_=0.0), "vertumnus-lambda0"),
+                                    "ablation: Vertumnus without the GPU-time term (lambda=0)", "paper §5 ablation"),
+    "vertumnus-beta3": PolicySpec("vertumnus-beta3", lambda: VertumnusRouter(VertumnusParams(beta=3.0), "vertumnus-beta3"),
+                                  "ablation: Vertumnus with larger beta=3 (service time / cache emphasis)", "paper §5 ablation; walk-through beta=3 example"),
+    "vertumnus-no-reservation": PolicySpec("vertumnus-no-reservation", lambda: VertumnusRouter(VertumnusParams(reservation=False), "vertumnus-no-reservation"),
+                                           "ablation: Vertumnus seeing q_w as of each worker's last step boundary (no reservation)", "paper §5 ablation"),
+    "vertumnus-length-only": PolicySpec("vertumnus-length-only", lambda: VertumnusRouter(VertumnusParams(length_only=True), "vertumnus-length-only"),
+                                        "ablation: CP degree by prompt length only (cache/load blind), least q_w within it", "paper §1/§5 length-only routing"),
+    # --- paper §9 baselines
+    "homogeneous-cp2": PolicySpec("homogeneous-cp2", lambda: VertumnusRouter(VertumnusParams(), "homogeneous-cp2"),
+                                  "all CP-2 workers (cp2x20 at 40 GPUs); least work + prefix (q + s)", "paper §9 homogeneous baseline",
+                                  composition=homogeneous_composition(2)),
+    "homogeneous-cp4": PolicySpec("homogeneous-cp4", lambda: VertumnusRouter(VertumnusParams(), "homogeneous-cp4"),
+                                  "all CP-4 workers (cp4x10 at 40 GPUs); least work + prefix (q + s)", "paper §9 homogeneous baseline",
+                                  composition=homogeneous_composition(4)),
+    "static-threshold": PolicySpec("static-threshold", _named(StaticThresholdRouter, "static-threshold"),
+                                   "run's heterogeneous pool; long prompts (>= profiled threshold) to the largest degree, else smallest; least work within", "paper §9 static-threshold baseline"),
+    "vllm-tp4": PolicySpec("vllm-tp4", _named(VllmDPRouter, "vllm-tp4"), "homogeneous TP-4 workers (TP cost form), vLLM DP balancer 4*waiting+running",
+                           "paper §9 vLLM baseline; vllm DPLBAsyncMPClient; TP form: baselines/industry.py",
+                           composition=homogeneous_composition(4), calibration_transform=TensorParallelCostForm()),
+    "sglang-cache-aware": PolicySpec("sglang-cache-aware", _named(SGLangCacheAwareRouter, "sglang-cache-aware"),
+                                     "CP-4 workers, SGLang router cache_aware (approx tree, threshold 0.3, balance 64/1.5)",
+                                     "paper §9 SGLang baseline; sgl-router cache_aware.rs CLI defaults", composition=homogeneous_composition(4)),
+    # --- industry routers on the run's pool
+    "llm-d": PolicySpec("llm-d", _named(LlmdRouter, "llm-d"), "weighted scorers prefix 3 + queue 2 + KV-utilisation 2, max score",
+                        "llm-d inference-scheduling chart defaults; gateway-api-inference-extension scorers"),
+    "dynamo-kv": PolicySpec("dynamo-kv", _named(DynamoKVRouter, "dynamo-kv"), "min overlap-weight*prefill blocks + active blocks",
+                            "ai-dynamo KV router cost, weight 1, temperature 0"),
+    "mooncake-ttft": PolicySpec("mooncake-ttft", _named(MooncakeTTFTRouter, "mooncake-ttft"), "min predicted TTFT = q_w + E_C(R,P) with local hit",
+                                "Mooncake (FAST'25) conductor"),
+    "vertumnus-adaptive": PolicySpec("vertumnus-adaptive", lambda: __import__("baselines.controller", fromlist=["x"]).adaptive_policy_router(), "Vertumnus router + split/merge controller (20 s windows) on the run's pool", "paper §5-§6; baselines/controller.py", make_attachments=lambda: [__import__("baselines.controller", fromlist=["x"]).ReconfigController()]),
+}
+
+# --- issue #5: Vertumnus + global prefix-cache manager (paper §7)
+from baselines.cache_manager import with_global_cache  # noqa: E402
+POLICIES["vertumnus-global-cache"] = with_global_cache(POLICIES["vertumnus"])
+
+# Named suites of ``cpgym compare``: ``paper`` = Vertumnus + the paper's §9 baselines.
+SUITES: dict[str, tuple[str, ...]] = {
+    "paper": ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware"),
+    "industry": ("vertumnus", "sglang-cache-aware", "llm-d", "dynamo-kv", "mooncake-ttft", "least-work", "prefix-affinity"),
+    "ablations": ("vertumnus", "vertumnus-lambda0", "vertumnus-beta3", "vertumnus-no-reservation", "vertumnus-length-only"),
 }
 
 

@@ -15,6 +15,18 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("experiments.commands.simulate", "simulate a trace or workload under routing policies and print the comparison"),
     "bench": ("experiments.commands.bench", "measure simulator speed (requests/s, simulated/wall time, peak memory)"),
+    "train": ("experiments.commands.train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
+    "evaluate": ("experiments.commands.evaluate", "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
+    "bench-env": ("experiments.commands.bench_env", "measure Gymnasium env steps/s and per-decision policy latency"),
+    "dynamic": ("experiments.commands.dynamic", "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition (per-phase TTFT, reconfiguration ops, plot)"),
+    "compare": ("experiments.commands.compare", "compare a policy suite at several request rates (paper-style table, % vs strongest baseline, plot)"),
+    "sweep": ("experiments.commands.sweep", "run an experiment spec's cells (resumable; local process pool or Ray)"),
+    "report": ("experiments.commands.report", "plots and a Markdown summary (95% CIs over seeds) of a sweep's run folder"),
+    "cache-ablation": ("experiments.commands.cache_ablation", "Vertumnus with local caches only vs with the global prefix-cache manager on tool-agent at increasing rates"),
+    "cache-curve": ("experiments.commands.cache_curve", "replay a trace through one LRU prefix cache of N blocks: token-weighted hit rate per N (cache sizing)"),
+    "kernels": ("experiments.commands.kernels", "reference CP attention kernels: `kernels check` runs the correctness suite (CPU, gloo)"),
+    "profile": ("experiments.commands.profile", "time CP prefill over an (R, P, C) grid, fit the cost model, write a calibration file"),
+    "calibrate": ("experiments.commands.calibrate", "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
 }
 
 

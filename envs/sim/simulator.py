@@ -286,13 +286,19 @@ class Simulator:
     def done(self) -> bool:
         return self._done
 
-    def run_until_decision(self) -> Request | None:
+    def run_until_decision(self, until_s: float = math.inf) -> Request | None:
         """Advances the simulation until a request needs a routing decision.
+
+        Args:
+            until_s: also stop (returning ``None`` without ending the run, ``done`` stays
+                False) before processing any event later than this time [s] — used by the
+                reconfiguration environment to stop at observation-window boundaries.
 
         Returns:
             The request awaiting a decision, or ``None`` when the run is over (no events left or
-            the horizon reached). Requests that no worker can hold are rejected (recorded as
-            unfinished, counted in ``num_rejected``) without asking the policy.
+            the horizon reached) or the next event is after ``until_s``. Requests that no worker
+            can hold are rejected (recorded as unfinished, counted in ``num_rejected``) without
+            asking the policy.
         """
         env = self.env
         horizon = self._horizon
@@ -312,6 +318,8 @@ class Simulator:
             t = env.peek()
             if t > horizon or t == math.inf:
                 self._done = True
+                return None
+            if t > until_s:
                 return None
             step()
 

@@ -1,0 +1,533 @@
+"""Industry and paper baselines (paper §9; issue #3): routers, pool compositions and the TP-4 cost form.
+
+Every router chooses among ``PoolView.eligible_worker_ids`` only. Defaults come from the
+upstream projects' command-line / chart defaults, named in each class docstring. Block hashes
+stand in for text or token ids: one Mooncake block (512 tokens by default) is the unit of every
+prefix index below, so "matched characters" of SGLang or "matched blocks" of llm-d become
+matched KV blocks of the request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from envs.sim.cost_model import Calibration, CostCoefficients, CostModel
+from envs.sim.pool import PoolConfig
+from envs.sim.request import Request
+from envs.sim.router import PoolView, Router
+
+
+# ----------------------------------------------------------------------------------------- pools
+def homogeneous_composition(degree: int):
+    """Composition callable for a homogeneous CP-``degree`` pool of the run's size.
+
+    Returns ``f(pool) -> "cp{degree}x{num_gpus // degree}"`` (e.g. ``cp4x10`` for the paper's
+    40-GPU prefill pool, ``cp2x20`` for CP-2).
+
+    Raises:
+        ValueError (from the callable): if ``num_gpus`` is not a multiple of ``degree``.
+    """
+
+    def composition(pool: PoolConfig) -> str:
+        if pool.num_gpus % degree:
+            raise ValueError(f"a homogeneous CP-{degree} pool needs a GPU count divisible by {degree}, got {pool.num_gpus}")
+        return f"cp{degree}x{pool.num_gpus // degree}"
+
+    composition.__name__ = f"homogeneous_cp{degree}"
+    return composition
+
+
+# ------------------------------------------------------------------------------- TP-4 cost form
+@dataclass(frozen=True)
+class TensorParallelCostForm:
+    """Cost form of a tensor-parallel (TP) worker expressed in the CP cost model (``vllm-tp4``).
+
+    The simulator knows only ``E_C(R,P) = d + a*R + b*P + (c*R + alpha*W)/C``. A TP-t worker on t
+    GPUs splits the linear layers (projections, experts) and the attention heads t ways, so ``c``
+    and ``alpha`` are divided by t exactly like CP (the worker has degree t in the pool). It does
+    *not* all-gather KV across ranks (each rank owns its KV heads), so the CP KV all-gather terms
+    are removed from ``a`` and ``b``; instead every token pays two all-reduces per layer of its
+    hidden-size activations (after attention and after the MLP; Megatron-LM, Shoeybi et al.
+    2019, §3), a ring all-reduce moving ``2 (t-1)/t`` of the buffer per GPU::
+
+        a_TP = 2 * num_layers * hidden_size * dtype_bytes * 2 (t-1)/t / link_bytes_per_s
+        b_TP = b - a_CP          (drop the link part of the prefix gather; keep the HBM read)
+
+    ``link_bytes_per_s`` defaults to the effective link bandwidth implied by the calibration's
+    CP all-gather term (``kv_bytes_per_token / a``, see ``kernels_ref/roofline.py``), so TP and CP
+    communication use the same link. Defaults: Qwen3-30B-A3B (48 layers, hidden 2048, bf16;
+    its Hugging Face ``config.json``), t = 4 (paper §9 vLLM baseline).
+
+    Raises:
+        ValueError: on non-positive sizes.
+    """
+
+    tp_degree: int = 4
+    num_layers: int = 48
+    hidden_size: int = 2048
+    dtype_bytes: int = 2
+    link_bytes_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tp_degree", "num_layers", "hidden_size", "dtype_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TensorParallelCostForm.{name} must be >= 1, got {getattr(self, name)}")
+        if self.link_bytes_per_s is not None and not self.link_bytes_per_s > 0:
+            raise ValueError(f"TensorParallelCostForm.link_bytes_per_s must be > 0, got {self.link_bytes_per_s}")
+
+    def allreduce_bytes_per_token(self) -> float:
+        t = self.tp_degree
+        return 2 * self.num_layers * self.hidden_size * self.dtype_bytes * 2 * (t - 1) / t
+
+    def __call__(self, calibration: Calibration) -> Calibration:
+        co = calibration.coefficients
+        link = self.link_bytes_per_s
+        if link is None:
+            if co.a_s_per_token <= 0:
+                raise ValueError("TensorParallelCostForm: the calibration has a = 0, so no link bandwidth can be derived; set link_bytes_per_s")
+            link = calibration.kv_bytes_per_token / co.a_s_per_token
+        a_tp = self.allreduce_bytes_per_token() / link
+        b_tp = max(0.0, co.b_s_per_token - co.a_s_per_token)
+        coeff = CostCoefficients(d_s=co.d_s, a_s_per_token=a_tp, b_s_per_token=b_tp, c_s_per_token=co.c_s_per_token,
+                                 alpha_s_per_pair=co.alpha_s_per_pair)
+        prov = dict(calibration.provenance)
+        prov["tensor_parallel_transform"] = {"tp_degree": self.tp_degree, "num_layers": self.num_layers,
+                                             "hidden_size": self.hidden_size, "link_bytes_per_s": link}
+        return replace(calibration, coefficients=coeff, provenance=prov)
+
+
+# ------------------------------------------------------------------------------------ helpers
+class InflightTracker:
+    """Per-worker in-flight (queued + running) prompt tokens, tracked from the router's own
+    dispatches, as Dynamo's ``ActiveSequences`` / llm-d's metrics would see them.
+
+    Workers run FCFS, so the in-flight requests of a worker are the last
+    ``PoolView.num_inflight_requests`` dispatched to it; older entries are dropped lazily
+    (amortised O(1)). The running ones are the oldest ``inflight - queued`` (O(batch)).
+    Assumes no redirections (no reconfiguration controller).
+    """
+
+    def __init__(self) -> None:
+        self._q: dict[int, deque[int]] = {}
+        self._sum: dict[int, int] = {}
+
+    def record(self, worker_id: int, num_tokens: int) -> None:
+        self._q.setdefault(worker_id, deque()).append(num_tokens)
+        self._sum[worker_id] = self._sum.get(worker_id, 0) + num_tokens
+
+    def _sync(self, view: PoolView, worker_id: int) -> deque[int]:
+        dq = self._q.setdefault(worker_id, deque())
+        k = view.num_inflight_requests(worker_id)
+        while len(dq) > k:
+            self._sum[worker_id] -= dq.popleft()
+        return dq
+
+    def inflight_tokens(self, view: PoolView, worker_id: int) -> int:
+        self._sync(view, worker_id)
+        return self._sum.get(worker_id, 0)
+
+    def running_tokens(self, view: PoolView, worker_id: int) -> int:
+        dq = self._sync(view, worker_id)
+        n_run = view.num_inflight_requests(worker_id) - view.num_queued_requests(worker_id)
+        total = 0
+        for i in range(min(n_run, len(dq))):
+            total += dq[i]
+        return total
+
+
+class ApproxPrefixIndex:
+    """Router-side approximate prefix index over KV block hashes, built only from the router's
+    own routing history (no feedback from the workers' real caches).
+
+    A Mooncake block hash identifies the whole prefix up to its block, so the per-worker radix
+    tree of SGLang's router (text prefix) or the per-server LRU of llm-d's prefix plugin reduce to
+    a per-worker LRU set of hashes. Insert touches tail first (the head is the most recent), so
+    size-limited eviction removes leaves (suffix blocks) before shared heads, as LRU-leaf eviction
+    of a radix tree does.
+
+    Args:
+        capacity_blocks: per-worker limit [blocks]; ``None`` = unlimited.
+    """
+
+    def __init__(self, capacity_blocks: int | None) -> None:
+        self.capacity_blocks = capacity_blocks
+        self._tenants: dict[int, OrderedDict[int, float]] = {}
+        self._holders: dict[int, dict[int, float]] = {}  # hash -> {worker: last access time}
+
+    def size(self, worker_id: int) -> int:
+        return len(self._tenants.get(worker_id, ()))
+
+    def match(self, worker_id: int, block_hashes) -> int:
+        """Leading blocks of ``block_hashes`` the index attributes to ``worker_id``."""
+        t = self._tenants.get(worker_id)
+        if not t:
+            return 0
+        n = 0
+        for h in block_hashes:
+            if h not in t:
+                break
+            n += 1
+        return n
+
+    def longest_match(self, block_hashes, candidates: set[int]) -> tuple[int, int]:
+        """``(worker, matched blocks)`` of the deepest node held by a candidate; the holder with the
+        most recent access wins (ties: smaller worker id). ``(-1, 0)`` when nothing matches."""
+        alive = None
+        depth = 0
+        best_holders: dict[int, float] = {}
+        for h in block_hashes:
+            holders = self._holders.get(h)
+            if not holders:
+                break
+            nxt = {w: t for w, t in holders.items() if w in candidates and (alive is None or w in alive)}
+            if not nxt:
+                break
+            alive = nxt
+            best_holders = nxt
+            depth += 1
+        if not depth:
+            return -1, 0
+        wid = min(best_holders, key=lambda w: (-best_holders[w], w))
+        return wid, depth
+
+    def insert(self, worker_id: int, block_hashes, now_s: float) -> None:
+        t = self._tenants.setdefault(worker_id, OrderedDict())
+        holders = self._holders
+        for i in range(len(block_hashes) - 1, -1, -1):
+            h = block_hashes[i]
+            t[h] = now_s
+            t.move_to_end(h)
+            holders.setdefault(h, {})[worker_id] = now_s
+        if self.capacity_blocks is not None:
+            self.evict(worker_id, self.capacity_blocks)
+
+    def evict(self, worker_id: int, max_blocks: int) -> None:
+        t = self._tenants.get(worker_id)
+        if not t:
+            return
+        while len(t) > max_blocks:
+            h, _ = t.popitem(last=False)
+            hs = self._holders.get(h)
+            if hs is not None:
+                hs.pop(worker_id, None)
+                if not hs:
+                    del self._holders[h]
+
+    def remove_worker(self, worker_id: int) -> None:
+        self.evict(worker_id, 0)
+
+
+# ------------------------------------------------------------------------------------ routers
+@dataclass(frozen=True)
+class SGLangParams:
+    """sgl-router ``cache_aware`` policy parameters: the router CLI defaults
+    (``sgl-model-gateway`` ``main.rs``: cache_threshold 0.3, balance_abs_threshold 64,
+    balance_rel_threshold 1.5, eviction_interval 120 s, max_tree_size 67,108,864 characters).
+
+    ``max_tree_size_blocks``: the character limit converted to KV blocks at 4 characters per
+    token (typical BPE) and 512 tokens per block: 67,108,864 / 4 / 512 = 32,768 blocks.
+
+    Raises:
+        ValueError: on a threshold outside its range.
+    """
+
+    cache_threshold: float = 0.3
+    balance_abs_threshold: int = 64
+    balance_rel_threshold: float = 1.5
+    eviction_interval_s: float = 120.0
+    max_tree_size_blocks: int = 32768
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.cache_threshold <= 1.0:
+            raise ValueError(f"sglang cache_threshold must be in [0, 1], got {self.cache_threshold}")
+        if self.balance_abs_threshold < 0:
+            raise ValueError(f"sglang balance_abs_threshold must be >= 0, got {self.balance_abs_threshold}")
+        if self.balance_rel_threshold < 1.0:
+            raise ValueError(f"sglang balance_rel_threshold must be >= 1, got {self.balance_rel_threshold}")
+        if self.eviction_interval_s <= 0 or self.max_tree_size_blocks < 0:
+            raise ValueError("sglang eviction_interval_s must be > 0 and max_tree_size_blocks >= 0")
+
+
+class SGLangCacheAwareRouter(Router):
+    """SGLang router ``cache_aware`` policy (sgl-router / sgl-model-gateway
+    ``src/policies/cache_aware.rs``), on block hashes.
+
+    Load = in-flight requests per worker (routed, prefill not finished). Per request:
+
+    1. imbalanced if ``max_load - min_load > balance_abs_threshold`` **and**
+       ``max_load > balance_rel_threshold * min_load`` -> the least-loaded worker;
+    2. else the approximate tree's best match: if ``matched tokens / L > cache_threshold`` -> the
+       worker holding the deepest match; else the least-loaded worker.
+
+    The chosen worker's tree gets the request's blocks (also in the imbalanced case). Every
+    ``eviction_interval_s`` each worker's tree is trimmed to ``max_tree_size_blocks`` by LRU
+    (checked lazily at the next decision). The tree never learns about real evictions, so it can
+    over-estimate hits, as upstream. Ties: pool order.
+    """
+
+    name = "sglang-cache-aware"
+
+    def __init__(self, params: SGLangParams | None = None) -> None:
+        self.params = params or SGLangParams()
+
+    def reset(self, view: PoolView, rng: np.random.Generator) -> None:
+        super().reset(view, rng)
+        self.tree = ApproxPrefixIndex(None)
+        self._next_eviction_s = self.params.eviction_interval_s
+
+    def route(self, request: Request, view: PoolView) -> int:
+        p = self.params
+        now = view.now_s
+        if now >= self._next_eviction_s:
+            for wid in list(self.tree._tenants):
+                self.tree.evict(wid, p.max_tree_size_blocks)
+            self._next_eviction_s = now + p.eviction_interval_s
+        cands = view.eligible_worker_ids(request)
+        loads = {w: view.num_inflight_requests(w) for w in cands}
+        lo, hi = min(loads.values()), max(loads.values())
+        least = min(cands, key=lambda w: loads[w])
+        if hi - lo > p.balance_abs_threshold and hi > p.balance_rel_threshold * lo:
+            choice = least
+        else:
+            wid, nblocks = self.tree.longest_match(request.block_hashes, set(cands))
+            matched = min(nblocks * view.kv_block_size_tokens, request.num_prompt_tokens)
+            choice = wid if wid >= 0 and matched / request.num_prompt_tokens > p.cache_threshold else least
+        self.tree.insert(choice, request.block_hashes, now)
+        return choice
+
+
+@dataclass(frozen=True)
+class LlmdParams:
+    """llm-d inference-scheduler weights and prefix-plugin settings (llm-d ``inference-scheduling``
+    well-lit path chart defaults: prefix-cache-scorer 3, queue-scorer 2,
+    kv-cache-utilization-scorer 2; gateway-api-inference-extension prefix plugin
+    ``lruCapacityPerServer`` 31,250 blocks of 64 tokens = 2,000,000 tokens per server).
+
+    ``lru_capacity_tokens`` is kept in tokens and converted to the workload's block size.
+    """
+
+    prefix_weight: float = 3.0
+    queue_weight: float = 2.0
+    kv_utilization_weight: float = 2.0
+    lru_capacity_tokens: int = 2_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("prefix_weight", "queue_weight", "kv_utilization_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"llm-d {name} must be >= 0, got {getattr(self, name)}")
+        if self.lru_capacity_tokens < 0:
+            raise ValueError(f"llm-d lru_capacity_tokens must be >= 0, got {self.lru_capacity_tokens}")
+
+
+class LlmdRouter(Router):
+    """llm-d / Gateway API Inference Extension endpoint picker with weighted scorers.
+
+    Scores in [0, 1], summed with weights, max-score picker (ties: the run's seeded generator,
+    as upstream's random tie-break):
+
+    * prefix-cache-scorer: leading blocks of the request in the router's approximate per-server
+      LRU index (routing history) / blocks of the request;
+    * queue-scorer: ``(max_waiting - waiting) / (max_waiting - min_waiting)`` over the candidates
+      (1 when all equal), waiting = queued (not yet running) requests;
+    * kv-cache-utilization-scorer: ``1 - KV usage``, usage = KV of the running step's prompts /
+      the worker's KV capacity (vLLM's ``gpu_cache_usage_perc`` counts blocks held by running
+      requests; cached free blocks count as free).
+    """
+
+    name = "llm-d"
+
+    def __init__(self, params: LlmdParams | None = None) -> None:
+        self.params = params or LlmdParams()
+
+    def reset(self, view: PoolView, rng: np.random.Generator) -> None:
+        super().reset(view, rng)
+        self.index = ApproxPrefixIndex(max(1, self.params.lru_capacity_tokens // view.kv_block_size_tokens))
+        self.inflight = InflightTracker()
+
+    def route(self, request: Request, view: PoolView) -> int:
+        p = self.params
+        cands = view.eligible_worker_ids(request)
+        waits = [view.num_queued_requests(w) for w in cands]
+        lo, hi = min(waits), max(waits)
+        nb = len(request.block_hashes)
+        bs = view.kv_block_size_tokens
+        scores = np.empty(len(cands))
+        for i, w in enumerate(cands):
+            prefix = self.index.match(w, request.block_hashes) / nb
+            queue = 1.0 if hi == lo else (hi - waits[i]) / (hi - lo)
+            cap = view.kv_capacity_blocks(w) * bs
+            usage = min(1.0, self.inflight.running_tokens(view, w) / cap) if cap else 1.0
+            scores[i] = p.prefix_weight * prefix + p.queue_weight * queue + p.kv_utilization_weight * (1.0 - usage)
+        best = np.flatnonzero(scores >= scores.max() - 1e-12)
+        return cands[int(best[0] if len(best) == 1 else best[self.rng.integers(len(best))])]
+
+    def on_dispatch(self, request: Request, worker_id: int, view: PoolView) -> None:
+        self.index.insert(worker_id, request.block_hashes, view.now_s)
+        self.inflight.record(worker_id, request.num_prompt_tokens)
+
+
+@dataclass(frozen=True)
+class DynamoParams:
+    """Dynamo KV router parameters (``--kv-overlap-score-weight`` default 1,
+    ``--router-temperature`` default 0 = deterministic argmin).
+
+    Raises:
+        ValueError: if the weight is negative.
+    """
+
+    overlap_score_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.overlap_score_weight < 0:
+            raise ValueError(f"dynamo overlap_score_weight must be >= 0, got {self.overlap_score_weight}")
+
+
+class DynamoKVRouter(Router):
+    """Dynamo KV router cost (ai-dynamo/dynamo ``lib/llm/src/kv_router``; docs "KV Router"):
+
+        cost_w = weight * max(0, (active prefill tokens_w + L) / block - overlap blocks_w)
+                 + decode blocks_w
+
+    active prefill tokens = new (uncached) tokens of w's queued and running requests; overlap
+    blocks = the request's ready prefix blocks on w (KV events keep Dynamo's index exact); decode
+    blocks = KV blocks held by w's in-flight requests plus the new request's blocks (its active
+    sequences). Minimum cost wins (temperature 0); ties: pool order.
+    """
+
+    name = "dynamo-kv"
+
+    def __init__(self, params: DynamoParams | None = None) -> None:
+        self.params = params or DynamoParams()
+
+    def reset(self, view: PoolView, rng: np.random.Generator) -> None:
+        super().reset(view, rng)
+        self.inflight = InflightTracker()
+
+    def route(self, request: Request, view: PoolView) -> int:
+        bs = view.kv_block_size_tokens
+        w8 = self.params.overlap_score_weight
+        L = request.num_prompt_tokens
+        nb = len(request.block_hashes)
+        best, best_cost = -1, math.inf
+        for w in view.eligible_worker_ids(request):
+            active = view.num_queued_new_tokens(w) + view.num_running_new_tokens(w)
+            prefill_blocks = max(0.0, (active + L) / bs - view.cached_blocks(w, request))
+            decode_blocks = -(-self.inflight.inflight_tokens(view, w) // bs) + nb
+            cost = w8 * prefill_blocks + decode_blocks
+            if cost < best_cost:
+                best, best_cost = w, cost
+        return best
+
+    def on_dispatch(self, request: Request, worker_id: int, view: PoolView) -> None:
+        self.inflight.record(worker_id, request.num_prompt_tokens)
+
+
+class MooncakeTTFTRouter(Router):
+    """Mooncake conductor-style selection (Qin et al., FAST'25, §5 "KVCache-centric scheduling"):
+    the worker with the minimum predicted TTFT = predicted queueing ``q_w`` + predicted prefill
+    ``E_C(R, P)`` with the worker's own ready prefix hit (no remote-cache transfer in cpgym's
+    per-worker caches). Equal to Vertumnus with beta = 1, lambda = 0. Ties: pool order."""
+
+    name = "mooncake-ttft"
+
+    def route(self, request: Request, view: PoolView) -> int:
+        best, best_t = -1, math.inf
+        for w in view.eligible_worker_ids(request):
+            t = view.outstanding_work_s(w) + view.predicted_service_s(w, request)
+            if t < best_t:
+                best, best_t = w, t
+        return best
+
+
+class VllmDPRouter(Router):
+    """vLLM data-parallel load balancer (``vllm/v1/engine/core_client.py`` ``DPLBAsyncMPClient``):
+    the engine with the least ``4 * waiting + running`` requests; not cache-aware (each engine
+    still reuses its own prefix cache). Ties: pool order."""
+
+    name = "vllm-dp"
+
+    def route(self, request: Request, view: PoolView) -> int:
+        best, best_score = -1, math.inf
+        for w in view.eligible_worker_ids(request):
+            waiting = view.num_queued_requests(w)
+            running = view.num_inflight_requests(w) - waiting
+            score = 4 * waiting + running
+            if score < best_score:
+                best, best_score = w, score
+        return best
+
+
+def default_length_threshold_tokens(cost_model: CostModel, small_degree: int, large_degree: int,
+                                    min_efficiency: float = 0.9, kv_block_size_tokens: int = 512,
+                                    max_tokens: int = 131072) -> int:
+    """Length threshold of ``static-threshold`` from the pool's profile (the cost model): the
+    smallest uncached prompt length L (a multiple of the block size) at which the large degree's
+    parallel efficiency ``small*E_small(L,0) / (large*E_large(L,0))`` reaches ``min_efficiency``,
+    i.e. from where the larger worker spends at most ``1/min_efficiency`` times the GPU time.
+
+    Raises:
+        ValueError: if ``min_efficiency`` is not in (0, 1] or the degrees are not increasing.
+    """
+    if not 0.0 < min_efficiency <= 1.0:
+        raise ValueError(f"min_efficiency must be in (0, 1], got {min_efficiency}")
+    if not 1 <= small_degree < large_degree:
+        raise ValueError(f"need 1 <= small_degree < large_degree, got {small_degree}, {large_degree}")
+    cm = cost_model
+    top = max_tokens
+    L = kv_block_size_tokens
+    while L <= top:
+        eff = small_degree * cm.service_time_s(small_degree, L, 0) / (large_degree * cm.service_time_s(large_degree, L, 0))
+        if eff >= min_efficiency:
+            return L
+        L += kv_block_size_tokens
+    return top
+
+
+class StaticThresholdRouter(Router):
+    """Static heterogeneous pool with a length-threshold router (paper §9 "static-threshold"):
+    prompts of at least ``threshold_tokens`` go to the largest-degree workers, shorter ones to the
+    smallest-degree workers (if a class has no eligible worker, all eligible workers are used);
+    within the class the least predicted outstanding work ``q_w`` (ties: pool order).
+
+    Args:
+        threshold_tokens: length threshold [tokens]; ``None`` = derived at reset from the pool's
+            profile with :func:`default_length_threshold_tokens` (efficiency 0.9).
+        min_efficiency: efficiency target of the derived threshold.
+    """
+
+    name = "static-threshold"
+
+    def __init__(self, threshold_tokens: int | None = None, min_efficiency: float = 0.9) -> None:
+        if threshold_tokens is not None and threshold_tokens < 1:
+            raise ValueError(f"static-threshold threshold_tokens must be >= 1, got {threshold_tokens}")
+        self.threshold_tokens = threshold_tokens
+        self.min_efficiency = min_efficiency
+
+    def reset(self, view: PoolView, rng: np.random.Generator) -> None:
+        super().reset(view, rng)
+        degrees = sorted({view.degree(w) for w in view.worker_ids})
+        self.small, self.large = degrees[0], degrees[-1]
+        if self.threshold_tokens is not None:
+            self.threshold = self.threshold_tokens
+        elif self.small == self.large:
+            self.threshold = math.inf
+        else:
+            self.threshold = default_length_threshold_tokens(view.cost_model, self.small, self.large,
+                                                             self.min_efficiency, view.kv_block_size_tokens)
+
+    def route(self, request: Request, view: PoolView) -> int:
+        cands = view.eligible_worker_ids(request)
+        want = self.large if request.num_prompt_tokens >= self.threshold else self.small
+        cls = [w for w in cands if view.degree(w) == want] or cands
+        return min(cls, key=lambda w: view.outstanding_work_s(w))
+
+
+__all__ = [
+    "homogeneous_composition", "TensorParallelCostForm", "InflightTracker", "ApproxPrefixIndex", "SGLangParams",
+    "SGLangCacheAwareRouter", "LlmdParams", "LlmdRouter", "DynamoParams", "DynamoKVRouter", "MooncakeTTFTRouter",
+    "VllmDPRouter", "default_length_threshold_tokens", "StaticThresholdRouter",
+]

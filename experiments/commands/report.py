@@ -1,0 +1,20 @@
+"""``cpgym report RUN_DIR``: figures and a Markdown summary of a sweep (see :mod:`experiments.report`)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's output folder (or any folder of run folders)")
+    p.add_argument("--out", metavar="DIR", help="where to write the PNGs and report.md (default RUN_DIR/report)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from experiments.report import make_report
+
+    rep = make_report(args.run_dir, args.out)
+    print(f"report of {rep.num_runs} runs ({rep.num_cells_missing} cells missing) -> {rep.markdown_path}")
+    for f in rep.figures:
+        print(f"  {f}")
+    return 0

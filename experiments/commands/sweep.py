@@ -1,0 +1,47 @@
+"""``cpgym sweep SPEC``: run every cell of an experiment spec (YAML/TOML), resumably, on a local
+process pool or on Ray; see :mod:`experiments.spec` for the file format and
+:mod:`experiments.sweep` for the output layout."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="SPEC", help="experiment spec file (.yaml/.yml/.toml)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local process pool (default) or Ray (a local instance unless --ray-address)")
+    p.add_argument("--jobs", type=int, default=None, help="cells in parallel (default: CPU count)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default runs/sweeps/<spec name>); re-running resumes")
+    p.add_argument("--wandb", choices=("offline", "online", "disabled"), default="offline",
+                   help="wandb logging per cell, grouped by sweep (default offline: files under OUT/wandb, no network)")
+    p.add_argument("--wandb-project", default="cpgym", help="wandb project (default cpgym)")
+    p.add_argument("--ray-address", metavar="ADDR", help="existing Ray cluster (OUT must be on a shared file system)")
+    p.add_argument("--dry-run", action="store_true", help="validate the spec, list the cells and which are finished, run nothing")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from experiments.spec import load_spec
+    from experiments.sweep import default_out_dir, run_sweep, scan_finished
+
+    spec = load_spec(args.spec)  # every spec error is raised here, before anything runs
+    out = Path(args.out) if args.out else default_out_dir(spec)
+    if args.dry_run:
+        finished = scan_finished(out)
+        print(f"sweep {spec.name}: {spec.num_cells} cells, {sum(c.key in finished for c in spec.resolve())} finished in {out}")
+        for c in spec.resolve():
+            mark = "done" if c.key in finished else "todo"
+            print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  "
+                  + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
+        return 0
+    outcome = run_sweep(spec, out, backend=args.backend, jobs=args.jobs, wandb_mode=args.wandb,
+                        wandb_project=args.wandb_project, progress=args.progress, ray_address=args.ray_address)
+    print(f"sweep {spec.name}: {outcome.num_cells} cells; skipped {outcome.num_skipped} finished, ran {outcome.num_run} "
+          f"({outcome.num_done} done, {outcome.num_failed} failed) in {outcome.wall_s:.1f} s [{args.backend}]; results in {out}")
+    for key, err in outcome.failures:
+        print(f"  failed {key}: {err}")
+    return 1 if outcome.num_failed else 0

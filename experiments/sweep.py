@@ -1,0 +1,373 @@
+"""Resumable sweeps: run every cell of an :class:`~experiments.spec.ExperimentSpec` on a local
+process pool or on Ray, skipping cells that already finished.
+
+Output layout (``out_dir``)::
+
+    sweep.json                      the spec (file text) and the resolved cell list
+    manifest.json                   cell key -> status (done / failed), run folder, error, wall time
+    {workload}__{policy}__{seed}__{time}/   one folder per finished cell:
+        requests.parquet, summary.json, config.json   (experiments.runner.write_run)
+        cell.json                   cell key, axes, resolved config (written last)
+        extras.json                 KV-transfer totals, final composition, any timelines
+    .tmp/<key>/                     a cell in progress (never counted as finished)
+
+Resumability: a cell is finished iff a run folder holds a ``cell.json`` with its key. A cell is
+written completely under ``.tmp/<key>/`` and then moved into place by one ``os.rename`` (atomic on
+one file system), so an interrupted cell never looks finished; the manifest is rewritten
+atomically (tmp + rename) after every cell and rebuilt from the run folders on every start, so a
+lost or stale manifest loses nothing. A cell that raises is recorded as ``failed`` with its error
+and traceback; the other cells go on, and failed cells are retried on the next run.
+
+Only the driver writes ``manifest.json`` and talks to wandb; cells write only their own folders.
+With Ray on several machines ``out_dir`` must be on a file system all of them share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from experiments.spec import Cell, ExperimentSpec
+
+MANIFEST = "manifest.json"
+CELL_FILE = "cell.json"
+TMP_DIR = ".tmp"
+BACKENDS = ("local", "ray")
+
+
+def _json_safe(x):
+    import math
+
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating, float)):
+        return float(x) if math.isfinite(float(x)) else None
+    if isinstance(x, np.ndarray):
+        return _json_safe(x.tolist())
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    return str(x)
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Writes JSON to ``path`` via a temporary file and ``os.replace`` (readers never see half a file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_json_safe(obj), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _policy_for(cell: Cell):
+    """The registry's PolicySpec, with the cell's parameters applied when it has any (the registry
+    declares them as ``PolicySpec.params`` and builds with ``PolicySpec.with_params(**kw)``)."""
+    from baselines.registry import get_policy
+
+    spec = get_policy(cell.policy)
+    if not cell.policy_params:
+        return spec
+    params = dict(cell.policy_params)
+    if hasattr(spec, "with_params"):
+        return spec.with_params(**params)
+    return replace(spec, params={**spec.params, **params})
+
+
+def execute_cell(cell: Cell, out_dir: str) -> dict:
+    """Runs one cell and moves its finished folder into ``out_dir``; never raises for a failing
+    run (the error is returned). Top-level so that process pools and Ray can ship it.
+
+    Returns:
+        ``{"key", "status": "done"|"failed", "run_dir" (folder name), "wall_s", "error",
+        "traceback", "summary"}``.
+    """
+    from envs.metrics import summarize
+    from experiments.runner import write_run
+
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    tmp = out / TMP_DIR / cell.key
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        workload = cell.workload.build()
+        from experiments.runner import run_policy
+
+        result = run_policy(_policy_for(cell), workload, cell.config)
+        summary = summarize(result)
+        extras = result.extras
+        summary.update({
+            "workload_rate_rps": float(workload.mean_rate_rps),
+            "kv_transfer_bytes": float(extras.get("kv_transfer_bytes", 0)),
+            "num_kv_transfers": int(extras.get("num_kv_transfers", 0)),
+            "num_workers_final": int(extras.get("num_workers", 0)),
+            "cell_key": cell.key,
+        })
+        cell_doc = cell.to_dict()
+        run_tmp = write_run(tmp, result, summary, {"workload_source": workload.source, "cell_key": cell.key,
+                                                   "sweep": cell.sweep, "axes": cell_doc["axes"],
+                                                   "policy_params": cell_doc["policy_params"],
+                                                   "workload_spec": cell_doc["workload"]})
+        initial = [list(p) for p in replace(cell.config.pool, composition=_effective_composition(cell)).placements()]
+        (run_tmp / "extras.json").write_text(json.dumps(_json_safe({"initial_composition": initial, **extras}), indent=2) + "\n")
+        cell_doc["wall_s"] = time.perf_counter() - t0
+        (run_tmp / CELL_FILE).write_text(json.dumps(_json_safe(cell_doc), indent=2) + "\n")
+        name = run_tmp.name
+        final = out / name
+        for i in range(2, 10_000):  # claim a free name atomically (rename fails onto a non-empty folder)
+            try:
+                if final.exists():
+                    raise FileExistsError(final)
+                os.rename(run_tmp, final)
+                break
+            except OSError:
+                final = out / f"{name}-{i}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        keep = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_requests")
+        return {"key": cell.key, "status": "done", "run_dir": final.name, "wall_s": time.perf_counter() - t0,
+                "error": None, "traceback": None, "summary": {k: summary.get(k) for k in keep}}
+    except Exception as exc:  # a failed cell is reported and does not stop the others
+        shutil.rmtree(tmp, ignore_errors=True)
+        return {"key": cell.key, "status": "failed", "run_dir": None, "wall_s": time.perf_counter() - t0,
+                "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(), "summary": None}
+
+
+def _effective_composition(cell: Cell) -> str:
+    from baselines.registry import get_policy
+
+    try:
+        spec = get_policy(cell.policy)
+    except ValueError:
+        return cell.config.pool.composition
+    resolve = getattr(spec, "resolve_composition", None)
+    comp = resolve(cell.config.pool) if resolve is not None else spec.composition
+    return comp or cell.config.pool.composition
+
+
+def scan_finished(out_dir: Path) -> dict[str, str]:
+    """``{cell key: run folder name}`` of the finished cells under ``out_dir``."""
+    done: dict[str, str] = {}
+    if not out_dir.is_dir():
+        return done
+    for d in sorted(out_dir.iterdir()):
+        if d.name.startswith(".") or not d.is_dir():
+            continue
+        f = d / CELL_FILE
+        if f.is_file():
+            try:
+                done[json.loads(f.read_text())["key"]] = d.name
+            except (ValueError, KeyError):
+                continue
+    return done
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep did.
+
+    Args:
+        out_dir: output folder.
+        num_cells: cells in the spec.
+        num_skipped: cells already finished before this run (not recomputed).
+        num_run: cells executed in this run (done + failed).
+        num_done / num_failed: of those.
+        wall_s: wall time of this run [s].
+        failures: ``[(key, error)]``.
+    """
+
+    out_dir: Path
+    num_cells: int
+    num_skipped: int = 0
+    num_run: int = 0
+    num_done: int = 0
+    num_failed: int = 0
+    wall_s: float = 0.0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------ backends
+def _run_inline(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[dict]:
+    for c in cells:
+        yield execute_cell(c, out_dir)
+
+
+def _run_local(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[dict]:
+    """A ``concurrent.futures`` process pool (spawned workers: the driver may hold threads)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+    try:
+        futures = {ex.submit(execute_cell, c, out_dir): c for c in cells}
+        for fut in as_completed(futures):
+            c = futures[fut]
+            try:
+                yield fut.result()
+            except (BrokenProcessPool, Exception) as exc:  # the worker process itself died
+                yield {"key": c.key, "status": "failed", "run_dir": None, "wall_s": 0.0,
+                       "error": f"{type(exc).__name__}: {exc}", "traceback": None, "summary": None}
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_ray(cells: list[Cell], out_dir: str, jobs: int, address: str | None = None) -> Iterator[dict]:
+    """Ray tasks (one CPU each). Starts a local instance (``num_cpus=jobs``, no dashboard) unless
+    Ray is already initialised or ``address`` names a cluster."""
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+        started = True
+    pending: dict = {}
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(execute_cell)
+        pending = {remote.remote(c, out_dir): c for c in cells}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                c = pending.pop(ref)
+                try:
+                    yield ray.get(ref)
+                except Exception as exc:  # the task's worker died
+                    yield {"key": c.key, "status": "failed", "run_dir": None, "wall_s": 0.0,
+                           "error": f"{type(exc).__name__}: {exc}", "traceback": None, "summary": None}
+    finally:
+        for ref in list(pending):  # interrupted: cancel what has not finished
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+
+
+# ------------------------------------------------------------------------------------ driver
+def default_out_dir(spec: ExperimentSpec) -> Path:
+    """``runs/sweeps/<spec name>`` under the current directory."""
+    return Path("runs") / "sweeps" / spec.name
+
+
+def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: str = "local", jobs: int | None = None,
+              wandb_mode: str = "disabled", wandb_project: str = "cpgym", progress: bool | None = None,
+              ray_address: str | None = None, on_result: Callable[[dict], None] | None = None) -> SweepOutcome:
+    """Runs the unfinished cells of ``spec`` and records them.
+
+    Args:
+        out_dir: output folder (default :func:`default_out_dir`); created if needed.
+        backend: ``"local"`` (process pool; ``jobs == 1`` runs in this process) or ``"ray"``.
+        jobs: parallel cells (default: CPU count, at most the number of cells to run).
+        wandb_mode: ``"disabled"``, ``"offline"`` or ``"online"`` (one wandb run per cell, grouped by sweep).
+        progress: tqdm bar on stderr (default: when stderr is a terminal).
+        ray_address: Ray cluster address; ``None`` starts a local instance.
+        on_result: called with each cell's result dict as it arrives (tests).
+
+    Returns:
+        :class:`SweepOutcome`.
+
+    Raises:
+        ValueError: unknown backend, jobs < 1, or an out_dir holding a different sweep.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    from experiments.wandb_log import WandbLogger
+
+    t0 = time.perf_counter()
+    out = Path(out_dir) if out_dir is not None else default_out_dir(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    cells = spec.resolve()
+    by_key = {c.key: c for c in cells}
+    manifest_path = out / MANIFEST
+    old = {}
+    if manifest_path.is_file():
+        try:
+            old = json.loads(manifest_path.read_text())
+        except ValueError:
+            old = {}
+        if old.get("sweep") not in (None, spec.name):
+            raise ValueError(f"{out} holds sweep {old.get('sweep')!r}, not {spec.name!r}; choose another --out")
+    finished = scan_finished(out)
+    entries: dict[str, dict] = {}
+    for c in cells:
+        prev = (old.get("cells") or {}).get(c.key, {})
+        base = {"axes": dict(c.axes), "policy": c.policy, "seed": c.config.seed, "workload": c.workload.label}
+        if c.key in finished:
+            entries[c.key] = {**base, "status": "done", "run_dir": finished[c.key], "error": None,
+                              "wall_s": prev.get("wall_s")}
+        elif prev.get("status") == "failed":
+            entries[c.key] = {**base, "status": "failed", "run_dir": None, "error": prev.get("error"), "wall_s": prev.get("wall_s")}
+        else:
+            entries[c.key] = {**base, "status": "pending", "run_dir": None, "error": None, "wall_s": None}
+
+    def save() -> None:
+        write_json_atomic(manifest_path, {"sweep": spec.name, "spec_path": spec.path, "num_cells": len(cells),
+                                          "updated_unix_s": time.time(), "cells": entries})
+
+    spec_text = Path(spec.path).read_text() if Path(spec.path).is_file() else ""
+    write_json_atomic(out / "sweep.json", {"name": spec.name, "description": spec.description, "spec_path": spec.path,
+                                           "spec_text": spec_text, "cells": [c.to_dict() for c in cells]})
+    todo = [c for c in cells if c.key not in finished]
+    outcome = SweepOutcome(out_dir=out, num_cells=len(cells), num_skipped=len(cells) - len(todo))
+    save()
+    if not todo:
+        outcome.wall_s = time.perf_counter() - t0
+        return outcome
+    n_jobs = min(jobs or os.cpu_count() or 1, len(todo))
+    if backend == "ray":
+        stream = _run_ray(todo, str(out), n_jobs, ray_address)
+    elif n_jobs == 1:
+        stream = _run_inline(todo, str(out), n_jobs)
+    else:
+        stream = _run_local(todo, str(out), n_jobs)
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cells), initial=outcome.num_skipped, desc=spec.name, unit="cell", file=sys.stderr)
+    logger = WandbLogger(wandb_mode, project=wandb_project, group=spec.name, dir=out)
+    try:
+        for res in stream:
+            key = res["key"]
+            e = entries[key]
+            e.update(status=res["status"], run_dir=res["run_dir"], error=res["error"], wall_s=res["wall_s"])
+            outcome.num_run += 1
+            if res["status"] == "done":
+                outcome.num_done += 1
+                logger.log_cell(by_key[key], out / res["run_dir"])
+            else:
+                outcome.num_failed += 1
+                outcome.failures.append((key, res["error"]))
+                e["traceback"] = res.get("traceback")
+                print(f"cell {key} ({by_key[key].policy}, seed {by_key[key].config.seed}, "
+                      f"{dict(by_key[key].axes)}) failed: {res['error']}", file=sys.stderr)
+            save()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(done=outcome.num_done, failed=outcome.num_failed)
+            if on_result is not None:
+                on_result(res)
+    finally:
+        if bar is not None:
+            bar.close()
+        stream.close()
+        save()
+    outcome.wall_s = time.perf_counter() - t0
+    return outcome
+
+
+__all__ = ["run_sweep", "execute_cell", "scan_finished", "SweepOutcome", "write_json_atomic", "default_out_dir", "BACKENDS"]

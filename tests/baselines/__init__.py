@@ -1,0 +1,1 @@
+"""Tests of baselines/ (issue #3)."""

@@ -1,0 +1,156 @@
+"""Spec validation: every error names the file, the key and the expected form, before any run."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.spec import SpecError, load_spec
+from tests.experiments.conftest import TINY, write_spec
+
+
+def _err(tmp_path, text, name="spec.yaml") -> SpecError:
+    p = write_spec(tmp_path, text, name)
+    with pytest.raises(SpecError) as ei:
+        load_spec(p)
+    assert str(p) in str(ei.value)
+    return ei.value
+
+
+BASE = """
+name: t
+workload: {name: mixed-default}
+policies: [least-work]
+"""
+
+
+def test_tiny_spec_cartesian_count(tiny_spec):
+    spec = load_spec(tiny_spec)
+    cells = spec.resolve()
+    assert spec.num_cells == len(cells) == 2 * 2 * 2  # rates x policies x seeds
+    assert len({c.key for c in cells}) == 8
+    assert {c.workload.target_rps for c in cells} == {10.0, 20.0}
+    # seed_workload (default): the run seed also re-draws the workload
+    assert {(c.config.seed, c.workload.seed) for c in cells} == {(0, 0), (1, 1)}
+
+
+def test_cell_keys_are_deterministic_and_config_sensitive(tmp_path, tiny_spec):
+    a = [c.key for c in load_spec(tiny_spec).resolve()]
+    b = [c.key for c in load_spec(tiny_spec).resolve()]
+    assert a == b
+    other = write_spec(tmp_path, TINY.replace("seeds: [0, 1]", "seeds: [0, 1]\nsim: {slo.slo_scale: 4.0}"), "o.yaml")
+    assert not set(a) & {c.key for c in load_spec(other).resolve()}
+
+
+def test_unknown_top_level_key(tmp_path):
+    e = _err(tmp_path, BASE + "polcies: [x]\n")
+    assert e.key == "polcies" and "one of" in e.expected
+
+
+def test_unknown_workload_key(tmp_path):
+    e = _err(tmp_path, "workload: {name: mixed-default, rate: 3}\npolicies: [least-work]\n")
+    assert e.key == "workload.rate"
+
+
+def test_wrong_type(tmp_path):
+    e = _err(tmp_path, BASE + "seeds: [0, x]\n")
+    assert e.key == "seeds[1]" and "integer" in e.expected
+    e = _err(tmp_path, BASE + "sweep: {grid: {slo.slo_scale: [1.0, fast]}}\n")
+    assert e.key == "sweep.grid.slo.slo_scale[1]" and "number" in e.expected
+    e = _err(tmp_path, BASE + "sim: {engine: {max_batch_tokens: 1.5}}\n")
+    assert e.key == "sim.engine.max_batch_tokens" and "integer" in e.expected
+
+
+def test_bad_dotted_path(tmp_path):
+    e = _err(tmp_path, BASE + "sweep: {grid: {pool.compositon: [cp4x10]}}\n")
+    assert e.key == "sweep.grid.pool.compositon" and "dotted path" in e.expected
+    e = _err(tmp_path, BASE + "sweep: {cells: [{slo.scale: 2.0}]}\n")
+    assert e.key == "sweep.cells[0].slo.scale" and "slo.slo_scale" in e.expected  # suggests the close match
+
+
+def test_empty_axes(tmp_path):
+    e = _err(tmp_path, BASE + "sweep: {grid: {cache_capacity_scale: []}}\n")
+    assert e.key == "sweep.grid.cache_capacity_scale" and "non-empty" in e.expected
+    assert _err(tmp_path, BASE + "rates: []\n").key == "rates"
+    assert _err(tmp_path, "workload: {name: mixed-default}\npolicies: []\n").key == "policies"
+
+
+def test_invalid_values_are_caught_by_the_config_dataclasses(tmp_path):
+    e = _err(tmp_path, BASE + "sweep: {grid: {pool.composition: [cp4x10, cp3x4]}}\n")
+    assert e.key.startswith("sweep.grid") and "cp3" in str(e)
+    e = _err(tmp_path, BASE + "rates: [5, -1]\n")
+    assert e.key == "sweep.grid" and "target_rps" in str(e)
+
+
+def test_unknown_policy_and_workload(tmp_path):
+    e = _err(tmp_path, "workload: {name: mixed-default}\npolicies: [least-work, nope]\n")
+    assert e.key == "policies[1]" and "least-work" in e.expected
+    e = _err(tmp_path, "workload: {name: nope}\npolicies: [least-work]\n")
+    assert e.key == "workload.name" and "mixed-default" in e.expected
+
+
+def test_policy_params_need_a_registry_hook(tmp_path):
+    from baselines.registry import POLICIES
+
+    if hasattr(POLICIES["least-work"], "params"):
+        pytest.skip("the registry declares policy parameters")
+    e = _err(tmp_path, BASE + "sweep: {grid: {least-work.beta: [1, 2]}}\n")
+    assert "policy names" in e.expected
+
+
+def test_missing_trace_and_seed_axis(tmp_path):
+    e = _err(tmp_path, "workload: {trace: nothere.jsonl}\npolicies: [least-work]\n")
+    assert e.key == "workload.trace" and "existing file" in e.expected
+    e = _err(tmp_path, BASE + "sweep: {grid: {seed: [1, 2]}}\n")
+    assert "seeds" in e.expected
+
+
+def test_listed_cells_and_policy_override(tmp_path):
+    p = write_spec(tmp_path, BASE.replace("[least-work]", "[least-work, round-robin]") + """
+seeds: [3]
+sweep:
+  grid: {cache_capacity_scale: [0.5, 1.0]}
+  cells:
+    - {slo.slo_scale: 2.0}
+    - {slo.slo_scale: 4.0, policy: round-robin}
+""")
+    cells = load_spec(p).resolve()
+    assert len(cells) == 2 * 2 + 2 * 1
+    assert {(c.config.slo.slo_scale, c.policy) for c in cells} == {(2.0, "least-work"), (2.0, "round-robin"), (4.0, "round-robin")}
+    assert {c.config.cache_capacity_scale for c in cells} == {0.5, 1.0}
+    assert all(dict(c.axes)["seed"] == 3 and c.config.seed == 3 for c in cells)
+    # a listed cell may not override a grid axis
+    e = _err(tmp_path, BASE + "sweep: {grid: {cache_capacity_scale: [1.0]}, cells: [{cache_capacity_scale: 2.0}]}\n", "b.yaml")
+    assert "grid" in e.problem
+
+
+def test_toml_spec_and_trace_paths(tmp_path):
+    from envs.workloads import default_traces_dir
+
+    if not (default_traces_dir() / "synthetic_trace.jsonl").is_file():
+        pytest.skip("shared traces not available")
+    p = write_spec(tmp_path, """
+name = "t"
+policies = ["least-work"]
+seeds = [0]
+[workload]
+trace = "@traces/synthetic_trace.jsonl"
+window_s = [0.0, 60.0]
+[sweep.grid]
+"prediction_error.bias" = [1.0, 1.2]
+""", "spec.toml")
+    cells = load_spec(p).resolve()
+    assert len(cells) == 2 and cells[0].workload.trace.endswith("synthetic_trace.jsonl")
+    assert [c.config.prediction_error.bias for c in cells] == [1.0, 1.2]
+
+
+def test_example_specs_validate():
+    from pathlib import Path
+
+    from baselines.registry import POLICIES
+
+    root = Path(__file__).resolve().parents[2] / "experiments"
+    specs = sorted((root / "specs").glob("*.yaml")) + sorted((root / "paper").glob("*.yaml"))
+    assert specs
+    for p in specs:
+        spec = load_spec(p)
+        assert spec.num_cells >= 1 and all(c.policy in POLICIES for c in spec.resolve())
