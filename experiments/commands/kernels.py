@@ -1,0 +1,47 @@
+"""``cpgym kernels check``: run the CP attention correctness suite and print a table.
+
+Runs :func:`kernels_ref.check.run_check_suite` (zigzag all-gather and ring pass-KV CP
+attention, and a CP decoder layer, against float64 references, for C = 1, 2, 4 on one
+spawned gloo process group). Exit status 0 when every case passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("check",), help="check: run the correctness suite")
+    p.add_argument("--degrees", default="1,2,4", help="comma-separated CP degrees (default 1,2,4)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: gloo, fp32/fp64; cuda: nccl, adds bf16 cases (needs one GPU per rank)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
+
+
+def parse_int_list(text: str, name: str, minimum: int = 0) -> tuple[int, ...]:
+    """``"1,2,4" -> (1, 2, 4)``; raises ValueError naming the option on bad input."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from None
+    if not values or min(values) < minimum:
+        raise ValueError(f"{name} must be non-empty integers >= {minimum}, got {text!r}")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from kernels_ref.check import default_cases, format_table, run_check_suite
+
+    degrees = parse_int_list(args.degrees, "--degrees", minimum=1)
+    t0 = time.perf_counter()
+    results = run_check_suite(default_cases(degrees, device=args.device), device=args.device)
+    elapsed = time.perf_counter() - t0
+    if args.format == "json":
+        print(json.dumps([r.row() for r in results], indent=2))
+    else:
+        print(format_table(results))
+        print(f"({elapsed:.1f} s)")
+    return 0 if all(r.passed for r in results) else 1

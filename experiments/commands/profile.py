@@ -1,0 +1,82 @@
+"""``cpgym profile``: time CP prefill over an (R, P, C) grid, fit the cost model, write a calibration.
+
+On CPU (default) each rank's CPU time is measured (the ranks share the host's cores, so wall
+time cannot show a CP speed-up); on ``--device cuda`` CUDA-event wall time (nccl; written for
+GPU hosts, not exercised in CPU CI). See :mod:`kernels_ref.profile` and :mod:`kernels_ref.fit`.
+The default grid (R in 64..2048, P in 0..4096, C in 1, 2, 4, one small layer, 5 repeats) takes a few
+minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from kernels_ref.profile import DEFAULT_PROFILE_LAYER as L, ProfileConfig
+
+    d = ProfileConfig()
+    ints = lambda v: ",".join(str(x) for x in v)  # noqa: E731
+    p.add_argument("--out", metavar="FILE", required=True, help="write the fitted calibration JSON file")
+    p.add_argument("--new-tokens", default=ints(d.num_new_tokens), help=f"R values (default {ints(d.num_new_tokens)})")
+    p.add_argument("--cached-tokens", default=ints(d.num_cached_tokens), help=f"P values (default {ints(d.num_cached_tokens)})")
+    p.add_argument("--degrees", default=ints(d.degrees), help=f"C values (default {ints(d.degrees)})")
+    p.add_argument("--layers", type=int, default=d.num_layers, help=f"decoder layers per step (default {d.num_layers})")
+    p.add_argument("--hidden", type=int, default=L.hidden_size, help=f"hidden size (default {L.hidden_size})")
+    p.add_argument("--q-heads", type=int, default=L.num_q_heads, help=f"query heads (default {L.num_q_heads})")
+    p.add_argument("--kv-heads", type=int, default=L.num_kv_heads, help=f"KV heads (default {L.num_kv_heads})")
+    p.add_argument("--head-dim", type=int, default=L.head_dim, help=f"head dim (default {L.head_dim})")
+    p.add_argument("--intermediate", type=int, default=L.intermediate_size, help=f"dense MLP width (default {L.intermediate_size})")
+    p.add_argument("--experts", type=int, default=0, help="MoE experts (default 0: dense MLP)")
+    p.add_argument("--top-k", type=int, default=2, help="MoE experts per token (default 2)")
+    p.add_argument("--moe-intermediate", type=int, default=256, help="MoE expert width (default 256)")
+    p.add_argument("--algorithm", choices=("allgather", "ring"), default=d.algorithm, help=f"CP attention (default {d.algorithm})")
+    p.add_argument("--impl", choices=("sdpa", "matmul"), default=d.impl, help=f"all-gather attention impl (default {d.impl})")
+    p.add_argument("--dtype", default=None, help="float32 (CPU default) / float64; bfloat16 (GPU default)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (nccl)")
+    p.add_argument("--warmup", type=int, default=d.warmup, help=f"untimed runs per point (default {d.warmup})")
+    p.add_argument("--repeats", type=int, default=d.repeats, help=f"timed runs per point (default {d.repeats})")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"weights/inputs seed (default {d.seed})")
+    p.add_argument("--model", default="Qwen3-30B-A3B", help="roofline model preset for the memory fields (default Qwen3-30B-A3B)")
+    p.add_argument("--gpu", default="H20", help="roofline GPU preset for the memory fields (default H20)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from experiments.commands.kernels import parse_int_list
+    from kernels_ref import roofline
+    from kernels_ref.config import LayerConfig
+
+    roofline.get_model(args.model), roofline.get_gpu(args.gpu)  # fail fast on a typo
+    layer = LayerConfig(hidden_size=args.hidden, num_q_heads=args.q_heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
+                        intermediate_size=args.intermediate, num_experts=args.experts,
+                        num_experts_per_token=args.top_k if args.experts else 0,
+                        moe_intermediate_size=args.moe_intermediate if args.experts else 0)
+    from kernels_ref.profile import ProfileConfig, build_profile_calibration, profile_and_fit
+
+    config = ProfileConfig(
+        num_new_tokens=parse_int_list(args.new_tokens, "--new-tokens", 1),
+        num_cached_tokens=parse_int_list(args.cached_tokens, "--cached-tokens", 0),
+        degrees=parse_int_list(args.degrees, "--degrees", 1),
+        layer=layer, num_layers=args.layers, algorithm=args.algorithm, impl=args.impl,
+        dtype=args.dtype or ("bfloat16" if args.device == "cuda" else "float32"), device=args.device,
+        warmup=args.warmup, repeats=args.repeats, seed=args.seed)
+    from envs.sim.cost_model import Calibration
+    from kernels_ref.fit import format_fit_table
+
+    samples, fit = profile_and_fit(config)
+    command = "cpgym profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "profile" else None
+    data = build_profile_calibration(samples, fit, config, args.model, args.gpu, command=command)
+    Calibration.from_dict(data, source="profile").save(args.out)
+    if args.format == "json":
+        print(json.dumps({"out": args.out, "coefficients": fit.coefficients, "fit_error": fit.summary(),
+                          "samples": data["provenance"]["samples"]}, indent=2))
+        return 0
+    print(f"{'R':>6} {'P':>6} {'C':>2} {'time_s':>9} {'pred_s':>9} {'err %':>7}")
+    for s, e in zip(samples, fit.rel_errors):
+        print(f"{s.num_new_tokens:>6} {s.num_cached_tokens:>6} {s.degree:>2} {s.time_s:9.4f} {s.time_s * (1 + e):9.4f} {100 * e:7.1f}")
+    print(format_fit_table(fit))
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,83 @@
+"""`cpgym calibrate`, `cpgym kernels check` and `cpgym profile` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envs.sim.cost_model import Calibration
+from experiments.cli import main
+
+
+def test_calibrate_json_reports_published_figures(capsys):
+    assert main(["calibrate", "--model", "Qwen3-8B", "--gpu", "A100-80GB", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kv_bytes_per_token"] == 147456
+    assert out["prefill_time_s_8192"] == pytest.approx(0.856, abs=0.005)
+    assert out["kv_handoff_time_s_8192_at_25GBps"] == pytest.approx(0.0483, abs=5e-5)
+    assert set(out["coefficients"]) == {"d_s", "a_s_per_token", "b_s_per_token", "c_s_per_token", "alpha_s_per_pair"}
+
+
+def test_calibrate_writes_a_loadable_file_with_provenance(tmp_path, capsys):
+    path = tmp_path / "cal.json"
+    assert main(["calibrate", "--model", "qwen3-8b", "--gpu", "h20", "--compute-efficiency", "0.4", "--out", str(path)]) == 0
+    cal = Calibration.load(path)
+    assert (cal.model, cal.gpu_type) == ("Qwen3-8B", "H20")
+    prov = cal.provenance
+    assert prov["method"] == "roofline" and prov["efficiency"] == {"compute": 0.4, "hbm": 0.5, "link": 0.5}
+    assert prov["command"] == f"cpgym calibrate --model Qwen3-8B --gpu H20 --compute-efficiency 0.4 --out {path}"
+    assert prov["datasheet"]["peak_bf16_flops_per_s"] == 148e12 and prov["model_config"]["num_layers"] == 36
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["calibrate", "--model", "nope", "--gpu", "H20"], "unknown model"),
+    (["calibrate", "--model", "Qwen3-8B", "--gpu", "H20", "--efficiency", "2"], "efficiency"),
+    (["calibrate", "--model", "DeepSeek-V3", "--gpu", "H20"], "do not fit"),
+    (["kernels", "check", "--degrees", "0"], "--degrees"),
+    (["profile", "--out", "x.json", "--new-tokens", "a,b"], "--new-tokens"),
+    (["profile", "--out", "x.json", "--new-tokens", "8", "--cached-tokens", "0", "--degrees", "1"], "at least 5"),
+])
+def test_bad_input_is_one_clear_line(argv, match, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1
+
+
+def test_kernels_check_cli_json(capsys):
+    assert main(["kernels", "check", "--degrees", "2", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) >= 10 and all(r["passed"] for r in rows)
+    assert {r["case"].split()[2] for r in rows} == {"C=2"}
+
+
+def test_profile_cli_tiny_grid_writes_calibration(tmp_path, capsys):
+    path = tmp_path / "prof.json"
+    argv = ["profile", "--out", str(path), "--new-tokens", "8,32,64", "--cached-tokens", "0,48", "--degrees", "1,2",
+            "--layers", "1", "--hidden", "32", "--q-heads", "4", "--kv-heads", "2", "--head-dim", "8", "--intermediate", "64",
+            "--warmup", "0", "--repeats", "1"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "MAPE" in text and "degree C=2" in text
+    cal = Calibration.load(path)
+    prov = cal.provenance
+    assert prov["method"] == "profile" and prov["profile_dtype"] == "float32"
+    assert prov["hardware"]["torch"].startswith("2.") and prov["grid"]["degrees"] == [1, 2]
+    assert len(prov["samples"]) == 12 and all(s["time_s"] > 0 for s in prov["samples"])
+    assert set(prov["fit_error"]["by_degree"]) == {"C=1", "C=2"}
+    assert set(prov["fit_error"]["by_cache_ratio"]) == {"0", "(0.5,1)", "(0,0.5]"}
+    # memory fields come from the roofline presets
+    assert cal.kv_bytes_per_token == 98304 and prov["memory_fields_from"]["gpu"] == "H20"
+
+
+@pytest.mark.slow
+def test_default_profile_grid_fits_and_shows_cp_scaling():
+    """The default `cpgym profile` grid (~1-2 min on 2 cores): per-rank work shrinks with C and the fit is usable."""
+    from kernels_ref.profile import ProfileConfig, profile_and_fit
+
+    samples, fit = profile_and_fit(ProfileConfig())
+    t = {(s.num_new_tokens, s.num_cached_tokens, s.degree): s.time_s for s in samples}
+    assert t[(2048, 4096, 4)] < 0.5 * t[(2048, 4096, 1)]
+    assert fit.coefficients["alpha_s_per_pair"] > 0 and fit.coefficients["c_s_per_token"] > 0
+    assert fit.mape < 0.35  # per-rank CPU time on a shared host is noisy; see the fit table for the buckets
