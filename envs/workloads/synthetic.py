@@ -620,10 +620,17 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "mixed-default": _named(
         "mixed-default",
         mixed_workload,
-        "The embedded default of `cpgym simulate`: 10 minutes of system-prompt chat (40 req/s), multi-turn chat "
-        "(9 sessions/s), L-Eval-like documents (7.5 docs/s, 3 questions each) and tool-agent sessions "
-        "(4.5 sessions/s); prompts ~500 to ~60k tokens; ~135 req/s, ~0.6 of the reference pool.",
-        duration_s=600.0,
+        "The embedded default of `cpgym simulate`: 5 minutes of system-prompt chat (16 req/s), multi-turn chat "
+        "(3.6 sessions/s), L-Eval-like documents (3 docs/s, 3 questions each) and tool-agent sessions "
+        "(1.8 sessions/s); prompts ~500 to ~60k tokens; ~50 req/s. Sized by simulation on the default pool and "
+        "calibration (40 H20 GPUs, cp4x6,cp2x8, Qwen3-30B-A3B roofline): least-work reaches ~0.86 GPU "
+        "utilisation and Vertumnus ~0.61 (it keeps more prefix hits), so routers differ visibly without "
+        "the pool being saturated (tests/workloads: test_mixed_default_sizing).",
+        duration_s=300.0,
+        system_prompt_rate_rps=16.0,
+        multi_turn_session_rate=3.6,
+        long_document_rate=3.0,
+        tool_agent_session_rate=1.8,
     ),
     "system-prompts": _named(
         "system-prompts",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-DEFAULT_POLICIES = "round-robin,least-work,prefix-affinity"
+DEFAULT_POLICIES = "round-robin,least-work,prefix-affinity,sglang-cache-aware,llm-d,dynamo-kv,mooncake-ttft,vertumnus"
 
 JSON_KEYS = ("policy", "num_requests", "num_unfinished", "mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s",
              "slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "gpu_time_s", "sim_time_s",

@@ -264,11 +264,18 @@ def test_registry_short_runs(name):
 
 
 def test_mixed_default_sizing():
-    """~10 min at ~50-70 % of the reference pool (40 GPUs x 13k uncached tokens/s), prompts ~500..~64k."""
+    """5 min of ~50 req/s, prompts ~500..~64k; on the default pool it loads but does not saturate."""
+    from envs.metrics import summarize
+    from envs.sim import SimConfig
+    from experiments.runner import run_policy
+
     w = get_workload("mixed-default")
     s = workload_stats(w)
-    assert 590.0 <= s["duration_s"] <= 600.0
-    assert 0.5 <= s["reference_pool_load"] <= 0.7
+    assert 290.0 <= s["duration_s"] <= 300.0
+    assert 40 <= s["mean_rate_rps"] <= 60
     assert s["input_min_tokens"] >= 400 and 30_000 <= s["input_max_tokens"] <= 65_536
     assert set(w.metadata["source_index"]) == {0, 1, 2, 3}
     assert_prefix_consistent(w)
+    summary = summarize(run_policy("least-work", w, SimConfig()))
+    assert summary["num_unfinished"] == 0
+    assert 0.5 <= summary["utilization"] <= 0.95
