@@ -1,0 +1,289 @@
+"""Global prefix-cache manager (issue #5): trie consistency, pinning, visibility-after-install,
+missed-benefit accounting, scan replication/reclamation, determinism."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from baselines.cache_manager import CacheManagerConfig, GlobalCacheManager, with_global_cache
+from baselines.registry import POLICIES
+from baselines.simple import LeastWorkRouter, PrefixAffinityRouter
+from envs.sim import CostCoefficients, Calibration, EventPriority, PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim.links import LinkConfig
+
+# 4 GPUs on two nodes: cp2 on GPUs 0-1 (node 0), cp1 on 2 and 3 (node 1)
+POOL = PoolConfig(num_gpus=4, gpus_per_node=2, composition="cp2@0,cp1@2,cp1@3", supported_degrees=(1, 2))
+BLOCK = 4
+
+
+def _calibration(blocks_per_gpu: int = 50) -> Calibration:
+    """E_C(R, P) = 0.1 + 0.01*R/C + 1e-4*R*(P + (R+1)/2)/C [s]; ``blocks_per_gpu`` blocks of 4 tokens per GPU."""
+    return Calibration(
+        model="toy", gpu_type="toy",
+        coefficients=CostCoefficients(d_s=0.1, a_s_per_token=0.0, b_s_per_token=0.0, c_s_per_token=0.01, alpha_s_per_pair=1e-4),
+        kv_bytes_per_token=1000, gpu_memory_bytes=blocks_per_gpu * BLOCK * 1000, weight_bytes_per_gpu=0,
+        activation_reserve_bytes=0, max_prompt_tokens=10_000,
+    )
+
+
+def _workload(specs) -> Workload:
+    """specs: (arrival_s, block hashes); L = 4 tokens per block."""
+    reqs = [Request(i, float(t), BLOCK * len(h), 1, tuple(h)) for i, (t, h) in enumerate(specs)]
+    return Workload("toy", tuple(reqs), kv_block_size_tokens=BLOCK)
+
+
+def _trie_matches_caches(sim: Simulator, mgr: GlobalCacheManager) -> None:
+    for wid, w in sim.workers.items():
+        in_trie = {h for h, n in mgr.nodes.items() if wid in n.holders}
+        assert in_trie == set(w.cache.blocks()), f"worker {wid}"
+    for h, n in mgr.nodes.items():
+        assert n.holders or n.children, f"dangling node {h}"
+        assert n.holders <= set(sim.workers)
+        if n.parent is not None:
+            assert h in mgr.nodes[n.parent].children
+
+
+def _brute_replica_count(sim: Simulator, mgr: GlobalCacheManager, h: int, degree: int) -> int:
+    path = mgr.path_to(h)
+    return sum(1 for w in sim.workers.values() if w.degree == degree and all(b in w.cache for b in path))
+
+
+# prompts drawn from a small random prefix tree, so prefixes are shared and caches evict
+_prompt = st.lists(st.integers(0, 2), min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prompts=st.lists(st.tuples(st.floats(0.0, 6.0), _prompt), min_size=1, max_size=40),
+       router=st.sampled_from(["affinity", "least"]), capacity=st.integers(3, 12), seed=st.integers(0, 3))
+def test_trie_consistent_with_worker_caches_after_every_event(prompts, router, capacity, seed):
+    # a path of choices (c0, c1, ...) names block hashes by its prefix, so equal prefixes share blocks
+    specs = []
+    for t, path in sorted(prompts, key=lambda p: p[0]):
+        specs.append((t, [hash(tuple(path[:k + 1])) & 0xFFFFFFF for k in range(len(path))]))
+    wl = _workload(specs)
+    cfg = CacheManagerConfig(scan_interval_s=0.3, decay=0.9, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.3,
+                             reclaim_threshold=0.25, max_replica_share=1.0, lambda_=0.0)
+    sim = Simulator(wl, SimConfig(pool=POOL, seed=seed, links=LinkConfig(1e4, 2e3)), _calibration(capacity // 2 + 1))
+    mgr = GlobalCacheManager(cfg)
+    mgr.attach(sim)
+    step = sim.env.step
+
+    def checked_step():
+        step()
+        _trie_matches_caches(sim, mgr)
+        for h in list(mgr.nodes)[:5]:
+            for d in (1, 2):
+                assert mgr.replica_count(h, d) == _brute_replica_count(sim, mgr, h, d)
+
+    sim.env.step = checked_step
+    res = sim.run(PrefixAffinityRouter() if router == "affinity" else LeastWorkRouter())
+    _trie_matches_caches(sim, mgr)
+    assert res.records["finish_s"].size == len(specs)
+    assert mgr.num_transfers_in_flight == 0
+    for w in sim.workers.values():  # every reservation was released
+        assert w.cache.capacity_blocks == sim.calibration.kv_capacity_blocks(w.degree, BLOCK)
+
+
+def test_trie_consistent_under_heavy_replication_and_reclamation():
+    # a denser seeded random workload than the hypothesis examples, so that replications,
+    # evictions of pinned neighbours and reclamations all happen; checked after every event
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    specs = []
+    for k in range(300):
+        path = rng.integers(0, 3, size=int(rng.integers(1, 7))).tolist()
+        specs.append((k * 0.03, [hash(tuple(path[:i + 1])) & 0xFFFFFFF for i in range(len(path))]))
+    specs.append((40.0, [5]))  # a quiet period: scans go on, demand decays, duplicates are reclaimed
+    cfg = CacheManagerConfig(scan_interval_s=0.5, decay=0.9, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.3,
+                             reclaim_threshold=0.25, max_replica_share=1.0, lambda_=0.0)
+    sim = Simulator(_workload(specs), SimConfig(pool=POOL, links=LinkConfig(1e5, 2e4)), _calibration(4))
+    mgr = GlobalCacheManager(cfg)
+    mgr.attach(sim)
+    step = sim.env.step
+
+    def checked_step():
+        step()
+        _trie_matches_caches(sim, mgr)
+
+    sim.env.step = checked_step
+    sim.run(PrefixAffinityRouter())
+    c = mgr.counters
+    assert c["num_replicas_installed"] >= 3 and c["num_blocks_reclaimed"] >= 1, c
+    assert mgr.num_transfers_in_flight == 0
+
+
+def _manual_setup(link_bytes_per_s: float = 1000.0):
+    """A request far in the future keeps the simulator idle; worker 0 (cp2, node 0) holds 1-2-3."""
+    wl = _workload([(100.0, [90, 91])])
+    sim = Simulator(wl, SimConfig(pool=POOL, links=LinkConfig(link_bytes_per_s * 10, link_bytes_per_s)), _calibration(10))
+    mgr = GlobalCacheManager(CacheManagerConfig(scan_interval_s=50.0, max_replica_share=1.0))
+    mgr.attach(sim)
+    mgr.register_prefix((1, 2, 3))
+    sim.workers[0].cache.insert((1, 2, 3))
+    return sim, mgr
+
+
+def test_replication_pins_source_reserves_destination_and_is_visible_only_after_install():
+    sim, mgr = _manual_setup()
+    dst = sim.workers[2]  # id 2: cp1 on GPU 2, node 1 -> inter-node link (1000 B/s)
+    dst.cache.insert((1,))  # retained ancestor: only 2 and 3 are copied
+    assert mgr.replica_count(3, 1) == 0 and mgr.replica_count(3, 2) == 1
+    assert mgr.replicate(3, 1)
+    assert mgr.log[-1]["dst"] == 2 and mgr.log[-1]["src"] == 0
+    block_bytes = sim.kv_block_bytes
+    assert mgr.log[-1]["num_bytes"] == 2 * block_bytes  # only the missing blocks
+    end = mgr.log[-1]["end_s"]
+    assert end == pytest.approx(2 * block_bytes / 1000.0)
+    assert sim.links.total_bytes == 2 * block_bytes
+    src = sim.workers[0].cache
+    # source pressure during the transfer: its path blocks are pinned and survive
+    src.insert(tuple(range(500, 520)))
+    assert all(b in src for b in (1, 2, 3))
+    # destination: space reserved, retained ancestor pinned, replica not visible yet
+    assert dst.cache.num_free_blocks >= 0 and dst.cache.capacity_blocks == 10 - 2
+    dst.cache.insert(tuple(range(600, 640)))
+    assert 1 in dst.cache
+    sim.env.run(until=end * 0.99)
+    assert sim.view.cached_blocks(2, sim.workload.requests[0]) == 0
+    assert dst.cache.match_ready((1, 2, 3)) == 1 and 2 not in dst.cache and 3 not in dst.cache
+    assert mgr.replica_count(3, 1) == 0
+    sim.env.run(until=end * 1.01)
+    assert dst.cache.match_ready((1, 2, 3)) == 3  # all blocks at once
+    assert mgr.replica_count(3, 1) == 1
+    assert dst.cache.capacity_blocks == 10
+    _trie_matches_caches(sim, mgr)
+    # pins released: the source's blocks can now be evicted
+    src.insert(tuple(range(700, 720)))
+    assert 3 not in src
+    _trie_matches_caches(sim, mgr)
+
+
+def test_router_never_sees_a_partial_replica():
+    # requests arrive during the transfer; the router records the destination's hit each time
+    wl = _workload([(0.5 * k, [1, 2, 3, 4]) for k in range(1, 12)])
+    sim = Simulator(wl, SimConfig(pool=POOL, links=LinkConfig(1e4, 4000.0)), _calibration(10))
+    mgr = GlobalCacheManager(CacheManagerConfig(scan_interval_s=50.0, max_replica_share=1.0))
+    mgr.attach(sim)
+    mgr.register_prefix((1, 2, 3, 4))
+    sim.workers[0].cache.insert((1, 2, 3, 4))
+    assert mgr.replicate(4, 1)
+    end = mgr.log[-1]["end_s"]  # 4 blocks * 4 kB / 4 kB/s = 4 s; arrivals every 0.5 s until 5.5 s
+    assert end == pytest.approx(4.0)
+    seen = []
+
+    class Recorder(LeastWorkRouter):
+        def route(self, request, view):
+            seen.append((view.now_s, view.cached_blocks(2, request)))
+            return 0  # the source worker: worker 2 never computes the prefix itself
+
+    sim.run(Recorder())
+    assert [hit for t, hit in seen if t < end] == [0] * 7
+    assert [hit for t, hit in seen if t > end] == [4] * 3
+    assert sim.workers[2].cache.match_ready((1, 2, 3, 4)) == 4
+
+
+def test_replica_dropped_if_destination_retired_during_transfer():
+    sim, mgr = _manual_setup()
+    assert mgr.replicate(3, 1)
+    end = mgr.log[-1]["end_s"]
+    sim.retire_worker(2)
+    sim.env.run(until=end + 1.0)
+    assert mgr.counters["num_replicas_dropped"] == 1 and mgr.counters["num_replicas_installed"] == 0
+    mgr._sync_workers()
+    _trie_matches_caches(sim, mgr)
+
+
+def test_missed_benefit_is_the_marginal_saving_without_double_counting():
+    # worker 2 (cp1) holds 1-2-3; with lambda = 0 the preferred degree is 2 (faster), which has
+    # no replica: the missed benefit along the path telescopes to E_2(L,0) - E_2(L-P, P)
+    wl = _workload([(1.0, [1, 2, 3, 4, 5])])
+    sim = Simulator(wl, SimConfig(pool=POOL), _calibration(10))
+    mgr = GlobalCacheManager(CacheManagerConfig(scan_interval_s=50.0, lambda_=0.0, decay=1.0))  # the trailing scan must not decay
+    mgr.attach(sim)
+    mgr.register_prefix((1, 2, 3))
+    sim.workers[2].cache.insert((1, 2, 3))
+    sim.run(LeastWorkRouter())
+    cm = sim.cost_model
+    L, P = 20, 12
+    assert mgr.preferred_degree(L, P) == 2
+    per_node = [mgr.nodes[h].missed.get(2, 0.0) for h in (1, 2, 3)]
+    marg = [cm.service_time_s(2, L - 4 * i, 4 * i) - cm.service_time_s(2, L - 4 * (i + 1), 4 * (i + 1)) for i in range(3)]
+    assert per_node == pytest.approx(marg)
+    assert sum(per_node) == pytest.approx(cm.service_time_s(2, L, 0) - cm.service_time_s(2, L - P, P))
+    assert mgr.counters["matched_tokens"] == P
+    assert all(mgr.nodes[h].missed.get(1, 0.0) == 0.0 for h in (1, 2, 3))
+    # with a large GPU-time weight the smallest degree is preferred instead
+    mgr2 = GlobalCacheManager(CacheManagerConfig(lambda_=100.0))
+    mgr2.sim = sim
+    mgr2._sync_workers()
+    assert mgr2.preferred_degree(L, P) == 1
+
+
+def test_scan_creates_first_replica_at_missing_degree_and_reclaims_cold_duplicates():
+    # many requests for prefix 1-2-3 routed to the cp1 workers (affinity) while cp2 is preferred
+    reqs = [(0.2 * k, [1, 2, 3, 100 + k]) for k in range(40)]
+    wl = _workload(reqs)
+    cfg = CacheManagerConfig(scan_interval_s=2.0, inter_degree_threshold_s=0.01, max_replica_share=1.0, lambda_=0.0)
+    sim = Simulator(wl, SimConfig(pool=POOL), _calibration(20))
+    mgr = GlobalCacheManager(cfg)
+    mgr.attach(sim)
+    mgr.register_prefix((1, 2, 3))
+    sim.workers[2].cache.insert((1, 2, 3))
+
+    class ToCp1(PrefixAffinityRouter):
+        def route(self, request, view):
+            return 2
+
+    sim.run(ToCp1())
+    assert mgr.counters["num_inter_degree_replications"] >= 1
+    first = next(e for e in mgr.log if e["kind"] == "inter")
+    assert first["dst"] == 0 and first["degree"] == 2 and first["time_s"] == pytest.approx(2.0)
+    assert sim.workers[0].cache.match_ready((1, 2, 3)) == 3
+    _trie_matches_caches(sim, mgr)
+    # reclamation of cold duplicates never breaks a held path (no holes) and keeps one replica
+    w2 = sim.workers[3].cache
+    mgr.register_prefix((7, 8, 9))
+    sim.workers[2].cache.insert((7, 8, 9))
+    w2.insert((7, 8, 9))
+    for _ in range(3):
+        mgr.scan()
+    assert mgr.replica_count(9, 1) >= 1
+    for w in sim.workers.values():
+        for h in w.cache.blocks():
+            p = mgr.nodes[h].parent
+            assert p is None or p in w.cache, f"worker {w.worker_id} holds {h} without its parent {p}"
+    assert mgr.counters["num_blocks_reclaimed"] >= 3
+    _trie_matches_caches(sim, mgr)
+
+
+def test_registry_policy_and_same_seed_identical():
+    spec = POLICIES["vertumnus-global-cache"]
+    assert spec.name == "vertumnus-global-cache"
+    assert any(isinstance(a, GlobalCacheManager) for a in spec.make_attachments())
+    wl = _workload([(0.1 * k, [k % 3, 10 + k % 5, 20 + k]) for k in range(60)])
+    cfg = CacheManagerConfig(scan_interval_s=1.0, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.5, reclaim_threshold=0.2)
+    custom = with_global_cache(POLICIES["vertumnus"], cfg)
+    from experiments.runner import run_policy
+
+    a = run_policy(custom, wl, SimConfig(pool=POOL), _calibration(6))
+    b = run_policy(custom, wl, SimConfig(pool=POOL), _calibration(6))
+    assert a.policy == "vertumnus-global-cache"
+    for k in ("ttft_s", "worker_id", "num_cached_tokens"):
+        assert a.records[k].tolist() == b.records[k].tolist()
+    assert a.extras["kv_transfer_bytes"] == b.extras["kv_transfer_bytes"] > 0
+
+
+@pytest.mark.parametrize("field,value", [("scan_interval_s", 0.0), ("decay", 1.5), ("reclaim_threshold", 9.0),
+                                         ("max_replications_per_scan", -1), ("beta", 0.5), ("max_replica_share", 0.0)])
+def test_config_validation_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        CacheManagerConfig(**{field: value})
+
+
+def test_transfer_end_has_transfer_priority():
+    sim, mgr = _manual_setup()
+    assert mgr.replicate(3, 1)
+    ev = [e for e in sim.env._queue if getattr(e[3], "fn", None) == mgr._on_transfer_end]
+    assert len(ev) == 1 and ev[0][1] == EventPriority.TRANSFER_END

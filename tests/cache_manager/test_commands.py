@@ -1,0 +1,56 @@
+"""``cpgym cache-curve`` and ``cpgym cache-ablation`` (issue #5)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.cli import main
+
+
+def _write_trace(path):
+    # 512-token blocks; request 2 reuses request 1's first block, request 3 reuses all of request 1
+    rows = [
+        {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]},
+        {"timestamp": 1000, "input_length": 1024, "output_length": 1, "hash_ids": [1, 3]},
+        {"timestamp": 2000, "input_length": 1536, "output_length": 1, "hash_ids": [1, 2, 4]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_cache_curve_json_by_hand(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    _write_trace(trace)
+    assert main(["cache-curve", "--trace", str(trace), "--capacities", "1,3", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    total = 1024 + 1024 + 1536
+    # capacity 1: inserts keep only the leading block 1, so requests 2 and 3 hit 512 tokens each;
+    # unbounded: request 2 hits block 1 (512), request 3 hits blocks 1-2 (1024)
+    assert rows[0] == {"capacity_blocks": 1, "hit_rate": pytest.approx(1024 / total)}
+    assert rows[-1] == {"capacity_blocks": None, "hit_rate": pytest.approx((512 + 1024) / total)}
+    assert [r["capacity_blocks"] for r in rows] == [1, 3, None]
+    hits = [r["hit_rate"] for r in rows]
+    assert hits == sorted(hits)
+
+
+def test_cache_curve_bad_capacities(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    _write_trace(trace)
+    assert main(["cache-curve", "--trace", str(trace), "--capacities", "0,x"]) == 2
+    assert "--capacities" in capsys.readouterr().err
+
+
+def test_cache_ablation_json(capsys):
+    argv = ["cache-ablation", "--rates", "4", "--duration-s", "30", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2",
+            "--scan-interval-s", "5", "--format", "json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in rows] == ["vertumnus", "vertumnus-global-cache"]
+    for r in rows:
+        assert set(r) >= {"policy", "rate_rps", "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted",
+                          "prefix_hit_rate", "kv_transfer_bytes"}
+        assert r["rate_rps"] == 4.0 and r["mean_ttft_s"] > 0
+    assert rows[0]["kv_transfer_bytes"] == 0
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == rows  # same seed, same table
