@@ -7,17 +7,11 @@ environment uses the same mechanics (:func:`eligible_operations` / :func:`apply_
 re-exported here) with a learned decision instead of :class:`ReconfigController`.
 
 Capacity profiling (paper §6 "Capacity Profiling and Initialization": capacity is *profiled
-under the TTFT SLO*, not counted in GPUs). For CP degree C and a length mix (prompt lengths
-``L_i``, a token-weighted prefix-hit ratio h, so ``P_i = min(h L_i, L_i - 1)``, ``R_i = L_i -
-P_i``), a pool of ``k = G / C`` degree-C workers is modelled as one M/G/k FCFS queue (a
-load-aware router balances the workers) with service times ``S_i = E_C(R_i, P_i)`` (the
-no-queue cost model of paper §3.2, as the paper profiles it). At arrival rate λ the mean wait is
-the Allen-Cunneen approximation ``W(λ) = ErlangC(k, λE[S]) / (k/E[S] - λ) · (1 + c_s²)/2``;
-request i meets its SLO iff ``W + S_i + handoff_i + first_decode <= SLO_i``. The pool capacity
-is the largest λ whose token-weighted SLO attainment is at least ``target_attainment`` times the
-attainment at zero load (requests a degree cannot serve within the SLO even when idle do not
-make its capacity zero); the per-worker capacity ``λ_C`` is that over k. It ignores batching
-(pessimistic for short prompts); a heterogeneous pool's capacity is ``Σ_w λ_{C_w}``.
+under the TTFT SLO*, not counted in GPUs): :class:`CapacityTable` simulates a homogeneous pool
+of degree-C workers of the real simulator (batching, pooling, head-of-line blocking included)
+on the window's length mix and bisects the largest arrival rate keeping token-weighted SLO
+attainment at least ``target_attainment`` (0.9) of its zero-load value; profiles are cached per
+length-class histogram. A composition's capacity is ``Σ_w λ_{C_w}`` (per-worker capacities).
 
 Initial composition (paper §6): among all compositions of the pool with the supported degrees
 whose load ``rate / capacity`` is at most ``initial_max_load``, favour more large-degree
@@ -28,10 +22,12 @@ Runtime rule (paper §6 "Runtime Reconfiguration"; DESIGN.md "Cluster-level cont
 ``window_s`` (paper: 20 s): load ρ = arrival rate of the window / pool capacity for the
 window's mix.
 
-* **split region** ρ >= ``split_load`` for ``k_windows`` consecutive windows: split one worker
-  (more independent lanes);
-* **merge region** ρ <= ``merge_load`` for ``k_windows`` windows: merge one sibling pair (more
-  per-request parallelism at low load);
+* **split region** ρ >= ``split_load`` for ``k_windows`` consecutive windows: split workers
+  (more independent lanes, less GPU time per request) one by one until the projected load is at
+  most ``split_target_load``;
+* **merge region** ρ <= ``merge_load`` for ``k_windows`` windows: merge sibling pairs (more
+  per-request parallelism at low load) while the projected load stays at most
+  ``merge_max_projected_load``;
 * **long-request signal** when load is stable (``merge_load < ρ < split_load``) and the fraction
   of long prompts (``>= long_prompt_tokens``) is at least ``long_fraction_merge`` for
   ``k_windows`` windows: merge;
@@ -49,80 +45,24 @@ workers are eligible).
 
 from __future__ import annotations
 
-import itertools
 import math
 from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from baselines.simple import LeastWorkRouter
 from envs.sim.config import SimConfig
-from envs.sim.cost_model import Calibration, CostModel
+from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig, resolve_composition
+from envs.sim.request import Request, Workload
+from envs.sim.simulator import Simulator
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
                                eligible_operations, get_reconfigurator)
 
 __all__ = ["ControllerConfig", "CapacityProfile", "ReconfigController", "profile_capacity", "slo_for_lengths",
            "enumerate_compositions", "composition_capacity_rps", "initial_composition", "rank_operations",
            "Operation", "OperationRecord", "ReconfigConfig", "apply_operation", "eligible_operations"]
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    """Parameters of :class:`ReconfigController`.
-
-    Args:
-        window_s: observation window [s]; paper §6/§9: 20 s.
-        split_load: lower edge of the split region (load = rate / profiled capacity); 0.85.
-        merge_load: upper edge of the low-load merge region; 0.45.
-        merge_max_projected_load: a merge must keep the projected load at most this (capacity
-            precedence); must lie in [merge_load, split_load); 0.7.
-        k_windows: consecutive windows a condition must hold; 2 (paper: "sustained").
-        long_prompt_tokens: a prompt at least this long is a long request [tokens]; 8192 (the
-            paper's long requests are the 4-8 % of arrivals carrying 32-54 % of tokens, §2).
-        long_fraction_merge: long-request fraction (of arrivals) that signals a merge at stable
-            load; 0.3.
-        target_attainment: capacity = largest rate keeping token-weighted SLO attainment at least
-            this share of its zero-load value; 0.9.
-        min_window_requests: windows with fewer arrivals keep all counters unchanged; 10.
-        max_ops_per_window: operations started per window; 1.
-        reconfig: protocol costs (switch, confirmation).
-
-    These thresholds are not given in the paper's copies; the values are chosen so that the
-    split and merge regions are separated by a band of 0.4 load and a merge cannot land in the
-    split region (documented choice; ``cpgym dynamic`` prints them).
-
-    Raises:
-        ValueError: naming the field, on out-of-range values or overlapping regions.
-    """
-
-    window_s: float = 20.0
-    split_load: float = 0.85
-    merge_load: float = 0.45
-    merge_max_projected_load: float = 0.7
-    k_windows: int = 2
-    long_prompt_tokens: int = 8192
-    long_fraction_merge: float = 0.3
-    target_attainment: float = 0.9
-    min_window_requests: int = 10
-    max_ops_per_window: int = 1
-    reconfig: ReconfigConfig = field(default_factory=ReconfigConfig)
-
-    def __post_init__(self) -> None:
-        def check(cond: bool, msg: str) -> None:
-            if not cond:
-                raise ValueError(msg)
-
-        check(self.window_s > 0 and math.isfinite(self.window_s), f"controller.window_s must be > 0, got {self.window_s}")
-        check(0 < self.merge_load < self.split_load, f"controller.merge_load ({self.merge_load}) must be > 0 and < split_load ({self.split_load})")
-        check(self.merge_load <= self.merge_max_projected_load < self.split_load,
-              f"controller.merge_max_projected_load ({self.merge_max_projected_load}) must be in [merge_load, split_load)")
-        check(isinstance(self.k_windows, int) and self.k_windows >= 1, f"controller.k_windows must be an integer >= 1, got {self.k_windows}")
-        check(self.long_prompt_tokens >= 1, f"controller.long_prompt_tokens must be >= 1, got {self.long_prompt_tokens}")
-        check(0 <= self.long_fraction_merge <= 1, f"controller.long_fraction_merge must be in [0, 1], got {self.long_fraction_merge}")
-        check(0 < self.target_attainment <= 1, f"controller.target_attainment must be in (0, 1], got {self.target_attainment}")
-        check(self.min_window_requests >= 0, f"controller.min_window_requests must be >= 0, got {self.min_window_requests}")
-        check(self.max_ops_per_window >= 1, f"controller.max_ops_per_window must be >= 1, got {self.max_ops_per_window}")
 
 
 # ---------------------------------------------------------------------------------- capacity
@@ -140,94 +80,375 @@ def slo_for_lengths(config: SimConfig, calibration: Calibration, prompt_tokens: 
 
 
 @dataclass(frozen=True)
+class ProfileConfig:
+    """How :class:`CapacityTable` profiles capacity by simulation (see its docstring).
+
+    Args:
+        length_bin_edges_tokens: increasing prompt-length class edges [tokens] of the mix
+            histogram (class j holds ``[edge_j, edge_{j+1})``; shorter prompts fall in the first
+            class, longer ones in the last). Default: powers of two from 512 to 128k plus a first
+            class from 128 (9 classes up to the model's 131,072-token context).
+        mix_tolerance: a mix reuses the profile of a reference mix whose class histogram is
+            within this total-variation distance, in [0, 1); 0.1 (windows of one phase of the
+            ``phases`` workload differ by ~0.02-0.06; a short-heavy and a long-heavy phase by
+            ~0.6). 0 profiles every distinct histogram.
+        num_requests: minimum requests per profiling simulation; 300.
+        duration_s: simulated span of a profiling run near capacity [s]: a run gets
+            ``max(num_requests, ceil(0.75 x bound x duration_s))`` requests, ``bound`` the
+            batching throughput bound; 60 s (three 20 s windows: the capacity is the rate the
+            pool sustains over a few windows — shorter runs never build the backlog of a rate
+            near capacity and over-state it).
+        num_bisection_steps: halvings of the rate interval ``[0, k / mean(E_C - d)]``; 10
+            (resolution 0.1 % of the batching throughput bound).
+        target_attainment: the capacity is the largest rate keeping token-weighted SLO
+            attainment at least this share of its zero-load value, in (0, 1]; 0.9.
+        seed: seeds the profile prompts and arrivals.
+
+    Raises:
+        ValueError: naming the field, on non-increasing edges or out-of-range values.
+    """
+
+    length_bin_edges_tokens: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+    mix_tolerance: float = 0.1
+    num_requests: int = 300
+    duration_s: float = 60.0
+    num_bisection_steps: int = 10
+    target_attainment: float = 0.9
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        e = self.length_bin_edges_tokens
+        if len(e) < 2 or any(not (isinstance(x, int) and x >= 1) for x in e) or any(b <= a for a, b in zip(e, e[1:])):
+            raise ValueError(f"profile.length_bin_edges_tokens must be >= 2 increasing integers >= 1, got {e!r}")
+        if not 0.0 <= self.mix_tolerance < 1.0:
+            raise ValueError(f"profile.mix_tolerance must be in [0, 1), got {self.mix_tolerance}")
+        if not (isinstance(self.num_requests, int) and self.num_requests >= 10):
+            raise ValueError(f"profile.num_requests must be an integer >= 10, got {self.num_requests!r}")
+        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise ValueError(f"profile.duration_s must be a finite number > 0, got {self.duration_s!r}")
+        if not (isinstance(self.num_bisection_steps, int) and self.num_bisection_steps >= 1):
+            raise ValueError(f"profile.num_bisection_steps must be an integer >= 1, got {self.num_bisection_steps!r}")
+        if not 0.0 < self.target_attainment <= 1.0:
+            raise ValueError(f"profile.target_attainment must be in (0, 1], got {self.target_attainment}")
+        if not (isinstance(self.seed, int) and self.seed >= 0):
+            raise ValueError(f"profile.seed must be an integer >= 0, got {self.seed!r}")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.length_bin_edges_tokens) - 1
+
+
+@dataclass(frozen=True)
 class CapacityProfile:
     """Profiled capacity of one degree-C worker for one length mix.
 
     Attributes:
         degree: CP degree C.
         capacity_rps: sustainable arrival rate under the SLO rule [requests/s per worker].
-        capacity_tokens_per_s: ``capacity_rps x mean prompt length`` [prompt tokens/s].
-        mean_service_s: mean no-queue service time ``E[S]`` [s].
-        zero_load_attainment: token-weighted SLO attainment with no queueing, in [0, 1].
+        capacity_tokens_per_s: ``capacity_rps x mean prompt length`` [prompt tokens/s per worker].
+        mean_prompt_tokens: mean (effective, after prefix hits) prompt length of the mix [tokens].
+        zero_load_attainment: token-weighted SLO attainment at (near) zero load, in [0, 1].
+        reference: index of the reference mix in :attr:`CapacityTable.references`.
     """
 
     degree: int
     capacity_rps: float
     capacity_tokens_per_s: float
-    mean_service_s: float
+    mean_prompt_tokens: float
     zero_load_attainment: float
+    reference: int = -1
 
 
-def profile_capacity(cost_model: CostModel, degree: int, prompt_tokens: np.ndarray, ttft_slo_s: np.ndarray,
-                     overhead_s: np.ndarray | float = 0.0, hit_ratio: float = 0.0,
-                     target_attainment: float = 0.9, num_workers: int = 1) -> CapacityProfile:
-    """Capacity of one degree-C worker for a length mix (module docstring: M/G/k + SLO rule).
+@dataclass
+class _ReferenceMix:
+    shares: np.ndarray  # class histogram, shape (num_classes,), sums to 1
+    profiles: dict[int, CapacityProfile] = field(default_factory=dict)
+    lengths: np.ndarray | None = None  # profile prompts [tokens], shared by every degree
+    gaps: np.ndarray | None = None  # cumulative unit-rate Poisson arrival times
+    mix: np.ndarray | None = None  # pilot sample sizing the runs [tokens]
+
+
+class CapacityTable:
+    """Per-CP-degree capacity under the TTFT SLO for length mixes, profiled by simulation and
+    cached (paper §6: capacity is profiled under the TTFT SLO, not counted in GPUs).
+
+    Profile of degree C for a mix: a *homogeneous* pool of ``k = num_gpus // C`` degree-C
+    workers of the real :class:`Simulator` (the run's engine, latency, SLO and prediction-error
+    settings — token-budget batching with step time ``d + Σ(E_C - d)``, FCFS head-of-line
+    blocking, short requests stuck behind long ones — are all included) under the
+    least-outstanding-work router receives ``max(num_requests, 0.75 x bound x duration_s)``
+    uncached prompts drawn (seeded) from the mix's class histogram (class by its share, length
+    log-uniform inside the class), as a Poisson stream (unit-rate gaps
+    scaled by 1/λ: common random numbers over λ). The pool capacity is the largest λ
+    (bisection on ``[0, k / mean(E_C - d)]``, the batching throughput bound) whose
+    token-weighted SLO attainment is at least ``target_attainment`` times the zero-load
+    attainment (a simulation at 1e-3 of the bound); if that is 0 (a fixed SLO below the
+    isolated prefill) the criterion is a mean TTFT at most twice the zero-load mean. The
+    per-worker capacity ``λ_C`` is the pool capacity / k, and a composition's capacity is
+    ``Σ_w λ_{C_w}`` (a heterogeneous pool is approximated by its per-degree parts).
+
+    Prefix hits enter as shorter prompts: with a mean prefix hit of P̄ tokens per request a
+    prompt of L tokens counts as ``max(1, L - P̄)`` (a shared-system-prompt model: the hit is
+    about the same number of tokens for short and long prompts; scaling L by a token-weighted
+    hit ratio instead shrank the long prompts' quadratic cost and over-stated a 5 %-long mix's
+    capacity by ~45 %; the SLO of the shorter prompt is used: slightly pessimistic). Mixes are cached by their class histogram over
+    ``length_bin_edges_tokens``: a mix within ``mix_tolerance`` (total variation) of a
+    profiled reference mix reuses its profiles, so a run pays one profile per distinct regime
+    (one per degree: ``1 + num_bisection_steps`` simulations, ~1-4 s for a 40-GPU pool).
+
+    Why simulation rather than a closed form: the earlier M/G/k (Allen-Cunneen) model treated a
+    worker as serving one request at a time and found no composition of the 40-GPU pool with
+    enough capacity for the phases workload; a per-length-class table combined by time sharing
+    missed the head-of-line blocking of short requests behind the few long ones (it over-stated
+    the capacity of a 5 %-long mix by ~25 %). Simulating the mix on a homogeneous pool captures
+    batching, pooling over k workers (more, smaller workers queue less) and head-of-line
+    blocking, at the price of a few seconds per regime.
 
     Args:
-        cost_model: predicted ``E_C(R, P)``.
-        degree: CP degree C.
-        prompt_tokens: shape (n,), prompt lengths L of the mix [tokens].
-        ttft_slo_s: shape (n,) or scalar, each request's TTFT SLO [s].
-        overhead_s: shape (n,) or scalar, TTFT outside the pool (KV hand-off + first decode) [s].
-        hit_ratio: token-weighted prefix-hit share in [0, 1).
-        target_attainment: share of the zero-load attainment to keep, in (0, 1].
-        num_workers: k, the number of degree-C workers sharing the load (the pool's GPUs / C):
-            the pool is approximated as one M/G/k queue (a load-aware router balances the
-            workers), and the result is per worker (pool capacity / k).
+        config: the run's :class:`SimConfig` (its pool supplies ``num_gpus``; the profile pool
+            is homogeneous).
+        calibration: cost model and memory figures.
+        profile: :class:`ProfileConfig`.
+    """
+
+    def __init__(self, config: SimConfig, calibration: Calibration, profile: ProfileConfig | None = None) -> None:
+        self.config = config
+        self.calibration = calibration
+        self.profile = profile or ProfileConfig()
+        self._edges = np.asarray(self.profile.length_bin_edges_tokens, float)
+        self.references: list[_ReferenceMix] = []
+        self.num_simulations = 0
+
+    def length_class(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        """Class index of each prompt length, shape like ``prompt_tokens``."""
+        j = np.searchsorted(self._edges, np.asarray(prompt_tokens, float), side="right") - 1
+        return np.clip(j, 0, self.profile.num_classes - 1)
+
+    def shares(self, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> np.ndarray:
+        """Class histogram (request shares, shape ``(num_classes,)``) of a mix whose requests
+        hit ``mean_cached_tokens`` prefix tokens on average (prompt ``L`` counts as
+        ``max(1, L - mean_cached_tokens)``).
+
+        Raises:
+            ValueError: on an empty mix or a negative ``mean_cached_tokens``.
+        """
+        L = np.asarray(prompt_tokens, float)
+        if L.size == 0:
+            raise ValueError("a capacity profile needs a non-empty length mix")
+        if not (mean_cached_tokens >= 0.0 and math.isfinite(mean_cached_tokens)):
+            raise ValueError(f"mean_cached_tokens must be a finite number >= 0, got {mean_cached_tokens}")
+        Le = np.maximum(1.0, np.floor(L - mean_cached_tokens))
+        return np.bincount(self.length_class(Le), minlength=self.profile.num_classes) / L.size
+
+    def _reference(self, shares: np.ndarray) -> int:
+        best, best_d = -1, math.inf
+        for i, ref in enumerate(self.references):
+            d = 0.5 * float(np.abs(ref.shares - shares).sum())
+            if d < best_d:
+                best, best_d = i, d
+        if best >= 0 and best_d <= self.profile.mix_tolerance:
+            return best
+        self.references.append(_ReferenceMix(np.asarray(shares, float).copy()))
+        return len(self.references) - 1
+
+    def mix_profile(self, degree: int, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> CapacityProfile:
+        """Capacity of one degree-C worker (in a homogeneous pool of the run's GPUs) for a mix.
+
+        Args:
+            degree: CP degree C, >= 1 and at most the pool's GPUs.
+            prompt_tokens: shape (n,), prompt lengths of the mix [tokens], n >= 1.
+            mean_cached_tokens: mean prefix hit per request [tokens], >= 0.
+
+        Raises:
+            ValueError: on an empty mix, a bad degree or a negative ``mean_cached_tokens``.
+        """
+        return self.shares_profile(degree, self.shares(prompt_tokens, mean_cached_tokens))
+
+    def shares_profile(self, degree: int, shares: np.ndarray) -> CapacityProfile:
+        """Capacity of one degree-C worker for a mix given by its class histogram.
+
+        Args:
+            degree: CP degree C, >= 1 and at most the pool's GPUs.
+            shares: shape ``(num_classes,)``, request shares per length class, sum 1.
+
+        Raises:
+            ValueError: on a bad degree or histogram.
+        """
+        if not 1 <= degree <= self.config.pool.num_gpus:
+            raise ValueError(f"degree must be in [1, {self.config.pool.num_gpus}], got {degree}")
+        shares = np.asarray(shares, float)
+        if shares.shape != (self.profile.num_classes,) or np.any(shares < 0) or abs(shares.sum() - 1.0) > 1e-6:
+            raise ValueError(f"shares must be {self.profile.num_classes} non-negative request shares summing to 1")
+        i = self._reference(shares)
+        ref = self.references[i]
+        p = ref.profiles.get(degree)
+        if p is None:
+            p = ref.profiles[degree] = self._profile(degree, ref.shares, i)
+        return p
+
+    def profiles(self, degrees, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> dict[int, CapacityProfile]:
+        """:meth:`mix_profile` for each degree in ``degrees``."""
+        return {d: self.mix_profile(d, prompt_tokens, mean_cached_tokens) for d in degrees}
+
+    def profiled(self) -> list[CapacityProfile]:
+        """Every profile computed so far, by reference mix then degree."""
+        return [ref.profiles[d] for ref in self.references for d in sorted(ref.profiles)]
+
+    def _sample(self, shares: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
+        cls = rng.choice(len(shares), size=n, p=shares / shares.sum())
+        lo, hi = np.log(self._edges[cls]), np.log(self._edges[cls + 1])
+        return np.exp(rng.uniform(lo, hi)).astype(np.int64)
+
+    def _num_requests(self, degree: int, mix: np.ndarray) -> int:
+        cm = self.calibration.cost_model()
+        k = max(1, self.config.pool.num_gpus // degree)
+        work = cm.a * mix + (cm.c * mix + cm.alpha * mix * (mix + 1) * 0.5) / degree  # E_C(L, 0) - d
+        return max(self.profile.num_requests, math.ceil(0.75 * k / float(work.mean()) * self.profile.duration_s))
+
+    def _profile(self, degree: int, shares: np.ndarray, ref_index: int) -> CapacityProfile:
+        pc = self.profile
+        pool0 = self.config.pool
+        k = max(1, pool0.num_gpus // degree)  # workers of a homogeneous degree-C pool
+        cal = self.calibration
+        cm = cal.cost_model()
+        ref = self.references[ref_index]
+        if ref.lengths is None:
+            # one sample per reference mix, long enough for every supported degree: degree C uses
+            # its first n_C prompts and arrivals (common random numbers across degrees)
+            rng = np.random.default_rng(np.random.SeedSequence([pc.seed, ref_index]))
+            mix = self._sample(shares, rng, 2000).astype(float)
+            n_max = max(self._num_requests(C, mix) for C in set(pool0.supported_degrees) | {1, degree})  # CP-1 needs most
+            ref.lengths = self._sample(shares, rng, n_max)
+            ref.gaps = np.cumsum(rng.exponential(1.0, n_max))
+            ref.mix = mix
+        n = min(self._num_requests(degree, ref.mix), ref.lengths.size)
+        L = ref.lengths[:n]
+        gaps = ref.gaps[:n]
+        bs = 512
+        hashes, h = [], 0
+        for x in L.tolist():
+            nb = -(-x // bs)
+            hashes.append(tuple(range(h, h + nb)))
+            h += nb
+        gpn = max(degree, pool0.gpus_per_node - pool0.gpus_per_node % degree)
+        pool = PoolConfig(num_gpus=k * degree, gpus_per_node=gpn, composition=f"cp{degree}x{k}", supported_degrees=(degree,),
+                          allow_cross_node=True)
+        cfg = replace(self.config, pool=pool, horizon_s=None, record_events=False)
+        Lf = L.astype(float)
+        if int(L.max()) > min(cal.max_prompt_tokens, cal.kv_capacity_tokens(degree)):
+            return CapacityProfile(degree, 0.0, 0.0, float(Lf.mean()), 0.0, ref_index)
+        work = cm.a * Lf + (cm.c * Lf + cm.alpha * Lf * (Lf + 1) * 0.5) / degree  # E_C(L, 0) - d
+        bound = k / float(work.mean())
+        weights = Lf / Lf.sum()
+
+        def simulate(lam: float) -> tuple[float, float]:
+            self.num_simulations += 1
+            reqs = tuple(Request(i, float(t), int(x), 1, hs) for i, (t, x, hs) in enumerate(zip((gaps / lam).tolist(), L.tolist(), hashes)))
+            res = Simulator(Workload("capacity-profile", reqs, kv_block_size_tokens=bs), cfg, cal).run(LeastWorkRouter())
+            ttft = res.records["ttft_s"]
+            ok = ttft <= res.records["ttft_slo_s"]
+            return float((weights * ok).sum()), float(np.nanmean(ttft))
+
+        a0, t0 = simulate(1e-3 * bound)
+        if a0 > 0.0:
+            goal = pc.target_attainment * a0
+
+            def good(lam: float) -> bool:
+                return simulate(lam)[0] >= goal
+        else:
+            def good(lam: float) -> bool:
+                return simulate(lam)[1] <= 2.0 * t0
+        lo_r, hi_r = 0.0, bound
+        for _ in range(pc.num_bisection_steps):
+            mid = 0.5 * (lo_r + hi_r)
+            if good(mid):
+                lo_r = mid
+            else:
+                hi_r = mid
+        lam = lo_r / k
+        return CapacityProfile(degree, lam, lam * float(Lf.mean()), float(Lf.mean()), a0, ref_index)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Parameters of :class:`ReconfigController`.
+
+    Args:
+        window_s: observation window [s]; paper §6/§9: 20 s.
+        split_load: lower edge of the split region (load = rate / profiled capacity); 0.95
+            (on the phases workload an all-CP-2 pool beats an all-CP-4 one in mean TTFT only
+            from a profiled CP-4 load of ~0.9-1.0: below it CP-4's lower latency wins).
+        split_target_load: splits of one window continue (one worker each, up to
+            ``max_ops_per_window``) until the projected load is at most this; in
+            (merge_load, split_load]; 0.85.
+        merge_load: upper edge of the low-load merge region; 0.6.
+        merge_max_projected_load: a merge must keep the projected load at most this (capacity
+            precedence); must lie in [merge_load, split_load); 0.75.
+        k_windows: consecutive windows a condition must hold; 2 (paper: "sustained").
+        long_prompt_tokens: a prompt at least this long is a long request [tokens]; 8192 (the
+            paper's long requests are the 4-8 % of arrivals carrying 32-54 % of tokens, §2).
+        long_fraction_merge: long-request fraction (of arrivals) that signals a merge at stable
+            load; 0.3.
+        min_window_requests: windows with fewer arrivals keep all counters unchanged; 10.
+        max_ops_per_window: operations started per window (each on different workers; a worker
+            is in at most one operation, paper §6); 8 — a 40-GPU {2,4} pool can move from all
+            CP-2 to all CP-4 in two windows when capacity allows, and the projected-load bounds
+            stop it earlier.
+        mix_smoothing: weight of the newest window in the exponentially smoothed length-class
+            histogram the capacity is profiled for, in (0, 1]; 0.5 (a 20 s window of a
+            long-heavy phase holds only ~100 requests, whose tail alone moves the profiled
+            capacity by +-30 %; 0.5 follows a phase change within two windows, the same lag as
+            ``k_windows``).
+        mix_change_distance: a window whose class histogram is farther than this (total
+            variation) from the smoothed one replaces it (a regime change is not smoothed over:
+            the first short-heavy window after a long-heavy phase would otherwise look
+            overloaded); 0.3 (same-phase windows differ by < 0.15, phases by ~0.6).
+        profile: capacity profiling (:class:`ProfileConfig`).
+        reconfig: protocol costs (switch, confirmation).
+
+    These thresholds are not given in the paper's copies; they were tuned on the ``phases``
+    workload with the roofline calibration (``results/issue4/README.md``): the split and merge
+    regions are separated by a band of 0.35 load, and neither a merge nor a split can land in
+    the other's region (projected loads), so the controller cannot flap on stationary load.
 
     Raises:
-        ValueError: on an empty mix, a degree < 1 or a ratio outside its range.
+        ValueError: naming the field, on out-of-range values or overlapping regions.
     """
-    L = np.asarray(prompt_tokens, dtype=float)
-    if L.size == 0:
-        raise ValueError("profile_capacity needs a non-empty length mix")
-    if degree < 1:
-        raise ValueError(f"degree must be >= 1, got {degree}")
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    if not 0.0 <= hit_ratio < 1.0:
-        raise ValueError(f"hit_ratio must be in [0, 1), got {hit_ratio}")
-    if not 0.0 < target_attainment <= 1.0:
-        raise ValueError(f"target_attainment must be in (0, 1], got {target_attainment}")
-    P = np.minimum(np.floor(hit_ratio * L), L - 1)
-    R = L - P
-    cm = cost_model
-    S = cm.d + cm.a * R + cm.b * P + (cm.c * R + cm.alpha * (R * P + R * (R + 1) * 0.5)) / degree
-    slack = np.broadcast_to(np.asarray(ttft_slo_s, float), L.shape) - np.broadcast_to(np.asarray(overhead_s, float), L.shape) - S
-    es, es2 = float(S.mean()), float((S * S).mean())
-    total = float(L.sum())
 
-    k = num_workers
-    cs2 = es2 / (es * es) - 1.0
+    window_s: float = 20.0
+    split_load: float = 0.95
+    split_target_load: float = 0.85
+    merge_load: float = 0.6
+    merge_max_projected_load: float = 0.75
+    k_windows: int = 2
+    long_prompt_tokens: int = 8192
+    long_fraction_merge: float = 0.3
+    min_window_requests: int = 10
+    max_ops_per_window: int = 8
+    mix_smoothing: float = 0.5
+    mix_change_distance: float = 0.3
+    profile: ProfileConfig = field(default_factory=lambda: ProfileConfig())
+    reconfig: ReconfigConfig = field(default_factory=ReconfigConfig)
 
-    def attainment(lam: float) -> float:
-        a = lam * es  # offered load [Erlangs]
-        if a >= k:
-            return 0.0
-        # Erlang C by the stable recursion on the Erlang B formula, then the M/G/k
-        # Allen-Cunneen approximation W = C(k, a) / (k/E[S] - lam) * (1 + cs^2) / 2.
-        b = 1.0
-        for j in range(1, k + 1):
-            b = a * b / (j + a * b)
-        c_wait = b / (1.0 - (a / k) * (1.0 - b))
-        wait = c_wait / (k / es - lam) * (1.0 + cs2) / 2.0
-        return float(L[slack >= wait].sum()) / total
+    def __post_init__(self) -> None:
+        def check(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ValueError(msg)
 
-    a0 = attainment(0.0)
-    goal = target_attainment * a0
-    lo, hi = 0.0, k / es
-    if a0 <= 0.0:
-        lam = 0.0
-    else:
-        for _ in range(50):
-            mid = 0.5 * (lo + hi)
-            if attainment(mid) >= goal:
-                lo = mid
-            else:
-                hi = mid
-        lam = lo
-    lam /= k
-    return CapacityProfile(degree, lam, lam * float(L.mean()), es, a0)
+        check(self.window_s > 0 and math.isfinite(self.window_s), f"controller.window_s must be > 0, got {self.window_s}")
+        check(0 < self.merge_load < self.split_load, f"controller.merge_load ({self.merge_load}) must be > 0 and < split_load ({self.split_load})")
+        check(self.merge_load <= self.merge_max_projected_load < self.split_load,
+              f"controller.merge_max_projected_load ({self.merge_max_projected_load}) must be in [merge_load, split_load)")
+        check(self.merge_load < self.split_target_load <= self.split_load,
+              f"controller.split_target_load ({self.split_target_load}) must be in (merge_load, split_load]")
+        check(isinstance(self.k_windows, int) and self.k_windows >= 1, f"controller.k_windows must be an integer >= 1, got {self.k_windows}")
+        check(self.long_prompt_tokens >= 1, f"controller.long_prompt_tokens must be >= 1, got {self.long_prompt_tokens}")
+        check(0 <= self.long_fraction_merge <= 1, f"controller.long_fraction_merge must be in [0, 1], got {self.long_fraction_merge}")
+        check(self.min_window_requests >= 0, f"controller.min_window_requests must be >= 0, got {self.min_window_requests}")
+        check(0 < self.mix_change_distance <= 1, f"controller.mix_change_distance must be in (0, 1], got {self.mix_change_distance}")
+        check(0 < self.mix_smoothing <= 1, f"controller.mix_smoothing must be in (0, 1], got {self.mix_smoothing}")
+        check(isinstance(self.max_ops_per_window, int) and self.max_ops_per_window >= 1,
+              f"controller.max_ops_per_window must be an integer >= 1, got {self.max_ops_per_window}")
 
 
 def enumerate_compositions(pool: PoolConfig) -> list[str]:
@@ -269,38 +490,36 @@ def composition_capacity_rps(counts: dict[int, int], profiles: dict[int, Capacit
 
 
 def initial_composition(pool: PoolConfig, config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray,
-                        rate_rps: float, hit_ratio: float = 0.0, max_load: float = 0.65,
-                        target_attainment: float = 0.9) -> tuple[str, dict]:
+                        rate_rps: float, mean_cached_tokens: float = 0.0, max_load: float = 0.8,
+                        table: CapacityTable | None = None) -> tuple[str, dict]:
     """Initial composition from historical demand (paper §6); see the module docstring.
 
     Args:
         pool: GPUs, topology and supported degrees (its ``composition`` is ignored).
-        config, calibration: SLO rule and cost model.
+        config, calibration: engine, SLO rule and cost model (used by a new ``table``).
         prompt_tokens: shape (n,), historical prompt lengths [tokens].
         rate_rps: historical arrival rate [requests/s].
-        hit_ratio: historical token-weighted prefix-hit share.
-        max_load: a composition has enough capacity if ``rate / capacity <= max_load``.
+        mean_cached_tokens: historical mean prefix hit per request [tokens] (0: unknown, pessimistic).
+        max_load: a composition has enough capacity if ``rate / capacity <= max_load``; 0.8
+            (below the controller's split region, so the start does not trigger a split).
+        table: capacity profiles to use (and fill); default a new :class:`CapacityTable`.
 
     Returns:
         ``(composition, info)`` with ``info`` = ``{"capacity_rps", "load", "feasible",
-        "profiles": {degree: capacity_rps}}``.
+        "profiles": {degree: capacity_rps per worker for the mix}}``.
     """
-    cm = calibration.cost_model()
-    L = np.asarray(prompt_tokens, float)
-    slo = slo_for_lengths(config, calibration, L)
-    overhead = L * calibration.kv_bytes_per_token / config.latency.kv_handoff_bandwidth_bytes_per_s + config.latency.first_decode_step_s
-    profiles = {d: profile_capacity(cm, d, L, slo, overhead, hit_ratio, target_attainment, max(1, pool.num_gpus // d))
-                for d in pool.supported_degrees}
+    table = table or CapacityTable(config, calibration)
+    profiles = table.profiles(pool.supported_degrees, prompt_tokens, mean_cached_tokens)
+    info_profiles = {d: p.capacity_rps for d, p in profiles.items()}
     best, best_cap = None, -1.0
     for comp in enumerate_compositions(pool):  # most large-degree workers first
         cap = composition_capacity_rps(_degree_counts(comp, pool), profiles)
         if cap > 0 and rate_rps / cap <= max_load:
-            return comp, {"capacity_rps": cap, "load": rate_rps / cap, "feasible": True,
-                          "profiles": {d: p.capacity_rps for d, p in profiles.items()}}
+            return comp, {"capacity_rps": cap, "load": rate_rps / cap, "feasible": True, "profiles": info_profiles}
         if cap > best_cap:
             best, best_cap = comp, cap
     return best, {"capacity_rps": best_cap, "load": rate_rps / best_cap if best_cap > 0 else math.inf, "feasible": False,
-                  "profiles": {d: p.capacity_rps for d, p in profiles.items()}}
+                  "profiles": info_profiles}
 
 
 def rank_operations(sim, ops: list[Operation]) -> list[Operation]:
@@ -318,32 +537,33 @@ class ReconfigController:
 
     Args:
         config: :class:`ControllerConfig`.
+        table: capacity profiles to share (e.g. with :func:`initial_composition`); default a new
+            :class:`CapacityTable` for the simulator's config and calibration, built lazily.
 
     After a run, ``windows`` holds one dict per window (time, rate, capacity, load, long
     fraction, hit ratio, action) — also in ``SimResult.extras["controller_windows"]``.
     """
 
-    def __init__(self, config: ControllerConfig | None = None) -> None:
+    def __init__(self, config: ControllerConfig | None = None, table: CapacityTable | None = None) -> None:
         self.config = config or ControllerConfig()
+        self.table = table
         self.windows: list[dict] = []
 
     def attach(self, sim) -> None:
         cfg = self.config
         self.sim = sim
         self.reconfig = get_reconfigurator(sim, cfg.reconfig)
+        if self.table is None:
+            self.table = CapacityTable(sim.config, sim.calibration, cfg.profile)
         reqs = sim.workload.requests
         self._arrivals = np.array([r.arrival_time_s for r in reqs], dtype=float)
         self._lengths = np.array([r.num_prompt_tokens for r in reqs], dtype=float)
         self._last_arrival_s = float(self._arrivals[-1]) if len(reqs) else 0.0
-        cal = sim.calibration
-        self._slo = np.array([sim.ttft_slo_s(i) for i in range(len(reqs))], dtype=float)
-        lat = sim.config.latency
-        self._overhead = self._lengths * cal.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s + lat.first_decode_step_s
         self._hit_tokens = 0
-        self._tokens = 0
-        self._hit_ratio = 0.0
+        self._num_finished = 0
+        self._mean_cached_tokens = 0.0
+        self._shares: np.ndarray | None = None
         self._above = self._below = self._long = 0
-        self._last_mix: np.ndarray | None = None
         sim.finish_listeners.append(self._on_finish)
         sim.extras_providers.append(lambda: {"controller_windows": list(self.windows)})
         sim.attachments["controller"] = self
@@ -354,19 +574,21 @@ class ReconfigController:
             sim.schedule(cfg.window_s, self._priority, self._on_window, None)
 
     def _on_finish(self, sim, batch, w) -> None:
-        # Token-weighted prefix-hit ratio of the window (from the simulator's request records).
-        for req in batch:
-            self._tokens += req.num_prompt_tokens
+        # Mean prefix hit per request of the window (from the simulator's request records).
+        self._num_finished += len(batch)
         self._hit_tokens += sum(sim.num_cached_tokens(req.request_id) for req in batch)
 
     # --- one window --------------------------------------------------------------------------
     def profiles(self, idx: np.ndarray) -> dict[int, CapacityProfile]:
-        """Per-degree capacity profiles for the requests ``idx`` of the workload."""
-        sim = self.sim
-        return {d: profile_capacity(sim.cost_model, d, self._lengths[idx], self._slo[idx], self._overhead[idx],
-                                    min(self._hit_ratio, 0.99), self.config.target_attainment,
-                                    max(1, sim.config.pool.num_gpus // d))
-                for d in sim.config.pool.supported_degrees}
+        """Per-degree capacity profiles (per worker) for the smoothed length mix after adding the
+        requests ``idx`` of the workload (updates the smoothed class histogram)."""
+        s = self.table.shares(self._lengths[idx], self._mean_cached_tokens)
+        a = self.config.mix_smoothing
+        if self._shares is None or 0.5 * float(np.abs(s - self._shares).sum()) > self.config.mix_change_distance:
+            self._shares = s  # a regime change (e.g. a new phase): no smoothing across it
+        else:
+            self._shares = (1.0 - a) * self._shares + a * s
+        return {d: self.table.shares_profile(d, self._shares) for d in self.sim.config.pool.supported_degrees}
 
     def _on_window(self, _payload) -> None:
         sim = self.sim
@@ -377,10 +599,10 @@ class ReconfigController:
         i0 = bisect_left(self._arrivals, now - cfg.window_s)
         i1 = bisect_left(self._arrivals, now)
         n = i1 - i0
-        if self._tokens:
-            self._hit_ratio = self._hit_tokens / self._tokens
-        self._hit_tokens = self._tokens = 0
-        entry = {"time_s": now, "num_arrivals": n, "rate_rps": n / cfg.window_s, "hit_ratio": self._hit_ratio,
+        if self._num_finished:
+            self._mean_cached_tokens = self._hit_tokens / self._num_finished
+        self._hit_tokens = self._num_finished = 0
+        entry = {"time_s": now, "num_arrivals": n, "rate_rps": n / cfg.window_s, "mean_cached_tokens": self._mean_cached_tokens,
                  "capacity_rps": math.nan, "load": math.nan, "long_fraction": math.nan, "action": "none"}
         self.windows.append(entry)
         if n < max(1, cfg.min_window_requests):
@@ -409,27 +631,30 @@ class ReconfigController:
             return
         started = []
         for _ in range(cfg.max_ops_per_window):
+            if kind == SPLIT and started and rate / cap <= cfg.split_target_load:
+                break  # enough capacity added
             ops = [op for op in self.reconfig.eligible_operations() if op.kind == kind]
-            if kind == MERGE:
-                ok = []
-                for op in ops:
-                    C = sim.workers[op.worker_ids[0]].degree
+            ok, new_caps = [], {}
+            for op in ops:
+                C = sim.workers[op.worker_ids[0]].degree
+                if kind == SPLIT:
+                    new_cap = cap - profiles[C].capacity_rps + 2 * profiles[C // 2].capacity_rps
+                    if new_cap > cap:  # a split must add capacity
+                        ok.append(op)
+                else:
                     new_cap = cap - 2 * profiles[C].capacity_rps + profiles[2 * C].capacity_rps
                     if new_cap > 0 and rate / new_cap <= cfg.merge_max_projected_load:
                         ok.append(op)
-                ops = ok
-            if not ops:
+                new_caps[op] = new_cap
+            if not ok:
                 break
-            op = rank_operations(sim, ops)[0]
+            op = rank_operations(sim, ok)[0]
             self.reconfig.apply(op)
             started.append(str(op))
-            C = sim.workers[op.worker_ids[0]].degree  # still present (DRAINING) until its switch ends
-            if kind == SPLIT:
-                cap += 2 * profiles[C // 2].capacity_rps - profiles[C].capacity_rps
-            else:
-                cap += profiles[2 * C].capacity_rps - 2 * profiles[C].capacity_rps
+            cap = new_caps[op]
         if started:
             entry["action"] = ";".join(started)
+            entry["projected_load"] = rate / cap if cap > 0 else math.inf
             self._above = self._below = self._long = 0
         else:
             entry["action"] = f"{kind}-blocked"

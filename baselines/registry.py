@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from baselines.controller import ReconfigController, adaptive_policy_router
 from baselines.industry import (DynamoKVRouter, LlmdRouter, MooncakeTTFTRouter, SGLangCacheAwareRouter,
                                 StaticThresholdRouter, TensorParallelCostForm, VllmDPRouter, homogeneous_composition)
 from baselines.simple import LeastWorkRouter, PrefixAffinityRouter, RandomRouter, RoundRobinRouter
@@ -69,20 +70,20 @@ POLICIES: dict[str, PolicySpec] = {
     "prefix-affinity": PolicySpec("prefix-affinity", PrefixAffinityRouter, "longest ready prefix hit, ties to less work", "cache-affinity routing (e.g. SGLang/llm-d prefix scorers, without load balance)"),
     # --- issue #3: Vertumnus (paper §5) and its ablations, on the run's (heterogeneous) pool
     "vertumnus": PolicySpec("vertumnus", lambda: VertumnusRouter(VertumnusParams(), "vertumnus"),
-                            "Vertumnus cost J = q + beta*s + lambda*(C*s - Cmin*E_Cmin), beta=1, lambda=1", "paper §5; defaults: baselines/vertumnus.py"),
+                            "Vertumnus cost J = q + beta*s + lambda*(C*s - Cmin*E_Cmin), beta=3, lambda=1", "paper §5; defaults: baselines/vertumnus.py"),
     "vertumnus-lambda0": PolicySpec("vertumnus-lambda0", lambda: VertumnusRouter(VertumnusParams(lambda_=0.0), "vertumnus-lambda0"),
                                     "ablation: Vertumnus without the GPU-time term (lambda=0)", "paper §5 ablation"),
-    "vertumnus-beta3": PolicySpec("vertumnus-beta3", lambda: VertumnusRouter(VertumnusParams(beta=3.0), "vertumnus-beta3"),
-                                  "ablation: Vertumnus with larger beta=3 (service time / cache emphasis)", "paper §5 ablation; walk-through beta=3 example"),
+    "vertumnus-beta1": PolicySpec("vertumnus-beta1", lambda: VertumnusRouter(VertumnusParams(beta=1.0), "vertumnus-beta1"),
+                                  "ablation: Vertumnus with beta=1 (J = predicted TTFT q + s plus the GPU-time term)", "paper §5 ablation (beta lower bound)"),
     "vertumnus-no-reservation": PolicySpec("vertumnus-no-reservation", lambda: VertumnusRouter(VertumnusParams(reservation=False), "vertumnus-no-reservation"),
                                            "ablation: Vertumnus seeing q_w as of each worker's last step boundary (no reservation)", "paper §5 ablation"),
     "vertumnus-length-only": PolicySpec("vertumnus-length-only", lambda: VertumnusRouter(VertumnusParams(length_only=True), "vertumnus-length-only"),
                                         "ablation: CP degree by prompt length only (cache/load blind), least q_w within it", "paper §1/§5 length-only routing"),
     # --- paper §9 baselines
-    "homogeneous-cp2": PolicySpec("homogeneous-cp2", lambda: VertumnusRouter(VertumnusParams(), "homogeneous-cp2"),
+    "homogeneous-cp2": PolicySpec("homogeneous-cp2", lambda: VertumnusRouter(VertumnusParams(beta=1.0), "homogeneous-cp2"),
                                   "all CP-2 workers (cp2x20 at 40 GPUs); least work + prefix (q + s)", "paper §9 homogeneous baseline",
                                   composition=homogeneous_composition(2)),
-    "homogeneous-cp4": PolicySpec("homogeneous-cp4", lambda: VertumnusRouter(VertumnusParams(), "homogeneous-cp4"),
+    "homogeneous-cp4": PolicySpec("homogeneous-cp4", lambda: VertumnusRouter(VertumnusParams(beta=1.0), "homogeneous-cp4"),
                                   "all CP-4 workers (cp4x10 at 40 GPUs); least work + prefix (q + s)", "paper §9 homogeneous baseline",
                                   composition=homogeneous_composition(4)),
     "static-threshold": PolicySpec("static-threshold", _named(StaticThresholdRouter, "static-threshold"),
@@ -100,7 +101,7 @@ POLICIES: dict[str, PolicySpec] = {
                             "ai-dynamo KV router cost, weight 1, temperature 0"),
     "mooncake-ttft": PolicySpec("mooncake-ttft", _named(MooncakeTTFTRouter, "mooncake-ttft"), "min predicted TTFT = q_w + E_C(R,P) with local hit",
                                 "Mooncake (FAST'25) conductor"),
-    "vertumnus-adaptive": PolicySpec("vertumnus-adaptive", lambda: __import__("baselines.controller", fromlist=["x"]).adaptive_policy_router(), "Vertumnus router + split/merge controller (20 s windows) on the run's pool", "paper §5-§6; baselines/controller.py", make_attachments=lambda: [__import__("baselines.controller", fromlist=["x"]).ReconfigController()]),
+    "vertumnus-adaptive": PolicySpec("vertumnus-adaptive", adaptive_policy_router, "Vertumnus router + split/merge controller (20 s windows) on the run's pool", "paper §5-§6; baselines/controller.py", make_attachments=lambda: [ReconfigController()]),
 }
 
 # --- issue #5: Vertumnus + global prefix-cache manager (paper §7)
@@ -111,7 +112,7 @@ POLICIES["vertumnus-global-cache"] = with_global_cache(POLICIES["vertumnus"])
 SUITES: dict[str, tuple[str, ...]] = {
     "paper": ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware"),
     "industry": ("vertumnus", "sglang-cache-aware", "llm-d", "dynamo-kv", "mooncake-ttft", "least-work", "prefix-affinity"),
-    "ablations": ("vertumnus", "vertumnus-lambda0", "vertumnus-beta3", "vertumnus-no-reservation", "vertumnus-length-only"),
+    "ablations": ("vertumnus", "vertumnus-lambda0", "vertumnus-beta1", "vertumnus-no-reservation", "vertumnus-length-only"),
 }
 
 

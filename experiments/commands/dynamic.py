@@ -3,10 +3,10 @@
 Workload: the named ``phases`` generator (``envs.workloads``): ``--num-phases`` phases of
 ``--phase-duration-s`` alternating short-request-heavy and long-request-heavy traffic, with a
 rising rate inside every phase (``rising_rate=True``: linear ramp from 0.5x to 1.5x the phase
-rate). The phase rates are the generator's defaults (80 req/s short phases with 5 % long
-prompts, 18 req/s long phases with 60 % long prompts) times ``--rate-scale`` (default 0.5, so
-that the peaks load the 40-GPU pool without an unbounded backlog under the shipped
-calibration).
+rate). Mean phase rates ``--short-rate-rps`` (default 40 req/s, 5 % long prompts) and
+``--long-rate-rps`` (default 6 req/s, 60 % long prompts), both times ``--rate-scale``: sized
+with the profiled capacities so that both phase kinds peak near the pool's capacity under the
+shipped calibration (see ``DEFAULT_SHORT_RATE_RPS``).
 
 Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
 
@@ -27,15 +27,28 @@ from __future__ import annotations
 import argparse
 import sys
 
-DEFAULT_RATE_SCALE = 0.5
+#: Mean phase rates [requests/s] (the ``phases`` generator's rising rate runs 0.5x -> 1.5x of
+#: them). Chosen with the profiled capacities of the roofline calibration (``CapacityTable``,
+#: 40 GPUs, {2, 4}) so that both phase kinds peak at about the capacity of an all-CP-4 pool
+#: (load ~1.0; ~0.85-0.9 of an all-CP-2 pool) and start at a third of it: CP-4 is best early in
+#: a phase, more CP-2 at its peak, so the composition matters in both directions. The generator's
+#: own defaults (90 / 18 req/s) size the phases by linear token throughput and overload every
+#: composition in the long-heavy phases (attention is quadratic).
+DEFAULT_SHORT_RATE_RPS = 40.0
+DEFAULT_LONG_RATE_RPS = 6.0
+DEFAULT_RATE_SCALE = 1.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload (phases generator)")
     g.add_argument("--num-phases", type=int, default=4, help="phases, alternating short-heavy / long-heavy (default 4)")
     g.add_argument("--phase-duration-s", type=float, default=150.0, help="duration of one phase [s] (default 150)")
+    g.add_argument("--short-rate-rps", type=float, default=DEFAULT_SHORT_RATE_RPS,
+                   help=f"mean arrival rate of short-heavy phases [req/s] (default {DEFAULT_SHORT_RATE_RPS:g})")
+    g.add_argument("--long-rate-rps", type=float, default=DEFAULT_LONG_RATE_RPS,
+                   help=f"mean arrival rate of long-heavy phases [req/s] (default {DEFAULT_LONG_RATE_RPS:g})")
     g.add_argument("--rate-scale", type=float, default=DEFAULT_RATE_SCALE,
-                   help=f"multiply the generator's phase rates (80 / 18 req/s) by this (default {DEFAULT_RATE_SCALE})")
+                   help=f"multiply both phase rates by this (default {DEFAULT_RATE_SCALE:g})")
     g.add_argument("--no-rising-rate", action="store_true", help="constant rate inside each phase (default: rising 0.5x -> 1.5x)")
     g.add_argument("--workload-seed", type=int, default=0, help="seed of the workload; history uses seed+1 (default 0)")
     g = p.add_argument_group("pool, controller and protocol")
@@ -51,6 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: shipped Qwen3-30B-A3B on H20)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--plot", metavar="PNG", help="write worker composition over time above TTFT over time")
+    p.add_argument("--out-dir", metavar="DIR", help="also write dynamic.json and CSV tables (policies, phases, operations, "
+                                                    "controller windows, capacity profiles) to DIR")
 
 
 def _phase_means(ttft, phase, num_phases: int) -> list[float]:
@@ -80,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from baselines.controller import ControllerConfig, ReconfigController, enumerate_compositions, initial_composition
+    from baselines.controller import (CapacityTable, ControllerConfig, ReconfigController, enumerate_compositions,
+                                      initial_composition)
     from baselines.registry import PolicySpec, get_policy
     from envs.metrics import summarize
     from envs.sim import Calibration, PoolConfig, SimConfig
@@ -89,23 +105,26 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import dumps_json
     from experiments.runner import run_policy
 
-    if args.rate_scale <= 0:
-        raise ValueError(f"--rate-scale must be > 0, got {args.rate_scale}")
+    for name in ("rate_scale", "short_rate_rps", "long_rate_rps"):
+        if not getattr(args, name) > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     degrees = tuple(int(x) for x in args.supported_degrees.split(",") if x.strip())
     pool = PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node, supported_degrees=degrees,
                       composition=f"cp{max(degrees)}x{args.pool_gpus // max(degrees)}" if args.pool_gpus % max(degrees) == 0 else "cp1x1")
     calibration = Calibration.load(args.calibration) if args.calibration else Calibration.default()
     wl_params = dict(num_phases=args.num_phases, phase_duration_s=args.phase_duration_s, rising_rate=not args.no_rising_rate,
-                     short_phase_rate_rps=80.0 * args.rate_scale, long_phase_rate_rps=18.0 * args.rate_scale)
+                     short_phase_rate_rps=args.short_rate_rps * args.rate_scale,
+                     long_phase_rate_rps=args.long_rate_rps * args.rate_scale)
     workload = get_workload("phases", seed=args.workload_seed, **wl_params)
     history = get_workload("phases", seed=args.workload_seed + 1, **wl_params)
     base = SimConfig(pool=pool, seed=args.seed, calibration_path=args.calibration)
     ccfg = ControllerConfig(window_s=args.window_s, k_windows=args.k_windows, reconfig=ReconfigConfig(switch_s=args.switch_s))
+    table = CapacityTable(base, calibration, ccfg.profile)  # shared by the initial composition and the controller
     fixed = enumerate_compositions(pool) if args.compositions == "all" else [c.strip() for c in args.compositions.split(";") if c.strip()]
     if args.initial == "auto":
         hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
-        initial, init_info = initial_composition(pool, base, calibration, hist_L, history.mean_rate_rps, hit_ratio=0.0,
-                                                 target_attainment=ccfg.target_attainment)
+        initial, init_info = initial_composition(pool, base, calibration, hist_L, history.mean_rate_rps, mean_cached_tokens=0.0,
+                                                 table=table)
     else:
         initial, init_info = args.initial, {"given": True}
     for comp in [initial] + fixed:
@@ -117,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     router_spec = get_policy("vertumnus")
     adaptive = PolicySpec("vertumnus-adaptive", get_policy("vertumnus-adaptive").make_router,
                           "Vertumnus router + split/merge controller", "paper §5-§6",
-                          make_attachments=lambda: [ReconfigController(ccfg)])
+                          make_attachments=lambda: [ReconfigController(ccfg, table)])
     runs = [("vertumnus-adaptive", initial, adaptive)] + [(f"fixed {c}", c, router_spec) for c in fixed]
     rows, results = [], {}
     for label, comp, spec in runs:
@@ -157,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
                      "params": wl_params, "source": workload.source},
         "pool": {"num_gpus": pool.num_gpus, "gpus_per_node": pool.gpus_per_node, "supported_degrees": list(degrees)},
         "controller": {"window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
-                       "merge_load": ccfg.merge_load, "merge_max_projected_load": ccfg.merge_max_projected_load,
+                       "split_target_load": ccfg.split_target_load, "merge_load": ccfg.merge_load,
+                       "merge_max_projected_load": ccfg.merge_max_projected_load, "max_ops_per_window": ccfg.max_ops_per_window,
                        "long_prompt_tokens": ccfg.long_prompt_tokens, "long_fraction_merge": ccfg.long_fraction_merge,
                        "switch_s": ccfg.reconfig.switch_s, "confirm_s_per_rank": ccfg.reconfig.confirm_s_per_rank},
         "initial_composition": initial, "initial_composition_info": init_info,
@@ -170,15 +190,44 @@ def run(args: argparse.Namespace) -> int:
         "switch_s": _dist([o["switch_s"] for o in done]),
         "drain_plus_switch_s": _dist([o["total_s"] for o in done]),
         "final_composition": ex.get("composition"),
+        "controller_windows": ex.get("controller_windows", []),
+        "capacity_profiles": [{"reference_mix": p.reference, "degree": p.degree, "mean_prompt_tokens": p.mean_prompt_tokens,
+                               "capacity_rps_per_worker": p.capacity_rps, "capacity_tokens_per_s_per_worker": p.capacity_tokens_per_s,
+                               "capacity_tokens_per_s_per_gpu": p.capacity_tokens_per_s / p.degree}
+                              for p in table.profiled()],
     }
     if args.plot:
         _plot(args.plot, results["vertumnus-adaptive"], results[f"fixed {best['composition']}"], best["composition"], bounds, kinds)
         out["plot"] = args.plot
+    if args.out_dir:
+        _write_dir(args.out_dir, out, kinds)
     if args.format == "json":
         print(dumps_json(out))
     else:
         _print_tables(out, kinds)
     return 0
+
+
+def _write_dir(path: str, out: dict, kinds: list[str]) -> None:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from experiments.common import dumps_json
+
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "dynamic.json").write_text(dumps_json(out) + "\n")
+    pol = []
+    for r in out["policies"]:
+        row = {k: v for k, v in r.items() if k != "phase_mean_ttft_s"}
+        row.update({f"phase{k}_{kind}_mean_ttft_s": v for k, (kind, v) in enumerate(zip(kinds, r["phase_mean_ttft_s"]))})
+        pol.append(row)
+    pd.DataFrame(pol).to_csv(d / "policies.csv", index=False)
+    pd.DataFrame(out["phases"]).to_csv(d / "phases.csv", index=False)
+    pd.DataFrame(out["operations"]).to_csv(d / "operations.csv", index=False)
+    pd.DataFrame(out["controller_windows"]).to_csv(d / "controller_windows.csv", index=False)
+    pd.DataFrame(out["capacity_profiles"]).to_csv(d / "capacity_profiles.csv", index=False)
 
 
 def _print_tables(out: dict, kinds: list[str]) -> None:
