@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from itertools import islice
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -19,6 +20,7 @@ from envs.sim.cost_model import Calibration, CostCoefficients, CostModel
 from envs.sim.pool import PoolConfig
 from envs.sim.request import Request
 from envs.sim.router import PoolView, Router
+from envs.sim.worker import Worker
 
 
 # ----------------------------------------------------------------------------------------- pools
@@ -48,19 +50,23 @@ class TensorParallelCostForm:
 
     The simulator knows only ``E_C(R,P) = d + a*R + b*P + (c*R + alpha*W)/C``. A TP-t worker on t
     GPUs splits the linear layers (projections, experts) and the attention heads t ways, so ``c``
-    and ``alpha`` are divided by t exactly like CP (the worker has degree t in the pool). It does
-    *not* all-gather KV across ranks (each rank owns its KV heads), so the CP KV all-gather terms
-    are removed from ``a`` and ``b``; instead every token pays two all-reduces per layer of its
-    hidden-size activations (after attention and after the MLP; Megatron-LM, Shoeybi et al.
-    2019, §3), a ring all-reduce moving ``2 (t-1)/t`` of the buffer per GPU::
+    and ``alpha`` are divided by t exactly like CP (the worker has degree t in the pool), and the
+    CP-undivided share of the per-token work (``cp_serial_fraction`` of the roofline calibration,
+    ``kernels_ref/roofline.py``: smaller per-rank GEMMs, norms, routing) is kept in ``a`` as well.
+    TP does *not* all-gather KV across ranks (each rank owns its KV heads), so the CP KV
+    all-gather terms ``kv_bytes_per_token / link`` are removed from ``a`` and ``b``; instead every
+    token pays two all-reduces per layer of its hidden-size activations (after attention and after
+    the MLP; Megatron-LM, Shoeybi et al. 2019, §3), a ring all-reduce moving ``2 (t-1)/t`` of the
+    buffer per GPU::
 
-        a_TP = 2 * num_layers * hidden_size * dtype_bytes * 2 (t-1)/t / link_bytes_per_s
-        b_TP = b - a_CP          (drop the link part of the prefix gather; keep the HBM read)
+        gather = kv_bytes_per_token / link_bytes_per_s
+        a_TP   = max(0, a - gather) + 2 * num_layers * hidden_size * dtype_bytes * 2 (t-1)/t / link_bytes_per_s
+        b_TP   = max(0, b - gather)      (keep the HBM read of the prefix)
 
-    ``link_bytes_per_s`` defaults to the effective link bandwidth implied by the calibration's
-    CP all-gather term (``kv_bytes_per_token / a``, see ``kernels_ref/roofline.py``), so TP and CP
-    communication use the same link. Defaults: Qwen3-30B-A3B (48 layers, hidden 2048, bf16;
-    its Hugging Face ``config.json``), t = 4 (paper §9 vLLM baseline).
+    ``link_bytes_per_s`` defaults to the link the calibration used for the CP all-gather: its
+    provenance ``datasheet.link_bandwidth_bytes_per_s * efficiency.link`` (roofline calibrations),
+    else ``kv_bytes_per_token / a`` (all of ``a`` taken as the all-gather). Defaults: Qwen3-30B-A3B
+    (48 layers, hidden 2048, bf16; its Hugging Face ``config.json``), t = 4 (paper §9 vLLM baseline).
 
     Raises:
         ValueError: on non-positive sizes.
@@ -83,15 +89,27 @@ class TensorParallelCostForm:
         t = self.tp_degree
         return 2 * self.num_layers * self.hidden_size * self.dtype_bytes * 2 * (t - 1) / t
 
+    @staticmethod
+    def calibration_link_bytes_per_s(calibration: Calibration) -> float:
+        """Effective inter-GPU link bandwidth of the calibration's CP all-gather [bytes/s]."""
+        prov = calibration.provenance
+        try:
+            link = float(prov["datasheet"]["link_bandwidth_bytes_per_s"]) * float(prov.get("efficiency", {}).get("link", 1.0))
+            if link > 0:
+                return link
+        except (KeyError, TypeError, ValueError):
+            pass
+        a = calibration.coefficients.a_s_per_token
+        if a <= 0:
+            raise ValueError("TensorParallelCostForm: the calibration has a = 0 and no datasheet link bandwidth; set link_bytes_per_s")
+        return calibration.kv_bytes_per_token / a
+
     def __call__(self, calibration: Calibration) -> Calibration:
         co = calibration.coefficients
-        link = self.link_bytes_per_s
-        if link is None:
-            if co.a_s_per_token <= 0:
-                raise ValueError("TensorParallelCostForm: the calibration has a = 0, so no link bandwidth can be derived; set link_bytes_per_s")
-            link = calibration.kv_bytes_per_token / co.a_s_per_token
-        a_tp = self.allreduce_bytes_per_token() / link
-        b_tp = max(0.0, co.b_s_per_token - co.a_s_per_token)
+        link = self.link_bytes_per_s or self.calibration_link_bytes_per_s(calibration)
+        gather = calibration.kv_bytes_per_token / link
+        a_tp = max(0.0, co.a_s_per_token - gather) + self.allreduce_bytes_per_token() / link
+        b_tp = max(0.0, co.b_s_per_token - gather)
         coeff = CostCoefficients(d_s=co.d_s, a_s_per_token=a_tp, b_s_per_token=b_tp, c_s_per_token=co.c_s_per_token,
                                  alpha_s_per_pair=co.alpha_s_per_pair)
         prov = dict(calibration.provenance)
@@ -108,7 +126,10 @@ class InflightTracker:
     Workers run FCFS, so the in-flight requests of a worker are the last
     ``PoolView.num_inflight_requests`` dispatched to it; older entries are dropped lazily
     (amortised O(1)). The running ones are the oldest ``inflight - queued`` (O(batch)).
-    Assumes no redirections (no reconfiguration controller).
+    Under drain redirections (paper §6) the counts stay exact for every *eligible* worker: a
+    drained worker is no longer a candidate, a redirected request is recorded again at its new
+    dispatch, and a new worker reusing a retired worker's id only gets entries after the old ones
+    (which the lazy drop discards). Per-decision cost is independent of queue lengths.
     """
 
     def __init__(self) -> None:
@@ -120,23 +141,40 @@ class InflightTracker:
         self._sum[worker_id] = self._sum.get(worker_id, 0) + num_tokens
 
     def _sync(self, view: PoolView, worker_id: int) -> deque[int]:
-        dq = self._q.setdefault(worker_id, deque())
-        k = view.num_inflight_requests(worker_id)
-        while len(dq) > k:
-            self._sum[worker_id] -= dq.popleft()
+        return self._sync_worker(view.workers[worker_id])
+
+    def _sync_worker(self, w: Worker) -> deque[int]:
+        wid = w.worker_id
+        dq = self._q.get(wid)
+        if dq is None:
+            dq = self._q[wid] = deque()
+            self._sum[wid] = 0
+        k = len(w.queue) + len(w.batch)
+        if len(dq) > k:
+            total = self._sum[wid]
+            while len(dq) > k:
+                total -= dq.popleft()
+            self._sum[wid] = total
         return dq
 
     def inflight_tokens(self, view: PoolView, worker_id: int) -> int:
-        self._sync(view, worker_id)
-        return self._sum.get(worker_id, 0)
+        return self.inflight_tokens_of(view.workers[worker_id])
+
+    def inflight_tokens_of(self, w: Worker) -> int:
+        """Prompt tokens of ``w``'s queued and running requests [tokens]."""
+        self._sync_worker(w)
+        return self._sum[w.worker_id]
 
     def running_tokens(self, view: PoolView, worker_id: int) -> int:
-        dq = self._sync(view, worker_id)
-        n_run = view.num_inflight_requests(worker_id) - view.num_queued_requests(worker_id)
-        total = 0
-        for i in range(min(n_run, len(dq))):
-            total += dq[i]
-        return total
+        return self.running_tokens_of(view.workers[worker_id])
+
+    def running_tokens_of(self, w: Worker) -> int:
+        """Prompt tokens of ``w``'s running step [tokens] (the oldest in-flight entries)."""
+        dq = self._sync_worker(w)
+        n_run = len(w.batch)
+        if not n_run:
+            return 0
+        return sum(islice(dq, min(n_run, len(dq))))
 
 
 class ApproxPrefixIndex:
@@ -157,6 +195,7 @@ class ApproxPrefixIndex:
         self.capacity_blocks = capacity_blocks
         self._tenants: dict[int, OrderedDict[int, float]] = {}
         self._holders: dict[int, dict[int, float]] = {}  # hash -> {worker: last access time}
+        self._created: dict[int, float] = {}  # worker id -> creation time at the last sync_workers
 
     def size(self, worker_id: int) -> int:
         return len(self._tenants.get(worker_id, ()))
@@ -220,6 +259,18 @@ class ApproxPrefixIndex:
     def remove_worker(self, worker_id: int) -> None:
         self.evict(worker_id, 0)
 
+    def sync_workers(self, view: PoolView) -> None:
+        """Drops the entries of workers that were retired by a split/merge (paper §6), including
+        an id reused by a newly created worker (whose cache starts without them), as the upstream
+        routers remove a deleted worker's tenant. Call when ``view.epoch`` changes."""
+        current = {wid: w.created_s for wid, w in view.workers.items()}
+        seen = self._created
+        for wid in list(self._tenants):
+            if wid not in current or seen.get(wid, current[wid]) != current[wid]:
+                self.remove_worker(wid)
+        seen.clear()
+        seen.update(current)
+
 
 # ------------------------------------------------------------------------------------ routers
 @dataclass(frozen=True)
@@ -277,11 +328,16 @@ class SGLangCacheAwareRouter(Router):
     def reset(self, view: PoolView, rng: np.random.Generator) -> None:
         super().reset(view, rng)
         self.tree = ApproxPrefixIndex(None)
+        self.tree.sync_workers(view)
+        self._epoch = view.epoch
         self._next_eviction_s = self.params.eviction_interval_s
 
     def route(self, request: Request, view: PoolView) -> int:
         p = self.params
         now = view.now_s
+        if view.epoch != self._epoch:  # a split/merge committed: forget retired workers
+            self.tree.sync_workers(view)
+            self._epoch = view.epoch
         if now >= self._next_eviction_s:
             for wid in list(self.tree._tenants):
                 self.tree.evict(wid, p.max_tree_size_blocks)
@@ -346,24 +402,36 @@ class LlmdRouter(Router):
     def reset(self, view: PoolView, rng: np.random.Generator) -> None:
         super().reset(view, rng)
         self.index = ApproxPrefixIndex(max(1, self.params.lru_capacity_tokens // view.kv_block_size_tokens))
+        self.index.sync_workers(view)
+        self._epoch = view.epoch
         self.inflight = InflightTracker()
 
     def route(self, request: Request, view: PoolView) -> int:
         p = self.params
+        if view.epoch != self._epoch:  # a split/merge committed: forget retired workers
+            self.index.sync_workers(view)
+            self._epoch = view.epoch
         cands = view.eligible_worker_ids(request)
-        waits = [view.num_queued_requests(w) for w in cands]
+        workers = view.workers
+        ws = [workers[w] for w in cands]
+        waits = [len(w.queue) for w in ws]
         lo, hi = min(waits), max(waits)
-        nb = len(request.block_hashes)
+        hashes = request.block_hashes
+        nb = len(hashes)
         bs = view.kv_block_size_tokens
-        scores = np.empty(len(cands))
-        for i, w in enumerate(cands):
-            prefix = self.index.match(w, request.block_hashes) / nb
+        match = self.index.match
+        running = self.inflight.running_tokens_of
+        pw, qw, kw = p.prefix_weight, p.queue_weight, p.kv_utilization_weight
+        scores = []
+        for i, w in enumerate(ws):
+            prefix = match(w.worker_id, hashes) / nb
             queue = 1.0 if hi == lo else (hi - waits[i]) / (hi - lo)
-            cap = view.kv_capacity_blocks(w) * bs
-            usage = min(1.0, self.inflight.running_tokens(view, w) / cap) if cap else 1.0
-            scores[i] = p.prefix_weight * prefix + p.queue_weight * queue + p.kv_utilization_weight * (1.0 - usage)
-        best = np.flatnonzero(scores >= scores.max() - 1e-12)
-        return cands[int(best[0] if len(best) == 1 else best[self.rng.integers(len(best))])]
+            cap = w.cache.capacity_blocks * bs
+            usage = min(1.0, running(w) / cap) if cap else 1.0
+            scores.append(pw * prefix + qw * queue + kw * (1.0 - usage))
+        top = max(scores) - 1e-12
+        best = [i for i, x in enumerate(scores) if x >= top]
+        return cands[best[0] if len(best) == 1 else best[int(self.rng.integers(len(best)))]]
 
     def on_dispatch(self, request: Request, worker_id: int, view: PoolView) -> None:
         self.index.insert(worker_id, request.block_hashes, view.now_s)
@@ -412,14 +480,18 @@ class DynamoKVRouter(Router):
         w8 = self.params.overlap_score_weight
         L = request.num_prompt_tokens
         nb = len(request.block_hashes)
+        hashes = request.block_hashes
+        workers = view.workers
+        inflight = self.inflight.inflight_tokens_of
         best, best_cost = -1, math.inf
-        for w in view.eligible_worker_ids(request):
-            active = view.num_queued_new_tokens(w) + view.num_running_new_tokens(w)
-            prefill_blocks = max(0.0, (active + L) / bs - view.cached_blocks(w, request))
-            decode_blocks = -(-self.inflight.inflight_tokens(view, w) // bs) + nb
+        for wid in view.eligible_worker_ids(request):
+            w = workers[wid]
+            active = w.num_queued_new_tokens + (view.num_running_new_tokens(wid) if w.batch else 0)
+            prefill_blocks = max(0.0, (active + L) / bs - w.cache.match_ready(hashes))
+            decode_blocks = -(-inflight(w) // bs) + nb
             cost = w8 * prefill_blocks + decode_blocks
             if cost < best_cost:
-                best, best_cost = w, cost
+                best, best_cost = wid, cost
         return best
 
     def on_dispatch(self, request: Request, worker_id: int, view: PoolView) -> None:

@@ -26,13 +26,27 @@ load instead: the load each worker last reported at its most recent engine-step 
 router polling engine metrics would see it), so requests dispatched since that boundary are
 invisible until the worker starts its next step.
 
-Defaults (the paper's copies give no numbers; see :class:`VertumnusParams`):
-``beta = 1`` (the paper's lower bound: ``q_w + s`` is the predicted completion time, i.e. the
-TTFT estimate the objective minimises) and ``lambda = 1`` [s of cost per GPU-s]: one extra
-GPU-second of the CP surplus ``(C_w - C_min) * A`` is charged like one second of waiting. Under
-saturation every GPU-second taken from the pool delays the work queued behind it, so a unit
-exchange rate is the neutral choice; ``cpgym compare --suite vertumnus-sweep`` style sweeps
-(the report of issue #3) show the sensitivity.
+Defaults ``beta = 3``, ``lambda = 1`` (the paper's copies give no numbers; paper §5 only bounds
+``beta >= 1``, ``lambda >= 0``). Chosen with the current default calibration (roofline with
+``cp_serial_fraction`` 0.15, so CP costs GPU time) by the sweep below: 15 (beta, lambda) points on
+three workloads at two loads each (6 points), ranked by the mean over the points of the mean-TTFT
+change vs the strongest non-Vertumnus baseline (``results/issue3/sweep/``, README there)::
+
+    cpgym compare --workload mixed-default --rate-scales 1,1.5 --beta 1,2,3 --lambda 0,0.25,0.5,1,2 \
+        --suite paper,industry --jobs 2 --out results/issue3/sweep/mixed-default
+    (same for --workload tool-agent / leval-like with --window-s 0 120)
+
+* ``lambda = 1`` [s of cost per GPU-s]: one extra GPU-second of the CP surplus ``(C_w - C_min)*A``
+  is charged like one second of waiting (under saturation every GPU-second taken from the pool
+  delays the work queued behind it, so a unit exchange rate is the neutral choice). The sweep
+  agrees without tuning: for every beta >= 2, lambda in [1, 2] is best or within 1.5 points of
+  the best on the mean, and lambda < 0.5 is clearly worse at high load (mixed-default x1.5).
+* ``beta = 3`` (the walk-through's worked example value): beta = 1 (``q + s`` = the plain TTFT
+  estimate) is best at light load (mixed-default x1: +5.6% vs +19.7%) but collapses near
+  saturation (mixed-default x1.5: +140% vs -4.9%) because it trades prefix hits for momentary
+  queue balance; beta 3 was the best or tied-best beta on every high-load point (mean over the 6
+  points: beta 3 +19.5%, beta 2 +21.0%, beta 1 +47.7% at lambda 1). beta = 3 with lambda = 2 was
+  marginally better on the mean (+18.4%) but worse in SLO attainment; we keep the unit rate.
 """
 
 from __future__ import annotations
@@ -46,6 +60,9 @@ import numpy as np
 from envs.sim.cost_model import CostModel
 from envs.sim.request import Request
 from envs.sim.router import PoolView, Router
+from envs.sim.worker import Worker, WorkerState
+
+_ACTIVE = WorkerState.ACTIVE
 
 
 @dataclass(frozen=True)
@@ -53,7 +70,8 @@ class VertumnusParams:
     """Parameters of the Vertumnus placement cost.
 
     Args:
-        beta: weight of the cache-aware service time ``s`` (paper §5: ``beta >= 1``). Default 1.
+        beta: weight of the cache-aware service time ``s`` (paper §5: ``beta >= 1``). Default 3
+            (module docstring: sweep and reasons).
         lambda_: weight of the extra GPU time ``C_w*s - C_min*E_{C_min}`` [cost s per GPU s]
             (paper §5: ``lambda >= 0``). Default 1 (module docstring explains the choice).
         reservation: ``True`` (paper): the router sees ``q_w`` including every dispatched
@@ -67,7 +85,7 @@ class VertumnusParams:
         ValueError: if ``beta < 1``, ``lambda_ < 0`` or either is not finite.
     """
 
-    beta: float = 1.0
+    beta: float = 3.0
     lambda_: float = 1.0
     reservation: bool = True
     length_only: bool = False
@@ -110,7 +128,13 @@ class StaleLoadView:
     seen as soon as it starts running). The router records its own dispatches (time, predicted
     ``s``) per worker; the queue is FCFS, so the queued requests are the last
     ``num_queued_requests`` dispatched, and a prefix sum plus a bisection give the visible part in
-    O(log n) per worker. Assumes no redirections (no reconfiguration controller attached).
+    O(log n) per worker.
+
+    Redirections (drain, paper §6) keep this exact for every *eligible* worker: a drained
+    worker's whole queue is redirected (its entries become stale, but it is no longer a candidate),
+    a redirected request is recorded again at its new dispatch, and a worker created by a
+    split/merge that reuses a retired worker's id only ever receives dispatches after the old
+    entries, so its queue is still the last ``len(queue)`` entries of the id's list.
     """
 
     def __init__(self) -> None:
@@ -124,21 +148,23 @@ class StaleLoadView:
         c.append(c[-1] + s)
 
     def outstanding_work_s(self, view: PoolView, worker_id: int) -> float:
-        sim = view._sim  # noqa: SLF001 - read-only access to the step boundary time
-        w = sim.workers[worker_id]
-        now = view.now_s
-        rem = w.step_predicted_end_s - now if w.batch else 0.0
+        """Stale ``q_w`` [s] of ``worker_id`` at ``view.now_s`` (see the class docstring)."""
+        return self.worker_load_s(view.workers[worker_id], view.now_s)
+
+    def worker_load_s(self, w: Worker, now_s: float) -> float:
+        """Stale ``q_w`` [s] of worker ``w`` at ``now_s``; O(log dispatches)."""
+        rem = w.step_predicted_end_s - now_s if w.batch else 0.0
         if rem < 0.0:
             rem = 0.0
         nq = len(w.queue)
         if nq == 0:
             return rem
-        times = self._times.get(worker_id)
+        times = self._times.get(w.worker_id)
         if not times:
             return rem
-        cum = self._cum[worker_id]
+        cum = self._cum[w.worker_id]
         n = len(times)
-        boundary = w.step_start_s if w.batch else now
+        boundary = w.step_start_s if w.batch else now_s
         seen_end = bisect_left(times, boundary)  # dispatches strictly before the boundary
         first_queued = n - nq
         if seen_end <= first_queued:
@@ -150,7 +176,7 @@ class VertumnusRouter(Router):
     """The Vertumnus cost router (paper §5); see the module docstring.
 
     Args:
-        params: :class:`VertumnusParams` (default: beta 1, lambda 1, reservation on).
+        params: :class:`VertumnusParams` (default: beta 3, lambda 1, reservation on).
         name: policy name stored in results.
 
     Ties on J go to the worker first in pool order (ascending first GPU). Per decision cost is
@@ -173,28 +199,74 @@ class VertumnusRouter(Router):
         return self._stale.outstanding_work_s(view, wid)
 
     def route(self, request: Request, view: PoolView) -> int:
-        cands = view.eligible_worker_ids(request)
+        """Eligible worker with the least ``J`` (ties: pool order).
+
+        Hot path (one call per arrival): one pass over the pool collects the eligible workers and
+        ``C_min``; a second computes, per candidate, the ready hit ``P`` and ``A = d + aR + bP``,
+        ``B = cR + alpha*W`` once (reused while consecutive candidates have the same ``P``), then
+        ``s = A + B/C_w`` and ``E_{C_min} = A + B/C_min``. These are the same floating-point
+        operations as :meth:`CostModel.service_time_s`, so the decisions are bit-identical to the
+        direct formula (``tests/baselines/test_vertumnus_fast.py`` checks this against a reference).
+
+        Raises:
+            RuntimeError: if no worker is eligible.
+        """
+        if self.params.length_only:
+            cands = view.eligible_worker_ids(request)
+            if not cands:
+                raise RuntimeError(f"no eligible worker for request {request.request_id}")
+            return self._route_length_only(request, view, cands, min(view.degree(w) for w in cands))
+        workers = view.workers
+        L = request.num_prompt_tokens
+        active = _ACTIVE
+        cands = []
+        c_min = 1 << 30
+        for wid in view.worker_ids:
+            w = workers[wid]
+            if w.state == active and L <= w.max_prompt_tokens:
+                cands.append(w)
+                if w.degree < c_min:
+                    c_min = w.degree
         if not cands:
             raise RuntimeError(f"no eligible worker for request {request.request_id}")
         cm = view.cost_model
+        d, a, b, c, alpha = cm.d, cm.a, cm.b, cm.c, cm.alpha
+        bs = view.kv_block_size_tokens
+        hashes = request.block_hashes
+        cap = L - 1
+        now = view.now_s
         beta = self.params.beta
         lam = self.params.lambda_
-        c_min = min(view.degree(w) for w in cands)
-        L = request.num_prompt_tokens
-        if self.params.length_only:
-            return self._route_length_only(request, view, cands, c_min)
-        best, best_j, best_s = -1, math.inf, 0.0
-        for wid in cands:
-            c = view.degree(wid)
-            p = view.cached_tokens(wid, request)
-            r = L - p
-            s = cm.service_time_s(c, r, p)
-            s_min = s if c == c_min else cm.service_time_s(c_min, r, p)
-            j = self._q(view, wid) + beta * s + lam * (c * s - c_min * s_min)
+        stale = self._stale
+        last_p = -1
+        A = B = s_min = 0.0
+        best, best_j, best_s = None, math.inf, 0.0
+        for w in cands:
+            p = w.cache.match_ready(hashes) * bs
+            if p > cap:
+                p = cap
+            if p != last_p:
+                r = L - p
+                A = d + a * r + b * p
+                B = c * r + alpha * (r * p + r * (r + 1) * 0.5)
+                s_min = A + B / c_min
+                last_p = p
+            C = w.degree
+            s = A + B / C
+            if stale is None:
+                q = w.queued_predicted_s
+                if w.batch:
+                    rem = w.step_predicted_end_s - now
+                    q += rem if rem > 0.0 else 0.0
+                else:
+                    q += 0.0
+            else:
+                q = stale.worker_load_s(w, now)
+            j = q + beta * s + lam * (C * s - c_min * s_min)
             if j < best_j:
-                best, best_j, best_s = wid, j, s
+                best, best_j, best_s = w, j, s
         self._last_s = best_s
-        return best
+        return best.worker_id
 
     def _route_length_only(self, request: Request, view: PoolView, cands: list[int], c_min: int) -> int:
         cm = view.cost_model

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from envs.sim.request import Request
-from envs.sim.worker import WorkerState
+from envs.sim.worker import Worker, WorkerState
 
 if TYPE_CHECKING:  # pragma: no cover
     from envs.sim.cost_model import CostModel
@@ -42,6 +42,13 @@ class PoolView:
     def worker_ids(self) -> list[int]:
         """Ids of the current (non-retired) workers, ascending first GPU. Do not mutate."""
         return self._sim.worker_ids
+
+    @property
+    def workers(self) -> dict[int, Worker]:
+        """Worker id -> :class:`Worker` (current workers). Read-only by contract: for policies
+        whose per-decision cost matters (hot path) and that read several fields per worker
+        (queue, running step times, cache). Never mutate a worker or this dict."""
+        return self._sim.workers
 
     @property
     def cost_model(self) -> CostModel:

@@ -14,6 +14,10 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
 * ``--out DIR``: ``results.csv`` / ``results.parquet`` (one tidy row per policy, rate, seed),
   ``summary.csv`` (averaged over seeds), ``compare.png`` (mean and P90 TTFT vs rate).
 * ``--jobs N``: runs in a process pool of N workers (default 1).
+* ``--beta B1,B2,...`` / ``--lambda L1,L2,...``: the beta/lambda sensitivity sweep of the
+  Vertumnus cost (paper §5): adds one policy ``vertumnus[beta=B,lambda=L]`` per grid point (a
+  missing list = the registered default) to the suite, and prints each variant's change vs the
+  strongest baseline per rate and averaged over the rates (``sweep.csv`` under ``--out``).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=1, help="parallel simulation processes (default 1)")
     p.add_argument("--out", metavar="DIR", help="write results.csv/.parquet, summary.csv and compare.png under DIR")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
+    p.add_argument("--beta", metavar="B1,B2,...", help="sweep: add vertumnus[beta=B,lambda=L] variants for these beta values (>= 1)")
+    p.add_argument("--lambda", dest="lambda_", metavar="L1,L2,...",
+                   help="sweep: add vertumnus[beta=B,lambda=L] variants for these lambda values (>= 0)")
 
 
 def _floats(text: str, flag: str) -> list[float]:
@@ -52,6 +59,50 @@ def _floats(text: str, flag: str) -> list[float]:
     if not vals or any(v <= 0 for v in vals):
         raise ValueError(f"{flag} needs at least one value and all values > 0, got {text!r}")
     return vals
+
+
+def _grid(text: str | None, flag: str, default: float) -> list[float]:
+    if text is None:
+        return [default]
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be a comma-separated list of numbers, got {text!r}") from None
+    if not vals:
+        raise ValueError(f"{flag} needs at least one value, got {text!r}")
+    return vals
+
+
+def vertumnus_variants(beta_text: str | None, lambda_text: str | None) -> list[tuple[str, float, float]]:
+    """``(name, beta, lambda)`` of the sweep grid of ``--beta`` / ``--lambda`` (empty if neither).
+
+    Raises:
+        ValueError: on a malformed list or a value outside the paper's range (beta >= 1, lambda >= 0).
+    """
+    from baselines.vertumnus import VertumnusParams
+
+    if beta_text is None and lambda_text is None:
+        return []
+    d = VertumnusParams()
+    out = []
+    for b in _grid(beta_text, "--beta", d.beta):
+        for lam in _grid(lambda_text, "--lambda", d.lambda_):
+            VertumnusParams(beta=b, lambda_=lam)  # validates
+            out.append((f"vertumnus[beta={b:g},lambda={lam:g}]", b, lam))
+    return out
+
+
+def _policy(policy):
+    """A registry name, or ``(name, beta, lambda)`` of a sweep variant -> a policy for run_policy
+    (variants are built inside the worker process: PolicySpec factories do not pickle)."""
+    if isinstance(policy, str):
+        return policy
+    from baselines.registry import PolicySpec
+    from baselines.vertumnus import VertumnusParams, VertumnusRouter
+
+    name, beta, lam = policy
+    return PolicySpec(name, lambda: VertumnusRouter(VertumnusParams(beta=beta, lambda_=lam), name),
+                      f"Vertumnus with beta={beta:g}, lambda={lam:g} (sweep)", "paper §5; cpgym compare --beta/--lambda")
 
 
 def resolve_suite(text: str) -> list[str]:
@@ -86,7 +137,7 @@ def _run_task(task: tuple) -> dict:
     from experiments.runner import run_policy
 
     policy, workload, config, meta = task
-    row = summarize(run_policy(policy, workload, config))
+    row = summarize(run_policy(_policy(policy), workload, config))
     row.update(meta)
     return row
 
@@ -119,6 +170,24 @@ def strongest_baseline_changes(summary, vertumnus: str = VERTUMNUS):
     return out
 
 
+def sweep_table(summary, variants: list[str]):
+    """Per sweep variant: mean/P90 TTFT % and SLO pp vs the strongest baseline at each rate, and
+    their means over the rates (tidy DataFrame, one row per variant and rate plus ``rate_rps`` NaN
+    for the mean)."""
+    import pandas as pd
+
+    rows = []
+    base = summary[~summary["policy"].str.startswith("vertumnus")]
+    for v in variants:
+        ch = strongest_baseline_changes(pd.concat([base, summary[summary["policy"] == v].assign(policy=VERTUMNUS)]))
+        for c in ch:
+            rows.append({"variant": v, **c})
+        if ch:
+            rows.append({"variant": v, "rate_rps": float("nan"), "baseline": "mean over rates",
+                         **{k: sum(c[k] for c in ch) / len(ch) for k in ("mean_ttft_change_pct", "p90_ttft_change_pct", "slo_change_pp")}})
+    return pd.DataFrame(rows)
+
+
 def plot(summary, path, title: str) -> None:
     """PNG of mean and P90 TTFT vs request rate, one line per policy (matplotlib Agg)."""
     import matplotlib
@@ -146,6 +215,7 @@ def plot(summary, path, title: str) -> None:
 
 def _print_table(summary, changes, title: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
@@ -153,7 +223,7 @@ def _print_table(summary, changes, title: str) -> None:
         t.add_column(label, justify="left" if label == "policy" else "right")
     for rate, g in summary.groupby("rate_rps", sort=True):
         for _, r in g.iterrows():
-            t.add_row(f"{rate:g}", r["policy"], f"{r['mean_ttft_s']:.3f}", f"{r['p90_ttft_s']:.3f}",
+            t.add_row(f"{rate:g}", escape(r["policy"]), f"{r['mean_ttft_s']:.3f}", f"{r['p90_ttft_s']:.3f}",
                       f"{r['slo_attainment_token_weighted']:.3f}", f"{r['prefix_hit_rate']:.3f}", f"{r['utilization']:.3f}",
                       f"{r['num_unfinished']:.0f}")
         t.add_section()
@@ -164,7 +234,7 @@ def _print_table(summary, changes, title: str) -> None:
         for label in ("rate rps", "strongest baseline", "mean TTFT %", "P90 TTFT %", "SLO tok pp"):
             c.add_column(label, justify="right")
         for ch in changes:
-            c.add_row(f"{ch['rate_rps']:g}", ch["baseline"], f"{ch['mean_ttft_change_pct']:+.1f}",
+            c.add_row(f"{ch['rate_rps']:g}", escape(ch["baseline"]), f"{ch['mean_ttft_change_pct']:+.1f}",
                       f"{ch['p90_ttft_change_pct']:+.1f}", f"{ch['slo_change_pp']:+.1f}")
         con.print(c)
 
@@ -187,6 +257,9 @@ def run(args: argparse.Namespace) -> int:
     names = resolve_suite(args.suite)
     for n in names:
         get_policy(n)
+    variants = vertumnus_variants(args.beta, args.lambda_)
+    policies = list(names) + [v for v in variants if v[0] not in names]
+    names = names + [v[0] for v in variants if v[0] not in names]
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
@@ -213,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
             rate = target if target is not None else wl.mean_rate_rps
             meta = {"rate_rps": float(rate), "rate_scale": scale, "seed": seed, "workload": wl.name,
                     "native_rate_rps": base.mean_rate_rps}
-            for n in names:
+            for n in policies:
                 tasks.append((n, wl, config, meta))
     if args.jobs == 1:
         rows = [_run_task(t) for t in tasks]
@@ -238,6 +311,8 @@ def run(args: argparse.Namespace) -> int:
         df.to_parquet(out / "results.parquet", index=False)
         summary.to_csv(out / "summary.csv", index=False)
         pd.DataFrame(changes).to_csv(out / "vertumnus_vs_strongest.csv", index=False)
+        if variants:
+            sweep_table(summary, [v[0] for v in variants]).to_csv(out / "sweep.csv", index=False)
         plot(summary, out / "compare.png", title)
         print(f"wrote {out / 'results.csv'}, {out / 'summary.csv'}, {out / 'compare.png'}", file=sys.stderr)
     if args.format == "json":
@@ -245,4 +320,22 @@ def run(args: argparse.Namespace) -> int:
         print(dumps_json(recs))
     else:
         _print_table(summary, changes, title)
+        if variants:
+            _print_sweep(sweep_table(summary, [v[0] for v in variants]))
     return 0
+
+
+def _print_sweep(sweep) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    if sweep.empty:
+        return
+    t = Table(title="beta/lambda sweep: change vs the strongest non-Vertumnus baseline (mean over rates last)")
+    for label in ("variant", "rate rps", "strongest baseline", "mean TTFT %", "P90 TTFT %", "SLO tok pp"):
+        t.add_column(label, justify="left" if label == "variant" else "right")
+    for _, r in sweep.iterrows():
+        t.add_row(escape(r["variant"]), "mean" if r["rate_rps"] != r["rate_rps"] else f"{r['rate_rps']:g}", r["baseline"],
+                  f"{r['mean_ttft_change_pct']:+.1f}", f"{r['p90_ttft_change_pct']:+.1f}", f"{r['slo_change_pp']:+.1f}")
+    Console(width=max(120, Console().width)).print(t)

@@ -80,3 +80,29 @@ def test_compare_cli_bad_input(capsys):
     assert main(["compare", "--workload", "tool-agent", "--rates", "10,x"]) == 2
     assert "--rates" in capsys.readouterr().err
     assert main(["compare", "--workload", "tool-agent", "--suite", "bogus"]) == 2
+
+
+def test_compare_beta_lambda_sweep(tmp_path, capsys, monkeypatch, small_prefix_workload):
+    import envs.workloads as W
+
+    monkeypatch.setattr(W, "get_workload", lambda name, seed=0: small_prefix_workload)
+    rc = main(["compare", "--workload", "small", "--suite", "least-work", "--rates", "60", "--beta", "1,3",
+               "--lambda", "0", "--out", str(tmp_path), "--format", "json"])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in rows] == ["least-work", "vertumnus[beta=1,lambda=0]", "vertumnus[beta=3,lambda=0]"]
+    sweep = pd.read_csv(tmp_path / "sweep.csv")
+    assert set(sweep["variant"]) == {"vertumnus[beta=1,lambda=0]", "vertumnus[beta=3,lambda=0]"}
+    assert set(sweep["baseline"]) == {"least-work", "mean over rates"}
+    # beta=1, lambda=0 is exactly mooncake-ttft (q + s), so its change equals mooncake-ttft's
+    from experiments.runner import run_policy
+    from envs.sim import SimConfig
+    from envs.workloads import scale_to_rate
+
+    wl = scale_to_rate(small_prefix_workload, 60)
+    mk = summarize(run_policy("mooncake-ttft", wl, SimConfig()))["mean_ttft_s"]
+    lw = summarize(run_policy("least-work", wl, SimConfig()))["mean_ttft_s"]
+    got = sweep[(sweep["variant"] == "vertumnus[beta=1,lambda=0]") & sweep["rate_rps"].notna()]["mean_ttft_change_pct"].item()
+    assert got == pytest.approx(100 * (mk - lw) / lw)
+    assert main(["compare", "--workload", "small", "--beta", "0.5"]) == 2
+    assert "beta" in capsys.readouterr().err

@@ -140,9 +140,17 @@ def test_tp_cost_form_and_same_slos():
     tp = TensorParallelCostForm()(cal)
     co, ct = cal.coefficients, tp.coefficients
     assert (ct.c_s_per_token, ct.alpha_s_per_pair, ct.d_s) == (co.c_s_per_token, co.alpha_s_per_pair, co.d_s)
-    link = cal.kv_bytes_per_token / co.a_s_per_token
-    assert ct.a_s_per_token == pytest.approx(2 * 48 * 2048 * 2 * 2 * 3 / 4 / link)
-    assert ct.b_s_per_token == pytest.approx(co.b_s_per_token - co.a_s_per_token)
+    prov = cal.provenance
+    link = prov["datasheet"]["link_bandwidth_bytes_per_s"] * prov["efficiency"]["link"]
+    gather = cal.kv_bytes_per_token / link
+    serial = co.a_s_per_token - gather  # the CP-undivided compute share stays under TP
+    assert serial > 0
+    assert ct.a_s_per_token == pytest.approx(serial + 2 * 48 * 2048 * 2 * 2 * 3 / 4 / link)
+    assert ct.b_s_per_token == pytest.approx(co.b_s_per_token - gather)
+    assert ct.b_s_per_token == pytest.approx(cal.kv_bytes_per_token / (prov["datasheet"]["hbm_bandwidth_bytes_per_s"] * prov["efficiency"]["hbm"]))
+    # without provenance all of a is taken as the all-gather (a pure-link calibration)
+    bare = TensorParallelCostForm()(replace(cal, provenance={}))
+    assert bare.coefficients.b_s_per_token == pytest.approx(max(0.0, co.b_s_per_token - co.a_s_per_token))
     wl = make_workload([(0.0, 3000, None), (0.5, 9000, None)], block=512)
     sim_tp, _ = build_simulator("vllm-tp4", wl, SimConfig())
     sim_cp, _ = build_simulator("homogeneous-cp4", wl, SimConfig())
@@ -163,7 +171,7 @@ def test_homogeneous_composition_follows_pool_size():
 
 
 def test_registry_complete_named_and_documented():
-    want = {"vertumnus", "vertumnus-lambda0", "vertumnus-beta3", "vertumnus-no-reservation", "vertumnus-length-only",
+    want = {"vertumnus", "vertumnus-lambda0", "vertumnus-beta1", "vertumnus-no-reservation", "vertumnus-length-only",
             "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware", "llm-d",
             "dynamo-kv", "mooncake-ttft"}
     assert want <= set(POLICIES)

@@ -69,7 +69,8 @@ def _cal(d=0.0, c=0.0, a=0.0):
 
 def _run(wl, pool, cal, params=None, record=False):
     sim = Simulator(wl, SimConfig(pool=pool, record_events=record), cal)
-    return sim, sim.run(VertumnusRouter(params))
+    # the walk-through's worked examples use beta = 1 (the default is 3, see baselines/vertumnus.py)
+    return sim, sim.run(VertumnusRouter(params or VertumnusParams(beta=1.0)))
 
 
 HETERO = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4@0,cp2@4,cp1@6,cp1@7", supported_degrees=(1, 2, 4))
@@ -83,7 +84,7 @@ def test_router_reproduces_worked_choice_in_simulator():
     _, res = _run(wl, pool, _cal(d=2 * MS, c=1 * MS))
     assert res.records["degree"].tolist() == [4]
     # lambda = 4 -> CP1 (J 26 < 32)
-    _, res = _run(wl, pool, _cal(d=2 * MS, c=1 * MS), VertumnusParams(lambda_=4.0))
+    _, res = _run(wl, pool, _cal(d=2 * MS, c=1 * MS), VertumnusParams(beta=1.0, lambda_=4.0))
     assert res.records["degree"].tolist() == [1]
     # B = 4 ms -> CP1 (6 < 9)
     wl4 = make_workload([(0.0, 4, None)])
@@ -106,7 +107,7 @@ def test_no_reservation_piles_a_burst_on_one_busy_worker():
     pool = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1x2", supported_degrees=(1,))
     wl = make_workload([(0.0, 100, None), (0.0, 110, None), (0.5, 10, None), (0.5, 10, None), (0.5, 10, None)])
     cal = _cal(d=0.0, c=0.01)
-    _, res_stale = _run(wl, pool, cal, VertumnusParams(reservation=False))
+    _, res_stale = _run(wl, pool, cal, VertumnusParams(beta=1.0, reservation=False))
     _, res_res = _run(wl, pool, cal)
     assert res_stale.records["worker_id"].tolist()[2:] == [0, 0, 0]
     assert set(res_res.records["worker_id"].tolist()[2:]) == {0, 1}
@@ -162,12 +163,12 @@ def test_length_only_picks_degree_by_length_and_least_work_within():
     # long (24 tokens: CP-4 cost 8+6 < 26) -> CP-4; short (4 tokens: 3+6 > 6) -> CP-1, and the
     # next short ones spread over the CP-1 workers by least q_w
     wl = make_workload([(0.0, 24, None), (0.0, 4, None), (0.0, 4, None), (0.0, 4, None)])
-    _, res = _run(wl, pool, cal, VertumnusParams(length_only=True))
+    _, res = _run(wl, pool, cal, VertumnusParams(beta=1.0, length_only=True))
     assert res.records["degree"].tolist() == [4, 1, 1, 1]
     assert res.records["worker_id"].tolist()[1:] == [4, 5, 6]
     # load-blind: a queue of long prompts all go to the only CP-4 worker even when CP-1 is idle
     wl = make_workload([(0.0, 24, None)] * 4)
-    _, lo = _run(wl, pool, cal, VertumnusParams(length_only=True))
+    _, lo = _run(wl, pool, cal, VertumnusParams(beta=1.0, length_only=True))
     _, full = _run(wl, pool, cal)
     assert lo.records["degree"].tolist() == [4, 4, 4, 4]
     assert 1 in full.records["degree"].tolist()
