@@ -10,6 +10,7 @@ import numpy as np
 
 from envs.sim.request import Request
 from envs.sim.router import PoolView, Router
+from envs.sim.worker import WorkerState
 
 
 class RoundRobinRouter(Router):
@@ -48,12 +49,19 @@ class LeastWorkRouter(Router):
     name = "least-work"
 
     def route(self, request: Request, view: PoolView) -> int:
+        # hot path: reads the workers directly (same q_w as PoolView.outstanding_work_s)
         best = -1
         best_key = None
-        work = view.outstanding_work_s
-        nq = view.num_queued_requests
-        for wid in view.eligible_worker_ids(request):
-            key = (work(wid), nq(wid))
+        L = request.num_prompt_tokens
+        now = view.now_s
+        workers = view.workers
+        active = WorkerState.ACTIVE
+        for wid in view.worker_ids:
+            w = workers[wid]
+            if w.state != active or L > w.max_prompt_tokens:
+                continue
+            rem = w.step_predicted_end_s - now if w.batch else 0.0
+            key = (w.queued_predicted_s + (rem if rem > 0.0 else 0.0), len(w.queue))
             if best_key is None or key < best_key:
                 best, best_key = wid, key
         return best
@@ -67,10 +75,17 @@ class PrefixAffinityRouter(Router):
     def route(self, request: Request, view: PoolView) -> int:
         best = -1
         best_key = None
-        work = view.outstanding_work_s
-        hit = view.cached_blocks
-        for wid in view.eligible_worker_ids(request):
-            key = (-hit(wid, request), work(wid))
+        L = request.num_prompt_tokens
+        hashes = request.block_hashes
+        now = view.now_s
+        workers = view.workers
+        active = WorkerState.ACTIVE
+        for wid in view.worker_ids:
+            w = workers[wid]
+            if w.state != active or L > w.max_prompt_tokens:
+                continue
+            rem = w.step_predicted_end_s - now if w.batch else 0.0
+            key = (-w.cache.match_ready(hashes), w.queued_predicted_s + (rem if rem > 0.0 else 0.0))
             if best_key is None or key < best_key:
                 best, best_key = wid, key
         return best

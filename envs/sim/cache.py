@@ -67,11 +67,11 @@ class PrefixCache:
 
     def match_ready(self, block_hashes: Sequence[int]) -> int:
         """Number of leading blocks that are present and ready."""
-        blocks = self._blocks
+        get = self._blocks.get
         n = 0
         for h in block_hashes:
-            if blocks.get(h) != READY:
-                break
+            if get(h) != READY:
+                return n
             n += 1
         return n
 
