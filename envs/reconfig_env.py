@@ -1,0 +1,363 @@
+"""Gymnasium environment for cluster-level reconfiguration (paper §6): one step per observation
+window; the action is a no-op, one split or one merge."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _Accounting
+from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
+from envs.sim.reconfig import Operation, apply_operation, eligible_operations
+
+RECONFIG_WORKER_FEATURES: tuple[tuple[str, float], ...] = (
+    ("present", 1.0),
+    ("degree", 64.0),                      # CP degree [GPUs]
+    ("is_active", 1.0),
+    ("is_reconfiguring", 1.0),             # DRAINING or SWITCHING
+    ("outstanding_work_s", TIME_BOUND_S),  # q_w [s]
+    ("num_queued_requests", COUNT_BOUND),
+    ("kv_usage", 1.0),                     # share of KV blocks in use
+)
+WINDOW_FEATURES: tuple[tuple[str, float], ...] = (
+    ("arrival_rate_rps", COUNT_BOUND),          # arrivals in the last window / window length
+    ("mean_prompt_tokens", TOKEN_BOUND),        # over the last window's arrivals [tokens]
+    ("long_request_fraction", 1.0),             # share of arrivals with L > long_request_tokens
+    ("token_rate_per_s", TOKEN_BOUND),          # prompt tokens arriving per second [tokens/s]
+    ("mean_ttft_s", TIME_BOUND_S),              # of requests finished in the last window [s]
+    ("slo_attainment_token_weighted", 1.0),     # of requests finished in the last window
+    ("num_requests_in_system", COUNT_BOUND),
+    ("total_outstanding_work_s", TIME_BOUND_S),  # sum of q_w [s]
+    ("num_operations_in_flight", COUNT_BOUND),
+    ("epoch", COUNT_BOUND),
+)
+
+
+def candidate_operations(pool: PoolConfig) -> list[tuple[str, int, int]]:
+    """Every split/merge the pool topology allows, as ``(kind, degree_before, first_gpu)``:
+    a split of a degree-2C worker at ``f`` (aligned to 2C, inside one node), a merge of the
+    degree-C siblings at ``f`` and ``f + C``. The order is fixed (it is the action index - 1)."""
+    degs = set(pool.supported_degrees)
+    out = []
+    for kind in ("split", "merge"):
+        for d in sorted(degs):
+            if kind == "split" and (d // 2) not in degs or d < 2 and kind == "split":
+                continue
+            if kind == "merge" and 2 * d not in degs:
+                continue
+            size = d if kind == "split" else 2 * d
+            for f in range(0, pool.num_gpus - size + 1, size):
+                try:
+                    pool.check_group(size, f)
+                except ValueError:
+                    continue
+                out.append((kind, d, f))
+    return out
+
+
+class PrefillReconfigEnv(gym.Env):
+    """Choose, once per observation window, whether to split or merge one CP worker.
+
+    ## Description
+
+    The routing of every request is done by an inner heuristic router (default: the
+    Vertumnus router, ``baselines.registry`` ``"vertumnus"``); this environment decides the
+    worker composition (paper §6): every ``window_s`` simulated seconds (paper: 20 s) the agent
+    may start one split (a degree-2C worker into two degree-C workers) or one merge (two
+    sibling degree-C workers into one degree-2C worker), which then runs the drain / switch /
+    commit protocol of ``envs.sim.reconfig`` as simulation events. GPU count is preserved.
+
+    ## Action Space
+
+    ``Discrete(1 + K)``: 0 = no-op, ``k >= 1`` = the ``(k-1)``-th entry of
+    :func:`candidate_operations` (every topology-compatible split/merge of the pool). The mask
+    (:meth:`action_masks`) allows the no-op and the operations that
+    ``envs.sim.reconfig.eligible_operations`` allows now (the workers exist with that degree and
+    are ACTIVE). An ineligible action is replaced by the no-op and penalised by
+    ``invalid_action_penalty``; it never raises.
+
+    ## Observation Space
+
+    ``Dict``: ``"workers"`` ``(max_num_workers, 7)`` (``RECONFIG_WORKER_FEATURES``; row = worker
+    id) and ``"window"`` ``(10,)`` (``WINDOW_FEATURES``: the last window's arrival rate, mean
+    length, long-request fraction, token rate, TTFT and SLO attainment of finished requests,
+    requests in the system, outstanding work, operations in flight, epoch) — physical units,
+    clipped to the documented bounds, all >= 0.
+
+    ## Rewards
+
+    ``time_in_system`` (as ``PrefillRoutingEnv``): minus the time-in-system integral over the
+    window, each request also charged once (when first dispatched) its wait before dispatch and
+    the constant hand-off + first-decode terms, so the episode sum is ``-Σ TTFT`` exactly
+    (without penalties), times ``reward_scale``. ``slo_miss_tokens``: minus the prompt tokens of
+    requests that finished above their SLO in the window divided by the episode's mean prompt
+    length (unfinished requests charged at the end).
+
+    ## Starting State
+
+    ``reset`` picks an episode window with ``self.np_random`` (or ``options["window_index"]``)
+    and a simulator seed (or ``options["sim_seed"]``), builds the simulator on the configured
+    pool and advances one observation window under the inner router.
+
+    ## Episode End
+
+    ``terminated`` when the simulation has no event left (all requests finished);
+    ``truncated`` at ``SimConfig.horizon_s``.
+
+    ## Arguments
+
+    Args:
+        workloads: episode windows (default: the ``phases`` synthetic workload, seed 0).
+        config: simulator configuration (default ``SimConfig()``).
+        calibration: cost model (default: the config's or the shipped one).
+        make_router: zero-argument factory of the inner :class:`~envs.sim.Router` (default:
+            the registered ``"vertumnus"`` policy's router).
+        window_s: observation window [s] (paper §6: 20 s).
+        reward: ``"time_in_system"`` or ``"slo_miss_tokens"``.
+        reward_scale: multiplies the reward (default 0.01: an episode is thousands of
+            request-seconds).
+        invalid_action_penalty: subtracted for an ineligible action (default 1.0).
+        long_request_tokens: length above which a request counts as long [tokens] (default
+            8192: the Mooncake traces' 8k split, see ``shared/data/traces/SOURCES.md``).
+
+    Raises:
+        ValueError: naming the argument, on a bad window, reward or empty workloads.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, workloads: Workload | Sequence[Workload] | None = None, config: SimConfig | None = None,
+                 calibration: Calibration | None = None, make_router: Callable | None = None, window_s: float = 20.0,
+                 reward: str = "time_in_system", reward_scale: float = 0.01, invalid_action_penalty: float = 1.0,
+                 long_request_tokens: int = 8192) -> None:
+        super().__init__()
+        if not window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {window_s}")
+        if reward not in ("time_in_system", "slo_miss_tokens"):
+            raise ValueError(f"reward must be 'time_in_system' or 'slo_miss_tokens', got {reward!r}")
+        if not reward_scale > 0:
+            raise ValueError(f"reward_scale must be > 0, got {reward_scale}")
+        if not invalid_action_penalty >= 0:
+            raise ValueError(f"invalid_action_penalty must be >= 0, got {invalid_action_penalty}")
+        if workloads is None:
+            from envs import workloads as wls
+
+            workloads = [wls.get_workload("phases", seed=0)]
+        elif isinstance(workloads, Workload):
+            workloads = [workloads]
+        self.windows = [w for w in workloads if w.num_requests > 0]
+        if not self.windows:
+            raise ValueError("workloads: no episode window holds a request")
+        self.config = config or SimConfig()
+        self.calibration = calibration or (Calibration.load(self.config.calibration_path)
+                                           if self.config.calibration_path else Calibration.default())
+        if make_router is None:
+            from baselines.registry import get_policy  # lazy: envs must not import baselines at import time
+
+            make_router = get_policy("vertumnus").make_router
+        self.make_router = make_router
+        self.window_s = float(window_s)
+        self.reward_kind = reward
+        self.reward_scale = float(reward_scale)
+        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.long_request_tokens = int(long_request_tokens)
+        pool = self.config.pool
+        self.candidates = candidate_operations(pool)
+        self.max_num_workers = pool.max_num_workers
+        self._wid = pool.worker_id_for
+        n = self.max_num_workers
+        self._w_high = np.array([b for _, b in RECONFIG_WORKER_FEATURES], dtype=np.float32)
+        self._g_high = np.array([b for _, b in WINDOW_FEATURES], dtype=np.float32)
+        self.observation_space = spaces.Dict({
+            "workers": spaces.Box(0.0, np.broadcast_to(self._w_high, (n, len(self._w_high))).copy(), dtype=np.float32),
+            "window": spaces.Box(0.0, self._g_high.copy(), dtype=np.float32),
+        })
+        self.action_space = spaces.Discrete(1 + len(self.candidates))
+        self.sim: Simulator | None = None
+        self.window_index = -1
+
+    # ------------------------------------------------------------------------------------------
+    def _operation(self, k: int) -> Operation | None:
+        kind, d, f = self.candidates[k - 1]
+        ws = self.sim.workers
+        if kind == "split":
+            wid = self._wid(f)
+            w = ws.get(wid)
+            return Operation.split(wid) if w is not None and w.degree == d and w.first_gpu == f else None
+        a, b = self._wid(f), self._wid(f + d)
+        wa, wb = ws.get(a), ws.get(b)
+        if wa is None or wb is None or wa.degree != d or wb.degree != d:
+            return None
+        return Operation.merge(a, b)
+
+    def action_masks(self) -> np.ndarray:
+        """Boolean mask of shape ``(1 + K,)``: the no-op and the operations eligible now."""
+        mask = np.zeros(self.action_space.n, dtype=bool)
+        mask[0] = True
+        if self.sim is None or self._ended:
+            return mask
+        eligible = set(eligible_operations(self.sim))
+        if not eligible:
+            return mask
+        for k in range(1, self.action_space.n):
+            op = self._operation(k)
+            if op is not None and op in eligible:
+                mask[k] = True
+        return mask
+
+    # ------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        idx = int(options["window_index"]) if "window_index" in options else int(self.np_random.integers(len(self.windows)))
+        if not 0 <= idx < len(self.windows):
+            raise ValueError(f"options['window_index'] must be in [0, {len(self.windows)}), got {idx}")
+        sim_seed = int(options["sim_seed"]) if "sim_seed" in options else int(self.np_random.integers(2**31 - 1))
+        wl = self.windows[idx]
+        self.window_index = idx
+        sim = Simulator(wl, replace(self.config, seed=sim_seed), self.calibration, policy_name="reconfig-env")
+        self.sim = sim
+        self.router = self.make_router()
+        self.router.reset(sim.view, sim.policy_rng)
+        self._acct = _Accounting(sim)
+        sim.finish_listeners.append(self._acct.on_finish)
+        sim.finish_listeners.append(self._on_finish_window)
+        self._seen = bytearray(wl.num_requests)
+        self._total_tokens = sum(r.num_prompt_tokens for r in wl.requests)
+        self._mean_tokens = self._total_tokens / wl.num_requests
+        self._next_arrival_idx = 0
+        self._ended = False
+        self._num_invalid = 0
+        self._num_ops = 0
+        self._t = 0.0
+        self._run_window()
+        return self._observe(), {"sim_time_s": self._t, "window_index": idx}
+
+    def _on_finish_window(self, sim, batch, _w) -> None:
+        now = sim.env.now
+        h = self._acct.handoff_s_per_token
+        fd = self._acct.first_decode_s
+        for req in batch:
+            L = req.num_prompt_tokens
+            ttft = now - req.arrival_time_s + L * h + fd
+            self._fin_n += 1
+            self._fin_ttft += ttft
+            self._fin_tokens += L
+            if ttft <= sim.ttft_slo_s(req.request_id):
+                self._fin_met_tokens += L
+
+    def _run_window(self) -> None:
+        """Advances one observation window with the inner router routing every decision."""
+        sim = self.sim
+        self._fin_n = 0
+        self._fin_ttft = 0.0
+        self._fin_tokens = 0
+        self._fin_met_tokens = 0
+        end = self._t + self.window_s
+        router = self.router
+        view = sim.view
+        acct = self._acct
+        seen = self._seen
+        while True:
+            req = sim.run_until_decision(until_s=end)
+            if req is None:
+                break
+            rid = req.request_id
+            if not seen[rid]:
+                seen[rid] = 1
+                acct.admit(req, sim.env.now)
+            wid = router.route(req, view)
+            sim.decide(wid)
+            router.on_dispatch(req, wid, view)
+        self._t = end
+        self._ended = sim.done
+
+    def step(self, action):
+        if self.sim is None:
+            raise RuntimeError("call reset() before step()")
+        if self._ended:
+            return self._observe(), 0.0, True, False, {"sim_time_s": self._t}
+        k = int(action)
+        invalid = False
+        if k != 0:
+            op = self._operation(k) if 1 <= k < self.action_space.n else None
+            if op is None or op not in set(eligible_operations(self.sim)):
+                invalid = True
+                self._num_invalid += 1
+            else:
+                apply_operation(self.sim, op)
+                self._num_ops += 1
+        start = self._t
+        self._run_window()
+        sim = self.sim
+        acct = self._acct
+        terminated = truncated = False
+        if self._ended:
+            horizon = sim.config.horizon_s
+            end = sim.env.now
+            if acct.n > 0 and horizon is not None:
+                truncated, end = True, max(end, horizon)
+            else:
+                terminated = True
+            tis, miss = acct.collect(end)
+        else:
+            tis, miss = acct.collect(max(self._t, sim.env.now))
+        if self.reward_kind == "time_in_system":
+            reward = -tis
+        else:
+            if self._ended:
+                miss += self._total_tokens - acct.finished_tokens
+            reward = -miss / self._mean_tokens
+        reward *= self.reward_scale
+        if invalid:
+            reward -= self.invalid_action_penalty
+        info = {"sim_time_s": self._t, "window_start_s": start, "invalid_action": invalid,
+                "num_invalid_actions": self._num_invalid, "num_operations": self._num_ops,
+                "window_index": self.window_index, "composition": [(w.degree, w.first_gpu) for w in
+                                                                   (sim.workers[i] for i in sim.worker_ids)]}
+        return self._observe(), float(reward), terminated, truncated, info
+
+    def _observe(self) -> dict:
+        sim = self.sim
+        n = self.max_num_workers
+        W = np.zeros((n, len(RECONFIG_WORKER_FEATURES)), dtype=np.float32)
+        G = np.zeros(len(WINDOW_FEATURES), dtype=np.float32)
+        now = sim.env.now
+        total_q = 0.0
+        for wid in sim.worker_ids:
+            w = sim.workers[wid]
+            rem = w.step_predicted_end_s - now if w.batch else 0.0
+            q = w.queued_predicted_s + (rem if rem > 0.0 else 0.0)
+            total_q += q
+            cb = w.cache.capacity_blocks
+            W[wid] = (1.0, w.degree, w.state == WorkerState.ACTIVE,
+                      w.state in (WorkerState.DRAINING, WorkerState.SWITCHING), q, len(w.queue),
+                      len(w.cache) / cb if cb else 1.0)
+        # arrivals in (t - window, t]
+        reqs = sim.workload.requests
+        lo = self._t - self.window_s
+        i = self._next_arrival_idx
+        cnt = 0
+        tok = 0
+        long_n = 0
+        while i < len(reqs) and reqs[i].arrival_time_s <= self._t:
+            if reqs[i].arrival_time_s > lo:
+                cnt += 1
+                L = reqs[i].num_prompt_tokens
+                tok += L
+                long_n += L > self.long_request_tokens
+            i += 1
+        self._next_arrival_idx = i
+        rec = sim.attachments.get("reconfig")
+        in_flight = len(rec.in_flight()) if rec is not None else 0
+        G[:] = (cnt / self.window_s, tok / cnt if cnt else 0.0, long_n / cnt if cnt else 0.0, tok / self.window_s,
+                self._fin_ttft / self._fin_n if self._fin_n else 0.0,
+                self._fin_met_tokens / self._fin_tokens if self._fin_tokens else 1.0,
+                self._acct.n, total_q, in_flight, sim.epoch)
+        np.minimum(W, self._w_high, out=W)
+        np.minimum(G, self._g_high, out=G)
+        return {"workers": W, "window": G}

@@ -1,0 +1,553 @@
+"""Gymnasium environment for request-level routing (paper §5): one step per routing decision.
+
+The environment owns the simulation loop (Decima / Park style): ``reset()`` builds a
+:class:`~envs.sim.Simulator` for one episode window and advances it to the first request that
+needs a routing decision; ``step(action)`` dispatches that request to the chosen worker
+(``Simulator.decide``) and advances to the next decision (``Simulator.run_until_decision``).
+Heuristic routers plug into exactly the same two calls (``Simulator.run``), so a heuristic run
+through this environment and ``cpgym simulate`` are the same computation (tested).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, Workload, WorkerState
+
+# ------------------------------------------------------------------------------------------
+# Observation layout (physical units; every feature is clipped to the documented bound).
+
+#: Bound of every time feature [s] (a queue of more than a day of predicted work is clipped).
+TIME_BOUND_S = 1e5
+#: Bound of token counts [tokens].
+TOKEN_BOUND = 1e9
+#: Bound of request counts.
+COUNT_BOUND = 1e6
+
+WORKER_FEATURES: tuple[tuple[str, float], ...] = (
+    ("present", 1.0),                  # 1 if a (non-retired) worker has this slot (= worker id)
+    ("eligible", 1.0),                 # 1 if the pending request may be routed here (action mask)
+    ("degree", 64.0),                  # CP degree C [GPUs]; 0 for an empty slot
+    ("is_reconfiguring", 1.0),         # 1 if DRAINING or SWITCHING (paper §6)
+    ("outstanding_work_s", TIME_BOUND_S),   # q_w [s] (paper §5)
+    ("ready_hit_tokens", TOKEN_BOUND),      # P_{i,w}: ready prefix hit of the pending request [tokens]
+    ("predicted_service_s", TIME_BOUND_S),  # s = E_{C_w}(L - P_{i,w}, P_{i,w}) [s]
+    ("predicted_finish_s", TIME_BOUND_S),   # q_w + s [s]
+    ("num_queued_requests", COUNT_BOUND),
+    ("num_queued_new_tokens", TOKEN_BOUND),  # [tokens]
+    ("kv_usage", 1.0),                 # share of the worker's KV blocks in use, in [0, 1]
+    ("present_hit_tokens", TOKEN_BOUND),    # leading blocks present, ready or pending reconciliation [tokens]
+)
+REQUEST_FEATURES: tuple[tuple[str, float], ...] = (
+    ("num_prompt_tokens", TOKEN_BOUND),     # L [tokens]
+    ("ttft_slo_s", TIME_BOUND_S),           # the request's TTFT SLO [s]
+    ("isolated_service_s", TIME_BOUND_S),   # E_{C_min}(L, 0) on the smallest supported degree [s]
+    ("max_ready_hit_tokens", TOKEN_BOUND),  # max over eligible workers of P_{i,w} [tokens]
+    ("waited_s", TIME_BOUND_S),             # now - arrival [s] (> 0 after a park or a redirect)
+    ("num_routings", COUNT_BOUND),          # earlier routings of this request (redirects)
+)
+POOL_FEATURES: tuple[tuple[str, float], ...] = (
+    ("num_eligible_workers", COUNT_BOUND),
+    ("num_requests_in_system", COUNT_BOUND),   # routed, not yet finished (incl. this one if redirected)
+    ("total_outstanding_work_s", TIME_BOUND_S),  # sum of q_w [s]
+    ("min_eligible_outstanding_work_s", TIME_BOUND_S),  # [s]
+    ("epoch", COUNT_BOUND),                    # configuration epoch (paper §6/§8)
+)
+
+REWARD_KINDS = ("time_in_system", "slo_miss_tokens")
+
+
+@dataclass(frozen=True)
+class RoutingRewardConfig:
+    """Reward of :class:`PrefillRoutingEnv`.
+
+    Args:
+        kind: ``"time_in_system"`` (default) or ``"slo_miss_tokens"``; see the environment's
+            *Rewards* section.
+        invalid_action_penalty: subtracted from the reward of a step whose action was not an
+            eligible worker (the request is then routed to the least-work eligible worker).
+            Units of the chosen reward (seconds for ``time_in_system``). Default 1.0.
+        scale: multiplies the reward (before the penalty). Default 1.0.
+
+    Raises:
+        ValueError: naming the field, on an unknown kind, a negative penalty or a scale <= 0.
+    """
+
+    kind: str = "time_in_system"
+    invalid_action_penalty: float = 1.0
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in REWARD_KINDS:
+            raise ValueError(f"reward.kind must be one of {REWARD_KINDS}, got {self.kind!r}")
+        if not (self.invalid_action_penalty >= 0 and math.isfinite(self.invalid_action_penalty)):
+            raise ValueError(f"reward.invalid_action_penalty must be a finite number >= 0, got {self.invalid_action_penalty}")
+        if not (self.scale > 0 and math.isfinite(self.scale)):
+            raise ValueError(f"reward.scale must be a finite number > 0, got {self.scale}")
+
+
+class _Accounting:
+    """Incremental time-in-system and SLO-miss bookkeeping of one episode.
+
+    O(1) per decision and O(batch) per engine-step end (a finish listener added only by the
+    environment, so ``cpgym simulate`` does not pay for it).
+    """
+
+    __slots__ = ("n", "last_s", "acc_s", "miss_tokens", "handoff_s_per_token", "first_decode_s", "arrival",
+                 "finished_count", "finished_tokens", "sim")
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.n = 0
+        self.last_s = 0.0
+        self.acc_s = 0.0
+        self.miss_tokens = 0
+        self.finished_count = 0
+        self.finished_tokens = 0
+        cfg = sim.config
+        # Same expressions as Simulator.__init__ / _on_step_end, so the sums match TTFT exactly.
+        self.handoff_s_per_token = sim.calibration.kv_bytes_per_token / cfg.latency.kv_handoff_bandwidth_bytes_per_s
+        self.first_decode_s = cfg.latency.first_decode_step_s
+        self.arrival = [r.arrival_time_s for r in sim.workload.requests]
+
+    def admit(self, req: Request, now: float) -> None:
+        """The request is routed for the first time at ``now``: charge its time since arrival and
+        the constant hand-off + first-decode terms of its TTFT, then count it in the system."""
+        self.acc_s += self.n * (now - self.last_s)
+        self.last_s = now
+        self.acc_s += (now - req.arrival_time_s) + (req.num_prompt_tokens * self.handoff_s_per_token + self.first_decode_s)
+        self.n += 1
+
+    def on_finish(self, sim: Simulator, batch: list, _w) -> None:
+        now = sim.env.now
+        self.acc_s += self.n * (now - self.last_s)
+        self.last_s = now
+        self.n -= len(batch)
+        self.finished_count += len(batch)
+        arrival = self.arrival
+        h = self.handoff_s_per_token
+        fd = self.first_decode_s
+        slo = sim.ttft_slo_s
+        for req in batch:
+            rid = req.request_id
+            L = req.num_prompt_tokens
+            self.finished_tokens += L
+            if now - arrival[rid] + L * h + fd > slo(rid):
+                self.miss_tokens += L
+
+    def collect(self, now: float) -> tuple[float, int]:
+        """Returns and clears (time-in-system [s], missed SLO tokens) accumulated up to ``now``."""
+        self.acc_s += self.n * (now - self.last_s)
+        self.last_s = now
+        out = (self.acc_s, self.miss_tokens)
+        self.acc_s = 0.0
+        self.miss_tokens = 0
+        return out
+
+
+def least_work_worker(sim: Simulator, request: Request) -> int:
+    """The eligible worker with the least outstanding work ``q_w`` (ties: fewer queued requests,
+    then pool order) — the remap target of an invalid action; -1 if none is eligible."""
+    view = sim.view
+    best, best_key = -1, None
+    for wid in sim.worker_ids:
+        if not sim.is_eligible(sim.workers[wid], request):
+            continue
+        key = (view.outstanding_work_s(wid), len(sim.workers[wid].queue))
+        if best_key is None or key < best_key:
+            best, best_key = wid, key
+    return best
+
+
+def _default_workloads() -> list[Workload]:
+    """Default episodes of the registered id (the shipped checkpoint's scenario): the training
+    windows (:func:`split_windows`) of 60 s windows of the Mooncake conversation trace
+    time-scaled to 12 requests/s, where the 40-GPU default pool is loaded (~0.9 utilisation
+    under least-work) and the heuristics differ."""
+    from envs import workloads
+
+    wl = workloads.load_trace(workloads.default_traces_dir() / "conversation_trace.jsonl")
+    wl = workloads.scale_to_rate(wl, DEFAULT_TARGET_RPS)
+    return split_windows(episode_windows(wl, DEFAULT_WINDOW_S), "train")
+
+
+#: Default scenario of the registered routing id: conversation trace at this rate [requests/s].
+DEFAULT_TARGET_RPS = 12.0
+#: Default episode window [s].
+DEFAULT_WINDOW_S = 60.0
+
+
+def episode_windows(workload: Workload, window_s: float) -> list[Workload]:
+    """Cuts a workload into consecutive windows of ``window_s`` seconds (episodes), dropping empty
+    ones. Uses ``envs.workloads.windows`` (arrival times re-based to the window start).
+
+    Raises:
+        ValueError: if ``window_s`` <= 0 or no window holds a request.
+    """
+    from envs import workloads
+
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0, got {window_s}")
+    wins = [w for w in workloads.windows(workload, window_s) if w.num_requests > 0]
+    if not wins:
+        raise ValueError(f"workload {workload.name!r} has no request in any window of {window_s} s")
+    return wins
+
+
+def split_windows(wins: Sequence[Workload], part: str, eval_every: int = 4) -> list[Workload]:
+    """Deterministic train/eval split of episode windows: every ``eval_every``-th window
+    (indices 3, 7, 11, ... for 4) is held out for evaluation, the others train.
+
+    Args:
+        part: ``"train"``, ``"eval"`` or ``"all"``.
+
+    Raises:
+        ValueError: on an unknown part, ``eval_every`` < 2, or an empty result.
+    """
+    if eval_every < 2:
+        raise ValueError(f"eval_every must be >= 2, got {eval_every}")
+    if part == "all":
+        out = list(wins)
+    elif part == "train":
+        out = [w for i, w in enumerate(wins) if i % eval_every != eval_every - 1]
+    elif part == "eval":
+        out = [w for i, w in enumerate(wins) if i % eval_every == eval_every - 1]
+    else:
+        raise ValueError(f"part must be 'train', 'eval' or 'all', got {part!r}")
+    if not out:
+        raise ValueError(f"no {part} window among {len(wins)} windows (eval_every={eval_every})")
+    return out
+
+
+class PrefillRoutingEnv(gym.Env):
+    """Route each arriving prefill request to a CP worker of a fixed-GPU prefill pool.
+
+    ## Description
+
+    The calibrated discrete-event simulator of ``envs.sim`` replays one *episode window* of a
+    trace or synthetic workload. Every arriving request (and every request redirected away
+    from a draining worker, paper §6) is one decision: the agent picks the worker that will
+    prefill it. Workers differ in CP degree, queue (``q_w``) and prefix cache, so the choice
+    trades queueing against cache-aware service time and GPU time, as the Vertumnus router
+    does with its cost ``J`` (paper §5).
+
+    ## Action Space
+
+    ``Discrete(max_num_workers)`` with ``max_num_workers = PoolConfig.max_num_workers``
+    (``num_gpus // min(supported_degrees)``; 40 for the default pool). Action ``k`` means the
+    worker whose id is ``k`` (ids are stable across split/merge, see ``envs.sim.pool``).
+    :meth:`action_masks` gives the eligible slots (sb3-contrib MaskablePPO). An action that is
+    not eligible (empty slot, draining worker, too little KV memory) is *remapped* to the
+    eligible worker with the least outstanding work and penalised by
+    ``reward.invalid_action_penalty``; ``info["invalid_action"]`` flags it. It never raises.
+
+    ## Observation Space
+
+    ``Dict`` of float32 ``Box`` es in physical units, every feature in ``[0, bound]`` (values
+    beyond the bound are clipped): ``"workers"`` of shape ``(max_num_workers, 12)`` (row = worker
+    id, zeros for an empty slot), ``"request"`` of shape ``(6,)`` and ``"pool"`` of shape
+    ``(5,)``; names, units and bounds in ``WORKER_FEATURES``, ``REQUEST_FEATURES`` and
+    ``POOL_FEATURES``. Everything the Vertumnus router uses is there: ``q_w``, the ready hit
+    ``P_{i,w}``, the degree ``C_w``, the worker state, the predicted service time
+    ``E_{C_w}(R_{i,w}, P_{i,w})`` and the request length ``L``. Normalisation is left to the
+    policy (``policies.extractor`` scales logarithmically).
+
+    ## Rewards
+
+    ``time_in_system`` (default, Decima/Park style): the reward of a step is minus the
+    time-in-system integral ``∫ n(t) dt`` from this decision to the next, where ``n(t)`` counts
+    routed, unfinished requests; a request routed for the first time is also charged, once, its
+    time since arrival and the constant TTFT terms outside the pool (KV hand-off
+    ``L·kv_bytes_per_token/bandwidth`` + first decode step). The last step runs the simulation
+    to its end, so over an episode ``Σ rewards = -Σ_i TTFT_i`` exactly (without invalid-action
+    penalties; requests never routed — rejected — are not counted).
+
+    Worked example (one CP-1 worker, ``E = 1 + 0.1·R`` s, constant ``c`` per request): r0
+    (L=10) arrives at 0 s, r1 (L=10) at 0.5 s. Step 0 routes r0 at t=0: charge ``c``; run to
+    t=0.5 with one request in the system: reward ``-(0.5 + c)``. Step 1 routes r1: charge
+    ``c``; r0 finishes at 2.0 (two requests in the system for 1.5 s = 3.0), r1 at 4.0 (one for
+    2.0 s): reward ``-(5.0 + c)``. Sum ``-(5.5 + 2c)`` = -(TTFT0 + TTFT1) = -((2 + c) + (3.5 + c)).
+
+    ``slo_miss_tokens``: at the step during which a request finishes with TTFT above its SLO,
+    the reward is ``-L_i / mean(L)`` (mean over the episode's requests); at the episode end
+    every request that did not finish (rejected, unfinished at the horizon) is charged the
+    same. Over an episode ``Σ rewards = -N·(1 - token-weighted SLO attainment)``. In the
+    example above with an SLO of 3 s and ``c < 0.5`` s: r1 misses, the second step earns ``-1``.
+
+    Both are multiplied by ``reward.scale``.
+
+    ## Starting State
+
+    ``reset(seed=, options=)`` picks an episode window uniformly with ``self.np_random`` (or
+    ``options["window_index"]``) and a simulator seed (or ``options["sim_seed"]``), builds the
+    simulator (plus ``make_attachments()`` — controllers, cache managers) and runs to the first
+    decision.
+
+    ## Episode End
+
+    ``terminated`` when the simulation has no event left (every routed request finished);
+    ``truncated`` when ``SimConfig.horizon_s`` stops it first.
+
+    ## Arguments
+
+    Args:
+        workloads: the episode windows (a workload or a sequence of them); ``None`` = the
+            training windows of the Mooncake conversation trace at 12 requests/s (60 s windows,
+            see :func:`split_windows`).
+        config: simulator configuration (pool, engine, latency, SLO, seed, horizon), the same
+            object the CLI builds; its ``seed`` is replaced per episode.
+        calibration: cost model; ``None`` = the config's or the shipped default.
+        reward: :class:`RoutingRewardConfig` (or a kind string).
+        make_attachments: optional factory of objects with ``attach(sim)`` (e.g. a cluster
+            controller) attached to every episode's simulator.
+        make_simulator: optional ``(workload, config) -> Simulator`` replacing the plain
+            ``Simulator(workload, config, calibration)`` (e.g. ``experiments.runner.build_simulator``
+            of a named policy, which applies its composition, calibration transform and
+            attachments); the pool's ``max_num_workers`` must match ``config``'s.
+
+    Raises:
+        ValueError: if no window holds a request or the reward is invalid.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, workloads: Workload | Sequence[Workload] | None = None, config: SimConfig | None = None,
+                 calibration: Calibration | None = None, reward: RoutingRewardConfig | str | None = None,
+                 make_attachments: Callable[[], list] | None = None,
+                 make_simulator: Callable[[Workload, SimConfig], Simulator] | None = None) -> None:
+        super().__init__()
+        if workloads is None:
+            workloads = _default_workloads()
+        elif isinstance(workloads, Workload):
+            workloads = [workloads]
+        self.windows = [w for w in workloads if w.num_requests > 0]
+        if not self.windows:
+            raise ValueError("workloads: no episode window holds a request")
+        self.config = config or SimConfig()
+        if calibration is None:
+            calibration = (Calibration.load(self.config.calibration_path) if self.config.calibration_path
+                           else Calibration.default())
+        self.calibration = calibration
+        if reward is None:
+            reward = RoutingRewardConfig()
+        elif isinstance(reward, str):
+            reward = RoutingRewardConfig(kind=reward)
+        self.reward_config = reward
+        self.make_attachments = make_attachments
+        self.make_simulator = make_simulator
+        pool = self.config.pool
+        self.max_num_workers = pool.max_num_workers
+        n = self.max_num_workers
+        self._w_high = np.array([b for _, b in WORKER_FEATURES], dtype=np.float32)
+        self._r_high = np.array([b for _, b in REQUEST_FEATURES], dtype=np.float32)
+        self._p_high = np.array([b for _, b in POOL_FEATURES], dtype=np.float32)
+        self.observation_space = spaces.Dict({
+            "workers": spaces.Box(0.0, np.broadcast_to(self._w_high, (n, len(WORKER_FEATURES))).copy(), dtype=np.float32),
+            "request": spaces.Box(0.0, self._r_high.copy(), dtype=np.float32),
+            "pool": spaces.Box(0.0, self._p_high.copy(), dtype=np.float32),
+        })
+        self.action_space = spaces.Discrete(n)
+        self._min_degree = min(pool.supported_degrees)
+        self.sim: Simulator | None = None
+        self._acct: _Accounting | None = None
+        self._req: Request | None = None
+        self._mask = np.ones(n, dtype=bool)
+        self._decision_listeners: list[Callable[[Request, int, PoolView], None]] = []
+        self._episode_mean_tokens = 1.0
+        self._seen: bytearray = bytearray()
+        self.window_index = -1
+
+    # ----------------------------------------------------------------------------------------
+    def add_decision_listener(self, fn: Callable[[Request, int, PoolView], None]) -> None:
+        """Registers ``fn(request, worker_id, view)``, called after every dispatch (kept across
+        episodes) — how a heuristic :class:`~envs.sim.Router`'s ``on_dispatch`` is served."""
+        self._decision_listeners.append(fn)
+
+    @property
+    def pending_request(self) -> Request | None:
+        """The request of the current decision (``None`` after the episode ended)."""
+        return self._req
+
+    def action_masks(self) -> np.ndarray:
+        """Boolean mask of shape ``(max_num_workers,)``: True for eligible workers. After the
+        episode ended (no pending request) every slot is True (the action is ignored)."""
+        return self._mask.copy()
+
+    # ----------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        for _attempt in range(100):
+            if "window_index" in options:
+                idx = int(options["window_index"])
+                if not 0 <= idx < len(self.windows):
+                    raise ValueError(f"options['window_index'] must be in [0, {len(self.windows)}), got {idx}")
+            else:
+                idx = int(self.np_random.integers(len(self.windows)))
+            sim_seed = int(options["sim_seed"]) if "sim_seed" in options else int(self.np_random.integers(2**31 - 1))
+            req = self._start_episode(idx, sim_seed)
+            if req is not None:
+                break
+            if "window_index" in options:
+                raise ValueError(f"episode window {idx} has no routable request")
+        else:  # pragma: no cover - only with windows whose every request is unroutable
+            raise RuntimeError("no episode window with a routable request found in 100 draws")
+        return self._observe(req), self._info(False)
+
+    def _start_episode(self, idx: int, sim_seed: int) -> Request | None:
+        wl = self.windows[idx]
+        self.window_index = idx
+        cfg = replace(self.config, seed=sim_seed)
+        if self.make_simulator is not None:
+            sim = self.make_simulator(wl, cfg)
+        else:
+            sim = Simulator(wl, cfg, self.calibration, policy_name="env")
+        if self.make_attachments is not None:
+            for a in self.make_attachments():
+                a.attach(sim)
+        self.sim = sim
+        self._acct = _Accounting(sim)
+        sim.finish_listeners.append(self._acct.on_finish)
+        self._seen = bytearray(wl.num_requests)
+        self._episode_total_tokens = sum(r.num_prompt_tokens for r in wl.requests)
+        self._episode_mean_tokens = self._episode_total_tokens / wl.num_requests
+        self._num_invalid = 0
+        self._return = 0.0
+        self._req = sim.run_until_decision()
+        return self._req
+
+    def step(self, action):
+        sim = self.sim
+        if sim is None:
+            raise RuntimeError("call reset() before step()")
+        req = self._req
+        if req is None:
+            # Stepping after the end: a no-op (Gymnasium leaves this undefined; never crash).
+            return self._observe(None), 0.0, True, False, self._info(True)
+        wid = int(action)
+        invalid = not (0 <= wid < self.max_num_workers and self._mask[wid])
+        if invalid:
+            wid = least_work_worker(sim, req)
+            self._num_invalid += 1
+        acct = self._acct
+        now = sim.env.now
+        rid = req.request_id
+        if not self._seen[rid]:
+            self._seen[rid] = 1
+            acct.admit(req, now)
+        sim.decide(wid)
+        if self._decision_listeners:
+            view = sim.view
+            for fn in self._decision_listeners:
+                fn(req, wid, view)
+        nxt = sim.run_until_decision()
+        self._req = nxt
+        terminated = truncated = False
+        if nxt is None:
+            end = sim.env.now
+            horizon = sim.config.horizon_s
+            if acct.n > 0 and horizon is not None:
+                truncated = True
+                end = max(end, horizon)
+            else:
+                terminated = True
+            tis, miss = acct.collect(end)
+        else:
+            tis, miss = acct.collect(sim.env.now)
+        rc = self.reward_config
+        if rc.kind == "time_in_system":
+            reward = -tis
+        else:
+            if nxt is None:
+                # every request that did not finish counts as a miss (paper §3)
+                miss += self._episode_total_tokens - acct.finished_tokens
+            reward = -miss / self._episode_mean_tokens
+        reward *= rc.scale
+        if invalid:
+            reward -= rc.invalid_action_penalty
+        self._return += reward
+        done = nxt is None
+        info = self._info(done)
+        info["invalid_action"] = invalid
+        info["worker_id"] = wid
+        return self._observe(nxt), float(reward), terminated, truncated, info
+
+    def _info(self, done: bool) -> dict:
+        info = {"sim_time_s": self.sim.env.now, "window_index": self.window_index, "num_invalid_actions": self._num_invalid}
+        if done:
+            info["episode_return"] = self._return
+        return info
+
+    # ----------------------------------------------------------------------------------------
+    def _observe(self, req: Request | None) -> dict:
+        n = self.max_num_workers
+        W = np.zeros((n, len(WORKER_FEATURES)), dtype=np.float32)
+        R = np.zeros(len(REQUEST_FEATURES), dtype=np.float32)
+        P = np.zeros(len(POOL_FEATURES), dtype=np.float32)
+        mask = self._mask
+        if req is None:
+            mask[:] = True
+            return {"workers": W, "request": R, "pool": P}
+        mask[:] = False
+        sim = self.sim
+        now = sim.env.now
+        ws = sim.workers
+        cm = sim.cost_model
+        bs = sim.kv_block_size_tokens
+        L = req.num_prompt_tokens
+        hashes = req.block_hashes
+        cap = L - 1
+        nh = len(hashes)
+        active = WorkerState.ACTIVE
+        is_eligible = sim.is_eligible
+        num_eligible = 0
+        total_q = 0.0
+        min_q = math.inf
+        max_hit = 0
+        ids: list[int] = []
+        rows: list[tuple] = []
+        for wid in sim.worker_ids:
+            w = ws[wid]
+            rem = w.step_predicted_end_s - now if w.batch else 0.0
+            q = w.queued_predicted_s + (rem if rem > 0.0 else 0.0)
+            cache = w.cache
+            nb = cache.match_ready(hashes)
+            p = nb * bs
+            if p > cap:
+                p = cap
+            if nb < nh and cache.state(hashes[nb]) == PENDING:  # a pending run follows the ready hit
+                pp = cache.match_present(hashes) * bs
+                if pp > cap:
+                    pp = cap
+            else:
+                pp = p
+            C = w.degree
+            s = cm.service_time_s(C, L - p, p)
+            el = is_eligible(w, req)
+            total_q += q
+            if el:
+                mask[wid] = True
+                num_eligible += 1
+                if q < min_q:
+                    min_q = q
+                if p > max_hit:
+                    max_hit = p
+            cb = cache.capacity_blocks
+            ids.append(wid)
+            rows.append((1.0, 1.0 if el else 0.0, C, 0.0 if w.state == active else 1.0, q, p, s, q + s, len(w.queue),
+                         w.num_queued_new_tokens, len(cache) / cb if cb else 1.0, pp))
+        if rows:
+            W[ids] = rows
+        R[:] = (L, sim.ttft_slo_s(req.request_id), cm.service_time_s(self._min_degree, L, 0), max_hit,
+                now - req.arrival_time_s, sim._num_routings[req.request_id])
+        P[:] = (num_eligible, self._acct.n, total_q, min_q if num_eligible else 0.0, sim.epoch)
+        np.minimum(W, self._w_high, out=W)
+        np.minimum(R, self._r_high, out=R)
+        np.minimum(P, self._p_high, out=P)
+        return {"workers": W, "request": R, "pool": P}

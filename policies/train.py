@@ -1,0 +1,330 @@
+"""Training of learned routing policies (MaskablePPO + :class:`~policies.extractor.WorkerSetPolicy`).
+
+One entry point, :func:`train_routing`, behind ``cpgym train routing``. It writes under
+``out_dir``: ``model.zip`` (final SB3 checkpoint), ``checkpoints/`` (periodic), ``progress.csv``
+(SB3 CSV log of the training scalars), ``episodes.csv`` (one row per finished episode) and
+``train_config.json`` (everything needed to rebuild the environment and reproduce the run),
+and logs the same scalars to wandb (offline by default; ``wandb_mode="disabled"`` in tests).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EpisodeSource:
+    """Where the episode windows come from (serialised into checkpoints).
+
+    Args:
+        trace: trace path (Mooncake JSONL, Azure CSV, L-Eval CSV), or ``None`` for ``workload``.
+        workload: named synthetic workload (``envs.workloads.WORKLOADS``) when ``trace`` is None.
+        workload_seed: generator seed / arrival-spreading seed of the trace loader.
+        target_rps: time-scale arrivals to this mean rate [requests/s] (``None`` keeps it).
+        window_s: episode window length [s] (default 60).
+        eval_every: every ``eval_every``-th window is held out (see
+            ``envs.routing_env.split_windows``; default 4).
+
+    Raises:
+        ValueError: naming the field, on a missing source, ``window_s`` <= 0 or a rate <= 0.
+    """
+
+    trace: str | None = None
+    workload: str | None = "mixed-default"
+    workload_seed: int = 0
+    target_rps: float | None = None
+    window_s: float = 60.0
+    eval_every: int = 4
+
+    def __post_init__(self) -> None:
+        if self.trace is None and self.workload is None:
+            raise ValueError("episode source: give trace or workload")
+        if not self.window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {self.window_s}")
+        if self.target_rps is not None and not self.target_rps > 0:
+            raise ValueError(f"target_rps must be > 0, got {self.target_rps}")
+        if self.eval_every < 2:
+            raise ValueError(f"eval_every must be >= 2, got {self.eval_every}")
+
+    def workload_obj(self, seed: int | None = None):
+        """The full (rate-scaled) workload; ``seed`` overrides ``workload_seed``."""
+        from envs import workloads
+
+        s = self.workload_seed if seed is None else seed
+        if self.trace:
+            wl = workloads.load_trace(self.trace, spread_seed=s)
+        else:
+            wl = workloads.get_workload(self.workload, seed=s)
+        if self.target_rps is not None:
+            wl = workloads.scale_to_rate(wl, self.target_rps)
+        return wl
+
+    def windows(self, part: str, seed: int | None = None):
+        """Episode windows of a part (``"train"``, ``"eval"``, ``"all"``)."""
+        from envs.routing_env import episode_windows, split_windows
+
+        return split_windows(episode_windows(self.workload_obj(seed), self.window_s), part, self.eval_every)
+
+    @property
+    def label(self) -> str:
+        name = Path(self.trace).stem if self.trace else self.workload
+        return f"{name}@{self.target_rps:g}rps" if self.target_rps else name
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """MaskablePPO training of a routing policy.
+
+    Defaults: PPO settings of SB3 (``n_epochs`` 10 -> 4, smaller batches, Adam 3e-4) tuned
+    down for a 2-core CPU budget; ``gamma`` 0.995 because a routing decision's cost (queueing
+    it causes) lands over the next hundreds of decisions.
+
+    ``bc_policy``: optional warm start by behaviour cloning (then PPO fine-tuning): the named
+    heuristic (e.g. ``"vertumnus"``) routes ``bc_episodes`` training windows through the
+    environment; the policy is fitted for ``bc_epochs`` epochs to its masked actions
+    (cross-entropy) and the value head to the discounted returns (MSE).
+
+    Raises:
+        ValueError: naming the field, for non-positive sizes or rates.
+    """
+
+    source: EpisodeSource = field(default_factory=EpisodeSource)
+    total_timesteps: int = 200_000
+    n_envs: int = 2
+    vec_env: str = "dummy"
+    n_steps: int = 1024
+    batch_size: int = 256
+    n_epochs: int = 4
+    learning_rate: float = 3e-4
+    gamma: float = 0.995
+    gae_lambda: float = 0.95
+    ent_coef: float = 0.01
+    clip_range: float = 0.2
+    hidden_dim: int = 64
+    reward: str = "time_in_system"
+    reward_scale: float = 0.1
+    invalid_action_penalty: float = 1.0
+    seed: int = 0
+    checkpoint_every_steps: int = 50_000
+    torch_threads: int = 1
+    wandb_mode: str = "offline"
+    pool_composition: str | None = None
+    bc_policy: str | None = None
+    bc_episodes: int = 13
+    bc_epochs: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "hidden_dim", "checkpoint_every_steps", "torch_threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.vec_env not in ("dummy", "subproc"):
+            raise ValueError(f"vec_env must be 'dummy' or 'subproc', got {self.vec_env!r}")
+        if self.wandb_mode not in ("offline", "online", "disabled"):
+            raise ValueError(f"wandb_mode must be 'offline', 'online' or 'disabled', got {self.wandb_mode!r}")
+        for name in ("learning_rate", "reward_scale"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.bc_episodes < 1 or self.bc_epochs < 1:
+            raise ValueError(f"bc_episodes and bc_epochs must be >= 1, got {self.bc_episodes}, {self.bc_epochs}")
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+
+
+def _sim_config(cfg: TrainConfig, base=None):
+    from dataclasses import replace
+
+    from envs.sim import SimConfig
+
+    sc = base or SimConfig()
+    if cfg.pool_composition:
+        sc = replace(sc, pool=replace(sc.pool, composition=cfg.pool_composition))
+    return sc
+
+
+def make_env_fn(cfg: TrainConfig, windows, sim_config, rank: int):
+    """Picklable-enough factory of one training environment (for DummyVecEnv/SubprocVecEnv)."""
+
+    def _make():
+        from stable_baselines3.common.monitor import Monitor
+
+        from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig
+
+        env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(
+            kind=cfg.reward, scale=cfg.reward_scale, invalid_action_penalty=cfg.invalid_action_penalty))
+        env.reset(seed=cfg.seed * 1000 + rank)
+        return Monitor(env)
+
+    return _make
+
+
+def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: list[str] | None = None,
+                  log=print) -> Path:
+    """Trains a routing policy; returns the path of the final ``model.zip``.
+
+    Args:
+        cfg: the training configuration.
+        out_dir: run folder (created).
+        sim_config: base :class:`~envs.sim.SimConfig` (pool, SLO, ...); default ``SimConfig()``.
+        argv: the command line, stored in ``train_config.json``.
+    """
+    import torch as th
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, CallbackList
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from policies.extractor import WorkerSetPolicy
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    th.set_num_threads(cfg.torch_threads)
+    sc = _sim_config(cfg, sim_config)
+    windows = cfg.source.windows("train")
+    log(f"train: {len(windows)} windows of {cfg.source.window_s:g} s from {cfg.source.label}, "
+        f"{sum(w.num_requests for w in windows)} requests; pool {sc.pool.composition}")
+    fns = [make_env_fn(cfg, windows, sc, i) for i in range(cfg.n_envs)]
+    venv = SubprocVecEnv(fns) if cfg.vec_env == "subproc" else DummyVecEnv(fns)
+    meta = {"kind": "routing", "train_config": _jsonable(asdict(cfg)), "sim_config": _jsonable(asdict(sc)),
+            "argv": argv, "num_train_windows": len(windows)}
+    (out / "train_config.json").write_text(json.dumps(meta, indent=2) + "\n")
+    model = MaskablePPO(WorkerSetPolicy, venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
+                        learning_rate=cfg.learning_rate, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
+                        ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, verbose=0,
+                        policy_kwargs={"features_extractor_kwargs": {"hidden_dim": cfg.hidden_dim}})
+    model.set_logger(configure(str(out), ["csv"]))
+    if cfg.bc_policy:
+        stats = behaviour_clone(model, cfg, windows, sc, log)
+        meta["bc"] = stats
+    run = None
+    if cfg.wandb_mode != "disabled":
+        import wandb
+
+        run = wandb.init(project="cpgym", mode=cfg.wandb_mode, dir=str(out), config=meta, name=out.name,
+                         reinit="finish_previous")
+
+    class _Episodes(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fh = open(out / "episodes.csv", "w", newline="")
+            self.w = csv.writer(self.fh)
+            self.w.writerow(["timesteps", "wall_s", "env", "window_index", "episode_return", "episode_length",
+                             "num_invalid_actions"])
+            self.t0 = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            for i, (done, info) in enumerate(zip(self.locals["dones"], self.locals["infos"])):
+                if done and "episode" in info:
+                    row = [self.num_timesteps, round(time.perf_counter() - self.t0, 2), i, info.get("window_index"),
+                           info["episode"]["r"], info["episode"]["l"], info.get("num_invalid_actions", 0)]
+                    self.w.writerow(row)
+                    self.fh.flush()
+                    if run is not None:
+                        run.log({"episode_return": row[4], "episode_length": row[5], "timesteps": self.num_timesteps})
+            return True
+
+        def _on_rollout_end(self) -> None:
+            if run is not None and self.model.logger.name_to_value:
+                run.log({**{k: v for k, v in self.model.logger.name_to_value.items()}, "timesteps": self.num_timesteps})
+
+        def _on_training_end(self) -> None:
+            self.fh.close()
+
+    ckpt = CheckpointCallback(max(cfg.checkpoint_every_steps // cfg.n_envs, 1), str(out / "checkpoints"), name_prefix="routing")
+    t0 = time.perf_counter()
+    model.learn(cfg.total_timesteps, callback=CallbackList([ckpt, _Episodes()]), log_interval=1)
+    wall = time.perf_counter() - t0
+    path = out / "model.zip"
+    model.save(path)
+    meta["train_wall_s"] = wall
+    meta["timesteps"] = int(model.num_timesteps)
+    (out / "train_config.json").write_text(json.dumps(meta, indent=2) + "\n")
+    log(f"trained {model.num_timesteps} steps in {wall:.0f} s -> {path}")
+    venv.close()
+    if run is not None:
+        run.finish()
+    return path
+
+
+def behaviour_clone(model, cfg: TrainConfig, windows, sim_config, log=print) -> dict:
+    """Warm start: fit ``model.policy`` to a heuristic's decisions on training windows.
+
+    Returns ``{"num_samples", "accuracy"}`` (share of demonstrated actions that the fitted
+    policy's most likely action reproduces, on the demonstrations)."""
+    import numpy as np
+    import torch as th
+
+    from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig
+    from policies.heuristic import heuristic_policy
+
+    env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(kind=cfg.reward, scale=cfg.reward_scale))
+    pol = heuristic_policy(cfg.bc_policy, env)
+    obs_l, mask_l, act_l, ret_l = [], [], [], []
+    t0 = time.perf_counter()
+    for ep in range(cfg.bc_episodes):
+        obs, _ = env.reset(seed=cfg.seed, options={"window_index": ep % len(windows), "sim_seed": cfg.seed + ep})
+        rewards = []
+        while True:
+            m = env.action_masks()
+            a, _ = pol.predict(obs)
+            obs_l.append(obs)
+            mask_l.append(m)
+            act_l.append(int(a))
+            obs, r, term, trunc, _ = env.step(int(a))
+            rewards.append(r)
+            if term or trunc:
+                break
+        g, rets = 0.0, []
+        for r in reversed(rewards):
+            g = r + cfg.gamma * g
+            rets.append(g)
+        ret_l.extend(reversed(rets))
+    n = len(act_l)
+    log(f"behaviour cloning: {n} decisions of {cfg.bc_policy} collected in {time.perf_counter() - t0:.0f} s")
+    obs_t = {k: th.as_tensor(np.stack([o[k] for o in obs_l])) for k in obs_l[0]}
+    masks = np.stack(mask_l)
+    acts = th.as_tensor(act_l)
+    rets = th.as_tensor(ret_l, dtype=th.float32)
+    policy = model.policy
+    policy.set_training_mode(True)
+    opt = policy.optimizer
+    rng = np.random.default_rng(cfg.seed)
+    bs = cfg.batch_size
+    for _epoch in range(cfg.bc_epochs):
+        perm = rng.permutation(n)
+        for i in range(0, n, bs):
+            idx = perm[i:i + bs]
+            ob = {k: v[idx] for k, v in obs_t.items()}
+            feats = policy.extract_features(ob)
+            lat_pi, lat_vf = policy.mlp_extractor(feats)
+            dist = policy._get_action_dist_from_latent(lat_pi)
+            dist.apply_masking(masks[idx])
+            loss = -dist.log_prob(acts[idx]).mean() + 0.5 * th.nn.functional.mse_loss(policy.value_net(lat_vf).squeeze(-1), rets[idx])
+            opt.zero_grad()
+            loss.backward()
+            th.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+            opt.step()
+    policy.set_training_mode(False)
+    with th.no_grad():
+        correct = 0
+        for i in range(0, n, 1024):
+            ob = {k: v[i:i + 1024] for k, v in obs_t.items()}
+            a, _ = model.predict({k: v.numpy() for k, v in ob.items()}, deterministic=True, action_masks=masks[i:i + 1024])
+            correct += int((th.as_tensor(a) == acts[i:i + 1024]).sum())
+    acc = correct / n
+    log(f"behaviour cloning: {cfg.bc_epochs} epochs, accuracy {acc:.3f} on the demonstrations")
+    return {"num_samples": n, "accuracy": acc, "policy": cfg.bc_policy}
+
+
+def _jsonable(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x

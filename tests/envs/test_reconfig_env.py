@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from baselines.simple import LeastWorkRouter
+from envs.reconfig_env import PrefillReconfigEnv, candidate_operations
+from envs.sim import PoolConfig, SimConfig
+
+from .conftest import SMALL_POOL, random_workload
+
+
+def _env(toy_cal, n=400, rate=6.0, seed=0, **kw):
+    wins = [random_workload(n, rate_rps=rate, seed=seed + s) for s in range(2)]
+    return PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, window_s=5.0, **kw)
+
+
+def test_candidate_operations_follow_topology():
+    ops = candidate_operations(SMALL_POOL)  # 8 GPUs, degrees {1, 2, 4}
+    splits = [o for o in ops if o[0] == "split"]
+    merges = [o for o in ops if o[0] == "merge"]
+    assert splits == [("split", 2, 0), ("split", 2, 2), ("split", 2, 4), ("split", 2, 6), ("split", 4, 0), ("split", 4, 4)]
+    assert merges == [("merge", 1, 0), ("merge", 1, 2), ("merge", 1, 4), ("merge", 1, 6), ("merge", 2, 0), ("merge", 2, 4)]
+    two_nodes = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp4x2", supported_degrees=(4, 8))
+    assert candidate_operations(two_nodes) == []  # a CP-8 group would cross a node
+
+
+def test_reward_identity_masks_and_operations(toy_cal):
+    env = _env(toy_cal)
+    obs, _ = env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    total = 0.0
+    while True:
+        assert env.observation_space.contains(obs)
+        mask = env.action_masks()
+        assert mask[0]
+        # initial pool cp4@0, cp2@4, cp2@6: split of the CP-4 and of each CP-2, merge of the CP-2 pair
+        a = int(rng.choice(np.flatnonzero(mask))) if rng.random() < 0.5 else 0
+        obs, r, term, trunc, info = env.step(a)
+        assert not info["invalid_action"]
+        total += r
+        if term or trunc:
+            break
+    assert info["num_operations"] > 0
+    assert sum(d for d, _ in info["composition"]) == 8  # GPU count preserved
+    ttft = env.sim.result().records["ttft_s"]
+    assert not np.isnan(ttft).any()
+    assert total == pytest.approx(-env.reward_scale * ttft.sum(), rel=1e-9)
+
+
+def test_initial_mask_and_invalid_action_penalty(toy_cal):
+    env = _env(toy_cal, invalid_action_penalty=3.0)
+    env.reset(seed=0)
+    mask = env.action_masks()
+    allowed = {env.candidates[k - 1] for k in np.flatnonzero(mask) if k > 0}
+    assert allowed == {("split", 4, 0), ("split", 2, 4), ("split", 2, 6), ("merge", 2, 4)}
+    bad = next(k for k in range(1, env.action_space.n) if not mask[k])
+    ref = _env(toy_cal)
+    ref.reset(seed=0)
+    _, r_ok, *_ = ref.step(0)
+    _, r_bad, _, _, info = env.step(bad)
+    assert info["invalid_action"] and info["num_operations"] == 0
+    assert r_bad == pytest.approx(r_ok - 3.0)
+
+
+def test_check_env_registered_reconfig(toy_cal):
+    from gymnasium.utils.env_checker import check_env as gym_check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    import envs
+
+    envs.register_envs()
+    wins = [random_workload(120, rate_rps=6.0, seed=s) for s in range(2)]
+    env = gym.make("cpgym/PrefillReconfig-v0", workloads=wins, config=SimConfig(pool=SMALL_POOL), calibration=toy_cal,
+                   make_router=LeastWorkRouter, window_s=5.0)
+    gym_check_env(env.unwrapped, skip_render_check=True)
+    sb3_check_env(env.unwrapped, warn=True)
+    env.reset(seed=0)
+    for _ in range(30):  # unmasked random actions never crash
+        _, r, term, trunc, _ = env.step(env.action_space.sample())
+        if term or trunc:
+            env.reset()
+
+
+def test_default_inner_router_is_vertumnus(toy_cal):
+    wins = [random_workload(60, rate_rps=6.0, seed=0)]
+    env = PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=5.0)
+    env.reset(seed=0)
+    assert env.router.name == "vertumnus"
+    with pytest.raises(ValueError, match="window_s"):
+        PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=0)

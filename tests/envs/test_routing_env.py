@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig, split_windows
+from envs.sim import PoolConfig, SimConfig
+
+from .conftest import SMALL_POOL, random_workload
+
+
+def _masked_random_episode(env, seed, rng_seed=0):
+    rng = np.random.default_rng(rng_seed)
+    obs, _ = env.reset(seed=seed)
+    rewards, obs_list = [], [obs]
+    while True:
+        assert env.observation_space.contains(obs)
+        a = int(rng.choice(np.flatnonzero(env.action_masks())))
+        obs, r, term, trunc, info = env.step(a)
+        assert not info["invalid_action"]
+        rewards.append(r)
+        obs_list.append(obs)
+        if term or trunc:
+            return rewards, obs_list, term, trunc
+
+
+def test_worked_example_rewards(toy_cal):
+    from tests.sim.conftest import make_workload
+
+    pool = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+    cfg = SimConfig(pool=pool)
+    env = PrefillRoutingEnv(make_workload([(0.0, 10, None), (0.5, 10, None)]), cfg, toy_cal)
+    env.reset(seed=0)
+    c = 10 * toy_cal.kv_bytes_per_token / cfg.latency.kv_handoff_bandwidth_bytes_per_s + cfg.latency.first_decode_step_s
+    _, r0, term0, _, _ = env.step(0)
+    _, r1, term1, _, _ = env.step(0)
+    assert not term0 and term1
+    assert r0 == pytest.approx(-(0.5 + c), rel=1e-12)
+    assert r1 == pytest.approx(-(5.0 + c), rel=1e-12)
+
+
+def test_reward_identity_time_in_system(toy_cal, small_config):
+    wl = random_workload(300, rate_rps=3.0, seed=1)
+    env = PrefillRoutingEnv(wl, small_config, toy_cal)
+    rewards, _, term, trunc = _masked_random_episode(env, seed=3)
+    assert term and not trunc
+    ttft = env.sim.result().records["ttft_s"]
+    assert not np.isnan(ttft).any()
+    assert sum(rewards) == pytest.approx(-ttft.sum(), rel=1e-9)
+    assert len(rewards) == wl.num_requests
+    assert min(rewards) < 0
+
+
+def test_reward_identity_slo_miss_tokens(toy_cal, small_config):
+    wl = random_workload(300, rate_rps=4.0, seed=2)
+    env = PrefillRoutingEnv(wl, small_config, toy_cal, reward="slo_miss_tokens")
+    rewards, *_ = _masked_random_episode(env, seed=5)
+    from envs.metrics import summarize
+
+    att = summarize(env.sim.result())["slo_attainment_token_weighted"]
+    assert 0.0 < att < 1.0  # the identity is checked with both hits and misses
+    assert sum(rewards) == pytest.approx(-wl.num_requests * (1.0 - att), rel=1e-9)
+
+
+def test_reward_identity_under_horizon_counts_unfinished_as_misses(toy_cal):
+    wl = random_workload(200, rate_rps=8.0, seed=4)
+    cfg = SimConfig(pool=SMALL_POOL, horizon_s=10.0)
+    env = PrefillRoutingEnv(wl, cfg, toy_cal, reward="slo_miss_tokens")
+    rewards, _, term, trunc = _masked_random_episode(env, seed=0)
+    assert trunc and not term
+    from envs.metrics import summarize
+
+    s = summarize(env.sim.result())
+    assert s["num_unfinished"] > 0
+    assert sum(rewards) == pytest.approx(-wl.num_requests * (1.0 - s["slo_attainment_token_weighted"]), rel=1e-9)
+
+
+def test_invalid_action_is_remapped_to_least_work_and_penalised(toy_cal, small_config):
+    wl = random_workload(20, rate_rps=2.0, seed=0)
+    env = PrefillRoutingEnv(wl, small_config, toy_cal, reward=RoutingRewardConfig(invalid_action_penalty=7.0))
+    env.reset(seed=0)
+    mask = env.action_masks()
+    assert mask.shape == (SMALL_POOL.max_num_workers,) and mask.sum() == 3  # three workers, ids 0, 4, 6
+    empty = int(np.flatnonzero(~mask)[0])
+    _, r_bad, *_, info = env.step(empty)
+    assert info["invalid_action"] and info["worker_id"] == 0  # idle pool: least work, pool order
+    env2 = PrefillRoutingEnv(wl, small_config, toy_cal)
+    env2.reset(seed=0)
+    _, r_ok, *_ = env2.step(0)
+    assert r_bad == pytest.approx(r_ok - 7.0)
+    for a in (-1, 10**6):  # out-of-range actions never crash
+        _, _, _, _, info = env.step(a)
+        assert info["invalid_action"]
+
+
+def test_same_seed_same_episode_and_seeds_differ(toy_cal, small_config):
+    wins = [random_workload(60, rate_rps=3.0, seed=s, name=f"w{s}") for s in range(4)]
+    a = PrefillRoutingEnv(wins, small_config, toy_cal)
+    b = PrefillRoutingEnv(wins, small_config, toy_cal)
+    ra, oa, *_ = _masked_random_episode(a, seed=11)
+    rb, ob, *_ = _masked_random_episode(b, seed=11)
+    assert ra == rb
+    assert all(np.array_equal(x["workers"], y["workers"]) for x, y in zip(oa, ob))
+    picks = set()
+    for s in range(8):
+        a.reset(seed=s)
+        picks.add(a.window_index)
+    assert len(picks) > 1
+
+
+def test_observation_features_match_pool_view(toy_cal, small_config):
+    wl = random_workload(80, rate_rps=6.0, seed=9)
+    env = PrefillRoutingEnv(wl, small_config, toy_cal)
+    obs, _ = env.reset(seed=0)
+    from envs.routing_env import WORKER_FEATURES
+
+    col = {n: i for i, (n, _) in enumerate(WORKER_FEATURES)}
+    for _ in range(40):
+        view, req = env.sim.view, env.pending_request
+        for wid in view.worker_ids:
+            row = obs["workers"][wid]
+            assert row[col["degree"]] == view.degree(wid)
+            assert row[col["outstanding_work_s"]] == pytest.approx(view.outstanding_work_s(wid), rel=1e-6)
+            assert row[col["ready_hit_tokens"]] == view.cached_tokens(wid, req)
+            assert row[col["predicted_service_s"]] == pytest.approx(view.predicted_service_s(wid, req), rel=1e-6)
+        assert obs["request"][0] == req.num_prompt_tokens
+        obs, *_ = env.step(int(np.flatnonzero(env.action_masks())[-1]))
+
+
+@pytest.mark.parametrize("env_id", ["cpgym/PrefillRouting-v0"])
+def test_check_env_registered_routing(env_id, toy_cal, small_config):
+    from gymnasium.utils.env_checker import check_env as gym_check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    import envs
+
+    assert env_id in envs.register_envs()
+    wins = [random_workload(40, rate_rps=3.0, seed=s) for s in range(3)]
+    env = gym.make(env_id, workloads=wins, config=small_config, calibration=toy_cal)
+    gym_check_env(env.unwrapped, skip_render_check=True)
+    sb3_check_env(env.unwrapped, warn=True)
+    # unmasked random actions never crash and stay in the space
+    env.reset(seed=0)
+    for _ in range(200):
+        obs, r, term, trunc, _ = env.step(env.action_space.sample())
+        assert env.observation_space.contains(obs) and math.isfinite(r)
+        if term or trunc:
+            env.reset()
+
+
+def test_registered_default_routing_env_builds():
+    import envs
+
+    envs.register_envs()
+    env = gym.make("cpgym/PrefillRouting-v0")
+    obs, _ = env.reset(seed=0)
+    assert obs["workers"].shape == (40, 12) and env.action_space.n == 40
+    assert env.unwrapped.action_masks().sum() == 14  # the default cp4x6,cp2x8 pool
+
+
+def test_split_windows_is_disjoint_and_deterministic():
+    wins = [random_workload(3, 1.0, s, name=f"w{s}") for s in range(9)]
+    tr, ev = split_windows(wins, "train"), split_windows(wins, "eval")
+    assert [w.name for w in ev] == ["w3", "w7"]
+    assert not {w.name for w in tr} & {w.name for w in ev} and len(tr) + len(ev) == 9
+    with pytest.raises(ValueError, match="part"):
+        split_windows(wins, "test")
+
+
+def test_reward_config_validation():
+    with pytest.raises(ValueError, match="reward.kind"):
+        RoutingRewardConfig(kind="throughput")
+    with pytest.raises(ValueError, match="invalid_action_penalty"):
+        RoutingRewardConfig(invalid_action_penalty=-1)
+
+
+def test_import_envs_sim_does_not_import_gymnasium():
+    code = "import envs.sim, envs, sys; assert 'gymnasium' not in sys.modules and 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
