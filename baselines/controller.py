@@ -38,9 +38,21 @@ window's mix.
 
 Between the regions nothing happens (hysteresis band); counters restart after an operation.
 Among eligible operations of the chosen kind the controller prefers the shortest predicted drain,
-then the least expected KV-reconciliation traffic, then pool order (paper §6). At most
-``max_ops_per_window`` operations start per window; a worker is in at most one (only ACTIVE
-workers are eligible).
+then the least expected KV-reconciliation traffic, then pool order (paper §6). A worker is in at
+most one operation (only ACTIVE workers are eligible).
+
+Anti-flapping (not in the paper's copies; added after the first runs on the ``phases`` workload
+swung the pool between all CP-2 and mostly CP-4 about three times per phase,
+``results/issue4/README.md``):
+
+* the number of operations in a window follows the capacity gap (splits stop at
+  ``split_target_load``; merges stop before the projected load exceeds
+  ``merge_max_projected_load``), and at most ``max_gpu_share_per_window`` of the pool's GPUs
+  take part in operations started in one window;
+* dwell-time lockout: a GPU in an operation started less than ``min_dwell_s`` ago takes part in
+  no operation of the opposite kind;
+* merges are judged on a *forecast* rate (measured rate plus the positive rate trend over
+  ``trend_horizon_s``): no merge at the foot of a rising ramp.
 """
 
 from __future__ import annotations
@@ -102,6 +114,14 @@ class ProfileConfig:
             (resolution 0.1 % of the batching throughput bound).
         target_attainment: the capacity is the largest rate keeping token-weighted SLO
             attainment at least this share of its zero-load value, in (0, 1]; 0.9.
+        refine_max_mixes: a reference mix is the running mean of the window mixes
+            :meth:`CapacityTable.observe` assigned to it; when their number reaches 2, 4, 8, ...
+            up to this, the reference takes the mean and is re-profiled (lazily). 0 keeps the
+            first window's mix. 16. Why: a 20 s window of a short-heavy phase holds ~20 long
+            prompts, and the profiled capacity of one window's histogram varies by +-17 % (sd)
+            around the profile of the whole phase's mix (40 GPUs, roofline calibration:
+            all-CP-4 43-73 req/s per window vs 57 for the phase); the mean of 16 windows should
+            cut that about four-fold (1/sqrt(16)), at 4 re-profiles (~2 s each) per regime.
         seed: seeds the profile prompts and arrivals.
 
     Raises:
@@ -114,6 +134,7 @@ class ProfileConfig:
     duration_s: float = 60.0
     num_bisection_steps: int = 10
     target_attainment: float = 0.9
+    refine_max_mixes: int = 16
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -130,6 +151,8 @@ class ProfileConfig:
             raise ValueError(f"profile.num_bisection_steps must be an integer >= 1, got {self.num_bisection_steps!r}")
         if not 0.0 < self.target_attainment <= 1.0:
             raise ValueError(f"profile.target_attainment must be in (0, 1], got {self.target_attainment}")
+        if not (isinstance(self.refine_max_mixes, int) and self.refine_max_mixes >= 0):
+            raise ValueError(f"profile.refine_max_mixes must be an integer >= 0, got {self.refine_max_mixes!r}")
         if not (isinstance(self.seed, int) and self.seed >= 0):
             raise ValueError(f"profile.seed must be an integer >= 0, got {self.seed!r}")
 
@@ -166,6 +189,8 @@ class _ReferenceMix:
     lengths: np.ndarray | None = None  # profile prompts [tokens], shared by every degree
     gaps: np.ndarray | None = None  # cumulative unit-rate Poisson arrival times
     mix: np.ndarray | None = None  # pilot sample sizing the runs [tokens]
+    sum_shares: np.ndarray | None = None  # sum of the observed window mixes assigned to it
+    num_mixes: int = 0  # observed window mixes assigned to it
 
 
 class CapacityTable:
@@ -250,6 +275,24 @@ class CapacityTable:
             return best
         self.references.append(_ReferenceMix(np.asarray(shares, float).copy()))
         return len(self.references) - 1
+
+    def observe(self, shares: np.ndarray) -> int:
+        """Assign one observed window mix (class histogram, shape ``(num_classes,)``) to its
+        reference mix (a new one if none is within ``mix_tolerance``) and refine the reference
+        (see ``ProfileConfig.refine_max_mixes``); returns the reference index. Call once per
+        window; :meth:`shares_profile` only looks references up."""
+        shares = np.asarray(shares, float)
+        i = self._reference(shares)
+        ref = self.references[i]
+        ref.sum_shares = shares.copy() if ref.sum_shares is None else ref.sum_shares + shares
+        ref.num_mixes += 1
+        n = ref.num_mixes
+        if 2 <= n <= self.profile.refine_max_mixes and n & (n - 1) == 0:
+            mean = ref.sum_shares / n
+            if 0.5 * float(np.abs(mean - ref.shares).sum()) > 1e-9:
+                ref.shares = mean
+                ref.profiles, ref.lengths, ref.gaps, ref.mix = {}, None, None, None  # re-profiled on demand
+        return i
 
     def mix_profile(self, degree: int, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> CapacityProfile:
         """Capacity of one degree-C worker (in a homogeneous pool of the run's GPUs) for a mix.
@@ -375,25 +418,50 @@ class ControllerConfig:
 
     Args:
         window_s: observation window [s]; paper §6/§9: 20 s.
-        split_load: lower edge of the split region (load = rate / profiled capacity); 0.95
-            (on the phases workload an all-CP-2 pool beats an all-CP-4 one in mean TTFT only
-            from a profiled CP-4 load of ~0.9-1.0: below it CP-4's lower latency wins).
-        split_target_load: splits of one window continue (one worker each, up to
-            ``max_ops_per_window``) until the projected load is at most this; in
-            (merge_load, split_load]; 0.85.
-        merge_load: upper edge of the low-load merge region; 0.6.
-        merge_max_projected_load: a merge must keep the projected load at most this (capacity
-            precedence); must lie in [merge_load, split_load); 0.75.
+        split_load: lower edge of the split region, on the *forecast* load (rate plus its
+            positive trend over ``trend_horizon_s``, divided by the profiled capacity); 0.85
+            (phases short-heavy mix, 40 GPUs, constant rate, measured with the full simulator:
+            ``cp4x6,cp2x8`` beats ``cp4x10`` in mean TTFT from ~50 req/s = 0.87 of the profiled
+            all-CP-4 capacity of 57 req/s, 0.29 vs 0.26 s; at 55 req/s 0.37 vs 0.29 s).
+        split_target_load: splits of one window continue (one worker each) until the projected
+            forecast load is at most this; in (merge_load, split_load]; 0.75.
+        merge_load: upper edge of the low-load merge region (forecast load); 0.5.
+        merge_max_projected_load: a merge must keep the projected forecast load at most this
+            (capacity precedence); must lie in [merge_load, split_load); 0.7.
+        split_load_long: split threshold while the long-request signal holds (long fraction at
+            least ``long_fraction_merge``): only a capacity shortage splits then; 1.0 (on the
+            long-heavy mix an all-CP-4 pool keeps a ~40 % lower mean TTFT than an all-CP-2
+            one up to ~0.9 of its profiled capacity, ``cpgym dynamic`` README; capacity
+            precedence: at load >= 1 it splits regardless). Values below ``split_load`` mean
+            ``split_load``.
         k_windows: consecutive windows a condition must hold; 2 (paper: "sustained").
         long_prompt_tokens: a prompt at least this long is a long request [tokens]; 8192 (the
             paper's long requests are the 4-8 % of arrivals carrying 32-54 % of tokens, §2).
         long_fraction_merge: long-request fraction (of arrivals) that signals a merge at stable
             load; 0.3.
         min_window_requests: windows with fewer arrivals keep all counters unchanged; 10.
-        max_ops_per_window: operations started per window (each on different workers; a worker
-            is in at most one operation, paper §6); 8 — a 40-GPU {2,4} pool can move from all
-            CP-2 to all CP-4 in two windows when capacity allows, and the projected-load bounds
-            stop it earlier.
+        max_ops_per_window: hard cap on operations started per window (each on different
+            workers; a worker is in at most one operation, paper §6); 8. The number actually
+            started is set by the capacity gap (splits until the projected load is at most
+            ``split_target_load``; merges while it stays at most ``merge_max_projected_load``
+            for the forecast rate) and by ``max_gpu_share_per_window``.
+        max_gpu_share_per_window: at most this share of the pool's GPUs take part in operations
+            started in one window, in (0, 1]; 0.5 (a 40-GPU pool changes at most 20 GPUs per
+            20 s window: all CP-2 -> all CP-4 takes two windows; a burst of Poisson noise can
+            never reshape the whole pool at once).
+        min_dwell_s: lockout [s]: a GPU that took part in an operation started less than this
+            ago takes part in no operation of the *opposite* kind (no split of a just-merged
+            worker, no merge of just-split siblings); 0 disables; 60 (three 20 s windows: the
+            opposite move needs at least one fresh k-window run after the first one's commit,
+            and 60 s is ~10x the paper's 1.1-5.1 s drain + switch, so one operation's cache
+            disturbance is amortised).
+        trend_horizon_s: merges (and the long-request merge signal) use the forecast rate
+            ``rate + max(0, slope) x trend_horizon_s`` [req/s] (slope: least-squares over the
+            window rates since the last regime change, at most ``k_windows + 1`` windows), so
+            the pool does not merge at the foot of a rising ramp only to split again at its
+            peak (hysteresis on *projected* load); splits use the measured rate (capacity
+            precedence, paper §6: sustained overload). 0 disables; 40 s (= ``k_windows`` x
+            ``window_s``, the reaction time of the opposite split).
         mix_smoothing: weight of the newest window in the exponentially smoothed length-class
             histogram the capacity is profiled for, in (0, 1]; 0.5 (a 20 s window of a
             long-heavy phase holds only ~100 requests, whose tail alone moves the profiled
@@ -416,15 +484,19 @@ class ControllerConfig:
     """
 
     window_s: float = 20.0
-    split_load: float = 0.95
-    split_target_load: float = 0.85
-    merge_load: float = 0.6
-    merge_max_projected_load: float = 0.75
+    split_load: float = 0.85
+    split_target_load: float = 0.75
+    merge_load: float = 0.5
+    merge_max_projected_load: float = 0.7
+    split_load_long: float = 1.0
     k_windows: int = 2
     long_prompt_tokens: int = 8192
     long_fraction_merge: float = 0.3
     min_window_requests: int = 10
     max_ops_per_window: int = 8
+    max_gpu_share_per_window: float = 0.5
+    min_dwell_s: float = 60.0
+    trend_horizon_s: float = 40.0
     mix_smoothing: float = 0.5
     mix_change_distance: float = 0.3
     profile: ProfileConfig = field(default_factory=lambda: ProfileConfig())
@@ -441,6 +513,8 @@ class ControllerConfig:
               f"controller.merge_max_projected_load ({self.merge_max_projected_load}) must be in [merge_load, split_load)")
         check(self.merge_load < self.split_target_load <= self.split_load,
               f"controller.split_target_load ({self.split_target_load}) must be in (merge_load, split_load]")
+        check(self.split_load_long > 0 and math.isfinite(self.split_load_long),
+              f"controller.split_load_long must be a finite number > 0, got {self.split_load_long}")
         check(isinstance(self.k_windows, int) and self.k_windows >= 1, f"controller.k_windows must be an integer >= 1, got {self.k_windows}")
         check(self.long_prompt_tokens >= 1, f"controller.long_prompt_tokens must be >= 1, got {self.long_prompt_tokens}")
         check(0 <= self.long_fraction_merge <= 1, f"controller.long_fraction_merge must be in [0, 1], got {self.long_fraction_merge}")
@@ -449,6 +523,11 @@ class ControllerConfig:
         check(0 < self.mix_smoothing <= 1, f"controller.mix_smoothing must be in (0, 1], got {self.mix_smoothing}")
         check(isinstance(self.max_ops_per_window, int) and self.max_ops_per_window >= 1,
               f"controller.max_ops_per_window must be an integer >= 1, got {self.max_ops_per_window}")
+        check(0 < self.max_gpu_share_per_window <= 1,
+              f"controller.max_gpu_share_per_window must be in (0, 1], got {self.max_gpu_share_per_window}")
+        check(self.min_dwell_s >= 0 and math.isfinite(self.min_dwell_s), f"controller.min_dwell_s must be a finite number >= 0, got {self.min_dwell_s}")
+        check(self.trend_horizon_s >= 0 and math.isfinite(self.trend_horizon_s),
+              f"controller.trend_horizon_s must be a finite number >= 0, got {self.trend_horizon_s}")
 
 
 def enumerate_compositions(pool: PoolConfig) -> list[str]:
@@ -564,6 +643,8 @@ class ReconfigController:
         self._mean_cached_tokens = 0.0
         self._shares: np.ndarray | None = None
         self._above = self._below = self._long = 0
+        self._rates: list[float] = []  # window rates [req/s] since the last regime change
+        self._gpu_last_op: dict[int, tuple[float, str]] = {}  # GPU -> (start time [s], kind) of its last operation
         sim.finish_listeners.append(self._on_finish)
         sim.extras_providers.append(lambda: {"controller_windows": list(self.windows)})
         sim.attachments["controller"] = self
@@ -586,8 +667,10 @@ class ReconfigController:
         a = self.config.mix_smoothing
         if self._shares is None or 0.5 * float(np.abs(s - self._shares).sum()) > self.config.mix_change_distance:
             self._shares = s  # a regime change (e.g. a new phase): no smoothing across it
+            self._rates = []  # nor a rate trend
         else:
             self._shares = (1.0 - a) * self._shares + a * s
+        self.table.observe(self._shares)
         return {d: self.table.shares_profile(d, self._shares) for d in self.sim.config.pool.supported_degrees}
 
     def _on_window(self, _payload) -> None:
@@ -603,7 +686,7 @@ class ReconfigController:
             self._mean_cached_tokens = self._hit_tokens / self._num_finished
         self._hit_tokens = self._num_finished = 0
         entry = {"time_s": now, "num_arrivals": n, "rate_rps": n / cfg.window_s, "mean_cached_tokens": self._mean_cached_tokens,
-                 "capacity_rps": math.nan, "load": math.nan, "long_fraction": math.nan, "action": "none"}
+                 "capacity_rps": math.nan, "load": math.nan, "forecast_load": math.nan, "long_fraction": math.nan, "action": "none"}
         self.windows.append(entry)
         if n < max(1, cfg.min_window_requests):
             entry["action"] = "too-few-requests"
@@ -617,11 +700,15 @@ class ReconfigController:
         rate = n / cfg.window_s
         load = rate / cap if cap > 0 else math.inf
         long_frac = float((self._lengths[idx] >= cfg.long_prompt_tokens).mean())
-        entry.update(capacity_rps=cap, load=load, long_fraction=long_frac)
-        self._above = self._above + 1 if load >= cfg.split_load else 0
-        self._below = self._below + 1 if load <= cfg.merge_load else 0
-        stable = cfg.merge_load < load < cfg.split_load
-        self._long = self._long + 1 if (stable and long_frac >= cfg.long_fraction_merge) else 0
+        self._rates = (self._rates + [rate])[-(cfg.k_windows + 1):]
+        forecast = rate + max(0.0, self.rate_slope()) * cfg.trend_horizon_s
+        load_fc = forecast / cap if cap > 0 else math.inf
+        entry.update(capacity_rps=cap, load=load, long_fraction=long_frac, forecast_load=load_fc)
+        long_mix = long_frac >= cfg.long_fraction_merge
+        split_at = max(cfg.split_load, cfg.split_load_long) if long_mix else cfg.split_load
+        self._above = self._above + 1 if load_fc >= split_at else 0
+        self._below = self._below + 1 if load_fc <= cfg.merge_load else 0
+        self._long = self._long + 1 if (load_fc < split_at and long_mix) else 0
         kind = None
         if self._above >= cfg.k_windows:
             kind = SPLIT
@@ -630,26 +717,37 @@ class ReconfigController:
         if kind is None:
             return
         started = []
+        gpu_budget = cfg.max_gpu_share_per_window * sim.config.pool.num_gpus
+        num_locked = 0
         for _ in range(cfg.max_ops_per_window):
-            if kind == SPLIT and started and rate / cap <= cfg.split_target_load:
-                break  # enough capacity added
+            if kind == SPLIT and started and forecast / cap <= cfg.split_target_load:
+                break  # capacity gap closed
             ops = [op for op in self.reconfig.eligible_operations() if op.kind == kind]
             ok, new_caps = [], {}
             for op in ops:
                 C = sim.workers[op.worker_ids[0]].degree
+                if C * len(op.worker_ids) > gpu_budget + 1e-9:
+                    continue  # pool-wide change limit of this window
+                if self.locked(op, now):
+                    num_locked += 1
+                    continue
                 if kind == SPLIT:
                     new_cap = cap - profiles[C].capacity_rps + 2 * profiles[C // 2].capacity_rps
                     if new_cap > cap:  # a split must add capacity
                         ok.append(op)
                 else:
                     new_cap = cap - 2 * profiles[C].capacity_rps + profiles[2 * C].capacity_rps
-                    if new_cap > 0 and rate / new_cap <= cfg.merge_max_projected_load:
+                    if new_cap > 0 and forecast / new_cap <= cfg.merge_max_projected_load:
                         ok.append(op)
                 new_caps[op] = new_cap
             if not ok:
                 break
             op = rank_operations(sim, ok)[0]
+            gpus = self.operation_gpus(op)
             self.reconfig.apply(op)
+            for g in gpus:
+                self._gpu_last_op[g] = (now, kind)
+            gpu_budget -= len(gpus)
             started.append(str(op))
             cap = new_caps[op]
         if started:
@@ -657,7 +755,32 @@ class ReconfigController:
             entry["projected_load"] = rate / cap if cap > 0 else math.inf
             self._above = self._below = self._long = 0
         else:
-            entry["action"] = f"{kind}-blocked"
+            entry["action"] = f"{kind}-locked" if num_locked else f"{kind}-blocked"
+
+    def rate_slope(self) -> float:
+        """Least-squares slope [req/s per s] of the window rates since the last regime change
+        (at most ``k_windows + 1`` windows); 0 with fewer than two."""
+        n = len(self._rates)
+        if n < 2:
+            return 0.0
+        x = np.arange(n, dtype=float) * self.config.window_s
+        return float(np.polyfit(x, np.asarray(self._rates), 1)[0])
+
+    def operation_gpus(self, op: Operation) -> list[int]:
+        """GPUs of the workers taking part in ``op``."""
+        return [g for w in op.worker_ids for g in self.sim.workers[w].gpus]
+
+    def locked(self, op: Operation, now_s: float) -> bool:
+        """True if a GPU of ``op`` took part in an operation of the opposite kind started less
+        than ``min_dwell_s`` before ``now_s`` (the dwell-time lockout)."""
+        dwell = self.config.min_dwell_s
+        if dwell <= 0:
+            return False
+        for g in self.operation_gpus(op):
+            last = self._gpu_last_op.get(g)
+            if last is not None and last[1] != op.kind and now_s - last[0] < dwell:
+                return True
+        return False
 
 
 def adaptive_policy_router():

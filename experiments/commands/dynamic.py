@@ -4,9 +4,10 @@ Workload: the named ``phases`` generator (``envs.workloads``): ``--num-phases`` 
 ``--phase-duration-s`` alternating short-request-heavy and long-request-heavy traffic, with a
 rising rate inside every phase (``rising_rate=True``: linear ramp from 0.5x to 1.5x the phase
 rate). Mean phase rates ``--short-rate-rps`` (default 40 req/s, 5 % long prompts) and
-``--long-rate-rps`` (default 6 req/s, 60 % long prompts), both times ``--rate-scale``: sized
-with the profiled capacities so that both phase kinds peak near the pool's capacity under the
-shipped calibration (see ``DEFAULT_SHORT_RATE_RPS``).
+``--long-rate-rps`` (default 4 req/s, 60 % long prompts), both times ``--rate-scale``: the
+short-heavy phases peak where aggregate capacity binds (between the all-CP-4 and all-CP-2
+capacities), the long-heavy ones stay at moderate load where CP-4 latency wins (numbers at
+``DEFAULT_SHORT_RATE_RPS``; the command prints the capacity profile it used).
 
 Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
 
@@ -28,14 +29,24 @@ import argparse
 import sys
 
 #: Mean phase rates [requests/s] (the ``phases`` generator's rising rate runs 0.5x -> 1.5x of
-#: them). Chosen with the profiled capacities of the roofline calibration (``CapacityTable``,
-#: 40 GPUs, {2, 4}) so that both phase kinds peak at about the capacity of an all-CP-4 pool
-#: (load ~1.0; ~0.85-0.9 of an all-CP-2 pool) and start at a third of it: CP-4 is best early in
-#: a phase, more CP-2 at its peak, so the composition matters in both directions. The generator's
-#: own defaults (90 / 18 req/s) size the phases by linear token throughput and overload every
-#: composition in the long-heavy phases (attention is quadratic).
+#: them), chosen from the capacity profile (``CapacityTable`` mean over the history day's 20 s
+#: windows; roofline calibration, 40 GPUs, nodes of 8, {2, 4}; printed by this command) and the
+#: constant-rate behaviour of the full simulator, NOT from the adaptive policy's result:
+#:
+#: * short-heavy (5 % long prompts): profiled all-CP-4 pool 57 req/s, all-CP-2 pool 67 req/s
+#:   (constant-rate runs: ``cp4x10`` degrades from ~55 req/s, 1.05 s mean TTFT at 60; ``cp2x20``
+#:   holds to ~62). 40 req/s ramps 20 -> 60 req/s: it starts at 0.35 of the all-CP-4 capacity
+#:   and peaks between the all-CP-4 and all-CP-2 capacities (1.05x / 0.9x), so aggregate
+#:   capacity binds at the peak and more CP-2 lanes are needed (paper §9 "rising request rates");
+#: * long-heavy (60 % long prompts): profiled all-CP-4 8.3 req/s (constant-rate ``cp4x10`` keeps
+#:   1.3-1.55 s mean TTFT up to 7.5 req/s, ``cp2x20`` 2.2-2.3 s). 4 req/s ramps 2 -> 6 req/s,
+#:   at most 0.72 of the all-CP-4 capacity: moderate load, where CP-4's lower latency wins.
+#:
+#: The previous default (6 req/s, peak 9 > every composition's long-mix capacity) made the long
+#: phases capacity-bound too, so a CP-4-heavy mix with a few CP-2 lanes was never far from
+#: optimal in any phase and adaptation had nothing to gain.
 DEFAULT_SHORT_RATE_RPS = 40.0
-DEFAULT_LONG_RATE_RPS = 6.0
+DEFAULT_LONG_RATE_RPS = 4.0
 DEFAULT_RATE_SCALE = 1.0
 
 
@@ -66,6 +77,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="PNG", help="write worker composition over time above TTFT over time")
     p.add_argument("--out-dir", metavar="DIR", help="also write dynamic.json and CSV tables (policies, phases, operations, "
                                                     "controller windows, capacity profiles) to DIR")
+
+
+def _reuse_prefix_tokens(workload) -> float:
+    """Mean per-request prefix (whole KV blocks) already seen in an earlier request of
+    ``workload`` [tokens]: the prefix hit of an unbounded, perfectly placed cache (an upper
+    bound of the run's hit; on ``phases`` the shared system prompts, ~0.9k tokens)."""
+    seen: set = set()
+    total = 0
+    for r in workload.requests:
+        n = 0
+        for h in r.block_hashes:
+            if h not in seen:
+                break
+            n += 1
+        total += min(n * workload.kv_block_size_tokens, max(0, r.num_prompt_tokens - 1))
+        seen.update(r.block_hashes)
+    return total / max(1, workload.num_requests)
+
+
+def _observe_history(table, history, prompt_tokens, mean_cached_tokens: float, window_s: float) -> None:
+    """Feed the history day's window mixes to the capacity table, so that its reference mixes are
+    means over many windows before the run (paper §6: capacity profiled from historical
+    demand) instead of one noisy window each."""
+    import numpy as np
+
+    t = np.array([r.arrival_time_s for r in history.requests], float)
+    edges = np.arange(0.0, (t.max() if t.size else 0.0) + window_s, window_s)
+    for a, b in zip(edges[:-1], edges[1:]):
+        m = (t >= a) & (t < b)
+        if m.sum() >= 10:
+            table.observe(table.shares(prompt_tokens[m], mean_cached_tokens))
+
+
+def _long_share(table, ref: int, long_prompt_tokens: int) -> float:
+    """Request share of a reference mix's classes that start at or above ``long_prompt_tokens``."""
+    edges = table.profile.length_bin_edges_tokens
+    sh = table.references[ref].shares
+    return float(sum(x for e, x in zip(edges[:-1], sh) if e >= long_prompt_tokens))
 
 
 def _phase_means(ttft, phase, num_phases: int) -> list[float]:
@@ -121,10 +170,12 @@ def run(args: argparse.Namespace) -> int:
     ccfg = ControllerConfig(window_s=args.window_s, k_windows=args.k_windows, reconfig=ReconfigConfig(switch_s=args.switch_s))
     table = CapacityTable(base, calibration, ccfg.profile)  # shared by the initial composition and the controller
     fixed = enumerate_compositions(pool) if args.compositions == "all" else [c.strip() for c in args.compositions.split(";") if c.strip()]
+    hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
+    hist_hit = _reuse_prefix_tokens(history)
+    _observe_history(table, history, hist_L, hist_hit, ccfg.window_s)
     if args.initial == "auto":
-        hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
-        initial, init_info = initial_composition(pool, base, calibration, hist_L, history.mean_rate_rps, mean_cached_tokens=0.0,
-                                                 table=table)
+        initial, init_info = initial_composition(pool, base, calibration, hist_L, history.mean_rate_rps,
+                                                 mean_cached_tokens=hist_hit, table=table)
     else:
         initial, init_info = args.initial, {"given": True}
     for comp in [initial] + fixed:
@@ -178,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
         "controller": {"window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
                        "split_target_load": ccfg.split_target_load, "merge_load": ccfg.merge_load,
                        "merge_max_projected_load": ccfg.merge_max_projected_load, "max_ops_per_window": ccfg.max_ops_per_window,
+                       "max_gpu_share_per_window": ccfg.max_gpu_share_per_window, "min_dwell_s": ccfg.min_dwell_s,
+                       "trend_horizon_s": ccfg.trend_horizon_s, "split_load_long": ccfg.split_load_long,
                        "long_prompt_tokens": ccfg.long_prompt_tokens, "long_fraction_merge": ccfg.long_fraction_merge,
                        "switch_s": ccfg.reconfig.switch_s, "confirm_s_per_rank": ccfg.reconfig.confirm_s_per_rank},
         "initial_composition": initial, "initial_composition_info": init_info,
@@ -186,15 +239,22 @@ def run(args: argparse.Namespace) -> int:
         "adaptive_vs_best_fixed_overall_mean_ttft_pct": 100.0 * (ad["mean_ttft_s"] / best["mean_ttft_s"] - 1.0),
         "phases": per_phase,
         "operations": ops,
+        "num_operations": {"split": sum(o["kind"] == "split" for o in ops), "merge": sum(o["kind"] == "merge" for o in ops)},
         "drain_s": _dist([o["drain_s"] for o in done]),
         "switch_s": _dist([o["switch_s"] for o in done]),
         "drain_plus_switch_s": _dist([o["total_s"] for o in done]),
         "final_composition": ex.get("composition"),
         "controller_windows": ex.get("controller_windows", []),
         "capacity_profiles": [{"reference_mix": p.reference, "degree": p.degree, "mean_prompt_tokens": p.mean_prompt_tokens,
+                               "num_window_mixes": table.references[p.reference].num_mixes,
+                               "long_share": _long_share(table, p.reference, ccfg.long_prompt_tokens),
                                "capacity_rps_per_worker": p.capacity_rps, "capacity_tokens_per_s_per_worker": p.capacity_tokens_per_s,
-                               "capacity_tokens_per_s_per_gpu": p.capacity_tokens_per_s / p.degree}
+                               "capacity_tokens_per_s_per_gpu": p.capacity_tokens_per_s / p.degree,
+                               "homogeneous_pool_capacity_rps": p.capacity_rps * (pool.num_gpus // p.degree)}
                               for p in table.profiled()],
+        "phase_peak_rates_rps": {"short": args.short_rate_rps * args.rate_scale * (1.5 if not args.no_rising_rate else 1.0),
+                                 "long": args.long_rate_rps * args.rate_scale * (1.5 if not args.no_rising_rate else 1.0)},
+        "history_mean_cached_tokens": hist_hit,
     }
     if args.plot:
         _plot(args.plot, results["vertumnus-adaptive"], results[f"fixed {best['composition']}"], best["composition"], bounds, kinds)
@@ -234,7 +294,15 @@ def _print_tables(out: dict, kinds: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = Console(width=140)
+    pk = out["phase_peak_rates_rps"]
+    t = Table(title=f"capacity profile (reference mixes; phase peaks: short {pk['short']:.1f}, long {pk['long']:.1f} req/s)")
+    for c in ("mix", "windows", "long share", "mean prompt tok", "CP", "per worker req/s", "homogeneous pool req/s"):
+        t.add_column(c, justify="right")
+    for p in out["capacity_profiles"]:
+        t.add_row(str(p["reference_mix"]), str(p["num_window_mixes"]), f"{p['long_share']:.2f}", f"{p['mean_prompt_tokens']:.0f}",
+                  str(p["degree"]), f"{p['capacity_rps_per_worker']:.3f}", f"{p['homogeneous_pool_capacity_rps']:.1f}")
+    con.print(t)
     t = Table(title=f"{out['workload']['name']}: {out['workload']['num_requests']} requests; mean TTFT [s] per phase (arrival)")
     t.add_column("policy")
     t.add_column("composition")
@@ -262,6 +330,8 @@ def _print_tables(out: dict, kinds: list[str]) -> None:
                   f"{o['drain_s']:.3f}", f"{o['switch_s']:.3f}", f"{o['confirm_s']:.3f}", f"{o['total_s']:.3f}",
                   str(o["num_redirected_requests"]), str(o["pending_blocks_created"]), f"{o['reconciliation_bytes'] / 1e6:.1f}")
     con.print(t)
+    n = out["num_operations"]
+    con.print(f"operations: {n['split'] + n['merge']} ({n['split']} splits, {n['merge']} merges); final composition {out['final_composition']}")
     for k in ("drain_s", "switch_s", "drain_plus_switch_s"):
         d = out[k]
         if d.get("count"):
