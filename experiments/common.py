@@ -49,11 +49,23 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
                    help="prefill->decode KV hand-off bandwidth [GB/s] (default 25)")
 
 
-def _parse_degrees(text: str) -> tuple[int, ...]:
+def parse_list(text: str, flag: str, kind: type = float, positive: bool = False) -> list:
+    """Parses a comma-separated option value (``"10,20,40"``) into numbers of ``kind``.
+
+    Raises:
+        ValueError: naming ``flag`` when an item is not a number, the list is empty, or (with
+            ``positive``) a value is <= 0.
+    """
+    what = "integers" if kind is int else "numbers"
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
+        vals = [kind(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--supported-degrees must be a comma-separated list of integers, got {text!r}") from None
+        raise ValueError(f"{flag} must be a comma-separated list of {what}, got {text!r}") from None
+    if not vals:
+        raise ValueError(f"{flag} needs at least one value, got {text!r}")
+    if positive and any(v <= 0 for v in vals):
+        raise ValueError(f"{flag} values must all be > 0, got {text!r}")
+    return vals
 
 
 def sim_config_from_args(args: argparse.Namespace, **overrides) -> SimConfig:
@@ -68,7 +80,7 @@ def sim_config_from_args(args: argparse.Namespace, **overrides) -> SimConfig:
         slo = SLOConfig(kind="fixed", ttft_slo_s=seconds)
     cfg = SimConfig(
         pool=PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node, composition=args.pool_composition,
-                        supported_degrees=_parse_degrees(args.supported_degrees)),
+                        supported_degrees=tuple(parse_list(args.supported_degrees, '--supported-degrees', int))),
         engine=EngineConfig(max_batch_tokens=args.max_batch_tokens),
         latency=LatencyConfig(kv_handoff_bandwidth_bytes_per_s=args.kv_handoff_gbps * 1e9, first_decode_step_s=args.first_decode_step_s),
         prediction_error=PredictionErrorConfig(bias=args.prediction_bias, noise_sigma=args.prediction_noise),

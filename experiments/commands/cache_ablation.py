@@ -43,16 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
 
 
-def _rates(text: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--rates must be a comma-separated list of numbers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise ValueError(f"--rates needs at least one value and all values > 0, got {text!r}")
-    return vals
-
-
 def tool_agent_at_rate(rate_rps: float, duration_s: float, seed: int):
     """The ``tool-agent`` workload with ``rate_rps / 8`` sessions/s, time-scaled to ``rate_rps``."""
     from envs.workloads import get_workload, scale_to_rate
@@ -93,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
     from baselines.cache_manager import CacheManagerConfig, with_global_cache
     from baselines.registry import get_policy
-    from experiments.common import dumps_json, sim_config_from_args
+    from experiments.common import dumps_json, parse_list, sim_config_from_args
 
-    rates = _rates(args.rates)
+    rates = parse_list(args.rates, "--rates", positive=True)
     if args.duration_s <= 0:
         raise ValueError(f"--duration-s must be > 0, got {args.duration_s}")
     base = get_policy(args.base_policy)

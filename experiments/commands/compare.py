@@ -51,26 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sweep: add vertumnus[beta=B,lambda=L] variants for these lambda values (>= 0)")
 
 
-def _floats(text: str, flag: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{flag} must be a comma-separated list of numbers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise ValueError(f"{flag} needs at least one value and all values > 0, got {text!r}")
-    return vals
-
-
 def _grid(text: str | None, flag: str, default: float) -> list[float]:
-    if text is None:
-        return [default]
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{flag} must be a comma-separated list of numbers, got {text!r}") from None
-    if not vals:
-        raise ValueError(f"{flag} needs at least one value, got {text!r}")
-    return vals
+    from experiments.common import parse_list
+
+    return [default] if text is None else parse_list(text, flag)
 
 
 def vertumnus_variants(beta_text: str | None, lambda_text: str | None) -> list[tuple[str, float, float]]:
@@ -248,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
 
     from baselines.registry import get_policy
     from envs import workloads
-    from experiments.common import dumps_json, sim_config_from_args, workload_from_args
+    from experiments.common import dumps_json, parse_list, sim_config_from_args, workload_from_args
 
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
@@ -266,8 +250,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be a comma-separated list of integers, got {args.seeds!r}") from None
     if not seeds or any(s < 0 for s in seeds):
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
-    rates = _floats(args.rates, "--rates") if args.rates else None
-    scales = _floats(args.rate_scales, "--rate-scales") if args.rate_scales else None
+    rates = parse_list(args.rates, "--rates", positive=True) if args.rates else None
+    scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales else None
 
     tasks = []
     wl_name = ""

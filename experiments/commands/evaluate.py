@@ -31,20 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-csv", metavar="CSV", help="re-aggregate per-episode rows written earlier by --out (runs nothing)")
 
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if not out:
-        raise ValueError(f"{what} is empty")
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from experiments.common import dumps_json, sim_config_from_args
+    from experiments.common import dumps_json, parse_list, sim_config_from_args
     from policies.evaluate import aggregate, evaluate, is_checkpoint
     from policies.train import EpisodeSource
 
@@ -73,11 +63,11 @@ def run(args: argparse.Namespace) -> int:
                            target_rps=args.target_rps if args.target_rps is not None else base.get("target_rps"),
                            window_s=args.episode_window_s or base.get("window_s", 60.0),
                            eval_every=args.eval_every or base.get("eval_every", 4))
-    seeds = _ints(args.seeds, "--seeds")
+    seeds = parse_list(args.seeds, "--seeds", int)
     if args.windows in ("eval", "train", "all"):
         part, idx = args.windows, None
     else:
-        part, idx = "eval", _ints(args.windows, "--windows")
+        part, idx = "eval", parse_list(args.windows, "--windows", int)
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
     if args.from_csv:
