@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        escaped = help_text.replace("%", "%%")  # argparse formats help strings with %
+        p = sub.add_parser(name, help=escaped, description=escaped)
         p.set_defaults(_module=module)
         importlib.import_module(module).add_arguments(p)
     return parser
@@ -47,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
-        # Input errors are reported as one clear line, not a traceback (exit status 2).
-        print(f"cpgym {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, OSError, EOFError) as exc:
+        # Input errors (bad values, unreadable/missing/mistyped files and folders, corrupt
+        # archives) are reported as one clear line, not a traceback (exit status 2).
+        msg = str(exc)
+        if isinstance(exc, OSError) and getattr(exc, "filename", None) and exc.strerror:
+            msg = f"{exc.filename}: {exc.strerror}"
+        print(f"cpgym {args.command}: error: {msg}", file=sys.stderr)
         return 2
 
 

@@ -101,6 +101,8 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     """Loads the trace or builds the named workload, then applies rate scaling and windowing."""
     from envs import workloads
 
+    if args.workload_seed < 0:
+        raise ValueError(f"--workload-seed must be an integer >= 0, got {args.workload_seed}")
     if args.trace:
         wl = workloads.load_trace(args.trace, skip_invalid=args.skip_invalid, spread_seed=args.workload_seed)
         skipped = wl.metadata.get("num_skipped_invalid", 0)
@@ -112,9 +114,23 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         wl = workloads.scale_to_rate(wl, args.target_rps)
     elif args.rate_scale is not None:
         wl = workloads.scale_rate(wl, args.rate_scale)
+    full_duration_s = wl.duration_s
     if args.window_s:
-        wl = workloads.window(wl, args.window_s[0], args.window_s[1])
+        start, end = args.window_s
+        if not (0 <= start < end):
+            raise ValueError(f"--window-s START END needs 0 <= START < END, got {start:g} {end:g}")
+        wl = workloads.window(wl, start, end)
+    if wl.num_requests == 0:
+        raise ValueError(f"workload {wl.name!r} has no requests (check --window-s against its {full_duration_s:.0f} s of arrivals)")
     return wl
+
+
+def check_out_dir(path: str | None, flag: str = "--out") -> None:
+    """Fails early (before any simulation) if ``path`` exists and is not a folder."""
+    from pathlib import Path
+
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"{flag} {path} exists and is not a folder")
 
 
 def dumps_json(obj) -> str:

@@ -68,8 +68,12 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     """Writes one run: ``requests.parquet`` (per-request table), ``summary.json`` and
     ``config.json`` (the full resolved config, calibration included) under
     ``out_dir/<run name>/``. Returns that folder."""
-    d = Path(out_dir) / run_name(result.workload, result.policy, result.config.seed)
-    d.mkdir(parents=True, exist_ok=True)
+    base = Path(out_dir) / run_name(result.workload, result.policy, result.config.seed)
+    d, k = base, 1
+    while d.exists():  # never overwrite an earlier run that got the same name in the same second
+        k += 1
+        d = base.with_name(f"{base.name}-{k}")
+    d.mkdir(parents=True)
     request_table(result).to_parquet(d / "requests.parquet", index=False)
     (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     config = {"sim_config": asdict(result.config), "calibration": result.calibration.to_dict(),

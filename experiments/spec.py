@@ -431,6 +431,26 @@ class _Loader:
             raise self.err(key)(f"file {str(p)!r} does not exist", f"an existing file (relative paths are relative to {self.base_dir}; '{TRACES_PREFIX}...' is the shared traces folder)")
         return str(p.resolve())
 
+    def check_content(self, key: str, path: str | None, kind: str) -> None:
+        """Reads a calibration or trace file once (cached) so a bad file fails at load time."""
+        if path is None:
+            return
+        checked = self.__dict__.setdefault("_checked_files", set())
+        if (kind, path) in checked:
+            return
+        try:
+            if kind == "calibration":
+                from envs.sim.cost_model import Calibration
+
+                Calibration.load(path)
+            else:
+                from envs.workloads import load_trace
+
+                load_trace(path, skip_invalid=True)  # format errors; invalid lines are a run-time option
+        except (ValueError, OSError) as exc:
+            raise self.err(key)(str(exc), f"a valid {kind} file") from None
+        checked.add((kind, path))
+
     # --- path kinds
     def classify(self, key: str, path: str, allow_policy: bool) -> tuple[str, Any]:
         """Returns (kind, detail): ('sim', annotation), ('workload', annotation), ('workload_param', name),
@@ -475,8 +495,10 @@ class _Loader:
             norm = ALIASES.get(path, path)
             if norm == "calibration_path":
                 v = self.resolve_file(key, v)
+                self.check_content(key, v, "calibration")
             elif norm == "workload.trace":
                 v = self.resolve_file(key, v)
+                self.check_content(key, v, "trace")
             return kind, detail, v
         if kind == "workload_param":
             if isinstance(value, Mapping):
@@ -633,6 +655,22 @@ class _Loader:
         known = getattr(workloads, "WORKLOADS", None)
         if known is not None and wl.name not in known:
             raise SpecError(self.path, key, f"unknown workload {wl.name!r}", "one of " + ", ".join(sorted(known)))
+        generator = getattr(known[wl.name], "generator", None) if known is not None else None
+        if generator is None:
+            return
+        import inspect
+
+        params = inspect.signature(generator).parameters
+        accepted = sorted(k for k in params if k not in ("seed", "name"))
+        for name, value in wl.params:
+            pkey = f"{key[:-len('.name')] if key.endswith('.name') else key}.params.{name}"
+            if name not in accepted:
+                raise SpecError(self.path, pkey, f"unknown parameter {name!r} of workload {wl.name!r}", "one of " + ", ".join(accepted))
+            default = params[name].default
+            value = _materialize_param(value)
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise SpecError(self.path, pkey, f"got {_type_name(value)} {value!r}", f"a number (default {default!r})")
 
     def _apply_sim(self, config: SimConfig, path: str, value: Any, key: str) -> SimConfig:
         try:

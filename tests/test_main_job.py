@@ -51,6 +51,15 @@ def test_out_dir_has_request_table_summary_and_config(tmp_path):
     (["simulate", "--pool-composition", "cp4x3"], "uses 12 GPUs but the pool has 40"),
     (["simulate", "--trace", "/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
     (["simulate", "--slo", "soon"], "--slo"),
+    (["simulate", "--policy", ""], "--policy needs at least one"),
+    (["simulate", "--policy", "least-work,least-work"], "twice"),
+    (["simulate", "--window-s", "-10", "5"], "0 <= START < END"),
+    (["simulate", "--window-s", "1e9", "2e9"], "has no requests"),
+    (["simulate", "--workload-seed", "-1"], "--workload-seed"),
+    (["simulate", "--trace", "/"], "is a folder"),
+    (["simulate", "--calibration", "/"], "is a folder"),
+    (["bench", "--repeat", "0"], "--repeat"),
+    (["compare", "--rates", ""], "--rates"),
 ])
 def test_bad_cli_input_is_one_clear_line(capsys, argv, message):
     assert main(argv) == 2
@@ -69,3 +78,35 @@ def test_bad_trace_line_names_file_line_field(tmp_path, capsys):
     assert "bad.jsonl" in err and "2" in err and "input_length" in err
     with pytest.warns(UserWarning, match="skipped 1 invalid"):
         assert load_trace(p, skip_invalid=True).num_requests == 2
+
+
+def test_every_command_has_working_help(capsys):
+    from experiments.cli import COMMANDS
+
+    for argv in [["--help"]] + [[name, "--help"] for name in COMMANDS]:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 0, argv
+    assert "simulate" in capsys.readouterr().out
+
+
+def test_out_must_be_a_folder_and_runs_are_never_overwritten(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work", "--out", str(f)]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    for _ in range(2):  # same second, same name: the second run gets its own folder
+        assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",
+                     "--out", str(tmp_path / "o"), "--format", "json"]) == 0
+    assert len(list((tmp_path / "o").iterdir())) == 2
+
+
+def test_unservable_prompts_are_reported(tmp_path, capsys):
+    line = json.dumps({"timestamp": 0, "input_length": 200_000, "output_length": 1, "hash_ids": list(range(391))})
+    ok = json.dumps({"timestamp": 10, "input_length": 600, "output_length": 1, "hash_ids": [1000, 1001]})
+    p = tmp_path / "long.jsonl"
+    p.write_text(line + "\n" + ok + "\n")
+    assert main(["simulate", "--trace", str(p), "--policy", "least-work", "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert "1 request(s) are longer than any worker can hold" in out.err
+    assert json.loads(out.out)[0]["num_unfinished"] == 1

@@ -192,10 +192,16 @@ class Calibration:
         for key in required:
             if key not in data:
                 raise ValueError(f"{source}: calibration is missing field {key!r}")
+        unknown = sorted(set(data) - set(required) - {"dtype", "provenance"})
+        if unknown:
+            raise ValueError(f"{source}: unknown calibration field(s) {unknown}; expected only {sorted(required + ('dtype', 'provenance'))}")
         coeff = data["coefficients"]
         names = ("d_s", "a_s_per_token", "b_s_per_token", "c_s_per_token", "alpha_s_per_pair")
         if not isinstance(coeff, dict):
             raise ValueError(f"{source}: field 'coefficients' must be an object with {', '.join(names)}")
+        extra = sorted(set(coeff) - set(names))
+        if extra:
+            raise ValueError(f"{source}: unknown field(s) {['coefficients.' + k for k in extra]}; expected {', '.join(names)}")
         for key in names:
             if key not in coeff:
                 raise ValueError(f"{source}: field 'coefficients.{key}' is missing")
@@ -231,8 +237,10 @@ class Calibration:
             ValueError: if the file is not valid JSON or a field is missing/invalid.
         """
         p = Path(path)
+        if p.is_dir():
+            raise IsADirectoryError(21, "is a folder, expected a calibration JSON file", str(p))
         if not p.exists():
-            raise FileNotFoundError(f"calibration file {p} does not exist")
+            raise FileNotFoundError(2, "calibration file does not exist", str(p))
         try:
             data = json.loads(p.read_text())
         except json.JSONDecodeError as exc:

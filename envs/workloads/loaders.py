@@ -716,8 +716,13 @@ def load_trace(
     Raises:
         TraceFormatError: unknown file type, unrecognised CSV header, or invalid content.
         FileNotFoundError: the file does not exist.
+        IsADirectoryError: the path is a folder.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a folder, expected a trace file (.jsonl or .csv)", str(path))
+    if not path.exists():
+        raise FileNotFoundError(2, "trace file does not exist", str(path))
     suffix = _base_suffix(path)
     if suffix == ".jsonl":
         return load_mooncake_jsonl(path, kv_block_size_tokens=kv_block_size_tokens, skip_invalid=skip_invalid, spread_seed=spread_seed, **options)

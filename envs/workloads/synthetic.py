@@ -608,6 +608,7 @@ def _named(name: str, fn: Callable[..., Workload], summary: str, **defaults: Any
 
     shown = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
     make.__name__ = make.__qualname__ = "workload_" + name.replace("-", "_")
+    make.generator = fn  # for validating overrides without generating (experiments/spec.py)
     make.__doc__ = f"{summary}\n\n``{fn.__name__}({shown}, seed=seed)``; keyword overrides go to :func:`{fn.__name__}`."
     return make
 

@@ -11,7 +11,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_workload_arguments(p)
     add_sim_arguments(p)
-    p.add_argument("--policy", default="round-robin,least-work,prefix-affinity", help="comma-separated policies")
+    p.add_argument("--policy", default="round-robin,least-work,prefix-affinity,vertumnus",
+                   help="comma-separated policies (default round-robin,least-work,prefix-affinity,vertumnus)")
     p.add_argument("--repeat", type=int, default=3, help="runs per policy; the median is reported (default 3)")
     p.add_argument("--format", choices=("table", "json"), default="table")
 
@@ -25,7 +26,9 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import dumps_json, sim_config_from_args, workload_from_args
     from experiments.runner import run_policy
 
-    if args.trace is None and args.workload is None:
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
+    if args.trace is None and args.workload is None:  # the benchmark's default: the full conversation trace
         from envs.workloads import default_traces_dir
 
         args.trace = str(default_traces_dir() / "conversation_trace.jsonl")

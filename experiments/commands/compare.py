@@ -250,8 +250,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be a comma-separated list of integers, got {args.seeds!r}") from None
     if not seeds or any(s < 0 for s in seeds):
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
-    rates = parse_list(args.rates, "--rates", positive=True) if args.rates else None
-    scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales else None
+    rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else None
+    scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales is not None else None
 
     tasks = []
     wl_name = ""

@@ -46,15 +46,20 @@ def print_table(rows: list[dict], title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from baselines.registry import POLICIES, get_policy
     from envs.metrics import summarize
-    from experiments.common import dumps_json, sim_config_from_args, workload_from_args
+    from experiments.common import check_out_dir, dumps_json, sim_config_from_args, workload_from_args
     from experiments.runner import run_policy, write_run
 
     if args.list_policies:
         for name, spec in POLICIES.items():
             print(f"{name:24s} {spec.description}  [{spec.source}]")
         return 0
-    names = [n.strip() for n in (args.policy or DEFAULT_POLICIES).split(",") if n.strip()]
+    names = [n.strip() for n in (DEFAULT_POLICIES if args.policy is None else args.policy).split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"--policy needs at least one policy name, got {args.policy!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--policy lists a policy twice: {args.policy!r}")
     specs = [get_policy(n) for n in names]  # fail on a typo before running anything
+    check_out_dir(args.out)
     config = sim_config_from_args(args)
     workload = workload_from_args(args)
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
@@ -69,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
         if bar:
             bar.close()
         summary = summarize(result)
+        if summary["num_rejected"]:
+            print(f"warning: {spec.name}: {summary['num_rejected']} request(s) are longer than any worker can hold "
+                  f"(model limit {result.calibration.max_prompt_tokens} tokens or the workers' KV capacity); "
+                  f"they are not served and count as unfinished SLO misses", file=sys.stderr)
         rows.append(summary)
         if args.out:
             write_run(args.out, result, summary, {"workload_source": workload.source, "argv": sys.argv[1:]})

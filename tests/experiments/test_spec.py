@@ -154,3 +154,21 @@ def test_example_specs_validate():
     for p in specs:
         spec = load_spec(p)
         assert spec.num_cells >= 1 and all(c.policy in POLICIES for c in spec.resolve())
+
+
+@pytest.mark.parametrize("body, key", [
+    ("workload: {name: tool-agent, params: {durration_s: 20}}\npolicies: [least-work]\n", "workload.params.durration_s"),
+    ("workload: {name: tool-agent, params: {duration_s: abc}}\npolicies: [least-work]\n", "workload.params.duration_s"),
+    ("workload: {name: tool-agent}\ncalibration: bad.json\npolicies: [least-work]\n", "calibration"),
+    ("workload: {trace: bad.jsonl}\npolicies: [least-work]\n", "workload.trace"),
+])
+def test_content_errors_fail_at_load_time(tmp_path, body, key):
+    from experiments.spec import SpecError, load_spec
+
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "bad.jsonl").write_text("")
+    p = tmp_path / "spec.yaml"
+    p.write_text("name: t\n" + body)
+    with pytest.raises(SpecError) as e:
+        load_spec(p)
+    assert str(p) in str(e.value) and key in str(e.value)
