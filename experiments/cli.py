@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help). Plain registry; add a line to add a command.
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
+    except BrokenPipeError:  # stdout closed early (e.g. piped into `head`): not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except (ValueError, OSError, EOFError) as exc:
         # Input errors (bad values, unreadable/missing/mistyped files and folders, corrupt
         # archives) are reported as one clear line, not a traceback (exit status 2).
