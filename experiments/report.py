@@ -131,27 +131,45 @@ def _aggregate(df):
     return pd.DataFrame(out)
 
 
-def _lines(ax, agg, metric: str, scale: float = 1.0, ylabel: str = "") -> None:
-    for (variant, policy), g in agg.groupby(["variant", "policy"], sort=True):
+def _policy_colors(agg) -> dict[str, str]:
+    """One colour per policy, the same in every panel."""
+    cmap = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+            "tab:olive", "tab:cyan"]
+    return {p: cmap[i % len(cmap)] for i, p in enumerate(sorted(agg["policy"].unique()))}
+
+
+def _lines(ax, agg, metric: str, colors: dict[str, str], scale: float = 1.0, ylabel: str = "") -> None:
+    for i, (policy, g) in enumerate(agg.groupby("policy", sort=True)):
         g = g.sort_values("rate_rps")
         err = (g[metric + "_ci95"].fillna(0.0) * scale).to_numpy()
-        ax.errorbar(g["rate_rps"], g[metric] * scale, yerr=err, marker="o", capsize=3, label=_label(policy, variant))
+        ax.errorbar(g["rate_rps"], g[metric] * scale, yerr=err, marker="o", capsize=3, label=policy,
+                    color=colors[policy], linestyle="-" if i < 10 else "--")
     ax.set_xlabel("request rate [requests/s]")
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
 
 
+def _variants(agg) -> list:
+    return sorted(agg["variant"].fillna("").unique().tolist())
+
+
 def _fig_ttft_vs_rate(agg, out: Path) -> Path:
+    """One row per workload/variant: mean and P90 TTFT vs rate, 95% CI over seeds."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    _lines(axes[0], agg, "mean_ttft_s", ylabel="mean TTFT [s]")
-    axes[0].set_title("mean TTFT vs request rate (95% CI over seeds)")
-    _lines(axes[1], agg, "p90_ttft_s", ylabel="P90 TTFT [s]")
-    axes[1].set_title("P90 TTFT vs request rate")
-    for ax in axes:
-        ax.set_yscale("log")
-    axes[1].legend(fontsize=7, loc="best")
+    variants = _variants(agg)
+    colors = _policy_colors(agg)
+    fig, axes = plt.subplots(len(variants), 2, figsize=(12, 4.0 * len(variants)), squeeze=False)
+    for row, variant in enumerate(variants):
+        sub = agg[agg["variant"].fillna("") == variant]
+        name = f" — {variant}" if variant else ""
+        _lines(axes[row][0], sub, "mean_ttft_s", colors, ylabel="mean TTFT [s]")
+        axes[row][0].set_title(f"mean TTFT vs request rate{name} (95% CI over seeds)")
+        _lines(axes[row][1], sub, "p90_ttft_s", colors, ylabel="P90 TTFT [s]")
+        axes[row][1].set_title(f"P90 TTFT vs request rate{name}")
+        for ax in axes[row]:
+            ax.set_yscale("log")
+        axes[row][1].legend(fontsize=7, loc="best")
     fig.tight_layout()
     p = out / "ttft_vs_rate.png"
     fig.savefig(p, dpi=110)
@@ -160,13 +178,19 @@ def _fig_ttft_vs_rate(agg, out: Path) -> Path:
 
 
 def _fig_slo(agg, out: Path) -> Path:
+    """One panel per workload/variant: token-weighted SLO attainment vs rate."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    _lines(ax, agg, "slo_attainment_token_weighted", scale=100.0, ylabel="token-weighted SLO attainment [%]")
-    ax.set_title("token-weighted TTFT SLO attainment vs request rate (95% CI)")
-    ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]), top=102)
-    ax.legend(fontsize=7, loc="best")
+    variants = _variants(agg)
+    colors = _policy_colors(agg)
+    fig, axes = plt.subplots(1, len(variants), figsize=(6.5 * len(variants), 4.5), squeeze=False)
+    for col, variant in enumerate(variants):
+        ax = axes[0][col]
+        sub = agg[agg["variant"].fillna("") == variant]
+        _lines(ax, sub, "slo_attainment_token_weighted", colors, scale=100.0, ylabel="token-weighted SLO attainment [%]")
+        ax.set_title("token-weighted TTFT SLO attainment" + (f" — {variant}" if variant else "") + " (95% CI)")
+        ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]), top=102)
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     p = out / "slo_vs_rate.png"
     fig.savefig(p, dpi=110)
@@ -267,14 +291,20 @@ def _fig_composition(df, out: Path) -> tuple[Path, bool]:
 
 
 def _fig_cache(agg, out: Path) -> Path:
+    """One row per workload/variant: prefix hit rate and KV-transfer volume vs rate."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    _lines(axes[0], agg, "prefix_hit_rate", scale=100.0, ylabel="prefix hit rate [% of prompt tokens]")
-    axes[0].set_title("token-weighted prefix hit rate vs request rate")
-    _lines(axes[1], agg, "kv_transfer_bytes", scale=1e-9, ylabel="KV transfer [GB]")
-    axes[1].set_title("KV-transfer volume (replication + reconciliation)")
-    axes[1].legend(fontsize=7, loc="best")
+    variants = _variants(agg)
+    colors = _policy_colors(agg)
+    fig, axes = plt.subplots(len(variants), 2, figsize=(12, 4.0 * len(variants)), squeeze=False)
+    for row, variant in enumerate(variants):
+        sub = agg[agg["variant"].fillna("") == variant]
+        name = f" — {variant}" if variant else ""
+        _lines(axes[row][0], sub, "prefix_hit_rate", colors, scale=100.0, ylabel="prefix hit rate [% of prompt tokens]")
+        axes[row][0].set_title(f"token-weighted prefix hit rate vs request rate{name}")
+        _lines(axes[row][1], sub, "kv_transfer_bytes", colors, scale=1e-9, ylabel="KV transfer [GB]")
+        axes[row][1].set_title(f"KV-transfer volume (replication + reconciliation){name}")
+        axes[row][1].legend(fontsize=7, loc="best")
     fig.tight_layout()
     p = out / "cache_transfer.png"
     fig.savefig(p, dpi=110)
