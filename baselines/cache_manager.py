@@ -774,9 +774,14 @@ def with_global_cache(base, config: CacheManagerConfig | None = None, name: str 
         router.name = new_name  # the run's policy label
         return router
 
+    build_with = None
+    if getattr(base, "build_with", None) is not None:
+        def build_with(**params):  # the base policy with new parameters, plus the manager
+            return with_global_cache(base.with_params(**params), config, new_name)
+
     return replace(base, name=new_name, make_router=make_router, make_attachments=make_attachments,
                    description=f"{base.description} + global prefix-cache manager (replication/reclamation)",
-                   source=f"{base.source}; paper §7 global prefix-cache manager")
+                   source=f"{base.source}; paper §7 global prefix-cache manager", build_with=build_with)
 
 
 __all__ = ["CacheManagerConfig", "GlobalCacheManager", "with_global_cache"]

@@ -781,10 +781,3 @@ class ReconfigController:
             if last is not None and last[1] != op.kind and now_s - last[0] < dwell:
                 return True
         return False
-
-
-def adaptive_policy_router():
-    """Router of ``vertumnus-adaptive``: the Vertumnus cost router (paper §5)."""
-    from baselines.vertumnus import VertumnusParams, VertumnusRouter
-
-    return VertumnusRouter(VertumnusParams(), "vertumnus-adaptive")

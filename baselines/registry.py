@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-from baselines.controller import ReconfigController, adaptive_policy_router
+from baselines.controller import ControllerConfig, ReconfigController
 from baselines.industry import (DynamoKVRouter, LlmdRouter, MooncakeTTFTRouter, SGLangCacheAwareRouter,
                                 StaticThresholdRouter, TensorParallelCostForm, VllmDPRouter, homogeneous_composition)
 from baselines.simple import LeastWorkRouter, PrefixAffinityRouter, RandomRouter, RoundRobinRouter
@@ -37,6 +38,9 @@ class PolicySpec:
         calibration_transform: ``f(Calibration) -> Calibration`` giving the policy's workers a
             different cost form (e.g. TP-4 for ``vllm-tp4``); the TTFT SLOs stay those of the
             run's untransformed calibration, so every policy is judged against the same SLOs.
+        params: the policy's tunable parameters and their defaults (``{"beta": 3.0, ...}``),
+            sweepable as ``<policy>.<param>`` in experiment specs; empty if it has none.
+        build_with: ``f(**params) -> PolicySpec`` used by :meth:`with_params`.
     """
 
     name: str
@@ -46,6 +50,21 @@ class PolicySpec:
     composition: str | Callable[[PoolConfig], str] | None = None
     make_attachments: Callable[[], list] = field(default=lambda: [])
     calibration_transform: Callable[[Calibration], Calibration] | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    build_with: Callable[..., PolicySpec] | None = None
+
+    def with_params(self, **overrides: Any) -> PolicySpec:
+        """The same policy with some parameters changed (same name, so runs group by policy).
+
+        Raises:
+            ValueError: for a parameter the policy does not declare, or an invalid value.
+        """
+        unknown = sorted(set(overrides) - set(self.params))
+        if unknown:
+            raise ValueError(f"policy {self.name!r} has no parameter(s) {unknown}; its parameters: {sorted(self.params) or 'none'}")
+        if not overrides:
+            return self
+        return self.build_with(**{**self.params, **overrides})
 
     def resolve_composition(self, pool: PoolConfig) -> str | None:
         """The composition string for ``pool`` (``None``: keep the run's composition)."""
@@ -63,14 +82,43 @@ def _named(factory: Callable[[], Router], name: str) -> Callable[[], Router]:
     return make
 
 
+def vertumnus_spec(name: str, description: str, source: str, base: VertumnusParams = VertumnusParams(),
+                   composition: str | Callable[[PoolConfig], str] | None = None) -> PolicySpec:
+    """A Vertumnus-router policy whose ``beta`` and ``lambda`` are sweepable parameters."""
+
+    def build(beta: float, **kw: Any) -> PolicySpec:
+        return vertumnus_spec(name, description, source, replace(base, beta=float(beta), lambda_=float(kw["lambda"])), composition)
+
+    return PolicySpec(name, lambda: VertumnusRouter(base, name), description, source, composition=composition,
+                      params={"beta": base.beta, "lambda": base.lambda_}, build_with=build)
+
+
+def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller: ControllerConfig = ControllerConfig()) -> PolicySpec:
+    """``vertumnus-adaptive``: the Vertumnus router plus the split/merge controller; ``beta``,
+    ``lambda`` and every :class:`~baselines.controller.ControllerConfig` field are parameters."""
+    name = "vertumnus-adaptive"
+    controller_fields = [f.name for f in fields(ControllerConfig)]
+
+    def build(**kw: Any) -> PolicySpec:
+        rp = replace(router_params, beta=float(kw.pop("beta")), lambda_=float(kw.pop("lambda")))
+        return adaptive_spec(rp, replace(controller, **{k: kw[k] for k in controller_fields}))
+
+    return PolicySpec(name, lambda: VertumnusRouter(router_params, name),
+                      "Vertumnus router + split/merge controller (20 s windows) on the run's pool", "paper §5-§6; baselines/controller.py",
+                      make_attachments=lambda: [ReconfigController(controller)],
+                      params={"beta": router_params.beta, "lambda": router_params.lambda_,
+                              **{k: getattr(controller, k) for k in controller_fields}},
+                      build_with=build)
+
+
 POLICIES: dict[str, PolicySpec] = {
     "round-robin": PolicySpec("round-robin", RoundRobinRouter, "cycle over workers in pool order", "classic load balancer"),
     "random": PolicySpec("random", RandomRouter, "uniformly random eligible worker (seeded)", "classic load balancer"),
     "least-work": PolicySpec("least-work", LeastWorkRouter, "least predicted outstanding work q_w", "paper §5 queue proxy; least-outstanding-work balancing"),
     "prefix-affinity": PolicySpec("prefix-affinity", PrefixAffinityRouter, "longest ready prefix hit, ties to less work", "cache-affinity routing (e.g. SGLang/llm-d prefix scorers, without load balance)"),
     # --- issue #3: Vertumnus (paper §5) and its ablations, on the run's (heterogeneous) pool
-    "vertumnus": PolicySpec("vertumnus", lambda: VertumnusRouter(VertumnusParams(), "vertumnus"),
-                            "Vertumnus cost J = q + beta*s + lambda*(C*s - Cmin*E_Cmin), beta=3, lambda=1", "paper §5; defaults: baselines/vertumnus.py"),
+    "vertumnus": vertumnus_spec("vertumnus", "Vertumnus cost J = q + beta*s + lambda*(C*s - Cmin*E_Cmin), beta=3, lambda=1",
+                                "paper §5; defaults: baselines/vertumnus.py"),
     "vertumnus-lambda0": PolicySpec("vertumnus-lambda0", lambda: VertumnusRouter(VertumnusParams(lambda_=0.0), "vertumnus-lambda0"),
                                     "ablation: Vertumnus without the GPU-time term (lambda=0)", "paper §5 ablation"),
     "vertumnus-beta1": PolicySpec("vertumnus-beta1", lambda: VertumnusRouter(VertumnusParams(beta=1.0), "vertumnus-beta1"),
@@ -101,7 +149,7 @@ POLICIES: dict[str, PolicySpec] = {
                             "ai-dynamo KV router cost, weight 1, temperature 0"),
     "mooncake-ttft": PolicySpec("mooncake-ttft", _named(MooncakeTTFTRouter, "mooncake-ttft"), "min predicted TTFT = q_w + E_C(R,P) with local hit",
                                 "Mooncake (FAST'25) conductor"),
-    "vertumnus-adaptive": PolicySpec("vertumnus-adaptive", adaptive_policy_router, "Vertumnus router + split/merge controller (20 s windows) on the run's pool", "paper §5-§6; baselines/controller.py", make_attachments=lambda: [ReconfigController()]),
+    "vertumnus-adaptive": adaptive_spec(),
 }
 
 # --- issue #5: Vertumnus + global prefix-cache manager (paper §7)

@@ -88,13 +88,11 @@ def test_unknown_policy_and_workload(tmp_path):
     assert e.key == "workload.name" and "mixed-default" in e.expected
 
 
-def test_policy_params_need_a_registry_hook(tmp_path):
-    from baselines.registry import POLICIES
-
-    if hasattr(POLICIES["least-work"], "params"):
-        pytest.skip("the registry declares policy parameters")
+def test_undeclared_policy_parameter_is_a_spec_error(tmp_path):
     e = _err(tmp_path, BASE + "sweep: {grid: {least-work.beta: [1, 2]}}\n")
-    assert "policy names" in e.expected
+    assert e.key.endswith("least-work.beta") and "least-work" in e.problem and "beta" in e.problem
+    e = _err(tmp_path, BASE.replace("least-work", "vertumnus") + "sweep: {grid: {vertumnus.gamma: [1, 2]}}\n")
+    assert "beta" in e.expected and "lambda" in e.expected
 
 
 def test_missing_trace_and_seed_axis(tmp_path):
