@@ -126,6 +126,10 @@ class PrefillReconfigEnv(gym.Env):
 
     Raises:
         ValueError: naming the argument, on a bad window, reward or empty workloads.
+
+    ## Version History
+
+    * v0: initial version (cpgym 0.1.0).
     """
 
     metadata = {"render_modes": []}

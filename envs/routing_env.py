@@ -313,6 +313,10 @@ class PrefillRoutingEnv(gym.Env):
 
     Raises:
         ValueError: if no window holds a request or the reward is invalid.
+
+    ## Version History
+
+    * v0: initial version (cpgym 0.1.0).
     """
 
     metadata = {"render_modes": []}
