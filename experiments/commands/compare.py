@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
 
     from baselines.registry import get_policy
     from envs import workloads
-    from experiments.common import dumps_json, parse_list, sim_config_from_args, workload_from_args
+    from experiments.common import check_out_dir, dumps_json, parse_list, sim_config_from_args, workload_from_args
 
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
@@ -272,11 +272,25 @@ def run(args: argparse.Namespace) -> int:
                     "native_rate_rps": base.mean_rate_rps}
             for n in policies:
                 tasks.append((n, wl, config, meta))
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_out_dir(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+
+    def keep(row: dict) -> None:
+        # nothing is lost: every finished run is on disk before the next one is awaited
+        rows.append(row)
+        if out is not None:
+            pd.DataFrame(rows).to_csv(out / "results.csv", index=False)
+
     if args.jobs == 1:
-        rows = [_run_task(t) for t in tasks]
+        for t in tasks:
+            keep(_run_task(t))
     else:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            rows = list(pool.map(_run_task, tasks))
+            for row in pool.map(_run_task, tasks):
+                keep(row)
     df = pd.DataFrame(rows)
     order = {n: i for i, n in enumerate(names)}
     agg = {k: "mean" for k in METRICS if k in df}
@@ -288,9 +302,7 @@ def run(args: argparse.Namespace) -> int:
     config0 = sim_config_from_args(args, seed=seeds[0])
     title = (f"{wl_name}: {config0.pool.num_gpus} GPUs (run pool {config0.pool.composition}), "
              f"seeds {','.join(map(str, seeds))}")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         df.to_csv(out / "results.csv", index=False)
         df.to_parquet(out / "results.parquet", index=False)
         summary.to_csv(out / "summary.csv", index=False)
