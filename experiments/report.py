@@ -153,28 +153,35 @@ def _variants(agg) -> list:
     return sorted(agg["variant"].fillna("").unique().tolist())
 
 
-def _fig_ttft_vs_rate(agg, out: Path) -> Path:
-    """One row per workload/variant: mean and P90 TTFT vs rate, 95% CI over seeds."""
+def _fig_rows(agg, out: Path, filename: str, panels: tuple, log_y: bool) -> Path:
+    """One row per workload/variant, one column per ``(metric, scale, ylabel, title)`` panel."""
     import matplotlib.pyplot as plt
 
     variants = _variants(agg)
     colors = _policy_colors(agg)
-    fig, axes = plt.subplots(len(variants), 2, figsize=(12, 4.0 * len(variants)), squeeze=False)
+    fig, axes = plt.subplots(len(variants), len(panels), figsize=(6 * len(panels), 4.0 * len(variants)), squeeze=False)
     for row, variant in enumerate(variants):
         sub = agg[agg["variant"].fillna("") == variant]
         name = f" — {variant}" if variant else ""
-        _lines(axes[row][0], sub, "mean_ttft_s", colors, ylabel="mean TTFT [s]")
-        axes[row][0].set_title(f"mean TTFT vs request rate{name} (95% CI over seeds)")
-        _lines(axes[row][1], sub, "p90_ttft_s", colors, ylabel="P90 TTFT [s]")
-        axes[row][1].set_title(f"P90 TTFT vs request rate{name}")
-        for ax in axes[row]:
-            ax.set_yscale("log")
-        axes[row][1].legend(fontsize=7, loc="best")
+        for col, (metric, scale, ylabel, title) in enumerate(panels):
+            ax = axes[row][col]
+            _lines(ax, sub, metric, colors, scale=scale, ylabel=ylabel)
+            ax.set_title(title + name)
+            if log_y:
+                ax.set_yscale("log")
+        axes[row][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()
-    p = out / "ttft_vs_rate.png"
+    p = out / filename
     fig.savefig(p, dpi=110)
     plt.close(fig)
     return p
+
+
+def _fig_ttft_vs_rate(agg, out: Path) -> Path:
+    """Mean and P90 TTFT vs rate per workload/variant (95% CI over seeds)."""
+    return _fig_rows(agg, out, "ttft_vs_rate.png", (
+        ("mean_ttft_s", 1.0, "mean TTFT [s]", "mean TTFT vs request rate (95% CI over seeds)"),
+        ("p90_ttft_s", 1.0, "P90 TTFT [s]", "P90 TTFT vs request rate")), log_y=True)
 
 
 def _fig_slo(agg, out: Path) -> Path:
@@ -291,25 +298,10 @@ def _fig_composition(df, out: Path) -> tuple[Path, bool]:
 
 
 def _fig_cache(agg, out: Path) -> Path:
-    """One row per workload/variant: prefix hit rate and KV-transfer volume vs rate."""
-    import matplotlib.pyplot as plt
-
-    variants = _variants(agg)
-    colors = _policy_colors(agg)
-    fig, axes = plt.subplots(len(variants), 2, figsize=(12, 4.0 * len(variants)), squeeze=False)
-    for row, variant in enumerate(variants):
-        sub = agg[agg["variant"].fillna("") == variant]
-        name = f" — {variant}" if variant else ""
-        _lines(axes[row][0], sub, "prefix_hit_rate", colors, scale=100.0, ylabel="prefix hit rate [% of prompt tokens]")
-        axes[row][0].set_title(f"token-weighted prefix hit rate vs request rate{name}")
-        _lines(axes[row][1], sub, "kv_transfer_bytes", colors, scale=1e-9, ylabel="KV transfer [GB]")
-        axes[row][1].set_title(f"KV-transfer volume (replication + reconciliation){name}")
-        axes[row][1].legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    p = out / "cache_transfer.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return p
+    """Prefix hit rate and KV-transfer volume vs rate per workload/variant."""
+    return _fig_rows(agg, out, "cache_transfer.png", (
+        ("prefix_hit_rate", 100.0, "prefix hit rate [% of prompt tokens]", "token-weighted prefix hit rate vs request rate"),
+        ("kv_transfer_bytes", 1e-9, "KV transfer [GB]", "KV-transfer volume (replication + reconciliation)")), log_y=False)
 
 
 def _fmt(v: float, ci: float, scale: float = 1.0, digits: int = 3) -> str:
