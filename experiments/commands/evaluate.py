@@ -11,8 +11,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--policy", required=True, metavar="CHECKPOINT|NAME",
                    help="checkpoint folder / model.zip, 'shipped' (the shipped routing checkpoint), or a policy name")
-    p.add_argument("--against", default="least-work,prefix-affinity,round-robin",
-                   help="comma-separated policies to compare with (default least-work,prefix-affinity,round-robin)")
+    p.add_argument("--against", default=None,
+                   help="comma-separated policies to compare with (default least-work,prefix-affinity,round-robin; "
+                        "for --kind reconfig see --kind)")
     g = p.add_argument_group("episodes (default: the checkpoint's training source)")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="PATH", help="trace file")
@@ -29,6 +30,72 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no per-episode progress lines on stderr")
     p.add_argument("--reference", metavar="LABEL", help="policy for the paired Δ columns (default: vertumnus if evaluated, else the first --against)")
     p.add_argument("--from-csv", metavar="CSV", help="re-aggregate per-episode rows written earlier by --out (runs nothing)")
+    p.add_argument("--kind", choices=("auto", "routing", "reconfig"), default="auto",
+                   help="routing or reconfiguration checkpoint (default auto: the checkpoint's train_config.json 'kind'). "
+                        "reconfig: whole-workload episodes per --seeds, --against defaults to "
+                        "vertumnus-adaptive,vertumnus,fixed:cp1x40,fixed:cp2x20,fixed:cp4x10,fixed:cp8x5 (all routed by Vertumnus)")
+
+
+RECONFIG_AGAINST = "vertumnus-adaptive,vertumnus,fixed:cp1x40,fixed:cp2x20,fixed:cp4x10,fixed:cp8x5"
+
+
+def _run_reconfig(args: argparse.Namespace) -> int:
+    import sys
+
+    from experiments.common import dumps_json, parse_list, sim_config_from_args
+    from policies.evaluate_reconfig import aggregate_reconfig, evaluate_reconfig
+
+    if args.trace:
+        raise ValueError("--kind reconfig evaluates named workloads (--workload); traces are not supported yet")
+    ckpt = None if args.policy in ("none", "-") else args.policy
+    against = [n.strip() for n in (args.against or RECONFIG_AGAINST).split(",") if n.strip()]
+    workload = args.workload
+    if workload is None and ckpt:
+        import json
+        from pathlib import Path
+
+        d = Path(ckpt).parent if ckpt.endswith(".zip") else Path(ckpt)
+        workload = (json.loads((d / "train_config.json").read_text()).get("train_config") or {}).get("workload")
+    workload = workload or "phases"
+    seeds = parse_list(args.seeds, "--seeds", int)
+    if ckpt:
+        from policies.evaluate_reconfig import training_seeds
+
+        overlap = sorted(set(seeds) & set(training_seeds(ckpt)))
+        if overlap:
+            print(f"warning: seeds {overlap} were used in training (not held out)", file=sys.stderr)
+    config = sim_config_from_args(args)
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
+    if args.from_csv:
+        import pandas as pd
+
+        rows = pd.read_csv(args.from_csv).to_dict("records")
+    else:
+        rows = evaluate_reconfig(ckpt, against, workload, seeds, config, target_rps=args.target_rps, log=log)
+    if args.out and not args.from_csv:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(args.out, index=False)
+    table = aggregate_reconfig(rows)
+    if args.format == "json":
+        print(dumps_json(table))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{workload}: whole-workload episodes, seeds {seeds}; Vertumnus router; mean ± 95% CI over seeds")
+    cols = ["policy", "episodes", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)", "ops started", "ops committed", "unfinished"]
+    for c in cols:
+        t.add_column(c, justify="left" if c == "policy" else "right")
+    for r in table:
+        def f(m, fmt):
+            v, ci = r[m], r[m + "_ci95"]
+            return "-" if v != v else (fmt.format(v) + ("" if ci != ci else " ± " + fmt.format(ci)))
+        t.add_row(r["policy"], str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
+                  f("slo_attainment_token_weighted", "{:.3f}"), f("num_operations", "{:.1f}"),
+                  f("num_committed_operations", "{:.1f}"), f("num_unfinished", "{:.1f}"))
+    Console(width=160).print(t)
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +105,15 @@ def run(args: argparse.Namespace) -> int:
     from policies.evaluate import aggregate, evaluate, is_checkpoint
     from policies.train import EpisodeSource
 
+    kind = args.kind
+    if kind == "auto":
+        from policies.evaluate_reconfig import is_reconfig_checkpoint
+
+        kind = "reconfig" if is_reconfig_checkpoint(args.policy) else "routing"
+    if kind == "reconfig":
+        return _run_reconfig(args)
+    if args.against is None:
+        args.against = "least-work,prefix-affinity,round-robin"
     policies = [args.policy] + [n.strip() for n in args.against.split(",") if n.strip() and n.strip() != args.policy]
     base = {}
     if is_checkpoint(args.policy):
