@@ -156,6 +156,36 @@ def _session_event_times(starts_s: np.ndarray, counts: np.ndarray, gaps_s: np.nd
     return np.asarray(starts_s, float)[group] + cs - cs[offsets[:-1]][group], offsets
 
 
+def _shared_prefixes(hasher: BlockHasher, tokens, rng: np.random.Generator, num: int,
+                     max_tokens: int | None = None) -> list[PromptContext]:
+    """``num`` shared prompt prefixes (system / agent prompts) with lengths drawn from
+    ``tokens`` (capped at ``max_tokens``), their block hashes computed once."""
+    out = []
+    for n_tok in tokens.sample_tokens(rng, num):
+        ctx = hasher.context()
+        ctx.append_new(int(n_tok if max_tokens is None else min(n_tok, max_tokens)))
+        ctx.block_hashes()
+        out.append(ctx)
+    return out
+
+
+def _sessions(arrivals, duration_s: float, rng: np.random.Generator, mean_events: float, max_events: int,
+              gaps) -> tuple[int, np.ndarray, int, list[float], np.ndarray]:
+    """Session skeleton: starts from ``arrivals``, a geometric number of events per session
+    (mean ``mean_events``, capped at ``max_events``) spaced by ``gaps``.
+
+    Returns:
+        ``(num_sessions, counts, num_events, event times [s], offsets)`` (see
+        :func:`_session_event_times`).
+    """
+    starts = arrivals.sample(duration_s, rng)
+    num_sessions = starts.size
+    counts = np.minimum(rng.geometric(1.0 / mean_events, num_sessions), max_events)
+    total = int(counts.sum())
+    times, offsets = _session_event_times(starts, counts, gaps.sample(rng, total))
+    return num_sessions, counts, total, times.tolist(), offsets
+
+
 # ---------------------------------------------------------------------------------------------
 # generators
 
@@ -247,18 +277,8 @@ def multi_turn_sessions(
     _check_count("max_prompt_tokens", max_prompt_tokens)
     rng = np.random.default_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
-    bases = []
-    for n_tok in system_prompt_tokens.sample_tokens(rng, num_system_prompts):
-        ctx = hasher.context()
-        ctx.append_new(int(min(n_tok, max_prompt_tokens // 2)))
-        ctx.block_hashes()
-        bases.append(ctx)
-    starts = session_arrivals.sample(d, rng)
-    num_sessions = starts.size
-    counts = np.minimum(rng.geometric(1.0 / mean_turns, num_sessions), max_turns)
-    total = int(counts.sum())
-    times, offsets = _session_event_times(starts, counts, think_time_s.sample(rng, total))
-    times = times.tolist()
+    bases = _shared_prefixes(hasher, system_prompt_tokens, rng, num_system_prompts, max_prompt_tokens // 2)
+    num_sessions, counts, total, times, offsets = _sessions(session_arrivals, d, rng, mean_turns, max_turns, think_time_s)
     outs = output_tokens.sample_tokens(rng, total).tolist()
     users = user_tokens.sample_tokens(rng, total).tolist()
     firsts = first_user_tokens.sample_tokens(rng, num_sessions).tolist()
@@ -335,18 +355,8 @@ def tool_agent_sessions(
         _check_count("history_window_steps", history_window_steps, 0)
     rng = np.random.default_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
-    bases = []
-    for n_tok in agent_prompt_tokens.sample_tokens(rng, num_agent_prompts):
-        ctx = hasher.context()
-        ctx.append_new(int(min(n_tok, max_prompt_tokens // 4)))
-        ctx.block_hashes()
-        bases.append(ctx)
-    starts = session_arrivals.sample(d, rng)
-    num_sessions = starts.size
-    counts = np.minimum(rng.geometric(1.0 / mean_calls, num_sessions), max_calls)
-    total = int(counts.sum())
-    times, offsets = _session_event_times(starts, counts, call_gap_s.sample(rng, total))
-    times = times.tolist()
+    bases = _shared_prefixes(hasher, agent_prompt_tokens, rng, num_agent_prompts, max_prompt_tokens // 4)
+    num_sessions, counts, total, times, offsets = _sessions(session_arrivals, d, rng, mean_calls, max_calls, call_gap_s)
     outs = output_tokens.sample_tokens(rng, total).tolist()
     tools = tool_output_tokens.sample_tokens(rng, total).tolist()
     summaries = compacted_tokens.sample_tokens(rng, total).tolist()
@@ -512,12 +522,7 @@ def phase_changes(
 
     rng = np.random.default_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
-    bases = []
-    for n_tok in system_prompt_tokens.sample_tokens(rng, num_system_prompts):
-        ctx = hasher.context()
-        ctx.append_new(int(n_tok))
-        ctx.block_hashes()
-        bases.append(ctx)
+    bases = _shared_prefixes(hasher, system_prompt_tokens, rng, num_system_prompts)
     times = InhomogeneousPoissonArrivals(rate_fn, float(phase_rates.max() * max(f0, f1))).sample(total_s, rng)
     n = times.size
     phase = np.minimum((times // dur).astype(int), num_phases - 1)
