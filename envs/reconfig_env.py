@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _Accounting
+from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _Accounting, nonempty_windows
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
 
@@ -151,14 +151,9 @@ class PrefillReconfigEnv(gym.Env):
             from envs import workloads as wls
 
             workloads = [wls.get_workload("phases", seed=0)]
-        elif isinstance(workloads, Workload):
-            workloads = [workloads]
-        self.windows = [w for w in workloads if w.num_requests > 0]
-        if not self.windows:
-            raise ValueError("workloads: no episode window holds a request")
+        self.windows = nonempty_windows(workloads)
         self.config = config or SimConfig()
-        self.calibration = calibration or (Calibration.load(self.config.calibration_path)
-                                           if self.config.calibration_path else Calibration.default())
+        self.calibration = calibration or Calibration.resolve(self.config.calibration_path)
         if make_router is None:
             from baselines.registry import get_policy  # lazy: envs must not import baselines at import time
 

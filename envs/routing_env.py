@@ -225,6 +225,20 @@ def split_windows(wins: Sequence[Workload], part: str, eval_every: int = 4) -> l
     return out
 
 
+
+def nonempty_windows(workloads: Workload | Sequence[Workload]) -> list[Workload]:
+    """The non-empty episode windows of a workload or a sequence of them.
+
+    Raises:
+        ValueError: if no window holds a request.
+    """
+    ws = [workloads] if isinstance(workloads, Workload) else list(workloads)
+    ws = [w for w in ws if w.num_requests > 0]
+    if not ws:
+        raise ValueError("workloads: no episode window holds a request")
+    return ws
+
+
 class PrefillRoutingEnv(gym.Env):
     """Route each arriving prefill request to a CP worker of a fixed-GPU prefill pool.
 
@@ -326,18 +340,9 @@ class PrefillRoutingEnv(gym.Env):
                  make_attachments: Callable[[], list] | None = None,
                  make_simulator: Callable[[Workload, SimConfig], Simulator] | None = None) -> None:
         super().__init__()
-        if workloads is None:
-            workloads = _default_workloads()
-        elif isinstance(workloads, Workload):
-            workloads = [workloads]
-        self.windows = [w for w in workloads if w.num_requests > 0]
-        if not self.windows:
-            raise ValueError("workloads: no episode window holds a request")
+        self.windows = nonempty_windows(workloads if workloads is not None else _default_workloads())
         self.config = config or SimConfig()
-        if calibration is None:
-            calibration = (Calibration.load(self.config.calibration_path) if self.config.calibration_path
-                           else Calibration.default())
-        self.calibration = calibration
+        self.calibration = calibration or Calibration.resolve(self.config.calibration_path)
         if reward is None:
             reward = RoutingRewardConfig()
         elif isinstance(reward, str):

@@ -26,7 +26,7 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     slo_cost_model = None
     if spec.calibration_transform is not None:
         if calibration is None:
-            calibration = Calibration.load(config.calibration_path) if config.calibration_path else Calibration.default()
+            calibration = Calibration.resolve(config.calibration_path)
         slo_cost_model = calibration.cost_model()  # SLOs from the untransformed calibration
         calibration = spec.calibration_transform(calibration)
     sim = Simulator(workload, config, calibration, policy_name=spec.name, slo_cost_model=slo_cost_model)

@@ -248,6 +248,11 @@ class Calibration:
         return cls.from_dict(data, source=str(p))
 
     @classmethod
+    def resolve(cls, path: str | Path | None) -> Calibration:
+        """``load(path)``, or the shipped default when ``path`` is None (``SimConfig.calibration_path``)."""
+        return cls.load(path) if path else cls.default()
+
+    @classmethod
     def default(cls) -> Calibration:
         """The shipped default: Qwen3-30B-A3B on H20, derived by roofline (see its provenance)."""
         ref = resources.files("envs.sim").joinpath("calibrations", DEFAULT_CALIBRATION)

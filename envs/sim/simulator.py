@@ -117,7 +117,7 @@ class Simulator:
                  policy_name: str = "external", slo_cost_model=None) -> None:
         self.config = config = config or SimConfig()
         if calibration is None:
-            calibration = Calibration.load(config.calibration_path) if config.calibration_path else Calibration.default()
+            calibration = Calibration.resolve(config.calibration_path)
         self.calibration = calibration
         self.cost_model = calibration.cost_model()
         self._slo_cost_model = slo_cost_model  # cost model of the "scaled" SLO rule (default: cost_model)
