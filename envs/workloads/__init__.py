@@ -1,8 +1,9 @@
 """Workloads: trace loaders, transforms and seeded synthetic generators (issue #2).
 
-* :mod:`.loaders` — :func:`load_trace` for Mooncake FAST'25 JSONL, Azure LLM inference 2023
-  CSV and the L-Eval derived lengths CSV (``shared/data/traces``, see its SOURCES.md);
-  bad input raises :class:`TraceFormatError` (file, line, field).
+* :mod:`.traces` — :func:`load_trace` for Mooncake FAST'25 JSONL, Azure LLM inference 2023
+  CSV and the L-Eval derived lengths CSV (``shared/data/traces``, see its SOURCES.md), one
+  module per format (``envs.workloads.loaders`` re-exports them); bad input raises
+  :class:`TraceFormatError` (file, line, field).
 * :mod:`.transforms` — rate scaling, time windows, train/eval split, episode windows, merge.
 * :mod:`.arrivals` — Poisson, Gamma (bursty), MMPP and inhomogeneous Poisson arrival processes.
 * :mod:`.synthetic` — generators (system prompts, multi-turn, tool agents, long documents,
@@ -24,7 +25,7 @@ from .arrivals import (
     PoissonArrivals,
     inter_arrival_cv,
 )
-from .loaders import (
+from .traces import (
     DEFAULT_LEVAL_MEAN_QUERY_GAP_S,
     DEFAULT_LEVAL_RATE_RPS,
     MOONCAKE_BLOCK_SIZE_TOKENS,
