@@ -4,31 +4,58 @@ configuration that produced it, next to the zip)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 #: The shipped routing checkpoint (see ``policies/checkpoints/README.md``).
 SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation"
 
 
+def looks_like_path(name: str) -> bool:
+    """Whether a ``--policy`` value is meant as a file path rather than a policy name: it holds a
+    path separator, ends in ``.zip`` or starts with ``.`` or ``~``."""
+    return "/" in name or os.sep in name or name.endswith(".zip") or name.startswith((".", "~"))
+
+
 def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
     """``(zip path, metadata)`` of a checkpoint folder or zip; ``"shipped"`` = the shipped one.
 
     Raises:
-        FileNotFoundError: if no ``model.zip`` / zip exists there.
+        FileNotFoundError: naming the path, if it does not exist or is a folder without
+            ``model.zip``.
+        ValueError: naming the file, if the ``train_config.json`` next to it is not valid UTF-8
+            JSON.
     """
-    p = SHIPPED_ROUTING if str(path) == "shipped" else Path(path)
+    p = SHIPPED_ROUTING if str(path) == "shipped" else Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(2, "checkpoint path does not exist; expected a checkpoint folder holding model.zip, "
+                                   "a model .zip file, or 'shipped'", str(p))
     if p.is_dir():
         z = p / "model.zip"
         meta_path = p / "train_config.json"
+        if not z.is_file():
+            raise FileNotFoundError(2, "checkpoint folder has no model.zip; expected the folder written by "
+                                       "`cpgym train` (model.zip, train_config.json)", str(p))
     else:
         z = p
         meta_path = p.parent / "train_config.json"
         if not meta_path.exists() and p.parent.name == "checkpoints":
             meta_path = p.parent.parent / "train_config.json"
-    if not z.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {z}")
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return z, meta
+    return z, read_json_file(meta_path) if meta_path.is_file() else {}
+
+
+def read_json_file(path: Path) -> dict:
+    """A JSON file's content.
+
+    Raises:
+        ValueError: naming the file (and line/column) if it is not UTF-8 or not valid JSON.
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a JSON file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
 
 
 class LearnedPolicy:
@@ -38,6 +65,9 @@ class LearnedPolicy:
         path: checkpoint folder or zip (or ``"shipped"``).
         name: label for tables (default ``learned:<folder name>``).
         device: torch device (default cpu).
+
+    Raises:
+        FileNotFoundError / ValueError: see :func:`resolve_checkpoint` and :func:`load_model_zip`.
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str = "cpu") -> None:
@@ -46,9 +76,27 @@ class LearnedPolicy:
         z, meta = resolve_checkpoint(path)
         self.path = z
         self.meta = meta
-        self.model = MaskablePPO.load(z, device=device)
+        self.model = load_model_zip(MaskablePPO, z, device)
         self.name = name or f"learned:{z.parent.name if z.name == 'model.zip' else z.stem}"
 
     def predict(self, observation, state=None, episode_start=None, deterministic: bool = True, action_masks=None):
         return self.model.predict(observation, state=state, episode_start=episode_start,
                                   deterministic=deterministic, action_masks=action_masks)
+
+
+def load_model_zip(algorithm, path: Path, device: str = "cpu"):
+    """``algorithm.load(path, device=device)`` (an SB3 algorithm class) with a corrupt file
+    reported by name.
+
+    Raises:
+        ValueError: naming the file if it is not a readable SB3 zip archive.
+    """
+    import zipfile
+
+    try:
+        return algorithm.load(path, device=device)
+    # SB3 itself names the file for a non-zip (ValueError); an archive without SB3's members
+    # fails its `assert data is not None` or a member lookup
+    except (zipfile.BadZipFile, EOFError, KeyError, AssertionError) as exc:
+        raise ValueError(f"{path}: not a readable model archive ({type(exc).__name__}: {exc}); "
+                         "expected the model.zip written by `cpgym train`") from None

@@ -36,9 +36,37 @@ def mean_ci95(values) -> tuple[float, float]:
 
 
 def is_checkpoint(name: str) -> bool:
+    """Whether a ``--policy`` value names a checkpoint (``"shipped"``, a ``.zip`` or a folder)."""
     from pathlib import Path
 
-    return name == "shipped" or name.endswith(".zip") or Path(name).is_dir()
+    return name == "shipped" or name.endswith(".zip") or Path(name).expanduser().is_dir()
+
+
+def check_policy_argument(name: str) -> None:
+    """Validates a policy given on the command line: a registered heuristic, ``"shipped"``, or an
+    existing checkpoint folder / ``.zip``.
+
+    Raises:
+        FileNotFoundError: naming the path, for a checkpoint path that does not exist (a value
+            holding a path separator or ending in ``.zip``) or a folder without ``model.zip``.
+        ValueError: for an unknown name: suggests the closest names (``difflib``) and names the
+            accepted forms (``shipped``, checkpoint paths, the registered policies).
+    """
+    import difflib
+
+    from baselines.registry import POLICIES
+    from policies.checkpoint import looks_like_path, resolve_checkpoint
+
+    if name in POLICIES:
+        return
+    if is_checkpoint(name) or looks_like_path(name):
+        resolve_checkpoint(name)
+        return
+    close = difflib.get_close_matches(name, ["shipped", *POLICIES], n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise ValueError(f"unknown policy {name!r}; {hint}expected 'shipped' (the shipped routing checkpoint), "
+                     f"a checkpoint folder or .zip path (e.g. policies/checkpoints/routing_conversation), "
+                     f"or a registered policy: {', '.join(POLICIES)}")
 
 
 def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: str = "eval",
@@ -57,9 +85,9 @@ def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: st
         One row per episode: ``policy, seed, window, window_name`` plus ``METRICS``.
 
     Raises:
-        ValueError: on an unknown policy name or a window index out of range.
+        ValueError: on an unknown policy name (with close matches) or a window index out of range.
+        FileNotFoundError: for a checkpoint path that does not exist.
     """
-    from baselines.registry import get_policy
     from envs.metrics import summarize
     from envs.routing_env import PrefillRoutingEnv
     from experiments.runner import run_policy
@@ -72,10 +100,9 @@ def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: st
 
         th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest
     for p in policies:
+        check_policy_argument(p)
         if is_checkpoint(p):
             learned[p] = LearnedPolicy(p)
-        else:
-            get_policy(p)
     rows = []
     for seed in seeds:
         wins = source.windows(part, seed=seed)

@@ -26,6 +26,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from policies.checkpoint import load_model_zip, read_json_file
+
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
            "num_unfinished")
 
@@ -58,6 +60,7 @@ class LearnedReconfig:
 
     Raises:
         FileNotFoundError: when ``model.zip`` is missing.
+        ValueError: naming the file, when ``train_config.json`` or ``model.zip`` cannot be read.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -69,8 +72,8 @@ class LearnedReconfig:
         if not model_path.is_file():
             raise FileNotFoundError(f"no model.zip in {d}")
         self.dir = d
-        self.meta = json.loads((d / "train_config.json").read_text())
-        self.model = MaskablePPO.load(model_path, device="cpu")
+        self.meta = read_json_file(d / "train_config.json")
+        self.model = load_model_zip(MaskablePPO, model_path)
         vn = d / "vecnormalize.pkl"
         self.vecnormalize = None
         if vn.is_file():

@@ -234,7 +234,7 @@ class Calibration:
 
         Raises:
             FileNotFoundError: if ``path`` does not exist.
-            ValueError: if the file is not valid JSON or a field is missing/invalid.
+            ValueError: naming the file, if it is not UTF-8 JSON or a field is missing/invalid.
         """
         p = Path(path)
         if p.is_dir():
@@ -242,7 +242,9 @@ class Calibration:
         if not p.exists():
             raise FileNotFoundError(2, "calibration file does not exist", str(p))
         try:
-            data = json.loads(p.read_text())
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a calibration JSON file") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
         return cls.from_dict(data, source=str(p))

@@ -102,9 +102,11 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from experiments.common import dumps_json, parse_list, sim_config_from_args
-    from policies.evaluate import aggregate, evaluate, is_checkpoint
+    from policies.evaluate import aggregate, check_policy_argument, evaluate, is_checkpoint
     from policies.train import EpisodeSource
 
+    if not (args.kind == "reconfig" and args.policy in ("none", "-")):
+        check_policy_argument(args.policy)  # one line: a missing checkpoint path, or "did you mean"
     kind = args.kind
     if kind == "auto":
         from policies.evaluate_reconfig import is_reconfig_checkpoint
