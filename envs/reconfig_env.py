@@ -10,7 +10,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _Accounting, nonempty_windows
+from envs.accounting import EpisodeAccounting
+from envs.episodes import nonempty_windows
+from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
 
@@ -105,8 +107,13 @@ class PrefillReconfigEnv(gym.Env):
 
     ## Episode End
 
-    ``terminated`` when the simulation has no event left (all requests finished);
-    ``truncated`` at ``SimConfig.horizon_s``.
+    The episode ends at the first window after which the simulation has stopped.
+    ``truncated=True`` (and ``terminated=False``) when ``SimConfig.horizon_s`` stopped it while
+    work remained: a request not yet routed (its arrival after the horizon, or parked) or a
+    routed request unfinished — a learner should bootstrap there. ``terminated=True`` (and
+    ``truncated=False``) only at a true end: every request finished or was rejected as
+    unroutable (:meth:`envs.accounting.EpisodeAccounting.episode_end`). Stepping after the end
+    is a no-op that repeats these flags.
 
     ## Arguments
 
@@ -222,7 +229,7 @@ class PrefillReconfigEnv(gym.Env):
         self.sim = sim
         self.router = self.make_router()
         self.router.reset(sim.view, sim.policy_rng)
-        self._acct = _Accounting(sim)
+        self._acct = EpisodeAccounting(sim)
         sim.finish_listeners.append(self._acct.on_finish)
         sim.finish_listeners.append(self._on_finish_window)
         self._seen = bytearray(wl.num_requests)
@@ -230,10 +237,13 @@ class PrefillReconfigEnv(gym.Env):
         self._mean_tokens = self._total_tokens / wl.num_requests
         self._next_arrival_idx = 0
         self._ended = False
+        self._end_flags = (True, False)
         self._num_invalid = 0
         self._num_ops = 0
         self._t = 0.0
         self._run_window()
+        if self._ended:  # the whole run fitted in the first window: the first step ends it
+            self._end_flags = self._acct.episode_end()[:2]
         return self._observe(), {"sim_time_s": self._t, "window_index": idx}
 
     def _on_finish_window(self, sim, batch, _w) -> None:
@@ -278,8 +288,8 @@ class PrefillReconfigEnv(gym.Env):
     def step(self, action):
         if self.sim is None:
             raise RuntimeError("call reset() before step()")
-        if self._ended:
-            return self._observe(), 0.0, True, False, {"sim_time_s": self._t}
+        if self._ended:  # stepping after the end: a no-op repeating the end flags
+            return self._observe(), 0.0, *self._end_flags, {"sim_time_s": self._t}
         k = int(action)
         invalid = False
         if k != 0:
@@ -296,12 +306,8 @@ class PrefillReconfigEnv(gym.Env):
         acct = self._acct
         terminated = truncated = False
         if self._ended:
-            horizon = sim.config.horizon_s
-            end = sim.env.now
-            if acct.n > 0 and horizon is not None:
-                truncated, end = True, max(end, horizon)
-            else:
-                terminated = True
+            terminated, truncated, end = acct.episode_end()
+            self._end_flags = (terminated, truncated)
             tis, miss = acct.collect(end)
         else:
             tis, miss = acct.collect(max(self._t, sim.env.now))

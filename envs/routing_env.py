@@ -18,7 +18,19 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs.accounting import EpisodeAccounting
+from envs.episodes import (  # noqa: F401  (re-exported: their historical import path)
+    DEFAULT_TARGET_RPS,
+    DEFAULT_WINDOW_S,
+    default_routing_windows,
+    episode_windows,
+    nonempty_windows,
+    split_windows,
+)
 from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, Workload, WorkerState
+
+#: Former name of :class:`envs.accounting.EpisodeAccounting` (kept importable from here).
+_Accounting = EpisodeAccounting
 
 # ------------------------------------------------------------------------------------------
 # Observation layout (physical units; every feature is clipped to the documented bound).
@@ -92,65 +104,6 @@ class RoutingRewardConfig:
             raise ValueError(f"reward.scale must be a finite number > 0, got {self.scale}")
 
 
-class _Accounting:
-    """Incremental time-in-system and SLO-miss bookkeeping of one episode.
-
-    O(1) per decision and O(batch) per engine-step end (a finish listener added only by the
-    environment, so ``cpgym simulate`` does not pay for it).
-    """
-
-    __slots__ = ("n", "last_s", "acc_s", "miss_tokens", "handoff_s_per_token", "first_decode_s", "arrival",
-                 "finished_count", "finished_tokens", "sim")
-
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
-        self.n = 0
-        self.last_s = 0.0
-        self.acc_s = 0.0
-        self.miss_tokens = 0
-        self.finished_count = 0
-        self.finished_tokens = 0
-        cfg = sim.config
-        # Same expressions as Simulator.__init__ / _on_step_end, so the sums match TTFT exactly.
-        self.handoff_s_per_token = sim.calibration.kv_bytes_per_token / cfg.latency.kv_handoff_bandwidth_bytes_per_s
-        self.first_decode_s = cfg.latency.first_decode_step_s
-        self.arrival = [r.arrival_time_s for r in sim.workload.requests]
-
-    def admit(self, req: Request, now: float) -> None:
-        """The request is routed for the first time at ``now``: charge its time since arrival and
-        the constant hand-off + first-decode terms of its TTFT, then count it in the system."""
-        self.acc_s += self.n * (now - self.last_s)
-        self.last_s = now
-        self.acc_s += (now - req.arrival_time_s) + (req.num_prompt_tokens * self.handoff_s_per_token + self.first_decode_s)
-        self.n += 1
-
-    def on_finish(self, sim: Simulator, batch: list, _w) -> None:
-        now = sim.env.now
-        self.acc_s += self.n * (now - self.last_s)
-        self.last_s = now
-        self.n -= len(batch)
-        self.finished_count += len(batch)
-        arrival = self.arrival
-        h = self.handoff_s_per_token
-        fd = self.first_decode_s
-        slo = sim.ttft_slo_s
-        for req in batch:
-            rid = req.request_id
-            L = req.num_prompt_tokens
-            self.finished_tokens += L
-            if now - arrival[rid] + L * h + fd > slo(rid):
-                self.miss_tokens += L
-
-    def collect(self, now: float) -> tuple[float, int]:
-        """Returns and clears (time-in-system [s], missed SLO tokens) accumulated up to ``now``."""
-        self.acc_s += self.n * (now - self.last_s)
-        self.last_s = now
-        out = (self.acc_s, self.miss_tokens)
-        self.acc_s = 0.0
-        self.miss_tokens = 0
-        return out
-
-
 def least_work_worker(sim: Simulator, request: Request) -> int:
     """The eligible worker with the least outstanding work ``q_w`` (ties: fewer queued requests,
     then pool order) — the remap target of an invalid action; -1 if none is eligible."""
@@ -163,80 +116,6 @@ def least_work_worker(sim: Simulator, request: Request) -> int:
         if best_key is None or key < best_key:
             best, best_key = wid, key
     return best
-
-
-def _default_workloads() -> list[Workload]:
-    """Default episodes of the registered id (the shipped checkpoint's scenario): the training
-    windows (:func:`split_windows`) of 60 s windows of the Mooncake conversation trace
-    time-scaled to 12 requests/s, where the 40-GPU default pool is loaded (~0.9 utilisation
-    under least-work) and the heuristics differ."""
-    from envs import workloads
-
-    wl = workloads.load_trace(workloads.default_traces_dir() / "conversation_trace.jsonl")
-    wl = workloads.scale_to_rate(wl, DEFAULT_TARGET_RPS)
-    return split_windows(episode_windows(wl, DEFAULT_WINDOW_S), "train")
-
-
-#: Default scenario of the registered routing id: conversation trace at this rate [requests/s].
-DEFAULT_TARGET_RPS = 12.0
-#: Default episode window [s].
-DEFAULT_WINDOW_S = 60.0
-
-
-def episode_windows(workload: Workload, window_s: float) -> list[Workload]:
-    """Cuts a workload into consecutive windows of ``window_s`` seconds (episodes), dropping empty
-    ones. Uses ``envs.workloads.windows`` (arrival times re-based to the window start).
-
-    Raises:
-        ValueError: if ``window_s`` <= 0 or no window holds a request.
-    """
-    from envs import workloads
-
-    if not window_s > 0:
-        raise ValueError(f"window_s must be > 0, got {window_s}")
-    wins = [w for w in workloads.windows(workload, window_s) if w.num_requests > 0]
-    if not wins:
-        raise ValueError(f"workload {workload.name!r} has no request in any window of {window_s} s")
-    return wins
-
-
-def split_windows(wins: Sequence[Workload], part: str, eval_every: int = 4) -> list[Workload]:
-    """Deterministic train/eval split of episode windows: every ``eval_every``-th window
-    (indices 3, 7, 11, ... for 4) is held out for evaluation, the others train.
-
-    Args:
-        part: ``"train"``, ``"eval"`` or ``"all"``.
-
-    Raises:
-        ValueError: on an unknown part, ``eval_every`` < 2, or an empty result.
-    """
-    if eval_every < 2:
-        raise ValueError(f"eval_every must be >= 2, got {eval_every}")
-    if part == "all":
-        out = list(wins)
-    elif part == "train":
-        out = [w for i, w in enumerate(wins) if i % eval_every != eval_every - 1]
-    elif part == "eval":
-        out = [w for i, w in enumerate(wins) if i % eval_every == eval_every - 1]
-    else:
-        raise ValueError(f"part must be 'train', 'eval' or 'all', got {part!r}")
-    if not out:
-        raise ValueError(f"no {part} window among {len(wins)} windows (eval_every={eval_every})")
-    return out
-
-
-
-def nonempty_windows(workloads: Workload | Sequence[Workload]) -> list[Workload]:
-    """The non-empty episode windows of a workload or a sequence of them.
-
-    Raises:
-        ValueError: if no window holds a request.
-    """
-    ws = [workloads] if isinstance(workloads, Workload) else list(workloads)
-    ws = [w for w in ws if w.num_requests > 0]
-    if not ws:
-        raise ValueError("workloads: no episode window holds a request")
-    return ws
 
 
 class PrefillRoutingEnv(gym.Env):
@@ -305,8 +184,13 @@ class PrefillRoutingEnv(gym.Env):
 
     ## Episode End
 
-    ``terminated`` when the simulation has no event left (every routed request finished);
-    ``truncated`` when ``SimConfig.horizon_s`` stops it first.
+    The episode ends when no decision is left. ``truncated=True`` (and ``terminated=False``)
+    when ``SimConfig.horizon_s`` stopped the simulation while work remained: a request not yet
+    routed (its arrival after the horizon, or parked) or a routed request unfinished — the
+    return is cut short, so a learner should bootstrap there. ``terminated=True`` (and
+    ``truncated=False``) only at a true end: every request finished or was rejected as
+    unroutable (:meth:`envs.accounting.EpisodeAccounting.episode_end`). Stepping after the end
+    is a no-op that repeats these flags.
 
     ## Arguments
 
@@ -340,7 +224,7 @@ class PrefillRoutingEnv(gym.Env):
                  make_attachments: Callable[[], list] | None = None,
                  make_simulator: Callable[[Workload, SimConfig], Simulator] | None = None) -> None:
         super().__init__()
-        self.windows = nonempty_windows(workloads if workloads is not None else _default_workloads())
+        self.windows = nonempty_windows(workloads if workloads is not None else default_routing_windows())
         self.config = config or SimConfig()
         self.calibration = calibration or Calibration.resolve(self.config.calibration_path)
         if reward is None:
@@ -364,7 +248,7 @@ class PrefillRoutingEnv(gym.Env):
         self.action_space = spaces.Discrete(n)
         self._min_degree = min(pool.supported_degrees)
         self.sim: Simulator | None = None
-        self._acct: _Accounting | None = None
+        self._acct: EpisodeAccounting | None = None
         self._req: Request | None = None
         self._mask = np.ones(n, dtype=bool)
         self._decision_listeners: list[Callable[[Request, int, PoolView], None]] = []
@@ -421,13 +305,14 @@ class PrefillRoutingEnv(gym.Env):
             for a in self.make_attachments():
                 a.attach(sim)
         self.sim = sim
-        self._acct = _Accounting(sim)
+        self._acct = EpisodeAccounting(sim)
         sim.finish_listeners.append(self._acct.on_finish)
         self._seen = bytearray(wl.num_requests)
         self._episode_total_tokens = sum(r.num_prompt_tokens for r in wl.requests)
         self._episode_mean_tokens = self._episode_total_tokens / wl.num_requests
         self._num_invalid = 0
         self._return = 0.0
+        self._end_flags = (True, False)
         self._req = sim.run_until_decision()
         return self._req
 
@@ -437,8 +322,9 @@ class PrefillRoutingEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         req = self._req
         if req is None:
-            # Stepping after the end: a no-op (Gymnasium leaves this undefined; never crash).
-            return self._observe(None), 0.0, True, False, self._info(True)
+            # Stepping after the end: a no-op repeating the end flags (Gymnasium leaves this
+            # undefined; never crash).
+            return self._observe(None), 0.0, *self._end_flags, self._info(True)
         wid = int(action)
         invalid = not (0 <= wid < self.max_num_workers and self._mask[wid])
         if invalid:
@@ -459,13 +345,8 @@ class PrefillRoutingEnv(gym.Env):
         self._req = nxt
         terminated = truncated = False
         if nxt is None:
-            end = sim.env.now
-            horizon = sim.config.horizon_s
-            if acct.n > 0 and horizon is not None:
-                truncated = True
-                end = max(end, horizon)
-            else:
-                terminated = True
+            terminated, truncated, end = acct.episode_end()
+            self._end_flags = (terminated, truncated)
             tis, miss = acct.collect(end)
         else:
             tis, miss = acct.collect(sim.env.now)

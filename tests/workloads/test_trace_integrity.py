@@ -202,3 +202,11 @@ def test_shared_traces_give_each_block_one_size(traces_dir, fname):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _assert_one_size_per_block(load_trace(traces_dir / fname))
+
+
+def test_loaders_module_reexports_the_traces_package():
+    import envs.workloads.loaders as old
+    import envs.workloads.traces as new
+
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(new, name)
