@@ -11,7 +11,9 @@ order as ``Simulator.run``, so the metrics equal ``cpgym simulate``'s (tested).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from envs.sim import Router, SimConfig, Workload
@@ -21,7 +23,11 @@ class HeuristicPolicy:
     """SB3-style policy wrapping a :class:`~envs.sim.Router` for a routing environment.
 
     Args:
-        router: the heuristic (fresh instance; it is reset per episode).
+        router: the heuristic: a router instance (fresh; it is reset per episode) or a
+            zero-argument factory of routers (e.g. ``PolicySpec.make_router``, or a router
+            class). A vector env needs one router per env (a router keeps private state): the
+            factory builds them, or the instance is deep-copied (``copy.deepcopy``) for the other
+            envs — either way every env's router has the same parameters and name.
         env: the environment it acts in: a ``PrefillRoutingEnv`` (possibly wrapped) or an SB3
             ``DummyVecEnv`` of them (``SubprocVecEnv`` hides the simulator and is not supported).
         name: label for tables (default ``router.name``).
@@ -30,7 +36,10 @@ class HeuristicPolicy:
         TypeError: if ``env`` exposes no simulator.
     """
 
-    def __init__(self, router: Router, env, name: str | None = None) -> None:
+    def __init__(self, router: Router | Callable[[], Router], env, name: str | None = None) -> None:
+        make_router = None if isinstance(router, Router) else router
+        if make_router is not None:
+            router = make_router()
         self.router = router
         self.name = name or router.name
         if hasattr(env, "envs"):  # DummyVecEnv
@@ -40,12 +49,20 @@ class HeuristicPolicy:
         if not all(hasattr(e, "add_decision_listener") for e in self._envs):
             raise TypeError("HeuristicPolicy needs PrefillRoutingEnv environments (or a DummyVecEnv of them)")
         if len(self._envs) != 1:
-            # one router instance has one private state: a vector of envs needs one policy each
-            self._subs = [HeuristicPolicy(type(router)(), e, name) for e in self._envs]
+            # one router instance has one private state: a vector of envs needs one router each,
+            # with the wrapped policy's parameters (never a default-constructed type(router)())
+            routers = [router] + [make_router() if make_router is not None else copy.deepcopy(router)
+                                  for _ in self._envs[1:]]
+            self._subs = [HeuristicPolicy(r, e, self.name) for r, e in zip(routers, self._envs)]
         else:
             self._subs = None
             self._sim = None
             self._envs[0].add_decision_listener(self._on_dispatch)
+
+    @property
+    def routers(self) -> list[Router]:
+        """The router of each env (one for a single env)."""
+        return [s.router for s in self._subs] if self._subs is not None else [self.router]
 
     def _on_dispatch(self, request, worker_id, view) -> None:
         self.router.on_dispatch(request, worker_id, view)
@@ -98,7 +115,7 @@ def heuristic_policy(name: str, env) -> HeuristicPolicy:
     from baselines.registry import get_policy
 
     spec = get_policy(name)
-    return HeuristicPolicy(spec.make_router(), env, name=spec.name)
+    return HeuristicPolicy(spec.make_router, env, name=spec.name)
 
 
 def run_episode(env, policy, options: dict | None = None, seed: int | None = None, deterministic: bool = True):
