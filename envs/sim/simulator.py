@@ -50,9 +50,20 @@ class EventPriority(IntEnum):
 
 
 class _Call(Event):
-    """A SimPy event that runs ``fn(payload)`` when processed (a Timeout with a callback)."""
+    """A SimPy event that runs ``fn(payload)`` when processed (a Timeout with a callback).
+
+    Relies on SimPy 4 internals (``Event._value`` / ``_ok`` / ``callbacks`` and
+    ``Environment.schedule``), hence the ``simpy<5`` cap in pyproject.toml.
+
+    Raises:
+        ValueError: ``delay`` is negative or not finite (SimPy's own ``Timeout`` refuses a
+            negative delay; scheduling into the past would move the clock backwards).
+    """
 
     def __init__(self, env: simpy.Environment, delay: float, priority: int, fn: Callable, payload) -> None:
+        if not (delay >= 0 and math.isfinite(delay)):
+            raise ValueError(f"cannot schedule an event {delay!r} s from now (at t = {env.now!r} s): "
+                             "the delay must be a finite number >= 0")
         self.env = env
         self.callbacks = [self._fire]
         self._value = None
@@ -208,7 +219,11 @@ class Simulator:
 
     # ------------------------------------------------------------------ events
     def schedule(self, delay_s: float, priority: int, fn: Callable, payload=None) -> Event:
-        """Runs ``fn(payload)`` after ``delay_s`` simulated seconds with the given priority."""
+        """Runs ``fn(payload)`` after ``delay_s`` simulated seconds with the given priority.
+
+        Raises:
+            ValueError: ``delay_s`` is negative or not finite (NaN, inf).
+        """
         return _Call(self.env, delay_s, priority, fn, payload)
 
     def _log(self, name: str) -> None:

@@ -8,6 +8,7 @@ from baselines.registry import POLICIES
 from baselines.simple import PrefixAffinityRouter, RoundRobinRouter
 from envs.metrics import summarize
 from envs.sim import PoolConfig, PredictionErrorConfig, SimConfig, Simulator, SLOConfig
+from envs.sim.simulator import EventPriority
 
 from .conftest import make_workload
 
@@ -89,6 +90,23 @@ def test_decide_rejects_ineligible_worker(simple_calibration):
         sim.decide(5)
     sim.decide(1)
     assert sim.run_until_decision() is None
+
+
+
+@pytest.mark.parametrize("bad_delay_s", [-2.0, math.nan, math.inf, -math.inf])
+def test_schedule_rejects_negative_or_non_finite_delay(simple_calibration, bad_delay_s):
+    """At t = 3 s a delay of -2 s would run an event at t = 1 s and move the clock backwards."""
+    wl = make_workload([(3.0, 8, None)])
+    sim = Simulator(wl, SimConfig(pool=TWO_GPUS), simple_calibration)
+    assert sim.run_until_decision().request_id == 0
+    assert sim.env.now == 3.0
+    fired = []
+    with pytest.raises(ValueError, match=r"cannot schedule an event .* s from now \(at t = 3\.0 s\).*finite number >= 0"):
+        sim.schedule(bad_delay_s, EventPriority.CONTROL, fired.append, "late")
+    sim.schedule(0.0, EventPriority.CONTROL, fired.append, "now")  # zero delay is fine
+    sim.decide(1)
+    assert sim.run_until_decision() is None
+    assert fired == ["now"] and sim.env.now >= 3.0
 
 
 requests_strategy = st.lists(
