@@ -3,6 +3,16 @@
 Each sub-command lives in its own module under ``experiments/commands/`` exposing
 ``add_arguments(parser)`` and ``run(args) -> int``; this file only maps names to modules
 (imported lazily so that ``cpgym simulate`` does not import torch).
+
+Tooling commands are grouped: ``cpgym bench sim|env`` and ``cpgym kernels check|profile|calibrate``.
+The old spellings ``cpgym bench`` (no ``sim``/``env``), ``bench-env``, ``profile`` and ``calibrate``
+stay as aliases for one release (:data:`ALIASES`).
+
+Errors: an input error (``ValueError`` raised by cpgym's own validation, ``OSError`` for
+missing / unreadable files, ``EOFError`` for truncated archives) is one line on stderr and exit
+status 2. Any other exception — including a ``ValueError`` raised inside a library, which means
+cpgym passed it something it did not validate — is a bug and propagates with its traceback
+(exit status 1). ``cpgym --traceback COMMAND ...`` re-raises every error, input errors included.
 """
 
 from __future__ import annotations
@@ -11,41 +21,131 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
-# name -> (module, one-line help). Plain registry; add a line to add a command.
-COMMANDS: dict[str, tuple[str, str]] = {
+# name -> (module, one-line help) for a command, or name -> (group help, {sub-name: (module, help)})
+# for a group of commands. Plain registry; add a line to add a command.
+COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = {
     "simulate": ("experiments.commands.simulate", "simulate a trace or workload under routing policies and print the comparison"),
-    "bench": ("experiments.commands.bench", "measure simulator speed (requests/s, simulated/wall time, peak memory)"),
     "train": ("experiments.commands.train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
     "evaluate": ("experiments.commands.evaluate", "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
-    "bench-env": ("experiments.commands.bench_env", "measure Gymnasium env steps/s and per-decision policy latency"),
-    "dynamic": ("experiments.commands.dynamic", "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition (per-phase TTFT, reconfiguration ops, plot)"),
-    "compare": ("experiments.commands.compare", "compare a policy suite at several request rates (paper-style table, % vs strongest baseline, plot)"),
+    "dynamic": ("experiments.commands.dynamic",
+                "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition "
+                "(per-phase TTFT, reconfiguration ops, plot)"),
+    "compare": ("experiments.commands.compare",
+                "compare a policy suite at several request rates (paper-style table, % vs strongest baseline, plot)"),
     "sweep": ("experiments.commands.sweep", "run an experiment spec's cells (resumable; local process pool or Ray)"),
     "report": ("experiments.commands.report", "plots and a Markdown summary (95% CIs over seeds) of a sweep's run folder"),
-    "cache-ablation": ("experiments.commands.cache_ablation", "Vertumnus with local caches only vs with the global prefix-cache manager on tool-agent at increasing rates"),
-    "cache-curve": ("experiments.commands.cache_curve", "replay a trace through one LRU prefix cache of N blocks: token-weighted hit rate per N (cache sizing)"),
-    "kernels": ("experiments.commands.kernels", "reference CP attention kernels: `kernels check` runs the correctness suite (CPU, gloo)"),
-    "profile": ("experiments.commands.profile", "time CP prefill over an (R, P, C) grid, fit the cost model, write a calibration file"),
-    "calibrate": ("experiments.commands.calibrate", "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
+    "cache-ablation": ("experiments.commands.cache_ablation",
+                       "Vertumnus with local caches only vs with the global prefix-cache manager on tool-agent "
+                       "at increasing rates"),
+    "cache-curve": ("experiments.commands.cache_curve",
+                    "replay a trace through one LRU prefix cache of N blocks: token-weighted hit rate per N (cache sizing)"),
+    "bench": ("benchmarks: `bench sim` (simulator speed), `bench env` (Gymnasium env speed)", {
+        "sim": ("experiments.commands.bench", "measure simulator speed (requests/s, simulated/wall time, peak memory)"),
+        "env": ("experiments.commands.bench_env", "measure Gymnasium env steps/s and per-decision policy latency"),
+    }),
+    "kernels": ("reference CP attention kernels: `kernels check|profile|calibrate`", {
+        "check": ("experiments.commands.kernels", "run the CP attention correctness suite against float64 references (CPU, gloo)"),
+        "profile": ("experiments.commands.profile",
+                    "time CP prefill over an (R, P, C) grid, fit the cost model, write a calibration file"),
+        "calibrate": ("experiments.commands.calibrate",
+                      "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
+    }),
 }
+
+# Deprecated spellings kept for one release: old name -> (group, sub-command). ``cpgym bench``
+# without ``sim``/``env`` means ``cpgym bench sim`` (see :func:`normalize_argv`).
+ALIASES: dict[str, tuple[str, str]] = {
+    "bench-env": ("bench", "env"),
+    "profile": ("kernels", "profile"),
+    "calibrate": ("kernels", "calibrate"),
+}
+_BARE_GROUP_DEFAULT = {"bench": "sim"}
+
+# cpgym's own top-level packages: a ValueError raised from code in them is deliberate input validation.
+_OWN_PACKAGES = ("envs", "baselines", "policies", "kernels_ref", "experiments")
+
+
+def _add_leaf(sub, name: str, module: str, help_text: str, command: str) -> None:
+    escaped = help_text.replace("%", "%%")  # argparse formats help strings with %
+    p = sub.add_parser(name, help=escaped, description=escaped)
+    p.set_defaults(_module=module, _command=command)
+    importlib.import_module(module).add_arguments(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cpgym", description="Adaptive context-parallel prefill serving: simulator, baselines, learned policies.")
+    """The full ``cpgym`` parser (every command, group and deprecated alias)."""
+    parser = argparse.ArgumentParser(
+        prog="cpgym", description="Adaptive context-parallel prefill serving: simulator, baselines, learned policies.",
+        epilog="Deprecated aliases (kept for one release): `bench` without sim|env = `bench sim`, "
+               + ", ".join(f"`{old}` = `{' '.join(new)}`" for old, new in ALIASES.items()) + ".")
+    parser.add_argument("--traceback", action="store_true",
+                        help="re-raise every error with its full traceback (debugging); "
+                             "by default input errors are one line on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, (module, help_text) in COMMANDS.items():
-        escaped = help_text.replace("%", "%%")  # argparse formats help strings with %
-        p = sub.add_parser(name, help=escaped, description=escaped)
-        p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+    for name, (first, second) in COMMANDS.items():
+        if isinstance(second, str):
+            _add_leaf(sub, name, first, second, name)
+            continue
+        extra = f" (`cpgym {name} [options]` alone is the deprecated alias of `{name} {_BARE_GROUP_DEFAULT[name]}`)" \
+            if name in _BARE_GROUP_DEFAULT else ""
+        group = sub.add_parser(name, help=first + extra, description=first + extra)
+        group_sub = group.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+        group_sub.required = True
+        for sub_name, (module, help_text) in second.items():
+            _add_leaf(group_sub, sub_name, module, help_text, f"{name} {sub_name}")
+    for old, (group_name, sub_name) in ALIASES.items():
+        module, help_text = COMMANDS[group_name][1][sub_name]
+        _add_leaf(sub, old, module, f"deprecated alias of `cpgym {group_name} {sub_name}` (removed in the next release): "
+                  + help_text, f"{group_name} {sub_name}")
     return parser
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """Rewrites the deprecated bare group spelling: ``bench [options]`` -> ``bench sim [options]``.
+
+    Only the command token (the first non-option argument) is looked at; ``bench --help`` still
+    shows the group's help.
+    """
+    argv = list(argv)
+    i = next((k for k, a in enumerate(argv) if not a.startswith("-")), None)
+    if i is None or argv[i] not in _BARE_GROUP_DEFAULT:
+        return argv
+    group = COMMANDS[argv[i]][1]
+    rest = argv[i + 1:]
+    if rest and (rest[0] in group or rest[0] in ("-h", "--help")):
+        return argv
+    return argv[:i + 1] + [_BARE_GROUP_DEFAULT[argv[i]]] + rest
+
+
+def _raised_by_cpgym(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is in one of cpgym's own packages."""
+    tb = exc.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rel = Path(tb.tb_frame.f_code.co_filename).resolve().relative_to(root)
+    except ValueError:
+        return False
+    return rel.parts[0] in _OWN_PACKAGES
+
+
+def _is_input_error(exc: BaseException) -> bool:
+    """Input errors are one line: cpgym's own ``ValueError`` validation, file-system ``OSError``s and
+    ``EOFError`` (truncated files). A ``ValueError`` raised inside a library is not."""
+    if isinstance(exc, (OSError, EOFError)):
+        return True
+    return isinstance(exc, ValueError) and _raised_by_cpgym(exc)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
@@ -53,12 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")
         return 0
     except (ValueError, OSError, EOFError) as exc:
-        # Input errors (bad values, unreadable/missing/mistyped files and folders, corrupt
-        # archives) are reported as one clear line, not a traceback (exit status 2).
+        if args.traceback or not _is_input_error(exc):
+            raise  # a bug (or --traceback): Python prints the full traceback, exit status 1
         msg = str(exc)
         if isinstance(exc, OSError) and getattr(exc, "filename", None) and exc.strerror:
             msg = f"{exc.filename}: {exc.strerror}"
-        print(f"cpgym {args.command}: error: {msg}", file=sys.stderr)
+        print(f"cpgym {args._command}: error: {msg}", file=sys.stderr)
         return 2
 
 

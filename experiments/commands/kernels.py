@@ -12,7 +12,6 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("check",), help="check: run the correctness suite")
     p.add_argument("--degrees", default="1,2,4", help="comma-separated CP degrees (default 1,2,4)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu: gloo, fp32/fp64; cuda: nccl, adds bf16 cases (needs one GPU per rank)")

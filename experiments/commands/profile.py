@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from kernels_ref.fit import format_fit_table
 
     samples, fit = profile_and_fit(config)
-    command = "cpgym profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "profile" else None
+    command = _command_line(sys.argv)
     data = build_profile_calibration(samples, fit, config, args.model, args.gpu, command=command)
     Calibration.from_dict(data, source="profile").save(args.out)
     if args.format == "json":
@@ -80,3 +80,15 @@ def run(args: argparse.Namespace) -> int:
     print(format_fit_table(fit))
     print(f"wrote {args.out}")
     return 0
+
+
+def _command_line(argv: list[str]) -> str | None:
+    """The command recorded in the provenance: ``cpgym kernels profile ...`` (also when called through
+    the deprecated ``cpgym profile`` alias); ``None`` when not run from the command line."""
+    rest = list(argv[1:])
+    while rest and rest[0].startswith("-"):  # global options such as --traceback
+        rest.pop(0)
+    for head in (["kernels", "profile"], ["profile"]):
+        if rest[:len(head)] == head:
+            return "cpgym kernels profile " + " ".join(rest[len(head):])
+    return None

@@ -1,0 +1,88 @@
+"""The `cpgym` entry point: grouped tooling commands with their deprecated aliases, and error reporting."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from experiments.cli import ALIASES, build_parser, main, normalize_argv
+
+
+def _parsed(argv: list[str]) -> dict:
+    """The options a command sees, without the routing fields (`command`, `subcommand`)."""
+    ns = vars(build_parser().parse_args(normalize_argv(argv)))
+    return {k: v for k, v in ns.items() if k not in ("command", "subcommand")}
+
+
+@pytest.mark.parametrize("old, new", [
+    (["bench", "--repeat", "2", "--policy", "least-work"], ["bench", "sim", "--repeat", "2", "--policy", "least-work"]),
+    (["bench"], ["bench", "sim"]),
+    (["bench-env", "--steps", "7"], ["bench", "env", "--steps", "7"]),
+    (["profile", "--out", "x.json", "--degrees", "1,2"], ["kernels", "profile", "--out", "x.json", "--degrees", "1,2"]),
+    (["calibrate", "--model", "Qwen3-8B", "--gpu", "H20"], ["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20"]),
+    (["--traceback", "bench", "--repeat", "2"], ["--traceback", "bench", "sim", "--repeat", "2"]),
+])
+def test_old_and_new_spellings_reach_the_same_command(old, new):
+    a, b = _parsed(old), _parsed(new)
+    assert a == b
+    assert a["_module"] == dict(sim="experiments.commands.bench", env="experiments.commands.bench_env",
+                                profile="experiments.commands.profile",
+                                calibrate="experiments.commands.calibrate")[new[new.index(a["_command"].split()[0]) + 1]]
+
+
+def test_aliases_are_documented_in_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for old, (group, sub) in ALIASES.items():
+        assert f"deprecated alias of `cpgym {group} {sub}`" in out
+    assert "`bench` without sim|env = `bench sim`" in out
+
+
+def test_group_help_and_missing_subcommand(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["kernels", "--help"])
+    assert e.value.code == 0 and "calibrate" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["kernels"])
+    assert e.value.code == 2
+
+
+def test_both_spellings_run_the_same_command_and_report_the_same_error(capsys):
+    assert main(["bench", "--repeat", "0"]) == 2
+    old = capsys.readouterr().err
+    assert main(["bench", "sim", "--repeat", "0"]) == 2
+    new = capsys.readouterr().err
+    assert old == new == "cpgym bench sim: error: --repeat must be >= 1, got 0\n"
+
+
+def test_traceback_flag_reraises_input_errors(capsys):
+    with pytest.raises(ValueError, match="--repeat must be >= 1"):
+        main(["--traceback", "bench", "sim", "--repeat", "0"])
+
+
+def test_input_error_is_one_line_without_traceback(capsys):
+    assert main(["kernels", "check", "--degrees", "0"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--degrees" in err and "Traceback" not in err
+
+
+def test_value_error_from_inside_a_library_is_a_bug_not_an_input_error(monkeypatch):
+    """A ValueError raised in library code (here: statistics) is not cpgym's validation: it propagates."""
+    import experiments.commands.bench as bench
+
+    monkeypatch.setattr(bench, "run", lambda args: statistics.quantiles([1.0], n=4))
+    with pytest.raises(statistics.StatisticsError):
+        main(["bench", "sim"])
+
+
+def test_unexpected_exception_types_propagate(monkeypatch):
+    import experiments.commands.bench as bench
+
+    def buggy(args):
+        return {}["missing"]
+
+    monkeypatch.setattr(bench, "run", buggy)
+    with pytest.raises(KeyError):
+        main(["bench", "sim"])
