@@ -1,0 +1,379 @@
+"""Reading and validating a spec file into an :class:`~experiments.spec.model.ExperimentSpec`.
+
+Every error is a :class:`~experiments.spec.model.SpecError` naming the file, the key and the
+expected form, raised before any cell runs. See :mod:`experiments.spec` for the file format.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from envs.sim import SimConfig
+from experiments.spec.cells import resolve_cells
+from experiments.spec.model import TRACES_PREFIX, ExperimentSpec, SpecError, WorkloadSpec, make_workload, materialize_param
+from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sim, coerce, flatten, type_name
+
+TOP_LEVEL_KEYS = ("name", "description", "workload", "sim", "calibration", "horizon_s", "policies", "policy_params",
+                  "seeds", "seed_workload", "rates", "sweep")
+SWEEP_KEYS = ("grid", "cells")
+WORKLOAD_KEYS = ("name", "trace", "seed", "params", "target_rps", "rate_scale", "window_s", "skip_invalid")
+
+
+def _read(path: Path) -> dict:
+    suffix = path.suffix.lower()
+    text = path.read_text()
+    if suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError(path, "<file>", f"not valid YAML ({exc})".replace("\n", " "), "a YAML mapping") from None
+    elif suffix == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError(path, "<file>", f"not valid TOML ({exc})", "a TOML table") from None
+    else:
+        raise SpecError(path, "<file>", f"unknown spec format {suffix!r}", "a .yaml, .yml or .toml file")
+    if not isinstance(data, dict):
+        raise SpecError(path, "<file>", f"top level is {type_name(data)}",
+                        "a mapping of the keys " + ", ".join(TOP_LEVEL_KEYS))
+    return data
+
+
+ARRIVAL_FORMS = {"poisson_rps": ("poisson_rps",), "gamma_rps": ("gamma_rps", "cv")}
+
+
+def check_arrivals(value: Mapping, err) -> tuple[tuple[str, float], ...]:
+    """A named-workload parameter given as an arrival process: ``{poisson_rps: X}`` (Poisson,
+    ``envs.workloads.PoissonArrivals(X)``) or ``{gamma_rps: X, cv: Y}`` (``GammaArrivals(X, cv=Y)``),
+    rates in requests (or sessions / documents) per second."""
+    keys = tuple(sorted(value))
+    forms = {tuple(sorted(v)): k for k, v in ARRIVAL_FORMS.items()}
+    expected = "an arrival process {poisson_rps: X} or {gamma_rps: X, cv: Y} with numbers > 0"
+    if keys not in forms:
+        raise err(f"got mapping with keys {list(keys)}", expected)
+    for k in keys:
+        v = value[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise err(f"{k} = {v!r}", expected)
+    return tuple((k, float(value[k])) for k in keys)
+
+
+class _Loader:
+    """Validates one spec file; every error names the file and key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.base_dir = path.resolve().parent
+        from baselines.registry import POLICIES
+
+        self.policies = POLICIES
+
+    def err(self, key: str):
+        def make(problem: str, expected: str = "a valid value") -> SpecError:
+            return SpecError(self.path, key, problem, expected)
+
+        return make
+
+    def resolve_file(self, key: str, value: Any, must_exist: bool = True) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise self.err(key)(f"got {type_name(value)} {value!r}", "a file path (string)")
+        if value.startswith(TRACES_PREFIX):
+            from envs.workloads import default_traces_dir
+
+            p = Path(default_traces_dir()) / value[len(TRACES_PREFIX):]
+        else:
+            p = Path(value).expanduser()
+            if not p.is_absolute():
+                p = self.base_dir / p
+        if must_exist and not p.is_file():
+            raise self.err(key)(f"file {str(p)!r} does not exist",
+                                f"an existing file (relative paths are relative to {self.base_dir}; "
+                                f"'{TRACES_PREFIX}...' is the shared traces folder)")
+        return str(p.resolve())
+
+    def check_content(self, key: str, path: str | None, kind: str) -> None:
+        """Reads a calibration or trace file once (cached) so a bad file fails at load time."""
+        if path is None:
+            return
+        checked = self.__dict__.setdefault("_checked_files", set())
+        if (kind, path) in checked:
+            return
+        try:
+            if kind == "calibration":
+                from envs.sim.cost_model import Calibration
+
+                Calibration.load(path)
+            else:
+                from envs.workloads import load_trace
+
+                load_trace(path, skip_invalid=True)  # format errors; invalid lines are a run-time option
+        except (ValueError, OSError) as exc:
+            raise self.err(key)(str(exc), f"a valid {kind} file") from None
+        checked.add((kind, path))
+
+    # --- path kinds
+    def classify(self, key: str, path: str, allow_policy: bool) -> tuple[str, Any]:
+        """Returns (kind, detail): ('sim', annotation), ('workload', annotation), ('workload_param', name),
+        ('policy', None) or ('policy_param', (policy, param))."""
+        path = ALIASES.get(path, path)
+        if path == "policy":
+            if not allow_policy:
+                raise self.err(key)("'policy' cannot be a grid axis",
+                                    "the top-level 'policies' list (or 'policy' inside a listed cell)")
+            return "policy", None
+        if path == "seed":
+            raise self.err(key)("the run seed is not a sweep axis", "the top-level 'seeds' list")
+        if path in SIM_PATHS:
+            return "sim", SIM_PATHS[path]
+        if path in WORKLOAD_PATHS:
+            return "workload", WORKLOAD_PATHS[path]
+        if path.startswith("workload.params.") and len(path.split(".")) == 3:
+            return "workload_param", path.split(".")[2]
+        head, _, param = path.partition(".")
+        if head in self.policies and param:
+            spec = self.policies[head]
+            params = getattr(spec, "params", None)
+            if not isinstance(params, Mapping):
+                raise self.err(key)(f"policy {head!r} declares no parameters "
+                                    "(baselines/registry.py PolicySpec has no 'params')",
+                                    "a sweep over policy names instead")
+            if param not in params:
+                raise self.err(key)(f"policy {head!r} has no parameter {param!r}", f"one of {sorted(params)}")
+            return "policy_param", (head, param)
+        close = [p for p in list(SIM_PATHS) + list(WORKLOAD_PATHS) if p.split(".")[-1] == path.split(".")[-1]]
+        hint = f"e.g. {', '.join(close)}" if close else ("e.g. pool.composition, slo.slo_scale, prediction_error.bias, "
+                                                          "cache_capacity_scale, workload.target_rps, <policy>.<param>")
+        raise self.err(key)(f"unknown config path {path!r}",
+                            f"a dotted path into SimConfig / workload / a policy's parameters ({hint})")
+
+    def check_value(self, key: str, path: str, value: Any, allow_policy: bool) -> tuple[str, Any, Any]:
+        """Validates one override; returns (kind, detail, canonical value)."""
+        kind, detail = self.classify(key, path, allow_policy)
+        e = self.err(key)
+        if kind == "policy":
+            if not isinstance(value, str) or value not in self.policies:
+                raise e(f"unknown policy {value!r}", f"one of {', '.join(self.policies)}")
+            return kind, detail, value
+        if kind in ("sim", "workload"):
+            v = coerce(value, detail, e)
+            norm = ALIASES.get(path, path)
+            if norm == "calibration_path":
+                v = self.resolve_file(key, v)
+                self.check_content(key, v, "calibration")
+            elif norm == "workload.trace":
+                v = self.resolve_file(key, v)
+                self.check_content(key, v, "trace")
+            return kind, detail, v
+        if kind == "workload_param":
+            if isinstance(value, Mapping):
+                return kind, detail, check_arrivals(value, e)
+            if isinstance(value, list):
+                value = tuple(value)
+            return kind, detail, value
+        return kind, detail, value  # policy_param: checked by the policy at run time
+
+    def values_list(self, key: str, value: Any) -> list:
+        if not isinstance(value, list):
+            raise self.err(key)(f"got {type_name(value)} {value!r}", "a non-empty list of values")
+        if not value:
+            raise self.err(key)("empty list", "a non-empty list of values")
+        return value
+
+
+    def load(self) -> ExperimentSpec:
+        """The validated spec with its resolved cells (sections validated in file order)."""
+        data = _read(self.path)
+        unknown = [k for k in data if k not in TOP_LEVEL_KEYS]
+        if unknown:
+            raise SpecError(self.path, unknown[0], "unknown key", "one of " + ", ".join(TOP_LEVEL_KEYS))
+        name, description = self._load_header(data)
+        base_wl = self._load_workload(data.get("workload"))
+        config = self._load_sim(data)
+        policies = self._load_policies(data.get("policies"))
+        policy_params = self._load_policy_params(data.get("policy_params", {}) or {})
+        seeds = self._load_seeds(data.get("seeds", [0]))
+        seed_workload = data.get("seed_workload", True)
+        if not isinstance(seed_workload, bool):
+            raise SpecError(self.path, "seed_workload", f"got {type_name(seed_workload)} {seed_workload!r}", "true or false")
+        sweep = data.get("sweep", {}) or {}
+        if not isinstance(sweep, Mapping):
+            raise SpecError(self.path, "sweep", f"got {type_name(sweep)}", "a mapping with 'grid' and/or 'cells'")
+        for k in sweep:
+            if k not in SWEEP_KEYS:
+                raise SpecError(self.path, f"sweep.{k}", "unknown key", "one of " + ", ".join(SWEEP_KEYS))
+        grid = self._load_grid(data, sweep.get("grid", {}))
+        listed = self._load_listed_cells(sweep.get("cells"), {p for p, _ in grid})
+        spec = ExperimentSpec(name=name, path=str(self.path), description=description, workload=base_wl, config=config,
+                              policies=policies, policy_params=policy_params, seeds=seeds, seed_workload=seed_workload,
+                              grid=grid, cells=listed)
+        cells = resolve_cells(self.path, spec, self.policies, self._check_workload_name)
+        return replace(spec, _resolved=tuple(cells))
+
+    # --- sections
+    def _load_header(self, data: dict) -> tuple[str, str]:
+        name = data.get("name", self.path.stem)
+        if not isinstance(name, str) or not name or any(c in name for c in "/\\") or name.startswith("."):
+            raise SpecError(self.path, "name", f"got {name!r}", "a non-empty name without '/' that does not start with '.'")
+        description = data.get("description", "")
+        if not isinstance(description, str):
+            raise SpecError(self.path, "description", f"got {type_name(description)}", "a string")
+        return name, description
+
+    def _load_workload(self, wl_raw: Any) -> WorkloadSpec:
+        if not isinstance(wl_raw, Mapping):
+            raise SpecError(self.path, "workload", f"got {type_name(wl_raw)}",
+                            "a mapping with 'name' (named workload) or 'trace' (file)")
+        wl_kwargs: dict[str, Any] = {}
+        for k, v in wl_raw.items():
+            key = f"workload.{k}"
+            if k not in WORKLOAD_KEYS:
+                raise SpecError(self.path, key, "unknown key", "one of " + ", ".join(WORKLOAD_KEYS))
+            if k == "params":
+                if not isinstance(v, Mapping):
+                    raise SpecError(self.path, key, f"got {type_name(v)}", "a mapping of named-workload parameters")
+                wl_kwargs["params"] = tuple(sorted(
+                    (str(pk), self.check_value(f"{key}.{pk}", f"workload.params.{pk}", pv, False)[2]) for pk, pv in v.items()))
+            else:
+                wl_kwargs[k] = self.check_value(key, key, v, False)[2]
+        base_wl = make_workload(self.path, wl_kwargs, "workload")
+        self._check_workload_name(base_wl, "workload.name")
+        return base_wl
+
+    def _load_sim(self, data: dict) -> SimConfig:
+        sim_raw = data.get("sim", {}) or {}
+        if not isinstance(sim_raw, Mapping):
+            raise SpecError(self.path, "sim", f"got {type_name(sim_raw)}", "a mapping of SimConfig fields (nested or dotted)")
+        sim_over = {f"sim.{k}": v for k, v in flatten(sim_raw).items()}
+        for top in ("calibration", "horizon_s"):
+            if top in data:
+                sim_over[top] = data[top]
+        config = SimConfig()
+        for key, value in sim_over.items():
+            path = key[4:] if key.startswith("sim.") else key
+            kind, _, v = self.check_value(key, path, value, False)
+            if kind != "sim":
+                raise SpecError(self.path, key, f"{path!r} is not a simulator setting",
+                                "a SimConfig field (workload settings go under 'workload')")
+            config = apply_sim(self.path, config, ALIASES.get(path, path), v, key)
+        return config
+
+    def _load_policies(self, raw: Any) -> tuple[str, ...]:
+        policies = self.values_list("policies", raw)
+        for i, p in enumerate(policies):
+            if not isinstance(p, str) or p not in self.policies:
+                raise SpecError(self.path, f"policies[{i}]", f"unknown policy {p!r}", "one of " + ", ".join(self.policies))
+        if len(set(policies)) != len(policies):
+            raise SpecError(self.path, "policies", "duplicate policy names", "distinct names")
+        return tuple(policies)
+
+    def _load_policy_params(self, raw: Any) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
+        if not isinstance(raw, Mapping):
+            raise SpecError(self.path, "policy_params", f"got {type_name(raw)}", "a mapping policy -> {param: value}")
+        policy_params: dict[str, dict[str, Any]] = {}
+        for pol, params in raw.items():
+            if not isinstance(params, Mapping):
+                raise SpecError(self.path, f"policy_params.{pol}", f"got {type_name(params)}", "a mapping param -> value")
+            for pk, pv in params.items():
+                self.check_value(f"policy_params.{pol}.{pk}", f"{pol}.{pk}", pv, False)
+                policy_params.setdefault(pol, {})[pk] = pv
+        return tuple((p, tuple(sorted(d.items()))) for p, d in sorted(policy_params.items()))
+
+    def _load_seeds(self, raw: Any) -> tuple[int, ...]:
+        seeds = self.values_list("seeds", raw)
+        for i, s in enumerate(seeds):
+            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+                raise SpecError(self.path, f"seeds[{i}]", f"got {type_name(s)} {s!r}", "an integer >= 0")
+        if len(set(seeds)) != len(seeds):
+            raise SpecError(self.path, "seeds", "duplicate seeds", "distinct integers")
+        return tuple(seeds)
+
+    def _load_grid(self, data: dict, grid_raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+        """Cartesian axes: ``rates`` (the axis ``workload.target_rps``) then ``sweep.grid``."""
+        grid: list[tuple[str, tuple[Any, ...]]] = []
+        if "rates" in data:
+            rates = self.values_list("rates", data["rates"])
+            grid.append(("workload.target_rps", tuple(self.check_value(f"rates[{i}]", "workload.target_rps", r, False)[2]
+                                                      for i, r in enumerate(rates))))
+        if not isinstance(grid_raw, Mapping):
+            raise SpecError(self.path, "sweep.grid", f"got {type_name(grid_raw)}", "a mapping dotted.path -> [values]")
+        for path, values in grid_raw.items():
+            key = f"sweep.grid.{path}"
+            self.classify(key, path, False)  # a bad path is reported before its values
+            values = self.values_list(key, values)
+            canon = tuple(self.check_value(f"{key}[{i}]", path, v, False)[2] for i, v in enumerate(values))
+            norm = ALIASES.get(path, path)
+            if any(p == norm for p, _ in grid):
+                raise SpecError(self.path, key, f"axis {norm!r} given twice ('rates' is the axis workload.target_rps)",
+                                "each axis once")
+            grid.append((norm, canon))
+        return tuple(grid)
+
+    def _load_listed_cells(self, cells_raw: Any, grid_paths: set[str]) -> tuple[tuple[tuple[str, Any], ...], ...]:
+        """Listed overrides of ``sweep.cells``; ``((),)`` (one empty override) when absent."""
+        if cells_raw is None:
+            return ((),)
+        listed: list[tuple[tuple[str, Any], ...]] = []
+        for i, c in enumerate(self.values_list("sweep.cells", cells_raw)):
+            key = f"sweep.cells[{i}]"
+            if not isinstance(c, Mapping) or not c:
+                raise SpecError(self.path, key, f"got {type_name(c)} {c!r}", "a non-empty mapping dotted.path -> value")
+            items = []
+            for path, v in c.items():
+                norm = ALIASES.get(path, path)
+                if norm in grid_paths:
+                    raise SpecError(self.path, f"{key}.{path}", "also a grid axis", "a path that is not swept by the grid")
+                items.append((norm, self.check_value(f"{key}.{path}", path, v, True)[2]))
+            listed.append(tuple(items))
+        return tuple(listed)
+
+    # --- building
+
+    def _check_workload_name(self, wl: WorkloadSpec, key: str) -> None:
+        if wl.name is None:
+            return
+        from envs import workloads
+
+        known = getattr(workloads, "WORKLOADS", None)
+        if known is not None and wl.name not in known:
+            raise SpecError(self.path, key, f"unknown workload {wl.name!r}", "one of " + ", ".join(sorted(known)))
+        generator = getattr(known[wl.name], "generator", None) if known is not None else None
+        if generator is None:
+            return
+        import inspect
+
+        params = inspect.signature(generator).parameters
+        accepted = sorted(k for k in params if k not in ("seed", "name"))
+        for name, value in wl.params:
+            pkey = f"{key[:-len('.name')] if key.endswith('.name') else key}.params.{name}"
+            if name not in accepted:
+                raise SpecError(self.path, pkey, f"unknown parameter {name!r} of workload {wl.name!r}",
+                                "one of " + ", ".join(accepted))
+            default = params[name].default
+            value = materialize_param(value)
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise SpecError(self.path, pkey, f"got {type_name(value)} {value!r}", f"a number (default {default!r})")
+
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Reads and validates a spec file (``.yaml``/``.yml``/``.toml``) and resolves its cells.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        SpecError: (a ValueError) on any invalid key or value, naming file, key and expected form.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"spec file {str(p)!r} does not exist")
+    return _Loader(p).load()
+

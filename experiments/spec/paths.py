@@ -1,0 +1,135 @@
+"""Typed dotted paths into (nested) frozen config dataclasses.
+
+A generic toolkit — :func:`leaf_types` lists every leaf of a dataclass as ``{dotted path:
+annotation}``, :func:`coerce` checks a value read from a file against such an annotation and
+returns it in canonical form, :func:`set_path` replaces one leaf (nested ``dataclasses.replace``),
+:func:`flatten` turns nested mappings into dotted keys — and the path tables of experiment specs
+(:data:`SIM_PATHS`, :data:`WORKLOAD_PATHS`, :data:`ALIASES`).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from envs.sim import SimConfig
+from experiments.spec.model import SpecError, WorkloadSpec
+
+# err(problem, expected) -> the exception to raise (a SpecError naming file and key)
+ErrorFactory = Callable[..., Exception]
+
+
+def type_name(v: Any) -> str:
+    """The file-level name of ``v``'s type (``null`` for None) for error messages."""
+    return "null" if v is None else type(v).__name__
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# scalar annotation -> (check, canonical form, expected form). bool is not an int or a number here.
+_SCALARS: dict[Any, tuple[Callable[[Any], bool], Callable[[Any], Any], str]] = {
+    bool: (lambda v: isinstance(v, bool), lambda v: v, "true or false"),
+    int: (_is_int, lambda v: v, "an integer"),
+    float: (_is_number, float, "a number"),
+    str: (lambda v: isinstance(v, str), lambda v: v, "a string"),
+}
+
+
+def _coerce_tuple(value: Any, tp: Any, args: tuple, err: ErrorFactory) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise err(f"got {type_name(value)} {value!r}", f"a list ({tp})")
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(coerce(v, args[0], err) for v in value)
+    if len(value) != len(args):
+        raise err(f"got {len(value)} items {list(value)!r}", f"a list of {len(args)} items ({tp})")
+    return tuple(coerce(v, a, err) for v, a in zip(value, args))
+
+
+def coerce(value: Any, tp: Any, err: ErrorFactory) -> Any:
+    """Checks ``value`` against the annotation ``tp`` and returns it in canonical form.
+
+    Supported annotations: ``int``, ``float``, ``str``, ``bool``, ``Any``, ``X | None`` and
+    ``tuple[...]`` (fixed length or ``tuple[X, ...]``). Canonical form: lists become tuples, ints
+    become floats where a float is expected; ``bool`` is neither an int nor a number.
+
+    Raises:
+        the exception built by ``err(problem, expected)`` on a mismatch or an unsupported annotation.
+    """
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        if len(non_none) == 1:
+            return coerce(value, non_none[0], err)
+        raise err(f"unsupported type {tp}")
+    if tp is Any:
+        return value
+    if tp in _SCALARS:
+        check, canonical, expected = _SCALARS[tp]
+        if not check(value):
+            raise err(f"got {type_name(value)} {value!r}", expected)
+        return canonical(value)
+    if origin is tuple:
+        return _coerce_tuple(value, tp, args, err)
+    raise err(f"unsupported type {tp}", "a supported scalar")
+
+
+def leaf_types(cls) -> dict[str, Any]:
+    """``{dotted path: annotation}`` of every non-dataclass leaf of a (nested) config dataclass."""
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        tp = hints[f.name]
+        if isinstance(tp, type) and is_dataclass(tp):
+            for sub, sub_tp in leaf_types(tp).items():
+                out[f"{f.name}.{sub}"] = sub_tp
+        else:
+            out[f.name] = tp
+    return out
+
+
+def set_path(obj, parts: list[str], value):
+    """Returns a copy of dataclass ``obj`` with the leaf at ``parts`` replaced (nested replace)."""
+    if len(parts) == 1:
+        return replace(obj, **{parts[0]: value})
+    return replace(obj, **{parts[0]: set_path(getattr(obj, parts[0]), parts[1:], value)})
+
+
+def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings -> ``{dotted key: leaf value}`` (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+SIM_PATHS: dict[str, Any] = {k: v for k, v in leaf_types(SimConfig).items() if k not in ("seed", "record_events")}
+WORKLOAD_PATHS: dict[str, Any] = {"workload." + k: v for k, v in typing.get_type_hints(WorkloadSpec).items() if k != "params"}
+# the file form of window_s is a 2-list; params has its own sub-paths
+WORKLOAD_PATHS["workload.window_s"] = tuple[float, float] | None
+ALIASES = {"calibration": "calibration_path"}
+
+
+def apply_sim(file: str | Path, config: SimConfig, path: str, value: Any, key: str) -> SimConfig:
+    """``config`` with the leaf at dotted ``path`` set to ``value``; a SimConfig validation error
+    becomes a :class:`SpecError` at ``key``."""
+    try:
+        return set_path(config, path.split("."), value)
+    except (ValueError, TypeError) as exc:
+        raise SpecError(file, key, str(exc), f"a valid value for {path}") from None
