@@ -1,0 +1,230 @@
+"""Replication over the KV links and reclamation of duplicate replicas (docs/cache_manager.md
+"Replication", "Cross-degree copies", "Periodic scan" step 3; paper §7 "Replication and
+Reclamation", §8 asynchronous KV transfers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from baselines.cache_manager.config import CacheManagerConfig
+from baselines.cache_manager.trie import PrefixTrie, TrieNode
+from envs.sim.cache import READY, PrefixCache
+from envs.sim.simulator import EventPriority, Simulator
+from envs.sim.worker import Worker, WorkerState
+
+
+@dataclass(eq=False)
+class Transfer:
+    """One replication in flight: the prefix ``path`` (root .. ``node``) copied from worker ``src``
+    to worker ``dst`` over ``[start_s, end_s]``; the first ``retained`` blocks were already ready at
+    the destination, ``num_blocks`` are copied (``num_bytes`` on the link)."""
+
+    path: list[int]
+    node: int
+    degree: int
+    src: int
+    dst: int
+    dst_cache: PrefixCache
+    src_cache: PrefixCache
+    num_blocks: int
+    num_bytes: int
+    retained: int
+    start_s: float
+    end_s: float
+    kind: str
+
+
+def reserve_blocks(cache: PrefixCache, num_blocks: int) -> bool:
+    """Reserves ``num_blocks`` free blocks: shrinks the usable capacity and evicts LRU unpinned
+    blocks until the resident blocks fit. Returns False (nothing changed) if pins prevent it."""
+    excess = len(cache) + num_blocks - cache.capacity_blocks
+    if excess > 0:
+        victims = []
+        for h in cache.blocks():  # LRU first
+            if len(victims) == excess:
+                break
+            if h not in cache._pinned:  # read-only check, eviction goes through remove()
+                victims.append(h)
+        if len(victims) < excess:
+            return False
+        for h in victims:
+            cache.remove(h)
+    cache.capacity_blocks -= num_blocks
+    return True
+
+
+class Replicator:
+    """Starts and completes replications and reclaims duplicate replicas.
+
+    Args:
+        config: the manager's parameters.
+        trie: the manager's prefix trie.
+        counters: the manager's counter dict (replication / reclamation counters are added to here).
+    """
+
+    def __init__(self, config: CacheManagerConfig, trie: PrefixTrie, counters: dict) -> None:
+        self.config = config
+        self.trie = trie
+        self.counters = counters
+        self.sim: Simulator | None = None
+        self.in_flight: dict[tuple[int, int], int] = {}  # (node, degree) -> transfers in flight
+        self.in_flight_dst: set[tuple[int, int]] = set()  # (node, dst worker)
+        self.transfers: list[Transfer] = []  # in flight
+        self.log: list[dict] = []  # one entry per replication started (time, kind, node, src, dst, blocks, bytes)
+        # the callback of the transfer-end event (the owning manager forwards to on_transfer_end)
+        self.transfer_end_handler: Callable[[Transfer], None] = self.on_transfer_end
+
+    def load(self, wid: int) -> float:
+        """Outstanding work of worker ``wid`` [s] (the tie-breaker between destinations / victims)."""
+        return self.sim.view.outstanding_work_s(wid)
+
+    # ------------------------------------------------------------------ replication
+    def _destination(self, path: list[int], block_hash: int, degree: int, complete: set[int]) -> tuple[Worker, int] | None:
+        """(destination worker, its retained leading blocks of ``path``) or None: an ACTIVE degree-``degree``
+        worker without the complete prefix, most retained blocks first, then least loaded."""
+        best = None
+        sim = self.sim
+        for wid in sim.worker_ids:
+            w = sim.workers[wid]
+            if w.degree != degree or w.state != WorkerState.ACTIVE or wid in complete:
+                continue
+            if (block_hash, wid) in self.in_flight_dst:
+                continue
+            retained = w.cache.match_ready(path)
+            missing = len(path) - retained
+            if missing <= 0 or missing > self.config.max_replica_share * w.cache.capacity_blocks:
+                continue
+            key = (-retained, self.load(wid), wid)
+            if best is None or key < best[0]:
+                best = (key, w, retained)
+        return None if best is None else (best[1], best[2])
+
+    def replicate(self, block_hash: int, degree: int, kind: str = "manual") -> bool:
+        """Starts one replication of the prefix ending at ``block_hash`` to a degree-``degree``
+        worker (destination and source chosen as in docs/cache_manager.md). Returns whether a
+        transfer started (False: unknown prefix, no holder, no destination with room)."""
+        trie = self.trie
+        if block_hash not in trie.nodes:
+            return False
+        sim = self.sim
+        path = trie.path_to(block_hash)
+        if any(h not in trie.nodes for h in path):
+            return False
+        complete = trie.complete_holders(block_hash)
+        sources = [w for w in complete if w in sim.workers]
+        if not sources:
+            return False
+        found = self._destination(path, block_hash, degree, complete)
+        if found is None:
+            return False
+        dst, retained = found
+        src = min(sources, key=lambda x: (sim.workers[x].node != dst.node, x))
+        src_w = sim.workers[src]
+        n = len(path) - retained
+        dcache = dst.cache
+        scache = src_w.cache
+        for h in path[:retained]:
+            dcache.pin(h)
+        if not reserve_blocks(dcache, n):
+            for h in path[:retained]:
+                dcache.unpin(h)
+            return False
+        for h in path:
+            scache.pin(h)
+        factor = 1.0 if src_w.degree == dst.degree else self.config.cross_degree_bytes_factor
+        num_bytes = int(n * sim.kv_block_bytes * factor)
+        now = sim.env.now
+        start, end = sim.links.reserve(now, src_w.node, dst.node, num_bytes)
+        t = Transfer(path=path, node=block_hash, degree=degree, src=src, dst=dst.worker_id, dst_cache=dcache,
+                     src_cache=scache, num_blocks=n, num_bytes=num_bytes, retained=retained, start_s=start,
+                     end_s=end, kind=kind)
+        self._start(t, now)
+        return True
+
+    def _start(self, t: Transfer, now: float) -> None:
+        self.transfers.append(t)
+        key = (t.node, t.degree)
+        self.in_flight[key] = self.in_flight.get(key, 0) + 1
+        self.in_flight_dst.add((t.node, t.dst))
+        c = self.counters
+        c["num_inter_degree_replications" if t.kind == "inter" else "num_intra_degree_replications"] += 1
+        c["num_blocks_replicated"] += t.num_blocks
+        c["replication_bytes"] += t.num_bytes
+        self.log.append({"time_s": now, "kind": t.kind, "node": t.node, "degree": t.degree, "src": t.src,
+                         "dst": t.dst, "num_blocks": t.num_blocks, "num_bytes": t.num_bytes, "end_s": t.end_s})
+        self.sim.schedule(t.end_s - now, EventPriority.TRANSFER_END, self.transfer_end_handler, t)
+
+    def on_transfer_end(self, t: Transfer) -> None:
+        """Transfer ``t`` finished: unpins, releases the reservation and installs the replica READY in
+        one call (dropped if the destination was retired meanwhile)."""
+        sim = self.sim
+        sim.num_events += 1
+        self.transfers.remove(t)
+        key = (t.node, t.degree)
+        k = self.in_flight.get(key, 0) - 1
+        if k > 0:
+            self.in_flight[key] = k
+        else:
+            self.in_flight.pop(key, None)
+        self.in_flight_dst.discard((t.node, t.dst))
+        for h in t.path:
+            t.src_cache.unpin(h)
+        dcache = t.dst_cache
+        for h in t.path[:t.retained]:
+            dcache.unpin(h)
+        dcache.capacity_blocks += t.num_blocks
+        w = sim.workers.get(t.dst)
+        if w is None or w.cache is not dcache:
+            self.counters["num_replicas_dropped"] += 1
+            return
+        dcache.insert(t.path, READY)  # all blocks at once: visible only when complete
+        self.counters["num_replicas_installed"] += 1
+
+    # ------------------------------------------------------------------ reclamation
+    def reclaim(self, degree_of: Mapping[int, int], memo: dict[int, set[int]]) -> None:
+        """Removes duplicate replicas with per-replica demand below ``reclaim_threshold``, leaves first,
+        keeping at least one complete replica per degree; at most ``max_reclamations_per_scan`` blocks."""
+        budget = self.config.max_reclamations_per_scan
+        if budget <= 0:
+            return
+        nodes = self.trie.nodes
+        for h in self.trie.leaves_first(h for h, node in nodes.items() if len(node.holders) >= 2):
+            if budget <= 0:
+                return
+            node = nodes.get(h)
+            if node is None or len(node.holders) < 2:
+                continue
+            complete = self.trie.complete_holders(h, memo)
+            by_degree: dict[int, list[int]] = {}
+            for w in complete:
+                by_degree.setdefault(degree_of[w], []).append(w)
+            for c, ws in sorted(by_degree.items()):
+                if len(ws) >= 2 and node.access.get(c, 0.0) / len(ws) < self.config.reclaim_threshold:
+                    budget = self._reclaim_duplicates(h, node, ws, complete, budget)
+                    if budget <= 0:
+                        return
+                    node = nodes.get(h)
+                    if node is None:
+                        break
+
+    def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], complete: set[int], budget: int) -> int:
+        """Drops block ``h`` from the most loaded of the degree-C holders ``ws`` whose copy is a leaf,
+        keeping at least one; returns the remaining budget."""
+        nodes = self.trie.nodes
+        ws.sort(key=lambda w: (-self.load(w), w))
+        for w in ws[:-1]:
+            if budget <= 0:
+                return budget
+            if any(w in nodes[ch].holders for ch in node.children if ch in nodes):
+                continue
+            if (h, w) in self.in_flight_dst:
+                continue
+            if self.sim.workers[w].cache.remove(h):
+                complete.discard(w)  # memo entry of h; w held no descendant of h
+                budget -= 1
+                self.counters["num_blocks_reclaimed"] += 1
+            node = nodes.get(h)
+            if node is None:
+                break
+        return budget
