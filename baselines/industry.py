@@ -101,7 +101,8 @@ class TensorParallelCostForm:
             pass
         a = calibration.coefficients.a_s_per_token
         if a <= 0:
-            raise ValueError("TensorParallelCostForm: the calibration has a = 0 and no datasheet link bandwidth; set link_bytes_per_s")
+            raise ValueError("TensorParallelCostForm: the calibration has a = 0 and no datasheet link bandwidth; "
+                             "set link_bytes_per_s")
         return calibration.kv_bytes_per_token / a
 
     def __call__(self, calibration: Calibration) -> Calibration:

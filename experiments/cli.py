@@ -26,9 +26,11 @@ from pathlib import Path
 # name -> (module, one-line help) for a command, or name -> (group help, {sub-name: (module, help)})
 # for a group of commands. Plain registry; add a line to add a command.
 COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = {
-    "simulate": ("experiments.commands.simulate", "simulate a trace or workload under routing policies and print the comparison"),
+    "simulate": ("experiments.commands.simulate",
+                 "simulate a trace or workload under routing policies and print the comparison"),
     "train": ("experiments.commands.train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
-    "evaluate": ("experiments.commands.evaluate", "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
+    "evaluate": ("experiments.commands.evaluate",
+                 "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
     "dynamic": ("experiments.commands.dynamic",
                 "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition "
                 "(per-phase TTFT, reconfiguration ops, plot)"),
@@ -46,7 +48,8 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
         "env": ("experiments.commands.bench_env", "measure Gymnasium env steps/s and per-decision policy latency"),
     }),
     "kernels": ("reference CP attention kernels: `kernels check|profile|calibrate`", {
-        "check": ("experiments.commands.kernels", "run the CP attention correctness suite against float64 references (CPU, gloo)"),
+        "check": ("experiments.commands.kernels",
+                  "run the CP attention correctness suite against float64 references (CPU, gloo)"),
         "profile": ("experiments.commands.profile",
                     "time CP prefill over an (R, P, C) grid, fit the cost model, write a calibration file"),
         "calibrate": ("experiments.commands.calibrate",

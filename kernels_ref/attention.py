@@ -42,7 +42,8 @@ def bottom_right_causal_mask(num_new_tokens: int, num_cached_tokens: int, device
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int]:
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        raise ValueError(f"q, k, v must be [tokens, heads, head_dim], got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(f"q, k, v must be [tokens, heads, head_dim], "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if k.shape[:2] != v.shape[:2]:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in tokens and heads")
     if q.shape[2] != k.shape[2]:
@@ -165,12 +166,14 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_positi
         visible = k_positions[None, :lim] <= qp[:, None]
         kb = expand_kv_heads(k[:lim], hq).permute(1, 0, 2)[None]
         vb = expand_kv_heads(v[:lim], hq).permute(1, 0, 2)[None]
-        o = F.scaled_dot_product_attention(q[start:stop].permute(1, 0, 2)[None], kb, vb, attn_mask=visible[None, None], scale=scale)
+        o = F.scaled_dot_product_attention(q[start:stop].permute(1, 0, 2)[None], kb, vb, attn_mask=visible[None, None],
+                                           scale=scale)
         outs.append(o[0].permute(1, 0, 2))
     return torch.cat(outs) if outs else q.new_zeros(0, hq, v.shape[2])
 
 
-def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
+                   lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge two partial attention results over disjoint key sets by log-sum-exp.
 
     ``lse = log(exp(lse_a) + exp(lse_b))``, ``out = exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b``.

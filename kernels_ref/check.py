@@ -123,10 +123,12 @@ def _run_case(case: CheckCase, rank: int, group, device: str) -> dict:
 
     pairs = None
     if case.kind == "attention":
-        q, k, v = randn(R, case.num_q_heads, case.head_dim), randn(P + R, case.num_kv_heads, case.head_dim), randn(P + R, case.num_kv_heads, case.head_dim)
+        q = randn(R, case.num_q_heads, case.head_dim)
+        k, v = randn(P + R, case.num_kv_heads, case.head_dim), randn(P + R, case.num_kv_heads, case.head_dim)
         ref = reference_attention(q.double(), k.double(), v.double())
-        args = (shard_new_tokens(q, layout, rank), shard_new_tokens(k[P:], layout, rank), shard_new_tokens(v[P:], layout, rank),
-                shard_prefix(k[:P], layout, rank), shard_prefix(v[:P], layout, rank), layout)
+        args = (shard_new_tokens(q, layout, rank), shard_new_tokens(k[P:], layout, rank),
+                shard_new_tokens(v[P:], layout, rank), shard_prefix(k[:P], layout, rank), shard_prefix(v[:P], layout, rank),
+                layout)
         if case.algorithm == "allgather":
             res = zigzag_allgather_attention(*args, group=group, impl=case.impl, count_pairs=True, block_tokens=16)
         elif case.algorithm == "ring":
@@ -138,12 +140,14 @@ def _run_case(case: CheckCase, rank: int, group, device: str) -> dict:
         hd = case.head_dim
         cfg = LayerConfig(hidden_size=case.num_q_heads * hd, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
                           head_dim=hd, intermediate_size=96, num_experts=case.num_experts,
-                          num_experts_per_token=2 if case.num_experts else 0, moe_intermediate_size=32 if case.num_experts else 0)
+                          num_experts_per_token=2 if case.num_experts else 0,
+                          moe_intermediate_size=32 if case.num_experts else 0)
         layer = PrefillDecoderLayer(cfg, seed=case.seed, dtype=dtype, device=device)
         x = randn(R, cfg.hidden_size)
         kp, vp = randn(P, cfg.num_kv_heads, hd), randn(P, cfg.num_kv_heads, hd)
-        y, k_new, v_new = layer(shard_new_tokens(x, layout, rank), shard_prefix(kp, layout, rank), shard_prefix(vp, layout, rank),
-                                layout, rank, group=group, algorithm=case.algorithm, impl=case.impl, block_tokens=16)
+        y, k_new, v_new = layer(shard_new_tokens(x, layout, rank), shard_prefix(kp, layout, rank),
+                                shard_prefix(vp, layout, rank), layout, rank, group=group, algorithm=case.algorithm,
+                                impl=case.impl, block_tokens=16)
         ref_y, ref_k, ref_v = layer.double().reference_forward(x.double(), kp.double(), vp.double())
         got, want = [y, k_new, v_new], [ref_y, ref_k, ref_v]
     else:

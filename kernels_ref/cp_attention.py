@@ -125,7 +125,8 @@ def _count_pairs(q_pos: torch.Tensor, k_pos: torch.Tensor, real_end: int) -> int
 
 def zigzag_allgather_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_prefix: torch.Tensor,
                                v_prefix: torch.Tensor, layout: ZigzagLayout, group=None, impl: str = "matmul",
-                               block_tokens: int = 256, count_pairs: bool = False, scale: float | None = None) -> CPAttentionResult:
+                               block_tokens: int = 256, count_pairs: bool = False,
+                               scale: float | None = None) -> CPAttentionResult:
     """Zigzag CP attention with an all-gather of K/V (shapes in the module docstring).
 
     Communication per rank: one ``all_gather`` of ``(p + 2s) * H_kv * (D + D_v)`` elements, i.e.

@@ -63,7 +63,8 @@ def start_method() -> str:
     return "forkserver"
 
 
-def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), device: str = "cpu", timeout_s: float = 600.0) -> list[Any]:
+def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), device: str = "cpu",
+           timeout_s: float = 600.0) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned ranks; returns results in rank order.
 
     ``fn`` and ``args`` must be picklable (``fn`` a module-level function).

@@ -147,7 +147,7 @@ def evaluate(coefficients: dict, samples: list[tuple[int, int, int, float]]) -> 
     for attr, key in (("by_degree", lambda s: f"C={s[2]}"), ("by_cache_ratio", lambda s: cache_ratio_label(s[0], s[1])),
                       ("by_length", lambda s: length_label(s[0] + s[1]))):
         labels = [key(s) for s in samples]
-        getattr(res, attr).update({lab: _bucket_stats(err[[i for i, l in enumerate(labels) if l == lab]])
+        getattr(res, attr).update({lab: _bucket_stats(err[[i for i, x in enumerate(labels) if x == lab]])
                                    for lab in dict.fromkeys(labels)})
     return res
 
@@ -179,11 +179,12 @@ def fit_cost_model(samples: list[tuple[int, int, int, float]]) -> FitResult:
 
 def format_fit_table(fit: FitResult) -> str:
     """Plain-text table of the fit errors (percent)."""
-    lines = [f"coefficients: " + ", ".join(f"{k}={v:.4g}" for k, v in fit.coefficients.items()),
+    lines = ["coefficients: " + ", ".join(f"{k}={v:.4g}" for k, v in fit.coefficients.items()),
              f"{'bucket':<22} {'n':>4} {'MAPE %':>8} {'max %':>8} {'bias %':>8}",
              f"{'all':<22} {len(fit.rel_errors):>4} {100 * fit.mape:8.2f} {100 * fit.max_abs_rel_err:8.2f} "
              f"{100 * float(np.mean(fit.rel_errors)):8.2f}"]
     for title, table in (("degree", fit.by_degree), ("cache ratio", fit.by_cache_ratio), ("length", fit.by_length)):
         for label, st in table.items():
-            lines.append(f"{title + ' ' + label:<22} {st['n']:>4} {100 * st['mape']:8.2f} {100 * st['max']:8.2f} {100 * st['bias']:8.2f}")
+            lines.append(f"{title + ' ' + label:<22} {st['n']:>4} {100 * st['mape']:8.2f} {100 * st['max']:8.2f} "
+                         f"{100 * st['bias']:8.2f}")
     return "\n".join(lines)

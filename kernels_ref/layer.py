@@ -132,14 +132,16 @@ class PrefillDecoderLayer(torch.nn.Module):
 
         q, k, v = self.qkv(x, new_token_positions(layout, rank, device=x.device))
         if algorithm == "allgather":
-            res = zigzag_allgather_attention(q, k, v, k_prefix, v_prefix, layout, group=group, impl=impl, block_tokens=block_tokens)
+            res = zigzag_allgather_attention(q, k, v, k_prefix, v_prefix, layout, group=group, impl=impl,
+                                             block_tokens=block_tokens)
         elif algorithm == "ring":
             res = ring_attention(q, k, v, k_prefix, v_prefix, layout, group=group, block_tokens=block_tokens)
         else:
             raise ValueError(f"algorithm must be 'allgather' or 'ring', got {algorithm!r}")
         return self.finish(x, res.out), k, v
 
-    def reference_forward(self, x: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def reference_forward(self, x: torch.Tensor, k_prefix: torch.Tensor,
+                          v_prefix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Single-device forward of all R new tokens with :func:`reference_attention`.
 
         ``x [R, hidden]`` at positions ``P .. P+R-1``, ``k_prefix, v_prefix [P, H_kv, D]``.

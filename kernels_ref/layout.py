@@ -2,11 +2,11 @@
 
 New tokens (the R uncached suffix tokens, absolute positions ``P .. P+R-1``) are zigzag
 partitioned (Llama 3 CP, arXiv 2407.21783 §3.3.2; Vertumnus paper §2, "Context
-Parallelism"): the suffix is padded to ``2*C*s`` tokens, cut into ``2C`` chunks of ``s = ceil(R / 2C)`` tokens, and rank ``r`` holds
-chunks ``r`` and ``2C-1-r``, so every rank gets one early (cheap) and one late (expensive)
-chunk of the causal triangle. Padding tokens are appended after the last real token
-(positions ``>= P+R``), so the causal mask keeps every real query from seeing them; their
-outputs are dropped.
+Parallelism"): the suffix is padded to ``2*C*s`` tokens, cut into ``2C`` chunks of
+``s = ceil(R / 2C)`` tokens, and rank ``r`` holds chunks ``r`` and ``2C-1-r``, so every rank
+gets one early (cheap) and one late (expensive) chunk of the causal triangle. Padding tokens are
+appended after the last real token (positions ``>= P+R``), so the causal mask keeps every real
+query from seeing them; their outputs are dropped.
 
 The cached prefix (P tokens, positions ``0 .. P-1``) is sharded contiguously: rank ``r`` holds
 positions ``[r*p, min((r+1)*p, P))`` with ``p = ceil(P / C)`` (padded to ``p`` rows for the

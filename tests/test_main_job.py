@@ -93,7 +93,8 @@ def test_every_command_has_working_help(capsys):
 def test_out_must_be_a_folder_and_runs_are_never_overwritten(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work", "--out", str(f)]) == 2
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",
+                 "--out", str(f)]) == 2
     assert "is not a folder" in capsys.readouterr().err
     for _ in range(2):  # same second, same name: the second run gets its own folder
         assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",

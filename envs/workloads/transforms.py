@@ -95,10 +95,12 @@ def window(workload: Workload, start_s: float, end_s: float = math.inf) -> Workl
     if math.isnan(end) or end <= start:
         raise ValueError(f"end_s must be > start_s, got start_s={start_s!r}, end_s={end_s!r}")
     reqs = ((r, max(0.0, r.arrival_time_s - start)) for r in workload.requests if start <= r.arrival_time_s < end)
-    return _derive(workload, reqs, f"{workload.name}[{start:g}:{end:g}]", f"window({start:g}, {end:g})", window_start_s=start, window_end_s=end)
+    return _derive(workload, reqs, f"{workload.name}[{start:g}:{end:g}]", f"window({start:g}, {end:g})",
+                   window_start_s=start, window_end_s=end)
 
 
-def split(workload: Workload, eval_fraction: float | None = None, *, split_time_s: float | None = None) -> tuple[Workload, Workload]:
+def split(workload: Workload, eval_fraction: float | None = None, *,
+          split_time_s: float | None = None) -> tuple[Workload, Workload]:
     """Split into a (train, eval) pair of contiguous time ranges: train first, eval after.
 
     Give exactly one of:
@@ -133,7 +135,8 @@ def split(workload: Workload, eval_fraction: float | None = None, *, split_time_
                 f"{workload.name!r} spans {workload.requests[0].arrival_time_s if n else 0:g}.."
                 f"{workload.requests[-1].arrival_time_s if n else 0:g} s"
             )
-    train = _derive(workload, ((r, r.arrival_time_s) for r in workload.requests[:k]), f"{workload.name}:train", f"split({how}) train")
+    train = _derive(workload, ((r, r.arrival_time_s) for r in workload.requests[:k]), f"{workload.name}:train",
+                    f"split({how}) train")
     eval_reqs = ((r, max(0.0, r.arrival_time_s - t_split)) for r in workload.requests[k:])
     ev = _derive(workload, eval_reqs, f"{workload.name}:eval", f"split({how}) eval", split_time_s=t_split)
     return train, ev
@@ -172,7 +175,8 @@ def windows(workload: Workload, window_s: float, *, min_num_requests: int = 1, i
             continue
         start = j * w
         moved = ((r, max(0.0, r.arrival_time_s - start)) for r in reqs)
-        out.append(_derive(workload, moved, f"{workload.name}[w{j}]", f"windows({w:g})[{j}]", window_index=j, window_start_s=start, window_end_s=start + w))
+        out.append(_derive(workload, moved, f"{workload.name}[w{j}]", f"windows({w:g})[{j}]", window_index=j,
+                           window_start_s=start, window_end_s=start + w))
     return out
 
 
@@ -204,7 +208,8 @@ def merge(
     bs = workloads[0].kv_block_size_tokens
     for w in workloads:
         if w.kv_block_size_tokens != bs:
-            raise ValueError(f"cannot merge workloads with different kv_block_size_tokens ({bs} vs {w.kv_block_size_tokens} in {w.name!r})")
+            raise ValueError(f"cannot merge workloads with different kv_block_size_tokens "
+                             f"({bs} vs {w.kv_block_size_tokens} in {w.name!r})")
     tagged: list[tuple[float, int, int, tuple[int, ...], int, int, int]] = []
     hash_offset = 0
     session_offset = 0

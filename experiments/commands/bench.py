@@ -61,5 +61,6 @@ def run(args: argparse.Namespace) -> int:
               f"pool {config.pool.num_gpus} GPUs ({config.pool.composition}); median of {args.repeat} runs")
         print(f"{'policy':22s} {'wall s':>8s} {'req/s':>10s} {'sim/wall':>10s} {'peak MiB':>9s}")
         for r in rows:
-            print(f"{r['policy']:22s} {r['wall_time_s']:8.3f} {r['requests_per_wall_s']:10.0f} {r['sim_over_wall']:10.0f} {r['peak_traced_memory_mib']:9.1f}")
+            print(f"{r['policy']:22s} {r['wall_time_s']:8.3f} {r['requests_per_wall_s']:10.0f} "
+                  f"{r['sim_over_wall']:10.0f} {r['peak_traced_memory_mib']:9.1f}")
     return 0

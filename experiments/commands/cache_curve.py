@@ -23,9 +23,11 @@ DEFAULT_CAPACITIES = "1000,2000,5000,10000,20000,50000"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", metavar="PATH", required=True, help="trace file (Mooncake JSONL with hash_ids; CSV traces have no prefixes)")
+    p.add_argument("--trace", metavar="PATH", required=True,
+                   help="trace file (Mooncake JSONL with hash_ids; CSV traces have no prefixes)")
     p.add_argument("--capacities", default=DEFAULT_CAPACITIES,
-                   help=f"comma-separated cache capacities [blocks]; the unbounded cache is always added (default {DEFAULT_CAPACITIES})")
+                   help="comma-separated cache capacities [blocks]; the unbounded cache is always added "
+                        f"(default {DEFAULT_CAPACITIES})")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--skip-invalid", action="store_true", help="skip invalid trace lines instead of failing")
 
@@ -109,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     t.add_column("hit rate", justify="right")
     for r in rows:
         cap = r["capacity_blocks"]
-        t.add_row("unbounded" if cap is None else f"{cap:,d}", "-" if cap is None else f"{cap * bs:,d}", f"{r['hit_rate']:.4f}")
+        t.add_row("unbounded" if cap is None else f"{cap:,d}", "-" if cap is None else f"{cap * bs:,d}",
+                  f"{r['hit_rate']:.4f}")
     Console().print(t)
     return 0

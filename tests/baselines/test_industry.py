@@ -147,7 +147,8 @@ def test_tp_cost_form_and_same_slos():
     assert serial > 0
     assert ct.a_s_per_token == pytest.approx(serial + 2 * 48 * 2048 * 2 * 2 * 3 / 4 / link)
     assert ct.b_s_per_token == pytest.approx(co.b_s_per_token - gather)
-    assert ct.b_s_per_token == pytest.approx(cal.kv_bytes_per_token / (prov["datasheet"]["hbm_bandwidth_bytes_per_s"] * prov["efficiency"]["hbm"]))
+    hbm_bytes_per_s = prov["datasheet"]["hbm_bandwidth_bytes_per_s"] * prov["efficiency"]["hbm"]
+    assert ct.b_s_per_token == pytest.approx(cal.kv_bytes_per_token / hbm_bytes_per_s)
     # without provenance all of a is taken as the all-gather (a pure-link calibration)
     bare = TensorParallelCostForm()(replace(cal, provenance={}))
     assert bare.coefficients.b_s_per_token == pytest.approx(max(0.0, co.b_s_per_token - co.a_s_per_token))

@@ -21,7 +21,8 @@ def _calibration(blocks_per_gpu: int = 50) -> Calibration:
     """E_C(R, P) = 0.1 + 0.01*R/C + 1e-4*R*(P + (R+1)/2)/C [s]; ``blocks_per_gpu`` blocks of 4 tokens per GPU."""
     return Calibration(
         model="toy", gpu_type="toy",
-        coefficients=CostCoefficients(d_s=0.1, a_s_per_token=0.0, b_s_per_token=0.0, c_s_per_token=0.01, alpha_s_per_pair=1e-4),
+        coefficients=CostCoefficients(d_s=0.1, a_s_per_token=0.0, b_s_per_token=0.0, c_s_per_token=0.01,
+                                      alpha_s_per_pair=1e-4),
         kv_bytes_per_token=1000, gpu_memory_bytes=blocks_per_gpu * BLOCK * 1000, weight_bytes_per_gpu=0,
         activation_reserve_bytes=0, max_prompt_tokens=10_000,
     )
@@ -200,7 +201,8 @@ def test_missed_benefit_is_the_marginal_saving_without_double_counting():
     # no replica: the missed benefit along the path telescopes to E_2(L,0) - E_2(L-P, P)
     wl = _workload([(1.0, [1, 2, 3, 4, 5])])
     sim = Simulator(wl, SimConfig(pool=POOL), _calibration(10))
-    mgr = GlobalCacheManager(CacheManagerConfig(scan_interval_s=50.0, lambda_=0.0, decay=1.0))  # the trailing scan must not decay
+    # decay=1: the trailing scan must not decay
+    mgr = GlobalCacheManager(CacheManagerConfig(scan_interval_s=50.0, lambda_=0.0, decay=1.0))
     mgr.attach(sim)
     mgr.register_prefix((1, 2, 3))
     sim.workers[2].cache.insert((1, 2, 3))
@@ -263,7 +265,8 @@ def test_registry_policy_and_same_seed_identical():
     assert spec.name == "vertumnus-global-cache"
     assert any(isinstance(a, GlobalCacheManager) for a in spec.make_attachments())
     wl = _workload([(0.1 * k, [k % 3, 10 + k % 5, 20 + k]) for k in range(60)])
-    cfg = CacheManagerConfig(scan_interval_s=1.0, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.5, reclaim_threshold=0.2)
+    cfg = CacheManagerConfig(scan_interval_s=1.0, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.5,
+                             reclaim_threshold=0.2)
     custom = with_global_cache(POLICIES["vertumnus"], cfg)
     from experiments.runner import run_policy
 

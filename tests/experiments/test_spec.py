@@ -113,7 +113,8 @@ sweep:
 """)
     cells = load_spec(p).resolve()
     assert len(cells) == 2 * 2 + 2 * 1
-    assert {(c.config.slo.slo_scale, c.policy) for c in cells} == {(2.0, "least-work"), (2.0, "round-robin"), (4.0, "round-robin")}
+    assert {(c.config.slo.slo_scale, c.policy) for c in cells} == {(2.0, "least-work"), (2.0, "round-robin"),
+                                                                   (4.0, "round-robin")}
     assert {c.config.cache_capacity_scale for c in cells} == {0.5, 1.0}
     assert all(dict(c.axes)["seed"] == 3 and c.config.seed == 3 for c in cells)
     # a listed cell may not override a grid axis

@@ -187,4 +187,5 @@ def test_policy_parameters_are_sweepable(tmp_path):
             params = json.loads((d / "cell.json").read_text())["policy_params"]
             assert set(params) == {"beta", "lambda"}
     with pytest.raises(SpecError, match="vertumnus.gamma"):
-        load_spec(write_spec(tmp_path, "name: x\nworkload: {name: tool-agent}\npolicies: [vertumnus]\nsweep: {grid: {vertumnus.gamma: [1]}}\n", "bad.yaml"))
+        load_spec(write_spec(tmp_path, "name: x\nworkload: {name: tool-agent}\npolicies: [vertumnus]\n"
+                             "sweep: {grid: {vertumnus.gamma: [1]}}\n", "bad.yaml"))

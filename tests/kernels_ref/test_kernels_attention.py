@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels_ref.attention import (INVALID_POSITION, attention_with_lse, bottom_right_causal_mask, expand_kv_heads,
-                                   masked_attention, merge_partials, reference_attention)
+                                   merge_partials, reference_attention)
 from kernels_ref.cp_attention import (ring_attention, shard_new_tokens, shard_prefix, unshard_new_tokens,
                                       zigzag_allgather_attention)
 from kernels_ref.layer import LayerConfig, PrefillDecoderLayer
@@ -40,7 +40,8 @@ def _naive(q, k, v):
     return out
 
 
-@given(r=st.integers(1, 9), p=st.integers(0, 9), hkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]), seed=st.integers(0, 99))
+@given(r=st.integers(1, 9), p=st.integers(0, 9), hkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]),
+       seed=st.integers(0, 99))
 @settings(max_examples=15, deadline=None)
 def test_reference_matches_row_by_row_loop(r, p, hkv, group, seed):
     q, k, v = _qkv(r, p, hkv * group, hkv, 4, seed)
@@ -53,12 +54,15 @@ def test_mask_is_bottom_right_and_sdpa_is_causal_is_top_left():
     assert m.sum(dim=1).tolist() == [7, 8] and int(m.sum()) == 15
     q, k, v = _qkv(5, 7, 2, 2, 8, seed=0)
     ref = reference_attention(q, k, v)
-    sd = lambda **kw: F.scaled_dot_product_attention(q.permute(1, 0, 2), k.permute(1, 0, 2), v.permute(1, 0, 2), **kw).permute(1, 0, 2)  # noqa: E731
+
+    def sd(q=q, k=k, v=v, **kw):  # SDPA in [tokens, heads, dim] layout
+        q, k, v = (t.permute(1, 0, 2) for t in (q, k, v))
+        return F.scaled_dot_product_attention(q, k, v, **kw).permute(1, 0, 2)
+
     torch.testing.assert_close(sd(attn_mask=bottom_right_causal_mask(5, 7)), ref, atol=1e-12, rtol=1e-12)
     assert (sd(is_causal=True) - ref).abs().max() > 1e-2  # top-left alignment is wrong with a prefix
     q0, k0, v0 = _qkv(5, 0, 2, 2, 8, seed=1)  # without a prefix the two alignments coincide
-    torch.testing.assert_close(F.scaled_dot_product_attention(q0.permute(1, 0, 2), k0.permute(1, 0, 2), v0.permute(1, 0, 2), is_causal=True).permute(1, 0, 2),
-                               reference_attention(q0, k0, v0), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(sd(q0, k0, v0, is_causal=True), reference_attention(q0, k0, v0), atol=1e-12, rtol=1e-12)
 
 
 def test_gqa_equals_explicitly_repeated_heads():
@@ -93,8 +97,8 @@ def test_lse_merge_of_disjoint_key_sets_equals_full_attention():
     out = torch.zeros(9, 4, 8, dtype=torch.float64)
     lse = torch.full((9, 4), float("-inf"), dtype=torch.float64)
     for idx in parts:
-        o, l = attention_with_lse(q, k[idx], v[idx], qp, kp[idx])
-        out, lse = merge_partials(out, lse, o, l)
+        o, part_lse = attention_with_lse(q, k[idx], v[idx], qp, kp[idx])
+        out, lse = merge_partials(out, lse, o, part_lse)
     full, full_lse = attention_with_lse(q, k, v, qp, kp)
     torch.testing.assert_close(out, full, atol=1e-13, rtol=1e-13)
     torch.testing.assert_close(lse, full_lse, atol=1e-13, rtol=1e-13)
@@ -163,7 +167,8 @@ def test_single_rank_kernels_without_process_group(kernel, r, p):
     if kernel == "ring":
         res = ring_attention(*args, count_pairs=True, block_tokens=3)
     else:
-        res = zigzag_allgather_attention(*args, impl="sdpa" if kernel.endswith("sdpa") else "matmul", count_pairs=True, block_tokens=3)
+        res = zigzag_allgather_attention(*args, impl="sdpa" if kernel.endswith("sdpa") else "matmul", count_pairs=True,
+                                         block_tokens=3)
     torch.testing.assert_close(unshard_new_tokens([res.out], lay), reference_attention(q, k, v), atol=1e-12, rtol=1e-12)
     assert res.pairs == lay.total_pairs()
 

@@ -87,7 +87,8 @@ def _poisson_workload(rate_rps: float, duration_s: float, seed: int, L: int = 20
     t = np.cumsum(rng.exponential(1.0 / rate_rps, int(rate_rps * duration_s * 1.2) + 10))
     t = t[t < duration_s]
     nb = -(-L // 512)
-    reqs = tuple(Request(i, float(x), L, 10, tuple(range(1_000_000 + i * nb, 1_000_000 + (i + 1) * nb))) for i, x in enumerate(t))
+    reqs = tuple(Request(i, float(x), L, 10, tuple(range(1_000_000 + i * nb, 1_000_000 + (i + 1) * nb)))
+                 for i, x in enumerate(t))
     return Workload("poisson", reqs, kv_block_size_tokens=512)
 
 
@@ -154,7 +155,8 @@ def test_lockout_delays_the_opposite_operation_on_the_same_gpus(dwell_s):
     merges = [o for o in ops if o["kind"] == "merge"]
     assert splits and merges and splits[0]["start_s"] == pytest.approx(40.0)
     gap = min(m["start_s"] - s["start_s"] for s in splits for m in merges
-              if set(range(m["first_gpu"], m["first_gpu"] + 2 * m["old_degree"])) & set(range(s["first_gpu"], s["first_gpu"] + s["old_degree"])))
+              if set(range(m["first_gpu"], m["first_gpu"] + 2 * m["old_degree"]))
+              & set(range(s["first_gpu"], s["first_gpu"] + s["old_degree"])))
     if dwell_s:
         assert gap >= dwell_s
     else:

@@ -160,7 +160,8 @@ def _random_run(seed: int, calibration, num_ops: int):
                 violations.append(("gpu count", sim.num_gpus_in_use()))
         orig(w)
     sim._start_step = checked_start
-    sim.dispatch_listeners.append(lambda s, r, w: w.state == WorkerState.ACTIVE or violations.append(("dispatch", w.worker_id)))
+    sim.dispatch_listeners.append(
+        lambda s, r, w: w.state == WorkerState.ACTIVE or violations.append(("dispatch", w.worker_id)))
     sim.finish_listeners.append(lambda s, batch, w: finished.extend(r.request_id for r in batch))
 
     def do_op(_):

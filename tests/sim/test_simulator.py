@@ -114,7 +114,8 @@ requests_strategy = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(requests_strategy, st.sampled_from(sorted(POLICIES)), st.sampled_from(["cp1x8", "cp2x4", "cp4x2", "cp2x2,cp1x4", "cp4x1,cp2x1,cp1x2"]),
+@given(requests_strategy, st.sampled_from(sorted(POLICIES)),
+       st.sampled_from(["cp1x8", "cp2x4", "cp4x2", "cp2x2,cp1x4", "cp4x1,cp2x1,cp1x2"]),
        st.integers(1, 50), st.one_of(st.none(), st.floats(5, 80)))
 def test_conservation_properties(simple_calibration, reqs, policy, composition, budget_blocks, horizon):
     # requests share prefixes drawn from 4 "documents" so caches get hits and evictions

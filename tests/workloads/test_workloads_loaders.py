@@ -167,7 +167,8 @@ def test_reblocking_mooncake(traces_dir):
 
 
 def _line(ts=0, length=1000, out=10, hashes=None, **drop):
-    obj = {"timestamp": ts, "input_length": length, "output_length": out, "hash_ids": hashes if hashes is not None else list(range(-(-length // 512)))}
+    obj = {"timestamp": ts, "input_length": length, "output_length": out,
+           "hash_ids": hashes if hashes is not None else list(range(-(-length // 512)))}
     for k in drop:
         obj.pop(k)
     return json.dumps(obj)

@@ -98,7 +98,9 @@ def test_split_by_time():
     assert ev.requests[0].arrival_time_s == 0.0 and ev.requests[0].num_prompt_tokens == 630
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"eval_fraction": 0.5, "split_time_s": 3.0}, {"eval_fraction": 0.0}, {"eval_fraction": 1.0}, {"split_time_s": 0.0}, {"split_time_s": 1e9}, {"eval_fraction": math.nan}])
+@pytest.mark.parametrize("kwargs", [{}, {"eval_fraction": 0.5, "split_time_s": 3.0}, {"eval_fraction": 0.0},
+                                    {"eval_fraction": 1.0}, {"split_time_s": 0.0}, {"split_time_s": 1e9},
+                                    {"eval_fraction": math.nan}])
 def test_split_invalid(kwargs):
     with pytest.raises(ValueError):
         split(_toy(50), **kwargs)
