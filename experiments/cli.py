@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -123,16 +124,31 @@ def normalize_argv(argv: list[str]) -> list[str]:
     return argv[:i + 1] + [_BARE_GROUP_DEFAULT[argv[i]]] + rest
 
 
-def _raised_by_cpgym(exc: BaseException) -> bool:
-    """Whether the innermost frame of ``exc``'s traceback is in one of cpgym's own packages."""
+def _origin_file(exc: BaseException) -> str | None:
+    """The source file of the frame that raised ``exc``: the innermost frame of its traceback, or,
+    for an exception re-raised from a ``concurrent.futures`` worker process, the innermost frame of
+    the worker's traceback (kept as text in ``exc.__cause__.tb``)."""
+    remote = getattr(exc.__cause__, "tb", None)
+    if isinstance(remote, str):
+        files = re.findall(r'File "([^"]+)", line \d+', remote)
+        if files:
+            return files[-1]
     tb = exc.__traceback__
     if tb is None:
-        return True
+        return None
     while tb.tb_next is not None:
         tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename
+
+
+def _raised_by_cpgym(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by code in one of cpgym's own packages (see :func:`_origin_file`)."""
+    origin = _origin_file(exc)
+    if origin is None:
+        return True
     root = Path(__file__).resolve().parent.parent
     try:
-        rel = Path(tb.tb_frame.f_code.co_filename).resolve().relative_to(root)
+        rel = Path(origin).resolve().relative_to(root)
     except ValueError:
         return False
     return rel.parts[0] in _OWN_PACKAGES

@@ -1,4 +1,4 @@
-"""``cpgym bench``: simulator speed — simulated requests per wall-second, simulated time per
+"""``cpgym bench sim`` (alias: ``cpgym bench``): simulator speed — simulated requests per wall-second, simulated time per
 wall time and peak memory, per policy, measured side by side in one process."""
 
 from __future__ import annotations

@@ -86,3 +86,29 @@ def test_unexpected_exception_types_propagate(monkeypatch):
     monkeypatch.setattr(bench, "run", buggy)
     with pytest.raises(KeyError):
         main(["bench", "sim"])
+
+
+def _in_worker_process(fn, *args):
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def test_input_error_raised_in_a_worker_process_stays_one_line(monkeypatch, capsys):
+    """compare --jobs / sweep run cells in worker processes: cpgym's own validation there is still an input error."""
+    import experiments.commands.bench as bench
+    from experiments.commands.kernels import parse_int_list
+
+    monkeypatch.setattr(bench, "run", lambda args: _in_worker_process(parse_int_list, "a,b", "--degrees"))
+    assert main(["bench", "sim"]) == 2
+    err = capsys.readouterr().err
+    assert err == "cpgym bench sim: error: --degrees must be comma-separated integers, got 'a,b'\n"
+
+
+def test_library_error_raised_in_a_worker_process_propagates(monkeypatch):
+    import experiments.commands.bench as bench
+
+    monkeypatch.setattr(bench, "run", lambda args: _in_worker_process(statistics.quantiles, [1.0]))
+    with pytest.raises(statistics.StatisticsError):
+        main(["bench", "sim"])
