@@ -92,6 +92,20 @@ class PoolConfig:
             raise ValueError(f"worker cp{degree}@{first_gpu} crosses a node boundary (nodes of {self.gpus_per_node} GPUs)")
 
 
+    def check_weight_shard(self, weight_shard_gpus: int) -> None:
+        """Raises ValueError unless every worker degree the pool allows holds whole weight shard
+        groups: the smallest supported degree must be >= G and a multiple of G (then so is every
+        supported degree, all powers of two). A CP-2G worker is then two G-groups joined at the
+        attention level, so split and merge never move weights
+        (``Calibration.weight_shard_gpus``; kernels_ref/roofline.py, weight placement)."""
+        g = weight_shard_gpus
+        if self.min_degree < g or self.min_degree % g:
+            raise ValueError(
+                f"the model's weights are sharded over G = {g} GPUs (calibration weight_shard_gpus), but the pool supports "
+                f"CP degree {self.min_degree}: every supported degree must be a multiple of {g} "
+                f"(e.g. --supported-degrees {','.join(str(d) for d in self.supported_degrees if d >= g and d % g == 0) or g})")
+
+
 def resolve_composition(composition: str, pool: PoolConfig) -> list[tuple[int, int]]:
     """Parses and places a composition string; see the module docstring for the forms.
 
