@@ -772,6 +772,7 @@ def build_calibration_dict(model: ModelSpec, gpu: GpuSpec, efficiency: Efficienc
     ``activation_reserve_bytes`` as :func:`memory_fields`. Raises ValueError as
     :func:`memory_fields` / :func:`roofline_coefficients`.
     """
+    gpu.peak_flops_per_s(model.dtype)  # fail first on a GPU without the model's weight dtype
     memory = memory_fields(model, gpu, weight_shard_gpus, activation_reserve_bytes)
     g = memory["weight_shard_gpus"]
     coeff = roofline_coefficients(model, gpu, efficiency, overhead_s, cp_serial_fraction, g)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Paper §9: 40 of the 64 H20-3e GPUs form the prefill pool, 8 GPUs per node; Qwen3 uses CP {2, 4}.
+# Paper §9: 40 of the 64 H20-3e GPUs form the prefill pool, 8 GPUs per node; Qwen3 uses CP {2, 4},
+# DeepSeek {4, 8} (its weights are sharded over a group of GPUs: PoolConfig.check_weight_shard).
 # The default mix keeps 24 GPUs in six CP-4 workers (long prompts) and 16 GPUs in eight CP-2
 # workers (short prompts, more independent lanes): 14 workers.
 DEFAULT_COMPOSITION = "cp4x6,cp2x8"
@@ -52,7 +53,7 @@ class PoolConfig:
     composition: str = DEFAULT_COMPOSITION
     supported_degrees: tuple[int, ...] = (1, 2, 4, 8)
     allow_cross_node: bool = False
-    gpu_type: str = "H20"
+    gpu_type: str = "H20-3e"
 
     def __post_init__(self) -> None:
         if self.num_gpus < 1:
