@@ -165,7 +165,8 @@ class GpuSpec:
         """
         if dtype == "float8":
             if not self.peak_fp8_flops_per_s:
-                raise ValueError(f"GPU {self.name} has no FP8 tensor cores (peak_fp8_flops_per_s = 0); an FP8 model cannot run on it")
+                raise ValueError(f"GPU {self.name} has no FP8 tensor cores (peak_fp8_flops_per_s = 0); "
+                                 "an FP8 model cannot run on it")
             return self.peak_fp8_flops_per_s
         return self.peak_bf16_flops_per_s
 
@@ -264,7 +265,8 @@ class ModelSpec:
             if getattr(self, key) not in _DTYPE_BYTES:
                 raise ValueError(f"model {self.name}: {key} must be one of {sorted(_DTYPE_BYTES)}, got {getattr(self, key)!r}")
         if self.attention == "gqa" and self.num_q_heads % self.num_kv_heads:
-            raise ValueError(f"model {self.name}: num_q_heads {self.num_q_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+            raise ValueError(f"model {self.name}: num_q_heads {self.num_q_heads} is not a multiple of "
+                             f"num_kv_heads {self.num_kv_heads}")
         if self.num_experts and not (0 < self.num_experts_per_token <= self.num_experts):
             raise ValueError(f"model {self.name}: num_experts_per_token must be in [1, num_experts]")
         if self.attention == "csa_hca":
@@ -753,10 +755,13 @@ COEFFICIENT_MAPPING = {
                      "+ attention_flops_per_token / (peak_bf16 * eff_compute) + moe_all_to_all_s_per_token",
     "alpha_s_per_pair": "attention_flops_per_pair / (peak_bf16 * eff_compute)  [gqa/mla: 2 * layers * q_heads * "
                         "(qk_head_dim + v_head_dim); csa_hca: compressed part, kernels_ref/roofline.py docstring]",
-    "a_s_per_token": "cp_serial_fraction * 2 * active_non_embedding_params / (peak_flops(weight dtype) * eff_compute) + kv_bytes_per_token / (link_bandwidth * eff_link)  [CP-undivided share of per-token work + KV all-gather of new tokens, (C-1)/C <= 1]",
+    "a_s_per_token": "cp_serial_fraction * 2 * active_non_embedding_params / (peak_flops(weight dtype) * eff_compute) "
+                     "+ kv_bytes_per_token / (link_bandwidth * eff_link)  "
+                     "[CP-undivided share of per-token work + KV all-gather of new tokens, (C-1)/C <= 1]",
     "b_s_per_token": "kv_bytes_per_token / (hbm_bandwidth * eff_hbm) + kv_bytes_per_token / (link_bandwidth * eff_link)",
     "d_s": "overhead_s (assumed fixed per-step overhead)",
-    "moe_all_to_all_s_per_token": "moe_layers * top_k * hidden * (1 B FP8 dispatch + 2 B BF16 combine) * (G-1)/G / (link_bandwidth * eff_link)",
+    "moe_all_to_all_s_per_token": "moe_layers * top_k * hidden * (1 B FP8 dispatch + 2 B BF16 combine) * (G-1)/G "
+                                  "/ (link_bandwidth * eff_link)",
 }
 
 
@@ -831,4 +836,5 @@ def build_calibration(model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency = E
     """Like :func:`build_calibration_dict` but returns a validated ``envs.sim.cost_model.Calibration``."""
     from envs.sim.cost_model import Calibration  # lazy: envs.sim may import this module
 
-    return Calibration.from_dict(build_calibration_dict(model, gpu, efficiency, **kwargs), source=f"roofline {model.name}/{gpu.name}")
+    data = build_calibration_dict(model, gpu, efficiency, **kwargs)
+    return Calibration.from_dict(data, source=f"roofline {model.name}/{gpu.name}")

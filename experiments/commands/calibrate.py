@@ -26,14 +26,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help=f"model preset: {', '.join(roofline.MODELS)}")
     p.add_argument("--gpu", required=True, help=f"GPU preset: {', '.join(roofline.GPUS)}")
     p.add_argument("--efficiency", type=float, default=None,
-                   help=f"fraction of the datasheet peaks reached, for compute, HBM and link (default {roofline.DEFAULT_EFFICIENCY})")
+                   help="fraction of the datasheet peaks reached, for compute, HBM and link "
+                        f"(default {roofline.DEFAULT_EFFICIENCY})")
     p.add_argument("--compute-efficiency", type=float, default=None, help="override --efficiency for tensor-core FLOP/s")
     p.add_argument("--hbm-efficiency", type=float, default=None, help="override --efficiency for HBM bandwidth")
     p.add_argument("--link-efficiency", type=float, default=None, help="override --efficiency for the intra-node link")
     p.add_argument("--overhead-s", type=float, default=roofline.DEFAULT_OVERHEAD_S,
                    help=f"fixed per-step overhead d [s] (default {roofline.DEFAULT_OVERHEAD_S})")
     p.add_argument("--cp-serial-fraction", type=float, default=roofline.DEFAULT_CP_SERIAL_FRACTION,
-                   help="share of per-token linear work that CP does not divide across ranks (default 0.15; see kernels_ref/roofline.py)")
+                   help="share of per-token linear work that CP does not divide across ranks "
+                        "(default 0.15; see kernels_ref/roofline.py)")
     p.add_argument("--activation-reserve-gb", type=float, default=None,
                    help="HBM kept per GPU for activations, workspaces and CUDA graphs [GB] (default: SGLang's default "
                         "reservation for the GPU and shard group, e.g. 14.09 GB on an H20-3e with G = 1)")
@@ -133,10 +135,12 @@ def run(args: argparse.Namespace) -> int:
           f"hand-off at 25 GB/s {1e3 * report[f'kv_handoff_time_s_{n}_at_25GBps']:.1f} ms")
     print(f"  prefill {n} tokens  {report[f'prefill_time_s_{n}']:.3f} s compute-bound; cost model E_1 = "
           f"{report[f'predicted_service_time_s_{n}_C1']:.3f} s")
-    print(f"  params              {model.total_params() / 1e9:.2f} B total, {model.active_non_embedding_params() / 1e9:.2f} B active non-embedding")
+    print(f"  params              {model.total_params() / 1e9:.2f} B total, "
+          f"{model.active_non_embedding_params() / 1e9:.2f} B active non-embedding")
     for key, value in data["coefficients"].items():
         print(f"  {key:<20}{value:.6g}")
-    print(f"  memory              {cal.gpu_memory_bytes / 1e9:g} GB HBM per rank: weights {cal.weight_bytes_per_gpu / 1e9:.2f} GB "
+    print(f"  memory              {cal.gpu_memory_bytes / 1e9:g} GB HBM per rank: "
+          f"weights {cal.weight_bytes_per_gpu / 1e9:.2f} GB "
           f"(shard group G = {cal.weight_shard_gpus}), reserve {cal.activation_reserve_bytes / 1e9:.2f} GB, "
           f"KV {cal.kv_bytes_per_gpu / 1e9:.2f} GB = {cal.kv_capacity_tokens(1)} tokens = "
           f"{cal.kv_capacity_blocks(1, block)} blocks of {block}")

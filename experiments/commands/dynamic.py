@@ -74,7 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--k-windows", type=int, default=2, help="consecutive windows before a change (default 2)")
     g.add_argument("--switch-s", type=float, default=0.5, help="switch time at the common step boundary [s] (default 0.5, paper: < 1 s)")
     g.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    g.add_argument("--calibration", metavar="FILE", help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
+    g.add_argument("--calibration", metavar="FILE",
+                   help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--plot", metavar="PNG", help="write worker composition over time above TTFT over time")
     p.add_argument("--out-dir", metavar="DIR", help="also write dynamic.json and CSV tables (policies, phases, operations, "

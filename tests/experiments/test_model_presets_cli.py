@@ -19,7 +19,8 @@ def _calibration(name: str) -> str:
     ("deepseek-v3__h20-3e.json", "8", "cp8x5", 8),                     # 671B FP8 needs G = 8 on 141 GB
 ])
 def test_deepseek_presets_simulate_on_the_h20_3e_pool(capsys, name, degrees, composition, shard):
-    assert json.loads(open(_calibration(name)).read())["weight_shard_gpus"] == shard
+    with open(_calibration(name)) as f:
+        assert json.load(f)["weight_shard_gpus"] == shard
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "10", "--policy", "least-work",
                  "--calibration", _calibration(name), "--supported-degrees", degrees, "--pool-composition", composition,
                  "--format", "json"]) == 0

@@ -12,7 +12,8 @@ import pytest
 from kernels_ref import roofline
 from kernels_ref.roofline import Efficiency, get_gpu, get_model
 
-SHIPPED = [("Qwen3-30B-A3B", "H20-3e"), ("Qwen3-30B-A3B", "H20"), ("DeepSeek-V3", "H20-3e"), ("DeepSeek-V4-Flash-FP8", "H20-3e")]
+SHIPPED = [("Qwen3-30B-A3B", "H20-3e"), ("Qwen3-30B-A3B", "H20"), ("DeepSeek-V3", "H20-3e"),
+           ("DeepSeek-V4-Flash-FP8", "H20-3e")]
 
 
 def test_qwen3_8b_kv_figures_match_published():
@@ -148,7 +149,8 @@ def test_shard_group_changes_only_the_expert_share_and_the_all_to_all():
     a2a = 43 * 6 * 4096 * 3 / 450e9
     assert c4.c_s_per_token - c1.c_s_per_token == pytest.approx(a2a * 3 / 4, rel=1e-9)
     assert c8.c_s_per_token - c1.c_s_per_token == pytest.approx(a2a * 7 / 8, rel=1e-9)
-    assert (c4.a_s_per_token, c4.b_s_per_token, c4.alpha_s_per_pair) == (c1.a_s_per_token, c1.b_s_per_token, c1.alpha_s_per_pair)
+    for field in ("a_s_per_token", "b_s_per_token", "alpha_s_per_pair"):
+        assert getattr(c4, field) == getattr(c1, field)
 
 
 def test_fp8_weights_use_the_fp8_peak_and_attention_the_bf16_peak():
@@ -182,8 +184,8 @@ def test_v4_flash_compressed_attention_work_term():
     assert m.attention_flops_per_pair() < dense / 50  # ~1/53
     # exact for a long suffix: R new tokens over P cached cost token_flops * R + pair_flops * W(R, P)
     r, p = 4096, 65536
-    assert m.prefill_flops(r, p) == pytest.approx(
-        (m.linear_flops_per_token() + m.attention_flops_per_token()) * r + m.attention_flops_per_pair() * (r * p + r * (r + 1) // 2))
+    per_token = m.linear_flops_per_token() + m.attention_flops_per_token()
+    assert m.prefill_flops(r, p) == pytest.approx(per_token * r + m.attention_flops_per_pair() * (r * p + r * (r + 1) // 2))
     # compressed KV cache: per CSA layer (512 + 128) / 4 and per HCA layer 512 / 128 FP8 elements per token
     assert m.kv_bytes_per_token() == 21 * 640 // 4 + 20 * 512 // 128
 
@@ -204,8 +206,10 @@ def test_attention_kind_without_a_work_term_is_refused():
     (lambda: get_model("llama"), "unknown model"),
     (lambda: Efficiency(compute=0.0), "efficiency compute"),
     (lambda: roofline.roofline_coefficients(get_model("Qwen3-8B"), get_gpu("H20"), overhead_s=-1), "overhead_s"),
-    (lambda: roofline.memory_fields(get_model("Qwen3-8B"), get_gpu("H20"), activation_reserve_bytes=-1), "activation_reserve_bytes"),
-    (lambda: roofline.default_activation_reserve_bytes(roofline.GpuSpec("small", 1e12, 1e12, 40_000_000_000, 1e11, "t")), "60 GiB"),
+    (lambda: roofline.memory_fields(get_model("Qwen3-8B"), get_gpu("H20"), activation_reserve_bytes=-1),
+     "activation_reserve_bytes"),
+    (lambda: roofline.default_activation_reserve_bytes(roofline.GpuSpec("small", 1e12, 1e12, 40_000_000_000, 1e11, "t")),
+     "60 GiB"),
 ])
 def test_bad_input_raises_value_error(call, match):
     with pytest.raises(ValueError, match=match):
@@ -226,7 +230,8 @@ def test_shipped_calibrations_equal_roofline_output(model, gpu):
 def test_default_calibration_is_the_paper_model_on_the_paper_gpu():
     from envs.sim.cost_model import DEFAULT_CALIBRATION
 
-    assert DEFAULT_CALIBRATION == roofline.calibration_file_name(get_model(roofline.DEFAULT_MODEL), get_gpu(roofline.DEFAULT_GPU))
+    default = roofline.calibration_file_name(get_model(roofline.DEFAULT_MODEL), get_gpu(roofline.DEFAULT_GPU))
+    assert DEFAULT_CALIBRATION == default
     assert (roofline.DEFAULT_MODEL, roofline.DEFAULT_GPU) == ("Qwen3-30B-A3B", "H20-3e")
 
 

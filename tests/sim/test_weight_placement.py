@@ -25,7 +25,7 @@ def _shard_groups_of(sim, g: int) -> dict[int, int]:
     """GPU shard group index -> id of the worker holding it; fails if a group straddles workers."""
     owner = {}
     for w in sim.workers.values():
-        assert w.first_gpu % g == 0 and w.degree % g == 0, f"worker {w.worker_id} cp{w.degree}@{w.first_gpu} splits a G={g} group"
+        assert w.first_gpu % g == 0 and w.degree % g == 0, f"cp{w.degree}@{w.first_gpu} splits a G={g} group"
         for k in range(w.first_gpu // g, (w.first_gpu + w.degree) // g):
             owner[k] = w.worker_id
     return owner
