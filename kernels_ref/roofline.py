@@ -17,7 +17,7 @@ over all layers, :meth:`ModelSpec.kv_bytes_per_token`)::
             + moe_all_to_all_s_per_token                                    [s/token]
             (the last two are 0 for dense-pair attention and for G = 1; see below)
     alpha = attention_flops_per_pair / (peak_attn * eff_compute)            [s/pair]
-            (= 4 * layers * q_heads * head_dim / (peak * eff_compute) for GQA)
+            (= 4 * layers * q_heads * head_dim / (peak_attn * eff_compute) for GQA)
     a     = f_serial * 2 * active_non_embedding_params / (peak * eff_compute)
             + kv / (link * eff_link)                                        [s/token]
             The first term is the share ``f_serial`` (``cp_serial_fraction``, default 0.15) of
@@ -467,11 +467,13 @@ GPUS: dict[str, GpuSpec] = {
         peak_fp8_flops_per_s=296e12),
     "H20-3e": GpuSpec(
         "H20-3e", 148e12, 4.8e12, 141_000_000_000, 900e9,
-        "H20-3e (paper §9 testbed GPU): the 141 GB HBM3e version of the H20 (H20 sold in 96 GB and 141 GB "
-        "configurations, apetops-us.com/help/ai-293-h20-different-memory-versions-...); NVIDIA publishes no "
-        "datasheet. Compute and NVLink as H20 (148 TFLOP/s dense BF16, 296 dense FP8, 900 GB/s; same GH100 die "
-        "and SM count); 4.8 TB/s is the bandwidth of the same six-stack 141 GB HBM3e configuration on the H200 "
-        "(NVIDIA H200 datasheet; AnandTech, 'NVIDIA at SC23: H200'), an assumption for the H20-3e",
+        "H20-3e (paper §9 testbed GPU): the 141 GB HBM3e version of the H20 (the H20 is sold with 96 GB and with "
+        "141 GB, https://www.apetops-us.com/help/ai-293-h20-different-memory-versions-a-deep-analysis-of-performance-"
+        "differences-and-large-model-adaptability); NVIDIA publishes no datasheet for either. Compute and NVLink as "
+        "the H20 (148 TFLOP/s dense FP16/BF16, 296 TFLOP/s dense INT8/FP8 as reported e.g. at "
+        "https://zangshuxian.com/new/674733024499207168, NVLink 900 GB/s; same GH100 die and SM count); 4.8 TB/s is "
+        "the bandwidth of the same six-stack 141 GB HBM3e configuration on the H200 (NVIDIA H200 datasheet; "
+        "AnandTech, 'NVIDIA at SC23: H200 accelerator with HBM3e'), an assumption for the H20-3e",
         peak_fp8_flops_per_s=296e12),
     "A100-80GB": GpuSpec(
         "A100-80GB", 312e12, 2.039e12, 80_000_000_000, 600e9,
@@ -529,9 +531,11 @@ MODELS: dict[str, ModelSpec] = {
         attention="csa_hca", qk_rope_head_dim=64, q_lora_rank=1024, o_lora_rank=1024, o_groups=8,
         compress_ratios=_V4_FLASH_COMPRESS_RATIOS, csa_compress_ratio=4, sliding_window=128,
         index_topk=512, index_n_heads=64, index_head_dim=128, dtype="float8", kv_dtype="float8",
-        source="public config of huggingface.co/deepseek-ai/DeepSeek-V4-Flash (config.json as quoted in public code: "
-               "github.com search 'DeepseekV4ForCausalLM' snapshots, e.g. a V4-Flash benchmark shape module and the "
-               "vllm-ascend PTO CSA validator): num_hidden_layers 43, hidden_size 4096, 64 heads, 1 KV head, "
+        source="public config huggingface.co/deepseek-ai/DeepSeek-V4-Flash/blob/main/config.json, as quoted verbatim "
+               "in public code (a V4-Flash benchmark-shape module's snapshot of that file; a vllm-ascend CSA kernel "
+               "validator; the GGUF drafter config of the DSpark model) and summarised by "
+               "docs.nvidia.com/nemo/automodel (43-layer all-MoE, 256 routed + 1 shared expert, top-6, SWA/CSA/HCA by "
+               "compress_ratios) and docs.vultr.com/models/deepseek-v4 (4096 hidden, 64 heads): num_hidden_layers 43, hidden_size 4096, 64 heads, 1 KV head, "
                "head_dim 512, qk_rope_head_dim 64, q_lora_rank 1024, o_lora_rank 1024, o_groups 8, 256 routed experts, "
                "top-6, 1 shared, moe_intermediate_size 2048, sliding_window 128, index_topk 512, index_n_heads 64, "
                "index_head_dim 128, compress_ratios [0, 0, 4, 128, ..., 4] (+ MTP), vocab 129280, "
