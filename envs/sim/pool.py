@@ -92,7 +92,6 @@ class PoolConfig:
         if not self.allow_cross_node and first_gpu // self.gpus_per_node != (first_gpu + degree - 1) // self.gpus_per_node:
             raise ValueError(f"worker cp{degree}@{first_gpu} crosses a node boundary (nodes of {self.gpus_per_node} GPUs)")
 
-
     def check_weight_shard(self, weight_shard_gpus: int) -> None:
         """Raises ValueError unless every worker degree the pool allows holds whole weight shard
         groups: the smallest supported degree must be >= G and a multiple of G (then so is every
@@ -104,7 +103,7 @@ class PoolConfig:
             raise ValueError(
                 f"the model's weights are sharded over G = {g} GPUs (calibration weight_shard_gpus), but the pool supports "
                 f"CP degree {self.min_degree}: every supported degree must be a multiple of {g} "
-                f"(e.g. --supported-degrees {','.join(str(d) for d in self.supported_degrees if d >= g and d % g == 0) or g})")
+                f"(e.g. --supported-degrees {','.join(str(d) for d in self.supported_degrees if d % g == 0) or g})")
 
 
 def resolve_composition(composition: str, pool: PoolConfig) -> list[tuple[int, int]]:
