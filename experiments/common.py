@@ -9,6 +9,7 @@ import math
 import sys
 
 from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
+from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
 from envs.sim.pool import DEFAULT_COMPOSITION
 
 DEFAULT_WORKLOAD = "mixed-default"
@@ -34,7 +35,8 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pool-composition", default=DEFAULT_COMPOSITION,
                    help=f"worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); default {DEFAULT_COMPOSITION}")
     g.add_argument("--supported-degrees", default="1,2,4,8", help="CP degrees a worker may have (default 1,2,4,8)")
-    g.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: shipped Qwen3-30B-A3B on H20, roofline)")
+    g.add_argument("--calibration", metavar="FILE",
+                   help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
     g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
     g.add_argument("--horizon-s", type=float, help="stop at this simulated time; unfinished requests count as SLO misses")
     g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens, help="engine step token budget (default 16384)")

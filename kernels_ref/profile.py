@@ -245,7 +245,9 @@ def build_profile_calibration(samples: list[Sample], fit: FitResult, config: Pro
         "samples": [{"R": s.num_new_tokens, "P": s.num_cached_tokens, "C": s.degree, "time_s": s.time_s,
                      "rel_err": e, "rank_median_s": s.rank_median_s} for s, e in zip(samples, fit.rel_errors)],
         "memory_fields_from": {"method": "roofline", "model": model_spec.name, "gpu": gpu_spec.name,
-                               "dtype": model_spec.dtype, "activation_reserve_fraction": roofline.DEFAULT_ACTIVATION_RESERVE_FRACTION},
+                               "dtype": model_spec.dtype, "weight_shard_gpus": memory["weight_shard_gpus"],
+                               "activation_reserve_bytes": memory["activation_reserve_bytes"],
+                               "activation_reserve_source": roofline.ACTIVATION_RESERVE_SOURCE},
         "note": "coefficients describe the profiled reference layers on this host, not the named model/GPU",
     }
     return {

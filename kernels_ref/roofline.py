@@ -7,13 +7,17 @@ Cost model (paper §2.2 / §3.2, ``../shared/paper/vertumnus-walkthrough.zh.txt`
     E_C(R, P) = d + a*R + b*P + (c*R + alpha*W(R, P)) / C,   W(R, P) = R*P + R*(R + 1)/2
 
 Coefficient mapping used here (all in seconds; ``eff_*`` are the efficiency factors of
-:class:`Efficiency`, ``peak`` the dense BF16 tensor throughput [FLOP/s], ``hbm`` the HBM
+:class:`Efficiency`, ``peak`` the dense tensor throughput [FLOP/s]
+of the weight dtype (``peak_attn`` the BF16 one, used for attention), ``hbm`` the HBM
 bandwidth [B/s], ``link`` the intra-node link bandwidth [B/s], ``kv`` the KV bytes of one token
 over all layers, :meth:`ModelSpec.kv_bytes_per_token`)::
 
-    c     = (1 - f_serial) * 2 * active_non_embedding_params / (peak * eff_compute)   [s/token]
-    alpha = attention_flops_per_pair / (peak * eff_compute)                 [s/pair]
-            (= 4 * layers * q_heads * head_dim / (peak * eff_compute) for GQA)
+    c     = (1 - f_serial) * 2 * active_non_embedding_params / (peak * eff_compute)
+            + attention_flops_per_token / (peak_attn * eff_compute)
+            + moe_all_to_all_s_per_token                                    [s/token]
+            (the last two are 0 for dense-pair attention and for G = 1; see below)
+    alpha = attention_flops_per_pair / (peak_attn * eff_compute)            [s/pair]
+            (= 4 * layers * q_heads * head_dim / (peak_attn * eff_compute) for GQA)
     a     = f_serial * 2 * active_non_embedding_params / (peak * eff_compute)
             + kv / (link * eff_link)                                        [s/token]
             The first term is the share ``f_serial`` (``cp_serial_fraction``, default 0.15) of
@@ -44,12 +48,53 @@ With these rules the published figures are reproduced (tests/kernels_ref/test_ro
 Qwen3-8B BF16 KV = 144 KiB/token, 8192 tokens = 1.125 GiB, hand-off at 25 GB/s = 48.3 ms,
 8192-token prefill 0.856 s on A100 (312 TFLOP/s at 50 %) and 1.81 s on H20 (148 TFLOP/s at 50 %).
 
-Memory fields (CP shards tokens, not weights: every rank holds all weights, as the
-calibration format in envs/sim/cost_model.py states)::
+Weight placement (paper §9 deploys DeepSeek at CP {4, 8}: its weights do not fit one GPU).
+A copy of the weights is spread over a *shard group* of G GPUs inside a worker (expert
+parallel, EP): the routed-expert weights are divided over the G ranks, everything else
+(attention, shared experts, dense MLPs, norms, embeddings) is replicated on every rank, because
+under CP every rank runs all attention heads on its own token shard. A CP-C worker holds C/G
+shard groups joined at the attention level (C a multiple of G), so split and merge never move
+weights (a CP-2G worker is two G-groups). Per rank::
 
-    weight_bytes_per_gpu     = total_params * dtype_bytes
-    activation_reserve_bytes = activation_reserve_fraction (default 10 %) * HBM capacity
+    weight_bytes_per_gpu     = replicated_params * dtype_bytes + routed_expert_params * dtype_bytes / G
+    activation_reserve_bytes = SGLang's default reservation for the GPU (:func:`default_activation_reserve_bytes`)
+    KV bytes per rank        = HBM capacity - weight_bytes_per_gpu - activation_reserve_bytes
     max_prompt_tokens        = the model's served context (Qwen3: 131072 with YaRN x4)
+
+G defaults to the smallest power of two (1, 2, 4, 8; dividing the expert count) whose per-rank
+weights and reserve leave KV memory on the GPU (:func:`default_weight_shard_gpus`). The expert
+all-to-all that EP adds (token dispatch to the ranks holding its top-k experts and the combine
+back, every MoE layer) costs, per token on a rank::
+
+    moe_all_to_all_s_per_token = moe_layers * top_k * hidden * (dispatch_bytes + combine_bytes)
+                                 * (G - 1) / G / (link * eff_link)
+
+with FP8 dispatch (1 B per element) and BF16 combine (2 B), the DeepEP / DeepSeek-V3 scheme
+(DeepSeek-V3 Technical Report, arXiv 2412.19437, §3.2.2 and §3.3.1; github.com/deepseek-ai/DeepEP
+README); (G-1)/G of the top-k experts of a token sit on another rank of its group. A rank holds
+R/C of the new tokens, so the term adds to ``c`` (divided by C). G = 1: no term.
+
+Weight dtype: the weight GEMMs (the ``c`` and ``a`` linear work) run at the tensor-core peak of
+the preset's weight dtype (FP8 models: ``peak_fp8_flops_per_s``), attention (activation x
+activation products, the ``alpha`` and capped-window work) at the BF16 peak.
+
+Attention kinds. ``gqa`` and ``mla`` compute every causal query-key pair: the work is the dense
+pair count W(R, P). ``csa_hca`` (DeepSeek-V4 hybrid attention: every layer attends to a sliding
+window of the last ``sliding_window`` tokens; a layer with compression ratio r > 0 also attends
+to the sequence compressed r:1 -- CSA layers (r = ``csa_compress_ratio``) score all compressed
+entries with a lightning indexer and attend to the top ``index_topk`` of them, HCA layers attend
+to all compressed entries) has its own work term, exact up to the caps, mapped onto the same
+five coefficients (:meth:`ModelSpec.attention_flops_per_pair`,
+:meth:`ModelSpec.attention_flops_per_token`)::
+
+    FLOPs = alpha_flops * W(R, P) + token_flops * R
+    alpha_flops = sum_CSA index_heads * index_head_dim * 2 / r + sum_HCA heads * 2 * (qk + v) / r
+    token_flops = layers * sliding_window * heads * 2 * (qk + v) + CSA layers * index_topk * heads * 2 * (qk + v)
+
+``token_flops`` is an upper bound (a query near the start of the sequence has fewer than
+``sliding_window`` keys and fewer than ``index_topk`` compressed entries); its time joins ``c``.
+Any other attention kind is refused at :class:`ModelSpec` construction: the dense count is never
+assumed silently.
 
 All bandwidths and capacities are datasheet decimal units (1 GB = 1e9 B, 1 TB/s = 1e12 B/s).
 """
@@ -57,15 +102,28 @@ All bandwidths and capacities are datasheet decimal units (1 GB = 1e9 B, 1 TB/s 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 DEFAULT_OVERHEAD_S = 0.015
 DEFAULT_CP_SERIAL_FRACTION = 0.15  # share of per-token linear work CP does not divide (module docstring)
-DEFAULT_ACTIVATION_RESERVE_FRACTION = 0.10
 DEFAULT_EFFICIENCY = 0.5
 REFERENCE_PREFILL_TOKENS = 8192
+REFERENCE_KV_BLOCK_TOKENS = 512  # block size of the Mooncake traces, used for the reported block counts
+
+# The paper's testbed model and GPU (§9: Qwen3-30B-A3B on H20-3e); envs/sim/calibrations holds the file.
+DEFAULT_MODEL = "Qwen3-30B-A3B"
+DEFAULT_GPU = "H20-3e"
+
+ATTENTION_KINDS = ("gqa", "mla", "csa_hca")
+WEIGHT_SHARD_CHOICES = (1, 2, 4, 8)  # at most one 8-GPU node
+# Expert all-to-all element sizes: FP8 dispatch, BF16 combine (DeepSeek-V3 report §3.3.1; DeepEP README).
+MOE_DISPATCH_BYTES_PER_ELEMENT = 1
+MOE_COMBINE_BYTES_PER_ELEMENT = 2
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1}
+_MIB = 2 ** 20
 
 
 @dataclass(frozen=True)
@@ -80,6 +138,8 @@ class GpuSpec:
         link_bandwidth_bytes_per_s: intra-node GPU-GPU link (NVLink) bandwidth as quoted on
             the datasheet (total, both directions) [B/s].
         source: where the numbers come from.
+        peak_fp8_flops_per_s: dense FP8 tensor-core peak [FLOP/s]; 0 = no FP8 tensor cores
+            (A100), and an FP8 model is refused on it.
     """
 
     name: str
@@ -88,11 +148,27 @@ class GpuSpec:
     hbm_capacity_bytes: int
     link_bandwidth_bytes_per_s: float
     source: str
+    peak_fp8_flops_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "hbm_capacity_bytes", "link_bandwidth_bytes_per_s"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"GPU {self.name}: {key} must be > 0, got {getattr(self, key)!r}")
+        if not self.peak_fp8_flops_per_s >= 0:
+            raise ValueError(f"GPU {self.name}: peak_fp8_flops_per_s must be >= 0, got {self.peak_fp8_flops_per_s!r}")
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Dense tensor-core peak for GEMMs with ``dtype`` weights [FLOP/s].
+
+        Raises:
+            ValueError: for ``float8`` on a GPU without FP8 tensor cores.
+        """
+        if dtype == "float8":
+            if not self.peak_fp8_flops_per_s:
+                raise ValueError(f"GPU {self.name} has no FP8 tensor cores (peak_fp8_flops_per_s = 0); "
+                                 "an FP8 model cannot run on it")
+            return self.peak_fp8_flops_per_s
+        return self.peak_bf16_flops_per_s
 
 
 @dataclass(frozen=True)
@@ -120,7 +196,7 @@ class ModelSpec:
     Attributes (HuggingFace ``config.json`` names in brackets):
         name: preset name.
         num_layers [num_hidden_layers], hidden_size, num_q_heads [num_attention_heads],
-        num_kv_heads [num_key_value_heads], head_dim: GQA attention geometry.
+        num_kv_heads [num_key_value_heads], head_dim: attention geometry.
         intermediate_size: dense SwiGLU MLP width (dense layers only).
         vocab_size: embedding rows (the LM head has the same size unless tied).
         num_experts [num_experts / n_routed_experts], num_experts_per_token
@@ -129,10 +205,18 @@ class ModelSpec:
         first_dense_layers [first_k_dense_replace]: leading layers with a dense MLP in a MoE model.
         tie_word_embeddings: LM head shares the embedding matrix.
         qk_norm: per-head RMSNorm on q and k (Qwen3).
-        attention: ``"gqa"`` or ``"mla"`` (DeepSeek multi-head latent attention).
+        attention: one of :data:`ATTENTION_KINDS` (module docstring): ``"gqa"``, ``"mla"``
+            (DeepSeek multi-head latent attention) or ``"csa_hca"`` (DeepSeek-V4 hybrid
+            compressed/sparse attention). Any other kind raises ValueError.
         kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank: MLA geometry
-            (``q_lora_rank == 0``: uncompressed q projection).
-        dtype: weights and KV cache dtype name (``bfloat16``...).
+            (``q_lora_rank == 0``: uncompressed q projection); ``csa_hca`` uses q_lora_rank and
+            qk_rope_head_dim.
+        compress_ratios [compress_ratios]: ``csa_hca`` per-layer compression ratio r (0 = window only).
+        csa_compress_ratio: the ratio of the CSA (indexer + top-k) layers; other r > 0 are HCA.
+        sliding_window [sliding_window], index_topk, index_n_heads, index_head_dim,
+        o_lora_rank, o_groups: ``csa_hca`` geometry.
+        dtype: weight dtype (``bfloat16``, ``float8``...); selects the tensor-core peak.
+        kv_dtype: KV-cache dtype.
         max_prompt_tokens: longest served prompt [tokens].
         source: where the config comes from.
     """
@@ -161,20 +245,49 @@ class ModelSpec:
     v_head_dim: int = 0
     q_lora_rank: int = 0
     dtype: str = "bfloat16"
+    kv_dtype: str = "bfloat16"
+    compress_ratios: tuple[int, ...] = ()
+    csa_compress_ratio: int = 4
+    sliding_window: int = 0
+    index_topk: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    o_lora_rank: int = 0
+    o_groups: int = 0
 
     def __post_init__(self) -> None:
-        if self.attention not in ("gqa", "mla"):
-            raise ValueError(f"model {self.name}: attention must be 'gqa' or 'mla', got {self.attention!r}")
-        if self.dtype not in _DTYPE_BYTES:
-            raise ValueError(f"model {self.name}: dtype must be one of {sorted(_DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.attention not in ATTENTION_KINDS:
+            raise ValueError(
+                f"model {self.name}: attention kind {self.attention!r} is not modelled; supported kinds are "
+                f"{', '.join(ATTENTION_KINDS)}. Its work is not assumed to be the dense pair count W(R, P): add a work "
+                "term for it in kernels_ref/roofline.py")
+        for key in ("dtype", "kv_dtype"):
+            if getattr(self, key) not in _DTYPE_BYTES:
+                raise ValueError(f"model {self.name}: {key} must be one of {sorted(_DTYPE_BYTES)}, got {getattr(self, key)!r}")
         if self.attention == "gqa" and self.num_q_heads % self.num_kv_heads:
-            raise ValueError(f"model {self.name}: num_q_heads {self.num_q_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+            raise ValueError(f"model {self.name}: num_q_heads {self.num_q_heads} is not a multiple of "
+                             f"num_kv_heads {self.num_kv_heads}")
         if self.num_experts and not (0 < self.num_experts_per_token <= self.num_experts):
             raise ValueError(f"model {self.name}: num_experts_per_token must be in [1, num_experts]")
+        if self.attention == "csa_hca":
+            object.__setattr__(self, "compress_ratios", tuple(self.compress_ratios))
+            if len(self.compress_ratios) != self.num_layers or any(r < 0 for r in self.compress_ratios):
+                raise ValueError(f"model {self.name}: compress_ratios must hold one ratio >= 0 per layer "
+                                 f"({self.num_layers}), got {len(self.compress_ratios)}")
+            for key in ("sliding_window", "index_topk", "index_n_heads", "index_head_dim", "o_lora_rank", "o_groups",
+                        "q_lora_rank", "csa_compress_ratio"):
+                if getattr(self, key) <= 0:
+                    raise ValueError(f"model {self.name}: csa_hca attention needs {key} > 0")
 
     @property
     def dtype_bytes(self) -> int:
+        """Bytes of one weight."""
         return _DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes of one KV-cache element."""
+        return _DTYPE_BYTES[self.kv_dtype]
 
     # ---- geometry -------------------------------------------------------------------------
     @property
@@ -186,12 +299,19 @@ class ModelSpec:
     def value_head_dim(self) -> int:
         return self.v_head_dim if self.attention == "mla" else self.head_dim
 
+    def _layers_with_ratio(self, csa: bool) -> list[int]:
+        """Compression ratios of the CSA (``csa``) or HCA layers of a ``csa_hca`` model."""
+        return [r for r in self.compress_ratios if r > 0 and (r == self.csa_compress_ratio) == csa]
+
     # ---- parameters -----------------------------------------------------------------------
-    def attention_params_per_layer(self) -> int:
+    def attention_params_per_layer(self, ratio: int = 0) -> int:
+        """Attention parameters of one layer (``ratio``: its compression ratio, ``csa_hca`` only)."""
         h, nq = self.hidden_size, self.num_q_heads
         if self.attention == "gqa":
             p = h * nq * self.head_dim + 2 * h * self.num_kv_heads * self.head_dim + nq * self.head_dim * h
             return p + (2 * self.head_dim if self.qk_norm else 0)
+        if self.attention == "csa_hca":
+            return self._csa_hca_params(ratio)
         qk = self.qk_head_dim
         if self.q_lora_rank:
             q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * nq * qk
@@ -200,6 +320,23 @@ class ModelSpec:
         kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
         kv_b = self.kv_lora_rank * nq * (self.qk_nope_head_dim + self.v_head_dim)
         return q + kv_a + kv_b + nq * self.v_head_dim * h
+
+    def _csa_hca_params(self, ratio: int) -> int:
+        """DeepSeek-V4 attention block: low-rank q (wq_a, wq_b), one shared key-value head (wkv),
+        grouped low-rank output (wo_a per group, wo_b), per-head sinks; with r > 0 a compressor
+        (wkv and wgate of width ``coff * head_dim``, coff = 2 for the overlapping CSA compressor,
+        positional bias ``r * coff * head_dim``); CSA layers add the lightning indexer (its q
+        projection, head weights and its own compressor of width ``coff * index_head_dim``).
+        Hyper-connection mixing weights (~0.1 % of the total) are not counted."""
+        h, nq, d, qr = self.hidden_size, self.num_q_heads, self.head_dim, self.q_lora_rank
+        p = h * qr + qr + qr * nq * d + h * d + d + nq * d * self.o_lora_rank + self.o_groups * self.o_lora_rank * h + nq
+        if ratio > 0:
+            coff = 2 if ratio == self.csa_compress_ratio else 1
+            p += 2 * h * coff * d + ratio * coff * d + d
+            if ratio == self.csa_compress_ratio:
+                di = self.index_head_dim
+                p += qr * self.index_n_heads * di + h * self.index_n_heads + 2 * h * coff * di + ratio * coff * di + di
+        return p
 
     def _expert_params(self) -> int:
         return 3 * self.hidden_size * self.moe_intermediate_size
@@ -210,11 +347,20 @@ class ModelSpec:
         routed = self.num_experts_per_token if active else self.num_experts
         return (routed + self.num_shared_experts) * self._expert_params() + self.hidden_size * self.num_experts
 
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.num_experts else 0
+
+    def _attention_params(self) -> int:
+        if self.attention == "csa_hca":
+            return sum(self.attention_params_per_layer(r) for r in self.compress_ratios)
+        return self.num_layers * self.attention_params_per_layer()
+
     def _layer_params(self, active: bool) -> int:
-        n_moe = self.num_layers - self.first_dense_layers if self.num_experts else 0
+        n_moe = self.num_moe_layers
         n_dense = self.num_layers - n_moe
         norms = 2 * self.hidden_size
-        return (self.num_layers * (self.attention_params_per_layer() + norms)
+        return (self._attention_params() + self.num_layers * norms
                 + n_dense * self._mlp_params(False, active) + n_moe * self._mlp_params(True, active))
 
     def non_embedding_params(self) -> int:
@@ -232,38 +378,76 @@ class ModelSpec:
     def total_params(self) -> int:
         return self.non_embedding_params() + self.embedding_params()
 
+    def routed_expert_params(self) -> int:
+        """Parameters of the routed experts (what expert parallelism divides over a shard group)."""
+        return self.num_moe_layers * self.num_experts * self._expert_params()
+
     # ---- FLOPs and bytes ------------------------------------------------------------------
-    def attention_flops_per_pair(self) -> int:
-        """FLOPs of one causal query-key pair over all layers and query heads:
-        ``2 * layers * q_heads * (qk_dim + v_dim)`` (QK^T and PV); GQA: ``4*layers*heads*head_dim``.
-        MLA is counted in its prefill (decompressed, multi-head) form."""
-        return 2 * self.num_layers * self.num_q_heads * (self.qk_head_dim + self.value_head_dim)
+    def _flops_per_entry(self) -> int:
+        """FLOPs of one query attending to one key/value entry over the query heads of a layer."""
+        return 2 * self.num_q_heads * (self.qk_head_dim + self.value_head_dim)
+
+    def attention_flops_per_pair(self) -> float:
+        """FLOPs per causal query-key pair of ``W(R, P)``, over all layers and query heads.
+
+        ``gqa`` / ``mla``: ``2 * layers * q_heads * (qk_dim + v_dim)`` (QK^T and PV); GQA:
+        ``4*layers*heads*head_dim``; MLA counted in its prefill (decompressed, multi-head) form.
+        ``csa_hca``: the compressed part only (module docstring): per CSA layer the indexer
+        scores one compressed entry per r pairs (``2 * index_n_heads * index_head_dim``
+        FLOPs), per HCA layer one compressed entry is attended per r pairs.
+        """
+        if self.attention != "csa_hca":
+            return 2 * self.num_layers * self.num_q_heads * (self.qk_head_dim + self.value_head_dim)
+        index = 2 * self.index_n_heads * self.index_head_dim
+        return (sum(index / r for r in self._layers_with_ratio(True))
+                + sum(self._flops_per_entry() / r for r in self._layers_with_ratio(False)))
+
+    def attention_flops_per_token(self) -> int:
+        """Attention FLOPs per new token that do not grow with the context (upper bound):
+        0 for ``gqa`` / ``mla``; ``csa_hca``: the sliding window on every layer plus the top-k
+        compressed entries of each CSA layer (module docstring)."""
+        if self.attention != "csa_hca":
+            return 0
+        entries = self.num_layers * self.sliding_window + len(self._layers_with_ratio(True)) * self.index_topk
+        return entries * self._flops_per_entry()
 
     def linear_flops_per_token(self) -> int:
         """``2 * active non-embedding params`` FLOPs per new token (projections and MLP/experts)."""
         return 2 * self.active_non_embedding_params()
 
-    def prefill_flops(self, num_new_tokens: int, num_cached_tokens: int = 0) -> int:
+    def prefill_flops(self, num_new_tokens: int, num_cached_tokens: int = 0) -> float:
         """FLOPs of a prefill of R new tokens over P cached ones:
-        ``2 * active_non_embedding_params * R + attention_flops_per_pair * W(R, P)``."""
+        ``(2 * active_non_embedding_params + attention_flops_per_token) * R
+        + attention_flops_per_pair * W(R, P)``."""
         if num_new_tokens < 0 or num_cached_tokens < 0:
             raise ValueError("token counts must be >= 0")
-        return self.linear_flops_per_token() * num_new_tokens + self.attention_flops_per_pair() * attention_pairs(num_new_tokens, num_cached_tokens)
+        return ((self.linear_flops_per_token() + self.attention_flops_per_token()) * num_new_tokens
+                + self.attention_flops_per_pair() * attention_pairs(num_new_tokens, num_cached_tokens))
 
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes of one token over all layers.
 
-        GQA: ``2 (K and V) * layers * kv_heads * head_dim * dtype_bytes``.
-        MLA: ``layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes`` -- the cache holds the
+        GQA: ``2 (K and V) * layers * kv_heads * head_dim * kv_dtype_bytes``.
+        MLA: ``layers * (kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes`` -- the cache holds the
         compressed latent c_KV and the shared decoupled RoPE key only (DeepSeek-V2 paper,
         arXiv 2405.04434, §2.1, Table 1: (d_c + d_h^R) * l elements per token).
+        ``csa_hca``: per layer with ratio r > 0 one shared key-value entry of ``head_dim``
+        elements per r tokens, plus on CSA layers one indexer key of ``index_head_dim`` per r
+        tokens (rounded up to whole bytes). The sliding-window KV (at most ``sliding_window``
+        tokens per request and layer) is per request, not per cached token, and not counted.
         """
         if self.attention == "mla":
-            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
+        if self.attention == "csa_hca":
+            elements = (sum(Fraction(self.head_dim + self.index_head_dim, r) for r in self._layers_with_ratio(True))
+                        + sum(Fraction(self.head_dim, r) for r in self._layers_with_ratio(False)))
+            return math.ceil(elements * self.kv_dtype_bytes)
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
 
     def config_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["compress_ratios"] = list(self.compress_ratios)
+        return d
 
 
 def attention_pairs(num_new_tokens: int, num_cached_tokens: int) -> int:
@@ -274,27 +458,42 @@ def attention_pairs(num_new_tokens: int, num_cached_tokens: int) -> int:
 
 # ---- presets --------------------------------------------------------------------------------
 
+_H20_FP8 = "296 TFLOP/s dense FP8/INT8"
 GPUS: dict[str, GpuSpec] = {
     "H20": GpuSpec(
         "H20", 148e12, 4.0e12, 96_000_000_000, 900e9,
         "NVIDIA HGX H20 specification as widely reported since Nov 2023 (96 GB HBM3, 4.0 TB/s, 148 TFLOP/s dense "
-        "FP16/BF16, NVLink 900 GB/s); NVIDIA publishes no public H20 datasheet"),
+        f"FP16/BF16, {_H20_FP8}, NVLink 900 GB/s); NVIDIA publishes no public H20 datasheet",
+        peak_fp8_flops_per_s=296e12),
     "H20-3e": GpuSpec(
         "H20-3e", 148e12, 4.8e12, 141_000_000_000, 900e9,
-        "H20 with 141 GB HBM3e at 4.8 TB/s (paper §9 testbed GPU); compute and NVLink as H20; "
-        "figures as reported by vendors, no public NVIDIA datasheet"),
+        "H20-3e (paper §9 testbed GPU): the 141 GB HBM3e version of the H20 (the H20 is sold with 96 GB and with "
+        "141 GB, https://www.apetops-us.com/help/ai-293-h20-different-memory-versions-a-deep-analysis-of-performance-"
+        "differences-and-large-model-adaptability); NVIDIA publishes no datasheet for either. Compute and NVLink as "
+        "the H20 (148 TFLOP/s dense FP16/BF16, 296 TFLOP/s dense INT8/FP8 as reported e.g. at "
+        "https://zangshuxian.com/new/674733024499207168, NVLink 900 GB/s; same GH100 die and SM count); 4.8 TB/s is "
+        "the bandwidth of the same six-stack 141 GB HBM3e configuration on the H200 (NVIDIA H200 datasheet; "
+        "AnandTech, 'NVIDIA at SC23: H200 accelerator with HBM3e'), an assumption for the H20-3e",
+        peak_fp8_flops_per_s=296e12),
     "A100-80GB": GpuSpec(
         "A100-80GB", 312e12, 2.039e12, 80_000_000_000, 600e9,
-        "NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB: BF16 312 TFLOP/s dense, HBM2e 2,039 GB/s, NVLink 600 GB/s)"),
+        "NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB: BF16 312 TFLOP/s dense, HBM2e 2,039 GB/s, NVLink 600 GB/s; "
+        "no FP8 tensor cores)"),
     "H100": GpuSpec(
         "H100", 989.5e12, 3.35e12, 80_000_000_000, 900e9,
-        "NVIDIA H100 Tensor Core GPU datasheet (SXM: BF16 1,979 TFLOP/s with sparsity = 989.5 dense, "
-        "80 GB HBM3, 3.35 TB/s, NVLink 900 GB/s)"),
+        "NVIDIA H100 Tensor Core GPU datasheet (SXM: BF16 1,979 TFLOP/s with sparsity = 989.5 dense, FP8 3,958 "
+        "with sparsity = 1,979 dense, 80 GB HBM3, 3.35 TB/s, NVLink 900 GB/s)",
+        peak_fp8_flops_per_s=1979e12),
     "H200": GpuSpec(
         "H200", 989.5e12, 4.8e12, 141_000_000_000, 900e9,
-        "NVIDIA H200 Tensor Core GPU datasheet (SXM: BF16 1,979 TFLOP/s with sparsity = 989.5 dense, "
-        "141 GB HBM3e, 4.8 TB/s, NVLink 900 GB/s)"),
+        "NVIDIA H200 Tensor Core GPU datasheet (SXM: BF16 1,979 TFLOP/s with sparsity = 989.5 dense, FP8 3,958 "
+        "with sparsity = 1,979 dense, 141 GB HBM3e, 4.8 TB/s, NVLink 900 GB/s)",
+        peak_fp8_flops_per_s=1979e12),
 }
+
+# DeepSeek-V4-Flash: 2 window-only layers, then CSA (r = 4) and HCA (r = 128) alternating; the
+# config's 44th entry belongs to the MTP layer, which prefill does not run.
+_V4_FLASH_COMPRESS_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
 
 MODELS: dict[str, ModelSpec] = {
     "Qwen3-8B": ModelSpec(
@@ -318,8 +517,32 @@ MODELS: dict[str, ModelSpec] = {
         intermediate_size=18432, vocab_size=129280, max_prompt_tokens=131072,
         num_experts=256, num_experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1, first_dense_layers=3,
         attention="mla", kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=1536,
-        source="huggingface.co/deepseek-ai/DeepSeek-V3 config.json (671B total excl. MTP, 37B activated, 128K context); "
-               "KV counted in BF16; its weights do not fit one GPU, so no replicated-weights calibration"),
+        dtype="float8", kv_dtype="bfloat16",
+        source="huggingface.co/deepseek-ai/DeepSeek-V3 config.json (num_hidden_layers 61, hidden_size 7168, 128 heads, "
+               "q_lora_rank 1536, kv_lora_rank 512, qk_nope/rope/v 128/64/128, n_routed_experts 256, top-8, 1 shared, "
+               "moe_intermediate_size 2048, first_k_dense_replace 3, vocab 129280; quantization_config fp8 e4m3 with "
+               "128x128 block scales, so FP8 weights); 671B total excl. MTP, 37B activated, 128K context (model card). "
+               "MLA KV (kv_lora_rank 512 + qk_rope_head_dim 64 per token and layer) counted in BF16, the serving "
+               "engines' default KV dtype for it"),
+    "DeepSeek-V4-Flash-FP8": ModelSpec(
+        name="DeepSeek-V4-Flash-FP8", num_layers=43, hidden_size=4096, num_q_heads=64, num_kv_heads=1, head_dim=512,
+        intermediate_size=0, vocab_size=129280, max_prompt_tokens=1048576,
+        num_experts=256, num_experts_per_token=6, moe_intermediate_size=2048, num_shared_experts=1, first_dense_layers=0,
+        attention="csa_hca", qk_rope_head_dim=64, q_lora_rank=1024, o_lora_rank=1024, o_groups=8,
+        compress_ratios=_V4_FLASH_COMPRESS_RATIOS, csa_compress_ratio=4, sliding_window=128,
+        index_topk=512, index_n_heads=64, index_head_dim=128, dtype="float8", kv_dtype="float8",
+        source="public config huggingface.co/deepseek-ai/DeepSeek-V4-Flash/blob/main/config.json, as quoted verbatim "
+               "in public code (a V4-Flash benchmark-shape module's snapshot of that file; a vllm-ascend CSA kernel "
+               "validator; the GGUF drafter config of the DSpark model) and summarised by "
+               "docs.nvidia.com/nemo/automodel (43-layer all-MoE, 256 routed + 1 shared expert, top-6, SWA/CSA/HCA by "
+               "compress_ratios) and docs.vultr.com/models/deepseek-v4 (4096 hidden, 64 heads): num_hidden_layers 43, hidden_size 4096, 64 heads, 1 KV head, "
+               "head_dim 512, qk_rope_head_dim 64, q_lora_rank 1024, o_lora_rank 1024, o_groups 8, 256 routed experts, "
+               "top-6, 1 shared, moe_intermediate_size 2048, sliding_window 128, index_topk 512, index_n_heads 64, "
+               "index_head_dim 128, compress_ratios [0, 0, 4, 128, ..., 4] (+ MTP), vocab 129280, "
+               "max_position_embeddings 1048576; 284B total / 13B activated (model card). The checkpoint stores "
+               "routed experts in FP4 and the rest in FP8; the paper's DeepSeek-V4-Flash-FP8 is taken as FP8 for "
+               "every weight (1 B/param). KV in FP8 (vLLM's recommended --kv-cache-dtype fp8 for this model). "
+               "Hyper-connections (hc_mult 4) and the 3 hash-routed layers are counted as ordinary MoE layers"),
 }
 
 
@@ -339,16 +562,24 @@ def get_model(name: str) -> ModelSpec:
     raise ValueError(f"unknown model {name!r}; presets: {', '.join(MODELS)}")
 
 
+def calibration_file_name(model: ModelSpec, gpu: GpuSpec) -> str:
+    """``"<model>__<gpu>.json"`` in lower case, the name of the shipped calibration files."""
+    return f"{model.name.lower()}__{gpu.name.lower()}.json"
+
+
 # ---- derived figures ------------------------------------------------------------------------
 
 def prefill_compute_time_s(model: ModelSpec, gpu: GpuSpec, num_new_tokens: int, num_cached_tokens: int = 0,
                            compute_efficiency: float = DEFAULT_EFFICIENCY) -> float:
-    """Compute-bound prefill time on one GPU, ``prefill_flops / (peak * efficiency)`` [s].
+    """Compute-bound prefill time on one GPU [s]: linear FLOPs at the weight dtype's peak plus
+    attention FLOPs at the BF16 peak, both times ``compute_efficiency``.
 
     This is the published-figure convention (no overhead, no communication); the full cost
-    model adds ``d + a*R + b*P``.
+    model adds ``d + a*R + b*P``. For a BF16 model it is ``prefill_flops / (peak * efficiency)``.
     """
-    return model.prefill_flops(num_new_tokens, num_cached_tokens) / (gpu.peak_bf16_flops_per_s * compute_efficiency)
+    linear = model.linear_flops_per_token() * num_new_tokens / gpu.peak_flops_per_s(model.dtype)
+    attention = (model.prefill_flops(num_new_tokens, num_cached_tokens) - model.linear_flops_per_token() * num_new_tokens)
+    return (linear + attention / gpu.peak_bf16_flops_per_s) / compute_efficiency
 
 
 def kv_transfer_time_s(model: ModelSpec, num_tokens: int, bandwidth_bytes_per_s: float) -> float:
@@ -356,6 +587,91 @@ def kv_transfer_time_s(model: ModelSpec, num_tokens: int, bandwidth_bytes_per_s:
     if bandwidth_bytes_per_s <= 0:
         raise ValueError(f"bandwidth must be > 0, got {bandwidth_bytes_per_s!r}")
     return num_tokens * model.kv_bytes_per_token() / bandwidth_bytes_per_s
+
+
+# ---- weight placement -----------------------------------------------------------------------
+
+def default_activation_reserve_bytes(gpu: GpuSpec, weight_shard_gpus: int = 1) -> int:
+    """Per-GPU memory kept for activations, workspaces and CUDA graphs [bytes]: SGLang's default.
+
+    SGLang (python/sglang/srt/server_args.py, ``_handle_gpu_memory_settings``, PR #10975)
+    reserves, in MiB, ``512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2
+    + tp_size / 8 * 1024``, at least 10 GiB on GPUs over 60 GiB, with the per-GPU-class
+    defaults chunked_prefill_size 8192 and cuda_graph_max_bs 256 (tp < 4) or 512 for GPUs of
+    60-160 GiB ("H100, A100" and "H20, H200" buckets) and 16384 / 512 above. ``tp_size`` is the
+    shard group G here. H20-3e, G = 1: 13,440 MiB = 14.09 GB; G = 4: 14,336 MiB; G = 8: 14,848 MiB.
+    The simulator does not model activation memory otherwise (its engine steps of up to
+    ``EngineConfig.max_batch_tokens`` tokens are assumed to fit this reservation).
+
+    Raises:
+        ValueError: for a GPU of 60 GiB or less (SGLang's smaller buckets are not reproduced:
+            pass the reserve explicitly) or a shard group < 1.
+    """
+    if weight_shard_gpus < 1:
+        raise ValueError(f"weight_shard_gpus must be >= 1, got {weight_shard_gpus!r}")
+    gpu_mem_mib = gpu.hbm_capacity_bytes / _MIB
+    if gpu_mem_mib <= 60 * 1024:
+        raise ValueError(f"no default activation reserve for {gpu.name} ({gpu.hbm_capacity_bytes / 1e9:g} GB <= 60 GiB); "
+                         "pass activation_reserve_bytes")
+    chunk, graph_bs = (8192, 256 if weight_shard_gpus < 4 else 512) if gpu_mem_mib < 160 * 1024 else (16384, 512)
+    reserved_mib = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + weight_shard_gpus / 8 * 1024
+    return int(max(reserved_mib, 10 * 1024) * _MIB)
+
+
+ACTIVATION_RESERVE_SOURCE = (
+    "SGLang default memory reservation (python/sglang/srt/server_args.py _handle_gpu_memory_settings, PR #10975): "
+    "512 + 1.5*max(chunked_prefill_size, 2048) + 2*cuda_graph_max_bs + tp_size/8*1024 MiB, >= 10 GiB above 60 GiB; "
+    "kernels_ref.roofline.default_activation_reserve_bytes")
+
+
+def weight_bytes_per_gpu(model: ModelSpec, weight_shard_gpus: int) -> int:
+    """Weights resident on one rank of a shard group of G GPUs [bytes]: replicated weights
+    plus 1/G of the routed experts (module docstring).
+
+    Raises:
+        ValueError: if G is not one of :data:`WEIGHT_SHARD_CHOICES`, if G > 1 for a dense model
+            (tensor-parallel placement of dense layers is not modelled), or G does not divide
+            the expert count.
+    """
+    g = weight_shard_gpus
+    if g not in WEIGHT_SHARD_CHOICES:
+        raise ValueError(f"weight_shard_gpus must be one of {list(WEIGHT_SHARD_CHOICES)}, got {g!r}")
+    if g > 1 and not model.num_experts:
+        raise ValueError(f"{model.name} is dense: weight sharding (G = {g}) is modelled for expert parallelism only")
+    if g > 1 and model.num_experts % g:
+        raise ValueError(f"{model.name}: {model.num_experts} experts cannot be split evenly over G = {g} GPUs")
+    experts = model.routed_expert_params()
+    replicated = model.total_params() - experts
+    return replicated * model.dtype_bytes + -(-experts * model.dtype_bytes // g)
+
+
+def moe_all_to_all_s_per_token(model: ModelSpec, gpu: GpuSpec, weight_shard_gpus: int,
+                               efficiency: Efficiency = Efficiency()) -> float:
+    """Expert-parallel dispatch + combine time per token on a rank [s] (module docstring);
+    0 for G = 1 or a dense model."""
+    g = weight_shard_gpus
+    if g <= 1 or not model.num_experts:
+        return 0.0
+    bytes_per_token = (model.num_moe_layers * model.num_experts_per_token * model.hidden_size
+                       * (MOE_DISPATCH_BYTES_PER_ELEMENT + MOE_COMBINE_BYTES_PER_ELEMENT) * (g - 1) / g)
+    return bytes_per_token / (gpu.link_bandwidth_bytes_per_s * efficiency.link)
+
+
+def default_weight_shard_gpus(model: ModelSpec, gpu: GpuSpec, activation_reserve_bytes: int | None = None) -> int:
+    """Smallest G of :data:`WEIGHT_SHARD_CHOICES` (G = 1 for a dense model) whose per-rank
+    weights plus the activation reserve leave KV memory on ``gpu``.
+
+    Raises:
+        ValueError: if no G fits, naming the per-rank weights at the largest G.
+    """
+    choices = [g for g in WEIGHT_SHARD_CHOICES if g == 1 or (model.num_experts and model.num_experts % g == 0)]
+    for g in choices:
+        reserve = default_activation_reserve_bytes(gpu, g) if activation_reserve_bytes is None else activation_reserve_bytes
+        if weight_bytes_per_gpu(model, g) + reserve < gpu.hbm_capacity_bytes:
+            return g
+    g = choices[-1]
+    raise ValueError(f"{model.name} weights do not fit a {gpu.name} ({gpu.hbm_capacity_bytes / 1e9:.0f} GB) even sharded "
+                     f"over G = {g} GPUs ({weight_bytes_per_gpu(model, g) / 1e9:.1f} GB per rank plus the activation reserve)")
 
 
 @dataclass(frozen=True)
@@ -377,17 +693,22 @@ class RooflineCoefficients:
 
 def roofline_coefficients(model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency = Efficiency(),
                           overhead_s: float = DEFAULT_OVERHEAD_S,
-                          cp_serial_fraction: float = DEFAULT_CP_SERIAL_FRACTION) -> RooflineCoefficients:
+                          cp_serial_fraction: float = DEFAULT_CP_SERIAL_FRACTION,
+                          weight_shard_gpus: int = 1) -> RooflineCoefficients:
     """Cost-model coefficients by the mapping in the module docstring.
 
     Raises:
-        ValueError: if ``overhead_s`` < 0 or ``cp_serial_fraction`` is outside [0, 1].
+        ValueError: if ``overhead_s`` < 0, ``cp_serial_fraction`` is outside [0, 1], the GPU
+            lacks the model's weight dtype, or the shard group is invalid (see
+            :func:`weight_bytes_per_gpu`).
     """
     if not overhead_s >= 0:
         raise ValueError(f"overhead_s must be >= 0, got {overhead_s!r}")
     if not 0.0 <= cp_serial_fraction <= 1.0:
         raise ValueError(f"cp_serial_fraction must be in [0, 1], got {cp_serial_fraction!r}")
-    compute = gpu.peak_bf16_flops_per_s * efficiency.compute
+    weight_bytes_per_gpu(model, weight_shard_gpus)  # validates G
+    compute = gpu.peak_flops_per_s(model.dtype) * efficiency.compute
+    compute_attn = gpu.peak_bf16_flops_per_s * efficiency.compute
     link = gpu.link_bandwidth_bytes_per_s * efficiency.link
     hbm = gpu.hbm_bandwidth_bytes_per_s * efficiency.hbm
     kv = model.kv_bytes_per_token()
@@ -396,59 +717,77 @@ def roofline_coefficients(model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency
         d_s=float(overhead_s),
         a_s_per_token=cp_serial_fraction * linear + kv / link,
         b_s_per_token=kv / hbm + kv / link,
-        c_s_per_token=(1.0 - cp_serial_fraction) * linear,
-        alpha_s_per_pair=model.attention_flops_per_pair() / compute,
+        c_s_per_token=((1.0 - cp_serial_fraction) * linear + model.attention_flops_per_token() / compute_attn
+                       + moe_all_to_all_s_per_token(model, gpu, weight_shard_gpus, efficiency)),
+        alpha_s_per_pair=model.attention_flops_per_pair() / compute_attn,
     )
 
 
-def memory_fields(model: ModelSpec, gpu: GpuSpec,
-                  activation_reserve_fraction: float = DEFAULT_ACTIVATION_RESERVE_FRACTION) -> dict:
-    """The calibration's memory fields [bytes / tokens], see the module docstring.
+def memory_fields(model: ModelSpec, gpu: GpuSpec, weight_shard_gpus: int | None = None,
+                  activation_reserve_bytes: int | None = None) -> dict:
+    """The calibration's memory fields [bytes / tokens / GPUs], see the module docstring.
+
+    Args:
+        weight_shard_gpus: shard group G; ``None`` = :func:`default_weight_shard_gpus`.
+        activation_reserve_bytes: per-GPU reserve; ``None`` = :func:`default_activation_reserve_bytes`.
 
     Raises:
-        ValueError: if the fraction is outside [0, 1), or the replicated weights plus the
+        ValueError: if the reserve is negative, G is invalid, or the per-rank weights plus the
             reserve leave no KV memory on the GPU.
     """
-    if not 0.0 <= activation_reserve_fraction < 1.0:
-        raise ValueError(f"activation_reserve_fraction must be in [0, 1), got {activation_reserve_fraction!r}")
-    weights = model.total_params() * model.dtype_bytes
-    reserve = int(round(activation_reserve_fraction * gpu.hbm_capacity_bytes))
+    if activation_reserve_bytes is not None and not activation_reserve_bytes >= 0:
+        raise ValueError(f"activation_reserve_bytes must be >= 0, got {activation_reserve_bytes!r}")
+    g = default_weight_shard_gpus(model, gpu, activation_reserve_bytes) if weight_shard_gpus is None else weight_shard_gpus
+    weights = weight_bytes_per_gpu(model, g)
+    reserve = default_activation_reserve_bytes(gpu, g) if activation_reserve_bytes is None else int(activation_reserve_bytes)
     if weights + reserve >= gpu.hbm_capacity_bytes:
         raise ValueError(
-            f"{model.name} weights ({weights / 1e9:.1f} GB, replicated on every CP rank) plus the activation reserve "
+            f"{model.name} weights ({weights / 1e9:.1f} GB per rank with G = {g}) plus the activation reserve "
             f"({reserve / 1e9:.1f} GB) do not fit a {gpu.name} ({gpu.hbm_capacity_bytes / 1e9:.0f} GB)")
     return {
         "kv_bytes_per_token": model.kv_bytes_per_token(),
         "gpu_memory_bytes": int(gpu.hbm_capacity_bytes),
         "weight_bytes_per_gpu": int(weights),
+        "weight_shard_gpus": g,
         "activation_reserve_bytes": reserve,
         "max_prompt_tokens": model.max_prompt_tokens,
     }
 
 
 COEFFICIENT_MAPPING = {
-    "c_s_per_token": "(1 - cp_serial_fraction) * 2 * active_non_embedding_params / (peak_bf16_flops_per_s * eff_compute)",
-    "alpha_s_per_pair": "2 * layers * q_heads * (qk_head_dim + v_head_dim) / (peak_bf16_flops_per_s * eff_compute)",
-    "a_s_per_token": "cp_serial_fraction * 2 * active_non_embedding_params / (peak_bf16_flops_per_s * eff_compute) + kv_bytes_per_token / (link_bandwidth * eff_link)  [CP-undivided share of per-token work + KV all-gather of new tokens, (C-1)/C <= 1]",
+    "c_s_per_token": "(1 - cp_serial_fraction) * 2 * active_non_embedding_params / (peak_flops(weight dtype) * eff_compute) "
+                     "+ attention_flops_per_token / (peak_bf16 * eff_compute) + moe_all_to_all_s_per_token",
+    "alpha_s_per_pair": "attention_flops_per_pair / (peak_bf16 * eff_compute)  [gqa/mla: 2 * layers * q_heads * "
+                        "(qk_head_dim + v_head_dim); csa_hca: compressed part, kernels_ref/roofline.py docstring]",
+    "a_s_per_token": "cp_serial_fraction * 2 * active_non_embedding_params / (peak_flops(weight dtype) * eff_compute) "
+                     "+ kv_bytes_per_token / (link_bandwidth * eff_link)  "
+                     "[CP-undivided share of per-token work + KV all-gather of new tokens, (C-1)/C <= 1]",
     "b_s_per_token": "kv_bytes_per_token / (hbm_bandwidth * eff_hbm) + kv_bytes_per_token / (link_bandwidth * eff_link)",
     "d_s": "overhead_s (assumed fixed per-step overhead)",
+    "moe_all_to_all_s_per_token": "moe_layers * top_k * hidden * (1 B FP8 dispatch + 2 B BF16 combine) * (G-1)/G "
+                                  "/ (link_bandwidth * eff_link)",
 }
 
 
 def build_calibration_dict(model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency = Efficiency(),
                            overhead_s: float = DEFAULT_OVERHEAD_S,
-                           activation_reserve_fraction: float = DEFAULT_ACTIVATION_RESERVE_FRACTION,
                            command: str | None = None, created: str | None = None,
-                           cp_serial_fraction: float = DEFAULT_CP_SERIAL_FRACTION) -> dict:
+                           cp_serial_fraction: float = DEFAULT_CP_SERIAL_FRACTION,
+                           weight_shard_gpus: int | None = None,
+                           activation_reserve_bytes: int | None = None) -> dict:
     """The calibration file content (``envs.sim.cost_model.Calibration`` JSON format 1) as a dict.
 
-    ``created`` defaults to today's date (ISO, UTC). Raises ValueError as
+    ``created`` defaults to today's date (ISO, UTC). ``weight_shard_gpus`` and
+    ``activation_reserve_bytes`` as :func:`memory_fields`. Raises ValueError as
     :func:`memory_fields` / :func:`roofline_coefficients`.
     """
-    coeff = roofline_coefficients(model, gpu, efficiency, overhead_s, cp_serial_fraction)
-    memory = memory_fields(model, gpu, activation_reserve_fraction)
+    gpu.peak_flops_per_s(model.dtype)  # fail first on a GPU without the model's weight dtype
+    memory = memory_fields(model, gpu, weight_shard_gpus, activation_reserve_bytes)
+    g = memory["weight_shard_gpus"]
+    coeff = roofline_coefficients(model, gpu, efficiency, overhead_s, cp_serial_fraction, g)
     if created is None:
         created = _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+    experts = model.routed_expert_params()
     provenance = {
         "method": "roofline",
         "source": "kernels_ref.roofline: FLOPs / (peak * efficiency), bytes / (bandwidth * efficiency)",
@@ -460,7 +799,20 @@ def build_calibration_dict(model: ModelSpec, gpu: GpuSpec, efficiency: Efficienc
         "efficiency": asdict(efficiency),
         "overhead_s": float(overhead_s),
         "cp_serial_fraction": float(cp_serial_fraction),
-        "activation_reserve_fraction": float(activation_reserve_fraction),
+        "activation_reserve": {
+            "bytes": memory["activation_reserve_bytes"],
+            "source": ACTIVATION_RESERVE_SOURCE if activation_reserve_bytes is None else "given on the command line",
+        },
+        "placement": {
+            "weight_shard_gpus": g,
+            "rule": "routed experts divided over the G ranks of a shard group (expert parallel), all other weights "
+                    "replicated on every rank; a CP-C worker is C/G shard groups (C a multiple of G)",
+            "replicated_weight_bytes": (model.total_params() - experts) * model.dtype_bytes,
+            "routed_expert_weight_bytes": experts * model.dtype_bytes,
+            "moe_all_to_all_s_per_token": moe_all_to_all_s_per_token(model, gpu, g, efficiency),
+            "moe_all_to_all_source": "DeepSeek-V3 Technical Report (arXiv 2412.19437) §3.2.2/§3.3.1 and the DeepEP README: "
+                                     "FP8 dispatch, BF16 combine",
+        },
         "coefficient_mapping": COEFFICIENT_MAPPING,
         "derived": {
             "total_params": model.total_params(),
@@ -468,6 +820,7 @@ def build_calibration_dict(model: ModelSpec, gpu: GpuSpec, efficiency: Efficienc
             "active_non_embedding_params": model.active_non_embedding_params(),
             "linear_flops_per_token": model.linear_flops_per_token(),
             "attention_flops_per_pair": model.attention_flops_per_pair(),
+            "attention_flops_per_token": model.attention_flops_per_token(),
             f"prefill_time_s_{REFERENCE_PREFILL_TOKENS}": prefill_compute_time_s(
                 model, gpu, REFERENCE_PREFILL_TOKENS, 0, efficiency.compute),
         },
@@ -487,4 +840,5 @@ def build_calibration(model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency = E
     """Like :func:`build_calibration_dict` but returns a validated ``envs.sim.cost_model.Calibration``."""
     from envs.sim.cost_model import Calibration  # lazy: envs.sim may import this module
 
-    return Calibration.from_dict(build_calibration_dict(model, gpu, efficiency, **kwargs), source=f"roofline {model.name}/{gpu.name}")
+    data = build_calibration_dict(model, gpu, efficiency, **kwargs)
+    return Calibration.from_dict(data, source=f"roofline {model.name}/{gpu.name}")

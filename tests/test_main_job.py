@@ -43,7 +43,8 @@ def test_out_dir_has_request_table_summary_and_config(tmp_path):
     assert len(df) == summary["num_requests"] > 0
     assert np.isclose(df["ttft_s"].mean(), summary["mean_ttft_s"])
     assert config["sim_config"]["pool"]["num_gpus"] == 40
-    assert config["calibration"]["model"] == "Qwen3-30B-A3B"
+    # no --calibration: the shipped default, the paper's model on the paper's GPU
+    assert (config["calibration"]["model"], config["calibration"]["gpu_type"]) == ("Qwen3-30B-A3B", "H20-3e")
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -125,7 +125,8 @@ class SimConfig:
         links: KV-transfer link bandwidths (replication, reconciliation).
         cache_capacity_scale: multiplies every worker's KV-cache capacity (an ablation knob:
             e.g. 0.5 for a smaller HBM share, >1 to emulate a host-memory cache tier).
-        calibration_path: calibration JSON; ``None`` = the shipped default (Qwen3-30B-A3B on H20).
+        calibration_path: calibration JSON; ``None`` = the shipped default
+            ``envs.sim.cost_model.DEFAULT_CALIBRATION`` (Qwen3-30B-A3B on H20-3e).
         seed: seeds every random stream of the run (execution noise, randomised policies).
         horizon_s: stop simulating at this time [s]; ``None`` runs until every request finished.
             Requests unfinished at the horizon count as SLO misses.

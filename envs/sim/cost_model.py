@@ -26,7 +26,10 @@ from importlib import resources
 from pathlib import Path
 
 CALIBRATION_FORMAT_VERSION = 1
-DEFAULT_CALIBRATION = "qwen3-30b-a3b__h20.json"
+# The one name of the shipped default calibration (paper §9 hardware and model: Qwen3-30B-A3B on
+# H20-3e, 141 GB HBM3e). Everything that means "the default calibration" reads this constant.
+DEFAULT_CALIBRATION = "qwen3-30b-a3b__h20-3e.json"
+DEFAULT_CALIBRATION_DESCRIPTION = "Qwen3-30B-A3B on H20-3e (141 GB), roofline"
 
 
 def attention_pairs(num_new_tokens: int, num_cached_tokens: int) -> int:
@@ -111,7 +114,11 @@ class Calibration:
         coefficients          {d_s, a_s_per_token, b_s_per_token, c_s_per_token, alpha_s_per_pair}
         kv_bytes_per_token    int, KV-cache bytes of one token over all layers (whole model)
         gpu_memory_bytes      int, HBM per GPU
-        weight_bytes_per_gpu  int, model weights resident on each GPU (CP replicates weights)
+        weight_bytes_per_gpu  int, model weights resident on each GPU (rank)
+        weight_shard_gpus     int, optional (default 1): G, the GPUs over which one copy of the
+                              weights is spread (expert parallel); every worker degree must be
+                              a multiple of G (``PoolConfig.check_weight_shard``), so split and
+                              merge never move weights
         activation_reserve_bytes int, per-GPU memory kept for activations/workspace
         max_prompt_tokens     int, longest prompt the model serves
         provenance            object: method ("roofline" | "profile"), source, created, tool,
@@ -130,6 +137,7 @@ class Calibration:
     activation_reserve_bytes: int
     max_prompt_tokens: int
     dtype: str = "bfloat16"
+    weight_shard_gpus: int = 1
     provenance: dict = field(default_factory=dict, compare=False)
     format_version: int = CALIBRATION_FORMAT_VERSION
 
@@ -139,6 +147,9 @@ class Calibration:
         for name in ("kv_bytes_per_token", "gpu_memory_bytes", "max_prompt_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"calibration field {name} must be > 0, got {getattr(self, name)!r}")
+        g = self.weight_shard_gpus
+        if not (isinstance(g, int) and not isinstance(g, bool) and g >= 1 and not g & (g - 1)):
+            raise ValueError(f"calibration field weight_shard_gpus must be a power of two >= 1, got {g!r}")
         for name in ("weight_bytes_per_gpu", "activation_reserve_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"calibration field {name} must be >= 0, got {getattr(self, name)!r}")
@@ -154,7 +165,8 @@ class Calibration:
         return self.gpu_memory_bytes - self.weight_bytes_per_gpu - self.activation_reserve_bytes
 
     def kv_capacity_tokens(self, degree: int) -> int:
-        """KV-cache capacity of a degree-C worker [tokens]: C GPUs each hold 1/C of every token's KV."""
+        """KV-cache capacity of a degree-C worker [tokens]: C GPUs each hold 1/C of every token's KV.
+        Per rank: ``kv_capacity_tokens(1)``."""
         return (self.kv_bytes_per_gpu * degree) // self.kv_bytes_per_token
 
     def kv_capacity_blocks(self, degree: int, kv_block_size_tokens: int) -> int:
@@ -174,6 +186,7 @@ class Calibration:
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "gpu_memory_bytes": self.gpu_memory_bytes,
             "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
+            "weight_shard_gpus": self.weight_shard_gpus,
             "activation_reserve_bytes": self.activation_reserve_bytes,
             "max_prompt_tokens": self.max_prompt_tokens,
             "provenance": self.provenance,
@@ -192,9 +205,10 @@ class Calibration:
         for key in required:
             if key not in data:
                 raise ValueError(f"{source}: calibration is missing field {key!r}")
-        unknown = sorted(set(data) - set(required) - {"dtype", "provenance"})
+        optional = ("dtype", "weight_shard_gpus", "provenance")
+        unknown = sorted(set(data) - set(required) - set(optional))
         if unknown:
-            raise ValueError(f"{source}: unknown calibration field(s) {unknown}; expected only {sorted(required + ('dtype', 'provenance'))}")
+            raise ValueError(f"{source}: unknown calibration field(s) {unknown}; expected only {sorted(required + optional)}")
         coeff = data["coefficients"]
         names = ("d_s", "a_s_per_token", "b_s_per_token", "c_s_per_token", "alpha_s_per_pair")
         if not isinstance(coeff, dict):
@@ -208,8 +222,8 @@ class Calibration:
             if not isinstance(coeff[key], (int, float)) or isinstance(coeff[key], bool):
                 raise ValueError(f"{source}: field 'coefficients.{key}' must be a number, got {coeff[key]!r}")
         for key in ("format_version", "kv_bytes_per_token", "gpu_memory_bytes", "weight_bytes_per_gpu",
-                    "activation_reserve_bytes", "max_prompt_tokens"):
-            if not isinstance(data[key], int) or isinstance(data[key], bool):
+                    "activation_reserve_bytes", "max_prompt_tokens", "weight_shard_gpus"):
+            if key in data and not isinstance(data[key], int) or isinstance(data[key], bool):
                 raise ValueError(f"{source}: field {key!r} must be an integer, got {data[key]!r}")
         try:
             return cls(
@@ -220,6 +234,7 @@ class Calibration:
                 kv_bytes_per_token=data["kv_bytes_per_token"],
                 gpu_memory_bytes=data["gpu_memory_bytes"],
                 weight_bytes_per_gpu=data["weight_bytes_per_gpu"],
+                weight_shard_gpus=data.get("weight_shard_gpus", 1),
                 activation_reserve_bytes=data["activation_reserve_bytes"],
                 max_prompt_tokens=data["max_prompt_tokens"],
                 provenance=dict(data.get("provenance", {})),
@@ -256,7 +271,8 @@ class Calibration:
 
     @classmethod
     def default(cls) -> Calibration:
-        """The shipped default: Qwen3-30B-A3B on H20, derived by roofline (see its provenance)."""
+        """The shipped default :data:`DEFAULT_CALIBRATION`: Qwen3-30B-A3B on H20-3e, derived by
+        roofline (see its provenance)."""
         ref = resources.files("envs.sim").joinpath("calibrations", DEFAULT_CALIBRATION)
         with resources.as_file(ref) as p:
             return cls.load(p)

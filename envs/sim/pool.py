@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Paper §9: 40 of the 64 H20-3e GPUs form the prefill pool, 8 GPUs per node; Qwen3 uses CP {2, 4}.
+# Paper §9: 40 of the 64 H20-3e GPUs form the prefill pool, 8 GPUs per node; Qwen3 uses CP {2, 4},
+# DeepSeek {4, 8} (its weights are sharded over a group of GPUs: PoolConfig.check_weight_shard).
 # The default mix keeps 24 GPUs in six CP-4 workers (long prompts) and 16 GPUs in eight CP-2
 # workers (short prompts, more independent lanes): 14 workers.
 DEFAULT_COMPOSITION = "cp4x6,cp2x8"
@@ -52,7 +53,7 @@ class PoolConfig:
     composition: str = DEFAULT_COMPOSITION
     supported_degrees: tuple[int, ...] = (1, 2, 4, 8)
     allow_cross_node: bool = False
-    gpu_type: str = "H20"
+    gpu_type: str = "H20-3e"
 
     def __post_init__(self) -> None:
         if self.num_gpus < 1:
@@ -90,6 +91,19 @@ class PoolConfig:
             raise ValueError(f"worker cp{degree}@{first_gpu} is misaligned: a CP-{degree} worker must start at a multiple of {degree}")
         if not self.allow_cross_node and first_gpu // self.gpus_per_node != (first_gpu + degree - 1) // self.gpus_per_node:
             raise ValueError(f"worker cp{degree}@{first_gpu} crosses a node boundary (nodes of {self.gpus_per_node} GPUs)")
+
+    def check_weight_shard(self, weight_shard_gpus: int) -> None:
+        """Raises ValueError unless every worker degree the pool allows holds whole weight shard
+        groups: the smallest supported degree must be >= G and a multiple of G (then so is every
+        supported degree, all powers of two). A CP-2G worker is then two G-groups joined at the
+        attention level, so split and merge never move weights
+        (``Calibration.weight_shard_gpus``; kernels_ref/roofline.py, weight placement)."""
+        g = weight_shard_gpus
+        if self.min_degree < g or self.min_degree % g:
+            raise ValueError(
+                f"the model's weights are sharded over G = {g} GPUs (calibration weight_shard_gpus), but the pool supports "
+                f"CP degree {self.min_degree}: every supported degree must be a multiple of {g} "
+                f"(e.g. --supported-degrees {','.join(str(d) for d in self.supported_degrees if d % g == 0) or g})")
 
 
 def resolve_composition(composition: str, pool: PoolConfig) -> list[tuple[int, int]]:

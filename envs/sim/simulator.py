@@ -120,7 +120,8 @@ class Simulator:
             one so that all policies are judged against the same SLOs.
 
     Raises:
-        ValueError: on an invalid composition or a workload whose prompts no worker can hold
+        ValueError: on an invalid composition, a pool whose smallest supported degree is not a
+            multiple of the calibration's weight shard group, or a workload whose prompts no worker can hold
             (reported at dispatch time as an unroutable request instead, see ``num_rejected``).
     """
 
@@ -129,6 +130,7 @@ class Simulator:
         self.config = config = config or SimConfig()
         if calibration is None:
             calibration = Calibration.resolve(config.calibration_path)
+        config.pool.check_weight_shard(calibration.weight_shard_gpus)
         self.calibration = calibration
         self.cost_model = calibration.cost_model()
         self._slo_cost_model = slo_cost_model  # cost model of the "scaled" SLO rule (default: cost_model)

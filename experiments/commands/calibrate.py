@@ -5,9 +5,13 @@ coefficients, memory fields) and, with ``--out``, writes the calibration file th
 reads (``envs.sim.cost_model.Calibration``). The mapping is documented in
 :mod:`kernels_ref.roofline`. Pure Python: no torch import.
 
-Regenerate the simulator's default::
+Regenerate the shipped calibrations (the first one is the simulator's default,
+``envs.sim.cost_model.DEFAULT_CALIBRATION``)::
 
+    cpgym calibrate --model Qwen3-30B-A3B --gpu H20-3e --out envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json
     cpgym calibrate --model Qwen3-30B-A3B --gpu H20 --out envs/sim/calibrations/qwen3-30b-a3b__h20.json
+    cpgym calibrate --model DeepSeek-V3 --gpu H20-3e --out envs/sim/calibrations/deepseek-v3__h20-3e.json
+    cpgym calibrate --model DeepSeek-V4-Flash-FP8 --gpu H20-3e --out envs/sim/calibrations/deepseek-v4-flash-fp8__h20-3e.json
 """
 
 from __future__ import annotations
@@ -22,16 +26,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help=f"model preset: {', '.join(roofline.MODELS)}")
     p.add_argument("--gpu", required=True, help=f"GPU preset: {', '.join(roofline.GPUS)}")
     p.add_argument("--efficiency", type=float, default=None,
-                   help=f"fraction of the datasheet peaks reached, for compute, HBM and link (default {roofline.DEFAULT_EFFICIENCY})")
+                   help="fraction of the datasheet peaks reached, for compute, HBM and link "
+                        f"(default {roofline.DEFAULT_EFFICIENCY})")
     p.add_argument("--compute-efficiency", type=float, default=None, help="override --efficiency for tensor-core FLOP/s")
     p.add_argument("--hbm-efficiency", type=float, default=None, help="override --efficiency for HBM bandwidth")
     p.add_argument("--link-efficiency", type=float, default=None, help="override --efficiency for the intra-node link")
     p.add_argument("--overhead-s", type=float, default=roofline.DEFAULT_OVERHEAD_S,
                    help=f"fixed per-step overhead d [s] (default {roofline.DEFAULT_OVERHEAD_S})")
     p.add_argument("--cp-serial-fraction", type=float, default=roofline.DEFAULT_CP_SERIAL_FRACTION,
-                   help="share of per-token linear work that CP does not divide across ranks (default 0.15; see kernels_ref/roofline.py)")
-    p.add_argument("--activation-reserve-fraction", type=float, default=roofline.DEFAULT_ACTIVATION_RESERVE_FRACTION,
-                   help=f"fraction of HBM kept for activations (default {roofline.DEFAULT_ACTIVATION_RESERVE_FRACTION})")
+                   help="share of per-token linear work that CP does not divide across ranks "
+                        "(default 0.15; see kernels_ref/roofline.py)")
+    p.add_argument("--activation-reserve-gb", type=float, default=None,
+                   help="HBM kept per GPU for activations, workspaces and CUDA graphs [GB] (default: SGLang's default "
+                        "reservation for the GPU and shard group, e.g. 14.09 GB on an H20-3e with G = 1)")
+    p.add_argument("--weight-shard-gpus", type=int, default=None, metavar="G",
+                   help="GPUs over which one copy of the weights is spread (expert parallel: routed experts divided, "
+                        "the rest replicated); every worker CP degree must be a multiple of G "
+                        "(default: the smallest of 1, 2, 4, 8 that leaves KV memory)")
     p.add_argument("--out", metavar="FILE", help="write the calibration JSON file")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
 
@@ -49,8 +60,10 @@ def command_line(args: argparse.Namespace, model: str, gpu: str) -> str:
         parts.append(f"--overhead-s {args.overhead_s:g}")
     if args.cp_serial_fraction != roofline.DEFAULT_CP_SERIAL_FRACTION:
         parts.append(f"--cp-serial-fraction {args.cp_serial_fraction:g}")
-    if args.activation_reserve_fraction != roofline.DEFAULT_ACTIVATION_RESERVE_FRACTION:
-        parts.append(f"--activation-reserve-fraction {args.activation_reserve_fraction:g}")
+    if args.activation_reserve_gb is not None:
+        parts.append(f"--activation-reserve-gb {args.activation_reserve_gb:g}")
+    if args.weight_shard_gpus is not None:
+        parts.append(f"--weight-shard-gpus {args.weight_shard_gpus}")
     if args.out:
         parts.append(f"--out {args.out}")
     return " ".join(parts)
@@ -68,14 +81,19 @@ def run(args: argparse.Namespace) -> int:
         hbm=base if args.hbm_efficiency is None else args.hbm_efficiency,
         link=base if args.link_efficiency is None else args.link_efficiency,
     )
+    if args.activation_reserve_gb is not None and not args.activation_reserve_gb >= 0:
+        raise ValueError(f"--activation-reserve-gb must be >= 0, got {args.activation_reserve_gb!r}")
+    reserve = None if args.activation_reserve_gb is None else int(round(args.activation_reserve_gb * 1e9))
     data = roofline.build_calibration_dict(model, gpu, eff, overhead_s=args.overhead_s,
-                                           activation_reserve_fraction=args.activation_reserve_fraction,
                                            cp_serial_fraction=args.cp_serial_fraction,
+                                           weight_shard_gpus=args.weight_shard_gpus, activation_reserve_bytes=reserve,
                                            command=command_line(args, model.name, gpu.name))
     cal = Calibration.from_dict(data, source=f"roofline {model.name}/{gpu.name}")
     if args.out:
         cal.save(args.out)
     n = roofline.REFERENCE_PREFILL_TOKENS
+    block = roofline.REFERENCE_KV_BLOCK_TOKENS
+    placement = data["provenance"]["placement"]
     kv = model.kv_bytes_per_token()
     report = {
         "model": model.name,
@@ -95,6 +113,18 @@ def run(args: argparse.Namespace) -> int:
         "kv_bytes_per_gpu": cal.kv_bytes_per_gpu,
         "kv_capacity_tokens_per_gpu": cal.kv_capacity_tokens(1),
         "max_prompt_tokens": cal.max_prompt_tokens,
+        "placement": {
+            "weight_shard_gpus": cal.weight_shard_gpus,
+            "weight_bytes_per_rank": cal.weight_bytes_per_gpu,
+            "replicated_weight_bytes": placement["replicated_weight_bytes"],
+            "routed_expert_weight_bytes": placement["routed_expert_weight_bytes"],
+            "activation_reserve_bytes_per_rank": cal.activation_reserve_bytes,
+            "kv_bytes_per_rank": cal.kv_bytes_per_gpu,
+            "kv_capacity_tokens_per_rank": cal.kv_capacity_tokens(1),
+            f"kv_capacity_blocks_per_rank_{block}": cal.kv_capacity_blocks(1, block),
+            "moe_all_to_all_s_per_token": placement["moe_all_to_all_s_per_token"],
+            "min_worker_degree": cal.weight_shard_gpus,
+        },
         "out": args.out,
     }
     if args.format == "json":
@@ -105,11 +135,18 @@ def run(args: argparse.Namespace) -> int:
           f"hand-off at 25 GB/s {1e3 * report[f'kv_handoff_time_s_{n}_at_25GBps']:.1f} ms")
     print(f"  prefill {n} tokens  {report[f'prefill_time_s_{n}']:.3f} s compute-bound; cost model E_1 = "
           f"{report[f'predicted_service_time_s_{n}_C1']:.3f} s")
-    print(f"  params              {model.total_params() / 1e9:.2f} B total, {model.active_non_embedding_params() / 1e9:.2f} B active non-embedding")
+    print(f"  params              {model.total_params() / 1e9:.2f} B total, "
+          f"{model.active_non_embedding_params() / 1e9:.2f} B active non-embedding")
     for key, value in data["coefficients"].items():
         print(f"  {key:<20}{value:.6g}")
-    print(f"  memory              {cal.gpu_memory_bytes / 1e9:g} GB HBM, weights {cal.weight_bytes_per_gpu / 1e9:.2f} GB, "
-          f"reserve {cal.activation_reserve_bytes / 1e9:.2f} GB, KV {cal.kv_capacity_tokens(1)} tokens per GPU")
+    print(f"  memory              {cal.gpu_memory_bytes / 1e9:g} GB HBM per rank: "
+          f"weights {cal.weight_bytes_per_gpu / 1e9:.2f} GB "
+          f"(shard group G = {cal.weight_shard_gpus}), reserve {cal.activation_reserve_bytes / 1e9:.2f} GB, "
+          f"KV {cal.kv_bytes_per_gpu / 1e9:.2f} GB = {cal.kv_capacity_tokens(1)} tokens = "
+          f"{cal.kv_capacity_blocks(1, block)} blocks of {block}")
+    if cal.weight_shard_gpus > 1:
+        print(f"  placement           every worker CP degree must be a multiple of {cal.weight_shard_gpus}; expert all-to-all "
+              f"{1e6 * placement['moe_all_to_all_s_per_token']:.3g} us per token on a rank (in c)")
     if args.out:
         print(f"wrote {args.out}")
     return 0

@@ -51,6 +51,8 @@ DEFAULT_RATE_SCALE = 1.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
+
     g = p.add_argument_group("workload (phases generator)")
     g.add_argument("--num-phases", type=int, default=4, help="phases, alternating short-heavy / long-heavy (default 4)")
     g.add_argument("--phase-duration-s", type=float, default=150.0, help="duration of one phase [s] (default 150)")
@@ -72,7 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--k-windows", type=int, default=2, help="consecutive windows before a change (default 2)")
     g.add_argument("--switch-s", type=float, default=0.5, help="switch time at the common step boundary [s] (default 0.5, paper: < 1 s)")
     g.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    g.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: shipped Qwen3-30B-A3B on H20)")
+    g.add_argument("--calibration", metavar="FILE",
+                   help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--plot", metavar="PNG", help="write worker composition over time above TTFT over time")
     p.add_argument("--out-dir", metavar="DIR", help="also write dynamic.json and CSV tables (policies, phases, operations, "

@@ -15,6 +15,7 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from kernels_ref import roofline
     from kernels_ref.profile import DEFAULT_PROFILE_LAYER as L, ProfileConfig
 
     d = ProfileConfig()
@@ -39,8 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=d.warmup, help=f"untimed runs per point (default {d.warmup})")
     p.add_argument("--repeats", type=int, default=d.repeats, help=f"timed runs per point (default {d.repeats})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"weights/inputs seed (default {d.seed})")
-    p.add_argument("--model", default="Qwen3-30B-A3B", help="roofline model preset for the memory fields (default Qwen3-30B-A3B)")
-    p.add_argument("--gpu", default="H20", help="roofline GPU preset for the memory fields (default H20)")
+    p.add_argument("--model", default=roofline.DEFAULT_MODEL,
+                   help=f"roofline model preset for the memory fields (default {roofline.DEFAULT_MODEL})")
+    p.add_argument("--gpu", default=roofline.DEFAULT_GPU,
+                   help=f"roofline GPU preset for the memory fields (default {roofline.DEFAULT_GPU})")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
 
 

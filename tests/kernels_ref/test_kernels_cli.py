@@ -8,6 +8,7 @@ import pytest
 
 from envs.sim.cost_model import Calibration
 from experiments.cli import main
+from kernels_ref import roofline
 
 
 def test_calibrate_json_reports_published_figures(capsys):
@@ -35,6 +36,10 @@ def test_calibrate_writes_a_loadable_file_with_provenance(tmp_path, capsys):
     (["calibrate", "--model", "nope", "--gpu", "H20"], "unknown model"),
     (["calibrate", "--model", "Qwen3-8B", "--gpu", "H20", "--efficiency", "2"], "efficiency"),
     (["calibrate", "--model", "DeepSeek-V3", "--gpu", "H20"], "do not fit"),
+    (["calibrate", "--model", "DeepSeek-V3", "--gpu", "H20-3e", "--weight-shard-gpus", "4"], "do not fit"),
+    (["calibrate", "--model", "DeepSeek-V3", "--gpu", "A100-80GB"], "no FP8 tensor cores"),
+    (["calibrate", "--model", "Qwen3-8B", "--gpu", "H20-3e", "--weight-shard-gpus", "2"], "dense"),
+    (["calibrate", "--model", "Qwen3-8B", "--gpu", "H20-3e", "--activation-reserve-gb", "-1"], "--activation-reserve-gb"),
     (["kernels", "check", "--degrees", "0"], "--degrees"),
     (["profile", "--out", "x.json", "--new-tokens", "a,b"], "--new-tokens"),
     (["profile", "--out", "x.json", "--new-tokens", "8", "--cached-tokens", "0", "--degrees", "1"], "at least 5"),
@@ -43,6 +48,32 @@ def test_bad_input_is_one_clear_line(argv, match, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert match in err and len(err.splitlines()) == 1
+
+
+def test_calibrate_deepseek_v3_json_shows_the_weight_placement(capsys):
+    """Done-when of the placement item: DeepSeek-V3 (671B FP8) on H20-3e needs a shard group of 8."""
+    assert main(["calibrate", "--model", "deepseek-v3", "--gpu", "h20-3e", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    pl = out["placement"]
+    m = roofline.get_model("DeepSeek-V3")
+    # G = 4 would need 17.1 GB replicated + 653.9 GB / 4 of experts = 180 GB per rank > 141 GB
+    assert pl["weight_shard_gpus"] == 8 and pl["min_worker_degree"] == 8
+    assert pl["weight_bytes_per_rank"] == pl["replicated_weight_bytes"] + pl["routed_expert_weight_bytes"] // 8
+    assert pl["replicated_weight_bytes"] + pl["routed_expert_weight_bytes"] == m.total_params()  # FP8: 1 B/param
+    assert pl["weight_bytes_per_rank"] + pl["activation_reserve_bytes_per_rank"] + pl["kv_bytes_per_rank"] == 141_000_000_000
+    assert pl["kv_capacity_tokens_per_rank"] == pl["kv_bytes_per_rank"] // (61 * 576 * 2)
+    assert pl["kv_capacity_blocks_per_rank_512"] == pl["kv_capacity_tokens_per_rank"] // 512
+    assert pl["moe_all_to_all_s_per_token"] > 0
+
+
+def test_calibrate_weight_shard_and_reserve_options(tmp_path):
+    path = tmp_path / "v4.json"
+    assert main(["calibrate", "--model", "DeepSeek-V4-Flash-FP8", "--gpu", "H20-3e", "--weight-shard-gpus", "8",
+                 "--activation-reserve-gb", "20", "--out", str(path)]) == 0
+    cal = Calibration.load(path)
+    assert cal.weight_shard_gpus == 8 and cal.activation_reserve_bytes == 20_000_000_000
+    assert cal.provenance["command"].endswith(f"--activation-reserve-gb 20 --weight-shard-gpus 8 --out {path}")
+    assert cal.provenance["activation_reserve"]["source"] == "given on the command line"
 
 
 def test_kernels_check_cli_json(capsys):
@@ -68,7 +99,7 @@ def test_profile_cli_tiny_grid_writes_calibration(tmp_path, capsys):
     assert set(prov["fit_error"]["by_degree"]) == {"C=1", "C=2"}
     assert set(prov["fit_error"]["by_cache_ratio"]) == {"0", "(0.5,1)", "(0,0.5]"}
     # memory fields come from the roofline presets
-    assert cal.kv_bytes_per_token == 98304 and prov["memory_fields_from"]["gpu"] == "H20"
+    assert cal.kv_bytes_per_token == 98304 and prov["memory_fields_from"]["gpu"] == roofline.DEFAULT_GPU
 
 
 @pytest.mark.slow

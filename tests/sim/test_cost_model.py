@@ -29,9 +29,11 @@ def test_gpu_time_identity(R, P, C, Cmin):
 
 def test_default_calibration_loads_and_is_plausible():
     cal = Calibration.default()
-    assert cal.model == "Qwen3-30B-A3B" and cal.gpu_type == "H20"
+    assert cal.model == "Qwen3-30B-A3B" and cal.gpu_type == "H20-3e" and cal.weight_shard_gpus == 1
+    # paper hardware: ~1,300 KV blocks of 512 tokens per rank (141 GB - 61.1 GB BF16 weights - 14.1 GB reserve)
+    assert 1250 <= cal.kv_capacity_blocks(1, 512) <= 1350
     cm = cal.cost_model()
-    # an 8k uncached prompt on one H20 takes on the order of a second; CP-4 is faster
+    # an 8k uncached prompt on one H20-3e takes on the order of a second; CP-4 is faster
     t1 = cm.service_time_s(1, 8192, 0)
     assert 0.2 < t1 < 5.0
     assert cm.service_time_s(4, 8192, 0) < t1
