@@ -77,6 +77,6 @@ def default_routing_windows() -> list[Workload]:
     40-GPU default pool is loaded (~0.9 utilisation under least-work) and the heuristics differ."""
     from envs import workloads
 
-    wl = workloads.load_trace(workloads.default_traces_dir() / "conversation_trace.jsonl")
-    wl = workloads.scale_to_rate(wl, DEFAULT_TARGET_RPS)
+    wl = workloads.build_workload(trace=workloads.default_traces_dir() / "conversation_trace.jsonl",
+                                  target_rps=DEFAULT_TARGET_RPS)
     return split_windows(episode_windows(wl, DEFAULT_WINDOW_S), "train")

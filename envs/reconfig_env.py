@@ -155,9 +155,9 @@ class PrefillReconfigEnv(gym.Env):
         if not invalid_action_penalty >= 0:
             raise ValueError(f"invalid_action_penalty must be >= 0, got {invalid_action_penalty}")
         if workloads is None:
-            from envs import workloads as wls
+            from envs.workloads import build_workload
 
-            workloads = [wls.get_workload("phases", seed=0)]
+            workloads = [build_workload(name="phases", seed=0)]
         self.windows = nonempty_windows(workloads)
         self.config = config or SimConfig()
         self.calibration = calibration or Calibration.resolve(self.config.calibration_path)

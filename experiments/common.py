@@ -15,11 +15,13 @@ from envs.sim.pool import DEFAULT_COMPOSITION
 DEFAULT_WORKLOAD = "mixed-default"
 
 
-def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+def add_workload_arguments(p: argparse.ArgumentParser, default_text: str = DEFAULT_WORKLOAD) -> None:
+    """The shared workload flags (read by :func:`workload_source_from_args`); ``default_text``
+    names the source used when neither ``--trace`` nor ``--workload`` is given."""
     g = p.add_argument_group("workload")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="PATH", help="trace file: Mooncake JSONL, Azure 2023 CSV or the L-Eval lengths CSV")
-    src.add_argument("--workload", metavar="NAME", help=f"named synthetic workload (default: {DEFAULT_WORKLOAD})")
+    src.add_argument("--workload", metavar="NAME", help=f"named synthetic workload (default: {default_text})")
     rate = g.add_mutually_exclusive_group()
     rate.add_argument("--target-rps", type=float, metavar="X", help="time-scale arrivals to this mean rate [requests/s]")
     rate.add_argument("--rate-scale", type=float, metavar="X", help="multiply the arrival rate by X")
@@ -28,7 +30,9 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workload-seed", type=int, default=0, help="seed of the synthetic generator / arrival spreading (default 0)")
 
 
-def add_sim_arguments(p: argparse.ArgumentParser) -> None:
+def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True) -> None:
+    """The shared pool and simulator flags (read by :func:`sim_config_from_args`); ``seed=False``
+    leaves out ``--seed`` for commands that draw simulator seeds themselves (training)."""
     g = p.add_argument_group("pool and simulator")
     g.add_argument("--pool-gpus", type=int, default=40, help="GPUs in the prefill pool (default 40, the paper's prefill pool)")
     g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per topology group (default 8)")
@@ -37,7 +41,8 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--supported-degrees", default="1,2,4,8", help="CP degrees a worker may have (default 1,2,4,8)")
     g.add_argument("--calibration", metavar="FILE",
                    help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
-    g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
+    if seed:
+        g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
     g.add_argument("--horizon-s", type=float, help="stop at this simulated time; unfinished requests count as SLO misses")
     g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens, help="engine step token budget (default 16384)")
     g.add_argument("--slo", default="scaled", metavar="SECONDS|scaled",
@@ -88,7 +93,7 @@ def sim_config_from_args(args: argparse.Namespace, **overrides) -> SimConfig:
         prediction_error=PredictionErrorConfig(bias=args.prediction_bias, noise_sigma=args.prediction_noise),
         slo=slo,
         calibration_path=args.calibration,
-        seed=args.seed,
+        seed=getattr(args, "seed", 0),
         horizon_s=args.horizon_s,
         cache_capacity_scale=args.cache_capacity_scale,
     )
@@ -99,31 +104,47 @@ def sim_config_from_args(args: argparse.Namespace, **overrides) -> SimConfig:
     return cfg
 
 
-def workload_from_args(args: argparse.Namespace) -> Workload:
-    """Loads the trace or builds the named workload, then applies rate scaling and windowing."""
-    from envs import workloads
+def workload_source_from_args(args: argparse.Namespace, default_workload: str = DEFAULT_WORKLOAD,
+                               default_trace: str | None = None):
+    """The :class:`~envs.workloads.WorkloadSource` of the shared workload flags
+    (:func:`add_workload_arguments`); with neither ``--trace`` nor ``--workload``, ``default_trace``
+    if given, else the named ``default_workload``.
+
+    Raises:
+        ValueError: naming the flag, on a bad seed, rate or window.
+    """
+    from envs.workloads import WorkloadSource
 
     if args.workload_seed < 0:
         raise ValueError(f"--workload-seed must be an integer >= 0, got {args.workload_seed}")
-    if args.trace:
-        wl = workloads.load_trace(args.trace, skip_invalid=args.skip_invalid, spread_seed=args.workload_seed)
-        skipped = wl.metadata.get("num_skipped_invalid", 0)
-        if skipped:
-            print(f"warning: skipped {skipped} invalid lines of {args.trace}", file=sys.stderr)
-    else:
-        wl = workloads.get_workload(args.workload or DEFAULT_WORKLOAD, seed=args.workload_seed)
-    if args.target_rps is not None:
-        wl = workloads.scale_to_rate(wl, args.target_rps)
-    elif args.rate_scale is not None:
-        wl = workloads.scale_rate(wl, args.rate_scale)
-    full_duration_s = wl.duration_s
-    if args.window_s:
-        start, end = args.window_s
-        if not (0 <= start < end):
-            raise ValueError(f"--window-s START END needs 0 <= START < END, got {start:g} {end:g}")
-        wl = workloads.window(wl, start, end)
+    if args.window_s and not (0 <= args.window_s[0] < args.window_s[1]):
+        raise ValueError(f"--window-s START END needs 0 <= START < END, got {args.window_s[0]:g} {args.window_s[1]:g}")
+    for flag in ("target_rps", "rate_scale"):
+        v = getattr(args, flag)
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"--{flag.replace('_', '-')} must be a finite number > 0, got {v}")
+    trace, name = args.trace, args.workload
+    if trace is None and name is None:
+        trace, name = (default_trace, None) if default_trace is not None else (None, default_workload)
+    return WorkloadSource(name=name, trace=trace, seed=args.workload_seed, target_rps=args.target_rps,
+                          rate_scale=args.rate_scale, window_s=tuple(args.window_s) if args.window_s else None,
+                          skip_invalid=args.skip_invalid)
+
+
+def workload_from_args(args: argparse.Namespace, default_workload: str = DEFAULT_WORKLOAD) -> Workload:
+    """Builds the workload of the shared workload flags (:func:`workload_source_from_args`);
+    reports skipped invalid trace lines on stderr.
+
+    Raises:
+        ValueError: on bad flags, or when no request is left (naming the window).
+    """
+    src = workload_source_from_args(args, default_workload)
+    wl = src.build()
+    skipped = wl.metadata.get("num_skipped_invalid", 0)
+    if skipped:
+        print(f"warning: skipped {skipped} invalid lines of {src.trace}", file=sys.stderr)
     if wl.num_requests == 0:
-        raise ValueError(f"workload {wl.name!r} has no requests (check --window-s against its {full_duration_s:.0f} s of arrivals)")
+        raise ValueError(f"workload {wl.name!r} has no requests (check --window-s against its arrivals)")
     return wl
 
 

@@ -136,9 +136,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     learned = LearnedReconfig(checkpoint) if checkpoint else None
     rows = []
     for seed in seeds:
-        wl = workloads.get_workload(workload, seed=seed)
-        if target_rps:
-            wl = workloads.scale_to_rate(wl, target_rps)
+        wl = workloads.build_workload(name=workload, seed=seed, target_rps=target_rps or None)
         cfg = replace(sim_config, seed=seed)
         labels = (["learned"] if learned else []) + list(against)
         for label in labels:

@@ -15,18 +15,36 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from envs.routing_env import DEFAULT_WINDOW_S
+
+
+def _opt(default: Any, help: str, **meta: Any):
+    """A config field with its command-line help (``experiments.config_args`` builds the flag)."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("mutable default")
+    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass(frozen=True)
 class EpisodeSource:
     """Where the episode windows come from (serialised into checkpoints).
 
+    The full workload is built by the one workload builder, :class:`envs.workloads.WorkloadSource`
+    (:meth:`workload_source`); the CLI fills the first seven fields from the shared workload flags
+    (``--trace``/``--workload``, ``--workload-seed``, ``--target-rps``/``--rate-scale``,
+    ``--window-s``, ``--skip-invalid``).
+
     Args:
         trace: trace path (Mooncake JSONL, Azure CSV, L-Eval CSV), or ``None`` for ``workload``.
         workload: named synthetic workload (``envs.workloads.WORKLOADS``) when ``trace`` is None.
         workload_seed: generator seed / arrival-spreading seed of the trace loader.
         target_rps: time-scale arrivals to this mean rate [requests/s] (``None`` keeps it).
-        window_s: episode window length [s] (default 60).
+        rate_scale: multiply the arrival rate by this factor (exclusive with ``target_rps``).
+        arrival_window_s: keep arrivals in ``[start, end)`` [s] before cutting episodes.
+        skip_invalid: skip invalid trace lines instead of failing.
+        window_s: episode window length [s] (default 60, ``envs.routing_env.DEFAULT_WINDOW_S``).
         eval_every: every ``eval_every``-th window is held out (see
             ``envs.routing_env.split_windows``; default 4).
 
@@ -34,35 +52,39 @@ class EpisodeSource:
         ValueError: naming the field, on a missing source, ``window_s`` <= 0 or a rate <= 0.
     """
 
-    trace: str | None = None
-    workload: str | None = "mixed-default"
-    workload_seed: int = 0
-    target_rps: float | None = None
-    window_s: float = 60.0
-    eval_every: int = 4
+    trace: str | None = field(default=None, metadata={"cli": False})
+    workload: str | None = field(default="mixed-default", metadata={"cli": False})
+    workload_seed: int = field(default=0, metadata={"cli": False})
+    target_rps: float | None = field(default=None, metadata={"cli": False})
+    rate_scale: float | None = field(default=None, metadata={"cli": False})
+    arrival_window_s: tuple[float, float] | None = field(default=None, metadata={"cli": False})
+    skip_invalid: bool = field(default=False, metadata={"cli": False})
+    window_s: float = _opt(DEFAULT_WINDOW_S, "episode window length [s]", flag="--episode-window-s")
+    eval_every: int = _opt(4, "hold out every N-th episode window for evaluation", metavar="N")
 
     def __post_init__(self) -> None:
         if self.trace is None and self.workload is None:
             raise ValueError("episode source: give trace or workload")
         if not self.window_s > 0:
             raise ValueError(f"window_s must be > 0, got {self.window_s}")
-        if self.target_rps is not None and not self.target_rps > 0:
-            raise ValueError(f"target_rps must be > 0, got {self.target_rps}")
         if self.eval_every < 2:
             raise ValueError(f"eval_every must be >= 2, got {self.eval_every}")
+        if self.arrival_window_s is not None:
+            object.__setattr__(self, "arrival_window_s", tuple(float(x) for x in self.arrival_window_s))
+        self.workload_source()  # validates rates, window and seed (ValueError naming the field)
+
+    def workload_source(self, seed: int | None = None):
+        """The :class:`~envs.workloads.WorkloadSource` of the full workload; ``seed`` overrides
+        ``workload_seed``."""
+        from envs.workloads import WorkloadSource
+
+        return WorkloadSource(name=None if self.trace else self.workload, trace=self.trace,
+                              seed=self.workload_seed if seed is None else seed, target_rps=self.target_rps,
+                              rate_scale=self.rate_scale, window_s=self.arrival_window_s, skip_invalid=self.skip_invalid)
 
     def workload_obj(self, seed: int | None = None):
-        """The full (rate-scaled) workload; ``seed`` overrides ``workload_seed``."""
-        from envs import workloads
-
-        s = self.workload_seed if seed is None else seed
-        if self.trace:
-            wl = workloads.load_trace(self.trace, spread_seed=s)
-        else:
-            wl = workloads.get_workload(self.workload, seed=s)
-        if self.target_rps is not None:
-            wl = workloads.scale_to_rate(wl, self.target_rps)
-        return wl
+        """The full (rate-scaled, windowed) workload; ``seed`` overrides ``workload_seed``."""
+        return self.workload_source(seed).build()
 
     def windows(self, part: str, seed: int | None = None):
         """Episode windows of a part (``"train"``, ``"eval"``, ``"all"``)."""
@@ -78,7 +100,8 @@ class EpisodeSource:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """MaskablePPO training of a routing policy.
+    """MaskablePPO training of a routing policy (``cpgym train routing``: one flag per field,
+    generated by ``experiments.config_args``).
 
     Defaults: PPO settings of SB3 (``n_epochs`` 10 -> 4, smaller batches, Adam 3e-4) tuned
     down for a 2-core CPU budget; ``gamma`` 0.995 because a routing decision's cost (queueing
@@ -90,38 +113,42 @@ class TrainConfig:
     (cross-entropy) and the value head to the discounted returns (MSE).
 
     Raises:
-        ValueError: naming the field, for non-positive sizes or rates.
+        ValueError: naming the field, for non-positive sizes or rates, or a minibatch larger
+            than one rollout (``batch_size > n_steps * n_envs``).
     """
 
-    source: EpisodeSource = field(default_factory=EpisodeSource)
-    total_timesteps: int = 200_000
-    n_envs: int = 2
-    vec_env: str = "dummy"
-    n_steps: int = 1024
-    batch_size: int = 256
-    n_epochs: int = 4
-    learning_rate: float = 3e-4
-    gamma: float = 0.995
-    gae_lambda: float = 0.95
-    ent_coef: float = 0.01
-    clip_range: float = 0.2
-    hidden_dim: int = 64
-    reward: str = "time_in_system"
-    reward_scale: float = 0.1
-    invalid_action_penalty: float = 1.0
-    seed: int = 0
-    checkpoint_every_steps: int = 50_000
-    torch_threads: int = 1
-    wandb_mode: str = "offline"
-    pool_composition: str | None = None
-    bc_policy: str | None = None
-    bc_episodes: int = 13
-    bc_epochs: int = 10
+    source: EpisodeSource = field(default_factory=EpisodeSource, metadata={"cli": False})
+    total_timesteps: int = _opt(200_000, "environment steps to train for", flag="--timesteps")
+    n_envs: int = _opt(2, "parallel environments")
+    vec_env: str = _opt("dummy", "vectorisation of the environments", choices=("dummy", "subproc"))
+    n_steps: int = _opt(1024, "rollout length per environment (PPO n_steps)")
+    batch_size: int = _opt(256, "PPO minibatch size (<= n_steps x n_envs)")
+    n_epochs: int = _opt(4, "PPO epochs per rollout")
+    learning_rate: float = _opt(3e-4, "Adam learning rate")
+    gamma: float = _opt(0.995, "discount factor in (0, 1]")
+    gae_lambda: float = _opt(0.95, "GAE lambda in [0, 1]")
+    ent_coef: float = _opt(0.01, "entropy coefficient")
+    clip_range: float = _opt(0.2, "PPO clip range")
+    hidden_dim: int = _opt(64, "width of the per-worker network")
+    reward: str = _opt("time_in_system", "reward: -(time in system) or -(token-weighted SLO misses)",
+                       choices=("time_in_system", "slo_miss_tokens"))
+    reward_scale: float = _opt(0.1, "reward multiplier")
+    invalid_action_penalty: float = _opt(1.0, "subtracted from the reward on an ineligible worker")
+    seed: int = _opt(0, "seed of PPO and the environments", flag="--train-seed")
+    checkpoint_every_steps: int = _opt(50_000, "environment steps between checkpoints", flag="--checkpoint-every")
+    torch_threads: int = _opt(1, "torch CPU threads (small nets are faster single-threaded)")
+    wandb_mode: str = _opt("offline", "wandb mode", flag="--wandb", choices=("offline", "online", "disabled"))
+    pool_composition: str | None = field(default=None, metadata={"cli": False})  # CLI: --pool-composition (sim flags)
+    bc_policy: str | None = _opt(None, "warm start by behaviour cloning of this heuristic (e.g. vertumnus), then PPO",
+                                 metavar="NAME")
+    bc_episodes: int = _opt(13, "training windows demonstrated for behaviour cloning")
+    bc_epochs: int = _opt(10, "behaviour-cloning epochs")
 
     def __post_init__(self) -> None:
         for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "hidden_dim", "checkpoint_every_steps", "torch_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_minibatch(self.n_steps, self.n_envs, self.batch_size)
         if self.vec_env not in ("dummy", "subproc"):
             raise ValueError(f"vec_env must be 'dummy' or 'subproc', got {self.vec_env!r}")
         if self.wandb_mode not in ("offline", "online", "disabled"):
@@ -133,6 +160,21 @@ class TrainConfig:
             raise ValueError(f"bc_episodes and bc_epochs must be >= 1, got {self.bc_episodes}, {self.bc_epochs}")
         if not 0 < self.gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if not 0 <= self.gae_lambda <= 1:
+            raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
+        if not self.ent_coef >= 0 or not self.clip_range > 0:
+            raise ValueError(f"ent_coef must be >= 0 and clip_range > 0, got {self.ent_coef}, {self.clip_range}")
+
+
+def check_minibatch(n_steps: int, n_envs: int, batch_size: int) -> None:
+    """PPO needs ``2 <= batch_size <= n_steps * n_envs`` (one rollout holds ``n_steps * n_envs``
+    transitions; SB3 ``PPO`` asserts ``batch_size > 1``).
+
+    Raises:
+        ValueError: naming both sizes otherwise.
+    """
+    if not 2 <= batch_size <= n_steps * n_envs:
+        raise ValueError(f"batch_size must be in [2, n_steps x n_envs = {n_steps * n_envs}], got {batch_size}")
 
 
 def _sim_config(cfg: TrainConfig, base=None):

@@ -8,6 +8,8 @@
 * :mod:`.arrivals` — Poisson, Gamma (bursty), MMPP and inhomogeneous Poisson arrival processes.
 * :mod:`.synthetic` — generators (system prompts, multi-turn, tool agents, long documents,
   phase changes, mixes) and the named registry :data:`WORKLOADS` / :func:`get_workload`.
+* :mod:`.source` — :class:`WorkloadSource` / :func:`build_workload`, the one builder every
+  entry point uses (source + rate scaling + arrival window).
 * :mod:`.stats` — :func:`workload_stats` (lengths, rate, ideal prefix reuse, reference-pool load).
 
 All results are :class:`envs.sim.request.Workload` objects.
@@ -57,6 +59,7 @@ from .synthetic import (
     system_prompt_requests,
     tool_agent_sessions,
 )
+from .source import WorkloadSource, build_workload
 from .transforms import merge, scale_rate, scale_to_rate, split, window, windows
 
 def default_traces_dir() -> Path:
@@ -87,6 +90,8 @@ __all__ = [
     "TraceWarning",
     "TruncatedLogNormal",
     "WORKLOADS",
+    "WorkloadSource",
+    "build_workload",
     "default_traces_dir",
     "detect_timestamp_bucket_ms",
     "get_workload",

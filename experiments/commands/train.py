@@ -1,79 +1,77 @@
 """``cpgym train routing|reconfig``: train a learned policy (MaskablePPO) on episode windows of a
-trace or synthetic workload; writes checkpoints, CSV logs and (offline) wandb logs."""
+trace or synthetic workload; writes checkpoints, CSV logs and (offline) wandb logs.
+
+The training flags are generated from the config dataclasses (``policies.train.TrainConfig``,
+``policies.train.EpisodeSource``, ``policies.train_reconfig.ReconfigTrainConfig``) by
+``experiments.config_args``; the workload and simulator flags are the shared groups of
+``experiments.common``. A flag a kind does not use is not declared for it (argparse rejects it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+#: Episode source when neither --trace nor --workload is given, per kind.
+DEFAULT_SOURCES = {
+    "routing": "the Mooncake conversation trace",
+    "reconfig": "the phases workload (paper §9 dynamic test: short- vs long-request peaks)",
+}
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments
+    from experiments.common import add_sim_arguments, add_workload_arguments
+    from experiments.config_args import add_config_arguments
+    from policies.train import EpisodeSource, TrainConfig
+    from policies.train_reconfig import ReconfigTrainConfig
 
-    p.add_argument("kind", choices=("routing", "reconfig"), help="which decision to learn")
-    g = p.add_argument_group("episodes")
-    src = g.add_mutually_exclusive_group()
-    src.add_argument("--trace", metavar="PATH", help="trace file (default: the Mooncake conversation trace)")
-    src.add_argument("--workload", metavar="NAME", help="named synthetic workload instead of a trace")
-    g.add_argument("--workload-seed", type=int, default=0, help="generator / arrival-spreading seed (default 0)")
-    g.add_argument("--target-rps", type=float, help="time-scale arrivals to this mean rate [requests/s]")
-    g.add_argument("--episode-window-s", type=float, default=60.0, help="episode window length [s] (default 60)")
-    g.add_argument("--eval-every", type=int, default=4, help="hold out every N-th window for evaluation (default 4)")
-    add_sim_arguments(p)
-    t = p.add_argument_group("training")
-    t.add_argument("--timesteps", type=int, default=200_000, help="environment steps (default 200000)")
-    t.add_argument("--n-envs", type=int, default=2, help="parallel environments (default 2)")
-    t.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="vectorisation (default dummy)")
-    t.add_argument("--n-steps", type=int, default=1024, help="rollout length per env (default 1024)")
-    t.add_argument("--batch-size", type=int, default=256)
-    t.add_argument("--n-epochs", type=int, default=4)
-    t.add_argument("--learning-rate", type=float, default=3e-4)
-    t.add_argument("--gamma", type=float, default=0.995)
-    t.add_argument("--ent-coef", type=float, default=0.01)
-    t.add_argument("--hidden-dim", type=int, default=64)
-    t.add_argument("--reward", choices=("time_in_system", "slo_miss_tokens"), default="time_in_system")
-    t.add_argument("--reward-scale", type=float, default=0.1)
-    t.add_argument("--train-seed", type=int, default=0, help="seed of PPO and the environments (default 0)")
-    t.add_argument("--checkpoint-every", type=int, default=50_000, help="steps between checkpoints")
-    t.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads (default 1: small nets are faster single-threaded)")
-    t.add_argument("--bc-policy", metavar="NAME", help="warm start by behaviour cloning of this heuristic (e.g. vertumnus), then PPO")
-    t.add_argument("--bc-episodes", type=int, default=13, help="training windows demonstrated for behaviour cloning (default 13)")
-    t.add_argument("--bc-epochs", type=int, default=10, help="behaviour-cloning epochs (default 10)")
-    t.add_argument("--wandb", choices=("offline", "online", "disabled"), default="offline", help="wandb mode (default offline)")
-    p.add_argument("--out", metavar="DIR", required=True, help="run folder (model.zip, checkpoints/, progress.csv, episodes.csv)")
+    kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
+    for kind, help_text in (("routing", "learn which worker serves each request (one step per request)"),
+                            ("reconfig", "learn split/merge operations (one step per decision window)")):
+        k = kinds.add_parser(kind, help=help_text, description=help_text)
+        add_workload_arguments(k, default_text=DEFAULT_SOURCES[kind])
+        add_sim_arguments(k, seed=False)  # environments draw simulator seeds from --train-seed
+        if kind == "routing":
+            add_config_arguments(k, EpisodeSource, title="episodes")
+            add_config_arguments(k, TrainConfig, title="training")
+        else:
+            add_config_arguments(k, ReconfigTrainConfig, title="episodes and training")
+        k.add_argument("--out", metavar="DIR", required=True, help="run folder (model.zip, checkpoints/, progress.csv, episodes.csv)")
+
+
+def configs_from_args(args: argparse.Namespace):
+    """The training config of the parsed flags: ``TrainConfig`` (routing) or
+    ``ReconfigTrainConfig`` (reconfig). Raises ValueError naming the field on bad values."""
+    from envs.workloads import default_traces_dir
+    from experiments.common import workload_source_from_args
+    from experiments.config_args import config_from_args
+
+    default_trace = str(default_traces_dir() / "conversation_trace.jsonl") if args.kind == "routing" else None
+    ws = workload_source_from_args(args, default_workload="phases", default_trace=default_trace)
+    source_fields = {"trace": ws.trace, "workload": ws.name, "workload_seed": ws.seed, "target_rps": ws.target_rps,
+                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid}
+    if args.kind == "reconfig":
+        from policies.train_reconfig import ReconfigTrainConfig
+
+        return config_from_args(ReconfigTrainConfig, args, **source_fields)
+    from policies.train import EpisodeSource, TrainConfig
+
+    return config_from_args(TrainConfig, args, source=config_from_args(EpisodeSource, args, **source_fields))
 
 
 def run(args: argparse.Namespace) -> int:
     from experiments.common import sim_config_from_args
+    from experiments.provenance import write_provenance
 
-    if args.trace is None and args.workload is None:
-        if args.kind == "reconfig":
-            args.workload = "phases"  # paper §9 dynamic test: short- vs long-request peaks
-        else:
-            from envs.workloads import default_traces_dir
-
-            args.trace = str(default_traces_dir() / "conversation_trace.jsonl")
+    cfg = configs_from_args(args)
     sim_config = sim_config_from_args(args)
+    write_provenance(args.out)
     if args.kind == "reconfig":
-        from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+        from policies.train_reconfig import train_reconfig
 
-        cfg = ReconfigTrainConfig(trace=args.trace, workload=args.workload, workload_seed=args.workload_seed,
-                                  target_rps=args.target_rps, total_timesteps=args.timesteps, seed=args.train_seed,
-                                  episode_window_s=args.episode_window_s, wandb_mode=args.wandb,
-                                  torch_threads=args.torch_threads, n_steps=min(args.n_steps, 64),
-                                  batch_size=min(args.batch_size, 32), n_envs=args.n_envs)
         train_reconfig(cfg, args.out, sim_config=sim_config, argv=sys.argv[1:])
         return 0
-    from policies.train import EpisodeSource, TrainConfig, train_routing
+    from policies.train import train_routing
 
-    src = EpisodeSource(trace=args.trace, workload=args.workload, workload_seed=args.workload_seed,
-                        target_rps=args.target_rps, window_s=args.episode_window_s, eval_every=args.eval_every)
-    cfg = TrainConfig(source=src, total_timesteps=args.timesteps, n_envs=args.n_envs, vec_env=args.vec_env,
-                      n_steps=args.n_steps, batch_size=args.batch_size, n_epochs=args.n_epochs,
-                      learning_rate=args.learning_rate, gamma=args.gamma, ent_coef=args.ent_coef,
-                      hidden_dim=args.hidden_dim, reward=args.reward, reward_scale=args.reward_scale,
-                      seed=args.train_seed, checkpoint_every_steps=args.checkpoint_every,
-                      torch_threads=args.torch_threads, wandb_mode=args.wandb, bc_policy=args.bc_policy,
-                      bc_episodes=args.bc_episodes, bc_epochs=args.bc_epochs)
     train_routing(cfg, args.out, sim_config=sim_config, argv=sys.argv[1:])
     return 0

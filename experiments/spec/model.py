@@ -81,19 +81,11 @@ class WorkloadSpec:
         Raises:
             ValueError / FileNotFoundError: from the loaders and transforms.
         """
-        from envs import workloads
+        from envs.workloads.source import build_workload
 
-        if self.trace is not None:
-            wl = workloads.load_trace(self.trace, skip_invalid=self.skip_invalid, spread_seed=self.seed)
-        else:
-            wl = workloads.get_workload(self.name, seed=self.seed, **{k: materialize_param(v) for k, v in self.params})
-        if self.target_rps is not None:
-            wl = workloads.scale_to_rate(wl, self.target_rps)
-        elif self.rate_scale is not None:
-            wl = workloads.scale_rate(wl, self.rate_scale)
-        if self.window_s is not None:
-            wl = workloads.window(wl, self.window_s[0], self.window_s[1])
-        return wl
+        return build_workload(name=self.name, trace=self.trace, seed=self.seed, target_rps=self.target_rps,
+                              rate_scale=self.rate_scale, window_s=self.window_s, skip_invalid=self.skip_invalid,
+                              params=tuple((k, materialize_param(v)) for k, v in self.params))
 
 
 @dataclass(frozen=True)

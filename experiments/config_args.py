@@ -1,0 +1,128 @@
+"""Command-line flags generated from frozen config dataclasses (the CleanRL ``Args`` / Vidur
+``config.py`` pattern: one field = one flag, its help text in the field's metadata).
+
+A field becomes ``--field-name`` with the field's type and default. Field metadata keys:
+
+* ``help`` (required): the flag's help text (the default is appended);
+* ``flag``: another flag name (e.g. ``"--timesteps"`` for ``total_timesteps``);
+* ``choices``: allowed values;
+* ``metavar``: the value's placeholder in ``--help``;
+* ``cli``: ``False`` to leave the field out of the CLI (set from other flags, or API only).
+
+Supported types: ``int``, ``float``, ``str``, ``bool`` (``--flag/--no-flag``), ``X | None`` of
+those, and ``tuple[int, ...]`` / ``tuple[float, ...]`` (comma-separated). Validation stays in the
+dataclass's ``__post_init__``, so the CLI and the Python API reject the same values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any
+
+__all__ = ["add_config_arguments", "config_from_args", "config_flags"]
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _dest(f: dataclasses.Field) -> str:
+    return _flag(f).lstrip("-").replace("-", "_")
+
+
+def _cli_fields(cls: type, exclude: tuple[str, ...]) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True) and f.name not in exclude]
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+class _CommaList:
+    """argparse ``type`` parsing ``"1,2,3"`` into a tuple of ``kind`` (named for argparse's error line)."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.__name__ = f"comma-separated {kind.__name__} list"
+
+    def __call__(self, text: str) -> tuple:
+        vals = tuple(self.kind(x) for x in text.split(",") if x.strip())  # ValueError -> argparse error line
+        if not vals:
+            raise ValueError(text)
+        return vals
+
+
+def _type_kwargs(cls: type, f: dataclasses.Field, tp: Any) -> dict[str, Any]:
+    tp = _unwrap_optional(tp)
+    if tp is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if tp in (int, float, str):
+        return {"type": tp}
+    if typing.get_origin(tp) is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis and args[0] in (int, float):
+            return {"type": _CommaList(args[0]), "metavar": "A,B,..."}
+    raise TypeError(f"{cls.__name__}.{f.name}: type {tp!r} has no command-line form (mark it cli=False)")
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, tuple):
+        return ",".join(str(x) for x in v) or "none"
+    return "none" if v is None else str(v)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str | None = None,
+                         exclude: tuple[str, ...] = (), defaults: dict[str, Any] | None = None) -> None:
+    """Adds one flag per CLI field of the dataclass ``cls`` (see the module docstring).
+
+    Args:
+        parser: parser (or sub-parser) to extend.
+        cls: the config dataclass.
+        title: argument-group title in ``--help`` (``None``: no group).
+        exclude: field names to leave out (the caller fills them in :func:`config_from_args`).
+        defaults: field name -> default shown and used instead of the dataclass default.
+
+    Raises:
+        TypeError: when a CLI field has no ``help`` metadata or an unsupported type.
+    """
+    hints = typing.get_type_hints(cls)
+    target = parser.add_argument_group(title) if title else parser
+    defaults = defaults or {}
+    for f in _cli_fields(cls, exclude):
+        if "help" not in f.metadata:
+            raise TypeError(f"{cls.__name__}.{f.name} has no help text (field metadata 'help')")
+        kw = _type_kwargs(cls, f, hints[f.name])
+        default = defaults.get(f.name, _default(f))
+        for key in ("choices", "metavar"):
+            if key in f.metadata:
+                kw[key] = f.metadata[key]
+        help_text = f"{f.metadata['help']} (default: {_show(default)})".replace("%", "%%")
+        target.add_argument(_flag(f), dest=_dest(f), default=default, help=help_text, **kw)
+
+
+def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ...] = (), **values: Any):
+    """Builds ``cls`` from the flags :func:`add_config_arguments` added, plus ``values`` for the
+    excluded / non-CLI fields. Raises what ``cls.__post_init__`` raises (ValueError)."""
+    kwargs = {f.name: getattr(args, _dest(f)) for f in _cli_fields(cls, exclude)}
+    kwargs.update(values)
+    return cls(**kwargs)
+
+
+def config_flags(cls: type, exclude: tuple[str, ...] = ()) -> dict[str, str]:
+    """Field name -> flag of every CLI field (for docs and tests)."""
+    return {f.name: _flag(f) for f in _cli_fields(cls, exclude)}
