@@ -30,14 +30,17 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str = DEFAU
     g.add_argument("--workload-seed", type=int, default=0, help="seed of the synthetic generator / arrival spreading (default 0)")
 
 
-def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True) -> None:
+def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition: bool = True) -> None:
     """The shared pool and simulator flags (read by :func:`sim_config_from_args`); ``seed=False``
-    leaves out ``--seed`` for commands that draw simulator seeds themselves (training)."""
+    leaves out ``--seed`` for commands that draw simulator seeds themselves (training),
+    ``composition=False`` leaves out ``--pool-composition`` for commands that set the composition
+    of each run themselves (``cpgym dynamic``)."""
     g = p.add_argument_group("pool and simulator")
     g.add_argument("--pool-gpus", type=int, default=40, help="GPUs in the prefill pool (default 40, the paper's prefill pool)")
     g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per topology group (default 8)")
-    g.add_argument("--pool-composition", default=DEFAULT_COMPOSITION,
-                   help=f"worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); default {DEFAULT_COMPOSITION}")
+    if composition:
+        g.add_argument("--pool-composition", default=DEFAULT_COMPOSITION,
+                       help=f"worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); default {DEFAULT_COMPOSITION}")
     g.add_argument("--supported-degrees", default="1,2,4,8", help="CP degrees a worker may have (default 1,2,4,8)")
     g.add_argument("--calibration", metavar="FILE",
                    help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
@@ -75,8 +78,9 @@ def parse_list(text: str, flag: str, kind: type = float, positive: bool = False)
     return vals
 
 
-def sim_config_from_args(args: argparse.Namespace, **overrides) -> SimConfig:
-    """Builds the validated :class:`SimConfig` of the shared arguments."""
+def sim_config_from_args(args: argparse.Namespace, composition: str | None = None, **overrides) -> SimConfig:
+    """Builds the validated :class:`SimConfig` of the shared arguments; ``composition`` replaces
+    ``--pool-composition`` (required when the parser has no such flag)."""
     if args.slo == "scaled":
         slo = SLOConfig(kind="scaled", slo_scale=args.slo_scale)
     else:
@@ -86,7 +90,8 @@ def sim_config_from_args(args: argparse.Namespace, **overrides) -> SimConfig:
             raise ValueError(f"--slo must be a number of seconds or 'scaled', got {args.slo!r}") from None
         slo = SLOConfig(kind="fixed", ttft_slo_s=seconds)
     cfg = SimConfig(
-        pool=PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node, composition=args.pool_composition,
+        pool=PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node,
+                        composition=composition if composition is not None else args.pool_composition,
                         supported_degrees=tuple(parse_list(args.supported_degrees, '--supported-degrees', int))),
         engine=EngineConfig(max_batch_tokens=args.max_batch_tokens),
         latency=LatencyConfig(kv_handoff_bandwidth_bytes_per_s=args.kv_handoff_gbps * 1e9, first_decode_step_s=args.first_decode_step_s),

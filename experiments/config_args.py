@@ -10,7 +10,8 @@ A field becomes ``--field-name`` with the field's type and default. Field metada
 * ``cli``: ``False`` to leave the field out of the CLI (set from other flags, or API only).
 
 Supported types: ``int``, ``float``, ``str``, ``bool`` (``--flag/--no-flag``), ``X | None`` of
-those, and ``tuple[int, ...]`` / ``tuple[float, ...]`` (comma-separated). Validation stays in the
+those, ``tuple[int, ...]`` / ``tuple[float, ...]`` (comma-separated) and ``tuple[float, float]``
+(two values, ``--flag START END``). Validation stays in the
 dataclass's ``__post_init__``, so the CLI and the Python API reject the same values.
 """
 
@@ -69,6 +70,8 @@ def _type_kwargs(cls: type, f: dataclasses.Field, tp: Any) -> dict[str, Any]:
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis and args[0] in (int, float):
             return {"type": _CommaList(args[0]), "metavar": "A,B,..."}
+        if len(args) == 2 and args[0] is args[1] and args[0] in (int, float):  # a pair: START END
+            return {"type": args[0], "nargs": 2, "metavar": ("START", "END")}
     raise TypeError(f"{cls.__name__}.{f.name}: type {tp!r} has no command-line form (mark it cli=False)")
 
 
@@ -119,6 +122,7 @@ def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ..
     """Builds ``cls`` from the flags :func:`add_config_arguments` added, plus ``values`` for the
     excluded / non-CLI fields. Raises what ``cls.__post_init__`` raises (ValueError)."""
     kwargs = {f.name: getattr(args, _dest(f)) for f in _cli_fields(cls, exclude)}
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}  # nargs=2 -> tuple
     kwargs.update(values)
     return cls(**kwargs)
 

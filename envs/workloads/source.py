@@ -92,12 +92,21 @@ class WorkloadSource:
             ValueError / FileNotFoundError / ``TraceFormatError``: from the loaders, the
                 generators (unknown name or override) and the transforms.
         """
+        return self.transform(self.load())
+
+    def load(self) -> Workload:
+        """The untransformed workload: the trace as loaded, or the generator's output."""
         from envs import workloads
 
         if self.trace is not None:
-            wl = workloads.load_trace(self.trace, skip_invalid=self.skip_invalid, spread_seed=self.seed)
-        else:
-            wl = workloads.get_workload(self.name, seed=self.seed, **dict(self.params))
+            return workloads.load_trace(self.trace, skip_invalid=self.skip_invalid, spread_seed=self.seed)
+        return workloads.get_workload(self.name, seed=self.seed, **dict(self.params))
+
+    def transform(self, wl: Workload) -> Workload:
+        """Applies this source's rate scaling, then its arrival window, to ``wl`` (the output of
+        :meth:`load`; lets a caller load once and sweep rates with ``dataclasses.replace``)."""
+        from envs import workloads
+
         if self.target_rps is not None:
             wl = workloads.scale_to_rate(wl, self.target_rps)
         elif self.rate_scale is not None:

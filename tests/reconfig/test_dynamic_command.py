@@ -10,7 +10,8 @@ def test_dynamic_json_and_plot(tmp_path, capsys):
     p = argparse.ArgumentParser()
     dynamic.add_arguments(p)
     png = tmp_path / "dyn.png"
-    args = p.parse_args(["--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--window-s", "10",
+    args = p.parse_args(["--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--controller-window-s", "10",
+                         "--supported-degrees", "2,4",
                          "--compositions", "cp4x10;cp2x20", "--initial", "cp2x20", "--format", "json", "--plot", str(png)])
     assert dynamic.run(args) == 0
     out = json.loads(capsys.readouterr().out)
@@ -29,6 +30,26 @@ def test_dynamic_rejects_bad_rate_scale():
     try:
         dynamic.run(p.parse_args(["--rate-scale", "0"]))
     except ValueError as exc:
-        assert "--rate-scale" in str(exc)
+        assert "rate_scale" in str(exc)
     else:
         raise AssertionError("expected ValueError")
+
+
+def test_dynamic_window_is_the_workload_window_and_shared_flags_have_shared_defaults(tmp_path, capsys):
+    """``--window-s START END`` is the arrival window (as in every command); the controller
+    window is ``--controller-window-s``; pool flags come from the shared group."""
+    from experiments.cli import build_parser, main
+
+    args = build_parser().parse_args(["dynamic", "--window-s", "0", "120"])
+    assert args.window_s == [0.0, 120.0] and args.controller_window_s == 20.0
+    assert args.supported_degrees == build_parser().parse_args(["simulate"]).supported_degrees == "1,2,4,8"
+    out_dir = tmp_path / "out"
+    rc = main(["dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--window-s", "30", "90",
+               "--supported-degrees", "2,4", "--compositions", "cp4x10", "--initial", "cp4x10", "--format", "json",
+               "--out-dir", str(out_dir)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["workload"]["window_s"] == [30.0, 90.0]
+    assert [ph["kind"] for ph in out["phases"]] == ["short", "long"]
+    assert [(ph["start_s"], ph["end_s"]) for ph in out["phases"]] == [(0.0, 30.0), (30.0, 60.0)]
+    assert json.loads((out_dir / "provenance.json").read_text())["argv"]

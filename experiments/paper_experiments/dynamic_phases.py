@@ -1,0 +1,329 @@
+"""The paper §9 dynamic-phases experiment (worker reconfiguration) as a library function:
+:func:`run_dynamic_phases` (``cpgym dynamic`` is a thin wrapper; ``experiments/paper/
+dynamic-phases.yaml`` is the same experiment as a spec, tested to agree).
+
+Workload: the named ``phases`` generator (``envs.workloads``): ``num_phases`` phases of
+``phase_duration_s`` alternating short-request-heavy and long-request-heavy traffic, with a
+rising rate inside every phase (``rising_rate``: linear ramp from 0.5x to 1.5x the phase rate).
+Mean phase rates ``short_rate_rps`` (default 40 req/s, 5 % long prompts) and ``long_rate_rps``
+(default 4 req/s, 60 % long prompts), both times ``rate_scale``: the short-heavy phases peak where
+aggregate capacity binds (between the all-CP-4 and all-CP-2 capacities), the long-heavy ones stay
+at moderate load where CP-4 latency wins (numbers at ``DEFAULT_SHORT_RATE_RPS``; the command
+prints the capacity profile it used).
+
+Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
+
+* ``vertumnus-adaptive``: the §6 controller (``baselines/controller.py``) starting from the
+  initial composition chosen from *historical* demand — the same generator with the next
+  workload seed (another "day"): its length mix and mean rate;
+* every fixed composition of the pool with the supported degrees (paper: 40 GPUs, nodes of 8,
+  {2, 4}: ``cp4x10`` ... ``cp2x20``), router ``vertumnus``, no controller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+#: Mean phase rates [requests/s] (the ``phases`` generator's rising rate runs 0.5x -> 1.5x of
+#: them), chosen from the capacity profile (``CapacityTable`` mean over the history day's 20 s
+#: windows; roofline calibration, 40 GPUs, nodes of 8, {2, 4}; printed by ``cpgym dynamic``) and
+#: the constant-rate behaviour of the full simulator, NOT from the adaptive policy's result:
+#:
+#: * short-heavy (5 % long prompts): profiled all-CP-4 pool 57 req/s, all-CP-2 pool 67 req/s
+#:   (constant-rate runs: ``cp4x10`` degrades from ~55 req/s, 1.05 s mean TTFT at 60; ``cp2x20``
+#:   holds to ~62). 40 req/s ramps 20 -> 60 req/s: it starts at 0.35 of the all-CP-4 capacity
+#:   and peaks between the all-CP-4 and all-CP-2 capacities (1.05x / 0.9x), so aggregate
+#:   capacity binds at the peak and more CP-2 lanes are needed (paper §9 "rising request rates");
+#: * long-heavy (60 % long prompts): profiled all-CP-4 8.3 req/s (constant-rate ``cp4x10`` keeps
+#:   1.3-1.55 s mean TTFT up to 7.5 req/s, ``cp2x20`` 2.2-2.3 s). 4 req/s ramps 2 -> 6 req/s,
+#:   at most 0.72 of the all-CP-4 capacity: moderate load, where CP-4's lower latency wins.
+#:
+#: The previous default (6 req/s, peak 9 > every composition's long-mix capacity) made the long
+#: phases capacity-bound too, so a CP-4-heavy mix with a few CP-2 lanes was never far from
+#: optimal in any phase and adaptation had nothing to gain.
+DEFAULT_SHORT_RATE_RPS = 40.0
+DEFAULT_LONG_RATE_RPS = 4.0
+DEFAULT_RATE_SCALE = 1.0
+#: CP degrees of the paper's run (Qwen3 uses {2, 4}, paper §9); ``cpgym dynamic`` takes the shared
+#: ``--supported-degrees`` (default 1,2,4,8), so the paper run passes ``--supported-degrees 2,4``.
+PAPER_SUPPORTED_DEGREES = (2, 4)
+#: Operation fields reported per reconfiguration operation.
+OPERATION_FIELDS = ("index", "kind", "old_worker_ids", "new_worker_ids", "old_degree", "new_degree", "first_gpu", "start_s",
+                    "drain_end_s", "switch_end_s", "commit_s", "drain_s", "switch_s", "confirm_s", "total_s", "epoch",
+                    "num_redirected_requests", "pending_blocks_created", "ready_blocks_retained", "reconciliation_bytes",
+                    "num_reconciled_blocks", "num_source_lost_blocks")
+
+
+def _opt(default: Any, help: str, **meta: Any):
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class DynamicPhasesConfig:
+    """Workload, controller and comparison settings of the dynamic-phases experiment (one
+    ``cpgym dynamic`` flag per field; the pool, seed and calibration come from the ``SimConfig``).
+
+    Raises:
+        ValueError: naming the field, on a non-positive rate, duration, window or phase count.
+    """
+
+    num_phases: int = _opt(4, "phases, alternating short-heavy / long-heavy")
+    phase_duration_s: float = _opt(150.0, "duration of one phase [s]")
+    short_rate_rps: float = _opt(DEFAULT_SHORT_RATE_RPS, "mean arrival rate of short-heavy phases [req/s]")
+    long_rate_rps: float = _opt(DEFAULT_LONG_RATE_RPS, "mean arrival rate of long-heavy phases [req/s]")
+    rate_scale: float = _opt(DEFAULT_RATE_SCALE, "multiply both phase rates by this (phase durations stay)")
+    rising_rate: bool = _opt(True, "rate rising 0.5x -> 1.5x inside each phase (--no-rising-rate: constant)")
+    workload_seed: int = _opt(0, "seed of the workload; the history day uses seed + 1")
+    window_s: tuple[float, float] | None = _opt(None, "keep arrivals in [START, END) s (the workload window)")
+    initial: str = _opt("auto", "initial composition of the adaptive policy: 'auto' (from historical demand) or a composition")
+    compositions: str = _opt("all", "fixed compositions to compare, ';'-separated, or 'all' (every composition of "
+                                    "the supported degrees: 11 on 40 GPUs with 2,4; 286 with 1,2,4,8)")
+    controller_window_s: float = _opt(20.0, "controller observation window [s] (paper §6)")
+    k_windows: int = _opt(2, "consecutive windows before a change")
+    switch_s: float = _opt(0.5, "switch time at the common step boundary [s] (paper: < 1 s)")
+
+    def __post_init__(self) -> None:
+        for name in ("rate_scale", "short_rate_rps", "long_rate_rps", "phase_duration_s", "controller_window_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"dynamic: {name} must be > 0, got {getattr(self, name)}")
+        if self.num_phases < 1 or self.k_windows < 1 or self.switch_s < 0:
+            raise ValueError(f"dynamic: num_phases and k_windows must be >= 1 and switch_s >= 0, "
+                             f"got {self.num_phases}, {self.k_windows}, {self.switch_s}")
+        if self.window_s is not None:
+            object.__setattr__(self, "window_s", tuple(float(x) for x in self.window_s))
+
+    def workload_params(self) -> dict:
+        """Keyword parameters of the ``phases`` generator (``envs.workloads.synthetic.phase_changes``)."""
+        return dict(num_phases=self.num_phases, phase_duration_s=self.phase_duration_s, rising_rate=self.rising_rate,
+                    short_phase_rate_rps=self.short_rate_rps * self.rate_scale,
+                    long_phase_rate_rps=self.long_rate_rps * self.rate_scale)
+
+    def workload_source(self, history: bool = False):
+        """The run's :class:`~envs.workloads.WorkloadSource` (``history``: the next seed's day)."""
+        from envs.workloads import WorkloadSource
+
+        return WorkloadSource(name="phases", seed=self.workload_seed + int(history), window_s=self.window_s,
+                              params=tuple(self.workload_params().items()))
+
+
+@dataclass(frozen=True)
+class DynamicPhasesResult:
+    """Outcome of :func:`run_dynamic_phases`.
+
+    Args:
+        summary: JSON-ready dict (workload, pool, controller, ``policies`` rows with per-phase
+            mean TTFT [s], ``phases`` comparisons, reconfiguration ``operations``, drain / switch
+            distributions, ``controller_windows``, ``capacity_profiles``, ...).
+        phase_kinds: ``"short"`` / ``"long"`` per phase in the (windowed) run.
+        phase_bounds_s: phase boundaries [s] on the run's time axis (``len(phase_kinds) + 1``).
+        runs: policy label -> ``SimResult`` (``"vertumnus-adaptive"``, ``"fixed <composition>"``).
+    """
+
+    summary: dict
+    phase_kinds: list
+    phase_bounds_s: list
+    runs: dict
+
+    @property
+    def best_fixed_composition(self) -> str:
+        return self.summary["best_fixed_composition"]
+
+
+def reuse_prefix_tokens(workload) -> float:
+    """Mean per-request prefix (whole KV blocks) already seen in an earlier request of
+    ``workload`` [tokens]: the prefix hit of an unbounded, perfectly placed cache (an upper
+    bound of the run's hit; on ``phases`` the shared system prompts, ~0.9k tokens)."""
+    seen: set = set()
+    total = 0
+    for r in workload.requests:
+        n = 0
+        for h in r.block_hashes:
+            if h not in seen:
+                break
+            n += 1
+        total += min(n * workload.kv_block_size_tokens, max(0, r.num_prompt_tokens - 1))
+        seen.update(r.block_hashes)
+    return total / max(1, workload.num_requests)
+
+
+def _observe_history(table, history, prompt_tokens, mean_cached_tokens: float, window_s: float) -> None:
+    """Feed the history day's window mixes to the capacity table, so that its reference mixes are
+    means over many windows before the run (paper §6: capacity profiled from historical
+    demand) instead of one noisy window each."""
+    t = np.array([r.arrival_time_s for r in history.requests], float)
+    edges = np.arange(0.0, (t.max() if t.size else 0.0) + window_s, window_s)
+    for a, b in zip(edges[:-1], edges[1:]):
+        m = (t >= a) & (t < b)
+        if m.sum() >= 10:
+            table.observe(table.shares(prompt_tokens[m], mean_cached_tokens))
+
+
+def _long_share(table, ref: int, long_prompt_tokens: int) -> float:
+    """Request share of a reference mix's classes that start at or above ``long_prompt_tokens``."""
+    edges = table.profile.length_bin_edges_tokens
+    sh = table.references[ref].shares
+    return float(sum(x for e, x in zip(edges[:-1], sh) if e >= long_prompt_tokens))
+
+
+def _phase_means(ttft, phase, num_phases: int) -> list[float]:
+    out = []
+    for k in range(num_phases):
+        v = ttft[phase == k]
+        v = v[~np.isnan(v)]
+        out.append(float(v.mean()) if len(v) else float("nan"))
+    return out
+
+
+def _dist(values: list[float]) -> dict:
+    if not values:
+        return {"count": 0}
+    v = np.asarray(values, float)
+    return {"count": int(v.size), "min": float(v.min()), "p50": float(np.percentile(v, 50)), "mean": float(v.mean()),
+            "p90": float(np.percentile(v, 90)), "max": float(v.max())}
+
+
+def phase_layout(workload, window_s: tuple[float, float] | None):
+    """``(phase of each request, phase kinds, phase bounds [s])`` of a ``phases`` workload on the
+    run's time axis: with an arrival window, only the phases it overlaps, re-based and clipped."""
+    phase = np.asarray(workload.metadata["phase_of_request"])
+    kinds = list(workload.metadata["phase_kinds"])
+    bounds = [float(b) for b in workload.metadata["phase_boundaries_s"]]
+    if window_s is None:
+        return phase, kinds, bounds
+    start, end = window_s
+    keep = [k for k in range(len(kinds)) if bounds[k] < end and bounds[k + 1] > start]
+    if not keep:
+        raise ValueError(f"dynamic: window_s [{start:g}, {end:g}) overlaps no phase (phases end at {bounds[-1]:g} s)")
+    new_bounds = [max(bounds[k], start) - start for k in keep] + [min(bounds[keep[-1] + 1], end) - start]
+    return phase - keep[0], [kinds[k] for k in keep], new_bounds
+
+
+def _controller_summary(ccfg) -> dict:
+    return {"window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
+            "split_target_load": ccfg.split_target_load, "merge_load": ccfg.merge_load,
+            "merge_max_projected_load": ccfg.merge_max_projected_load, "max_ops_per_window": ccfg.max_ops_per_window,
+            "max_gpu_share_per_window": ccfg.max_gpu_share_per_window, "min_dwell_s": ccfg.min_dwell_s,
+            "trend_horizon_s": ccfg.trend_horizon_s, "split_load_long": ccfg.split_load_long,
+            "long_prompt_tokens": ccfg.long_prompt_tokens, "long_fraction_merge": ccfg.long_fraction_merge,
+            "switch_s": ccfg.reconfig.switch_s, "confirm_s_per_rank": ccfg.reconfig.confirm_s_per_rank}
+
+
+def _phase_comparisons(rows: list[dict], kinds: list[str], bounds: list[float]) -> tuple[dict, list[dict]]:
+    ad, fixed_rows = rows[0], rows[1:]
+    best = min(fixed_rows, key=lambda r: r["mean_ttft_s"])
+    per_phase = []
+    for k, kind in enumerate(kinds):
+        bp = min(fixed_rows, key=lambda r: r["phase_mean_ttft_s"][k])
+        a = ad["phase_mean_ttft_s"][k]
+        per_phase.append({"phase": k, "kind": kind, "start_s": bounds[k], "end_s": bounds[k + 1],
+                          "adaptive_mean_ttft_s": a,
+                          "best_fixed_overall": best["composition"], "best_fixed_overall_mean_ttft_s": best["phase_mean_ttft_s"][k],
+                          "change_vs_best_fixed_overall_pct": 100.0 * (a / best["phase_mean_ttft_s"][k] - 1.0),
+                          "best_fixed_in_phase": bp["composition"], "best_fixed_in_phase_mean_ttft_s": bp["phase_mean_ttft_s"][k],
+                          "change_vs_best_fixed_in_phase_pct": 100.0 * (a / bp["phase_mean_ttft_s"][k] - 1.0)})
+    return best, per_phase
+
+
+def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, history, ccfg):
+    from baselines.controller import enumerate_compositions, initial_composition
+    from envs.sim import PoolConfig
+
+    pool = base.pool
+    fixed = enumerate_compositions(pool) if cfg.compositions == "all" else [c.strip() for c in cfg.compositions.split(";") if c.strip()]
+    hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
+    hist_hit = reuse_prefix_tokens(history)
+    _observe_history(table, history, hist_L, hist_hit, ccfg.window_s)
+    if cfg.initial == "auto":
+        initial, info = initial_composition(pool, base, calibration, hist_L, history.mean_rate_rps,
+                                            mean_cached_tokens=hist_hit, table=table)
+    else:
+        initial, info = cfg.initial, {"given": True}
+    for comp in [initial] + fixed:  # validates every composition before any run
+        PoolConfig(num_gpus=pool.num_gpus, gpus_per_node=pool.gpus_per_node, supported_degrees=pool.supported_degrees,
+                   composition=comp)
+    return initial, info, fixed, hist_hit
+
+
+def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhasesResult:
+    """Runs the adaptive policy and every fixed composition on the phases workload.
+
+    Args:
+        cfg: workload, controller and comparison settings.
+        base: :class:`~envs.sim.SimConfig` of the pool (GPUs, nodes, supported degrees; its
+            composition is replaced per run), SLO, seed and calibration.
+        log: optional ``callable(str)`` for progress lines.
+
+    Returns:
+        :class:`DynamicPhasesResult`.
+
+    Raises:
+        ValueError: on a composition the pool rejects or a window that overlaps no phase.
+    """
+    from baselines.controller import CapacityTable, ControllerConfig, ReconfigController
+    from baselines.registry import PolicySpec, get_policy
+    from envs.metrics import summarize
+    from envs.sim import Calibration
+    from envs.sim.reconfig import ReconfigConfig
+    from experiments.runner import run_policy
+
+    calibration = Calibration.resolve(base.calibration_path)
+    workload = cfg.workload_source().build()
+    history = cfg.workload_source(history=True).build()
+    ccfg = ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, reconfig=ReconfigConfig(switch_s=cfg.switch_s))
+    table = CapacityTable(base, calibration, ccfg.profile)  # shared by the initial composition and the controller
+    initial, init_info, fixed, hist_hit = _initial_and_fixed(cfg, base, calibration, table, history, ccfg)
+    phase, kinds, bounds = phase_layout(workload, cfg.window_s)
+    adaptive = PolicySpec("vertumnus-adaptive", get_policy("vertumnus-adaptive").make_router,
+                          "Vertumnus router + split/merge controller", "paper §5-§6",
+                          make_attachments=lambda: [ReconfigController(ccfg, table)])
+    runs = [("vertumnus-adaptive", initial, adaptive)] + [(f"fixed {c}", c, get_policy("vertumnus")) for c in fixed]
+    rows, results = [], {}
+    for label, comp, spec in runs:
+        if log:
+            log(f"running {label} ...")
+        res = run_policy(spec, workload, replace(base, pool=replace(base.pool, composition=comp)), calibration)
+        s = summarize(res)
+        rows.append({"policy": label, "composition": comp, "mean_ttft_s": s["mean_ttft_s"], "p90_ttft_s": s["p90_ttft_s"],
+                     "slo_attainment_token_weighted": s["slo_attainment_token_weighted"],
+                     "phase_mean_ttft_s": _phase_means(res.records["ttft_s"], phase, len(kinds)),
+                     "num_unfinished": s["num_unfinished"], "wall_time_s": s["wall_time_s"]})
+        results[label] = res
+    best, per_phase = _phase_comparisons(rows, kinds, bounds)
+    ex = results["vertumnus-adaptive"].extras
+    ops = [{k: o[k] for k in OPERATION_FIELDS} for o in ex.get("reconfig_operations", [])]
+    done = [o for o in ops if o["commit_s"] == o["commit_s"]]
+    peak = 1.5 if cfg.rising_rate else 1.0
+    pool = base.pool
+    summary = {
+        "workload": {"name": workload.name, "num_requests": workload.num_requests, "seed": cfg.workload_seed,
+                     "params": cfg.workload_params(), "window_s": list(cfg.window_s) if cfg.window_s else None,
+                     "source": workload.source},
+        "pool": {"num_gpus": pool.num_gpus, "gpus_per_node": pool.gpus_per_node, "supported_degrees": list(pool.supported_degrees)},
+        "seed": base.seed,
+        "controller": _controller_summary(ccfg),
+        "initial_composition": initial, "initial_composition_info": init_info,
+        "policies": rows,
+        "best_fixed_composition": best["composition"],
+        "adaptive_vs_best_fixed_overall_mean_ttft_pct": 100.0 * (rows[0]["mean_ttft_s"] / best["mean_ttft_s"] - 1.0),
+        "phases": per_phase,
+        "operations": ops,
+        "num_operations": {"split": sum(o["kind"] == "split" for o in ops), "merge": sum(o["kind"] == "merge" for o in ops)},
+        "drain_s": _dist([o["drain_s"] for o in done]),
+        "switch_s": _dist([o["switch_s"] for o in done]),
+        "drain_plus_switch_s": _dist([o["total_s"] for o in done]),
+        "final_composition": ex.get("composition"),
+        "controller_windows": ex.get("controller_windows", []),
+        "capacity_profiles": [{"reference_mix": p.reference, "degree": p.degree, "mean_prompt_tokens": p.mean_prompt_tokens,
+                               "num_window_mixes": table.references[p.reference].num_mixes,
+                               "long_share": _long_share(table, p.reference, ccfg.long_prompt_tokens),
+                               "capacity_rps_per_worker": p.capacity_rps, "capacity_tokens_per_s_per_worker": p.capacity_tokens_per_s,
+                               "capacity_tokens_per_s_per_gpu": p.capacity_tokens_per_s / p.degree,
+                               "homogeneous_pool_capacity_rps": p.capacity_rps * (pool.num_gpus // p.degree)}
+                              for p in table.profiled()],
+        "phase_peak_rates_rps": {"short": cfg.short_rate_rps * cfg.rate_scale * peak, "long": cfg.long_rate_rps * cfg.rate_scale * peak},
+        "history_mean_cached_tokens": hist_hit,
+    }
+    return DynamicPhasesResult(summary=summary, phase_kinds=kinds, phase_bounds_s=bounds, runs=results)
