@@ -1,0 +1,145 @@
+"""The paper §9 prefix-cache ablation (paper §7 manager; §9 "Prefix-Cache Ablation") as a library
+function: :func:`run_cache_ablation` (``cpgym cache-ablation`` is a thin wrapper;
+``experiments/paper/cache-ablation.yaml`` is the same experiment as a spec, tested to agree).
+
+* Workload: the named ``tool-agent`` workload (``envs.workloads``) with ``duration_s`` seconds
+  of sessions; its session rate is set to ``rate / 8`` (8 calls per session on average, so the
+  calls keep their seconds-scale gaps) and the result is time-scaled to exactly ``rate``
+  requests/s.
+* Policies: ``base_policy`` (default ``vertumnus``) and the same policy with a
+  :class:`baselines.cache_manager.GlobalCacheManager` attached
+  (:func:`baselines.cache_manager.with_global_cache`; ``vertumnus-global-cache`` in the registry).
+* Reported per policy and rate: mean / P90 TTFT [s], token-weighted SLO attainment, token-weighted
+  prefix hit rate, KV-transfer bytes (replication traffic), link utilisation (busy share of the
+  busiest link and the mean over the links used, over the simulated time), replications started.
+
+Paper reference (at its highest rate, 60 requests/s on its testbed): the full manager cut mean
+TTFT by 10.3 % and P90 by 18.7 % with a modest token hit-rate gain.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+DEFAULT_RATES_RPS = (20.0, 30.0, 40.0, 50.0, 55.0)
+MEAN_CALLS_PER_SESSION = 8.0  # tool_agent_sessions default mean_calls
+
+
+def _opt(default: Any, help: str, **meta: Any):
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class CacheAblationConfig:
+    """Settings of the cache ablation (one ``cpgym cache-ablation`` flag per field).
+
+    Raises:
+        ValueError: naming the field, on an empty rate list, a rate or duration <= 0, a
+            negative seed or a scan interval <= 0.
+    """
+
+    rates_rps: tuple[float, ...] = _opt(DEFAULT_RATES_RPS, "request rates [requests/s]", flag="--rates", metavar="R1,R2,...")
+    duration_s: float = _opt(300.0, "simulated seconds of tool-agent sessions")
+    workload_seed: int = _opt(0, "seed of the tool-agent generator")
+    base_policy: str = _opt("vertumnus", "policy run with local caches only")
+    scan_interval_s: float | None = _opt(None, "cache-manager scan period [s] (none: 20, paper §7)")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rates_rps", tuple(float(r) for r in self.rates_rps))
+        if not self.rates_rps or not all(r > 0 and math.isfinite(r) for r in self.rates_rps):
+            raise ValueError(f"cache-ablation: rates_rps must be finite numbers > 0, got {list(self.rates_rps)}")
+        if not self.duration_s > 0:
+            raise ValueError(f"cache-ablation: duration_s must be > 0, got {self.duration_s}")
+        if self.workload_seed < 0:
+            raise ValueError(f"cache-ablation: workload_seed must be >= 0, got {self.workload_seed}")
+        if self.scan_interval_s is not None and not self.scan_interval_s > 0:
+            raise ValueError(f"cache-ablation: scan_interval_s must be > 0, got {self.scan_interval_s}")
+
+    def workload_source(self, rate_rps: float):
+        """The :class:`~envs.workloads.WorkloadSource` at one rate: ``rate_rps / 8`` sessions/s,
+        time-scaled to exactly ``rate_rps``."""
+        from envs.workloads import WorkloadSource
+        from envs.workloads.arrivals import PoissonArrivals
+
+        return WorkloadSource(name="tool-agent", seed=self.workload_seed, target_rps=rate_rps,
+                              params=(("duration_s", self.duration_s),
+                                      ("session_arrivals", PoissonArrivals(rate_rps / MEAN_CALLS_PER_SESSION))))
+
+
+@dataclass(frozen=True)
+class CacheAblationResult:
+    """Outcome of :func:`run_cache_ablation`: ``rows``, one dict per (rate, policy) in run order
+    (local caches first) with the ``envs.metrics.summarize`` metrics plus ``rate_rps``,
+    ``policy``, ``kv_transfer_bytes``, ``max_link_utilization``, ``mean_link_utilization``,
+    ``num_replications`` and ``manager`` (the manager's counters, empty without one)."""
+
+    rows: list
+
+
+def tool_agent_at_rate(rate_rps: float, duration_s: float, seed: int):
+    """The ``tool-agent`` workload with ``rate_rps / 8`` sessions/s, time-scaled to ``rate_rps``."""
+    return CacheAblationConfig(rates_rps=(rate_rps,), duration_s=duration_s, workload_seed=seed).workload_source(rate_rps).build()
+
+
+def run_one(spec, workload, config) -> dict:
+    """Runs one policy; returns its summary plus transfer bytes, link utilisation and the
+    manager's counters (if attached)."""
+    from baselines.cache_manager import GlobalCacheManager
+    from envs.metrics import summarize
+    from experiments.runner import build_simulator
+
+    sim, spec = build_simulator(spec, workload, config)
+    managers: list[GlobalCacheManager] = []
+    for fn in sim.dispatch_listeners:
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, GlobalCacheManager):
+            managers.append(owner)
+    result = sim.run(spec.make_router())
+    s = summarize(result)
+    util = sim.links.utilization(result.sim_time_s)
+    s["kv_transfer_bytes"] = int(sim.links.total_bytes)
+    s["max_link_utilization"] = max(util.values()) if util else 0.0
+    s["mean_link_utilization"] = sum(util.values()) / len(util) if util else 0.0
+    stats = managers[0].stats() if managers else {}
+    s["num_replications"] = stats.get("num_inter_degree_replications", 0) + stats.get("num_intra_degree_replications", 0)
+    s["manager"] = stats
+    return s
+
+
+def policies(cfg: CacheAblationConfig):
+    """``(local caches, with the global manager)`` policy specs of ``cfg``.
+
+    Raises:
+        ValueError: on an unknown base policy.
+    """
+    from baselines.cache_manager import CacheManagerConfig, with_global_cache
+    from baselines.registry import get_policy
+
+    base = get_policy(cfg.base_policy)
+    mgr_cfg = None
+    if cfg.scan_interval_s is not None:
+        params = getattr(base.make_router(), "params", None)
+        mgr_cfg = CacheManagerConfig(scan_interval_s=cfg.scan_interval_s)
+        if params is not None and hasattr(params, "lambda_"):
+            mgr_cfg = replace(mgr_cfg, beta=params.beta, lambda_=params.lambda_)
+    return base, with_global_cache(base, mgr_cfg)
+
+
+def run_cache_ablation(cfg: CacheAblationConfig, config) -> CacheAblationResult:
+    """Runs both policies at every rate of ``cfg`` on the simulator ``config`` (pool, seed, SLO).
+
+    Raises:
+        ValueError: on an unknown base policy or a composition the pool rejects.
+    """
+    specs = policies(cfg)
+    rows = []
+    for rate in cfg.rates_rps:
+        wl = cfg.workload_source(rate).build()
+        for spec in specs:
+            s = run_one(spec, wl, config)
+            s["rate_rps"] = rate
+            s["policy"] = spec.name
+            rows.append(s)
+    return CacheAblationResult(rows=rows)

@@ -1,0 +1,267 @@
+"""The paper §9 end-to-end experiment as a library function: a policy suite on one workload at
+several request rates, :func:`run_compare` (``cpgym compare`` is a thin wrapper;
+``experiments/paper/end-to-end.yaml`` runs the paper's workloads, rates and policies as a spec,
+tested to agree with :data:`PAPER_END_TO_END`).
+
+* Rates: ``rates_rps`` (time-scale the workload to these mean rates [requests/s]) or
+  ``rate_scales`` (multiply its native rate); neither = the native rate. The arrival window of
+  the source is applied after rate scaling.
+* Seeds: each seed sets the run seed and offsets the generator / arrival-spreading seed
+  (``source.seed + seed``); metrics are averaged over seeds in ``summary``.
+* The strongest baseline at a rate is the non-Vertumnus policy (name not starting with
+  ``vertumnus``) with the lowest mean TTFT; % change = ``(vertumnus - baseline) / baseline``
+  (P90 against the same baseline); SLO change in percentage points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+METRICS = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted",
+           "slo_attainment_requests", "prefix_hit_rate", "utilization", "mean_queueing_delay_s", "gpu_time_s",
+           "num_unfinished", "num_requests", "wall_time_s")
+VERTUMNUS = "vertumnus"
+
+#: The paper's end-to-end set (``experiments/paper/end-to-end.yaml``): per workload the rates
+#: [requests/s] (low / medium / near-saturation for the 40-GPU pool over a 10-minute window);
+#: ``@traces/`` = the shared trace folder.
+PAPER_END_TO_END = {
+    "policies": ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware"),
+    "workloads": {"leval-like": (10.0, 20.0, 30.0), "tool-agent": (30.0, 40.0, 50.0),
+                  "@traces/conversation_trace.jsonl": (8.0, 12.0, 16.0)},
+    "window_s": (0.0, 600.0),
+    "pool": {"num_gpus": 40, "gpus_per_node": 8, "composition": "cp4x6,cp2x8", "supported_degrees": (2, 4)},
+    "seeds": (0, 1),
+}
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Outcome of :func:`run_compare`.
+
+    Args:
+        rows: tidy DataFrame, one row per (policy, rate, seed): ``envs.metrics.summarize``
+            metrics plus ``policy, rate_rps, rate_scale, seed, workload, native_rate_rps``.
+        summary: DataFrame averaged over seeds, one row per (rate, policy) in suite order, with
+            ``num_seeds``.
+        changes: :func:`strongest_baseline_changes` of ``summary``.
+        sweep: :func:`sweep_table` of the Vertumnus variants (``None`` without variants).
+        workload_name: name of the (seed-0) base workload.
+    """
+
+    rows: Any
+    summary: Any
+    changes: list
+    sweep: Any
+    workload_name: str
+
+
+def _grid(text: str | None, flag: str, default: float) -> list[float]:
+    from experiments.common import parse_list
+
+    return [default] if text is None else parse_list(text, flag)
+
+
+def vertumnus_variants(beta_text: str | None, lambda_text: str | None) -> list[tuple[str, float, float]]:
+    """``(name, beta, lambda)`` of the sweep grid of ``--beta`` / ``--lambda`` (empty if neither).
+
+    Raises:
+        ValueError: on a malformed list or a value outside the paper's range (beta >= 1, lambda >= 0).
+    """
+    from baselines.vertumnus import VertumnusParams
+
+    if beta_text is None and lambda_text is None:
+        return []
+    d = VertumnusParams()
+    out = []
+    for b in _grid(beta_text, "--beta", d.beta):
+        for lam in _grid(lambda_text, "--lambda", d.lambda_):
+            VertumnusParams(beta=b, lambda_=lam)  # validates
+            out.append((f"vertumnus[beta={b:g},lambda={lam:g}]", b, lam))
+    return out
+
+
+def _policy(policy):
+    """A registry name, or ``(name, beta, lambda)`` of a sweep variant -> a policy for run_policy
+    (variants are built inside the worker process: PolicySpec factories do not pickle)."""
+    if isinstance(policy, str):
+        return policy
+    from baselines.registry import PolicySpec
+    from baselines.vertumnus import VertumnusParams, VertumnusRouter
+
+    name, beta, lam = policy
+    return PolicySpec(name, lambda: VertumnusRouter(VertumnusParams(beta=beta, lambda_=lam), name),
+                      f"Vertumnus with beta={beta:g}, lambda={lam:g} (sweep)", "paper §5; cpgym compare --beta/--lambda")
+
+
+def resolve_suite(text: str) -> list[str]:
+    """Policy names of a suite expression (``paper``, ``all``, or a comma list of suites/policies).
+
+    Raises:
+        ValueError: naming an unknown suite or policy.
+    """
+    from baselines.registry import POLICIES, SUITES
+
+    names: list[str] = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        if item == "all":
+            add = list(POLICIES)
+        elif item in SUITES:
+            add = list(SUITES[item])
+        elif item in POLICIES:
+            add = [item]
+        else:
+            raise ValueError(f"unknown suite or policy {item!r}; suites: all, {', '.join(SUITES)}; policies: {', '.join(POLICIES)}")
+        names += [n for n in add if n not in names]
+    if not names:
+        raise ValueError("--suite selects no policy")
+    return names
+
+
+def _run_task(task: tuple) -> dict:
+    """Runs one (policy, workload, config) in a worker process and returns its summary row."""
+    from envs.metrics import summarize
+    from experiments.runner import run_policy
+
+    policy, workload, config, meta = task
+    row = summarize(run_policy(_policy(policy), workload, config))
+    row.update(meta)
+    return row
+
+
+def strongest_baseline_changes(summary, vertumnus: str = VERTUMNUS):
+    """Per rate: the strongest non-Vertumnus baseline (lowest mean TTFT) and Vertumnus's change.
+
+    Args:
+        summary: DataFrame with ``policy, rate_rps, mean_ttft_s, p90_ttft_s,
+            slo_attainment_token_weighted`` (one row per policy and rate).
+
+    Returns:
+        list of dicts ``rate_rps, baseline, mean_ttft_change_pct, p90_ttft_change_pct,
+        slo_change_pp`` (empty if Vertumnus or no baseline is present).
+    """
+    out = []
+    for rate, g in summary.groupby("rate_rps", sort=True):
+        v = g[g["policy"] == vertumnus]
+        b = g[~g["policy"].str.startswith("vertumnus")].dropna(subset=["mean_ttft_s"])
+        if v.empty or b.empty:
+            continue
+        best = b.loc[b["mean_ttft_s"].idxmin()]
+        v = v.iloc[0]
+        out.append({
+            "rate_rps": float(rate), "baseline": best["policy"],
+            "mean_ttft_change_pct": 100.0 * (v["mean_ttft_s"] - best["mean_ttft_s"]) / best["mean_ttft_s"],
+            "p90_ttft_change_pct": 100.0 * (v["p90_ttft_s"] - best["p90_ttft_s"]) / best["p90_ttft_s"],
+            "slo_change_pp": 100.0 * (v["slo_attainment_token_weighted"] - best["slo_attainment_token_weighted"]),
+        })
+    return out
+
+
+def sweep_table(summary, variants: list[str]):
+    """Per sweep variant: mean/P90 TTFT % and SLO pp vs the strongest baseline at each rate, and
+    their means over the rates (tidy DataFrame, one row per variant and rate plus ``rate_rps`` NaN
+    for the mean)."""
+    import pandas as pd
+
+    rows = []
+    base = summary[~summary["policy"].str.startswith("vertumnus")]
+    for v in variants:
+        ch = strongest_baseline_changes(pd.concat([base, summary[summary["policy"] == v].assign(policy=VERTUMNUS)]))
+        for c in ch:
+            rows.append({"variant": v, **c})
+        if ch:
+            rows.append({"variant": v, "rate_rps": float("nan"), "baseline": "mean over rates",
+                         **{k: sum(c[k] for c in ch) / len(ch) for k in ("mean_ttft_change_pct", "p90_ttft_change_pct", "slo_change_pp")}})
+    return pd.DataFrame(rows)
+
+
+def _points(source, rates_rps, rate_scales):
+    if rates_rps:
+        return [replace(source, target_rps=r, rate_scale=None) for r in rates_rps]
+    if rate_scales:
+        return [replace(source, target_rps=None, rate_scale=s) for s in rate_scales]
+    return [replace(source, target_rps=None, rate_scale=None)]
+
+
+def compare_tasks(source, base_config, policies: list, rates_rps=None, rate_scales=None, seeds=(0,)) -> tuple[list, str]:
+    """``(tasks, workload name)``: one ``(policy, workload, config, meta)`` per policy, rate and
+    seed (see :func:`run_compare`).
+
+    Raises:
+        ValueError: when the base workload is empty, or on bad rates (from the transforms).
+    """
+    tasks, wl_name = [], ""
+    for seed in seeds:
+        src = source.with_seed(source.seed + seed)
+        base = src.load()
+        if base.num_requests == 0:
+            raise ValueError(f"workload {base.name!r} has no requests")
+        wl_name = wl_name or base.name
+        config = replace(base_config, seed=seed)
+        for point in _points(src, rates_rps, rate_scales):
+            wl = point.transform(base)
+            rate = point.target_rps if point.target_rps is not None else wl.mean_rate_rps
+            meta = {"rate_rps": float(rate), "rate_scale": point.rate_scale, "seed": seed, "workload": wl.name,
+                    "native_rate_rps": base.mean_rate_rps}
+            tasks.extend((p, wl, config, meta) for p in policies)
+    return tasks, wl_name
+
+
+def run_compare(source, base_config, policies: list, rates_rps=None, rate_scales=None, seeds=(0,), jobs: int = 1,
+                on_row: Callable[[list], None] | None = None) -> CompareResult:
+    """Runs every policy at every rate and seed.
+
+    Args:
+        source: :class:`~envs.workloads.WorkloadSource` (its rate fields are replaced per point;
+            its window is applied after scaling).
+        base_config: :class:`~envs.sim.SimConfig`; its seed is replaced by each seed.
+        policies: registry names and/or ``(name, beta, lambda)`` Vertumnus variants
+            (:func:`vertumnus_variants`), in table order.
+        rates_rps / rate_scales: the rate points (at most one of them).
+        seeds: run seeds (>= 0).
+        jobs: processes (1 = in this process).
+        on_row: called with the list of finished rows after each run (e.g. to save them).
+
+    Raises:
+        ValueError: on both rate lists, ``jobs`` < 1, no seed, or a negative seed.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    import pandas as pd
+
+    if rates_rps and rate_scales:
+        raise ValueError("give rates_rps or rate_scales, not both")
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if not seeds or any(s < 0 for s in seeds):
+        raise ValueError(f"seeds must be integers >= 0, got {list(seeds)}")
+    tasks, wl_name = compare_tasks(source, base_config, policies, rates_rps, rate_scales, seeds)
+    rows: list[dict] = []
+
+    def keep(row: dict) -> None:
+        rows.append(row)
+        if on_row is not None:
+            on_row(rows)
+
+    if jobs == 1:
+        for t in tasks:
+            keep(_run_task(t))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for row in pool.map(_run_task, tasks):
+                keep(row)
+    df = pd.DataFrame(rows)
+    names = [p if isinstance(p, str) else p[0] for p in policies]
+    order = {n: i for i, n in enumerate(names)}
+    agg = {k: "mean" for k in METRICS if k in df}
+    summary = df.groupby(["rate_rps", "policy"], sort=False).agg(agg).reset_index()
+    summary["num_seeds"] = len(seeds)
+    summary["_o"] = summary["policy"].map(order)
+    summary = summary.sort_values(["rate_rps", "_o"]).drop(columns="_o").reset_index(drop=True)
+    variants = [p[0] for p in policies if not isinstance(p, str)]
+    sweep = sweep_table(summary, variants) if variants else None
+    return CompareResult(rows=df, summary=summary, changes=strongest_baseline_changes(summary), sweep=sweep,
+                         workload_name=wl_name)
