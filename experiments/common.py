@@ -28,6 +28,8 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str = DEFAU
     g.add_argument("--window-s", type=float, nargs=2, metavar=("START", "END"), help="keep arrivals in [START, END) s (after rate scaling)")
     g.add_argument("--skip-invalid", action="store_true", help="skip invalid trace lines and report their count instead of failing")
     g.add_argument("--workload-seed", type=int, default=0, help="seed of the synthetic generator / arrival spreading (default 0)")
+    g.add_argument("--workload-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a parameter of the named workload's generator, e.g. duration_s=120 (repeatable)")
 
 
 def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition: bool = True) -> None:
@@ -131,9 +133,39 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str = 
     trace, name = args.trace, args.workload
     if trace is None and name is None:
         trace, name = (default_trace, None) if default_trace is not None else (None, default_workload)
-    return WorkloadSource(name=name, trace=trace, seed=args.workload_seed, target_rps=args.target_rps,
+    params = parse_workload_params(args.workload_param)
+    if params and trace is not None:
+        raise ValueError("--workload-param overrides a named workload's generator; it does not apply to a trace")
+    return WorkloadSource(name=name, trace=trace, seed=args.workload_seed, target_rps=args.target_rps, params=params,
                           rate_scale=args.rate_scale, window_s=tuple(args.window_s) if args.window_s else None,
                           skip_invalid=args.skip_invalid)
+
+
+def parse_workload_params(items: list[str]) -> tuple[tuple[str, object], ...]:
+    """``["duration_s=120", "rising_rate=false"]`` -> ``(("duration_s", 120), ("rising_rate", False))``:
+    values are read as int, float, true/false or else kept as text (the generator validates them).
+
+    Raises:
+        ValueError: naming ``--workload-param`` on an item without ``=`` or a repeated name.
+    """
+    out: dict[str, object] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--workload-param must be NAME=VALUE, got {item!r}")
+        if name.strip() in out:
+            raise ValueError(f"--workload-param {name.strip()} given twice")
+        value: object = text
+        for conv in (int, float):
+            try:
+                value = conv(text)
+                break
+            except ValueError:
+                pass
+        if text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        out[name.strip()] = value
+    return tuple(out.items())
 
 
 def workload_from_args(args: argparse.Namespace, default_workload: str = DEFAULT_WORKLOAD) -> Workload:

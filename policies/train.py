@@ -32,9 +32,9 @@ class EpisodeSource:
     """Where the episode windows come from (serialised into checkpoints).
 
     The full workload is built by the one workload builder, :class:`envs.workloads.WorkloadSource`
-    (:meth:`workload_source`); the CLI fills the first seven fields from the shared workload flags
+    (:meth:`workload_source`); the CLI fills the first eight fields from the shared workload flags
     (``--trace``/``--workload``, ``--workload-seed``, ``--target-rps``/``--rate-scale``,
-    ``--window-s``, ``--skip-invalid``).
+    ``--window-s``, ``--skip-invalid``, ``--workload-param``).
 
     Args:
         trace: trace path (Mooncake JSONL, Azure CSV, L-Eval CSV), or ``None`` for ``workload``.
@@ -44,6 +44,7 @@ class EpisodeSource:
         rate_scale: multiply the arrival rate by this factor (exclusive with ``target_rps``).
         arrival_window_s: keep arrivals in ``[start, end)`` [s] before cutting episodes.
         skip_invalid: skip invalid trace lines instead of failing.
+        params: keyword overrides of the named workload's generator, ``((name, value), ...)``.
         window_s: episode window length [s] (default 60, ``envs.routing_env.DEFAULT_WINDOW_S``).
         eval_every: every ``eval_every``-th window is held out (see
             ``envs.routing_env.split_windows``; default 4).
@@ -59,6 +60,7 @@ class EpisodeSource:
     rate_scale: float | None = field(default=None, metadata={"cli": False})
     arrival_window_s: tuple[float, float] | None = field(default=None, metadata={"cli": False})
     skip_invalid: bool = field(default=False, metadata={"cli": False})
+    params: tuple[tuple[str, Any], ...] = field(default=(), metadata={"cli": False})
     window_s: float = _opt(DEFAULT_WINDOW_S, "episode window length [s]", flag="--episode-window-s")
     eval_every: int = _opt(4, "hold out every N-th episode window for evaluation", metavar="N")
 
@@ -80,7 +82,8 @@ class EpisodeSource:
 
         return WorkloadSource(name=None if self.trace else self.workload, trace=self.trace,
                               seed=self.workload_seed if seed is None else seed, target_rps=self.target_rps,
-                              rate_scale=self.rate_scale, window_s=self.arrival_window_s, skip_invalid=self.skip_invalid)
+                              rate_scale=self.rate_scale, window_s=self.arrival_window_s, skip_invalid=self.skip_invalid,
+                              params=tuple(tuple(kv) for kv in self.params))
 
     def workload_obj(self, seed: int | None = None):
         """The full (rate-scaled, windowed) workload; ``seed`` overrides ``workload_seed``."""

@@ -36,6 +36,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="also write results.csv and provenance.json under DIR")
 
 
+def plan(args: argparse.Namespace) -> list[tuple]:
+    """The ``(WorkloadSource, SimConfig, policy)`` runs the flags ask for (nothing runs)."""
+    from experiments.common import sim_config_from_args
+    from experiments.config_args import config_from_args
+    from experiments.paper_experiments.cache_ablation import CacheAblationConfig, cache_ablation_plan
+
+    return cache_ablation_plan(config_from_args(CacheAblationConfig, args), sim_config_from_args(args))
+
+
 def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, dumps_json, sim_config_from_args
     from experiments.config_args import config_from_args

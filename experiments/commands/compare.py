@@ -109,14 +109,14 @@ def _print_table(summary, changes, title: str) -> None:
         con.print(c)
 
 
-def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def _inputs(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``run_compare`` / ``compare_plan`` given by the flags.
 
-    import pandas as pd
-
+    Raises:
+        ValueError: naming the flag, on a bad suite, rate list, seed list or --jobs.
+    """
     from baselines.registry import get_policy
-    from experiments.common import check_out_dir, dumps_json, parse_list, sim_config_from_args, workload_source_from_args
-    from experiments.paper_experiments.end_to_end import run_compare
+    from experiments.common import parse_list, sim_config_from_args, workload_source_from_args
 
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
@@ -135,8 +135,27 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
     rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else None
     scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales is not None else None
-    source = workload_source_from_args(args)
-    config0 = sim_config_from_args(args, seed=seeds[0])
+    return {"source": workload_source_from_args(args), "base_config": sim_config_from_args(args, seed=seeds[0]),
+            "policies": policies, "rates_rps": rates, "rate_scales": scales, "seeds": seeds}
+
+
+def plan(args: argparse.Namespace) -> list[tuple]:
+    """The ``(WorkloadSource, SimConfig, policy)`` runs the flags ask for (nothing runs)."""
+    from experiments.paper_experiments.end_to_end import compare_plan
+
+    return compare_plan(**_inputs(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from experiments.common import check_out_dir, dumps_json
+    from experiments.paper_experiments.end_to_end import run_compare
+
+    inputs = _inputs(args)
+    config0, seeds = inputs["base_config"], inputs["seeds"]
     out = Path(args.out) if args.out else None
     if out is not None:
         from experiments.provenance import write_provenance
@@ -148,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         if out is not None:
             pd.DataFrame(rows).to_csv(out / "results.csv", index=False)
 
-    result = run_compare(source, config0, policies, rates, scales, seeds, jobs=args.jobs, on_row=save)
+    result = run_compare(**inputs, jobs=args.jobs, on_row=save)
     summary, changes = result.summary, result.changes
     title = (f"{result.workload_name}: {config0.pool.num_gpus} GPUs (run pool {config0.pool.composition}), "
              f"seeds {','.join(map(str, seeds))}")

@@ -47,6 +47,14 @@ def base_config_from_args(args: argparse.Namespace):
     return sim_config_from_args(args, composition=composition)
 
 
+def plan(args: argparse.Namespace) -> list[tuple]:
+    """The ``(WorkloadSource, SimConfig, policy)`` runs the flags ask for (nothing runs)."""
+    from experiments.config_args import config_from_args
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, dynamic_plan
+
+    return dynamic_plan(config_from_args(DynamicPhasesConfig, args), base_config_from_args(args))
+
+
 def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, dumps_json
     from experiments.config_args import config_from_args

@@ -49,7 +49,7 @@ def configs_from_args(args: argparse.Namespace):
     default_trace = str(default_traces_dir() / "conversation_trace.jsonl") if args.kind == "routing" else None
     ws = workload_source_from_args(args, default_workload="phases", default_trace=default_trace)
     source_fields = {"trace": ws.trace, "workload": ws.name, "workload_seed": ws.seed, "target_rps": ws.target_rps,
-                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid}
+                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid, "params": ws.params}
     if args.kind == "reconfig":
         from policies.train_reconfig import ReconfigTrainConfig
 

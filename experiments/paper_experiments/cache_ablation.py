@@ -127,6 +127,13 @@ def policies(cfg: CacheAblationConfig):
     return base, with_global_cache(base, mgr_cfg)
 
 
+def cache_ablation_plan(cfg: CacheAblationConfig, config) -> list[tuple]:
+    """The runs of :func:`run_cache_ablation` without running them: ``(WorkloadSource, SimConfig,
+    policy name)`` per rate and policy, in run order."""
+    names = [spec.name for spec in policies(cfg)]
+    return [(cfg.workload_source(rate), config, name) for rate in cfg.rates_rps for name in names]
+
+
 def run_cache_ablation(cfg: CacheAblationConfig, config) -> CacheAblationResult:
     """Runs both policies at every rate of ``cfg`` on the simulator ``config`` (pool, seed, SLO).
 

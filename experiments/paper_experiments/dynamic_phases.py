@@ -247,6 +247,19 @@ def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, histo
     return initial, info, fixed, hist_hit
 
 
+def dynamic_plan(cfg: DynamicPhasesConfig, base) -> list[tuple]:
+    """The runs of :func:`run_dynamic_phases` without running them: ``(WorkloadSource, SimConfig,
+    registry policy)`` for the adaptive policy (composition ``cfg.initial``; ``"auto"`` is only
+    known after profiling the history day) and each fixed composition (router ``vertumnus``)."""
+    from baselines.controller import enumerate_compositions
+
+    fixed = enumerate_compositions(base.pool) if cfg.compositions == "all" else \
+        [c.strip() for c in cfg.compositions.split(";") if c.strip()]
+    src = cfg.workload_source()
+    with_comp = [(cfg.initial, "vertumnus-adaptive")] + [(c, "vertumnus") for c in fixed]
+    return [(src, replace(base, pool=replace(base.pool, composition=c)) if c != "auto" else base, p) for c, p in with_comp]
+
+
 def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhasesResult:
     """Runs the adaptive policy and every fixed composition on the phases workload.
 

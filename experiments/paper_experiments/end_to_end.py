@@ -1,7 +1,7 @@
 """The paper §9 end-to-end experiment as a library function: a policy suite on one workload at
 several request rates, :func:`run_compare` (``cpgym compare`` is a thin wrapper;
-``experiments/paper/end-to-end.yaml`` runs the paper's workloads, rates and policies as a spec,
-tested to agree with :data:`PAPER_END_TO_END`).
+``experiments/paper/end-to-end.yaml`` runs the paper's workloads, rates and policies as a spec;
+its header lists the equivalent ``cpgym compare`` commands, tested to plan the same runs).
 
 * Rates: ``rates_rps`` (time-scale the workload to these mean rates [requests/s]) or
   ``rate_scales`` (multiply its native rate); neither = the native rate. The arrival window of
@@ -22,19 +22,6 @@ METRICS = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainm
            "slo_attainment_requests", "prefix_hit_rate", "utilization", "mean_queueing_delay_s", "gpu_time_s",
            "num_unfinished", "num_requests", "wall_time_s")
 VERTUMNUS = "vertumnus"
-
-#: The paper's end-to-end set (``experiments/paper/end-to-end.yaml``): per workload the rates
-#: [requests/s] (low / medium / near-saturation for the 40-GPU pool over a 10-minute window);
-#: ``@traces/`` = the shared trace folder.
-PAPER_END_TO_END = {
-    "policies": ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware"),
-    "workloads": {"leval-like": (10.0, 20.0, 30.0), "tool-agent": (30.0, 40.0, 50.0),
-                  "@traces/conversation_trace.jsonl": (8.0, 12.0, 16.0)},
-    "window_s": (0.0, 600.0),
-    "pool": {"num_gpus": 40, "gpus_per_node": 8, "composition": "cp4x6,cp2x8", "supported_degrees": (2, 4)},
-    "seeds": (0, 1),
-}
-
 
 @dataclass(frozen=True)
 class CompareResult:
@@ -186,27 +173,42 @@ def _points(source, rates_rps, rate_scales):
     return [replace(source, target_rps=None, rate_scale=None)]
 
 
+def compare_plan(source, base_config, policies: list, rates_rps=None, rate_scales=None, seeds=(0,)) -> list[tuple]:
+    """The runs of :func:`run_compare` without running them: ``(WorkloadSource, SimConfig,
+    policy)`` per seed, rate point and policy, in run order (nothing is loaded)."""
+    plan = []
+    for seed in seeds:
+        src = source.with_seed(source.seed + seed)
+        config = replace(base_config, seed=seed)
+        for point in _points(src, rates_rps, rate_scales):
+            plan.extend((point, config, p) for p in policies)
+    return plan
+
+
 def compare_tasks(source, base_config, policies: list, rates_rps=None, rate_scales=None, seeds=(0,)) -> tuple[list, str]:
-    """``(tasks, workload name)``: one ``(policy, workload, config, meta)`` per policy, rate and
-    seed (see :func:`run_compare`).
+    """``(tasks, workload name)``: one ``(policy, workload, config, meta)`` per entry of
+    :func:`compare_plan`; each seed's workload is loaded once and transformed per rate point.
 
     Raises:
         ValueError: when the base workload is empty, or on bad rates (from the transforms).
     """
     tasks, wl_name = [], ""
-    for seed in seeds:
-        src = source.with_seed(source.seed + seed)
-        base = src.load()
-        if base.num_requests == 0:
-            raise ValueError(f"workload {base.name!r} has no requests")
-        wl_name = wl_name or base.name
-        config = replace(base_config, seed=seed)
-        for point in _points(src, rates_rps, rate_scales):
-            wl = point.transform(base)
-            rate = point.target_rps if point.target_rps is not None else wl.mean_rate_rps
-            meta = {"rate_rps": float(rate), "rate_scale": point.rate_scale, "seed": seed, "workload": wl.name,
-                    "native_rate_rps": base.mean_rate_rps}
-            tasks.extend((p, wl, config, meta) for p in policies)
+    loaded: dict[int, Any] = {}
+    built: dict[Any, Any] = {}
+    for point, config, policy in compare_plan(source, base_config, policies, rates_rps, rate_scales, seeds):
+        if point.seed not in loaded:
+            loaded[point.seed] = base = point.load()
+            if base.num_requests == 0:
+                raise ValueError(f"workload {base.name!r} has no requests")
+            wl_name = wl_name or base.name
+        base = loaded[point.seed]
+        if point not in built:
+            built[point] = point.transform(base)
+        wl = built[point]
+        rate = point.target_rps if point.target_rps is not None else wl.mean_rate_rps
+        meta = {"rate_rps": float(rate), "rate_scale": point.rate_scale, "seed": config.seed, "workload": wl.name,
+                "native_rate_rps": base.mean_rate_rps}
+        tasks.append((policy, wl, config, meta))
     return tasks, wl_name
 
 
