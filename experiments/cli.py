@@ -164,7 +164,9 @@ def _is_input_error(exc: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(normalize_argv(argv))
+    args.argv = ["cpgym", *argv]  # recorded in provenance.json / train_config.json
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)

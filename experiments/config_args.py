@@ -7,6 +7,7 @@ A field becomes ``--field-name`` with the field's type and default. Field metada
 * ``flag``: another flag name (e.g. ``"--timesteps"`` for ``total_timesteps``);
 * ``choices``: allowed values;
 * ``metavar``: the value's placeholder in ``--help``;
+* ``required``: ``True`` for a flag that must be given (its default is not shown);
 * ``cli``: ``False`` to leave the field out of the CLI (set from other flags, or API only).
 
 Supported types: ``int``, ``float``, ``str``, ``bool`` (``--flag/--no-flag``), ``X | None`` of
@@ -114,8 +115,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str 
         for key in ("choices", "metavar"):
             if key in f.metadata:
                 kw[key] = f.metadata[key]
-        help_text = f"{f.metadata['help']} (default: {_show(default)})".replace("%", "%%")
-        target.add_argument(_flag(f), dest=_dest(f), default=default, help=help_text, **kw)
+        if f.metadata.get("required"):
+            kw["required"] = True
+            help_text = f.metadata["help"]
+        else:
+            help_text = f"{f.metadata['help']} (default: {_show(default)})"
+        target.add_argument(_flag(f), dest=_dest(f), default=default, help=help_text.replace("%", "%%"), **kw)
 
 
 def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ...] = (), **values: Any):

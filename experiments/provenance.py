@@ -54,14 +54,15 @@ def provenance(argv: list[str] | None = None, **extra) -> dict:
             "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra}
 
 
-def write_provenance(out_dir: str | Path, argv: list[str] | None = None, **extra) -> Path:
-    """Writes :func:`provenance` to ``out_dir/provenance.json`` (creating ``out_dir``); returns the path.
+def write_provenance(out_dir: str | Path, argv: list[str] | None = None, name: str = PROVENANCE_FILE, **extra) -> Path:
+    """Writes :func:`provenance` to ``out_dir/name`` (default ``provenance.json``; creating
+    ``out_dir``); returns the path.
 
     Raises:
         OSError: when the folder cannot be created or written.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / PROVENANCE_FILE
+    path = out / name
     path.write_text(json.dumps(provenance(argv, **extra), indent=2) + "\n")
     return path

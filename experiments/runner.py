@@ -65,9 +65,10 @@ def run_name(workload: str, policy: str, seed: int, when: float | None = None) -
 
 
 def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_config: dict | None = None) -> Path:
-    """Writes one run: ``requests.parquet`` (per-request table), ``summary.json`` and
-    ``config.json`` (the full resolved config, calibration included) under
-    ``out_dir/<run name>/``. Returns that folder."""
+    """Writes one run: ``requests.parquet`` (per-request table), ``summary.json``,
+    ``config.json`` (the full resolved config, calibration included), ``prediction_errors.csv``
+    and ``provenance.json`` (``experiments.provenance``; argv from ``extra_config["argv"]`` if
+    given) under ``out_dir/<run name>/``. Returns that folder."""
     base = Path(out_dir) / run_name(result.workload, result.policy, result.config.seed)
     d, k = base, 1
     while d.exists():  # never overwrite an earlier run that got the same name in the same second
@@ -82,6 +83,9 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     from baselines.prediction_error import summarize_prediction_errors  # issue #3: per-bucket prediction errors
 
     summarize_prediction_errors(result).to_csv(d / "prediction_errors.csv", index=False)
+    from experiments.provenance import write_provenance
+
+    write_provenance(d, argv=(extra_config or {}).get("argv"))
     return d
 
 

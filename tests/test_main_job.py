@@ -37,6 +37,7 @@ def test_out_dir_has_request_table_summary_and_config(tmp_path):
                  "--out", str(tmp_path), "--format", "json"]) == 0
     (run,) = list(tmp_path.iterdir())
     assert run.name.startswith("tool-agent-0-20__least-work__0__")
+    assert json.loads((run / "provenance.json").read_text())["argv"][:2] == ["cpgym", "simulate"]
     df = pd.read_parquet(run / "requests.parquet")
     summary = json.loads((run / "summary.json").read_text())
     config = json.loads((run / "config.json").read_text())

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
         from experiments.provenance import write_provenance
 
-        write_provenance(args.out)
+        write_provenance(args.out, argv=getattr(args, "argv", None))
         pd.DataFrame([{k: r[k] for k in JSON_KEYS} for r in rows]).to_csv(f"{args.out}/results.csv", index=False)
     if args.format == "json":
         print(dumps_json([{k: r[k] for k in JSON_KEYS} for r in rows]))

@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         from experiments.provenance import write_provenance
 
         check_out_dir(args.out)
-        write_provenance(out)
+        write_provenance(out, argv=getattr(args, "argv", None))
 
     def save(rows: list[dict]) -> None:  # nothing is lost: every finished run is on disk before the next one is awaited
         if out is not None:

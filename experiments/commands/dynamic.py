@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         from experiments.provenance import write_provenance
 
         _write_dir(args.out_dir, out, kinds)
-        write_provenance(args.out_dir)
+        write_provenance(args.out_dir, argv=getattr(args, "argv", None))
     if args.format == "json":
         print(dumps_json(out))
     else:

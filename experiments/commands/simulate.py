@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                   f"they are not served and count as unfinished SLO misses", file=sys.stderr)
         rows.append(summary)
         if args.out:
-            write_run(args.out, result, summary, {"workload_source": workload.source, "argv": sys.argv[1:]})
+            write_run(args.out, result, summary, {"workload_source": workload.source, "argv": getattr(args, "argv", sys.argv)})
     if args.format == "json":
         print(dumps_json([{k: r[k] for k in JSON_KEYS} | {"utilization": r["utilization"], "num_gpus": r["num_gpus"]} for r in rows]))
     else:

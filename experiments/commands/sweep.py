@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  "
                   + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
         return 0
+    from experiments.provenance import write_provenance
+
+    write_provenance(out, argv=getattr(args, "argv", None))
     outcome = run_sweep(spec, out, backend=args.backend, jobs=args.jobs, wandb_mode=args.wandb,
                         wandb_project=args.wandb_project, progress=args.progress, ray_address=args.ray_address)
     print(f"sweep {spec.name}: {outcome.num_cells} cells; skipped {outcome.num_skipped} finished, ran {outcome.num_run} "

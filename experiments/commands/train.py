@@ -10,7 +10,6 @@ The training flags are generated from the config dataclasses (``policies.train.T
 from __future__ import annotations
 
 import argparse
-import sys
 
 #: Episode source when neither --trace nor --workload is given, per kind.
 DEFAULT_SOURCES = {
@@ -65,13 +64,13 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = configs_from_args(args)
     sim_config = sim_config_from_args(args)
-    write_provenance(args.out)
+    write_provenance(args.out, argv=getattr(args, "argv", None))
     if args.kind == "reconfig":
         from policies.train_reconfig import train_reconfig
 
-        train_reconfig(cfg, args.out, sim_config=sim_config, argv=sys.argv[1:])
+        train_reconfig(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None))
         return 0
     from policies.train import train_routing
 
-    train_routing(cfg, args.out, sim_config=sim_config, argv=sys.argv[1:])
+    train_routing(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None))
     return 0

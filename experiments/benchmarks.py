@@ -1,0 +1,163 @@
+"""Speed measurements as library functions (``cpgym bench-env`` is a thin wrapper):
+:func:`bench_routing_env` times the routing environment and the policies' decisions."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _opt(default: Any, help: str, **meta: Any):
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class EnvBenchConfig:
+    """What :func:`bench_routing_env` measures (one ``cpgym bench-env`` flag per field).
+
+    Raises:
+        ValueError: naming the field, on ``steps``, ``n_envs`` or ``torch_threads`` < 1.
+    """
+
+    steps: int = _opt(20_000, "env steps per measurement")
+    n_envs: int = _opt(2, "DummyVecEnv size")
+    heuristics: str = _opt("least-work,prefix-affinity,vertumnus,round-robin",
+                           "comma-separated heuristics whose decision latency is measured")
+    policy: str = _opt("shipped", "learned checkpoint for the latency ('none' to skip)")
+    torch_threads: int = _opt(1, "torch CPU threads for the learned policy")
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "n_envs", "torch_threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"bench-env: {name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class EnvBenchResult:
+    """Outcome of :func:`bench_routing_env` (wall-clock rates of this machine).
+
+    Args:
+        workload / num_windows / pool / num_gpus / max_num_workers: what was measured.
+        raw_env_steps_per_s: ``env.step`` only (the action — the first eligible worker — is
+            computed outside the timed region), observation building and reward accounting
+            included; ``raw_env_steps_per_s_incl_resets`` adds the resets.
+        dummy_vec_env_steps_per_s: steps/s under SB3 ``DummyVecEnv`` of ``dummy_vec_env_n_envs``
+            copies, masks fetched per step.
+        decision_latency_us: policy -> mean decision latency [us/decision]: heuristics
+            (``Router.route`` inside ``Simulator.run``) and a learned checkpoint (``model.predict``
+            with masks, batch 1).
+    """
+
+    workload: str
+    num_windows: int
+    pool: str
+    num_gpus: int
+    max_num_workers: int
+    raw_env_steps_per_s: float
+    raw_env_steps_per_s_incl_resets: float
+    dummy_vec_env_steps_per_s: float
+    dummy_vec_env_n_envs: int
+    decision_latency_us: dict
+
+
+def _raw_env(wins, config, steps: int) -> tuple[float, float]:
+    from envs.routing_env import PrefillRoutingEnv
+
+    env = PrefillRoutingEnv(wins, config)
+    env.reset(seed=0)
+    n, t_step, t_reset = 0, 0.0, 0.0
+    pc = time.perf_counter
+    while n < steps:
+        a = int(env.action_masks().argmax())
+        t0 = pc()
+        _, _, term, trunc, _ = env.step(a)
+        t_step += pc() - t0
+        n += 1
+        if term or trunc:
+            t0 = pc()
+            env.reset()
+            t_reset += pc() - t0
+    return n / t_step, n / (t_step + t_reset)
+
+
+def _vec_env(wins, config, steps: int, n_envs: int) -> float:
+    import numpy as np
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from envs.routing_env import PrefillRoutingEnv
+
+    venv = DummyVecEnv([(lambda: PrefillRoutingEnv(wins, config)) for _ in range(n_envs)])
+    venv.seed(0)
+    venv.reset()
+    k = max(steps // n_envs, 1)
+    t0 = time.perf_counter()
+    for _ in range(k):
+        masks = np.stack(venv.env_method("action_masks"))
+        venv.step(masks.argmax(axis=1))
+    return k * n_envs / (time.perf_counter() - t0)
+
+
+def _heuristic_latency_us(name: str, window, config) -> float:
+    from experiments.runner import build_simulator
+
+    sim, spec = build_simulator(name, window, config)
+    router = spec.make_router()
+    view = sim.view
+    router.reset(view, sim.policy_rng)
+    total, k = 0.0, 0
+    while (req := sim.run_until_decision()) is not None:
+        t0 = time.perf_counter()
+        wid = router.route(req, view)
+        total += time.perf_counter() - t0
+        sim.decide(wid)
+        router.on_dispatch(req, wid, view)
+        k += 1
+    return 1e6 * total / max(k, 1)
+
+
+def _learned_latency_us(checkpoint: str, window, config, torch_threads: int) -> tuple[str, float]:
+    import torch as th
+
+    from envs.routing_env import PrefillRoutingEnv
+    from policies.checkpoint import LearnedPolicy
+
+    th.set_num_threads(torch_threads)
+    pol = LearnedPolicy(checkpoint)
+    env = PrefillRoutingEnv([window], config)
+    obs, _ = env.reset(seed=0, options={"window_index": 0, "sim_seed": 0})
+    total, k = 0.0, 0
+    while True:
+        m = env.action_masks()
+        t0 = time.perf_counter()
+        a, _ = pol.predict(obs, deterministic=True, action_masks=m)
+        total += time.perf_counter() - t0
+        obs, _, term, trunc, _ = env.step(int(a))
+        k += 1
+        if term or trunc or k >= 3000:
+            return pol.name, 1e6 * total / k
+
+
+def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, config) -> EnvBenchResult:
+    """Times the routing environment on the ``episode_window_s`` episode windows of ``workload``
+    (``envs.routing_env.episode_windows``) and the decision latency of ``cfg``'s heuristics and
+    checkpoint on the first window, on the pool of ``config`` (``SimConfig``).
+
+    Raises:
+        ValueError: on an unknown heuristic or a window with no request; ``FileNotFoundError``
+            on a missing checkpoint.
+    """
+    from envs.routing_env import episode_windows
+
+    windows = episode_windows(workload, episode_window_s)
+    raw, raw_resets = _raw_env(windows, config, cfg.steps)
+    vec = _vec_env(windows, config, cfg.steps, cfg.n_envs)
+    lat = {name: _heuristic_latency_us(name, windows[0], config)
+           for name in (x.strip() for x in cfg.heuristics.split(",")) if name}
+    if cfg.policy != "none":
+        name, us = _learned_latency_us(cfg.policy, windows[0], config, cfg.torch_threads)
+        lat[name] = us
+    return EnvBenchResult(workload=workload.name, num_windows=len(windows), pool=config.pool.composition,
+                          num_gpus=config.pool.num_gpus, max_num_workers=config.pool.max_num_workers,
+                          raw_env_steps_per_s=raw, raw_env_steps_per_s_incl_resets=raw_resets,
+                          dummy_vec_env_steps_per_s=vec, dummy_vec_env_n_envs=cfg.n_envs, decision_latency_us=lat)

@@ -1,0 +1,43 @@
+"""``provenance.json``: one helper, written by every command that writes a results folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from experiments.cli import main
+from experiments.provenance import git_commit, provenance, write_provenance
+
+KEYS = {"python", "cpgym", "numpy", "simpy", "torch"}
+
+
+def test_provenance_records_commit_versions_and_argv(tmp_path):
+    path = write_provenance(tmp_path / "new", argv=["cpgym", "compare", "--rates", "10"])
+    rec = json.loads(path.read_text())
+    assert path.name == "provenance.json"
+    assert rec["argv"] == ["cpgym", "compare", "--rates", "10"]
+    assert KEYS <= set(rec["versions"]) and rec["versions"]["cpgym"] and rec["versions"]["numpy"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert rec["git_commit"] == (head or None)
+
+
+def test_git_commit_falls_back_to_none_outside_a_repository(tmp_path):
+    assert git_commit(tmp_path) == (None, None)
+    assert provenance(argv=[])["argv"] == []
+
+
+def test_cache_ablation_and_dynamic_write_provenance(tmp_path, capsys):
+    out = tmp_path / "ablation"
+    assert main(["cache-ablation", "--rates", "4", "--duration-s", "20", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2",
+                 "--format", "json", "--out", str(out)]) == 0
+    assert (out / "results.csv").is_file()
+    assert json.loads((out / "provenance.json").read_text())["versions"]["simpy"]
+
+
+def test_compare_writes_provenance(tmp_path, capsys):
+    out = tmp_path / "compare"
+    assert main(["compare", "--workload", "tool-agent", "--workload-param", "duration_s=20", "--rates", "5",
+                 "--suite", "least-work", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--format", "json",
+                 "--out", str(out)]) == 0
+    rec = json.loads((out / "provenance.json").read_text())
+    assert rec["argv"][:3] == ["cpgym", "compare", "--workload"] and "duration_s=20" in rec["argv"]

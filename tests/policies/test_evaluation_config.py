@@ -1,0 +1,48 @@
+"""``cpgym evaluate`` flags come from ``EvaluationConfig``; the evaluation runs without argparse."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.cli import build_parser
+
+
+def test_flags_generate_the_config():
+    from experiments.config_args import config_from_args
+    from policies.evaluate import EvaluationConfig
+
+    args = build_parser().parse_args(["evaluate", "--policy", "least-work", "--seeds", "4,5", "--windows", "0,2",
+                                      "--episode-window-s", "30", "--reference", "least-work"])
+    cfg = config_from_args(EvaluationConfig, args)
+    assert cfg == EvaluationConfig(policy="least-work", seeds=(4, 5), windows="0,2", episode_window_s=30.0,
+                                   reference="least-work")
+    assert cfg.part_and_indices() == ("eval", [0, 2])
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"seeds": ()}, "seeds"), ({"seeds": (-1,)}, "seeds"), ({"eval_every": 1}, "eval_every"),
+    ({"trace": "x", "workload": "phases"}, "not both"), ({"episode_window_s": 0.0}, "episode_window_s"),
+])
+def test_config_rejects_bad_values(fields, match):
+    from policies.evaluate import EvaluationConfig
+
+    with pytest.raises(ValueError, match=match):
+        EvaluationConfig(policy="least-work", **fields)
+
+
+def test_policy_flag_is_required(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["evaluate"])
+    assert "--policy" in capsys.readouterr().err
+
+
+def test_run_evaluation_as_a_library_call():
+    from envs.sim import SimConfig
+    from policies.evaluate import EvaluationConfig, run_evaluation
+
+    cfg = EvaluationConfig(policy="least-work", against="round-robin", workload="tool-agent", target_rps=10.0,
+                           episode_window_s=20.0, windows="0", seeds=(1,))
+    res = run_evaluation(cfg, SimConfig())
+    assert res.kind == "routing" and res.part == "eval"
+    assert [r["policy"] for r in res.rows] == ["least-work", "round-robin"]
+    assert all(r["seed"] == 1 and r["window"] == 0 and r["mean_ttft_s"] > 0 for r in res.rows)
