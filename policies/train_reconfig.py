@@ -70,7 +70,8 @@ class ReconfigTrainConfig:
     def __post_init__(self) -> None:
         if self.trace is None and self.workload is None:
             raise ValueError("give trace or workload")
-        for name in ("episode_window_s", "window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "torch_threads"):
+        for name in ("episode_window_s", "window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
+                     "torch_threads"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)

@@ -80,7 +80,8 @@ class CacheAblationResult:
 
 def tool_agent_at_rate(rate_rps: float, duration_s: float, seed: int):
     """The ``tool-agent`` workload with ``rate_rps / 8`` sessions/s, time-scaled to ``rate_rps``."""
-    return CacheAblationConfig(rates_rps=(rate_rps,), duration_s=duration_s, workload_seed=seed).workload_source(rate_rps).build()
+    cfg = CacheAblationConfig(rates_rps=(rate_rps,), duration_s=duration_s, workload_seed=seed)
+    return cfg.workload_source(rate_rps).build()
 
 
 def run_one(spec, workload, config) -> dict:

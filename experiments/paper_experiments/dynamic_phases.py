@@ -220,19 +220,30 @@ def _phase_comparisons(rows: list[dict], kinds: list[str], bounds: list[float]) 
         a = ad["phase_mean_ttft_s"][k]
         per_phase.append({"phase": k, "kind": kind, "start_s": bounds[k], "end_s": bounds[k + 1],
                           "adaptive_mean_ttft_s": a,
-                          "best_fixed_overall": best["composition"], "best_fixed_overall_mean_ttft_s": best["phase_mean_ttft_s"][k],
+                          "best_fixed_overall": best["composition"],
+                          "best_fixed_overall_mean_ttft_s": best["phase_mean_ttft_s"][k],
                           "change_vs_best_fixed_overall_pct": 100.0 * (a / best["phase_mean_ttft_s"][k] - 1.0),
-                          "best_fixed_in_phase": bp["composition"], "best_fixed_in_phase_mean_ttft_s": bp["phase_mean_ttft_s"][k],
+                          "best_fixed_in_phase": bp["composition"],
+                          "best_fixed_in_phase_mean_ttft_s": bp["phase_mean_ttft_s"][k],
                           "change_vs_best_fixed_in_phase_pct": 100.0 * (a / bp["phase_mean_ttft_s"][k] - 1.0)})
     return best, per_phase
 
 
+def fixed_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
+    """The fixed compositions compared: every composition of ``pool`` (``"all"``) or the listed ones."""
+    from baselines.controller import enumerate_compositions
+
+    if cfg.compositions == "all":
+        return enumerate_compositions(pool)
+    return [c.strip() for c in cfg.compositions.split(";") if c.strip()]
+
+
 def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, history, ccfg):
-    from baselines.controller import enumerate_compositions, initial_composition
+    from baselines.controller import initial_composition
     from envs.sim import PoolConfig
 
     pool = base.pool
-    fixed = enumerate_compositions(pool) if cfg.compositions == "all" else [c.strip() for c in cfg.compositions.split(";") if c.strip()]
+    fixed = fixed_compositions(cfg, pool)
     hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
     hist_hit = reuse_prefix_tokens(history)
     _observe_history(table, history, hist_L, hist_hit, ccfg.window_s)
@@ -251,10 +262,7 @@ def dynamic_plan(cfg: DynamicPhasesConfig, base) -> list[tuple]:
     """The runs of :func:`run_dynamic_phases` without running them: ``(WorkloadSource, SimConfig,
     registry policy)`` for the adaptive policy (composition ``cfg.initial``; ``"auto"`` is only
     known after profiling the history day) and each fixed composition (router ``vertumnus``)."""
-    from baselines.controller import enumerate_compositions
-
-    fixed = enumerate_compositions(base.pool) if cfg.compositions == "all" else \
-        [c.strip() for c in cfg.compositions.split(";") if c.strip()]
+    fixed = fixed_compositions(cfg, base.pool)
     src = cfg.workload_source()
     with_comp = [(cfg.initial, "vertumnus-adaptive")] + [(c, "vertumnus") for c in fixed]
     return [(src, replace(base, pool=replace(base.pool, composition=c)) if c != "auto" else base, p) for c, p in with_comp]
@@ -285,7 +293,8 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
     calibration = Calibration.resolve(base.calibration_path)
     workload = cfg.workload_source().build()
     history = cfg.workload_source(history=True).build()
-    ccfg = ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, reconfig=ReconfigConfig(switch_s=cfg.switch_s))
+    ccfg = ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows,
+                            reconfig=ReconfigConfig(switch_s=cfg.switch_s))
     table = CapacityTable(base, calibration, ccfg.profile)  # shared by the initial composition and the controller
     initial, init_info, fixed, hist_hit = _initial_and_fixed(cfg, base, calibration, table, history, ccfg)
     phase, kinds, bounds = phase_layout(workload, cfg.window_s)
@@ -314,7 +323,8 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
         "workload": {"name": workload.name, "num_requests": workload.num_requests, "seed": cfg.workload_seed,
                      "params": cfg.workload_params(), "window_s": list(cfg.window_s) if cfg.window_s else None,
                      "source": workload.source},
-        "pool": {"num_gpus": pool.num_gpus, "gpus_per_node": pool.gpus_per_node, "supported_degrees": list(pool.supported_degrees)},
+        "pool": {"num_gpus": pool.num_gpus, "gpus_per_node": pool.gpus_per_node,
+                 "supported_degrees": list(pool.supported_degrees)},
         "seed": base.seed,
         "controller": _controller_summary(ccfg),
         "initial_composition": initial, "initial_composition_info": init_info,
@@ -332,11 +342,13 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
         "capacity_profiles": [{"reference_mix": p.reference, "degree": p.degree, "mean_prompt_tokens": p.mean_prompt_tokens,
                                "num_window_mixes": table.references[p.reference].num_mixes,
                                "long_share": _long_share(table, p.reference, ccfg.long_prompt_tokens),
-                               "capacity_rps_per_worker": p.capacity_rps, "capacity_tokens_per_s_per_worker": p.capacity_tokens_per_s,
+                               "capacity_rps_per_worker": p.capacity_rps,
+                               "capacity_tokens_per_s_per_worker": p.capacity_tokens_per_s,
                                "capacity_tokens_per_s_per_gpu": p.capacity_tokens_per_s / p.degree,
                                "homogeneous_pool_capacity_rps": p.capacity_rps * (pool.num_gpus // p.degree)}
                               for p in table.profiled()],
-        "phase_peak_rates_rps": {"short": cfg.short_rate_rps * cfg.rate_scale * peak, "long": cfg.long_rate_rps * cfg.rate_scale * peak},
+        "phase_peak_rates_rps": {"short": cfg.short_rate_rps * cfg.rate_scale * peak,
+                                 "long": cfg.long_rate_rps * cfg.rate_scale * peak},
         "history_mean_cached_tokens": hist_hit,
     }
     return DynamicPhasesResult(summary=summary, phase_kinds=kinds, phase_bounds_s=bounds, runs=results)

@@ -22,6 +22,7 @@ METRICS = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainm
            "slo_attainment_requests", "prefix_hit_rate", "utilization", "mean_queueing_delay_s", "gpu_time_s",
            "num_unfinished", "num_requests", "wall_time_s")
 VERTUMNUS = "vertumnus"
+CHANGE_KEYS = ("mean_ttft_change_pct", "p90_ttft_change_pct", "slo_change_pp")
 
 @dataclass(frozen=True)
 class CompareResult:
@@ -101,7 +102,8 @@ def resolve_suite(text: str) -> list[str]:
         elif item in POLICIES:
             add = [item]
         else:
-            raise ValueError(f"unknown suite or policy {item!r}; suites: all, {', '.join(SUITES)}; policies: {', '.join(POLICIES)}")
+            raise ValueError(f"unknown suite or policy {item!r}; suites: all, {', '.join(SUITES)}; "
+                             f"policies: {', '.join(POLICIES)}")
         names += [n for n in add if n not in names]
     if not names:
         raise ValueError("--suite selects no policy")
@@ -161,7 +163,7 @@ def sweep_table(summary, variants: list[str]):
             rows.append({"variant": v, **c})
         if ch:
             rows.append({"variant": v, "rate_rps": float("nan"), "baseline": "mean over rates",
-                         **{k: sum(c[k] for c in ch) / len(ch) for k in ("mean_ttft_change_pct", "p90_ttft_change_pct", "slo_change_pp")}})
+                         **{k: sum(c[k] for c in ch) / len(ch) for k in CHANGE_KEYS}})
     return pd.DataFrame(rows)
 
 

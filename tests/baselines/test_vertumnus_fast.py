@@ -3,40 +3,12 @@ follow-up: speed without changing decisions), also under split/merge redirection
 
 from __future__ import annotations
 
-import math
 
 import pytest
 
-from baselines.vertumnus import StaleLoadView, VertumnusParams, VertumnusRouter
+from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
-from envs.sim.router import PoolView
-
-
-class ReferenceVertumnus:
-    """Straightforward J = q + beta*s + lambda*(C*s - C_min*E_Cmin) through the public PoolView
-    methods (the pre-optimisation implementation)."""
-
-    def __init__(self, params: VertumnusParams, stale: StaleLoadView | None) -> None:
-        self.params = params
-        self.stale = stale
-
-    def route(self, request, view: PoolView) -> int:
-        cands = view.eligible_worker_ids(request)
-        cm = view.cost_model
-        c_min = min(view.degree(w) for w in cands)
-        L = request.num_prompt_tokens
-        best, best_j = -1, math.inf
-        for wid in cands:
-            c = view.degree(wid)
-            p = view.cached_tokens(wid, request)
-            r = L - p
-            s = cm.service_time_s(c, r, p)
-            s_min = s if c == c_min else cm.service_time_s(c_min, r, p)
-            q = view.outstanding_work_s(wid) if self.stale is None else self.stale.outstanding_work_s(view, wid)
-            j = q + self.params.beta * s + self.params.lambda_ * (c * s - c_min * s_min)
-            if j < best_j:
-                best, best_j = wid, j
-        return best
+from experiments.scripts.reference_routers import ReferenceVertumnus
 
 
 def _drive(wl, config, params, reconfigure_at=()):

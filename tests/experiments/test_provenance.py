@@ -26,10 +26,10 @@ def test_git_commit_falls_back_to_none_outside_a_repository(tmp_path):
     assert provenance(argv=[])["argv"] == []
 
 
-def test_cache_ablation_and_dynamic_write_provenance(tmp_path, capsys):
+def test_cache_ablation_writes_provenance(tmp_path, capsys):
     out = tmp_path / "ablation"
-    assert main(["cache-ablation", "--rates", "4", "--duration-s", "20", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2",
-                 "--format", "json", "--out", str(out)]) == 0
+    assert main(["cache-ablation", "--rates", "4", "--duration-s", "20", "--pool-gpus", "8",
+                 "--pool-composition", "cp4x1,cp2x2", "--format", "json", "--out", str(out)]) == 0
     assert (out / "results.csv").is_file()
     assert json.loads((out / "provenance.json").read_text())["versions"]["simpy"]
 
