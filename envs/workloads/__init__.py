@@ -7,7 +7,8 @@
 * :mod:`.transforms` — rate scaling, time windows, train/eval split, episode windows, merge.
 * :mod:`.arrivals` — Poisson, Gamma (bursty), MMPP and inhomogeneous Poisson arrival processes.
 * :mod:`.synthetic` — generators (system prompts, multi-turn, tool agents, long documents,
-  phase changes, mixes) and the named registry :data:`WORKLOADS` / :func:`get_workload`.
+  phase changes, mixes); :mod:`.distributions` — their token-count distributions;
+  :mod:`.registry` — the named workloads :data:`WORKLOADS` / :func:`get_workload`.
 * :mod:`.source` — :class:`WorkloadSource` / :func:`build_workload`, the one builder every
   entry point uses (source + rate scaling + arrival window).
 * :mod:`.stats` — :func:`workload_stats` (lengths, rate, ideal prefix reuse, reference-pool load).
@@ -47,11 +48,9 @@ from .stats import (
     ideal_prefix_reuse_per_request,
     workload_stats,
 )
+from .distributions import LEVAL_DOC_TOKENS, TruncatedLogNormal
+from .registry import WORKLOADS, get_workload
 from .synthetic import (
-    LEVAL_DOC_TOKENS,
-    WORKLOADS,
-    TruncatedLogNormal,
-    get_workload,
     long_document_questions,
     mixed_workload,
     multi_turn_sessions,

@@ -1,4 +1,6 @@
-"""Seeded synthetic workload generators and the registry of named workloads.
+"""Seeded synthetic workload generators. The token-count distributions live in
+:mod:`envs.workloads.distributions` and the registry of named workloads in
+:mod:`envs.workloads.registry`; both are re-exported here so that old imports keep working.
 
 Every generator is a function ``(..., seed) -> Workload``: the same arguments and seed give an
 identical workload, a different seed a different one. Randomness comes only from
@@ -37,16 +39,15 @@ the load, stay the same.
 
 from __future__ import annotations
 
-import inspect
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from envs.sim.request import Request, Workload
 
 from .arrivals import ArrivalProcess, GammaArrivals, InhomogeneousPoissonArrivals, MMPPArrivals, PoissonArrivals
+from .distributions import LEVAL_DOC_TOKENS, SeedLike, TruncatedLogNormal
 from .prefix import BlockHasher, PromptContext
 from .transforms import merge
 
@@ -59,61 +60,11 @@ __all__ = [
     "long_document_questions",
     "phase_changes",
     "mixed_workload",
-    "WORKLOADS",
-    "get_workload",
     "PoissonArrivals",
     "GammaArrivals",
     "MMPPArrivals",
     "InhomogeneousPoissonArrivals",
 ]
-
-SeedLike = int | np.random.SeedSequence
-
-
-@dataclass(frozen=True)
-class TruncatedLogNormal:
-    """``shift + median · exp(sigma · Z)`` (Z standard normal), redrawn until inside ``[low, high]``.
-
-    Used for token counts (rounded to integers by :meth:`sample_tokens`) and durations [s]. The
-    mean of the untruncated law is ``shift + median · exp(sigma²/2)``.
-    """
-
-    median: float
-    sigma: float
-    low: float
-    high: float
-    shift: float = 0.0
-
-    def __post_init__(self) -> None:
-        for k in ("median", "sigma", "low", "high", "shift"):
-            if not math.isfinite(getattr(self, k)):
-                raise ValueError(f"TruncatedLogNormal.{k} must be finite, got {getattr(self, k)!r}")
-        if self.median <= 0 or self.sigma < 0 or self.low > self.high:
-            raise ValueError(f"invalid TruncatedLogNormal({self.median}, {self.sigma}, {self.low}, {self.high}, shift={self.shift}): need median > 0, sigma >= 0, low <= high")
-        if self.high <= self.shift:
-            raise ValueError(f"TruncatedLogNormal: high={self.high} must exceed shift={self.shift}")
-
-    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        """``size`` draws (float)."""
-        out = self.shift + self.median * np.exp(self.sigma * rng.standard_normal(size))
-        for _ in range(64):
-            bad = (out < self.low) | (out > self.high)
-            nbad = int(bad.sum())
-            if not nbad:
-                break
-            out[bad] = self.shift + self.median * np.exp(self.sigma * rng.standard_normal(nbad))
-        return np.clip(out, self.low, self.high)
-
-    def sample_tokens(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        """``size`` draws rounded to integer token counts, at least 1."""
-        return np.maximum(1, np.rint(self.sample(rng, size))).astype(np.int64)
-
-
-#: L-Eval-like document length [tokens]: ``5000 + LogNormal(median 2000, sigma 1.7)`` in
-#: [5000, 60000]. Gives mean ~10.2k, p50 ~6.9k, p90 ~19.4k, matching the derived L-Eval lengths
-#: (SOURCES.md: request mean 10,174, p50 6,962, p90 20,206, max 58,832).
-LEVAL_DOC_TOKENS = TruncatedLogNormal(2000.0, 1.7, 5000.0, 60000.0, shift=5000.0)
-
 
 def _check_positive(name: str, value: float) -> float:
     v = float(value)
@@ -598,96 +549,11 @@ def mixed_workload(
     return merge(parts, name=name, source=f"synthetic:mixed_workload(seed={seed})", metadata={"generator": "mixed_workload"})
 
 
-# ---------------------------------------------------------------------------------------------
-# registry of named workloads
+def __getattr__(name: str):
+    """Old import path of the registry (``from envs.workloads.synthetic import WORKLOADS``):
+    resolved lazily, because :mod:`envs.workloads.registry` imports this module."""
+    if name in ("WORKLOADS", "get_workload"):
+        from . import registry
 
-
-def _named(name: str, fn: Callable[..., Workload], summary: str, **defaults: Any) -> Callable[..., Workload]:
-    def make(seed: SeedLike = 0, **overrides: Any) -> Workload:
-        params = inspect.signature(fn).parameters
-        unknown = sorted(k for k in overrides if k not in params or k == "seed")
-        if unknown:
-            raise ValueError(f"workload {name!r}: unknown parameter(s) {unknown}; accepted: {sorted(k for k in params if k != 'seed')}")
-        kwargs = {"name": name, **defaults, **overrides}
-        return fn(seed=seed, **kwargs)
-
-    shown = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
-    make.__name__ = make.__qualname__ = "workload_" + name.replace("-", "_")
-    make.generator = fn  # for validating overrides without generating (experiments/spec.py)
-    make.__doc__ = f"{summary}\n\n``{fn.__name__}({shown}, seed=seed)``; keyword overrides go to :func:`{fn.__name__}`."
-    return make
-
-
-#: Named, ready-made synthetic workloads: ``WORKLOADS[name](seed=0, **overrides) -> Workload``.
-#: Each is a generator with its documented defaults (which are sized, like the entries here, for
-#: the reference pool — 40 GPUs × 13k uncached tokens/s — at roughly 50–70 % load with ideal
-#: prefix reuse) and ``duration_s`` = 600 s of arrivals. Overrides go to the generator.
-WORKLOADS: dict[str, Callable[..., Workload]] = {
-    "mixed-default": _named(
-        "mixed-default",
-        mixed_workload,
-        "The embedded default of `cpgym simulate`: 5 minutes of system-prompt chat (16 req/s), multi-turn chat "
-        "(3.6 sessions/s), L-Eval-like documents (3 docs/s, 3 questions each) and tool-agent sessions "
-        "(1.8 sessions/s); prompts ~500 to ~60k tokens; ~50 req/s. Sized by simulation on the default pool and "
-        "calibration (40 H20 GPUs, cp4x6,cp2x8, Qwen3-30B-A3B roofline): least-work reaches ~0.86 GPU "
-        "utilisation and Vertumnus ~0.61 (it keeps more prefix hits), so routers differ visibly without "
-        "the pool being saturated (tests/workloads: test_mixed_default_sizing).",
-        duration_s=300.0,
-        system_prompt_rate_rps=16.0,
-        multi_turn_session_rate=3.6,
-        long_document_rate=3.0,
-        tool_agent_session_rate=1.8,
-    ),
-    "system-prompts": _named(
-        "system-prompts",
-        system_prompt_requests,
-        "Independent requests sharing 4 system prompts (~3k tokens) + a user message (median 800), Poisson 215 req/s.",
-        duration_s=600.0,
-    ),
-    "multi-turn": _named(
-        "multi-turn",
-        multi_turn_sessions,
-        "Multi-turn chat sessions (mean 6 turns, median 20 s think time), Poisson 52 session starts/s.",
-        duration_s=600.0,
-    ),
-    "tool-agent": _named(
-        "tool-agent",
-        tool_agent_sessions,
-        "Tool-agent sessions (mean 8 calls ~2.5 s apart on a shared ~5k-token context; Mooncake tool&agent-like: "
-        "input ~8.6k, output ~180, reuse ~59 %), Poisson 12 session starts/s.",
-        duration_s=600.0,
-    ),
-    "leval-like": _named(
-        "leval-like",
-        long_document_questions,
-        "L-Eval-like long documents (5k-60k tokens, mean ~10k) with ~7 questions each, Poisson 28 documents/s.",
-        duration_s=600.0,
-    ),
-    "phases": _named(
-        "phases",
-        phase_changes,
-        "Four 150 s phases alternating short-heavy (90 req/s) and long-heavy (18 req/s) traffic (Vertumnus §9 dynamic test).",
-        num_phases=4,
-        phase_duration_s=150.0,
-    ),
-    "bursty": _named(
-        "bursty",
-        system_prompt_requests,
-        "The system-prompts workload with bursty Gamma inter-arrivals (mean 215 req/s, CV 4).",
-        duration_s=600.0,
-        arrivals=GammaArrivals(215.0, cv=4.0),
-    ),
-}
-
-
-def get_workload(name: str, seed: SeedLike = 0, **overrides: Any) -> Workload:
-    """Build the named synthetic workload ``name`` (a key of :data:`WORKLOADS`) with ``seed``.
-
-    Raises:
-        ValueError: unknown name (the message lists the known names) or unknown override.
-    """
-    try:
-        factory = WORKLOADS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown workload {name!r}; known workloads: {', '.join(sorted(WORKLOADS))}") from None
-    return factory(seed=seed, **overrides)
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

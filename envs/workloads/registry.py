@@ -1,0 +1,116 @@
+"""The registry of named synthetic workloads: :data:`WORKLOADS` (name -> factory) and
+:func:`get_workload`. Each entry is a generator of :mod:`envs.workloads.synthetic` with documented
+defaults; :class:`envs.workloads.WorkloadSource` is the one place that calls it for the CLI,
+specs, trainers and environments."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from envs.sim.request import Workload
+
+from .arrivals import GammaArrivals
+from .distributions import SeedLike
+from .synthetic import (
+    long_document_questions,
+    mixed_workload,
+    multi_turn_sessions,
+    phase_changes,
+    system_prompt_requests,
+    tool_agent_sessions,
+)
+
+__all__ = ["WORKLOADS", "get_workload"]
+
+
+def _named(name: str, fn: Callable[..., Workload], summary: str, **defaults: Any) -> Callable[..., Workload]:
+    def make(seed: SeedLike = 0, **overrides: Any) -> Workload:
+        params = inspect.signature(fn).parameters
+        unknown = sorted(k for k in overrides if k not in params or k == "seed")
+        if unknown:
+            accepted = sorted(k for k in params if k != "seed")
+            raise ValueError(f"workload {name!r}: unknown parameter(s) {unknown}; accepted: {accepted}")
+        kwargs = {"name": name, **defaults, **overrides}
+        return fn(seed=seed, **kwargs)
+
+    shown = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
+    make.__name__ = make.__qualname__ = "workload_" + name.replace("-", "_")
+    make.generator = fn  # for validating overrides without generating (experiments/spec.py)
+    make.__doc__ = f"{summary}\n\n``{fn.__name__}({shown}, seed=seed)``; keyword overrides go to :func:`{fn.__name__}`."
+    return make
+
+
+#: Named, ready-made synthetic workloads: ``WORKLOADS[name](seed=0, **overrides) -> Workload``.
+#: Each is a generator with its documented defaults (which are sized, like the entries here, for
+#: the reference pool — 40 GPUs × 13k uncached tokens/s — at roughly 50–70 % load with ideal
+#: prefix reuse) and ``duration_s`` = 600 s of arrivals. Overrides go to the generator.
+WORKLOADS: dict[str, Callable[..., Workload]] = {
+    "mixed-default": _named(
+        "mixed-default",
+        mixed_workload,
+        "The embedded default of `cpgym simulate`: 5 minutes of system-prompt chat (16 req/s), multi-turn chat "
+        "(3.6 sessions/s), L-Eval-like documents (3 docs/s, 3 questions each) and tool-agent sessions "
+        "(1.8 sessions/s); prompts ~500 to ~60k tokens; ~50 req/s. Sized by simulation on the default pool and "
+        "calibration (40 H20 GPUs, cp4x6,cp2x8, Qwen3-30B-A3B roofline): least-work reaches ~0.86 GPU "
+        "utilisation and Vertumnus ~0.61 (it keeps more prefix hits), so routers differ visibly without "
+        "the pool being saturated (tests/workloads: test_mixed_default_sizing).",
+        duration_s=300.0,
+        system_prompt_rate_rps=16.0,
+        multi_turn_session_rate=3.6,
+        long_document_rate=3.0,
+        tool_agent_session_rate=1.8,
+    ),
+    "system-prompts": _named(
+        "system-prompts",
+        system_prompt_requests,
+        "Independent requests sharing 4 system prompts (~3k tokens) + a user message (median 800), Poisson 215 req/s.",
+        duration_s=600.0,
+    ),
+    "multi-turn": _named(
+        "multi-turn",
+        multi_turn_sessions,
+        "Multi-turn chat sessions (mean 6 turns, median 20 s think time), Poisson 52 session starts/s.",
+        duration_s=600.0,
+    ),
+    "tool-agent": _named(
+        "tool-agent",
+        tool_agent_sessions,
+        "Tool-agent sessions (mean 8 calls ~2.5 s apart on a shared ~5k-token context; Mooncake tool&agent-like: "
+        "input ~8.6k, output ~180, reuse ~59 %), Poisson 12 session starts/s.",
+        duration_s=600.0,
+    ),
+    "leval-like": _named(
+        "leval-like",
+        long_document_questions,
+        "L-Eval-like long documents (5k-60k tokens, mean ~10k) with ~7 questions each, Poisson 28 documents/s.",
+        duration_s=600.0,
+    ),
+    "phases": _named(
+        "phases",
+        phase_changes,
+        "Four 150 s phases alternating short-heavy (90 req/s) and long-heavy (18 req/s) traffic (Vertumnus §9 dynamic test).",
+        num_phases=4,
+        phase_duration_s=150.0,
+    ),
+    "bursty": _named(
+        "bursty",
+        system_prompt_requests,
+        "The system-prompts workload with bursty Gamma inter-arrivals (mean 215 req/s, CV 4).",
+        duration_s=600.0,
+        arrivals=GammaArrivals(215.0, cv=4.0),
+    ),
+}
+
+
+def get_workload(name: str, seed: SeedLike = 0, **overrides: Any) -> Workload:
+    """Build the named synthetic workload ``name`` (a key of :data:`WORKLOADS`) with ``seed``.
+
+    Raises:
+        ValueError: unknown name (the message lists the known names) or unknown override.
+    """
+    try:
+        factory = WORKLOADS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown workload {name!r}; known workloads: {', '.join(sorted(WORKLOADS))}") from None
+    return factory(seed=seed, **overrides)
