@@ -81,3 +81,29 @@ def test_shared_workload_flags_reach_the_episode_source():
     expected = ("tool-agent", 0, None, 2.0, (0.0, 120.0), True, (("duration_s", 200),), 30.0, 3)
     assert dataclasses.astuple(cfg.source)[1:] == expected
     assert cfg.source.trace is None
+
+
+@pytest.mark.parametrize("checkpoint, argv", [
+    ("routing_conversation", ["routing", "--target-rps", "12", "--timesteps", "150000", "--checkpoint-every", "20000",
+                              "--bc-policy", "vertumnus", "--bc-episodes", "13", "--bc-epochs", "20", "--learning-rate", "1e-4",
+                              "--ent-coef", "0.001", "--wandb", "offline"]),
+    ("reconfig_phases", ["reconfig", "--workload-seeds", "0,1,2,3,4,5,6,7", "--episode-window-s", "600",
+                         "--timesteps", "6144", "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95",
+                         "--ent-coef", "0.01", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
+])
+def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, argv):
+    """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``."""
+    import json
+    from pathlib import Path
+
+    import policies
+
+    recorded = json.loads((Path(policies.__file__).parent / "checkpoints" / checkpoint / "train_config.json").read_text())
+    rec = recorded["train_config"]
+    cfg = dataclasses.asdict(_cfg(*argv))
+    if checkpoint == "routing_conversation":
+        assert Path(cfg["source"].pop("trace")).name == Path(rec["source"].pop("trace")).name
+        rec_src, cfg_src = rec.pop("source"), cfg.pop("source")
+        assert {k: cfg_src[k] for k in rec_src} == rec_src
+    assert {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if k in rec} == rec
+    assert recorded["sim_config"]["pool"]["composition"] == "cp4x6,cp2x8"
