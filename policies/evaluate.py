@@ -150,7 +150,8 @@ def aggregate(rows: list[dict], reference: str | None = None) -> list[dict]:
             agg[m + "_ci95"] = ci
         if ref:
             pairs = [(r, ref[(r["seed"], r["window"])]) for r in rs if (r.get("seed"), r.get("window")) in ref]
-            agg["delta_mean_ttft_s"], agg["delta_mean_ttft_s_ci95"] = mean_ci95([a["mean_ttft_s"] - b["mean_ttft_s"] for a, b in pairs])
+            agg["delta_mean_ttft_s"], agg["delta_mean_ttft_s_ci95"] = mean_ci95(
+                [a["mean_ttft_s"] - b["mean_ttft_s"] for a, b in pairs])
             agg["delta_slo_attainment"], agg["delta_slo_attainment_ci95"] = mean_ci95(
                 [a["slo_attainment_token_weighted"] - b["slo_attainment_token_weighted"] for a, b in pairs])
         out.append(agg)

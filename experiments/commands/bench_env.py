@@ -46,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{res.workload}: {res.num_windows} windows of {args.episode_window_s:g} s; pool {res.num_gpus} GPUs "
           f"({res.pool}), {res.max_num_workers} action slots")
-    print(f"raw env:          {res.raw_env_steps_per_s:10.0f} steps/s  ({res.raw_env_steps_per_s_incl_resets:.0f} incl. resets)")
-    print(f"DummyVecEnv x{res.dummy_vec_env_n_envs}:   {res.dummy_vec_env_steps_per_s:10.0f} steps/s  (incl. masks and auto-resets)")
+    print(f"raw env:          {res.raw_env_steps_per_s:10.0f} steps/s  "
+          f"({res.raw_env_steps_per_s_incl_resets:.0f} incl. resets)")
+    print(f"DummyVecEnv x{res.dummy_vec_env_n_envs}:   {res.dummy_vec_env_steps_per_s:10.0f} steps/s  "
+          "(incl. masks and auto-resets)")
     print("decision latency (us/decision):")
     for k, v in res.decision_latency_us.items():
         print(f"  {k:28s} {v:10.1f}")

@@ -1,5 +1,6 @@
 """``cpgym compare``: a thin wrapper over
-:func:`experiments.paper_experiments.end_to_end.run_compare`. Runs a suite of policies on one workload at several request rates and print
+:func:`experiments.paper_experiments.end_to_end.run_compare`. Runs a suite of policies on one
+workload at several request rates and print
 the paper-style table (paper §9: mean TTFT, P90 TTFT, token-weighted SLO attainment per policy
 and rate, and the % change of Vertumnus vs the strongest baseline).
 
@@ -53,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=1, help="parallel simulation processes (default 1)")
     p.add_argument("--out", metavar="DIR", help="write results.csv/.parquet, summary.csv and compare.png under DIR")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
-    p.add_argument("--beta", metavar="B1,B2,...", help="sweep: add vertumnus[beta=B,lambda=L] variants for these beta values (>= 1)")
+    p.add_argument("--beta", metavar="B1,B2,...",
+                   help="sweep: add vertumnus[beta=B,lambda=L] variants for these beta values (>= 1)")
     p.add_argument("--lambda", dest="lambda_", metavar="L1,L2,...",
                    help="sweep: add vertumnus[beta=B,lambda=L] variants for these lambda values (>= 0)")
 

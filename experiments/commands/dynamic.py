@@ -43,7 +43,9 @@ def base_config_from_args(args: argparse.Namespace):
 
     degrees = parse_list(args.supported_degrees, "--supported-degrees", int, positive=True)
     d = max(degrees)
-    composition = f"cp{d}x{args.pool_gpus // d}" if args.pool_gpus % d == 0 else f"cp{min(degrees)}x{args.pool_gpus // min(degrees)}"
+    if args.pool_gpus % d:
+        d = min(degrees)
+    composition = f"cp{d}x{args.pool_gpus // d}"
     return sim_config_from_args(args, composition=composition)
 
 
@@ -114,10 +116,12 @@ def _print_tables(out: dict, kinds: list[str]) -> None:
     for c in ("mix", "windows", "long share", "mean prompt tok", "CP", "per worker req/s", "homogeneous pool req/s"):
         t.add_column(c, justify="right")
     for p in out["capacity_profiles"]:
-        t.add_row(str(p["reference_mix"]), str(p["num_window_mixes"]), f"{p['long_share']:.2f}", f"{p['mean_prompt_tokens']:.0f}",
+        t.add_row(str(p["reference_mix"]), str(p["num_window_mixes"]), f"{p['long_share']:.2f}",
+                  f"{p['mean_prompt_tokens']:.0f}",
                   str(p["degree"]), f"{p['capacity_rps_per_worker']:.3f}", f"{p['homogeneous_pool_capacity_rps']:.1f}")
     con.print(t)
-    t = Table(title=f"{out['workload']['name']}: {out['workload']['num_requests']} requests; mean TTFT [s] per phase (arrival)")
+    wl = out["workload"]
+    t = Table(title=f"{wl['name']}: {wl['num_requests']} requests; mean TTFT [s] per phase (arrival)")
     t.add_column("policy")
     t.add_column("composition")
     for k, kind in enumerate(kinds):
@@ -128,28 +132,34 @@ def _print_tables(out: dict, kinds: list[str]) -> None:
         t.add_row(r["policy"], r["composition"], *[f"{v:.3f}" for v in r["phase_mean_ttft_s"]], f"{r['mean_ttft_s']:.3f}",
                   f"{r['slo_attainment_token_weighted']:.3f}")
     con.print(t)
-    t = Table(title=f"adaptive vs best fixed ({out['best_fixed_composition']}: {out['adaptive_vs_best_fixed_overall_mean_ttft_pct']:+.1f}% overall)")
+    change = out["adaptive_vs_best_fixed_overall_mean_ttft_pct"]
+    t = Table(title=f"adaptive vs best fixed ({out['best_fixed_composition']}: {change:+.1f}% overall)")
     for c in ("phase", "adaptive s", "best fixed overall s", "change %", "best in phase", "s", "change %"):
         t.add_column(c, justify="right")
     for p in out["phases"]:
-        t.add_row(f"{p['phase']} {p['kind']}", f"{p['adaptive_mean_ttft_s']:.3f}", f"{p['best_fixed_overall_mean_ttft_s']:.3f}",
-                  f"{p['change_vs_best_fixed_overall_pct']:+.1f}", p["best_fixed_in_phase"], f"{p['best_fixed_in_phase_mean_ttft_s']:.3f}",
+        t.add_row(f"{p['phase']} {p['kind']}", f"{p['adaptive_mean_ttft_s']:.3f}",
+                  f"{p['best_fixed_overall_mean_ttft_s']:.3f}", f"{p['change_vs_best_fixed_overall_pct']:+.1f}",
+                  p["best_fixed_in_phase"], f"{p['best_fixed_in_phase_mean_ttft_s']:.3f}",
                   f"{p['change_vs_best_fixed_in_phase_pct']:+.1f}")
     con.print(t)
     t = Table(title=f"reconfiguration operations (initial {out['initial_composition']})")
-    for c in ("#", "kind", "workers", "start s", "drain s", "switch s", "confirm s", "total s", "redirected", "pending blocks", "recon MB"):
+    for c in ("#", "kind", "workers", "start s", "drain s", "switch s", "confirm s", "total s", "redirected", "pending blocks",
+              "recon MB"):
         t.add_column(c, justify="right")
     for o in out["operations"]:
         t.add_row(str(o["index"]), o["kind"], f"{o['old_worker_ids']}->{o['new_worker_ids']}", f"{o['start_s']:.1f}",
                   f"{o['drain_s']:.3f}", f"{o['switch_s']:.3f}", f"{o['confirm_s']:.3f}", f"{o['total_s']:.3f}",
-                  str(o["num_redirected_requests"]), str(o["pending_blocks_created"]), f"{o['reconciliation_bytes'] / 1e6:.1f}")
+                  str(o["num_redirected_requests"]), str(o["pending_blocks_created"]),
+                  f"{o['reconciliation_bytes'] / 1e6:.1f}")
     con.print(t)
     n = out["num_operations"]
-    con.print(f"operations: {n['split'] + n['merge']} ({n['split']} splits, {n['merge']} merges); final composition {out['final_composition']}")
+    con.print(f"operations: {n['split'] + n['merge']} ({n['split']} splits, {n['merge']} merges); "
+              f"final composition {out['final_composition']}")
     for k in ("drain_s", "switch_s", "drain_plus_switch_s"):
         d = out[k]
         if d.get("count"):
-            con.print(f"{k}: n={d['count']} min {d['min']:.3f} p50 {d['p50']:.3f} mean {d['mean']:.3f} p90 {d['p90']:.3f} max {d['max']:.3f}")
+            con.print(f"{k}: n={d['count']} min {d['min']:.3f} p50 {d['p50']:.3f} mean {d['mean']:.3f} "
+                      f"p90 {d['p90']:.3f} max {d['max']:.3f}")
 
 
 def _plot(path: str, adaptive, best, best_comp: str, bounds: list[float], kinds: list[str]) -> None:

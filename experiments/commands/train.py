@@ -35,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             add_config_arguments(k, TrainConfig, title="training")
         else:
             add_config_arguments(k, ReconfigTrainConfig, title="episodes and training")
-        k.add_argument("--out", metavar="DIR", required=True, help="run folder (model.zip, checkpoints/, progress.csv, episodes.csv)")
+        k.add_argument("--out", metavar="DIR", required=True,
+                       help="run folder (model.zip, checkpoints/, progress.csv, episodes.csv, provenance.json)")
 
 
 def configs_from_args(args: argparse.Namespace):
@@ -48,7 +49,8 @@ def configs_from_args(args: argparse.Namespace):
     default_trace = str(default_traces_dir() / "conversation_trace.jsonl") if args.kind == "routing" else None
     ws = workload_source_from_args(args, default_workload="phases", default_trace=default_trace)
     source_fields = {"trace": ws.trace, "workload": ws.name, "workload_seed": ws.seed, "target_rps": ws.target_rps,
-                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid, "params": ws.params}
+                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid,
+                     "params": ws.params}
     if args.kind == "reconfig":
         from policies.train_reconfig import ReconfigTrainConfig
 

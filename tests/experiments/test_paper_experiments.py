@@ -30,14 +30,15 @@ def _run_key(source, config, policy: str) -> tuple:
 
 def _spec_runs(path: Path) -> list[tuple]:
     from envs.workloads import WorkloadSource
-    from experiments.spec import _materialize_param, load_spec
+    from experiments.spec import load_spec
+    from experiments.spec.model import materialize_param
 
     runs = []
     for cell in load_spec(path).resolve():
         wl = cell.workload
         assert not cell.policy_params, "a policy parameter has no command-line form here"
         src = WorkloadSource(name=wl.name, trace=wl.trace, seed=wl.seed, target_rps=wl.target_rps, rate_scale=wl.rate_scale,
-                             window_s=wl.window_s, params=tuple((k, _materialize_param(v)) for k, v in wl.params))
+                             window_s=wl.window_s, params=tuple((k, materialize_param(v)) for k, v in wl.params))
         runs.append(_run_key(src, cell.config, cell.policy))
     return runs
 

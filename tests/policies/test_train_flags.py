@@ -85,8 +85,8 @@ def test_shared_workload_flags_reach_the_episode_source():
 
 @pytest.mark.parametrize("checkpoint, argv", [
     ("routing_conversation", ["routing", "--target-rps", "12", "--timesteps", "150000", "--checkpoint-every", "20000",
-                              "--bc-policy", "vertumnus", "--bc-episodes", "13", "--bc-epochs", "20", "--learning-rate", "1e-4",
-                              "--ent-coef", "0.001", "--wandb", "offline"]),
+                              "--bc-policy", "vertumnus", "--bc-episodes", "13", "--bc-epochs", "20",
+                              "--learning-rate", "1e-4", "--ent-coef", "0.001", "--wandb", "offline"]),
     ("reconfig_phases", ["reconfig", "--workload-seeds", "0,1,2,3,4,5,6,7", "--episode-window-s", "600",
                          "--timesteps", "6144", "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95",
                          "--ent-coef", "0.01", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
