@@ -89,11 +89,11 @@ def hit_rate_curve(workload, capacities: list[int | None]) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from envs.workloads import load_trace
+    from envs.workloads import WorkloadSource
     from experiments.common import dumps_json
 
     caps: list[int | None] = [*parse_capacities(args.capacities), None]
-    wl = load_trace(args.trace, skip_invalid=args.skip_invalid)
+    wl = WorkloadSource(trace=args.trace, skip_invalid=args.skip_invalid).build()
     skipped = wl.metadata.get("num_skipped_invalid", 0)
     if skipped:
         print(f"warning: skipped {skipped} invalid lines of {args.trace}", file=sys.stderr)
