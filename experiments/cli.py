@@ -72,8 +72,8 @@ _OWN_PACKAGES = ("envs", "baselines", "policies", "kernels_ref", "experiments")
 
 
 def _add_leaf(sub, name: str, module: str, help_text: str, command: str) -> None:
-    escaped = help_text.replace("%", "%%")  # argparse formats help strings with %
-    p = sub.add_parser(name, help=escaped, description=escaped)
+    # argparse %-formats `help` strings but prints `description` as written
+    p = sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
     p.set_defaults(_module=module, _command=command)
     importlib.import_module(module).add_arguments(p)
 
@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's exit status for SIGINT (128 + 2)
+        print(f"cpgym {args._command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # stdout closed early (e.g. piped into `head`): not an error
         sys.stdout = open(os.devnull, "w")
         return 0

@@ -202,23 +202,92 @@ def _run_inline(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[dict]:
         yield execute_cell(c, out_dir)
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Makes this process end when ``parent_pid`` (the sweep driver) ends, even by SIGKILL.
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (man 2 prctl) through ctypes; elsewhere a daemon
+    thread polls ``os.getppid()`` every 0.5 s. Either way a worker whose driver is already gone
+    exits at once (the driver may die between the fork and this call).
+    """
+    import ctypes
+    import signal
+    import threading
+
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            pr_set_pdeathsig = 1  # <linux/prctl.h>
+            armed = ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    if not armed:
+        def _watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(0.5)
+            os._exit(1)
+
+        threading.Thread(target=_watch, name="cpgym-driver-watch", daemon=True).start()
+
+
+def _pool_worker_init(driver_pid: int) -> None:
+    """Set-up of a local pool worker: it ignores SIGINT (Ctrl-C in a terminal reaches the whole
+    process group; the driver alone handles it and stops the workers) and dies with the driver."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(driver_pid)
+
+
+def _stop_workers(ex, grace_s: float = 2.0) -> None:
+    """Terminates the worker processes of a ``ProcessPoolExecutor`` (cells in flight are lost:
+    they never count as finished and run again on resume). ``terminate_workers`` is public from
+    Python 3.14; before it the executor's ``_processes`` map (pid -> Process, stable since 3.2)."""
+    terminate = getattr(ex, "terminate_workers", None)
+    if terminate is not None:
+        terminate()
+        return
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(deadline - time.monotonic(), 0.0))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+
+
 def _run_local(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[dict]:
-    """A ``concurrent.futures`` process pool (spawned workers: the driver may hold threads)."""
+    """A ``concurrent.futures`` process pool (spawned workers: the driver may hold threads).
+
+    Interrupted (Ctrl-C, an exception in the consumer, the generator closed early), it terminates
+    its workers before returning; killed outright (SIGKILL), the workers die with it
+    (:func:`_pool_worker_init`). So no cell ever runs without a driver that records it.
+    """
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
+                             initializer=_pool_worker_init, initargs=(os.getpid(),))
+    completed = False
     try:
         futures = {ex.submit(execute_cell, c, out_dir): c for c in cells}
         for fut in as_completed(futures):
             c = futures[fut]
             try:
-                yield fut.result()
+                res = fut.result()
             except (BrokenProcessPool, Exception) as exc:  # the worker process itself died
-                yield {"key": c.key, "status": "failed", "run_dir": None, "wall_s": 0.0,
+                res = {"key": c.key, "status": "failed", "run_dir": None, "wall_s": 0.0,
                        "error": f"{type(exc).__name__}: {exc}", "traceback": None, "summary": None}
+            yield res
+        completed = True
     finally:
+        if not completed:
+            _stop_workers(ex)
         ex.shutdown(wait=True, cancel_futures=True)
 
 
@@ -260,8 +329,81 @@ def default_out_dir(spec: ExperimentSpec) -> Path:
     return Path("runs") / "sweeps" / spec.name
 
 
+def _lock_out_dir(out: Path):
+    """Takes an exclusive lock on ``out/.lock`` for this driver's lifetime (released by the OS when
+    the driver ends, however it ends), so two drivers never run cells of one folder at once.
+
+    Returns:
+        the open lock file (keep it open), or ``None`` where ``fcntl`` is missing (Windows).
+
+    Raises:
+        ValueError: another driver holds the folder.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    fh = open(out / ".lock", "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "?"
+        fh.close()
+        raise ValueError(f"{out} is in use by another sweep driver (pid {holder}); wait for it or stop it first") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def _read_manifest(path: Path, sweep: str) -> dict:
+    """The previous manifest (``{}`` if missing or unreadable: it is rebuilt from the run folders).
+
+    Raises:
+        ValueError: it belongs to another sweep.
+    """
+    if not path.is_file():
+        return {}
+    try:
+        old = json.loads(path.read_text())
+    except ValueError:
+        return {}
+    if old.get("sweep") not in (None, sweep):
+        raise ValueError(f"{path.parent} holds sweep {old.get('sweep')!r}, not {sweep!r}; choose another --out")
+    return old
+
+
+def _initial_entries(cells: list[Cell], old: dict, finished: dict[str, str]) -> dict[str, dict]:
+    """Manifest entries at start: finished cells from the run folders (the source of truth), failed
+    ones from the old manifest (retried), the rest pending; wandb bookkeeping is carried over."""
+    entries: dict[str, dict] = {}
+    for c in cells:
+        prev = (old.get("cells") or {}).get(c.key, {})
+        base = {"axes": dict(c.axes), "policy": c.policy, "seed": c.config.seed, "workload": c.workload.label}
+        if c.key in finished:
+            logged = prev.get("wandb_logged", False) and prev.get("run_dir") == finished[c.key]
+            entries[c.key] = {**base, "status": "done", "run_dir": finished[c.key], "error": None,
+                              "wall_s": prev.get("wall_s"), "wandb_logged": bool(logged)}
+        elif prev.get("status") == "failed":
+            entries[c.key] = {**base, "status": "failed", "run_dir": None, "error": prev.get("error"),
+                              "wall_s": prev.get("wall_s")}
+        else:
+            entries[c.key] = {**base, "status": "pending", "run_dir": None, "error": None, "wall_s": None}
+    return entries
+
+
+def _start_stream(backend: str, todo: list[Cell], out: Path, n_jobs: int, ray_address: str | None) -> Iterator[dict]:
+    if backend == "ray":
+        return _run_ray(todo, str(out), n_jobs, ray_address)
+    if n_jobs == 1:
+        return _run_inline(todo, str(out), n_jobs)
+    return _run_local(todo, str(out), n_jobs)
+
+
 def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: str = "local", jobs: int | None = None,
-              wandb_mode: str = "disabled", wandb_project: str = "cpgym", progress: bool | None = None,
+              wandb_mode: str = "disabled", wandb_project: str = "cpgym", progress: bool | str | None = None,
               ray_address: str | None = None, on_result: Callable[[dict], None] | None = None) -> SweepOutcome:
     """Runs the unfinished cells of ``spec`` and records them.
 
@@ -269,8 +411,10 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
         out_dir: output folder (default :func:`default_out_dir`); created if needed.
         backend: ``"local"`` (process pool; ``jobs == 1`` runs in this process) or ``"ray"``.
         jobs: parallel cells (default: CPU count, at most the number of cells to run).
-        wandb_mode: ``"disabled"``, ``"offline"`` or ``"online"`` (one wandb run per cell, grouped by sweep).
-        progress: tqdm bar on stderr (default: when stderr is a terminal).
+        wandb_mode: ``"disabled"``, ``"offline"`` or ``"online"`` (one wandb run per cell, grouped by
+            sweep). Finished cells not yet logged (e.g. by a driver that was killed) are logged first.
+        progress: progress on stderr, see :func:`experiments.progress.progress_mode` (default: a bar on
+            a terminal, a line every 10 s otherwise; ``False`` = silent).
         ray_address: Ray cluster address; ``None`` starts a local instance.
         on_result: called with each cell's result dict as it arrives (tests).
 
@@ -278,40 +422,28 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
         :class:`SweepOutcome`.
 
     Raises:
-        ValueError: unknown backend, jobs < 1, or an out_dir holding a different sweep.
+        ValueError: unknown backend, jobs < 1, an out_dir holding a different sweep, or an out_dir in
+            use by another running driver.
+        KeyboardInterrupt: passed on after the workers are stopped and the manifest is saved (cells
+            in flight stay unfinished and run again on resume).
     """
     if backend not in BACKENDS:
         raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    from experiments.progress import Progress, progress_mode
     from experiments.wandb_log import WandbLogger
 
+    mode = progress_mode(progress)
     t0 = time.perf_counter()
     out = Path(out_dir) if out_dir is not None else default_out_dir(spec)
     out.mkdir(parents=True, exist_ok=True)
+    lock = _lock_out_dir(out)
     cells = spec.resolve()
     by_key = {c.key: c for c in cells}
     manifest_path = out / MANIFEST
-    old = {}
-    if manifest_path.is_file():
-        try:
-            old = json.loads(manifest_path.read_text())
-        except ValueError:
-            old = {}
-        if old.get("sweep") not in (None, spec.name):
-            raise ValueError(f"{out} holds sweep {old.get('sweep')!r}, not {spec.name!r}; choose another --out")
     finished = scan_finished(out)
-    entries: dict[str, dict] = {}
-    for c in cells:
-        prev = (old.get("cells") or {}).get(c.key, {})
-        base = {"axes": dict(c.axes), "policy": c.policy, "seed": c.config.seed, "workload": c.workload.label}
-        if c.key in finished:
-            entries[c.key] = {**base, "status": "done", "run_dir": finished[c.key], "error": None,
-                              "wall_s": prev.get("wall_s")}
-        elif prev.get("status") == "failed":
-            entries[c.key] = {**base, "status": "failed", "run_dir": None, "error": prev.get("error"), "wall_s": prev.get("wall_s")}
-        else:
-            entries[c.key] = {**base, "status": "pending", "run_dir": None, "error": None, "wall_s": None}
+    entries = _initial_entries(cells, _read_manifest(manifest_path, spec.name), finished)
 
     def save() -> None:
         write_json_atomic(manifest_path, {"sweep": spec.name, "spec_path": spec.path, "num_cells": len(cells),
@@ -322,24 +454,20 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
                                            "spec_text": spec_text, "cells": [c.to_dict() for c in cells]})
     todo = [c for c in cells if c.key not in finished]
     outcome = SweepOutcome(out_dir=out, num_cells=len(cells), num_skipped=len(cells) - len(todo))
+    logger = WandbLogger(wandb_mode, project=wandb_project, group=spec.name, dir=out)
+    if logger.enabled:  # cells finished by an earlier driver that never logged them (killed, or wandb was off)
+        for key, e in entries.items():
+            if e["status"] == "done" and not e["wandb_logged"]:
+                e["wandb_logged"] = logger.log_cell(by_key[key], out / e["run_dir"])
     save()
     if not todo:
         outcome.wall_s = time.perf_counter() - t0
+        if lock is not None:
+            lock.close()
         return outcome
     n_jobs = min(jobs or os.cpu_count() or 1, len(todo))
-    if backend == "ray":
-        stream = _run_ray(todo, str(out), n_jobs, ray_address)
-    elif n_jobs == 1:
-        stream = _run_inline(todo, str(out), n_jobs)
-    else:
-        stream = _run_local(todo, str(out), n_jobs)
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = None
-    if show:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(cells), initial=outcome.num_skipped, desc=spec.name, unit="cell", file=sys.stderr)
-    logger = WandbLogger(wandb_mode, project=wandb_project, group=spec.name, dir=out)
+    stream = _start_stream(backend, todo, out, n_jobs, ray_address)
+    bar = Progress(len(cells), spec.name, "cell", mode=mode, initial=outcome.num_skipped)
     try:
         for res in stream:
             key = res["key"]
@@ -348,24 +476,24 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
             outcome.num_run += 1
             if res["status"] == "done":
                 outcome.num_done += 1
-                logger.log_cell(by_key[key], out / res["run_dir"])
+                e["wandb_logged"] = logger.log_cell(by_key[key], out / res["run_dir"]) if logger.enabled else False
             else:
                 outcome.num_failed += 1
                 outcome.failures.append((key, res["error"]))
                 e["traceback"] = res.get("traceback")
-                print(f"cell {key} ({by_key[key].policy}, seed {by_key[key].config.seed}, "
-                      f"{dict(by_key[key].axes)}) failed: {res['error']}", file=sys.stderr)
+                bar.write(f"cell {key} ({by_key[key].policy}, seed {by_key[key].config.seed}, "
+                          f"{dict(by_key[key].axes)}) failed: {res['error']}")
             save()
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(done=outcome.num_done, failed=outcome.num_failed)
+            bar.set_postfix(done=outcome.num_done, failed=outcome.num_failed)
+            bar.update(1)
             if on_result is not None:
                 on_result(res)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
         stream.close()
         save()
+        if lock is not None:
+            lock.close()
     outcome.wall_s = time.perf_counter() - t0
     return outcome
 

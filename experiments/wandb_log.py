@@ -40,13 +40,15 @@ class WandbLogger:
     def enabled(self) -> bool:
         return self.mode != "disabled"
 
-    def log_cell(self, cell, run_dir: str | Path) -> None:
+    def log_cell(self, cell, run_dir: str | Path) -> bool:
         """Logs one finished cell from its run folder (``summary.json`` and ``cell.json``).
 
-        A wandb failure is reported on stderr and never fails the sweep (results are on disk).
+        Returns:
+            whether the cell was logged. A wandb failure is reported on stderr and never fails the
+            sweep (results are on disk); the sweep retries the logging on its next start.
         """
         if not self.enabled:
-            return
+            return False
         import sys
 
         run_dir = Path(run_dir)
@@ -67,8 +69,10 @@ class WandbLogger:
             run.summary.update(metrics)
             run.finish()
             self.num_logged += 1
+            return True
         except Exception as exc:  # logging must not lose results
             print(f"warning: wandb logging of {run_dir.name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return False
 
 
 __all__ = ["WandbLogger", "WANDB_MODES"]

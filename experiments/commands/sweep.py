@@ -19,7 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", metavar="ADDR", help="existing Ray cluster (OUT must be on a shared file system)")
     p.add_argument("--dry-run", action="store_true", help="validate the spec, list the cells and which are finished, run nothing")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+                   help="progress on stderr: a bar on a terminal, a line every 10 s otherwise (default on)")
+    p.add_argument("--quiet", action="store_true", help="no progress output (same as --no-progress)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,8 +42,17 @@ def run(args: argparse.Namespace) -> int:
     from experiments.provenance import write_provenance
 
     write_provenance(out, argv=getattr(args, "argv", None))
-    outcome = run_sweep(spec, out, backend=args.backend, jobs=args.jobs, wandb_mode=args.wandb,
-                        wandb_project=args.wandb_project, progress=args.progress, ray_address=args.ray_address)
+    try:
+        outcome = run_sweep(spec, out, backend=args.backend, jobs=args.jobs, wandb_mode=args.wandb,
+                            wandb_project=args.wandb_project, progress=False if args.quiet else args.progress,
+                            ray_address=args.ray_address)
+    except KeyboardInterrupt:  # workers are stopped and the manifest saved by run_sweep
+        import sys
+
+        num_done = len(scan_finished(out))
+        print(f"cpgym sweep: interrupted; {num_done} of {spec.num_cells} cells finished in {out}; "
+              f"run the same command again to resume", file=sys.stderr)
+        return 130
     print(f"sweep {spec.name}: {outcome.num_cells} cells; skipped {outcome.num_skipped} finished, ran {outcome.num_run} "
           f"({outcome.num_done} done, {outcome.num_failed} failed) in {outcome.wall_s:.1f} s [{args.backend}]; results in {out}")
     for key, err in outcome.failures:

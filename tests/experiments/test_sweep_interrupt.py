@@ -1,0 +1,165 @@
+"""Interrupting a ``--jobs 2`` sweep: Ctrl-C (SIGINT to the process group, as a terminal sends it)
+ends with one line and exit status 130; SIGKILL of the driver takes its workers with it. Either
+way no process of the sweep is left within 10 s, and a resume runs each unfinished cell exactly
+once (and logs every finished cell to wandb)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.spec import load_spec
+from experiments.sweep import run_sweep, scan_finished
+from tests.experiments.conftest import write_spec
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+SPEC = """
+name: interrupt
+workload: {name: mixed-default, params: {duration_s: 40.0}}
+policies: [least-work, round-robin, vertumnus]
+seeds: [0, 1]
+rates: [30]
+"""
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _children(pid: int) -> set[int]:
+    """Live descendants of ``pid`` (from /proc; zombies count as gone)."""
+    parents: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(d.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in parents.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pids: set[int]) -> set[int]:
+    live = set()
+    for p in pids:
+        try:
+            if (Path("/proc") / str(p) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                live.add(p)
+        except OSError:
+            pass
+    return live
+
+
+def _start(spec_path: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "experiments.cli", "sweep", str(spec_path), "--jobs", "2", "--out", str(out),
+            "--wandb", "disabled", "--quiet"]
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _wait_for_workers(proc: subprocess.Popen, out: Path) -> set[int]:
+    """Waits until both pool workers run a cell; returns the driver's descendants."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        tmp = out / ".tmp"
+        kids = _children(proc.pid)
+        if tmp.is_dir() and len(list(tmp.iterdir())) >= 2 and len(kids) >= 2:
+            return kids
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the sweep's workers never started")
+
+
+def _wait_gone(pids: set[int], limit_s: float = 10.0) -> set[int]:
+    deadline = time.monotonic() + limit_s
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _alive(pids)
+
+
+def _resume_runs_each_unfinished_cell_once(spec_path: Path, out: Path) -> None:
+    spec = load_spec(spec_path)
+    before = set(scan_finished(out))
+    assert len(before) < spec.num_cells  # the interrupt came before the end
+    ran: list[str] = []
+    outcome = run_sweep(spec, out, jobs=2, progress=False, on_result=lambda r: ran.append(r["key"]))
+    assert sorted(ran) == sorted(c.key for c in spec.resolve() if c.key not in before)
+    assert outcome.num_failed == 0 and outcome.num_skipped == len(before)
+    folders = [d for d in out.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    assert len(folders) == spec.num_cells  # no cell ran twice
+
+
+def test_sigint_stops_workers_prints_one_line_and_resume_finishes(tmp_path):
+    spec_path = write_spec(tmp_path, SPEC)
+    out = tmp_path / "out"
+    proc = _start(spec_path, out)
+    kids = _wait_for_workers(proc, out)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "interrupted" in lines[0] and "resume" in lines[0], err
+    assert not _wait_gone(kids)
+    assert not _children(proc.pid)
+    _resume_runs_each_unfinished_cell_once(spec_path, out)
+
+
+def test_sigkill_of_driver_takes_workers_with_it_and_resume_finishes(tmp_path):
+    spec_path = write_spec(tmp_path, SPEC)
+    out = tmp_path / "out"
+    proc = _start(spec_path, out)
+    kids = _wait_for_workers(proc, out)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert not _wait_gone(kids), "pool workers outlived their driver"
+    _resume_runs_each_unfinished_cell_once(spec_path, out)
+
+
+def test_finished_cells_of_a_killed_driver_are_logged_to_wandb_on_resume(tmp_path, monkeypatch):
+    """A cell that finished but was never logged (its driver died first) is logged on the next start."""
+    from experiments import wandb_log
+
+    spec_path = write_spec(tmp_path, """
+name: backlog
+workload: {name: mixed-default, params: {duration_s: 4.0}}
+policies: [least-work, round-robin]
+seeds: [0]
+""")
+    spec = load_spec(spec_path)
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=1, progress=False)  # wandb disabled: nothing logged
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert all(not e["wandb_logged"] for e in manifest["cells"].values())
+    logged: list[str] = []
+    monkeypatch.setattr(wandb_log.WandbLogger, "log_cell", lambda self, cell, run_dir: logged.append(cell.key) or True)
+    again = run_sweep(spec, out, jobs=1, progress=False, wandb_mode="offline")
+    assert again.num_run == 0 and sorted(logged) == sorted(c.key for c in spec.resolve())
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert all(e["wandb_logged"] for e in manifest["cells"].values())
+    logged.clear()
+    run_sweep(spec, out, jobs=1, progress=False, wandb_mode="offline")
+    assert logged == []  # logged once, not on every start
+
+
+def test_second_driver_on_the_same_folder_is_refused(tmp_path):
+    from experiments.sweep import _lock_out_dir
+
+    held = _lock_out_dir(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="in use by another sweep driver"):
+            _lock_out_dir(tmp_path)
+    finally:
+        held.close()
+    _lock_out_dir(tmp_path).close()  # free again once the holder ends
