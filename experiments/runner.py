@@ -40,7 +40,8 @@ def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
     """Runs one policy to the end (or the horizon) and returns its result.
 
     Args:
-        progress: optional callable ``(num_decided)`` called every 1,000 decisions.
+        progress: optional callable ``(num_decided)`` called every 1,000 routing decisions and
+            once at the end with the rest.
     """
     sim, spec = build_simulator(policy, workload, config, calibration)
     if progress is not None:
@@ -53,6 +54,8 @@ def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
 
         sim.dispatch_listeners.append(_tick)
     result = sim.run(spec.make_router())
+    if progress is not None and state["n"] % 1000:
+        progress(state["n"] % 1000)
     result.extras["policy_description"] = spec.description
     return result
 

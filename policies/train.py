@@ -195,20 +195,19 @@ def make_env_fn(cfg: TrainConfig, windows, sim_config, rank: int):
     """Picklable-enough factory of one training environment (for DummyVecEnv/SubprocVecEnv)."""
 
     def _make():
-        from stable_baselines3.common.monitor import Monitor
-
         from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig
+        from policies.callbacks import monitored
 
         env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(
             kind=cfg.reward, scale=cfg.reward_scale, invalid_action_penalty=cfg.invalid_action_penalty))
         env.reset(seed=cfg.seed * 1000 + rank)
-        return Monitor(env)
+        return monitored(env)
 
     return _make
 
 
 def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: list[str] | None = None,
-                  log=print) -> Path:
+                  log=print, progress: str | bool | None = None) -> Path:
     """Trains a routing policy; returns the path of the final ``model.zip``.
 
     Args:
@@ -216,6 +215,7 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
         out_dir: run folder (created).
         sim_config: base :class:`~envs.sim.SimConfig` (pool, SLO, ...); default ``SimConfig()``.
         argv: the command line, stored in ``train_config.json``.
+        progress: progress display on stderr (:class:`policies.callbacks.TrainingProgress`; ``"off"`` silences).
     """
     import torch as th
     from sb3_contrib import MaskablePPO
@@ -281,7 +281,10 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
 
     ckpt = CheckpointCallback(max(cfg.checkpoint_every_steps // cfg.n_envs, 1), str(out / "checkpoints"), name_prefix="routing")
     t0 = time.perf_counter()
-    model.learn(cfg.total_timesteps, callback=CallbackList([ckpt, _Episodes()]), log_interval=1)
+    from policies.callbacks import TrainingProgress
+
+    model.learn(cfg.total_timesteps, callback=CallbackList([ckpt, _Episodes(), TrainingProgress(cfg.total_timesteps, progress)]),
+                log_interval=1)
     wall = time.perf_counter() - t0
     path = out / "model.zip"
     model.save(path)

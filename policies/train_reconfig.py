@@ -113,16 +113,17 @@ class ReconfigTrainConfig:
         return wins
 
 
-def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=None, argv=None, log=print) -> Path:
+def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=None, argv=None, log=print,
+                   progress: str | bool | None = None) -> Path:
     """Trains; writes ``model.zip``, ``vecnormalize.pkl``, ``progress.csv``, ``train_config.json``."""
     import torch as th
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.logger import configure
-    from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     from envs.reconfig_env import PrefillReconfigEnv
     from envs.sim import SimConfig
+    from policies.callbacks import TrainingProgress, monitored
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,7 +137,7 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
         def _m():
             env = PrefillReconfigEnv(wins, sc, window_s=cfg.window_s)
             env.reset(seed=cfg.seed * 1000 + i)
-            return Monitor(env)
+            return monitored(env)
         return _m
 
     venv = VecNormalize(DummyVecEnv([make(i) for i in range(cfg.n_envs)]), norm_obs=True, norm_reward=cfg.norm_reward, gamma=cfg.gamma)
@@ -151,7 +152,7 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
 
         run = wandb.init(project="cpgym", mode=cfg.wandb_mode, dir=str(out), config=meta, name=out.name, reinit="finish_previous")
     t0 = time.perf_counter()
-    model.learn(cfg.total_timesteps, log_interval=1)
+    model.learn(cfg.total_timesteps, callback=TrainingProgress(cfg.total_timesteps, progress), log_interval=1)
     model.save(out / "model.zip")
     venv.save(str(out / "vecnormalize.pkl"))
     meta["train_wall_s"] = time.perf_counter() - t0

@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="write per-request tables, summaries and the resolved config under DIR")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+                   help="progress on stderr: a bar on a terminal, a line every 10 s otherwise (default on)")
+    p.add_argument("--quiet", action="store_true", help="no progress output (same as --no-progress)")
 
 
 def print_table(rows: list[dict], title: str) -> None:
@@ -62,17 +63,13 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     config = sim_config_from_args(args)
     workload = workload_from_args(args)
-    show_progress = sys.stderr.isatty() if args.progress is None else args.progress
+    from experiments.progress import Progress, progress_mode
+
+    mode = progress_mode(args.progress, quiet=args.quiet)
     rows = []
     for spec in specs:
-        bar = None
-        if show_progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=workload.num_requests, desc=spec.name, unit="req", file=sys.stderr, leave=False)
-        result = run_policy(spec, workload, config, progress=bar.update if bar else None)
-        if bar:
-            bar.close()
+        with Progress(workload.num_requests, spec.name, "req", mode=mode, leave=False) as bar:
+            result = run_policy(spec, workload, config, progress=bar.update if mode != "off" else None)
         summary = summarize(result)
         if summary["num_rejected"]:
             print(f"warning: {spec.name}: {summary['num_rejected']} request(s) are longer than any worker can hold "

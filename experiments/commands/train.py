@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             add_config_arguments(k, ReconfigTrainConfig, title="episodes and training")
         k.add_argument("--out", metavar="DIR", required=True,
                        help="run folder (model.zip, checkpoints/, progress.csv, episodes.csv, provenance.json)")
+        k.add_argument("--quiet", action="store_true",
+                       help="no progress output (default: a bar on a terminal, a line every 10 s otherwise, "
+                            "with mean TTFT and SLO attainment of the last 20 episodes)")
 
 
 def configs_from_args(args: argparse.Namespace):
@@ -70,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     if args.kind == "reconfig":
         from policies.train_reconfig import train_reconfig
 
-        train_reconfig(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None))
+        train_reconfig(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None),
+                       progress="off" if args.quiet else None)
         return 0
     from policies.train import train_routing
 
-    train_routing(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None))
+    train_routing(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None),
+                  progress="off" if args.quiet else None)
     return 0
