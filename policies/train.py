@@ -283,8 +283,8 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     t0 = time.perf_counter()
     from policies.callbacks import TrainingProgress
 
-    model.learn(cfg.total_timesteps, callback=CallbackList([ckpt, _Episodes(), TrainingProgress(cfg.total_timesteps, progress)]),
-                log_interval=1)
+    callbacks = CallbackList([ckpt, _Episodes(), TrainingProgress(cfg.total_timesteps, progress)])
+    model.learn(cfg.total_timesteps, callback=callbacks, log_interval=1)
     wall = time.perf_counter() - t0
     path = out / "model.zip"
     model.save(path)
