@@ -1,28 +1,47 @@
-"""``cpgym report RUN_DIR``: figures and a Markdown summary of a folder of runs (a sweep's output).
+"""``cpgym report RUN_DIR``: figures and a Markdown summary of a folder of runs.
 
-Reads every run folder below ``RUN_DIR`` that has a ``summary.json`` (``cell.json``,
-``extras.json``, ``requests.parquet`` when present) and writes into ``RUN_DIR/report/``:
+``RUN_DIR`` may be a sweep's output folder, a parent of several sweeps, or a folder of
+``cpgym simulate --out`` runs: every run folder below it with a ``summary.json`` is read
+(``cell.json``, ``config.json``, ``extras.json``, ``requests.parquet`` when present). Runs are
+grouped by **workload** and **variant** (the settings that differ between runs besides policy,
+seed and rate: a sweep's other axes, the sweep's name when there are several sweeps, and for
+plain runs the ``sim_config`` fields that differ), then by request rate and policy; seeds are
+the repetitions. Two runs of the same cell (the same sweep cell key, or a plain run repeated
+with the same workload, settings, policy and seed) count once. A folder in which no run folder
+is found is refused with one line. Written into ``RUN_DIR/report/``:
 
-* ``ttft_vs_rate.png`` — mean and P90 TTFT [s] vs request rate [requests/s], one line per policy
-  (and per variant: the combination of the other swept axes), 95% CI over seeds as error bars;
-* ``ttft_cdf.png`` — empirical CDF of TTFT at the highest rate, seeds pooled;
+* ``ttft_vs_rate.png`` — mean and P90 TTFT [s] vs request rate [requests/s], one row of panels
+  per workload/variant, one line per policy, 95% CI over seeds as error bars;
+* ``ttft_cdf.png`` — empirical CDF of TTFT at each workload/variant's highest rate, seeds pooled;
 * ``slo_vs_rate.png`` — token-weighted TTFT SLO attainment (paper §3) vs rate;
 * ``composition.png`` — ACTIVE workers per CP degree over time (``extras["composition_series"]``
   of runs with a reconfiguration controller; otherwise the static composition);
 * ``cache_transfer.png`` — token-weighted prefix hit rate and KV-transfer volume [GB] vs rate;
-* ``report.md`` — those figures and a table per (variant, rate, policy) with mean ± 95% CI over
-  seeds, plus the sweep's failed and missing cells.
+  a metric that is 0 (or missing) in every run gets no panel, only a note in ``report.md``;
+* ``report.md`` — those figures and a table per workload/variant with a workload column and the
+  mean and 95% CI over seeds, plus the sweeps' failed and missing cells;
+* ``summary_by_cell_group.csv`` — the numbers behind the tables.
 
 The request rate of a run is the swept ``workload.target_rps`` when there is one, else the
-workload's measured mean rate averaged over the runs that share the rate-setting axes
-(``workload.rate_scale``, arrival-process parameters) and the variant. 95% CI = mean ± t(0.975, n-1) · s / sqrt(n) over seeds (Student t;
-n = number of seeds, no CI for n = 1).
+workload's measured mean rate (``summary.json`` ``workload_rate_rps``, or ``(n - 1) / (last -
+first arrival)`` from ``requests.parquet`` for plain runs) averaged over the runs that share
+the workload, variant and rate-setting axes (``workload.rate_scale``, arrival-process
+parameters).
+
+95% CI: the Student-t interval of the mean over seeds, ``mean ± t(0.975, n-1) · s / sqrt(n)``
+(no CI for n = 1), **clipped to the quantity's range**: shares (SLO attainment, prefix hit
+rate, utilisation) to [0, 1], times, volumes and counts to [0, ∞). With few seeds the t
+interval of a bounded quantity can reach past its bound (t(0.975, 1) = 12.7); clipping keeps
+the interval's true coverage (the mean cannot lie outside the range) and reports it as an
+asymmetric ``[low, high]``. ``*_ci95`` in the CSV is the unclipped half-width,
+``*_ci95_low`` / ``*_ci95_high`` the clipped bounds.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +49,11 @@ RATE_AXIS = "workload.target_rps"
 # Student t quantiles t(0.975, df) for df = 1..30 (standard table); df > 30 uses the normal 1.96.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+SHARE_METRICS = ("slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "utilization")
+METRICS = ("mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "slo_attainment_requests",
+           "prefix_hit_rate", "kv_transfer_bytes", "num_unfinished", "utilization")
+# sim_config fields that never make two plain runs different experiments
+_IGNORED_CONFIG = ("seed", "record_events")
 
 
 def ci95_halfwidth(values) -> float:
@@ -44,6 +68,27 @@ def ci95_halfwidth(values) -> float:
     return float(t * x.std(ddof=1) / math.sqrt(n))
 
 
+def metric_bounds(metric: str) -> tuple[float, float]:
+    """The range of a summary metric: [0, 1] for shares, [0, inf) for the rest (times, bytes, counts)."""
+    return (0.0, 1.0) if metric in SHARE_METRICS else (0.0, math.inf)
+
+
+def ci95_interval(values, lower: float = -math.inf, upper: float = math.inf) -> tuple[float, float]:
+    """95% Student-t confidence interval of the mean, clipped to ``[lower, upper]``.
+
+    Returns:
+        ``(low, high)``; ``(nan, nan)`` for fewer than 2 values.
+    """
+    import numpy as np
+
+    x = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    hw = ci95_halfwidth(x)
+    if math.isnan(hw):
+        return math.nan, math.nan
+    m = float(np.mean(x))
+    return max(m - hw, lower), min(m + hw, upper)
+
+
 @dataclass
 class Report:
     """What :func:`make_report` wrote."""
@@ -53,53 +98,152 @@ class Report:
     figures: list[Path] = field(default_factory=list)
     num_runs: int = 0
     num_cells_missing: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------ loading
+def _read_json(path: Path) -> dict:
+    """A JSON object from ``path`` (``{}`` when missing).
+
+    Raises:
+        ValueError: naming the file, when it is not a JSON object.
+    """
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, list) else v
+    return out
+
+
+def _measured_rate(d: Path, summary: dict) -> float:
+    """Mean arrival rate [requests/s] of a run: ``summary.json`` when it has it, else ``requests.parquet``."""
+    if summary.get("workload_rate_rps") is not None:
+        return float(summary["workload_rate_rps"])
+    f = d / "requests.parquet"
+    if not f.is_file():
+        raise ValueError(f"{d}: cannot tell the request rate (no workload_rate_rps in summary.json, no requests.parquet)")
+    import pandas as pd
+
+    t = pd.read_parquet(f, columns=["arrival_s"])["arrival_s"]
+    span = float(t.max() - t.min()) if len(t) > 1 else 0.0
+    return (len(t) - 1) / span if span > 0 else 0.0
+
+
+def _workload_label(cell: dict, summary: dict) -> str:
+    wl = cell.get("workload") or {}
+    if wl.get("name"):
+        return str(wl["name"])
+    if wl.get("trace"):
+        return Path(str(wl["trace"])).name.split(".")[0]
+    return str(summary.get("workload") or "?")
+
+
+def _cell_row(d: Path, summary: dict, cell: dict) -> dict:
+    """A sweep cell: policy, seed, rate and variant from its axes."""
+    axes = dict(cell.get("axes", {}))
+    policy = axes.pop("policy", summary.get("policy"))
+    seed = axes.pop("seed", cell.get("seed", 0))
+    rate = axes.pop(RATE_AXIS, None)
+    axes.pop("workload.name", None)
+    axes.pop("workload.trace", None)
+    rate_group = ""
+    if rate is None:  # rate set another way (rate_scale, an arrival-process parameter) or not swept
+        rate_keys = sorted(k for k in axes if _is_rate_axis(k))
+        rate_group = repr([(k, axes.pop(k)) for k in rate_keys])
+    return {"kind": "cell", "dedupe_key": cell["key"], "sweep": cell.get("sweep") or "", "policy": policy, "seed": seed,
+            "rate_rps": rate, "rate_group": rate_group, "axes": {k: v for k, v in sorted(axes.items())},
+            "measured_rate_rps": summary.get("workload_rate_rps")}
+
+
+def _plain_row(d: Path, summary: dict, config: dict) -> dict:
+    """A run written by ``cpgym simulate --out`` (or any run folder without cell.json)."""
+    sim = _flatten(config.get("sim_config") or {})
+    if config.get("calibration"):
+        sim["calibration.model"] = config["calibration"].get("model")
+        sim["calibration.gpu_type"] = config["calibration"].get("gpu_type")
+    return {"kind": "run", "dedupe_key": None, "sweep": "", "policy": summary.get("policy") or config.get("policy"),
+            "seed": int(sim.get("seed", 0) or 0), "rate_rps": None, "rate_group": "", "axes": {},
+            "config_fields": {k: v for k, v in sim.items() if k not in _IGNORED_CONFIG},
+            "measured_rate_rps": _measured_rate(d, summary)}
+
+
+def _run_dirs(run_dir: Path) -> list[Path]:
+    manifest_dirs = set()
+    for m in run_dir.rglob("manifest.json"):
+        base = m.parent
+        for v in (_read_json(m).get("cells") or {}).values():
+            if v.get("run_dir"):
+                manifest_dirs.add(base / v["run_dir"])
+    dirs = []
+    for p in run_dir.rglob("summary.json"):
+        rel = p.parent.relative_to(run_dir).parts
+        if any(part.startswith(".") for part in rel) or "report" in rel or "wandb" in rel:
+            continue  # in-progress cells (.tmp), our own output, wandb's files
+        dirs.append(p.parent)
+    return sorted(dirs, key=lambda d: (d not in manifest_dirs, str(d)))
+
+
+def _variants(rows: list[dict]) -> None:
+    """Sets ``row["variant"]``: a sweep's remaining axes (and the sweep's name when there are
+    several sweeps); for plain runs the sim_config fields that differ among the plain runs."""
+    sweeps = {r["sweep"] for r in rows if r["kind"] == "cell"}
+    plain = [r for r in rows if r["kind"] == "run"]
+    keys = sorted({k for r in plain for k in r["config_fields"]})
+    differing = [k for k in keys if len({json.dumps(r["config_fields"].get(k), default=str) for r in plain}) > 1]
+    for r in rows:
+        if r["kind"] == "cell":
+            parts = [f"sweep={r['sweep']}"] * (len(sweeps) > 1) + [f"{k}={v}" for k, v in r["axes"].items()]
+        else:
+            parts = [f"{k}={r['config_fields'].get(k)}" for k in differing]
+        r["variant"] = ", ".join(parts)
 
 
 def _load_runs(run_dir: Path):
+    """One row per distinct run under ``run_dir`` (see the module docstring); the DataFrame's
+    ``attrs["num_duplicates"]`` counts the runs left out as repeats of another."""
     import pandas as pd
 
-    rows = []
-    seen_keys: set[str] = set()
-    manifest_dirs = set()
-    if (run_dir / "manifest.json").is_file():
-        manifest_dirs = {v.get("run_dir") for v in json.loads((run_dir / "manifest.json").read_text()).get("cells", {}).values()}
-    paths = sorted(run_dir.rglob("summary.json"), key=lambda p: (p.parent.name not in manifest_dirs, str(p)))
-    for summary_path in paths:
-        d = summary_path.parent
-        if any(part.startswith(".") for part in d.relative_to(run_dir).parts) or "report" in d.relative_to(run_dir).parts:
-            continue  # in-progress cells (.tmp) and our own output
-        summary = json.loads(summary_path.read_text())
-        cell = json.loads((d / "cell.json").read_text()) if (d / "cell.json").is_file() else {}
-        extras = json.loads((d / "extras.json").read_text()) if (d / "extras.json").is_file() else {}
-        if cell.get("key"):
-            if cell["key"] in seen_keys:
-                continue  # a duplicate of a finished cell (e.g. a task that outlived a killed driver)
-            seen_keys.add(cell["key"])
-        axes = dict(cell.get("axes", {}))
-        policy = axes.pop("policy", summary.get("policy"))
-        seed = axes.pop("seed", cell.get("seed", 0))
-        rate = axes.pop(RATE_AXIS, None)
-        rate_group = ""
-        if rate is None:  # rate set another way (rate_scale, an arrival-process parameter) or not swept
-            rate_keys = sorted(k for k in axes if _is_rate_axis(k))
-            rate_group = repr([(k, axes.pop(k)) for k in rate_keys])
-        label = ""
-        if "workload.name" in axes or "workload.trace" in axes:
-            axes.pop("workload.name", None)
-            axes.pop("workload.trace", None)
-            label = (cell.get("workload", {}).get("name") or Path(str(cell.get("workload", {}).get("trace"))).name.split(".")[0])
-        variant = ", ".join([label] * bool(label) + [f"{k}={v}" for k, v in sorted(axes.items())])
-        rows.append({"run_dir": str(d), "policy": policy, "seed": seed, "rate_rps": rate, "variant": variant,
-                     "rate_group": rate_group, "measured_rate_rps": summary.get("workload_rate_rps"),
-                     "workload": cell.get("workload", {}).get("name") or summary.get("workload"), "extras": extras,
-                     **{k: v for k, v in summary.items() if k not in ("policy",)}})
-    df = pd.DataFrame(rows)
+    rows, seen, num_dup = [], set(), 0
+    for d in _run_dirs(run_dir):
+        summary = _read_json(d / "summary.json")
+        if "policy" not in summary:
+            continue  # some other tool's summary.json
+        cell = _read_json(d / "cell.json")
+        row = _cell_row(d, summary, cell) if cell.get("key") else _plain_row(d, summary, _read_json(d / "config.json"))
+        row.update({"run_dir": str(d), "workload": _workload_label(cell, summary), "extras": _read_json(d / "extras.json"),
+                    **{k: v for k, v in summary.items() if k not in ("policy", "workload")}})
+        rows.append(row)
+    _variants(rows)
+    kept = []
+    for r in rows:
+        key = r["dedupe_key"] or (r["workload"], r["variant"], r["policy"], r["seed"], round(r["measured_rate_rps"], 6))
+        if key in seen:
+            num_dup += 1  # e.g. a task that outlived a killed driver, or the same simulate command run twice
+            continue
+        seen.add(key)
+        kept.append(r)
+    df = pd.DataFrame(kept).drop(columns=["axes", "config_fields", "dedupe_key"], errors="ignore")
+    df.attrs["num_duplicates"] = num_dup
     if not df.empty and df["rate_rps"].isna().any():
-        # x = the measured mean rate, averaged over the runs sharing variant and rate-setting axes
-        # (seeds draw different workloads, so their measured rates differ slightly)
+        # x = the measured mean rate, averaged over the runs sharing workload, variant and rate-setting
+        # axes (seeds draw different workloads, so their measured rates differ slightly)
         miss = df["rate_rps"].isna()
-        means = df[miss].groupby(["variant", "rate_group"])["measured_rate_rps"].transform("mean")
-        df.loc[miss, "rate_rps"] = means.map(lambda r: float(f"{r:.3g}") if r == r else 0.0)
+        means = df[miss].groupby(["workload", "variant", "rate_group"])["measured_rate_rps"].transform("mean")
+        df.loc[miss, "rate_rps"] = means.map(lambda r: float(f"{r:.3g}"))
     return df
 
 
@@ -115,22 +259,28 @@ def _label(policy: str, variant: str) -> str:
     return f"{policy} [{variant}]" if variant else policy
 
 
+def _group_label(workload: str, variant: str) -> str:
+    return f"{workload} — {variant}" if variant else workload
+
+
 def _aggregate(df):
+    """Mean, unclipped CI half-width and clipped CI bounds per (workload, variant, rate, policy)."""
     import pandas as pd
 
-    metrics = ["mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "slo_attainment_requests",
-               "prefix_hit_rate", "kv_transfer_bytes", "num_unfinished", "utilization"]
     out = []
-    for (variant, rate, policy), g in df.groupby(["variant", "rate_rps", "policy"], dropna=False, sort=True):
-        row = {"variant": variant, "rate_rps": rate, "policy": policy, "num_seeds": len(g)}
-        for m in metrics:
+    keys = ["workload", "variant", "rate_rps", "policy"]
+    for (workload, variant, rate, policy), g in df.groupby(keys, dropna=False, sort=True):
+        row = {"workload": workload, "variant": variant, "rate_rps": rate, "policy": policy, "num_seeds": len(g)}
+        for m in METRICS:
             vals = g[m].astype(float) if m in g else pd.Series([math.nan] * len(g))
             row[m] = float(vals.mean())
             row[m + "_ci95"] = ci95_halfwidth(vals.tolist())
+            row[m + "_ci95_low"], row[m + "_ci95_high"] = ci95_interval(vals.tolist(), *metric_bounds(m))
         out.append(row)
     return pd.DataFrame(out)
 
 
+# ------------------------------------------------------------------------------------ figures
 def _policy_colors(agg) -> dict[str, str]:
     """One colour per policy, the same in every panel."""
     cmap = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
@@ -138,103 +288,126 @@ def _policy_colors(agg) -> dict[str, str]:
     return {p: cmap[i % len(cmap)] for i, p in enumerate(sorted(agg["policy"].unique()))}
 
 
-def _lines(ax, agg, metric: str, colors: dict[str, str], scale: float = 1.0, ylabel: str = "") -> None:
+def _title(ax, text: str, width: int = 48) -> None:
+    """A panel title wrapped to the panel's width (long workload/variant labels never run off)."""
+    ax.set_title("\n".join(textwrap.fill(line, width) for line in text.split("\n")), fontsize=9)
+
+
+def _lines(ax, agg, metric: str, colors: dict[str, str], scale: float = 1.0, ylabel: str = "") -> bool:
+    """Mean ± clipped 95% CI vs rate, one line per policy; returns whether anything was drawn."""
+    import numpy as np
+
+    drawn = False
     for i, (policy, g) in enumerate(agg.groupby("policy", sort=True)):
         g = g.sort_values("rate_rps")
-        err = (g[metric + "_ci95"].fillna(0.0) * scale).to_numpy()
-        ax.errorbar(g["rate_rps"], g[metric] * scale, yerr=err, marker="o", capsize=3, label=policy,
+        y = g[metric].to_numpy(dtype=float)
+        if np.isnan(y).all():
+            continue
+        lo = np.nan_to_num(y - g[metric + "_ci95_low"].to_numpy(dtype=float), nan=0.0)
+        hi = np.nan_to_num(g[metric + "_ci95_high"].to_numpy(dtype=float) - y, nan=0.0)
+        ax.errorbar(g["rate_rps"], y * scale, yerr=np.vstack([lo, hi]) * scale, marker="o", capsize=3, label=policy,
                     color=colors[policy], linestyle="-" if i < 10 else "--")
+        drawn = True
     ax.set_xlabel("request rate [requests/s]")
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
+    return drawn
 
 
-def _variants(agg) -> list:
-    return sorted(agg["variant"].fillna("").unique().tolist())
+def _groups(agg) -> list[tuple[str, str]]:
+    return sorted({(w, v) for w, v in zip(agg["workload"], agg["variant"].fillna(""))})
 
 
-def _fig_rows(agg, out: Path, filename: str, panels: tuple, log_y: bool) -> Path:
-    """One row per workload/variant, one column per ``(metric, scale, ylabel, title)`` panel."""
+def _in_group(agg, group: tuple[str, str]):
+    return agg[(agg["workload"] == group[0]) & (agg["variant"].fillna("") == group[1])]
+
+
+@dataclass(frozen=True)
+class _Panel:
+    metric: str
+    scale: float
+    ylabel: str
+    title: str
+    log_y: bool = False
+    top: float | None = None  # fixed upper y limit (e.g. 102 % for shares)
+
+
+def _has_data(agg, metric: str) -> bool:
+    import numpy as np
+
+    v = agg[metric].to_numpy(dtype=float) if metric in agg else np.array([])
+    return bool(len(v)) and not np.isnan(v).all() and bool(np.nanmax(np.abs(v)) > 0)
+
+
+def _fig_rows(agg, out: Path, filename: str, panels: list[_Panel]) -> Path | None:
+    """One row per workload/variant, one column per panel; ``None`` when no panel has data."""
     import matplotlib.pyplot as plt
 
-    variants = _variants(agg)
+    panels = [p for p in panels if _has_data(agg, p.metric)]
+    if not panels:
+        return None
+    groups = _groups(agg)
     colors = _policy_colors(agg)
-    fig, axes = plt.subplots(len(variants), len(panels), figsize=(6 * len(panels), 4.0 * len(variants)), squeeze=False)
-    for row, variant in enumerate(variants):
-        sub = agg[agg["variant"].fillna("") == variant]
-        name = f" — {variant}" if variant else ""
-        for col, (metric, scale, ylabel, title) in enumerate(panels):
+    fig, axes = plt.subplots(len(groups), len(panels), figsize=(6 * len(panels), 4.2 * len(groups)), squeeze=False,
+                             layout="constrained")
+    for row, group in enumerate(groups):
+        sub = _in_group(agg, group)
+        for col, p in enumerate(panels):
             ax = axes[row][col]
-            _lines(ax, sub, metric, colors, scale=scale, ylabel=ylabel)
-            ax.set_title(title + name)
-            if log_y:
+            if not _lines(ax, sub, p.metric, colors, scale=p.scale, ylabel=p.ylabel):
+                ax.axis("off")
+                ax.text(0.5, 0.5, f"{_group_label(*group)}:\nno {p.ylabel} in these runs", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=9)
+                continue
+            _title(ax, f"{_group_label(*group)}\n{p.title}")
+            if p.log_y and (sub[p.metric] > 0).all():
                 ax.set_yscale("log")
-        axes[row][-1].legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    p = out / filename
-    fig.savefig(p, dpi=110)
+            else:
+                ax.set_ylim(bottom=0.0, top=p.top)
+            ax.legend(fontsize=7, loc="best")
+    fig.savefig(out / filename, dpi=110)
     plt.close(fig)
-    return p
+    return out / filename
 
 
-def _fig_ttft_vs_rate(agg, out: Path) -> Path:
-    """Mean and P90 TTFT vs rate per workload/variant (95% CI over seeds)."""
-    return _fig_rows(agg, out, "ttft_vs_rate.png", (
-        ("mean_ttft_s", 1.0, "mean TTFT [s]", "mean TTFT vs request rate (95% CI over seeds)"),
-        ("p90_ttft_s", 1.0, "P90 TTFT [s]", "P90 TTFT vs request rate")), log_y=True)
-
-
-def _fig_slo(agg, out: Path) -> Path:
-    """One panel per workload/variant: token-weighted SLO attainment vs rate."""
-    import matplotlib.pyplot as plt
-
-    variants = _variants(agg)
-    colors = _policy_colors(agg)
-    fig, axes = plt.subplots(1, len(variants), figsize=(6.5 * len(variants), 4.5), squeeze=False)
-    for col, variant in enumerate(variants):
-        ax = axes[0][col]
-        sub = agg[agg["variant"].fillna("") == variant]
-        _lines(ax, sub, "slo_attainment_token_weighted", colors, scale=100.0, ylabel="token-weighted SLO attainment [%]")
-        ax.set_title("token-weighted TTFT SLO attainment" + (f" — {variant}" if variant else "") + " (95% CI)")
-        ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]), top=102)
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    p = out / "slo_vs_rate.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return p
-
-
-def _fig_cdf(df, out: Path) -> Path:
+def _fig_cdf(df, out: Path) -> Path | None:
+    """TTFT CDF at each workload/variant's highest rate (seeds pooled); one panel per group."""
     import matplotlib.pyplot as plt
     import numpy as np
     import pandas as pd
 
-    top = df["rate_rps"].max()
-    sel = df[df["rate_rps"] == top]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (variant, policy), g in sel.groupby(["variant", "policy"], sort=True):
-        ttft = []
-        for d in g["run_dir"]:
-            f = Path(d) / "requests.parquet"
-            if f.is_file():
-                t = pd.read_parquet(f, columns=["ttft_s"])["ttft_s"].to_numpy()
-                ttft.append(t[~np.isnan(t)])
-        if not ttft:
-            continue
-        t = np.sort(np.concatenate(ttft))
-        ax.plot(t, np.arange(1, len(t) + 1) / len(t), label=_label(policy, variant))
-    ax.set_xscale("log")
-    ax.set_xlabel("TTFT [s]")
-    ax.set_ylabel("fraction of finished requests")
-    ax.set_title(f"TTFT CDF at {top:g} requests/s (seeds pooled)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    p = out / "ttft_cdf.png"
-    fig.savefig(p, dpi=110)
+    curves: dict[tuple[str, str], list] = {}
+    tops: dict[tuple[str, str], float] = {}
+    for group, gdf in df.groupby(["workload", "variant"], sort=True):
+        top = gdf["rate_rps"].max()
+        for policy, g in gdf[gdf["rate_rps"] == top].groupby("policy", sort=True):
+            ttft = [pd.read_parquet(Path(d) / "requests.parquet", columns=["ttft_s"])["ttft_s"].to_numpy()
+                    for d in g["run_dir"] if (Path(d) / "requests.parquet").is_file()]
+            t = np.sort(np.concatenate(ttft)) if ttft else np.array([])
+            t = t[~np.isnan(t)]
+            if len(t):
+                curves.setdefault(group, []).append((policy, t))
+                tops[group] = top
+    if not curves:
+        return None
+    n = len(curves)
+    cols = min(2, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4.5 * rows), squeeze=False, layout="constrained")
+    for ax, (group, lines) in zip(axes.flat, curves.items()):
+        for policy, t in lines:
+            ax.plot(t, np.arange(1, len(t) + 1) / len(t), label=policy)
+        ax.set_xscale("log")
+        ax.set_xlabel("TTFT [s]")
+        ax.set_ylabel("fraction of finished requests")
+        _title(ax, f"{_group_label(*group)}\nTTFT CDF at {tops[group]:g} requests/s (seeds pooled)", width=60)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[n:]:
+        ax.remove()
+    fig.savefig(out / "ttft_cdf.png", dpi=110)
     plt.close(fig)
-    return p
+    return out / "ttft_cdf.png"
 
 
 def _series_of(row) -> tuple[list[float], dict[str, list[int]], bool]:
@@ -266,59 +439,87 @@ def _series_of(row) -> tuple[list[float], dict[str, list[int]], bool]:
     return [0.0, end], {k: [a.get(k, 0), b.get(k, 0)] for k in keys}, a != b
 
 
-def _fig_composition(df, out: Path) -> tuple[Path, bool]:
+def _fig_composition(df, out: Path) -> tuple[Path | None, bool]:
+    """Workers per CP degree over time at each group's highest rate (lowest seed); runs without a
+    recorded composition (plain ``simulate`` runs) are left out; ``None`` when none has one."""
     import matplotlib.pyplot as plt
 
-    top = df["rate_rps"].max()
-    sel = df[df["rate_rps"] == top].sort_values("seed").drop_duplicates(["variant", "policy"])
-    n = len(sel)
+    picks = []
+    for _, gdf in df.groupby(["workload", "variant"], sort=True):
+        top = gdf["rate_rps"].max()
+        sel = gdf[gdf["rate_rps"] == top].sort_values("seed").drop_duplicates(["policy"])
+        picks += [r for _, r in sel.iterrows() if _series_of(r)[1]]
+    if not picks:
+        return None, False
+    n = len(picks)
     cols = min(3, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.6 * rows), squeeze=False, layout="constrained")
     any_dynamic = False
-    for ax, (_, row) in zip(axes.flat, sel.iterrows()):
+    for ax, row in zip(axes.flat, picks):
         times, counts, dynamic = _series_of(row)
         any_dynamic |= dynamic
         for k, v in counts.items():
             ax.step(times, v, where="post", label=k)
-        ax.set_ylim(0, max([max(v) for v in counts.values()] or [0]) + 1)
-        ax.set_title(_label(row["policy"], row["variant"]) + ("" if dynamic else " (static)"), fontsize=8)
+        ax.set_ylim(0, max(max(v) for v in counts.values()) + 1)
+        _title(ax, f"{_group_label(row['workload'], row['variant'])}\n{row['policy']} at {row['rate_rps']:g} requests/s, "
+                   f"seed {row['seed']}" + ("" if dynamic else " (static)"), width=40)
         ax.set_xlabel("time [s]")
         ax.set_ylabel("ACTIVE workers")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    fig.suptitle(f"worker composition over time at {top:g} requests/s (seed {int(sel['seed'].min())})")
-    fig.tight_layout()
-    p = out / "composition.png"
-    fig.savefig(p, dpi=110)
+        ax.remove()
+    fig.savefig(out / "composition.png", dpi=110)
     plt.close(fig)
-    return p, any_dynamic
+    return out / "composition.png", any_dynamic
 
 
-def _fig_cache(agg, out: Path) -> Path:
-    """Prefix hit rate and KV-transfer volume vs rate per workload/variant."""
-    return _fig_rows(agg, out, "cache_transfer.png", (
-        ("prefix_hit_rate", 100.0, "prefix hit rate [% of prompt tokens]", "token-weighted prefix hit rate vs request rate"),
-        ("kv_transfer_bytes", 1e-9, "KV transfer [GB]", "KV-transfer volume (replication + reconciliation)")), log_y=False)
-
-
-def _fmt(v: float, ci: float, scale: float = 1.0, digits: int = 3) -> str:
+# ------------------------------------------------------------------------------------ report
+def _fmt(r, m: str, scale: float = 1.0, digits: int = 3) -> str:
+    """``mean [low, high]`` (clipped 95% CI), ``mean`` for one seed, ``-`` when missing."""
+    v = r[m]
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     s = f"{v * scale:.{digits}f}"
-    if ci is not None and not math.isnan(ci):
-        s += f" ± {ci * scale:.{digits}f}"
+    lo, hi = r[m + "_ci95_low"], r[m + "_ci95_high"]
+    if not (math.isnan(lo) or math.isnan(hi)):
+        s += f" [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}]"
     return s
 
 
+def _table(g) -> list[str]:
+    lines = ["| workload | rate [req/s] | policy | seeds | mean TTFT s | P90 TTFT s | P99 TTFT s | SLO tok % | SLO req % "
+             "| hit % | KV GB | unfinished |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for _, r in g.sort_values(["rate_rps", "policy"]).iterrows():
+        lines.append(f"| {r['workload']} | {r['rate_rps']:g} | {r['policy']} | {r['num_seeds']} | {_fmt(r, 'mean_ttft_s')} | "
+                     f"{_fmt(r, 'p90_ttft_s')} | {_fmt(r, 'p99_ttft_s')} | "
+                     f"{_fmt(r, 'slo_attainment_token_weighted', 100, 1)} | {_fmt(r, 'slo_attainment_requests', 100, 1)} | "
+                     f"{_fmt(r, 'prefix_hit_rate', 100, 1)} | {_fmt(r, 'kv_transfer_bytes', 1e-9, 2)} | "
+                     f"{r['num_unfinished']:.1f} |")
+    return lines + [""]
+
+
+def _manifests(run_dir: Path) -> tuple[list[str], dict]:
+    """(sweep names, {cell key: manifest entry}) of every sweep manifest under ``run_dir``."""
+    names, cells = [], {}
+    for m in sorted(run_dir.rglob("manifest.json")):
+        if any(part.startswith(".") for part in m.relative_to(run_dir).parts):
+            continue
+        doc = _read_json(m)
+        names.append(str(doc.get("sweep", m.parent.name)))
+        cells.update(doc.get("cells") or {})
+    return names, cells
+
+
 def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Report:
-    """Writes the figures and ``report.md`` of the runs under ``run_dir``.
+    """Writes the figures, ``summary_by_cell_group.csv`` and ``report.md`` of the runs under ``run_dir``.
 
     Raises:
         FileNotFoundError: ``run_dir`` does not exist.
-        ValueError: no run folder (with ``summary.json``) under it.
+        ValueError: no run folder (with a cpgym ``summary.json``) under it, a run whose request
+            rate cannot be told, or an unreadable JSON file (naming it).
     """
     import matplotlib
 
@@ -328,55 +529,67 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
         raise FileNotFoundError(f"run folder {str(run_dir)!r} does not exist")
     df = _load_runs(run_dir)
     if df.empty:
-        raise ValueError(f"no runs (folders with summary.json) under {run_dir}")
-    if df["rate_rps"].isna().any():
-        df["rate_rps"] = df["rate_rps"].fillna(0.0)
+        raise ValueError(f"no runs (folders with summary.json) under {run_dir}; give a sweep's --out folder "
+                         f"or a folder of `cpgym simulate --out` runs")
     out = Path(out_dir) if out_dir else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     agg = _aggregate(df)
     rep = Report(out_dir=out, markdown_path=out / "report.md", num_runs=len(df))
-    rep.figures.append(_fig_ttft_vs_rate(agg, out))
-    rep.figures.append(_fig_cdf(df, out))
-    rep.figures.append(_fig_slo(agg, out))
+    figures = [
+        _fig_rows(agg, out, "ttft_vs_rate.png", [
+            _Panel("mean_ttft_s", 1.0, "mean TTFT [s]", "mean TTFT vs request rate (95% CI over seeds)", log_y=True),
+            _Panel("p90_ttft_s", 1.0, "P90 TTFT [s]", "P90 TTFT vs request rate", log_y=True)]),
+        _fig_cdf(df, out),
+        _fig_rows(agg, out, "slo_vs_rate.png", [
+            _Panel("slo_attainment_token_weighted", 100.0, "token-weighted SLO attainment [%]",
+                   "token-weighted TTFT SLO attainment (95% CI)", top=102.0)]),
+    ]
     comp_path, dynamic = _fig_composition(df, out)
-    rep.figures.append(comp_path)
-    rep.figures.append(_fig_cache(agg, out))
+    figures.append(comp_path)
+    figures.append(_fig_rows(agg, out, "cache_transfer.png", [
+        _Panel("prefix_hit_rate", 100.0, "prefix hit rate [% of prompt tokens]",
+               "token-weighted prefix hit rate vs request rate", top=102.0),
+        _Panel("kv_transfer_bytes", 1e-9, "KV transfer [GB]", "KV-transfer volume (replication + reconciliation)")]))
+    rep.figures = [f for f in figures if f is not None]
+    for m, what in (("kv_transfer_bytes", "KV transfers"), ("prefix_hit_rate", "prefix hits")):
+        if not _has_data(agg, m):
+            rep.notes.append(f"No {what} in any run: no panel drawn for it.")
+    if df.attrs.get("num_duplicates"):
+        rep.notes.append(f"{df.attrs['num_duplicates']} run folder(s) repeat another run (same sweep cell, or the same "
+                         f"workload, settings, policy and seed) and are counted once.")
     agg.to_csv(out / "summary_by_cell_group.csv", index=False)
 
-    manifest = {}
-    if (run_dir / "manifest.json").is_file():
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-    cells = manifest.get("cells", {})
+    sweeps, cells = _manifests(run_dir)
     failed = {k: v for k, v in cells.items() if v.get("status") == "failed"}
     pending = {k: v for k, v in cells.items() if v.get("status") == "pending"}
     rep.num_cells_missing = len(failed) + len(pending)
+    rep.markdown_path.write_text("\n".join(_markdown(run_dir, df, agg, rep, sweeps, cells, failed, pending, dynamic)) + "\n")
+    return rep
 
-    lines = [f"# Report: {manifest.get('sweep', run_dir.name)}", ""]
-    lines.append(f"{len(df)} runs from `{run_dir}`; policies: {', '.join(sorted(df['policy'].unique()))}; "
-                 f"seeds: {', '.join(str(s) for s in sorted(df['seed'].unique()))}; "
-                 f"rates [requests/s]: {', '.join(f'{r:g}' for r in sorted(df['rate_rps'].unique()))}.")
+
+def _markdown(run_dir: Path, df, agg, rep: Report, sweeps: list[str], cells: dict, failed: dict, pending: dict,
+              dynamic: bool) -> list[str]:
+    title = sweeps[0] if len(sweeps) == 1 else (", ".join(sweeps) if sweeps else run_dir.name)
+    lines = [f"# Report: {title}", ""]
+    rates = "; ".join(f"{w}: {', '.join(f'{r:g}' for r in sorted(g['rate_rps'].unique()))}"
+                      for w, g in df.groupby("workload", sort=True))
+    lines.append(f"{len(df)} runs from `{run_dir}`; workloads: {', '.join(sorted(df['workload'].unique()))}; "
+                 f"policies: {', '.join(sorted(df['policy'].unique()))}; "
+                 f"seeds: {', '.join(str(s) for s in sorted(df['seed'].unique()))}; rates [requests/s]: {rates}.")
     if cells:
-        lines.append(f"Sweep cells: {len(cells)} ({len(cells) - rep.num_cells_missing} finished, {len(failed)} failed, {len(pending)} not run).")
-    lines += ["", "Values are means over seeds ± the half-width of the 95% Student-t confidence interval "
-                  "(no ± when there is one seed). TTFT in seconds; SLO attainment and hit rate in %; "
-                  "KV transfer in GB.", ""]
-    for variant, g in agg.groupby("variant", sort=True):
-        if variant:
-            lines += [f"## {variant}", ""]
-        lines.append("| rate [req/s] | policy | seeds | mean TTFT s | P90 TTFT s | P99 TTFT s | SLO tok % | SLO req % | hit % | KV GB | unfinished |")
-        lines.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for _, r in g.sort_values(["rate_rps", "policy"]).iterrows():
-            lines.append(f"| {r['rate_rps']:g} | {r['policy']} | {r['num_seeds']} | {_fmt(r['mean_ttft_s'], r['mean_ttft_s_ci95'])} | "
-                         f"{_fmt(r['p90_ttft_s'], r['p90_ttft_s_ci95'])} | {_fmt(r['p99_ttft_s'], r['p99_ttft_s_ci95'])} | "
-                         f"{_fmt(r['slo_attainment_token_weighted'], r['slo_attainment_token_weighted_ci95'], 100, 1)} | "
-                         f"{_fmt(r['slo_attainment_requests'], r['slo_attainment_requests_ci95'], 100, 1)} | "
-                         f"{_fmt(r['prefix_hit_rate'], r['prefix_hit_rate_ci95'], 100, 1)} | "
-                         f"{_fmt(r['kv_transfer_bytes'], r['kv_transfer_bytes_ci95'], 1e-9, 2)} | {r['num_unfinished']:.1f} |")
-        lines.append("")
+        lines.append(f"Sweep cells: {len(cells)} ({len(cells) - rep.num_cells_missing} finished, {len(failed)} failed, "
+                     f"{len(pending)} not run).")
+    lines += ["", "Values are means over seeds with the 95% Student-t confidence interval of the mean in brackets, "
+                  "clipped to the quantity's range ([0, 100] % for shares, >= 0 otherwise); no interval when there is "
+                  "one seed. TTFT in seconds; SLO attainment and hit rate in %; KV transfer in GB.", ""]
+    lines += [f"_{n}_" for n in rep.notes] + [""] * bool(rep.notes)
+    for group in _groups(agg):
+        lines += [f"## {_group_label(*group)}", ""] + _table(_in_group(agg, group))
     lines += ["## Figures", ""]
     captions = {"ttft_vs_rate.png": "TTFT vs request rate", "ttft_cdf.png": "TTFT CDF at the highest rate",
                 "slo_vs_rate.png": "token-weighted SLO attainment vs rate",
-                "composition.png": "worker composition over time" + ("" if dynamic else " (no run reconfigured: static compositions)"),
+                "composition.png": "worker composition over time"
+                + ("" if dynamic else " (no run reconfigured: static compositions)"),
                 "cache_transfer.png": "prefix hit rate and KV-transfer volume"}
     for f in rep.figures:
         lines += [f"![{captions[f.name]}]({f.name})", ""]
@@ -388,8 +601,7 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
         lines.append("")
     if pending:
         lines += [f"{len(pending)} cells were not run (interrupted?); re-run the sweep to finish them.", ""]
-    rep.markdown_path.write_text("\n".join(lines) + "\n")
-    return rep
+    return lines
 
 
-__all__ = ["make_report", "Report", "ci95_halfwidth"]
+__all__ = ["make_report", "Report", "ci95_halfwidth", "ci95_interval", "metric_bounds"]

@@ -1,4 +1,5 @@
-"""``cpgym report RUN_DIR``: figures and a Markdown summary of a sweep (see :mod:`experiments.report`)."""
+"""``cpgym report RUN_DIR``: figures and a Markdown summary of a sweep, several sweeps or a folder
+of ``cpgym simulate --out`` runs (see :mod:`experiments.report`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's output folder (or any folder of run folders)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's output folder, a folder of several sweeps, or a folder of `cpgym simulate --out` runs "
+                        "(grouped by workload and by the settings that differ)")
     p.add_argument("--out", metavar="DIR", help="where to write the PNGs and report.md (default RUN_DIR/report)")
 
 
@@ -17,4 +19,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"report of {rep.num_runs} runs ({rep.num_cells_missing} cells missing) -> {rep.markdown_path}")
     for f in rep.figures:
         print(f"  {f}")
+    for note in rep.notes:
+        print(f"  note: {note}")
     return 0

@@ -38,9 +38,9 @@ sweep: {grid: {cache_capacity_scale: [1.0]}}
         f = rep_dir / name
         assert f.is_file() and f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 10_000
     md = (rep_dir / "report.md").read_text()
-    assert "## cache_capacity_scale=1.0" in md
-    rows = [line for line in md.splitlines() if line.startswith("| 10 |") or line.startswith("| 30 |")]
-    assert len(rows) == 4 and all(" ± " in r for r in rows)  # 2 rates x 2 policies, with CIs over 2 seeds
+    assert "## mixed-default — cache_capacity_scale=1.0" in md
+    rows = [line for line in md.splitlines() if line.startswith(("| mixed-default | 10 |", "| mixed-default | 30 |"))]
+    assert len(rows) == 4 and all(" [" in r for r in rows)  # 2 rates x 2 policies, with CIs over 2 seeds
     import pandas as pd
 
     agg = pd.read_csv(rep_dir / "summary_by_cell_group.csv")
@@ -82,4 +82,81 @@ sweep:
     assert len(agg) == 2 and set(agg["num_seeds"]) == {2}
     lo, hi = sorted(agg["rate_rps"])
     assert 2.0 < lo < 9.0 and 14.0 < hi < 30.0  # Poisson 5 and 20 req/s over 5 s
-    assert agg["variant"].isna().all() or set(agg["variant"].fillna("")) == {""}
+    assert set(agg["variant"].fillna("")) == {""} and set(agg["workload"]) == {"system-prompts"}
+
+
+def _png_width(path) -> int:
+    return int.from_bytes(path.read_bytes()[16:20], "big")
+
+
+def test_report_on_a_folder_of_simulate_runs(tmp_path):
+    """Plain `cpgym simulate --out` runs of two workloads: a workload column, the measured rates
+    (not 0), repeated runs counted once, no empty panel and no matplotlib warning."""
+    import warnings
+
+    out = tmp_path / "runs"
+    common = ["--window-s", "0", "8", "--out", str(out), "--quiet"]
+    assert main(["simulate", "--workload", "tool-agent", "--policy", "least-work,round-robin", *common]) == 0
+    assert main(["simulate", "--workload", "mixed-default", "--policy", "least-work", *common]) == 0
+    assert main(["simulate", "--workload", "mixed-default", "--policy", "least-work", *common]) == 0  # a repeat
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rep = make_report(out)
+    assert rep.num_runs == 3 and any("counted once" in n for n in rep.notes)
+    md = rep.markdown_path.read_text()
+    assert "| workload | rate [req/s] | policy |" in md
+    rows = [line.split(" | ") for line in md.splitlines() if line.startswith(("| tool-agent", "| mixed-default"))]
+    assert sorted((r[0].lstrip("| "), r[2]) for r in rows) == [
+        ("mixed-default[0:8]", "least-work"), ("tool-agent[0:8]", "least-work"), ("tool-agent[0:8]", "round-robin")]
+    assert all(float(r[1]) > 1.0 for r in rows)  # the measured request rate, never 0
+    assert "at 0 requests/s" not in md and "rates [requests/s]: 0" not in md
+    # no KV transfers in plain simulate runs: that panel is left out, not drawn empty
+    cache = rep.out_dir / "cache_transfer.png"
+    assert _png_width(cache) < _png_width(rep.out_dir / "ttft_vs_rate.png")
+    assert any("No KV transfers" in n for n in rep.notes)
+
+
+def test_report_on_a_parent_of_two_sweeps(tmp_path):
+    parent = tmp_path / "sweeps"
+    for name, workload in (("one", "mixed-default"), ("two", "tool-agent")):
+        spec = load_spec(write_spec(tmp_path, f"""
+name: {name}
+workload: {{name: {workload}, params: {{duration_s: 4.0}}}}
+policies: [least-work]
+seeds: [0]
+rates: [10]
+""", name=f"{name}.yaml"))
+        run_sweep(spec, parent / name, jobs=1, progress=False)
+    rep = make_report(parent)
+    md = rep.markdown_path.read_text()
+    assert md.startswith("# Report: one, two")
+    assert "## mixed-default — sweep=one" in md and "## tool-agent — sweep=two" in md
+    assert "| mixed-default | 10 | least-work | 1 |" in md and "| tool-agent | 10 | least-work | 1 |" in md
+
+
+def test_intervals_of_bounded_quantities_stay_in_range():
+    from experiments.report import ci95_interval, metric_bounds
+
+    # hit rate 5 % and 68 % over two seeds: the t interval 36.5 ± 400 pp is clipped to [0, 1]
+    lo, hi = ci95_interval([0.05, 0.68], *metric_bounds("prefix_hit_rate"))
+    assert (lo, hi) == (0.0, 1.0)
+    lo, hi = ci95_interval([0.95, 0.97, 0.96], *metric_bounds("slo_attainment_token_weighted"))
+    assert 0.9 < lo < 0.96 < hi <= 1.0
+    assert ci95_interval([1.0, 3.0], *metric_bounds("mean_ttft_s"))[0] == 0.0
+    assert metric_bounds("kv_transfer_bytes") == (0.0, math.inf)
+    assert all(math.isnan(v) for v in ci95_interval([0.5]))
+
+
+def test_panel_titles_are_wrapped_to_the_panel():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.report import _title
+
+    fig, ax = plt.subplots()
+    _title(ax, "mixed-default — cache_capacity_scale=1.0, max_batch_tokens=16384, pool.composition=cp4x6,cp2x8\n"
+               "mean TTFT vs request rate (95% CI over seeds)")
+    assert all(len(line) <= 48 for line in ax.get_title().splitlines())
+    plt.close(fig)
