@@ -67,6 +67,16 @@ def run_name(workload: str, policy: str, seed: int, when: float | None = None) -
     return f"{safe}__{policy}__{seed}__{int(when if when is not None else time.time())}"
 
 
+def config_dict(config: SimConfig) -> dict:
+    """``asdict(config)`` as written to ``config.json`` / ``cell.json``: the SLO block keeps only the
+    fields its ``kind`` uses (``ttft_slo_s`` for ``"fixed"``; ``slo_scale`` and ``min_ttft_slo_s``
+    for ``"scaled"``), so a file never shows an SLO number that the run did not apply."""
+    d = asdict(config)
+    unused = ("slo_scale", "min_ttft_slo_s") if config.slo.kind == "fixed" else ("ttft_slo_s",)
+    d["slo"] = {k: v for k, v in d["slo"].items() if k not in unused}
+    return d
+
+
 def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_config: dict | None = None) -> Path:
     """Writes one run: ``requests.parquet`` (per-request table), ``summary.json``,
     ``config.json`` (the full resolved config, calibration included), ``prediction_errors.csv``
@@ -80,7 +90,7 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     d.mkdir(parents=True)
     request_table(result).to_parquet(d / "requests.parquet", index=False)
     (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    config = {"sim_config": asdict(result.config), "calibration": result.calibration.to_dict(),
+    config = {"sim_config": config_dict(result.config), "calibration": result.calibration.to_dict(),
               "policy": result.policy, "workload": result.workload, **(extra_config or {})}
     (d / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
     from baselines.prediction_error import summarize_prediction_errors  # issue #3: per-bucket prediction errors
@@ -92,4 +102,4 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     return d
 
 
-__all__ = ["build_simulator", "run_policy", "run_name", "write_run", "summarize"]
+__all__ = ["build_simulator", "run_policy", "run_name", "write_run", "config_dict", "summarize"]

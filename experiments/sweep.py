@@ -5,7 +5,8 @@ Output layout (``out_dir``)::
 
     sweep.json                      the spec (file text) and the resolved cell list
     manifest.json                   cell key -> status (done / failed), run folder, error, wall time
-    {workload}__{policy}__{seed}__{time}/   one folder per finished cell:
+    {workload}[-{grid values}]__{policy}__{seed}__{time}/   one folder per finished cell (cell_folder_name,
+                                    e.g. mixed-default-10rps-cache_capacity_scale=0.5__least-work__0__1796044908):
         requests.parquet, summary.json, config.json   (experiments.runner.write_run)
         cell.json                   cell key, axes, resolved config (written last)
         extras.json                 KV-transfer totals, final composition, any timelines
@@ -20,6 +21,16 @@ and traceback; the other cells go on, and failed cells are retried on the next r
 
 Only the driver writes ``manifest.json`` and talks to wandb; cells write only their own folders.
 With Ray on several machines ``out_dir`` must be on a file system all of them share.
+
+Interrupts: Ctrl-C stops the pool's workers (they ignore SIGINT themselves) and ends with one
+line and exit status 130 (``cpgym sweep``); a killed driver (SIGKILL, OOM) takes its workers
+with it (``PR_SET_PDEATHSIG`` on Linux, a parent-pid watch elsewhere), so no cell runs without
+a driver to record it. One driver per folder (``.lock``). A resume runs each unfinished cell
+once and logs to wandb the finished cells that an earlier driver never logged.
+
+Side effects: wandb files stay under ``out_dir/wandb`` (:mod:`experiments.wandb_log`); a local
+Ray instance keeps its session folder under ``out_dir/.ray`` (:func:`_ray_temp_dir`) and its
+auth token in the environment of this process only.
 """
 
 from __future__ import annotations
@@ -92,7 +103,7 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
         "traceback", "summary"}``.
     """
     from envs.metrics import summarize
-    from experiments.runner import write_run
+    from experiments.runner import config_dict, write_run
 
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -115,6 +126,7 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
             "cell_key": cell.key,
         })
         cell_doc = cell.to_dict()
+        cell_doc["sim_config"] = config_dict(cell.config)
         run_tmp = write_run(tmp, result, summary, {"workload_source": workload.source, "cell_key": cell.key,
                                                    "sweep": cell.sweep, "axes": cell_doc["axes"],
                                                    "policy_params": cell_doc["policy_params"],
@@ -123,7 +135,7 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
         (run_tmp / "extras.json").write_text(json.dumps(_json_safe({"initial_composition": initial, **extras}), indent=2) + "\n")
         cell_doc["wall_s"] = time.perf_counter() - t0
         (run_tmp / CELL_FILE).write_text(json.dumps(_json_safe(cell_doc), indent=2) + "\n")
-        name = run_tmp.name
+        name = cell_folder_name(run_tmp.name, cell)
         final = out / name
         for i in range(2, 10_000):  # claim a free name atomically (rename fails onto a non-empty folder)
             try:
@@ -141,6 +153,27 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         return {"key": cell.key, "status": "failed", "run_dir": None, "wall_s": time.perf_counter() - t0,
                 "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(), "summary": None}
+
+
+# axes already in the run name (workload name with its rate, policy, seed)
+_NAMED_AXES = ("policy", "seed", "workload.target_rps", "workload.name", "workload.trace")
+
+
+def cell_folder_name(run_name: str, cell: Cell, max_tag_chars: int = 100) -> str:
+    """The run folder name of a cell: ``{workload}-{grid values}__{policy}__{seed}__{time}``, the
+    CleanRL-style run name with the cell's other grid values added to the workload part (last
+    path component of each axis, e.g. ``cache_capacity_scale=0.5``, ``beta=1``), so that the
+    cells of one grid never get identical-looking folders. Characters awkward in file names
+    become ``-``; the grid part is cut at ``max_tag_chars`` (``cell.json`` holds every axis)."""
+    import re
+
+    parts = [f"{k.rsplit('.', 1)[-1]}={json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else v}"
+             for k, v in cell.axes if k not in _NAMED_AXES]
+    if not parts:
+        return run_name
+    tag = re.sub(r"[^A-Za-z0-9._+=,-]+", "-", "-".join(parts)).strip("-")[:max_tag_chars]
+    workload, rest = run_name.split("__", 1)
+    return f"{workload}-{tag}__{rest}"
 
 
 def _effective_composition(cell: Cell) -> str:
@@ -291,17 +324,56 @@ def _run_local(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[dict]:
         ex.shutdown(wait=True, cancel_futures=True)
 
 
+# AF_UNIX socket paths are limited to 107 bytes (Linux sun_path); Ray puts its sockets at
+# <temp dir>/session_<date>_<time>_<pid>/sockets/<name> (about 75 bytes below the temp dir).
+_RAY_SOCKET_TAIL_CHARS = 75
+_UNIX_PATH_MAX = 107
+
+
+def _ray_temp_dir(out_dir: str) -> tuple[Path, bool]:
+    """Where a local Ray instance keeps its session folder (logs, sockets, object spill):
+    ``OUT/.ray`` when that path is short enough for Ray's Unix sockets, else a fresh temporary
+    folder (under ``$TMPDIR``, or ``/tmp`` when that is too long as well) that the sweep removes
+    at the end. Returns ``(folder, remove_at_end)``."""
+    import tempfile
+
+    def fits(p: Path) -> bool:
+        return len(str(p)) + _RAY_SOCKET_TAIL_CHARS <= _UNIX_PATH_MAX
+
+    inside = Path(out_dir).resolve() / ".ray"
+    if fits(inside):
+        inside.mkdir(parents=True, exist_ok=True)
+        return inside, False
+    base = tempfile.gettempdir() if fits(Path(tempfile.gettempdir()) / "cpgym-ray-xxxxxxxx") else "/tmp"
+    return Path(tempfile.mkdtemp(prefix="cpgym-ray-", dir=base)), True
+
+
 def _run_ray(cells: list[Cell], out_dir: str, jobs: int, address: str | None = None) -> Iterator[dict]:
     """Ray tasks (one CPU each). Starts a local instance (``num_cpus=jobs``, no dashboard) unless
-    Ray is already initialised or ``address`` names a cluster."""
+    Ray is already initialised or ``address`` names a cluster.
+
+    A local instance keeps its files with the sweep: its session folder under ``OUT/.ray``
+    (:func:`_ray_temp_dir`), and its authentication token (Ray >= 2.5x enables token auth for
+    local clusters and would otherwise save a token to ``~/.ray/auth_token``) in the environment
+    of this process and the instance's processes only, for the sweep's duration.
+    """
+    import shutil as _shutil
+
     import ray
 
     started = False
+    temp_dir, remove_temp = None, False
+    env_before = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     if not ray.is_initialized():
         if address:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         else:
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+            import secrets
+
+            temp_dir, remove_temp = _ray_temp_dir(out_dir)
+            if env_before["RAY_AUTH_MODE"] is None and env_before["RAY_AUTH_TOKEN"] is None:
+                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # Ray enables token mode itself
+            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False, _temp_dir=str(temp_dir))
         started = True
     pending: dict = {}
     try:
@@ -321,6 +393,13 @@ def _run_ray(cells: list[Cell], out_dir: str, jobs: int, address: str | None = N
             ray.cancel(ref, force=True)
         if started:
             ray.shutdown()
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if remove_temp:
+            _shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------ driver

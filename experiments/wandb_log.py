@@ -4,14 +4,50 @@ grouped by sweep, with the cell's resolved config and its summary metrics.
 Modes (``--wandb``): ``offline`` (default of ``cpgym sweep``: runs are written under
 ``<out_dir>/wandb`` and can be uploaded later with ``wandb sync``; never touches the network),
 ``online`` (needs an account and ``wandb login``), ``disabled`` (no wandb import at all; tests).
+
+Where wandb writes (:func:`wandb_init`): run folders under ``<out_dir>/wandb`` (``dir=``); the
+``wandb-core`` service's debug logs, which it otherwise puts in ``~/.cache/wandb/logs``, under
+``<out_dir>/wandb/cache`` (``WANDB_CACHE_DIR``, set for the service's start only; the service
+is one per process, so a second run folder in the same process shares the first one's service
+logs). What cannot be moved: ``wandb login`` keeps its API key in ``~/.netrc`` and
+``~/.config/wandb/settings`` (online mode only; offline never writes them).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 WANDB_MODES = ("offline", "online", "disabled")
+
+
+@contextmanager
+def _scoped_env(**values: str):
+    """Sets environment variables for the duration of the block and restores them after (wandb
+    starts its service process, which reads them, inside the block)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def wandb_init(dir: str | Path, **kwargs):
+    """``wandb.init(dir=dir, **kwargs)`` that keeps wandb's files under ``dir`` (see the module
+    docstring); ``dir`` is created. Returns the wandb run."""
+    import wandb
+
+    d = Path(dir)
+    (d / "wandb" / "cache").mkdir(parents=True, exist_ok=True)
+    with _scoped_env(WANDB_CACHE_DIR=str((d / "wandb" / "cache").resolve())):
+        return wandb.init(dir=str(d), **kwargs)
 
 
 class WandbLogger:
@@ -61,9 +97,8 @@ class WandbLogger:
                       **{f"axis/{k}": v for k, v in cell_doc.get("axes", {}).items()},
                       "workload": cell_doc.get("workload"), "sim_config": cell_doc.get("sim_config"),
                       "policy_params": cell_doc.get("policy_params")}
-            self.dir.mkdir(parents=True, exist_ok=True)
-            run = wandb.init(mode=self.mode, project=self.project, group=self.group, name=run_dir.name, id=cell.key,
-                             dir=str(self.dir), config=config, job_type="sweep-cell", reinit="finish_previous",
+            run = wandb_init(self.dir, mode=self.mode, project=self.project, group=self.group, name=run_dir.name,
+                             id=cell.key, config=config, job_type="sweep-cell", reinit="finish_previous",
                              settings=wandb.Settings(silent=True, console="off"))
             metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             run.summary.update(metrics)
@@ -75,4 +110,4 @@ class WandbLogger:
             return False
 
 
-__all__ = ["WandbLogger", "WANDB_MODES"]
+__all__ = ["WandbLogger", "WANDB_MODES", "wandb_init"]

@@ -14,7 +14,8 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
   ``vertumnus``) with the lowest mean TTFT; % change = ``(vertumnus - baseline) / baseline``
   (P90 against the same baseline); SLO change in percentage points.
 * ``--out DIR``: ``results.csv`` / ``results.parquet`` (one tidy row per policy, rate, seed),
-  ``summary.csv`` (averaged over seeds), ``compare.png`` (mean and P90 TTFT vs rate),
+  ``summary.csv`` (averaged over seeds), ``vertumnus_vs_strongest.csv`` (the % changes below),
+  ``compare.png`` (mean and P90 TTFT vs rate), ``sweep.csv`` with ``--beta``/``--lambda``,
   ``provenance.json``.
 * ``--jobs N``: runs in a process pool of N workers (default 1).
 * ``--beta B1,B2,...`` / ``--lambda L1,L2,...``: the beta/lambda sensitivity sweep of the
@@ -52,7 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rates.add_argument("--rate-scales", metavar="X1,X2,...", help="multiply the workload's native rate by each factor")
     p.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     p.add_argument("--jobs", type=int, default=1, help="parallel simulation processes (default 1)")
-    p.add_argument("--out", metavar="DIR", help="write results.csv/.parquet, summary.csv and compare.png under DIR")
+    p.add_argument("--out", metavar="DIR", help="write under DIR: results.csv and results.parquet (one row per policy, rate "
+                   "and seed), summary.csv (seed means), vertumnus_vs_strongest.csv, compare.png, provenance.json, and "
+                   "with --beta/--lambda sweep.csv")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--beta", metavar="B1,B2,...",
                    help="sweep: add vertumnus[beta=B,lambda=L] variants for these beta values (>= 1)")
@@ -181,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
         if result.sweep is not None:
             result.sweep.to_csv(out / "sweep.csv", index=False)
         plot(summary, out / "compare.png", title)
-        print(f"wrote {out / 'results.csv'}, {out / 'summary.csv'}, {out / 'compare.png'}", file=sys.stderr)
+        written = ["results.csv", "results.parquet", "summary.csv", "vertumnus_vs_strongest.csv"]
+        written += ["sweep.csv"] * (result.sweep is not None)
+        print(f"wrote {', '.join(written + ['compare.png'])} under {out}", file=sys.stderr)
     if args.format == "json":
         recs = [{k: (r[k].item() if hasattr(r[k], "item") else r[k]) for k in JSON_KEYS} for _, r in summary.iterrows()]
         print(dumps_json(recs))

@@ -74,7 +74,6 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str) -> int:
     if fmt == "json":
         print(dumps_json(table))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"{workload}: whole-workload episodes, seeds {list(seeds)}; Vertumnus router; mean ± 95% CI over seeds")
@@ -88,7 +87,7 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str) -> int:
         t.add_row(r["policy"], str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
                   f("slo_attainment_token_weighted", "{:.3f}"), f("num_operations", "{:.1f}"),
                   f("num_committed_operations", "{:.1f}"), f("num_unfinished", "{:.1f}"))
-    Console(width=160).print(t)
+    print_unclipped(t)
     return 0
 
 
@@ -101,7 +100,6 @@ def _print_routing(rows: list[dict], cfg, source, part: str, fmt: str) -> int:
     if fmt == "json":
         print(dumps_json(table))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
@@ -118,5 +116,15 @@ def _print_routing(rows: list[dict], cfg, source, part: str, fmt: str) -> int:
         t.add_row(r["policy"], str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
                   f("slo_attainment_token_weighted", "{:.3f}"), f("prefix_hit_rate", "{:.3f}"), f("num_unfinished", "{:.1f}"),
                   *([f("delta_mean_ttft_s", "{:+.3f}"), f("delta_slo_attainment", "{:+.3f}")] if reference else []))
-    Console(width=160).print(t)
+    print_unclipped(t)
     return 0
+
+
+def print_unclipped(table) -> None:
+    """Prints a rich table at least 160 columns wide and as wide as it needs, so that no cell (a
+    long policy name, a header naming the reference policy) is ever cut to "…"."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    wide = Console(width=100_000)  # measure without a width limit
+    Console(width=max(160, Measurement.get(wide, wide.options, table).maximum)).print(table)
