@@ -247,9 +247,9 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
         meta["bc"] = stats
     run = None
     if cfg.wandb_mode != "disabled":
-        import wandb
+        from experiments.wandb_log import wandb_init  # keeps wandb's files under out/
 
-        run = wandb.init(project="cpgym", mode=cfg.wandb_mode, dir=str(out), config=meta, name=out.name,
+        run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name,
                          reinit="finish_previous")
 
     class _Episodes(BaseCallback):

@@ -148,9 +148,9 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     model.set_logger(configure(str(out), ["csv"]))
     run = None
     if cfg.wandb_mode != "disabled":
-        import wandb
+        from experiments.wandb_log import wandb_init  # keeps wandb's files under out/
 
-        run = wandb.init(project="cpgym", mode=cfg.wandb_mode, dir=str(out), config=meta, name=out.name, reinit="finish_previous")
+        run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name, reinit="finish_previous")
     t0 = time.perf_counter()
     model.learn(cfg.total_timesteps, callback=TrainingProgress(cfg.total_timesteps, progress), log_interval=1)
     model.save(out / "model.zip")
