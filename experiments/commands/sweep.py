@@ -1,6 +1,11 @@
 """``cpgym sweep SPEC``: run every cell of an experiment spec (YAML/TOML), resumably, on a local
 process pool or on Ray; see :mod:`experiments.spec` for the file format and
-:mod:`experiments.sweep` for the output layout."""
+:mod:`experiments.sweep` for the output layout.
+
+Run seeds re-draw the workload too (spec key ``seed_workload``, default true: workload seed =
+``workload.seed`` + run seed), so two seeds of one cell replay different request sets;
+``--dry-run`` lists each cell's workload seed. Ctrl-C ends with one line and exit status 130;
+re-running the same command resumes."""
 
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sweep {spec.name}: {spec.num_cells} cells, {sum(c.key in finished for c in spec.resolve())} finished in {out}")
         for c in spec.resolve():
             mark = "done" if c.key in finished else "todo"
-            print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  "
+            print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  workload_seed={c.workload.seed}  "
                   + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
         return 0
     from experiments.provenance import write_provenance

@@ -1,0 +1,116 @@
+"""What a researcher should not have to discover in the code (issue: surprises, help and docs):
+config.json's SLO block, grid values in sweep folder names, the workload seed of each run seed,
+why prediction_errors.csv shows a service-time error with noise off, untruncated evaluate
+tables, help text without ``%%``, compare's --help listing every file it writes, and the README's
+description of ``simulate --format json``."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import build_parser, main
+from experiments.spec import load_spec
+from experiments.sweep import run_sweep
+from tests.experiments.conftest import write_spec
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+@pytest.mark.parametrize("slo, present, absent", [
+    ([], {"kind", "slo_scale", "min_ttft_slo_s"}, {"ttft_slo_s"}),
+    (["--slo", "5"], {"kind", "ttft_slo_s"}, {"slo_scale", "min_ttft_slo_s"}),
+])
+def test_config_json_shows_only_the_slo_fields_in_use(tmp_path, slo, present, absent):
+    assert main(["simulate", "--workload", "mixed-default", "--window-s", "0", "3", "--policy", "least-work",
+                 "--out", str(tmp_path), "--quiet", "--format", "json", *slo]) == 0
+    (run,) = tmp_path.iterdir()
+    block = json.loads((run / "config.json").read_text())["sim_config"]["slo"]
+    assert present <= set(block) and not absent & set(block)
+
+
+def test_sweep_folders_name_their_grid_values_and_cell_json_its_slo(tmp_path):
+    spec = load_spec(write_spec(tmp_path, """
+name: grid-names
+workload: {name: mixed-default, params: {duration_s: 3.0}}
+policies: [least-work]
+seeds: [0]
+rates: [10]
+sweep: {grid: {cache_capacity_scale: [0.5, 1.0]}}
+"""))
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=1, progress=False)
+    names = sorted(d.name for d in out.iterdir() if (d / "cell.json").is_file())
+    assert [n.split("__")[0] for n in names] == ["mixed-default-10rps-cache_capacity_scale=0.5",
+                                                 "mixed-default-10rps-cache_capacity_scale=1.0"]
+    assert all(n.split("__")[1:3] == ["least-work", "0"] for n in names)
+    cell = json.loads((out / names[0] / "cell.json").read_text())
+    assert "ttft_slo_s" not in cell["sim_config"]["slo"]
+
+
+def test_dry_run_shows_the_workload_seed_of_each_run_seed(capsys):
+    assert main(["sweep", "experiments/specs/quick.yaml", "--dry-run", "--out", "/nonexistent/quick"]) == 0
+    pairs = set(re.findall(r"  seed=(\d+)  workload_seed=(\d+)", capsys.readouterr().out))
+    assert pairs == {("0", "0"), ("1", "1")}  # seed_workload: true re-draws the workload per seed
+    assert "seed_workload" in README
+
+
+def test_service_time_error_with_noise_off_comes_from_batching():
+    """The README's explanation of prediction_errors.csv: with noise off the error is the
+    batch-mates' work; one request per step makes it vanish."""
+    from baselines.prediction_error import summarize_prediction_errors
+    from envs import workloads
+    from envs.sim import SimConfig
+    from experiments.runner import run_policy
+
+    wl = workloads.scale_to_rate(workloads.get_workload("tool-agent", seed=0, duration_s=60.0), 20.0)
+    base = SimConfig()
+    assert base.prediction_error.noise_sigma == 0.0
+    errors = {}
+    for n in (base.engine.max_batch_requests, 1):
+        cfg = replace(base, engine=replace(base.engine, max_batch_requests=n))
+        errors[n] = summarize_prediction_errors(run_policy("vertumnus", wl, cfg)).iloc[0]["mean_service_rel_error"]
+    assert errors[base.engine.max_batch_requests] > 0.05 and abs(errors[1]) < 0.005
+    assert "prediction_errors.csv" in README and "batch" in README.split("prediction_errors.csv", 2)[2][:900]
+
+
+def test_evaluate_table_never_truncates_policy_names(capsys):
+    argv = ["evaluate", "--policy", "least-work", "--against", "vertumnus-no-reservation,vertumnus-length-only",
+            "--windows", "0", "--seeds", "1,2", "--episode-window-s", "20", "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out
+    for name in ("vertumnus-no-reservation", "vertumnus-length-only", "Δ mean TTFT s vs vertumnus-no-reservation (paired)"):
+        assert name in out
+
+
+def _help(command: str) -> str:
+    parser = build_parser()
+    sub = next(a for a in parser._subparsers._group_actions if a.dest == "command")
+    return sub.choices[command].format_help()
+
+
+@pytest.mark.parametrize("command", ["compare", "evaluate", "report", "sweep", "simulate"])
+def test_help_has_no_doubled_percent(command):
+    assert "%%" not in _help(command)
+
+
+def test_compare_help_lists_every_file_it_writes(tmp_path):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--suite", "least-work,vertumnus", "--rates", "10", "--seeds", "0", "--workload",
+                 "mixed-default", "--window-s", "0", "4", "--beta", "1,3", "--out", str(out), "--format", "json"]) == 0
+    text = " ".join(_help("compare").split())
+    written = sorted(f.name for f in out.iterdir())
+    assert len(written) == 6 and all(name in text for name in written), (written, text)
+
+
+def test_readme_describes_simulate_json_as_one_array(capsys):
+    assert main(["simulate", "--workload", "mixed-default", "--window-s", "0", "3", "--policy", "least-work,round-robin",
+                 "--format", "json", "--quiet"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert isinstance(rows, list) and [r["policy"] for r in rows] == ["least-work", "round-robin"]
+    assert "`--format json` prints one JSON array with one object per policy" in README
