@@ -65,3 +65,30 @@ def test_simulate_piped_reports_progress_and_quiet_silences(capsys):
         assert done and re.match(rf"{policy}: (\d+)/\1 req \(100%\)", done[-1]), err
     assert main(argv + ["--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_sweep_piped_reports_progress_lines(tmp_path, capsys):
+    from experiments.spec import load_spec
+    from experiments.sweep import run_sweep
+    from tests.experiments.conftest import write_spec
+
+    spec = load_spec(write_spec(tmp_path, """
+name: lines
+workload: {name: mixed-default, params: {duration_s: 3.0}}
+policies: [least-work, round-robin]
+seeds: [0]
+"""))
+    run_sweep(spec, tmp_path / "out", jobs=1)  # default: stderr is not a terminal here -> lines
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("lines: 2/2 cell (100%)") and "done=2, failed=0" in last
+
+
+def test_interrupt_of_any_command_is_one_line_and_status_130(monkeypatch, capsys):
+    from experiments.commands import simulate
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simulate, "run", interrupted)
+    assert main(["simulate"]) == 130
+    assert capsys.readouterr().err == "cpgym simulate: interrupted\n"
