@@ -38,7 +38,8 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
     "compare": ("experiments.commands.compare",
                 "compare a policy suite at several request rates (paper-style table, % vs strongest baseline, plot)"),
     "sweep": ("experiments.commands.sweep", "run an experiment spec's cells (resumable; local process pool or Ray)"),
-    "report": ("experiments.commands.report", "plots and a Markdown summary (95% CIs over seeds) of a sweep's run folder"),
+    "report": ("experiments.commands.report",
+               "plots and a Markdown summary (95% CIs over seeds) of a sweep, several sweeps or a folder of simulate runs"),
     "cache-ablation": ("experiments.commands.cache_ablation",
                        "Vertumnus with local caches only vs with the global prefix-cache manager on tool-agent "
                        "at increasing rates"),

@@ -106,8 +106,8 @@ class Progress:
             else:
                 print(text, file=self.file, flush=True)
 
-    def close(self) -> None:
-        """Ends the display (lines mode: one final line)."""
+    def close(self, final_line: bool = True) -> None:
+        """Ends the display (lines mode: one final line unless ``final_line`` is false)."""
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join()
@@ -117,14 +117,15 @@ class Progress:
                 self._bar.close()
                 self._bar = None
             elif self.mode == "lines":
-                self._line()
+                if final_line:
+                    self._line()
                 self.mode = "off"
 
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(final_line=exc_type is None)  # a failed run ends with its error, not a progress line
 
     # ------------------------------------------------------------------ lines
     def _line(self) -> None:

@@ -7,7 +7,8 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's output folder, a folder of several sweeps, or a folder of `cpgym simulate --out` runs "
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="a sweep's output folder, a folder of several sweeps, or a folder of `cpgym simulate --out` runs "
                         "(grouped by workload and by the settings that differ)")
     p.add_argument("--out", metavar="DIR", help="where to write the PNGs and report.md (default RUN_DIR/report)")
 

@@ -92,3 +92,13 @@ def test_interrupt_of_any_command_is_one_line_and_status_130(monkeypatch, capsys
     monkeypatch.setattr(simulate, "run", interrupted)
     assert main(["simulate"]) == 130
     assert capsys.readouterr().err == "cpgym simulate: interrupted\n"
+
+
+def test_a_failed_run_ends_with_its_error_not_a_progress_line():
+    import pytest
+
+    f = io.StringIO()
+    with pytest.raises(RuntimeError):
+        with Progress(10, "run", "req", mode="lines", interval_s=60.0, file=f):
+            raise RuntimeError("boom")
+    assert f.getvalue() == ""
