@@ -105,7 +105,7 @@ def test_compare_help_lists_every_file_it_writes(tmp_path):
                  "mixed-default", "--window-s", "0", "4", "--beta", "1,3", "--out", str(out), "--format", "json"]) == 0
     text = " ".join(_help("compare").split())
     written = sorted(f.name for f in out.iterdir())
-    assert len(written) == 6 and all(name in text for name in written), (written, text)
+    assert len(written) == 7 and all(name in text for name in written), (written, text)
 
 
 def test_readme_describes_simulate_json_as_one_array(capsys):
