@@ -25,9 +25,12 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str = DEFAU
     rate = g.add_mutually_exclusive_group()
     rate.add_argument("--target-rps", type=float, metavar="X", help="time-scale arrivals to this mean rate [requests/s]")
     rate.add_argument("--rate-scale", type=float, metavar="X", help="multiply the arrival rate by X")
-    g.add_argument("--window-s", type=float, nargs=2, metavar=("START", "END"), help="keep arrivals in [START, END) s (after rate scaling)")
-    g.add_argument("--skip-invalid", action="store_true", help="skip invalid trace lines and report their count instead of failing")
-    g.add_argument("--workload-seed", type=int, default=0, help="seed of the synthetic generator / arrival spreading (default 0)")
+    g.add_argument("--window-s", type=float, nargs=2, metavar=("START", "END"),
+                   help="keep arrivals in [START, END) s (after rate scaling)")
+    g.add_argument("--skip-invalid", action="store_true",
+                   help="skip invalid trace lines and report their count instead of failing")
+    g.add_argument("--workload-seed", type=int, default=0,
+                   help="seed of the synthetic generator / arrival spreading (default 0)")
     g.add_argument("--workload-param", action="append", default=[], metavar="NAME=VALUE",
                    help="override a parameter of the named workload's generator, e.g. duration_s=120 (repeatable)")
 
@@ -42,21 +45,27 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
     g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per topology group (default 8)")
     if composition:
         g.add_argument("--pool-composition", default=DEFAULT_COMPOSITION,
-                       help=f"worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); default {DEFAULT_COMPOSITION}")
+                       help="worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); "
+                            f"default {DEFAULT_COMPOSITION}")
     g.add_argument("--supported-degrees", default="1,2,4,8", help="CP degrees a worker may have (default 1,2,4,8)")
     g.add_argument("--calibration", metavar="FILE",
                    help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
     if seed:
         g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
     g.add_argument("--horizon-s", type=float, help="stop at this simulated time; unfinished requests count as SLO misses")
-    g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens, help="engine step token budget (default 16384)")
+    g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens,
+                   help="engine step token budget (default 16384)")
     g.add_argument("--slo", default="scaled", metavar="SECONDS|scaled",
-                   help="TTFT SLO: a fixed number of seconds, or 'scaled' (default): max(1 s, slo-scale x isolated single-GPU TTFT)")
+                   help="TTFT SLO: a fixed number of seconds, or 'scaled' (default): "
+                        "max(1 s, slo-scale x isolated single-GPU TTFT)")
     g.add_argument("--slo-scale", type=float, default=SLOConfig.slo_scale, help="scale of the 'scaled' SLO rule (default 3)")
     g.add_argument("--prediction-bias", type=float, default=1.0, help="actual/predicted execution time factor (default 1.0)")
-    g.add_argument("--prediction-noise", type=float, default=0.0, help="log-normal sigma of actual/predicted per step (default 0)")
-    g.add_argument("--cache-capacity-scale", type=float, default=1.0, help="multiply every worker's KV-cache capacity (default 1.0)")
-    g.add_argument("--first-decode-step-s", type=float, default=LatencyConfig.first_decode_step_s, help="first decode step added to TTFT [s]")
+    g.add_argument("--prediction-noise", type=float, default=0.0,
+                   help="log-normal sigma of actual/predicted per step (default 0)")
+    g.add_argument("--cache-capacity-scale", type=float, default=1.0,
+                   help="multiply every worker's KV-cache capacity (default 1.0)")
+    g.add_argument("--first-decode-step-s", type=float, default=LatencyConfig.first_decode_step_s,
+                   help="first decode step added to TTFT [s]")
     g.add_argument("--kv-handoff-gbps", type=float, default=LatencyConfig.kv_handoff_bandwidth_bytes_per_s / 1e9,
                    help="prefill->decode KV hand-off bandwidth [GB/s] (default 25)")
 
@@ -96,7 +105,8 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
                         composition=composition if composition is not None else args.pool_composition,
                         supported_degrees=tuple(parse_list(args.supported_degrees, '--supported-degrees', int))),
         engine=EngineConfig(max_batch_tokens=args.max_batch_tokens),
-        latency=LatencyConfig(kv_handoff_bandwidth_bytes_per_s=args.kv_handoff_gbps * 1e9, first_decode_step_s=args.first_decode_step_s),
+        latency=LatencyConfig(kv_handoff_bandwidth_bytes_per_s=args.kv_handoff_gbps * 1e9,
+                              first_decode_step_s=args.first_decode_step_s),
         prediction_error=PredictionErrorConfig(bias=args.prediction_bias, noise_sigma=args.prediction_noise),
         slo=slo,
         calibration_path=args.calibration,

@@ -132,7 +132,8 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
                                                    "policy_params": cell_doc["policy_params"],
                                                    "workload_spec": cell_doc["workload"]})
         initial = [list(p) for p in replace(cell.config.pool, composition=_effective_composition(cell)).placements()]
-        (run_tmp / "extras.json").write_text(json.dumps(_json_safe({"initial_composition": initial, **extras}), indent=2) + "\n")
+        (run_tmp / "extras.json").write_text(
+            json.dumps(_json_safe({"initial_composition": initial, **extras}), indent=2) + "\n")
         cell_doc["wall_s"] = time.perf_counter() - t0
         (run_tmp / CELL_FILE).write_text(json.dumps(_json_safe(cell_doc), indent=2) + "\n")
         name = cell_folder_name(run_tmp.name, cell)

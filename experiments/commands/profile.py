@@ -22,18 +22,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ints = lambda v: ",".join(str(x) for x in v)  # noqa: E731
     p.add_argument("--out", metavar="FILE", required=True, help="write the fitted calibration JSON file")
     p.add_argument("--new-tokens", default=ints(d.num_new_tokens), help=f"R values (default {ints(d.num_new_tokens)})")
-    p.add_argument("--cached-tokens", default=ints(d.num_cached_tokens), help=f"P values (default {ints(d.num_cached_tokens)})")
+    p.add_argument("--cached-tokens", default=ints(d.num_cached_tokens),
+                   help=f"P values (default {ints(d.num_cached_tokens)})")
     p.add_argument("--degrees", default=ints(d.degrees), help=f"C values (default {ints(d.degrees)})")
     p.add_argument("--layers", type=int, default=d.num_layers, help=f"decoder layers per step (default {d.num_layers})")
     p.add_argument("--hidden", type=int, default=L.hidden_size, help=f"hidden size (default {L.hidden_size})")
     p.add_argument("--q-heads", type=int, default=L.num_q_heads, help=f"query heads (default {L.num_q_heads})")
     p.add_argument("--kv-heads", type=int, default=L.num_kv_heads, help=f"KV heads (default {L.num_kv_heads})")
     p.add_argument("--head-dim", type=int, default=L.head_dim, help=f"head dim (default {L.head_dim})")
-    p.add_argument("--intermediate", type=int, default=L.intermediate_size, help=f"dense MLP width (default {L.intermediate_size})")
+    p.add_argument("--intermediate", type=int, default=L.intermediate_size,
+                   help=f"dense MLP width (default {L.intermediate_size})")
     p.add_argument("--experts", type=int, default=0, help="MoE experts (default 0: dense MLP)")
     p.add_argument("--top-k", type=int, default=2, help="MoE experts per token (default 2)")
     p.add_argument("--moe-intermediate", type=int, default=256, help="MoE expert width (default 256)")
-    p.add_argument("--algorithm", choices=("allgather", "ring"), default=d.algorithm, help=f"CP attention (default {d.algorithm})")
+    p.add_argument("--algorithm", choices=("allgather", "ring"), default=d.algorithm,
+                   help=f"CP attention (default {d.algorithm})")
     p.add_argument("--impl", choices=("sdpa", "matmul"), default=d.impl, help=f"all-gather attention impl (default {d.impl})")
     p.add_argument("--dtype", default=None, help="float32 (CPU default) / float64; bfloat16 (GPU default)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (nccl)")
@@ -79,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{'R':>6} {'P':>6} {'C':>2} {'time_s':>9} {'pred_s':>9} {'err %':>7}")
     for s, e in zip(samples, fit.rel_errors):
-        print(f"{s.num_new_tokens:>6} {s.num_cached_tokens:>6} {s.degree:>2} {s.time_s:9.4f} {s.time_s * (1 + e):9.4f} {100 * e:7.1f}")
+        print(f"{s.num_new_tokens:>6} {s.num_cached_tokens:>6} {s.degree:>2} "
+              f"{s.time_s:9.4f} {s.time_s * (1 + e):9.4f} {100 * e:7.1f}")
     print(format_fit_table(fit))
     print(f"wrote {args.out}")
     return 0

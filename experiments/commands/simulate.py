@@ -18,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_workload_arguments(p)
     add_sim_arguments(p)
-    p.add_argument("--policy", default=None, help=f"comma-separated policy names (default: {DEFAULT_POLICIES}; see --list-policies)")
+    p.add_argument("--policy", default=None,
+                   help=f"comma-separated policy names (default: {DEFAULT_POLICIES}; see --list-policies)")
     p.add_argument("--list-policies", action="store_true", help="print the known policies and exit")
     p.add_argument("--out", metavar="DIR", help="write per-request tables, summaries and the resolved config under DIR")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
@@ -79,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         if args.out:
             write_run(args.out, result, summary, {"workload_source": workload.source, "argv": getattr(args, "argv", sys.argv)})
     if args.format == "json":
-        print(dumps_json([{k: r[k] for k in JSON_KEYS} | {"utilization": r["utilization"], "num_gpus": r["num_gpus"]} for r in rows]))
+        print(dumps_json([{k: r[k] for k in JSON_KEYS} | {"utilization": r["utilization"], "num_gpus": r["num_gpus"]}
+                          for r in rows]))
     else:
         print_table(rows, f"{workload.name}: {workload.num_requests} requests, {workload.mean_rate_rps:.2f} req/s, "
                           f"{config.pool.num_gpus} GPUs ({config.pool.composition}), seed {config.seed}")

@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wandb logging per cell, grouped by sweep (default offline: files under OUT/wandb, no network)")
     p.add_argument("--wandb-project", default="cpgym", help="wandb project (default cpgym)")
     p.add_argument("--ray-address", metavar="ADDR", help="existing Ray cluster (OUT must be on a shared file system)")
-    p.add_argument("--dry-run", action="store_true", help="validate the spec, list the cells and which are finished, run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate the spec, list the cells and which are finished, run nothing")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress on stderr: a bar on a terminal, a line every 10 s otherwise (default on)")
     p.add_argument("--quiet", action="store_true", help="no progress output (same as --no-progress)")
@@ -59,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
               f"run the same command again to resume", file=sys.stderr)
         return 130
     print(f"sweep {spec.name}: {outcome.num_cells} cells; skipped {outcome.num_skipped} finished, ran {outcome.num_run} "
-          f"({outcome.num_done} done, {outcome.num_failed} failed) in {outcome.wall_s:.1f} s [{args.backend}]; results in {out}")
+          f"({outcome.num_done} done, {outcome.num_failed} failed) in {outcome.wall_s:.1f} s [{args.backend}]; "
+          f"results in {out}")
     for key, err in outcome.failures:
         print(f"  failed {key}: {err}")
     return 1 if outcome.num_failed else 0

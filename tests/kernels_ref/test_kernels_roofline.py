@@ -76,7 +76,8 @@ def test_coefficient_mapping():
     assert c.d_s == 0.02
     # doubling compute efficiency halves the compute terms only
     c2 = roofline.roofline_coefficients(m, g, Efficiency(1.0, 0.4, 0.25), overhead_s=0.02, cp_serial_fraction=0.0)
-    assert c2.c_s_per_token == pytest.approx(c.c_s_per_token / 2) and c2.alpha_s_per_pair == pytest.approx(c.alpha_s_per_pair / 2)
+    assert c2.c_s_per_token == pytest.approx(c.c_s_per_token / 2)
+    assert c2.alpha_s_per_pair == pytest.approx(c.alpha_s_per_pair / 2)
     assert (c2.a_s_per_token, c2.b_s_per_token) == (c.a_s_per_token, c.b_s_per_token)
     # the CP-serial share moves per-token linear work from c (divided by C) to a (not divided)
     f = roofline.DEFAULT_CP_SERIAL_FRACTION

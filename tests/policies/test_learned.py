@@ -38,11 +38,12 @@ def test_extractor_is_permutation_equivariant():
 def test_maskable_ppo_smoke_trains_saves_loads_and_evaluates(tmp_path):
     """A few thousand steps of the real training entry point (wandb disabled), then the
     checkpoint loads and acts through the environment without invalid actions."""
+    from envs.workloads import default_traces_dir
     from policies.checkpoint import LearnedPolicy
     from policies.heuristic import run_episode
     from policies.train import EpisodeSource, TrainConfig, train_routing
 
-    src = EpisodeSource(trace=str(__import__("envs.workloads", fromlist=["x"]).default_traces_dir() / "conversation_trace.jsonl"),
+    src = EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"),
                         workload=None, target_rps=12.0, window_s=10.0)
     cfg = TrainConfig(source=src, total_timesteps=2048, n_envs=2, n_steps=256, batch_size=128, n_epochs=2,
                       wandb_mode="disabled", checkpoint_every_steps=1024)

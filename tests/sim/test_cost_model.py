@@ -37,7 +37,8 @@ def test_default_calibration_loads_and_is_plausible():
     t1 = cm.service_time_s(1, 8192, 0)
     assert 0.2 < t1 < 5.0
     assert cm.service_time_s(4, 8192, 0) < t1
-    assert cal.kv_capacity_blocks(4, 512) == 4 * cal.kv_capacity_blocks(1, 512) or cal.kv_capacity_blocks(4, 512) >= 4 * cal.kv_capacity_blocks(1, 512) - 3
+    assert (cal.kv_capacity_blocks(4, 512) == 4 * cal.kv_capacity_blocks(1, 512)
+            or cal.kv_capacity_blocks(4, 512) >= 4 * cal.kv_capacity_blocks(1, 512) - 3)
 
 
 @pytest.mark.parametrize("mutate, field", [

@@ -32,13 +32,19 @@ from conftest import assert_prefix_consistent, assert_prefix_consistent_pairwise
 # small, fast configurations of every generator (seed is passed separately)
 SMALL = {
     "system_prompts": lambda seed: system_prompt_requests(duration_s=20.0, arrivals=PoissonArrivals(20.0), seed=seed),
-    "multi_turn": lambda seed: multi_turn_sessions(duration_s=60.0, session_arrivals=PoissonArrivals(2.0), num_system_prompts=2, seed=seed),
+    "multi_turn": lambda seed: multi_turn_sessions(duration_s=60.0, session_arrivals=PoissonArrivals(2.0),
+                                                   num_system_prompts=2, seed=seed),
     "tool_agent": lambda seed: tool_agent_sessions(duration_s=30.0, session_arrivals=PoissonArrivals(1.0), seed=seed),
-    "tool_agent_full_history": lambda seed: tool_agent_sessions(duration_s=60.0, session_arrivals=PoissonArrivals(1.0), history_window_steps=None, max_prompt_tokens=20000, seed=seed),
-    "tool_agent_w3": lambda seed: tool_agent_sessions(duration_s=30.0, session_arrivals=PoissonArrivals(1.0), history_window_steps=3, seed=seed),
+    "tool_agent_full_history": lambda seed: tool_agent_sessions(duration_s=60.0, session_arrivals=PoissonArrivals(1.0),
+                                                                history_window_steps=None, max_prompt_tokens=20000,
+                                                                seed=seed),
+    "tool_agent_w3": lambda seed: tool_agent_sessions(duration_s=30.0, session_arrivals=PoissonArrivals(1.0),
+                                                      history_window_steps=3, seed=seed),
     "long_documents": lambda seed: long_document_questions(duration_s=30.0, doc_arrivals=PoissonArrivals(1.0), seed=seed),
-    "phases": lambda seed: phase_changes(num_phases=3, phase_duration_s=10.0, short_phase_rate_rps=20.0, long_phase_rate_rps=5.0, rising_rate=True, seed=seed),
-    "mixed": lambda seed: mixed_workload(duration_s=15.0, system_prompt_rate_rps=5.0, multi_turn_session_rate=1.0, long_document_rate=0.5, tool_agent_session_rate=0.5, seed=seed),
+    "phases": lambda seed: phase_changes(num_phases=3, phase_duration_s=10.0, short_phase_rate_rps=20.0,
+                                         long_phase_rate_rps=5.0, rising_rate=True, seed=seed),
+    "mixed": lambda seed: mixed_workload(duration_s=15.0, system_prompt_rate_rps=5.0, multi_turn_session_rate=1.0,
+                                         long_document_rate=0.5, tool_agent_session_rate=0.5, seed=seed),
 }
 
 
@@ -153,7 +159,8 @@ def test_tool_agent_reuse_plausible():
         by_session.setdefault(r.session_id, []).append(r.arrival_time_s)
     gaps = np.concatenate([np.diff(v) for v in by_session.values() if len(v) > 1])
     assert 1.5 <= float(np.median(gaps)) <= 5.0
-    full = workload_stats(tool_agent_sessions(duration_s=120.0, session_arrivals=PoissonArrivals(3.0), history_window_steps=None, seed=11))
+    full = workload_stats(tool_agent_sessions(duration_s=120.0, session_arrivals=PoissonArrivals(3.0),
+                                              history_window_steps=None, seed=11))
     assert full["ideal_reuse_fraction"] > s["ideal_reuse_fraction"] + 0.1
     assert all(r.num_prompt_tokens <= 65536 for r in w.requests)
 
@@ -167,7 +174,8 @@ def test_long_documents_match_leval_stats():
     assert 16_000 <= s["input_p90_tokens"] <= 24_000
     assert s["input_min_tokens"] >= 5_000 and s["input_max_tokens"] <= 61_024
     # questions per document (mean 7, L-Eval: 2,074 / 299 = 6.9); short gaps so few sessions are cut by the end
-    quick = long_document_questions(duration_s=300.0, doc_arrivals=PoissonArrivals(1.0), question_gap_s=TruncatedLogNormal(1.0, 0.1, 0.5, 2.0), seed=5)
+    quick = long_document_questions(duration_s=300.0, doc_arrivals=PoissonArrivals(1.0),
+                                    question_gap_s=TruncatedLogNormal(1.0, 0.1, 0.5, 2.0), seed=5)
     assert workload_stats(quick)["num_requests"] / workload_stats(quick)["num_sessions"] == pytest.approx(7.0, rel=0.25)
 
 
