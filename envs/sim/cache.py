@@ -14,6 +14,8 @@ hash identifies the whole prefix up to and including its block). Capacity is in 
 * Pinned blocks (sources of in-flight transfers, paper §7) are never evicted.
 * Listeners get ``(worker_id, block_hash)`` on every insert and eviction, so a global index
   (the prefix trie of paper §7) can stay consistent with the workers' own LRU decisions.
+  Batch eviction listeners get ``(worker_id, [block_hash, ...])`` once per eviction round,
+  least recently used first (demotion to a lower KV tier, ``envs/sim/tiers.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class PrefixCache:
     Complexity: lookups stop at the first miss; insert is O(blocks inserted + evicted).
     """
 
-    __slots__ = ("capacity_blocks", "worker_id", "_blocks", "_pinned", "insert_listeners", "evict_listeners")
+    __slots__ = ("capacity_blocks", "worker_id", "_blocks", "_pinned", "insert_listeners", "evict_listeners",
+                 "evict_batch_listeners")
 
     def __init__(self, capacity_blocks: int, worker_id: int = 0) -> None:
         if capacity_blocks < 0:
@@ -46,6 +49,7 @@ class PrefixCache:
         self._pinned: dict[int, int] = {}
         self.insert_listeners: list[Callable[[int, int], None]] = []
         self.evict_listeners: list[Callable[[int, int], None]] = []
+        self.evict_batch_listeners: list[Callable[[int, list[int]], None]] = []
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -152,9 +156,10 @@ class PrefixCache:
         blocks = self._blocks
         pinned = self._pinned
         listeners = self.evict_listeners
+        batch_listeners = self.evict_batch_listeners
         if not pinned:
             popitem = blocks.popitem
-            if not listeners:
+            if not listeners and not batch_listeners:
                 for _ in range(num_blocks):
                     popitem(last=False)
                 return
@@ -170,3 +175,5 @@ class PrefixCache:
         for h in evicted:
             for fn in listeners:
                 fn(self.worker_id, h)
+        for fn in batch_listeners:
+            fn(self.worker_id, evicted)

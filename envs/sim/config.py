@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from envs.sim.links import LinkConfig
 from envs.sim.pool import PoolConfig
+from envs.sim.tiers import TierConfig
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -123,6 +124,8 @@ class SimConfig:
         prediction_error: actual vs predicted execution time.
         slo: TTFT SLO rule.
         links: KV-transfer link bandwidths (replication, reconciliation).
+        kv_tiers: KV tiers below HBM (host DRAM per node, remote store) and the fetch path;
+            off by default (``envs/sim/tiers.py``).
         cache_capacity_scale: multiplies every worker's KV-cache capacity (an ablation knob:
             e.g. 0.5 for a smaller HBM share, >1 to emulate a host-memory cache tier).
         calibration_path: calibration JSON; ``None`` = the shipped default
@@ -139,6 +142,7 @@ class SimConfig:
     prediction_error: PredictionErrorConfig = field(default_factory=PredictionErrorConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
     links: LinkConfig = field(default_factory=LinkConfig)
+    kv_tiers: TierConfig = field(default_factory=TierConfig)
     cache_capacity_scale: float = 1.0
     calibration_path: str | None = None
     seed: int = 0
@@ -151,4 +155,9 @@ class SimConfig:
         _check(self.horizon_s is None or self.horizon_s > 0, f"horizon_s must be > 0 or None, got {self.horizon_s}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Nested plain dict of the config; ``kv_tiers`` is left out while it is the default
+        (tiers off), so configs, cell keys and run folders of tier-less runs stay as before."""
+        d = asdict(self)
+        if self.kv_tiers == TierConfig():
+            del d["kv_tiers"]
+        return d

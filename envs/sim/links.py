@@ -52,25 +52,44 @@ class KVLinks:
         Returns:
             ``(start_s, end_s)``: when the transfer starts (links free) and completes.
         """
+        if src_node == dst_node:
+            return self.reserve_keys(now_s, (("intra", src_node),), num_bytes, self.config.intra_node_bytes_per_s, "intra")
+        return self.reserve_keys(now_s, (("out", src_node), ("in", dst_node)), num_bytes,
+                                 self.config.inter_node_bytes_per_s, "inter")
+
+    def reserve_keys(self, now_s: float, keys: tuple[tuple[str, int], ...], num_bytes: int, bytes_per_s: float,
+                     kind: str) -> tuple[float, float]:
+        """Reserves the named links for ``num_bytes`` at ``bytes_per_s`` (FIFO, all links held
+        together) and accounts the bytes under ``kind``; the one contention rule of every KV
+        transfer (replication, reconciliation, tier fetches in ``envs/sim/tiers.py``).
+
+        Returns:
+            ``(start_s, end_s)``.
+
+        Raises:
+            ValueError: if ``num_bytes`` < 0.
+        """
         if num_bytes < 0:
             raise ValueError(f"num_bytes must be >= 0, got {num_bytes}")
-        if src_node == dst_node:
-            keys = (("intra", src_node),)
-            bw = self.config.intra_node_bytes_per_s
-            kind = "intra"
-        else:
-            keys = (("out", src_node), ("in", dst_node))
-            bw = self.config.inter_node_bytes_per_s
-            kind = "inter"
-        start = max([now_s] + [self._free_at.get(k, 0.0) for k in keys])
-        duration = num_bytes / bw
-        end = start + duration
+        free_at = self._free_at
+        start = now_s
         for k in keys:
-            self._free_at[k] = end
-            self.busy_s[k] = self.busy_s.get(k, 0.0) + duration
-        self.bytes_by_kind[kind] += num_bytes
+            t = free_at.get(k, 0.0)
+            if t > start:
+                start = t
+        duration = num_bytes / bytes_per_s
+        end = start + duration
+        busy = self.busy_s
+        for k in keys:
+            free_at[k] = end
+            busy[k] = busy.get(k, 0.0) + duration
+        self.bytes_by_kind[kind] = self.bytes_by_kind.get(kind, 0) + num_bytes
         self.num_transfers += 1
         return start, end
+
+    def free_at_s(self, key: tuple[str, int]) -> float:
+        """Time [s] at which link ``key`` finishes its reserved transfers (0 if never used)."""
+        return self._free_at.get(key, 0.0)
 
     def utilization(self, elapsed_s: float) -> dict[str, float]:
         """Busy share in [0, 1] of each used link over ``elapsed_s`` seconds, keyed 'intra:0', 'out:1', ..."""

@@ -145,6 +145,7 @@ class Simulator:
         self.epoch = 0
         self.workers: dict[int, Worker] = {}
         self.worker_ids: list[int] = []
+        self.kv_tiers = None  # envs.sim.tiers.TieredKV when config.kv_tiers.enabled (set below)
         self.retired_workers: list[Worker] = []
         for degree, first_gpu in config.pool.placements():
             self.add_worker(degree, first_gpu)
@@ -176,6 +177,11 @@ class Simulator:
         self._degree_factor = {d: pe.factor_for(d) for d in config.pool.supported_degrees}
         self._handoff_s_per_token = calibration.kv_bytes_per_token / config.latency.kv_handoff_bandwidth_bytes_per_s
         self._first_decode_s = config.latency.first_decode_step_s
+        if config.kv_tiers.enabled:
+            from envs.sim.tiers import TieredKV
+
+            self.kv_tiers = TieredKV(self, config.kv_tiers)
+            self.extras_providers.append(self.kv_tiers.extras)
         self._next_arrival = 0
         if workload.requests:
             self.schedule(workload.requests[0].arrival_time_s, EventPriority.ARRIVAL, self._on_arrival, 0)
@@ -194,6 +200,8 @@ class Simulator:
                    self.calibration.kv_capacity_tokens(degree), epoch=self.epoch,
                    created_s=self.env.now if hasattr(self, "env") else 0.0)
         w.max_prompt_tokens = min(self.calibration.max_prompt_tokens, w.kv_capacity_tokens)
+        if self.kv_tiers is not None:
+            self.kv_tiers.watch(w)
         self.workers[wid] = w
         self.worker_ids.append(wid)
         self.worker_ids.sort(key=lambda i: self.workers[i].first_gpu)
@@ -379,12 +387,15 @@ class Simulator:
         rid = req.request_id
         now = self.env.now
         L = req.num_prompt_tokens
-        p = w.cache.match_ready(req.block_hashes) * self.kv_block_size_tokens
+        nhit = w.cache.match_ready(req.block_hashes)
+        p = nhit * self.kv_block_size_tokens
         if p > L - 1:
             p = L - 1
-        s = self.cost_model.service_time_s(w.degree, L - p, p)
         rem = w.step_predicted_end_s - now if w.batch else 0.0
-        self._pred_wait[rid] = w.queued_predicted_s + (rem if rem > 0.0 else 0.0)
+        q = self._pred_wait[rid] = w.queued_predicted_s + (rem if rem > 0.0 else 0.0)
+        if self.kv_tiers is not None:  # fetch or recompute; a fetch may start now (envs/sim/tiers.py)
+            p = self.kv_tiers.on_dispatch(req, w, nhit, q)
+        s = self.cost_model.service_time_s(w.degree, L - p, p)
         self._pred_service[rid] = s
         self._routed_cached[rid] = p
         if self._num_routings[rid] == 0:
@@ -418,6 +429,7 @@ class Simulator:
         batch = w.batch
         pred_service = self._pred_service
         recon = self.reconcile_hooks.get(w.worker_id) if self.reconcile_hooks else None
+        tiers = self.kv_tiers
         ready_at = now
         t_ready = now
         while q and len(batch) < max_req:
@@ -426,6 +438,11 @@ class Simulator:
             nhit = cache.match_ready(req.block_hashes)
             if recon is not None:
                 nhit, t_ready = recon(self, w, req, nhit)
+            num_resident = nhit  # blocks in the HBM cache (fetched ones enter it at the step end)
+            if tiers is not None:  # fetched KV from DRAM / the store: ready no earlier than its fetch
+                nhit, t_fetch = tiers.on_admit(w, req, nhit)
+                if t_fetch > t_ready:
+                    t_ready = t_fetch
             P = nhit * bs
             if P > L - 1:
                 P = L - 1
@@ -436,8 +453,8 @@ class Simulator:
             rid = req.request_id
             w.queued_predicted_s -= pred_service[rid]
             w.num_queued_new_tokens -= L - self._routed_cached[rid]
-            if nhit:
-                cache.touch(req.block_hashes, nhit)
+            if num_resident:
+                cache.touch(req.block_hashes, num_resident)
             self._start[rid] = now
             self._num_cached[rid] = P
             self._num_new[rid] = R
@@ -451,6 +468,8 @@ class Simulator:
         if not q:
             w.queued_predicted_s = 0.0
             w.num_queued_new_tokens = 0
+        if tiers is not None:
+            tiers.on_step_started(w)
         factor = self._degree_factor[C]
         actual = pred * factor
         if self._noise_sigma > 0.0:
@@ -530,6 +549,8 @@ class Simulator:
             "predicted_wait_s": f(self._pred_wait, dtype=float),
             "num_routings": f(self._num_routings, dtype=np.int64),
         }
+        if self.kv_tiers is not None:
+            records.update(self.kv_tiers.request_records())
         all_workers = list(self.workers.values()) + self.retired_workers
         last_arrival = reqs[-1].arrival_time_s if reqs else 0.0
         return SimResult(
