@@ -586,15 +586,12 @@ class TieredKV:
         L = request.num_prompt_tokens
         cap = L - 1
         bs = self.bs
+        if plan is not None and plan.worker is w and plan.hbm_blocks <= hbm_blocks < plan.num_blocks and not plan.started:
+            self._start(plan, rid, now)
         if plan is None or plan.worker is not w or hbm_blocks < plan.hbm_blocks or hbm_blocks >= plan.num_blocks:
             p = hbm_blocks * bs
             rec["hbm_hit_tokens"][rid] = p if p < cap else cap
-            return hbm_blocks, now
-        if not plan.started:
-            self._start(plan, rid, now)
-        if plan.num_blocks <= hbm_blocks:
-            p = hbm_blocks * bs
-            rec["hbm_hit_tokens"][rid] = p if p < cap else cap
+            rec["dram_hit_tokens"][rid] = rec["store_hit_tokens"][rid] = 0
             return hbm_blocks, now
         # hit per tier in chain order; the L-1 cap trims the last blocks
         p_total = min(plan.num_blocks * bs, cap)

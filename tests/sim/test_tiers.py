@@ -1,0 +1,191 @@
+"""KV tiers (envs/sim/tiers.py): fetch-vs-recompute trade-off and overlap with the roofline
+calibration of Qwen3-8B on A100 (efficiency 0.5), demotion, eviction rules, and tiers-off identity."""
+
+import hashlib
+import math
+
+import numpy as np
+import pytest
+
+from baselines.simple import RoundRobinRouter
+from envs.sim import PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, BlockTier, TierConfig, overlap_finish_s, parse_levels
+from kernels_ref.roofline import Efficiency, build_calibration, get_gpu, get_model
+
+BLOCK = 512
+ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return build_calibration(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+
+
+def _req(i, t, L, prefix=(), first_new=10**9):
+    n = -(-L // BLOCK)
+    hashes = list(prefix) + list(range(first_new, first_new + n - len(prefix)))
+    return Request(i, t, L, 1, tuple(hashes))
+
+
+def _sim(reqs, cal, **tier_kw):
+    tiers = TierConfig(**{"levels": ("hbm", "dram"), "num_layers": 36, "store_lookup_latency_s": 0.0, **tier_kw})
+    wl = Workload("t", tuple(reqs), kv_block_size_tokens=BLOCK)
+    return Simulator(wl, SimConfig(pool=ONE_GPU, kv_tiers=tiers), cal)
+
+
+PREFIX = tuple(range(1, 17))  # 16 blocks = 8192 tokens
+
+
+def _production_rate(cal, L):
+    """Bytes/s at which one GPU produces the 8192-token prefix's KV: bytes / compute it saves."""
+    cm = cal.cost_model()
+    saved_s = cm.service_time_s(1, L, 0) - cm.service_time_s(1, L - 8192, 8192)
+    return 8192 * cal.kv_bytes_per_token / saved_s
+
+
+@pytest.mark.parametrize("factor", [0.9, 0.999, 1.001, 1.1])
+def test_fetch_beats_recompute_exactly_when_link_outruns_kv_production(a100, factor):
+    L = 8192 + 1
+    rate = _production_rate(a100, L)
+    sim = _sim([_req(0, 0.0, L, PREFIX)], a100, dram_bytes_per_s_per_gpu=rate * factor)
+    sim.kv_tiers.dram[0].put(PREFIX, 0.0)
+    res = sim.run(RoundRobinRouter())
+    cm = a100.cost_model()
+    fetch_s = 8192 * a100.kv_bytes_per_token / (rate * factor)
+    recompute_finish = cm.service_time_s(1, L, 0)
+    fetch_finish = fetch_s + cm.service_time_s(1, 1, 8192)
+    decision = res.records["kv_fetch_decision"][0]
+    assert decision == (FETCH_PULL if factor > 1 else FETCH_RECOMPUTE)
+    assert res.records["finish_s"][0] == pytest.approx(min(fetch_finish, recompute_finish), rel=1e-9)
+    assert (res.records["num_cached_tokens"][0] == 8192) == (factor > 1)
+    assert res.records["dram_hit_tokens"][0] == (8192 if factor > 1 else 0)
+
+
+@pytest.mark.parametrize("queue_longer", [True, False])
+def test_fetch_overlaps_queueing_max_q_r_plus_c(a100, queue_longer):
+    # r0 (16k tokens, no prefix) keeps the GPU busy until Q; r1 arrives at once with the
+    # 8192-token prefix in DRAM, its fetch starts at routing and ends at R.
+    cm = a100.cost_model()
+    Q = cm.service_time_s(1, 16384, 0)
+    bytes_prefix = 8192 * a100.kv_bytes_per_token
+    R = 0.5 * Q if queue_longer else 2.0 * Q
+    L1 = 8192 + 1024
+    sim = _sim([_req(0, 0.0, 16384, (), 5 * 10**8), _req(1, 0.0, L1, PREFIX)], a100,
+               dram_bytes_per_s_per_gpu=bytes_prefix / R, fetch_policy="always")
+    sim.kv_tiers.dram[0].put(PREFIX, 0.0)
+    res = sim.run(RoundRobinRouter())
+    C = cm.service_time_s(1, L1 - 8192, 8192)
+    r = res.records
+    assert r["finish_s"][0] == pytest.approx(Q)
+    assert r["finish_s"][1] == pytest.approx(max(Q, R) + C)
+    assert not math.isclose(r["finish_s"][1], Q + R + C, rel_tol=1e-3)
+    assert r["fetch_exposed_s"][1] == pytest.approx(max(0.0, R - Q))
+    assert r["fetch_hidden_s"][1] == pytest.approx(min(Q, R))
+    assert overlap_finish_s(Q, 0.0, R, C) == pytest.approx(max(Q, R) + C)
+
+
+def test_layerwise_loading_overlaps_compute_with_later_layers(a100):
+    L = 8192 + 1024
+    cm = a100.cost_model()
+    C = cm.service_time_s(1, 1024, 8192)
+    T = 2.0 * C  # link slower than compute: the last chunk's load bounds the step
+    bw = 8192 * a100.kv_bytes_per_token / T
+    B, N = 4, 36
+    sim = _sim([_req(0, 0.0, L, PREFIX)], a100, dram_bytes_per_s_per_gpu=bw, fetch_policy="always",
+               layerwise=True, layerwise_buffer_layers=B)
+    sim.kv_tiers.dram[0].put(PREFIX, 0.0)
+    res = sim.run(RoundRobinRouter())
+    expected = max(C, T + C * B / N, T * B / N + C)
+    assert res.records["finish_s"][0] == pytest.approx(expected)
+    assert res.records["finish_s"][0] < T + C  # whole-prefix loading would end at R + C
+    assert overlap_finish_s(0.0, 0.0, T, C, B / N) == pytest.approx(expected)
+
+
+def test_hbm_evictions_are_demoted_to_dram_then_to_the_store(a100):
+    tiny = BlockTier(2)
+    assert tiny.put([1, 2, 3], 0.0) == [1]
+    sim = _sim([_req(0, 0.0, 1024, (), 7)], a100, levels=("hbm", "dram", "store"))
+    kv = sim.kv_tiers
+    kv.dram[0] = BlockTier(2)
+    kv._on_hbm_evict(0, [11, 12, 13])
+    assert 11 not in kv.dram[0] and 12 in kv.dram[0] and 13 in kv.dram[0]
+    assert 11 in kv.store
+    assert sim.links.bytes_by_kind["store_put"] == sim.kv_block_bytes
+
+
+def test_queue_aware_eviction_keeps_what_queued_requests_need():
+    lru, nxt = BlockTier(3), BlockTier(3, queue_aware=True)
+    for t in (lru, nxt):
+        t.put([1, 2, 3], 0.0)
+        t.need([1])
+    assert lru.put([4], 0.0) == [1]  # LRU ignores the queue
+    assert nxt.put([4], 0.0) == [2]  # next-use keeps block 1 (a queued request reads it)
+    nxt.need([4])
+    nxt.need([3])
+    assert nxt.put([5], 0.0) == [5]  # a block no queued request needs goes before needed ones
+    nxt.capacity_blocks = 2
+    assert nxt.put([], 0.0) == [3]  # all needed: the latest next use (3, needed last) goes
+    nxt.release([1])
+    nxt.pin([1], until_s=10.0)
+    nxt.capacity_blocks = 1
+    assert nxt.put([], 1.0) == [4]  # block 1 is free again but pinned by an in-flight fetch
+
+
+def test_tier_config_validation():
+    assert parse_levels("hbm,dram,store") == ("hbm", "dram", "store")
+    for bad in ("dram", "hbm,store,dram", "hbm,ssd", "hbm,dram,dram"):
+        with pytest.raises(ValueError, match="KV tiers must be"):
+            parse_levels(bad)
+    with pytest.raises(ValueError, match="eviction"):
+        TierConfig(eviction="fifo")
+    with pytest.raises(ValueError, match="dram_capacity_bytes_per_node"):
+        TierConfig(dram_capacity_bytes_per_node=0)
+    assert not TierConfig().enabled and "kv_tiers" not in SimConfig().to_dict()
+
+
+def _golden_workload():
+    rng = np.random.default_rng(7)
+    reqs, t = [], 0.0
+    docs = [tuple(int(x) for x in rng.integers(1, 10**9, size=24)) for _ in range(6)]
+    nxt = 10**10
+    for i in range(300):
+        t += float(rng.exponential(0.05))
+        d = docs[int(rng.integers(0, 6))]
+        keep = int(rng.integers(0, 24))
+        L = int(rng.integers(1, 24)) * 512 + int(rng.integers(1, 512))
+        n = -(-L // 512)
+        hashes = list(d[:min(keep, n)])
+        while len(hashes) < n:
+            hashes.append(nxt)
+            nxt += 1
+        reqs.append(Request(i, t, L, 1, tuple(hashes)))
+    return Workload("golden", tuple(reqs), kv_block_size_tokens=512)
+
+
+def test_runs_without_tiers_are_identical_to_before_tiers_existed(a100):
+    # Digest of every record array of six policies, computed with the code before envs/sim/tiers.py
+    # existed (commit 4b4555e) by this same function: tiers off must not change one byte.
+    from experiments.runner import run_policy
+
+    cfg = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2x2,cp1x4", supported_degrees=(1, 2)),
+                    cache_capacity_scale=0.002)
+    h = hashlib.sha256()
+    for pol in ("round-robin", "least-work", "vertumnus", "mooncake-ttft", "dynamo-kv", "vertumnus-global-cache"):
+        r = run_policy(pol, _golden_workload(), cfg, a100)
+        for k in sorted(r.records):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(r.records[k]).tobytes())
+    assert h.hexdigest() == "07217b2a3d8d1d9d2332bcaeb2a6b09e02f6ba7c3b7dfd4d798cd975b6f823cf"
+
+
+def test_dram_tier_raises_hit_rate_and_reports_it_per_tier(a100):
+    from experiments.runner import run_policy
+
+    cfg = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2x2,cp1x4", supported_degrees=(1, 2)),
+                    cache_capacity_scale=0.002)
+    off = run_policy("least-work", _golden_workload(), cfg, a100)
+    on = run_policy("least-work", _golden_workload(), SimConfig(**{**cfg.__dict__, "kv_tiers": TierConfig(levels=("hbm", "dram"))}), a100)
+    r = on.records
+    assert r["num_cached_tokens"].sum() > off.records["num_cached_tokens"].sum()
+    assert (r["hbm_hit_tokens"] + r["dram_hit_tokens"] + r["store_hit_tokens"] == r["num_cached_tokens"]).all()
+    assert r["dram_hit_tokens"].sum() > 0 and on.extras["kv_tiers"]["dram_fetch_bytes"] == r["dram_fetch_bytes"].sum()
