@@ -484,6 +484,11 @@ class DynamoKVRouter(Router):
         hashes = request.block_hashes
         workers = view.workers
         inflight = self.inflight.inflight_tokens_of
+        tiers = view.kv_tiers
+        if tiers is not None:  # KV-overlap over all tiers (baselines/tiered.py)
+            from baselines.tiered import dynamo_pull_route
+
+            return dynamo_pull_route(self, request, view, tiers)
         best, best_cost = -1, math.inf
         for wid in view.eligible_worker_ids(request):
             w = workers[wid]
@@ -503,11 +508,18 @@ class MooncakeTTFTRouter(Router):
     """Mooncake conductor-style selection (Qin et al., FAST'25, §5 "KVCache-centric scheduling"):
     the worker with the minimum predicted TTFT = predicted queueing ``q_w`` + predicted prefill
     ``E_C(R, P)`` with the worker's own ready prefix hit (no remote-cache transfer in cpgym's
-    per-worker caches). Equal to Vertumnus with beta = 1, lambda = 0. Ties: pool order."""
+    per-worker caches). Equal to Vertumnus with beta = 1, lambda = 0. Ties: pool order.
+    With KV tiers on, the predicted TTFT counts the pull of the prefix from host memory or the
+    store (Mooncake's transfer-aware selection, baselines/tiered.py)."""
 
     name = "mooncake-ttft"
 
     def route(self, request: Request, view: PoolView) -> int:
+        tiers = view.kv_tiers
+        if tiers is not None:
+            from baselines.tiered import mooncake_pull_route
+
+            return mooncake_pull_route(request, view, tiers)
         best, best_t = -1, math.inf
         for w in view.eligible_worker_ids(request):
             t = view.outstanding_work_s(w) + view.predicted_service_s(w, request)

@@ -18,6 +18,7 @@ from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig
 from envs.sim.router import Router
+from envs.sim.tiers import TierConfig
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class PolicySpec:
         params: the policy's tunable parameters and their defaults (``{"beta": 3.0, ...}``),
             sweepable as ``<policy>.<param>`` in experiment specs; empty if it has none.
         build_with: ``f(**params) -> PolicySpec`` used by :meth:`with_params`.
+        kv_tiers: KV tiers the system brings (its pull path, ``envs/sim/tiers.py``), used when
+            the run configures none; ``None`` = the run's tiers (default: off).
     """
 
     name: str
@@ -52,6 +55,7 @@ class PolicySpec:
     calibration_transform: Callable[[Calibration], Calibration] | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     build_with: Callable[..., PolicySpec] | None = None
+    kv_tiers: TierConfig | None = None
 
     def with_params(self, **overrides: Any) -> PolicySpec:
         """The same policy with some parameters changed (same name, so runs group by policy).
@@ -156,10 +160,24 @@ POLICIES: dict[str, PolicySpec] = {
 from baselines.cache_manager import with_global_cache  # noqa: E402
 POLICIES["vertumnus-global-cache"] = with_global_cache(POLICIES["vertumnus"])
 
+# --- KV pull paths (envs/sim/tiers.py, baselines/tiered.py): the systems with their own KV tiers.
+# Mooncake pools host DRAM per node and a distributed store (Mooncake Store); Dynamo's KV block
+# manager offloads to host memory (G2). Used when the run has no --kv-tiers of its own.
+POLICIES["mooncake-ttft-pull"] = replace(
+    POLICIES["mooncake-ttft"], name="mooncake-ttft-pull", make_router=_named(MooncakeTTFTRouter, "mooncake-ttft-pull"),
+    description="Mooncake min predicted TTFT counting the KV pull from host DRAM / the Mooncake store",
+    source="Mooncake (FAST'25) conductor + Mooncake Store; envs/sim/tiers.py",
+    kv_tiers=TierConfig(levels=("hbm", "dram", "store")))
+POLICIES["dynamo-kv-pull"] = replace(
+    POLICIES["dynamo-kv"], name="dynamo-kv-pull", make_router=_named(DynamoKVRouter, "dynamo-kv-pull"),
+    description="Dynamo KV-overlap cost over HBM + host-memory tiers (KV block manager offload)",
+    source="ai-dynamo KV router + KVBM host tier; envs/sim/tiers.py", kv_tiers=TierConfig(levels=("hbm", "dram")))
+
 # Named suites of ``cpgym compare``: ``paper`` = Vertumnus + the paper's §9 baselines.
 SUITES: dict[str, tuple[str, ...]] = {
     "paper": ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware"),
     "industry": ("vertumnus", "sglang-cache-aware", "llm-d", "dynamo-kv", "mooncake-ttft", "least-work", "prefix-affinity"),
+    "pull": ("vertumnus", "dynamo-kv", "dynamo-kv-pull", "mooncake-ttft", "mooncake-ttft-pull"),
     "ablations": ("vertumnus", "vertumnus-lambda0", "vertumnus-beta1", "vertumnus-no-reservation", "vertumnus-length-only"),
 }
 

@@ -229,6 +229,11 @@ class VertumnusRouter(Router):
                     c_min = w.degree
         if not cands:
             raise RuntimeError(f"no eligible worker for request {request.request_id}")
+        if view.kv_tiers is not None:  # extension beyond the paper: tiered ready time (baselines/tiered.py)
+            from baselines.tiered import vertumnus_pull_route
+
+            best, self._last_s = vertumnus_pull_route(self, request, view, cands, c_min)
+            return best
         cm = view.cost_model
         d, a, b, c, alpha = cm.d, cm.a, cm.b, cm.c, cm.alpha
         bs = view.kv_block_size_tokens

@@ -77,25 +77,29 @@ def add_tier_arguments(p: argparse.ArgumentParser) -> None:
 
     d = TierConfig()
     g = p.add_argument_group("KV tiers (off unless --kv-tiers names a tier below hbm; envs/sim/tiers.py)")
-    g.add_argument("--kv-tiers", default="hbm", metavar="hbm[,dram][,store]",
-                   help="KV tiers: hbm (default, GPU caches only), hbm,dram (host memory per node), hbm,dram,store (plus a pool-wide KV store)")
-    g.add_argument("--dram-gb-per-node", type=float, default=d.dram_capacity_bytes_per_node / 1e9,
-                   help="host DRAM per node for KV [GB] (default 1000: half of a 2 TB HGX node)")
-    g.add_argument("--dram-gbps-per-gpu", type=float, default=d.dram_bytes_per_s_per_gpu / 1e9,
-                   help="host->GPU bandwidth per GPU [GB/s] (default 50: PCIe Gen5 x16)")
-    g.add_argument("--store-gb", type=float, default=d.store_capacity_bytes / 1e9, help="remote KV store capacity [GB] (default 8000)")
-    g.add_argument("--store-gbps-per-node", type=float, default=None,
-                   help="store read bandwidth into a node [GB/s] (default: the inter-node KV link, 25)")
-    g.add_argument("--store-lookup-ms", type=float, default=d.store_lookup_latency_s * 1e3, help="store metadata lookup latency [ms] (default 0.5)")
-    g.add_argument("--kv-eviction", choices=("lru", "next-use"), default=d.eviction, help="host-memory eviction rule (default lru)")
-    g.add_argument("--kv-prefetch", choices=("routing", "queue-head"), default=d.prefetch,
-                   help="when a fetch starts: at routing (default) or near the head of the worker's queue")
-    g.add_argument("--kv-prefetch-depth", type=int, default=d.prefetch_depth_requests, help="queue positions prefetched in queue-head mode (default 2)")
-    g.add_argument("--kv-layerwise", action="store_true", help="layer-wise KV loading (compute overlaps the read of later layers)")
-    g.add_argument("--kv-buffer-layers", type=int, default=d.layerwise_buffer_layers, help="layers per layer-wise loading chunk (default 4)")
-    g.add_argument("--kv-num-layers", type=int, default=d.num_layers, help="model layers for layer-wise loading (default 48, Qwen3-30B-A3B)")
-    g.add_argument("--kv-fetch-policy", choices=("predicted", "always", "never"), default=d.fetch_policy,
-                   help="fetch or recompute: by predicted time (default), always fetch, never fetch")
+    add = g.add_argument
+    add("--kv-tiers", default="hbm", metavar="hbm[,dram][,store]",
+        help="KV tiers: hbm (default, GPU caches only), hbm,dram (host memory per node), "
+             "hbm,dram,store (plus a pool-wide KV store)")
+    add("--dram-gb-per-node", type=float, default=d.dram_capacity_bytes_per_node / 1e9,
+        help="host DRAM per node for KV [GB] (default 1000: half of a 2 TB HGX node)")
+    add("--dram-gbps-per-gpu", type=float, default=d.dram_bytes_per_s_per_gpu / 1e9,
+        help="host->GPU bandwidth per GPU [GB/s] (default 50: PCIe Gen5 x16)")
+    add("--store-gb", type=float, default=d.store_capacity_bytes / 1e9, help="remote KV store capacity [GB] (default 8000)")
+    add("--store-gbps-per-node", type=float, default=None,
+        help="store read bandwidth into a node [GB/s] (default: the inter-node KV link, 25)")
+    add("--store-lookup-ms", type=float, default=d.store_lookup_latency_s * 1e3,
+        help="store metadata lookup latency [ms] (default 0.5)")
+    add("--kv-eviction", choices=("lru", "next-use"), default=d.eviction, help="host-memory eviction rule (default lru)")
+    add("--kv-prefetch", choices=("routing", "queue-head"), default=d.prefetch,
+        help="when a fetch starts: at routing (default) or near the head of the worker's queue")
+    add("--kv-prefetch-depth", type=int, default=d.prefetch_depth_requests,
+        help="queue positions prefetched in queue-head mode (default 2)")
+    add("--kv-layerwise", action="store_true", help="layer-wise KV loading (compute overlaps the read of later layers)")
+    add("--kv-buffer-layers", type=int, default=d.layerwise_buffer_layers, help="layers per layer-wise loading chunk (default 4)")
+    add("--kv-num-layers", type=int, default=d.num_layers, help="model layers for layer-wise loading (default 48, Qwen3-30B-A3B)")
+    add("--kv-fetch-policy", choices=("predicted", "always", "never"), default=d.fetch_policy,
+        help="fetch or recompute: by predicted time (default), always fetch, never fetch")
 
 
 def tier_config_from_args(args: argparse.Namespace):
@@ -107,12 +111,13 @@ def tier_config_from_args(args: argparse.Namespace):
     if len(levels) == 1:
         return TierConfig()
     store_gbps = args.store_gbps_per_node
-    return TierConfig(levels=levels, dram_capacity_bytes_per_node=args.dram_gb_per_node * 1e9,
-                      dram_bytes_per_s_per_gpu=args.dram_gbps_per_gpu * 1e9, store_capacity_bytes=args.store_gb * 1e9,
-                      store_bytes_per_s_per_node=None if store_gbps is None else store_gbps * 1e9,
-                      store_lookup_latency_s=args.store_lookup_ms / 1e3, eviction=args.kv_eviction, prefetch=args.kv_prefetch,
-                      prefetch_depth_requests=args.kv_prefetch_depth, layerwise=args.kv_layerwise,
-                      layerwise_buffer_layers=args.kv_buffer_layers, num_layers=args.kv_num_layers, fetch_policy=args.kv_fetch_policy)
+    return TierConfig(
+        levels=levels, dram_capacity_bytes_per_node=args.dram_gb_per_node * 1e9,
+        dram_bytes_per_s_per_gpu=args.dram_gbps_per_gpu * 1e9, store_capacity_bytes=args.store_gb * 1e9,
+        store_bytes_per_s_per_node=None if store_gbps is None else store_gbps * 1e9,
+        store_lookup_latency_s=args.store_lookup_ms / 1e3, eviction=args.kv_eviction, prefetch=args.kv_prefetch,
+        prefetch_depth_requests=args.kv_prefetch_depth, layerwise=args.kv_layerwise,
+        layerwise_buffer_layers=args.kv_buffer_layers, num_layers=args.kv_num_layers, fetch_policy=args.kv_fetch_policy)
 
 
 def parse_list(text: str, flag: str, kind: type = float, positive: bool = False) -> list:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from baselines.registry import PolicySpec, get_policy
@@ -23,6 +23,8 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     composition = spec.resolve_composition(config.pool)
     if composition is not None:
         config = replace(config, pool=replace(config.pool, composition=composition))
+    if spec.kv_tiers is not None and not config.kv_tiers.enabled:  # the system's own KV tiers (pull path)
+        config = replace(config, kv_tiers=spec.kv_tiers)
     slo_cost_model = None
     if spec.calibration_transform is not None:
         if calibration is None:
@@ -70,8 +72,9 @@ def run_name(workload: str, policy: str, seed: int, when: float | None = None) -
 def config_dict(config: SimConfig) -> dict:
     """``asdict(config)`` as written to ``config.json`` / ``cell.json``: the SLO block keeps only the
     fields its ``kind`` uses (``ttft_slo_s`` for ``"fixed"``; ``slo_scale`` and ``min_ttft_slo_s``
-    for ``"scaled"``), so a file never shows an SLO number that the run did not apply."""
-    d = asdict(config)
+    for ``"scaled"``), so a file never shows an SLO number that the run did not apply; default-off
+    KV tiers are left out (:meth:`SimConfig.to_dict`)."""
+    d = config.to_dict()
     unused = ("slo_scale", "min_ttft_slo_s") if config.slo.kind == "fixed" else ("ttft_slo_s",)
     d["slo"] = {k: v for k, v in d["slo"].items() if k not in unused}
     return d

@@ -6,6 +6,10 @@
   Requests unfinished at the horizon (or rejected) count as misses and are reported.
 * Prefix hit rate (token-weighted) = sum of cached tokens / sum of prompt tokens over the
   requests that started.
+* With KV tiers (``envs/sim/tiers.py``): hit rate per tier (``hbm_hit_rate`` + ``dram_hit_rate``
+  + ``store_hit_rate`` = ``prefix_hit_rate``, same denominator), bytes fetched and demoted per
+  tier, fetches and recompute decisions, fetch time hidden behind queueing vs exposed, and
+  link utilisation (busy share of each PCIe / NIC link).
 * GPU-time = sum over engine steps of step time x CP degree [GPU s]; utilisation = GPU-time /
   (num_gpus x simulated time).
 """
@@ -70,6 +74,36 @@ def summarize(result: SimResult) -> dict:
         "num_gpus": int(result.num_gpus),
         "requests_per_wall_s": float(n / result.wall_time_s) if result.wall_time_s > 0 else math.nan,
     }
+    if "kv_tiers" in result.extras:
+        out.update(tier_summary(result, started, L))
+    return out
+
+
+TIER_SUMMARY_KEYS = ("hbm_hit_rate", "dram_hit_rate", "store_hit_rate", "dram_fetch_bytes", "store_fetch_bytes",
+                     "dram_demoted_bytes", "store_demoted_bytes", "num_fetches", "num_recompute_decisions",
+                     "mean_fetch_hidden_s", "mean_fetch_exposed_s", "max_link_utilization")
+
+
+def tier_summary(result: SimResult, started: np.ndarray, L: np.ndarray) -> dict:
+    """Per-run KV-tier metrics (``TIER_SUMMARY_KEYS``); shares in [0, 1], bytes, seconds."""
+    r = result.records
+    t = result.extras["kv_tiers"]
+    denom = L[started].sum()
+    fetched = r["kv_fetch_decision"] == 1
+    done = fetched & ~np.isnan(r["fetch_exposed_s"])
+    util = t["link_utilization"]
+    tier_links = {k: v for k, v in util.items() if k.startswith(("pcie", "in", "out"))}
+    out = {f"{tier}_hit_rate": float(r[f"{tier}_hit_tokens"][started].sum() / denom) if denom else math.nan
+           for tier in ("hbm", "dram", "store")}
+    out.update({
+        "dram_fetch_bytes": int(t["dram_fetch_bytes"]), "store_fetch_bytes": int(t["store_fetch_bytes"]),
+        "dram_demoted_bytes": int(t["dram_demoted_bytes"]), "store_demoted_bytes": int(t["store_demoted_bytes"]),
+        "num_fetches": int(fetched.sum()), "num_recompute_decisions": int((r["kv_fetch_decision"] == 2).sum()),
+        "mean_fetch_hidden_s": float(r["fetch_hidden_s"][done].mean()) if done.any() else 0.0,
+        "mean_fetch_exposed_s": float(r["fetch_exposed_s"][done].mean()) if done.any() else 0.0,
+        "max_link_utilization": max(tier_links.values()) if tier_links else 0.0,
+        "link_utilization": tier_links,
+    })
     return out
 
 

@@ -67,6 +67,13 @@ class PoolView:
     def epoch(self) -> int:
         return self._sim.epoch
 
+    @property
+    def kv_tiers(self):
+        """The run's :class:`envs.sim.tiers.TieredKV` (KV tiers below HBM and the pull path:
+        ``kv_tiers.route_estimate(worker, request, hbm_blocks, q_s)``), or ``None`` when tiers
+        are off."""
+        return self._sim.kv_tiers
+
     # --- one worker -----------------------------------------------------------------------
     def degree(self, worker_id: int) -> int:
         return self._sim.workers[worker_id].degree

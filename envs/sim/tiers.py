@@ -158,7 +158,8 @@ class TierConfig:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"kv_tiers.{name} must be a finite number > 0, got {v!r}")
         if self.store_bytes_per_s_per_node is not None and not self.store_bytes_per_s_per_node > 0:
-            raise ValueError(f"kv_tiers.store_bytes_per_s_per_node must be > 0 or None, got {self.store_bytes_per_s_per_node!r}")
+            raise ValueError(f"kv_tiers.store_bytes_per_s_per_node must be > 0 or None, "
+                             f"got {self.store_bytes_per_s_per_node!r}")
         if not (self.store_lookup_latency_s >= 0 and math.isfinite(self.store_lookup_latency_s)):
             raise ValueError(f"kv_tiers.store_lookup_latency_s must be >= 0, got {self.store_lookup_latency_s!r}")
         for name, allowed in (("eviction", EVICTION_RULES), ("prefetch", PREFETCH_MODES), ("fetch_policy", FETCH_POLICIES)):
@@ -560,7 +561,8 @@ class TieredKV:
         ready = now_s
         if d_blocks:
             nbytes = len(d_blocks) * self.block_bytes
-            _, end = links.reserve_keys(now_s, (("pcie", w.first_gpu),), nbytes, self.config.dram_bytes_per_s_per_gpu * w.degree, "dram_fetch")
+            _, end = links.reserve_keys(now_s, (("pcie", w.first_gpu),), nbytes,
+                                        self.config.dram_bytes_per_s_per_gpu * w.degree, "dram_fetch")
             dram.touch(d_blocks)
             dram.pin(d_blocks, end)
             self.rec["dram_fetch_bytes"][rid] += nbytes

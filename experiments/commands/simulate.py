@@ -38,6 +38,9 @@ def print_table(rows: list[dict], title: str) -> None:
             ("p99_ttft_s", "P99 s", "{:.3f}"), ("slo_attainment_token_weighted", "SLO tok", "{:.3f}"),
             ("slo_attainment_requests", "SLO req", "{:.3f}"), ("prefix_hit_rate", "hit rate", "{:.3f}"),
             ("utilization", "util", "{:.3f}"), ("wall_time_s", "wall s", "{:.2f}")]
+    if any("dram_hit_rate" in r for r in rows):  # KV tiers on: hit rate per tier
+        cols[-2:-2] = [("hbm_hit_rate", "HBM hit", "{:.3f}"), ("dram_hit_rate", "DRAM hit", "{:.3f}"),
+                       ("store_hit_rate", "store hit", "{:.3f}")]
     for _, label, _ in cols:
         t.add_column(label, justify="left" if label == "policy" else "right")
     for r in rows:
@@ -80,8 +83,10 @@ def run(args: argparse.Namespace) -> int:
         if args.out:
             write_run(args.out, result, summary, {"workload_source": workload.source, "argv": getattr(args, "argv", sys.argv)})
     if args.format == "json":
+        from envs.metrics.summary import TIER_SUMMARY_KEYS
+
         print(dumps_json([{k: r[k] for k in JSON_KEYS} | {"utilization": r["utilization"], "num_gpus": r["num_gpus"]}
-                          for r in rows]))
+                          | {k: r[k] for k in (*TIER_SUMMARY_KEYS, "link_utilization") if k in r} for r in rows]))
     else:
         print_table(rows, f"{workload.name}: {workload.num_requests} requests, {workload.mean_rate_rps:.2f} req/s, "
                           f"{config.pool.num_gpus} GPUs ({config.pool.composition}), seed {config.seed}")

@@ -184,7 +184,8 @@ def test_dram_tier_raises_hit_rate_and_reports_it_per_tier(a100):
     cfg = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2x2,cp1x4", supported_degrees=(1, 2)),
                     cache_capacity_scale=0.002)
     off = run_policy("least-work", _golden_workload(), cfg, a100)
-    on = run_policy("least-work", _golden_workload(), SimConfig(**{**cfg.__dict__, "kv_tiers": TierConfig(levels=("hbm", "dram"))}), a100)
+    on_cfg = SimConfig(**{**cfg.__dict__, "kv_tiers": TierConfig(levels=("hbm", "dram"))})
+    on = run_policy("least-work", _golden_workload(), on_cfg, a100)
     r = on.records
     assert r["num_cached_tokens"].sum() > off.records["num_cached_tokens"].sum()
     assert (r["hbm_hit_tokens"] + r["dram_hit_tokens"] + r["store_hit_tokens"] == r["num_cached_tokens"]).all()

@@ -1,0 +1,98 @@
+"""Routers with the KV pull path (runs with KV tiers below HBM, ``envs/sim/tiers.py``).
+
+Every rule asks the run's :class:`envs.sim.tiers.TieredKV` for each candidate worker ``w``
+(``route_estimate``): the prefix hit ``P'_w`` after the engine's fetch-or-recompute choice (the
+HBM hit extended by blocks in the node's host memory or the store when fetching them is
+predicted faster) and the predicted start delay ``D_w = max(q_w, R_w - now)`` (``R_w``: when
+the fetched prefix would be ready on w, counting link queues and the store lookup). Without
+tiers the routers in :mod:`baselines.industry` and :mod:`baselines.vertumnus` run unchanged.
+
+* Mooncake (Qin et al., FAST'25 §5, "KVCache-centric scheduling"): the conductor picks the
+  prefill instance with the least predicted TTFT counting the KV transfer,
+  ``TTFT_w = D_w + E_{C_w}(L - P'_w, P'_w)``.
+* Dynamo (ai-dynamo/dynamo KV router with the KV block manager's host/remote tiers): the
+  overlap of the KV-overlap cost counts blocks of every tier the request will not recompute,
+  ``cost_w = weight * max(0, (active_w + L) / block - P'_w / block) + decode blocks_w``.
+* Vertumnus, **an extension beyond the paper** (its §5 cost knows only local HBM hits): the
+  queue term becomes the tiered ready time and the service terms use the tiered hit,
+  ``J = D_w + beta * s' + lambda * (C_w * s' - C_min * E_{C_min}(R', P'))`` with
+  ``s' = E_{C_w}(L - P'_w, P'_w)``.
+
+Ties: pool order (the first minimum), as in the tier-less routers.
+"""
+
+from __future__ import annotations
+
+import math
+
+from envs.sim.request import Request
+from envs.sim.router import PoolView
+from envs.sim.worker import Worker
+
+
+def mooncake_pull_route(request: Request, view: PoolView, tiers) -> int:
+    """Least predicted TTFT with the pull path (module docstring)."""
+    workers = view.workers
+    cm = view.cost_model
+    hashes = request.block_hashes
+    L = request.num_prompt_tokens
+    best, best_t = -1, math.inf
+    for wid in view.eligible_worker_ids(request):
+        w = workers[wid]
+        p, delay = tiers.route_estimate(w, request, w.cache.match_ready(hashes), view.outstanding_work_s(wid))
+        t = delay + cm.service_time_s(w.degree, L - p, p)
+        if t < best_t:
+            best, best_t = wid, t
+    return best
+
+
+def dynamo_pull_route(router, request: Request, view: PoolView, tiers) -> int:
+    """Dynamo KV-overlap cost with the overlap over all tiers (module docstring)."""
+    bs = view.kv_block_size_tokens
+    w8 = router.params.overlap_score_weight
+    L = request.num_prompt_tokens
+    nb = len(request.block_hashes)
+    hashes = request.block_hashes
+    workers = view.workers
+    inflight = router.inflight.inflight_tokens_of
+    best, best_cost = -1, math.inf
+    for wid in view.eligible_worker_ids(request):
+        w = workers[wid]
+        hbm = w.cache.match_ready(hashes)
+        p, _ = tiers.route_estimate(w, request, hbm, view.outstanding_work_s(wid))
+        overlap = max(hbm, -(-p // bs))
+        active = w.num_queued_new_tokens + (view.num_running_new_tokens(wid) if w.batch else 0)
+        cost = w8 * max(0.0, (active + L) / bs - overlap) + (-(-inflight(w) // bs) + nb)
+        if cost < best_cost:
+            best, best_cost = wid, cost
+    return best
+
+
+def vertumnus_pull_route(router, request: Request, view: PoolView, cands: list[Worker], c_min: int) -> tuple[int, float]:
+    """Vertumnus cost with the tiered ready time (an extension beyond the paper; module
+    docstring). Returns ``(worker id, s' of the chosen worker)``."""
+    cm = view.cost_model
+    hashes = request.block_hashes
+    L = request.num_prompt_tokens
+    beta = router.params.beta
+    lam = router.params.lambda_
+    now = view.now_s
+    stale = router._stale
+    best, best_j, best_s = -1, math.inf, 0.0
+    for w in cands:
+        q = view.outstanding_work_s(w.worker_id) if stale is None else stale.worker_load_s(w, now)
+        p, delay = tiers_estimate(view, w, request, hashes, q)
+        C = w.degree
+        s = cm.service_time_s(C, L - p, p)
+        j = delay + beta * s + lam * (C * s - c_min * cm.service_time_s(c_min, L - p, p))
+        if j < best_j:
+            best, best_j, best_s = w.worker_id, j, s
+    return best, best_s
+
+
+def tiers_estimate(view: PoolView, w: Worker, request: Request, hashes, q_s: float) -> tuple[int, float]:
+    """``(P', D)`` of ``request`` on ``w`` from the run's tiers (see the module docstring)."""
+    return view.kv_tiers.route_estimate(w, request, w.cache.match_ready(hashes), q_s)
+
+
+__all__ = ["mooncake_pull_route", "dynamo_pull_route", "vertumnus_pull_route"]
