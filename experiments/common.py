@@ -96,8 +96,10 @@ def add_tier_arguments(p: argparse.ArgumentParser) -> None:
     add("--kv-prefetch-depth", type=int, default=d.prefetch_depth_requests,
         help="queue positions prefetched in queue-head mode (default 2)")
     add("--kv-layerwise", action="store_true", help="layer-wise KV loading (compute overlaps the read of later layers)")
-    add("--kv-buffer-layers", type=int, default=d.layerwise_buffer_layers, help="layers per layer-wise loading chunk (default 4)")
-    add("--kv-num-layers", type=int, default=d.num_layers, help="model layers for layer-wise loading (default 48, Qwen3-30B-A3B)")
+    add("--kv-buffer-layers", type=int, default=d.layerwise_buffer_layers,
+        help="layers per layer-wise loading chunk (default 4)")
+    add("--kv-num-layers", type=int, default=d.num_layers,
+        help="model layers for layer-wise loading (default 48, Qwen3-30B-A3B)")
     add("--kv-fetch-policy", choices=("predicted", "always", "never"), default=d.fetch_policy,
         help="fetch or recompute: by predicted time (default), always fetch, never fetch")
 
