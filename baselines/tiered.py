@@ -18,7 +18,9 @@ tiers the routers in :mod:`baselines.industry` and :mod:`baselines.vertumnus` ru
   ``J = D_w + beta * s' + lambda * (C_w * s' - C_min * E_{C_min}(R', P'))`` with
   ``s' = E_{C_w}(L - P'_w, P'_w)``.
 
-Ties: pool order (the first minimum), as in the tier-less routers.
+Hot path: ``route_estimate`` is called only for candidates whose first block after the HBM hit
+is held by a lower tier reachable from their node (``TieredKV.lower_dicts``); for the others
+``P' = P`` and ``D = q_w``. Ties: pool order (the first minimum), as in the tier-less routers.
 """
 
 from __future__ import annotations
@@ -30,16 +32,41 @@ from envs.sim.router import PoolView
 from envs.sim.worker import Worker
 
 
+def pull_estimate(tiers, w: Worker, request: Request, q_s: float) -> tuple[int, float, int]:
+    """``(P' [tokens], D [s], HBM hit [blocks])`` of ``request`` on ``w`` (module docstring)."""
+    hashes = request.block_hashes
+    k0 = w.cache.match_ready(hashes)
+    if k0 < len(hashes):
+        h = hashes[k0]
+        for d in tiers.lower_dicts[w.node]:
+            if h in d:
+                p, delay = tiers.route_estimate(w, request, k0, q_s)
+                return p, delay, k0
+    p = k0 * tiers.bs
+    cap = request.num_prompt_tokens - 1
+    return (p if p < cap else cap), q_s, k0
+
+
+def _q(w: Worker, now_s: float) -> float:
+    """``q_w`` [s] (as :meth:`PoolView.outstanding_work_s`)."""
+    q = w.queued_predicted_s
+    if w.batch:
+        rem = w.step_predicted_end_s - now_s
+        if rem > 0.0:
+            q += rem
+    return q
+
+
 def mooncake_pull_route(request: Request, view: PoolView, tiers) -> int:
     """Least predicted TTFT with the pull path (module docstring)."""
     workers = view.workers
     cm = view.cost_model
-    hashes = request.block_hashes
     L = request.num_prompt_tokens
+    now = view.now_s
     best, best_t = -1, math.inf
     for wid in view.eligible_worker_ids(request):
         w = workers[wid]
-        p, delay = tiers.route_estimate(w, request, w.cache.match_ready(hashes), view.outstanding_work_s(wid))
+        p, delay, _ = pull_estimate(tiers, w, request, _q(w, now))
         t = delay + cm.service_time_s(w.degree, L - p, p)
         if t < best_t:
             best, best_t = wid, t
@@ -52,14 +79,13 @@ def dynamo_pull_route(router, request: Request, view: PoolView, tiers) -> int:
     w8 = router.params.overlap_score_weight
     L = request.num_prompt_tokens
     nb = len(request.block_hashes)
-    hashes = request.block_hashes
     workers = view.workers
     inflight = router.inflight.inflight_tokens_of
+    now = view.now_s
     best, best_cost = -1, math.inf
     for wid in view.eligible_worker_ids(request):
         w = workers[wid]
-        hbm = w.cache.match_ready(hashes)
-        p, _ = tiers.route_estimate(w, request, hbm, view.outstanding_work_s(wid))
+        p, _, hbm = pull_estimate(tiers, w, request, _q(w, now))
         overlap = max(hbm, -(-p // bs))
         active = w.num_queued_new_tokens + (view.num_running_new_tokens(wid) if w.batch else 0)
         cost = w8 * max(0.0, (active + L) / bs - overlap) + (-(-inflight(w) // bs) + nb)
@@ -71,28 +97,32 @@ def dynamo_pull_route(router, request: Request, view: PoolView, tiers) -> int:
 def vertumnus_pull_route(router, request: Request, view: PoolView, cands: list[Worker], c_min: int) -> tuple[int, float]:
     """Vertumnus cost with the tiered ready time (an extension beyond the paper; module
     docstring). Returns ``(worker id, s' of the chosen worker)``."""
+    tiers = view.kv_tiers
     cm = view.cost_model
-    hashes = request.block_hashes
+    d, a, b, c, alpha = cm.d, cm.a, cm.b, cm.c, cm.alpha
     L = request.num_prompt_tokens
     beta = router.params.beta
     lam = router.params.lambda_
     now = view.now_s
     stale = router._stale
+    last_p = -1
+    A = B = s_min = 0.0
     best, best_j, best_s = -1, math.inf, 0.0
     for w in cands:
-        q = view.outstanding_work_s(w.worker_id) if stale is None else stale.worker_load_s(w, now)
-        p, delay = tiers_estimate(view, w, request, hashes, q)
+        q = _q(w, now) if stale is None else stale.worker_load_s(w, now)
+        p, delay, _ = pull_estimate(tiers, w, request, q)
+        if p != last_p:
+            r = L - p
+            A = d + a * r + b * p
+            B = c * r + alpha * (r * p + r * (r + 1) * 0.5)
+            s_min = A + B / c_min
+            last_p = p
         C = w.degree
-        s = cm.service_time_s(C, L - p, p)
-        j = delay + beta * s + lam * (C * s - c_min * cm.service_time_s(c_min, L - p, p))
+        s = A + B / C
+        j = delay + beta * s + lam * (C * s - c_min * s_min)
         if j < best_j:
             best, best_j, best_s = w.worker_id, j, s
     return best, best_s
 
 
-def tiers_estimate(view: PoolView, w: Worker, request: Request, hashes, q_s: float) -> tuple[int, float]:
-    """``(P', D)`` of ``request`` on ``w`` from the run's tiers (see the module docstring)."""
-    return view.kv_tiers.route_estimate(w, request, w.cache.match_ready(hashes), q_s)
-
-
-__all__ = ["mooncake_pull_route", "dynamo_pull_route", "vertumnus_pull_route"]
+__all__ = ["pull_estimate", "mooncake_pull_route", "dynamo_pull_route", "vertumnus_pull_route"]

@@ -206,7 +206,7 @@ class BlockTier:
     the in-flight fetch reading it (never evicted before).
     """
 
-    __slots__ = ("capacity_blocks", "queue_aware", "_lru", "_needed", "_pinned_until", "num_evicted")
+    __slots__ = ("capacity_blocks", "queue_aware", "_lru", "_needed", "_pinned_until", "_pins_end_s", "num_evicted")
 
     def __init__(self, capacity_blocks: int, queue_aware: bool = False) -> None:
         if capacity_blocks < 0:
@@ -216,6 +216,7 @@ class BlockTier:
         self._lru: OrderedDict[int, None] = OrderedDict()
         self._needed: OrderedDict[int, int] = OrderedDict()
         self._pinned_until: dict[int, float] = {}
+        self._pins_end_s = -math.inf  # latest pin end: after it no block is pinned
         self.num_evicted = 0
 
     def __len__(self) -> int:
@@ -229,11 +230,18 @@ class BlockTier:
         lru = self._lru
         needed = self._needed
         move = lru.move_to_end
-        for h in block_hashes:
-            if h in lru:
-                move(h)
-            elif h not in needed:
-                lru[h] = None
+        if needed:
+            for h in block_hashes:
+                if h in lru:
+                    move(h)
+                elif h not in needed:
+                    lru[h] = None
+        else:
+            n0 = len(lru)
+            lru.update(dict.fromkeys(block_hashes))  # new blocks go to the MRU end (C loop) ...
+            if len(lru) - n0 != len(block_hashes):  # ... some were present: refresh all, in order
+                for h in block_hashes:
+                    move(h)
         if len(lru) + len(needed) > self.capacity_blocks:
             return self._evict(now_s)
         return []
@@ -252,6 +260,8 @@ class BlockTier:
         for h in block_hashes:
             if pins.get(h, -1.0) < until_s:
                 pins[h] = until_s
+        if until_s > self._pins_end_s:
+            self._pins_end_s = until_s
 
     def need(self, block_hashes: Sequence[int]) -> None:
         """A queued request will read these blocks (next-use rule; no-op for LRU)."""
@@ -289,29 +299,46 @@ class BlockTier:
         pins = self._pinned_until
         out: list[int] = []
         excess = len(lru) + len(needed) - self.capacity_blocks
-        while excess > 0:
+        skipped: list[int] = []
+        popitem = lru.popitem
+        if pins and now_s >= self._pins_end_s:  # every fetch has ended: nothing is pinned
+            pins.clear()
+        if not pins and excess <= len(lru):  # fast path
+            out = [popitem(last=False)[0] for _ in range(excess)]
+            self.num_evicted += excess
+            return out
+        while excess > 0 and lru:  # least recently used first
+            h = popitem(last=False)[0]
+            if pins:
+                t = pins.pop(h, None)
+                if t is not None and t > now_s:  # source of an in-flight fetch
+                    pins[h] = t
+                    skipped.append(h)
+                    continue
+            out.append(h)
+            excess -= 1
+        for h in reversed(skipped):  # back to the LRU end, in their order
+            lru[h] = None
+            lru.move_to_end(h, last=False)
+        while excess > 0 and needed:  # then the latest next use
             victim = None
-            for h in lru:  # least recently used first
+            for h in reversed(needed):
                 t = pins.get(h)
                 if t is None or t <= now_s:
                     victim = h
                     break
-            if victim is not None:
-                del lru[victim]
-            else:
-                for h in reversed(needed):  # latest next use first
-                    t = pins.get(h)
-                    if t is None or t <= now_s:
-                        victim = h
-                        break
-                if victim is None:
-                    break  # everything pinned: stay over capacity until the fetches end
-                del needed[victim]
+            if victim is None:
+                break  # everything pinned: stay over capacity until the fetches end
+            del needed[victim]
             pins.pop(victim, None)
             out.append(victim)
             excess -= 1
         self.num_evicted += len(out)
         return out
+
+    def dicts(self) -> tuple[dict, ...]:
+        """The membership dicts (``h in d`` for any of them <=> ``h in self``), for routers' hot loops."""
+        return (self._lru, self._needed) if self.queue_aware else (self._lru,)
 
 
 class _Plan:
@@ -370,6 +397,9 @@ class TieredKV:
         nan = math.nan
         self.rec = {k: ([nan] * n if k.endswith("_s") else [0] * n) for k in RECORD_KEYS}
         self.demoted_bytes = {"dram": 0, "store": 0}
+        # per node: the dicts whose union is "blocks a worker of the node can pull" (routers' fast check)
+        store_dicts = self.store.dicts() if self.store is not None else ()
+        self.lower_dicts = [(self.dram[n].dicts() if self.dram is not None else ()) + store_dicts for n in range(num_nodes)]
         for w in sim.workers.values():
             self.watch(w)
 

@@ -1,5 +1,7 @@
 """``cpgym bench sim`` (alias: ``cpgym bench``): simulator speed — simulated requests per wall-second, simulated time per
-wall time and peak memory, per policy, measured side by side in one process."""
+wall time and peak memory, per policy, measured side by side in one process. With
+``--kv-tiers hbm,dram[,store]`` each policy runs with the tiers and without them, alternating
+run by run, and both rows are reported."""
 
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ def run(args: argparse.Namespace) -> int:
     import time
     import tracemalloc
 
+    from dataclasses import replace
+
     from baselines.registry import get_policy
+    from envs.sim.tiers import TierConfig
     from experiments.common import dumps_json, sim_config_from_args, workload_from_args
     from experiments.runner import run_policy
 
@@ -36,31 +41,41 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     workload = workload_from_args(args)
     load_s = time.perf_counter() - t0
+    # With --kv-tiers, every policy also runs with tiers off, the two interleaved run by run so
+    # that both see the same machine load (side by side in one invocation).
+    variants = [("off", config)]
+    if config.kv_tiers.enabled:
+        variants = [("off", replace(config, kv_tiers=TierConfig())), ("on", config)]
+    tiers_label = ",".join(config.kv_tiers.levels)
     rows = []
     for name in [n.strip() for n in args.policy.split(",") if n.strip()]:
         spec = get_policy(name)
-        walls, sims = [], 0.0
+        walls: dict[str, list[float]] = {v: [] for v, _ in variants}
+        sims: dict[str, float] = {}
         for _ in range(max(1, args.repeat)):
-            t = time.perf_counter()
-            res = run_policy(spec, workload, config)
-            walls.append(time.perf_counter() - t)
-            sims = res.sim_time_s
-        tracemalloc.start()
-        run_policy(spec, workload, config)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        wall = statistics.median(walls)
-        rows.append({"policy": name, "num_requests": workload.num_requests, "wall_time_s": wall,
-                     "requests_per_wall_s": workload.num_requests / wall, "sim_time_s": sims,
-                     "sim_over_wall": sims / wall, "peak_traced_memory_mib": peak / 2**20,
-                     "num_workers": len(config.pool.placements())})
+            for label, cfg in variants:
+                t = time.perf_counter()
+                res = run_policy(spec, workload, cfg)
+                walls[label].append(time.perf_counter() - t)
+                sims[label] = res.sim_time_s
+        for label, cfg in variants:
+            tracemalloc.start()
+            run_policy(spec, workload, cfg)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            wall = statistics.median(walls[label])
+            rows.append({"policy": name, "kv_tiers": tiers_label if label == "on" else "hbm",
+                         "num_requests": workload.num_requests, "wall_time_s": wall,
+                         "requests_per_wall_s": workload.num_requests / wall, "sim_time_s": sims[label],
+                         "sim_over_wall": sims[label] / wall, "peak_traced_memory_mib": peak / 2**20,
+                         "num_workers": len(config.pool.placements())})
     if args.format == "json":
         print(dumps_json({"workload": workload.name, "load_time_s": load_s, "results": rows}))
     else:
         print(f"workload {workload.name}: {workload.num_requests} requests, load {load_s:.2f} s; "
               f"pool {config.pool.num_gpus} GPUs ({config.pool.composition}); median of {args.repeat} runs")
-        print(f"{'policy':22s} {'wall s':>8s} {'req/s':>10s} {'sim/wall':>10s} {'peak MiB':>9s}")
+        print(f"{'policy':22s} {'KV tiers':>16s} {'wall s':>8s} {'req/s':>10s} {'sim/wall':>10s} {'peak MiB':>9s}")
         for r in rows:
-            print(f"{r['policy']:22s} {r['wall_time_s']:8.3f} {r['requests_per_wall_s']:10.0f} "
+            print(f"{r['policy']:22s} {r['kv_tiers']:>16s} {r['wall_time_s']:8.3f} {r['requests_per_wall_s']:10.0f} "
                   f"{r['sim_over_wall']:10.0f} {r['peak_traced_memory_mib']:9.1f}")
     return 0
