@@ -40,7 +40,7 @@ def cell_key(workload: WorkloadSpec, config: SimConfig, policy: str, policy_para
     and calibration files (the shipped default calibration when ``calibration_path`` is None), so
     an edited input file is a new cell. The sweep name is not part of it; neither is the code:
     after changing the simulator or a policy, sweep into a new output folder."""
-    doc = {"v": SPEC_VERSION, "workload": asdict(workload), "sim_config": asdict(config), "policy": policy,
+    doc = {"v": SPEC_VERSION, "workload": asdict(workload), "sim_config": config.to_dict(), "policy": policy,
            "policy_params": [list(p) for p in policy_params]}
     if workload.trace is not None:
         doc["trace_sha256"] = _file_sha256(workload.trace, hashes)

@@ -117,7 +117,7 @@ class Cell:
         wl["params"] = dict(self.workload.params)
         return {"key": self.key, "sweep": self.sweep, "policy": self.policy, "seed": self.config.seed,
                 "policy_params": dict(self.policy_params), "axes": dict(self.axes), "workload": wl,
-                "sim_config": asdict(self.config), "spec_version": SPEC_VERSION}
+                "sim_config": self.config.to_dict(), "spec_version": SPEC_VERSION}
 
 
 @dataclass(frozen=True)
