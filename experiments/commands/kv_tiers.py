@@ -1,0 +1,63 @@
+"""``cpgym kv-tiers``: multi-tier KV study on a trace window at a fraction of capacity — each
+policy with HBM / + host DRAM / + remote store, and LRU vs queue-aware host-memory eviction at
+two DRAM capacities (``experiments/kv_tiers.py``); ``--plot-sweep DIR`` plots a
+``kv-tiers-sweep.yaml`` sweep instead."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from experiments.common import add_sim_arguments
+
+    p.add_argument("--trace", metavar="PATH", help="trace (default: the shared conversation trace)")
+    p.add_argument("--window-s", type=float, nargs=2, default=(0.0, 300.0), metavar=("START", "END"),
+                   help="arrival window after rate scaling [s] (default 0 300)")
+    p.add_argument("--policies", default="vertumnus,least-work,mooncake-ttft,dynamo-kv",
+                   help="policies of the tier table (default vertumnus,least-work,mooncake-ttft,dynamo-kv)")
+    p.add_argument("--load", type=float, default=0.9, help="fraction of the estimated capacity (default 0.9)")
+    p.add_argument("--capacity-rps", type=float, help="skip the rate search and use this capacity [requests/s]")
+    p.add_argument("--capacity-policy", default="vertumnus", help="reference policy of the rate search (default vertumnus)")
+    p.add_argument("--eviction-dram-gb", default="64,256", help="two DRAM capacities per node of the eviction table [GB]")
+    p.add_argument("--out", metavar="DIR", help="write kv_tiers.json and tables.md under DIR")
+    p.add_argument("--plot-sweep", metavar="RUN_DIR", help="only plot the sweep in RUN_DIR (to --out or RUN_DIR)")
+    add_sim_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from experiments.common import check_out_dir, parse_list, sim_config_from_args
+    from experiments.kv_tiers import TABLE_COLS, markdown_table, plot_tier_sweep, run_tier_study, write_study
+
+    check_out_dir(args.out)
+    if args.plot_sweep:
+        from pathlib import Path
+
+        out = Path(args.out or args.plot_sweep)
+        out.mkdir(parents=True, exist_ok=True)
+        points = plot_tier_sweep(args.plot_sweep, out / "kv_tiers_sweep.png")
+        print(f"{len(points)} cells plotted to {out / 'kv_tiers_sweep.png'}")
+        return 0
+    if not 0 < args.load <= 1.5:
+        raise ValueError(f"--load must be in (0, 1.5], got {args.load}")
+    gbs = parse_list(args.eviction_dram_gb, "--eviction-dram-gb", positive=True)
+    if len(gbs) != 2:
+        raise ValueError(f"--eviction-dram-gb needs two capacities, got {args.eviction_dram_gb!r}")
+    trace = args.trace
+    if trace is None:
+        from envs.workloads import default_traces_dir
+
+        trace = str(default_traces_dir() / "conversation_trace.jsonl")
+    config = sim_config_from_args(args)
+    policies = [x.strip() for x in args.policies.split(",") if x.strip()]
+    study = run_tier_study(trace, config, policies, tuple(args.window_s), args.load, args.capacity_policy, args.capacity_rps,
+                           tuple(gbs), progress=lambda r: print(f"  {r['policy']} {r['kv_tiers']} {r['eviction']}: "
+                                                                f"mean TTFT {r['mean_ttft_s']:.3f} s, hit {r['prefix_hit_rate']:.3f}",
+                                                                file=sys.stderr))
+    print(f"capacity {study.capacity['capacity_rps']:.2f} req/s; load {args.load:g} -> {study.rate_rps:.2f} req/s\n")
+    print(markdown_table(study.tiers, TABLE_COLS) + "\n\n" + markdown_table(study.eviction, TABLE_COLS))
+    if args.out:
+        write_study(study, args.out, sys.argv[1:])
+    return 0
