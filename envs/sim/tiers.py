@@ -12,12 +12,13 @@ Tiers (``TierConfig.levels``; off by default, ``("hbm",)``):
   reconciliation transfers (:class:`envs.sim.links.KVLinks`, FIFO contention), after a fixed
   metadata lookup latency.
 
-Demotion policy (write-back on eviction, inclusive on reads): a block evicted from a worker's
-HBM is written to its node's DRAM tier (GPU->host is the other PCIe direction, so demotion does
-not delay fetches; its bytes are counted); a block evicted from a DRAM tier is written to the
-store (over the node's NIC egress ``("out", node)``, contended like any inter-node transfer);
-with no DRAM tier HBM evictions go to the store directly. A fetch copies blocks up and leaves
-the lower-tier copy in place (refreshed as recently used).
+Demotion policy (on eviction, inclusive on reads): a block evicted from a worker's HBM is
+written to its node's DRAM tier (GPU->host is the other PCIe direction, so demotion does not
+delay fetches; its bytes are counted) and, with a store, also put into the store unless it is
+there already (Mooncake puts KV into the shared store so that every node can pull it), over the
+node's NIC egress ``("out", node)``, contended like any inter-node transfer. A DRAM eviction
+drops the node-local copy only. A fetch copies blocks up and leaves the lower-tier copy in place
+(refreshed as recently used).
 
 Fetch or recompute (per request, at routing): the request's prefix beyond its HBM hit is
 matched block by block in the node's DRAM and the store (leading run, either source). The
@@ -414,17 +415,18 @@ class TieredKV:
         now = self.sim.env.now
         if self.dram is not None:
             self.demoted_bytes["dram"] += len(block_hashes) * self.block_bytes
-            spilled = self.dram[node].put(block_hashes, now)
-            if spilled and self.store is not None:
-                self._to_store(node, spilled, now)
-        elif self.store is not None:
+            self.dram[node].put(block_hashes, now)
+        if self.store is not None:
             self._to_store(node, block_hashes, now)
 
     def _to_store(self, node: int, block_hashes: list[int], now_s: float) -> None:
-        num_bytes = len(block_hashes) * self.block_bytes
-        self.demoted_bytes["store"] += num_bytes
-        self.sim.links.reserve_keys(now_s, (("out", node),), num_bytes, self.store_bw, "store_put")
-        self.store.put(block_hashes, now_s)
+        store = self.store
+        new = [h for h in block_hashes if h not in store]
+        if new:
+            num_bytes = len(new) * self.block_bytes
+            self.demoted_bytes["store"] += num_bytes
+            self.sim.links.reserve_keys(now_s, (("out", node),), num_bytes, self.store_bw, "store_put")
+        store.put(block_hashes, now_s)
 
     # ------------------------------------------------------------------ planning
     def _chain(self, node: int, hashes: Sequence[int], k0: int) -> tuple[int, int, list[int], list[int]]:
