@@ -6,15 +6,15 @@ On a rate-scaled window of a trace, at a fraction of the pool's capacity:
    attainment, pool hit rate and the hit rate per tier, bytes fetched, fetch time hidden vs
    exposed.
 2. **Eviction**: LRU vs queue-aware next-use eviction of host memory, at two DRAM capacities,
-   with queue-head prefetch (where the rule matters: requests deeper in a queue hold their
-   DRAM blocks until their fetch starts).
+   with queue-head prefetch of depth 1 (where the rule matters: requests behind the head of a
+   queue need their DRAM blocks until their fetch starts), next to routing-time fetch with LRU.
 
 Capacity (:func:`estimate_capacity_rps`): no ``cpgym capacity`` command exists, so a short rate
 search: the highest target rate at which the reference policy, tiers off, keeps its backlog
 from growing over the window — every request finishes and the mean queueing delay of the last
 quarter of the window's arrivals stays within ``queue_delay_bound_s`` (1 s; a growing backlog
-makes it grow with the window) — by bisection between a stable and an unstable rate. The plot helper :func:`plot_tier_sweep` draws the
-DRAM-capacity x link-bandwidth sweep of ``experiments/specs/kv-tiers-sweep.yaml``.
+makes it grow with the window) — by bisection between a stable and an unstable rate. The plot
+helper :func:`plot_tier_sweep` draws the DRAM-capacity x link-bandwidth sweep of ``experiments/specs/kv-tiers-sweep.yaml``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from pathlib import Path
 from envs.sim import SimConfig, Workload
 from envs.sim.tiers import TierConfig
 
-TIER_VARIANTS: dict[str, tuple[str, ...]] = {"hbm": ("hbm",), "hbm,dram": ("hbm", "dram"), "hbm,dram,store": ("hbm", "dram", "store")}
+TIER_VARIANTS: dict[str, tuple[str, ...]] = {"hbm": ("hbm",), "hbm,dram": ("hbm", "dram"),
+                                              "hbm,dram,store": ("hbm", "dram", "store")}
 ROW_KEYS = ("policy", "kv_tiers", "eviction", "dram_capacity_gb_per_node", "rate_rps", "num_requests", "mean_ttft_s",
             "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "hbm_hit_rate", "dram_hit_rate",
             "store_hit_rate", "dram_fetch_bytes", "store_fetch_bytes", "num_fetches", "num_recompute_decisions",
@@ -109,8 +110,8 @@ class TierStudy:
 
 def run_tier_study(trace: str, config: SimConfig, policies: list[str], window_s: tuple[float, float],
                    load_fraction: float = 0.9, capacity_policy: str = "vertumnus", capacity_rps: float | None = None,
-                   eviction_capacities_gb: tuple[float, float] = (64.0, 256.0), eviction_policy: str = "vertumnus",
-                   progress=None) -> TierStudy:
+                   eviction_capacities_gb: tuple[float, float] = (16.0, 64.0),
+                   eviction_policies: tuple[str, ...] = ("mooncake-ttft", "dynamo-kv"), progress=None) -> TierStudy:
     """Runs the tier and eviction tables (module docstring) at ``load_fraction`` of capacity."""
     from envs.metrics import summarize
     from experiments.runner import run_policy
@@ -127,19 +128,18 @@ def run_tier_study(trace: str, config: SimConfig, policies: list[str], window_s:
         for label, levels in TIER_VARIANTS.items():
             tiers = replace(base_tiers, levels=levels) if len(levels) > 1 else TierConfig()
             s = summarize(run_policy(policy, wl, replace(config, kv_tiers=tiers)))
+            dram_gb = tiers.dram_capacity_bytes_per_node / 1e9 if "dram" in levels else 0.0
             study.tiers.append(_row(s, kv_tiers=label, eviction=tiers.eviction if len(levels) > 1 else "-",
-                                    dram_capacity_gb_per_node=tiers.dram_capacity_bytes_per_node / 1e9 if "dram" in levels else 0.0,
-                                    rate_rps=rate))
+                                    dram_capacity_gb_per_node=dram_gb, rate_rps=rate))
             if progress:
                 progress(study.tiers[-1])
-    for gb in eviction_capacities_gb:
-        for prefetch in ("routing", "queue-head"):
-            for eviction in ("lru", "next-use"):
-                if prefetch == "routing" and eviction == "next-use":
-                    continue  # fetches start at routing: no queued request waits on DRAM blocks
+    variants = (("routing", "lru"), ("queue-head", "lru"), ("queue-head", "next-use"))
+    for policy in eviction_policies:
+        for gb in eviction_capacities_gb:
+            for prefetch, eviction in variants:  # routing-time fetches never wait in a queue: LRU only
                 tiers = replace(base_tiers, levels=("hbm", "dram"), dram_capacity_bytes_per_node=gb * 1e9,
-                                eviction=eviction, prefetch=prefetch)
-                s = summarize(run_policy(eviction_policy, wl, replace(config, kv_tiers=tiers)))
+                                eviction=eviction, prefetch=prefetch, prefetch_depth_requests=1)
+                s = summarize(run_policy(policy, wl, replace(config, kv_tiers=tiers)))
                 study.eviction.append(_row(s, kv_tiers=f"hbm,dram ({prefetch})", eviction=eviction,
                                            dram_capacity_gb_per_node=gb, rate_rps=rate))
                 if progress:
@@ -158,7 +158,8 @@ def markdown_table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
 TABLE_COLS = [("policy", "policy", "{}"), ("kv_tiers", "KV tiers", "{}"), ("eviction", "eviction", "{}"),
               ("dram_capacity_gb_per_node", "DRAM GB/node", "{:.0f}"), ("mean_ttft_s", "mean TTFT s", "{:.3f}"),
               ("p90_ttft_s", "P90 s", "{:.3f}"), ("slo_attainment_token_weighted", "SLO tok", "{:.3f}"),
-              ("prefix_hit_rate", "hit rate", "{:.3f}"), ("hbm_hit_rate", "HBM", "{:.3f}"), ("dram_hit_rate", "DRAM", "{:.3f}"),
+              ("prefix_hit_rate", "hit rate", "{:.3f}"), ("hbm_hit_rate", "HBM", "{:.3f}"),
+              ("dram_hit_rate", "DRAM", "{:.3f}"),
               ("store_hit_rate", "store", "{:.3f}"), ("num_fetches", "fetches", "{:.0f}"),
               ("num_recompute_decisions", "recompute", "{:.0f}"), ("mean_fetch_hidden_s", "hidden s", "{:.4f}"),
               ("mean_fetch_exposed_s", "exposed s", "{:.4f}")]

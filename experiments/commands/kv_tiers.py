@@ -19,10 +19,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load", type=float, default=0.9, help="fraction of the estimated capacity (default 0.9)")
     p.add_argument("--capacity-rps", type=float, help="skip the rate search and use this capacity [requests/s]")
     p.add_argument("--capacity-policy", default="vertumnus", help="reference policy of the rate search (default vertumnus)")
-    p.add_argument("--eviction-dram-gb", default="64,256", help="two DRAM capacities per node of the eviction table [GB]")
+    p.add_argument("--eviction-dram-gb", default="16,64",
+                   help="two DRAM capacities per node of the eviction table [GB] (default 16,64)")
+    p.add_argument("--eviction-policies", default="mooncake-ttft,dynamo-kv",
+                   help="policies of the eviction table (default mooncake-ttft,dynamo-kv)")
     p.add_argument("--out", metavar="DIR", help="write kv_tiers.json and tables.md under DIR")
     p.add_argument("--plot-sweep", metavar="RUN_DIR", help="only plot the sweep in RUN_DIR (to --out or RUN_DIR)")
     add_sim_arguments(p)
+
+
+def _progress(r: dict) -> None:
+    import sys
+
+    print(f"  {r['policy']} {r['kv_tiers']} {r['eviction']}: mean TTFT {r['mean_ttft_s']:.3f} s, "
+          f"hit {r['prefix_hit_rate']:.3f}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,10 +62,9 @@ def run(args: argparse.Namespace) -> int:
         trace = str(default_traces_dir() / "conversation_trace.jsonl")
     config = sim_config_from_args(args)
     policies = [x.strip() for x in args.policies.split(",") if x.strip()]
+    ev_policies = tuple(x.strip() for x in args.eviction_policies.split(",") if x.strip())
     study = run_tier_study(trace, config, policies, tuple(args.window_s), args.load, args.capacity_policy, args.capacity_rps,
-                           tuple(gbs), progress=lambda r: print(f"  {r['policy']} {r['kv_tiers']} {r['eviction']}: "
-                                                                f"mean TTFT {r['mean_ttft_s']:.3f} s, hit {r['prefix_hit_rate']:.3f}",
-                                                                file=sys.stderr))
+                           tuple(gbs), ev_policies, progress=_progress)
     print(f"capacity {study.capacity['capacity_rps']:.2f} req/s; load {args.load:g} -> {study.rate_rps:.2f} req/s\n")
     print(markdown_table(study.tiers, TABLE_COLS) + "\n\n" + markdown_table(study.eviction, TABLE_COLS))
     if args.out:
