@@ -94,7 +94,10 @@ def estimate_capacity_rps(trace: str, config: SimConfig, policy: str, window_s: 
 
 
 def _row(summary: dict, **extra) -> dict:
-    return {k: (extra[k] if k in extra else summary.get(k, math.nan if k != "kv_tiers" else "hbm")) for k in ROW_KEYS}
+    if "dram_hit_rate" not in summary:  # tiers off: every hit is an HBM hit, nothing is fetched
+        summary = {**summary, "hbm_hit_rate": summary["prefix_hit_rate"], "dram_hit_rate": 0.0, "store_hit_rate": 0.0,
+                   "num_fetches": 0, "num_recompute_decisions": 0}
+    return {k: (extra[k] if k in extra else summary.get(k, math.nan)) for k in ROW_KEYS}
 
 
 @dataclass
