@@ -11,6 +11,12 @@ sum of hit tokens / sum of prompt tokens, the definition of ``prefix_hit_rate`` 
 ``cpgym simulate``. Unbounded = capacity equal to the number of distinct blocks (nothing is ever
 evicted), so it is the ideal reuse of the trace under the L-1 rule.
 
+Per tier (``--dram-capacities``): the same replay through an HBM cache of each ``--capacities``
+size with a host-DRAM tier below it (``envs/sim/tiers.py`` rules: an HBM eviction is demoted to
+DRAM, LRU; a request's hit is its HBM run continued by blocks DRAM holds, which are fetched and
+inserted into HBM with the rest of its blocks); each row reports the HBM and DRAM shares of the
+hit rate.
+
 Cost: O(total blocks) per capacity; the 12k-request Mooncake conversation trace takes about a
 second per capacity.
 """
@@ -28,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacities", default=DEFAULT_CAPACITIES,
                    help="comma-separated cache capacities [blocks]; the unbounded cache is always added "
                         f"(default {DEFAULT_CAPACITIES})")
+    p.add_argument("--dram-capacities", metavar="BLOCKS",
+                   help="comma-separated host-DRAM tier capacities [blocks]: hit rate per tier for every "
+                        "(--capacities, DRAM) pair instead of the single-cache curve")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--skip-invalid", action="store_true", help="skip invalid trace lines instead of failing")
 
@@ -86,6 +95,57 @@ def hit_rate_curve(workload, capacities: list[int | None]) -> list[dict]:
     return rows
 
 
+def tiered_hit_rate_curve(workload, hbm_capacities: list[int], dram_capacities: list[int]) -> list[dict]:
+    """Token-weighted hit rate per tier of an HBM LRU cache with a DRAM tier below it (module
+    docstring), for every (HBM, DRAM) capacity pair [blocks].
+
+    Returns:
+        ``[{"capacity_blocks", "dram_capacity_blocks", "hbm_hit_rate", "dram_hit_rate", "hit_rate"}, ...]``.
+    """
+    from envs.sim.cache import PrefixCache
+    from envs.sim.tiers import BlockTier
+
+    reqs = workload.requests
+    bs = workload.kv_block_size_tokens
+    total_tokens = sum(r.num_prompt_tokens for r in reqs) or 1
+    rows = []
+    for cap in hbm_capacities:
+        for dcap in dram_capacities:
+            cache = PrefixCache(cap)
+            dram = BlockTier(dcap)
+            cache.evict_batch_listeners.append(lambda _w, hs, dram=dram: dram.put(hs, 0.0))
+            hbm_tokens = dram_tokens = 0
+            for r in reqs:
+                hashes = r.block_hashes
+                k0 = cache.match_ready(hashes)
+                k = k0
+                while k < len(hashes) and hashes[k] in dram:
+                    k += 1
+                cap_tokens = r.num_prompt_tokens - 1
+                p0 = min(k0 * bs, cap_tokens)
+                hbm_tokens += p0
+                dram_tokens += min(k * bs, cap_tokens) - p0
+                if k > k0:
+                    dram.touch(hashes[k0:k])
+                cache.insert(hashes)
+            rows.append({"capacity_blocks": cap, "dram_capacity_blocks": dcap, "hbm_hit_rate": hbm_tokens / total_tokens,
+                         "dram_hit_rate": dram_tokens / total_tokens, "hit_rate": (hbm_tokens + dram_tokens) / total_tokens})
+    return rows
+
+
+def _print_tiered(wl, rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{wl.name}: {wl.num_requests} requests, HBM LRU cache + host-DRAM tier (token-weighted hit rate per tier)")
+    for col in ("HBM blocks", "DRAM blocks", "HBM hit", "DRAM hit", "hit rate"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(f"{r['capacity_blocks']:,d}", f"{r['dram_capacity_blocks']:,d}", f"{r['hbm_hit_rate']:.4f}",
+                  f"{r['dram_hit_rate']:.4f}", f"{r['hit_rate']:.4f}")
+    Console().print(t)
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -93,10 +153,18 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import dumps_json
 
     caps: list[int | None] = [*parse_capacities(args.capacities), None]
+    dram_caps = parse_capacities(args.dram_capacities) if args.dram_capacities else None
     wl = WorkloadSource(trace=args.trace, skip_invalid=args.skip_invalid).build()
     skipped = wl.metadata.get("num_skipped_invalid", 0)
     if skipped:
         print(f"warning: skipped {skipped} invalid lines of {args.trace}", file=sys.stderr)
+    if dram_caps is not None:
+        rows = tiered_hit_rate_curve(wl, caps[:-1], dram_caps)
+        if args.format == "json":
+            print(dumps_json(rows))
+        else:
+            _print_tiered(wl, rows)
+        return 0
     rows = hit_rate_curve(wl, caps)
     if args.format == "json":
         print(dumps_json(rows))
