@@ -43,7 +43,9 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
     "cache-ablation": ("experiments.commands.cache_ablation",
                        "Vertumnus with local caches only vs with the global prefix-cache manager on tool-agent "
                        "at increasing rates"),
-    "kv-tiers": ("experiments.commands.kv_tiers", "multi-tier KV study: HBM / + host DRAM / + store per policy at a fraction of capacity, LRU vs queue-aware eviction"),
+    "kv-tiers": ("experiments.commands.kv_tiers",
+                 "multi-tier KV study: HBM / + host DRAM / + store per policy at a fraction of capacity, "
+                 "LRU vs queue-aware eviction"),
     "cache-curve": ("experiments.commands.cache_curve",
                     "replay a trace through one LRU prefix cache of N blocks: token-weighted hit rate per N (cache sizing)"),
     "bench": ("benchmarks: `bench sim` (simulator speed), `bench env` (Gymnasium env speed)", {

@@ -137,7 +137,8 @@ def _print_tiered(wl, rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{wl.name}: {wl.num_requests} requests, HBM LRU cache + host-DRAM tier (token-weighted hit rate per tier)")
+    t = Table(title=f"{wl.name}: {wl.num_requests} requests, HBM LRU cache + host-DRAM tier "
+                    "(token-weighted hit rate per tier)")
     for col in ("HBM blocks", "DRAM blocks", "HBM hit", "DRAM hit", "hit rate"):
         t.add_column(col, justify="right")
     for r in rows:

@@ -1,0 +1,49 @@
+"""KV-tier CLI surfaces: simulate/bench with --kv-tiers, cache-curve per tier, the sweep plot."""
+
+import json
+
+from envs.sim import Request, Workload
+from experiments.cli import main
+from experiments.commands.cache_curve import hit_rate_curve, tiered_hit_rate_curve
+
+
+def _workload():
+    reqs, t = [], 0.0
+    for i in range(60):  # six documents, each asked ten times: reuse that a tiny HBM cache loses
+        doc = i % 6
+        hashes = tuple(1000 * doc + k for k in range(8)) + (10**6 + i,)
+        reqs.append(Request(i, t, 9 * 16, 1, hashes))
+        t += 0.1
+    return Workload("docs", tuple(reqs), kv_block_size_tokens=16)
+
+
+def test_cache_curve_per_tier_adds_dram_hits_on_top_of_the_same_hbm_hits():
+    wl = _workload()
+    single = hit_rate_curve(wl, [10])[0]["hit_rate"]
+    rows = tiered_hit_rate_curve(wl, [10], [1, 1000])
+    assert [r["hbm_hit_rate"] for r in rows] == [single, single]
+    assert rows[0]["dram_hit_rate"] < rows[1]["dram_hit_rate"]
+    unbounded = hit_rate_curve(wl, [None])[0]["hit_rate"]
+    assert rows[1]["hit_rate"] == unbounded > single
+
+
+def test_simulate_json_reports_hit_rate_per_tier(capsys):
+    argv = ["simulate", "--workload", "tool-agent", "--window-s", "0", "20", "--policy", "least-work",
+            "--cache-capacity-scale", "0.02", "--format", "json"]
+    assert main(argv) == 0
+    off = json.loads(capsys.readouterr().out)[0]
+    assert "dram_hit_rate" not in off
+    assert main(argv + ["--kv-tiers", "hbm,dram"]) == 0
+    on = json.loads(capsys.readouterr().out)[0]
+    assert on["hbm_hit_rate"] + on["dram_hit_rate"] + on["store_hit_rate"] == on["prefix_hit_rate"] or \
+        abs(on["hbm_hit_rate"] + on["dram_hit_rate"] + on["store_hit_rate"] - on["prefix_hit_rate"]) < 1e-12
+    assert on["dram_hit_rate"] > 0 and on["prefix_hit_rate"] > off["prefix_hit_rate"]
+    assert main(argv + ["--kv-tiers", "dram"]) == 2  # one clear error line
+    assert "KV tiers must be" in capsys.readouterr().err
+
+
+def test_bench_runs_tiers_off_and_on_side_by_side(capsys):
+    assert main(["bench", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "round-robin", "--repeat", "1",
+                 "--kv-tiers", "hbm,dram", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert [(r["policy"], r["kv_tiers"]) for r in rows] == [("round-robin", "hbm"), ("round-robin", "hbm,dram")]
