@@ -158,6 +158,13 @@ def markdown_table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
     return "\n".join(out)
 
 
+SWEEP_COLS = [("policy", "policy", "{}"), ("dram_capacity_gb_per_node", "DRAM GB/node", "{:.0f}"),
+              ("dram_gbps_per_gpu", "PCIe GB/s per GPU", "{:g}"), ("mean_ttft_s", "mean TTFT s", "{:.3f}"),
+              ("p90_ttft_s", "P90 s", "{:.3f}"), ("prefix_hit_rate", "hit rate", "{:.3f}"),
+              ("dram_hit_rate", "DRAM", "{:.3f}"), ("num_fetches", "fetches", "{:.0f}"),
+              ("num_recompute_decisions", "recompute", "{:.0f}"),
+              ("mean_fetch_exposed_s", "exposed s", "{:.4f}")]
+
 TABLE_COLS = [("policy", "policy", "{}"), ("kv_tiers", "KV tiers", "{}"), ("eviction", "eviction", "{}"),
               ("dram_capacity_gb_per_node", "DRAM GB/node", "{:.0f}"), ("mean_ttft_s", "mean TTFT s", "{:.3f}"),
               ("p90_ttft_s", "P90 s", "{:.3f}"), ("slo_attainment_token_weighted", "SLO tok", "{:.3f}"),
@@ -203,8 +210,11 @@ def plot_tier_sweep(run_dir: str | Path, out_png: str | Path) -> list[dict]:
         tiers = c["sim_config"].get("kv_tiers", {})
         points.append({"dram_capacity_gb_per_node": tiers.get("dram_capacity_bytes_per_node", 0) / 1e9,
                        "dram_gbps_per_gpu": tiers.get("dram_bytes_per_s_per_gpu", 0) / 1e9,
-                       "policy": c["policy"], "mean_ttft_s": s["mean_ttft_s"], "prefix_hit_rate": s["prefix_hit_rate"],
-                       "dram_hit_rate": s.get("dram_hit_rate", 0.0)})
+                       "policy": c["policy"], "mean_ttft_s": s["mean_ttft_s"], "p90_ttft_s": s["p90_ttft_s"],
+                       "prefix_hit_rate": s["prefix_hit_rate"], "dram_hit_rate": s.get("dram_hit_rate", 0.0),
+                       "num_fetches": s.get("num_fetches", 0), "num_recompute_decisions": s.get("num_recompute_decisions", 0),
+                       "mean_fetch_exposed_s": s.get("mean_fetch_exposed_s", 0.0)})
+    points.sort(key=lambda p: (p["policy"], p["dram_capacity_gb_per_node"], p["dram_gbps_per_gpu"]))
     if not points:
         raise ValueError(f"{run_dir}: no finished sweep cells (*/cell.json)")
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from experiments.common import check_out_dir, parse_list, sim_config_from_args
-    from experiments.kv_tiers import TABLE_COLS, markdown_table, plot_tier_sweep, run_tier_study, write_study
+    from experiments.kv_tiers import SWEEP_COLS, TABLE_COLS, markdown_table, plot_tier_sweep, run_tier_study, write_study
 
     check_out_dir(args.out)
     if args.plot_sweep:
@@ -48,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out or args.plot_sweep)
         out.mkdir(parents=True, exist_ok=True)
         points = plot_tier_sweep(args.plot_sweep, out / "kv_tiers_sweep.png")
-        print(f"{len(points)} cells plotted to {out / 'kv_tiers_sweep.png'}")
+        table = markdown_table(points, SWEEP_COLS)
+        (out / "sweep_table.md").write_text(table + "\n")
+        print(table)
+        print(f"{len(points)} cells plotted to {out / 'kv_tiers_sweep.png'}; table in {out / 'sweep_table.md'}")
         return 0
     if not 0 < args.load <= 1.5:
         raise ValueError(f"--load must be in (0, 1.5], got {args.load}")
