@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from envs.sim import Request, Workload
 from experiments.cli import main
 from experiments.commands.cache_curve import hit_rate_curve, tiered_hit_rate_curve
@@ -47,3 +49,25 @@ def test_bench_runs_tiers_off_and_on_side_by_side(capsys):
                  "--kv-tiers", "hbm,dram", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["results"]
     assert [(r["policy"], r["kv_tiers"]) for r in rows] == [("round-robin", "hbm"), ("round-robin", "hbm,dram")]
+
+
+@pytest.mark.slow
+def test_tiers_with_reconfiguration_and_the_global_cache_manager():
+    # workers created by split/merge demote to DRAM too; per-tier hits always add up
+    import numpy as np
+
+    from envs import workloads
+    from envs.sim import SimConfig
+    from envs.sim.tiers import TierConfig
+    from experiments.runner import run_policy
+
+    wl = workloads.window(workloads.get_workload("tool-agent", seed=0), 0, 60)
+    cfg = SimConfig(cache_capacity_scale=0.02, kv_tiers=TierConfig(levels=("hbm", "dram", "store"), eviction="next-use",
+                                                                    prefetch="queue-head", layerwise=True))
+    for policy in ("vertumnus-adaptive", "vertumnus-global-cache"):
+        r = run_policy(policy, wl, cfg).records
+        done = ~np.isnan(r["start_s"])
+        assert done.all()
+        total = r["hbm_hit_tokens"] + r["dram_hit_tokens"] + r["store_hit_tokens"]
+        assert (total[done] == r["num_cached_tokens"][done]).all()
+        assert r["dram_hit_tokens"].sum() + r["store_hit_tokens"].sum() > 0
