@@ -548,8 +548,7 @@ class TieredKV:
         plan = _Plan(w, FETCH_PULL, hbm_blocks, k, d_blocks, s_blocks, ready - now)
         rec["predicted_fetch_s"][rid] = ready - now
         self._plans[rid] = plan
-        position = len(w.queue) + (1 if w.batch else 0)
-        if not self.queue_head or position < self.depth:
+        if not self.queue_head or len(w.queue) < self.depth:  # its queue index is len(queue)
             self._start(plan, rid, now)
         elif d_blocks:
             self.dram[w.node].need(d_blocks)

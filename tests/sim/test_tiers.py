@@ -191,3 +191,19 @@ def test_dram_tier_raises_hit_rate_and_reports_it_per_tier(a100):
     assert r["num_cached_tokens"].sum() > off.records["num_cached_tokens"].sum()
     assert (r["hbm_hit_tokens"] + r["dram_hit_tokens"] + r["store_hit_tokens"] == r["num_cached_tokens"]).all()
     assert r["dram_hit_tokens"].sum() > 0 and on.extras["kv_tiers"]["dram_fetch_bytes"] == r["dram_fetch_bytes"].sum()
+
+
+def test_queue_head_prefetch_starts_fetches_only_near_the_head_of_the_queue(a100):
+    # r0 runs; r1 takes queue index 0 (prefetched at routing, depth 1); r2 (index 1) waits
+    # until it is admitted, so its fetch starts when r0 ends (Q).
+    cm = a100.cost_model()
+    Q = cm.service_time_s(1, 16384, 0)
+    prefix2 = tuple(range(101, 117))
+    L = 8192 + 1024
+    sim = _sim([_req(0, 0.0, 16384, (), 5 * 10**8), _req(1, 0.0, L, PREFIX, 6 * 10**8), _req(2, 0.0, L, prefix2, 7 * 10**8)],
+               a100, fetch_policy="always", prefetch="queue-head", prefetch_depth_requests=1)
+    sim.kv_tiers.dram[0].put(PREFIX + prefix2, 0.0)
+    r = sim.run(RoundRobinRouter()).records
+    assert r["fetch_start_s"][1] == 0.0
+    assert r["fetch_start_s"][2] == pytest.approx(Q)
+    assert r["dram_hit_tokens"][1] == r["dram_hit_tokens"][2] == 8192
