@@ -238,11 +238,12 @@ class BlockTier:
                 elif h not in needed:
                     lru[h] = None
         else:
-            n0 = len(lru)
-            lru.update(dict.fromkeys(block_hashes))  # new blocks go to the MRU end (C loop) ...
-            if len(lru) - n0 != len(block_hashes):  # ... some were present: refresh all, in order
+            present = lru.keys() & block_hashes if lru else ()  # C-level set ops, no Python loop per block
+            lru.update(dict.fromkeys(block_hashes))  # new blocks go to the MRU end, in order ...
+            if present:  # ... then the refreshed ones (blocks demoted together are equally recent)
                 for h in block_hashes:
-                    move(h)
+                    if h in present:
+                        move(h)
         if len(lru) + len(needed) > self.capacity_blocks:
             return self._evict(now_s)
         return []
@@ -421,12 +422,13 @@ class TieredKV:
 
     def _to_store(self, node: int, block_hashes: list[int], now_s: float) -> None:
         store = self.store
-        new = [h for h in block_hashes if h not in store]
-        if new:
-            num_bytes = len(new) * self.block_bytes
+        before = len(store)
+        num_evicted = len(store.put(block_hashes, now_s))
+        num_new = len(store) - before + num_evicted  # blocks that were not in the store
+        if num_new:
+            num_bytes = num_new * self.block_bytes
             self.demoted_bytes["store"] += num_bytes
             self.sim.links.reserve_keys(now_s, (("out", node),), num_bytes, self.store_bw, "store_put")
-        store.put(block_hashes, now_s)
 
     # ------------------------------------------------------------------ planning
     def _chain(self, node: int, hashes: Sequence[int], k0: int) -> tuple[int, int, list[int], list[int]]:
