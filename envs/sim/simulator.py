@@ -86,7 +86,9 @@ class SimResult:
         num_prompt_tokens, num_cached_tokens, num_new_tokens [tokens];
         routed_cached_tokens [tokens] (ready hit seen at routing); predicted_service_s [s]
         (router's ``E_C(R,P)`` at routing); actual_service_s [s] (duration of the engine step
-        that ran it); predicted_wait_s [s] (``q_w`` at routing); num_routings.
+        that ran it); predicted_wait_s [s] (``q_w`` at routing); num_routings. With KV tiers on
+        also the columns of ``envs.sim.tiers.RECORD_KEYS`` (fetch decision, hit tokens and fetched
+        bytes per tier, fetch start / ready / hidden / exposed times).
     """
 
     policy: str
