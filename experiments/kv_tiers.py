@@ -187,6 +187,9 @@ def write_study(study: TierStudy, out_dir: str | Path, argv: list[str]) -> Path:
             f"## Tiers\n\n{markdown_table(study.tiers, TABLE_COLS)}\n\n"
             f"## Host-memory eviction\n\n{markdown_table(study.eviction, TABLE_COLS)}\n")
     (out / "tables.md").write_text(text)
+    from experiments.provenance import write_provenance
+
+    write_provenance(out, argv)
     return out
 
 

@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         points = plot_tier_sweep(args.plot_sweep, out / "kv_tiers_sweep.png")
         table = markdown_table(points, SWEEP_COLS)
         (out / "sweep_table.md").write_text(table + "\n")
+        from experiments.provenance import write_provenance
+
+        write_provenance(out, sys.argv[1:], name="provenance_sweep_plot.json")
         print(table)
         print(f"{len(points)} cells plotted to {out / 'kv_tiers_sweep.png'}; table in {out / 'sweep_table.md'}")
         return 0
