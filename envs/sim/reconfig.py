@@ -23,9 +23,10 @@ Protocol, simulated step by step (paper §6 / §8; the walk-through's five-stage
    router (``Simulator.redirect``; each is routed again, ``num_routings`` counts it);
 2. *in-flight steps finish under the old geometry*: each participant's running engine step
    completes normally (its requests finish and insert their KV blocks);
-3. *common step boundary* (``drain_end_s``): when the last participant is idle, all ranks stand
-   at one step boundary; the workers become SWITCHING and the ranks switch to the pre-built
-   CP groups, which takes ``switch_s`` (default 0.5 s: paper §9 measured a switch < 1 s);
+3. *common step boundary* (``drain_end_s``): when the last participant is idle, the ranks
+   agree on one step boundary, which takes ``drain_sync_s`` (default 0.2 s); the workers then
+   become SWITCHING and the ranks switch to the pre-built CP groups, which takes ``switch_s``
+   (default 0.9 s: paper §9 measured a switch < 1 s);
 4. *switch end* (``switch_end_s``): the old workers are retired and the new ones exist, still
    SWITCHING (not schedulable); every rank confirms the new configuration epoch, modelled as
    ``confirm_s_per_rank`` per participating rank, collected one after the other by the
@@ -88,9 +89,24 @@ MISSING_FRACTION = 0.5
 class ReconfigConfig:
     """Costs of the reconfiguration protocol.
 
+    Calibration (paper §9 "Worker Reconfiguration" and the news summary: "each split or merge
+    takes 1.1-5.1 s ... the switch itself < 1 s, the rest is the drain waiting for in-flight
+    requests"). An operation takes ``drain + switch + confirm`` where the drain is the longest
+    remaining in-flight step of the participants (simulated, 0 for idle workers) plus
+    ``drain_sync_s``. The fixed part ``drain_sync_s + switch_s + confirm`` (1.12 s for a CP-4
+    worker with the defaults) is the paper's fastest operation, 1.1 s, i.e. one drained with
+    nothing in flight; the variable part (in-flight prefill steps of up to a few seconds) gives
+    the spread up to the paper's 5.1 s.
+
     Args:
         switch_s: time for all participating ranks to switch to the pre-built CP groups at the
-            common step boundary [s]; paper §9: "< 1 s", default 0.5 s.
+            common step boundary [s]. Default 0.9 s: paper §9, "< 1 s" (communicators are
+            pre-built and warmed, §8, so no NCCL group creation is on this path).
+        drain_sync_s: time, after the participants' last in-flight step ends, for the
+            controller to confirm that every participating rank stands at the same step
+            boundary (admission stopped, queue redirected, barrier over the ranks) [s].
+            Default 0.2 s: the paper's fastest operation (1.1 s) minus ``switch_s`` and the
+            confirmation; the paper gives no separate figure.
         confirm_s_per_rank: epoch confirmation latency per participating rank, collected
             serially by the controller [s]; default 0.005 s (assumption: one control RPC).
 
@@ -98,11 +114,12 @@ class ReconfigConfig:
         ValueError: if a field is negative or not finite.
     """
 
-    switch_s: float = 0.5
+    switch_s: float = 0.9
     confirm_s_per_rank: float = 0.005
+    drain_sync_s: float = 0.2
 
     def __post_init__(self) -> None:
-        for name in ("switch_s", "confirm_s_per_rank"):
+        for name in ("switch_s", "confirm_s_per_rank", "drain_sync_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"reconfig.{name} must be a finite number >= 0, got {v!r}")
@@ -144,7 +161,7 @@ class Operation:
 class OperationRecord:
     """What one operation did and when (all times simulated seconds; NaN while not reached).
 
-    ``drain_s = drain_end_s - start_s`` (redirect + in-flight steps), ``switch_s = switch_end_s
+    ``drain_s = drain_end_s - start_s`` (redirect + in-flight steps + step-boundary sync), ``switch_s = switch_end_s
     - drain_end_s``, ``confirm_s = commit_s - switch_end_s``, ``total_s = commit_s - start_s``
     (the paper's "drain + switch", 1.1-5.1 s in §9). ``pending_blocks_created``: blocks left
     PENDING on the new workers; ``reconciliation_bytes`` / ``num_reconciled_blocks``: traffic of
@@ -351,7 +368,17 @@ class Reconfigurator:
             self._boundary(flight)
 
     def _boundary(self, flight: _InFlight) -> None:
-        """Stage 3: every participant idle at a common step boundary; switch to the new groups."""
+        """Stage 3: every participant idle; after ``drain_sync_s`` they stand at a common step
+        boundary and switch to the new groups."""
+        sync_s = self.config.drain_sync_s
+        if sync_s > 0:
+            from envs.sim.simulator import EventPriority
+
+            self.sim.schedule(sync_s, EventPriority.RECONFIG, self._switch_start, flight)
+        else:
+            self._switch_start(flight)
+
+    def _switch_start(self, flight: _InFlight) -> None:
         sim = self.sim
         flight.record.drain_end_s = sim.env.now
         for w in flight.workers:

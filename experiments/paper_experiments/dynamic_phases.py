@@ -83,7 +83,8 @@ class DynamicPhasesConfig:
                                     "the supported degrees: 11 on 40 GPUs with 2,4; 286 with 1,2,4,8)")
     controller_window_s: float = _opt(20.0, "controller observation window [s] (paper §6)")
     k_windows: int = _opt(2, "consecutive windows before a change")
-    switch_s: float = _opt(0.5, "switch time at the common step boundary [s] (paper: < 1 s)")
+    switch_s: float = _opt(0.9, "switch time at the common step boundary [s] (envs.sim.reconfig.ReconfigConfig's; "
+                                "paper §9: < 1 s)")
 
     def __post_init__(self) -> None:
         for name in ("rate_scale", "short_rate_rps", "long_rate_rps", "phase_duration_s", "controller_window_s"):

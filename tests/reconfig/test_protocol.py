@@ -34,7 +34,7 @@ def test_exact_event_trace_of_one_split(simple_calibration):
     cfg = SimConfig(pool=pool, record_events=True, links=LinkConfig(intra_node_bytes_per_s=6.0))
     wl = make_workload([(0.0, 10, (1, 2, 3)), (0.6, 10, (1, 2, 3))])
     sim = Simulator(wl, cfg, simple_calibration)
-    rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.5, confirm_s_per_rank=0.005))
+    rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.5, confirm_s_per_rank=0.005, drain_sync_s=0.0))
     sim.schedule(0.5, EventPriority.CONTROL, lambda _: apply_operation(sim, Operation.split(0)))
     res = sim.run(LeastWorkRouter())
     _assert_trace(sim.trace, [
@@ -53,6 +53,33 @@ def test_exact_event_trace_of_one_split(simple_calibration):
     ops = res.extras["reconfig_operations"]
     assert ops[0]["kind"] == "split" and ops[0]["total_s"] == pytest.approx(1.27)
     assert [e["num_gpus"] for e in res.extras["composition_series"]] == [4] * len(res.extras["composition_series"])
+
+
+def test_drain_sync_delays_the_switch_of_an_idle_and_a_busy_worker(simple_calibration):
+    # The step-boundary sync follows the last in-flight step: an idle CP-4 worker drains in
+    # exactly drain_sync_s; a busy one in (step end - start) + drain_sync_s. E_4(10, 0) = 1.25 s.
+    pool = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4@0,cp4@4", supported_degrees=(2, 4))
+    wl = make_workload([(0.0, 10, None)])
+    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.9, confirm_s_per_rank=0.005, drain_sync_s=0.2))
+    wids = list(sim.worker_ids)
+    sim.schedule(0.5, EventPriority.CONTROL, lambda _: [apply_operation(sim, Operation.split(w)) for w in wids])
+    sim.run(LeastWorkRouter())
+    by_worker = {r.old_worker_ids[0]: r for r in rc.records}
+    busy = [w for w in wids if by_worker[w].drain_s > 0.2 + 1e-9]
+    assert len(busy) == 1
+    idle = by_worker[next(w for w in wids if w not in busy)]
+    assert (idle.drain_s, idle.switch_s, idle.confirm_s) == pytest.approx((0.2, 0.9, 0.02))
+    assert by_worker[busy[0]].drain_s == pytest.approx(1.25 - 0.5 + 0.2)
+    assert idle.total_s == pytest.approx(1.12)
+
+
+def test_default_reconfig_costs_match_the_paper_fastest_operation():
+    # Paper §9: operations take 1.1-5.1 s, the switch < 1 s; the fixed part (nothing in flight)
+    # of a CP-4 operation is the fastest one.
+    cfg = ReconfigConfig()
+    assert cfg.switch_s < 1.0
+    assert 1.0 <= cfg.drain_sync_s + cfg.switch_s + 4 * cfg.confirm_s_per_rank <= 1.2
 
 
 def test_drain_redirects_queue_through_router(simple_calibration):
