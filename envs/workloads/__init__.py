@@ -11,7 +11,8 @@
   :mod:`.registry` — the named workloads :data:`WORKLOADS` / :func:`get_workload`.
 * :mod:`.source` — :class:`WorkloadSource` / :func:`build_workload`, the one builder every
   entry point uses (source + rate scaling + arrival window).
-* :mod:`.stats` — :func:`workload_stats` (lengths, rate, ideal prefix reuse, reference-pool load).
+* :mod:`.stats` — :func:`workload_stats` (lengths, rate, ideal prefix reuse, reference-pool load),
+  :func:`prefix_reuse_stats` (cross- vs within-session reuse, block lifetimes, session structure).
 
 All results are :class:`envs.sim.request.Workload` objects.
 """
@@ -46,6 +47,7 @@ from .stats import (
     REFERENCE_GPU_PREFILL_TOKENS_PER_S,
     REFERENCE_POOL_NUM_GPUS,
     ideal_prefix_reuse_per_request,
+    prefix_reuse_stats,
     workload_stats,
 )
 from .distributions import LEVAL_DOC_TOKENS, TruncatedLogNormal
@@ -114,4 +116,5 @@ __all__ = [
     "window",
     "windows",
     "workload_stats",
+    "prefix_reuse_stats",
 ]

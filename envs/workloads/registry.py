@@ -51,7 +51,7 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
         mixed_workload,
         "The embedded default of `cpgym simulate`: 5 minutes of system-prompt chat (16 req/s), multi-turn chat "
         "(3.6 sessions/s), L-Eval-like documents (3 docs/s, 3 questions each) and tool-agent sessions "
-        "(1.8 sessions/s); prompts ~500 to ~60k tokens; ~50 req/s. Sized by simulation on the default pool and "
+        "(0.48 sessions/s of ~30 calls); prompts ~500 to ~60k tokens; ~50 req/s. Sized by simulation on the default pool and "
         "calibration (40 H20 GPUs, cp4x6,cp2x8, Qwen3-30B-A3B roofline): least-work reaches ~0.86 GPU "
         "utilisation and Vertumnus ~0.61 (it keeps more prefix hits), so routers differ visibly without "
         "the pool being saturated (tests/workloads: test_mixed_default_sizing).",
@@ -59,7 +59,7 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
         system_prompt_rate_rps=16.0,
         multi_turn_session_rate=3.6,
         long_document_rate=3.0,
-        tool_agent_session_rate=1.8,
+        tool_agent_session_rate=0.48,
     ),
     "system-prompts": _named(
         "system-prompts",
@@ -76,8 +76,9 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "tool-agent": _named(
         "tool-agent",
         tool_agent_sessions,
-        "Tool-agent sessions (mean 8 calls ~2.5 s apart on a shared ~5k-token context; Mooncake tool&agent-like: "
-        "input ~8.6k, output ~180, reuse ~59 %), Poisson 12 session starts/s.",
+        "Tool-agent sessions living minutes (mean 30 calls ~5.5 s apart) on 8 shared agent prompts (system prompt + "
+        "tool definitions, ~3.5k tokens) + a task; Mooncake tool&agent-like sizes (input ~8.6k, output ~180, reuse ~0.6); "
+        "Poisson 3.1 session starts/s, ~93 req/s from t = 0 (warm start).",
         duration_s=600.0,
     ),
     "leval-like": _named(

@@ -23,6 +23,7 @@ __all__ = [
     "REFERENCE_GPU_PREFILL_TOKENS_PER_S",
     "ideal_prefix_reuse_per_request",
     "workload_stats",
+    "prefix_reuse_stats",
 ]
 
 #: GPUs in the reference prefill pool used to size the named synthetic workloads.
@@ -93,4 +94,93 @@ def workload_stats(
         "uncached_tokens_per_s": rate_tokens,
         "reference_pool_load": rate_tokens / (num_gpus * gpu_prefill_tokens_per_s),
         "num_sessions": len(sessions),
+    }
+
+
+def _dist(values) -> dict:
+    a = np.asarray(values, float)
+    if not a.size:
+        return {"mean": float("nan"), "p50": float("nan"), "p90": float("nan")}
+    p50, p90 = np.percentile(a, [50, 90])
+    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90)}
+
+
+def prefix_reuse_stats(workload: Workload) -> dict:
+    """How a workload reuses prefixes: across sessions (shared prompts) vs inside a session,
+    how long reusable blocks stay in use, and the session structure.
+
+    Per request, the ideal reuse (leading run of blocks seen earlier, as in
+    :func:`ideal_prefix_reuse_per_request`) is split block by block into *cross-session*
+    tokens (the block was first used by another session, e.g. shared tool definitions) and
+    *within-session* tokens (first used by the same session, e.g. its task). Requests with
+    ``session_id`` -1 count as one session each.
+
+    Returns:
+        A flat-ish dict: ``ideal_reuse_fraction`` (token-weighted share in [0, 1]),
+        ``cross_session_reuse_fraction`` and ``within_session_reuse_fraction`` (shares of all
+        prompt tokens; they sum to ``ideal_reuse_fraction`` up to the L-1 cap),
+        ``num_shared_prefix_roots`` (distinct first blocks used by >= 2 sessions: the number of
+        distinct shared prefixes), ``shared_prefix_tokens`` (mean/p50/p90 length of the run of
+        blocks shared by >= 2 sessions, per root [tokens]), ``shared_block_lifetime_s``
+        (mean/p50/p90 of last use - first use of blocks used by >= 2 sessions [s]),
+        ``reuse_interval_s`` (mean/p50/p90 time between consecutive uses of a block, over
+        every reuse [s]), ``num_sessions``, ``calls_per_session`` and ``session_lifetime_s``
+        (mean/p50/p90; lifetime = last - first arrival inside the workload [s]).
+    """
+    bs = workload.kv_block_size_tokens
+    first_session: dict[int, int] = {}
+    sessions_of: dict[int, set] = {}
+    first_use: dict[int, float] = {}
+    last_use: dict[int, float] = {}
+    intervals: list[float] = []
+    cross = within = total = 0
+    by_session: dict[int, list[float]] = {}
+    for i, r in enumerate(workload.requests):
+        sid = r.session_id if r.session_id >= 0 else -1 - i
+        t = r.arrival_time_s
+        by_session.setdefault(sid, []).append(t)
+        total += r.num_prompt_tokens
+        budget = r.num_prompt_tokens - 1 if r.num_prompt_tokens > 0 else 0
+        leading = True
+        for h in r.block_hashes:
+            owner = first_session.get(h)
+            if owner is None:
+                leading = False
+                first_session[h] = sid
+                sessions_of[h] = {sid}
+                first_use[h] = t
+            else:
+                intervals.append(t - last_use[h])
+                sessions_of[h].add(sid)
+                if leading and budget > 0:
+                    n = min(bs, budget)
+                    budget -= n
+                    if owner == sid:
+                        within += n
+                    else:
+                        cross += n
+            last_use[h] = t
+    shared = {h for h, ss in sessions_of.items() if len(ss) >= 2}
+    roots: dict[int, int] = {}
+    for r in workload.requests:
+        hs = r.block_hashes
+        if hs and hs[0] in shared:
+            n = 0
+            for h in hs:
+                if h not in shared:
+                    break
+                n += 1
+            roots[hs[0]] = max(roots.get(hs[0], 0), n)
+    times = list(by_session.values())
+    return {
+        "ideal_reuse_fraction": (cross + within) / total if total else 0.0,
+        "cross_session_reuse_fraction": cross / total if total else 0.0,
+        "within_session_reuse_fraction": within / total if total else 0.0,
+        "num_shared_prefix_roots": len(roots),
+        "shared_prefix_tokens": _dist([n * bs for n in roots.values()]),
+        "shared_block_lifetime_s": _dist([last_use[h] - first_use[h] for h in shared]),
+        "reuse_interval_s": _dist(intervals),
+        "num_sessions": len(by_session),
+        "calls_per_session": _dist([len(v) for v in times]),
+        "session_lifetime_s": _dist([v[-1] - v[0] for v in times]),
     }

@@ -255,33 +255,46 @@ def multi_turn_sessions(
 def tool_agent_sessions(
     *,
     duration_s: float = 600.0,
-    session_arrivals: ArrivalProcess = PoissonArrivals(12.0),
-    num_agent_prompts: int = 3,
-    agent_prompt_tokens: TruncatedLogNormal = TruncatedLogNormal(3000.0, 0.3, 1500.0, 6000.0),
-    task_tokens: TruncatedLogNormal = TruncatedLogNormal(1750.0, 0.8, 64.0, 16384.0),
-    mean_calls: float = 8.0,
+    session_arrivals: ArrivalProcess = PoissonArrivals(3.1),
+    num_agent_prompts: int = 8,
+    agent_prompt_tokens: TruncatedLogNormal = TruncatedLogNormal(3500.0, 0.4, 1500.0, 12000.0),
+    task_tokens: TruncatedLogNormal = TruncatedLogNormal(1000.0, 0.8, 64.0, 8192.0),
+    mean_calls: float = 30.0,
     max_calls: int = 200,
-    call_gap_s: TruncatedLogNormal = TruncatedLogNormal(2.5, 0.6, 0.3, 30.0),
+    call_gap_s: TruncatedLogNormal = TruncatedLogNormal(5.5, 0.5, 1.0, 60.0),
     tool_output_tokens: TruncatedLogNormal = TruncatedLogNormal(2000.0, 1.0, 16.0, 32768.0),
     output_tokens: TruncatedLogNormal = TruncatedLogNormal(150.0, 0.6, 8.0, 1024.0),
     history_window_steps: int | None = 1,
     max_prompt_tokens: int = 65536,
     compacted_tokens: TruncatedLogNormal = TruncatedLogNormal(2000.0, 0.5, 256.0, 8192.0),
+    warm_start_s: float = 600.0,
     kv_block_size_tokens: int = 512,
     seed: SeedLike = 0,
     name: str = "tool-agent",
 ) -> Workload:
-    """Tool-using agent sessions with seconds-scale prefix reuse.
+    """Tool-using agent sessions that live for minutes on long shared prefixes (paper §9 Tool-Agent).
 
-    A session (started by ``session_arrivals``, default Poisson 12 sessions/s: ~93 req/s, ~0.6 of
-    the reference pool) runs a geometric number of LLM calls (mean ``mean_calls`` = 8, cap
-    ``max_calls``) ``call_gap_s`` apart (default median 2.5 s: decoding the action plus running
-    the tool). Every call's prompt starts
-    with a long shared context: an agent/tool-definition prompt shared across sessions (one of
-    ``num_agent_prompts``, ``agent_prompt_tokens``, Zipf popularity) + the session's task
-    (``task_tokens``). It is extended by the agent's recent steps, a step being the previous
-    call's output (the action, ``output_tokens``, default mean ~180 like Mooncake's 182) + the
-    tool's result (``tool_output_tokens``):
+    Structure (paper §9: tool definitions and system prompts shared across sessions that live
+    for minutes; Mooncake FAST'25 Table 2 for the per-call sizes):
+
+    * **Shared prefixes**: ``num_agent_prompts`` (default 8) distinct agent prompts = system
+      prompt + tool definitions, lengths from ``agent_prompt_tokens`` (default median 3,500
+      tokens in [1,500, 12,000]), drawn once; a session picks one with Zipf popularity
+      (``p_k ∝ 1/k``), so the most popular is used by ~37 % of the sessions.
+    * **Sessions**: started by ``session_arrivals`` (default Poisson 3.1 sessions/s); each runs a
+      geometric number of LLM calls (``mean_calls``, default 30, cap ``max_calls``) spaced by
+      ``call_gap_s`` (default median 5.5 s: decoding the ~180-token action at ~30 ms per token
+      plus running the tool), so a session lives ~2.7 min on average (minutes, not one 20 s cache
+      scan) and the default gives ~93 req/s (~0.6 of the reference pool).
+    * **Warm start**: sessions start over ``[-warm_start_s, duration_s)`` and only calls at
+      ``t >= 0`` are kept (default 600 s, about three mean session lifetimes), so the window
+      begins in steady state (rate ≈ session rate × mean calls from t = 0) instead of ramping
+      up over the first lifetime; 0 gives a cold start.
+
+    Every call's prompt = the session's agent prompt + its task (``task_tokens``, default median
+    1,000) + the agent's recent steps, a step being the previous call's output (the action,
+    ``output_tokens``, default mean ~180 like Mooncake's 182) + the tool's result
+    (``tool_output_tokens``):
 
     * ``history_window_steps = W`` (default 1): only the last ``W`` steps are kept (observation
       masking, as in SWE-agent-style scaffolds), so consecutive calls reuse the shared context
@@ -290,10 +303,16 @@ def tool_agent_sessions(
       call's prompt); when a prompt would exceed ``max_prompt_tokens`` the agent compacts its
       context to agent prompt + task + a fresh summary (``compacted_tokens``).
 
-    With W = None the reuse is much higher (~85 % with the other defaults); the default W = 1 reproduces
-    Mooncake FAST'25 Table 2 (tool&agent: average input 8,596 tokens, average output 182, cache
-    ratio 59 %): about 8.6k / ~180 / ~59 %. Tool outputs are clipped so that no prompt exceeds
-    ``max_prompt_tokens``. ``session_id`` = session index.
+    With W = None the reuse is much higher (~85 %); the default W = 1 stays close to Mooncake
+    FAST'25 Table 2 (tool&agent: average input 8,596 tokens, average output 182, cache ratio
+    59 %). Tool outputs are clipped so that no prompt exceeds ``max_prompt_tokens``.
+    ``session_id`` = session index (sessions that made no call inside the window leave gaps).
+    ``metadata``: ``agent_prompt_tokens`` (per shared prefix), ``agent_prompt_of_session``,
+    ``num_sessions_started`` (including warm-start sessions).
+
+    Raises:
+        ValueError: for a non-positive duration, ``mean_calls < 1``, a bad count or a negative
+            ``warm_start_s``.
     """
     d = _check_positive("duration_s", duration_s)
     mean_calls = _check_positive("mean_calls", mean_calls)
@@ -304,10 +323,14 @@ def tool_agent_sessions(
     _check_count("max_prompt_tokens", max_prompt_tokens, 16)
     if history_window_steps is not None:
         _check_count("history_window_steps", history_window_steps, 0)
+    warm = float(warm_start_s)
+    if not math.isfinite(warm) or warm < 0:
+        raise ValueError(f"warm_start_s must be a finite number >= 0, got {warm_start_s!r}")
     rng = np.random.default_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
     bases = _shared_prefixes(hasher, agent_prompt_tokens, rng, num_agent_prompts, max_prompt_tokens // 4)
-    num_sessions, counts, total, times, offsets = _sessions(session_arrivals, d, rng, mean_calls, max_calls, call_gap_s)
+    num_sessions, counts, total, times, offsets = _sessions(session_arrivals, d + warm, rng, mean_calls, max_calls, call_gap_s)
+    times = [t - warm for t in times]
     outs = output_tokens.sample_tokens(rng, total).tolist()
     tools = tool_output_tokens.sample_tokens(rng, total).tolist()
     summaries = compacted_tokens.sample_tokens(rng, total).tolist()
@@ -346,8 +369,10 @@ def tool_agent_sessions(
                     for a_seg, a_len, b_seg, b_len in steps:
                         ctx.append(a_seg, a_len)
                         ctx.append(b_seg, b_len)
-            items.append((times[k], ctx.num_tokens, outs[k], ctx.block_hashes(), sid))
-    meta = {"generator": "tool_agent_sessions", "num_sessions_started": int(num_sessions), "num_compactions": num_compactions}
+            if times[k] >= 0.0:  # calls before the window (warm start) shape the context only
+                items.append((times[k], ctx.num_tokens, outs[k], ctx.block_hashes(), sid))
+    meta = {"generator": "tool_agent_sessions", "num_sessions_started": int(num_sessions), "num_compactions": num_compactions,
+            "agent_prompt_tokens": [b.num_tokens for b in bases], "agent_prompt_of_session": tuple(agent_of)}
     return _build(name, items, hasher.kv_block_size_tokens, f"synthetic:tool_agent_sessions(seed={seed})", meta)
 
 
@@ -504,7 +529,7 @@ def mixed_workload(
     multi_turn_session_rate: float = 9.0,
     long_document_rate: float = 7.5,
     long_document_mean_questions: float = 3.0,
-    tool_agent_session_rate: float = 4.5,
+    tool_agent_session_rate: float = 1.2,
     component_overrides: dict[str, dict[str, Any]] | None = None,
     kv_block_size_tokens: int = 512,
     seed: SeedLike = 0,

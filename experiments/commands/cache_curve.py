@@ -1,7 +1,10 @@
 """``cpgym cache-curve``: replay a trace through one LRU prefix cache of N blocks (no timing) and
 print the token-weighted prefix hit rate per N, including an unbounded cache — the standard
 tool for sizing a prefix cache (a miss-ratio curve, as in the Mooncake FAST'25 cache-capacity
-analysis).
+analysis). ``--workload NAME`` replays a named synthetic workload instead of a trace; the table then
+also shows its reuse statistics (:func:`envs.workloads.prefix_reuse_stats`: cross- vs
+within-session reuse, shared prefixes, block lifetimes, session structure), and ``--format json``
+prints ``{"curve": [...], "reuse": {...}}``.
 
 Replay, per request in arrival order: hit = leading blocks present in the cache
 (:meth:`envs.sim.cache.PrefixCache.match_ready`); hit tokens = ``min(hit blocks * block, L - 1)``
@@ -29,8 +32,13 @@ DEFAULT_CAPACITIES = "1000,2000,5000,10000,20000,50000"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", metavar="PATH", required=True,
-                   help="trace file (Mooncake JSONL with hash_ids; CSV traces have no prefixes)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", metavar="PATH",
+                     help="trace file (Mooncake JSONL with hash_ids; CSV traces have no prefixes)")
+    src.add_argument("--workload", metavar="NAME", help="a named synthetic workload instead (e.g. tool-agent)")
+    p.add_argument("--duration-s", type=float, default=None,
+                   help="with --workload: seconds of arrivals (default: the workload's)")
+    p.add_argument("--workload-seed", type=int, default=0, help="with --workload: generator seed (default 0)")
     p.add_argument("--capacities", default=DEFAULT_CAPACITIES,
                    help="comma-separated cache capacities [blocks]; the unbounded cache is always added "
                         f"(default {DEFAULT_CAPACITIES})")
@@ -147,18 +155,32 @@ def _print_tiered(wl, rows: list[dict]) -> None:
     Console().print(t)
 
 
-def run(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace):
     import sys
 
     from envs.workloads import WorkloadSource
-    from experiments.common import dumps_json
 
-    caps: list[int | None] = [*parse_capacities(args.capacities), None]
-    dram_caps = parse_capacities(args.dram_capacities) if args.dram_capacities else None
+    if args.workload is not None:
+        if args.duration_s is not None and not args.duration_s > 0:
+            raise ValueError(f"--duration-s must be > 0, got {args.duration_s}")
+        params = () if args.duration_s is None else (("duration_s", args.duration_s),)
+        return WorkloadSource(name=args.workload, seed=args.workload_seed, params=params).build()
+    if args.duration_s is not None:
+        raise ValueError("--duration-s applies to --workload only (a trace keeps its own window)")
     wl = WorkloadSource(trace=args.trace, skip_invalid=args.skip_invalid).build()
     skipped = wl.metadata.get("num_skipped_invalid", 0)
     if skipped:
         print(f"warning: skipped {skipped} invalid lines of {args.trace}", file=sys.stderr)
+    return wl
+
+
+def run(args: argparse.Namespace) -> int:
+    from envs.workloads import prefix_reuse_stats
+    from experiments.common import dumps_json
+
+    caps: list[int | None] = [*parse_capacities(args.capacities), None]
+    dram_caps = parse_capacities(args.dram_capacities) if args.dram_capacities else None
+    wl = _load(args)
     if dram_caps is not None:
         rows = tiered_hit_rate_curve(wl, caps[:-1], dram_caps)
         if args.format == "json":
@@ -167,8 +189,9 @@ def run(args: argparse.Namespace) -> int:
             _print_tiered(wl, rows)
         return 0
     rows = hit_rate_curve(wl, caps)
+    reuse = prefix_reuse_stats(wl) if args.workload is not None else None
     if args.format == "json":
-        print(dumps_json(rows))
+        print(dumps_json({"curve": rows, "reuse": reuse} if reuse is not None else rows))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -182,5 +205,14 @@ def run(args: argparse.Namespace) -> int:
         cap = r["capacity_blocks"]
         t.add_row("unbounded" if cap is None else f"{cap:,d}", "-" if cap is None else f"{cap * bs:,d}",
                   f"{r['hit_rate']:.4f}")
-    Console().print(t)
+    console = Console(width=max(Console().width, 110))
+    console.print(t)
+    if reuse is not None:
+        u = Table(title="prefix reuse (ideal, infinite cache)")
+        u.add_column("statistic")
+        u.add_column("value", justify="right")
+        for k, v in reuse.items():
+            shown = " / ".join(f"{x:,.3g}" for x in v.values()) + "  (mean / p50 / p90)" if isinstance(v, dict) else f"{v:,.4g}"
+            u.add_row(k, shown)
+        console.print(u)
     return 0

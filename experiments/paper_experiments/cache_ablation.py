@@ -3,8 +3,8 @@ function: :func:`run_cache_ablation` (``cpgym cache-ablation`` is a thin wrapper
 ``experiments/paper/cache-ablation.yaml`` is the same experiment as a spec, tested to agree).
 
 * Workload: the named ``tool-agent`` workload (``envs.workloads``) with ``duration_s`` seconds
-  of sessions; its session rate is set to ``rate / 8`` (8 calls per session on average, so the
-  calls keep their seconds-scale gaps) and the result is time-scaled to exactly ``rate``
+  of sessions; its session rate is set to ``rate / 30`` (the generator's 30 calls per session on
+  average, so the calls keep their seconds-scale gaps) and the result is time-scaled to exactly ``rate``
   requests/s.
 * Policies: ``base_policy`` (default ``vertumnus``) and the same policy with a
   :class:`baselines.cache_manager.GlobalCacheManager` attached
@@ -24,7 +24,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 DEFAULT_RATES_RPS = (20.0, 30.0, 40.0, 50.0, 55.0)
-MEAN_CALLS_PER_SESSION = 8.0  # tool_agent_sessions default mean_calls
+
+
+def _default_mean_calls() -> float:
+    import inspect
+
+    from envs.workloads.synthetic import tool_agent_sessions
+
+    return float(inspect.signature(tool_agent_sessions).parameters["mean_calls"].default)
+
+
+MEAN_CALLS_PER_SESSION = _default_mean_calls()  # tool_agent_sessions' default mean_calls (30)
 
 
 def _opt(default: Any, help: str, **meta: Any):
@@ -58,7 +68,7 @@ class CacheAblationConfig:
             raise ValueError(f"cache-ablation: scan_interval_s must be > 0, got {self.scan_interval_s}")
 
     def workload_source(self, rate_rps: float):
-        """The :class:`~envs.workloads.WorkloadSource` at one rate: ``rate_rps / 8`` sessions/s,
+        """The :class:`~envs.workloads.WorkloadSource` at one rate: ``rate_rps / MEAN_CALLS_PER_SESSION`` sessions/s,
         time-scaled to exactly ``rate_rps``."""
         from envs.workloads import WorkloadSource
         from envs.workloads.arrivals import PoissonArrivals
@@ -79,7 +89,7 @@ class CacheAblationResult:
 
 
 def tool_agent_at_rate(rate_rps: float, duration_s: float, seed: int):
-    """The ``tool-agent`` workload with ``rate_rps / 8`` sessions/s, time-scaled to ``rate_rps``."""
+    """The ``tool-agent`` workload with ``rate_rps / MEAN_CALLS_PER_SESSION`` sessions/s, time-scaled to ``rate_rps``."""
     cfg = CacheAblationConfig(rates_rps=(rate_rps,), duration_s=duration_s, workload_seed=seed)
     return cfg.workload_source(rate_rps).build()
 

@@ -41,6 +41,37 @@ def test_cache_curve_bad_capacities(tmp_path, capsys):
     assert "--capacities" in capsys.readouterr().err
 
 
+def test_cache_curve_on_a_synthetic_workload_with_reuse_statistics(capsys):
+    argv = ["cache-curve", "--workload", "tool-agent", "--duration-s", "20", "--capacities", "100", "--format", "json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["capacity_blocks"] for r in out["curve"]] == [100, None]
+    reuse = out["reuse"]
+    assert reuse["ideal_reuse_fraction"] == pytest.approx(out["curve"][-1]["hit_rate"])
+    assert reuse["cross_session_reuse_fraction"] > 0 and reuse["within_session_reuse_fraction"] > 0
+    assert 1 <= reuse["num_shared_prefix_roots"] <= 8  # the tool-agent's shared agent prompts
+    assert main(["cache-curve", "--trace", "x.jsonl", "--duration-s", "5"]) == 2
+    assert "--duration-s" in capsys.readouterr().err
+
+
+def test_prefix_reuse_stats_by_hand():
+    from envs.sim.request import Request, Workload
+    from envs.workloads import prefix_reuse_stats
+
+    # sessions 0 and 1 share block 1 (a shared prompt); session 0 reuses its own block 2
+    reqs = (Request(0, 0.0, 1024, 1, (1, 2), 0), Request(1, 1.0, 1024, 1, (1, 3), 1),
+            Request(2, 3.0, 1536, 1, (1, 2, 4), 0))
+    s = prefix_reuse_stats(Workload("w", reqs, 512, "test", {}))
+    total = 1024 + 1024 + 1536
+    assert s["cross_session_reuse_fraction"] == pytest.approx(512 / total)  # request 1 reuses block 1
+    assert s["within_session_reuse_fraction"] == pytest.approx((512 + 512) / total)  # request 2: blocks 1, 2
+    assert s["num_shared_prefix_roots"] == 1 and s["shared_prefix_tokens"]["mean"] == 512
+    assert s["shared_block_lifetime_s"]["mean"] == pytest.approx(3.0)
+    assert s["reuse_interval_s"]["mean"] == pytest.approx((1.0 + 2.0 + 3.0) / 3)  # block 1 twice, block 2 once
+    assert s["num_sessions"] == 2 and s["calls_per_session"]["mean"] == 1.5
+    assert s["session_lifetime_s"]["p50"] == pytest.approx(1.5)
+
+
 def test_cache_ablation_json(capsys):
     argv = ["cache-ablation", "--rates", "4", "--duration-s", "30", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2",
             "--scan-interval-s", "5", "--format", "json"]
