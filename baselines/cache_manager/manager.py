@@ -245,16 +245,38 @@ class GlobalCacheManager:
         return dict(self.counters) | {"num_trie_nodes": len(self.trie.nodes)}
 
 
+def _config_for(base, config: CacheManagerConfig | None) -> CacheManagerConfig:
+    """``config``, or the default one with the base router's beta and lambda (when it has them)."""
+    if config is not None:
+        return config
+    params = getattr(base.make_router(), "params", None)
+    cfg = CacheManagerConfig()
+    if params is not None and hasattr(params, "beta") and hasattr(params, "lambda_"):
+        cfg = replace(cfg, beta=params.beta, lambda_=params.lambda_)
+    return cfg
+
+
+#: :class:`CacheManagerConfig` fields exposed as policy parameters by :func:`with_global_cache`,
+#: each as ``cache_<field>`` (sweepable as ``<policy>.cache_<field>`` in experiment specs).
+SWEEPABLE_FIELDS = ("scan_interval_s", "decay", "inter_degree_threshold_s", "intra_degree_threshold", "reclaim_threshold",
+                    "max_replications_per_scan", "max_reclamations_per_scan", "max_replica_share")
+PARAM_PREFIX = "cache_"
+
+
 def with_global_cache(base, config: CacheManagerConfig | None = None, name: str | None = None):
     """A copy of the policy spec ``base`` (a ``baselines.registry.PolicySpec``) with a
     :class:`GlobalCacheManager` added to its attachments. The manager's preferred-degree weights
-    (beta, lambda) follow the base router's ``params`` when it has them (Vertumnus)."""
-    cfg = config
-    if cfg is None:
-        params = getattr(base.make_router(), "params", None)
-        cfg = CacheManagerConfig()
-        if params is not None and hasattr(params, "beta") and hasattr(params, "lambda_"):
-            cfg = replace(cfg, beta=params.beta, lambda_=params.lambda_)
+    (beta, lambda) follow the base router's ``params`` when it has them (Vertumnus).
+
+    The result's ``params`` are the base policy's plus ``cache_<field>`` for every field of
+    :data:`SWEEPABLE_FIELDS` (the manager's scan period, decay, thresholds and caps), so
+    ``spec.with_params(cache_scan_interval_s=5.0)`` and experiment-spec sweeps over
+    ``<policy>.cache_scan_interval_s`` change the manager.
+
+    Raises:
+        ValueError: from :class:`CacheManagerConfig` or the base policy on invalid parameters.
+    """
+    cfg = _config_for(base, config)
     base_attachments = base.make_attachments
     base_router = base.make_router
     new_name = name or f"{base.name}-global-cache"
@@ -267,11 +289,14 @@ def with_global_cache(base, config: CacheManagerConfig | None = None, name: str 
         router.name = new_name  # the run's policy label
         return router
 
-    build_with = None
-    if getattr(base, "build_with", None) is not None:
-        def build_with(**params):  # the base policy with new parameters, plus the manager
-            return with_global_cache(base.with_params(**params), config, new_name)
+    def build_with(**params):  # the base policy with its parameters, plus the manager with its own
+        mine = {k[len(PARAM_PREFIX):]: v for k, v in params.items() if k.startswith(PARAM_PREFIX)}
+        rest = {k: v for k, v in params.items() if not k.startswith(PARAM_PREFIX)}
+        new_base = base.with_params(**rest) if rest else base
+        return with_global_cache(new_base, replace(_config_for(new_base, config), **mine), new_name)
 
+    cache_params = {PARAM_PREFIX + f: getattr(cfg, f) for f in SWEEPABLE_FIELDS}
     return replace(base, name=new_name, make_router=make_router, make_attachments=make_attachments,
                    description=f"{base.description} + global prefix-cache manager (replication/reclamation)",
-                   source=f"{base.source}; paper §7 global prefix-cache manager", build_with=build_with)
+                   source=f"{base.source}; paper §7 global prefix-cache manager", build_with=build_with,
+                   params={**base.params, **cache_params})

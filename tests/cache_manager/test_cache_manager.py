@@ -290,3 +290,18 @@ def test_transfer_end_has_transfer_priority():
     assert mgr.replicate(3, 1)
     ev = [e for e in sim.env._queue if getattr(e[3], "fn", None) == mgr._on_transfer_end]
     assert len(ev) == 1 and ev[0][1] == EventPriority.TRANSFER_END
+
+
+def test_manager_settings_are_policy_parameters():
+    spec = POLICIES["vertumnus-global-cache"]
+    assert spec.params["cache_scan_interval_s"] == CacheManagerConfig().scan_interval_s
+    assert spec.params["beta"] == POLICIES["vertumnus"].params["beta"]
+    tuned = spec.with_params(cache_scan_interval_s=5.0, cache_intra_degree_threshold=2.0, beta=2.0)
+    (mgr,) = [a for a in tuned.make_attachments() if isinstance(a, GlobalCacheManager)]
+    assert (mgr.config.scan_interval_s, mgr.config.intra_degree_threshold) == (5.0, 2.0)
+    assert mgr.config.beta == 2.0 == tuned.make_router().params.beta  # the manager follows the router
+    assert tuned.name == "vertumnus-global-cache" and tuned.params["cache_scan_interval_s"] == 5.0
+    with pytest.raises(ValueError, match="reclaim_threshold"):
+        spec.with_params(cache_reclaim_threshold=100.0)
+    with pytest.raises(ValueError, match="cache_nope"):
+        spec.with_params(cache_nope=1.0)
