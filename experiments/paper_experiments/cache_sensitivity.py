@@ -1,0 +1,108 @@
+"""Sensitivity table of the global prefix-cache manager's settings from a sweep's output
+(``experiments/specs/cache-manager-sweep.yaml``): per manager setting, the change of mean TTFT,
+P90 TTFT and prefix hit rate against local caches only, paired by seed.
+
+Usage (after ``cpgym sweep``)::
+
+    python -m experiments.paper_experiments.cache_sensitivity runs/sweeps/cache-manager-sweep
+
+Reads every finished run folder (``cell.json`` + ``summary.json``) below the sweep folder. The
+run of the policy without a manager (``local_policy``) with seed s is the reference of every
+manager run with seed s; a setting is the run's swept policy parameters (its ``cell.json``
+``policy_params``). Per setting: mean over seeds of the paired % changes with the 95 % Student-t
+half-width (:func:`experiments.report.ci95_halfwidth`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+METRICS = ("mean_ttft_s", "p90_ttft_s", "prefix_hit_rate", "slo_attainment_token_weighted", "kv_transfer_bytes")
+
+
+def load_runs(sweep_dir: str | Path) -> list[dict]:
+    """``[{policy, seed, params (dict), **METRICS}]`` of the finished runs under ``sweep_dir``.
+
+    Raises:
+        ValueError: if ``sweep_dir`` holds no finished run.
+    """
+    runs = []
+    for cell_file in sorted(Path(sweep_dir).glob("*/cell.json")):
+        cell = json.loads(cell_file.read_text())
+        summary = json.loads((cell_file.parent / "summary.json").read_text())
+        runs.append({"policy": cell["policy"], "seed": int(cell["seed"]), "params": dict(cell.get("policy_params") or {}),
+                     **{k: float(summary.get(k, 0.0)) for k in METRICS}})
+    if not runs:
+        raise ValueError(f"{sweep_dir}: no finished run (no */cell.json); run `cpgym sweep` first")
+    return runs
+
+
+def sensitivity_rows(runs: list[dict], local_policy: str = "vertumnus") -> list[dict]:
+    """One row per manager setting, sorted by the mean-TTFT change (best first).
+
+    Row keys: ``params`` (the setting), ``num_seeds``, ``mean_ttft_pct`` / ``p90_ttft_pct``
+    (manager vs local, %, negative = lower TTFT) and their ``*_ci`` half-widths,
+    ``hit_rate_pp`` (percentage points), ``min_slo_attainment`` (lowest token-weighted SLO
+    attainment over the seeds), ``kv_transfer_gb`` (mean over seeds).
+
+    Raises:
+        ValueError: if there is no run of ``local_policy`` or a manager run has no local run with
+            its seed.
+    """
+    from experiments.report import ci95_halfwidth
+
+    local = {r["seed"]: r for r in runs if r["policy"] == local_policy}
+    if not local:
+        found = sorted({r["policy"] for r in runs})
+        raise ValueError(f"no run of the local-caches policy {local_policy!r} (policies: {found})")
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r["policy"] == local_policy:
+            continue
+        if r["seed"] not in local:
+            raise ValueError(f"{r['policy']} seed {r['seed']} has no {local_policy} run with that seed to pair with")
+        groups.setdefault(tuple(sorted(r["params"].items())), []).append(r)
+    rows = []
+    for params, rs in groups.items():
+        mean_pct = [100.0 * (r["mean_ttft_s"] / local[r["seed"]]["mean_ttft_s"] - 1.0) for r in rs]
+        p90_pct = [100.0 * (r["p90_ttft_s"] / local[r["seed"]]["p90_ttft_s"] - 1.0) for r in rs]
+        hit_pp = [100.0 * (r["prefix_hit_rate"] - local[r["seed"]]["prefix_hit_rate"]) for r in rs]
+        n = len(rs)
+        rows.append({"params": dict(params), "num_seeds": n,
+                     "mean_ttft_pct": sum(mean_pct) / n, "mean_ttft_pct_ci": ci95_halfwidth(mean_pct),
+                     "p90_ttft_pct": sum(p90_pct) / n, "p90_ttft_pct_ci": ci95_halfwidth(p90_pct),
+                     "hit_rate_pp": sum(hit_pp) / n,
+                     "min_slo_attainment": min(r["slo_attainment_token_weighted"] for r in rs),
+                     "kv_transfer_gb": sum(r["kv_transfer_bytes"] for r in rs) / n / 1e9})
+    rows.sort(key=lambda row: row["mean_ttft_pct"])
+    return rows
+
+
+def to_markdown(rows: list[dict]) -> str:
+    """The rows as a Markdown table (one column per swept parameter)."""
+    keys = sorted({k for r in rows for k in r["params"]})
+    head = [k.removeprefix("cache_") for k in keys] + ["seeds", "mean TTFT %", "P90 TTFT %", "hit rate pp", "min SLO tok",
+                                                        "transfer GB"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"{r['params'].get(k, '')}" for k in keys]
+        cells += [str(r["num_seeds"]), f"{r['mean_ttft_pct']:+.1f} ± {r['mean_ttft_pct_ci']:.1f}",
+                  f"{r['p90_ttft_pct']:+.1f} ± {r['p90_ttft_pct_ci']:.1f}", f"{r['hit_rate_pp']:+.2f}",
+                  f"{r['min_slo_attainment']:.3f}", f"{r['kv_transfer_gb']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m experiments.paper_experiments.cache_sensitivity SWEEP_DIR", file=sys.stderr)
+        return 2
+    print(to_markdown(sensitivity_rows(load_runs(argv[0]))), end="")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

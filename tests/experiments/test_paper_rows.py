@@ -1,0 +1,59 @@
+"""Rows of the dynamic, cache and reconfiguration results (schema of ``cpgym reproduce``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments.paper_experiments.paper_rows import (cache_rows, dynamic_comparisons, dynamic_rows, operation_times_s,
+                                                      reconfiguration_rows)
+
+KEYS = {"experiment", "workload", "model", "metric", "paper_value", "cpgym_value", "ci_low", "ci_high", "load_fraction",
+        "strongest_baseline"}
+
+
+def _summary(adaptive: float, initial: str = "cp4x6,cp2x8") -> dict:
+    fixed = {"cp4x10": 2.0, "cp4x6,cp2x8": 1.0, "cp2x20": 4.0}
+    return {"policies": [{"policy": "vertumnus-adaptive", "mean_ttft_s": adaptive}]
+            + [{"policy": f"fixed {c}", "mean_ttft_s": v} for c, v in fixed.items()],
+            "initial_composition": initial, "best_fixed_composition": "cp4x6,cp2x8"}
+
+
+def test_dynamic_comparisons_and_rows():
+    c = dynamic_comparisons(_summary(0.9), 40, (2, 4))
+    assert c == pytest.approx({"mean_ttft_pct_vs_best_fixed": -10.0, "mean_ttft_pct_vs_homogeneous_cp2": -77.5,
+                               "mean_ttft_pct_vs_homogeneous_cp4": -55.0, "mean_ttft_pct_vs_initial": -10.0})
+    rows = dynamic_rows("rising-rates", [_summary(0.9), _summary(1.1)], "qwen3", paper_value=-19.6)
+    assert all(set(r) == KEYS and r["experiment"] == "dynamic" for r in rows)
+    best = rows[0]
+    assert best["metric"] == "mean_ttft_pct_vs_best_fixed" and best["paper_value"] is None
+    assert best["cpgym_value"] == pytest.approx(0.0) and best["ci_low"] < 0 < best["ci_high"]
+    assert rows[1]["paper_value"] == -19.6 and best["strongest_baseline"] == "cp4x6,cp2x8"
+    with pytest.raises(ValueError, match="cp4x9"):
+        dynamic_comparisons(_summary(0.9, initial="cp4x9,cp2x2"), 40, (2, 4))
+
+
+def test_cache_rows_paired_per_seed():
+    pairs = [({"mean_ttft_s": 1.0, "p90_ttft_s": 2.0, "prefix_hit_rate": 0.5},
+              {"mean_ttft_s": 0.9, "p90_ttft_s": 1.6, "prefix_hit_rate": 0.51}),
+             ({"mean_ttft_s": 2.0, "p90_ttft_s": 4.0, "prefix_hit_rate": 0.5},
+              {"mean_ttft_s": 1.6, "p90_ttft_s": 3.2, "prefix_hit_rate": 0.53})]
+    rows = {r["metric"]: r for r in cache_rows(pairs, "qwen3", load_fraction=0.95)}
+    assert rows["mean_ttft_pct"]["cpgym_value"] == pytest.approx(-15.0) and rows["mean_ttft_pct"]["paper_value"] == -10.3
+    p90 = rows["p90_ttft_pct"]
+    assert p90["cpgym_value"] == pytest.approx(-20.0) and p90["ci_low"] == pytest.approx(-20.0)
+    assert rows["hit_rate_pp"]["cpgym_value"] == pytest.approx(2.0) and rows["hit_rate_pp"]["paper_value"] is None
+    assert rows["mean_ttft_pct"]["load_fraction"] == 0.95
+
+
+def test_reconfiguration_rows_percentiles_and_errors():
+    summary = {"operations": [{"total_s": t, "commit_s": 1.0} for t in (1.0, 2.0, 3.0, 4.0, 5.0)]
+               + [{"total_s": math.nan, "commit_s": math.nan}]}
+    times = operation_times_s(summary)
+    assert times == [1.0, 2.0, 3.0, 4.0, 5.0]
+    (p10, p90) = reconfiguration_rows([times], "qwen3")
+    assert (p10["cpgym_value"], p90["cpgym_value"]) == pytest.approx((1.4, 4.6))
+    assert math.isnan(p10["ci_low"]) and p10["paper_value"] == 1.1 and p90["paper_value"] == 5.1
+    with pytest.raises(ValueError, match="committed"):
+        reconfiguration_rows([[]], "qwen3")
