@@ -157,8 +157,11 @@ POLICIES: dict[str, PolicySpec] = {
 }
 
 # --- issue #5: Vertumnus + global prefix-cache manager (paper §7)
-from baselines.cache_manager import with_global_cache  # noqa: E402
+from baselines.cache_manager import CACHE_MANAGER_SETTINGS, with_global_cache  # noqa: E402
 POLICIES["vertumnus-global-cache"] = with_global_cache(POLICIES["vertumnus"])
+POLICIES["vertumnus-global-cache-20s"] = with_global_cache(
+    POLICIES["vertumnus"], replace(CACHE_MANAGER_SETTINGS["paper-20s"], beta=POLICIES["vertumnus"].params["beta"],
+                                   lambda_=POLICIES["vertumnus"].params["lambda"]), "vertumnus-global-cache-20s")
 
 # --- KV pull paths (envs/sim/tiers.py, baselines/tiered.py): the systems with their own KV tiers.
 # Mooncake pools host DRAM per node and a distributed store (Mooncake Store); Dynamo's KV block

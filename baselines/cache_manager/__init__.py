@@ -17,11 +17,11 @@ Source: paper §7/§8 (``../shared/paper/vertumnus-summary.en.txt``,
 :class:`CacheManagerConfig` are this implementation's (documented there).
 """
 
-from baselines.cache_manager.config import CacheManagerConfig
+from baselines.cache_manager.config import CACHE_MANAGER_SETTINGS, CacheManagerConfig
 from baselines.cache_manager.manager import GlobalCacheManager, with_global_cache
 from baselines.cache_manager.replication import Replicator, Transfer
 from baselines.cache_manager.statistics import DemandStatistics
 from baselines.cache_manager.trie import PrefixTrie, TrieNode
 
-__all__ = ["CacheManagerConfig", "GlobalCacheManager", "with_global_cache", "PrefixTrie", "TrieNode", "DemandStatistics",
-           "Replicator", "Transfer"]
+__all__ = ["CacheManagerConfig", "CACHE_MANAGER_SETTINGS", "GlobalCacheManager", "with_global_cache", "PrefixTrie",
+           "TrieNode", "DemandStatistics", "Replicator", "Transfer"]

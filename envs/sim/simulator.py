@@ -298,7 +298,8 @@ class Simulator:
         nxt = idx + 1
         self._next_arrival = nxt
         if nxt < len(reqs):
-            self.schedule(reqs[nxt].arrival_time_s - self.env.now, EventPriority.ARRIVAL, self._on_arrival, nxt)
+            # equal arrival times can sit one ulp behind the clock (see above): never a negative delay
+            self.schedule(max(0.0, reqs[nxt].arrival_time_s - self.env.now), EventPriority.ARRIVAL, self._on_arrival, nxt)
 
     def redirect(self, request: Request) -> None:
         """Puts a queued request back in front of the decision queue (drain redirection, §6)."""

@@ -54,7 +54,9 @@ class CacheAblationConfig:
     duration_s: float = _opt(300.0, "simulated seconds of tool-agent sessions")
     workload_seed: int = _opt(0, "seed of the tool-agent generator")
     base_policy: str = _opt("vertumnus", "policy run with local caches only")
-    scan_interval_s: float | None = _opt(None, "cache-manager scan period [s] (none: 20, paper §7)")
+    manager_setting: str = _opt("default", "named cache-manager setting (baselines.cache_manager.CACHE_MANAGER_SETTINGS): "
+                                           "default (5 s scan, swept thresholds) or paper-20s (the paper's 20 s scan)")
+    scan_interval_s: float | None = _opt(None, "cache-manager scan period [s] overriding the setting's")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rates_rps", tuple(float(r) for r in self.rates_rps))
@@ -64,6 +66,11 @@ class CacheAblationConfig:
             raise ValueError(f"cache-ablation: duration_s must be > 0, got {self.duration_s}")
         if self.workload_seed < 0:
             raise ValueError(f"cache-ablation: workload_seed must be >= 0, got {self.workload_seed}")
+        from baselines.cache_manager import CACHE_MANAGER_SETTINGS
+
+        if self.manager_setting not in CACHE_MANAGER_SETTINGS:
+            raise ValueError(f"cache-ablation: manager_setting must be one of {sorted(CACHE_MANAGER_SETTINGS)}, "
+                             f"got {self.manager_setting!r}")
         if self.scan_interval_s is not None and not self.scan_interval_s > 0:
             raise ValueError(f"cache-ablation: scan_interval_s must be > 0, got {self.scan_interval_s}")
 
@@ -125,16 +132,16 @@ def policies(cfg: CacheAblationConfig):
     Raises:
         ValueError: on an unknown base policy.
     """
-    from baselines.cache_manager import CacheManagerConfig, with_global_cache
+    from baselines.cache_manager import CACHE_MANAGER_SETTINGS, with_global_cache
     from baselines.registry import get_policy
 
     base = get_policy(cfg.base_policy)
-    mgr_cfg = None
+    mgr_cfg = CACHE_MANAGER_SETTINGS[cfg.manager_setting]
     if cfg.scan_interval_s is not None:
-        params = getattr(base.make_router(), "params", None)
-        mgr_cfg = CacheManagerConfig(scan_interval_s=cfg.scan_interval_s)
-        if params is not None and hasattr(params, "lambda_"):
-            mgr_cfg = replace(mgr_cfg, beta=params.beta, lambda_=params.lambda_)
+        mgr_cfg = replace(mgr_cfg, scan_interval_s=cfg.scan_interval_s)
+    params = getattr(base.make_router(), "params", None)
+    if params is not None and hasattr(params, "lambda_"):
+        mgr_cfg = replace(mgr_cfg, beta=params.beta, lambda_=params.lambda_)
     return base, with_global_cache(base, mgr_cfg)
 
 

@@ -305,3 +305,19 @@ def test_manager_settings_are_policy_parameters():
         spec.with_params(cache_reclaim_threshold=100.0)
     with pytest.raises(ValueError, match="cache_nope"):
         spec.with_params(cache_nope=1.0)
+
+
+def test_paper_20s_setting_stays_available():
+    from baselines.cache_manager import CACHE_MANAGER_SETTINGS
+    from experiments.paper_experiments.cache_ablation import CacheAblationConfig, policies
+
+    assert CACHE_MANAGER_SETTINGS["default"] == CacheManagerConfig()
+    paper = CACHE_MANAGER_SETTINGS["paper-20s"]
+    assert paper.scan_interval_s == 20.0 and paper.intra_degree_threshold > CacheManagerConfig().intra_degree_threshold
+    spec = POLICIES["vertumnus-global-cache-20s"]
+    (mgr,) = [a for a in spec.make_attachments() if isinstance(a, GlobalCacheManager)]
+    assert mgr.config.scan_interval_s == 20.0 and spec.make_router().name == "vertumnus-global-cache-20s"
+    _, managed = policies(CacheAblationConfig(manager_setting="paper-20s"))
+    assert managed.params["cache_scan_interval_s"] == 20.0 and managed.params["cache_intra_degree_threshold"] == 8.0
+    with pytest.raises(ValueError, match="manager_setting"):
+        CacheAblationConfig(manager_setting="fast")

@@ -175,3 +175,17 @@ def test_no_module_level_state_between_runs(simple_calibration):
     r2 = Simulator(wl, SimConfig(pool=TWO_GPUS), simple_calibration).run(PrefixAffinityRouter()).records
     assert r1["num_cached_tokens"].tolist() == r2["num_cached_tokens"].tolist() == [0, 11]
     assert not math.isnan(r2["ttft_s"][1])
+
+
+def test_equal_arrival_times_one_ulp_behind_the_clock_do_not_fail(simple_calibration):
+    # 0.3333333333333333 is reached as 0.03 + (0.3333333333333333 - 0.03) = 0.33333333333333337 > the
+    # next arrival's time: the next arrival is scheduled with delay 0, not a negative one.
+    from baselines.simple import LeastWorkRouter
+    from envs.sim import PoolConfig, SimConfig, Simulator
+
+    from tests.sim.conftest import make_workload
+
+    wl = make_workload([(0.03, 10, None), (1 / 3, 10, None), (1 / 3, 10, None)])
+    pool = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+    res = Simulator(wl, SimConfig(pool=pool), simple_calibration).run(LeastWorkRouter())
+    assert res.records["finish_s"].size == 3
