@@ -33,7 +33,11 @@ import math
 
 import numpy as np
 
-PAPER_DYNAMIC = {"rising-rates": -19.6, "long-heavy": -14.5, "long-heavy-first": -5.5}
+PAPER_DYNAMIC = {"rising-rates": -19.6, "long-heavy": -14.5}
+#: Scenario -> phases of the ``phases`` run it covers: the short-heavy phases (rates rising inside
+#: each phase: the paper's "rising request rates"), the long-heavy ones (the paper's later
+#: long-request-heavy demand: −5.5 % and −14.5 %; the row carries the larger), and the whole run.
+DYNAMIC_SCENARIOS = {"rising-rates": "short", "long-heavy": "long", "phases-all": None}
 PAPER_CACHE = {"mean_ttft_pct": -10.3, "p90_ttft_pct": -18.7, "hit_rate_pp": None}
 PAPER_RECONFIG = {"reconfig_time_s_p10": 1.1, "reconfig_time_s_p90": 5.1}
 DYNAMIC_METRICS = ("mean_ttft_pct_vs_best_fixed", "mean_ttft_pct_vs_homogeneous_cp2", "mean_ttft_pct_vs_homogeneous_cp4",
@@ -55,19 +59,37 @@ def _pct(new: float, old: float) -> float:
     return 100.0 * (new / old - 1.0)
 
 
-def dynamic_comparisons(summary: dict, num_gpus: int, degrees: tuple[int, int]) -> dict[str, float]:
-    """The four ``mean_ttft_pct_vs_*`` values of one ``run_dynamic_phases`` summary.
+def _mean_ttft(row: dict, phases: list[int] | None) -> float:
+    if phases is None:
+        return row["mean_ttft_s"]
+    return float(np.mean([row["phase_mean_ttft_s"][i] for i in phases]))
+
+
+def dynamic_comparisons(summary: dict, num_gpus: int, degrees: tuple[int, int],
+                        phase_kind: str | None = None) -> dict:
+    """The four ``mean_ttft_pct_vs_*`` values of one ``run_dynamic_phases`` summary, and the
+    ``best_fixed_composition`` they compare with.
 
     Args:
         summary: :attr:`DynamicPhasesResult.summary`; its ``policies`` must include the fixed
             homogeneous pools and the adaptive run's initial composition.
         num_gpus: pool size (the homogeneous pools are ``cp{C}x{num_gpus // C}``).
         degrees: the smallest and largest supported CP degree.
+        phase_kind: ``None`` for the whole run; ``"short"`` / ``"long"`` to compare the
+            unweighted mean of the per-phase mean TTFTs of the phases of that kind
+            (``summary["phases"][i]["kind"]``); the best fixed composition is then the best on
+            those phases.
 
     Raises:
-        ValueError: if a needed fixed composition was not run (names it).
+        ValueError: if a needed fixed composition was not run (names it), or no phase has
+            ``phase_kind``.
     """
-    rows = {r["policy"]: r["mean_ttft_s"] for r in summary["policies"]}
+    phases = None
+    if phase_kind is not None:
+        phases = [i for i, ph in enumerate(summary["phases"]) if ph["kind"] == phase_kind]
+        if not phases:
+            raise ValueError(f"no phase of kind {phase_kind!r} (kinds: {[ph['kind'] for ph in summary['phases']]})")
+    rows = {r["policy"]: _mean_ttft(r, phases) for r in summary["policies"]}
     adaptive = rows["vertumnus-adaptive"]
     fixed = {k[len("fixed "):]: v for k, v in rows.items() if k.startswith("fixed ")}
 
@@ -77,15 +99,18 @@ def dynamic_comparisons(summary: dict, num_gpus: int, degrees: tuple[int, int]) 
         return fixed[comp]
 
     lo, hi = degrees
-    return {"mean_ttft_pct_vs_best_fixed": _pct(adaptive, min(fixed.values())),
+    return {"best_fixed_composition": min(fixed, key=fixed.get),
+            "mean_ttft_pct_vs_best_fixed": _pct(adaptive, min(fixed.values())),
             "mean_ttft_pct_vs_homogeneous_cp2": _pct(adaptive, need(f"cp{lo}x{num_gpus // lo}")),
             "mean_ttft_pct_vs_homogeneous_cp4": _pct(adaptive, need(f"cp{hi}x{num_gpus // hi}")),
             "mean_ttft_pct_vs_initial": _pct(adaptive, need(summary["initial_composition"]))}
 
 
 def dynamic_rows(scenario: str, summaries: list[dict], model: str, num_gpus: int = 40,
-                 degrees: tuple[int, int] = (2, 4), paper_value: float | None = None) -> list[dict]:
-    """Rows of one dynamic scenario from per-seed ``run_dynamic_phases`` summaries.
+                 degrees: tuple[int, int] = (2, 4), paper_value: float | None = None,
+                 phase_kind: str | None = None) -> list[dict]:
+    """Rows of one dynamic scenario from per-seed ``run_dynamic_phases`` summaries (the whole run,
+    or only its phases of ``phase_kind``: see :func:`dynamic_comparisons`).
 
     ``paper_value`` goes on the homogeneous and initial-composition rows (the paper compares
     against fixed configurations); the best-fixed row has none (the paper does not report it).
@@ -95,8 +120,8 @@ def dynamic_rows(scenario: str, summaries: list[dict], model: str, num_gpus: int
     """
     if not summaries:
         raise ValueError("dynamic_rows needs at least one seed's summary")
-    per_seed = [dynamic_comparisons(s, num_gpus, degrees) for s in summaries]
-    best = summaries[0]["best_fixed_composition"]
+    per_seed = [dynamic_comparisons(s, num_gpus, degrees, phase_kind) for s in summaries]
+    best = per_seed[0]["best_fixed_composition"]
     return [_row("dynamic", scenario, model, m, None if m == "mean_ttft_pct_vs_best_fixed" else paper_value,
                  [c[m] for c in per_seed], strongest_baseline=best) for m in DYNAMIC_METRICS]
 
@@ -171,3 +196,68 @@ def run_cache_pairs(rate_rps: float, seeds: tuple[int, ...], config, duration_s:
         sim_cfg = replace(config, seed=seed)
         out.append((run_one(local, wl, sim_cfg), run_one(managed, wl, sim_cfg)))
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments.paper_experiments.paper_rows KIND ...``: prints rows as JSON.
+
+    * ``cache RATE SEEDS [SETTING]``: runs :func:`run_cache_pairs` (tool-agent, 300 s; SEEDS like
+      ``0,1,2``; SETTING a key of ``CACHE_MANAGER_SETTINGS``, default ``default``);
+    * ``reconfiguration DYNAMIC_JSON...`` / ``dynamic DYNAMIC_JSON...``: rows from the
+      ``dynamic.json`` files ``cpgym dynamic --out-dir`` wrote, one per seed (dynamic: one set
+      of rows per scenario of :data:`DYNAMIC_SCENARIOS`).
+    """
+    import json
+    import sys
+    from dataclasses import asdict
+
+    from experiments.common import dumps_json
+
+    argv = sys.argv[1:] if argv is None else argv
+    usage = ("usage: python -m experiments.paper_experiments.paper_rows cache RATE SEEDS [SETTING] | "
+             "reconfiguration DYNAMIC_JSON... | dynamic DYNAMIC_JSON...")
+    if len(argv) < 2:
+        print(usage, file=sys.stderr)
+        return 2
+    kind, rest = argv[0], argv[1:]
+    if kind == "cache":
+        from baselines.cache_manager import CACHE_MANAGER_SETTINGS
+        from envs.sim import SimConfig
+
+        setting = CACHE_MANAGER_SETTINGS[rest[2] if len(rest) > 2 else "default"]
+        params = {f"cache_{k}": v for k, v in asdict(setting).items() if k not in ("beta", "lambda_")}
+        params = {k: v for k, v in params.items() if k[len("cache_"):] in _sweepable()}
+        seeds = tuple(int(s) for s in rest[1].split(","))
+        rows = cache_rows(run_cache_pairs(float(rest[0]), seeds, SimConfig(), manager_params=params), _model())
+    elif kind == "reconfiguration":
+        rows = reconfiguration_rows([operation_times_s(json.loads(open(p).read())) for p in rest], _model())
+    elif kind == "dynamic" and rest:
+        summaries = [json.loads(open(p).read()) for p in rest]
+        pool = summaries[0]["pool"]
+        degrees = (min(pool["supported_degrees"]), max(pool["supported_degrees"]))
+        rows = []
+        for scenario, phase_kind in DYNAMIC_SCENARIOS.items():
+            rows += dynamic_rows(scenario, summaries, _model(), int(pool["num_gpus"]), degrees, PAPER_DYNAMIC.get(scenario),
+                                 phase_kind)
+    else:
+        print(usage, file=sys.stderr)
+        return 2
+    print(dumps_json(rows))
+    return 0
+
+
+def _sweepable() -> tuple[str, ...]:
+    from baselines.cache_manager.manager import SWEEPABLE_FIELDS
+
+    return SWEEPABLE_FIELDS
+
+
+def _model() -> str:
+    from envs.sim import Calibration
+
+    cal = Calibration.resolve(None)
+    return str(getattr(cal, "model", "default"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

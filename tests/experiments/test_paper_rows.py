@@ -14,16 +14,24 @@ KEYS = {"experiment", "workload", "model", "metric", "paper_value", "cpgym_value
 
 
 def _summary(adaptive: float, initial: str = "cp4x6,cp2x8") -> dict:
-    fixed = {"cp4x10": 2.0, "cp4x6,cp2x8": 1.0, "cp2x20": 4.0}
-    return {"policies": [{"policy": "vertumnus-adaptive", "mean_ttft_s": adaptive}]
-            + [{"policy": f"fixed {c}", "mean_ttft_s": v} for c, v in fixed.items()],
-            "initial_composition": initial, "best_fixed_composition": "cp4x6,cp2x8"}
+    # per phase (short, long): cp4x10 is best on the long phase, the mixed pool overall
+    fixed = {"cp4x10": (3.0, 1.0), "cp4x6,cp2x8": (0.5, 1.5), "cp2x20": (4.0, 4.0)}
+    return {"policies": [{"policy": "vertumnus-adaptive", "mean_ttft_s": adaptive, "phase_mean_ttft_s": [adaptive, 1.2]}]
+            + [{"policy": f"fixed {c}", "mean_ttft_s": sum(v) / 2, "phase_mean_ttft_s": list(v)} for c, v in fixed.items()],
+            "initial_composition": initial, "best_fixed_composition": "cp4x6,cp2x8",
+            "phases": [{"kind": "short"}, {"kind": "long"}]}
 
 
 def test_dynamic_comparisons_and_rows():
     c = dynamic_comparisons(_summary(0.9), 40, (2, 4))
+    assert c.pop("best_fixed_composition") == "cp4x6,cp2x8"
     assert c == pytest.approx({"mean_ttft_pct_vs_best_fixed": -10.0, "mean_ttft_pct_vs_homogeneous_cp2": -77.5,
                                "mean_ttft_pct_vs_homogeneous_cp4": -55.0, "mean_ttft_pct_vs_initial": -10.0})
+    long = dynamic_comparisons(_summary(0.9), 40, (2, 4), phase_kind="long")
+    assert long["best_fixed_composition"] == "cp4x10" and long["mean_ttft_pct_vs_best_fixed"] == pytest.approx(20.0)
+    assert long["mean_ttft_pct_vs_initial"] == pytest.approx(100.0 * (1.2 / 1.5 - 1.0))
+    with pytest.raises(ValueError, match="kind 'medium'"):
+        dynamic_comparisons(_summary(0.9), 40, (2, 4), phase_kind="medium")
     rows = dynamic_rows("rising-rates", [_summary(0.9), _summary(1.1)], "qwen3", paper_value=-19.6)
     assert all(set(r) == KEYS and r["experiment"] == "dynamic" for r in rows)
     best = rows[0]
