@@ -212,7 +212,10 @@ def run(args: argparse.Namespace) -> int:
         u.add_column("statistic")
         u.add_column("value", justify="right")
         for k, v in reuse.items():
-            shown = " / ".join(f"{x:,.3g}" for x in v.values()) + "  (mean / p50 / p90)" if isinstance(v, dict) else f"{v:,.4g}"
+            if isinstance(v, dict):
+                shown = " / ".join(f"{x:,.3g}" for x in v.values()) + "  (mean / p50 / p90)"
+            else:
+                shown = f"{v:,.4g}"
             u.add_row(k, shown)
         console.print(u)
     return 0
