@@ -39,8 +39,11 @@ def load_runs(sweep_dir: str | Path) -> list[dict]:
     return runs
 
 
-def sensitivity_rows(runs: list[dict], local_policy: str = "vertumnus") -> list[dict]:
+def sensitivity_rows(runs: list[dict], local_policy: str | None = None) -> list[dict]:
     """One row per manager setting, sorted by the mean-TTFT change (best first).
+
+    ``local_policy`` (local caches only) defaults to the one policy of the sweep whose runs have
+    no ``cache_*`` parameter (``vertumnus`` or ``vertumnus-router``).
 
     Row keys: ``params`` (the setting), ``num_seeds``, ``mean_ttft_pct`` / ``p90_ttft_pct``
     (manager vs local, %, negative = lower TTFT) and their ``*_ci`` half-widths,
@@ -53,6 +56,9 @@ def sensitivity_rows(runs: list[dict], local_policy: str = "vertumnus") -> list[
     """
     from experiments.report import ci95_halfwidth
 
+    if local_policy is None:
+        plain = sorted({r["policy"] for r in runs if not any(k.startswith("cache_") for k in r["params"])})
+        local_policy = plain[0] if len(plain) == 1 else "vertumnus"
     local = {r["seed"]: r for r in runs if r["policy"] == local_policy}
     if not local:
         found = sorted({r["policy"] for r in runs})

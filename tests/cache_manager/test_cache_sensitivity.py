@@ -38,9 +38,9 @@ def test_paired_changes_by_setting(tmp_path):
 def test_unpaired_or_empty_sweeps_are_errors(tmp_path):
     with pytest.raises(ValueError, match="no finished run"):
         load_runs(tmp_path)
-    _run(tmp_path, "a", "vertumnus-global-cache", 0, {}, 1.0, 2.0, 0.5)
+    _run(tmp_path, "a", "vertumnus-global-cache", 0, {"cache_decay": 0.5}, 1.0, 2.0, 0.5)
     with pytest.raises(ValueError, match="local-caches policy"):
         sensitivity_rows(load_runs(tmp_path))
-    _run(tmp_path, "b", "vertumnus", 1, {}, 1.0, 2.0, 0.5)
+    _run(tmp_path, "b", "vertumnus-router", 1, {}, 1.0, 2.0, 0.5)  # found as the local policy
     with pytest.raises(ValueError, match="seed 0"):
         sensitivity_rows(load_runs(tmp_path))
