@@ -72,6 +72,20 @@ POOL_FEATURES: tuple[tuple[str, float], ...] = (
     ("epoch", COUNT_BOUND),                    # configuration epoch (paper §6/§8)
 )
 
+#: Per-worker features of the ``"workers_extra"`` key (same rows as ``"workers"``).
+WORKER_EXTRA_FEATURES: tuple[tuple[str, float], ...] = (
+    # C_w*s - C_min*E_{C_min}(R_{i,w}, P_{i,w}): the extra GPU time of the Vertumnus cost (paper §5,
+    # baselines.vertumnus.extra_gpu_time_s) with C_min over the eligible workers [GPU s]; 0 if not eligible
+    ("extra_gpu_time_s", TIME_BOUND_S),
+)
+#: Episode-context features of the ``"context"`` key.
+CONTEXT_FEATURES: tuple[tuple[str, float], ...] = (
+    ("time_to_window_end_s", TIME_BOUND_S),   # max(0, window end - now) [s]; window end from the window's metadata
+    ("recent_arrival_rate_rps", COUNT_BOUND),  # arrivals in (now - RECENT_RATE_WINDOW_S, now] / that span [requests/s]
+)
+#: Look-back of ``recent_arrival_rate_rps`` [s] (shorter at the episode start: the elapsed time).
+RECENT_RATE_WINDOW_S = 10.0
+
 REWARD_KINDS = ("time_in_system", "slo_miss_tokens")
 
 
@@ -146,7 +160,11 @@ class PrefillRoutingEnv(gym.Env):
     beyond the bound are clipped): ``"workers"`` of shape ``(max_num_workers, 12)`` (row = worker
     id, zeros for an empty slot), ``"request"`` of shape ``(6,)`` and ``"pool"`` of shape
     ``(5,)``; names, units and bounds in ``WORKER_FEATURES``, ``REQUEST_FEATURES`` and
-    ``POOL_FEATURES``. Everything the Vertumnus router uses is there: ``q_w``, the ready hit
+    ``POOL_FEATURES``; ``"workers_extra"`` of shape ``(max_num_workers, 1)`` (the extra GPU time of
+    the Vertumnus cost per worker, ``WORKER_EXTRA_FEATURES``) and ``"context"`` of shape ``(2,)``
+    (time to the window end and the recent arrival rate, ``CONTEXT_FEATURES``). With
+    ``num_slots`` > the pool's ``max_num_workers`` the worker rows are padded with zero rows
+    (``present`` = 0, never eligible), so pools of different sizes share one space. Everything the Vertumnus router uses is there: ``q_w``, the ready hit
     ``P_{i,w}``, the degree ``C_w``, the worker state, the predicted service time
     ``E_{C_w}(R_{i,w}, P_{i,w})`` and the request length ``L``. Normalisation is left to the
     policy (``policies.extractor`` scales logarithmically).
@@ -190,7 +208,10 @@ class PrefillRoutingEnv(gym.Env):
     return is cut short, so a learner should bootstrap there. ``terminated=True`` (and
     ``truncated=False``) only at a true end: every request finished or was rejected as
     unroutable (:meth:`envs.accounting.EpisodeAccounting.episode_end`). Stepping after the end
-    is a no-op that repeats these flags.
+    is a no-op that repeats these flags. The last step's ``info`` holds ``episode_return`` and
+    ``episode_mean_ttft_s``, ``episode_p90_ttft_s``, ``episode_slo_attainment_token_weighted`` of
+    the requests arriving at or after the window's ``metadata["measure_from_s"]`` (0 by default;
+    a warm-started protocol window, ``policies.protocol``, excludes its warm-up).
 
     ## Arguments
 
@@ -208,13 +229,17 @@ class PrefillRoutingEnv(gym.Env):
             ``Simulator(workload, config, calibration)`` (e.g. ``experiments.runner.build_simulator``
             of a named policy, which applies its composition, calibration transform and
             attachments); the pool's ``max_num_workers`` must match ``config``'s.
+        num_slots: number of worker slots of the observation and action spaces (default: the
+            pool's ``max_num_workers``); more pads with empty, masked slots.
 
     Raises:
-        ValueError: if no window holds a request or the reward is invalid.
+        ValueError: if no window holds a request, the reward is invalid, or ``num_slots`` is
+            below the pool's ``max_num_workers``.
 
     ## Version History
 
     * v0: initial version (cpgym 0.1.0).
+    * v0 (cpgym 0.2): ``"workers_extra"`` and ``"context"`` observation keys; ``num_slots`` padding.
     """
 
     metadata = {"render_modes": []}
@@ -222,7 +247,8 @@ class PrefillRoutingEnv(gym.Env):
     def __init__(self, workloads: Workload | Sequence[Workload] | None = None, config: SimConfig | None = None,
                  calibration: Calibration | None = None, reward: RoutingRewardConfig | str | None = None,
                  make_attachments: Callable[[], list] | None = None,
-                 make_simulator: Callable[[Workload, SimConfig], Simulator] | None = None) -> None:
+                 make_simulator: Callable[[Workload, SimConfig], Simulator] | None = None,
+                 num_slots: int | None = None) -> None:
         super().__init__()
         self.windows = nonempty_windows(workloads if workloads is not None else default_routing_windows())
         self.config = config or SimConfig()
@@ -235,7 +261,10 @@ class PrefillRoutingEnv(gym.Env):
         self.make_attachments = make_attachments
         self.make_simulator = make_simulator
         pool = self.config.pool
-        self.max_num_workers = pool.max_num_workers
+        if num_slots is not None and num_slots < pool.max_num_workers:
+            raise ValueError(f"num_slots must be >= the pool's max_num_workers ({pool.max_num_workers}), got {num_slots}")
+        #: Worker slots of the spaces (>= the pool's ``max_num_workers``; the rest are padding).
+        self.max_num_workers = num_slots if num_slots is not None else pool.max_num_workers
         n = self.max_num_workers
         self._w_high = np.array([b for _, b in WORKER_FEATURES], dtype=np.float32)
         self._r_high = np.array([b for _, b in REQUEST_FEATURES], dtype=np.float32)
@@ -244,6 +273,8 @@ class PrefillRoutingEnv(gym.Env):
             "workers": spaces.Box(0.0, np.broadcast_to(self._w_high, (n, len(WORKER_FEATURES))).copy(), dtype=np.float32),
             "request": spaces.Box(0.0, self._r_high.copy(), dtype=np.float32),
             "pool": spaces.Box(0.0, self._p_high.copy(), dtype=np.float32),
+            "workers_extra": spaces.Box(0.0, TIME_BOUND_S, (n, len(WORKER_EXTRA_FEATURES)), dtype=np.float32),
+            "context": spaces.Box(0.0, np.array([b for _, b in CONTEXT_FEATURES], dtype=np.float32), dtype=np.float32),
         })
         self.action_space = spaces.Discrete(n)
         self._min_degree = min(pool.supported_degrees)
@@ -254,6 +285,8 @@ class PrefillRoutingEnv(gym.Env):
         self._decision_listeners: list[Callable[[Request, int, PoolView], None]] = []
         self._episode_mean_tokens = 1.0
         self._seen: bytearray = bytearray()
+        self._arrivals_s = np.zeros(0)
+        self._window_end_s = 0.0
         self.window_index = -1
 
     # ----------------------------------------------------------------------------------------
@@ -308,6 +341,12 @@ class PrefillRoutingEnv(gym.Env):
         self._acct = EpisodeAccounting(sim)
         sim.finish_listeners.append(self._acct.on_finish)
         self._seen = bytearray(wl.num_requests)
+        self._arrivals_s = np.fromiter((r.arrival_time_s for r in wl.requests), dtype=float, count=wl.num_requests)
+        md = wl.metadata or {}
+        if "window_end_s" in md and "window_start_s" in md:
+            self._window_end_s = float(md["window_end_s"]) - float(md["window_start_s"])
+        else:
+            self._window_end_s = float(self._arrivals_s[-1])
         self._episode_total_tokens = sum(r.num_prompt_tokens for r in wl.requests)
         self._episode_mean_tokens = self._episode_total_tokens / wl.num_requests
         self._num_invalid = 0
@@ -371,7 +410,14 @@ class PrefillRoutingEnv(gym.Env):
     def _info(self, done: bool) -> dict:
         info = {"sim_time_s": self.sim.env.now, "window_index": self.window_index, "num_invalid_actions": self._num_invalid}
         if done:
+            from envs.metrics.summary import measured_summary
+
             info["episode_return"] = self._return
+            md = self.windows[self.window_index].metadata or {}
+            s = measured_summary(self.sim.result(), float(md.get("measure_from_s", 0.0)))
+            info["episode_mean_ttft_s"] = s["mean_ttft_s"]
+            info["episode_p90_ttft_s"] = s["p90_ttft_s"]
+            info["episode_slo_attainment_token_weighted"] = s["slo_attainment_token_weighted"]
         return info
 
     # ----------------------------------------------------------------------------------------
@@ -380,10 +426,12 @@ class PrefillRoutingEnv(gym.Env):
         W = np.zeros((n, len(WORKER_FEATURES)), dtype=np.float32)
         R = np.zeros(len(REQUEST_FEATURES), dtype=np.float32)
         P = np.zeros(len(POOL_FEATURES), dtype=np.float32)
+        X = np.zeros((n, len(WORKER_EXTRA_FEATURES)), dtype=np.float32)
+        ctx = np.zeros(len(CONTEXT_FEATURES), dtype=np.float32)
         mask = self._mask
         if req is None:
             mask[:] = True
-            return {"workers": W, "request": R, "pool": P}
+            return {"workers": W, "request": R, "pool": P, "workers_extra": X, "context": ctx}
         mask[:] = False
         sim = self.sim
         now = sim.env.now
@@ -402,6 +450,8 @@ class PrefillRoutingEnv(gym.Env):
         max_hit = 0
         ids: list[int] = []
         rows: list[tuple] = []
+        extra: list[tuple] = []  # eligible (slot, C_w, s, R, P): the extra GPU time needs C_min first
+        c_min = 1 << 30
         for wid in sim.worker_ids:
             w = ws[wid]
             rem = w.step_predicted_end_s - now if w.batch else 0.0
@@ -424,6 +474,9 @@ class PrefillRoutingEnv(gym.Env):
             if el:
                 mask[wid] = True
                 num_eligible += 1
+                if C < c_min:
+                    c_min = C
+                extra.append((wid, C, s, L - p, p))
                 if q < min_q:
                     min_q = q
                 if p > max_hit:
@@ -434,10 +487,19 @@ class PrefillRoutingEnv(gym.Env):
                          w.num_queued_new_tokens, len(cache) / cb if cb else 1.0, pp))
         if rows:
             W[ids] = rows
+        for wid, C, s, r_new, p in extra:
+            x = C * s - c_min * cm.service_time_s(c_min, r_new, p)
+            X[wid, 0] = x if x > 0.0 else 0.0
+        arr = self._arrivals_s
+        t0 = max(now - RECENT_RATE_WINDOW_S, 0.0)
+        span = now - t0
+        num_recent = int(np.searchsorted(arr, now, side="right") - np.searchsorted(arr, t0, side="right"))
+        ctx[:] = (max(self._window_end_s - now, 0.0), num_recent / span if span > 0 else 0.0)
         R[:] = (L, sim.ttft_slo_s(req.request_id), cm.service_time_s(self._min_degree, L, 0), max_hit,
                 now - req.arrival_time_s, sim._num_routings[req.request_id])
         P[:] = (num_eligible, self._acct.n, total_q, min_q if num_eligible else 0.0, sim.epoch)
         np.minimum(W, self._w_high, out=W)
         np.minimum(R, self._r_high, out=R)
         np.minimum(P, self._p_high, out=P)
-        return {"workers": W, "request": R, "pool": P}
+        np.minimum(X, TIME_BOUND_S, out=X)
+        return {"workers": W, "request": R, "pool": P, "workers_extra": X, "context": ctx}

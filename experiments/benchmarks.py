@@ -45,8 +45,10 @@ class EnvBenchResult:
         dummy_vec_env_steps_per_s: steps/s under SB3 ``DummyVecEnv`` of ``dummy_vec_env_n_envs``
             copies, masks fetched per step.
         decision_latency_us: policy -> mean decision latency [us/decision]: heuristics
-            (``Router.route`` inside ``Simulator.run``) and a learned checkpoint (``model.predict``
-            with masks, batch 1).
+            (``Router.route`` inside ``Simulator.run``) and a learned checkpoint, through its numpy
+            forward pass (``policies.numpy_policy``, what ``cpgym evaluate`` uses) and through SB3
+            ``model.predict`` (label suffix `` (torch)``), masks passed, batch 1.
+        env_steps_per_s: policy -> steps/s of the whole decide-and-step loop of that policy.
     """
 
     workload: str
@@ -59,6 +61,16 @@ class EnvBenchResult:
     dummy_vec_env_steps_per_s: float
     dummy_vec_env_n_envs: int
     decision_latency_us: dict
+    env_steps_per_s: dict
+
+    def rows(self) -> list[dict]:
+        """``{policy, decision_latency_us, env_steps_per_s}`` rows: the raw env and DummyVecEnv
+        (``decision_latency_us`` None), then every measured policy."""
+        out = [{"policy": "env (raw step)", "decision_latency_us": None, "env_steps_per_s": self.raw_env_steps_per_s},
+               {"policy": f"env (DummyVecEnv x{self.dummy_vec_env_n_envs})", "decision_latency_us": None,
+                "env_steps_per_s": self.dummy_vec_env_steps_per_s}]
+        return out + [{"policy": k, "decision_latency_us": v, "env_steps_per_s": self.env_steps_per_s[k]}
+                      for k, v in self.decision_latency_us.items()]
 
 
 def _raw_env(wins, config, steps: int) -> tuple[float, float]:
@@ -98,7 +110,7 @@ def _vec_env(wins, config, steps: int, n_envs: int) -> float:
     return k * n_envs / (time.perf_counter() - t0)
 
 
-def _heuristic_latency_us(name: str, window, config) -> float:
+def _heuristic_latency_us(name: str, window, config) -> tuple[float, float]:
     from experiments.runner import build_simulator
 
     sim, spec = build_simulator(name, window, config)
@@ -106,6 +118,7 @@ def _heuristic_latency_us(name: str, window, config) -> float:
     view = sim.view
     router.reset(view, sim.policy_rng)
     total, k = 0.0, 0
+    t_loop = time.perf_counter()
     while (req := sim.run_until_decision()) is not None:
         t0 = time.perf_counter()
         wid = router.route(req, view)
@@ -113,20 +126,23 @@ def _heuristic_latency_us(name: str, window, config) -> float:
         sim.decide(wid)
         router.on_dispatch(req, wid, view)
         k += 1
-    return 1e6 * total / max(k, 1)
+    return 1e6 * total / max(k, 1), k / (time.perf_counter() - t_loop)
 
 
-def _learned_latency_us(checkpoint: str, window, config, torch_threads: int) -> tuple[str, float]:
+def _learned_latency_us(checkpoint: str, window, config, torch_threads: int, backend: str) -> tuple[str, float, float]:
+    """``(label, us per decision, steps/s of the decide+step loop)`` of a checkpoint, batch 1."""
     import torch as th
 
     from envs.routing_env import PrefillRoutingEnv
     from policies.checkpoint import LearnedPolicy
 
     th.set_num_threads(torch_threads)
-    pol = LearnedPolicy(checkpoint)
+    pol = LearnedPolicy(checkpoint, backend=backend)
+    label = pol.name if backend == "numpy" else f"{pol.name} (torch)"
     env = PrefillRoutingEnv([window], config)
     obs, _ = env.reset(seed=0, options={"window_index": 0, "sim_seed": 0})
     total, k = 0.0, 0
+    t_loop = time.perf_counter()
     while True:
         m = env.action_masks()
         t0 = time.perf_counter()
@@ -135,7 +151,7 @@ def _learned_latency_us(checkpoint: str, window, config, torch_threads: int) -> 
         obs, _, term, trunc, _ = env.step(int(a))
         k += 1
         if term or trunc or k >= 3000:
-            return pol.name, 1e6 * total / k
+            return label, 1e6 * total / k, k / (time.perf_counter() - t_loop)
 
 
 def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, config) -> EnvBenchResult:
@@ -152,12 +168,16 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
     windows = episode_windows(workload, episode_window_s)
     raw, raw_resets = _raw_env(windows, config, cfg.steps)
     vec = _vec_env(windows, config, cfg.steps, cfg.n_envs)
-    lat = {name: _heuristic_latency_us(name, windows[0], config)
-           for name in (x.strip() for x in cfg.heuristics.split(",")) if name}
+    lat, sps = {}, {}
+    for name in (x.strip() for x in cfg.heuristics.split(",")):
+        if name:
+            lat[name], sps[name] = _heuristic_latency_us(name, windows[0], config)
     if cfg.policy != "none":
-        name, us = _learned_latency_us(cfg.policy, windows[0], config, cfg.torch_threads)
-        lat[name] = us
+        for backend in ("numpy", "torch"):
+            name, lat_us, steps = _learned_latency_us(cfg.policy, windows[0], config, cfg.torch_threads, backend)
+            lat[name], sps[name] = lat_us, steps
     return EnvBenchResult(workload=workload.name, num_windows=len(windows), pool=config.pool.composition,
                           num_gpus=config.pool.num_gpus, max_num_workers=config.pool.max_num_workers,
                           raw_env_steps_per_s=raw, raw_env_steps_per_s_incl_resets=raw_resets,
-                          dummy_vec_env_steps_per_s=vec, dummy_vec_env_n_envs=cfg.n_envs, decision_latency_us=lat)
+                          dummy_vec_env_steps_per_s=vec, dummy_vec_env_n_envs=cfg.n_envs, decision_latency_us=lat,
+                          env_steps_per_s=sps)

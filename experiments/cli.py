@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
     "train": ("experiments.commands.train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
     "evaluate": ("experiments.commands.evaluate",
                  "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
+    "tune": ("experiments.commands.tune", "tune a heuristic's parameters on the training windows of a scenario (JSON)"),
     "dynamic": ("experiments.commands.dynamic",
                 "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition "
                 "(per-phase TTFT, reconfiguration ops, plot)"),

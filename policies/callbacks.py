@@ -5,6 +5,8 @@
   requests counted as misses — paper §3, the same numbers as ``cpgym simulate`` via
   :func:`envs.metrics.summarize`) to the step that ends an episode. It reads the simulator before
   the vector env resets it, so it works under ``DummyVecEnv`` and ``SubprocVecEnv`` alike.
+* :class:`ValidationCallback` — periodic validation on the evaluation protocol's validation
+  windows with best-model selection (``policies.protocol``).
 * :class:`TrainingProgress` — an SB3 callback that shows steps done, steps/s, ETA and the mean
   TTFT and SLO attainment of the last finished episodes: a tqdm bar on a terminal, a line at
   least every ``interval_s`` seconds otherwise (:class:`experiments.progress.Progress`), nothing
@@ -13,7 +15,10 @@
 
 from __future__ import annotations
 
+import csv
+import math
 from collections import deque
+from pathlib import Path
 
 import gymnasium as gym
 from stable_baselines3.common.callbacks import BaseCallback
@@ -107,3 +112,79 @@ class TrainingProgress(BaseCallback):
 
 
 __all__ = ["EpisodeMetrics", "TrainingProgress", "monitored", "EPISODE_METRIC_KEYS"]
+
+
+class ValidationCallback(BaseCallback):
+    """Periodic validation with best-model selection (SB3 ``EvalCallback`` style, on the
+    protocol's validation windows with the deterministic numpy actor and warm-up excluded).
+
+    Every ``every_steps`` environment steps (and at the start, i.e. the warm start) the policy
+    routes every window of ``windows``; the mean over windows of the measured mean TTFT is written
+    to ``out/validation.csv`` (``timesteps, mean_ttft_s, p90_ttft_s, slo_attainment_token_weighted``)
+    and to wandb as ``validation/*``; the best model so far is saved as ``out/best_model.zip``.
+    """
+
+    def __init__(self, windows, sim_config, out: Path, every_steps: int, run=None, log=print) -> None:
+        super().__init__()
+        self.windows = list(windows)
+        self.sim_config = sim_config
+        self.out = Path(out)
+        self.every_steps = every_steps
+        self.run = run
+        self.log = log
+        self.next_step = 0
+        self.best_ttft_s = math.inf
+        self.best_step = -1
+        self.history: list[tuple[int, float, float, float]] = []
+        with open(self.out / "validation.csv", "w", newline="") as fh:
+            csv.writer(fh).writerow(["timesteps", "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted"])
+
+    def _on_training_start(self) -> None:
+        self.validate(self.model)
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self.next_step:
+            self.validate(self.model)
+        return True
+
+    def validate(self, model) -> float:
+        """Runs the validation windows now; returns the mean TTFT [s] over them."""
+        import numpy as np
+
+        from envs.routing_env import PrefillRoutingEnv
+        from policies.heuristic import run_episode
+        from policies.numpy_policy import NumpyWorkerSetActor
+        from policies.protocol import measured_summary
+
+        actor = NumpyWorkerSetActor(model.policy.features_extractor)
+
+        class _Act:
+            def predict(self, obs, deterministic=True, action_masks=None, **_):
+                return actor.act(obs, action_masks), None
+
+        ms = []
+        for wl in self.windows:
+            env = PrefillRoutingEnv([wl], self.sim_config)
+            res, _, _ = run_episode(env, _Act(), options={"window_index": 0, "sim_seed": self.sim_config.seed})
+            s = measured_summary(res, wl.metadata.get("measure_from_s", 0.0))
+            ms.append((s["mean_ttft_s"], s["p90_ttft_s"], s["slo_attainment_token_weighted"]))
+        m = np.nanmean(np.array(ms, dtype=float), axis=0)
+        step = int(model.num_timesteps)
+        self.history.append((step, float(m[0]), float(m[1]), float(m[2])))
+        with open(self.out / "validation.csv", "a", newline="") as fh:
+            csv.writer(fh).writerow(self.history[-1])
+        if self.run is not None:
+            self.run.log({"validation/mean_ttft_s": m[0], "validation/p90_ttft_s": m[1],
+                          "validation/slo_attainment_token_weighted": m[2], "timesteps": step})
+        if m[0] < self.best_ttft_s:
+            self.best_ttft_s, self.best_step = float(m[0]), step
+            model.save(self.out / "best_model.zip")
+        self.next_step = step + self.every_steps
+        self.log(f"validation at {step} steps: mean TTFT {m[0]:.4f} s over {len(self.windows)} windows"
+                 f"{' (best)' if self.best_step == step else ''}")
+        return float(m[0])
+
+    def summary(self) -> dict:
+        return {"best_mean_ttft_s": self.best_ttft_s, "best_timesteps": self.best_step,
+                "warm_start_mean_ttft_s": self.history[0][1], "num_windows": len(self.windows),
+                "history": [list(h) for h in self.history]}

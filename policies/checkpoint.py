@@ -7,8 +7,9 @@ import json
 import os
 from pathlib import Path
 
-#: The shipped routing checkpoint (see ``policies/checkpoints/README.md``).
-SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation"
+#: The shipped routing checkpoint (see its ``README.md``); the earlier behaviour-cloned one is
+#: ``checkpoints/routing_conversation``.
+SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation_residual"
 
 
 def looks_like_path(name: str) -> bool:
@@ -61,26 +62,49 @@ def read_json_file(path: Path) -> dict:
 class LearnedPolicy:
     """A trained MaskablePPO routing model with the SB3 ``predict`` interface and a name.
 
+    Deterministic decisions on one (unbatched) observation use the numpy forward pass of
+    :class:`policies.numpy_policy.NumpyWorkerSetActor` (tens of microseconds, any number of worker
+    slots: a 40-slot checkpoint decides on 32- or 64-worker pools); ``backend="torch"``, batched
+    or stochastic calls use the SB3 model (which needs the training number of slots).
+
     Args:
         path: checkpoint folder or zip (or ``"shipped"``).
         name: label for tables (default ``learned:<folder name>``).
         device: torch device (default cpu).
+        backend: ``"numpy"`` (default) or ``"torch"`` for deterministic single decisions.
 
     Raises:
-        FileNotFoundError / ValueError: see :func:`resolve_checkpoint` and :func:`load_model_zip`.
+        FileNotFoundError / ValueError: see :func:`resolve_checkpoint` and :func:`load_model_zip`;
+            ValueError on an unknown backend.
     """
 
-    def __init__(self, path: str | Path, name: str | None = None, device: str = "cpu") -> None:
+    def __init__(self, path: str | Path, name: str | None = None, device: str = "cpu", backend: str = "numpy") -> None:
         from sb3_contrib import MaskablePPO
 
+        if backend not in ("numpy", "torch"):
+            raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
         z, meta = resolve_checkpoint(path)
         self.path = z
         self.meta = meta
         self.model = load_model_zip(MaskablePPO, z, device)
         self.name = name or f"learned:{z.parent.name if z.name == 'model.zip' else z.stem}"
+        self.backend = backend
+        self._keys = tuple(self.model.observation_space.spaces)
+        self.actor = None
+        if backend == "numpy":
+            from policies.numpy_policy import NumpyWorkerSetActor
+
+            self.actor = NumpyWorkerSetActor(self.model.policy.features_extractor)
 
     def predict(self, observation, state=None, episode_start=None, deterministic: bool = True, action_masks=None):
-        return self.model.predict(observation, state=state, episode_start=episode_start,
+        """SB3 signature; returns ``(action, state)``. Keys the model was not trained with
+        (newer environment versions) are dropped before the torch path."""
+        import numpy as np
+
+        if self.actor is not None and deterministic and np.ndim(observation["workers"]) == 2:
+            return np.int64(self.actor.act(observation, action_masks)), state
+        obs = {k: observation[k] for k in self._keys}
+        return self.model.predict(obs, state=state, episode_start=episode_start,
                                   deterministic=deterministic, action_masks=action_masks)
 
 

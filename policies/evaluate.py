@@ -194,6 +194,12 @@ class EvaluationConfig:
     seeds: tuple[int, ...] = _opt((1, 2, 3), "workload and simulator seeds")
     reference: str | None = _opt(None, "routing: policy for the paired delta columns (none: vertumnus if evaluated, "
                                        "else the first compared policy)", metavar="LABEL")
+    loads: tuple[float, ...] = _opt((), "protocol evaluation (policies.protocol) at these fractions of capacity, "
+                                        "e.g. 0.7,0.9: test windows, warm start, paired per-window CIs", metavar="F,F")
+    protocol: bool = _opt(False, "protocol evaluation at --target-rps (implied by --loads)")
+    warmup_s: float = _opt(30.0, "protocol: warm-up trace before each window [s]")
+    tuned: str | None = _opt(None, "protocol: vertumnus-tuned parameters per cell from `cpgym tune vertumnus` "
+                                   "(none: tuned on each cell's training windows)", metavar="JSON")
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -209,6 +215,9 @@ class EvaluationConfig:
             raise ValueError(f"evaluate: episode_window_s must be > 0, got {self.episode_window_s}")
         if self.eval_every is not None and self.eval_every < 2:
             raise ValueError(f"evaluate: eval_every must be >= 2, got {self.eval_every}")
+        object.__setattr__(self, "loads", tuple(float(x) for x in self.loads))
+        if not self.warmup_s >= 0:
+            raise ValueError(f"evaluate: warmup_s must be >= 0, got {self.warmup_s}")
 
     def resolved_kind(self) -> str:
         """``"routing"`` or ``"reconfig"`` (``auto``: from the checkpoint's ``train_config.json``)."""

@@ -16,6 +16,17 @@ Architecture (Deep Sets, Zaheer et al. 2017; per-node scoring as in Decima, Mao 
 * per-worker logit ``l_w = psi([h_w, g])``, shape ``(B, N)`` — the action logits directly (the
   SB3 ``action_net`` is the identity), so permuting worker slots permutes the logits;
 * value from ``[g, x_req, x_pool]`` (permutation invariant).
+
+Residual mode (``residual_tau_s`` set): the logits are ``-(J_w - min_eligible J)/tau + psi(...)``
+with the Vertumnus placement cost ``J_w = q_w + beta*s_w + lambda*x_w`` (paper §5,
+``baselines.vertumnus``; ``x_w`` the extra GPU time of the ``"workers_extra"`` observation key)
+and the last layer of ``psi`` initialised to zero, so the untrained policy's most likely action
+is Vertumnus's choice (up to float32 rounding of near-equal costs) and PPO learns a correction.
+Observations with a ``"context"`` key (time to the window end, recent arrival rate) feed it to
+``phi`` and the critic; older checkpoints without it keep their input width.
+
+None of the weights depends on the number of worker slots N, so a checkpoint runs on any pool
+size (:mod:`policies.numpy_policy`, or a policy rebuilt for the new space).
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from envs.routing_env import POOL_FEATURES, REQUEST_FEATURES, WORKER_FEATURES
+from envs.routing_env import CONTEXT_FEATURES, POOL_FEATURES, REQUEST_FEATURES, WORKER_FEATURES
 
 _TIME, _TOKENS, _COUNT, _ID, _DEG = 0, 1, 2, 3, 4
 
@@ -73,16 +84,36 @@ class WorkerSetExtractor(BaseFeaturesExtractor):
         observation_space: the environment's Dict space (``workers`` ``(N, F_w)``,
             ``request`` ``(F_r,)``, ``pool`` ``(F_p,)``).
         hidden_dim: width H of every hidden layer (default 64).
+        residual_tau_s: temperature tau [s] of the Vertumnus prior ``-J/tau`` (module docstring);
+            ``None`` (default) = no prior (plain per-worker logits).
+        residual_beta, residual_lambda: the (beta, lambda) of the prior's cost ``J`` (default 3,
+            1 = ``baselines.vertumnus.VertumnusParams``; a tuned pair from ``cpgym tune vertumnus``).
+
+    Raises:
+        ValueError: if ``residual_tau_s`` <= 0, or residual mode without ``"workers_extra"``.
     """
 
-    def __init__(self, observation_space: gym.spaces.Dict, hidden_dim: int = 64) -> None:
+    def __init__(self, observation_space: gym.spaces.Dict, hidden_dim: int = 64, residual_tau_s: float | None = None,
+                 residual_beta: float = 3.0, residual_lambda: float = 1.0) -> None:
         n, fw = observation_space["workers"].shape
         fr = observation_space["request"].shape[0]
         fp = observation_space["pool"].shape[0]
+        self.use_context = "context" in observation_space.spaces
+        if self.use_context:
+            fp += observation_space["context"].shape[0]
         super().__init__(observation_space, features_dim=n + hidden_dim)
+        if residual_tau_s is not None:
+            if not residual_tau_s > 0:
+                raise ValueError(f"residual_tau_s must be > 0, got {residual_tau_s}")
+            if "workers_extra" not in observation_space.spaces:
+                raise ValueError("residual policy needs the 'workers_extra' observation key (PrefillRoutingEnv >= cpgym 0.2)")
+        self.residual_tau_s = residual_tau_s
+        self.residual_beta = float(residual_beta)
+        self.residual_lambda = float(residual_lambda)
         self.num_slots = n
         self.hidden_dim = hidden_dim
-        for prefix, feats in (("w", WORKER_FEATURES), ("r", REQUEST_FEATURES), ("p", POOL_FEATURES)):
+        pool_feats = POOL_FEATURES + (CONTEXT_FEATURES if self.use_context else ())
+        for prefix, feats in (("w", WORKER_FEATURES), ("r", REQUEST_FEATURES), ("p", pool_feats)):
             d, lg, ln = _scales(feats)
             self.register_buffer(f"{prefix}_div", d)
             self.register_buffer(f"{prefix}_log", lg)
@@ -108,7 +139,8 @@ class WorkerSetExtractor(BaseFeaturesExtractor):
         rel_f = _symlog((fin - f_min) * has) * present
         xw = _normalise(w, self.w_div, self.w_log, self.w_lin)
         xr = _normalise(obs["request"], self.r_div, self.r_log, self.r_lin)
-        xp = _normalise(obs["pool"], self.p_div, self.p_log, self.p_lin)
+        pool = th.cat([obs["pool"], obs["context"]], dim=1) if self.use_context else obs["pool"]
+        xp = _normalise(pool, self.p_div, self.p_log, self.p_lin)
         ctx_in = th.cat([xr, xp], dim=1)
         x = th.cat([xw, rel_q.unsqueeze(-1), rel_f.unsqueeze(-1), ctx_in.unsqueeze(1).expand(B, N, ctx_in.shape[1])], dim=2)
         hw = self.phi(x) * present.unsqueeze(-1)  # (B, N, H)
@@ -118,8 +150,20 @@ class WorkerSetExtractor(BaseFeaturesExtractor):
         mx = th.where(cnt > 0, mx, th.zeros_like(mx)) * (present.sum(dim=1, keepdim=True) > 0).float()
         g = th.cat([mean, mx], dim=1)  # (B, 2H)
         logits = self.psi(th.cat([hw, g.unsqueeze(1).expand(B, N, g.shape[1])], dim=2)).squeeze(-1)  # (B, N)
+        if self.residual_tau_s is not None:
+            logits = logits + self.prior_logits(obs)
         v = self.value(th.cat([g, ctx_in], dim=1))
         return th.cat([logits, v], dim=1)
+
+
+    def prior_logits(self, obs: dict[str, th.Tensor]) -> th.Tensor:
+        """``-(J_w - min_eligible J)/tau`` of shape ``(B, N)``; 0 on ineligible slots."""
+        w = obs["workers"]
+        eligible = w[..., _W["eligible"]]
+        j = (w[..., _W["outstanding_work_s"]] + self.residual_beta * w[..., _W["predicted_service_s"]]
+             + self.residual_lambda * obs["workers_extra"][..., 0])
+        j_min = th.where(eligible > 0, j, th.full_like(j, 1e9)).min(dim=1, keepdim=True).values
+        return th.where(eligible > 0, -(j - j_min) / self.residual_tau_s, th.zeros_like(j))
 
 
 class _SplitHead(nn.Module):
@@ -161,6 +205,9 @@ class WorkerSetPolicy(MaskableActorCriticPolicy):
         super()._build(lr_schedule)
         self.action_net = nn.Identity()
         last = self.features_extractor.psi[-1]
-        nn.init.orthogonal_(last.weight, gain=0.01)
+        if self.features_extractor.residual_tau_s is not None:
+            nn.init.zeros_(last.weight)  # residual: start exactly at the Vertumnus prior
+        else:
+            nn.init.orthogonal_(last.weight, gain=0.01)
         nn.init.zeros_(last.bias)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)

@@ -115,6 +115,19 @@ class TrainConfig:
     environment; the policy is fitted for ``bc_epochs`` epochs to its masked actions
     (cross-entropy) and the value head to the discounted returns (MSE).
 
+    ``residual_tau_s``: residual policy over the Vertumnus cost (``policies.extractor``: logits
+    ``-J/tau + f``, ``f`` zero at the start, so training starts at Vertumnus's decisions;
+    ``J`` with ``residual_beta``/``residual_lambda``, e.g. the tuned pair). ``num_slots``: pad the
+    worker slots to this many (a checkpoint for pools of up to that many workers).
+
+    ``warmup_s``: train on the evaluation protocol's windows (``policies.protocol``: the
+    ``train`` part of ``source.window_s``-second windows, each preceded by ``warmup_s`` seconds
+    of the trace) instead of the legacy ``split_windows`` part. ``validate_every_steps``: every so
+    many environment steps (and before the first), the deterministic policy routes the first
+    ``num_validation_windows`` *validation* windows; ``validation.csv`` logs their mean TTFT and
+    the best one is kept: ``model.zip`` is then the best-validation model and ``last_model.zip``
+    the final one (model selection on validation only).
+
     Raises:
         ValueError: naming the field, for non-positive sizes or rates, or a minibatch larger
             than one rollout (``batch_size > n_steps * n_envs``).
@@ -146,6 +159,17 @@ class TrainConfig:
                                  metavar="NAME")
     bc_episodes: int = _opt(13, "training windows demonstrated for behaviour cloning")
     bc_epochs: int = _opt(10, "behaviour-cloning epochs")
+    residual_tau_s: float | None = _opt(None, "residual policy over the Vertumnus cost: logits -J/TAU + f, "
+                                              "f zero-initialised (default off)", metavar="TAU")
+    residual_beta: float = _opt(3.0, "beta of the residual prior's cost J")
+    residual_lambda: float = _opt(1.0, "lambda of the residual prior's cost J")
+    num_slots: int | None = _opt(None, "pad worker slots to N (default: the pool's max number of workers)", metavar="N")
+    warmup_s: float | None = _opt(None, "train on the evaluation protocol's train windows (policies.protocol), "
+                                        "each with S s of warm-up trace", metavar="S")
+    validate_every_steps: int | None = _opt(None, "validate on the protocol's validation windows every STEPS steps; "
+                                                  "model.zip = best (needs --warmup-s)", flag="--validate-every",
+                                            metavar="STEPS")
+    num_validation_windows: int = _opt(8, "validation windows per validation")
 
     def __post_init__(self) -> None:
         for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "hidden_dim", "checkpoint_every_steps", "torch_threads"):
@@ -167,6 +191,41 @@ class TrainConfig:
             raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
         if not self.ent_coef >= 0 or not self.clip_range > 0:
             raise ValueError(f"ent_coef must be >= 0 and clip_range > 0, got {self.ent_coef}, {self.clip_range}")
+        self._check_residual_and_protocol()
+
+    def _check_residual_and_protocol(self) -> None:
+        if self.residual_tau_s is not None and not self.residual_tau_s > 0:
+            raise ValueError(f"residual_tau_s must be > 0, got {self.residual_tau_s}")
+        from baselines.vertumnus import VertumnusParams
+
+        VertumnusParams(beta=self.residual_beta, lambda_=self.residual_lambda)  # ValueError naming the field
+        if self.num_slots is not None and self.num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {self.num_slots}")
+        if self.warmup_s is not None and not self.warmup_s >= 0:
+            raise ValueError(f"warmup_s must be >= 0, got {self.warmup_s}")
+        if self.validate_every_steps is not None and (self.warmup_s is None or self.validate_every_steps < 1):
+            raise ValueError("validate_every_steps needs warmup_s (protocol windows) and must be >= 1, "
+                             f"got {self.validate_every_steps} with warmup_s {self.warmup_s}")
+        if self.num_validation_windows < 1:
+            raise ValueError(f"num_validation_windows must be >= 1, got {self.num_validation_windows}")
+
+    @property
+    def policy_kwargs(self) -> dict:
+        """``policy_kwargs`` of :class:`~policies.extractor.WorkerSetPolicy` for this config."""
+        fe = {"hidden_dim": self.hidden_dim}
+        if self.residual_tau_s is not None:
+            fe.update(residual_tau_s=self.residual_tau_s, residual_beta=self.residual_beta,
+                      residual_lambda=self.residual_lambda)
+        return {"features_extractor_kwargs": fe}
+
+    def windows(self, part: str) -> list:
+        """Episode windows of ``part``: the protocol's (``"train"``/``"validation"``/``"test"``)
+        with ``warmup_s``, else ``source.windows(part)`` (legacy ``"train"``/``"eval"``)."""
+        if self.warmup_s is None:
+            return self.source.windows(part)
+        from policies.protocol import protocol_windows
+
+        return protocol_windows(self.source.workload_obj(), self.source.window_s, part, self.warmup_s)
 
 
 def check_minibatch(n_steps: int, n_envs: int, batch_size: int) -> None:
@@ -199,7 +258,8 @@ def make_env_fn(cfg: TrainConfig, windows, sim_config, rank: int):
         from policies.callbacks import monitored
 
         env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(
-            kind=cfg.reward, scale=cfg.reward_scale, invalid_action_penalty=cfg.invalid_action_penalty))
+            kind=cfg.reward, scale=cfg.reward_scale, invalid_action_penalty=cfg.invalid_action_penalty),
+            num_slots=cfg.num_slots)
         env.reset(seed=cfg.seed * 1000 + rank)
         return monitored(env)
 
@@ -229,7 +289,7 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     out.mkdir(parents=True, exist_ok=True)
     th.set_num_threads(cfg.torch_threads)
     sc = _sim_config(cfg, sim_config)
-    windows = cfg.source.windows("train")
+    windows = cfg.windows("train")
     log(f"train: {len(windows)} windows of {cfg.source.window_s:g} s from {cfg.source.label}, "
         f"{sum(w.num_requests for w in windows)} requests; pool {sc.pool.composition}")
     fns = [make_env_fn(cfg, windows, sc, i) for i in range(cfg.n_envs)]
@@ -240,7 +300,7 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     model = MaskablePPO(WorkerSetPolicy, venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
                         learning_rate=cfg.learning_rate, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
                         ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, verbose=0,
-                        policy_kwargs={"features_extractor_kwargs": {"hidden_dim": cfg.hidden_dim}})
+                        policy_kwargs=cfg.policy_kwargs)
     model.set_logger(configure(str(out), ["csv"]))
     if cfg.bc_policy:
         stats = behaviour_clone(model, cfg, windows, sc, log)
@@ -257,19 +317,21 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
             super().__init__()
             self.fh = open(out / "episodes.csv", "w", newline="")
             self.w = csv.writer(self.fh)
-            self.w.writerow(["timesteps", "wall_s", "env", "window_index", "episode_return", "episode_length",
-                             "num_invalid_actions"])
+            self.w.writerow(EPISODE_COLUMNS)
             self.t0 = time.perf_counter()
 
         def _on_step(self) -> bool:
             for i, (done, info) in enumerate(zip(self.locals["dones"], self.locals["infos"])):
                 if done and "episode" in info:
                     row = [self.num_timesteps, round(time.perf_counter() - self.t0, 2), i, info.get("window_index"),
-                           info["episode"]["r"], info["episode"]["l"], info.get("num_invalid_actions", 0)]
+                           info["episode"]["r"], info["episode"]["l"], info.get("num_invalid_actions", 0),
+                           info.get("episode_mean_ttft_s"), info.get("episode_p90_ttft_s"),
+                           info.get("episode_slo_attainment_token_weighted")]
                     self.w.writerow(row)
                     self.fh.flush()
                     if run is not None:
-                        run.log({"episode_return": row[4], "episode_length": row[5], "timesteps": self.num_timesteps})
+                        run.log({f"episode/{k}": v for k, v in zip(EPISODE_COLUMNS[4:], row[4:])}
+                                | {"timesteps": self.num_timesteps})
             return True
 
         def _on_rollout_end(self) -> None:
@@ -283,11 +345,29 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     t0 = time.perf_counter()
     from policies.callbacks import TrainingProgress
 
-    callbacks = CallbackList([ckpt, _Episodes(), TrainingProgress(cfg.total_timesteps, progress)])
-    model.learn(cfg.total_timesteps, callback=callbacks, log_interval=1)
+    callbacks = [ckpt, _Episodes(), TrainingProgress(cfg.total_timesteps, progress)]
+    validation = None
+    if cfg.validate_every_steps is not None:
+        from policies.callbacks import ValidationCallback
+
+        validation = ValidationCallback(cfg.windows("validation")[: cfg.num_validation_windows], sc, out,
+                                        cfg.validate_every_steps, run, log)
+        callbacks.append(validation)
+    model.learn(cfg.total_timesteps, callback=CallbackList(callbacks), log_interval=1)
+    model.logger.dump(model.num_timesteps)  # the last update's train/* (SB3 dumps them only at the next rollout)
     wall = time.perf_counter() - t0
     path = out / "model.zip"
-    model.save(path)
+    if validation is not None:
+        validation.validate(model)
+        model.save(out / "last_model.zip")
+        import shutil
+
+        shutil.copyfile(out / "best_model.zip", path)
+        meta["validation"] = validation.summary()
+        log(f"validation: best mean TTFT {validation.best_ttft_s:.4f} s at {validation.best_step} steps "
+            f"(warm start {validation.history[0][1]:.4f} s)")
+    else:
+        model.save(path)
     meta["train_wall_s"] = wall
     meta["timesteps"] = int(model.num_timesteps)
     (out / "train_config.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -296,6 +376,10 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     if run is not None:
         run.finish()
     return path
+
+
+EPISODE_COLUMNS = ("timesteps", "wall_s", "env", "window_index", "episode_return", "episode_length", "num_invalid_actions",
+                   "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted")
 
 
 def behaviour_clone(model, cfg: TrainConfig, windows, sim_config, log=print) -> dict:
@@ -309,7 +393,8 @@ def behaviour_clone(model, cfg: TrainConfig, windows, sim_config, log=print) -> 
     from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig
     from policies.heuristic import heuristic_policy
 
-    env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(kind=cfg.reward, scale=cfg.reward_scale))
+    env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(kind=cfg.reward, scale=cfg.reward_scale),
+                            num_slots=cfg.num_slots)
     pol = heuristic_policy(cfg.bc_policy, env)
     obs_l, mask_l, act_l, ret_l = [], [], [], []
     t0 = time.perf_counter()

@@ -107,6 +107,22 @@ def tier_summary(result: SimResult, started: np.ndarray, L: np.ndarray) -> dict:
     return out
 
 
+def measured_summary(result: SimResult, measure_from_s: float = 0.0) -> dict:
+    """Mean / P90 TTFT [s] and token-weighted SLO attainment of the requests arriving at or after
+    ``measure_from_s`` (unfinished ones count as SLO misses, as in ``envs.metrics.summarize``)."""
+    r = result.records
+    keep = r["arrival_s"] >= measure_from_s - 1e-9
+    ttft = r["ttft_s"][keep]
+    finished = ~np.isnan(ttft)
+    L = r["num_prompt_tokens"][keep].astype(float)
+    met = finished & (ttft <= r["ttft_slo_s"][keep])
+    t = ttft[finished]
+    return {"num_requests": int(keep.sum()), "num_unfinished": int((~finished).sum()),
+            "mean_ttft_s": float(t.mean()) if len(t) else math.nan,
+            "p90_ttft_s": float(np.percentile(t, 90)) if len(t) else math.nan,
+            "slo_attainment_token_weighted": float(L[met].sum() / L.sum()) if L.sum() > 0 else math.nan}
+
+
 def request_table(result: SimResult):
     """Per-request records as a pandas DataFrame (one row per request, columns with units)."""
     import pandas as pd

@@ -7,7 +7,12 @@ Measures, on the default 40-GPU pool (or the configured one) and episode windows
   outside the timed region), including observation building and reward accounting;
 * steps/s under SB3 ``DummyVecEnv`` (``--n-envs`` copies, masks fetched per step);
 * decision latency [us/decision] of heuristics (``Router.route`` inside ``Simulator.run``) and of
-  a learned checkpoint (``model.predict`` with masks, batch 1, ``--torch-threads`` threads).
+  a learned checkpoint: its numpy forward pass (``policies.numpy_policy``, what ``cpgym evaluate``
+  uses) and SB3 ``model.predict`` (batch 1, ``--torch-threads`` threads), with the steps/s of each
+  policy's decide-and-step loop.
+
+``--format json`` prints one row per measurement: ``{policy, decision_latency_us,
+env_steps_per_s}`` (``decision_latency_us`` null for the raw env and DummyVecEnv rows).
 """
 
 from __future__ import annotations
@@ -30,8 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from envs.workloads import WorkloadSource, default_traces_dir
     from experiments.benchmarks import EnvBenchConfig, bench_routing_env
     from experiments.common import dumps_json, sim_config_from_args
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     wl = WorkloadSource(trace=trace, target_rps=args.target_rps).build()
     res = bench_routing_env(cfg, wl, args.episode_window_s, sim_config_from_args(args))
     if args.format == "json":
-        print(dumps_json(asdict(res)))
+        print(dumps_json(res.rows()))
         return 0
     print(f"{res.workload}: {res.num_windows} windows of {args.episode_window_s:g} s; pool {res.num_gpus} GPUs "
           f"({res.pool}), {res.max_num_workers} action slots")

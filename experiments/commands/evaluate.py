@@ -31,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
     from policies.evaluate import EvaluationConfig, check_policy_argument, run_evaluation
 
     cfg = config_from_args(EvaluationConfig, args)
+    if cfg.loads or cfg.protocol:
+        check_policy_argument(cfg.policy)
+        return _run_protocol(args, cfg)
     if not (cfg.kind == "reconfig" and cfg.policy in ("none", "-")):
         check_policy_argument(cfg.policy)  # one line: a missing checkpoint path, or "did you mean"
     kind = cfg.resolved_kind()
@@ -64,6 +67,63 @@ def run(args: argparse.Namespace) -> int:
     if kind == "reconfig":
         return _print_reconfig(rows, source or "phases", cfg.seeds, args.format)
     return _print_routing(rows, cfg, source, part, args.format)
+
+
+def _run_protocol(args: argparse.Namespace, cfg) -> int:
+    """``--loads`` / ``--protocol``: :mod:`policies.protocol` cells (test windows by default)."""
+    import json
+    import sys
+
+    from experiments.common import dumps_json, sim_config_from_args
+    from policies.evaluate import DEFAULT_ROUTING_AGAINST
+    from policies.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, scenarios
+
+    policies = [cfg.policy] + [n.strip() for n in (cfg.against or DEFAULT_ROUTING_AGAINST).split(",")
+                               if n.strip() and n.strip() != cfg.policy]
+    part = {"eval": "test"}.get(cfg.windows, cfg.windows)
+    if part not in ("train", "validation", "test"):
+        raise ValueError(f"--windows must be test, validation or train with --loads/--protocol, got {cfg.windows!r}")
+    config = sim_config_from_args(args)
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
+    tuned_cells = json.loads(open(cfg.tuned).read())["cells"] if cfg.tuned else {}
+    rows = []
+    window_s = cfg.episode_window_s or 10.0
+    for sc in scenarios(config, trace=cfg.trace, workload=cfg.workload, loads=cfg.loads,
+                        target_rps=None if cfg.loads else cfg.target_rps, window_s=window_s, warmup_s=cfg.warmup_s, log=log):
+        tuned = tuned_cells.get(sc.key)
+        if cfg.tuned and "vertumnus-tuned" in policies and tuned is None:
+            raise ValueError(f"--tuned {cfg.tuned} has no cell {sc.key!r}; cells: {sorted(tuned_cells)}")
+        rows += evaluate_scenario(policies, sc, config, part, tuned=tuned, log=log)
+    if args.out:
+        from pathlib import Path
+
+        import pandas as pd
+
+        from experiments.provenance import write_provenance
+
+        pd.DataFrame(rows).to_csv(args.out, index=False)
+        write_provenance(Path(args.out).parent, argv=getattr(args, "argv", None), name=f"{Path(args.out).name}.provenance.json")
+    reference = cfg.reference or ("vertumnus-tuned" if "vertumnus-tuned" in policies else
+                                  VERTUMNUS_ROUTER if VERTUMNUS_ROUTER in policies else policies[-1])
+    table = cell_table(rows, reference)
+    if args.format == "json":
+        print(dumps_json(table))
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"{part} windows ({window_s:g} s, warm-up {cfg.warmup_s:g} s); mean over windows; "
+                    f"Δ paired per window vs {reference} with 95% CI")
+    for c in ("policy", "workload", "load", "rate rps", "windows", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)",
+              f"Δ mean TTFT % vs {reference}", "95% CI"):
+        t.add_column(c, justify="left" if c in ("policy", "workload") else "right")
+    for r in table:
+        lf = "-" if r["load_fraction"] is None else f"{r['load_fraction']:g}"
+        ci = "-" if r["ci_low"] != r["ci_low"] else f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]"
+        t.add_row(r["policy"], r["workload"], lf, f"{r['rate_rps']:.2f}", str(r["num_windows"]), f"{r['mean_ttft_s']:.3f}",
+                  f"{r['p90_ttft_s']:.3f}", f"{r['slo_attainment_token_weighted']:.4f}",
+                  f"{r['delta_mean_ttft_pct_vs_ref']:+.2f}", ci)
+    print_unclipped(t)
+    return 0
 
 
 def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str) -> int:

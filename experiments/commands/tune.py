@@ -1,0 +1,70 @@
+"""``cpgym tune vertumnus``: grid search of the Vertumnus router's (beta, lambda) on the TRAINING
+windows (``policies.protocol``) of each (workload, load) cell; writes one JSON file that
+``cpgym evaluate --tuned FILE`` reads for ``vertumnus-tuned``."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from experiments.common import add_sim_arguments
+    from policies.protocol import TUNE_BETAS, TUNE_LAMBDAS
+
+    p.add_argument("heuristic", choices=("vertumnus",), help="the heuristic to tune (the Vertumnus router)")
+    add_scenario_arguments(p)
+    add_sim_arguments(p)
+    p.add_argument("--betas", default=",".join(f"{b:g}" for b in TUNE_BETAS), help="beta grid (comma-separated, >= 1)")
+    p.add_argument("--lambdas", default=",".join(f"{x:g}" for x in TUNE_LAMBDAS), help="lambda grid (comma-separated, >= 0)")
+    p.add_argument("--out", metavar="JSON", required=True, help="where to write the tuned parameters per cell")
+    p.add_argument("--quiet", action="store_true")
+
+
+def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
+    """Workload, load and window flags shared by ``tune`` and ``evaluate`` (protocol mode)."""
+    g = p.add_argument_group("scenario (policies.protocol: train/validation/test windows)")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--trace", metavar="PATH", help="trace file (default: the Mooncake conversation trace)")
+    src.add_argument("--workload", metavar="NAME", help="named synthetic workload")
+    g.add_argument("--loads", metavar="F,F",
+                   help="loads as fractions of capacity (policies.protocol.capacity_rps), e.g. 0.7,0.9")
+    g.add_argument("--target-rps", type=float, help="absolute arrival rate [requests/s] instead of --loads")
+    g.add_argument("--episode-window-s", type=float, help="window length [s] (protocol default 10)")
+    g.add_argument("--warmup-s", type=float, default=30.0, help="warm-up trace before each window [s] (default 30)")
+
+
+def scenarios_from_args(args: argparse.Namespace, config, log=None) -> list:
+    """The :class:`policies.protocol.Scenario` of each requested load (``policies.protocol.scenarios``)."""
+    from experiments.common import parse_list
+    from policies.protocol import scenarios
+
+    loads = parse_list(args.loads, "--loads", float, positive=True) if args.loads else ()
+    return scenarios(config, trace=args.trace, workload=args.workload, loads=loads, target_rps=args.target_rps,
+                     window_s=args.episode_window_s or 10.0, warmup_s=args.warmup_s, log=log)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    from experiments.common import parse_list, sim_config_from_args
+    from policies.protocol import tune_vertumnus
+
+    out = Path(args.out)
+    if out.exists():
+        raise ValueError(f"--out {out} exists; choose a new file")
+    config = sim_config_from_args(args)
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
+    betas = parse_list(args.betas, "--betas", float)
+    lambdas = parse_list(args.lambdas, "--lambdas", float)
+    result = {"heuristic": args.heuristic, "argv": sys.argv[1:], "cells": {}}
+    for sc in scenarios_from_args(args, config, log):
+        t = tune_vertumnus(sc.windows("train"), config, betas, lambdas, log=log)
+        t.update(rate_rps=sc.rate_rps, load_fraction=sc.load_fraction, window_s=sc.window_s, warmup_s=sc.warmup_s)
+        result["cells"][sc.key] = t
+        print(f"{sc.key}: beta {t['beta']:g}, lambda {t['lambda']:g} (mean TTFT {t['mean_ttft_s']:.4f} s on "
+              f"{t['num_windows']} training windows at {sc.rate_rps:.2f} requests/s)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
