@@ -102,7 +102,8 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
         from experiments.provenance import write_provenance
 
         pd.DataFrame(rows).to_csv(args.out, index=False)
-        write_provenance(Path(args.out).parent, argv=getattr(args, "argv", None), name=f"{Path(args.out).name}.provenance.json")
+        out = Path(args.out)
+        write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
     reference = cfg.reference or ("vertumnus-tuned" if "vertumnus-tuned" in policies else
                                   VERTUMNUS_ROUTER if VERTUMNUS_ROUTER in policies else policies[-1])
     table = cell_table(rows, reference)
