@@ -34,7 +34,9 @@ def test_every_training_flag_reaches_the_config(kind):
         elif isinstance(value, tuple):
             changed = _cfg(kind, flag, "5,6")
         elif value is None:
-            changed = _cfg(kind, flag, "vertumnus")
+            new = {"residual_tau_s": ["0.5"], "num_slots": ["64"], "warmup_s": ["30"],
+                   "validate_every_steps": ["100", "--warmup-s", "30"]}.get(name, ["vertumnus"])
+            changed = _cfg(kind, flag, *new)
         else:  # numbers: a value that every validator accepts and differs from the default
             new = {"gamma": 0.5, "gae_lambda": 0.5, "batch_size": 8, "n_steps": 4096}.get(name, value * 2 if value else 1)
             changed = _cfg(kind, flag, str(new))
