@@ -36,7 +36,8 @@ class NumpyWorkerSetActor:
         def arr(t):
             return t.detach().cpu().numpy().astype(np.float32)
 
-        self.scales = {p: (arr(getattr(extractor, f"{p}_div")), arr(getattr(extractor, f"{p}_log")).astype(bool))
+        # per-feature 1/divisor and the columns that get log1p (WorkerSetExtractor's fixed scaling)
+        self.scales = {p: (1.0 / arr(getattr(extractor, f"{p}_div")), np.flatnonzero(arr(getattr(extractor, f"{p}_log"))))
                        for p in ("w", "r", "p")}
         self.phi = [(arr(m.weight).T.copy(), arr(m.bias)) for m in extractor.phi if hasattr(m, "weight")]
         self.psi = [(arr(m.weight).T.copy(), arr(m.bias)) for m in extractor.psi if hasattr(m, "weight")]
@@ -45,11 +46,16 @@ class NumpyWorkerSetActor:
         self.residual_beta = np.float32(getattr(extractor, "residual_beta", 3.0))
         self.residual_lambda = np.float32(getattr(extractor, "residual_lambda", 1.0))
         self.hidden_dim = int(extractor.hidden_dim)
+        (w1, b1), (w2, b2) = self.psi
+        # psi([h_w, g]) = relu(h_w @ W1[:H] + (g @ W1[H:] + b1)) @ W2 + b2: the g part once, not per worker
+        self._psi_h, self._psi_g, self._psi_b1 = w1[: self.hidden_dim].copy(), w1[self.hidden_dim:].copy(), b1
+        self._psi_w2, self._psi_b2 = w2[:, 0].copy(), float(b2[0])
 
     def _norm(self, x: np.ndarray, prefix: str) -> np.ndarray:
-        div, use_log = self.scales[prefix]
-        y = x / div
-        return np.where(use_log, np.log1p(np.maximum(y, 0.0)), y).astype(np.float32)
+        inv_div, log_cols = self.scales[prefix]
+        y = x * inv_div
+        y[..., log_cols] = np.log1p(np.maximum(y[..., log_cols], 0.0))
+        return y
 
     def logits(self, obs: dict) -> np.ndarray:
         """Actor logits of one (unbatched) observation: shape ``(N,)`` for ``workers`` ``(N, F)``.
@@ -87,11 +93,8 @@ class NumpyWorkerSetActor:
             mean = np.zeros(self.hidden_dim, np.float32)
             mx = np.zeros(self.hidden_dim, np.float32)
         g = np.concatenate([mean, mx])
-        (w1, b1), (w2, b2) = self.psi
-        hid = self.hidden_dim
-        # psi([h_w, g]) = relu(h_w @ W1[:H] + (g @ W1[H:] + b1)) @ W2 + b2: the g part once, not per worker
-        z = np.maximum(h @ w1[:hid] + (g @ w1[hid:] + b1), 0.0)
-        out = (z @ w2)[:, 0] + b2[0]
+        z = np.maximum(h @ self._psi_h + (g @ self._psi_g + self._psi_b1), 0.0)
+        out = z @ self._psi_w2 + np.float32(self._psi_b2)
         if self.residual_tau_s is not None and eligible.any():
             j = q + self.residual_beta * w[:, _W["predicted_service_s"]] + self.residual_lambda * np.asarray(
                 obs["workers_extra"], dtype=np.float32)[:, 0]
