@@ -207,3 +207,75 @@ def test_queue_head_prefetch_starts_fetches_only_near_the_head_of_the_queue(a100
     assert r["fetch_start_s"][1] == 0.0
     assert r["fetch_start_s"][2] == pytest.approx(Q)
     assert r["dram_hit_tokens"][1] == r["dram_hit_tokens"][2] == 8192
+
+
+def test_tiers_on_records_are_unchanged_by_the_block_tier_speedups(a100):
+    # Digests of every record array and the kv_tiers totals of five policies under four tier
+    # setups (LRU with default capacities; small DRAM/store capacities so both evict; next-use
+    # eviction + queue-head prefetch + layer-wise loading; store only), computed with the
+    # OrderedDict-based BlockTier before the plain-dict rewrite (commit fd42d57).
+    from experiments.runner import run_policy
+
+    bb = a100.kv_bytes_per_token * 512
+    small = {"dram_capacity_bytes_per_node": 40 * bb, "store_capacity_bytes": 120 * bb}
+    variants = {
+        "lru": ({"levels": ("hbm", "dram", "store")}, "7b9dc79897c7081d55838b61017ebb381eabf040f08fb99ea8f942ef2c52ca2b"),
+        "small-lru": ({"levels": ("hbm", "dram", "store"), **small},
+                      "a62c9cfb184b174d53bbb7a7b6fd8522d3ed9f839ba524111133436c0495f95a"),
+        "small-next-use-queue-head": ({"levels": ("hbm", "dram", "store"), **small, "eviction": "next-use",
+                                       "prefetch": "queue-head", "layerwise": True, "num_layers": 36},
+                                      "196a23e4e7fbfb9d858a1ed82736267adba1e2a4f0ab1e418af54d264fa45b81"),
+        "store-only": ({"levels": ("hbm", "store"), "store_capacity_bytes": 60 * bb, "fetch_policy": "always"},
+                       "abb0aa11e5fe6a11d85a1215af853ae95bea620f568aeb5b6705b9a174008d7b"),
+    }
+    pool = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2x2,cp1x4", supported_degrees=(1, 2))
+    for name, (kw, expected) in variants.items():
+        cfg = SimConfig(pool=pool, cache_capacity_scale=0.002, kv_tiers=TierConfig(**kw))
+        h = hashlib.sha256()
+        for pol in ("round-robin", "least-work", "vertumnus", "mooncake-ttft", "dynamo-kv"):
+            r = run_policy(pol, _golden_workload(), cfg, a100)
+            for k in sorted(r.records):
+                h.update(k.encode())
+                h.update(np.ascontiguousarray(r.records[k]).tobytes())
+            h.update(repr(sorted(r.extras.get("kv_tiers", {}).items())).encode())
+        assert h.hexdigest() == expected, name
+
+
+class _ReferenceLRU:
+    """The OrderedDict LRU BlockTier replaced (no pins, no next-use), as the order oracle."""
+
+    def __init__(self, capacity_blocks):
+        from collections import OrderedDict
+
+        self.capacity_blocks = capacity_blocks
+        self.lru = OrderedDict()
+
+    def put(self, block_hashes):
+        present = self.lru.keys() & block_hashes
+        self.lru.update(dict.fromkeys(block_hashes))
+        for h in block_hashes:
+            if h in present:
+                self.lru.move_to_end(h)
+        excess = len(self.lru) - self.capacity_blocks
+        return [self.lru.popitem(last=False)[0] for _ in range(max(0, excess))]
+
+    def touch(self, block_hashes):
+        for h in block_hashes:
+            if h in self.lru:
+                self.lru.move_to_end(h)
+
+
+def test_block_tier_keeps_lru_order_through_refreshes_touches_and_compaction():
+    # Random puts (with repeated and already-present blocks) and touches: same evictions in the
+    # same order as the OrderedDict reference, also across in-place compactions of the dict.
+    rng = np.random.default_rng(3)
+    tier, ref = BlockTier(50), _ReferenceLRU(50)
+    for _ in range(3000):
+        hashes = [int(x) for x in rng.integers(0, 120, size=int(rng.integers(0, 12)))]
+        if rng.random() < 0.3:
+            tier.touch(hashes)
+            ref.touch(hashes)
+        else:
+            assert tier.put(hashes, 0.0) == ref.put(hashes)
+        assert list(tier._lru) == list(ref.lru)
+    assert tier.num_evicted > 1000
