@@ -209,11 +209,12 @@ class BlockTier:
     the in-flight fetch reading it (never evicted before).
 
     Cost: every operation is O(blocks it is given + blocks it evicts), done by C-level bulk dict
-    operations in the common cases (no Python bytecode per block). A plain dict is ~3x cheaper
-    per insert than an ``OrderedDict`` and has no per-entry linked-list node; the LRU end is
-    found by iterating the dict from its front, which skips the slots of deleted entries, so
-    after ``len / 4`` deletions the dict is compacted in place (amortised O(1) per deletion,
-    and an eviction scans at most ``len / 4`` dead slots).
+    operations in the common cases (no Python bytecode per block). A plain dict has no
+    per-entry linked-list node (less memory than an ``OrderedDict``); the LRU end is found by
+    iterating the dict from its front, which skips the slots of deleted entries, so after
+    ``64 + len / 4`` deletions the dict is compacted in place (amortised O(1) per deletion, and
+    an eviction skips at most that many dead slots). Evictions, refreshes and touches keep
+    exactly the order of the former ``OrderedDict`` version (``tests/sim/test_tiers.py``).
     """
 
     __slots__ = ("capacity_blocks", "queue_aware", "_lru", "_needed", "_pinned_until", "_pins_end_s", "num_evicted",
