@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from envs.sim.faults import FaultConfig
 from envs.sim.links import LinkConfig
 from envs.sim.pool import PoolConfig
 from envs.sim.tiers import TierConfig
@@ -134,6 +135,7 @@ class SimConfig:
         horizon_s: stop simulating at this time [s]; ``None`` runs until every request finished.
             Requests unfinished at the horizon count as SLO misses.
         record_events: keep the ``(name, time_s)`` event trace (tests, debugging).
+        faults: fault model (``envs/sim/faults.py``); ``None`` (default) = no faults.
     """
 
     pool: PoolConfig = field(default_factory=PoolConfig)
@@ -148,6 +150,7 @@ class SimConfig:
     seed: int = 0
     horizon_s: float | None = None
     record_events: bool = False
+    faults: FaultConfig | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}")
@@ -155,9 +158,13 @@ class SimConfig:
         _check(self.horizon_s is None or self.horizon_s > 0, f"horizon_s must be > 0 or None, got {self.horizon_s}")
 
     def to_dict(self) -> dict:
-        """Nested plain dict of the config; ``kv_tiers`` is left out while it is the default
-        (tiers off), so configs, cell keys and run folders of tier-less runs stay as before."""
+        """Nested plain dict of the config; ``kv_tiers``, ``faults`` and ``node_calibration_paths``
+        are left out while they are the default (tiers off, no faults, homogeneous pool), so
+        configs, cell keys and run folders of such runs stay as before."""
         d = asdict(self)
         if self.kv_tiers == TierConfig():
             del d["kv_tiers"]
+        for name in ("faults", "node_calibration_paths"):
+            if name in d and not d[name]:
+                del d[name]
         return d

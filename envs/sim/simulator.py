@@ -185,6 +185,14 @@ class Simulator:
             self.kv_tiers = TieredKV(self, config.kv_tiers)
             self.extras_providers.append(self.kv_tiers.extras)
         self._next_arrival = 0
+        # Fault hooks (envs/sim/faults.py), inert without SimConfig.faults: per-GPU step-time
+        # factor (stragglers) and a check that ends the run once only recovery events remain.
+        self.gpu_step_factor: list[float] | None = None
+        self.stop_when_idle: Callable[[], bool] | None = None
+        if config.faults is not None and not config.faults.is_empty:
+            from envs.sim.faults import FaultManager
+
+            FaultManager(self, config.faults)
         if workload.requests:
             self.schedule(workload.requests[0].arrival_time_s, EventPriority.ARRIVAL, self._on_arrival, 0)
         self._wall_start = time.perf_counter()
@@ -344,7 +352,7 @@ class Simulator:
                 else:
                     self.num_rejected += 1
             t = env.peek()
-            if t > horizon or t == math.inf:
+            if t > horizon or t == math.inf or (self.stop_when_idle is not None and self.stop_when_idle()):
                 self._done = True
                 return None
             if t > until_s:
@@ -417,7 +425,7 @@ class Simulator:
     def _start_step(self, w: Worker) -> None:
         """Forms an FCFS batch under the token budget and schedules its end."""
         q = w.queue
-        if not q:
+        if not q or w.stopped:
             return
         now = self.env.now
         cm = self.cost_model
@@ -477,6 +485,8 @@ class Simulator:
         actual = pred * factor
         if self._noise_sigma > 0.0:
             actual *= math.exp(self.noise_rng.normal(self._noise_mu, self._noise_sigma))
+        if self.gpu_step_factor is not None:  # stragglers: the slowest rank paces the group
+            actual *= max(self.gpu_step_factor[g] for g in w.gpus)
         # A step whose requests reuse pending blocks waits for their reconciliation transfers.
         wait = ready_at - now
         w.step_start_s = now
@@ -485,7 +495,7 @@ class Simulator:
             if wait > 0.0:
                 self.trace.append((f"reconcile_wait:w{w.worker_id}", now))
             self.trace.append((f"step_start:w{w.worker_id}:n{len(batch)}", now))
-        self.schedule(wait + actual, EventPriority.STEP_END, self._on_step_end, w)
+        w.step_event = self.schedule(wait + actual, EventPriority.STEP_END, self._on_step_end, w)
 
     def _on_step_end(self, w: Worker) -> None:
         now = self.env.now
@@ -529,8 +539,28 @@ class Simulator:
             on_dispatch(req, wid, view)
         return self.result()
 
+    def request_accounting(self) -> dict[str, int]:
+        """Where every request of the workload is now: ``num_finished``, ``num_waiting``
+        (awaiting a routing decision, or parked for lack of an ACTIVE worker), ``num_queued``,
+        ``num_running``, ``num_not_arrived``, ``num_rejected``. Each request is in exactly one
+        of them, so they sum to ``num_requests`` (checked by :meth:`result`)."""
+        ws = list(self.workers.values())
+        return {"num_finished": sum(1 for t in self._finish if t == t),
+                "num_waiting": len(self._decisions) + len(self._parked),
+                "num_queued": sum(len(w.queue) for w in ws),
+                "num_running": sum(len(w.batch) for w in ws),
+                "num_not_arrived": self.workload.num_requests - self._next_arrival,
+                "num_rejected": self.num_rejected}
+
     def result(self) -> SimResult:
-        """Snapshot of the records and totals at the current time."""
+        """Snapshot of the records and totals at the current time.
+
+        Raises:
+            RuntimeError: if a request is lost or counted twice (:meth:`request_accounting`).
+        """
+        acct = self.request_accounting()
+        if sum(acct.values()) != self.workload.num_requests:
+            raise RuntimeError(f"request accounting broken: {acct} does not sum to {self.workload.num_requests} requests")
         f = np.asarray
         reqs = self.workload.requests
         records = {
