@@ -189,7 +189,7 @@ class Simulator:
         # factor (stragglers) and a check that ends the run once only recovery events remain.
         self.gpu_step_factor: list[float] | None = None
         self.stop_when_idle: Callable[[], bool] | None = None
-        if config.faults is not None and not config.faults.is_empty:
+        if config.faults is not None:
             from envs.sim.faults import FaultManager
 
             FaultManager(self, config.faults)
