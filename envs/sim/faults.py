@@ -129,6 +129,9 @@ class FaultEvent:
     link: str = ""
 
     def __post_init__(self) -> None:
+        for name in ("time_s", "factor", "duration_s"):
+            if _finite(getattr(self, name)):
+                object.__setattr__(self, name, float(getattr(self, name)))
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"kind: expected one of {list(FAULT_KINDS)}, got {self.kind!r}")
         if not _finite(self.time_s) or self.time_s < 0:
@@ -207,6 +210,7 @@ class FaultConfig:
             v = getattr(self, f.name)
             if not _finite(v) or v < 0:
                 raise ValueError(f"faults.{f.name}: expected a finite number >= 0, got {v!r}")
+            object.__setattr__(self, f.name, float(v))
         if self.straggler_factor < 1:
             raise ValueError(f"faults.straggler_factor: expected >= 1, got {self.straggler_factor!r}")
         for f in ("rebuild_s", "straggler_duration_s", "impact_window_s"):
@@ -439,6 +443,8 @@ class FaultManager:
         sim.finish_listeners.append(self._on_finish)
         if events:
             sim.stop_when_idle = self.work_done
+            # a request no current worker holds waits (parked) for the workers a repair re-forms
+            sim.returning_kv_capacity_tokens = max(w.kv_capacity_tokens for w in sim.workers.values())
         for e in events:
             sim.schedule(e.time_s, self._priority, self._on_fault, e)
 
@@ -492,11 +498,12 @@ class FaultManager:
         return None
 
     def gpu_counts(self) -> dict[str, int]:
-        """``num_healthy_gpus`` (in a serving worker, or a spare), ``num_failed_gpus``,
-        ``num_rebuilding_gpus`` (in a REBUILDING worker); they sum to the pool size."""
+        """``num_healthy_gpus`` (in a serving worker, a spare, or a surviving rank of a stopped
+        worker awaiting detection), ``num_failed_gpus``, ``num_rebuilding_gpus`` (in a
+        REBUILDING worker that is not stopped); they sum to the pool size."""
         from envs.sim.worker import WorkerState
 
-        rebuilding = sum(w.degree for w in self.sim.workers.values() if w.state == WorkerState.REBUILDING)
+        rebuilding = sum(w.degree for w in self.sim.workers.values() if w.state == WorkerState.REBUILDING and not w.stopped)
         failed = len(self.failed)
         return {"num_healthy_gpus": self.sim.config.pool.num_gpus - failed - rebuilding,
                 "num_failed_gpus": failed, "num_rebuilding_gpus": rebuilding}

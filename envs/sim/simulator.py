@@ -189,6 +189,8 @@ class Simulator:
         # factor (stragglers) and a check that ends the run once only recovery events remain.
         self.gpu_step_factor: list[float] | None = None
         self.stop_when_idle: Callable[[], bool] | None = None
+        # largest KV capacity [tokens] of a worker that failed GPUs will form again after repair
+        self.returning_kv_capacity_tokens = 0
         if config.faults is not None:
             from envs.sim.faults import FaultManager
 
@@ -366,8 +368,9 @@ class Simulator:
         for wid in self.worker_ids:
             if self.is_eligible(ws[wid], req):
                 return 1
-        if req.num_prompt_tokens <= self._max_prompt_tokens and any(
-                req.num_prompt_tokens <= w.kv_capacity_tokens for w in ws.values()):
+        if req.num_prompt_tokens <= self._max_prompt_tokens and (any(
+                req.num_prompt_tokens <= w.kv_capacity_tokens for w in ws.values())
+                or req.num_prompt_tokens <= self.returning_kv_capacity_tokens):
             return 0
         return -1
 

@@ -3,14 +3,15 @@ no request lost or completed twice, GPU count conserved, no dispatch to a worker
 ACTIVE, no engine step on a stopped worker, epochs increasing."""
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from baselines.simple import LeastWorkRouter, RoundRobinRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.faults import FaultConfig, FaultEvent
 from envs.sim.reconfig import get_reconfigurator
 from envs.sim.worker import WorkerState
-from tests.sim.conftest import CostCoefficients, Calibration, make_workload
+from tests.sim.conftest import Calibration, CostCoefficients, make_workload
 
 CAL = Calibration(model="toy", gpu_type="toy",
                   coefficients=CostCoefficients(d_s=0.2, a_s_per_token=0.0, b_s_per_token=0.0, c_s_per_token=0.05,
@@ -45,8 +46,13 @@ class Invariants:
         c = fm.gpu_counts()
         assert c["num_healthy_gpus"] + c["num_failed_gpus"] + c["num_rebuilding_gpus"] == POOL.num_gpus
         assert min(c.values()) >= 0
-        # every GPU is in a worker, failed, or a healthy spare: spares are never negative
-        assert len(set(gpus) | fm.failed) <= POOL.num_gpus
+        # counted independently: healthy = non-failed GPUs that are in no REBUILDING worker
+        # (serving, spare, or surviving ranks of a stopped worker)
+        rebuilding = {g for w in sim.workers.values() if w.state == WorkerState.REBUILDING and not w.stopped for g in w.gpus}
+        assert not (rebuilding & fm.failed)
+        healthy = [g for g in range(POOL.num_gpus) if g not in fm.failed and g not in rebuilding]
+        counts = (c["num_healthy_gpus"], c["num_failed_gpus"], c["num_rebuilding_gpus"])
+        assert counts == (len(healthy), len(fm.failed), len(rebuilding))
         for w in sim.workers.values():
             assert w.epoch <= sim.epoch
         if self.epochs:

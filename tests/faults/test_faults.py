@@ -7,8 +7,7 @@ import pytest
 
 from baselines.simple import LeastWorkRouter, RoundRobinRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
-from envs.sim.faults import (FaultConfig, FaultEvent, LLAMA3_GPU_FAILURE_RATE_PER_GPU_HOUR, decompose_span,
-                             load_fault_config)
+from envs.sim.faults import LLAMA3_GPU_FAILURE_RATE_PER_GPU_HOUR, FaultConfig, FaultEvent, decompose_span, load_fault_config
 from envs.sim.worker import WorkerState
 from tests.sim.conftest import make_workload
 
@@ -145,7 +144,8 @@ def test_random_faults_are_seeded(simple_calibration):
     wl = make_workload([(1.0 * i, 8, None) for i in range(200)])
     faults = FaultConfig(gpu_failure_rate_per_gpu_hour=10.0, straggler_rate_per_gpu_hour=10.0, detection_delay_s=1.0,
                          rebuild_s=2.0, repair_s=20.0)
-    runs = [Simulator(wl, SimConfig(pool=pool, seed=s, faults=faults), simple_calibration).run(LeastWorkRouter()) for s in (1, 1, 2)]
+    runs = [Simulator(wl, SimConfig(pool=pool, seed=s, faults=faults), simple_calibration).run(LeastWorkRouter())
+            for s in (1, 1, 2)]
     assert repr(runs[0].extras["faults"]) == repr(runs[1].extras["faults"])
     assert repr(runs[0].extras["faults"]) != repr(runs[2].extras["faults"])
     assert runs[0].extras["num_faults"] > 0
