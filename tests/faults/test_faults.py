@@ -155,7 +155,8 @@ def test_random_faults_are_seeded(simple_calibration):
 def test_event_outside_pool_is_rejected(simple_calibration):
     wl = make_workload([(0.0, 8, None)])
     with pytest.raises(ValueError, match=r"events\[0\].*gpu 7 is outside the pool of 2 GPUs"):
-        Simulator(wl, SimConfig(pool=ONE_CP2, faults=FaultConfig(events=(FaultEvent("gpu_failure", 1.0, gpu=7),))), simple_calibration)
+        faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.0, gpu=7),))
+        Simulator(wl, SimConfig(pool=ONE_CP2, faults=faults), simple_calibration)
 
 
 def test_load_fault_config_yaml_and_json(tmp_path):
@@ -174,7 +175,8 @@ def test_load_fault_config_yaml_and_json(tmp_path):
 
 @pytest.mark.parametrize("text, match", [
     ("events:\n  - {kind: gpu_failure, time_s: 5}\n", r"f.yaml:2: events\[0\]: gpu: a gpu_failure needs a GPU index"),
-    ("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 1}\n  - {kind: meteor, time_s: 1}\n", r"f.yaml:3: events\[1\]: kind: expected one of"),
+    ("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 1}\n  - {kind: meteor, time_s: 1}\n",
+     r"f.yaml:3: events\[1\]: kind: expected one of"),
     ("events:\n  - {kind: straggler, time_s: 5, gpu: 1, factor: 0.5, duration_s: 3}\n", r"f.yaml:2: .*factor"),
     ("rebuild: 3\n", r"f.yaml:1: rebuild: unknown field"),
     ("detection_delay_s: -1\n", r"f.yaml:1: faults.detection_delay_s: expected a finite number >= 0"),
