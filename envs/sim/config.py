@@ -136,6 +136,12 @@ class SimConfig:
             Requests unfinished at the horizon count as SLO misses.
         record_events: keep the ``(name, time_s)`` event trace (tests, debugging).
         faults: fault model (``envs/sim/faults.py``); ``None`` (default) = no faults.
+        node_calibration_paths: heterogeneous pool: one calibration JSON per node (``""`` = the
+            run's calibration), e.g. H20 and H20-3e nodes. Each worker's cost model, KV capacity
+            and prompt limit come from its node's calibration, and routers see each worker's own
+            model (``Worker.cost_model``, ``PoolView.predicted_service_s``). The TTFT SLOs and
+            the controller's capacity profile use the run's calibration (``calibration_path``),
+            so every policy is judged against the same SLOs. Empty (default): homogeneous.
     """
 
     pool: PoolConfig = field(default_factory=PoolConfig)
@@ -151,8 +157,13 @@ class SimConfig:
     horizon_s: float | None = None
     record_events: bool = False
     faults: FaultConfig | None = None
+    node_calibration_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "node_calibration_paths", tuple(self.node_calibration_paths))
+        num_nodes = -(-self.pool.num_gpus // self.pool.gpus_per_node)
+        _check(not self.node_calibration_paths or len(self.node_calibration_paths) == num_nodes,
+               f"node_calibration_paths needs one entry per node ({num_nodes}), got {len(self.node_calibration_paths)}")
         _check(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}")
         _check(self.cache_capacity_scale >= 0, f"cache_capacity_scale must be >= 0, got {self.cache_capacity_scale}")
         _check(self.horizon_s is None or self.horizon_s > 0, f"horizon_s must be > 0 or None, got {self.horizon_s}")

@@ -734,3 +734,39 @@ class FaultManager:
 def with_faults(config, faults: FaultConfig | None):
     """``config`` (a :class:`envs.sim.config.SimConfig`) with ``faults`` set (``None`` clears)."""
     return replace(config, faults=faults)
+
+
+#: per-worker-slot fault flags of the Gymnasium observations (``observe_faults=True``), each 0/1.
+FAULT_OBSERVATION_FEATURES = ("down", "degraded", "rebuilding")
+
+
+def fault_flags(sim: Simulator, max_num_workers: int) -> np.ndarray:
+    """What a scheduler knows about faults, per worker-id slot: shape ``(max_num_workers, 3)``,
+    float32, columns ``FAULT_OBSERVATION_FEATURES``:
+
+    * ``down``: the slot's first GPU has a *detected* failure (not yet repaired) — an undetected
+      failure is invisible, as to a real router;
+    * ``degraded``: the slot's worker runs slower (a straggler GPU);
+    * ``rebuilding``: the slot's worker is REBUILDING (not schedulable yet).
+
+    All zeros without a fault model.
+    """
+    from envs.sim.worker import WorkerState
+
+    out = np.zeros((max_num_workers, len(FAULT_OBSERVATION_FEATURES)), dtype=np.float32)
+    fm = sim.attachments.get("faults")
+    if fm is None:
+        return out
+    pool = sim.config.pool
+    known = set(fm.failed)
+    for w, _ in fm._stopped.values():  # failed but not yet detected
+        known.difference_update(w.gpus)
+    for g in known:
+        if g % pool.min_degree == 0:
+            out[pool.worker_id_for(g), 0] = 1.0
+    for wid, w in sim.workers.items():
+        if fm.is_degraded(w):
+            out[wid, 1] = 1.0
+        if w.state == WorkerState.REBUILDING:
+            out[wid, 2] = 1.0
+    return out

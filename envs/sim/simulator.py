@@ -128,13 +128,20 @@ class Simulator:
     """
 
     def __init__(self, workload: Workload, config: SimConfig | None = None, calibration: Calibration | None = None,
-                 policy_name: str = "external", slo_cost_model=None) -> None:
+                 policy_name: str = "external", slo_cost_model=None,
+                 node_calibrations: list[Calibration] | None = None) -> None:
         self.config = config = config or SimConfig()
         if calibration is None:
             calibration = Calibration.resolve(config.calibration_path)
         config.pool.check_weight_shard(calibration.weight_shard_gpus)
         self.calibration = calibration
         self.cost_model = calibration.cost_model()
+        # heterogeneous pools: one calibration per node (default: config.node_calibration_paths)
+        if node_calibrations is None and config.node_calibration_paths:
+            node_calibrations = [Calibration.load(p) if p else calibration for p in config.node_calibration_paths]
+        self.node_calibrations: list[Calibration] | None = node_calibrations
+        self._node_cost_models = [c.cost_model() if c is not calibration else self.cost_model
+                                  for c in node_calibrations] if node_calibrations else None
         self._slo_cost_model = slo_cost_model  # cost model of the "scaled" SLO rule (default: cost_model)
         self.workload = workload
         self.policy_name = policy_name
@@ -172,7 +179,7 @@ class Simulator:
         self._done = False
         self.num_events = 0
         self.num_rejected = 0
-        self._max_prompt_tokens = calibration.max_prompt_tokens
+        self._max_prompt_tokens = max(c.max_prompt_tokens for c in (node_calibrations or [calibration]))
         pe = config.prediction_error
         self._noise_sigma = pe.noise_sigma
         self._noise_mu = -0.5 * pe.noise_sigma ** 2
@@ -207,17 +214,25 @@ class Simulator:
         wid = pool.worker_id_for(first_gpu)
         if wid in self.workers:
             raise ValueError(f"worker id {wid} (GPU {first_gpu}) already exists")
-        cap = int(self.calibration.kv_capacity_blocks(degree, self.kv_block_size_tokens) * self.config.cache_capacity_scale)
-        w = Worker(wid, degree, first_gpu, first_gpu // pool.gpus_per_node, PrefixCache(cap, wid),
-                   self.calibration.kv_capacity_tokens(degree), epoch=self.epoch,
+        node = first_gpu // pool.gpus_per_node
+        cal = self.calibration_of_node(node)
+        cap = int(cal.kv_capacity_blocks(degree, self.kv_block_size_tokens) * self.config.cache_capacity_scale)
+        w = Worker(wid, degree, first_gpu, node, PrefixCache(cap, wid),
+                   cal.kv_capacity_tokens(degree), epoch=self.epoch,
                    created_s=self.env.now if hasattr(self, "env") else 0.0)
-        w.max_prompt_tokens = min(self.calibration.max_prompt_tokens, w.kv_capacity_tokens)
+        w.max_prompt_tokens = min(cal.max_prompt_tokens, w.kv_capacity_tokens)
+        w.cost_model = self._node_cost_models[node] if self._node_cost_models else self.cost_model
+        w.gpu_type = cal.gpu_type
         if self.kv_tiers is not None:
             self.kv_tiers.watch(w)
         self.workers[wid] = w
         self.worker_ids.append(wid)
         self.worker_ids.sort(key=lambda i: self.workers[i].first_gpu)
         return w
+
+    def calibration_of_node(self, node: int) -> Calibration:
+        """The calibration of the GPUs of ``node`` (the run's one in a homogeneous pool)."""
+        return self.node_calibrations[node] if self.node_calibrations else self.calibration
 
     def retire_worker(self, worker_id: int) -> Worker:
         """Removes an idle worker with an empty queue (after a drain)."""
@@ -409,7 +424,7 @@ class Simulator:
         q = self._pred_wait[rid] = w.queued_predicted_s + (rem if rem > 0.0 else 0.0)
         if self.kv_tiers is not None:  # fetch or recompute; a fetch may start now (envs/sim/tiers.py)
             p = self.kv_tiers.on_dispatch(req, w, nhit, q)
-        s = self.cost_model.service_time_s(w.degree, L - p, p)
+        s = w.cost_model.service_time_s(w.degree, L - p, p)
         self._pred_service[rid] = s
         self._routed_cached[rid] = p
         if self._num_routings[rid] == 0:
@@ -431,7 +446,7 @@ class Simulator:
         if not q or w.stopped:
             return
         now = self.env.now
-        cm = self.cost_model
+        cm = w.cost_model
         bs = self.kv_block_size_tokens
         budget = self.config.engine.max_batch_tokens
         max_req = self.config.engine.max_batch_requests

@@ -51,11 +51,15 @@ class Worker:
         stopped: a rank failed (``envs/sim/faults.py``): no engine step starts or ends; routers
             are not told until the failure is detected (the state stays as it was).
         step_event: the pending end-of-step event of the running step (None when idle).
+        cost_model: the predicted cost model ``E_C(R, P)`` of its node's GPU type (heterogeneous
+            pools: ``SimConfig.node_calibration_paths``); the pool's one model otherwise.
+        gpu_type: its node's GPU type (from the calibration).
     """
 
     __slots__ = ("worker_id", "degree", "first_gpu", "node", "state", "epoch", "queue", "queued_predicted_s",
                  "num_queued_new_tokens", "batch", "step_start_s", "step_predicted_end_s", "cache", "gpu_time_s",
-                 "busy_time_s", "num_steps", "kv_capacity_tokens", "max_prompt_tokens", "created_s", "stopped", "step_event")
+                 "busy_time_s", "num_steps", "kv_capacity_tokens", "max_prompt_tokens", "created_s", "stopped", "step_event",
+                 "cost_model", "gpu_type")
 
     def __init__(self, worker_id: int, degree: int, first_gpu: int, node: int, cache: PrefixCache,
                  kv_capacity_tokens: int, epoch: int = 0, created_s: float = 0.0) -> None:
@@ -80,6 +84,8 @@ class Worker:
         self.created_s = created_s
         self.stopped = False
         self.step_event = None
+        self.cost_model = None  # set by the simulator
+        self.gpu_type = ""
 
     @property
     def gpus(self) -> range:
