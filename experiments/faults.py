@@ -1,6 +1,6 @@
 """The fault experiment: every §9 policy (and the learned router) under the same faults.
 
-A spec (YAML, ``experiments/specs/faults-conversation.yaml``) names a trace window, a load as a
+A spec (YAML, ``experiments/specs/faults/conversation.yaml``) names a trace window, a load as a
 fraction of capacity, the policies and the fault scenarios (fault schedule files,
 ``envs/sim/faults.py``). :func:`run_fault_experiment`:
 
@@ -154,9 +154,12 @@ def estimate_capacity_rps(spec: FaultExperimentSpec, config, log=print) -> tuple
 
 
 def _run_learned(checkpoint: str, wl, config):
+    import torch as th
+
     from policies.checkpoint import LearnedPolicy
     from policies.heuristic import make_routing_env, run_episode
 
+    th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest (as policies/evaluate.py)
     env = make_routing_env(None, [wl], config)
     res, _, _ = run_episode(env, LearnedPolicy(checkpoint, name="learned"), options={"window_index": 0, "sim_seed": config.seed})
     return res

@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="SPEC", help="fault experiment spec (YAML), e.g. experiments/specs/faults-conversation.yaml")
+    p.add_argument("spec", metavar="SPEC", help="fault experiment spec (YAML), e.g. experiments/specs/faults/conversation.yaml")
     p.add_argument("--out", metavar="DIR", default="results/faults", help="output folder (default results/faults)")
 
 

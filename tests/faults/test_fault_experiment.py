@@ -58,6 +58,6 @@ def test_spec_errors_name_the_key(tmp_path, edit, match):
 
 
 def test_shipped_spec_loads():
-    spec = load_spec("experiments/specs/faults-conversation.yaml")
+    spec = load_spec("experiments/specs/faults/conversation.yaml")
     assert [s for s, _ in spec.scenarios] == ["gpu-failure", "straggler", "node-failure"]
     assert spec.load_fraction == 0.8 and spec.learned == "shipped"
