@@ -14,6 +14,8 @@ from experiments.runner import build_simulator, run_policy
 
 POOL = PoolConfig(num_gpus=16, gpus_per_node=8, composition="cp4@0,cp2@4,cp2@6,cp4@8,cp2@12,cp2@14",
                   supported_degrees=(1, 2, 4, 8))
+POOL3 = PoolConfig(num_gpus=24, gpus_per_node=8, composition="cp4@0,cp2@4,cp2@6,cp4@8,cp2@12,cp2@14,cp4@16,cp2@20,cp2@22",
+                   supported_degrees=(1, 2, 4, 8))
 
 
 def _write(tmp_path, cal: Calibration, name: str) -> str:
@@ -40,8 +42,10 @@ def _fast(h20: Calibration) -> Calibration:
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_every_policy_runs_on_h20_plus_h20_3e_and_predictions_use_the_workers_own_model(tmp_path, h20, policy):
-    paths = (_write(tmp_path, h20, "h20.json"), _write(tmp_path, _fast(h20), "fast.json"))
-    cfg = SimConfig(pool=POOL, node_calibration_paths=paths)
+    # three nodes: H20, H20-3e (more HBM) and a faster GPU type (all coefficients halved)
+    paths = (_write(tmp_path, h20, "h20.json"), _write(tmp_path, _h20_3e(h20), "h20-3e.json"),
+             _write(tmp_path, _fast(h20), "fast.json"))
+    cfg = SimConfig(pool=POOL3, node_calibration_paths=paths)
     wl = window(get_workload("mixed-default", seed=0), 0.0, 8.0)
     sim, spec = build_simulator(policy, wl, cfg)
     res = sim.run(spec.make_router())
@@ -54,7 +58,7 @@ def test_every_policy_runs_on_h20_plus_h20_3e_and_predictions_use_the_workers_ow
         L, P = int(r["num_prompt_tokens"][i]), int(r["routed_cached_tokens"][i])
         expected = cms[nodes[int(r["worker_id"][i])]].service_time_s(int(r["degree"][i]), L - P, P)
         assert r["predicted_service_s"][i] == pytest.approx(expected, rel=1e-12), (policy, i)
-    assert {w.gpu_type for w in sim.workers.values()} == {"H20", "fast"}
+    assert {w.gpu_type for w in sim.workers.values()} == {"H20", "H20-3e", "fast"}
 
 
 def test_h20_3e_nodes_have_their_own_kv_capacity(tmp_path, h20):
