@@ -61,7 +61,8 @@ class FaultExperimentSpec:
             raise ValueError(f"{src}: load_fraction: expected a share in (0, 2], got {self.load_fraction}")
         lo, hi = self.capacity_search_rps
         if not 0 < lo < hi:
-            raise ValueError(f"{src}: capacity_search_rps: expected [low, high] with 0 < low < high, got {list(self.capacity_search_rps)}")
+            raise ValueError(f"{src}: capacity_search_rps: expected [low, high] with 0 < low < high, "
+                             f"got {list(self.capacity_search_rps)}")
         if self.capacity_iterations < 1 or self.capacity_drain_s <= 0:
             raise ValueError(f"{src}: capacity_iterations must be >= 1 and capacity_drain_s > 0")
         if not self.policies or not self.scenarios:
@@ -115,13 +116,17 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     for name in policies + [data.get("capacity_policy", "vertumnus")]:
         get_policy(name)
     kw = {k: data[k] for k in SPEC_KEYS if k in data and k not in ("trace", "scenarios", "policies")}
+    _pairs(p, kw)
+    return FaultExperimentSpec(trace=resolve("trace", data["trace"]), scenarios=resolved, policies=tuple(policies),
+                               source=str(p), **kw)
+
+
+def _pairs(p: Path, kw: dict) -> None:
     for k in ("window_s", "capacity_search_rps"):
         if k in kw:
             if not (isinstance(kw[k], list) and len(kw[k]) == 2):
                 raise ValueError(f"{p}: {k}: expected a list of two numbers")
             kw[k] = tuple(float(x) for x in kw[k])
-    return FaultExperimentSpec(trace=resolve("trace", data["trace"]), scenarios=resolved, policies=tuple(policies),
-                               source=str(p), **kw)
 
 
 def _workload(spec: FaultExperimentSpec, target_rps: float | None):
@@ -161,7 +166,8 @@ def _run_learned(checkpoint: str, wl, config):
 
     th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest (as policies/evaluate.py)
     env = make_routing_env(None, [wl], config)
-    res, _, _ = run_episode(env, LearnedPolicy(checkpoint, name="learned"), options={"window_index": 0, "sim_seed": config.seed})
+    res, _, _ = run_episode(env, LearnedPolicy(checkpoint, name="learned"),
+                            options={"window_index": 0, "sim_seed": config.seed})
     return res
 
 
@@ -197,7 +203,8 @@ def run_fault_experiment(spec: FaultExperimentSpec, base_config, log=print) -> d
             row = {"scenario": scen, "policy": name, "target_rps": target, **{k: s[k] for k in (
                 "num_requests", "num_unfinished", "num_rejected", "mean_ttft_s", "p90_ttft_s", "p99_ttft_s",
                 "slo_attainment_token_weighted", "gpu_time_s")}, **acct}
-            row.update({k: res.extras.get(k, 0) for k in ("num_fault_affected_requests", "recompute_gpu_time_s", "recovery_time_s")})
+            row.update({k: res.extras.get(k, 0)
+                        for k in ("num_fault_affected_requests", "recompute_gpu_time_s", "recovery_time_s")})
             row.update({k: f0.get(k, math.nan) for k in ("ttft_before_s", "ttft_after_s", "slo_attainment_before",
                                                           "slo_attainment_after")})
             rows.append(row)

@@ -139,6 +139,8 @@ class Simulator:
         # heterogeneous pools: one calibration per node (default: config.node_calibration_paths)
         if node_calibrations is None and config.node_calibration_paths:
             node_calibrations = [Calibration.load(p) if p else calibration for p in config.node_calibration_paths]
+        for c in node_calibrations or ():
+            config.pool.check_weight_shard(c.weight_shard_gpus)
         self.node_calibrations: list[Calibration] | None = node_calibrations
         self._node_cost_models = [c.cost_model() if c is not calibration else self.cost_model
                                   for c in node_calibrations] if node_calibrations else None

@@ -13,11 +13,12 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="SPEC", help="fault experiment spec (YAML), e.g. experiments/specs/faults/conversation.yaml")
+    p.add_argument("spec", metavar="SPEC",
+                   help="fault experiment spec (YAML), e.g. experiments/specs/faults/conversation.yaml")
     p.add_argument("--out", metavar="DIR", default="results/faults", help="output folder (default results/faults)")
 
 
-def _provenance(argv: list[str]) -> dict:
+def _provenance(command: str) -> dict:
     import numpy
     import simpy
 
@@ -25,7 +26,7 @@ def _provenance(argv: list[str]) -> dict:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     except OSError:
         commit = ""
-    return {"command": "cpgym faults " + " ".join(argv), "commit": commit, "python": platform.python_version(),
+    return {"command": command, "commit": commit, "python": platform.python_version(),
             "numpy": numpy.__version__, "simpy": simpy.__version__}
 
 
@@ -54,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     for r in result["rows"]:
         md.append("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
     figs = plot_ttft_over_time(result, spec, out)
-    md += ["", *[f"![{f.stem}]({f.name})" for f in figs], "", "Command: `" + _provenance(sys.argv[2:] or [args.spec])["command"] + "`"]
+    command = f"cpgym faults {args.spec} --out {args.out}"
+    md += ["", *[f"![{f.stem}]({f.name})" for f in figs], "", f"Command: `{command}`"]
     (out / "table.md").write_text("\n".join(md) + "\n")
-    (out / "capacity.json").write_text(json.dumps({"capacity_rps": result["capacity_rps"], "probes": result["probes"]}, indent=2) + "\n")
-    (out / "provenance.json").write_text(json.dumps({**_provenance(sys.argv[2:]), "spec": spec.source}, indent=2) + "\n")
+    capacity = {"capacity_rps": result["capacity_rps"], "probes": result["probes"]}
+    (out / "capacity.json").write_text(json.dumps(capacity, indent=2) + "\n")
+    (out / "provenance.json").write_text(json.dumps({**_provenance(command), "spec": spec.source}, indent=2) + "\n")
     print(df[cols].to_string(index=False))
     return 0

@@ -22,7 +22,8 @@ plot_after_s: 20
 
 
 def _write(tmp_path, spec=SPEC):
-    (tmp_path / "gpu.yaml").write_text("detection_delay_s: 5\nrebuild_s: 5\nevents:\n  - {kind: gpu_failure, time_s: 15, gpu: 1}\n")
+    (tmp_path / "gpu.yaml").write_text("detection_delay_s: 5\nrebuild_s: 5\n"
+                                       "events:\n  - {kind: gpu_failure, time_s: 15, gpu: 1}\n")
     p = tmp_path / "spec.yaml"
     p.write_text(spec)
     return p

@@ -3,10 +3,12 @@ nodes, and routers see each worker's own cost model."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import envs.sim
 from baselines.registry import POLICIES
 from envs.sim import Calibration, CostCoefficients, PoolConfig, SimConfig
 from envs.workloads import get_workload, window
@@ -24,14 +26,17 @@ def _write(tmp_path, cal: Calibration, name: str) -> str:
     return str(p)
 
 
+CALIBRATIONS = Path(envs.sim.__file__).parent / "calibrations"
+
+
 @pytest.fixture(scope="module")
 def h20() -> Calibration:
-    return Calibration.default()
+    return Calibration.load(CALIBRATIONS / "qwen3-30b-a3b__h20.json")
 
 
 def _h20_3e(h20: Calibration) -> Calibration:
-    # the H20-3e has the H20's compute and bandwidth with 141 GB of HBM (NVIDIA H20-3e as deployed in paper §9)
-    return dataclasses.replace(h20, gpu_type="H20-3e", gpu_memory_bytes=141_000_000_000)
+    """The shipped H20-3e calibration (paper §9's GPU: 141 GB HBM)."""
+    return Calibration.load(CALIBRATIONS / "qwen3-30b-a3b__h20-3e.json")
 
 
 def _fast(h20: Calibration) -> Calibration:
