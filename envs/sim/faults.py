@@ -334,10 +334,11 @@ def _event_from_node(node, src: str, i: int) -> FaultEvent:
 class FaultRecord:
     """What one fault did (times in simulated seconds; NaN while not reached).
 
-    ``recovery_time_s``: fault -> the pool serves again on every GPU the fault did not break (the
-    re-formed workers are ACTIVE); for a fault without survivors (a node, a CP-1 worker): fault
-    -> the repaired GPUs serve again; for a straggler / link fault: its duration.
-    ``full_recovery_time_s``: fault -> the repaired GPUs serve again.
+    ``recovery_time_s``: fault -> the pool serves again on every GPU the fault did not break
+    (the re-formed workers are ACTIVE; for a fault that left no survivor — a node, a CP-1 worker —
+    that is the detection, when its requests are re-routed); for a straggler / link fault: its
+    duration. ``full_recovery_time_s``: fault -> the repaired GPUs serve again (NaN if not within
+    the run).
     """
 
     index: int
@@ -366,11 +367,7 @@ class FaultRecord:
     def recovery_time_s(self) -> float:
         if self.kind in (STRAGGLER, LINK_SLOWDOWN, LINK_FAILURE):
             return self.end_s - self.time_s
-        if not self.gpus:
-            return 0.0  # every GPU it named had failed already
-        if self.num_rebuilt_workers:
-            return self.rebuilt_s - self.time_s
-        return self.full_recovery_time_s
+        return self.rebuilt_s - self.time_s  # 0 if every GPU it named had failed already
 
     @property
     def full_recovery_time_s(self) -> float:
