@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,23 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", default="results/faults", help="output folder (default results/faults)")
 
 
-def _provenance(command: str) -> dict:
-    import numpy
-    import simpy
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        commit = ""
-    return {"command": command, "commit": commit, "python": platform.python_version(),
-            "numpy": numpy.__version__, "simpy": simpy.__version__}
-
-
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from envs.sim import SimConfig
     from experiments.faults import load_spec, plot_ttft_over_time, run_fault_experiment
+    from experiments.provenance import write_provenance
 
     spec = load_spec(args.spec)
     out = Path(args.out)
@@ -60,6 +47,6 @@ def run(args: argparse.Namespace) -> int:
     (out / "table.md").write_text("\n".join(md) + "\n")
     capacity = {"capacity_rps": result["capacity_rps"], "probes": result["probes"]}
     (out / "capacity.json").write_text(json.dumps(capacity, indent=2) + "\n")
-    (out / "provenance.json").write_text(json.dumps({**_provenance(command), "spec": spec.source}, indent=2) + "\n")
+    write_provenance(out, argv=["cpgym", "faults", args.spec, "--out", args.out], command=command, spec=spec.source)
     print(df[cols].to_string(index=False))
     return 0

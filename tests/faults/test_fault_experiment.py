@@ -43,7 +43,7 @@ def test_cpgym_faults_writes_table_plots_and_provenance(tmp_path, capsys):
     cap = json.loads((out / "capacity.json").read_text())
     assert len(cap["probes"]) == 2
     prov = json.loads((out / "provenance.json").read_text())
-    assert prov["command"].startswith("cpgym faults")
+    assert prov["command"].startswith("cpgym faults") and prov["git_commit"]
 
 
 @pytest.mark.parametrize("edit, match", [
