@@ -70,7 +70,8 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
                    help="heterogeneous pool: one calibration JSON per node, comma-separated ('' = --calibration), "
                         "e.g. H20 and H20-3e nodes; default: every node uses --calibration")
     g.add_argument("--faults", metavar="FILE",
-                   help="fault schedule (YAML/JSON: GPU/node failures, stragglers, KV link faults; envs/sim/faults.py); default none")
+                   help="fault schedule (YAML/JSON: GPU/node failures, stragglers, KV link faults; "
+                        "envs/sim/faults.py); default none")
     g.add_argument("--kv-handoff-gbps", type=float, default=LatencyConfig.kv_handoff_bandwidth_bytes_per_s / 1e9,
                    help="prefill->decode KV hand-off bandwidth [GB/s] (default 25)")
     add_tier_arguments(p)
