@@ -234,8 +234,8 @@ class VertumnusRouter(Router):
 
             best, self._last_s = vertumnus_pull_route(self, request, view, cands, c_min)
             return best
-        cm = view.cost_model
-        d, a, b, c, alpha = cm.d, cm.a, cm.b, cm.c, cm.alpha
+        cm = None  # each worker's own cost model (heterogeneous pools); one object in a homogeneous pool
+        d = a = b = c = alpha = 0.0
         bs = view.kv_block_size_tokens
         hashes = request.block_hashes
         cap = L - 1
@@ -250,7 +250,11 @@ class VertumnusRouter(Router):
             p = w.cache.match_ready(hashes) * bs
             if p > cap:
                 p = cap
-            if p != last_p:
+            wcm = w.cost_model
+            if p != last_p or wcm is not cm:
+                if wcm is not cm:
+                    cm = wcm
+                    d, a, b, c, alpha = cm.d, cm.a, cm.b, cm.c, cm.alpha
                 r = L - p
                 A = d + a * r + b * p
                 B = c * r + alpha * (r * p + r * (r + 1) * 0.5)
@@ -274,16 +278,15 @@ class VertumnusRouter(Router):
         return best.worker_id
 
     def _route_length_only(self, request: Request, view: PoolView, cands: list[int], c_min: int) -> int:
-        cm = view.cost_model
         L = request.num_prompt_tokens
         beta, lam = self.params.beta, self.params.lambda_
-        s_min = cm.service_time_s(c_min, L, 0)
         degree_cost: dict[int, float] = {}
         for wid in cands:
             c = view.degree(wid)
-            if c not in degree_cost:
+            if c not in degree_cost:  # the first worker of a degree sets its cost (one GPU type per degree assumed here)
+                cm = view.worker_cost_model(wid)
                 s = cm.service_time_s(c, L, 0)
-                degree_cost[c] = beta * s + lam * (c * s - c_min * s_min)
+                degree_cost[c] = beta * s + lam * (c * s - c_min * cm.service_time_s(c_min, L, 0))
         best_degree = min(degree_cost, key=lambda c: (degree_cost[c], c))
         best, best_q = -1, math.inf
         for wid in cands:

@@ -14,6 +14,7 @@ from envs.accounting import EpisodeAccounting
 from envs.episodes import nonempty_windows
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
+from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
 
 RECONFIG_WORKER_FEATURES: tuple[tuple[str, float], ...] = (
@@ -144,8 +145,9 @@ class PrefillReconfigEnv(gym.Env):
     def __init__(self, workloads: Workload | Sequence[Workload] | None = None, config: SimConfig | None = None,
                  calibration: Calibration | None = None, make_router: Callable | None = None, window_s: float = 20.0,
                  reward: str = "time_in_system", reward_scale: float = 0.01, invalid_action_penalty: float = 1.0,
-                 long_request_tokens: int = 8192) -> None:
+                 long_request_tokens: int = 8192, observe_faults: bool = False) -> None:
         super().__init__()
+        self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
         if reward not in ("time_in_system", "slo_miss_tokens"):
@@ -181,6 +183,7 @@ class PrefillReconfigEnv(gym.Env):
         self.observation_space = spaces.Dict({
             "workers": spaces.Box(0.0, np.broadcast_to(self._w_high, (n, len(self._w_high))).copy(), dtype=np.float32),
             "window": spaces.Box(0.0, self._g_high.copy(), dtype=np.float32),
+            **_fault_space(n, observe_faults),
         })
         self.action_space = spaces.Discrete(1 + len(self.candidates))
         self.sim: Simulator | None = None
@@ -340,7 +343,7 @@ class PrefillReconfigEnv(gym.Env):
             total_q += q
             cb = w.cache.capacity_blocks
             W[wid] = (1.0, w.degree, w.state == WorkerState.ACTIVE,
-                      w.state in (WorkerState.DRAINING, WorkerState.SWITCHING), q, len(w.queue),
+                      w.state in (WorkerState.DRAINING, WorkerState.SWITCHING, WorkerState.REBUILDING), q, len(w.queue),
                       len(w.cache) / cb if cb else 1.0)
         # arrivals in (t - window, t]
         reqs = sim.workload.requests
@@ -365,4 +368,16 @@ class PrefillReconfigEnv(gym.Env):
                 self._acct.n, total_q, in_flight, sim.epoch)
         np.minimum(W, self._w_high, out=W)
         np.minimum(G, self._g_high, out=G)
-        return {"workers": W, "window": G}
+        obs = {"workers": W, "window": G}
+        if self.observe_faults:
+            obs["faults"] = fault_flags(self.sim, self.max_num_workers)
+        return obs
+
+
+def _fault_space(max_num_workers: int, observe_faults: bool) -> dict:
+    """The optional ``"faults"`` observation entry: per worker slot (down, degraded, rebuilding)
+    flags in {0, 1} (``envs.sim.faults.fault_flags``); absent unless ``observe_faults``, so the
+    default observation space (and checkpoints trained on it) is unchanged."""
+    if not observe_faults:
+        return {}
+    return {"faults": spaces.Box(0.0, 1.0, (max_num_workers, len(FAULT_OBSERVATION_FEATURES)), dtype=np.float32)}

@@ -28,6 +28,7 @@ from envs.episodes import (  # noqa: F401  (re-exported: their historical import
     split_windows,
 )
 from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, Workload, WorkerState
+from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
 
 #: Former name of :class:`envs.accounting.EpisodeAccounting` (kept importable from here).
 _Accounting = EpisodeAccounting
@@ -248,8 +249,9 @@ class PrefillRoutingEnv(gym.Env):
                  calibration: Calibration | None = None, reward: RoutingRewardConfig | str | None = None,
                  make_attachments: Callable[[], list] | None = None,
                  make_simulator: Callable[[Workload, SimConfig], Simulator] | None = None,
-                 num_slots: int | None = None) -> None:
+                 num_slots: int | None = None, observe_faults: bool = False) -> None:
         super().__init__()
+        self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
         self.windows = nonempty_windows(workloads if workloads is not None else default_routing_windows())
         self.config = config or SimConfig()
         self.calibration = calibration or Calibration.resolve(self.config.calibration_path)
@@ -275,6 +277,7 @@ class PrefillRoutingEnv(gym.Env):
             "pool": spaces.Box(0.0, self._p_high.copy(), dtype=np.float32),
             "workers_extra": spaces.Box(0.0, TIME_BOUND_S, (n, len(WORKER_EXTRA_FEATURES)), dtype=np.float32),
             "context": spaces.Box(0.0, np.array([b for _, b in CONTEXT_FEATURES], dtype=np.float32), dtype=np.float32),
+            **_fault_space(n, observe_faults),
         })
         self.action_space = spaces.Discrete(n)
         self._min_degree = min(pool.supported_degrees)
@@ -431,7 +434,7 @@ class PrefillRoutingEnv(gym.Env):
         mask = self._mask
         if req is None:
             mask[:] = True
-            return {"workers": W, "request": R, "pool": P, "workers_extra": X, "context": ctx}
+            return self._with_faults({"workers": W, "request": R, "pool": P, "workers_extra": X, "context": ctx})
         mask[:] = False
         sim = self.sim
         now = sim.env.now
@@ -468,7 +471,7 @@ class PrefillRoutingEnv(gym.Env):
             else:
                 pp = p
             C = w.degree
-            s = cm.service_time_s(C, L - p, p)
+            s = w.cost_model.service_time_s(C, L - p, p)  # the worker's own GPU type
             el = is_eligible(w, req)
             total_q += q
             if el:
@@ -502,4 +505,18 @@ class PrefillRoutingEnv(gym.Env):
         np.minimum(R, self._r_high, out=R)
         np.minimum(P, self._p_high, out=P)
         np.minimum(X, TIME_BOUND_S, out=X)
-        return {"workers": W, "request": R, "pool": P, "workers_extra": X, "context": ctx}
+        return self._with_faults({"workers": W, "request": R, "pool": P, "workers_extra": X, "context": ctx})
+
+    def _with_faults(self, obs: dict) -> dict:
+        if self.observe_faults:
+            obs["faults"] = fault_flags(self.sim, self.max_num_workers)
+        return obs
+
+
+def _fault_space(max_num_workers: int, observe_faults: bool) -> dict:
+    """The optional ``"faults"`` observation entry: per worker slot (down, degraded, rebuilding)
+    flags in {0, 1} (``envs.sim.faults.fault_flags``); absent unless ``observe_faults``, so the
+    default observation space (and checkpoints trained on it) is unchanged."""
+    if not observe_faults:
+        return {}
+    return {"faults": spaces.Box(0.0, 1.0, (max_num_workers, len(FAULT_OBSERVATION_FEATURES)), dtype=np.float32)}

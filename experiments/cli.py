@@ -61,6 +61,9 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
         "calibrate": ("experiments.commands.calibrate",
                       "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
     }),
+    "faults": ("experiments.commands.faults",
+               "every §9 policy and the learned router under a GPU failure, a straggler and a node failure "
+               "at 0.8 x capacity (table, TTFT-over-time plots)"),
 }
 
 # Deprecated spellings kept for one release: old name -> (group, sub-command). ``cpgym bench``

@@ -66,6 +66,12 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
                    help="multiply every worker's KV-cache capacity (default 1.0)")
     g.add_argument("--first-decode-step-s", type=float, default=LatencyConfig.first_decode_step_s,
                    help="first decode step added to TTFT [s]")
+    g.add_argument("--node-calibrations", metavar="FILE,FILE,...",
+                   help="heterogeneous pool: one calibration JSON per node, comma-separated ('' = --calibration), "
+                        "e.g. H20 and H20-3e nodes; default: every node uses --calibration")
+    g.add_argument("--faults", metavar="FILE",
+                   help="fault schedule (YAML/JSON: GPU/node failures, stragglers, KV link faults; "
+                        "envs/sim/faults.py); default none")
     g.add_argument("--kv-handoff-gbps", type=float, default=LatencyConfig.kv_handoff_bandwidth_bytes_per_s / 1e9,
                    help="prefill->decode KV hand-off bandwidth [GB/s] (default 25)")
     add_tier_arguments(p)
@@ -166,12 +172,28 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
         horizon_s=args.horizon_s,
         cache_capacity_scale=args.cache_capacity_scale,
         kv_tiers=tier_config_from_args(args),
+        faults=_faults_from_args(args),
+        node_calibration_paths=_node_calibrations_from_args(args),
     )
     if overrides:
         from dataclasses import replace
 
         cfg = replace(cfg, **overrides)
     return cfg
+
+
+def _node_calibrations_from_args(args: argparse.Namespace) -> tuple[str, ...]:
+    text = getattr(args, "node_calibrations", None)
+    return tuple(p.strip() for p in text.split(",")) if text else ()
+
+
+def _faults_from_args(args: argparse.Namespace):
+    path = getattr(args, "faults", None)
+    if not path:
+        return None
+    from envs.sim.faults import load_fault_config
+
+    return load_fault_config(path)
 
 
 def workload_source_from_args(args: argparse.Namespace, default_workload: str = DEFAULT_WORKLOAD,

@@ -26,12 +26,17 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     if spec.kv_tiers is not None and not config.kv_tiers.enabled:  # the system's own KV tiers (pull path)
         config = replace(config, kv_tiers=spec.kv_tiers)
     slo_cost_model = None
+    node_calibrations = None
     if spec.calibration_transform is not None:
         if calibration is None:
             calibration = Calibration.resolve(config.calibration_path)
         slo_cost_model = calibration.cost_model()  # SLOs from the untransformed calibration
+        if config.node_calibration_paths:  # heterogeneous pool: every node's GPUs get the policy's cost form
+            node_calibrations = [spec.calibration_transform(Calibration.load(p) if p else calibration)
+                                 for p in config.node_calibration_paths]
         calibration = spec.calibration_transform(calibration)
-    sim = Simulator(workload, config, calibration, policy_name=spec.name, slo_cost_model=slo_cost_model)
+    sim = Simulator(workload, config, calibration, policy_name=spec.name, slo_cost_model=slo_cost_model,
+                    node_calibrations=node_calibrations)
     for attachment in spec.make_attachments():
         attachment.attach(sim)
     return sim, spec

@@ -29,6 +29,12 @@ SUMMARY_KEYS = (
 )
 
 
+#: summary keys of runs with a fault model: requests whose running/queued work a fault hit (or
+#: whose step a straggler slowed), engine-step GPU time lost to failures [GPU s], the longest
+#: fault -> capacity-restored time [s] (envs/sim/faults.py FaultRecord.recovery_time_s).
+FAULT_KEYS = ("num_faults", "num_fault_affected_requests", "recompute_gpu_time_s", "recovery_time_s", "num_unrecovered_faults")
+
+
 def _pct(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else math.nan
 
@@ -76,6 +82,8 @@ def summarize(result: SimResult) -> dict:
     }
     if "kv_tiers" in result.extras:
         out.update(tier_summary(result, started, L))
+    if "faults" in result.extras:  # runs with a fault model (envs/sim/faults.py)
+        out.update({k: result.extras[k] for k in FAULT_KEYS})
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from envs.sim.faults import FaultConfig
 from envs.sim.links import LinkConfig
 from envs.sim.pool import PoolConfig
 from envs.sim.tiers import TierConfig
@@ -134,6 +135,13 @@ class SimConfig:
         horizon_s: stop simulating at this time [s]; ``None`` runs until every request finished.
             Requests unfinished at the horizon count as SLO misses.
         record_events: keep the ``(name, time_s)`` event trace (tests, debugging).
+        faults: fault model (``envs/sim/faults.py``); ``None`` (default) = no faults.
+        node_calibration_paths: heterogeneous pool: one calibration JSON per node (``""`` = the
+            run's calibration), e.g. H20 and H20-3e nodes. Each worker's cost model, KV capacity
+            and prompt limit come from its node's calibration, and routers see each worker's own
+            model (``Worker.cost_model``, ``PoolView.predicted_service_s``). The TTFT SLOs and
+            the controller's capacity profile use the run's calibration (``calibration_path``),
+            so every policy is judged against the same SLOs. Empty (default): homogeneous.
     """
 
     pool: PoolConfig = field(default_factory=PoolConfig)
@@ -148,16 +156,26 @@ class SimConfig:
     seed: int = 0
     horizon_s: float | None = None
     record_events: bool = False
+    faults: FaultConfig | None = None
+    node_calibration_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "node_calibration_paths", tuple(self.node_calibration_paths))
+        num_nodes = -(-self.pool.num_gpus // self.pool.gpus_per_node)
+        _check(not self.node_calibration_paths or len(self.node_calibration_paths) == num_nodes,
+               f"node_calibration_paths needs one entry per node ({num_nodes}), got {len(self.node_calibration_paths)}")
         _check(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}")
         _check(self.cache_capacity_scale >= 0, f"cache_capacity_scale must be >= 0, got {self.cache_capacity_scale}")
         _check(self.horizon_s is None or self.horizon_s > 0, f"horizon_s must be > 0 or None, got {self.horizon_s}")
 
     def to_dict(self) -> dict:
-        """Nested plain dict of the config; ``kv_tiers`` is left out while it is the default
-        (tiers off), so configs, cell keys and run folders of tier-less runs stay as before."""
+        """Nested plain dict of the config; ``kv_tiers``, ``faults`` and ``node_calibration_paths``
+        are left out while they are the default (tiers off, no faults, homogeneous pool), so
+        configs, cell keys and run folders of such runs stay as before."""
         d = asdict(self)
         if self.kv_tiers == TierConfig():
             del d["kv_tiers"]
+        for name in ("faults", "node_calibration_paths"):
+            if name in d and not d[name]:
+                del d[name]
         return d

@@ -45,6 +45,25 @@ class KVLinks:
         self.busy_s: dict[tuple[str, int], float] = {}
         self.bytes_by_kind = {"intra": 0, "inter": 0}
         self.num_transfers = 0
+        # link key -> [(start_s, end_s, bandwidth share)] of link faults (envs/sim/faults.py)
+        self._faults: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+
+    def set_fault(self, key: tuple[str, int], start_s: float, end_s: float, share: float) -> None:
+        """From ``start_s`` to ``end_s`` the link runs at ``share`` x its bandwidth; ``share = 0``
+        is a failed link: a transfer that needs it waits until ``end_s`` (it stalls; the
+        alternative path through another node's NIC is not modelled)."""
+        self._faults.setdefault(key, []).append((start_s, end_s, share))
+
+    def _fault_adjusted(self, keys, start: float, duration: float) -> tuple[float, float]:
+        """(start, duration) after the link faults active at ``start`` on ``keys``."""
+        for k in keys:
+            for f0, f1, share in self._faults.get(k, ()):
+                if f0 <= start < f1:
+                    if share == 0.0:
+                        start = f1
+                    else:
+                        duration /= share
+        return start, duration
 
     def reserve(self, now_s: float, src_node: int, dst_node: int, num_bytes: int) -> tuple[float, float]:
         """Reserves the links for one transfer of ``num_bytes`` bytes.
@@ -78,6 +97,8 @@ class KVLinks:
             if t > start:
                 start = t
         duration = num_bytes / bytes_per_s
+        if self._faults:
+            start, duration = self._fault_adjusted(keys, start, duration)
         end = start + duration
         busy = self.busy_s
         for k in keys:

@@ -189,6 +189,7 @@ class OperationRecord:
     reconciliation_bytes: int = 0
     num_reconciled_blocks: int = 0
     num_source_lost_blocks: int = 0
+    aborted_s: float = float("nan")
 
     @property
     def drain_s(self) -> float:
@@ -224,6 +225,7 @@ class _InFlight:
     record: OperationRecord
     workers: list[Worker]
     waiting: set[int] = field(default_factory=set)  # participants still running a step
+    aborted: bool = False  # a rank failed (envs/sim/faults.py); later stages do nothing
 
 
 class Reconfigurator:
@@ -242,6 +244,7 @@ class Reconfigurator:
         self._inflight: dict[int, _InFlight] = {}  # participating worker id -> operation
         # new worker id -> (source worker id or -1 for itself, source first GPU, record index)
         self._recon: dict[int, tuple[int, int, int]] = {}
+        self._committing: dict[int, _InFlight] = {}  # new worker id -> operation, switch end .. commit
         self.composition_series: list[dict] = []
         self.commit_listeners: list = []  # fn(sim, record) after every commit
         sim.finish_listeners.append(self._on_step_finished)
@@ -299,14 +302,15 @@ class Reconfigurator:
         out: list[Operation] = []
         for wid in sim.worker_ids:
             w = ws[wid]
-            if w.state != WorkerState.ACTIVE:
+            if w.state != WorkerState.ACTIVE or w.stopped:  # a dead rank never reaches a step boundary
                 continue
             C = w.degree
             if C % 2 == 0 and C // 2 in supported:
                 out.append(Operation.split(wid))
             if 2 * C in supported and w.first_gpu % (2 * C) == 0:
                 sib = by_gpu.get(w.first_gpu + C)
-                if sib is not None and sib.degree == C and sib.state == WorkerState.ACTIVE and _valid_group(pool, 2 * C, w.first_gpu):
+                if (sib is not None and sib.degree == C and sib.state == WorkerState.ACTIVE and not sib.stopped
+                        and _valid_group(pool, 2 * C, w.first_gpu)):
                     out.append(Operation.merge(wid, sib.worker_id))
         return out
 
@@ -392,6 +396,8 @@ class Reconfigurator:
         """Stage 4: old workers retired, new workers exist (SWITCHING) with their KV state."""
         from envs.sim.simulator import EventPriority
 
+        if flight.aborted:
+            return
         sim = self.sim
         rec = flight.record
         rec.switch_end_s = sim.env.now
@@ -441,6 +447,8 @@ class Reconfigurator:
             if pend:
                 self._register(w, -1, w.first_gpu, rec.index)
         ranks = sum(w.degree for w in news)
+        for w in news:
+            self._committing[w.worker_id] = flight
         sim._log(f"switch_end:{flight.op}")
         self._snapshot()
         sim.schedule(self.config.confirm_s_per_rank * ranks, EventPriority.RECONFIG, self._commit, (flight, news))
@@ -448,6 +456,10 @@ class Reconfigurator:
     def _commit(self, payload) -> None:
         """Stage 5: every rank confirmed; new epoch; the new workers become schedulable."""
         flight, news = payload
+        if flight.aborted:
+            return
+        for w in news:
+            self._committing.pop(w.worker_id, None)
         sim = self.sim
         sim.epoch += 1
         for w in news:
@@ -461,6 +473,48 @@ class Reconfigurator:
         sim.unpark()
         for fn in self.commit_listeners:
             fn(sim, rec)
+
+    # ------------------------------------------------------------------ faults
+    def abort_for(self, worker: Worker) -> int | None:
+        """A rank of ``worker`` failed (``envs/sim/faults.py``): aborts the operation it takes
+        part in, if any — a dead rank never reaches the common step boundary. Before the switch
+        end the surviving participants resume under the old geometry (ACTIVE again); after it
+        the surviving new workers commit at once (a new epoch). The failed worker is left to the
+        fault manager. Returns the aborted operation's record index, or None."""
+        sim = self.sim
+        flight = self._inflight.get(worker.worker_id)
+        if flight is not None and sim.workers.get(worker.worker_id) is worker:
+            for w in flight.workers:
+                self._inflight.pop(w.worker_id, None)
+                if w is not worker and not w.stopped:
+                    w.state = WorkerState.ACTIVE
+                    if w.queue and not w.batch:
+                        sim._start_step(w)
+            survivors = []
+        else:
+            flight = self._committing.get(worker.worker_id)
+            if flight is None:
+                return None
+            news = [sim.workers[i] for i in flight.record.new_worker_ids if i in sim.workers]
+            for w in news:
+                self._committing.pop(w.worker_id, None)
+            survivors = [w for w in news if w is not worker and not w.stopped]
+            if survivors:
+                sim.epoch += 1
+                for w in survivors:
+                    w.epoch = sim.epoch
+                    w.state = WorkerState.ACTIVE
+        flight.aborted = True
+        flight.record.aborted_s = sim.env.now
+        sim._log(f"abort:{flight.op}")
+        self._snapshot()
+        sim.unpark()
+        return flight.record.index
+
+    def forget_worker(self, worker_id: int) -> None:
+        """Drops the reconciliation state of a worker removed after a fault."""
+        self._recon.pop(worker_id, None)
+        self._committing.pop(worker_id, None)
 
     # ------------------------------------------------------------------ KV reconciliation
     def _register(self, w: Worker, source_wid: int, source_first_gpu: int, record_index: int) -> None:
@@ -480,7 +534,7 @@ class Reconfigurator:
         src = w
         if src_wid >= 0:
             src = sim.workers.get(src_wid)
-            if src is not None and src.first_gpu != src_gpu:
+            if src is not None and (src.first_gpu != src_gpu or src.stopped):  # gone, or its KV lost in a fault
                 src = None
         rec = self.records[ridx]
         k = nhit

@@ -52,8 +52,13 @@ class PoolView:
 
     @property
     def cost_model(self) -> CostModel:
-        """The predicted cost model ``E_C(R, P)``."""
+        """The pool's predicted cost model ``E_C(R, P)`` (of the run's calibration). In a
+        heterogeneous pool each worker has its own: use :meth:`worker_cost_model`."""
         return self._sim.cost_model
+
+    def worker_cost_model(self, worker_id: int) -> CostModel:
+        """The predicted cost model of the worker's GPU type (``Worker.cost_model``)."""
+        return self._sim.workers[worker_id].cost_model
 
     @property
     def kv_block_size_tokens(self) -> int:
@@ -134,10 +139,10 @@ class PoolView:
         return self._sim.workers[worker_id].cache.match_present(request.block_hashes)
 
     def predicted_service_s(self, worker_id: int, request: Request) -> float:
-        """``s = E_{C_w}(R_{i,w}, P_{i,w})`` with this worker's ready hit [s]."""
+        """``s = E_{C_w}(R_{i,w}, P_{i,w})`` with this worker's ready hit and its own cost model [s]."""
         w = self._sim.workers[worker_id]
         p = self.cached_tokens(worker_id, request)
-        return self._sim.cost_model.service_time_s(w.degree, request.num_prompt_tokens - p, p)
+        return w.cost_model.service_time_s(w.degree, request.num_prompt_tokens - p, p)
 
     def is_eligible(self, worker_id: int, request: Request) -> bool:
         """ACTIVE and able to hold the prompt (model max length and the worker's KV memory).

@@ -128,13 +128,22 @@ class Simulator:
     """
 
     def __init__(self, workload: Workload, config: SimConfig | None = None, calibration: Calibration | None = None,
-                 policy_name: str = "external", slo_cost_model=None) -> None:
+                 policy_name: str = "external", slo_cost_model=None,
+                 node_calibrations: list[Calibration] | None = None) -> None:
         self.config = config = config or SimConfig()
         if calibration is None:
             calibration = Calibration.resolve(config.calibration_path)
         config.pool.check_weight_shard(calibration.weight_shard_gpus)
         self.calibration = calibration
         self.cost_model = calibration.cost_model()
+        # heterogeneous pools: one calibration per node (default: config.node_calibration_paths)
+        if node_calibrations is None and config.node_calibration_paths:
+            node_calibrations = [Calibration.load(p) if p else calibration for p in config.node_calibration_paths]
+        for c in node_calibrations or ():
+            config.pool.check_weight_shard(c.weight_shard_gpus)
+        self.node_calibrations: list[Calibration] | None = node_calibrations
+        self._node_cost_models = [c.cost_model() if c is not calibration else self.cost_model
+                                  for c in node_calibrations] if node_calibrations else None
         self._slo_cost_model = slo_cost_model  # cost model of the "scaled" SLO rule (default: cost_model)
         self.workload = workload
         self.policy_name = policy_name
@@ -172,7 +181,7 @@ class Simulator:
         self._done = False
         self.num_events = 0
         self.num_rejected = 0
-        self._max_prompt_tokens = calibration.max_prompt_tokens
+        self._max_prompt_tokens = max(c.max_prompt_tokens for c in (node_calibrations or [calibration]))
         pe = config.prediction_error
         self._noise_sigma = pe.noise_sigma
         self._noise_mu = -0.5 * pe.noise_sigma ** 2
@@ -185,6 +194,16 @@ class Simulator:
             self.kv_tiers = TieredKV(self, config.kv_tiers)
             self.extras_providers.append(self.kv_tiers.extras)
         self._next_arrival = 0
+        # Fault hooks (envs/sim/faults.py), inert without SimConfig.faults: per-GPU step-time
+        # factor (stragglers) and a check that ends the run once only recovery events remain.
+        self.gpu_step_factor: list[float] | None = None
+        self.stop_when_idle: Callable[[], bool] | None = None
+        # largest KV capacity [tokens] of a worker that failed GPUs will form again after repair
+        self.returning_kv_capacity_tokens = 0
+        if config.faults is not None:
+            from envs.sim.faults import FaultManager
+
+            FaultManager(self, config.faults)
         if workload.requests:
             self.schedule(workload.requests[0].arrival_time_s, EventPriority.ARRIVAL, self._on_arrival, 0)
         self._wall_start = time.perf_counter()
@@ -197,17 +216,25 @@ class Simulator:
         wid = pool.worker_id_for(first_gpu)
         if wid in self.workers:
             raise ValueError(f"worker id {wid} (GPU {first_gpu}) already exists")
-        cap = int(self.calibration.kv_capacity_blocks(degree, self.kv_block_size_tokens) * self.config.cache_capacity_scale)
-        w = Worker(wid, degree, first_gpu, first_gpu // pool.gpus_per_node, PrefixCache(cap, wid),
-                   self.calibration.kv_capacity_tokens(degree), epoch=self.epoch,
+        node = first_gpu // pool.gpus_per_node
+        cal = self.calibration_of_node(node)
+        cap = int(cal.kv_capacity_blocks(degree, self.kv_block_size_tokens) * self.config.cache_capacity_scale)
+        w = Worker(wid, degree, first_gpu, node, PrefixCache(cap, wid),
+                   cal.kv_capacity_tokens(degree), epoch=self.epoch,
                    created_s=self.env.now if hasattr(self, "env") else 0.0)
-        w.max_prompt_tokens = min(self.calibration.max_prompt_tokens, w.kv_capacity_tokens)
+        w.max_prompt_tokens = min(cal.max_prompt_tokens, w.kv_capacity_tokens)
+        w.cost_model = self._node_cost_models[node] if self._node_cost_models else self.cost_model
+        w.gpu_type = cal.gpu_type
         if self.kv_tiers is not None:
             self.kv_tiers.watch(w)
         self.workers[wid] = w
         self.worker_ids.append(wid)
         self.worker_ids.sort(key=lambda i: self.workers[i].first_gpu)
         return w
+
+    def calibration_of_node(self, node: int) -> Calibration:
+        """The calibration of the GPUs of ``node`` (the run's one in a homogeneous pool)."""
+        return self.node_calibrations[node] if self.node_calibrations else self.calibration
 
     def retire_worker(self, worker_id: int) -> Worker:
         """Removes an idle worker with an empty queue (after a drain)."""
@@ -344,7 +371,7 @@ class Simulator:
                 else:
                     self.num_rejected += 1
             t = env.peek()
-            if t > horizon or t == math.inf:
+            if t > horizon or t == math.inf or (self.stop_when_idle is not None and self.stop_when_idle()):
                 self._done = True
                 return None
             if t > until_s:
@@ -358,8 +385,9 @@ class Simulator:
         for wid in self.worker_ids:
             if self.is_eligible(ws[wid], req):
                 return 1
-        if req.num_prompt_tokens <= self._max_prompt_tokens and any(
-                req.num_prompt_tokens <= w.kv_capacity_tokens for w in ws.values()):
+        if req.num_prompt_tokens <= self._max_prompt_tokens and (any(
+                req.num_prompt_tokens <= w.kv_capacity_tokens for w in ws.values())
+                or req.num_prompt_tokens <= self.returning_kv_capacity_tokens):
             return 0
         return -1
 
@@ -398,7 +426,7 @@ class Simulator:
         q = self._pred_wait[rid] = w.queued_predicted_s + (rem if rem > 0.0 else 0.0)
         if self.kv_tiers is not None:  # fetch or recompute; a fetch may start now (envs/sim/tiers.py)
             p = self.kv_tiers.on_dispatch(req, w, nhit, q)
-        s = self.cost_model.service_time_s(w.degree, L - p, p)
+        s = w.cost_model.service_time_s(w.degree, L - p, p)
         self._pred_service[rid] = s
         self._routed_cached[rid] = p
         if self._num_routings[rid] == 0:
@@ -417,10 +445,10 @@ class Simulator:
     def _start_step(self, w: Worker) -> None:
         """Forms an FCFS batch under the token budget and schedules its end."""
         q = w.queue
-        if not q:
+        if not q or w.stopped:
             return
         now = self.env.now
-        cm = self.cost_model
+        cm = w.cost_model
         bs = self.kv_block_size_tokens
         budget = self.config.engine.max_batch_tokens
         max_req = self.config.engine.max_batch_requests
@@ -477,6 +505,8 @@ class Simulator:
         actual = pred * factor
         if self._noise_sigma > 0.0:
             actual *= math.exp(self.noise_rng.normal(self._noise_mu, self._noise_sigma))
+        if self.gpu_step_factor is not None:  # stragglers: the slowest rank paces the group
+            actual *= max(self.gpu_step_factor[g] for g in w.gpus)
         # A step whose requests reuse pending blocks waits for their reconciliation transfers.
         wait = ready_at - now
         w.step_start_s = now
@@ -485,7 +515,7 @@ class Simulator:
             if wait > 0.0:
                 self.trace.append((f"reconcile_wait:w{w.worker_id}", now))
             self.trace.append((f"step_start:w{w.worker_id}:n{len(batch)}", now))
-        self.schedule(wait + actual, EventPriority.STEP_END, self._on_step_end, w)
+        w.step_event = self.schedule(wait + actual, EventPriority.STEP_END, self._on_step_end, w)
 
     def _on_step_end(self, w: Worker) -> None:
         now = self.env.now
@@ -529,8 +559,28 @@ class Simulator:
             on_dispatch(req, wid, view)
         return self.result()
 
+    def request_accounting(self) -> dict[str, int]:
+        """Where every request of the workload is now: ``num_finished``, ``num_waiting``
+        (awaiting a routing decision, or parked for lack of an ACTIVE worker), ``num_queued``,
+        ``num_running``, ``num_not_arrived``, ``num_rejected``. Each request is in exactly one
+        of them, so they sum to ``num_requests`` (checked by :meth:`result`)."""
+        ws = list(self.workers.values())
+        return {"num_finished": sum(1 for t in self._finish if t == t),
+                "num_waiting": len(self._decisions) + len(self._parked),
+                "num_queued": sum(len(w.queue) for w in ws),
+                "num_running": sum(len(w.batch) for w in ws),
+                "num_not_arrived": self.workload.num_requests - self._next_arrival,
+                "num_rejected": self.num_rejected}
+
     def result(self) -> SimResult:
-        """Snapshot of the records and totals at the current time."""
+        """Snapshot of the records and totals at the current time.
+
+        Raises:
+            RuntimeError: if a request is lost or counted twice (:meth:`request_accounting`).
+        """
+        acct = self.request_accounting()
+        if sum(acct.values()) != self.workload.num_requests:
+            raise RuntimeError(f"request accounting broken: {acct} does not sum to {self.workload.num_requests} requests")
         f = np.asarray
         reqs = self.workload.requests
         records = {

@@ -14,13 +14,17 @@ class WorkerState(IntEnum):
 
     ACTIVE: schedulable. DRAINING: removed from candidates, finishing in-flight steps.
     SWITCHING: ranks at the common step boundary, switching to the pre-built CP groups.
-    RETIRED: replaced by the workers of a split/merge (kept only in records).
+    RETIRED: replaced by the workers of a split/merge, or removed after a detected fault (kept
+    only in records).
+    REBUILDING: formed on healthy GPUs after a fault or a repair, starting up (process start,
+    weight load, graph capture; ``envs/sim/faults.py``); not schedulable.
     """
 
     ACTIVE = 0
     DRAINING = 1
     SWITCHING = 2
     RETIRED = 3
+    REBUILDING = 4
 
 
 class Worker:
@@ -44,11 +48,18 @@ class Worker:
         num_steps: engine steps run.
         kv_capacity_tokens: KV capacity of the worker [tokens].
         max_prompt_tokens: longest prompt it can serve: min(model limit, KV capacity) [tokens].
+        stopped: a rank failed (``envs/sim/faults.py``): no engine step starts or ends; routers
+            are not told until the failure is detected (the state stays as it was).
+        step_event: the pending end-of-step event of the running step (None when idle).
+        cost_model: the predicted cost model ``E_C(R, P)`` of its node's GPU type (heterogeneous
+            pools: ``SimConfig.node_calibration_paths``); the pool's one model otherwise.
+        gpu_type: its node's GPU type (from the calibration).
     """
 
     __slots__ = ("worker_id", "degree", "first_gpu", "node", "state", "epoch", "queue", "queued_predicted_s",
                  "num_queued_new_tokens", "batch", "step_start_s", "step_predicted_end_s", "cache", "gpu_time_s",
-                 "busy_time_s", "num_steps", "kv_capacity_tokens", "max_prompt_tokens", "created_s")
+                 "busy_time_s", "num_steps", "kv_capacity_tokens", "max_prompt_tokens", "created_s", "stopped", "step_event",
+                 "cost_model", "gpu_type")
 
     def __init__(self, worker_id: int, degree: int, first_gpu: int, node: int, cache: PrefixCache,
                  kv_capacity_tokens: int, epoch: int = 0, created_s: float = 0.0) -> None:
@@ -71,6 +82,10 @@ class Worker:
         self.kv_capacity_tokens = kv_capacity_tokens
         self.max_prompt_tokens = kv_capacity_tokens  # the simulator lowers it to the model's limit
         self.created_s = created_s
+        self.stopped = False
+        self.step_event = None
+        self.cost_model = None  # set by the simulator
+        self.gpu_type = ""
 
     @property
     def gpus(self) -> range:

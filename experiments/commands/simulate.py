@@ -51,6 +51,7 @@ def print_table(rows: list[dict], title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from baselines.registry import POLICIES, get_policy
     from envs.metrics import summarize
+    from envs.metrics.summary import FAULT_KEYS
     from experiments.common import check_out_dir, dumps_json, sim_config_from_args, workload_from_args
     from experiments.runner import run_policy, write_run
 
@@ -85,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         from envs.metrics.summary import TIER_SUMMARY_KEYS
 
+        extra = FAULT_KEYS if config.faults is not None else ()
         print(dumps_json([{k: r[k] for k in JSON_KEYS} | {"utilization": r["utilization"], "num_gpus": r["num_gpus"]}
-                          | {k: r[k] for k in (*TIER_SUMMARY_KEYS, "link_utilization") if k in r} for r in rows]))
+                          | {k: r[k] for k in (*TIER_SUMMARY_KEYS, "link_utilization") if k in r}
+                          | {k: r[k] for k in extra} for r in rows]))
     else:
         print_table(rows, f"{workload.name}: {workload.num_requests} requests, {workload.mean_rate_rps:.2f} req/s, "
                           f"{config.pool.num_gpus} GPUs ({config.pool.composition}), seed {config.seed}")

@@ -1,0 +1,64 @@
+"""The fault experiment (experiments/faults.py, ``cpgym faults``) on a tiny spec."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from experiments.cli import main
+from experiments.faults import load_spec
+
+SPEC = """name: tiny-faults
+trace: "@traces/conversation_trace.jsonl"
+window_s: [0, 40]
+capacity_search_rps: [4, 64]
+capacity_iterations: 2
+policies: [least-work, vertumnus]
+scenarios:
+  gpu: gpu.yaml
+plot_before_s: 20
+plot_after_s: 20
+"""
+
+
+def _write(tmp_path, spec=SPEC):
+    (tmp_path / "gpu.yaml").write_text("detection_delay_s: 5\nrebuild_s: 5\n"
+                                       "events:\n  - {kind: gpu_failure, time_s: 15, gpu: 1}\n")
+    p = tmp_path / "spec.yaml"
+    p.write_text(spec)
+    return p
+
+
+def test_cpgym_faults_writes_table_plots_and_provenance(tmp_path, capsys):
+    spec = _write(tmp_path)
+    out = tmp_path / "out"
+    assert main(["faults", str(spec), "--out", str(out)]) == 0
+    df = pd.read_csv(out / "table.csv")
+    assert sorted(set(df["scenario"])) == ["gpu", "none"] and sorted(set(df["policy"])) == ["least-work", "vertumnus"]
+    assert (df["num_requests"] == df["num_finished"] + df["num_unfinished"]).all()
+    gpu = df[df["scenario"] == "gpu"]
+    assert (gpu["num_fault_affected_requests"] > 0).all() and (gpu["recovery_time_s"] == 10.0).all()
+    assert (df[df["scenario"] == "none"]["num_fault_affected_requests"] == 0).all()
+    assert (out / "ttft_over_time_gpu.png").stat().st_size > 0
+    cap = json.loads((out / "capacity.json").read_text())
+    assert len(cap["probes"]) == 2
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["command"].startswith("cpgym faults") and prov["git_commit"]
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda s: s + "colour: red\n", r"unknown key\(s\) \['colour'\]"),
+    (lambda s: s.replace("gpu: gpu.yaml", "gpu: missing.yaml"), r"scenarios.gpu: file .*missing.yaml does not exist"),
+    (lambda s: s.replace("least-work, vertumnus", "least-work, nonsense"), r"nonsense"),
+    (lambda s: s.replace("window_s: [0, 40]", "window_s: [40, 0]"), r"window_s: expected \[start, end\]"),
+])
+def test_spec_errors_name_the_key(tmp_path, edit, match):
+    p = _write(tmp_path, edit(SPEC))
+    with pytest.raises(ValueError, match=match):
+        load_spec(p)
+
+
+def test_shipped_spec_loads():
+    spec = load_spec("experiments/specs/faults/conversation.yaml")
+    assert [s for s, _ in spec.scenarios] == ["gpu-failure", "straggler", "node-failure"]
+    assert spec.load_fraction == 0.8 and spec.learned == "shipped"

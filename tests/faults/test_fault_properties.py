@@ -1,0 +1,113 @@
+"""Property tests over random fault schedules, with random split/merge operations in flight:
+no request lost or completed twice, GPU count conserved, no dispatch to a worker that is not
+ACTIVE, no engine step on a stopped worker, epochs increasing."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from baselines.simple import LeastWorkRouter, RoundRobinRouter
+from envs.sim import PoolConfig, SimConfig, Simulator
+from envs.sim.faults import FaultConfig, FaultEvent
+from envs.sim.reconfig import get_reconfigurator
+from envs.sim.worker import WorkerState
+from tests.sim.conftest import Calibration, CostCoefficients, make_workload
+
+CAL = Calibration(model="toy", gpu_type="toy",
+                  coefficients=CostCoefficients(d_s=0.2, a_s_per_token=0.0, b_s_per_token=0.0, c_s_per_token=0.05,
+                                                alpha_s_per_pair=0.0),
+                  kv_bytes_per_token=1, gpu_memory_bytes=4000, weight_bytes_per_gpu=0, activation_reserve_bytes=0,
+                  max_prompt_tokens=10_000)
+POOL = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp4@0,cp2@4,cp1@6,cp1@7", supported_degrees=(1, 2, 4))
+
+event = st.one_of(
+    st.builds(lambda t, g: FaultEvent("gpu_failure", t, gpu=g), st.floats(0, 30), st.integers(0, 7)),
+    st.builds(lambda t, n: FaultEvent("node_failure", t, node=n), st.floats(0, 30), st.integers(0, 1)),
+    st.builds(lambda t, g, f, d: FaultEvent("straggler", t, gpu=g, factor=f, duration_s=d),
+              st.floats(0, 30), st.integers(0, 7), st.floats(1, 4), st.floats(0.5, 10)),
+)
+
+
+class Invariants:
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.completions: dict[int, int] = {}
+        self.epochs: list[int] = []
+        sim.dispatch_listeners.append(self.on_dispatch)
+        sim.finish_listeners.append(self.on_finish)
+
+    def check_pool(self) -> None:
+        sim = self.sim
+        fm = sim.attachments["faults"]
+        gpus = [g for w in sim.workers.values() for g in w.gpus]
+        assert len(gpus) == len(set(gpus)), "a GPU in two workers"
+        live = {g for w in sim.workers.values() if not w.stopped for g in w.gpus}
+        assert not (live & fm.failed), "a failed GPU in a running worker"
+        c = fm.gpu_counts()
+        assert c["num_healthy_gpus"] + c["num_failed_gpus"] + c["num_rebuilding_gpus"] == POOL.num_gpus
+        assert min(c.values()) >= 0
+        # counted independently: healthy = non-failed GPUs that are in no REBUILDING worker
+        # (serving, spare, or surviving ranks of a stopped worker)
+        rebuilding = {g for w in sim.workers.values() if w.state == WorkerState.REBUILDING and not w.stopped for g in w.gpus}
+        assert not (rebuilding & fm.failed)
+        healthy = [g for g in range(POOL.num_gpus) if g not in fm.failed and g not in rebuilding]
+        counts = (c["num_healthy_gpus"], c["num_failed_gpus"], c["num_rebuilding_gpus"])
+        assert counts == (len(healthy), len(fm.failed), len(rebuilding))
+        for w in sim.workers.values():
+            assert w.epoch <= sim.epoch
+        if self.epochs:
+            assert sim.epoch >= self.epochs[-1], "epoch went back"
+        self.epochs.append(sim.epoch)
+
+    def on_dispatch(self, sim, req, w) -> None:
+        assert sim.workers.get(w.worker_id) is w and w.state == WorkerState.ACTIVE, f"dispatch to {w}"
+        self.check_pool()
+
+    def on_finish(self, sim, batch, w) -> None:
+        assert not w.stopped
+        for r in batch:
+            self.completions[r.request_id] = self.completions.get(r.request_id, 0) + 1
+        self.check_pool()
+
+
+def _steps_on_stopped_workers(trace) -> list:
+    stopped: dict[str, float] = {}
+    bad = []
+    for name, t in trace:
+        if name.startswith("stop:"):
+            stopped[name.split(":")[1]] = t
+        elif name.startswith("detect:"):
+            stopped.clear()
+        elif name.startswith("step_start:") and name.split(":")[1] in stopped:
+            bad.append((name, t))
+    return bad
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(event, max_size=5), ops=st.lists(st.integers(0, 30), max_size=6),
+       seed=st.integers(0, 5), router=st.sampled_from([RoundRobinRouter, LeastWorkRouter]))
+def test_random_fault_schedules_keep_the_invariants(events, ops, seed, router):
+    rng = np.random.default_rng(seed)
+    n = 60
+    wl = make_workload([(float(t), int(L), None) for t, L in zip(np.sort(rng.uniform(0, 40, n)), rng.integers(1, 60, n))])
+    faults = FaultConfig(events=tuple(events), detection_delay_s=1.5, rebuild_s=2.0, repair_s=5.0)
+    sim = Simulator(wl, SimConfig(pool=POOL, seed=seed, faults=faults, record_events=True), CAL)
+    inv = Invariants(sim)
+    reconf = get_reconfigurator(sim)
+    r = router()
+    r.reset(sim.view, sim.policy_rng)
+    k = 0
+    while (req := sim.run_until_decision()) is not None:
+        sim.decide(r.route(req, sim.view))
+        k += 1
+        if k in ops:  # a split or merge in flight while faults happen
+            eligible = reconf.eligible_operations()
+            if eligible:
+                reconf.apply(eligible[k % len(eligible)])
+    res = sim.result()  # raises if a request is lost (accounting)
+    assert all(v == 1 for v in inv.completions.values()), "a request completed twice"
+    # repairs bring every GPU back, so every request finishes
+    assert len(inv.completions) == n and not np.isnan(res.records["finish_s"]).any()
+    assert (res.records["finish_s"] >= res.records["arrival_s"]).all()
+    assert _steps_on_stopped_workers(sim.trace) == []
+    inv.check_pool()
