@@ -132,6 +132,43 @@ def normalize_argv(argv: list[str]) -> list[str]:
     return argv[:i + 1] + [_BARE_GROUP_DEFAULT[argv[i]]] + rest
 
 
+def deprecation_notice(argv: list[str]) -> str | None:
+    """The one-line notice printed on stderr when ``argv`` uses a deprecated spelling (an
+    :data:`ALIASES` name, or a bare group such as ``bench [options]``), else None."""
+    i = next((k for k, a in enumerate(argv) if not a.startswith("-")), None)
+    if i is None:
+        return None
+    old = argv[i]
+    if old in ALIASES:
+        new = " ".join(ALIASES[old])
+    elif old in _BARE_GROUP_DEFAULT and normalize_argv(argv) != list(argv):
+        new = f"{old} {_BARE_GROUP_DEFAULT[old]}"
+    else:
+        return None
+    return f"cpgym: warning: `cpgym {old}` is deprecated and will be removed in the next release; use `cpgym {new}`"
+
+
+def _leaf_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)parser of the command ``args`` was parsed for: the top-level parser followed down
+    through the chosen sub-command of each level (``cpgym train routing`` -> its own parser)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or getattr(args, subs[0].dest, None) not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[getattr(args, subs[0].dest)]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parses ``argv`` like ``build_parser().parse_args`` but reports an unknown option with the
+    usage and name of the sub-command it was given to (``cpgym train routing: error:
+    unrecognized arguments: --seed 3``), not the top-level usage."""
+    parser = build_parser()
+    args, extras = parser.parse_known_args(normalize_argv(argv))
+    if extras:
+        _leaf_parser(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def _origin_file(exc: BaseException) -> str | None:
     """The source file of the frame that raised ``exc``: the innermost frame of its traceback, or,
     for an exception re-raised from a ``concurrent.futures`` worker process, the innermost frame of
@@ -171,9 +208,11 @@ def _is_input_error(exc: BaseException) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(normalize_argv(argv))
+    args = parse_args(argv)
+    notice = deprecation_notice(argv)
+    if notice:
+        print(notice, file=sys.stderr)
     args.argv = ["cpgym", *argv]  # recorded in provenance.json / train_config.json
     module = importlib.import_module(args._module)
     try:

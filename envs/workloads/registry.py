@@ -24,6 +24,19 @@ from .synthetic import (
 __all__ = ["WORKLOADS", "get_workload"]
 
 
+def _check_override_type(workload: str, param: str, value: Any, default: Any) -> None:
+    """Raises ValueError naming ``param`` when an override's type does not fit its default's: a
+    number for a numeric default, true/false for a boolean one (the generator checks the range)."""
+    if isinstance(default, bool):
+        ok, what = isinstance(value, bool), "true or false"
+    elif isinstance(default, (int, float)):
+        ok, what = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    else:
+        return
+    if not ok:
+        raise ValueError(f"workload {workload!r}: parameter {param} must be {what}, got {value!r}")
+
+
 def _named(name: str, fn: Callable[..., Workload], summary: str, **defaults: Any) -> Callable[..., Workload]:
     def make(seed: SeedLike = 0, **overrides: Any) -> Workload:
         params = inspect.signature(fn).parameters
@@ -31,6 +44,8 @@ def _named(name: str, fn: Callable[..., Workload], summary: str, **defaults: Any
         if unknown:
             accepted = sorted(k for k in params if k != "seed")
             raise ValueError(f"workload {name!r}: unknown parameter(s) {unknown}; accepted: {accepted}")
+        for k, v in overrides.items():
+            _check_override_type(name, k, v, defaults[k] if k in defaults else params[k].default)
         kwargs = {"name": name, **defaults, **overrides}
         return fn(seed=seed, **kwargs)
 

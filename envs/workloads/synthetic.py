@@ -67,14 +67,18 @@ __all__ = [
 ]
 
 def _check_positive(name: str, value: float) -> float:
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}") from None
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return v
 
 
 def _check_count(name: str, value: int, minimum: int = 1) -> int:
-    if isinstance(value, bool) or int(value) != value or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or int(value) != value or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 

@@ -54,7 +54,38 @@ def test_both_spellings_run_the_same_command_and_report_the_same_error(capsys):
     old = capsys.readouterr().err
     assert main(["bench", "sim", "--repeat", "0"]) == 2
     new = capsys.readouterr().err
-    assert old == new == "cpgym bench sim: error: --repeat must be >= 1, got 0\n"
+    assert new == "cpgym bench sim: error: --repeat must be >= 1, got 0\n"
+    assert old == ("cpgym: warning: `cpgym bench` is deprecated and will be removed in the next release; "
+                   "use `cpgym bench sim`\n" + new)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bench", "--repeat", "0"], "bench sim"), (["bench-env", "--steps", "0"], "bench env"),
+    (["profile", "--degrees", "0"], "kernels profile"), (["calibrate", "--help"], "kernels calibrate"),
+    (["bench", "sim", "--repeat", "0"], None), (["bench", "--help"], None), (["simulate", "--seed", "0"], None),
+])
+def test_deprecated_spellings_print_one_notice(argv, expected):
+    from experiments.cli import deprecation_notice
+
+    notice = deprecation_notice(argv)
+    if expected is None:
+        assert notice is None
+    else:
+        assert f"`cpgym {argv[0]}` is deprecated" in notice and f"use `cpgym {expected}`" in notice
+        assert "\n" not in notice
+
+
+@pytest.mark.parametrize("argv, prog, unknown", [
+    (["train", "routing", "--seed", "3", "--out", "x"], "cpgym train routing", "--seed 3"),
+    (["simulate", "--bogus"], "cpgym simulate", "--bogus"),
+    (["kernels", "check", "--bogus"], "cpgym kernels check", "--bogus")])
+def test_unknown_flag_reports_the_sub_command_usage(argv, prog, unknown, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err.startswith(f"usage: {prog} ")
+    assert err.rstrip().endswith(f"{prog}: error: unrecognized arguments: {unknown}")
 
 
 def test_traceback_flag_reraises_input_errors(capsys):

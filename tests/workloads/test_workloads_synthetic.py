@@ -324,3 +324,21 @@ def test_mixed_default_sizing():
     summary = summarize(run_policy("least-work", w, SimConfig()))
     assert summary["num_unfinished"] == 0
     assert 0.5 <= summary["utilization"] <= 0.95
+
+
+@pytest.mark.parametrize("param, value, expected", [("duration_s", "abc", "duration_s must be a number"),
+                                                    ("num_system_prompts", "x", "num_system_prompts must be a number"),
+                                                    ("rising_rate", 3, "rising_rate must be true or false")])
+def test_registry_override_of_the_wrong_type_names_the_parameter(param, value, expected):
+    name = "phases" if param in ("rising_rate", "num_system_prompts") else "tool-agent"
+    with pytest.raises(ValueError, match=f"workload '{name}': parameter {expected}, got"):
+        get_workload(name, **{param: value})
+
+
+def test_value_checks_name_the_field_for_non_numbers():
+    from envs.workloads.synthetic import _check_count, _check_positive
+
+    with pytest.raises(ValueError, match="duration_s must be a finite number > 0, got 'abc'"):
+        _check_positive("duration_s", "abc")
+    with pytest.raises(ValueError, match="num_docs must be an integer >= 1, got 'x'"):
+        _check_count("num_docs", "x")
