@@ -132,16 +132,17 @@ def parse_list(text: str, flag: str, kind: type = float, positive: bool = False)
     """Parses a comma-separated option value (``"10,20,40"``) into numbers of ``kind``.
 
     Raises:
-        ValueError: naming ``flag`` when an item is not a number, the list is empty, or (with
+        ValueError: naming ``flag`` when an item is not a number (an empty item included), the list is empty, or (with
             ``positive``) a value is <= 0.
     """
     what = "integers" if kind is int else "numbers"
+    items = [x.strip() for x in text.split(",")]
+    if items == [""]:
+        raise ValueError(f"{flag} needs at least one value, got {text!r}")
     try:
-        vals = [kind(x) for x in text.split(",") if x.strip()]
+        vals = [kind(x) for x in items]  # an empty item ("2,,4", "2,") is not a number
     except ValueError:
         raise ValueError(f"{flag} must be a comma-separated list of {what}, got {text!r}") from None
-    if not vals:
-        raise ValueError(f"{flag} needs at least one value, got {text!r}")
     if positive and any(v <= 0 for v in vals):
         raise ValueError(f"{flag} values must all be > 0, got {text!r}")
     return vals
@@ -271,11 +272,28 @@ def workload_from_args(args: argparse.Namespace, default_workload: str = DEFAULT
 
 
 def check_out_dir(path: str | None, flag: str = "--out") -> None:
-    """Fails early (before any simulation) if ``path`` exists and is not a folder."""
+    """Fails early (before any simulation) if ``path`` exists and is not a folder, or cannot be
+    created: a missing folder is created and removed again (with the parents it needed).
+
+    Raises:
+        ValueError: naming ``flag`` and ``path``, with the reason.
+    """
     from pathlib import Path
 
-    if path is not None and Path(path).exists() and not Path(path).is_dir():
-        raise ValueError(f"{flag} {path} exists and is not a folder")
+    if path is None:
+        return
+    out = Path(path)
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"{flag} {path} exists and is not a folder")
+        return
+    missing = [out, *(p for p in out.parents if not p.exists())]
+    try:
+        out.mkdir(parents=True)
+    except OSError as exc:
+        raise ValueError(f"{flag} {path} cannot be created: {exc.strerror or exc}") from None
+    for p in missing:  # innermost first
+        p.rmdir()
 
 
 def dumps_json(obj) -> str:

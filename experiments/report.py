@@ -518,6 +518,7 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
 
     Raises:
         FileNotFoundError: ``run_dir`` does not exist.
+        NotADirectoryError: ``run_dir`` is a file.
         ValueError: no run folder (with a cpgym ``summary.json``) under it, a run whose request
             rate cannot be told, or an unreadable JSON file (naming it).
     """
@@ -525,8 +526,11 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
 
     matplotlib.use("Agg")
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+    if not run_dir.exists():
         raise FileNotFoundError(f"run folder {str(run_dir)!r} does not exist")
+    if not run_dir.is_dir():
+        raise NotADirectoryError(f"run folder {str(run_dir)!r} is not a folder; give a sweep's --out folder "
+                                 f"or a folder of `cpgym simulate --out` runs")
     df = _load_runs(run_dir)
     if df.empty:
         raise ValueError(f"no runs (folders with summary.json) under {run_dir}; give a sweep's --out folder "
