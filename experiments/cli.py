@@ -207,6 +207,23 @@ def _is_input_error(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) and _raised_by_cpgym(exc)
 
 
+def _one_line_warnings(command: str):
+    """A ``warnings.showwarning`` replacement printing a warning of cpgym's own categories (e.g.
+    :class:`envs.workloads.TraceWarning`) as one line ``cpgym COMMAND: warning: MESSAGE`` on
+    stderr; other warnings (a library's) keep Python's format with their source line."""
+    import warnings
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__module__.split(".")[0] in _OWN_PACKAGES:
+            print(f"cpgym {command}: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -215,8 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         print(notice, file=sys.stderr)
     args.argv = ["cpgym", *argv]  # recorded in provenance.json / train_config.json
     module = importlib.import_module(args._module)
+    import warnings
+
     try:
-        return int(module.run(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings(args._command)
+            return int(module.run(args) or 0)
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's exit status for SIGINT (128 + 2)
         print(f"cpgym {args._command}: interrupted", file=sys.stderr)
         return 130

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 
 from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
@@ -256,16 +255,14 @@ def parse_workload_params(items: list[str]) -> tuple[tuple[str, object], ...]:
 
 def workload_from_args(args: argparse.Namespace, default_workload: str = DEFAULT_WORKLOAD) -> Workload:
     """Builds the workload of the shared workload flags (:func:`workload_source_from_args`);
-    reports skipped invalid trace lines on stderr.
+    skipped invalid trace lines are reported by the loader's :class:`~envs.workloads.TraceWarning`
+    (one line under the CLI).
 
     Raises:
         ValueError: on bad flags, or when no request is left (naming the window).
     """
     src = workload_source_from_args(args, default_workload)
     wl = src.build()
-    skipped = wl.metadata.get("num_skipped_invalid", 0)
-    if skipped:
-        print(f"warning: skipped {skipped} invalid lines of {src.trace}", file=sys.stderr)
     if wl.num_requests == 0:
         raise ValueError(f"workload {wl.name!r} has no requests (check --window-s against its arrivals)")
     return wl

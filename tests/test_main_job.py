@@ -113,3 +113,15 @@ def test_unservable_prompts_are_reported(tmp_path, capsys):
     out = capsys.readouterr()
     assert "1 request(s) are longer than any worker can hold" in out.err
     assert json.loads(out.out)[0]["num_unfinished"] == 1
+
+
+def test_skip_invalid_warns_once_in_one_line(tmp_path, capsys):
+    good = TRACE.read_text().splitlines()[:3]
+    bad = json.loads(good[1])
+    del bad["input_length"]
+    p = tmp_path / "bad.jsonl"
+    p.write_text("\n".join([good[0], json.dumps(bad), good[2]]) + "\n")
+    assert main(["simulate", "--trace", str(p), "--skip-invalid", "--policy", "least-work", "--quiet"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"cpgym simulate: warning: {p}: skipped 1 invalid line(s)") and "input_length" in err[0]

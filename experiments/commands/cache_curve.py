@@ -156,8 +156,6 @@ def _print_tiered(wl, rows: list[dict]) -> None:
 
 
 def _load(args: argparse.Namespace):
-    import sys
-
     from envs.workloads import WorkloadSource
 
     if args.workload is not None:
@@ -167,11 +165,7 @@ def _load(args: argparse.Namespace):
         return WorkloadSource(name=args.workload, seed=args.workload_seed, params=params).build()
     if args.duration_s is not None:
         raise ValueError("--duration-s applies to --workload only (a trace keeps its own window)")
-    wl = WorkloadSource(trace=args.trace, skip_invalid=args.skip_invalid).build()
-    skipped = wl.metadata.get("num_skipped_invalid", 0)
-    if skipped:
-        print(f"warning: skipped {skipped} invalid lines of {args.trace}", file=sys.stderr)
-    return wl
+    return WorkloadSource(trace=args.trace, skip_invalid=args.skip_invalid).build()  # a TraceWarning reports skipped lines
 
 
 def run(args: argparse.Namespace) -> int:
