@@ -14,13 +14,22 @@ from envs.sim.pool import DEFAULT_COMPOSITION
 DEFAULT_WORKLOAD = "mixed-default"
 
 
-def add_workload_arguments(p: argparse.ArgumentParser, default_text: str = DEFAULT_WORKLOAD) -> None:
-    """The shared workload flags (read by :func:`workload_source_from_args`); ``default_text``
-    names the source used when neither ``--trace`` nor ``--workload`` is given."""
+def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None = None,
+                           default_workload: str = DEFAULT_WORKLOAD, default_trace: str | None = None) -> None:
+    """The shared workload flags (read by :func:`workload_source_from_args`). The source used when
+    neither ``--trace`` nor ``--workload`` is given is ``default_trace`` if given, else the named
+    ``default_workload``; both are stored as parser defaults, so that the help text (``default_text``
+    if given, else generated) and :func:`workload_source_from_args` name the same source."""
+    from pathlib import Path
+
+    if default_text is None:
+        default_text = f"the trace {Path(default_trace).name}" if default_trace is not None else default_workload
+    p.set_defaults(_default_workload=default_workload, _default_trace=default_trace)
     g = p.add_argument_group("workload")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="PATH", help="trace file: Mooncake JSONL, Azure 2023 CSV or the L-Eval lengths CSV")
-    src.add_argument("--workload", metavar="NAME", help=f"named synthetic workload (default: {default_text})")
+    src.add_argument("--workload", metavar="NAME",
+                     help=f"named synthetic workload (default, without --trace or --workload: {default_text})")
     rate = g.add_mutually_exclusive_group()
     rate.add_argument("--target-rps", type=float, metavar="X", help="time-scale arrivals to this mean rate [requests/s]")
     rate.add_argument("--rate-scale", type=float, metavar="X", help="multiply the arrival rate by X")
@@ -196,11 +205,12 @@ def _faults_from_args(args: argparse.Namespace):
     return load_fault_config(path)
 
 
-def workload_source_from_args(args: argparse.Namespace, default_workload: str = DEFAULT_WORKLOAD,
+def workload_source_from_args(args: argparse.Namespace, default_workload: str | None = None,
                                default_trace: str | None = None):
     """The :class:`~envs.workloads.WorkloadSource` of the shared workload flags
     (:func:`add_workload_arguments`); with neither ``--trace`` nor ``--workload``, ``default_trace``
-    if given, else the named ``default_workload``.
+    if given, else the named ``default_workload`` (each defaulting to the one the parser was built
+    with, i.e. the one its help names).
 
     Raises:
         ValueError: naming the flag, on a bad seed, rate or window.
@@ -215,6 +225,9 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str = 
         v = getattr(args, flag)
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise ValueError(f"--{flag.replace('_', '-')} must be a finite number > 0, got {v}")
+    if default_workload is None and default_trace is None:
+        default_workload = getattr(args, "_default_workload", DEFAULT_WORKLOAD)
+        default_trace = getattr(args, "_default_trace", None)
     trace, name = args.trace, args.workload
     if trace is None and name is None:
         trace, name = (default_trace, None) if default_trace is not None else (None, default_workload)
@@ -253,7 +266,7 @@ def parse_workload_params(items: list[str]) -> tuple[tuple[str, object], ...]:
     return tuple(out.items())
 
 
-def workload_from_args(args: argparse.Namespace, default_workload: str = DEFAULT_WORKLOAD) -> Workload:
+def workload_from_args(args: argparse.Namespace, default_workload: str | None = None) -> Workload:
     """Builds the workload of the shared workload flags (:func:`workload_source_from_args`);
     skipped invalid trace lines are reported by the loader's :class:`~envs.workloads.TraceWarning`
     (one line under the CLI).

@@ -9,9 +9,11 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from envs.workloads import default_traces_dir
     from experiments.common import add_sim_arguments, add_workload_arguments
 
-    add_workload_arguments(p)
+    # the benchmark's default: the full conversation trace
+    add_workload_arguments(p, default_trace=str(default_traces_dir() / "conversation_trace.jsonl"))
     add_sim_arguments(p)
     p.add_argument("--policy", default="round-robin,least-work,prefix-affinity,vertumnus",
                    help="comma-separated policies (default round-robin,least-work,prefix-affinity,vertumnus)")
@@ -33,10 +35,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
-    if args.trace is None and args.workload is None:  # the benchmark's default: the full conversation trace
-        from envs.workloads import default_traces_dir
-
-        args.trace = str(default_traces_dir() / "conversation_trace.jsonl")
     config = sim_config_from_args(args)
     t0 = time.perf_counter()
     workload = workload_from_args(args)

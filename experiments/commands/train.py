@@ -24,11 +24,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from policies.train import EpisodeSource, TrainConfig
     from policies.train_reconfig import ReconfigTrainConfig
 
+    from envs.workloads import default_traces_dir
+
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind, help_text in (("routing", "learn which worker serves each request (one step per request)"),
                             ("reconfig", "learn split/merge operations (one step per decision window)")):
         k = kinds.add_parser(kind, help=help_text, description=help_text)
-        add_workload_arguments(k, default_text=DEFAULT_SOURCES[kind])
+        add_workload_arguments(k, default_text=DEFAULT_SOURCES[kind], default_workload="phases",
+                               default_trace=str(default_traces_dir() / "conversation_trace.jsonl")
+                               if kind == "routing" else None)
         add_sim_arguments(k, seed=False)  # environments draw simulator seeds from --train-seed
         if kind == "routing":
             add_config_arguments(k, EpisodeSource, title="episodes")
@@ -45,12 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def configs_from_args(args: argparse.Namespace):
     """The training config of the parsed flags: ``TrainConfig`` (routing) or
     ``ReconfigTrainConfig`` (reconfig). Raises ValueError naming the field on bad values."""
-    from envs.workloads import default_traces_dir
     from experiments.common import workload_source_from_args
     from experiments.config_args import config_from_args
 
-    default_trace = str(default_traces_dir() / "conversation_trace.jsonl") if args.kind == "routing" else None
-    ws = workload_source_from_args(args, default_workload="phases", default_trace=default_trace)
+    ws = workload_source_from_args(args)  # the kind's default source (DEFAULT_SOURCES), set by add_arguments
     source_fields = {"trace": ws.trace, "workload": ws.name, "workload_seed": ws.seed, "target_rps": ws.target_rps,
                      "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid,
                      "params": ws.params}
