@@ -32,18 +32,38 @@ def _read(path: Path) -> dict:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise SpecError(path, "<file>", f"not valid YAML ({exc})".replace("\n", " "), "a YAML mapping") from None
+            raise _syntax_error(path, "YAML", exc) from None
     elif suffix == ".toml":
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise SpecError(path, "<file>", f"not valid TOML ({exc})", "a TOML table") from None
+            raise _syntax_error(path, "TOML", exc) from None
     else:
-        raise SpecError(path, "<file>", f"unknown spec format {suffix!r}", "a .yaml, .yml or .toml file")
+        raise SpecError(path, None, f"unknown spec format {suffix!r}", "a .yaml, .yml or .toml file")
     if not isinstance(data, dict):
-        raise SpecError(path, "<file>", f"top level is {type_name(data)}",
+        raise SpecError(path, None, f"top level is {type_name(data)}",
                         "a mapping of the keys " + ", ".join(TOP_LEVEL_KEYS))
     return data
+
+
+def _syntax_error(path: Path, fmt: str, exc: Exception) -> SpecError:
+    """``FILE:LINE:COLUMN: not valid YAML|TOML: PROBLEM`` (1-based line and column) of a parser
+    error: PyYAML's ``problem_mark`` / ``problem``, or the ``(at line L, column C)`` that
+    ``tomllib`` puts in its message."""
+    import re
+
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        where, problem = f"{path}:{mark.line + 1}:{mark.column + 1}", getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        if context:
+            problem = f"{problem} ({context})"
+    else:
+        m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", str(exc))
+        where = f"{path}:{m.group(1)}:{m.group(2)}" if m else str(path)
+        problem = str(exc)[:m.start()] if m else str(exc)
+    expected = "a YAML mapping" if fmt == "YAML" else "a TOML table"
+    return SpecError(where, None, f"not valid {fmt}: {' '.join(problem.split())}", expected)
 
 
 ARRIVAL_FORMS = {"poisson_rps": ("poisson_rps",), "gamma_rps": ("gamma_rps", "cv")}
@@ -172,6 +192,8 @@ class _Loader:
             elif norm == "workload.trace":
                 v = self.resolve_file(key, v)
                 self.check_content(key, v, "trace")
+            if kind == "workload":
+                self._check_workload_field(key, norm.split(".", 1)[1], v)
             return kind, detail, v
         if kind == "workload_param":
             if isinstance(value, Mapping):
@@ -179,7 +201,19 @@ class _Loader:
             if isinstance(value, list):
                 value = tuple(value)
             return kind, detail, value
-        return kind, detail, value  # policy_param: checked by the policy at run time
+        pol, param = detail  # policy_param: the policy's own validation, without running it
+        try:
+            self.policies[pol].with_params(**{param: value})
+        except (ValueError, TypeError) as exc:
+            raise e(str(exc), f"a valid value of {pol}.{param}") from None
+        return kind, detail, value
+
+    def _check_workload_field(self, key: str, field_name: str, value: Any) -> None:
+        """Validates one workload field alone (``WorkloadSpec.__post_init__``), so that a bad value
+        is reported at the key that gives it (``rates[0]``), not at the cell that uses it."""
+        if value is None or field_name in ("name", "trace"):
+            return
+        make_workload(self.path, {"name": "-", field_name: value}, key)
 
     def values_list(self, key: str, value: Any) -> list:
         if not isinstance(value, list):
@@ -216,7 +250,36 @@ class _Loader:
                               policies=policies, policy_params=policy_params, seeds=seeds, seed_workload=seed_workload,
                               grid=grid, cells=listed)
         cells = resolve_cells(self.path, spec, self.policies, self._check_workload_name)
+        self._check_cells(cells, base_wl)
         return replace(spec, _resolved=tuple(cells))
+
+    def _check_cells(self, cells, base_wl: WorkloadSpec) -> None:
+        """Validates what only a whole cell determines, without simulating: each distinct named
+        workload with parameter overrides is generated once (its generator validates them), and
+        each distinct policy with parameters is built (``PolicySpec.with_params``)."""
+        from envs.workloads import get_workload
+
+        seen_workloads: set = set()
+        seen_policies: set = set()
+        for cell in cells:
+            wl = cell.workload
+            if wl.name is not None and wl.params and (wl.name, wl.params) not in seen_workloads:
+                seen_workloads.add((wl.name, wl.params))
+                key = "workload.params" if wl.params == base_wl.params else \
+                    f"sweep (cell {dict(a for a in cell.axes if a[0] != 'seed')})"
+                try:
+                    get_workload(wl.name, seed=0, **{k: materialize_param(v) for k, v in wl.params})
+                except (ValueError, TypeError) as exc:
+                    named = [k for k, _ in wl.params if str(exc).startswith(f"{k} ")]
+                    key = f"workload.params.{named[0]}" if named and key == "workload.params" else key
+                    raise SpecError(self.path, key, str(exc), f"valid parameters of workload {wl.name!r}") from None
+            if cell.policy_params and (cell.policy, cell.policy_params) not in seen_policies:
+                seen_policies.add((cell.policy, cell.policy_params))
+                try:
+                    self.policies[cell.policy].with_params(**dict(cell.policy_params))
+                except (ValueError, TypeError) as exc:
+                    raise SpecError(self.path, f"sweep (cell {dict(a for a in cell.axes if a[0] != 'seed')})", str(exc),
+                                    f"valid parameters of policy {cell.policy!r}") from None
 
     # --- sections
     def _load_header(self, data: dict) -> tuple[str, str]:

@@ -18,11 +18,12 @@ TRACES_PREFIX = "@traces/"
 
 
 class SpecError(ValueError):
-    """An invalid experiment spec: ``"<file>: <key>: <problem>; expected <form>"``."""
+    """An invalid experiment spec: ``"<file>: <key>: <problem>; expected <form>"``; without a key
+    (an error of the whole file, e.g. its syntax) ``"<file>: <problem>; expected <form>"``."""
 
-    def __init__(self, file: str | Path, key: str, problem: str, expected: str) -> None:
+    def __init__(self, file: str | Path, key: str | None, problem: str, expected: str) -> None:
         self.file, self.key, self.problem, self.expected = str(file), key, problem, expected
-        super().__init__(f"{file}: {key}: {problem}; expected {expected}")
+        super().__init__(f"{file}: {key + ': ' if key else ''}{problem}; expected {expected}")
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,37 @@ def test_empty_axes(tmp_path):
 def test_invalid_values_are_caught_by_the_config_dataclasses(tmp_path):
     e = _err(tmp_path, BASE + "sweep: {grid: {pool.composition: [cp4x10, cp3x4]}}\n")
     assert e.key.startswith("sweep.grid") and "cp3" in str(e)
-    e = _err(tmp_path, BASE + "rates: [5, -1]\n")
-    assert e.key == "sweep.grid" and "target_rps" in str(e)
+    e = _err(tmp_path, BASE + "rates: [5, -1]\n")  # reported where the value is given
+    assert e.key == "rates[1]" and "target_rps must be a finite number > 0, got -1" in str(e)
+    e = _err(tmp_path, BASE + "sweep: {grid: {workload.window_s: [[0, 10], [5, 1]]}}\n")
+    assert e.key == "sweep.grid.workload.window_s[1]" and "window_s" in str(e)
+    e = _err(tmp_path, BASE + "sweep: {cells: [{workload.rate_scale: 0}]}\n")
+    assert e.key == "sweep.cells[0].workload.rate_scale"
+
+
+def test_workload_and_policy_parameters_are_validated_at_load_time(tmp_path):
+    e = _err(tmp_path, "workload: {name: tool-agent, params: {duration_s: -10}}\npolicies: [least-work]\n")
+    assert e.key == "workload.params.duration_s" and "duration_s must be a finite number > 0, got -10" in str(e)
+    e = _err(tmp_path, "workload: {name: tool-agent, params: {duration_s: 5}}\npolicies: [least-work]\n"
+                       "sweep: {grid: {workload.params.duration_s: [5, -1]}}\n")
+    assert e.key.startswith("sweep (cell ") and "-1" in e.key and "duration_s must be" in str(e)
+    e = _err(tmp_path, BASE.replace("least-work", "vertumnus") + "sweep: {grid: {vertumnus.beta: [3.0, 0.5]}}\n")
+    assert e.key == "sweep.grid.vertumnus.beta[1]" and "beta must be a finite number >= 1" in str(e)
+    e = _err(tmp_path, BASE + "policy_params: {vertumnus: {beta: 0.5}}\n")
+    assert e.key == "policy_params.vertumnus.beta"
+    e = _err(tmp_path, BASE + "sweep: {cells: [{policy: vertumnus, vertumnus.beta: 0.5}]}\n")
+    assert e.key == "sweep.cells[0].vertumnus.beta"
+
+
+def test_syntax_errors_name_file_line_and_column(tmp_path):
+    e = _err(tmp_path, "name: s3\nworkload: {name: tool-agent\npolicies: [x]\n")
+    assert str(e) == (f"{tmp_path / 'spec.yaml'}:3:9: not valid YAML: expected ',' or '}}', but got ':' "
+                      "(while parsing a flow mapping); expected a YAML mapping")
+    assert "<" not in str(e)
+    e = _err(tmp_path, 'name = "x"\nworkload = {name = \n', name="spec.toml")
+    assert str(e).startswith(f"{tmp_path / 'spec.toml'}:2:20: not valid TOML: ") and "(at line" not in str(e)
+    e = _err(tmp_path, "- a\n- b\n")
+    assert str(e).startswith(f"{tmp_path / 'spec.yaml'}: top level is ") and e.key is None
 
 
 def test_unknown_policy_and_workload(tmp_path):

@@ -1,0 +1,129 @@
+"""Bad command-line input is one clear line, found before anything runs (QA pass over the CLI)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from experiments.cli import main
+from experiments.common import check_out_dir, parse_list
+
+
+@pytest.mark.parametrize("text", ["2,,4", "2,", ",2", " , "])
+def test_list_flags_reject_empty_items(text):
+    with pytest.raises(ValueError, match="--supported-degrees must be a comma-separated list of integers"):
+        parse_list(text, "--supported-degrees", int)
+
+
+def test_list_flags_reject_an_empty_list():
+    with pytest.raises(ValueError, match="--rates needs at least one value"):
+        parse_list("", "--rates")
+    assert parse_list(" 1, 2 ", "--rates") == [1.0, 2.0]
+
+
+def test_report_of_a_file_says_it_is_not_a_folder(tmp_path, capsys):
+    f = tmp_path / "passwd"
+    f.write_text("x")
+    assert main(["report", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"cpgym report: error: run folder {str(f)!r} is not a folder; give a sweep's --out folder " \
+                  "or a folder of `cpgym simulate --out` runs\n"
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_out_dir_that_cannot_be_created_fails_before_running(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match=r"--out .*file/sub cannot be created"):
+        check_out_dir(str(blocker / "sub"))
+    with pytest.raises(ValueError, match="exists and is not a folder"):
+        check_out_dir(str(blocker))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_out_dir_in_a_read_only_folder_fails_before_running(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(ValueError, match="cannot be created"):
+            check_out_dir(str(ro / "a" / "b"))
+    finally:
+        ro.chmod(0o700)
+
+
+def test_out_dir_check_leaves_no_folder_behind(tmp_path):
+    check_out_dir(str(tmp_path / "a" / "b" / "c"))
+    assert list(tmp_path.iterdir()) == []
+    check_out_dir(None)
+
+
+def test_simulate_out_that_cannot_be_created_fails_before_simulating(tmp_path, capsys, monkeypatch):
+    import experiments.runner as runner
+
+    def no_run(*a, **k):
+        raise AssertionError("simulated before checking --out")
+
+    monkeypatch.setattr(runner, "run_policy", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",
+                 "--quiet", "--out", str(blocker / "out")]) == 2
+    assert "cannot be created" in capsys.readouterr().err
+
+
+def test_workload_param_of_the_wrong_type_names_it(capsys):
+    assert main(["simulate", "--workload", "tool-agent", "--workload-param", "duration_s=abc", "--quiet"]) == 2
+    assert capsys.readouterr().err == \
+        "cpgym simulate: error: workload 'tool-agent': parameter duration_s must be a number, got 'abc'\n"
+
+
+def _leaf_parsers():
+    """(prog, parser) of every command, sub-command and train kind."""
+    import argparse
+
+    from experiments.cli import build_parser
+
+    todo, out = [build_parser()], []
+    while todo:
+        p = todo.pop()
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs:
+            todo.extend(subs[0].choices.values())
+        else:
+            out.append((p.prog, p))
+    return out
+
+
+@pytest.mark.parametrize("prog, parser", [(prog, p) for prog, p in _leaf_parsers()
+                                          if "_default_workload" in p._defaults])  # the shared workload group
+def test_workload_help_names_the_source_the_command_uses(prog, parser):
+    import argparse
+    from pathlib import Path
+
+    from experiments.common import workload_source_from_args
+
+    help_text = next(a.help for a in parser._actions if "--workload" in a.option_strings)
+    args = argparse.Namespace(**{a.dest: a.default for a in parser._actions if a.dest != "help"},
+                              **parser._defaults)
+    src = workload_source_from_args(args)
+    if src.trace is not None:
+        assert Path(src.trace).name in help_text or "trace" in help_text, (prog, help_text)
+    else:
+        assert src.name in help_text, (prog, help_text)
+
+
+def test_bench_sim_help_and_default_agree(capsys):
+    from experiments.cli import parse_args
+    from experiments.common import workload_source_from_args
+
+    src = workload_source_from_args(parse_args(["bench", "sim"]))
+    assert src.trace is not None and src.trace.endswith("conversation_trace.jsonl") and src.name is None
+    with pytest.raises(SystemExit):
+        main(["bench", "sim", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default, without --trace or --workload: the trace conversation_trace.jsonl)" in out
+    assert "mixed-default" not in out
+    assert workload_source_from_args(parse_args(["simulate"])).name == "mixed-default"
