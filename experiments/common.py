@@ -43,11 +43,13 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None 
                    help="override a parameter of the named workload's generator, e.g. duration_s=120 (repeatable)")
 
 
-def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition: bool = True) -> None:
+def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition: bool = True,
+                      supported_degrees: str = "1,2,4,8", supported_degrees_note: str = "") -> None:
     """The shared pool and simulator flags (read by :func:`sim_config_from_args`); ``seed=False``
     leaves out ``--seed`` for commands that draw simulator seeds themselves (training),
     ``composition=False`` leaves out ``--pool-composition`` for commands that set the composition
-    of each run themselves (``cpgym dynamic``)."""
+    of each run themselves (``cpgym dynamic``); ``supported_degrees`` is the command's default of
+    ``--supported-degrees`` (``supported_degrees_note`` says where it comes from in the help)."""
     g = p.add_argument_group("pool and simulator")
     g.add_argument("--pool-gpus", type=int, default=40, help="GPUs in the prefill pool (default 40, the paper's prefill pool)")
     g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per topology group (default 8)")
@@ -55,7 +57,8 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
         g.add_argument("--pool-composition", default=DEFAULT_COMPOSITION,
                        help="worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); "
                             f"default {DEFAULT_COMPOSITION}")
-    g.add_argument("--supported-degrees", default="1,2,4,8", help="CP degrees a worker may have (default 1,2,4,8)")
+    g.add_argument("--supported-degrees", default=supported_degrees,
+                   help=f"CP degrees a worker may have (default {supported_degrees}{supported_degrees_note})")
     g.add_argument("--calibration", metavar="FILE",
                    help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
     if seed:
@@ -275,7 +278,12 @@ def workload_from_args(args: argparse.Namespace, default_workload: str | None = 
         ValueError: on bad flags, or when no request is left (naming the window).
     """
     src = workload_source_from_args(args, default_workload)
-    wl = src.build()
+    return check_has_requests(src.build())
+
+
+def check_has_requests(wl: Workload) -> Workload:
+    """Returns ``wl``; raises ValueError (naming ``--window-s``) when it has no request, e.g. an
+    arrival window past its last arrival."""
     if wl.num_requests == 0:
         raise ValueError(f"workload {wl.name!r} has no requests (check --window-s against its arrivals)")
     return wl

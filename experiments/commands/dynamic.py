@@ -2,7 +2,10 @@
 wrapper over :func:`experiments.paper_experiments.dynamic_phases.run_dynamic_phases` (workload,
 policies and defaults are documented there; the flags are generated from
 :class:`~experiments.paper_experiments.dynamic_phases.DynamicPhasesConfig` plus the shared pool
-and simulator flags). The paper's run uses ``--supported-degrees 2,4`` (Qwen3, paper §9).
+and simulator flags). The default ``--supported-degrees 2,4`` is the paper's run (Qwen3, paper §9):
+``--compositions all`` then compares the 11 compositions of 40 GPUs; with more degrees the
+number of compositions explodes (286 with 1,2,4,8), so ``all`` is refused beyond
+``--max-compositions`` (default :data:`MAX_COMPOSITIONS`).
 
 Output: per-phase mean TTFT per policy, the improvement of the adaptive policy over the best
 fixed composition (overall best, and best per phase), every reconfiguration operation with its
@@ -23,13 +26,24 @@ from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-ex
 )
 
 
+#: The most fixed compositions ``--compositions all`` runs unless ``--max-compositions`` is raised.
+MAX_COMPOSITIONS = 32
+#: The paper's CP degrees for the dynamic test (Qwen3, paper §9): the command's default.
+PAPER_SUPPORTED_DEGREES = "2,4"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments
     from experiments.config_args import add_config_arguments
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
 
     add_config_arguments(p, DynamicPhasesConfig, title="workload (phases generator), controller and compared compositions")
-    add_sim_arguments(p, composition=False)  # each run sets its own composition
+    add_sim_arguments(p, composition=False,  # each run sets its own composition
+                      supported_degrees=PAPER_SUPPORTED_DEGREES, supported_degrees_note=": the paper's §9 run, Qwen3")
+    p.add_argument("--max-compositions", type=int, default=MAX_COMPOSITIONS,
+                   help=f"refuse --compositions all when the supported degrees give more fixed compositions than this "
+                        f"(default {MAX_COMPOSITIONS}; each is one full simulation)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--plot", metavar="PNG", help="write worker composition over time above TTFT over time")
     p.add_argument("--out-dir", metavar="DIR", help="also write dynamic.json, CSV tables (policies, phases, operations, "
@@ -57,6 +71,24 @@ def plan(args: argparse.Namespace) -> list[tuple]:
     return dynamic_plan(config_from_args(DynamicPhasesConfig, args), base_config_from_args(args))
 
 
+def check_composition_count(cfg, base, max_compositions: int) -> None:
+    """Raises ValueError (one line) when ``--compositions all`` would run more than
+    ``max_compositions`` fixed compositions."""
+    from experiments.paper_experiments.dynamic_phases import fixed_compositions
+
+    if max_compositions < 1:
+        raise ValueError(f"--max-compositions must be >= 1, got {max_compositions}")
+    if cfg.compositions != "all":
+        return
+    n = len(fixed_compositions(cfg, base.pool))
+    if n > max_compositions:
+        degrees = ",".join(map(str, base.pool.supported_degrees))
+        raise ValueError(f"--compositions all is {n} fixed compositions of CP degrees {degrees} on {base.pool.num_gpus} GPUs "
+                         f"(more than --max-compositions {max_compositions}); use the paper's --supported-degrees "
+                         f"{PAPER_SUPPORTED_DEGREES}, list compositions with --compositions 'cp4x10;cp2x20', "
+                         f"or raise --max-compositions")
+
+
 def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, dumps_json
     from experiments.config_args import config_from_args
@@ -64,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(DynamicPhasesConfig, args)
     base = base_config_from_args(args)
+    check_composition_count(cfg, base, args.max_compositions)
     check_out_dir(args.out_dir, "--out-dir")
-    result = run_dynamic_phases(cfg, base, log=lambda s: print(s, file=sys.stderr, flush=True))
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    result = run_dynamic_phases(cfg, base, log=log)
     out = dict(result.summary)
     kinds, bounds = result.phase_kinds, result.phase_bounds_s
     if args.plot:

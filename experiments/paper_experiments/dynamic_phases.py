@@ -282,7 +282,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
         :class:`DynamicPhasesResult`.
 
     Raises:
-        ValueError: on a composition the pool rejects or a window that overlaps no phase.
+        ValueError: on a composition the pool rejects, or a window that keeps no request or overlaps no phase.
     """
     from baselines.controller import CapacityTable, ControllerConfig, ReconfigController
     from baselines.registry import PolicySpec, get_policy
@@ -292,7 +292,9 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
     from experiments.runner import run_policy
 
     calibration = Calibration.resolve(base.calibration_path)
-    workload = cfg.workload_source().build()
+    from experiments.common import check_has_requests
+
+    workload = check_has_requests(cfg.workload_source().build())  # before profiling the history day
     history = cfg.workload_source(history=True).build()
     ccfg = ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s))

@@ -41,12 +41,14 @@ def test_dynamic_rejects_bad_rate_scale():
 
 def test_dynamic_window_is_the_workload_window_and_shared_flags_have_shared_defaults(tmp_path, capsys):
     """``--window-s START END`` is the arrival window (as in every command); the controller
-    window is ``--controller-window-s``; pool flags come from the shared group."""
+    window is ``--controller-window-s``; pool flags come from the shared group (with the paper's
+    CP degrees 2,4 as this command's default)."""
     from experiments.cli import build_parser, main
 
     args = build_parser().parse_args(["dynamic", "--window-s", "0", "120"])
     assert args.window_s == [0.0, 120.0] and args.controller_window_s == 20.0
-    assert args.supported_degrees == build_parser().parse_args(["simulate"]).supported_degrees == "1,2,4,8"
+    assert args.supported_degrees == "2,4" and build_parser().parse_args(["simulate"]).supported_degrees == "1,2,4,8"
+    assert args.pool_gpus == build_parser().parse_args(["simulate"]).pool_gpus
     out_dir = tmp_path / "out"
     rc = main(["dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--window-s", "30", "90",
                "--supported-degrees", "2,4", "--compositions", "cp4x10", "--initial", "cp4x10", "--format", "json",
@@ -57,3 +59,50 @@ def test_dynamic_window_is_the_workload_window_and_shared_flags_have_shared_defa
     assert [ph["kind"] for ph in out["phases"]] == ["short", "long"]
     assert [(ph["start_s"], ph["end_s"]) for ph in out["phases"]] == [(0.0, 30.0), (30.0, 60.0)]
     assert json.loads((out_dir / "provenance.json").read_text())["argv"]
+
+
+def test_dynamic_default_is_the_paper_set_and_all_is_bounded(capsys):
+    """Defaults: the paper's CP degrees 2,4 (11 fixed compositions of 40 GPUs); ``all`` over
+    1,2,4,8 (286 compositions) is refused before anything runs unless --max-compositions allows it."""
+    from experiments.cli import build_parser, main
+
+    runs = dynamic.plan(build_parser().parse_args(["dynamic"]))
+    assert len(runs) == 1 + 11
+    assert {tuple(cfg.pool.supported_degrees) for _, cfg, _ in runs} == {(2, 4)}
+    assert main(["dynamic", "--supported-degrees", "1,2,4,8", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cpgym dynamic: error: --compositions all is 286 fixed compositions of CP degrees 1,2,4,8 "
+                          "on 40 GPUs (more than --max-compositions 32)") and len(err.splitlines()) == 1
+    args = build_parser().parse_args(["dynamic", "--supported-degrees", "1,2,4,8", "--max-compositions", "300"])
+    dynamic.check_composition_count(_cfg(args), dynamic.base_config_from_args(args), args.max_compositions)  # allowed
+
+
+def _cfg(args):
+    from experiments.config_args import config_from_args
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
+
+    return config_from_args(DynamicPhasesConfig, args)
+
+
+def test_dynamic_empty_window_is_reported_before_profiling(capsys, monkeypatch):
+    import baselines.controller as controller
+    from experiments.cli import main
+
+    def no_profile(*a, **k):
+        raise AssertionError("profiled capacities of an empty window")
+
+    monkeypatch.setattr(controller, "CapacityTable", no_profile)
+    assert main(["dynamic", "--window-s", "5000", "6000", "--quiet"]) == 2
+    assert capsys.readouterr().err == \
+        "cpgym dynamic: error: workload 'phases[5000:6000]' has no requests (check --window-s against its arrivals)\n"
+
+
+def test_dynamic_quiet_prints_no_progress(capsys):
+    from experiments.cli import main
+
+    argv = ["dynamic", "--num-phases", "1", "--phase-duration-s", "20", "--rate-scale", "0.2", "--compositions", "cp4x10",
+            "--initial", "cp4x10", "--format", "json"]
+    assert main([*argv, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(argv) == 0
+    assert "running fixed cp4x10" in capsys.readouterr().err
