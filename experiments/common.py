@@ -69,7 +69,8 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
     g.add_argument("--slo", default="scaled", metavar="SECONDS|scaled",
                    help="TTFT SLO: a fixed number of seconds, or 'scaled' (default): "
                         "max(1 s, slo-scale x isolated single-GPU TTFT)")
-    g.add_argument("--slo-scale", type=float, default=SLOConfig.slo_scale, help="scale of the 'scaled' SLO rule (default 3)")
+    g.add_argument("--slo-scale", type=float, default=None,
+                   help=f"scale of the 'scaled' SLO rule (default {SLOConfig.slo_scale:g}; only with --slo scaled)")
     g.add_argument("--prediction-bias", type=float, default=1.0, help="actual/predicted execution time factor (default 1.0)")
     g.add_argument("--prediction-noise", type=float, default=0.0,
                    help="log-normal sigma of actual/predicted per step (default 0)")
@@ -121,12 +122,49 @@ def add_tier_arguments(p: argparse.ArgumentParser) -> None:
         help="fetch or recompute: by predicted time (default), always fetch, never fetch")
 
 
+#: The ``--kv-*`` flags that configure a tier below HBM: flag dest -> the tier it needs (``None``:
+#: any tier below HBM). Giving one with a value other than its default while ``--kv-tiers`` lacks
+#: that tier would be silently ignored, so :func:`tier_config_from_args` rejects it.
+TIER_FLAG_NEEDS: dict[str, str | None] = {
+    "dram_gb_per_node": "dram", "dram_gbps_per_gpu": "dram", "kv_eviction": "dram",
+    "store_gb": "store", "store_gbps_per_node": "store", "store_lookup_ms": "store",
+    "kv_prefetch": None, "kv_prefetch_depth": None, "kv_layerwise": None, "kv_buffer_layers": None,
+    "kv_num_layers": None, "kv_fetch_policy": None,
+}
+
+
+def _tier_flag_defaults() -> dict:
+    """The parser default of each flag of :data:`TIER_FLAG_NEEDS` (as :func:`add_tier_arguments` sets them)."""
+    from envs.sim.tiers import TierConfig
+
+    d = TierConfig()
+    return {"dram_gb_per_node": d.dram_capacity_bytes_per_node / 1e9, "dram_gbps_per_gpu": d.dram_bytes_per_s_per_gpu / 1e9,
+            "kv_eviction": d.eviction, "store_gb": d.store_capacity_bytes / 1e9, "store_gbps_per_node": None,
+            "store_lookup_ms": d.store_lookup_latency_s * 1e3, "kv_prefetch": d.prefetch,
+            "kv_prefetch_depth": d.prefetch_depth_requests, "kv_layerwise": False,
+            "kv_buffer_layers": d.layerwise_buffer_layers, "kv_num_layers": d.num_layers, "kv_fetch_policy": d.fetch_policy}
+
+
 def tier_config_from_args(args: argparse.Namespace):
     """The :class:`envs.sim.tiers.TierConfig` of the ``--kv-*`` arguments (the default, tiers
-    off, when ``--kv-tiers`` is ``hbm``)."""
+    off, when ``--kv-tiers`` is ``hbm``).
+
+    Raises:
+        ValueError: on bad tier names, or a ``--kv-*`` flag given (not at its default) for a tier
+            that ``--kv-tiers`` does not enable (it would have no effect).
+    """
     from envs.sim.tiers import TierConfig, parse_levels
 
     levels = parse_levels(getattr(args, "kv_tiers", "hbm"))
+    defaults = _tier_flag_defaults()
+    for dest, needs in TIER_FLAG_NEEDS.items():
+        if not hasattr(args, dest) or getattr(args, dest) == defaults[dest]:
+            continue
+        if (needs is None and len(levels) == 1) or (needs is not None and needs not in levels):
+            flag = "--" + dest.replace("_", "-")
+            tier = "a tier below hbm (--kv-tiers hbm,dram[,store])" if needs is None else \
+                f"--kv-tiers with {needs} (e.g. --kv-tiers hbm,{'dram' if needs == 'dram' else 'dram,store'})"
+            raise ValueError(f"{flag} has no effect with --kv-tiers {','.join(levels)}; it needs {tier}")
     if len(levels) == 1:
         return TierConfig()
     store_gbps = args.store_gbps_per_node
@@ -163,12 +201,14 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
     """Builds the validated :class:`SimConfig` of the shared arguments; ``composition`` replaces
     ``--pool-composition`` (required when the parser has no such flag)."""
     if args.slo == "scaled":
-        slo = SLOConfig(kind="scaled", slo_scale=args.slo_scale)
+        slo = SLOConfig(kind="scaled", slo_scale=SLOConfig.slo_scale if args.slo_scale is None else args.slo_scale)
     else:
         try:
             seconds = float(args.slo)
         except ValueError:
             raise ValueError(f"--slo must be a number of seconds or 'scaled', got {args.slo!r}") from None
+        if args.slo_scale is not None:
+            raise ValueError(f"--slo-scale applies to --slo scaled only; with a fixed --slo {args.slo} drop it")
         slo = SLOConfig(kind="fixed", ttft_slo_s=seconds)
     cfg = SimConfig(
         pool=PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node,

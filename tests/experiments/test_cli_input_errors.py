@@ -127,3 +127,31 @@ def test_bench_sim_help_and_default_agree(capsys):
     assert "(default, without --trace or --workload: the trace conversation_trace.jsonl)" in out
     assert "mixed-default" not in out
     assert workload_source_from_args(parse_args(["simulate"])).name == "mixed-default"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--slo", "5", "--slo-scale", "2"], "--slo-scale applies to --slo scaled only"),
+    (["--dram-gb-per-node", "5"], "--dram-gb-per-node has no effect with --kv-tiers hbm; it needs --kv-tiers with dram"),
+    (["--kv-tiers", "hbm,dram", "--store-gb", "5"], "--store-gb has no effect with --kv-tiers hbm,dram"),
+    (["--kv-layerwise"], "--kv-layerwise has no effect with --kv-tiers hbm"),
+    (["--kv-eviction", "next-use"], "--kv-eviction has no effect with --kv-tiers hbm"),
+])
+def test_shared_flags_without_effect_are_rejected(argv, expected, capsys):
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym simulate: error: {expected}") and len(err.splitlines()) == 1
+
+
+def test_shared_flags_with_effect_are_accepted():
+    from experiments.cli import parse_args
+    from experiments.common import sim_config_from_args
+
+    cfg = sim_config_from_args(parse_args(["simulate", "--slo", "scaled", "--slo-scale", "2"]))
+    assert cfg.slo.kind == "scaled" and cfg.slo.slo_scale == 2
+    assert sim_config_from_args(parse_args(["simulate"])).slo.slo_scale == 3.0
+    cfg = sim_config_from_args(parse_args(["simulate", "--kv-tiers", "hbm,dram,store", "--dram-gb-per-node", "5",
+                                           "--store-gb", "7", "--kv-layerwise"]))
+    assert cfg.kv_tiers.dram_capacity_bytes_per_node == 5e9 and cfg.kv_tiers.store_capacity_bytes == 7e9
+    assert cfg.kv_tiers.layerwise
+    # the defaults given explicitly are no error
+    sim_config_from_args(parse_args(["simulate", "--dram-gb-per-node", "1000", "--kv-eviction", "lru"]))
