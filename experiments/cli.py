@@ -224,8 +224,55 @@ def _one_line_warnings(command: str):
     return show
 
 
+def _exit_interrupted(command: str):
+    """A SIGINT handler for after the command returned (interpreter shutdown can take a while after
+    the output is printed, and a KeyboardInterrupt then cannot be caught): one line, exit status 130."""
+
+    def handler(signum, frame):
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        print(f"cpgym {command}: interrupted", file=sys.stderr, flush=True)
+        os._exit(130)
+
+    return handler
+
+
+def _exit_now(status: int) -> None:
+    """Ends the process with ``status`` once the command is done, skipping the interpreter's
+    teardown: the atexit callbacks run (wandb, multiprocessing, logging), streams are flushed, then
+    ``os._exit``. Python restores the default SIGINT disposition early in its teardown, so a
+    Ctrl-C while it frees the run's objects would otherwise kill the process silently; until
+    ``os._exit`` the :func:`_exit_interrupted` handler answers it with the one line. Returns
+    (normal exit) when other threads are alive, which the teardown would join."""
+    import atexit
+    import threading
+
+    if threading.active_count() > 1:
+        return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Runs the ``cpgym`` command of ``argv`` (default ``sys.argv[1:]``) and returns its exit status.
+    As the program's entry (``argv`` None) a Ctrl-C after the command returned still prints the
+    one ``interrupted`` line (exit 130), and the process ends without the interpreter's teardown
+    (:func:`_exit_now`)."""
+    if argv is None:
+        status = _main(sys.argv[1:], entry=True)
+        _exit_now(status)
+        return status
+    return _main(list(argv), entry=False)
+
+
+def _main(argv: list[str], entry: bool) -> int:
     args = parse_args(argv)
     notice = deprecation_notice(argv)
     if notice:
@@ -252,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
             msg = f"{exc.filename}: {exc.strerror}"
         print(f"cpgym {args._command}: error: {msg}", file=sys.stderr)
         return 2
+    finally:
+        if entry:
+            import signal
+
+            signal.signal(signal.SIGINT, _exit_interrupted(args._command))
 
 
 if __name__ == "__main__":

@@ -143,3 +143,24 @@ def test_library_error_raised_in_a_worker_process_propagates(monkeypatch):
     monkeypatch.setattr(bench, "run", lambda args: _in_worker_process(statistics.quantiles, [1.0]))
     with pytest.raises(statistics.StatisticsError):
         main(["bench", "sim"])
+
+
+def test_ctrl_c_after_the_command_returned_is_one_line_and_130(tmp_path):
+    """A Ctrl-C while the process shuts down (simulated by an atexit callback sending SIGINT to
+    itself) prints the one `interrupted` line and exits 130, like one during the run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import atexit, os, signal, sys, time\n"
+            "from experiments.cli import main\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(5)))\n"
+            "sys.argv = ['cpgym', 'simulate', '--list-policies']\n"
+            "sys.exit(main())\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 130, res.stderr
+    assert res.stderr == "cpgym simulate: interrupted\n"
+    assert "vertumnus" in res.stdout  # the command's output is complete
