@@ -477,13 +477,14 @@ def _fig_composition(df, out: Path) -> tuple[Path | None, bool]:
 
 # ------------------------------------------------------------------------------------ report
 def _fmt(r, m: str, scale: float = 1.0, digits: int = 3) -> str:
-    """``mean [low, high]`` (clipped 95% CI), ``mean`` for one seed, ``-`` when missing."""
+    """``mean [low, high]`` (clipped 95% CI); ``mean`` alone for one seed or when every seed gave
+    the same value (a zero-width interval); ``-`` when the runs did not record the metric."""
     v = r[m]
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     s = f"{v * scale:.{digits}f}"
     lo, hi = r[m + "_ci95_low"], r[m + "_ci95_high"]
-    if not (math.isnan(lo) or math.isnan(hi)):
+    if not (math.isnan(lo) or math.isnan(hi) or lo == hi):
         s += f" [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}]"
     return s
 

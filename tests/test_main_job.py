@@ -43,6 +43,11 @@ def test_out_dir_has_request_table_summary_and_config(tmp_path):
     config = json.loads((run / "config.json").read_text())
     assert len(df) == summary["num_requests"] > 0
     assert np.isclose(df["ttft_s"].mean(), summary["mean_ttft_s"])
+    # predicted vs actual wait per request (README), the actual wait as in prediction_errors.csv
+    started = df["start_s"].notna()
+    assert np.allclose(df.loc[started, "actual_wait_s"], (df["start_s"] - df["first_dispatch_s"])[started])
+    assert {"predicted_wait_s", "predicted_service_s", "actual_service_s"} <= set(df.columns)
+    assert summary["kv_transfer_bytes"] == 0.0  # recorded by every run, as in sweep cells
     assert config["sim_config"]["pool"]["num_gpus"] == 40
     # no --calibration: the shipped default, the paper's model on the paper's GPU
     assert (config["calibration"]["model"], config["calibration"]["gpu_type"]) == ("Qwen3-30B-A3B", "H20-3e")

@@ -45,7 +45,8 @@ def summarize(result: SimResult) -> dict:
     Returns:
         dict with ``SUMMARY_KEYS`` (TTFT statistics over finished requests [s]; attainment and
         hit rate as shares in [0, 1]; ``gpu_time_s`` [GPU s]; ``utilization`` in [0, 1]) plus
-        ``num_rejected``, ``num_redirected``, ``num_gpus`` and ``requests_per_wall_s``.
+        ``num_rejected``, ``kv_transfer_bytes`` (KV moved over the links [bytes], 0 when none),
+        ``num_redirected``, ``num_gpus`` and ``requests_per_wall_s``.
     """
     r = result.records
     ttft = r["ttft_s"]
@@ -76,6 +77,8 @@ def summarize(result: SimResult) -> dict:
         "sim_time_s": float(sim_time),
         "wall_time_s": float(result.wall_time_s),
         "num_rejected": int(result.extras.get("num_rejected", 0)),
+        # KV bytes moved over the links (replication + reconciliation); 0 when nothing moved
+        "kv_transfer_bytes": float(result.extras.get("kv_transfer_bytes", 0)),
         "num_redirected": int((r["num_routings"] > 1).sum()),
         "num_gpus": int(result.num_gpus),
         "requests_per_wall_s": float(n / result.wall_time_s) if result.wall_time_s > 0 else math.nan,
@@ -132,11 +135,15 @@ def measured_summary(result: SimResult, measure_from_s: float = 0.0) -> dict:
 
 
 def request_table(result: SimResult):
-    """Per-request records as a pandas DataFrame (one row per request, columns with units)."""
+    """Per-request records as a pandas DataFrame (one row per request, columns with units): the
+    :class:`SimResult` record arrays plus ``queueing_delay_s`` (start - arrival [s]),
+    ``actual_wait_s`` (start - first dispatch [s], the wait that ``predicted_wait_s`` predicts at
+    routing; as in ``baselines.prediction_error``), ``met_slo`` and ``policy``."""
     import pandas as pd
 
     df = pd.DataFrame(result.records)
     df["queueing_delay_s"] = df["start_s"] - df["arrival_s"]
+    df["actual_wait_s"] = df["start_s"] - df["first_dispatch_s"]
     df["met_slo"] = df["ttft_s"] <= df["ttft_slo_s"]
     df["policy"] = result.policy
     return df

@@ -109,6 +109,7 @@ def test_report_on_a_folder_of_simulate_runs(tmp_path):
     assert sorted((r[0].lstrip("| "), r[2]) for r in rows) == [
         ("mixed-default[0:8]", "least-work"), ("tool-agent[0:8]", "least-work"), ("tool-agent[0:8]", "round-robin")]
     assert all(float(r[1]) > 1.0 for r in rows)  # the measured request rate, never 0
+    assert [r[10] for r in rows] == ["0.00"] * 3  # KV GB: recorded by every run (0 moved), as in sweep cells
     assert "at 0 requests/s" not in md and "rates [requests/s]: 0" not in md
     # no KV transfers in plain simulate runs: that panel is left out, not drawn empty
     cache = rep.out_dir / "cache_transfer.png"
@@ -160,3 +161,13 @@ def test_panel_titles_are_wrapped_to_the_panel():
                "mean TTFT vs request rate (95% CI over seeds)")
     assert all(len(line) <= 48 for line in ax.get_title().splitlines())
     plt.close(fig)
+
+
+def test_table_cells_show_a_zero_width_interval_as_the_value():
+    from experiments.report import _fmt
+
+    row = {"m": 0.0, "m_ci95_low": 0.0, "m_ci95_high": 0.0}
+    assert _fmt(row, "m", 1e-9, 2) == "0.00"
+    row = {"m": 2.0, "m_ci95_low": 1.0, "m_ci95_high": 3.0}
+    assert _fmt(row, "m") == "2.000 [1.000, 3.000]"
+    assert _fmt({"m": math.nan, "m_ci95_low": math.nan, "m_ci95_high": math.nan}, "m") == "-"
