@@ -43,6 +43,26 @@ def is_checkpoint(name: str) -> bool:
     return name == "shipped" or name.endswith(".zip") or Path(name).expanduser().is_dir()
 
 
+def check_checkpoint_kind(policy: str, kind: str) -> None:
+    """Raises ValueError (one line) when ``policy`` is a checkpoint whose ``train_config.json``
+    ``kind`` is not ``kind`` (e.g. a routing checkpoint evaluated with ``--kind reconfig``), before
+    the model is loaded; heuristics and checkpoints without a recorded kind pass.
+
+    Raises:
+        ValueError: naming the checkpoint, its kind and the kind asked for.
+        FileNotFoundError: for a checkpoint path that does not exist.
+    """
+    if policy in ("none", "-") or not is_checkpoint(policy):
+        return
+    from policies.checkpoint import resolve_checkpoint
+
+    _, meta = resolve_checkpoint(policy)
+    trained = meta.get("kind")
+    if trained is not None and trained != kind:
+        raise ValueError(f"--policy {policy} is a {trained} checkpoint (train_config.json kind {trained!r}), not a {kind} "
+                         f"one; evaluate it with --kind {trained} (or --kind auto)")
+
+
 def check_policy_argument(name: str) -> None:
     """Validates a policy given on the command line: a registered heuristic, ``"shipped"``, or an
     existing checkpoint folder / ``.zip``.
@@ -313,6 +333,7 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
         ValueError: on an unknown policy or comparison, or a window index out of range.
     """
     kind = cfg.resolved_kind()
+    check_checkpoint_kind(cfg.policy, kind)  # before loading a model of the other kind
     if kind == "reconfig":
         from policies.evaluate_reconfig import evaluate_reconfig
 
@@ -327,6 +348,40 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
     part, idx = cfg.part_and_indices()
     rows = evaluate(policies, source, sim_config, list(cfg.seeds), part=part, window_indices=idx, log=log)
     return EvaluationResult(kind=kind, rows=rows, source=source, part=part, seeds=cfg.seeds)
+
+
+#: Columns of the per-episode rows that :func:`aggregate` (routing) and
+#: ``policies.evaluate_reconfig.aggregate_reconfig`` (reconfig) read.
+ROW_COLUMNS = {"routing": ("policy", "seed", "window", *METRICS),
+               "reconfig": ("policy", "seed", "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted",
+                            "num_operations", "num_committed_operations", "num_unfinished")}
+
+
+def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
+    """``(kind, rows)`` of a per-episode CSV written by ``cpgym evaluate --out``; ``kind`` ``auto``
+    is told from the columns (``num_operations``: reconfig, else routing).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: naming the file, when it is empty, not CSV, has no rows or lacks a column of
+            :data:`ROW_COLUMNS`.
+    """
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a per-episode CSV ({' '.join(str(exc).split())}); "
+                         f"expected the file written by `cpgym evaluate --out`") from None
+    if kind == "auto":
+        kind = "reconfig" if "num_operations" in df.columns else "routing"
+    missing = [c for c in ROW_COLUMNS[kind] if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; expected the per-episode rows of a {kind} "
+                         f"evaluation written by `cpgym evaluate --out`")
+    if df.empty:
+        raise ValueError(f"{path}: no rows; expected the per-episode rows written by `cpgym evaluate --out`")
+    return kind, df.to_dict("records")
 
 
 def choose_reference(rows: list[dict], reference: str | None) -> str | None:

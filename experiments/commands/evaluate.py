@@ -20,7 +20,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--out", metavar="CSV", help="also write the per-episode rows to this CSV (and CSV.provenance.json)")
     p.add_argument("--quiet", action="store_true", help="no per-episode progress lines on stderr")
-    p.add_argument("--from-csv", metavar="CSV", help="re-aggregate per-episode rows written earlier by --out (runs nothing)")
+    p.add_argument("--from-csv", metavar="CSV", help="re-aggregate per-episode rows written earlier by --out (runs nothing; "
+                                                     "only --kind, --reference and --format apply)")
+    for action in p._actions:  # the CSV names its policies: --policy is required only when something runs
+        if action.dest == "policy":
+            action.required = False
+            action.help += " (required unless --from-csv)"
+
+
+#: EvaluationConfig fields that apply to ``--from-csv`` (the others choose what runs).
+FROM_CSV_FIELDS = ("kind", "reference")
+
+
+def _run_from_csv(args: argparse.Namespace) -> int:
+    """``--from-csv``: the CSV's rows aggregated and printed like a run's; a flag that only
+    chooses what runs is an error (nothing runs)."""
+    from dataclasses import fields
+
+    from policies.evaluate import EvaluationConfig, read_episode_rows
+
+    for f in fields(EvaluationConfig):
+        if f.name not in FROM_CSV_FIELDS and getattr(args, f.name, f.default) != f.default:
+            raise ValueError(f"--{f.name.replace('_', '-')} does not apply with --from-csv (it re-aggregates the CSV's "
+                             f"rows; nothing runs)")
+    if args.out:
+        raise ValueError("--out does not apply with --from-csv (the rows are already in a CSV)")
+    kind, rows = read_episode_rows(args.from_csv, args.kind)
+    seeds = sorted({int(r["seed"]) for r in rows})
+    if kind == "reconfig":
+        return _print_reconfig(rows, args.from_csv, seeds, args.format)
+    return _print_routing(rows, args.reference, seeds, f"{args.from_csv}:", args.format)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,15 +57,21 @@ def run(args: argparse.Namespace) -> int:
 
     from experiments.common import sim_config_from_args
     from experiments.config_args import config_from_args
-    from policies.evaluate import EvaluationConfig, check_policy_argument, run_evaluation
+    from policies.evaluate import EvaluationConfig, check_checkpoint_kind, check_policy_argument, run_evaluation
 
+    if args.from_csv:
+        return _run_from_csv(args)
+    if args.policy is None:
+        raise ValueError("--policy is required (a checkpoint, 'shipped' or a policy name), unless --from-csv")
     cfg = config_from_args(EvaluationConfig, args)
     if cfg.loads or cfg.protocol:
         check_policy_argument(cfg.policy)
+        check_checkpoint_kind(cfg.policy, "routing")
         return _run_protocol(args, cfg)
     if not (cfg.kind == "reconfig" and cfg.policy in ("none", "-")):
         check_policy_argument(cfg.policy)  # one line: a missing checkpoint path, or "did you mean"
     kind = cfg.resolved_kind()
+    check_checkpoint_kind(cfg.policy, kind)  # a routing checkpoint with --kind reconfig, or the converse
     if kind == "reconfig" and cfg.policy not in ("none", "-"):
         from policies.evaluate_reconfig import training_seeds
 
@@ -45,16 +80,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: seeds {overlap} were used in training (not held out)", file=sys.stderr)
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
-    if args.from_csv:
-        import pandas as pd
-
-        rows = pd.read_csv(args.from_csv).to_dict("records")
-        source = cfg.workload if kind == "reconfig" else None
-        part = "all" if kind == "reconfig" else cfg.part_and_indices()[0]
-    else:
-        res = run_evaluation(cfg, config, log=log)
-        rows, source, part = res.rows, res.source, res.part
-    if args.out and not args.from_csv:
+    res = run_evaluation(cfg, config, log=log)
+    rows, source, part = res.rows, res.source, res.part
+    if args.out:
         from pathlib import Path
 
         import pandas as pd
@@ -66,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
         write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
     if kind == "reconfig":
         return _print_reconfig(rows, source or "phases", cfg.seeds, args.format)
-    return _print_routing(rows, cfg, source, part, args.format)
+    where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
+    return _print_routing(rows, cfg.reference, cfg.seeds, where + ",", args.format)
 
 
 def _run_protocol(args: argparse.Namespace, cfg) -> int:
@@ -152,19 +181,19 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str) -> int:
     return 0
 
 
-def _print_routing(rows: list[dict], cfg, source, part: str, fmt: str) -> int:
+def _print_routing(rows: list[dict], reference: str | None, seeds, where: str, fmt: str) -> int:
+    """Prints the routing table of ``rows``; ``where`` starts the title (the episodes' source)."""
     from experiments.common import dumps_json
     from policies.evaluate import aggregate, choose_reference
 
-    reference = choose_reference(rows, cfg.reference)
+    reference = choose_reference(rows, reference)
     table = aggregate(rows, reference)
     if fmt == "json":
         print(dumps_json(table))
         return 0
     from rich.table import Table
 
-    where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
-    t = Table(title=f"{where}, seeds {list(cfg.seeds)}; mean ± 95% CI over episodes")
+    t = Table(title=f"{where} seeds {list(seeds)}; mean ± 95% CI over episodes")
     cols = ["policy", "episodes", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)", "hit rate", "unfinished"]
     if reference:
         cols += [f"Δ mean TTFT s vs {reference} (paired)", "Δ SLO att."]

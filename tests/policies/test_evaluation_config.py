@@ -31,9 +31,13 @@ def test_config_rejects_bad_values(fields, match):
 
 
 def test_policy_flag_is_required(capsys):
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["evaluate"])
-    assert "--policy" in capsys.readouterr().err
+    """Required whenever something runs (not with --from-csv, whose rows name their policies)."""
+    from experiments.cli import main
+
+    assert build_parser().parse_args(["evaluate"]).policy is None
+    assert main(["evaluate"]) == 2
+    assert capsys.readouterr().err == ("cpgym evaluate: error: --policy is required (a checkpoint, 'shipped' or a "
+                                       "policy name), unless --from-csv\n")
 
 
 def test_run_evaluation_as_a_library_call():

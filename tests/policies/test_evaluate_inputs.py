@@ -1,0 +1,84 @@
+"""`cpgym evaluate` input checks: checkpoint kind vs --kind before loading, and --from-csv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from experiments.cli import main
+
+CKPT = Path(__file__).resolve().parents[2] / "policies" / "checkpoints"
+
+
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    import policies.checkpoint as checkpoint
+    import policies.evaluate_reconfig as evaluate_reconfig
+
+    def fail(*a, **k):
+        raise AssertionError("loaded a model before checking the checkpoint's kind")
+
+    for module in (checkpoint, evaluate_reconfig):
+        monkeypatch.setattr(module, "load_model_zip", fail)
+
+
+@pytest.mark.parametrize("ckpt, kind, trained", [("routing_conversation", "reconfig", "routing"),
+                                                 ("reconfig_phases", "routing", "reconfig")])
+def test_checkpoint_of_the_other_kind_is_one_line(ckpt, kind, trained, capsys, no_model_loading):
+    path = str(CKPT / ckpt)
+    assert main(["evaluate", "--policy", path, "--kind", kind, "--seeds", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"cpgym evaluate: error: --policy {path} is a {trained} checkpoint (train_config.json kind "
+                   f"'{trained}'), not a {kind} one; evaluate it with --kind {trained} (or --kind auto)\n")
+
+
+def test_run_evaluation_checks_the_checkpoint_kind(no_model_loading):
+    from envs.sim import SimConfig
+    from policies.evaluate import EvaluationConfig, run_evaluation
+
+    cfg = EvaluationConfig(policy=str(CKPT / "routing_conversation"), kind="reconfig", seeds=(1,))
+    with pytest.raises(ValueError, match="is a routing checkpoint"):
+        run_evaluation(cfg, SimConfig())
+
+
+def _rows_csv(tmp_path) -> Path:
+    rows = [{"policy": p, "seed": s, "window": 0, "window_name": "w", "num_requests": 10, "wall_s": 0.1,
+             "mean_ttft_s": t + s, "p90_ttft_s": 2 * t, "slo_attainment_token_weighted": 0.5, "prefix_hit_rate": 0.3,
+             "num_unfinished": 0} for p, t in (("least-work", 1.0), ("round-robin", 2.0)) for s in (7, 9)]
+    path = tmp_path / "rows.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_from_csv_needs_no_policy_and_titles_the_csv_seeds(tmp_path, capsys):
+    path = _rows_csv(tmp_path)
+    assert main(["evaluate", "--from-csv", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "seeds [7, 9]" in out and "seeds [1, 2, 3]" not in out
+    assert "least-work" in out and "round-robin" in out
+
+
+@pytest.mark.parametrize("extra, message", [(["--policy", "shipped"], "--policy does not apply with --from-csv"),
+                                            (["--seeds", "1"], "--seeds does not apply with --from-csv")])
+def test_from_csv_rejects_flags_that_choose_what_runs(tmp_path, capsys, extra, message):
+    assert main(["evaluate", "--from-csv", str(_rows_csv(tmp_path)), *extra]) == 2
+    assert capsys.readouterr().err.startswith(f"cpgym evaluate: error: {message}")
+
+
+def test_from_csv_with_wrong_columns_names_file_and_column(tmp_path, capsys):
+    path = tmp_path / "bad.csv"
+    pd.DataFrame([{"name": "x", "seed": 1}]).to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym evaluate: error: {path}: missing column(s) policy, window, mean_ttft_s")
+    assert len(err.splitlines()) == 1
+    path.write_text("")
+    assert main(["evaluate", "--from-csv", str(path)]) == 2
+    assert f"{path}: not a per-episode CSV" in capsys.readouterr().err
+
+
+def test_policy_is_required_when_something_runs(capsys):
+    assert main(["evaluate", "--seeds", "1"]) == 2
+    assert "--policy is required" in capsys.readouterr().err
