@@ -65,7 +65,7 @@ def test_out_dir_has_request_table_summary_and_config(tmp_path):
     (["simulate", "--workload-seed", "-1"], "--workload-seed"),
     (["simulate", "--trace", "/"], "is a folder"),
     (["simulate", "--calibration", "/"], "is a folder"),
-    (["bench", "--repeat", "0"], "--repeat"),
+    (["bench", "sim", "--repeat", "0"], "--repeat"),
     (["compare", "--rates", ""], "--rates"),
 ])
 def test_bad_cli_input_is_one_clear_line(capsys, argv, message):

@@ -45,8 +45,8 @@ def test_simulate_json_reports_hit_rate_per_tier(capsys):
 
 
 def test_bench_runs_tiers_off_and_on_side_by_side(capsys):
-    assert main(["bench", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "round-robin", "--repeat", "1",
-                 "--kv-tiers", "hbm,dram", "--format", "json"]) == 0
+    assert main(["bench", "sim", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "round-robin",
+                 "--repeat", "1", "--kv-tiers", "hbm,dram", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["results"]
     assert [(r["policy"], r["kv_tiers"]) for r in rows] == [("round-robin", "hbm"), ("round-robin", "hbm,dram")]
 

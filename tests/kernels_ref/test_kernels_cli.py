@@ -12,7 +12,7 @@ from kernels_ref import roofline
 
 
 def test_calibrate_json_reports_published_figures(capsys):
-    assert main(["calibrate", "--model", "Qwen3-8B", "--gpu", "A100-80GB", "--format", "json"]) == 0
+    assert main(["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "A100-80GB", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["kv_bytes_per_token"] == 147456
     assert out["prefill_time_s_8192"] == pytest.approx(0.856, abs=0.005)
@@ -22,7 +22,8 @@ def test_calibrate_json_reports_published_figures(capsys):
 
 def test_calibrate_writes_a_loadable_file_with_provenance(tmp_path, capsys):
     path = tmp_path / "cal.json"
-    assert main(["calibrate", "--model", "qwen3-8b", "--gpu", "h20", "--compute-efficiency", "0.4", "--out", str(path)]) == 0
+    assert main(["kernels", "calibrate", "--model", "qwen3-8b", "--gpu", "h20", "--compute-efficiency", "0.4",
+                 "--out", str(path)]) == 0
     cal = Calibration.load(path)
     assert (cal.model, cal.gpu_type) == ("Qwen3-8B", "H20")
     prov = cal.provenance
@@ -33,16 +34,17 @@ def test_calibrate_writes_a_loadable_file_with_provenance(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["calibrate", "--model", "nope", "--gpu", "H20"], "unknown model"),
-    (["calibrate", "--model", "Qwen3-8B", "--gpu", "H20", "--efficiency", "2"], "efficiency"),
-    (["calibrate", "--model", "DeepSeek-V3", "--gpu", "H20"], "do not fit"),
-    (["calibrate", "--model", "DeepSeek-V3", "--gpu", "H20-3e", "--weight-shard-gpus", "4"], "do not fit"),
-    (["calibrate", "--model", "DeepSeek-V3", "--gpu", "A100-80GB"], "no FP8 tensor cores"),
-    (["calibrate", "--model", "Qwen3-8B", "--gpu", "H20-3e", "--weight-shard-gpus", "2"], "dense"),
-    (["calibrate", "--model", "Qwen3-8B", "--gpu", "H20-3e", "--activation-reserve-gb", "-1"], "--activation-reserve-gb"),
+    (["kernels", "calibrate", "--model", "nope", "--gpu", "H20"], "unknown model"),
+    (["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20", "--efficiency", "2"], "efficiency"),
+    (["kernels", "calibrate", "--model", "DeepSeek-V3", "--gpu", "H20"], "do not fit"),
+    (["kernels", "calibrate", "--model", "DeepSeek-V3", "--gpu", "H20-3e", "--weight-shard-gpus", "4"], "do not fit"),
+    (["kernels", "calibrate", "--model", "DeepSeek-V3", "--gpu", "A100-80GB"], "no FP8 tensor cores"),
+    (["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20-3e", "--weight-shard-gpus", "2"], "dense"),
+    (["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20-3e", "--activation-reserve-gb", "-1"],
+     "--activation-reserve-gb"),
     (["kernels", "check", "--degrees", "0"], "--degrees"),
-    (["profile", "--out", "x.json", "--new-tokens", "a,b"], "--new-tokens"),
-    (["profile", "--out", "x.json", "--new-tokens", "8", "--cached-tokens", "0", "--degrees", "1"], "at least 5"),
+    (["kernels", "profile", "--out", "x.json", "--new-tokens", "a,b"], "--new-tokens"),
+    (["kernels", "profile", "--out", "x.json", "--new-tokens", "8", "--cached-tokens", "0", "--degrees", "1"], "at least 5"),
 ])
 def test_bad_input_is_one_clear_line(argv, match, capsys):
     assert main(argv) == 2
@@ -52,7 +54,7 @@ def test_bad_input_is_one_clear_line(argv, match, capsys):
 
 def test_calibrate_deepseek_v3_json_shows_the_weight_placement(capsys):
     """Done-when of the placement item: DeepSeek-V3 (671B FP8) on H20-3e needs a shard group of 8."""
-    assert main(["calibrate", "--model", "deepseek-v3", "--gpu", "h20-3e", "--format", "json"]) == 0
+    assert main(["kernels", "calibrate", "--model", "deepseek-v3", "--gpu", "h20-3e", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     pl = out["placement"]
     m = roofline.get_model("DeepSeek-V3")
@@ -68,7 +70,7 @@ def test_calibrate_deepseek_v3_json_shows_the_weight_placement(capsys):
 
 def test_calibrate_weight_shard_and_reserve_options(tmp_path):
     path = tmp_path / "v4.json"
-    assert main(["calibrate", "--model", "DeepSeek-V4-Flash-FP8", "--gpu", "H20-3e", "--weight-shard-gpus", "8",
+    assert main(["kernels", "calibrate", "--model", "DeepSeek-V4-Flash-FP8", "--gpu", "H20-3e", "--weight-shard-gpus", "8",
                  "--activation-reserve-gb", "20", "--out", str(path)]) == 0
     cal = Calibration.load(path)
     assert cal.weight_shard_gpus == 8 and cal.activation_reserve_bytes == 20_000_000_000
@@ -85,7 +87,7 @@ def test_kernels_check_cli_json(capsys):
 
 def test_profile_cli_tiny_grid_writes_calibration(tmp_path, capsys):
     path = tmp_path / "prof.json"
-    argv = ["profile", "--out", str(path), "--new-tokens", "8,32,64", "--cached-tokens", "0,48", "--degrees", "1,2",
+    argv = ["kernels", "profile", "--out", str(path), "--new-tokens", "8,32,64", "--cached-tokens", "0,48", "--degrees", "1,2",
             "--layers", "1", "--hidden", "32", "--q-heads", "4", "--kv-heads", "2", "--head-dim", "8", "--intermediate", "64",
             "--warmup", "0", "--repeats", "1"]
     assert main(argv) == 0

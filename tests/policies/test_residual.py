@@ -165,7 +165,7 @@ def test_bench_env_json_rows(capsys):
 
     from experiments.cli import main
 
-    assert main(["bench-env", "--steps", "30", "--heuristics", "vertumnus", "--policy", "shipped", "--format", "json"]) == 0
+    assert main(["bench", "env", "--steps", "30", "--heuristics", "vertumnus", "--policy", "shipped", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert all(set(r) == {"policy", "decision_latency_us", "env_steps_per_s"} for r in rows)
     names = [r["policy"] for r in rows]
