@@ -112,7 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
         module, help_text = COMMANDS[group_name][1][sub_name]
         _add_leaf(sub, old, module, f"deprecated alias of `cpgym {group_name} {sub_name}` (removed in the next release): "
                   + help_text, f"{group_name} {sub_name}")
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Turns off argparse's prefix matching in ``parser`` and every sub-parser: a flag a command
+    does not take (``compare --seed``) is an error, never silently read as a longer one (``--seeds``)."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _no_abbreviations(child)
 
 
 def normalize_argv(argv: list[str]) -> list[str]:

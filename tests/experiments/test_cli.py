@@ -164,3 +164,15 @@ def test_ctrl_c_after_the_command_returned_is_one_line_and_130(tmp_path):
     assert res.returncode == 130, res.stderr
     assert res.stderr == "cpgym simulate: interrupted\n"
     assert "vertumnus" in res.stdout  # the command's output is complete
+
+
+@pytest.mark.parametrize("argv, unknown", [(["evaluate", "--policy", "least-work", "--seed", "1"], "--seed 1"),
+                                           (["simulate", "--pol", "least-work"], "--pol least-work"),
+                                           (["train", "routing", "--out", "x", "--timestep", "5"], "--timestep 5")])
+def test_flags_are_never_abbreviations(argv, unknown, capsys):
+    """`--seed` is not read as `--seeds` (nor any prefix as a longer flag): a flag a command does not
+    take is an error."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith(f"error: unrecognized arguments: {unknown}")
