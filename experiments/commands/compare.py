@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments, add_workload_arguments
 
     add_workload_arguments(p)
-    add_sim_arguments(p)
+    add_sim_arguments(p, seed=False)  # the run seeds are --seeds
     p.add_argument("--suite", default="paper", help="'paper', 'all', or comma-separated suite/policy names (default paper)")
     rates = p.add_mutually_exclusive_group()
     rates.add_argument("--rates", metavar="R1,R2,...", help="target mean request rates [requests/s], e.g. 10,20,40")

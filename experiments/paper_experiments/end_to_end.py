@@ -30,9 +30,11 @@ class CompareResult:
 
     Args:
         rows: tidy DataFrame, one row per (policy, rate, seed): ``envs.metrics.summarize``
-            metrics plus ``policy, rate_rps, rate_scale, seed, workload, native_rate_rps``.
-        summary: DataFrame averaged over seeds, one row per (rate, policy) in suite order, with
-            ``num_seeds``.
+            metrics plus ``policy, rate_rps, rate_scale, seed, workload, native_rate_rps, rate_point``
+            (index of the requested rate point, the same for every seed).
+        summary: DataFrame averaged over seeds, one row per (requested rate point, policy) in
+            suite order, with ``num_seeds`` (the seeds in the row); without ``--rates`` its
+            ``rate_rps`` is the measured rate averaged over the seeds.
         changes: :func:`strongest_baseline_changes` of ``summary``.
         sweep: :func:`sweep_table` of the Vertumnus variants (``None`` without variants).
         workload_name: name of the (seed-0) base workload.
@@ -197,6 +199,8 @@ def compare_tasks(source, base_config, policies: list, rates_rps=None, rate_scal
     tasks, wl_name = [], ""
     loaded: dict[int, Any] = {}
     built: dict[Any, Any] = {}
+    # the requested (nominal) rate point of a run: its index in _points, the same for every seed
+    nominal = {(p.target_rps, p.rate_scale): i for i, p in enumerate(_points(source, rates_rps, rate_scales))}
     for point, config, policy in compare_plan(source, base_config, policies, rates_rps, rate_scales, seeds):
         if point.seed not in loaded:
             loaded[point.seed] = base = point.load()
@@ -209,7 +213,7 @@ def compare_tasks(source, base_config, policies: list, rates_rps=None, rate_scal
         wl = built[point]
         rate = point.target_rps if point.target_rps is not None else wl.mean_rate_rps
         meta = {"rate_rps": float(rate), "rate_scale": point.rate_scale, "seed": config.seed, "workload": wl.name,
-                "native_rate_rps": base.mean_rate_rps}
+                "native_rate_rps": base.mean_rate_rps, "rate_point": nominal[(point.target_rps, point.rate_scale)]}
         tasks.append((policy, wl, config, meta))
     return tasks, wl_name
 
@@ -260,9 +264,11 @@ def run_compare(source, base_config, policies: list, rates_rps=None, rate_scales
     df = pd.DataFrame(rows)
     names = [p if isinstance(p, str) else p[0] for p in policies]
     order = {n: i for i, n in enumerate(names)}
-    agg = {k: "mean" for k in METRICS if k in df}
-    summary = df.groupby(["rate_rps", "policy"], sort=False).agg(agg).reset_index()
-    summary["num_seeds"] = len(seeds)
+    # one row per requested rate point and policy, averaged over seeds: each seed redraws the workload,
+    # so without --rates the measured rate differs per seed (rate_rps = its mean over the seeds)
+    agg = {"rate_rps": "mean", **{k: "mean" for k in METRICS if k in df}, "seed": "nunique"}
+    summary = (df.groupby(["rate_point", "policy"], sort=False).agg(agg).reset_index()
+               .rename(columns={"seed": "num_seeds"}).drop(columns="rate_point"))
     summary["_o"] = summary["policy"].map(order)
     summary = summary.sort_values(["rate_rps", "_o"]).drop(columns="_o").reset_index(drop=True)
     variants = [p[0] for p in policies if not isinstance(p, str)]
