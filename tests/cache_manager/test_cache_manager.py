@@ -267,7 +267,7 @@ def test_registry_policy_and_same_seed_identical():
     wl = _workload([(0.1 * k, [k % 3, 10 + k % 5, 20 + k]) for k in range(60)])
     cfg = CacheManagerConfig(scan_interval_s=1.0, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.5,
                              reclaim_threshold=0.2)
-    custom = with_global_cache(POLICIES["vertumnus"], cfg)
+    custom = with_global_cache(POLICIES["vertumnus-router"], cfg, "vertumnus-global-cache")
     from experiments.runner import run_policy
 
     a = run_policy(custom, wl, SimConfig(pool=POOL), _calibration(6))
