@@ -295,7 +295,7 @@ def test_transfer_end_has_transfer_priority():
 def test_manager_settings_are_policy_parameters():
     spec = POLICIES["vertumnus-global-cache"]
     assert spec.params["cache_scan_interval_s"] == CacheManagerConfig().scan_interval_s
-    assert spec.params["beta"] == POLICIES["vertumnus"].params["beta"]
+    assert spec.params["beta"] == POLICIES["vertumnus-router"].params["beta"]
     tuned = spec.with_params(cache_scan_interval_s=5.0, cache_intra_degree_threshold=2.0, beta=2.0)
     (mgr,) = [a for a in tuned.make_attachments() if isinstance(a, GlobalCacheManager)]
     assert (mgr.config.scan_interval_s, mgr.config.intra_degree_threshold) == (5.0, 2.0)
