@@ -107,7 +107,6 @@ def _print_table(rows) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     from pathlib import Path
 
     import pandas as pd
@@ -135,30 +134,12 @@ def run(args: argparse.Namespace) -> int:
         if k == "end-to-end" and res.runs:
             plot_end_to_end(res.runs, out / "end-to-end.png")
     (out / "rows.json").write_text(dumps_json(rows_as_dicts(rows)) + "\n")
-    (out / "provenance.json").write_text(json.dumps(_provenance(), indent=2) + "\n")
+    from experiments.provenance import write_provenance
+
+    write_provenance(out, argv=getattr(args, "argv", None))
     if args.format == "json":
         print(dumps_json(rows_as_dicts(rows)))
     else:
         _print_table(rows)
         print(f"\nwritten under {out}/ (rows.json, *-runs.csv, *-capacities.csv, end-to-end.png)")
     return 0
-
-
-def _provenance() -> dict:
-    """Commit (if available), library versions and argv of this run."""
-    import platform
-    import subprocess
-    from importlib import metadata
-
-    def version(name: str):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"git_commit": commit, "python": platform.python_version(),
-            **{name: version(name) for name in ("cpgym", "numpy", "simpy", "torch", "pandas")}, "argv": sys.argv}
