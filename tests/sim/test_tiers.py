@@ -232,7 +232,7 @@ def test_tiers_on_records_are_unchanged_by_the_block_tier_speedups(a100):
     for name, (kw, expected) in variants.items():
         cfg = SimConfig(pool=pool, cache_capacity_scale=0.002, kv_tiers=TierConfig(**kw))
         h = hashlib.sha256()
-        for pol in ("round-robin", "least-work", "vertumnus", "mooncake-ttft", "dynamo-kv"):
+        for pol in ("round-robin", "least-work", "vertumnus-router", "mooncake-ttft", "dynamo-kv"):
             r = run_policy(pol, _golden_workload(), cfg, a100)
             for k in sorted(r.records):
                 h.update(k.encode())
