@@ -1,22 +1,13 @@
-"""Vertumnus cluster-level controller (paper §6): capacity profiling, initial composition and
-the windowed split/merge rule.
+"""Vertumnus cluster-level controller (paper §6): the windowed split/merge rule.
 
 The *mechanics* of an operation (drain, redirect, switch, epoch commit, KV reconciliation) are
 in :mod:`envs.sim.reconfig`; this module only decides. The Gymnasium reconfiguration
 environment uses the same mechanics (:func:`eligible_operations` / :func:`apply_operation`,
 re-exported here) with a learned decision instead of :class:`ReconfigController`.
 
-Capacity profiling (paper §6 "Capacity Profiling and Initialization": capacity is *profiled
-under the TTFT SLO*, not counted in GPUs): :class:`CapacityTable` simulates a homogeneous pool
-of degree-C workers of the real simulator (batching, pooling, head-of-line blocking included)
-on the window's length mix and bisects the largest arrival rate keeping token-weighted SLO
-attainment at least ``target_attainment`` (0.9) of its zero-load value; profiles are cached per
-length-class histogram. A composition's capacity is ``Σ_w λ_{C_w}`` (per-worker capacities).
-
-Initial composition (paper §6): among all compositions of the pool with the supported degrees
-whose load ``rate / capacity`` is at most ``initial_max_load``, favour more large-degree
-workers (lexicographically most workers of the largest degree, then the next); if none has
-enough capacity, the one with the largest capacity.
+Capacity profiling lives in :mod:`baselines.capacity` and composition enumeration / the
+initial composition in :mod:`baselines.composition`; both are re-exported here (old import
+paths keep working).
 
 Runtime rule (paper §6 "Runtime Reconfiguration"; DESIGN.md "Cluster-level controller"), every
 ``window_s`` (paper: 20 s): load ρ = arrival rate of the window / pool capacity for the
@@ -59,357 +50,21 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from baselines.simple import LeastWorkRouter
-from envs.sim.config import SimConfig
-from envs.sim.cost_model import Calibration
-from envs.sim.pool import PoolConfig, resolve_composition
-from envs.sim.request import Request, Workload
-from envs.sim.simulator import Simulator
+from baselines.capacity import (CapacityCache, CapacityProfile, CapacityTable, ProfileConfig, reuse_prefix_tokens,
+                                slo_for_lengths)
+from baselines.composition import composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
                                eligible_operations, get_reconfigurator)
 
-__all__ = ["ControllerConfig", "CapacityProfile", "ReconfigController", "profile_capacity", "slo_for_lengths",
-           "enumerate_compositions", "composition_capacity_rps", "initial_composition", "rank_operations",
+__all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations",
+           # re-exports (moved to baselines.capacity / baselines.composition)
+           "CapacityCache", "CapacityProfile", "CapacityTable", "ProfileConfig", "reuse_prefix_tokens", "slo_for_lengths",
+           "enumerate_compositions", "degree_counts", "composition_capacity_rps", "initial_composition",
            "Operation", "OperationRecord", "ReconfigConfig", "apply_operation", "eligible_operations"]
-
-
-# ---------------------------------------------------------------------------------- capacity
-def slo_for_lengths(config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray) -> np.ndarray:
-    """TTFT SLO of prompts of the given lengths [s], the rule of ``Simulator`` (``SLOConfig``)."""
-    L = np.asarray(prompt_tokens, dtype=float)
-    slo = config.slo
-    if slo.kind == "fixed":
-        return np.full(L.shape, slo.ttft_slo_s)
-    cm = calibration.cost_model()
-    lat = config.latency
-    iso = (cm.d + cm.a * L + cm.c * L + cm.alpha * L * (L + 1) * 0.5
-           + L * calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s + lat.first_decode_step_s)
-    return np.maximum(slo.min_ttft_slo_s, slo.slo_scale * iso)
-
-
-@dataclass(frozen=True)
-class ProfileConfig:
-    """How :class:`CapacityTable` profiles capacity by simulation (see its docstring).
-
-    Args:
-        length_bin_edges_tokens: increasing prompt-length class edges [tokens] of the mix
-            histogram (class j holds ``[edge_j, edge_{j+1})``; shorter prompts fall in the first
-            class, longer ones in the last). Default: powers of two from 512 to 128k plus a first
-            class from 128 (9 classes up to the model's 131,072-token context).
-        mix_tolerance: a mix reuses the profile of a reference mix whose class histogram is
-            within this total-variation distance, in [0, 1); 0.1 (windows of one phase of the
-            ``phases`` workload differ by ~0.02-0.06; a short-heavy and a long-heavy phase by
-            ~0.6). 0 profiles every distinct histogram.
-        num_requests: minimum requests per profiling simulation; 300.
-        duration_s: simulated span of a profiling run near capacity [s]: a run gets
-            ``max(num_requests, ceil(0.75 x bound x duration_s))`` requests, ``bound`` the
-            batching throughput bound; 60 s (three 20 s windows: the capacity is the rate the
-            pool sustains over a few windows — shorter runs never build the backlog of a rate
-            near capacity and over-state it).
-        num_bisection_steps: halvings of the rate interval ``[0, k / mean(E_C - d)]``; 10
-            (resolution 0.1 % of the batching throughput bound).
-        target_attainment: the capacity is the largest rate keeping token-weighted SLO
-            attainment at least this share of its zero-load value, in (0, 1]; 0.9.
-        refine_max_mixes: a reference mix is the running mean of the window mixes
-            :meth:`CapacityTable.observe` assigned to it; when their number reaches 2, 4, 8, ...
-            up to this, the reference takes the mean and is re-profiled (lazily). 0 keeps the
-            first window's mix. 16. Why: a 20 s window of a short-heavy phase holds ~20 long
-            prompts, and the profiled capacity of one window's histogram varies by +-17 % (sd)
-            around the profile of the whole phase's mix (40 GPUs, roofline calibration:
-            all-CP-4 43-73 req/s per window vs 57 for the phase); the mean of 16 windows should
-            cut that about four-fold (1/sqrt(16)), at 4 re-profiles (~2 s each) per regime.
-        seed: seeds the profile prompts and arrivals.
-
-    Raises:
-        ValueError: naming the field, on non-increasing edges or out-of-range values.
-    """
-
-    length_bin_edges_tokens: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
-    mix_tolerance: float = 0.1
-    num_requests: int = 300
-    duration_s: float = 60.0
-    num_bisection_steps: int = 10
-    target_attainment: float = 0.9
-    refine_max_mixes: int = 16
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        e = self.length_bin_edges_tokens
-        if len(e) < 2 or any(not (isinstance(x, int) and x >= 1) for x in e) or any(b <= a for a, b in zip(e, e[1:])):
-            raise ValueError(f"profile.length_bin_edges_tokens must be >= 2 increasing integers >= 1, got {e!r}")
-        if not 0.0 <= self.mix_tolerance < 1.0:
-            raise ValueError(f"profile.mix_tolerance must be in [0, 1), got {self.mix_tolerance}")
-        if not (isinstance(self.num_requests, int) and self.num_requests >= 10):
-            raise ValueError(f"profile.num_requests must be an integer >= 10, got {self.num_requests!r}")
-        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
-            raise ValueError(f"profile.duration_s must be a finite number > 0, got {self.duration_s!r}")
-        if not (isinstance(self.num_bisection_steps, int) and self.num_bisection_steps >= 1):
-            raise ValueError(f"profile.num_bisection_steps must be an integer >= 1, got {self.num_bisection_steps!r}")
-        if not 0.0 < self.target_attainment <= 1.0:
-            raise ValueError(f"profile.target_attainment must be in (0, 1], got {self.target_attainment}")
-        if not (isinstance(self.refine_max_mixes, int) and self.refine_max_mixes >= 0):
-            raise ValueError(f"profile.refine_max_mixes must be an integer >= 0, got {self.refine_max_mixes!r}")
-        if not (isinstance(self.seed, int) and self.seed >= 0):
-            raise ValueError(f"profile.seed must be an integer >= 0, got {self.seed!r}")
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.length_bin_edges_tokens) - 1
-
-
-@dataclass(frozen=True)
-class CapacityProfile:
-    """Profiled capacity of one degree-C worker for one length mix.
-
-    Attributes:
-        degree: CP degree C.
-        capacity_rps: sustainable arrival rate under the SLO rule [requests/s per worker].
-        capacity_tokens_per_s: ``capacity_rps x mean prompt length`` [prompt tokens/s per worker].
-        mean_prompt_tokens: mean (effective, after prefix hits) prompt length of the mix [tokens].
-        zero_load_attainment: token-weighted SLO attainment at (near) zero load, in [0, 1].
-        reference: index of the reference mix in :attr:`CapacityTable.references`.
-    """
-
-    degree: int
-    capacity_rps: float
-    capacity_tokens_per_s: float
-    mean_prompt_tokens: float
-    zero_load_attainment: float
-    reference: int = -1
-
-
-@dataclass
-class _ReferenceMix:
-    shares: np.ndarray  # class histogram, shape (num_classes,), sums to 1
-    profiles: dict[int, CapacityProfile] = field(default_factory=dict)
-    lengths: np.ndarray | None = None  # profile prompts [tokens], shared by every degree
-    gaps: np.ndarray | None = None  # cumulative unit-rate Poisson arrival times
-    mix: np.ndarray | None = None  # pilot sample sizing the runs [tokens]
-    sum_shares: np.ndarray | None = None  # sum of the observed window mixes assigned to it
-    num_mixes: int = 0  # observed window mixes assigned to it
-
-
-class CapacityTable:
-    """Per-CP-degree capacity under the TTFT SLO for length mixes, profiled by simulation and
-    cached (paper §6: capacity is profiled under the TTFT SLO, not counted in GPUs).
-
-    Profile of degree C for a mix: a *homogeneous* pool of ``k = num_gpus // C`` degree-C
-    workers of the real :class:`Simulator` (the run's engine, latency, SLO and prediction-error
-    settings — token-budget batching with step time ``d + Σ(E_C - d)``, FCFS head-of-line
-    blocking, short requests stuck behind long ones — are all included) under the
-    least-outstanding-work router receives ``max(num_requests, 0.75 x bound x duration_s)``
-    uncached prompts drawn (seeded) from the mix's class histogram (class by its share, length
-    log-uniform inside the class), as a Poisson stream (unit-rate gaps
-    scaled by 1/λ: common random numbers over λ). The pool capacity is the largest λ
-    (bisection on ``[0, k / mean(E_C - d)]``, the batching throughput bound) whose
-    token-weighted SLO attainment is at least ``target_attainment`` times the zero-load
-    attainment (a simulation at 1e-3 of the bound); if that is 0 (a fixed SLO below the
-    isolated prefill) the criterion is a mean TTFT at most twice the zero-load mean. The
-    per-worker capacity ``λ_C`` is the pool capacity / k, and a composition's capacity is
-    ``Σ_w λ_{C_w}`` (a heterogeneous pool is approximated by its per-degree parts).
-
-    Prefix hits enter as shorter prompts: with a mean prefix hit of P̄ tokens per request a
-    prompt of L tokens counts as ``max(1, L - P̄)`` (a shared-system-prompt model: the hit is
-    about the same number of tokens for short and long prompts; scaling L by a token-weighted
-    hit ratio instead shrank the long prompts' quadratic cost and over-stated a 5 %-long mix's
-    capacity by ~45 %; the SLO of the shorter prompt is used: slightly pessimistic). Mixes are cached by their class histogram over
-    ``length_bin_edges_tokens``: a mix within ``mix_tolerance`` (total variation) of a
-    profiled reference mix reuses its profiles, so a run pays one profile per distinct regime
-    (one per degree: ``1 + num_bisection_steps`` simulations, ~1-4 s for a 40-GPU pool).
-
-    Why simulation rather than a closed form: the earlier M/G/k (Allen-Cunneen) model treated a
-    worker as serving one request at a time and found no composition of the 40-GPU pool with
-    enough capacity for the phases workload; a per-length-class table combined by time sharing
-    missed the head-of-line blocking of short requests behind the few long ones (it over-stated
-    the capacity of a 5 %-long mix by ~25 %). Simulating the mix on a homogeneous pool captures
-    batching, pooling over k workers (more, smaller workers queue less) and head-of-line
-    blocking, at the price of a few seconds per regime.
-
-    Args:
-        config: the run's :class:`SimConfig` (its pool supplies ``num_gpus``; the profile pool
-            is homogeneous).
-        calibration: cost model and memory figures.
-        profile: :class:`ProfileConfig`.
-    """
-
-    def __init__(self, config: SimConfig, calibration: Calibration, profile: ProfileConfig | None = None) -> None:
-        self.config = config
-        self.calibration = calibration
-        self.profile = profile or ProfileConfig()
-        self._edges = np.asarray(self.profile.length_bin_edges_tokens, float)
-        self.references: list[_ReferenceMix] = []
-        self.num_simulations = 0
-
-    def length_class(self, prompt_tokens: np.ndarray) -> np.ndarray:
-        """Class index of each prompt length, shape like ``prompt_tokens``."""
-        j = np.searchsorted(self._edges, np.asarray(prompt_tokens, float), side="right") - 1
-        return np.clip(j, 0, self.profile.num_classes - 1)
-
-    def shares(self, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> np.ndarray:
-        """Class histogram (request shares, shape ``(num_classes,)``) of a mix whose requests
-        hit ``mean_cached_tokens`` prefix tokens on average (prompt ``L`` counts as
-        ``max(1, L - mean_cached_tokens)``).
-
-        Raises:
-            ValueError: on an empty mix or a negative ``mean_cached_tokens``.
-        """
-        L = np.asarray(prompt_tokens, float)
-        if L.size == 0:
-            raise ValueError("a capacity profile needs a non-empty length mix")
-        if not (mean_cached_tokens >= 0.0 and math.isfinite(mean_cached_tokens)):
-            raise ValueError(f"mean_cached_tokens must be a finite number >= 0, got {mean_cached_tokens}")
-        Le = np.maximum(1.0, np.floor(L - mean_cached_tokens))
-        return np.bincount(self.length_class(Le), minlength=self.profile.num_classes) / L.size
-
-    def _reference(self, shares: np.ndarray) -> int:
-        best, best_d = -1, math.inf
-        for i, ref in enumerate(self.references):
-            d = 0.5 * float(np.abs(ref.shares - shares).sum())
-            if d < best_d:
-                best, best_d = i, d
-        if best >= 0 and best_d <= self.profile.mix_tolerance:
-            return best
-        self.references.append(_ReferenceMix(np.asarray(shares, float).copy()))
-        return len(self.references) - 1
-
-    def observe(self, shares: np.ndarray) -> int:
-        """Assign one observed window mix (class histogram, shape ``(num_classes,)``) to its
-        reference mix (a new one if none is within ``mix_tolerance``) and refine the reference
-        (see ``ProfileConfig.refine_max_mixes``); returns the reference index. Call once per
-        window; :meth:`shares_profile` only looks references up."""
-        shares = np.asarray(shares, float)
-        i = self._reference(shares)
-        ref = self.references[i]
-        ref.sum_shares = shares.copy() if ref.sum_shares is None else ref.sum_shares + shares
-        ref.num_mixes += 1
-        n = ref.num_mixes
-        if 2 <= n <= self.profile.refine_max_mixes and n & (n - 1) == 0:
-            mean = ref.sum_shares / n
-            if 0.5 * float(np.abs(mean - ref.shares).sum()) > 1e-9:
-                ref.shares = mean
-                ref.profiles, ref.lengths, ref.gaps, ref.mix = {}, None, None, None  # re-profiled on demand
-        return i
-
-    def mix_profile(self, degree: int, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> CapacityProfile:
-        """Capacity of one degree-C worker (in a homogeneous pool of the run's GPUs) for a mix.
-
-        Args:
-            degree: CP degree C, >= 1 and at most the pool's GPUs.
-            prompt_tokens: shape (n,), prompt lengths of the mix [tokens], n >= 1.
-            mean_cached_tokens: mean prefix hit per request [tokens], >= 0.
-
-        Raises:
-            ValueError: on an empty mix, a bad degree or a negative ``mean_cached_tokens``.
-        """
-        return self.shares_profile(degree, self.shares(prompt_tokens, mean_cached_tokens))
-
-    def shares_profile(self, degree: int, shares: np.ndarray) -> CapacityProfile:
-        """Capacity of one degree-C worker for a mix given by its class histogram.
-
-        Args:
-            degree: CP degree C, >= 1 and at most the pool's GPUs.
-            shares: shape ``(num_classes,)``, request shares per length class, sum 1.
-
-        Raises:
-            ValueError: on a bad degree or histogram.
-        """
-        if not 1 <= degree <= self.config.pool.num_gpus:
-            raise ValueError(f"degree must be in [1, {self.config.pool.num_gpus}], got {degree}")
-        shares = np.asarray(shares, float)
-        if shares.shape != (self.profile.num_classes,) or np.any(shares < 0) or abs(shares.sum() - 1.0) > 1e-6:
-            raise ValueError(f"shares must be {self.profile.num_classes} non-negative request shares summing to 1")
-        i = self._reference(shares)
-        ref = self.references[i]
-        p = ref.profiles.get(degree)
-        if p is None:
-            p = ref.profiles[degree] = self._profile(degree, ref.shares, i)
-        return p
-
-    def profiles(self, degrees, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> dict[int, CapacityProfile]:
-        """:meth:`mix_profile` for each degree in ``degrees``."""
-        return {d: self.mix_profile(d, prompt_tokens, mean_cached_tokens) for d in degrees}
-
-    def profiled(self) -> list[CapacityProfile]:
-        """Every profile computed so far, by reference mix then degree."""
-        return [ref.profiles[d] for ref in self.references for d in sorted(ref.profiles)]
-
-    def _sample(self, shares: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
-        cls = rng.choice(len(shares), size=n, p=shares / shares.sum())
-        lo, hi = np.log(self._edges[cls]), np.log(self._edges[cls + 1])
-        return np.exp(rng.uniform(lo, hi)).astype(np.int64)
-
-    def _num_requests(self, degree: int, mix: np.ndarray) -> int:
-        cm = self.calibration.cost_model()
-        k = max(1, self.config.pool.num_gpus // degree)
-        work = cm.a * mix + (cm.c * mix + cm.alpha * mix * (mix + 1) * 0.5) / degree  # E_C(L, 0) - d
-        return max(self.profile.num_requests, math.ceil(0.75 * k / float(work.mean()) * self.profile.duration_s))
-
-    def _profile(self, degree: int, shares: np.ndarray, ref_index: int) -> CapacityProfile:
-        pc = self.profile
-        pool0 = self.config.pool
-        k = max(1, pool0.num_gpus // degree)  # workers of a homogeneous degree-C pool
-        cal = self.calibration
-        cm = cal.cost_model()
-        ref = self.references[ref_index]
-        if ref.lengths is None:
-            # one sample per reference mix, long enough for every supported degree: degree C uses
-            # its first n_C prompts and arrivals (common random numbers across degrees)
-            rng = np.random.default_rng(np.random.SeedSequence([pc.seed, ref_index]))
-            mix = self._sample(shares, rng, 2000).astype(float)
-            n_max = max(self._num_requests(C, mix) for C in set(pool0.supported_degrees) | {1, degree})  # CP-1 needs most
-            ref.lengths = self._sample(shares, rng, n_max)
-            ref.gaps = np.cumsum(rng.exponential(1.0, n_max))
-            ref.mix = mix
-        n = min(self._num_requests(degree, ref.mix), ref.lengths.size)
-        L = ref.lengths[:n]
-        gaps = ref.gaps[:n]
-        bs = 512
-        hashes, h = [], 0
-        for x in L.tolist():
-            nb = -(-x // bs)
-            hashes.append(tuple(range(h, h + nb)))
-            h += nb
-        gpn = max(degree, pool0.gpus_per_node - pool0.gpus_per_node % degree)
-        pool = PoolConfig(num_gpus=k * degree, gpus_per_node=gpn, composition=f"cp{degree}x{k}", supported_degrees=(degree,),
-                          allow_cross_node=True)
-        cfg = replace(self.config, pool=pool, horizon_s=None, record_events=False)
-        Lf = L.astype(float)
-        if int(L.max()) > min(cal.max_prompt_tokens, cal.kv_capacity_tokens(degree)):
-            return CapacityProfile(degree, 0.0, 0.0, float(Lf.mean()), 0.0, ref_index)
-        work = cm.a * Lf + (cm.c * Lf + cm.alpha * Lf * (Lf + 1) * 0.5) / degree  # E_C(L, 0) - d
-        bound = k / float(work.mean())
-        weights = Lf / Lf.sum()
-
-        def simulate(lam: float) -> tuple[float, float]:
-            self.num_simulations += 1
-            reqs = tuple(Request(i, float(t), int(x), 1, hs) for i, (t, x, hs) in enumerate(zip((gaps / lam).tolist(), L.tolist(), hashes)))
-            res = Simulator(Workload("capacity-profile", reqs, kv_block_size_tokens=bs), cfg, cal).run(LeastWorkRouter())
-            ttft = res.records["ttft_s"]
-            ok = ttft <= res.records["ttft_slo_s"]
-            return float((weights * ok).sum()), float(np.nanmean(ttft))
-
-        a0, t0 = simulate(1e-3 * bound)
-        if a0 > 0.0:
-            goal = pc.target_attainment * a0
-
-            def good(lam: float) -> bool:
-                return simulate(lam)[0] >= goal
-        else:
-            def good(lam: float) -> bool:
-                return simulate(lam)[1] <= 2.0 * t0
-        lo_r, hi_r = 0.0, bound
-        for _ in range(pc.num_bisection_steps):
-            mid = 0.5 * (lo_r + hi_r)
-            if good(mid):
-                lo_r = mid
-            else:
-                hi_r = mid
-        lam = lo_r / k
-        return CapacityProfile(degree, lam, lam * float(Lf.mean()), float(Lf.mean()), a0, ref_index)
 
 
 @dataclass(frozen=True)
@@ -530,75 +185,46 @@ class ControllerConfig:
               f"controller.trend_horizon_s must be a finite number >= 0, got {self.trend_horizon_s}")
 
 
-def enumerate_compositions(pool: PoolConfig) -> list[str]:
-    """Every composition (counts form, largest degree first) of ``pool``'s GPUs with its
-    supported degrees that can be placed on aligned groups, from most large-degree workers to
-    fewest; e.g. 40 GPUs in nodes of 8 with {2, 4}: ``cp4x10``, ``cp4x9,cp2x2``, ..., ``cp2x20``."""
-    degrees = sorted(pool.supported_degrees, reverse=True)
-    out: list[tuple[tuple[int, ...], str]] = []
+# ---------------------------------------------------------------------------------- controller
+@dataclass
+class WindowRecord:
+    """What the controller measured and did in one window (``SimResult.extras
+    ["controller_windows"]`` holds them as dicts, :meth:`as_dict`).
 
-    def rec(i: int, left: int, counts: list[int]) -> None:
-        if i == len(degrees):
-            if left == 0:
-                text = ",".join(f"cp{d}x{n}" for d, n in zip(degrees, counts) if n)
-                try:
-                    resolve_composition(text, pool)
-                except ValueError:
-                    return
-                out.append((tuple(counts), text))
-            return
-        d = degrees[i]
-        for n in range(left // d, -1, -1):
-            rec(i + 1, left - n * d, counts + [n])
-
-    rec(0, pool.num_gpus, [])
-    out.sort(key=lambda x: x[0], reverse=True)
-    return [t for _, t in out]
-
-
-def _degree_counts(composition: str, pool: PoolConfig) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for d, _ in resolve_composition(composition, pool):
-        counts[d] = counts.get(d, 0) + 1
-    return counts
-
-
-def composition_capacity_rps(counts: dict[int, int], profiles: dict[int, CapacityProfile]) -> float:
-    """Pool capacity ``Σ_C n_C λ_C`` [requests/s] of a composition given per-degree profiles."""
-    return sum(n * profiles[d].capacity_rps for d, n in counts.items())
-
-
-def initial_composition(pool: PoolConfig, config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray,
-                        rate_rps: float, mean_cached_tokens: float = 0.0, max_load: float = 0.8,
-                        table: CapacityTable | None = None) -> tuple[str, dict]:
-    """Initial composition from historical demand (paper §6); see the module docstring.
-
-    Args:
-        pool: GPUs, topology and supported degrees (its ``composition`` is ignored).
-        config, calibration: engine, SLO rule and cost model (used by a new ``table``).
-        prompt_tokens: shape (n,), historical prompt lengths [tokens].
-        rate_rps: historical arrival rate [requests/s].
-        mean_cached_tokens: historical mean prefix hit per request [tokens] (0: unknown, pessimistic).
-        max_load: a composition has enough capacity if ``rate / capacity <= max_load``; 0.8
-            (below the controller's split region, so the start does not trigger a split).
-        table: capacity profiles to use (and fill); default a new :class:`CapacityTable`.
-
-    Returns:
-        ``(composition, info)`` with ``info`` = ``{"capacity_rps", "load", "feasible",
-        "profiles": {degree: capacity_rps per worker for the mix}}``.
+    Attributes:
+        time_s: end of the window [s].
+        num_arrivals: arrivals in the window.
+        rate_rps: measured arrival rate [requests/s].
+        mean_cached_tokens: mean prefix hit per finished request, last window [tokens].
+        capacity_rps: profiled capacity of the current composition for the window's mix
+            [requests/s] (NaN when the window had too few requests).
+        load: ``rate_rps / capacity_rps``.
+        forecast_rps: forecast rate: the rate plus its positive trend over ``trend_horizon_s``
+            [requests/s].
+        forecast_load: ``forecast_rps / capacity_rps``.
+        long_fraction: share of arrivals with at least ``long_prompt_tokens`` tokens, in [0, 1].
+        action: ``"none"``, ``"too-few-requests"``, the started operations joined by ``;``, or
+            ``"<kind>-locked"`` / ``"<kind>-blocked"``.
+        projected_load: load after the started operations (NaN if none started).
     """
-    table = table or CapacityTable(config, calibration)
-    profiles = table.profiles(pool.supported_degrees, prompt_tokens, mean_cached_tokens)
-    info_profiles = {d: p.capacity_rps for d, p in profiles.items()}
-    best, best_cap = None, -1.0
-    for comp in enumerate_compositions(pool):  # most large-degree workers first
-        cap = composition_capacity_rps(_degree_counts(comp, pool), profiles)
-        if cap > 0 and rate_rps / cap <= max_load:
-            return comp, {"capacity_rps": cap, "load": rate_rps / cap, "feasible": True, "profiles": info_profiles}
-        if cap > best_cap:
-            best, best_cap = comp, cap
-    return best, {"capacity_rps": best_cap, "load": rate_rps / best_cap if best_cap > 0 else math.inf, "feasible": False,
-                  "profiles": info_profiles}
+
+    time_s: float
+    num_arrivals: int
+    rate_rps: float
+    mean_cached_tokens: float
+    capacity_rps: float = math.nan
+    load: float = math.nan
+    forecast_rps: float = math.nan
+    forecast_load: float = math.nan
+    long_fraction: float = math.nan
+    action: str = "none"
+    projected_load: float = math.nan
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def __getitem__(self, key: str):  # dict-style access, as the earlier per-window dicts
+        return getattr(self, key)
 
 
 def rank_operations(sim, ops: list[Operation]) -> list[Operation]:
@@ -610,43 +236,55 @@ def rank_operations(sim, ops: list[Operation]) -> list[Operation]:
                                        sim.workers[op.worker_ids[0]].first_gpu))
 
 
-# ---------------------------------------------------------------------------------- controller
 class ReconfigController:
     """The windowed split/merge controller; attach with :meth:`attach` (a policy attachment).
 
+    Each window runs three steps: :meth:`measure` (rate, mix, capacity and load of the window:
+    a :class:`WindowRecord`), :meth:`decide` (the sustained-condition counters: split, merge or
+    nothing) and :meth:`act` (start operations of that kind until the capacity gap closes or a
+    limit is reached).
+
     Args:
         config: :class:`ControllerConfig`.
-        table: capacity profiles to share (e.g. with :func:`initial_composition`); default a new
-            :class:`CapacityTable` for the simulator's config and calibration, built lazily.
+        table: capacity profiles to share (e.g. with :func:`initial_composition`); default a
+            table of the run's :class:`~baselines.capacity.CapacityCache`
+            (``sim.attachments["capacity_cache"]``, set by ``experiments.runner.build_simulator``)
+            or of a new cache, built at :meth:`attach`. A new table's reference mixes start from
+            the run's workload mix (the history stand-in, :meth:`CapacityTable.seed_history`).
 
-    After a run, ``windows`` holds one dict per window (time, rate, capacity, load, long
-    fraction, hit ratio, action) — also in ``SimResult.extras["controller_windows"]``.
+    After a run, ``windows`` holds one :class:`WindowRecord` per window — also, as dicts, in
+    ``SimResult.extras["controller_windows"]``.
     """
 
     def __init__(self, config: ControllerConfig | None = None, table: CapacityTable | None = None) -> None:
         self.config = config or ControllerConfig()
         self.table = table
-        self.windows: list[dict] = []
+        self.windows: list[WindowRecord] = []
 
     def attach(self, sim) -> None:
         cfg = self.config
         self.sim = sim
         self.reconfig = get_reconfigurator(sim, cfg.reconfig)
-        if self.table is None:
-            self.table = CapacityTable(sim.config, sim.calibration, cfg.profile)
         reqs = sim.workload.requests
         self._arrivals = np.array([r.arrival_time_s for r in reqs], dtype=float)
         self._lengths = np.array([r.num_prompt_tokens for r in reqs], dtype=float)
+        self._mean_cached_tokens = 0.0  # mean prefix hit per request [tokens], measured per window
+        if self.table is None:
+            cache = sim.attachments.get("capacity_cache")
+            self.table = CapacityTable(sim.config, sim.calibration, cfg.profile, cache=cache)
+            if len(reqs):
+                # the history's reuse is also the prior hit until the first requests finish
+                self._mean_cached_tokens = reuse_prefix_tokens(sim.workload)
+                self.table.seed_history(self._lengths, self._mean_cached_tokens)
         self._last_arrival_s = float(self._arrivals[-1]) if len(reqs) else 0.0
         self._hit_tokens = 0
         self._num_finished = 0
-        self._mean_cached_tokens = 0.0
         self._shares: np.ndarray | None = None
         self._above = self._below = self._long = 0
         self._rates: list[float] = []  # window rates [req/s] since the last regime change
         self._gpu_last_op: dict[int, tuple[float, str]] = {}  # GPU -> (start time [s], kind) of its last operation
         sim.finish_listeners.append(self._on_finish)
-        sim.extras_providers.append(lambda: {"controller_windows": list(self.windows)})
+        sim.extras_providers.append(lambda: {"controller_windows": [w.as_dict() for w in self.windows]})
         sim.attachments["controller"] = self
         if len(reqs):
             from envs.sim.simulator import EventPriority
@@ -660,9 +298,14 @@ class ReconfigController:
         self._hit_tokens += sum(sim.num_cached_tokens(req.request_id) for req in batch)
 
     # --- one window --------------------------------------------------------------------------
-    def profiles(self, idx: np.ndarray) -> dict[int, CapacityProfile]:
+    def profiles(self, idx: np.ndarray, degrees=None) -> dict[int, CapacityProfile]:
         """Per-degree capacity profiles (per worker) for the smoothed length mix after adding the
-        requests ``idx`` of the workload (updates the smoothed class histogram)."""
+        requests ``idx`` of the workload (updates the smoothed class histogram).
+
+        Args:
+            idx: indices of the window's requests in the workload.
+            degrees: degrees to profile; default every supported degree of the pool.
+        """
         s = self.table.shares(self._lengths[idx], self._mean_cached_tokens)
         a = self.config.mix_smoothing
         if self._shares is None or 0.5 * float(np.abs(s - self._shares).sum()) > self.config.mix_change_distance:
@@ -671,75 +314,111 @@ class ReconfigController:
         else:
             self._shares = (1.0 - a) * self._shares + a * s
         self.table.observe(self._shares)
-        return {d: self.table.shares_profile(d, self._shares) for d in self.sim.config.pool.supported_degrees}
+        degrees = self.sim.config.pool.supported_degrees if degrees is None else degrees
+        return {d: self.table.shares_profile(d, self._shares) for d in degrees}
+
+    def _needed_degrees(self, counts: dict[int, int]) -> list[int]:
+        """Degrees whose profile a decision can need: those present, and their halves and
+        doubles that the pool supports (a split or merge target)."""
+        supported = set(self.sim.config.pool.supported_degrees)
+        need = set(counts)
+        need |= {c // 2 for c in counts if c % 2 == 0} | {2 * c for c in counts}
+        return sorted(need & supported | set(counts))
 
     def _on_window(self, _payload) -> None:
         sim = self.sim
-        cfg = self.config
+        if sim.env.now < self._last_arrival_s:
+            sim.schedule(self.config.window_s, self._priority, self._on_window, None)
+        record, profiles = self.measure()
+        self.windows.append(record)
+        if profiles is None:
+            return
+        kind = self.decide(record)
+        if kind is not None:
+            self.act(kind, record, profiles)
+
+    def measure(self) -> tuple[WindowRecord, dict[int, CapacityProfile] | None]:
+        """Measures the window that ends now: arrival rate, smoothed mix, capacity of the current
+        composition, load, forecast load, long-request fraction. Returns the record and the
+        per-degree profiles (``None`` if the window had too few arrivals)."""
+        sim, cfg = self.sim, self.config
         now = sim.env.now
-        if now < self._last_arrival_s:
-            sim.schedule(cfg.window_s, self._priority, self._on_window, None)
         i0 = bisect_left(self._arrivals, now - cfg.window_s)
         i1 = bisect_left(self._arrivals, now)
         n = i1 - i0
         if self._num_finished:
             self._mean_cached_tokens = self._hit_tokens / self._num_finished
         self._hit_tokens = self._num_finished = 0
-        entry = {"time_s": now, "num_arrivals": n, "rate_rps": n / cfg.window_s, "mean_cached_tokens": self._mean_cached_tokens,
-                 "capacity_rps": math.nan, "load": math.nan, "forecast_load": math.nan, "long_fraction": math.nan, "action": "none"}
-        self.windows.append(entry)
+        rate = n / cfg.window_s
+        record = WindowRecord(time_s=now, num_arrivals=n, rate_rps=rate, mean_cached_tokens=self._mean_cached_tokens)
         if n < max(1, cfg.min_window_requests):
-            entry["action"] = "too-few-requests"
-            return
+            record.action = "too-few-requests"
+            return record, None
         idx = np.arange(i0, i1)
-        profiles = self.profiles(idx)
         counts: dict[int, int] = {}
         for w in sim.workers.values():
             counts[w.degree] = counts.get(w.degree, 0) + 1
+        profiles = self.profiles(idx, self._needed_degrees(counts))
         cap = composition_capacity_rps(counts, profiles)
-        rate = n / cfg.window_s
-        load = rate / cap if cap > 0 else math.inf
-        long_frac = float((self._lengths[idx] >= cfg.long_prompt_tokens).mean())
         self._rates = (self._rates + [rate])[-(cfg.k_windows + 1):]
         forecast = rate + max(0.0, self.rate_slope()) * cfg.trend_horizon_s
-        load_fc = forecast / cap if cap > 0 else math.inf
-        entry.update(capacity_rps=cap, load=load, long_fraction=long_frac, forecast_load=load_fc)
-        long_mix = long_frac >= cfg.long_fraction_merge
+        record.capacity_rps = cap
+        record.forecast_rps = forecast
+        record.load = rate / cap if cap > 0 else math.inf
+        record.forecast_load = forecast / cap if cap > 0 else math.inf
+        record.long_fraction = float((self._lengths[idx] >= cfg.long_prompt_tokens).mean())
+        return record, profiles
+
+    def decide(self, record: WindowRecord) -> str | None:
+        """Updates the sustained-condition counters with the window's forecast load and
+        long-request fraction; returns ``SPLIT``, ``MERGE`` or ``None`` (module docstring)."""
+        cfg = self.config
+        load_fc = record.forecast_load
+        long_mix = record.long_fraction >= cfg.long_fraction_merge
         split_at = max(cfg.split_load, cfg.split_load_long) if long_mix else cfg.split_load
         self._above = self._above + 1 if load_fc >= split_at else 0
         self._below = self._below + 1 if load_fc <= cfg.merge_load else 0
         self._long = self._long + 1 if (load_fc < split_at and long_mix) else 0
-        kind = None
         if self._above >= cfg.k_windows:
-            kind = SPLIT
-        elif self._below >= cfg.k_windows or self._long >= cfg.k_windows:
-            kind = MERGE
-        if kind is None:
-            return
-        started = []
+            return SPLIT
+        if self._below >= cfg.k_windows or self._long >= cfg.k_windows:
+            return MERGE
+        return None
+
+    def _projected_capacity(self, kind: str, degree: int, cap: float, profiles: dict[int, CapacityProfile]) -> float:
+        if kind == SPLIT:
+            return cap - profiles[degree].capacity_rps + 2 * profiles[degree // 2].capacity_rps
+        return cap - 2 * profiles[degree].capacity_rps + profiles[2 * degree].capacity_rps
+
+    def act(self, kind: str, record: WindowRecord, profiles: dict[int, CapacityProfile]) -> list[str]:
+        """Starts operations of ``kind`` one by one (best ranked first) while the capacity gap is
+        open and the per-window limits allow; records them in ``record.action``. Returns the
+        started operations."""
+        sim, cfg = self.sim, self.config
+        now = sim.env.now
+        cap = record.capacity_rps
+        forecast = record.forecast_rps
+        started: list[str] = []
         gpu_budget = cfg.max_gpu_share_per_window * sim.config.pool.num_gpus
         num_locked = 0
         for _ in range(cfg.max_ops_per_window):
-            if kind == SPLIT and started and forecast / cap <= cfg.split_target_load:
+            if kind == SPLIT and started and cap > 0 and forecast / cap <= cfg.split_target_load:
                 break  # capacity gap closed
-            ops = [op for op in self.reconfig.eligible_operations() if op.kind == kind]
             ok, new_caps = [], {}
-            for op in ops:
+            for op in (op for op in self.reconfig.eligible_operations() if op.kind == kind):
                 C = sim.workers[op.worker_ids[0]].degree
                 if C * len(op.worker_ids) > gpu_budget + 1e-9:
                     continue  # pool-wide change limit of this window
                 if self.locked(op, now):
                     num_locked += 1
                     continue
+                new_caps[op] = new_cap = self._projected_capacity(kind, C, cap, profiles)
+                # a split must add capacity; a merge must keep the projected load low
                 if kind == SPLIT:
-                    new_cap = cap - profiles[C].capacity_rps + 2 * profiles[C // 2].capacity_rps
-                    if new_cap > cap:  # a split must add capacity
+                    if new_cap > cap:
                         ok.append(op)
-                else:
-                    new_cap = cap - 2 * profiles[C].capacity_rps + profiles[2 * C].capacity_rps
-                    if new_cap > 0 and forecast / new_cap <= cfg.merge_max_projected_load:
-                        ok.append(op)
-                new_caps[op] = new_cap
+                elif new_cap > 0 and forecast / new_cap <= cfg.merge_max_projected_load:
+                    ok.append(op)
             if not ok:
                 break
             op = rank_operations(sim, ok)[0]
@@ -751,11 +430,12 @@ class ReconfigController:
             started.append(str(op))
             cap = new_caps[op]
         if started:
-            entry["action"] = ";".join(started)
-            entry["projected_load"] = rate / cap if cap > 0 else math.inf
+            record.action = ";".join(started)
+            record.projected_load = record.rate_rps / cap if cap > 0 else math.inf
             self._above = self._below = self._long = 0
         else:
-            entry["action"] = f"{kind}-locked" if num_locked else f"{kind}-blocked"
+            record.action = f"{kind}-locked" if num_locked else f"{kind}-blocked"
+        return started
 
     def rate_slope(self) -> float:
         """Least-squares slope [req/s per s] of the window rates since the last regime change

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from baselines.composition import workload_initial_pool
 from baselines.controller import ControllerConfig, ReconfigController
 from baselines.industry import (DynamoKVRouter, LlmdRouter, MooncakeTTFTRouter, SGLangCacheAwareRouter,
                                 StaticThresholdRouter, TensorParallelCostForm, VllmDPRouter, homogeneous_composition)
@@ -44,6 +45,10 @@ class PolicySpec:
         build_with: ``f(**params) -> PolicySpec`` used by :meth:`with_params`.
         kv_tiers: KV tiers the system brings (its pull path, ``envs/sim/tiers.py``), used when
             the run configures none; ``None`` = the run's tiers (default: off).
+        choose_pool: ``f(pool, workload, config, calibration, capacity_cache) -> (PoolConfig,
+            info)`` choosing the run's starting pool from the workload (the full Vertumnus
+            system's initial composition from the capacity profile,
+            :func:`baselines.composition.workload_initial_pool`); applied after ``composition``.
     """
 
     name: str
@@ -56,6 +61,7 @@ class PolicySpec:
     params: Mapping[str, Any] = field(default_factory=dict)
     build_with: Callable[..., PolicySpec] | None = None
     kv_tiers: TierConfig | None = None
+    choose_pool: Callable[..., tuple[PoolConfig, dict]] | None = None
 
     def with_params(self, **overrides: Any) -> PolicySpec:
         """The same policy with some parameters changed (same name, so runs group by policy).
@@ -97,22 +103,45 @@ def vertumnus_spec(name: str, description: str, source: str, base: VertumnusPara
                       params={"beta": base.beta, "lambda": base.lambda_}, build_with=build)
 
 
-def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller: ControllerConfig = ControllerConfig()) -> PolicySpec:
-    """``vertumnus-adaptive``: the Vertumnus router plus the split/merge controller; ``beta``,
-    ``lambda`` and every :class:`~baselines.controller.ControllerConfig` field are parameters."""
-    name = "vertumnus-adaptive"
+def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller: ControllerConfig = ControllerConfig(),
+                  name: str = "vertumnus-adaptive", initial_pool: bool = False) -> PolicySpec:
+    """The Vertumnus router plus the split/merge controller; ``beta``, ``lambda`` and every
+    :class:`~baselines.controller.ControllerConfig` field are parameters.
+
+    ``vertumnus-adaptive`` starts from the run's pool; with ``initial_pool`` the starting pool is
+    chosen from the capacity profile (:func:`baselines.composition.workload_initial_pool`), the
+    full system's start (see :func:`full_system_spec`)."""
     controller_fields = [f.name for f in fields(ControllerConfig)]
 
     def build(**kw: Any) -> PolicySpec:
         rp = replace(router_params, beta=float(kw.pop("beta")), lambda_=float(kw.pop("lambda")))
-        return adaptive_spec(rp, replace(controller, **{k: kw[k] for k in controller_fields}))
+        return adaptive_spec(rp, replace(controller, **{k: kw[k] for k in controller_fields}), name, initial_pool)
 
+    def choose_pool(pool, workload, config, calibration, cache):
+        return workload_initial_pool(pool, workload, config, calibration, cache, profile=controller.profile)
+
+    where = "initial composition from the capacity profile" if initial_pool else "the run's pool"
     return PolicySpec(name, lambda: VertumnusRouter(router_params, name),
-                      "Vertumnus router + split/merge controller (20 s windows) on the run's pool", "paper §5-§6; baselines/controller.py",
+                      f"Vertumnus router + split/merge controller (20 s windows) on {where}",
+                      "paper §5-§6; baselines/controller.py",
                       make_attachments=lambda: [ReconfigController(controller)],
                       params={"beta": router_params.beta, "lambda": router_params.lambda_,
                               **{k: getattr(controller, k) for k in controller_fields}},
-                      build_with=build)
+                      build_with=build, choose_pool=choose_pool if initial_pool else None)
+
+
+def full_system_spec() -> PolicySpec:
+    """``vertumnus``: the paper's full system (§5-§7) — the Vertumnus router, the initial
+    composition chosen from the capacity profile among the deployment's CP degrees (those of the
+    run's configured composition), the split/merge controller and the global prefix-cache
+    manager. Its parameters are those of ``vertumnus-adaptive``."""
+    from baselines.cache_manager import with_global_cache
+
+    base = adaptive_spec(name="vertumnus", initial_pool=True)
+    spec = with_global_cache(base, name="vertumnus")
+    return replace(spec, description="full system: Vertumnus router + initial composition from the capacity profile "
+                                     "+ split/merge controller + global prefix-cache manager",
+                   source="paper §5-§7; baselines/registry.py full_system_spec")
 
 
 POLICIES: dict[str, PolicySpec] = {
@@ -121,8 +150,9 @@ POLICIES: dict[str, PolicySpec] = {
     "least-work": PolicySpec("least-work", LeastWorkRouter, "least predicted outstanding work q_w", "paper §5 queue proxy; least-outstanding-work balancing"),
     "prefix-affinity": PolicySpec("prefix-affinity", PrefixAffinityRouter, "longest ready prefix hit, ties to less work", "cache-affinity routing (e.g. SGLang/llm-d prefix scorers, without load balance)"),
     # --- issue #3: Vertumnus (paper §5) and its ablations, on the run's (heterogeneous) pool
-    "vertumnus": vertumnus_spec("vertumnus", "Vertumnus cost J = q + beta*s + lambda*(C*s - Cmin*E_Cmin), beta=3, lambda=1",
-                                "paper §5; defaults: baselines/vertumnus.py"),
+    "vertumnus-router": vertumnus_spec("vertumnus-router", "ablation: the Vertumnus router alone on the run's pool, "
+                                       "J = q + beta*s + lambda*(C*s - Cmin*E_Cmin), beta=3, lambda=1",
+                                       "paper §5; defaults: baselines/vertumnus.py"),
     "vertumnus-lambda0": PolicySpec("vertumnus-lambda0", lambda: VertumnusRouter(VertumnusParams(lambda_=0.0), "vertumnus-lambda0"),
                                     "ablation: Vertumnus without the GPU-time term (lambda=0)", "paper §5 ablation"),
     "vertumnus-beta1": PolicySpec("vertumnus-beta1", lambda: VertumnusRouter(VertumnusParams(beta=1.0), "vertumnus-beta1"),
@@ -156,12 +186,12 @@ POLICIES: dict[str, PolicySpec] = {
     "vertumnus-adaptive": adaptive_spec(),
 }
 
-# --- issue #5: Vertumnus + global prefix-cache manager (paper §7)
+# --- Vertumnus router + global prefix-cache manager (paper §7; the cache ablation), and the full system
 from baselines.cache_manager import CACHE_MANAGER_SETTINGS, with_global_cache  # noqa: E402
-POLICIES["vertumnus-global-cache"] = with_global_cache(POLICIES["vertumnus"])
+POLICIES["vertumnus-global-cache"] = with_global_cache(POLICIES["vertumnus-router"], name="vertumnus-global-cache")
 POLICIES["vertumnus-global-cache-20s"] = with_global_cache(
-    POLICIES["vertumnus"], replace(CACHE_MANAGER_SETTINGS["paper-20s"], beta=POLICIES["vertumnus"].params["beta"],
-                                   lambda_=POLICIES["vertumnus"].params["lambda"]), "vertumnus-global-cache-20s")
+    POLICIES["vertumnus-router"], replace(CACHE_MANAGER_SETTINGS["paper-20s"], beta=POLICIES["vertumnus-router"].params["beta"],
+                                          lambda_=POLICIES["vertumnus-router"].params["lambda"]), "vertumnus-global-cache-20s")
 
 # --- KV pull paths (envs/sim/tiers.py, baselines/tiered.py): the systems with their own KV tiers.
 # Mooncake pools host DRAM per node and a distributed store (Mooncake Store); Dynamo's KV block
@@ -175,13 +205,15 @@ POLICIES["dynamo-kv-pull"] = replace(
     POLICIES["dynamo-kv"], name="dynamo-kv-pull", make_router=_named(DynamoKVRouter, "dynamo-kv-pull"),
     description="Dynamo KV-overlap cost over HBM + host-memory tiers (KV block manager offload)",
     source="ai-dynamo KV router + KVBM host tier; envs/sim/tiers.py", kv_tiers=TierConfig(levels=("hbm", "dram")))
+POLICIES = {"vertumnus": full_system_spec(), **POLICIES}
 
 # Named suites of ``cpgym compare``: ``paper`` = Vertumnus + the paper's §9 baselines.
 SUITES: dict[str, tuple[str, ...]] = {
     "paper": ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware"),
     "industry": ("vertumnus", "sglang-cache-aware", "llm-d", "dynamo-kv", "mooncake-ttft", "least-work", "prefix-affinity"),
     "pull": ("vertumnus", "dynamo-kv", "dynamo-kv-pull", "mooncake-ttft", "mooncake-ttft-pull"),
-    "ablations": ("vertumnus", "vertumnus-lambda0", "vertumnus-beta1", "vertumnus-no-reservation", "vertumnus-length-only"),
+    "ablations": ("vertumnus", "vertumnus-router", "vertumnus-adaptive", "vertumnus-global-cache",
+                  "vertumnus-lambda0", "vertumnus-beta1", "vertumnus-no-reservation", "vertumnus-length-only"),
 }
 
 

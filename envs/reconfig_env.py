@@ -68,7 +68,7 @@ class PrefillReconfigEnv(gym.Env):
     ## Description
 
     The routing of every request is done by an inner heuristic router (default: the
-    Vertumnus router, ``baselines.registry`` ``"vertumnus"``); this environment decides the
+    Vertumnus router, ``baselines.registry`` ``"vertumnus-router"``); this environment decides the
     worker composition (paper §6): every ``window_s`` simulated seconds (paper: 20 s) the agent
     may start one split (a degree-2C worker into two degree-C workers) or one merge (two
     sibling degree-C workers into one degree-2C worker), which then runs the drain / switch /
@@ -123,7 +123,7 @@ class PrefillReconfigEnv(gym.Env):
         config: simulator configuration (default ``SimConfig()``).
         calibration: cost model (default: the config's or the shipped one).
         make_router: zero-argument factory of the inner :class:`~envs.sim.Router` (default:
-            the registered ``"vertumnus"`` policy's router).
+            the registered ``"vertumnus-router"`` policy's router).
         window_s: observation window [s] (paper §6: 20 s).
         reward: ``"time_in_system"`` or ``"slo_miss_tokens"``.
         reward_scale: multiplies the reward (default 0.01: an episode is thousands of
@@ -166,7 +166,7 @@ class PrefillReconfigEnv(gym.Env):
         if make_router is None:
             from baselines.registry import get_policy  # lazy: envs must not import baselines at import time
 
-            make_router = get_policy("vertumnus").make_router
+            make_router = get_policy("vertumnus-router").make_router
         self.make_router = make_router
         self.window_s = float(window_s)
         self.reward_kind = reward

@@ -36,6 +36,11 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
     "dynamic": ("experiments.commands.dynamic",
                 "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition "
                 "(per-phase TTFT, reconfiguration ops, plot)"),
+    "capacity": ("experiments.commands.capacity",
+                 "sustainable rate per policy (highest rate whose backlog drains and SLOs hold), by bisection, cached"),
+    "reproduce": ("experiments.commands.reproduce",
+                  "the paper's end-to-end evaluation: paper figure beside cpgym's with 95% CIs, "
+                  "at loads relative to capacity"),
     "compare": ("experiments.commands.compare",
                 "compare a policy suite at several request rates (paper-style table, % vs strongest baseline, plot)"),
     "sweep": ("experiments.commands.sweep", "run an experiment spec's cells (resumable; local process pool or Ray)"),

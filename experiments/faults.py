@@ -40,7 +40,7 @@ class FaultExperimentSpec:
     scenarios: tuple[tuple[str, str], ...]  # (scenario name, fault schedule path)
     policies: tuple[str, ...]
     load_fraction: float = 0.8
-    capacity_policy: str = "vertumnus"
+    capacity_policy: str = "vertumnus-router"
     capacity_search_rps: tuple[float, float] = (5.0, 80.0)
     capacity_iterations: int = 7
     capacity_drain_s: float = 30.0
@@ -113,7 +113,7 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     policies = data["policies"]
     if not isinstance(policies, list) or not all(isinstance(x, str) for x in policies):
         raise ValueError(f"{p}: policies: expected a list of policy names")
-    for name in policies + [data.get("capacity_policy", "vertumnus")]:
+    for name in policies + [data.get("capacity_policy", "vertumnus-router")]:
         get_policy(name)
     kw = {k: data[k] for k in SPEC_KEYS if k in data and k not in ("trace", "scenarios", "policies")}
     _pairs(p, kw)

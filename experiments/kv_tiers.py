@@ -112,7 +112,7 @@ class TierStudy:
 
 
 def run_tier_study(trace: str, config: SimConfig, policies: list[str], window_s: tuple[float, float],
-                   load_fraction: float = 0.9, capacity_policy: str = "vertumnus", capacity_rps: float | None = None,
+                   load_fraction: float = 0.9, capacity_policy: str = "vertumnus-router", capacity_rps: float | None = None,
                    eviction_capacities_gb: tuple[float, float] = (16.0, 64.0),
                    eviction_policies: tuple[str, ...] = ("mooncake-ttft", "dynamo-kv"), progress=None) -> TierStudy:
     """Runs the tier and eviction tables (module docstring) at ``load_fraction`` of capacity."""

@@ -16,15 +16,32 @@ from envs.sim.simulator import SimResult
 
 
 def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimConfig,
-                    calibration: Calibration | None = None) -> tuple[Simulator, PolicySpec]:
+                    calibration: Calibration | None = None, capacity_cache=None) -> tuple[Simulator, PolicySpec]:
     """Creates the simulator for one policy: applies the policy's pool composition (if it needs
-    one) and attaches its controllers / cache manager."""
+    one) or its pool choice (the full Vertumnus system's initial composition) and attaches its
+    controllers / cache manager.
+
+    Args:
+        capacity_cache: a :class:`baselines.capacity.CapacityCache` shared by the runs of an
+            experiment (profiles are pure functions of their key, so sharing only skips work);
+            default a new one owned by this run. Attachments find it as
+            ``sim.attachments["capacity_cache"]``.
+    """
+    from baselines.capacity import CapacityCache
+
     spec = get_policy(policy) if isinstance(policy, str) else policy
     composition = spec.resolve_composition(config.pool)
     if composition is not None:
         config = replace(config, pool=replace(config.pool, composition=composition))
     if spec.kv_tiers is not None and not config.kv_tiers.enabled:  # the system's own KV tiers (pull path)
         config = replace(config, kv_tiers=spec.kv_tiers)
+    cache = capacity_cache if capacity_cache is not None else CapacityCache()
+    pool_info = None
+    if spec.choose_pool is not None and workload.num_requests:
+        if calibration is None:
+            calibration = Calibration.resolve(config.calibration_path)
+        pool, pool_info = spec.choose_pool(config.pool, workload, config, calibration, cache)
+        config = replace(config, pool=pool)
     slo_cost_model = None
     node_calibrations = None
     if spec.calibration_transform is not None:
@@ -37,20 +54,25 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
         calibration = spec.calibration_transform(calibration)
     sim = Simulator(workload, config, calibration, policy_name=spec.name, slo_cost_model=slo_cost_model,
                     node_calibrations=node_calibrations)
+    sim.attachments["capacity_cache"] = cache
+    if pool_info is not None:
+        info = {"composition": config.pool.composition, **pool_info}
+        sim.extras_providers.append(lambda: {"initial_pool": info})
     for attachment in spec.make_attachments():
         attachment.attach(sim)
     return sim, spec
 
 
 def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
-               calibration: Calibration | None = None, progress=None) -> SimResult:
+               calibration: Calibration | None = None, progress=None, capacity_cache=None) -> SimResult:
     """Runs one policy to the end (or the horizon) and returns its result.
 
     Args:
         progress: optional callable ``(num_decided)`` called every 1,000 routing decisions and
             once at the end with the rest.
+        capacity_cache: see :func:`build_simulator`.
     """
-    sim, spec = build_simulator(policy, workload, config, calibration)
+    sim, spec = build_simulator(policy, workload, config, calibration, capacity_cache)
     if progress is not None:
         state = {"n": 0}
 

@@ -180,8 +180,8 @@ def aggregate(rows: list[dict], reference: str | None = None) -> list[dict]:
 
 #: Heuristics a routing checkpoint is compared with by default.
 DEFAULT_ROUTING_AGAINST = "least-work,prefix-affinity,round-robin"
-#: Comparisons of a reconfiguration checkpoint by default (all routed by Vertumnus).
-DEFAULT_RECONFIG_AGAINST = "vertumnus-adaptive,vertumnus,fixed:cp1x40,fixed:cp2x20,fixed:cp4x10,fixed:cp8x5"
+#: Comparisons of a reconfiguration checkpoint by default (all routed by the Vertumnus router).
+DEFAULT_RECONFIG_AGAINST = "vertumnus-adaptive,vertumnus-router,fixed:cp1x40,fixed:cp2x20,fixed:cp4x10,fixed:cp8x5"
 
 
 def _opt(default, help: str, **meta):
@@ -385,14 +385,16 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
 
 
 def choose_reference(rows: list[dict], reference: str | None) -> str | None:
-    """The policy of the paired delta columns: ``reference``, else ``vertumnus`` if evaluated,
+    """The policy of the paired delta columns: ``reference``, else ``vertumnus-router`` or
+    ``vertumnus`` if evaluated,
     else the second policy (the first compared one).
 
     Raises:
         ValueError: when ``reference`` is not among the evaluated policies.
     """
     labels = list(dict.fromkeys(r["policy"] for r in rows))
-    ref = reference or ("vertumnus" if "vertumnus" in labels else (labels[1] if len(labels) > 1 else None))
+    vert = [v for v in ("vertumnus-router", "vertumnus") if v in labels]
+    ref = reference or (vert[0] if vert else (labels[1] if len(labels) > 1 else None))
     if ref is not None and ref not in labels:
         raise ValueError(f"--reference {ref!r} is not among the evaluated policies {labels}")
     return ref

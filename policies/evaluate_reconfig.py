@@ -7,8 +7,10 @@ the worker composition:
 * the learned checkpoint: :class:`envs.reconfig_env.PrefillReconfigEnv` stepped with masked,
   deterministic actions (observations normalised with the saved ``VecNormalize`` statistics);
 * ``vertumnus-adaptive``: the heuristic split/merge controller (``baselines.controller``);
-* ``vertumnus``: no reconfiguration (the configured initial composition, default
+* ``vertumnus-router``: no reconfiguration (the configured initial composition, default
   ``cp4x6,cp2x8``);
+* ``vertumnus``: the full system (initial composition from the capacity profile, controller,
+  global prefix-cache manager);
 * ``fixed:<composition>`` (e.g. ``fixed:cp2x20``): no reconfiguration on another fixed
   composition of the same GPUs.
 
@@ -118,7 +120,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
 
     Args:
         checkpoint: reconfiguration checkpoint folder (or ``None`` for heuristics only).
-        against: ``vertumnus-adaptive``, ``vertumnus`` (no reconfiguration) and/or
+        against: ``vertumnus-adaptive``, ``vertumnus-router`` (no reconfiguration), ``vertumnus``
+            (full system) and/or
             ``fixed:<composition>``.
         workload: named synthetic workload (generator seed = each seed).
         seeds: workload and simulator seeds (hold out those used in training).
@@ -131,8 +134,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     from experiments.runner import run_policy
 
     for label in against:
-        if not (label in ("vertumnus", "vertumnus-adaptive") or (label.startswith("fixed:") and len(label) > 6)):
-            raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-adaptive or fixed:<composition>")
+        if not (label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive") or (label.startswith("fixed:") and len(label) > 6)):
+            raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, vertumnus-adaptive or fixed:<composition>")
     learned = LearnedReconfig(checkpoint) if checkpoint else None
     rows = []
     for seed in seeds:
@@ -146,11 +149,11 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             elif label.startswith("fixed:"):
                 comp = label.split(":", 1)[1]
                 c = replace(cfg, pool=replace(cfg.pool, composition=comp))
-                result = run_policy("vertumnus", wl, c)
-            elif label in ("vertumnus", "vertumnus-adaptive"):
+                result = run_policy("vertumnus-router", wl, c)
+            elif label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive"):
                 result = run_policy(label, wl, cfg)
             else:
-                raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-adaptive or fixed:<composition>")
+                raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, vertumnus-adaptive or fixed:<composition>")
             s = summarize(result)
             n_ops, n_commit = _ops(result)
             row = {"policy": label, "seed": seed, "wall_s": time.perf_counter() - t0,

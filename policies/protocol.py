@@ -38,7 +38,7 @@ from envs.metrics.summary import measured_summary  # noqa: F401  (part of the pr
 PERIOD = 4
 PARTS = {"train": (0, 2), "validation": (1,), "test": (3,)}
 #: The registry name of the router-only Vertumnus policy (the routing environment's reference).
-VERTUMNUS_ROUTER = "vertumnus"
+VERTUMNUS_ROUTER = "vertumnus-router"
 
 
 def part_of(window_index: int) -> str:

@@ -111,7 +111,7 @@ class TrainConfig:
     it causes) lands over the next hundreds of decisions.
 
     ``bc_policy``: optional warm start by behaviour cloning (then PPO fine-tuning): the named
-    heuristic (e.g. ``"vertumnus"``) routes ``bc_episodes`` training windows through the
+    heuristic (e.g. ``"vertumnus-router"``) routes ``bc_episodes`` training windows through the
     environment; the policy is fitted for ``bc_epochs`` epochs to its masked actions
     (cross-entropy) and the value head to the discounted returns (MSE).
 

@@ -189,7 +189,8 @@ class Replicator:
         if budget <= 0:
             return
         nodes = self.trie.nodes
-        for h in self.trie.leaves_first(h for h, node in nodes.items() if len(node.holders) >= 2):
+        # the multi-holder set is kept by the trie; leaves_first sorts it (the order does not depend on the set's)
+        for h in self.trie.leaves_first(h for h in self.trie.shared if len(nodes[h].holders) >= 2):
             if budget <= 0:
                 return
             node = nodes.get(h)

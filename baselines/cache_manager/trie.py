@@ -32,6 +32,7 @@ class PrefixTrie:
     def __init__(self) -> None:
         self.nodes: dict[int, TrieNode] = {}
         self.parent_of: dict[int, int | None] = {}  # learnt from dispatched prompts (register_prefix)
+        self.shared: set[int] = set()  # nodes with >= 2 holders (reclamation candidates), kept incrementally
 
     # ------------------------------------------------------------------ holders
     def insert(self, worker_id: int, block_hash: int) -> None:
@@ -40,6 +41,8 @@ class PrefixTrie:
         if node is None:
             node = self.create(block_hash)
         node.holders.add(worker_id)
+        if len(node.holders) == 2:
+            self.shared.add(block_hash)
 
     def create(self, block_hash: int) -> TrieNode:
         """A new node for ``block_hash``, linked to its parent (created if missing) when the parent is known."""
@@ -60,6 +63,8 @@ class PrefixTrie:
         if node is None:
             return []
         node.holders.discard(worker_id)
+        if len(node.holders) < 2:
+            self.shared.discard(block_hash)
         return self._gc(block_hash, node)
 
     def _gc(self, block_hash: int, node: TrieNode) -> list[int]:

@@ -6,8 +6,13 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
 
 * ``--suite paper`` = Vertumnus + the paper's §9 baselines; ``--suite all`` = every registered
   policy; any other value is a comma-separated list of suite and/or policy names.
-* Rates: ``--rates 10,20,40`` (time-scale the workload to these mean rates [requests/s]) or
-  ``--rate-scales 1,2,4`` (multiply its native rate); neither = the native rate.
+* Rates: ``--rates 10,20,40`` (time-scale the workload to these mean rates [requests/s]),
+  ``--rate-scales 1,2,4`` (multiply its native rate) or ``--loads 0.5,0.7,0.85,0.95`` (fractions
+  of the strongest static baseline's sustainable rate, ``cpgym capacity``; the window
+  ``--window-s`` (default 0 600) is scaled to each rate); neither = the native rate.
+* Overload: with ``--loads`` (or ``--label-overload``) every policy's capacity is measured
+  (cached on disk) and a rate above a policy's capacity is labelled ``overloaded`` in the table,
+  the JSON (``overloaded``) and the plot (open markers).
 * ``--seeds 0,1,2``: each seed sets the run seed and offsets the synthetic generator seed
   (``--workload-seed + seed``); metrics are averaged over seeds in the table and JSON.
 * The strongest baseline at a rate is the non-Vertumnus policy (name not starting with
@@ -27,6 +32,7 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 
 from experiments.paper_experiments.end_to_end import (  # noqa: F401  (old import paths)
@@ -51,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rates = p.add_mutually_exclusive_group()
     rates.add_argument("--rates", metavar="R1,R2,...", help="target mean request rates [requests/s], e.g. 10,20,40")
     rates.add_argument("--rate-scales", metavar="X1,X2,...", help="multiply the workload's native rate by each factor")
+    rates.add_argument("--loads", metavar="F1,F2,...",
+                       help="fractions of the strongest static baseline's capacity, e.g. 0.5,0.7,0.85,0.95")
+    p.add_argument("--label-overload", action="store_true",
+                   help="measure each policy's capacity and label rates above it 'overloaded'")
+    from experiments.commands.capacity import add_capacity_arguments
+
+    add_capacity_arguments(p)
     p.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     p.add_argument("--jobs", type=int, default=1, help="parallel simulation processes (default 1)")
     p.add_argument("--out", metavar="DIR", help="write under DIR: results.csv and results.parquet (one row per policy, rate "
@@ -77,6 +90,10 @@ def plot(summary, path, title: str) -> None:
             style = dict(lw=2.5, color="black") if policy == VERTUMNUS else dict(lw=1.2, color=f"C{i % 10}",
                                                                                  ls=("-", "--", ":")[(i // 10) % 3])
             ax.plot(g["rate_rps"], g[key], marker="o", label=policy, **style)
+            if "overloaded" in g:  # open markers: rates above the policy's capacity
+                over = g[g["overloaded"] == True]  # noqa: E712 (NaN = unknown)
+                ax.scatter(over["rate_rps"], over[key], s=90, facecolors="white", edgecolors=style["color"], zorder=3,
+                           label="overloaded" if policy == VERTUMNUS else None)
         ax.set_xlabel("request rate [requests/s]")
         ax.set_ylabel(label)
         ax.set_yscale("log")
@@ -86,6 +103,48 @@ def plot(summary, path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _capacities_for(args, names: list[str], seeds: list[int]):
+    """With ``--loads`` or ``--label-overload``: each policy's capacity on the window
+    (:mod:`experiments.capacity`, seed ``seeds[0]``), the window per seed, and for ``--loads``
+    the absolute rates (``caps["_rates"]``) and rate -> load fraction (``caps["_load_of"]``).
+    Otherwise ``({}, None, {})``."""
+    if args.loads is None and not args.label_overload:
+        return {}, None, {}
+    from experiments.capacity import capacities, rates_for_loads, static_baselines
+    from experiments.commands.capacity import definition_from_args, rated_from_args
+    from experiments.common import parse_list, sim_config_from_args
+
+    loads = parse_list(args.loads, "--loads", positive=True) if args.loads is not None else None
+    rated = {}
+    for seed in seeds:
+        a = copy.copy(args)
+        a.workload_seed = args.workload_seed + seed
+        a.target_rps = a.rate_scale = None
+        rated[seed] = rated_from_args(a)
+    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "table" else None
+    res = capacities(names, rated[seeds[0]], sim_config_from_args(args, seed=seeds[0]), definition=definition_from_args(args),
+                     cache_dir=None if args.no_cache else args.cache_dir, log=log)
+    caps: dict = {p: r.capacity_rps for p, r in res.items()}
+    if loads is None:
+        return caps, None, {}
+    rates, best, cap = rates_for_loads(loads, res, static_baselines(names))
+    print(f"loads relative to {best}: {cap:.3f} req/s", file=sys.stderr)
+    caps["_rates"], caps["_load_of"] = rates, dict(zip(rates, loads))
+    return caps, rated, {}
+
+
+def _label_overload(summary, caps: dict, load_of: dict) -> None:
+    """Adds ``capacity_rps`` / ``overloaded`` (and ``load_fraction``) columns when known."""
+    from experiments.capacity import is_overloaded
+
+    if load_of:
+        summary["load_fraction"] = summary["rate_rps"].map(load_of)
+    if caps:
+        summary["capacity_rps"] = summary["policy"].map(caps)
+        summary["overloaded"] = [is_overloaded(r, c) if c == c else None
+                                 for r, c in zip(summary["rate_rps"], summary["capacity_rps"])]
 
 
 def _print_table(summary, changes, title: str) -> None:
@@ -98,7 +157,9 @@ def _print_table(summary, changes, title: str) -> None:
         t.add_column(label, justify="left" if label == "policy" else "right")
     for rate, g in summary.groupby("rate_rps", sort=True):
         for _, r in g.iterrows():
-            t.add_row(f"{rate:g}", escape(r["policy"]), f"{r['mean_ttft_s']:.3f}", f"{r['p90_ttft_s']:.3f}",
+            ov = r.get("overloaded")
+            label = escape(r["policy"]) + (" (overloaded)" if ov is not None and ov == ov and bool(ov) else "")
+            t.add_row(f"{rate:g}", label, f"{r['mean_ttft_s']:.3f}", f"{r['p90_ttft_s']:.3f}",
                       f"{r['slo_attainment_token_weighted']:.3f}", f"{r['prefix_hit_rate']:.3f}", f"{r['utilization']:.3f}",
                       f"{r['num_unfinished']:.0f}")
         t.add_section()
@@ -114,7 +175,7 @@ def _print_table(summary, changes, title: str) -> None:
         con.print(c)
 
 
-def _inputs(args: argparse.Namespace) -> dict:
+def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> dict:
     """The keyword arguments of ``run_compare`` / ``compare_plan`` given by the flags.
 
     Raises:
@@ -138,7 +199,7 @@ def _inputs(args: argparse.Namespace) -> dict:
         raise ValueError(f"--seeds must be a comma-separated list of integers, got {args.seeds!r}") from None
     if not seeds or any(s < 0 for s in seeds):
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
-    rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else None
+    rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else load_rates
     scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales is not None else None
     return {"source": workload_source_from_args(args), "base_config": sim_config_from_args(args, seed=seeds[0]),
             "policies": policies, "rates_rps": rates, "rate_scales": scales, "seeds": seeds}
@@ -159,7 +220,14 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, dumps_json
     from experiments.paper_experiments.end_to_end import run_compare
 
-    inputs = _inputs(args)
+    if args.loads is not None or args.label_overload:
+        seeds0 = [int(x) for x in args.seeds.split(",") if x.strip()]
+        caps, _, load_of = _capacities_for(args, resolve_suite(args.suite), seeds0)
+        load_rates = caps.pop("_rates", None)
+        load_of = caps.pop("_load_of", load_of)
+    else:
+        caps, load_of, load_rates = {}, {}, None
+    inputs = _inputs(args, load_rates)
     config0, seeds = inputs["base_config"], inputs["seeds"]
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -174,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_compare(**inputs, jobs=args.jobs, on_row=save)
     summary, changes = result.summary, result.changes
+    _label_overload(summary, caps, load_of)
     title = (f"{result.workload_name}: {config0.pool.num_gpus} GPUs (run pool {config0.pool.composition}), "
              f"seeds {','.join(map(str, seeds))}")
     if out is not None:
@@ -188,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
         written += ["sweep.csv"] * (result.sweep is not None)
         print(f"wrote {', '.join(written + ['compare.png'])} under {out}", file=sys.stderr)
     if args.format == "json":
-        recs = [{k: (r[k].item() if hasattr(r[k], "item") else r[k]) for k in JSON_KEYS} for _, r in summary.iterrows()]
+        keys = JSON_KEYS + tuple(k for k in ("load_fraction", "capacity_rps", "overloaded") if k in summary)
+        recs = [{k: (r[k].item() if hasattr(r[k], "item") else r[k]) for k in keys} for _, r in summary.iterrows()]
         print(dumps_json(recs))
     else:
         _print_table(summary, changes, title)

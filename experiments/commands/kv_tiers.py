@@ -14,11 +14,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="PATH", help="trace (default: the shared conversation trace)")
     p.add_argument("--window-s", type=float, nargs=2, default=(0.0, 300.0), metavar=("START", "END"),
                    help="arrival window after rate scaling [s] (default 0 300)")
-    p.add_argument("--policies", default="vertumnus,least-work,mooncake-ttft,dynamo-kv",
-                   help="policies of the tier table (default vertumnus,least-work,mooncake-ttft,dynamo-kv)")
+    p.add_argument("--policies", default="vertumnus-router,least-work,mooncake-ttft,dynamo-kv",
+                   help="policies of the tier table (default vertumnus-router,least-work,mooncake-ttft,dynamo-kv)")
     p.add_argument("--load", type=float, default=0.9, help="fraction of the estimated capacity (default 0.9)")
     p.add_argument("--capacity-rps", type=float, help="skip the rate search and use this capacity [requests/s]")
-    p.add_argument("--capacity-policy", default="vertumnus", help="reference policy of the rate search (default vertumnus)")
+    p.add_argument("--capacity-policy", default="vertumnus-router",
+                   help="reference policy of the rate search (default vertumnus-router)")
     p.add_argument("--eviction-dram-gb", default="16,64",
                    help="two DRAM capacities per node of the eviction table [GB] (default 16,64)")
     p.add_argument("--eviction-policies", default="mooncake-ttft,dynamo-kv",

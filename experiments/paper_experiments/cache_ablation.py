@@ -6,7 +6,7 @@ function: :func:`run_cache_ablation` (``cpgym cache-ablation`` is a thin wrapper
   of sessions; its session rate is set to ``rate / 30`` (the generator's 30 calls per session on
   average, so the calls keep their seconds-scale gaps) and the result is time-scaled to exactly ``rate``
   requests/s.
-* Policies: ``base_policy`` (default ``vertumnus``) and the same policy with a
+* Policies: ``base_policy`` (default ``vertumnus-router``) and the same policy with a
   :class:`baselines.cache_manager.GlobalCacheManager` attached
   (:func:`baselines.cache_manager.with_global_cache`; ``vertumnus-global-cache`` in the registry).
 * Reported per policy and rate: mean / P90 TTFT [s], token-weighted SLO attainment, token-weighted
@@ -53,7 +53,7 @@ class CacheAblationConfig:
     rates_rps: tuple[float, ...] = _opt(DEFAULT_RATES_RPS, "request rates [requests/s]", flag="--rates", metavar="R1,R2,...")
     duration_s: float = _opt(300.0, "simulated seconds of tool-agent sessions")
     workload_seed: int = _opt(0, "seed of the tool-agent generator")
-    base_policy: str = _opt("vertumnus", "policy run with local caches only")
+    base_policy: str = _opt("vertumnus-router", "policy run with local caches only")
     manager_setting: str = _opt("default", "named cache-manager setting (baselines.cache_manager.CACHE_MANAGER_SETTINGS): "
                                            "default (5 s scan, swept thresholds) or paper-20s (the paper's 20 s scan)")
     scan_interval_s: float | None = _opt(None, "cache-manager scan period [s] overriding the setting's")
@@ -142,7 +142,8 @@ def policies(cfg: CacheAblationConfig):
     params = getattr(base.make_router(), "params", None)
     if params is not None and hasattr(params, "lambda_"):
         mgr_cfg = replace(mgr_cfg, beta=params.beta, lambda_=params.lambda_)
-    return base, with_global_cache(base, mgr_cfg)
+    # the router's managed variant keeps its registry name
+    return base, with_global_cache(base, mgr_cfg, "vertumnus-global-cache" if base.name == "vertumnus-router" else None)
 
 
 def cache_ablation_plan(cfg: CacheAblationConfig, config) -> list[tuple]:

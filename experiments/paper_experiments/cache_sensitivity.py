@@ -58,7 +58,7 @@ def sensitivity_rows(runs: list[dict], local_policy: str | None = None) -> list[
 
     if local_policy is None:
         plain = sorted({r["policy"] for r in runs if not any(k.startswith("cache_") for k in r["params"])})
-        local_policy = plain[0] if len(plain) == 1 else "vertumnus"
+        local_policy = plain[0] if len(plain) == 1 else "vertumnus-router"
     local = {r["seed"]: r for r in runs if r["policy"] == local_policy}
     if not local:
         found = sorted({r["policy"] for r in runs})

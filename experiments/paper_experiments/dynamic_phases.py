@@ -17,7 +17,7 @@ Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
   initial composition chosen from *historical* demand — the same generator with the next
   workload seed (another "day"): its length mix and mean rate;
 * every fixed composition of the pool with the supported degrees (paper: 40 GPUs, nodes of 8,
-  {2, 4}: ``cp4x10`` ... ``cp2x20``), router ``vertumnus``, no controller.
+  {2, 4}: ``cp4x10`` ... ``cp2x20``), router ``vertumnus-router``, no controller.
 """
 
 from __future__ import annotations
@@ -134,20 +134,11 @@ class DynamicPhasesResult:
 
 
 def reuse_prefix_tokens(workload) -> float:
-    """Mean per-request prefix (whole KV blocks) already seen in an earlier request of
-    ``workload`` [tokens]: the prefix hit of an unbounded, perfectly placed cache (an upper
-    bound of the run's hit; on ``phases`` the shared system prompts, ~0.9k tokens)."""
-    seen: set = set()
-    total = 0
-    for r in workload.requests:
-        n = 0
-        for h in r.block_hashes:
-            if h not in seen:
-                break
-            n += 1
-        total += min(n * workload.kv_block_size_tokens, max(0, r.num_prompt_tokens - 1))
-        seen.update(r.block_hashes)
-    return total / max(1, workload.num_requests)
+    """Mean per-request prefix already seen earlier in ``workload`` [tokens]
+    (:func:`baselines.capacity.reuse_prefix_tokens`)."""
+    from baselines.capacity import reuse_prefix_tokens as reuse
+
+    return reuse(workload)
 
 
 def _observe_history(table, history, prompt_tokens, mean_cached_tokens: float, window_s: float) -> None:
@@ -262,10 +253,10 @@ def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, histo
 def dynamic_plan(cfg: DynamicPhasesConfig, base) -> list[tuple]:
     """The runs of :func:`run_dynamic_phases` without running them: ``(WorkloadSource, SimConfig,
     registry policy)`` for the adaptive policy (composition ``cfg.initial``; ``"auto"`` is only
-    known after profiling the history day) and each fixed composition (router ``vertumnus``)."""
+    known after profiling the history day) and each fixed composition (router ``vertumnus-router``)."""
     fixed = fixed_compositions(cfg, base.pool)
     src = cfg.workload_source()
-    with_comp = [(cfg.initial, "vertumnus-adaptive")] + [(c, "vertumnus") for c in fixed]
+    with_comp = [(cfg.initial, "vertumnus-adaptive")] + [(c, "vertumnus-router") for c in fixed]
     return [(src, replace(base, pool=replace(base.pool, composition=c)) if c != "auto" else base, p) for c, p in with_comp]
 
 
@@ -284,7 +275,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
     Raises:
         ValueError: on a composition the pool rejects, or a window that keeps no request or overlaps no phase.
     """
-    from baselines.controller import CapacityTable, ControllerConfig, ReconfigController
+    from baselines.controller import CapacityTable, ControllerConfig, ProfileConfig, ReconfigController
     from baselines.registry import PolicySpec, get_policy
     from envs.metrics import summarize
     from envs.sim import Calibration
@@ -296,15 +287,17 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
 
     workload = check_has_requests(cfg.workload_source().build())  # before profiling the history day
     history = cfg.workload_source(history=True).build()
+    # the profile settings this experiment was tuned with (every window mix refines its regime's reference)
     ccfg = ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows,
-                            reconfig=ReconfigConfig(switch_s=cfg.switch_s))
+                            reconfig=ReconfigConfig(switch_s=cfg.switch_s),
+                            profile=ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10))
     table = CapacityTable(base, calibration, ccfg.profile)  # shared by the initial composition and the controller
     initial, init_info, fixed, hist_hit = _initial_and_fixed(cfg, base, calibration, table, history, ccfg)
     phase, kinds, bounds = phase_layout(workload, cfg.window_s)
     adaptive = PolicySpec("vertumnus-adaptive", get_policy("vertumnus-adaptive").make_router,
                           "Vertumnus router + split/merge controller", "paper §5-§6",
                           make_attachments=lambda: [ReconfigController(ccfg, table)])
-    runs = [("vertumnus-adaptive", initial, adaptive)] + [(f"fixed {c}", c, get_policy("vertumnus")) for c in fixed]
+    runs = [("vertumnus-adaptive", initial, adaptive)] + [(f"fixed {c}", c, get_policy("vertumnus-router")) for c in fixed]
     rows, results = [], {}
     for label, comp, spec in runs:
         if log:

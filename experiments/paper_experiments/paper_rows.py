@@ -162,7 +162,7 @@ def operation_times_s(summary: dict) -> list[float]:
 
 
 def run_cache_pairs(rate_rps: float, seeds: tuple[int, ...], config, duration_s: float = 300.0,
-                    base_policy: str = "vertumnus", manager_params: dict | None = None) -> list[tuple[dict, dict]]:
+                    base_policy: str = "vertumnus-router", manager_params: dict | None = None) -> list[tuple[dict, dict]]:
     """Runs local caches only and the global manager on the tool-agent workload at ``rate_rps``
     for each seed (workload seed = run seed, as ``cpgym cache-ablation --seed s --workload-seed s``).
 

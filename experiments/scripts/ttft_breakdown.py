@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     rate = float(argv[0]) if argv else 48.0
     seed = int(argv[1]) if len(argv) > 1 else 0
     wl = tool_agent_at_rate(rate, 300.0, seed)
-    r = run_policy(get_policy("vertumnus"), wl, SimConfig(seed=seed)).records
+    r = run_policy(get_policy("vertumnus-router"), wl, SimConfig(seed=seed)).records
     ttft = np.asarray(r["ttft_s"])
     queue = np.asarray(r["start_s"]) - np.asarray(r["arrival_s"])
     exec_s = np.asarray(r["actual_service_s"])

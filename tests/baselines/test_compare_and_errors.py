@@ -20,7 +20,7 @@ def test_prediction_errors_by_bucket(small_prefix_workload, tmp_path):
     # one at this light load are exactly predicted without bias)
     cfg = SimConfig(pool=PoolConfig(num_gpus=8, composition="cp4x1,cp2x2"),
                     prediction_error=PredictionErrorConfig(degree_bias=((4, 1.2),)))
-    res = run_policy("vertumnus", small_prefix_workload, cfg)
+    res = run_policy("vertumnus-router", small_prefix_workload, cfg)
     df = summarize_prediction_errors(res)
     assert list(df.columns) == list(COLUMNS)
     assert set(df["group_by"]) == {"all", "degree", "cache_ratio", "length"}

@@ -267,7 +267,7 @@ def test_registry_policy_and_same_seed_identical():
     wl = _workload([(0.1 * k, [k % 3, 10 + k % 5, 20 + k]) for k in range(60)])
     cfg = CacheManagerConfig(scan_interval_s=1.0, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.5,
                              reclaim_threshold=0.2)
-    custom = with_global_cache(POLICIES["vertumnus"], cfg)
+    custom = with_global_cache(POLICIES["vertumnus-router"], cfg, "vertumnus-global-cache")
     from experiments.runner import run_policy
 
     a = run_policy(custom, wl, SimConfig(pool=POOL), _calibration(6))
@@ -295,7 +295,7 @@ def test_transfer_end_has_transfer_priority():
 def test_manager_settings_are_policy_parameters():
     spec = POLICIES["vertumnus-global-cache"]
     assert spec.params["cache_scan_interval_s"] == CacheManagerConfig().scan_interval_s
-    assert spec.params["beta"] == POLICIES["vertumnus"].params["beta"]
+    assert spec.params["beta"] == POLICIES["vertumnus-router"].params["beta"]
     tuned = spec.with_params(cache_scan_interval_s=5.0, cache_intra_degree_threshold=2.0, beta=2.0)
     (mgr,) = [a for a in tuned.make_attachments() if isinstance(a, GlobalCacheManager)]
     assert (mgr.config.scan_interval_s, mgr.config.intra_degree_threshold) == (5.0, 2.0)

@@ -77,7 +77,7 @@ def test_cache_ablation_json(capsys):
             "--scan-interval-s", "5", "--format", "json"]
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["policy"] for r in rows] == ["vertumnus", "vertumnus-global-cache"]
+    assert [r["policy"] for r in rows] == ["vertumnus-router", "vertumnus-global-cache"]
     for r in rows:
         assert set(r) >= {"policy", "rate_rps", "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted",
                           "prefix_hit_rate", "kv_transfer_bytes"}

@@ -87,6 +87,6 @@ def test_default_inner_router_is_vertumnus(toy_cal):
     wins = [random_workload(60, rate_rps=6.0, seed=0)]
     env = PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=5.0)
     env.reset(seed=0)
-    assert env.router.name == "vertumnus"
+    assert env.router.name == "vertumnus-router"
     with pytest.raises(ValueError, match="window_s"):
         PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=0)

@@ -73,7 +73,7 @@ def test_service_time_error_with_noise_off_comes_from_batching():
     errors = {}
     for n in (base.engine.max_batch_requests, 1):
         cfg = replace(base, engine=replace(base.engine, max_batch_requests=n))
-        errors[n] = summarize_prediction_errors(run_policy("vertumnus", wl, cfg)).iloc[0]["mean_service_rel_error"]
+        errors[n] = summarize_prediction_errors(run_policy("vertumnus-router", wl, cfg)).iloc[0]["mean_service_rel_error"]
     assert errors[base.engine.max_batch_requests] > 0.05 and abs(errors[1]) < 0.005
     assert "prediction_errors.csv" in README and "batch" in README.split("prediction_errors.csv", 2)[2][:900]
 

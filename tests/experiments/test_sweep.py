@@ -163,29 +163,29 @@ def test_cli_dry_run_and_bad_backend_args(tmp_path, capsys, tiny_spec):
 
 
 def test_policy_parameters_are_sweepable(tmp_path):
-    """``vertumnus.beta`` / ``vertumnus.lambda`` as sweep axes: cells differ only in the router's
+    """``vertumnus-router.beta`` / ``vertumnus-router.lambda`` as sweep axes: cells differ only in the router's
     parameters, results keep the policy name, and an undeclared parameter fails at load time."""
     from experiments.spec import SpecError
 
     spec = load_spec(write_spec(tmp_path, """
         name: beta-lambda
         workload: {name: tool-agent, params: {duration_s: 20.0}, target_rps: 60}
-        policies: [vertumnus]
+        policies: [vertumnus-router]
         sweep:
           grid:
-            vertumnus.beta: [1.0, 3.0]
-            vertumnus.lambda: [0.0, 4.0]
+            vertumnus-router.beta: [1.0, 3.0]
+            vertumnus-router.lambda: [0.0, 4.0]
         """))
     assert spec.num_cells == 4
     outcome = run_sweep(spec, tmp_path / "out", jobs=1, progress=False)
     assert outcome.num_done == 4
     summaries = _summaries(tmp_path / "out")
-    assert {s["policy"] for s in summaries.values()} == {"vertumnus"}
+    assert {s["policy"] for s in summaries.values()} == {"vertumnus-router"}
     assert len({round(s["mean_ttft_s"], 9) for s in summaries.values()}) > 1  # the parameters change decisions
     for d in (tmp_path / "out").iterdir():
         if (d / "cell.json").is_file():
             params = json.loads((d / "cell.json").read_text())["policy_params"]
             assert set(params) == {"beta", "lambda"}
-    with pytest.raises(SpecError, match="vertumnus.gamma"):
-        load_spec(write_spec(tmp_path, "name: x\nworkload: {name: tool-agent}\npolicies: [vertumnus]\n"
-                             "sweep: {grid: {vertumnus.gamma: [1]}}\n", "bad.yaml"))
+    with pytest.raises(SpecError, match="vertumnus-router.gamma"):
+        load_spec(write_spec(tmp_path, "name: x\nworkload: {name: tool-agent}\npolicies: [vertumnus-router]\n"
+                             "sweep: {grid: {vertumnus-router.gamma: [1]}}\n", "bad.yaml"))

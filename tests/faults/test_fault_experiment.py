@@ -13,7 +13,7 @@ trace: "@traces/conversation_trace.jsonl"
 window_s: [0, 40]
 capacity_search_rps: [4, 64]
 capacity_iterations: 2
-policies: [least-work, vertumnus]
+policies: [least-work, vertumnus-router]
 scenarios:
   gpu: gpu.yaml
 plot_before_s: 20
@@ -34,7 +34,7 @@ def test_cpgym_faults_writes_table_plots_and_provenance(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["faults", str(spec), "--out", str(out)]) == 0
     df = pd.read_csv(out / "table.csv")
-    assert sorted(set(df["scenario"])) == ["gpu", "none"] and sorted(set(df["policy"])) == ["least-work", "vertumnus"]
+    assert sorted(set(df["scenario"])) == ["gpu", "none"] and sorted(set(df["policy"])) == ["least-work", "vertumnus-router"]
     assert (df["num_requests"] == df["num_finished"] + df["num_unfinished"]).all()
     gpu = df[df["scenario"] == "gpu"]
     assert (gpu["num_fault_affected_requests"] > 0).all() and (gpu["recovery_time_s"] == 10.0).all()
@@ -49,7 +49,7 @@ def test_cpgym_faults_writes_table_plots_and_provenance(tmp_path, capsys):
 @pytest.mark.parametrize("edit, match", [
     (lambda s: s + "colour: red\n", r"unknown key\(s\) \['colour'\]"),
     (lambda s: s.replace("gpu: gpu.yaml", "gpu: missing.yaml"), r"scenarios.gpu: file .*missing.yaml does not exist"),
-    (lambda s: s.replace("least-work, vertumnus", "least-work, nonsense"), r"nonsense"),
+    (lambda s: s.replace("least-work, vertumnus-router", "least-work, nonsense"), r"nonsense"),
     (lambda s: s.replace("window_s: [0, 40]", "window_s: [40, 0]"), r"window_s: expected \[start, end\]"),
 ])
 def test_spec_errors_name_the_key(tmp_path, edit, match):

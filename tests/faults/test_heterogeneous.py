@@ -69,15 +69,15 @@ def test_every_policy_runs_on_h20_plus_h20_3e_and_predictions_use_the_workers_ow
 def test_h20_3e_nodes_have_their_own_kv_capacity(tmp_path, h20):
     paths = (_write(tmp_path, h20, "h20.json"), _write(tmp_path, _h20_3e(h20), "h20-3e.json"))
     wl = window(get_workload("mixed-default", seed=0), 0.0, 5.0)
-    res = run_policy("vertumnus", wl, SimConfig(pool=POOL, node_calibration_paths=paths))
+    res = run_policy("vertumnus-router", wl, SimConfig(pool=POOL, node_calibration_paths=paths))
     assert not np.isnan(res.records["finish_s"]).any()
-    sim, _ = build_simulator("vertumnus", wl, SimConfig(pool=POOL, node_calibration_paths=paths))
+    sim, _ = build_simulator("vertumnus-router", wl, SimConfig(pool=POOL, node_calibration_paths=paths))
     by_node = {w.node: w for w in sim.workers.values() if w.degree == 4}
     assert by_node[1].kv_capacity_tokens == _h20_3e(h20).kv_capacity_tokens(4) > by_node[0].kv_capacity_tokens
     assert by_node[1].cache.capacity_blocks > by_node[0].cache.capacity_blocks
 
 
-@pytest.mark.parametrize("policy", ["vertumnus", "mooncake-ttft"])
+@pytest.mark.parametrize("policy", ["vertumnus-router", "mooncake-ttft"])
 def test_cost_based_routers_prefer_the_faster_gpu_type(tmp_path, h20, policy):
     # one request, all workers idle: equal degree, equal hit -> the faster node's worker wins,
     # although the slower node's worker comes first in the tie-break order

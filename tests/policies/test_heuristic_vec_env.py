@@ -12,7 +12,7 @@ from policies.heuristic import HeuristicPolicy, make_routing_env
 
 SEED = 3
 CASES = [("vertumnus-lambda0", {}), ("vertumnus-no-reservation", {}), ("homogeneous-cp2", {}),
-         ("vertumnus", {"beta": 1.5, "lambda": 0.25})]
+         ("vertumnus-router", {"beta": 1.5, "lambda": 0.25})]
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_vec_env_keeps_policy_parameters(name, overrides, form, trace_window):
 
 def test_parameters_change_decisions_here(trace_window):
     """The check above can fail: on this window the ablations decide differently from plain Vertumnus."""
-    _, base = _single_env_decisions("vertumnus", get_policy("vertumnus"), trace_window)
+    _, base = _single_env_decisions("vertumnus-router", get_policy("vertumnus-router"), trace_window)
     for name in ("vertumnus-lambda0", "vertumnus-no-reservation"):
         _, other = _single_env_decisions(name, get_policy(name), trace_window)
         assert other != base, name

@@ -138,16 +138,16 @@ def test_tune_and_evaluate_commands_on_a_tiny_trace(tmp_path, capsys):
     env = PrefillRoutingEnv(windows(load_trace(trace), 20.0), SimConfig(pool=pool_cfg))
     MaskablePPO(WorkerSetPolicy, env, n_steps=64, batch_size=32, seed=0, policy_kwargs={
         "features_extractor_kwargs": {"hidden_dim": 8, "residual_tau_s": 0.1}}).save(tmp_path / "ckpt" / "model.zip")
-    assert main(["evaluate", "--policy", str(tmp_path / "ckpt"), "--against", "vertumnus,vertumnus-tuned,least-work",
+    assert main(["evaluate", "--policy", str(tmp_path / "ckpt"), "--against", "vertumnus-router,vertumnus-tuned,least-work",
                  "--trace", str(trace),
                  "--target-rps", "6", "--protocol", "--episode-window-s", "4", "--tuned", str(out), "--format", "json",
                  "--quiet", *pool]) == 0
     rows = json.loads(capsys.readouterr().out)
     by = {r["policy"]: r for r in rows}
-    assert set(by) == {str(tmp_path / "ckpt"), "vertumnus", "vertumnus-tuned", "least-work"}
+    assert set(by) == {str(tmp_path / "ckpt"), "vertumnus-router", "vertumnus-tuned", "least-work"}
     assert all(r["reference"] == "vertumnus-tuned" and r["num_windows"] >= 2 for r in rows)
-    assert by[str(tmp_path / "ckpt")]["mean_ttft_s"] == by["vertumnus"]["mean_ttft_s"]
-    assert by["least-work"]["mean_ttft_s"] != by["vertumnus"]["mean_ttft_s"]
+    assert by[str(tmp_path / "ckpt")]["mean_ttft_s"] == by["vertumnus-router"]["mean_ttft_s"]
+    assert by["least-work"]["mean_ttft_s"] != by["vertumnus-router"]["mean_ttft_s"]
 
 
 def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):

@@ -31,17 +31,17 @@ def test_train_config_records_kind_and_seeds(tiny_checkpoint):
 
 
 def test_evaluate_reconfig_checkpoint_through_cli(tiny_checkpoint, capsys):
-    rc = main(["evaluate", "--policy", str(tiny_checkpoint), "--against", "vertumnus", "--seeds", "5",
+    rc = main(["evaluate", "--policy", str(tiny_checkpoint), "--against", "vertumnus-router", "--seeds", "5",
                "--format", "json", "--quiet"])
     assert rc == 0
     table = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(table) == {"learned", "vertumnus"}
+    assert set(table) == {"learned", "vertumnus-router"}
     for r in table.values():
         assert r["num_episodes"] == 1
         assert r["mean_ttft_s"] > 0 and r["p90_ttft_s"] >= r["mean_ttft_s"] * 0.5
         assert 0.0 <= r["slo_attainment_token_weighted"] <= 1.0
         assert r["num_unfinished"] == 0
-    assert table["vertumnus"]["num_operations"] == 0  # no reconfiguration
+    assert table["vertumnus-router"]["num_operations"] == 0  # no reconfiguration
 
 
 def test_learned_run_is_seed_deterministic(tiny_checkpoint):

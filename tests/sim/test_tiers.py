@@ -171,7 +171,7 @@ def test_runs_without_tiers_are_identical_to_before_tiers_existed(a100):
     cfg = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2x2,cp1x4", supported_degrees=(1, 2)),
                     cache_capacity_scale=0.002)
     h = hashlib.sha256()
-    for pol in ("round-robin", "least-work", "vertumnus", "mooncake-ttft", "dynamo-kv", "vertumnus-global-cache"):
+    for pol in ("round-robin", "least-work", "vertumnus-router", "mooncake-ttft", "dynamo-kv", "vertumnus-global-cache"):
         r = run_policy(pol, _golden_workload(), cfg, a100)
         for k in sorted(r.records):
             h.update(k.encode())
@@ -232,7 +232,7 @@ def test_tiers_on_records_are_unchanged_by_the_block_tier_speedups(a100):
     for name, (kw, expected) in variants.items():
         cfg = SimConfig(pool=pool, cache_capacity_scale=0.002, kv_tiers=TierConfig(**kw))
         h = hashlib.sha256()
-        for pol in ("round-robin", "least-work", "vertumnus", "mooncake-ttft", "dynamo-kv"):
+        for pol in ("round-robin", "least-work", "vertumnus-router", "mooncake-ttft", "dynamo-kv"):
             r = run_policy(pol, _golden_workload(), cfg, a100)
             for k in sorted(r.records):
                 h.update(k.encode())

@@ -1,0 +1,95 @@
+"""``cpgym capacity``: the sustainable rate per policy on one workload and pool — the highest
+rate at which a long window's backlog still drains and the SLOs hold (definition and search:
+:mod:`experiments.capacity`), cached on disk.
+
+* Workload: ``--trace PATH`` or ``--workload NAME`` (default ``mixed-default``); the window is
+  ``--window-s START END`` (default 0 600) of the rate-scaled workload.
+* ``--policy``: comma-separated policies or suites (default ``paper``: Vertumnus and the §9
+  baselines).
+* ``--drain-ratio``, ``--min-slo-attainment``, ``--rel-tol``: the definition's thresholds.
+* ``--cache-dir DIR`` (default ``.cpgym-cache/capacity``), ``--no-cache``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_CACHE_DIR = ".cpgym-cache/capacity"
+
+
+def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
+    """The definition and cache options shared by ``capacity``, ``compare --loads`` and ``reproduce``."""
+    from experiments.capacity import CapacityDefinition
+
+    d = CapacityDefinition()
+    g = p.add_argument_group("capacity (sustainable rate)")
+    g.add_argument("--drain-ratio", type=float, default=d.drain_ratio,
+                   help="last third's mean TTFT at most this x the first third's, relative to light load "
+                        f"(default {d.drain_ratio})")
+    g.add_argument("--min-slo-attainment", type=float, default=d.min_slo_attainment,
+                   help=f"token-weighted SLO attainment at least this (default {d.min_slo_attainment})")
+    g.add_argument("--rel-tol", type=float, default=d.rel_tol,
+                   help=f"bisection stops at this relative bracket width (default {d.rel_tol})")
+    g.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help=f"capacity results cache (default {DEFAULT_CACHE_DIR})")
+    g.add_argument("--no-cache", action="store_true", help="neither read nor write the capacity cache")
+
+
+def definition_from_args(args: argparse.Namespace):
+    from experiments.capacity import CapacityDefinition
+
+    return CapacityDefinition(drain_ratio=args.drain_ratio, min_slo_attainment=args.min_slo_attainment, rel_tol=args.rel_tol)
+
+
+def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0)):
+    """A :class:`experiments.capacity.RatedWorkload` from the shared workload arguments
+    (``--target-rps`` / ``--rate-scale`` are refused: the rate is what is searched or set)."""
+    from envs import workloads
+    from experiments.capacity import RatedWorkload
+    from experiments.common import DEFAULT_WORKLOAD
+
+    if getattr(args, "target_rps", None) is not None or getattr(args, "rate_scale", None) is not None:
+        raise ValueError("--target-rps / --rate-scale do not apply here: rates are set as load fractions or searched")
+    start, end = args.window_s or default_window
+    if not 0 <= start < end:
+        raise ValueError(f"--window-s START END needs 0 <= START < END, got {start:g} {end:g}")
+    if args.trace:
+        base = workloads.load_trace(args.trace, skip_invalid=args.skip_invalid, spread_seed=args.workload_seed)
+        return RatedWorkload(window_s=end - start, base=base, start_s=start)
+    return RatedWorkload(window_s=end - start, name=args.workload or DEFAULT_WORKLOAD, seed=args.workload_seed, start_s=start)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from experiments.common import add_sim_arguments, add_workload_arguments
+
+    add_workload_arguments(p)
+    add_sim_arguments(p)
+    p.add_argument("--policy", default="paper", help="comma-separated policies or suites (default paper)")
+    add_capacity_arguments(p)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--quiet", action="store_true", help="no per-probe progress lines on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from experiments.capacity import capacities
+    from experiments.commands.compare import resolve_suite
+    from experiments.common import dumps_json, sim_config_from_args
+
+    policies = resolve_suite(args.policy)
+    config = sim_config_from_args(args)
+    rated = rated_from_args(args)
+    log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    caps = capacities(policies, rated, config, definition=definition_from_args(args),
+                      cache_dir=None if args.no_cache else args.cache_dir, log=log)
+    rows = [{"policy": p, "workload": r.workload, "capacity_rps": r.capacity_rps, "native_rate_rps": r.native_rate_rps,
+             "rate_scale": r.rate_scale, "num_simulations": len(r.probes), "cached": r.cached, "definition": r.definition}
+            for p, r in caps.items()]
+    if args.format == "json":
+        print(dumps_json(rows))
+        return 0
+    print(f"sustainable rate on {rated.label} ({rated.window_s:g} s window), pool {config.pool.num_gpus} GPUs")
+    print(f"{'policy':26s} {'capacity req/s':>15s} {'x native':>9s} {'sims':>5s}")
+    for r in rows:
+        cached = "  (cached)" if r["cached"] else ""
+        print(f"{r['policy']:26s} {r['capacity_rps']:15.3f} {r['rate_scale']:9.3f} {r['num_simulations']:5d}{cached}")
+    return 0

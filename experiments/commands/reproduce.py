@@ -1,0 +1,145 @@
+"""``cpgym reproduce``: the paper's end-to-end evaluation (§9) re-run in cpgym — per workload
+and metric, the paper's figure beside cpgym's with a 95 % CI over seeds, at loads relative to
+the strongest static baseline's capacity; plots of mean / P90 TTFT and SLO attainment vs load.
+Definitions: :mod:`experiments.reproduce`.
+
+* ``--quick``: a reduced run (3 seeds, 300 s windows, loads 0.5,0.85,0.95, 3 % capacity tolerance)
+  sized for <= 10 minutes on 2 cores; explicit ``--seeds`` / ``--loads`` / ``--window-s`` win.
+* ``--format json``: one JSON array of rows ``{experiment, workload, model, metric,
+  paper_value, cpgym_value, ci_low, ci_high, load_fraction, strongest_baseline}``.
+* ``--out DIR`` (default ``runs/reproduce``): ``rows.json``, ``runs.csv`` (every run),
+  ``capacities.csv``, ``end-to-end.png``, ``provenance.json``.
+* ``--models LABEL=CALIBRATION[@COMPOSITION];...``: models to run (default: the default calibration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+QUICK = {"seeds": "0,1,2", "window_s": 300.0, "loads": "0.5,0.85,0.95", "rel_tol": 0.03}
+FULL = {"seeds": "0,1,2", "window_s": 600.0, "loads": "0.5,0.7,0.85,0.95"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from experiments.commands.capacity import add_capacity_arguments
+    from experiments.common import add_sim_arguments
+
+    add_sim_arguments(p)
+    p.set_defaults(supported_degrees="2,4")  # the paper's degrees for Qwen3 (§9)
+    p.add_argument("--experiments", default="end-to-end", help="comma-separated experiment kinds (default end-to-end)")
+    p.add_argument("--quick", action="store_true", help=f"reduced run: {QUICK}")
+    p.add_argument("--seeds", help=f"comma-separated seeds (default {FULL['seeds']}; quick {QUICK['seeds']})")
+    p.add_argument("--loads", help=f"load fractions of the strongest static baseline's capacity (default {FULL['loads']}; "
+                                   f"quick {QUICK['loads']})")
+    p.add_argument("--window-s", type=float,
+                   help=f"arrival window of each run [s] (default {FULL['window_s']:g}; quick {QUICK['window_s']:g})")
+    p.add_argument("--workloads", default="leval-like,tool-agent,production",
+                   help="comma-separated subset of leval-like,tool-agent,production (default all three)")
+    p.add_argument("--traces-dir", help="folder holding conversation_trace.jsonl (default ../shared/data/traces)")
+    p.add_argument("--models",
+                   help="semicolon-separated LABEL=CALIBRATION_FILE[@COMPOSITION], e.g. "
+                        "'Qwen3-30B-A3B=envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json;DeepSeek-V4-Flash="
+                        "envs/sim/calibrations/deepseek-v4-flash-fp8__h20-3e.json@cp8x3,cp4x4' (the composition's degrees "
+                        "become the model's CP degrees; default: the --calibration / default calibration on the pool flags)")
+    add_capacity_arguments(p)
+    p.add_argument("--jobs", type=int, default=2, help="parallel processes (default 2; results do not depend on it)")
+    p.add_argument("--out", default="runs/reproduce", help="output folder (default runs/reproduce)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def config_from_args(args: argparse.Namespace):
+    """The :class:`experiments.reproduce.ReproduceConfig` of the command line.
+
+    Raises:
+        ValueError: on an unknown workload, a malformed list or model entry.
+    """
+    from pathlib import Path
+
+    from envs.workloads import default_traces_dir
+    from experiments.capacity import CapacityDefinition
+    from experiments.commands.capacity import definition_from_args
+    from experiments.common import parse_list, sim_config_from_args
+    from experiments.reproduce import ReproduceConfig, WorkloadCase
+
+    preset = QUICK if args.quick else FULL
+    seeds = tuple(parse_list(args.seeds or preset["seeds"], "--seeds", int))
+    loads = tuple(parse_list(args.loads or preset["loads"], "--loads", positive=True))
+    window_s = args.window_s if args.window_s is not None else preset["window_s"]
+    if args.quick and args.rel_tol == CapacityDefinition().rel_tol:  # the default tolerance: the quick one
+        args.rel_tol = QUICK["rel_tol"]
+    traces = Path(args.traces_dir) if args.traces_dir else default_traces_dir()
+    known = {"leval-like": WorkloadCase("leval-like", name="leval-like"),
+             "tool-agent": WorkloadCase("tool-agent", name="tool-agent"),
+             "production": WorkloadCase("production", trace=str(traces / "conversation_trace.jsonl"))}
+    cases = []
+    for w in (x.strip() for x in args.workloads.split(",") if x.strip()):
+        if w not in known:
+            raise ValueError(f"--workloads: unknown workload {w!r}; known: {', '.join(known)}")
+        cases.append(known[w])
+    if args.models:
+        models = []
+        for item in (x.strip() for x in args.models.split(";") if x.strip()):
+            label, sep, rest = item.partition("=")
+            path, _, comp = rest.partition("@")
+            if not sep or not label or not path:
+                raise ValueError(f"--models entries must be LABEL=CALIBRATION_FILE[@COMPOSITION], got {item!r}")
+            models.append((label, path, comp or None))
+    else:
+        models = [("default", args.calibration, None)]
+    return ReproduceConfig(workloads=tuple(cases), models=tuple(models), seeds=seeds, loads=loads, window_s=window_s,
+                           sim=sim_config_from_args(args), capacity_definition=definition_from_args(args),
+                           cache_dir=None if args.no_cache else args.cache_dir)
+
+
+def _print_table(rows) -> None:
+    def f(x, fmt="{:+.1f}"):
+        return "—" if x is None or x != x else fmt.format(x)
+
+    print(f"{'experiment':11s} {'workload':11s} {'model':15s} {'metric':14s} {'paper':>7s} {'cpgym':>8s} {'95% CI':>18s} "
+          f"{'load':>5s}  strongest baseline")
+    for r in rows:
+        ci = f"[{f(r.ci_low)}, {f(r.ci_high)}]"
+        print(f"{r.experiment:11s} {r.workload:11s} {r.model:15s} {r.metric:14s} "
+              f"{f(r.paper_value):>7s} {f(r.cpgym_value):>8s} "
+              f"{ci:>18s} {f(r.load_fraction, '{:.2f}'):>5s}  {r.strongest_baseline or '—'}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from experiments.common import check_out_dir, dumps_json
+    from experiments.reproduce import EXPERIMENTS, plot_end_to_end, rows_as_dicts
+
+    kinds = [k.strip() for k in args.experiments.split(",") if k.strip()]
+    for k in kinds:
+        if k not in EXPERIMENTS:
+            raise ValueError(f"--experiments: unknown kind {k!r}; known: {', '.join(EXPERIMENTS)}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    check_out_dir(args.out)
+    cfg = config_from_args(args)
+    log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for k in kinds:
+        res = EXPERIMENTS[k](cfg, log, args.jobs)
+        rows += res.rows
+        pd.DataFrame(res.runs).to_csv(out / f"{k}-runs.csv", index=False)
+        pd.DataFrame(res.capacities).to_csv(out / f"{k}-capacities.csv", index=False)
+        if k == "end-to-end" and res.runs:
+            plot_end_to_end(res.runs, out / "end-to-end.png")
+    (out / "rows.json").write_text(dumps_json(rows_as_dicts(rows)) + "\n")
+    from experiments.provenance import write_provenance
+
+    write_provenance(out, argv=getattr(args, "argv", None))
+    if args.format == "json":
+        print(dumps_json(rows_as_dicts(rows)))
+    else:
+        _print_table(rows)
+        print(f"\nwritten under {out}/ (rows.json, *-runs.csv, *-capacities.csv, end-to-end.png)")
+    return 0

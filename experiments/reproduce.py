@@ -1,0 +1,375 @@
+"""``cpgym reproduce``: the paper's evaluation re-run in cpgym, one row per (experiment,
+workload, model, metric) with the paper's figure beside cpgym's and a 95 % confidence interval.
+
+Row schema (:class:`Row`, ``--format json``): ``{experiment, workload, model, metric,
+paper_value, cpgym_value, ci_low, ci_high, load_fraction, strongest_baseline}``. Experiments are
+plain functions in :data:`EXPERIMENTS` (name -> function returning :class:`ExperimentResult`),
+so other kinds (``dynamic``, ``cache``, ``reconfiguration``) add rows by adding an entry.
+
+End-to-end (``experiment = "end-to-end"``, paper §9 "End-to-End Serving Performance"): for each
+model (calibration) and workload — L-Eval-like documents, Tool-Agent sessions, and the Mooncake
+conversation trace standing in for the paper's non-public production trace — the sustainable
+rate (:mod:`experiments.capacity`) of every static baseline of the paper suite is measured on
+the first window (seed 0); the strongest (highest capacity) sets the loads: load fraction ``f``
+runs the window rate-scaled by ``f x`` the strongest baseline's capacity factor (arrival times
+divided by it; the realised rate is reported, ``rate_rps``), and a run is *overloaded* when its
+factor exceeds the policy's own capacity factor. Every policy of the suite (the full
+``vertumnus`` system and the §9 baselines) runs at every load and seed. At the highest load, the strongest baseline is
+the baseline with the lowest mean TTFT (averaged over seeds; the rule of ``cpgym compare``), and
+the metrics are paired per seed:
+
+* ``mean_ttft_pct`` / ``p90_ttft_pct``: ``100 x (vertumnus - baseline) / baseline`` (negative =
+  Vertumnus is faster);
+* ``slo_token_pp``: ``100 x (vertumnus - baseline)`` token-weighted SLO attainment
+  (percentage points, positive = higher attainment);
+
+``cpgym_value`` is the mean over seeds and ``[ci_low, ci_high]`` its Student-t 95 % interval
+(:func:`policies.evaluate.mean_ci95`). Paper values: Qwen3-30B-A3B at its highest tested load
+(paper §9; ``/work/shared/paper`` notes): mean TTFT −13.9 / −21.0 / −28.1 %, P90 −17.8 / −55.0 /
+−29.5 %, SLO +0.9 / +13.3 / +1.1 pp on L-Eval / Tool-Agent / Production. The paper gives no
+per-workload DeepSeek figures in the notes available, so those rows carry ``paper_value`` null.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from envs.sim import Calibration, SimConfig
+
+#: Paper §9, Qwen3-30B-A3B, highest tested load, Vertumnus vs the strongest baseline.
+PAPER_END_TO_END: dict[tuple[str, str], float] = {
+    ("leval-like", "mean_ttft_pct"): -13.9, ("leval-like", "p90_ttft_pct"): -17.8, ("leval-like", "slo_token_pp"): 0.9,
+    ("tool-agent", "mean_ttft_pct"): -21.0, ("tool-agent", "p90_ttft_pct"): -55.0, ("tool-agent", "slo_token_pp"): 13.3,
+    ("production", "mean_ttft_pct"): -28.1, ("production", "p90_ttft_pct"): -29.5, ("production", "slo_token_pp"): 1.1,
+}
+#: Models the paper figures above belong to (matched case-insensitively against the calibration's ``model``).
+PAPER_MODELS = ("qwen3-30b-a3b",)
+METRICS = ("mean_ttft_pct", "p90_ttft_pct", "slo_token_pp")
+#: The full system and the paper's §9 baselines (``cpgym compare --suite paper``).
+PAPER_POLICIES = ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the reproduction table (module docstring)."""
+
+    experiment: str
+    workload: str
+    model: str
+    metric: str
+    paper_value: float | None
+    cpgym_value: float
+    ci_low: float
+    ci_high: float
+    load_fraction: float | None
+    strongest_baseline: str | None
+
+
+@dataclass(frozen=True)
+class WorkloadCase:
+    """One workload of the evaluation.
+
+    Args:
+        key: row label (``leval-like``, ``tool-agent``, ``production``).
+        trace: trace file (the production stand-in), or ``None`` for a synthetic workload.
+        name: synthetic workload name (``envs.workloads``), when ``trace`` is ``None``.
+        params: synthetic workload parameters.
+    """
+
+    key: str
+    trace: str | None = None
+    name: str | None = None
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReproduceConfig:
+    """What ``cpgym reproduce`` runs.
+
+    Args:
+        workloads: the workload cases.
+        models: ``(label, calibration path or None, composition or None)``; a ``None``
+            calibration is the default one; a composition (e.g. ``cp8x3,cp4x4`` for DeepSeek's
+            CP degrees {4, 8}, paper §9) replaces the pool's, and its degrees become the
+            supported degrees; ``None`` keeps ``sim.pool``.
+        seeds: run seeds (and synthetic-workload / trace-spreading seeds); >= 1.
+        loads: load fractions of the strongest static baseline's capacity, increasing; the last
+            is the paper's "highest tested load".
+        window_s: arrival window of every run and of the capacity search [s].
+        policies: the full system first, then the baselines.
+        sim: simulator settings (pool, SLO, ...); the calibration comes from ``models``.
+        capacity_definition: :class:`experiments.capacity.CapacityDefinition`.
+        cache_dir: capacity cache folder, or ``None``.
+
+    Raises:
+        ValueError: on empty lists, loads not increasing in (0, 2], or a bad window.
+    """
+
+    workloads: tuple[WorkloadCase, ...]
+    models: tuple[tuple[str, str | None, str | None], ...] = (("default", None, None),)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    loads: tuple[float, ...] = (0.5, 0.7, 0.85, 0.95)
+    window_s: float = 600.0
+    policies: tuple[str, ...] = PAPER_POLICIES
+    sim: SimConfig = field(default_factory=SimConfig)
+    capacity_definition: object = None
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.workloads or not self.models or not self.seeds or not self.policies:
+            raise ValueError("reproduce needs at least one workload, model, seed and policy")
+        if not self.loads or any(not 0 < x <= 2 for x in self.loads) or list(self.loads) != sorted(set(self.loads)):
+            raise ValueError(f"--loads must be increasing fractions in (0, 2], got {list(self.loads)}")
+        if not (self.window_s > 0 and math.isfinite(self.window_s)):
+            raise ValueError(f"--window-s must be > 0, got {self.window_s}")
+        if self.policies[0] != "vertumnus":
+            raise ValueError("the first policy of a reproduction must be the full system 'vertumnus'")
+
+
+@dataclass
+class ExperimentResult:
+    """Rows plus the per-run table (one dict per model, workload, load, seed and policy) and
+    the capacities used (per model, workload and policy)."""
+
+    rows: list[Row]
+    runs: list[dict]
+    capacities: list[dict]
+
+
+def _rated(case: WorkloadCase, window_s: float, seed: int):
+    from envs import workloads
+    from experiments.capacity import RatedWorkload
+
+    if case.trace is not None:
+        return RatedWorkload(window_s=window_s, base=workloads.load_trace(case.trace, spread_seed=seed))
+    return RatedWorkload(window_s=window_s, name=case.name, seed=seed, params=dict(case.params))
+
+
+def _model_sim(sim: SimConfig, cal_path: str | None, composition: str | None, seed: int) -> SimConfig:
+    """The run settings of one model: its calibration, and its pool when it brings a composition."""
+    from baselines.composition import deployment_pool
+
+    if composition is not None:
+        sim = replace(sim, pool=deployment_pool(replace(sim.pool, composition=composition,
+                                                        supported_degrees=sim.pool.supported_degrees + (1, 2, 4, 8))))
+    return replace(sim, calibration_path=cal_path, seed=seed)
+
+
+def _model_label(label: str, calibration: Calibration) -> str:
+    return calibration.model if label == "default" else label
+
+
+def paper_value(model: str, workload: str, metric: str) -> float | None:
+    """The paper's figure for a row, or ``None`` if the paper gives none for that model."""
+    if model.lower() not in PAPER_MODELS:
+        return None
+    return PAPER_END_TO_END.get((workload, metric))
+
+
+def paired_changes(runs: list[dict], load: float, baselines: list[str]) -> tuple[str | None, dict[str, list[float]]]:
+    """At one load: the strongest baseline (lowest mean TTFT averaged over seeds) and the
+    per-seed paired changes of ``vertumnus`` against it for each metric of :data:`METRICS`."""
+    at = [r for r in runs if r["load_fraction"] == load]
+    means = {}
+    for b in baselines:
+        vals = [r["mean_ttft_s"] for r in at if r["policy"] == b and r["mean_ttft_s"] == r["mean_ttft_s"]]
+        if vals:
+            means[b] = sum(vals) / len(vals)
+    if not means:
+        return None, {m: [] for m in METRICS}
+    best = min(means, key=lambda b: (means[b], b))
+    out: dict[str, list[float]] = {m: [] for m in METRICS}
+    for seed in sorted({r["seed"] for r in at}):
+        v = next((r for r in at if r["policy"] == "vertumnus" and r["seed"] == seed), None)
+        b = next((r for r in at if r["policy"] == best and r["seed"] == seed), None)
+        if v is None or b is None:
+            continue
+        out["mean_ttft_pct"].append(100.0 * (v["mean_ttft_s"] - b["mean_ttft_s"]) / b["mean_ttft_s"])
+        out["p90_ttft_pct"].append(100.0 * (v["p90_ttft_s"] - b["p90_ttft_s"]) / b["p90_ttft_s"])
+        out["slo_token_pp"].append(100.0 * (v["slo_attainment_token_weighted"] - b["slo_attainment_token_weighted"]))
+    return best, out
+
+
+def _capacity_task(task: tuple) -> dict:
+    """One policy's capacity on one workload (a process-pool task; returns a plain dict)."""
+    from experiments.capacity import find_capacity
+
+    model, cal_path, comp, case, policy, cfg = task
+    t0 = time.perf_counter()
+    calibration = Calibration.resolve(cal_path)
+    sim = _model_sim(cfg.sim, cal_path, comp, cfg.seeds[0])
+    res = find_capacity(policy, _rated(case, cfg.window_s, cfg.seeds[0]), sim, calibration, cfg.capacity_definition,
+                        cfg.cache_dir)
+    return {"model": model, "workload": case.key, "policy": policy, "capacity_rps": res.capacity_rps,
+            "capacity_rate_scale": res.rate_scale, "native_rate_rps": res.native_rate_rps,
+            "num_simulations": len(res.probes), "cached": res.cached,
+            "wall_s": time.perf_counter() - t0}
+
+
+def _runs_task(task: tuple) -> list[dict]:
+    """Every load and policy of one (model, workload, seed) (a process-pool task): one summary
+    row per run. Runs share one profile cache (profiles are pure functions of their key)."""
+    from baselines.capacity import CapacityCache
+    from envs.metrics import summarize
+    from experiments.capacity import is_overloaded
+    from experiments.runner import run_policy
+
+    model, cal_path, comp, case, seed, scales, caps, strongest_static, cfg = task
+    calibration = Calibration.resolve(cal_path)
+    sim = _model_sim(cfg.sim, cal_path, comp, seed)
+    rated = _rated(case, cfg.window_s, seed)
+    profile_cache = CapacityCache()
+    out = []
+    for load, scale in zip(cfg.loads, scales):
+        wl = rated.at_scale(scale)
+        for p in cfg.policies:
+            t0 = time.perf_counter()
+            s = summarize(run_policy(p, wl, sim, calibration, capacity_cache=profile_cache))
+            out.append({"model": model, "workload": case.key, "policy": p, "seed": seed, "load_fraction": load,
+                        "rate_rps": wl.mean_rate_rps, "rate_scale": scale, "capacity_rps": caps[p]["capacity_rps"],
+                        "capacity_rate_scale": caps[p]["capacity_rate_scale"],
+                        "overloaded": is_overloaded(scale, caps[p]["capacity_rate_scale"]),
+                        "strongest_static_baseline": strongest_static,
+                        **{k: s[k] for k in ("num_requests", "mean_ttft_s", "p90_ttft_s", "p99_ttft_s",
+                                             "slo_attainment_token_weighted", "prefix_hit_rate", "num_unfinished")},
+                        "wall_s": time.perf_counter() - t0})
+    return out
+
+
+def _map(fn, tasks: list, jobs: int):
+    """``fn`` over ``tasks`` in order, in a process pool of ``jobs`` workers (1: in-process)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        yield from map(fn, tasks)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        yield from pool.map(fn, tasks)
+
+
+def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1) -> ExperimentResult:
+    """The end-to-end experiment (module docstring). ``log`` gets progress lines; ``jobs``
+    processes run the capacity searches and the runs (results do not depend on it)."""
+    from experiments.capacity import CapacityDefinition, CapacityResult, rates_for_loads, static_baselines
+    from policies.evaluate import mean_ci95
+
+    say = log or (lambda _line: None)
+    if cfg.capacity_definition is None:
+        cfg = replace(cfg, capacity_definition=CapacityDefinition())
+    baselines = static_baselines(list(cfg.policies))
+    models = [(_model_label(label, Calibration.resolve(path)), path, comp) for label, path, comp in cfg.models]
+    # 1. capacities: the static baselines set the loads; the others label overloaded runs
+    tasks = [(model, path, comp, case, p, cfg) for model, path, comp in models for case in cfg.workloads for p in cfg.policies]
+    caps_out = []
+    for row in _map(_capacity_task, tasks, jobs):
+        caps_out.append(row)
+        took = "cached" if row["cached"] else f"{row['wall_s']:.0f} s"
+        say(f"[{row['model']} {row['workload']}] capacity {row['policy']}: {row['capacity_rps']:.3f} req/s ({took})")
+    # 2. runs at the load fractions, every seed
+    run_tasks = []
+    for model, path, comp in models:
+        for case in cfg.workloads:
+            mine = {r["policy"]: r for r in caps_out if r["model"] == model and r["workload"] == case.key}
+            res = {p: CapacityResult(p, case.key, r["capacity_rps"], r["capacity_rate_scale"], r["native_rate_rps"], [], {})
+                   for p, r in mine.items()}
+            _, strongest, cap = rates_for_loads(list(cfg.loads), res, baselines)
+            # loads scale the window's arrival times: load f runs the strongest baseline's capacity factor x f
+            # (a rate-scaled window's request count is not proportional to the factor for session workloads)
+            scales = [f * res[strongest].rate_scale for f in cfg.loads]
+            say(f"[{model} {case.key}] strongest static baseline {strongest}: {cap:.3f} req/s (rate factor "
+                f"{res[strongest].rate_scale:.4g}); factors " + ", ".join(f"{x:.4g}" for x in scales))
+            run_tasks += [(model, path, comp, case, seed, scales, mine, strongest, cfg) for seed in cfg.seeds]
+    runs: list[dict] = []
+    for rows in _map(_runs_task, run_tasks, jobs):
+        runs += rows
+        say(f"[{rows[0]['model']} {rows[0]['workload']}] seed {rows[0]['seed']}: {len(rows)} runs done")
+    # 3. rows: Vertumnus vs the strongest baseline at the highest load, paired by seed
+    rows_out: list[Row] = []
+    for model, _, _ in models:
+        for case in cfg.workloads:
+            mine = [r for r in runs if r["model"] == model and r["workload"] == case.key]
+            best, changes = paired_changes(mine, cfg.loads[-1], baselines)
+            for metric in METRICS:
+                mean, half = mean_ci95(changes[metric])
+                lo, hi = (mean - half, mean + half) if half == half else (math.nan, math.nan)
+                rows_out.append(Row("end-to-end", case.key, model, metric, paper_value(model, case.key, metric), mean, lo, hi,
+                                    cfg.loads[-1], best))
+    return ExperimentResult(rows_out, runs, caps_out)
+
+
+#: Experiment kinds of ``cpgym reproduce``: name -> function(config, log, jobs) -> ExperimentResult.
+EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {"end-to-end": end_to_end}
+
+
+def rows_as_dicts(rows: list[Row]) -> list[dict]:
+    """Rows as plain dicts in the schema's key order."""
+    return [asdict(r) for r in rows]
+
+
+def plot_end_to_end(runs: list[dict], path: str | Path,
+                    loads_label: str = "load (fraction of the strongest static baseline's capacity)") -> Path:
+    """PNG: mean TTFT, P90 TTFT and token-weighted SLO attainment (rows) vs load, one panel per
+    workload (columns), one line per policy (mean over seeds); overloaded points (rate above the
+    policy's own capacity) are drawn as open markers and the legend says so. Shapes: ``runs`` as
+    :attr:`ExperimentResult.runs`. Returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = pd.DataFrame(runs)
+    models = list(dict.fromkeys(df["model"]))
+    workloads = list(dict.fromkeys(df["workload"]))
+    policies = list(dict.fromkeys(df["policy"]))
+    colors = {p: ("black" if p == "vertumnus" else f"C{i % 10}") for i, p in enumerate(policies)}
+    panels = (("mean_ttft_s", "mean TTFT [s]", 1.0, True), ("p90_ttft_s", "P90 TTFT [s]", 1.0, True),
+              ("slo_attainment_token_weighted", "SLO attainment (token-weighted) [%]", 100.0, False))
+    fig, axes = plt.subplots(len(panels), len(workloads) * len(models), figsize=(4.6 * len(workloads) * len(models), 10),
+                             squeeze=False)
+    for j, (model, wl) in enumerate((m, w) for m in models for w in workloads):
+        sub = df[(df["model"] == model) & (df["workload"] == wl)]
+        if sub.empty:
+            continue
+        agg = sub.groupby(["policy", "load_fraction"], sort=False).agg(
+            mean_ttft_s=("mean_ttft_s", "mean"), p90_ttft_s=("p90_ttft_s", "mean"),
+            slo_attainment_token_weighted=("slo_attainment_token_weighted", "mean"),
+            overloaded=("overloaded", "max")).reset_index()
+        for i, (key, ylabel, scale, logy) in enumerate(panels):
+            ax = axes[i][j]
+            for p in policies:
+                g = agg[agg["policy"] == p].sort_values("load_fraction")
+                if g.empty:
+                    continue
+                ax.plot(g["load_fraction"], g[key] * scale, color=colors[p], lw=2.4 if p == "vertumnus" else 1.2, label=p)
+                ok, over = g[~g["overloaded"]], g[g["overloaded"]]
+                ax.scatter(ok["load_fraction"], ok[key] * scale, color=colors[p], s=22, zorder=3)
+                ax.scatter(over["load_fraction"], over[key] * scale, facecolors="none", edgecolors=colors[p], s=46, zorder=3)
+            if logy:
+                ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+            if i == 0:
+                ax.set_title(f"{wl} ({model})", fontsize=10)
+            if i == len(panels) - 1:
+                ax.set_xlabel(loads_label, fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    from matplotlib.lines import Line2D
+
+    handles.append(Line2D([], [], marker="o", ls="", markerfacecolor="none", markeredgecolor="gray"))
+    labels.append("open marker: overloaded (rate above the policy's capacity)")
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["Row", "WorkloadCase", "ReproduceConfig", "ExperimentResult", "EXPERIMENTS", "PAPER_END_TO_END", "METRICS",
+           "PAPER_POLICIES", "end_to_end", "paired_changes", "paper_value", "plot_end_to_end", "rows_as_dicts"]

@@ -1,0 +1,106 @@
+"""Profile memoisation (baselines/capacity.py CapacityCache), the full Vertumnus system and its
+router-only ablation (baselines/registry.py)."""
+
+import numpy as np
+import pytest
+
+from baselines.capacity import CapacityCache, CapacityTable, ProfileConfig
+from baselines.controller import CapacityTable as ReexportedTable, WindowRecord
+from baselines.registry import POLICIES, SUITES
+from envs.sim import Calibration, PoolConfig, Request, SimConfig, Workload
+from experiments.runner import build_simulator, run_policy
+
+POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
+FAST = ProfileConfig(duration_s=20.0, num_bisection_steps=6)
+
+
+def _workload(rate_rps: float = 4.0, duration_s: float = 120.0, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1.0 / rate_rps, int(rate_rps * duration_s * 1.3) + 10))
+    t = t[t < duration_s]
+    L = rng.integers(500, 6000, t.size)
+    reqs, h = [], 0
+    for i, (x, n) in enumerate(zip(t, L)):
+        nb = -(-int(n) // 512)
+        shared = (7,) if i % 2 else ()  # half share a one-block system prompt
+        own = tuple(range(1000 + h, 1000 + h + nb - len(shared)))
+        h += nb
+        reqs.append(Request(i, float(x), int(n), 8, shared + own))
+    return Workload("cache-test", tuple(reqs), kv_block_size_tokens=512)
+
+
+def test_old_import_paths_reexport_the_split_modules():
+    assert ReexportedTable is CapacityTable
+
+
+def test_shared_cache_computes_each_profile_once_and_never_changes_results():
+    cal = Calibration.default()
+    cfg = SimConfig(pool=POOL)
+    L = np.full(200, 3000.0)
+    cache = CapacityCache()
+    a = CapacityTable(cfg, cal, FAST, cache=cache).profiles((2, 4), L)
+    assert cache.num_profiles_computed == 2
+    sims = cache.num_simulations
+    b = CapacityTable(cfg, cal, FAST, cache=cache).profiles((2, 4), L)  # a second run's table
+    assert cache.num_profiles_computed == 2 and cache.num_simulations == sims
+    fresh = CapacityTable(cfg, cal, FAST).profiles((2, 4), L)  # its own cache: same numbers
+    assert a == b == fresh
+    # another run seed shares the profile (profiles are seeded by ProfileConfig.seed)
+    CapacityTable(SimConfig(pool=POOL, seed=5), cal, FAST, cache=cache).profiles((2, 4), L)
+    assert cache.num_profiles_computed == 2
+    # a different SLO rule is a different key
+    from envs.sim import SLOConfig
+
+    CapacityTable(SimConfig(pool=POOL, slo=SLOConfig(kind="fixed", ttft_slo_s=5.0)), cal, FAST, cache=cache).profiles((2,), L)
+    assert cache.num_profiles_computed == 3
+
+
+def test_window_mixes_near_a_reference_are_rescaled_not_reprofiled():
+    cal = Calibration.default()
+    table = CapacityTable(SimConfig(pool=POOL), cal, FAST)
+    L = np.full(100, 3000.0)
+    base = table.mix_profile(2, L)
+    n = table.cache.num_profiles_computed
+    near = np.concatenate([L[:95], np.full(5, 9000.0)])  # 5 % longer prompts: TV distance 0.05
+    p = table.mix_profile(2, near)
+    assert table.cache.num_profiles_computed == n and p.reference == base.reference
+    assert p.capacity_rps < base.capacity_rps  # more work per request, lower capacity
+    ratio = table.mean_work_s(2, table.shares(L)) / table.mean_work_s(2, table.shares(near))
+    assert p.capacity_rps == pytest.approx(base.capacity_rps * ratio)
+
+
+def test_adaptive_controller_profiles_once_per_regime():
+    wl = _workload()
+    sim, spec = build_simulator("vertumnus-adaptive", wl, SimConfig(pool=POOL))
+    sim.run(spec.make_router())
+    ctl = sim.attachments["controller"]
+    windows = [w for w in ctl.windows if isinstance(w, WindowRecord) and w.capacity_rps == w.capacity_rps]
+    assert len(windows) >= 4
+    # one stationary regime: one reference, at most one profile per supported degree
+    assert len(ctl.table.references) == 1
+    assert sim.attachments["capacity_cache"].num_profiles_computed <= len(POOL.supported_degrees)
+
+
+def test_full_system_and_router_ablation():
+    assert "vertumnus-router" in POLICIES and "vertumnus-router" in SUITES["ablations"]
+    full = POLICIES["vertumnus"]
+    assert full.choose_pool is not None and POLICIES["vertumnus-router"].choose_pool is None
+    wl = _workload()
+    cfg = SimConfig(pool=POOL)
+    cache = CapacityCache()
+    res = run_policy("vertumnus", wl, cfg, capacity_cache=cache)
+    assert res.policy == "vertumnus" and res.num_requests == wl.num_requests
+    init = res.extras["initial_pool"]
+    # light load: the initial composition favours large-degree workers among the pool's degrees {2, 4}
+    assert init["composition"] == "cp4x2" and init["feasible"]
+    assert "controller_windows" in res.extras and "reconfig_operations" in res.extras
+    # the global prefix-cache manager is attached
+    sim, _ = build_simulator("vertumnus", wl, cfg)
+    assert "cache_manager" in sim.attachments and "controller" in sim.attachments
+    # the initial composition and the controller share the run's cache: no profile is computed twice
+    n = cache.num_profiles_computed
+    run_policy("vertumnus", wl, cfg, capacity_cache=cache)
+    assert cache.num_profiles_computed == n
+    # the router alone keeps the run's pool and attaches nothing
+    r = run_policy("vertumnus-router", wl, cfg)
+    assert r.extras.get("reconfig_operations", []) == [] and "initial_pool" not in r.extras
