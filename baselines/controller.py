@@ -163,24 +163,29 @@ class ControllerConfig:
                 raise ValueError(msg)
 
         check(self.window_s > 0 and math.isfinite(self.window_s), f"controller.window_s must be > 0, got {self.window_s}")
-        check(0 < self.merge_load < self.split_load, f"controller.merge_load ({self.merge_load}) must be > 0 and < split_load ({self.split_load})")
+        check(0 < self.merge_load < self.split_load,
+              f"controller.merge_load ({self.merge_load}) must be > 0 and < split_load ({self.split_load})")
         check(self.merge_load <= self.merge_max_projected_load < self.split_load,
               f"controller.merge_max_projected_load ({self.merge_max_projected_load}) must be in [merge_load, split_load)")
         check(self.merge_load < self.split_target_load <= self.split_load,
               f"controller.split_target_load ({self.split_target_load}) must be in (merge_load, split_load]")
         check(self.split_load_long > 0 and math.isfinite(self.split_load_long),
               f"controller.split_load_long must be a finite number > 0, got {self.split_load_long}")
-        check(isinstance(self.k_windows, int) and self.k_windows >= 1, f"controller.k_windows must be an integer >= 1, got {self.k_windows}")
+        check(isinstance(self.k_windows, int) and self.k_windows >= 1,
+              f"controller.k_windows must be an integer >= 1, got {self.k_windows}")
         check(self.long_prompt_tokens >= 1, f"controller.long_prompt_tokens must be >= 1, got {self.long_prompt_tokens}")
-        check(0 <= self.long_fraction_merge <= 1, f"controller.long_fraction_merge must be in [0, 1], got {self.long_fraction_merge}")
+        check(0 <= self.long_fraction_merge <= 1,
+              f"controller.long_fraction_merge must be in [0, 1], got {self.long_fraction_merge}")
         check(self.min_window_requests >= 0, f"controller.min_window_requests must be >= 0, got {self.min_window_requests}")
-        check(0 < self.mix_change_distance <= 1, f"controller.mix_change_distance must be in (0, 1], got {self.mix_change_distance}")
+        check(0 < self.mix_change_distance <= 1,
+              f"controller.mix_change_distance must be in (0, 1], got {self.mix_change_distance}")
         check(0 < self.mix_smoothing <= 1, f"controller.mix_smoothing must be in (0, 1], got {self.mix_smoothing}")
         check(isinstance(self.max_ops_per_window, int) and self.max_ops_per_window >= 1,
               f"controller.max_ops_per_window must be an integer >= 1, got {self.max_ops_per_window}")
         check(0 < self.max_gpu_share_per_window <= 1,
               f"controller.max_gpu_share_per_window must be in (0, 1], got {self.max_gpu_share_per_window}")
-        check(self.min_dwell_s >= 0 and math.isfinite(self.min_dwell_s), f"controller.min_dwell_s must be a finite number >= 0, got {self.min_dwell_s}")
+        check(self.min_dwell_s >= 0 and math.isfinite(self.min_dwell_s),
+              f"controller.min_dwell_s must be a finite number >= 0, got {self.min_dwell_s}")
         check(self.trend_horizon_s >= 0 and math.isfinite(self.trend_horizon_s),
               f"controller.trend_horizon_s must be a finite number >= 0, got {self.trend_horizon_s}")
 

@@ -71,7 +71,8 @@ class PolicySpec:
         """
         unknown = sorted(set(overrides) - set(self.params))
         if unknown:
-            raise ValueError(f"policy {self.name!r} has no parameter(s) {unknown}; its parameters: {sorted(self.params) or 'none'}")
+            raise ValueError(f"policy {self.name!r} has no parameter(s) {unknown}; "
+                             f"its parameters: {sorted(self.params) or 'none'}")
         if not overrides:
             return self
         return self.build_with(**{**self.params, **overrides})
@@ -97,7 +98,8 @@ def vertumnus_spec(name: str, description: str, source: str, base: VertumnusPara
     """A Vertumnus-router policy whose ``beta`` and ``lambda`` are sweepable parameters."""
 
     def build(beta: float, **kw: Any) -> PolicySpec:
-        return vertumnus_spec(name, description, source, replace(base, beta=float(beta), lambda_=float(kw["lambda"])), composition)
+        return vertumnus_spec(name, description, source, replace(base, beta=float(beta), lambda_=float(kw["lambda"])),
+                              composition)
 
     return PolicySpec(name, lambda: VertumnusRouter(base, name), description, source, composition=composition,
                       params={"beta": base.beta, "lambda": base.lambda_}, build_with=build)
@@ -147,41 +149,58 @@ def full_system_spec() -> PolicySpec:
 POLICIES: dict[str, PolicySpec] = {
     "round-robin": PolicySpec("round-robin", RoundRobinRouter, "cycle over workers in pool order", "classic load balancer"),
     "random": PolicySpec("random", RandomRouter, "uniformly random eligible worker (seeded)", "classic load balancer"),
-    "least-work": PolicySpec("least-work", LeastWorkRouter, "least predicted outstanding work q_w", "paper §5 queue proxy; least-outstanding-work balancing"),
-    "prefix-affinity": PolicySpec("prefix-affinity", PrefixAffinityRouter, "longest ready prefix hit, ties to less work", "cache-affinity routing (e.g. SGLang/llm-d prefix scorers, without load balance)"),
+    "least-work": PolicySpec("least-work", LeastWorkRouter, "least predicted outstanding work q_w",
+                             "paper §5 queue proxy; least-outstanding-work balancing"),
+    "prefix-affinity": PolicySpec("prefix-affinity", PrefixAffinityRouter, "longest ready prefix hit, ties to less work",
+                                  "cache-affinity routing (e.g. SGLang/llm-d prefix scorers, without load balance)"),
     # --- issue #3: Vertumnus (paper §5) and its ablations, on the run's (heterogeneous) pool
     "vertumnus-router": vertumnus_spec("vertumnus-router", "ablation: the Vertumnus router alone on the run's pool, "
                                        "J = q + beta*s + lambda*(C*s - Cmin*E_Cmin), beta=3, lambda=1",
                                        "paper §5; defaults: baselines/vertumnus.py"),
-    "vertumnus-lambda0": PolicySpec("vertumnus-lambda0", lambda: VertumnusRouter(VertumnusParams(lambda_=0.0), "vertumnus-lambda0"),
+    "vertumnus-lambda0": PolicySpec("vertumnus-lambda0",
+                                    lambda: VertumnusRouter(VertumnusParams(lambda_=0.0), "vertumnus-lambda0"),
                                     "ablation: Vertumnus without the GPU-time term (lambda=0)", "paper §5 ablation"),
     "vertumnus-beta1": PolicySpec("vertumnus-beta1", lambda: VertumnusRouter(VertumnusParams(beta=1.0), "vertumnus-beta1"),
-                                  "ablation: Vertumnus with beta=1 (J = predicted TTFT q + s plus the GPU-time term)", "paper §5 ablation (beta lower bound)"),
-    "vertumnus-no-reservation": PolicySpec("vertumnus-no-reservation", lambda: VertumnusRouter(VertumnusParams(reservation=False), "vertumnus-no-reservation"),
-                                           "ablation: Vertumnus seeing q_w as of each worker's last step boundary (no reservation)", "paper §5 ablation"),
-    "vertumnus-length-only": PolicySpec("vertumnus-length-only", lambda: VertumnusRouter(VertumnusParams(length_only=True), "vertumnus-length-only"),
-                                        "ablation: CP degree by prompt length only (cache/load blind), least q_w within it", "paper §1/§5 length-only routing"),
+                                  "ablation: Vertumnus with beta=1 (J = predicted TTFT q + s plus the GPU-time term)",
+                                  "paper §5 ablation (beta lower bound)"),
+    "vertumnus-no-reservation": PolicySpec("vertumnus-no-reservation",
+                                           lambda: VertumnusRouter(VertumnusParams(reservation=False),
+                                                                   "vertumnus-no-reservation"),
+                                           "ablation: Vertumnus seeing q_w as of each worker's last step boundary "
+                                           "(no reservation)", "paper §5 ablation"),
+    "vertumnus-length-only": PolicySpec("vertumnus-length-only",
+                                        lambda: VertumnusRouter(VertumnusParams(length_only=True), "vertumnus-length-only"),
+                                        "ablation: CP degree by prompt length only (cache/load blind), least q_w within it",
+                                        "paper §1/§5 length-only routing"),
     # --- paper §9 baselines
     "homogeneous-cp2": PolicySpec("homogeneous-cp2", lambda: VertumnusRouter(VertumnusParams(beta=1.0), "homogeneous-cp2"),
-                                  "all CP-2 workers (cp2x20 at 40 GPUs); least work + prefix (q + s)", "paper §9 homogeneous baseline",
+                                  "all CP-2 workers (cp2x20 at 40 GPUs); least work + prefix (q + s)",
+                                  "paper §9 homogeneous baseline",
                                   composition=homogeneous_composition(2)),
     "homogeneous-cp4": PolicySpec("homogeneous-cp4", lambda: VertumnusRouter(VertumnusParams(beta=1.0), "homogeneous-cp4"),
-                                  "all CP-4 workers (cp4x10 at 40 GPUs); least work + prefix (q + s)", "paper §9 homogeneous baseline",
+                                  "all CP-4 workers (cp4x10 at 40 GPUs); least work + prefix (q + s)",
+                                  "paper §9 homogeneous baseline",
                                   composition=homogeneous_composition(4)),
     "static-threshold": PolicySpec("static-threshold", _named(StaticThresholdRouter, "static-threshold"),
-                                   "run's heterogeneous pool; long prompts (>= profiled threshold) to the largest degree, else smallest; least work within", "paper §9 static-threshold baseline"),
-    "vllm-tp4": PolicySpec("vllm-tp4", _named(VllmDPRouter, "vllm-tp4"), "homogeneous TP-4 workers (TP cost form), vLLM DP balancer 4*waiting+running",
+                                   "run's heterogeneous pool; long prompts (>= profiled threshold) to the largest degree, "
+                                   "else smallest; least work within", "paper §9 static-threshold baseline"),
+    "vllm-tp4": PolicySpec("vllm-tp4", _named(VllmDPRouter, "vllm-tp4"),
+                           "homogeneous TP-4 workers (TP cost form), vLLM DP balancer 4*waiting+running",
                            "paper §9 vLLM baseline; vllm DPLBAsyncMPClient; TP form: baselines/industry.py",
                            composition=homogeneous_composition(4), calibration_transform=TensorParallelCostForm()),
     "sglang-cache-aware": PolicySpec("sglang-cache-aware", _named(SGLangCacheAwareRouter, "sglang-cache-aware"),
                                      "CP-4 workers, SGLang router cache_aware (approx tree, threshold 0.3, balance 64/1.5)",
-                                     "paper §9 SGLang baseline; sgl-router cache_aware.rs CLI defaults", composition=homogeneous_composition(4)),
+                                     "paper §9 SGLang baseline; sgl-router cache_aware.rs CLI defaults",
+                                     composition=homogeneous_composition(4)),
     # --- industry routers on the run's pool
-    "llm-d": PolicySpec("llm-d", _named(LlmdRouter, "llm-d"), "weighted scorers prefix 3 + queue 2 + KV-utilisation 2, max score",
+    "llm-d": PolicySpec("llm-d", _named(LlmdRouter, "llm-d"),
+                        "weighted scorers prefix 3 + queue 2 + KV-utilisation 2, max score",
                         "llm-d inference-scheduling chart defaults; gateway-api-inference-extension scorers"),
-    "dynamo-kv": PolicySpec("dynamo-kv", _named(DynamoKVRouter, "dynamo-kv"), "min overlap-weight*prefill blocks + active blocks",
+    "dynamo-kv": PolicySpec("dynamo-kv", _named(DynamoKVRouter, "dynamo-kv"),
+                            "min overlap-weight*prefill blocks + active blocks",
                             "ai-dynamo KV router cost, weight 1, temperature 0"),
-    "mooncake-ttft": PolicySpec("mooncake-ttft", _named(MooncakeTTFTRouter, "mooncake-ttft"), "min predicted TTFT = q_w + E_C(R,P) with local hit",
+    "mooncake-ttft": PolicySpec("mooncake-ttft", _named(MooncakeTTFTRouter, "mooncake-ttft"),
+                                "min predicted TTFT = q_w + E_C(R,P) with local hit",
                                 "Mooncake (FAST'25) conductor"),
     "vertumnus-adaptive": adaptive_spec(),
 }
@@ -190,8 +209,10 @@ POLICIES: dict[str, PolicySpec] = {
 from baselines.cache_manager import CACHE_MANAGER_SETTINGS, with_global_cache  # noqa: E402
 POLICIES["vertumnus-global-cache"] = with_global_cache(POLICIES["vertumnus-router"], name="vertumnus-global-cache")
 POLICIES["vertumnus-global-cache-20s"] = with_global_cache(
-    POLICIES["vertumnus-router"], replace(CACHE_MANAGER_SETTINGS["paper-20s"], beta=POLICIES["vertumnus-router"].params["beta"],
-                                          lambda_=POLICIES["vertumnus-router"].params["lambda"]), "vertumnus-global-cache-20s")
+    POLICIES["vertumnus-router"],
+    replace(CACHE_MANAGER_SETTINGS["paper-20s"], beta=POLICIES["vertumnus-router"].params["beta"],
+            lambda_=POLICIES["vertumnus-router"].params["lambda"]),
+    "vertumnus-global-cache-20s")
 
 # --- KV pull paths (envs/sim/tiers.py, baselines/tiered.py): the systems with their own KV tiers.
 # Mooncake pools host DRAM per node and a distributed store (Mooncake Store); Dynamo's KV block

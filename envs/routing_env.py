@@ -165,10 +165,10 @@ class PrefillRoutingEnv(gym.Env):
     the Vertumnus cost per worker, ``WORKER_EXTRA_FEATURES``) and ``"context"`` of shape ``(2,)``
     (time to the window end and the recent arrival rate, ``CONTEXT_FEATURES``). With
     ``num_slots`` > the pool's ``max_num_workers`` the worker rows are padded with zero rows
-    (``present`` = 0, never eligible), so pools of different sizes share one space. Everything the Vertumnus router uses is there: ``q_w``, the ready hit
-    ``P_{i,w}``, the degree ``C_w``, the worker state, the predicted service time
-    ``E_{C_w}(R_{i,w}, P_{i,w})`` and the request length ``L``. Normalisation is left to the
-    policy (``policies.extractor`` scales logarithmically).
+    (``present`` = 0, never eligible), so pools of different sizes share one space. Everything the
+    Vertumnus router uses is there: ``q_w``, the ready hit ``P_{i,w}``, the degree ``C_w``, the
+    worker state, the predicted service time ``E_{C_w}(R_{i,w}, P_{i,w})`` and the request length
+    ``L``. Normalisation is left to the policy (``policies.extractor`` scales logarithmically).
 
     ## Rewards
 

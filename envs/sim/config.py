@@ -56,7 +56,8 @@ class LatencyConfig:
     first_decode_step_s: float = 0.030
 
     def __post_init__(self) -> None:
-        _check(self.kv_handoff_bandwidth_bytes_per_s > 0, f"latency.kv_handoff_bandwidth_bytes_per_s must be > 0, got {self.kv_handoff_bandwidth_bytes_per_s}")
+        _check(self.kv_handoff_bandwidth_bytes_per_s > 0,
+               f"latency.kv_handoff_bandwidth_bytes_per_s must be > 0, got {self.kv_handoff_bandwidth_bytes_per_s}")
         _check(self.first_decode_step_s >= 0, f"latency.first_decode_step_s must be >= 0, got {self.first_decode_step_s}")
 
 
@@ -75,10 +76,13 @@ class PredictionErrorConfig:
     degree_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
-        _check(self.bias > 0 and math.isfinite(self.bias), f"prediction_error.bias must be a finite number > 0, got {self.bias}")
-        _check(self.noise_sigma >= 0 and math.isfinite(self.noise_sigma), f"prediction_error.noise_sigma must be >= 0, got {self.noise_sigma}")
+        _check(self.bias > 0 and math.isfinite(self.bias),
+               f"prediction_error.bias must be a finite number > 0, got {self.bias}")
+        _check(self.noise_sigma >= 0 and math.isfinite(self.noise_sigma),
+               f"prediction_error.noise_sigma must be >= 0, got {self.noise_sigma}")
         for item in self.degree_bias:
-            _check(len(item) == 2 and item[1] > 0, f"prediction_error.degree_bias entries must be (degree, factor > 0), got {item!r}")
+            _check(len(item) == 2 and item[1] > 0,
+                   f"prediction_error.degree_bias entries must be (degree, factor > 0), got {item!r}")
 
     def factor_for(self, degree: int) -> float:
         return self.bias * dict(self.degree_bias).get(degree, 1.0)

@@ -143,7 +143,8 @@ class Calibration:
 
     def __post_init__(self) -> None:
         if self.format_version != CALIBRATION_FORMAT_VERSION:
-            raise ValueError(f"calibration format_version {self.format_version} is not supported; expected {CALIBRATION_FORMAT_VERSION}")
+            raise ValueError(f"calibration format_version {self.format_version} is not supported; "
+                             f"expected {CALIBRATION_FORMAT_VERSION}")
         for name in ("kv_bytes_per_token", "gpu_memory_bytes", "max_prompt_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"calibration field {name} must be > 0, got {getattr(self, name)!r}")
@@ -259,7 +260,8 @@ class Calibration:
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except UnicodeDecodeError as exc:
-            raise ValueError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a calibration JSON file") from None
+            raise ValueError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                             "expected a calibration JSON file") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
         return cls.from_dict(data, source=str(p))

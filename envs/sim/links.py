@@ -26,7 +26,8 @@ class LinkConfig:
 
     def __post_init__(self) -> None:
         if not (self.intra_node_bytes_per_s > 0 and self.inter_node_bytes_per_s > 0):
-            raise ValueError(f"link bandwidths must be > 0, got intra={self.intra_node_bytes_per_s}, inter={self.inter_node_bytes_per_s}")
+            raise ValueError(f"link bandwidths must be > 0, got intra={self.intra_node_bytes_per_s}, "
+                             f"inter={self.inter_node_bytes_per_s}")
 
 
 class KVLinks:

@@ -84,11 +84,14 @@ class PoolConfig:
     def check_group(self, degree: int, first_gpu: int) -> None:
         """Raises ValueError unless ``degree`` GPUs from ``first_gpu`` form a valid CP group."""
         if degree not in self.supported_degrees:
-            raise ValueError(f"CP degree {degree} is not supported; supported degrees are {list(self.supported_degrees)}")
+            raise ValueError(f"CP degree {degree} is not supported; "
+                             f"supported degrees are {list(self.supported_degrees)}")
         if first_gpu < 0 or first_gpu + degree > self.num_gpus:
-            raise ValueError(f"worker cp{degree}@{first_gpu} uses GPUs {first_gpu}..{first_gpu + degree - 1}, outside the pool of {self.num_gpus} GPUs")
+            raise ValueError(f"worker cp{degree}@{first_gpu} uses GPUs {first_gpu}..{first_gpu + degree - 1}, "
+                             f"outside the pool of {self.num_gpus} GPUs")
         if first_gpu % degree:
-            raise ValueError(f"worker cp{degree}@{first_gpu} is misaligned: a CP-{degree} worker must start at a multiple of {degree}")
+            raise ValueError(f"worker cp{degree}@{first_gpu} is misaligned: "
+                             f"a CP-{degree} worker must start at a multiple of {degree}")
         if not self.allow_cross_node and first_gpu // self.gpus_per_node != (first_gpu + degree - 1) // self.gpus_per_node:
             raise ValueError(f"worker cp{degree}@{first_gpu} crosses a node boundary (nodes of {self.gpus_per_node} GPUs)")
 
@@ -136,30 +139,50 @@ def resolve_composition(composition: str, pool: PoolConfig) -> list[tuple[int, i
         for s, m in zip(items, counts):
             degree, n = int(m.group(1)), int(m.group(2))
             if degree not in pool.supported_degrees:
-                raise ValueError(f"composition item {s!r}: CP degree {degree} is not supported; supported degrees are {list(pool.supported_degrees)}")
+                raise ValueError(f"composition item {s!r}: CP degree {degree} is not supported; "
+                                 f"supported degrees are {list(pool.supported_degrees)}")
             wanted += [degree] * n
         total = sum(wanted)
         if total != pool.num_gpus:
             raise ValueError(f"composition {composition!r} uses {total} GPUs but the pool has {pool.num_gpus}")
-        for degree in sorted(wanted, reverse=True):
-            for first in range(0, pool.num_gpus - degree + 1, degree):
-                try:
-                    pool.check_group(degree, first)
-                except ValueError:
-                    continue
-                if not any(used[first:first + degree]):
-                    for g in range(first, first + degree):
-                        used[g] = True
-                    placements.append((degree, first))
-                    break
-            else:
-                raise ValueError(f"composition {composition!r} cannot be placed: no aligned free group of {degree} GPUs left in nodes of {pool.gpus_per_node}")
+        placements = _place_first_fit(wanted, composition, pool)
     else:
         bad = next(s for s, a, b in zip(items, explicit, counts) if not (a if any(explicit) else b))
-        raise ValueError(f"composition item {bad!r} is invalid; expected all items as 'cp<C>x<count>' or all as 'cp<C>@<first_gpu>'")
+        raise ValueError(f"composition item {bad!r} is invalid; "
+                         f"expected all items as 'cp<C>x<count>' or all as 'cp<C>@<first_gpu>'")
     if sum(d for d, _ in placements) != pool.num_gpus:
-        raise ValueError(f"composition {composition!r} uses {sum(d for d, _ in placements)} GPUs but the pool has {pool.num_gpus}")
+        raise ValueError(f"composition {composition!r} uses {sum(d for d, _ in placements)} GPUs "
+                         f"but the pool has {pool.num_gpus}")
     placements.sort(key=lambda p: p[1])
+    return placements
+
+
+def _place_first_fit(degrees: list[int], composition: str, pool: PoolConfig) -> list[tuple[int, int]]:
+    """Places workers of ``degrees`` (a count-form composition, whose degrees sum to ``pool.num_gpus``)
+    largest first, each in the lowest aligned free GPU group that :meth:`PoolConfig.check_group` accepts.
+
+    Returns:
+        ``[(degree, first_gpu), ...]`` in placement order.
+
+    Raises:
+        ValueError: if a worker finds no aligned free group (``composition`` is named in the message).
+    """
+    used = [False] * pool.num_gpus
+    placements: list[tuple[int, int]] = []
+    for degree in sorted(degrees, reverse=True):
+        for first in range(0, pool.num_gpus - degree + 1, degree):
+            try:
+                pool.check_group(degree, first)
+            except ValueError:
+                continue
+            if not any(used[first:first + degree]):
+                for g in range(first, first + degree):
+                    used[g] = True
+                placements.append((degree, first))
+                break
+        else:
+            raise ValueError(f"composition {composition!r} cannot be placed: no aligned free group of {degree} GPUs "
+                             f"left in nodes of {pool.gpus_per_node}")
     return placements
 
 

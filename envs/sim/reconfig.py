@@ -438,7 +438,8 @@ class Reconfigurator:
             in_b = set(b)
             in_a = set(a)
             # Interleave the two recency orders by relative rank (LRU first).
-            order = sorted([(i / len(a), 0, h) for i, h in enumerate(a)] + [(i / len(b), 1, h) for i, h in enumerate(b) if h not in in_a])
+            order = sorted([(i / len(a), 0, h) for i, h in enumerate(a)]
+                           + [(i / len(b), 1, h) for i, h in enumerate(b) if h not in in_a])
             for _, _, h in order:
                 w.cache.insert((h,), READY if (h in in_a and h in in_b) else PENDING)
             pend = sum(1 for h in w.cache.blocks() if w.cache.state(h) == PENDING)

@@ -73,12 +73,15 @@ class Workload:
         bs = self.kv_block_size_tokens
         for i, r in enumerate(self.requests):
             if r.request_id != i:
-                raise ValueError(f"workload {self.name!r}: request at position {i} has request_id {r.request_id}; expected {i}")
+                raise ValueError(f"workload {self.name!r}: request at position {i} has request_id {r.request_id}; "
+                                 f"expected {i}")
             if r.arrival_time_s < prev:
-                raise ValueError(f"workload {self.name!r}: request {i} arrives at {r.arrival_time_s} s, before request {i - 1} ({prev} s); requests must be sorted by arrival")
+                raise ValueError(f"workload {self.name!r}: request {i} arrives at {r.arrival_time_s} s, "
+                                 f"before request {i - 1} ({prev} s); requests must be sorted by arrival")
             prev = r.arrival_time_s
             if r.num_prompt_tokens < 1:
-                raise ValueError(f"workload {self.name!r}: request {i} has num_prompt_tokens={r.num_prompt_tokens}; expected >= 1")
+                raise ValueError(f"workload {self.name!r}: request {i} has num_prompt_tokens={r.num_prompt_tokens}; "
+                                 "expected >= 1")
             if len(r.block_hashes) != -(-r.num_prompt_tokens // bs):
                 raise ValueError(
                     f"workload {self.name!r}: request {i} has {len(r.block_hashes)} block hashes for "

@@ -240,7 +240,8 @@ class Simulator:
         """Removes an idle worker with an empty queue (after a drain)."""
         w = self.workers[worker_id]
         if w.batch or w.queue:
-            raise RuntimeError(f"worker {worker_id} cannot retire with {len(w.batch)} running and {len(w.queue)} queued requests")
+            raise RuntimeError(f"worker {worker_id} cannot retire with {len(w.batch)} running "
+                               f"and {len(w.queue)} queued requests")
         w.state = WorkerState.RETIRED
         del self.workers[worker_id]
         self.worker_ids.remove(worker_id)
@@ -300,7 +301,8 @@ class Simulator:
         out = []
         for r in reqs:
             L = r.num_prompt_tokens
-            iso = cm.service_time_s(1, L, 0) + L * self.calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s + lat.first_decode_step_s
+            iso = (cm.service_time_s(1, L, 0) + L * self.calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s
+                   + lat.first_decode_step_s)
             out.append(max(slo.min_ttft_slo_s, slo.slo_scale * iso))
         return out
 
@@ -501,12 +503,7 @@ class Simulator:
             w.num_queued_new_tokens = 0
         if tiers is not None:
             tiers.on_step_started(w)
-        factor = self._degree_factor[C]
-        actual = pred * factor
-        if self._noise_sigma > 0.0:
-            actual *= math.exp(self.noise_rng.normal(self._noise_mu, self._noise_sigma))
-        if self.gpu_step_factor is not None:  # stragglers: the slowest rank paces the group
-            actual *= max(self.gpu_step_factor[g] for g in w.gpus)
+        actual = self._actual_step_s(w, pred)
         # A step whose requests reuse pending blocks waits for their reconciliation transfers.
         wait = ready_at - now
         w.step_start_s = now
@@ -516,6 +513,17 @@ class Simulator:
                 self.trace.append((f"reconcile_wait:w{w.worker_id}", now))
             self.trace.append((f"step_start:w{w.worker_id}:n{len(batch)}", now))
         w.step_event = self.schedule(wait + actual, EventPriority.STEP_END, self._on_step_end, w)
+
+    def _actual_step_s(self, w: Worker, predicted_step_s: float) -> float:
+        """Simulated (actual) duration [s] of a step of ``w`` predicted to take ``predicted_step_s``:
+        the per-degree bias, the log-normal noise (one draw from ``noise_rng`` when its sigma > 0;
+        :class:`~envs.sim.config.PredictionErrorConfig`) and, with stragglers, the slowest rank's factor."""
+        actual = predicted_step_s * self._degree_factor[w.degree]
+        if self._noise_sigma > 0.0:
+            actual *= math.exp(self.noise_rng.normal(self._noise_mu, self._noise_sigma))
+        if self.gpu_step_factor is not None:  # stragglers: the slowest rank paces the group
+            actual *= max(self.gpu_step_factor[g] for g in w.gpus)
+        return actual
 
     def _on_step_end(self, w: Worker) -> None:
         now = self.env.now
@@ -612,7 +620,8 @@ class Simulator:
             config=self.config,
             calibration=self.calibration,
             records=records,
-            sim_time_s=max(self.env.now, last_arrival) if self._horizon == math.inf else min(self._horizon, max(self.env.now, last_arrival)),
+            sim_time_s=(max(self.env.now, last_arrival) if self._horizon == math.inf
+                        else min(self._horizon, max(self.env.now, last_arrival))),
             wall_time_s=time.perf_counter() - self._wall_start,
             num_gpus=self.config.pool.num_gpus,
             gpu_time_s=sum(w.gpu_time_s for w in all_workers),
