@@ -54,6 +54,8 @@ from .distributions import LEVAL_DOC_TOKENS, TruncatedLogNormal
 from .registry import WORKLOADS, get_workload
 from .synthetic import (
     long_document_questions,
+    matched_load_phases,
+    mixed_capacity_rps,
     mixed_workload,
     multi_turn_sessions,
     phase_changes,
@@ -107,6 +109,8 @@ __all__ = [
     "mixed_workload",
     "multi_turn_sessions",
     "phase_changes",
+    "matched_load_phases",
+    "mixed_capacity_rps",
     "scale_rate",
     "scale_to_rate",
     "split",

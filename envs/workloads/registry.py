@@ -14,6 +14,7 @@ from .arrivals import GammaArrivals
 from .distributions import SeedLike
 from .synthetic import (
     long_document_questions,
+    matched_load_phases,
     mixed_workload,
     multi_turn_sessions,
     phase_changes,
@@ -108,6 +109,13 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
         "Four 150 s phases alternating short-heavy (90 req/s) and long-heavy (18 req/s) traffic (Vertumnus §9 dynamic test).",
         num_phases=4,
         phase_duration_s=150.0,
+    ),
+    "matched-phases": _named(
+        "matched-phases",
+        matched_load_phases,
+        "Randomised dynamic reconfiguration scenarios below saturation: per seed, rising rates or alternating "
+        "short-/long-request-heavy phases (3-6 phases of 60-180 s), loads 0.4-0.8 of the mix's capacity on the "
+        "reference pool (matched load). Train on seeds < 1000, evaluate on seeds >= 1000.",
     ),
     "bursty": _named(
         "bursty",

@@ -59,6 +59,8 @@ __all__ = [
     "tool_agent_sessions",
     "long_document_questions",
     "phase_changes",
+    "matched_load_phases",
+    "mixed_capacity_rps",
     "mixed_workload",
     "PoissonArrivals",
     "GammaArrivals",
@@ -524,6 +526,156 @@ def phase_changes(
         "rising_rate": bool(rising_rate),
     }
     return _build(name, items, hasher.kv_block_size_tokens, f"synthetic:phase_changes(seed={seed})", meta)
+
+
+#: Sustainable rates of the reference pool (40 GPUs, composition ``cp4x6,cp2x8``, Vertumnus router,
+#: default calibration) for the ``phase_changes`` request classes alone: the largest Poisson rate
+#: whose 120 s run keeps token-weighted SLO attainment >= 0.9 (bisection, 7 steps, seed 1):
+#: short requests (system prompt + median-1.5k body) ~150 req/s, long (median-24k body) ~5.8 req/s.
+#: Measured with ``phase_changes(num_phases=1, phase_duration_s=120, *_long_fraction=0 or 1)``.
+MATCHED_LOAD_CAPACITY_SHORT_RPS = 150.0
+MATCHED_LOAD_CAPACITY_LONG_RPS = 5.8
+
+
+def mixed_capacity_rps(long_fraction, capacity_short_rps: float = MATCHED_LOAD_CAPACITY_SHORT_RPS,
+                       capacity_long_rps: float = MATCHED_LOAD_CAPACITY_LONG_RPS):
+    """Capacity [requests/s] of a short/long mix by time sharing: a request of a class costs
+    ``1 / capacity`` of the pool, so ``1 / ((1 - f) / c_short + f / c_long)`` for a long share
+    ``f`` in [0, 1] (scalar or array). Time sharing ignores that one composition can serve both
+    classes better than either alone, so it errs low (a phase at load ``x`` of it is at most ``x``
+    of the real capacity); on the reference pool it matches simulation within ~10 % at f = 0.05
+    and 0.6 (``phases``: 45 req/s at f = 0.05 and 9 req/s at f = 0.6 keep SLO >= 0.98)."""
+    f = np.asarray(long_fraction, float)
+    return 1.0 / ((1.0 - f) / float(capacity_short_rps) + f / float(capacity_long_rps))
+
+
+def _check_range(name: str, lo_hi, lo_bound: float, hi_bound: float, hi_open: bool = False) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in lo_hi)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (low, high), got {lo_hi!r}") from None
+    ok = lo_bound <= lo <= hi and (hi < hi_bound if hi_open else hi <= hi_bound)
+    if not ok:
+        raise ValueError(f"{name} must satisfy {lo_bound:g} <= low <= high {'<' if hi_open else '<='} {hi_bound:g}, got {lo_hi!r}")
+    return lo, hi
+
+
+def matched_load_phases(
+    *,
+    scenario: str = "random",
+    num_phases_range: tuple[int, int] = (3, 6),
+    phase_duration_s_range: tuple[float, float] = (60.0, 180.0),
+    short_heavy_long_fraction_range: tuple[float, float] = (0.0, 0.1),
+    long_heavy_long_fraction_range: tuple[float, float] = (0.4, 0.7),
+    load_fraction_range: tuple[float, float] = (0.4, 0.8),
+    duration_s: float | None = None,
+    capacity_short_rps: float = MATCHED_LOAD_CAPACITY_SHORT_RPS,
+    capacity_long_rps: float = MATCHED_LOAD_CAPACITY_LONG_RPS,
+    short_prompt_tokens: TruncatedLogNormal = TruncatedLogNormal(1500.0, 0.8, 256.0, 8192.0),
+    long_prompt_tokens: TruncatedLogNormal = TruncatedLogNormal(24000.0, 0.5, 8192.0, 64000.0),
+    num_system_prompts: int = 4,
+    system_prompt_tokens: TruncatedLogNormal = TruncatedLogNormal(1000.0, 0.3, 500.0, 2000.0),
+    output_tokens: TruncatedLogNormal = TruncatedLogNormal(200.0, 0.9, 1.0, 2048.0),
+    kv_block_size_tokens: int = 512,
+    seed: SeedLike = 0,
+    name: str = "matched-phases",
+) -> Workload:
+    """Randomised dynamic workload below saturation for reconfiguration episodes (Vertumnus §9
+    dynamic scenarios at matched load): every seed draws its own schedule, so a policy cannot
+    memorise one.
+
+    The seed draws the scenario (``scenario="random"``: ``"alternating"`` or ``"rising"`` with
+    equal probability), the number of phases (uniform integer in ``num_phases_range``), each
+    phase's length (uniform in ``phase_duration_s_range`` [s]), which kind comes first, and per
+    phase the long-request share (short-heavy phases: uniform in
+    ``short_heavy_long_fraction_range``; long-heavy: in ``long_heavy_long_fraction_range``;
+    kinds alternate); with ``duration_s`` the drawn lengths are rescaled to sum to it [s]. Rates are fractions of the phase mix's capacity
+    (:func:`mixed_capacity_rps` with ``capacity_short_rps`` / ``capacity_long_rps``):
+
+    * ``"alternating"``: each phase's load is uniform in ``load_fraction_range``, constant
+      inside the phase;
+    * ``"rising"``: the load rises linearly over the whole workload from the low to the high
+      end of ``load_fraction_range`` (the mix still alternates per phase).
+
+    The rate never exceeds ``load_fraction_range[1] < 1`` times the current mix's capacity.
+    Requests: a shared system prompt (one of ``num_system_prompts``) + a fresh body, short or
+    long as in :func:`phase_changes`. Evaluation seeds must be disjoint from training seeds
+    (the shipped checkpoint trains on 0..N-1 and is evaluated on seeds >= 1000).
+
+    ``metadata``: ``scenario``, ``phase_boundaries_s``, ``phase_kinds``,
+    ``phase_long_fraction``, ``phase_load_fraction`` (``[start, end]`` per phase),
+    ``phase_capacity_rps``, ``phase_of_request``, ``is_long_request``.
+
+    Raises:
+        ValueError: naming the parameter, on a bad scenario, range or capacity.
+    """
+    if scenario not in ("random", "alternating", "rising"):
+        raise ValueError(f"scenario must be 'random', 'alternating' or 'rising', got {scenario!r}")
+    n_lo, n_hi = _check_range("num_phases_range", num_phases_range, 1, 10_000)
+    if n_lo != int(n_lo) or n_hi != int(n_hi):
+        raise ValueError(f"num_phases_range must hold integers, got {num_phases_range!r}")
+    d_lo, d_hi = _check_range("phase_duration_s_range", phase_duration_s_range, 1e-9, math.inf)
+    s_lo, s_hi = _check_range("short_heavy_long_fraction_range", short_heavy_long_fraction_range, 0.0, 1.0)
+    l_lo, l_hi = _check_range("long_heavy_long_fraction_range", long_heavy_long_fraction_range, 0.0, 1.0)
+    f_lo, f_hi = _check_range("load_fraction_range", load_fraction_range, 1e-9, 1.0, hi_open=True)
+    _check_positive("capacity_short_rps", capacity_short_rps)
+    _check_positive("capacity_long_rps", capacity_long_rps)
+    _check_count("num_system_prompts", num_system_prompts)
+    rng = np.random.default_rng(seed)
+    kind = scenario if scenario != "random" else ("alternating", "rising")[int(rng.integers(2))]
+    num_phases = int(rng.integers(int(n_lo), int(n_hi) + 1))
+    durations = rng.uniform(d_lo, d_hi, size=num_phases)
+    if duration_s is not None:
+        durations *= _check_positive("duration_s", duration_s) / durations.sum()
+    bounds = np.concatenate([[0.0], np.cumsum(durations)])
+    total_s = float(bounds[-1])
+    first_long = bool(rng.integers(2))
+    kinds = [("short", "long")[(i + first_long) % 2] for i in range(num_phases)]
+    long_frac = np.array([rng.uniform(s_lo, s_hi) if k == "short" else rng.uniform(l_lo, l_hi) for k in kinds])
+    cap = mixed_capacity_rps(long_frac, capacity_short_rps, capacity_long_rps)
+    if kind == "alternating":
+        loads = rng.uniform(f_lo, f_hi, size=num_phases)
+        load_start, load_end = loads, loads.copy()
+    else:
+        load_start = f_lo + (f_hi - f_lo) * bounds[:-1] / total_s
+        load_end = f_lo + (f_hi - f_lo) * bounds[1:] / total_s
+
+    def phase_index(t: np.ndarray) -> np.ndarray:
+        return np.minimum(np.searchsorted(bounds, t, side="right") - 1, num_phases - 1)
+
+    def rate_fn(t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, float)
+        i = phase_index(t)
+        frac = (t - bounds[i]) / durations[i]
+        return cap[i] * (load_start[i] + (load_end[i] - load_start[i]) * frac)
+
+    hasher = BlockHasher(kv_block_size_tokens)
+    bases = _shared_prefixes(hasher, system_prompt_tokens, rng, num_system_prompts)
+    peak = float(np.max(cap * np.maximum(load_start, load_end)))
+    times = InhomogeneousPoissonArrivals(rate_fn, peak).sample(total_s, rng)
+    n = times.size
+    phase = phase_index(times)
+    is_long = rng.uniform(size=n) < long_frac[phase]
+    bodies = np.where(is_long, long_prompt_tokens.sample_tokens(rng, n), short_prompt_tokens.sample_tokens(rng, n))
+    which = rng.choice(num_system_prompts, size=n, p=_popularity(num_system_prompts, 1.0))
+    outs = output_tokens.sample_tokens(rng, n)
+    items = []
+    for t, k, b, o in zip(times.tolist(), which.tolist(), bodies.tolist(), outs.tolist()):
+        ctx = bases[k].fork()
+        ctx.append_new(b)
+        items.append((t, ctx.num_tokens, o, ctx.block_hashes(), -1))
+    meta = {
+        "generator": "matched_load_phases",
+        "scenario": kind,
+        "phase_boundaries_s": bounds.tolist(),
+        "phase_kinds": kinds,
+        "phase_long_fraction": long_frac.tolist(),
+        "phase_load_fraction": [[float(a), float(b)] for a, b in zip(load_start, load_end)],
+        "phase_capacity_rps": cap.tolist(),
+        "phase_of_request": tuple(phase.tolist()),
+        "is_long_request": tuple(bool(x) for x in is_long),
+    }
+    return _build(name, items, hasher.kv_block_size_tokens, f"synthetic:matched_load_phases(seed={seed})", meta)
 
 
 def mixed_workload(

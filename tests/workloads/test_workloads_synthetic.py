@@ -342,3 +342,68 @@ def test_value_checks_name_the_field_for_non_numbers():
         _check_positive("duration_s", "abc")
     with pytest.raises(ValueError, match="num_docs must be an integer >= 1, got 'x'"):
         _check_count("num_docs", "x")
+
+
+# ---------------------------------------------------------------- matched-load reconfiguration scenarios
+def _max_load_fraction(w) -> float:
+    """The largest measured arrival rate of any phase, relative to that phase's capacity."""
+    import numpy as np
+
+    m = w.metadata
+    bounds = np.asarray(m["phase_boundaries_s"])
+    t = np.array([r.arrival_time_s for r in w.requests])
+    worst = 0.0
+    for i, cap in enumerate(m["phase_capacity_rps"]):
+        lo, hi = bounds[i], bounds[i + 1]
+        n = np.sum((t >= lo) & (t < hi))
+        worst = max(worst, n / (hi - lo) / cap)
+    return worst
+
+
+def test_matched_load_phases_is_deterministic_per_seed_and_differs_across_seeds():
+    a = get_workload("matched-phases", seed=3)
+    b = get_workload("matched-phases", seed=3)
+    c = get_workload("matched-phases", seed=4)
+    key = lambda w: [(r.arrival_time_s, r.num_prompt_tokens) for r in w.requests]  # noqa: E731
+    assert key(a) == key(b) and a.metadata["phase_boundaries_s"] == b.metadata["phase_boundaries_s"]
+    assert key(a) != key(c)
+    assert a.metadata["phase_boundaries_s"] != c.metadata["phase_boundaries_s"]
+
+
+def test_matched_load_phases_stays_below_capacity_with_alternating_mixes():
+    import numpy as np
+
+    from envs.workloads import matched_load_phases, mixed_capacity_rps
+
+    scenarios = set()
+    for seed in range(8):
+        w = matched_load_phases(seed=seed, load_fraction_range=(0.5, 0.9), phase_duration_s_range=(60.0, 90.0))
+        m = w.metadata
+        scenarios.add(m["scenario"])
+        loads = np.asarray(m["phase_load_fraction"])
+        assert loads.min() >= 0.5 - 1e-9 and loads.max() <= 0.9 + 1e-9
+        assert _max_load_fraction(w) < 1.0  # measured phase rates stay below the mix's capacity
+        kinds = m["phase_kinds"]
+        assert all(x != y for x, y in zip(kinds, kinds[1:]))  # short- and long-heavy alternate
+        lf = np.asarray(m["phase_long_fraction"])
+        for k, f in zip(kinds, lf):
+            assert (0.0 <= f <= 0.1) if k == "short" else (0.4 <= f <= 0.7)
+        np.testing.assert_allclose(m["phase_capacity_rps"], mixed_capacity_rps(lf))
+        if m["scenario"] == "rising":
+            assert np.all(np.diff(loads[:, 0]) > 0)
+    assert scenarios == {"alternating", "rising"}
+
+
+def test_matched_load_phases_duration_rescales_the_phases():
+    w = get_workload("matched-phases", seed=2, duration_s=90.0)
+    assert w.metadata["phase_boundaries_s"][-1] == pytest.approx(90.0)
+    assert max(r.arrival_time_s for r in w.requests) < 90.0
+
+
+@pytest.mark.parametrize("kw", [{"load_fraction_range": (0.5, 1.0)}, {"scenario": "ramp"},
+                                {"num_phases_range": (4, 2)}, {"capacity_long_rps": 0.0}])
+def test_matched_load_phases_rejects_saturating_or_bad_parameters(kw):
+    from envs.workloads import matched_load_phases
+
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        matched_load_phases(seed=0, **kw)
