@@ -38,6 +38,18 @@ WINDOW_FEATURES: tuple[tuple[str, float], ...] = (
     ("num_operations_in_flight", COUNT_BOUND),
     ("epoch", COUNT_BOUND),
 )
+#: Appended to ``WINDOW_FEATURES`` with ``capacity_features=True`` (what the heuristic
+#: controller, ``baselines.controller.ReconfigController``, decides on, and more), then one
+#: ``worker_capacity_rps_cp<C>`` per supported CP degree C. ``(name, low, high)``.
+CAPACITY_WINDOW_FEATURES: tuple[tuple[str, float, float], ...] = (
+    ("arrival_rate_trend_rps", -COUNT_BOUND, COUNT_BOUND),  # this window's arrival rate minus the previous one's
+    ("prefix_hit_share", 0.0, 1.0),                        # cached / prompt tokens of requests finished in the window
+    ("capacity_rps", 0.0, COUNT_BOUND),                    # profiled capacity of the current composition [req/s]
+    ("load", 0.0, 100.0),                                  # arrival rate / capacity_rps
+    ("capacity_rps_after_best_split", 0.0, COUNT_BOUND),   # best eligible split's composition (0: none eligible)
+    ("capacity_rps_after_best_merge", 0.0, COUNT_BOUND),   # best eligible merge's composition (0: none eligible)
+    ("time_since_last_operation_s", 0.0, TIME_BOUND_S),    # since the last split/merge started (or the episode start)
+)
 
 
 def candidate_operations(pool: PoolConfig) -> list[tuple[str, int, int]]:
@@ -89,7 +101,15 @@ class PrefillReconfigEnv(gym.Env):
     id) and ``"window"`` ``(10,)`` (``WINDOW_FEATURES``: the last window's arrival rate, mean
     length, long-request fraction, token rate, TTFT and SLO attainment of finished requests,
     requests in the system, outstanding work, operations in flight, epoch) — physical units,
-    clipped to the documented bounds, all >= 0.
+    clipped to the documented bounds, all >= 0. With ``capacity_features=True`` the window
+    vector also holds ``CAPACITY_WINDOW_FEATURES`` (rate trend — the only signed entry —,
+    prefix-hit share, profiled capacity and load of the current composition, capacity of the
+    compositions after the best eligible split and merge, time since the last operation) and
+    the profiled per-worker capacity of every supported CP degree. Capacities come from a
+    :class:`baselines.controller.CapacityTable` (paper §6 capacity profiling, by simulation
+    under the TTFT SLO) for the window's length mix net of the mean prefix hit; the table is
+    owned by the environment and reused across its episodes (pass ``capacity_table`` to share
+    one), so a mix is profiled once per environment.
 
     ## Rewards
 
@@ -131,13 +151,17 @@ class PrefillReconfigEnv(gym.Env):
         invalid_action_penalty: subtracted for an ineligible action (default 1.0).
         long_request_tokens: length above which a request counts as long [tokens] (default
             8192: the Mooncake traces' 8k split, see ``shared/data/traces/SOURCES.md``).
+        capacity_features: add the capacity observation (see Observation Space; default
+            False: the observation of the v0 checkpoints).
+        capacity_table: the ``CapacityTable`` to profile with (default: a new one without
+            re-profiling, ``ProfileConfig(refine_max_mixes=0)``, created on first use).
 
     Raises:
         ValueError: naming the argument, on a bad window, reward or empty workloads.
 
     ## Version History
 
-    * v0: initial version (cpgym 0.1.0).
+    * v0: initial version (cpgym 0.1.0); ``capacity_features`` added.
     """
 
     metadata = {"render_modes": []}
@@ -145,7 +169,8 @@ class PrefillReconfigEnv(gym.Env):
     def __init__(self, workloads: Workload | Sequence[Workload] | None = None, config: SimConfig | None = None,
                  calibration: Calibration | None = None, make_router: Callable | None = None, window_s: float = 20.0,
                  reward: str = "time_in_system", reward_scale: float = 0.01, invalid_action_penalty: float = 1.0,
-                 long_request_tokens: int = 8192, observe_faults: bool = False) -> None:
+                 long_request_tokens: int = 8192, observe_faults: bool = False, capacity_features: bool = False,
+                 capacity_table=None) -> None:
         super().__init__()
         self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
         if not window_s > 0:
@@ -179,10 +204,19 @@ class PrefillReconfigEnv(gym.Env):
         self._wid = pool.worker_id_for
         n = self.max_num_workers
         self._w_high = np.array([b for _, b in RECONFIG_WORKER_FEATURES], dtype=np.float32)
-        self._g_high = np.array([b for _, b in WINDOW_FEATURES], dtype=np.float32)
+        self.capacity_features = bool(capacity_features)
+        self.capacity_table = capacity_table
+        self.degrees = tuple(sorted(pool.supported_degrees))
+        g_low = [0.0] * len(WINDOW_FEATURES)
+        g_high = [b for _, b in WINDOW_FEATURES]
+        if self.capacity_features:
+            g_low += [lo for _, lo, _ in CAPACITY_WINDOW_FEATURES] + [0.0] * len(self.degrees)
+            g_high += [hi for _, _, hi in CAPACITY_WINDOW_FEATURES] + [COUNT_BOUND] * len(self.degrees)
+        self._g_low = np.array(g_low, dtype=np.float32)
+        self._g_high = np.array(g_high, dtype=np.float32)
         self.observation_space = spaces.Dict({
             "workers": spaces.Box(0.0, np.broadcast_to(self._w_high, (n, len(self._w_high))).copy(), dtype=np.float32),
-            "window": spaces.Box(0.0, self._g_high.copy(), dtype=np.float32),
+            "window": spaces.Box(self._g_low.copy(), self._g_high.copy(), dtype=np.float32),
             **_fault_space(n, observe_faults),
         })
         self.action_space = spaces.Discrete(1 + len(self.candidates))
@@ -244,6 +278,8 @@ class PrefillReconfigEnv(gym.Env):
         self._num_invalid = 0
         self._num_ops = 0
         self._t = 0.0
+        self._last_op_s = 0.0
+        self._prev_rate_rps = 0.0
         self._run_window()
         if self._ended:  # the whole run fitted in the first window: the first step ends it
             self._end_flags = self._acct.episode_end()[:2]
@@ -259,6 +295,7 @@ class PrefillReconfigEnv(gym.Env):
             self._fin_n += 1
             self._fin_ttft += ttft
             self._fin_tokens += L
+            self._fin_cached_tokens += sim.num_cached_tokens(req.request_id)
             if ttft <= sim.ttft_slo_s(req.request_id):
                 self._fin_met_tokens += L
 
@@ -269,6 +306,7 @@ class PrefillReconfigEnv(gym.Env):
         self._fin_ttft = 0.0
         self._fin_tokens = 0
         self._fin_met_tokens = 0
+        self._fin_cached_tokens = 0
         end = self._t + self.window_s
         router = self.router
         view = sim.view
@@ -303,6 +341,7 @@ class PrefillReconfigEnv(gym.Env):
             else:
                 apply_operation(self.sim, op)
                 self._num_ops += 1
+                self._last_op_s = self._t
         start = self._t
         self._run_window()
         sim = self.sim
@@ -352,8 +391,10 @@ class PrefillReconfigEnv(gym.Env):
         cnt = 0
         tok = 0
         long_n = 0
+        first = -1
         while i < len(reqs) and reqs[i].arrival_time_s <= self._t:
             if reqs[i].arrival_time_s > lo:
+                first = i if first < 0 else first
                 cnt += 1
                 L = reqs[i].num_prompt_tokens
                 tok += L
@@ -366,12 +407,48 @@ class PrefillReconfigEnv(gym.Env):
                 self._fin_ttft / self._fin_n if self._fin_n else 0.0,
                 self._fin_met_tokens / self._fin_tokens if self._fin_tokens else 1.0,
                 self._acct.n, total_q, in_flight, sim.epoch)
+        if self.capacity_features:
+            G = np.concatenate([G, self._capacity_observation(reqs[first:first + cnt] if cnt else [], cnt / self.window_s)])
         np.minimum(W, self._w_high, out=W)
-        np.minimum(G, self._g_high, out=G)
+        np.clip(G, self._g_low, self._g_high, out=G)
         obs = {"workers": W, "window": G}
         if self.observe_faults:
             obs["faults"] = fault_flags(self.sim, self.max_num_workers)
         return obs
+
+    # ------------------------------------------------------------------------------------------
+    def _capacity_profiles(self, window_requests) -> dict[int, float]:
+        """Per-worker capacity [req/s] of each supported degree for the window's length mix
+        (net of the window's mean prefix hit); zeros when the window had no arrivals."""
+        if not window_requests:
+            return dict.fromkeys(self.degrees, 0.0)
+        if self.capacity_table is None:
+            from baselines.controller import CapacityTable, ProfileConfig  # lazy: envs must not import baselines at import
+
+            self.capacity_table = CapacityTable(self.config, self.calibration, ProfileConfig(refine_max_mixes=0))
+        table = self.capacity_table
+        mean_cached = self._fin_cached_tokens / self._fin_n if self._fin_n else 0.0
+        shares = table.shares(np.array([r.num_prompt_tokens for r in window_requests], float), mean_cached)
+        return {d: table.shares_profile(d, shares).capacity_rps for d in self.degrees}
+
+    def _capacity_observation(self, window_requests, rate_rps: float) -> np.ndarray:
+        """The ``CAPACITY_WINDOW_FEATURES`` and per-degree capacities (see the class docstring)."""
+        sim = self.sim
+        lam = self._capacity_profiles(window_requests)
+        cap = sum(lam[sim.workers[i].degree] for i in sim.worker_ids)
+        best_split = best_merge = 0.0
+        mask = self.action_masks()
+        for k in np.flatnonzero(mask[1:]) + 1:
+            kind, d, _ = self.candidates[k - 1]
+            if kind == "split":
+                best_split = max(best_split, cap - lam[d] + 2 * lam[d // 2])
+            else:
+                best_merge = max(best_merge, cap - 2 * lam[d] + lam[2 * d])
+        trend = rate_rps - self._prev_rate_rps
+        self._prev_rate_rps = rate_rps
+        hit = self._fin_cached_tokens / self._fin_tokens if self._fin_tokens else 0.0
+        feats = [trend, hit, cap, rate_rps / cap if cap > 0 else 0.0, best_split, best_merge, self._t - self._last_op_s]
+        return np.array(feats + [lam[d] for d in self.degrees], dtype=np.float32)
 
 
 def _fault_space(max_num_workers: int, observe_faults: bool) -> dict:

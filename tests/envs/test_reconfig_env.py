@@ -90,3 +90,45 @@ def test_default_inner_router_is_vertumnus(toy_cal):
     assert env.router.name == "vertumnus-router"
     with pytest.raises(ValueError, match="window_s"):
         PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=0)
+
+
+def test_capacity_features_follow_the_profile_and_the_operations(toy_cal):
+    from envs.reconfig_env import CAPACITY_WINDOW_FEATURES, WINDOW_FEATURES
+
+    env = _env(toy_cal, capacity_features=True)
+    base = len(WINDOW_FEATURES)
+    names = [n for n, _, _ in CAPACITY_WINDOW_FEATURES] + [f"cp{d}" for d in env.degrees]
+    assert env.observation_space["window"].shape == (base + len(names),)
+    assert env.observation_space["window"].low[base] < 0  # the rate trend is signed
+    obs, _ = env.reset(seed=1)
+    f = dict(zip(names, obs["window"][base:]))
+    lam = {d: f[f"cp{d}"] for d in env.degrees}
+    assert all(v > 0 for v in lam.values())
+    counts = {}
+    for wid in env.sim.worker_ids:
+        counts[env.sim.workers[wid].degree] = counts.get(env.sim.workers[wid].degree, 0) + 1
+    cap = sum(n * lam[d] for d, n in counts.items())
+    assert f["capacity_rps"] == pytest.approx(cap, rel=1e-5)
+    assert f["load"] == pytest.approx(obs["window"][0] / cap, rel=1e-4)
+    # initial pool cp4@0, cp2@4, cp2@6: best split is of a CP-2 (or the CP-4), best merge the CP-2 pair
+    best_split = max(cap - lam[2] + 2 * lam[1], cap - lam[4] + 2 * lam[2])
+    assert f["capacity_rps_after_best_split"] == pytest.approx(best_split, rel=1e-5)
+    assert f["capacity_rps_after_best_merge"] == pytest.approx(cap - 2 * lam[2] + lam[4], rel=1e-5)
+    assert f["time_since_last_operation_s"] == pytest.approx(5.0)
+    split = next(k for k in np.flatnonzero(env.action_masks()) if k > 0 and env.candidates[k - 1][0] == "split")
+    obs, *_ = env.step(split)
+    g = dict(zip(names, obs["window"][base:]))
+    assert g["time_since_last_operation_s"] == pytest.approx(5.0)  # the operation started at 5 s, now 10 s
+    assert g["arrival_rate_trend_rps"] == pytest.approx(obs["window"][0] - f["load"] * f["capacity_rps"], abs=1e-3)
+    assert 0.0 <= g["prefix_hit_share"] <= 1.0
+    obs, *_ = env.step(0)
+    assert dict(zip(names, obs["window"][base:]))["time_since_last_operation_s"] == pytest.approx(10.0)
+    table = env.capacity_table
+    env.reset(seed=2)
+    assert env.capacity_table is table  # profiles are reused across episodes
+
+
+def test_capacity_features_pass_the_env_checker(toy_cal):
+    from gymnasium.utils.env_checker import check_env
+
+    check_env(_env(toy_cal, n=120, capacity_features=True), skip_render_check=True)
