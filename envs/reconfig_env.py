@@ -52,6 +52,17 @@ CAPACITY_WINDOW_FEATURES: tuple[tuple[str, float, float], ...] = (
 )
 
 
+def observation_profile_config():
+    """The ``baselines.controller.ProfileConfig`` of the capacity observation: coarser than the
+    controller's (mixes within total-variation distance 0.3 share a profile, no re-profiling,
+    7 bisection steps: 1 % of the throughput bound) so that a training run profiles a few dozen
+    mixes instead of one per window; the observation is an input to a learned policy, not the
+    controller's decision rule."""
+    from baselines.controller import ProfileConfig  # lazy: envs must not import baselines at import time
+
+    return ProfileConfig(mix_tolerance=0.3, refine_max_mixes=0, num_bisection_steps=7)
+
+
 def candidate_operations(pool: PoolConfig) -> list[tuple[str, int, int]]:
     """Every split/merge the pool topology allows, as ``(kind, degree_before, first_gpu)``:
     a split of a degree-2C worker at ``f`` (aligned to 2C, inside one node), a merge of the
@@ -153,8 +164,8 @@ class PrefillReconfigEnv(gym.Env):
             8192: the Mooncake traces' 8k split, see ``shared/data/traces/SOURCES.md``).
         capacity_features: add the capacity observation (see Observation Space; default
             False: the observation of the v0 checkpoints).
-        capacity_table: the ``CapacityTable`` to profile with (default: a new one without
-            re-profiling, ``ProfileConfig(refine_max_mixes=0)``, created on first use).
+        capacity_table: the ``CapacityTable`` to profile with (default: a new one with
+            :func:`observation_profile_config`, created on first use).
 
     Raises:
         ValueError: naming the argument, on a bad window, reward or empty workloads.
@@ -423,9 +434,9 @@ class PrefillReconfigEnv(gym.Env):
         if not window_requests:
             return dict.fromkeys(self.degrees, 0.0)
         if self.capacity_table is None:
-            from baselines.controller import CapacityTable, ProfileConfig  # lazy: envs must not import baselines at import
+            from baselines.controller import CapacityTable  # lazy: envs must not import baselines at import time
 
-            self.capacity_table = CapacityTable(self.config, self.calibration, ProfileConfig(refine_max_mixes=0))
+            self.capacity_table = CapacityTable(self.config, self.calibration, observation_profile_config())
         table = self.capacity_table
         mean_cached = self._fin_cached_tokens / self._fin_n if self._fin_n else 0.0
         shares = table.shares(np.array([r.num_prompt_tokens for r in window_requests], float), mean_cached)

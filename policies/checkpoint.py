@@ -10,6 +10,17 @@ from pathlib import Path
 #: The shipped routing checkpoint (see its ``README.md``); the earlier behaviour-cloned one is
 #: ``checkpoints/routing_conversation``.
 SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation_residual"
+#: The shipped reconfiguration checkpoint (``--policy shipped-reconfig``; its README has the
+#: training command and evaluation).
+SHIPPED_RECONFIG = Path(__file__).resolve().parent / "checkpoints" / "reconfig_matched"
+#: ``--policy`` aliases of the shipped checkpoints.
+SHIPPED_CHECKPOINTS = {"shipped": SHIPPED_ROUTING, "shipped-reconfig": SHIPPED_RECONFIG}
+
+
+def checkpoint_path(name: str | Path) -> Path:
+    """The path a ``--policy`` checkpoint value names: a shipped alias
+    (:data:`SHIPPED_CHECKPOINTS`) or the (user-expanded) path itself."""
+    return SHIPPED_CHECKPOINTS.get(str(name)) or Path(name).expanduser()
 
 
 def looks_like_path(name: str) -> bool:
@@ -27,7 +38,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
         ValueError: naming the file, if the ``train_config.json`` next to it is not valid UTF-8
             JSON.
     """
-    p = SHIPPED_ROUTING if str(path) == "shipped" else Path(path).expanduser()
+    p = checkpoint_path(path)
     if not p.exists():
         raise FileNotFoundError(2, "checkpoint path does not exist; expected a checkpoint folder holding model.zip, "
                                    "a model .zip file, or 'shipped'", str(p))

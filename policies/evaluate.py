@@ -40,7 +40,9 @@ def is_checkpoint(name: str) -> bool:
     """Whether a ``--policy`` value names a checkpoint (``"shipped"``, a ``.zip`` or a folder)."""
     from pathlib import Path
 
-    return name == "shipped" or name.endswith(".zip") or Path(name).expanduser().is_dir()
+    from policies.checkpoint import SHIPPED_CHECKPOINTS
+
+    return name in SHIPPED_CHECKPOINTS or name.endswith(".zip") or Path(name).expanduser().is_dir()
 
 
 def check_checkpoint_kind(policy: str, kind: str) -> None:
@@ -83,10 +85,11 @@ def check_policy_argument(name: str) -> None:
     if is_checkpoint(name) or looks_like_path(name):
         resolve_checkpoint(name)
         return
-    close = difflib.get_close_matches(name, ["shipped", *POLICIES], n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, ["shipped", "shipped-reconfig", *POLICIES], n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    raise ValueError(f"unknown policy {name!r}; {hint}expected 'shipped' (the shipped routing checkpoint), "
-                     f"a checkpoint folder or .zip path (e.g. policies/checkpoints/routing_conversation), "
+    raise ValueError(f"unknown policy {name!r}; {hint}expected 'shipped' (the shipped routing checkpoint), 'shipped-reconfig' "
+                     f"(the shipped reconfiguration checkpoint), a checkpoint folder or .zip path "
+                     f"(e.g. policies/checkpoints/routing_conversation), "
                      f"or a registered policy: {', '.join(POLICIES)}")
 
 
@@ -198,7 +201,8 @@ class EvaluationConfig:
             length <= 0 or ``eval_every`` < 2.
     """
 
-    policy: str = _opt(None, "checkpoint folder / model.zip, 'shipped' (the shipped routing checkpoint), or a policy name",
+    policy: str = _opt(None, "checkpoint folder / model.zip, 'shipped' (the shipped routing checkpoint), 'shipped-reconfig' "
+                             "(the shipped reconfiguration checkpoint), or a policy name",
                        metavar="CHECKPOINT|NAME", required=True)
     against: str | None = _opt(None, f"comma-separated policies to compare with (none: {DEFAULT_ROUTING_AGAINST}; "
                                      f"reconfig: {DEFAULT_RECONFIG_AGAINST})", metavar="P1,P2,...")
@@ -212,8 +216,8 @@ class EvaluationConfig:
     windows: str = _opt("eval", "routing: the held-out part (eval), the training part, all, or indices into the held-out part",
                         metavar="eval|train|all|I,J,...")
     seeds: tuple[int, ...] = _opt((1, 2, 3), "workload and simulator seeds")
-    reference: str | None = _opt(None, "routing: policy for the paired delta columns (none: vertumnus if evaluated, "
-                                       "else the first compared policy)", metavar="LABEL")
+    reference: str | None = _opt(None, "policy for the paired delta columns (none: routing: vertumnus if evaluated, "
+                                       "reconfig: vertumnus-adaptive; else the first compared policy)", metavar="LABEL")
     loads: tuple[float, ...] = _opt((), "protocol evaluation (policies.protocol) at these fractions of capacity, "
                                         "e.g. 0.7,0.9: test windows, warm start, paired per-window CIs", metavar="F,F")
     protocol: bool = _opt(False, "protocol evaluation at --target-rps (implied by --loads)")
@@ -312,13 +316,15 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
         ValueError: when a trace is given (not supported for reconfiguration yet).
     """
     import json
-    from pathlib import Path
+
+    from policies.checkpoint import checkpoint_path
 
     if cfg.trace:
         raise ValueError("--kind reconfig evaluates named workloads (--workload); traces are not supported yet")
     workload = cfg.workload
     if workload is None and cfg.policy not in ("none", "-"):
-        d = Path(cfg.policy).parent if cfg.policy.endswith(".zip") else Path(cfg.policy)
+        p = checkpoint_path(cfg.policy)
+        d = p.parent if p.suffix == ".zip" else p
         workload = (json.loads((d / "train_config.json").read_text()).get("train_config") or {}).get("workload")
     return workload or "phases"
 

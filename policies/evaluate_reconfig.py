@@ -14,10 +14,14 @@ the worker composition:
 * ``fixed:<composition>`` (e.g. ``fixed:cp2x20``): no reconfiguration on another fixed
   composition of the same GPUs.
 
+* ``best-fixed-in-hindsight`` (added whenever two or more fixed compositions — ``vertumnus``
+  and the ``fixed:`` ones — are evaluated): per seed, the evaluated fixed composition with the
+  lowest mean TTFT on that seed (an oracle: it knows the outcome).
+
 The workload seed doubles as the simulator seed (as in :mod:`policies.evaluate`). Metrics are
 those of ``envs.metrics.summarize`` plus the number of operations started / committed; the
 table gives the mean over seeds with a 95% Student-t confidence interval
-(:func:`policies.evaluate.mean_ci95`).
+(:func:`policies.evaluate.mean_ci95`), and deltas to a reference policy paired by seed.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from policies.checkpoint import load_model_zip, read_json_file
+from policies.checkpoint import checkpoint_path, load_model_zip, read_json_file
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
            "num_unfinished")
@@ -37,7 +41,7 @@ METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_op
 def is_reconfig_checkpoint(path: str) -> bool:
     """True when ``path`` (a folder or its ``model.zip``) has a ``train_config.json`` of kind
     ``"reconfig"``."""
-    p = Path(path)
+    p = checkpoint_path(path)
     d = p.parent if p.suffix == ".zip" else p
     f = d / "train_config.json"
     if not f.is_file():
@@ -50,10 +54,30 @@ def is_reconfig_checkpoint(path: str) -> bool:
 
 def training_seeds(path: str) -> list[int]:
     """The workload seeds a reconfiguration checkpoint was trained on (from ``train_config.json``)."""
-    p = Path(path)
+    p = checkpoint_path(path)
     d = p.parent if p.suffix == ".zip" else p
     tc = json.loads((d / "train_config.json").read_text()).get("train_config") or {}
     return [int(x) for x in (tc.get("workload_seeds") or [tc.get("workload_seed", 0)])]
+
+
+def rollout_reconfig(act, workload, config, seed: int, window_s: float, capacity_features: bool = False,
+                     capacity_table=None):
+    """One whole-workload episode of :class:`envs.reconfig_env.PrefillReconfigEnv` (simulator
+    seed ``seed``) driven by ``act(raw observation, action mask) -> action``; returns
+    ``(SimResult, actions taken)``."""
+    from envs.reconfig_env import PrefillReconfigEnv
+
+    env = PrefillReconfigEnv([workload], config, window_s=window_s, capacity_features=capacity_features,
+                             capacity_table=capacity_table)
+    obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
+    actions = []
+    done = False
+    while not done:
+        a = act(obs, env.action_masks())
+        actions.append(a)
+        obs, _, term, trunc, _ = env.step(a)
+        done = term or trunc
+    return env.sim.result(), actions
 
 
 class LearnedReconfig:
@@ -68,7 +92,7 @@ class LearnedReconfig:
     def __init__(self, path: str | Path) -> None:
         from sb3_contrib import MaskablePPO
 
-        p = Path(path)
+        p = checkpoint_path(path)
         d = p.parent if p.suffix == ".zip" else p
         model_path = d / "model.zip"
         if not model_path.is_file():
@@ -82,7 +106,10 @@ class LearnedReconfig:
             with open(vn, "rb") as fh:
                 self.vecnormalize = pickle.load(fh)  # saved without its venv: only the statistics
             self.vecnormalize.training = False
-        self.window_s = float((self.meta.get("train_config") or {}).get("window_s", 20.0))
+        tc = self.meta.get("train_config") or {}
+        self.window_s = float(tc.get("window_s", 20.0))
+        self.capacity_features = bool(tc.get("capacity_features", False))  # v0 checkpoints predate it
+        self.capacity_table = None  # one table for every episode this object runs (profiles reused)
 
     def act(self, obs: dict, mask) -> int:
         """Deterministic masked action for one raw observation."""
@@ -93,20 +120,22 @@ class LearnedReconfig:
 
     def run(self, workload, config, seed: int):
         """Runs one whole-workload episode; returns ``(SimResult, actions taken)``."""
-        from envs.reconfig_env import PrefillReconfigEnv
+        if self.capacity_features and self.capacity_table is None:
+            from baselines.controller import CapacityTable
+            from envs.reconfig_env import observation_profile_config
 
-        env = PrefillReconfigEnv([workload], config, window_s=self.window_s)
-        obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
-        actions = []
-        done = False
-        while not done:
-            a = self.act(obs, env.action_masks())
-            actions.append(a)
-            obs, _, term, trunc, _ = env.step(a)
-            done = term or trunc
-        result = env.sim.result()
+            self.capacity_table = CapacityTable(config, config_calibration(config), observation_profile_config())
+        result, actions = rollout_reconfig(self.act, workload, config, seed, self.window_s, self.capacity_features,
+                                           self.capacity_table)
         result.policy = "learned"
         return result, actions
+
+
+def config_calibration(config):
+    """The calibration a ``SimConfig`` resolves to (its ``calibration_path`` or the shipped one)."""
+    from envs.sim import Calibration
+
+    return Calibration.resolve(config.calibration_path)
 
 
 def _ops(result) -> tuple[int, int]:
@@ -116,7 +145,10 @@ def _ops(result) -> tuple[int, int]:
 
 def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str, seeds: list[int], sim_config,
                       target_rps: float | None = None, log=None) -> list[dict]:
-    """One row per (policy, seed): ``policy, seed, wall_s`` plus :data:`METRICS`.
+    """One row per (policy, seed): ``policy, seed, wall_s`` plus :data:`METRICS` (the
+    checkpoint's rows are labelled ``learned``, or ``shipped-reconfig`` for that alias), then
+    the ``best-fixed-in-hindsight`` rows (see the module docstring; ``composition`` names the
+    winner).
 
     Args:
         checkpoint: reconfiguration checkpoint folder (or ``None`` for heuristics only).
@@ -137,6 +169,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
         if not (label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive") or (label.startswith("fixed:") and len(label) > 6)):
             raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, vertumnus-adaptive or fixed:<composition>")
     learned = LearnedReconfig(checkpoint) if checkpoint else None
+    learned_label = checkpoint if checkpoint == "shipped-reconfig" else None
     rows = []
     for seed in seeds:
         wl = workloads.build_workload(name=workload, seed=seed, target_rps=target_rps or None)
@@ -161,22 +194,80 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                    "slo_attainment_token_weighted": s["slo_attainment_token_weighted"],
                    "num_operations": n_ops, "num_committed_operations": n_commit,
                    "num_unfinished": s.get("num_unfinished", 0)}
+            if label == "learned" and learned_label:
+                row["policy"] = learned_label
             rows.append(row)
             if log:
                 log(f"{label:>22} seed {seed}: mean TTFT {row['mean_ttft_s']:.3f} s, P90 {row['p90_ttft_s']:.3f} s, "
                     f"SLO {row['slo_attainment_token_weighted']:.3f}, ops {n_ops} ({row['wall_s']:.0f} s)")
-    return rows
+    return rows + best_fixed_in_hindsight(rows)
 
 
-def aggregate_reconfig(rows: list[dict]) -> list[dict]:
-    """Per policy: mean and 95% CI half-width (``<metric>_ci95``) of :data:`METRICS` over seeds."""
+def _fixed_composition(label: str, sim_config) -> str | None:
+    if label == "vertumnus":
+        return sim_config.pool.composition
+    return label.split(":", 1)[1] if label.startswith("fixed:") else None
+
+
+def best_fixed_in_hindsight(rows: list[dict], sim_config=None) -> list[dict]:
+    """Per seed, a copy of the row of the fixed composition (``vertumnus`` or ``fixed:*``) with
+    the lowest mean TTFT, relabelled ``best-fixed-in-hindsight`` with ``composition`` set; none
+    when fewer than two fixed compositions were evaluated."""
+    fixed = [r for r in rows if r["policy"] == "vertumnus" or str(r["policy"]).startswith("fixed:")]
+    if len({r["policy"] for r in fixed}) < 2:
+        return []
+    out = []
+    for seed in dict.fromkeys(r["seed"] for r in fixed):
+        best = min((r for r in fixed if r["seed"] == seed), key=lambda r: r["mean_ttft_s"])
+        comp = best["policy"].split(":", 1)[1] if best["policy"].startswith("fixed:") else "vertumnus (initial composition)"
+        out.append({**best, "policy": "best-fixed-in-hindsight", "composition": comp})
+    return out
+
+
+def choose_reconfig_reference(rows: list[dict], reference: str | None = None) -> str | None:
+    """The reference of the paired deltas: ``reference`` if evaluated, else
+    ``vertumnus-adaptive`` if evaluated, else ``None``.
+
+    Raises:
+        ValueError: when ``reference`` names a policy that was not evaluated.
+    """
+    labels = list(dict.fromkeys(r["policy"] for r in rows))
+    if reference is not None:
+        if reference not in labels:
+            raise ValueError(f"--reference {reference!r} was not evaluated; evaluated: {', '.join(labels)}")
+        return reference
+    return "vertumnus-adaptive" if "vertumnus-adaptive" in labels else None
+
+
+def aggregate_reconfig(rows: list[dict], workload: str | None = None, reference: str | None = None) -> list[dict]:
+    """Per policy: mean and 95% CI half-width (``<metric>_ci95``) of :data:`METRICS` over seeds,
+    and the fields of the learned-routing evaluation rows: ``policy, workload, load_fraction``
+    (None: the scenarios' loads vary per phase), ``num_windows`` (episodes), ``mean_ttft_s,
+    p90_ttft_s, slo_attainment_token_weighted``, ``delta_mean_ttft_pct_vs_ref`` (mean over seeds
+    of ``100 (x - ref) / ref``, paired by seed) with its 95% Student-t CI ``ci_low, ci_high``,
+    ``delta_slo_attainment`` (paired, absolute) with ``delta_slo_attainment_ci95``, and
+    ``reference`` (:func:`choose_reconfig_reference`; deltas are NaN without one)."""
+    import math
+
     from policies.evaluate import mean_ci95
 
+    ref_label = choose_reconfig_reference(rows, reference)
+    ref = {r["seed"]: r for r in rows if r["policy"] == ref_label}
     out = []
     for label in dict.fromkeys(r["policy"] for r in rows):
         rs = [r for r in rows if r["policy"] == label]
-        agg = {"policy": label, "num_episodes": len(rs)}
+        agg = {"policy": label, "workload": workload, "load_fraction": None, "num_windows": len(rs),
+               "num_episodes": len(rs)}
         for m in METRICS:
             agg[m], agg[m + "_ci95"] = mean_ci95([r[m] for r in rs])
+        paired = [(r, ref[r["seed"]]) for r in rs if r["seed"] in ref]
+        d_pct, ci = mean_ci95([100.0 * (r["mean_ttft_s"] - b["mean_ttft_s"]) / b["mean_ttft_s"] for r, b in paired])
+        agg["delta_mean_ttft_pct_vs_ref"] = d_pct
+        agg["ci_low"], agg["ci_high"] = (d_pct - ci, d_pct + ci) if ci == ci else (math.nan, math.nan)
+        agg["delta_slo_attainment"], agg["delta_slo_attainment_ci95"] = mean_ci95(
+            [r["slo_attainment_token_weighted"] - b["slo_attainment_token_weighted"] for r, b in paired])
+        agg["reference"] = ref_label
+        if label == "best-fixed-in-hindsight":
+            agg["compositions"] = sorted({r["composition"] for r in rs})
         out.append(agg)
     return out

@@ -63,6 +63,12 @@ class ReconfigTrainConfig:
     gamma: float = _opt(0.99, "discount factor in (0, 1]")
     ent_coef: float = _opt(0.0, "entropy coefficient")
     norm_reward: bool = _opt(False, "VecNormalize also scales rewards (running return std)")
+    capacity_features: bool = _opt(True, "observe the profiled capacity of the current and neighbouring compositions, "
+                                         "rate trend, prefix-hit share and time since the last operation")
+    validation_seeds: tuple[int, ...] = _opt((), "workload seeds of the validation episodes (disjoint from the training "
+                                                 "seeds; none: no validation)")
+    validate_every_steps: int = _opt(1024, "validate every STEPS steps with --validation-seeds; model.zip = the best "
+                                           "validated model (lowest mean TTFT)", metavar="STEPS")
     seed: int = _opt(0, "seed of PPO and the environments", flag="--train-seed")
     torch_threads: int = _opt(1, "torch CPU threads")
     wandb_mode: str = _opt("offline", "wandb mode", flag="--wandb", choices=("offline", "online", "disabled"))
@@ -71,7 +77,7 @@ class ReconfigTrainConfig:
         if self.trace is None and self.workload is None:
             raise ValueError("give trace or workload")
         for name in ("episode_window_s", "window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
-                     "torch_threads"):
+                     "torch_threads", "validate_every_steps"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)
@@ -80,6 +86,10 @@ class ReconfigTrainConfig:
         if not (self.learning_rate > 0 and self.ent_coef >= 0):
             raise ValueError(f"learning_rate must be > 0 and ent_coef >= 0, got {self.learning_rate}, {self.ent_coef}")
         object.__setattr__(self, "workload_seeds", tuple(int(x) for x in self.workload_seeds))
+        object.__setattr__(self, "validation_seeds", tuple(int(x) for x in self.validation_seeds))
+        shared = sorted(set(self.validation_seeds) & set(self.seeds))
+        if shared:
+            raise ValueError(f"validation_seeds must be disjoint from the training seeds; both hold {shared}")
         if self.arrival_window_s is not None:
             object.__setattr__(self, "arrival_window_s", tuple(float(x) for x in self.arrival_window_s))
         if self.wandb_mode not in ("offline", "online", "disabled"):
@@ -113,16 +123,87 @@ class ReconfigTrainConfig:
         return wins
 
 
+def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, capacity_table, log=print):
+    """Validation-based model selection: an SB3 callback (``None`` without ``validation_seeds``)
+    that every ``validate_every_steps`` steps (and at the end) runs the current policy on
+    deterministic, masked whole-workload episodes of the validation seeds' workloads
+    (simulator seed = workload seed, observations normalised with ``venv``'s current
+    statistics). The model and statistics with the lowest mean TTFT over those episodes are
+    saved as ``best_model.zip`` / ``best_vecnormalize.pkl``; one row per validation goes to
+    ``validation.csv`` (``timesteps, mean_ttft_s, slo_attainment_token_weighted``, means over
+    the validation episodes) and the callback's ``rows``."""
+    if not cfg.validation_seeds:
+        return None
+    import csv
+
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from envs.metrics import summarize
+    from policies.evaluate_reconfig import rollout_reconfig
+
+    workloads = [(s, cfg.workload_source(s).build()) for s in cfg.validation_seeds]
+
+    class _Validation(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.best = float("inf")
+            self.last = 0
+            self.rows = []
+
+        def validate(self):
+            self.last = self.num_timesteps
+            def act(obs, mask):
+                a, _ = self.model.predict(venv.normalize_obs(obs), action_masks=mask, deterministic=True)
+                return int(a)
+            ttft, slo = [], []
+            for seed, wl in workloads:
+                res, _ = rollout_reconfig(act, wl, sim_config, seed, cfg.window_s, cfg.capacity_features, capacity_table)
+                summ = summarize(res)
+                ttft.append(summ["mean_ttft_s"])
+                slo.append(summ["slo_attainment_token_weighted"])
+            row = {"timesteps": self.num_timesteps, "mean_ttft_s": sum(ttft) / len(ttft),
+                   "slo_attainment_token_weighted": sum(slo) / len(slo)}
+            self.rows.append(row)
+            with open(out / "validation.csv", "w", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=list(row))
+                w.writeheader()
+                w.writerows(self.rows)
+            better = row["mean_ttft_s"] < self.best
+            if better:
+                self.best = row["mean_ttft_s"]
+                self.model.save(out / "best_model.zip")
+                venv.save(str(out / "best_vecnormalize.pkl"))
+            log(f"validation at {self.num_timesteps} steps: mean TTFT {row['mean_ttft_s']:.3f} s, "
+                f"SLO {row['slo_attainment_token_weighted']:.3f}{' (best)' if better else ''}")
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps - self.last >= cfg.validate_every_steps:
+                self.validate()
+            return True
+
+        def _on_training_end(self) -> None:
+            if self.num_timesteps != self.last:
+                self.validate()
+
+    return _Validation()
+
+
 def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=None, argv=None, log=print,
                    progress: str | bool | None = None) -> Path:
-    """Trains; writes ``model.zip``, ``vecnormalize.pkl``, ``progress.csv``, ``train_config.json``."""
+    """Trains; writes ``model.zip``, ``vecnormalize.pkl``, ``progress.csv``, ``train_config.json``
+    (with ``validation_seeds`` also ``validation.csv``, ``last_model.zip`` and
+    ``last_vecnormalize.pkl``; ``model.zip`` / ``vecnormalize.pkl`` are then the best validated)."""
+    import shutil
+
     import torch as th
     from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from envs.reconfig_env import PrefillReconfigEnv
-    from envs.sim import SimConfig
+    from baselines.controller import CapacityTable
+    from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config
+    from envs.sim import Calibration, SimConfig
     from policies.callbacks import TrainingProgress, monitored
 
     out = Path(out_dir)
@@ -132,10 +213,13 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     wins = cfg.episode_windows()
     log(f"train reconfig: {len(wins)} episode windows of {cfg.episode_window_s:g} s from "
         f"{cfg.workload_source(cfg.seeds[0]).label} (workload seeds {list(cfg.seeds)})")
+    # One capacity table for every environment of the run (profiles are reused across episodes).
+    table = CapacityTable(sc, Calibration.resolve(sc.calibration_path), observation_profile_config())
 
     def make(i):
         def _m():
-            env = PrefillReconfigEnv(wins, sc, window_s=cfg.window_s)
+            env = PrefillReconfigEnv(wins, sc, window_s=cfg.window_s, capacity_features=cfg.capacity_features,
+                                     capacity_table=table)
             env.reset(seed=cfg.seed * 1000 + i)
             return monitored(env)
         return _m
@@ -152,9 +236,22 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
 
         run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name, reinit="finish_previous")
     t0 = time.perf_counter()
-    model.learn(cfg.total_timesteps, callback=TrainingProgress(cfg.total_timesteps, progress), log_interval=1)
-    model.save(out / "model.zip")
-    venv.save(str(out / "vecnormalize.pkl"))
+    callbacks = [TrainingProgress(cfg.total_timesteps, progress)]
+    val = validation_callback(cfg, out, venv, sc, table, log=log)
+    if val is not None:
+        callbacks.append(val)
+    model.learn(cfg.total_timesteps, callback=CallbackList(callbacks), log_interval=1)
+    if val is None:
+        model.save(out / "model.zip")
+        venv.save(str(out / "vecnormalize.pkl"))
+    else:
+        model.save(out / "last_model.zip")
+        venv.save(str(out / "last_vecnormalize.pkl"))
+        shutil.copyfile(out / "best_model.zip", out / "model.zip")
+        shutil.copyfile(out / "best_vecnormalize.pkl", out / "vecnormalize.pkl")
+        best = min(val.rows, key=lambda r: r["mean_ttft_s"])
+        meta["best_validation"] = best
+        log(f"model.zip = the model validated at {best['timesteps']} steps (mean TTFT {best['mean_ttft_s']:.3f} s)")
     meta["train_wall_s"] = time.perf_counter() - t0
     meta["timesteps"] = int(model.num_timesteps)
     (out / "train_config.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")

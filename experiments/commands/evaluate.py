@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
     if kind == "reconfig":
-        return _print_reconfig(rows, source or "phases", cfg.seeds, args.format)
+        return _print_reconfig(rows, source or "phases", cfg.seeds, args.format, cfg.reference)
     where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
     return _print_routing(rows, cfg.reference, cfg.seeds, where + ",", args.format)
 
@@ -156,11 +156,12 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
     return 0
 
 
-def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str) -> int:
+def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference: str | None = None) -> int:
     from experiments.common import dumps_json
     from policies.evaluate_reconfig import aggregate_reconfig
 
-    table = aggregate_reconfig(rows)
+    table = aggregate_reconfig(rows, workload, reference)
+    ref = table[0]["reference"] if table else None
     if fmt == "json":
         print(dumps_json(table))
         return 0
@@ -168,15 +169,20 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str) -> int:
 
     t = Table(title=f"{workload}: whole-workload episodes, seeds {list(seeds)}; Vertumnus router; mean ± 95% CI over seeds")
     cols = ["policy", "episodes", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)", "ops started", "ops committed", "unfinished"]
+    if ref:
+        cols += [f"Δ mean TTFT % vs {ref} (paired 95% CI)", "Δ SLO att."]
     for c in cols:
         t.add_column(c, justify="left" if c == "policy" else "right")
     for r in table:
         def f(m, fmt):
             v, ci = r[m], r[m + "_ci95"]
-            return "-" if v != v else (fmt.format(v) + ("" if ci != ci else " ± " + fmt.format(ci)))
+            return "-" if v != v else (fmt.format(v) + ("" if ci != ci else " ± " + fmt.replace("+", "").format(ci)))
+        d = r["delta_mean_ttft_pct_vs_ref"]
+        delta = ["-" if d != d else f"{d:+.1f} [{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]",
+                 f("delta_slo_attainment", "{:+.3f}")]
         t.add_row(r["policy"], str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
                   f("slo_attainment_token_weighted", "{:.3f}"), f("num_operations", "{:.1f}"),
-                  f("num_committed_operations", "{:.1f}"), f("num_unfinished", "{:.1f}"))
+                  f("num_committed_operations", "{:.1f}"), f("num_unfinished", "{:.1f}"), *(delta if ref else []))
     print_unclipped(t)
     return 0
 

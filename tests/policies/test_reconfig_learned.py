@@ -16,7 +16,8 @@ def tiny_checkpoint(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("reconfig_ckpt")
     cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), episode_window_s=100.0, total_timesteps=16,
-                              n_steps=16, batch_size=16, n_epochs=1, wandb_mode="disabled")
+                              n_steps=16, batch_size=16, n_epochs=1, wandb_mode="disabled",
+                              capacity_features=False)
     train_reconfig(cfg, out, log=lambda s: None)
     return out
 
@@ -61,3 +62,71 @@ def test_learned_run_is_seed_deterministic(tiny_checkpoint):
 
 def test_reconfig_mode_rejects_unknown_comparison(tiny_checkpoint, capsys):
     assert main(["evaluate", "--policy", str(tiny_checkpoint), "--against", "no-such", "--seeds", "5", "--quiet"]) == 2
+
+
+def test_validation_keeps_the_best_model_and_capacity_features_reach_the_checkpoint(tmp_path):
+    import csv
+
+    from envs.sim import PoolConfig, SimConfig
+    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
+    cfg = ReconfigTrainConfig(workload="matched-phases", params=params, workload_seeds=(0,), validation_seeds=(9,),
+                              validate_every_steps=4, total_timesteps=8, n_steps=4, batch_size=4, n_epochs=1,
+                              wandb_mode="disabled")
+    assert cfg.capacity_features
+    train_reconfig(cfg, tmp_path, sim_config=small, log=lambda s: None)
+    rows = list(csv.DictReader(open(tmp_path / "validation.csv")))
+    assert [int(r["timesteps"]) for r in rows] == [4, 8]
+    best = min(rows, key=lambda r: float(r["mean_ttft_s"]))
+    meta = json.loads((tmp_path / "train_config.json").read_text())
+    assert meta["best_validation"]["timesteps"] == int(best["timesteps"])
+    assert (tmp_path / "model.zip").read_bytes() == (tmp_path / "best_model.zip").read_bytes()
+    assert (tmp_path / "last_model.zip").is_file() and (tmp_path / "last_vecnormalize.pkl").is_file()
+    learned = LearnedReconfig(tmp_path)
+    assert learned.capacity_features
+    assert learned.model.observation_space["window"].shape[0] > 10  # the capacity features
+
+
+def test_validation_seeds_must_differ_from_training_seeds():
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    with pytest.raises(ValueError, match="validation_seeds must be disjoint"):
+        ReconfigTrainConfig(workload="matched-phases", workload_seeds=(0, 1), validation_seeds=(1, 5))
+
+
+def test_aggregate_pairs_deltas_by_seed_and_adds_the_best_fixed_composition_in_hindsight():
+    from policies.evaluate_reconfig import METRICS, aggregate_reconfig, best_fixed_in_hindsight
+
+    def row(policy, seed, ttft, slo=1.0):
+        return {"policy": policy, "seed": seed, **dict.fromkeys(METRICS, 0.0), "mean_ttft_s": ttft,
+                "slo_attainment_token_weighted": slo}
+
+    rows = [row("vertumnus-adaptive", 0, 1.0), row("vertumnus-adaptive", 1, 2.0), row("vertumnus-adaptive", 2, 4.0),
+            row("learned", 0, 0.9), row("learned", 1, 1.8), row("learned", 2, 3.6, slo=0.9),
+            row("vertumnus", 0, 0.5), row("vertumnus", 1, 3.0), row("vertumnus", 2, 2.0),
+            row("fixed:cp2x20", 0, 0.8), row("fixed:cp2x20", 1, 1.0), row("fixed:cp2x20", 2, 2.5)]
+    best = best_fixed_in_hindsight(rows)
+    assert [(r["seed"], r["mean_ttft_s"], r["composition"]) for r in best] == [
+        (0, 0.5, "vertumnus (initial composition)"), (1, 1.0, "cp2x20"), (2, 2.0, "vertumnus (initial composition)")]
+    assert best_fixed_in_hindsight([r for r in rows if r["policy"] != "fixed:cp2x20"]) == []
+    table = {r["policy"]: r for r in aggregate_reconfig(rows + best, workload="matched-phases")}
+    learned = table["learned"]
+    assert learned["reference"] == "vertumnus-adaptive" and learned["num_windows"] == 3
+    assert learned["delta_mean_ttft_pct_vs_ref"] == pytest.approx(-10.0)  # -10 % on every seed: zero-width CI
+    assert learned["ci_low"] == pytest.approx(-10.0) and learned["ci_high"] == pytest.approx(-10.0)
+    assert learned["delta_slo_attainment"] == pytest.approx(-0.1 / 3)
+    assert table["vertumnus-adaptive"]["delta_mean_ttft_pct_vs_ref"] == pytest.approx(0.0)
+    assert table["best-fixed-in-hindsight"]["mean_ttft_s"] == pytest.approx(3.5 / 3)
+    assert table["vertumnus"]["ci_low"] < table["vertumnus"]["delta_mean_ttft_pct_vs_ref"] < table["vertumnus"]["ci_high"]
+    with pytest.raises(ValueError, match="--reference 'nope' was not evaluated"):
+        aggregate_reconfig(rows, reference="nope")
+
+
+def test_shipped_reconfig_alias_names_the_shipped_checkpoint():
+    from policies.checkpoint import SHIPPED_RECONFIG, checkpoint_path
+    from policies.evaluate import is_checkpoint
+
+    assert checkpoint_path("shipped-reconfig") == SHIPPED_RECONFIG and is_checkpoint("shipped-reconfig")
