@@ -154,7 +154,9 @@ class PrefillReconfigEnv(gym.Env):
         config: simulator configuration (default ``SimConfig()``).
         calibration: cost model (default: the config's or the shipped one).
         make_router: zero-argument factory of the inner :class:`~envs.sim.Router` (default:
-            the registered ``"vertumnus-router"`` policy's router).
+            the registered ``"vertumnus-router"`` policy's router); a router with an ``attach(sim)``
+            method gets each episode's simulator before ``reset`` (e.g.
+            :class:`policies.joint.LearnedRouter`).
         window_s: observation window [s] (paper §6: 20 s).
         reward: ``"time_in_system"`` or ``"slo_miss_tokens"``.
         reward_scale: multiplies the reward (default 0.01: an episode is thousands of
@@ -276,6 +278,9 @@ class PrefillReconfigEnv(gym.Env):
         sim = Simulator(wl, replace(self.config, seed=sim_seed), self.calibration, policy_name="reconfig-env")
         self.sim = sim
         self.router = self.make_router()
+        attach = getattr(self.router, "attach", None)
+        if attach is not None:  # a router that observes the simulator itself (policies.joint.LearnedRouter)
+            attach(sim)
         self.router.reset(sim.view, sim.policy_rng)
         self._acct = EpisodeAccounting(sim)
         sim.finish_listeners.append(self._acct.on_finish)

@@ -14,6 +14,8 @@ the worker composition:
 * ``fixed:<composition>`` (e.g. ``fixed:cp2x20``): no reconfiguration on another fixed
   composition of the same GPUs.
 
+* ``joint:<routing checkpoint>`` (e.g. ``joint:shipped``): the learned controller with the
+  routing checkpoint as its inner router (:mod:`policies.joint`, two timescales);
 * ``best-fixed-in-hindsight`` (added whenever two or more fixed compositions — ``vertumnus``
   and the ``fixed:`` ones — are evaluated): per seed, the evaluated fixed composition with the
   lowest mean TTFT on that seed (an oracle: it knows the outcome).
@@ -61,14 +63,14 @@ def training_seeds(path: str) -> list[int]:
 
 
 def rollout_reconfig(act, workload, config, seed: int, window_s: float, capacity_features: bool = False,
-                     capacity_table=None):
+                     capacity_table=None, make_router=None):
     """One whole-workload episode of :class:`envs.reconfig_env.PrefillReconfigEnv` (simulator
     seed ``seed``) driven by ``act(raw observation, action mask) -> action``; returns
     ``(SimResult, actions taken)``."""
     from envs.reconfig_env import PrefillReconfigEnv
 
     env = PrefillReconfigEnv([workload], config, window_s=window_s, capacity_features=capacity_features,
-                             capacity_table=capacity_table)
+                             capacity_table=capacity_table, make_router=make_router)
     obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
     actions = []
     done = False
@@ -118,15 +120,16 @@ class LearnedReconfig:
         action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
         return int(action)
 
-    def run(self, workload, config, seed: int):
-        """Runs one whole-workload episode; returns ``(SimResult, actions taken)``."""
+    def run(self, workload, config, seed: int, make_router=None):
+        """Runs one whole-workload episode (inner router: ``make_router()``, default Vertumnus);
+        returns ``(SimResult, actions taken)``."""
         if self.capacity_features and self.capacity_table is None:
             from baselines.controller import CapacityTable
             from envs.reconfig_env import observation_profile_config
 
             self.capacity_table = CapacityTable(config, config_calibration(config), observation_profile_config())
         result, actions = rollout_reconfig(self.act, workload, config, seed, self.window_s, self.capacity_features,
-                                           self.capacity_table)
+                                           self.capacity_table, make_router)
         result.policy = "learned"
         return result, actions
 
@@ -153,8 +156,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     Args:
         checkpoint: reconfiguration checkpoint folder (or ``None`` for heuristics only).
         against: ``vertumnus-adaptive``, ``vertumnus-router`` (no reconfiguration), ``vertumnus``
-            (full system) and/or
-            ``fixed:<composition>``.
+            (full system), ``fixed:<composition>`` and/or ``joint:<routing checkpoint>`` (needs
+            ``checkpoint``).
         workload: named synthetic workload (generator seed = each seed).
         seeds: workload and simulator seeds (hold out those used in training).
 
@@ -166,10 +169,15 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     from experiments.runner import run_policy
 
     for label in against:
-        if not (label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive") or (label.startswith("fixed:") and len(label) > 6)):
-            raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, vertumnus-adaptive or fixed:<composition>")
+        if not (label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive")
+                or any(label.startswith(p) and len(label) > len(p) for p in ("fixed:", "joint:"))):
+            raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, "
+                             "vertumnus-adaptive, fixed:<composition> or joint:<routing checkpoint>")
+        if label.startswith("joint:") and not checkpoint:
+            raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; give --policy")
     learned = LearnedReconfig(checkpoint) if checkpoint else None
     learned_label = checkpoint if checkpoint == "shipped-reconfig" else None
+    routers: dict = {}
     rows = []
     for seed in seeds:
         wl = workloads.build_workload(name=workload, seed=seed, target_rps=target_rps or None)
@@ -179,14 +187,20 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             t0 = time.perf_counter()
             if label == "learned":
                 result, _ = learned.run(wl, cfg, seed)
+            elif label.startswith("joint:"):
+                from policies.joint import LearnedRouter
+
+                if label not in routers:
+                    routers[label] = LearnedRouter(label.split(":", 1)[1])  # loaded once; attach() rebinds it per run
+                result, _ = learned.run(wl, cfg, seed, make_router=lambda: routers[label])
             elif label.startswith("fixed:"):
                 comp = label.split(":", 1)[1]
                 c = replace(cfg, pool=replace(cfg.pool, composition=comp))
                 result = run_policy("vertumnus-router", wl, c)
             elif label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive"):
                 result = run_policy(label, wl, cfg)
-            else:
-                raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, vertumnus-adaptive or fixed:<composition>")
+            else:  # pragma: no cover - rejected above
+                raise ValueError(f"unknown reconfiguration comparison {label!r}")
             s = summarize(result)
             n_ops, n_commit = _ops(result)
             row = {"policy": label, "seed": seed, "wall_s": time.perf_counter() - t0,

@@ -1,0 +1,60 @@
+"""Joint routing + reconfiguration (two timescales): the shipped routing checkpoint as the inner
+router of the reconfiguration env (``policies.joint.LearnedRouter``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def short_workloads():
+    from envs.workloads import get_workload
+
+    return [get_workload("matched-phases", seed=s, duration_s=30.0, load_fraction_range=(0.1, 0.2)) for s in (0, 1)]
+
+
+@pytest.mark.slow  # ~1 min: per-request inference of the routing model
+def test_joint_env_passes_the_env_checker_and_routes_with_the_learned_router(short_workloads):
+    from gymnasium.utils.env_checker import check_env
+
+    from envs.reconfig_env import PrefillReconfigEnv
+    from envs.sim import SimConfig
+    from policies.joint import LearnedRouter
+
+    router = LearnedRouter("shipped")
+    calls = []
+    route = router.route
+
+    def counting_route(request, view):
+        wid = route(request, view)
+        assert view.state(wid).name == "ACTIVE"  # only eligible workers
+        calls.append(wid)
+        return wid
+
+    router.route = counting_route
+    env = PrefillReconfigEnv(short_workloads, SimConfig(), make_router=lambda: router, window_s=10.0)
+    check_env(env, skip_render_check=True)
+    calls.clear()
+    env.reset(seed=0, options={"window_index": 0})
+    done = False
+    while not done:
+        mask = env.action_masks()
+        _, _, term, trunc, _ = env.step(int(np.flatnonzero(mask)[-1]))  # an operation whenever one is eligible
+        done = term or trunc
+    assert len(calls) >= short_workloads[0].num_requests  # every request routed by the learned router
+    assert env.sim.result().extras.get("reconfig_operations")  # under changing compositions
+
+
+def test_learned_router_needs_attach_and_a_matching_pool():
+    from envs.sim import PoolConfig, SimConfig, Simulator
+    from envs.workloads import get_workload
+    from policies.joint import LearnedRouter
+
+    router = LearnedRouter("shipped")
+    wl = get_workload("matched-phases", seed=0, duration_s=5.0)
+    with pytest.raises(RuntimeError, match="before attach"):
+        router.route(wl.requests[0], None)
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    with pytest.raises(ValueError, match="worker slots"):
+        router.attach(Simulator(wl, small))
