@@ -62,6 +62,8 @@ class ReconfigTrainConfig:
     learning_rate: float = _opt(3e-4, "Adam learning rate")
     gamma: float = _opt(0.99, "discount factor in (0, 1]")
     ent_coef: float = _opt(0.0, "entropy coefficient")
+    noop_logit_bias: float = _opt(0.0, "added to the no-op action's initial logit: the untrained policy starts close "
+                                       "to no reconfiguration instead of uniform over the eligible operations")
     norm_reward: bool = _opt(False, "VecNormalize also scales rewards (running return std)")
     capacity_features: bool = _opt(True, "observe the profiled capacity of the current and neighbouring compositions, "
                                          "rate trend, prefix-hit share and time since the last operation")
@@ -229,6 +231,9 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     (out / "train_config.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
     model = MaskablePPO("MultiInputPolicy", venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
                         learning_rate=cfg.learning_rate, gamma=cfg.gamma, ent_coef=cfg.ent_coef, seed=cfg.seed, verbose=0)
+    if cfg.noop_logit_bias:
+        with th.no_grad():
+            model.policy.action_net.bias[0] += cfg.noop_logit_bias  # action 0 = no-op (PrefillReconfigEnv)
     model.set_logger(configure(str(out), ["csv"]))
     run = None
     if cfg.wandb_mode != "disabled":

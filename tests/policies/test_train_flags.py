@@ -48,12 +48,15 @@ def test_train_reconfig_flags_change_the_trained_model(tmp_path):
 
     rc = main(["train", "reconfig", "--gamma", "0.5", "--ent-coef", "0.03", "--learning-rate", "0.002", "--n-epochs", "2",
                "--n-steps", "8", "--batch-size", "4", "--timesteps", "8", "--episode-window-s", "100",
-               "--wandb", "disabled", "--out", str(tmp_path)])
+               "--noop-logit-bias", "3", "--no-capacity-features", "--wandb", "disabled", "--out", str(tmp_path)])
     assert rc == 0
     model = MaskablePPO.load(tmp_path / "model.zip")
     assert model.gamma == 0.5 and model.ent_coef == 0.03 and model.n_epochs == 2
     assert model.n_steps == 8 and model.batch_size == 4  # honoured, not clamped
     assert model.learning_rate == 0.002
+    bias = model.policy.action_net.bias.detach()
+    assert bias[0] - bias[1:].mean() > 2.5  # the no-op starts favoured (one 8-step update moves it little)
+    assert model.observation_space["window"].shape == (10,)  # --no-capacity-features
     assert (tmp_path / "provenance.json").is_file()
 
 
@@ -61,6 +64,8 @@ def test_train_reconfig_flags_change_the_trained_model(tmp_path):
     ["train", "reconfig", "--hidden-dim", "32"],      # routing-only flag
     ["train", "reconfig", "--eval-every", "3"],       # routing-only flag
     ["train", "routing", "--controller-window-s", "10"],  # reconfig-only flag
+    ["train", "routing", "--no-capacity-features"],   # reconfig-only flag
+    ["train", "reconfig", "--validation-windows", "3"],  # no such flag (reconfig validates on --validation-seeds)
     ["train", "routing", "--seed", "3"],              # the simulator seed is drawn from --train-seed
     ["train", "routing", "--no-such-flag", "1"],
 ])
@@ -92,6 +97,10 @@ def test_shared_workload_flags_reach_the_episode_source():
     ("reconfig_phases", ["reconfig", "--workload-seeds", "0,1,2,3,4,5,6,7", "--episode-window-s", "600",
                          "--timesteps", "6144", "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95",
                          "--ent-coef", "0.01", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
+    ("reconfig_matched", ["reconfig", "--workload", "matched-phases", "--workload-seeds", "0,1,2,3,4,5,6,7,8,9,10,11",
+                          "--validation-seeds", "500,501,502", "--validate-every-steps", "512", "--timesteps", "2048",
+                          "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95", "--ent-coef", "0.01",
+                          "--noop-logit-bias", "3", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
 ])
 def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, argv):
     """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``."""
