@@ -98,9 +98,9 @@ def test_shared_workload_flags_reach_the_episode_source():
                          "--timesteps", "6144", "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95",
                          "--ent-coef", "0.01", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
     ("reconfig_matched", ["reconfig", "--workload", "matched-phases", "--workload-seeds", "0,1,2,3,4,5,6,7,8,9,10,11",
-                          "--validation-seeds", "500,501,502", "--validate-every-steps", "512", "--timesteps", "2048",
+                          "--validation-seeds", "500,501,502", "--validate-every-steps", "512", "--timesteps", "3072",
                           "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95", "--ent-coef", "0.01",
-                          "--noop-logit-bias", "3", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
+                          "--noop-logit-bias", "1.5", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
 ])
 def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, argv):
     """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``."""
