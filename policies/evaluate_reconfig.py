@@ -212,7 +212,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                 row["policy"] = learned_label
             rows.append(row)
             if log:
-                log(f"{label:>22} seed {seed}: mean TTFT {row['mean_ttft_s']:.3f} s, P90 {row['p90_ttft_s']:.3f} s, "
+                log(f"{row['policy']:>22} seed {seed}: mean TTFT {row['mean_ttft_s']:.3f} s, P90 {row['p90_ttft_s']:.3f} s, "
                     f"SLO {row['slo_attainment_token_weighted']:.3f}, ops {n_ops} ({row['wall_s']:.0f} s)")
     return rows + best_fixed_in_hindsight(rows)
 
