@@ -49,11 +49,11 @@ class LearnedRouter(Router):
         from envs.accounting import EpisodeAccounting
         from envs.routing_env import PrefillRoutingEnv
 
-        env = PrefillRoutingEnv([sim.workload], sim.config, sim.calibration)
-        if env.observation_space["workers"].shape != self.policy.model.observation_space["workers"].shape:
-            raise ValueError(f"routing checkpoint {self.policy.path} was trained for "
-                             f"{self.policy.model.observation_space['workers'].shape[0]} worker slots; "
-                             f"this pool has {env.max_num_workers}")
+        num_slots = self.policy.model.observation_space["workers"].shape[0]
+        if sim.config.pool.max_num_workers > num_slots:
+            raise ValueError(f"routing checkpoint {self.policy.path} has {num_slots} worker slots; "
+                             f"this pool has up to {sim.config.pool.max_num_workers} workers")
+        env = PrefillRoutingEnv([sim.workload], sim.config, sim.calibration, num_slots=num_slots)
         env.sim = sim  # the observer reads the run's simulator; it never steps it
         env._acct = EpisodeAccounting(sim)  # requests in the system, as the routing env counts them
         sim.finish_listeners.append(env._acct.on_finish)

@@ -1,10 +1,16 @@
-"""Joint routing + reconfiguration (two timescales): the shipped routing checkpoint as the inner
-router of the reconfiguration env (``policies.joint.LearnedRouter``)."""
+"""Joint routing + reconfiguration (two timescales): a routing checkpoint as the inner router of
+the reconfiguration env (``policies.joint.LearnedRouter``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+import policies
+
+ROUTING = str(Path(policies.__file__).parent / "checkpoints" / "routing_conversation")  # used in the shipped evaluation
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +28,7 @@ def test_joint_env_passes_the_env_checker_and_routes_with_the_learned_router(sho
     from envs.sim import SimConfig
     from policies.joint import LearnedRouter
 
-    router = LearnedRouter("shipped")
+    router = LearnedRouter(ROUTING)
     calls = []
     route = router.route
 
@@ -51,10 +57,10 @@ def test_learned_router_needs_attach_and_a_matching_pool():
     from envs.workloads import get_workload
     from policies.joint import LearnedRouter
 
-    router = LearnedRouter("shipped")
+    router = LearnedRouter(ROUTING)
     wl = get_workload("matched-phases", seed=0, duration_s=5.0)
     with pytest.raises(RuntimeError, match="before attach"):
         router.route(wl.requests[0], None)
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    big = SimConfig(pool=PoolConfig(num_gpus=64, gpus_per_node=8, composition="cp1x64", supported_degrees=(1, 2, 4, 8)))
     with pytest.raises(ValueError, match="worker slots"):
-        router.attach(Simulator(wl, small))
+        router.attach(Simulator(wl, big))
