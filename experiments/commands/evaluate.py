@@ -48,7 +48,7 @@ def _run_from_csv(args: argparse.Namespace) -> int:
     kind, rows = read_episode_rows(args.from_csv, args.kind)
     seeds = sorted({int(r["seed"]) for r in rows})
     if kind == "reconfig":
-        return _print_reconfig(rows, args.from_csv, seeds, args.format)
+        return _print_reconfig(rows, args.from_csv, seeds, args.format, args.reference)
     return _print_routing(rows, args.reference, seeds, f"{args.from_csv}:", args.format)
 
 
