@@ -217,23 +217,17 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     return rows + best_fixed_in_hindsight(rows)
 
 
-def _fixed_composition(label: str, sim_config) -> str | None:
-    if label == "vertumnus":
-        return sim_config.pool.composition
-    return label.split(":", 1)[1] if label.startswith("fixed:") else None
-
-
-def best_fixed_in_hindsight(rows: list[dict], sim_config=None) -> list[dict]:
-    """Per seed, a copy of the row of the fixed composition (``vertumnus`` or ``fixed:*``) with
-    the lowest mean TTFT, relabelled ``best-fixed-in-hindsight`` with ``composition`` set; none
-    when fewer than two fixed compositions were evaluated."""
-    fixed = [r for r in rows if r["policy"] == "vertumnus" or str(r["policy"]).startswith("fixed:")]
+def best_fixed_in_hindsight(rows: list[dict]) -> list[dict]:
+    """Per seed, a copy of the row of the fixed composition (``vertumnus-router``: the initial
+    one, or ``fixed:*``) with the lowest mean TTFT, relabelled ``best-fixed-in-hindsight`` with
+    ``composition`` set; none when fewer than two fixed compositions were evaluated."""
+    fixed = [r for r in rows if r["policy"] == "vertumnus-router" or str(r["policy"]).startswith("fixed:")]
     if len({r["policy"] for r in fixed}) < 2:
         return []
     out = []
     for seed in dict.fromkeys(r["seed"] for r in fixed):
         best = min((r for r in fixed if r["seed"] == seed), key=lambda r: r["mean_ttft_s"])
-        comp = best["policy"].split(":", 1)[1] if best["policy"].startswith("fixed:") else "vertumnus (initial composition)"
+        comp = best["policy"].split(":", 1)[1] if best["policy"].startswith("fixed:") else "initial composition"
         out.append({**best, "policy": "best-fixed-in-hindsight", "composition": comp})
     return out
 
