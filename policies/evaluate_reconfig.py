@@ -174,7 +174,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, "
                              "vertumnus-adaptive, fixed:<composition> or joint:<routing checkpoint>")
         if label.startswith("joint:") and not checkpoint:
-            raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; give --policy")
+            raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; "
+                             "give --policy")
     learned = LearnedReconfig(checkpoint) if checkpoint else None
     learned_label = checkpoint if checkpoint == "shipped-reconfig" else None
     routers: dict = {}

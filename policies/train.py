@@ -172,7 +172,8 @@ class TrainConfig:
     num_validation_windows: int = _opt(8, "validation windows per validation")
 
     def __post_init__(self) -> None:
-        for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "hidden_dim", "checkpoint_every_steps", "torch_threads"):
+        for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "hidden_dim",
+                     "checkpoint_every_steps", "torch_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)
@@ -341,7 +342,8 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
         def _on_training_end(self) -> None:
             self.fh.close()
 
-    ckpt = CheckpointCallback(max(cfg.checkpoint_every_steps // cfg.n_envs, 1), str(out / "checkpoints"), name_prefix="routing")
+    ckpt = CheckpointCallback(max(cfg.checkpoint_every_steps // cfg.n_envs, 1), str(out / "checkpoints"),
+                              name_prefix="routing")
     t0 = time.perf_counter()
     from policies.callbacks import TrainingProgress
 
@@ -436,7 +438,8 @@ def behaviour_clone(model, cfg: TrainConfig, windows, sim_config, log=print) -> 
             lat_pi, lat_vf = policy.mlp_extractor(feats)
             dist = policy._get_action_dist_from_latent(lat_pi)
             dist.apply_masking(masks[idx])
-            loss = -dist.log_prob(acts[idx]).mean() + 0.5 * th.nn.functional.mse_loss(policy.value_net(lat_vf).squeeze(-1), rets[idx])
+            value_loss = th.nn.functional.mse_loss(policy.value_net(lat_vf).squeeze(-1), rets[idx])
+            loss = -dist.log_prob(acts[idx]).mean() + 0.5 * value_loss
             opt.zero_grad()
             loss.backward()
             th.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)

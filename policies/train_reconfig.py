@@ -226,7 +226,8 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
             return monitored(env)
         return _m
 
-    venv = VecNormalize(DummyVecEnv([make(i) for i in range(cfg.n_envs)]), norm_obs=True, norm_reward=cfg.norm_reward, gamma=cfg.gamma)
+    venv = VecNormalize(DummyVecEnv([make(i) for i in range(cfg.n_envs)]), norm_obs=True, norm_reward=cfg.norm_reward,
+                        gamma=cfg.gamma)
     meta = {"kind": "reconfig", "train_config": asdict(cfg), "sim_config": asdict(sc), "argv": argv}
     (out / "train_config.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
     model = MaskablePPO("MultiInputPolicy", venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,

@@ -90,7 +90,8 @@ def _popularity(num: int, zipf_exponent: float) -> np.ndarray:
     return p / p.sum()
 
 
-def _build(name: str, items: list[tuple[float, int, int, tuple[int, ...], int]], bs: int, source: str, metadata: dict) -> Workload:
+def _build(name: str, items: list[tuple[float, int, int, tuple[int, ...], int]], bs: int, source: str,
+           metadata: dict) -> Workload:
     """Sort ``(arrival_s, L, out, hashes, session)`` items by arrival (stable) into a Workload."""
     order = sorted(range(len(items)), key=lambda i: items[i][0])
     reqs = tuple(
@@ -191,7 +192,8 @@ def system_prompt_requests(
         ctx = bases[k].fork()
         ctx.append_new(u)
         items.append((t, ctx.num_tokens, o, ctx.block_hashes(), -1))
-    meta = {"generator": "system_prompt_requests", "system_prompt_tokens": [b.num_tokens for b in bases], "system_prompt_of_request": tuple(which.tolist())}
+    meta = {"generator": "system_prompt_requests", "system_prompt_tokens": [b.num_tokens for b in bases],
+            "system_prompt_of_request": tuple(which.tolist())}
     return _build(name, items, hasher.kv_block_size_tokens, f"synthetic:system_prompt_requests(seed={seed})", meta)
 
 
@@ -370,7 +372,8 @@ def tool_agent_sessions(
                     used = shared.num_tokens + sum(a + b for _, a, _, b in kept) + action
                     if used + 1 > max_prompt_tokens:
                         kept, used = [], shared.num_tokens + action
-                    steps = [*kept, (hasher.new_segment_id(), action, hasher.new_segment_id(), min(tools[k], max_prompt_tokens - used))]
+                    steps = [*kept, (hasher.new_segment_id(), action, hasher.new_segment_id(),
+                                     min(tools[k], max_prompt_tokens - used))]
                     ctx = shared.fork()
                     for a_seg, a_len, b_seg, b_len in steps:
                         ctx.append(a_seg, a_len)
@@ -478,7 +481,8 @@ def phase_changes(
     dur = _check_positive("phase_duration_s", phase_duration_s)
     r_short = _check_positive("short_phase_rate_rps", short_phase_rate_rps)
     r_long = _check_positive("long_phase_rate_rps", long_phase_rate_rps)
-    for k, v in (("short_phase_long_fraction", short_phase_long_fraction), ("long_phase_long_fraction", long_phase_long_fraction)):
+    for k, v in (("short_phase_long_fraction", short_phase_long_fraction),
+                 ("long_phase_long_fraction", long_phase_long_fraction)):
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{k} must be in [0, 1], got {v!r}")
     if first_phase not in ("short", "long"):
@@ -556,7 +560,8 @@ def _check_range(name: str, lo_hi, lo_bound: float, hi_bound: float, hi_open: bo
         raise ValueError(f"{name} must be a pair (low, high), got {lo_hi!r}") from None
     ok = lo_bound <= lo <= hi and (hi < hi_bound if hi_open else hi <= hi_bound)
     if not ok:
-        raise ValueError(f"{name} must satisfy {lo_bound:g} <= low <= high {'<' if hi_open else '<='} {hi_bound:g}, got {lo_hi!r}")
+        raise ValueError(f"{name} must satisfy {lo_bound:g} <= low <= high {'<' if hi_open else '<='} {hi_bound:g}, "
+                         f"got {lo_hi!r}")
     return lo, hi
 
 
@@ -589,7 +594,8 @@ def matched_load_phases(
     phase's length (uniform in ``phase_duration_s_range`` [s]), which kind comes first, and per
     phase the long-request share (short-heavy phases: uniform in
     ``short_heavy_long_fraction_range``; long-heavy: in ``long_heavy_long_fraction_range``;
-    kinds alternate); with ``duration_s`` the drawn lengths are rescaled to sum to it [s]. Rates are fractions of the phase mix's capacity
+    kinds alternate); with ``duration_s`` the drawn lengths are rescaled to sum to it [s]. Rates are fractions of the
+    phase mix's capacity
     (:func:`mixed_capacity_rps` with ``capacity_short_rps`` / ``capacity_long_rps``):
 
     * ``"alternating"``: each phase's load is uniform in ``load_fraction_range``, constant
@@ -719,13 +725,18 @@ def mixed_workload(
     children = ss.spawn(4)
     common = {"duration_s": d, "kv_block_size_tokens": kv_block_size_tokens}
     parts = [
-        system_prompt_requests(**{**common, "arrivals": PoissonArrivals(system_prompt_rate_rps), "name": "system_prompts", **overrides.get("system_prompts", {})}, seed=children[0]),
-        multi_turn_sessions(**{**common, "session_arrivals": PoissonArrivals(multi_turn_session_rate), "name": "multi_turn", **overrides.get("multi_turn", {})}, seed=children[1]),
+        system_prompt_requests(**{**common, "arrivals": PoissonArrivals(system_prompt_rate_rps), "name": "system_prompts",
+                                  **overrides.get("system_prompts", {})}, seed=children[0]),
+        multi_turn_sessions(**{**common, "session_arrivals": PoissonArrivals(multi_turn_session_rate), "name": "multi_turn",
+                               **overrides.get("multi_turn", {})}, seed=children[1]),
         long_document_questions(
-            **{**common, "doc_arrivals": PoissonArrivals(long_document_rate), "mean_questions_per_doc": long_document_mean_questions, "name": "long_documents", **overrides.get("long_documents", {})},
+            **{**common, "doc_arrivals": PoissonArrivals(long_document_rate),
+               "mean_questions_per_doc": long_document_mean_questions, "name": "long_documents",
+               **overrides.get("long_documents", {})},
             seed=children[2],
         ),
-        tool_agent_sessions(**{**common, "session_arrivals": PoissonArrivals(tool_agent_session_rate), "name": "tool_agent", **overrides.get("tool_agent", {})}, seed=children[3]),
+        tool_agent_sessions(**{**common, "session_arrivals": PoissonArrivals(tool_agent_session_rate), "name": "tool_agent",
+                               **overrides.get("tool_agent", {})}, seed=children[3]),
     ]
     return merge(parts, name=name, source=f"synthetic:mixed_workload(seed={seed})", metadata={"generator": "mixed_workload"})
 
