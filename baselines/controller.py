@@ -34,7 +34,7 @@ most one operation (only ACTIVE workers are eligible).
 
 Anti-flapping (not in the paper's copies; added after the first runs on the ``phases`` workload
 swung the pool between all CP-2 and mostly CP-4 about three times per phase,
-``results/issue4/README.md``):
+``results/dynamic-phases/README.md``):
 
 * the number of operations in a window follows the capacity gap (splits stop at
   ``split_target_load``; merges stop before the projected load exceeds
@@ -130,7 +130,7 @@ class ControllerConfig:
         reconfig: protocol costs (switch, confirmation).
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``
-    workload with the roofline calibration (``results/issue4/README.md``): the split and merge
+    workload with the roofline calibration (``results/dynamic-phases/README.md``): the split and merge
     regions are separated by a band of 0.35 load, and neither a merge nor a split can land in
     the other's region (projected loads), so the controller cannot flap on stationary load.
 
