@@ -4,6 +4,8 @@ Reclamation", §8 asynchronous KV transfers)."""
 
 from __future__ import annotations
 
+import heapq
+
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -188,26 +190,63 @@ class Replicator:
         budget = self.config.max_reclamations_per_scan
         if budget <= 0:
             return
-        nodes = self.trie.nodes
-        # the multi-holder set is kept by the trie; leaves_first sorts it (the order does not depend on the set's)
-        for h in self.trie.leaves_first(h for h in self.trie.shared if len(nodes[h].holders) >= 2):
-            if budget <= 0:
-                return
+        trie = self.trie
+        nodes = trie.nodes
+        # Deepest first (ties: by hash) over the multi-holder nodes, which the trie keeps. Only nodes
+        # with a leaf copy can lose a block, so only those enter the queue; a node gains one during
+        # the scan only when a child of it is reclaimed, and then it is queued (it is shallower
+        # than the child, so its turn is still to come). Same order and outcome as visiting every
+        # multi-holder node; the cost scales with the nodes that can be reclaimed.
+        depth_cache: dict[int, int] = {}
+        queue = [(-trie.depth(h, depth_cache), h) for h in trie.shared
+                 if len(nodes[h].holders) >= 2 and self._has_leaf_copy(nodes[h])]
+        heapq.heapify(queue)
+        queued = {h for _, h in queue}
+        while queue and budget > 0:
+            _, h = heapq.heappop(queue)
             node = nodes.get(h)
-            if node is None or len(node.holders) < 2:
+            if node is None or len(node.holders) < 2 or not self._has_leaf_copy(node):
                 continue
-            complete = self.trie.complete_holders(h, memo)
-            by_degree: dict[int, list[int]] = {}
-            for w in complete:
-                by_degree.setdefault(degree_of[w], []).append(w)
-            for c, ws in sorted(by_degree.items()):
-                if len(ws) >= 2 and node.access.get(c, 0.0) / len(ws) < self.config.reclaim_threshold:
-                    budget = self._reclaim_duplicates(h, node, ws, complete, budget)
-                    if budget <= 0:
-                        return
-                    node = nodes.get(h)
-                    if node is None:
-                        break
+            left = self._reclaim_node(h, node, degree_of, memo, budget)
+            p = node.parent
+            if left < budget and p is not None and p in trie.shared and p not in queued:
+                queued.add(p)
+                heapq.heappush(queue, (-trie.depth(p, depth_cache), p))
+            budget = left
+
+    def _reclaim_node(self, h: int, node: TrieNode, degree_of: Mapping[int, int], memo: dict[int, set[int]],
+                      budget: int) -> int:
+        """Reclaims duplicates of block ``h`` per degree whose per-replica demand is below
+        ``reclaim_threshold``; returns the remaining budget."""
+        nodes = self.trie.nodes
+        complete = self.trie.complete_holders(h, memo)
+        by_degree: dict[int, list[int]] = {}
+        for w in complete:
+            by_degree.setdefault(degree_of[w], []).append(w)
+        for c, ws in sorted(by_degree.items()):
+            if len(ws) >= 2 and node.access.get(c, 0.0) / len(ws) < self.config.reclaim_threshold:
+                budget = self._reclaim_duplicates(h, node, ws, complete, budget)
+                if budget <= 0:
+                    return budget
+                node = nodes.get(h)
+                if node is None:
+                    break
+        return budget
+
+    def _has_leaf_copy(self, node: TrieNode) -> bool:
+        """Whether some holder of ``node`` holds none of its children. Only such copies can be
+        reclaimed (:meth:`_reclaim_duplicates`), so nodes without one are skipped before their
+        complete holders are computed. Evaluated when the node's turn comes: reclaiming a child
+        earlier in the same scan can turn a copy into a leaf."""
+        nodes = self.trie.nodes
+        rest = set(node.holders)
+        for ch in node.children:
+            cnode = nodes.get(ch)
+            if cnode is not None:
+                rest -= cnode.holders
+                if not rest:
+                    return False
+        return True
 
     def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], complete: set[int], budget: int) -> int:
         """Drops block ``h`` from the most loaded of the degree-C holders ``ws`` whose copy is a leaf,

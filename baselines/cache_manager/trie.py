@@ -167,20 +167,20 @@ class PrefixTrie:
         node = self.nodes.get(block_hash)
         return set(node.holders) if node is not None else set()
 
+    def depth(self, block_hash: int, cache: dict[int, int]) -> int:
+        """Number of known ancestors of ``block_hash`` present in the trie (0 at the root level);
+        ``cache`` (hash -> depth) shares the ancestors' depths between calls."""
+        d = cache.get(block_hash)
+        if d is None:
+            p = self.nodes[block_hash].parent
+            d = 0 if p is None or p not in self.nodes else self.depth(p, cache) + 1
+            cache[block_hash] = d
+        return d
+
     def leaves_first(self, hashes: Iterable[int]) -> list[int]:
         """``hashes`` sorted deepest first (ties: by hash, for determinism)."""
-        nodes = self.nodes
         depth_cache: dict[int, int] = {}
-
-        def depth(h: int) -> int:
-            d = depth_cache.get(h)
-            if d is None:
-                p = nodes[h].parent
-                d = 0 if p is None or p not in nodes else depth(p) + 1
-                depth_cache[h] = d
-            return d
-
-        return sorted(hashes, key=lambda h: (-depth(h), h))
+        return sorted(hashes, key=lambda h: (-self.depth(h, depth_cache), h))
 
     def deepest(self, cands: dict[tuple[int, int], float]) -> list[tuple[int, int]]:
         """``(node, degree)`` candidates none of whose descendants (same degree) is a candidate,
