@@ -73,6 +73,8 @@ class Replicator:
         self.in_flight: dict[tuple[int, int], int] = {}  # (node, degree) -> transfers in flight
         self.in_flight_dst: set[tuple[int, int]] = set()  # (node, dst worker)
         self.transfers: list[Transfer] = []  # in flight
+        # nodes with a leaf copy (see _has_leaf_copy), exact for every node not in trie.touched
+        self.leaf_copy_nodes: set[int] = set()
         self.log: list[dict] = []  # one entry per replication started (time, kind, node, src, dst, blocks, bytes)
         # the callback of the transfer-end event (the owning manager forwards to on_transfer_end)
         self.transfer_end_handler: Callable[[Transfer], None] = self.on_transfer_end
@@ -197,9 +199,10 @@ class Replicator:
         # the scan only when a child of it is reclaimed, and then it is queued (it is shallower
         # than the child, so its turn is still to come). Same order and outcome as visiting every
         # multi-holder node; the cost scales with the nodes that can be reclaimed.
+        self._refresh_leaf_copy_nodes()
         depth_cache: dict[int, int] = {}
-        queue = [(-trie.depth(h, depth_cache), h) for h in trie.shared
-                 if len(nodes[h].holders) >= 2 and self._has_leaf_copy(nodes[h])]
+        queue = [(-trie.depth(h, depth_cache), h) for h in trie.shared & self.leaf_copy_nodes
+                 if len(nodes[h].holders) >= 2]
         heapq.heapify(queue)
         queued = {h for _, h in queue}
         while queue and budget > 0:
@@ -232,6 +235,20 @@ class Replicator:
                 if node is None:
                     break
         return budget
+
+    def _refresh_leaf_copy_nodes(self) -> None:
+        """Brings :attr:`leaf_copy_nodes` up to date: re-evaluates only the trie's touched nodes
+        (holders, children or children's holders changed since the last refresh)."""
+        trie = self.trie
+        nodes = trie.nodes
+        leafy = self.leaf_copy_nodes
+        for h in trie.touched:
+            node = nodes.get(h)
+            if node is not None and self._has_leaf_copy(node):
+                leafy.add(h)
+            else:
+                leafy.discard(h)
+        trie.touched.clear()
 
     def _has_leaf_copy(self, node: TrieNode) -> bool:
         """Whether some holder of ``node`` holds none of its children. Only such copies can be

@@ -33,6 +33,8 @@ class PrefixTrie:
         self.nodes: dict[int, TrieNode] = {}
         self.parent_of: dict[int, int | None] = {}  # learnt from dispatched prompts (register_prefix)
         self.shared: set[int] = set()  # nodes with >= 2 holders (reclamation candidates), kept incrementally
+        # nodes whose holders, children or children's holders changed since the owner last cleared it
+        self.touched: set[int] = set()
 
     # ------------------------------------------------------------------ holders
     def insert(self, worker_id: int, block_hash: int) -> None:
@@ -41,6 +43,9 @@ class PrefixTrie:
         if node is None:
             node = self.create(block_hash)
         node.holders.add(worker_id)
+        self.touched.add(block_hash)
+        if node.parent is not None:
+            self.touched.add(node.parent)
         if len(node.holders) == 2:
             self.shared.add(block_hash)
 
@@ -54,6 +59,7 @@ class PrefixTrie:
             if pnode is None:
                 pnode = self.create(parent)
             pnode.children.add(block_hash)
+            self.touched.add(parent)
         return node
 
     def evict(self, worker_id: int, block_hash: int) -> list[int]:
@@ -63,6 +69,9 @@ class PrefixTrie:
         if node is None:
             return []
         node.holders.discard(worker_id)
+        self.touched.add(block_hash)
+        if node.parent is not None:
+            self.touched.add(node.parent)
         if len(node.holders) < 2:
             self.shared.discard(block_hash)
         return self._gc(block_hash, node)
@@ -80,6 +89,7 @@ class PrefixTrie:
             if pnode is None:
                 break
             pnode.children.discard(block_hash)
+            self.touched.add(parent)
             block_hash, node = parent, pnode
         return dropped
 
@@ -105,6 +115,7 @@ class PrefixTrie:
                 if pnode is None:
                     pnode = self.create(p)
                 pnode.children.add(h)
+                self.touched.add(p)
             k -= 1
 
     # ------------------------------------------------------------------ queries
