@@ -73,7 +73,7 @@ class Replicator:
         self.in_flight: dict[tuple[int, int], int] = {}  # (node, degree) -> transfers in flight
         self.in_flight_dst: set[tuple[int, int]] = set()  # (node, dst worker)
         self.transfers: list[Transfer] = []  # in flight
-        # nodes with a leaf copy (see _has_leaf_copy), exact for every node not in trie.touched
+        # multi-holder nodes with a leaf copy (see _has_leaf_copy), exact for every node not in trie.touched
         self.leaf_copy_nodes: set[int] = set()
         self.log: list[dict] = []  # one entry per replication started (time, kind, node, src, dst, blocks, bytes)
         # the callback of the transfer-end event (the owning manager forwards to on_transfer_end)
@@ -201,14 +201,14 @@ class Replicator:
         # multi-holder node; the cost scales with the nodes that can be reclaimed.
         self._refresh_leaf_copy_nodes()
         depth_cache: dict[int, int] = {}
-        queue = [(-trie.depth(h, depth_cache), h) for h in trie.shared & self.leaf_copy_nodes
-                 if len(nodes[h].holders) >= 2]
+        queue = [(-trie.depth(h, depth_cache), h) for h in self.leaf_copy_nodes]
         heapq.heapify(queue)
         queued = {h for _, h in queue}
         while queue and budget > 0:
             _, h = heapq.heappop(queue)
             node = nodes.get(h)
-            if node is None or len(node.holders) < 2 or not self._has_leaf_copy(node):
+            # untouched since the refresh: leaf_copy_nodes (which queued it) is still exact
+            if node is None or len(node.holders) < 2 or (h in trie.touched and not self._has_leaf_copy(node)):
                 continue
             left = self._reclaim_node(h, node, degree_of, memo, budget)
             p = node.parent
@@ -237,14 +237,15 @@ class Replicator:
         return budget
 
     def _refresh_leaf_copy_nodes(self) -> None:
-        """Brings :attr:`leaf_copy_nodes` up to date: re-evaluates only the trie's touched nodes
+        """Brings :attr:`leaf_copy_nodes` (multi-holder nodes with a leaf copy; only these can lose a
+        block to reclamation) up to date: re-evaluates only the trie's touched nodes
         (holders, children or children's holders changed since the last refresh)."""
         trie = self.trie
         nodes = trie.nodes
         leafy = self.leaf_copy_nodes
         for h in trie.touched:
             node = nodes.get(h)
-            if node is not None and self._has_leaf_copy(node):
+            if node is not None and len(node.holders) >= 2 and self._has_leaf_copy(node):
                 leafy.add(h)
             else:
                 leafy.discard(h)
