@@ -256,15 +256,8 @@ class Replicator:
         reclaimed (:meth:`_reclaim_duplicates`), so nodes without one are skipped before their
         complete holders are computed. Evaluated when the node's turn comes: reclaiming a child
         earlier in the same scan can turn a copy into a leaf."""
-        nodes = self.trie.nodes
-        rest = set(node.holders)
-        for ch in node.children:
-            cnode = nodes.get(ch)
-            if cnode is not None:
-                rest -= cnode.holders
-                if not rest:
-                    return False
-        return True
+        counts = node.child_holders
+        return any(w not in counts for w in node.holders)
 
     def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], complete: set[int], budget: int) -> int:
         """Drops block ``h`` from the most loaded of the degree-C holders ``ws`` whose copy is a leaf,
@@ -274,7 +267,7 @@ class Replicator:
         for w in ws[:-1]:
             if budget <= 0:
                 return budget
-            if any(w in nodes[ch].holders for ch in node.children if ch in nodes):
+            if w in node.child_holders:  # w holds a child of h: its copy is not a leaf
                 continue
             if (h, w) in self.in_flight_dst:
                 continue

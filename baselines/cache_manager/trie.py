@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping
 
 class TrieNode:
     """One trie node (one KV block): parent hash (None at the root level), holders, children,
-    decayed statistics per degree (``access`` [decayed requests], ``missed`` [s])."""
+    decayed statistics per degree (``access`` [decayed requests], ``missed`` [s]), and
+    ``child_holders`` (worker id -> number of children it holds; no zero entries)."""
 
-    __slots__ = ("parent", "holders", "children", "access", "missed")
+    __slots__ = ("parent", "holders", "children", "access", "missed", "child_holders")
 
     def __init__(self, parent: int | None) -> None:
         self.parent = parent
@@ -23,6 +24,7 @@ class TrieNode:
         self.children: set[int] = set()
         self.access: dict[int, float] = {}
         self.missed: dict[int, float] = {}
+        self.child_holders: dict[int, int] = {}
 
 
 class PrefixTrie:
@@ -42,10 +44,16 @@ class PrefixTrie:
         node = self.nodes.get(block_hash)
         if node is None:
             node = self.create(block_hash)
+        if worker_id in node.holders:
+            return
         node.holders.add(worker_id)
         self.touched.add(block_hash)
         if node.parent is not None:
             self.touched.add(node.parent)
+            pnode = self.nodes.get(node.parent)
+            if pnode is not None:
+                counts = pnode.child_holders
+                counts[worker_id] = counts.get(worker_id, 0) + 1
         if len(node.holders) == 2:
             self.shared.add(block_hash)
 
@@ -68,10 +76,19 @@ class PrefixTrie:
         node = self.nodes.get(block_hash)
         if node is None:
             return []
-        node.holders.discard(worker_id)
-        self.touched.add(block_hash)
-        if node.parent is not None:
-            self.touched.add(node.parent)
+        if worker_id in node.holders:
+            node.holders.discard(worker_id)
+            self.touched.add(block_hash)
+            if node.parent is not None:
+                self.touched.add(node.parent)
+                pnode = self.nodes.get(node.parent)
+                if pnode is not None:
+                    counts = pnode.child_holders
+                    k = counts[worker_id] - 1
+                    if k:
+                        counts[worker_id] = k
+                    else:
+                        del counts[worker_id]
         if len(node.holders) < 2:
             self.shared.discard(block_hash)
         return self._gc(block_hash, node)
@@ -116,6 +133,9 @@ class PrefixTrie:
                     pnode = self.create(p)
                 pnode.children.add(h)
                 self.touched.add(p)
+                counts = pnode.child_holders
+                for w in node.holders:
+                    counts[w] = counts.get(w, 0) + 1
             k -= 1
 
     # ------------------------------------------------------------------ queries
