@@ -18,6 +18,17 @@ from envs.sim.worker import Worker
 DROP = 1e-3  # decayed statistics below this are dropped
 
 
+def _decay_in_place(stat: dict[int, float], factor: float) -> None:
+    """Multiplies every value of ``stat`` by ``factor`` and deletes those below :data:`DROP`
+    (surviving keys keep their order)."""
+    for k, v in list(stat.items()):
+        v *= factor
+        if v < DROP:
+            del stat[k]
+        else:
+            stat[k] = v
+
+
 class DemandStatistics:
     """The decayed ``access`` / ``missed`` statistics stored on the trie's nodes, the set of nodes
     that have any, and the token / benefit counters.
@@ -130,15 +141,15 @@ class DemandStatistics:
         if d >= 1.0:
             return
         drop = []
+        nodes = trie.nodes
         for h in self.active:
-            node = trie.nodes[h]
-            for stat in (node.access, node.missed):
-                for k in list(stat):
-                    v = stat[k] * d
-                    if v < DROP:
-                        del stat[k]
-                    else:
-                        stat[k] = v
-            if not node.access and not node.missed:
+            node = nodes[h]
+            acc = node.access
+            mis = node.missed
+            if acc:
+                _decay_in_place(acc, d)
+            if mis:
+                _decay_in_place(mis, d)
+            if not acc and not mis:
                 drop.append(h)
         self.active.difference_update(drop)
