@@ -12,9 +12,9 @@ from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
 from envs.episodes import nonempty_windows
-from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND
+from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
-from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
+from envs.sim.faults import fault_flags
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
 
 RECONFIG_WORKER_FEATURES: tuple[tuple[str, float], ...] = (
@@ -466,11 +466,3 @@ class PrefillReconfigEnv(gym.Env):
         feats = [trend, hit, cap, rate_rps / cap if cap > 0 else 0.0, best_split, best_merge, self._t - self._last_op_s]
         return np.array(feats + [lam[d] for d in self.degrees], dtype=np.float32)
 
-
-def _fault_space(max_num_workers: int, observe_faults: bool) -> dict:
-    """The optional ``"faults"`` observation entry: per worker slot (down, degraded, rebuilding)
-    flags in {0, 1} (``envs.sim.faults.fault_flags``); absent unless ``observe_faults``, so the
-    default observation space (and checkpoints trained on it) is unchanged."""
-    if not observe_faults:
-        return {}
-    return {"faults": spaces.Box(0.0, 1.0, (max_num_workers, len(FAULT_OBSERVATION_FEATURES)), dtype=np.float32)}

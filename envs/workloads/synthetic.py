@@ -90,6 +90,26 @@ def _popularity(num: int, zipf_exponent: float) -> np.ndarray:
     return p / p.sum()
 
 
+
+def _phase_items(rng: np.random.Generator, times: np.ndarray, long_share: np.ndarray, long_prompt_tokens,
+                 short_prompt_tokens, output_tokens, bases: list) -> tuple[list, np.ndarray]:
+    """Requests of the phase workloads: each arrival is long with its phase's probability
+    ``long_share`` (one per arrival, share in [0, 1]), gets a long or short body after one of the
+    shared system prompts ``bases`` (Zipf-1 popularity) and an output length; returns the ``_build``
+    items ``(arrival_s, prompt_tokens, output_tokens, block_hashes, -1)`` and the boolean long flags.  One draw order for
+    ``phase_changes`` and ``matched_load_phases``."""
+    n = times.size
+    is_long = rng.uniform(size=n) < long_share
+    bodies = np.where(is_long, long_prompt_tokens.sample_tokens(rng, n), short_prompt_tokens.sample_tokens(rng, n))
+    which = rng.choice(len(bases), size=n, p=_popularity(len(bases), 1.0))
+    outs = output_tokens.sample_tokens(rng, n)
+    items = []
+    for t, k, b, o in zip(times.tolist(), which.tolist(), bodies.tolist(), outs.tolist()):
+        ctx = bases[k].fork()
+        ctx.append_new(b)
+        items.append((t, ctx.num_tokens, o, ctx.block_hashes(), -1))
+    return items, is_long
+
 def _build(name: str, items: list[tuple[float, int, int, tuple[int, ...], int]], bs: int, source: str,
            metadata: dict) -> Workload:
     """Sort ``(arrival_s, L, out, hashes, session)`` items by arrival (stable) into a Workload."""
@@ -510,17 +530,8 @@ def phase_changes(
     hasher = BlockHasher(kv_block_size_tokens)
     bases = _shared_prefixes(hasher, system_prompt_tokens, rng, num_system_prompts)
     times = InhomogeneousPoissonArrivals(rate_fn, float(phase_rates.max() * max(f0, f1))).sample(total_s, rng)
-    n = times.size
     phase = np.minimum((times // dur).astype(int), num_phases - 1)
-    is_long = rng.uniform(size=n) < long_frac[phase]
-    bodies = np.where(is_long, long_prompt_tokens.sample_tokens(rng, n), short_prompt_tokens.sample_tokens(rng, n))
-    which = rng.choice(num_system_prompts, size=n, p=_popularity(num_system_prompts, 1.0))
-    outs = output_tokens.sample_tokens(rng, n)
-    items = []
-    for t, k, b, o in zip(times.tolist(), which.tolist(), bodies.tolist(), outs.tolist()):
-        ctx = bases[k].fork()
-        ctx.append_new(b)
-        items.append((t, ctx.num_tokens, o, ctx.block_hashes(), -1))
+    items, is_long = _phase_items(rng, times, long_frac[phase], long_prompt_tokens, short_prompt_tokens, output_tokens, bases)
     meta = {
         "generator": "phase_changes",
         "phase_boundaries_s": [i * dur for i in range(num_phases + 1)],
@@ -659,17 +670,8 @@ def matched_load_phases(
     bases = _shared_prefixes(hasher, system_prompt_tokens, rng, num_system_prompts)
     peak = float(np.max(cap * np.maximum(load_start, load_end)))
     times = InhomogeneousPoissonArrivals(rate_fn, peak).sample(total_s, rng)
-    n = times.size
     phase = phase_index(times)
-    is_long = rng.uniform(size=n) < long_frac[phase]
-    bodies = np.where(is_long, long_prompt_tokens.sample_tokens(rng, n), short_prompt_tokens.sample_tokens(rng, n))
-    which = rng.choice(num_system_prompts, size=n, p=_popularity(num_system_prompts, 1.0))
-    outs = output_tokens.sample_tokens(rng, n)
-    items = []
-    for t, k, b, o in zip(times.tolist(), which.tolist(), bodies.tolist(), outs.tolist()):
-        ctx = bases[k].fork()
-        ctx.append_new(b)
-        items.append((t, ctx.num_tokens, o, ctx.block_hashes(), -1))
+    items, is_long = _phase_items(rng, times, long_frac[phase], long_prompt_tokens, short_prompt_tokens, output_tokens, bases)
     meta = {
         "generator": "matched_load_phases",
         "scenario": kind,
