@@ -57,6 +57,7 @@ import numpy as np
 from baselines.capacity import (CapacityCache, CapacityProfile, CapacityTable, ProfileConfig, reuse_prefix_tokens,
                                 slo_for_lengths)
 from baselines.composition import composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition
+from baselines.operation_plan import rank_operations
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
                                eligible_operations, get_reconfigurator)
 
@@ -230,15 +231,6 @@ class WindowRecord:
 
     def __getitem__(self, key: str):  # dict-style access, as the earlier per-window dicts
         return getattr(self, key)
-
-
-def rank_operations(sim, ops: list[Operation]) -> list[Operation]:
-    """``ops`` ordered by predicted drain time, then expected KV-reconciliation traffic, then
-    pool order (paper §6 "Eligible operations are prioritized by predicted drain interval and
-    then expected KV-reconciliation traffic")."""
-    r = get_reconfigurator(sim)
-    return sorted(ops, key=lambda op: (r.predicted_drain_s(op), r.expected_reconciliation_bytes(op),
-                                       sim.workers[op.worker_ids[0]].first_gpu))
 
 
 class ReconfigController:

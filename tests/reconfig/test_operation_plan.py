@@ -1,0 +1,77 @@
+"""Planning operations towards a target composition (baselines/operation_plan.py)."""
+
+import pytest
+
+from baselines.operation_plan import composition_distance, operations_towards, projected_degree_counts
+from baselines.simple import LeastWorkRouter
+from envs.sim import PoolConfig, SimConfig, Simulator
+from envs.sim.reconfig import MERGE, SPLIT, apply_operation
+from envs.sim.simulator import EventPriority
+
+from tests.sim.conftest import make_workload
+
+
+def _sim(simple_calibration, composition: str, degrees=(1, 2, 4, 8), num_gpus: int = 16):
+    pool = PoolConfig(num_gpus=num_gpus, gpus_per_node=8, composition=composition, supported_degrees=degrees)
+    return Simulator(make_workload([(0.0, 10, None), (30.0, 10, None)]), SimConfig(pool=pool), simple_calibration)
+
+
+def _run_to_target(sim, target, max_gpus=float("inf")):
+    """Applies a plan every 5 s until the projected composition is the target; returns the plans."""
+    plans = []
+
+    def tick(_):
+        plan = operations_towards(sim, target, max_gpus=max_gpus)
+        plans.append([str(op) for op in plan])
+        for op in plan:
+            apply_operation(sim, op)
+        if sim.env.now < 25:
+            sim.schedule(5.0, EventPriority.CONTROL, tick, None)
+
+    sim.schedule(1.0, EventPriority.CONTROL, tick, None)
+    sim.run(LeastWorkRouter())
+    return plans
+
+
+def test_distance_counts_gpus_per_degree_level():
+    assert composition_distance({4: 2}, {4: 2}) == 0
+    # one split of a CP-4 (G_4: 8 -> 4) is one step of 4 GPUs
+    assert composition_distance({4: 2}, {4: 1, 2: 2}) == 4
+    # CP-8 -> 4 x CP-2 needs G_8 and G_4 to fall by 8 each
+    assert composition_distance({8: 1}, {2: 4}) == 16
+    assert composition_distance({8: 1}, {4: 2}) == 8
+
+
+def test_plan_reaches_a_two_level_target_and_respects_the_gpu_budget(simple_calibration):
+    sim = _sim(simple_calibration, "cp8x2")
+    plans = _run_to_target(sim, {8: 1, 2: 4}, max_gpus=8)
+    # first tick: only one CP-8 may move (budget 8 GPUs); the idle one on GPUs 8-15 ranks first
+    # (shorter predicted drain than worker 0, which runs the first request)
+    assert plans[0] == ["split(8)"]
+    assert {w.degree for w in sim.workers.values()} == {8, 2}
+    assert sorted(w.degree for w in sim.workers.values()) == [2, 2, 2, 2, 8]
+    assert projected_degree_counts(sim) == {8: 1, 2: 4}
+    assert plans[-1] == []  # at the target: nothing more to do
+
+
+def test_plan_merges_towards_larger_degrees_and_counts_in_flight_operations(simple_calibration):
+    sim = _sim(simple_calibration, "cp2x8", degrees=(2, 4))
+    plan = operations_towards(sim, {4: 2, 2: 4})
+    assert [op.kind for op in plan] == [MERGE, MERGE]
+    for op in plan:
+        apply_operation(sim, op)
+    # in flight: the projection already shows the target, so a second plan is empty
+    assert projected_degree_counts(sim) == {4: 2, 2: 4}
+    assert operations_towards(sim, {4: 2, 2: 4}) == []
+    # moving back: splits of the new CP-4 workers are not eligible before their commit, so only
+    # operations on the still-ACTIVE CP-2 workers are candidates, and none of them helps
+    assert operations_towards(sim, {2: 8}) == []
+    assert all(op.kind != SPLIT for op in operations_towards(sim, {4: 4}))
+
+
+def test_plan_rejects_a_target_that_does_not_fit_the_pool(simple_calibration):
+    sim = _sim(simple_calibration, "cp4x4", degrees=(2, 4))
+    with pytest.raises(ValueError, match="cover the pool's 16 GPUs"):
+        operations_towards(sim, {4: 3})
+    with pytest.raises(ValueError, match=r"CP degree\(s\) \[8\] not supported"):
+        operations_towards(sim, {8: 2})
