@@ -282,20 +282,20 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
                           skip_invalid=args.skip_invalid)
 
 
-def parse_workload_params(items: list[str]) -> tuple[tuple[str, object], ...]:
+def parse_workload_params(items: list[str], flag: str = "--workload-param") -> tuple[tuple[str, object], ...]:
     """``["duration_s=120", "rising_rate=false"]`` -> ``(("duration_s", 120), ("rising_rate", False))``:
     values are read as int, float, true/false or else kept as text (the generator validates them).
 
     Raises:
-        ValueError: naming ``--workload-param`` on an item without ``=`` or a repeated name.
+        ValueError: naming ``flag`` on an item without ``=`` or a repeated name.
     """
     out: dict[str, object] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not name.strip():
-            raise ValueError(f"--workload-param must be NAME=VALUE, got {item!r}")
+            raise ValueError(f"{flag} must be NAME=VALUE, got {item!r}")
         if name.strip() in out:
-            raise ValueError(f"--workload-param {name.strip()} given twice")
+            raise ValueError(f"{flag} {name.strip()} given twice")
         value: object = text
         for conv in (int, float):
             try:

@@ -3,8 +3,11 @@ workload, model, metric) with the paper's figure beside cpgym's and a 95 % confi
 
 Row schema (:class:`Row`, ``--format json``): ``{experiment, workload, model, metric,
 paper_value, cpgym_value, ci_low, ci_high, load_fraction, strongest_baseline}``. Experiments are
-plain functions in :data:`EXPERIMENTS` (name -> function returning :class:`ExperimentResult`),
-so other kinds (``dynamic``, ``cache``, ``reconfiguration``) add rows by adding an entry.
+plain functions in :data:`EXPERIMENTS` (name -> function returning :class:`ExperimentResult`):
+``end-to-end`` (below), ``dynamic`` and ``reconfiguration`` (:func:`dynamic`,
+:func:`reconfiguration`: one set of ``run_dynamic_phases`` runs per seed, shared) and ``cache``
+(:func:`cache`); the rows of the last three are built by
+:mod:`experiments.paper_experiments.paper_rows` (metrics and paper values documented there).
 
 End-to-end (``experiment = "end-to-end"``, paper §9 "End-to-End Serving Performance"): for each
 model (calibration) and workload — L-Eval-like documents, Tool-Agent sessions, and the Mooncake
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -51,6 +54,9 @@ PAPER_MODELS = ("qwen3-30b-a3b",)
 METRICS = ("mean_ttft_pct", "p90_ttft_pct", "slo_token_pp")
 #: The full system and the paper's §9 baselines (``cpgym compare --suite paper``).
 PAPER_POLICIES = ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware")
+#: Seeds of the cache experiment: held out from the manager-settings sweep, which chose the
+#: ``CacheManagerConfig`` defaults on seeds 0-2 (``results/cache-ablation/manager-sweep``).
+CACHE_HELD_OUT_SEEDS = (3, 4, 5)
 
 
 @dataclass(frozen=True)
@@ -118,10 +124,27 @@ class ReproduceConfig:
     sim: SimConfig = field(default_factory=SimConfig)
     capacity_definition: object = None
     cache_dir: str | None = None
+    cache_seeds: tuple[int, ...] = CACHE_HELD_OUT_SEEDS
+    cache_duration_s: float = 600.0
+    dynamic_params: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.workloads or not self.models or not self.seeds or not self.policies:
             raise ValueError("reproduce needs at least one workload, model, seed and policy")
+        if not self.cache_seeds or any(int(x) != x or x < 0 for x in self.cache_seeds):
+            raise ValueError(f"--cache-seeds must be integers >= 0, got {list(self.cache_seeds)}")
+        if not (self.cache_duration_s > 0 and math.isfinite(self.cache_duration_s)):
+            raise ValueError(f"cache_duration_s must be > 0, got {self.cache_duration_s}")
+        from dataclasses import fields
+
+        from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
+
+        known = {f.name for f in fields(DynamicPhasesConfig)} - {"workload_seed"}
+        object.__setattr__(self, "dynamic_params", tuple((str(k), v) for k, v in dict(self.dynamic_params).items()))
+        bad = [k for k, _ in self.dynamic_params if k not in known]
+        if bad:
+            raise ValueError(f"dynamic_params: unknown DynamicPhasesConfig field(s) {bad}; known: {sorted(known)} "
+                             "(the workload seed is the run seed)")
         if not self.loads or any(not 0 < x <= 2 for x in self.loads) or list(self.loads) != sorted(set(self.loads)):
             raise ValueError(f"--loads must be increasing fractions in (0, 2], got {list(self.loads)}")
         if not (self.window_s > 0 and math.isfinite(self.window_s)):
@@ -251,9 +274,11 @@ def _map(fn, tasks: list, jobs: int):
         yield from pool.map(fn, tasks)
 
 
-def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1) -> ExperimentResult:
+def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
+               memo: dict | None = None) -> ExperimentResult:
     """The end-to-end experiment (module docstring). ``log`` gets progress lines; ``jobs``
-    processes run the capacity searches and the runs (results do not depend on it)."""
+    processes run the capacity searches and the runs (results do not depend on it); ``memo`` is
+    unused (the experiments' common signature)."""
     from experiments.capacity import CapacityDefinition, CapacityResult, rates_for_loads, static_baselines
     from policies.evaluate import mean_ci95
 
@@ -301,8 +326,188 @@ def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, j
     return ExperimentResult(rows_out, runs, caps_out)
 
 
-#: Experiment kinds of ``cpgym reproduce``: name -> function(config, log, jobs) -> ExperimentResult.
-EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {"end-to-end": end_to_end}
+def _paper_models(cfg: ReproduceConfig, kind: str, say: Callable[[str], None]) -> list[tuple[str, str | None]]:
+    """``(model label, calibration path)`` of the models the dynamic / cache experiments run: those
+    on the configured pool (the paper's dynamic and cache results are Qwen3-30B-A3B on CP {2, 4};
+    a model that brings its own composition is skipped with a log line)."""
+    out = []
+    for label, path, comp in cfg.models:
+        model = _model_label(label, Calibration.resolve(path))
+        if comp is not None:
+            say(f"[{model}] {kind}: skipped (the model brings its own composition {comp}; the paper's {kind} result "
+                "is on the configured pool)")
+            continue
+        out.append((model, path))
+    return out
+
+
+def _dynamic_task(task: tuple) -> dict:
+    """One seed of the dynamic-phases experiment (a process-pool task): its JSON-ready summary."""
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, run_dynamic_phases
+
+    path, seed, cfg = task
+    t0 = time.perf_counter()
+    dcfg = DynamicPhasesConfig(**{**dict(cfg.dynamic_params), "workload_seed": seed})
+    summary = run_dynamic_phases(dcfg, _model_sim(cfg.sim, path, None, seed)).summary
+    return {**summary, "wall_s": time.perf_counter() - t0}
+
+
+def dynamic_summaries(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
+                      memo: dict | None = None) -> dict[str, list[dict]]:
+    """Model label -> per-seed ``run_dynamic_phases`` summaries (workload seed = run seed =
+    each of ``cfg.seeds``; ``DynamicPhasesConfig`` defaults apart from ``cfg.dynamic_params``).
+    Computed once per ``memo`` (shared by the dynamic and reconfiguration experiments)."""
+    if memo is not None and "dynamic" in memo:
+        return memo["dynamic"]
+    say = log or (lambda _line: None)
+    models = _paper_models(cfg, "dynamic", say)
+    tasks = [(path, seed, cfg) for _, path in models for seed in cfg.seeds]
+    out: dict[str, list[dict]] = {m: [] for m, _ in models}
+    for (model, _), summary in zip(((m, s) for m, _ in models for s in cfg.seeds), _map(_dynamic_task, tasks, jobs)):
+        out[model].append(summary)
+        say(f"[{model} phases] seed {summary['seed']}: {len(summary['policies'])} runs, "
+            f"{len(summary['operations'])} reconfiguration operations ({summary['wall_s']:.0f} s)")
+    if memo is not None:
+        memo["dynamic"] = out
+    return out
+
+
+def dynamic(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
+            memo: dict | None = None) -> ExperimentResult:
+    """The dynamic experiment (paper §9 "Worker Reconfiguration"): per scenario of
+    :data:`~experiments.paper_experiments.paper_rows.DYNAMIC_SCENARIOS`, the adaptive system's
+    mean TTFT vs the best fixed composition, the homogeneous CP-2 / CP-4 pools and its own initial
+    composition (:func:`~experiments.paper_experiments.paper_rows.dynamic_rows`), over ``cfg.seeds``.
+    ``runs``: one row per seed and policy (fixed compositions and the adaptive run)."""
+    from experiments.paper_experiments.paper_rows import DYNAMIC_SCENARIOS, PAPER_DYNAMIC, dynamic_rows
+
+    rows: list[Row] = []
+    runs: list[dict] = []
+    for model, summaries in dynamic_summaries(cfg, log, jobs, memo).items():
+        pool = summaries[0]["pool"]
+        degrees = (min(pool["supported_degrees"]), max(pool["supported_degrees"]))
+        for scenario, phase_kind in DYNAMIC_SCENARIOS.items():
+            rows += [Row(**r) for r in dynamic_rows(scenario, summaries, model, int(pool["num_gpus"]), degrees,
+                                                    PAPER_DYNAMIC.get(scenario), phase_kind)]
+        for s in summaries:
+            runs += [{"model": model, "seed": s["seed"], "initial_composition": s["initial_composition"],
+                      **{k: v for k, v in r.items() if k != "phase_mean_ttft_s"},
+                      **{f"phase{i}_{kind['kind']}_mean_ttft_s": x
+                         for i, (kind, x) in enumerate(zip(s["phases"], r["phase_mean_ttft_s"]))}}
+                     for r in s["policies"]]
+    return ExperimentResult(rows, runs, [])
+
+
+def reconfiguration(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
+                    memo: dict | None = None) -> ExperimentResult:
+    """The reconfiguration experiment (paper §9: each split or merge took 1.1-5.1 s): p10 / p90
+    of drain + switch + confirm over the committed operations of each seed's adaptive run of the
+    dynamic experiment (the same runs: shared through ``memo``); a seed without a committed
+    operation is left out (logged), a model without any gets no rows. ``runs``: one row per operation."""
+    from experiments.paper_experiments.dynamic_phases import OPERATION_FIELDS
+    from experiments.paper_experiments.paper_rows import operation_times_s, reconfiguration_rows
+
+    say = log or (lambda _line: None)
+    rows: list[Row] = []
+    runs: list[dict] = []
+    for model, summaries in dynamic_summaries(cfg, log, jobs, memo).items():
+        times = [operation_times_s(s) for s in summaries]
+        for s, t in zip(summaries, times):
+            if not t:
+                say(f"[{model} phases] seed {s['seed']}: no committed reconfiguration operation (no p10 / p90 from it)")
+        if any(times):
+            rows += [Row(**r) for r in reconfiguration_rows([t for t in times if t], model)]
+        runs += [{"model": model, "seed": s["seed"], **{k: o[k] for k in OPERATION_FIELDS if k in o}}
+                 for s in summaries for o in s["operations"]]
+    return ExperimentResult(rows, runs, [])
+
+
+def _cache_capacity_task(task: tuple) -> dict:
+    """Capacity of local caches only on the cache experiment's tool-agent workload, one seed."""
+    from experiments.paper_experiments.cache_ablation import tool_agent_capacity
+
+    model, path, seed, cfg = task
+    t0 = time.perf_counter()
+    res = tool_agent_capacity(_model_sim(cfg.sim, path, None, seed), cfg.cache_duration_s, seed,
+                              definition=cfg.capacity_definition, cache_dir=cfg.cache_dir)
+    return {"model": model, "workload": "tool-agent", "policy": "vertumnus-router", "seed": seed,
+            "capacity_rps": res.capacity_rps, "capacity_rate_scale": res.rate_scale, "native_rate_rps": res.native_rate_rps,
+            "num_simulations": len(res.probes), "cached": res.cached, "wall_s": time.perf_counter() - t0}
+
+
+def _cache_pair_task(task: tuple) -> list[dict]:
+    """Local caches only and the global manager at one rate, one seed (``run_cache_pairs``)."""
+    from experiments.paper_experiments.paper_rows import run_cache_pairs
+
+    model, path, seed, rate, cfg = task
+    t0 = time.perf_counter()
+    (local, managed), = run_cache_pairs(rate, (seed,), _model_sim(cfg.sim, path, None, seed), cfg.cache_duration_s)
+    keys = ("num_requests", "mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate",
+            "num_unfinished", "kv_transfer_bytes", "num_replications")
+    wall = (time.perf_counter() - t0) / 2
+    named = (("local caches only", local), ("global manager", managed))
+    return [{"model": model, "workload": "tool-agent", "policy": name, "seed": seed, "rate_rps": rate,
+             **{k: s[k] for k in keys}, "wall_s": wall} for name, s in named]
+
+
+def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
+          memo: dict | None = None) -> ExperimentResult:
+    """The cache experiment (paper §9 "Prefix-Cache Ablation"): Vertumnus with the global
+    prefix-cache manager (``CacheManagerConfig`` defaults) vs local caches only on the tool-agent
+    workload of ``cpgym cache-ablation`` (``cfg.cache_duration_s`` s of sessions), paired per seed
+    of ``cfg.cache_seeds`` (held out from the sweep that chose the manager defaults).
+
+    Load: the capacity of local caches only (``vertumnus-router``) is measured on each seed by
+    bisection (:func:`~experiments.paper_experiments.cache_ablation.tool_agent_capacity`, the
+    ``cpgym capacity`` definition); the run rate is ``cfg.loads[-1]`` (the highest tested load) x
+    the lowest of them, so no seed runs above its capacity; ``load_fraction`` = that fraction.
+    ``runs``: one row per seed and policy; ``capacities``: one row per seed."""
+    from experiments.paper_experiments.paper_rows import cache_rows
+
+    say = log or (lambda _line: None)
+    if cfg.capacity_definition is None:
+        from experiments.capacity import CapacityDefinition
+
+        cfg = replace(cfg, capacity_definition=CapacityDefinition())
+    models = _paper_models(cfg, "cache", say)
+    caps = list(_map(_cache_capacity_task, [(m, p, seed, cfg) for m, p in models for seed in cfg.cache_seeds], jobs))
+    for c in caps:
+        took = "cached" if c["cached"] else f"{c['wall_s']:.0f} s"
+        say(f"[{c['model']} tool-agent] seed {c['seed']}: capacity with local caches {c['capacity_rps']:.2f} req/s ({took})")
+    load = cfg.loads[-1]
+    rates = {m: load * min(c["capacity_rps"] for c in caps if c["model"] == m) for m, _ in models}
+    for m, r in rates.items():
+        say(f"[{m} tool-agent] cache runs at {r:.2f} req/s = {load:g} x the lowest capacity")
+    pair_tasks = [(m, p, seed, rates[m], cfg) for m, p in models for seed in cfg.cache_seeds]
+    runs = [row for rows in _map(_cache_pair_task, pair_tasks, jobs) for row in rows]
+    out: list[Row] = []
+    for m, _ in models:
+        mine = [r for r in runs if r["model"] == m]
+        pairs = [(loc, g) for loc, g in zip(mine[0::2], mine[1::2])]
+        out += [Row(**r) for r in cache_rows(pairs, m, "tool-agent", load_fraction=load)]
+    return ExperimentResult(out, runs, caps)
+
+
+#: Experiment kinds of ``cpgym reproduce``: name -> function(config, log, jobs, memo) -> ExperimentResult.
+EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {"end-to-end": end_to_end, "dynamic": dynamic, "cache": cache,
+                                                           "reconfiguration": reconfiguration}
+
+
+def run_experiments(kinds: list[str], cfg: ReproduceConfig, log: Callable[[str], None] | None = None,
+                    jobs: int = 1) -> Iterator[tuple[str, ExperimentResult]]:
+    """Runs the named experiments of :data:`EXPERIMENTS` in order, yielding ``(kind, result)``
+    as each finishes (so a caller can write it before the next starts); ``dynamic`` and
+    ``reconfiguration`` share one set of dynamic runs.
+
+    Raises:
+        ValueError: on an unknown experiment (names the known ones), before anything runs.
+    """
+    for k in kinds:
+        if k not in EXPERIMENTS:
+            raise ValueError(f"--experiments: unknown kind {k!r}; known: {', '.join(EXPERIMENTS)}")
+    memo: dict = {}
+    for k in kinds:
+        yield k, EXPERIMENTS[k](cfg, log, jobs, memo)
 
 
 def rows_as_dicts(rows: list[Row]) -> list[dict]:
@@ -372,4 +577,5 @@ def plot_end_to_end(runs: list[dict], path: str | Path,
 
 
 __all__ = ["Row", "WorkloadCase", "ReproduceConfig", "ExperimentResult", "EXPERIMENTS", "PAPER_END_TO_END", "METRICS",
-           "PAPER_POLICIES", "end_to_end", "paired_changes", "paper_value", "plot_end_to_end", "rows_as_dicts"]
+           "PAPER_POLICIES", "CACHE_HELD_OUT_SEEDS", "end_to_end", "dynamic", "reconfiguration", "cache",
+           "dynamic_summaries", "run_experiments", "paired_changes", "paper_value", "plot_end_to_end", "rows_as_dicts"]

@@ -1,14 +1,22 @@
-"""``cpgym reproduce``: the paper's end-to-end evaluation (§9) re-run in cpgym — per workload
-and metric, the paper's figure beside cpgym's with a 95 % CI over seeds, at loads relative to
-the strongest static baseline's capacity; plots of mean / P90 TTFT and SLO attainment vs load.
-Definitions: :mod:`experiments.reproduce`.
+"""``cpgym reproduce``: the paper's evaluation (§9) re-run in cpgym — per experiment, workload
+and metric, the paper's figure beside cpgym's with a 95 % CI over seeds. Definitions:
+:mod:`experiments.reproduce`.
 
-* ``--quick``: a reduced run (3 seeds, 300 s windows, loads 0.5,0.85,0.95, 3 % capacity tolerance)
-  sized for <= 10 minutes on 2 cores; explicit ``--seeds`` / ``--loads`` / ``--window-s`` win.
+* ``--experiments``: comma-separated subset of ``end-to-end`` (loads relative to the strongest
+  static baseline's capacity; plots of mean / P90 TTFT and SLO attainment vs load), ``dynamic``
+  (adaptive Vertumnus vs fixed compositions on the phases workload), ``reconfiguration``
+  (drain + switch + confirm of the same dynamic runs' operations) and ``cache`` (global
+  prefix-cache manager vs local caches only on tool-agent at the highest load, a fraction of the
+  measured capacity with local caches); default all four.
+* ``--quick``: a reduced run sized for 2 cores: end-to-end 3 seeds, 300 s windows, loads
+  0.5,0.85,0.95, 3 % capacity tolerance; dynamic / reconfiguration 3 seeds with the full
+  ``cpgym dynamic`` defaults (4 x 150 s phases, every fixed composition: ~10 s per seed, so
+  nothing is cut); cache 3 held-out seeds with 300 s of sessions (the manager sweep's length)
+  instead of 600 s. Explicit ``--seeds`` / ``--loads`` / ``--window-s`` / ``--cache-seeds`` win.
 * ``--format json``: one JSON array of rows ``{experiment, workload, model, metric,
   paper_value, cpgym_value, ci_low, ci_high, load_fraction, strongest_baseline}``.
-* ``--out DIR`` (default ``runs/reproduce``): ``rows.json``, ``runs.csv`` (every run),
-  ``capacities.csv``, ``end-to-end.png``, ``provenance.json``.
+* ``--out DIR`` (default ``runs/reproduce``): ``rows.json``, ``KIND-runs.csv`` (every run),
+  ``KIND-capacities.csv`` (end-to-end, cache), ``end-to-end.png``, ``provenance.json``.
 * ``--models LABEL=CALIBRATION[@COMPOSITION];...``: models to run (default: the default calibration).
 """
 
@@ -17,8 +25,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-QUICK = {"seeds": "0,1,2", "window_s": 300.0, "loads": "0.5,0.85,0.95", "rel_tol": 0.03}
-FULL = {"seeds": "0,1,2", "window_s": 600.0, "loads": "0.5,0.7,0.85,0.95"}
+QUICK = {"seeds": "0,1,2", "window_s": 300.0, "loads": "0.5,0.85,0.95", "rel_tol": 0.03, "cache_duration_s": 300.0}
+FULL = {"seeds": "0,1,2", "window_s": 600.0, "loads": "0.5,0.7,0.85,0.95", "cache_duration_s": 600.0}
+ALL_EXPERIMENTS = "end-to-end,dynamic,cache,reconfiguration"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,13 +36,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_sim_arguments(p)
     p.set_defaults(supported_degrees="2,4")  # the paper's degrees for Qwen3 (§9)
-    p.add_argument("--experiments", default="end-to-end", help="comma-separated experiment kinds (default end-to-end)")
+    p.add_argument("--experiments", default=ALL_EXPERIMENTS,
+                   help=f"comma-separated experiment kinds (default all: {ALL_EXPERIMENTS})")
     p.add_argument("--quick", action="store_true", help=f"reduced run: {QUICK}")
     p.add_argument("--seeds", help=f"comma-separated seeds (default {FULL['seeds']}; quick {QUICK['seeds']})")
     p.add_argument("--loads", help=f"load fractions of the strongest static baseline's capacity (default {FULL['loads']}; "
                                    f"quick {QUICK['loads']})")
     p.add_argument("--window-s", type=float,
                    help=f"arrival window of each run [s] (default {FULL['window_s']:g}; quick {QUICK['window_s']:g})")
+    from experiments.reproduce import CACHE_HELD_OUT_SEEDS
+
+    held_out = ",".join(map(str, CACHE_HELD_OUT_SEEDS))
+    p.add_argument("--cache-seeds", default=held_out,
+                   help=f"seeds of the cache experiment (default {held_out}: held out from the sweep that chose the "
+                        "cache-manager defaults on seeds 0-2)")
+    p.add_argument("--cache-duration-s", type=float,
+                   help=f"seconds of tool-agent sessions per cache run and capacity probe (default "
+                        f"{FULL['cache_duration_s']:g}; quick {QUICK['cache_duration_s']:g})")
+    p.add_argument("--dynamic-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a DynamicPhasesConfig field of the dynamic runs (repeatable, e.g. num_phases=2; "
+                        "default: its defaults, as `cpgym dynamic`)")
     p.add_argument("--workloads", default="leval-like,tool-agent,production",
                    help="comma-separated subset of leval-like,tool-agent,production (default all three)")
     p.add_argument("--traces-dir", help="folder holding conversation_trace.jsonl (default ../shared/data/traces)")
@@ -60,7 +82,7 @@ def config_from_args(args: argparse.Namespace):
     from envs.workloads import default_traces_dir
     from experiments.capacity import CapacityDefinition
     from experiments.commands.capacity import definition_from_args
-    from experiments.common import parse_list, sim_config_from_args
+    from experiments.common import parse_list, parse_workload_params, sim_config_from_args
     from experiments.reproduce import ReproduceConfig, WorkloadCase
 
     preset = QUICK if args.quick else FULL
@@ -90,18 +112,23 @@ def config_from_args(args: argparse.Namespace):
         models = [("default", args.calibration, None)]
     return ReproduceConfig(workloads=tuple(cases), models=tuple(models), seeds=seeds, loads=loads, window_s=window_s,
                            sim=sim_config_from_args(args), capacity_definition=definition_from_args(args),
-                           cache_dir=None if args.no_cache else args.cache_dir)
+                           cache_dir=None if args.no_cache else args.cache_dir,
+                           cache_seeds=tuple(parse_list(args.cache_seeds, "--cache-seeds", int)),
+                           cache_duration_s=preset["cache_duration_s"] if args.cache_duration_s is None
+                           else args.cache_duration_s,
+                           dynamic_params=parse_workload_params(args.dynamic_param, "--dynamic-param"))
 
 
 def _print_table(rows) -> None:
     def f(x, fmt="{:+.1f}"):
         return "—" if x is None or x != x else fmt.format(x)
 
-    print(f"{'experiment':11s} {'workload':11s} {'model':15s} {'metric':14s} {'paper':>7s} {'cpgym':>8s} {'95% CI':>18s} "
+    wm = max([14] + [len(r.metric) for r in rows])
+    print(f"{'experiment':15s} {'workload':12s} {'model':15s} {'metric':{wm}s} {'paper':>7s} {'cpgym':>8s} {'95% CI':>18s} "
           f"{'load':>5s}  strongest baseline")
     for r in rows:
         ci = f"[{f(r.ci_low)}, {f(r.ci_high)}]"
-        print(f"{r.experiment:11s} {r.workload:11s} {r.model:15s} {r.metric:14s} "
+        print(f"{r.experiment:15s} {r.workload:12s} {r.model:15s} {r.metric:{wm}s} "
               f"{f(r.paper_value):>7s} {f(r.cpgym_value):>8s} "
               f"{ci:>18s} {f(r.load_fraction, '{:.2f}'):>5s}  {r.strongest_baseline or '—'}")
 
@@ -112,12 +139,14 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from experiments.common import check_out_dir, dumps_json
-    from experiments.reproduce import EXPERIMENTS, plot_end_to_end, rows_as_dicts
+    from experiments.reproduce import EXPERIMENTS, plot_end_to_end, rows_as_dicts, run_experiments
 
     kinds = [k.strip() for k in args.experiments.split(",") if k.strip()]
     for k in kinds:
         if k not in EXPERIMENTS:
             raise ValueError(f"--experiments: unknown kind {k!r}; known: {', '.join(EXPERIMENTS)}")
+    if not kinds:
+        raise ValueError(f"--experiments: name at least one of {', '.join(EXPERIMENTS)}")
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     check_out_dir(args.out)
@@ -126,14 +155,14 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for k in kinds:
-        res = EXPERIMENTS[k](cfg, log, args.jobs)
+    for k, res in run_experiments(kinds, cfg, log, args.jobs):
         rows += res.rows
         pd.DataFrame(res.runs).to_csv(out / f"{k}-runs.csv", index=False)
-        pd.DataFrame(res.capacities).to_csv(out / f"{k}-capacities.csv", index=False)
+        if res.capacities:
+            pd.DataFrame(res.capacities).to_csv(out / f"{k}-capacities.csv", index=False)
         if k == "end-to-end" and res.runs:
             plot_end_to_end(res.runs, out / "end-to-end.png")
-    (out / "rows.json").write_text(dumps_json(rows_as_dicts(rows)) + "\n")
+        (out / "rows.json").write_text(dumps_json(rows_as_dicts(rows)) + "\n")  # after each experiment
     from experiments.provenance import write_provenance
 
     write_provenance(out, argv=getattr(args, "argv", None))
@@ -141,5 +170,5 @@ def run(args: argparse.Namespace) -> int:
         print(dumps_json(rows_as_dicts(rows)))
     else:
         _print_table(rows)
-        print(f"\nwritten under {out}/ (rows.json, *-runs.csv, *-capacities.csv, end-to-end.png)")
+        print(f"\nwritten under {out}/ ({', '.join(sorted(f.name for f in out.iterdir() if f.is_file()))})")
     return 0

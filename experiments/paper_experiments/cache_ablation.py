@@ -95,6 +95,73 @@ class CacheAblationResult:
     rows: list
 
 
+#: Native rate of :class:`ToolAgentRated` [requests/s]: the ``tool-agent`` generator's default
+#: session rate (3.1 sessions/s) x its mean calls per session (30) — the default workload's rate.
+TOOL_AGENT_REFERENCE_RATE_RPS = 3.1 * MEAN_CALLS_PER_SESSION
+
+
+def _rated_base():
+    from experiments.capacity import RatedWorkload
+
+    return RatedWorkload
+
+
+@dataclass(frozen=True)
+class ToolAgentRated(_rated_base()):
+    """The cache ablation's tool-agent workload at any rate, for the capacity search
+    (:func:`experiments.capacity.find_capacity`, the machinery of ``cpgym capacity``): rate factor
+    ``x`` is :meth:`CacheAblationConfig.workload_source` at ``x * reference_rate_rps`` — sessions
+    start ``x`` times as often and the calls keep their seconds-scale gaps (a plain
+    :class:`~experiments.capacity.RatedWorkload` of ``tool-agent`` would stretch the gaps by
+    ``1 / x``), so a capacity measured here is the capacity of the workload the ablation runs.
+
+    Args:
+        window_s: simulated seconds of sessions (the ablation's ``duration_s``), > 0.
+        seed: workload seed.
+        reference_rate_rps: the rate at factor 1 [requests/s] (default
+            :data:`TOOL_AGENT_REFERENCE_RATE_RPS`), > 0.
+
+    Raises:
+        ValueError: on a bad window, ``start_s != 0`` or a reference rate <= 0.
+    """
+
+    name: str | None = "tool-agent"
+    reference_rate_rps: float = TOOL_AGENT_REFERENCE_RATE_RPS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.name != "tool-agent" or self.base is not None or self.start_s != 0.0:
+            raise ValueError("ToolAgentRated is the tool-agent workload from t = 0 (no trace, name or start_s)")
+        if not (self.reference_rate_rps > 0 and math.isfinite(self.reference_rate_rps)):
+            raise ValueError(f"reference_rate_rps must be a finite number > 0, got {self.reference_rate_rps}")
+
+    def at_scale(self, rate_scale: float):
+        """The ablation's workload at ``rate_scale * reference_rate_rps`` requests/s."""
+        return tool_agent_at_rate(rate_scale * self.reference_rate_rps, self.window_s, self.seed)
+
+    def fingerprint(self) -> dict:
+        return {"family": "cache-ablation tool-agent", "seed": self.seed, "window_s": self.window_s,
+                "reference_rate_rps": self.reference_rate_rps, "mean_calls": MEAN_CALLS_PER_SESSION}
+
+
+def tool_agent_capacity(config, duration_s: float = 300.0, seed: int = 0, base_policy: str = "vertumnus-router",
+                        definition=None, cache_dir=None, log=None):
+    """Capacity (sustainable rate, :mod:`experiments.capacity`) of ``base_policy`` with local
+    caches only on the ablation's tool-agent workload (:class:`ToolAgentRated`), on ``config``
+    (pool, SLO; its seed is replaced by ``seed``).
+
+    Returns:
+        :class:`experiments.capacity.CapacityResult`.
+
+    Raises:
+        ValueError: on an unknown policy or a window with too few requests.
+    """
+    from experiments.capacity import CapacityDefinition, find_capacity
+
+    return find_capacity(base_policy, ToolAgentRated(window_s=duration_s, seed=seed), replace(config, seed=seed),
+                         definition=definition or CapacityDefinition(), cache_dir=cache_dir, log=log)
+
+
 def tool_agent_at_rate(rate_rps: float, duration_s: float, seed: int):
     """The ``tool-agent`` workload with ``rate_rps / MEAN_CALLS_PER_SESSION`` sessions/s, time-scaled to ``rate_rps``."""
     cfg = CacheAblationConfig(rates_rps=(rate_rps,), duration_s=duration_s, workload_seed=seed)

@@ -14,7 +14,8 @@ KEYS = ["experiment", "workload", "model", "metric", "paper_value", "cpgym_value
 
 def test_reproduce_rows_on_a_tiny_configuration(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["reproduce", "--workloads", "leval-like", "--window-s", "40", "--seeds", "0,1,2", "--loads", "0.6,0.95",
+    rc = main(["reproduce", "--experiments", "end-to-end", "--workloads", "leval-like", "--window-s", "40",
+               "--seeds", "0,1,2", "--loads", "0.6,0.95",
                "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--rel-tol", "0.2",
                "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--format", "json", "--quiet", "--jobs", "1"])
     assert rc == 0
@@ -63,3 +64,84 @@ def test_reproduce_rejects_bad_input(capsys):
     assert "unknown workload" in capsys.readouterr().err
     assert main(["reproduce", "--loads", "0.9,0.5", "--workloads", "leval-like"]) == 2
     assert "--loads" in capsys.readouterr().err
+
+
+# --- dynamic, cache and reconfiguration experiments (tiny settings: 8 GPUs, short phases / windows) ---
+
+TINY = ["--seeds", "0,1,2", "--cache-seeds", "3,4,5", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2",
+        "--rel-tol", "0.2", "--cache-duration-s", "30", "--dynamic-param", "num_phases=2",
+        "--dynamic-param", "phase_duration_s=60", "--dynamic-param", "rate_scale=0.2", "--dynamic-param", "initial=cp4x2",
+        "--quiet", "--jobs", "1"]
+
+
+def test_registry_has_the_four_experiments():
+    from experiments.reproduce import EXPERIMENTS
+
+    assert list(EXPERIMENTS) == ["end-to-end", "dynamic", "cache", "reconfiguration"]
+
+
+def test_reproduce_dynamic_cache_and_reconfiguration_rows(tmp_path, capsys, monkeypatch):
+    import experiments.paper_experiments.dynamic_phases as dp
+    from experiments.paper_experiments.paper_rows import DYNAMIC_METRICS, DYNAMIC_SCENARIOS
+
+    calls = []
+    real = dp.run_dynamic_phases
+    monkeypatch.setattr(dp, "run_dynamic_phases",
+                        lambda cfg, base, log=None: calls.append(cfg.workload_seed) or real(cfg, base))
+    out = tmp_path / "out"
+    rc = main(["reproduce", "--experiments", "dynamic,cache,reconfiguration", *TINY, "--no-cache", "--out", str(out),
+               "--format", "json"])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert calls == [0, 1, 2]  # one dynamic run per seed, shared by dynamic and reconfiguration
+    for r in rows:
+        assert list(r) == KEYS and r["model"] == "Qwen3-30B-A3B"
+        assert r["ci_low"] <= r["cpgym_value"] <= r["ci_high"]  # 3 seeds: finite 95 % CI
+    dyn = [r for r in rows if r["experiment"] == "dynamic"]
+    assert [(r["workload"], r["metric"]) for r in dyn] == [(w, m) for w in DYNAMIC_SCENARIOS for m in DYNAMIC_METRICS]
+    assert {r["strongest_baseline"] for r in dyn} <= {"cp4x2", "cp4x1,cp2x2", "cp2x4"}
+    cache = [r for r in rows if r["experiment"] == "cache"]
+    assert [r["metric"] for r in cache] == ["mean_ttft_pct", "p90_ttft_pct", "hit_rate_pp"]
+    assert [r["paper_value"] for r in cache] == [-10.3, -18.7, None]
+    assert all(r["workload"] == "tool-agent" and r["load_fraction"] == 0.95 for r in cache)
+    rec = [r for r in rows if r["experiment"] == "reconfiguration"]
+    assert [(r["metric"], r["paper_value"]) for r in rec] == [("reconfig_time_s_p10", 1.1), ("reconfig_time_s_p90", 5.1)]
+    assert rows == [r for k in ("dynamic", "cache", "reconfiguration") for r in rows if r["experiment"] == k]
+    assert json.loads((out / "rows.json").read_text()) == rows
+    import pandas as pd
+
+    caps = pd.read_csv(out / "cache-capacities.csv")
+    assert list(caps["seed"]) == [3, 4, 5] and (caps["capacity_rps"] > 0).all()
+    runs = pd.read_csv(out / "cache-runs.csv")
+    assert list(runs["seed"]) == [3, 3, 4, 4, 5, 5]
+    assert runs["rate_rps"].tolist() == pytest.approx([0.95 * caps["capacity_rps"].min()] * 6)  # below every seed's capacity
+    assert set(runs["policy"]) == {"local caches only", "global manager"}
+    ops = pd.read_csv(out / "reconfiguration-runs.csv")
+    assert set(ops["seed"]) == {0, 1, 2} and (ops["total_s"] > 0).all()
+    assert len(pd.read_csv(out / "dynamic-runs.csv")) == 3 * 4  # seeds x (adaptive + 3 fixed compositions)
+
+
+def test_cache_load_is_a_fraction_of_the_measured_capacity():
+    from envs.sim import SimConfig
+    from experiments.paper_experiments.cache_ablation import ToolAgentRated, tool_agent_at_rate
+
+    rated = ToolAgentRated(window_s=30.0, seed=4, reference_rate_rps=40.0)
+    wl = rated.at_scale(0.5)
+    assert wl.mean_rate_rps == pytest.approx(20.0, rel=0.02)
+    ref = tool_agent_at_rate(20.0, 30.0, 4)
+    assert [r.arrival_time_s for r in wl.requests] == [r.arrival_time_s for r in ref.requests]
+    assert rated.fingerprint() != ToolAgentRated(window_s=30.0, seed=5, reference_rate_rps=40.0).fingerprint()
+    with pytest.raises(ValueError, match="reference_rate_rps"):
+        ToolAgentRated(window_s=30.0, reference_rate_rps=0.0)
+    with pytest.raises(ValueError, match="tool-agent"):
+        ToolAgentRated(window_s=30.0, start_s=5.0)
+    assert SimConfig().pool.num_gpus == 40  # the ablation's pool (for the capacity in the rows)
+
+
+def test_reproduce_rejects_bad_dynamic_params(capsys):
+    assert main(["reproduce", "--experiments", "dynamic", "--dynamic-param", "workload_seed=3"]) == 2
+    assert "workload seed" in capsys.readouterr().err
+    assert main(["reproduce", "--experiments", "dynamic", "--dynamic-param", "num_phases"]) == 2
+    assert "--dynamic-param must be NAME=VALUE" in capsys.readouterr().err
+    assert main(["reproduce", "--experiments", "nope"]) == 2
+    assert "unknown kind" in capsys.readouterr().err
