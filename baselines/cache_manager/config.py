@@ -10,14 +10,28 @@ from dataclasses import dataclass
 class CacheManagerConfig:
     """Parameters of the global prefix-cache manager.
 
-    Defaults (scan 5 s, inter-degree 0.05 s, intra-degree 2, reclaim 0.25) come from the
-    sensitivity sweep ``experiments/specs/cache-manager-sweep.yaml`` (tool-agent at 48 req/s, the
-    highest cache-ablation load below saturation on 40 H20-3e GPUs ``cp4x6,cp2x8``; 3 seeds;
-    ``results/cache-ablation/manager-sweep/sensitivity.md``): the best mean-TTFT change of the 24
-    settings, −4.6 ± 1.5 % vs local caches only; every 5 s setting beat every 20 s one. The
-    paper's 20 s scan with this implementation's earlier thresholds stays available as
-    ``CACHE_MANAGER_SETTINGS["paper-20s"]`` (−2.6 ± 2.7 % in the same sweep, reclaim 0.25/1.0).
-    The paper gives no threshold values.
+    Defaults come from two sensitivity sweeps on tool-agent at 48 req/s (40 H20-3e GPUs
+    ``cp4x6,cp2x8``; tuning seeds 0-2; seeds 3-5 are held out for the evaluation, ``cpgym
+    reproduce --experiments cache``):
+
+    1. ``experiments/specs/cache-manager-sweep.yaml`` (``results/cache-ablation/manager-sweep/``):
+       scan period x inter-degree x intra-degree x reclaim thresholds at the then per-scan cap of
+       8: scan 5 s and inter-degree 0.05 s (every 5 s setting beat every 20 s one);
+    2. ``experiments/specs/cache-manager-replication-sweep.yaml``
+       (``results/cache-ablation/manager-replication-sweep/``): per-scan cap {8, 32, 128, 512} x
+       intra-degree threshold {2, 1, 0.5, 0.3} at reclaim 0.1: cap 512, intra-degree 0.3 had the
+       best mean-TTFT change (−12.3 ± 6.4 % vs local caches only; the first sweep's best, cap 8 /
+       intra 2, −4.7 ± 1.1 %). The cap of 8 and the threshold of 2 requests per replica per scan
+       were sized for a few hot shared prefixes; Tool-Agent's within-session prefixes (agent
+       prompt + task, one call every ~5.5 s, a few hundred sessions alive at once) stayed below
+       them, so a session's calls could only keep their prefix hit on the one worker holding it
+       and queued behind it. A second replica per live session gives the router a choice of
+       cache-preserving placements (paper §9: "replication expands cache-preserving placement
+       choices"); this costs KV-link traffic (~0.8 TB per 300 s at 48 req/s vs 0.07 TB).
+
+    The first sweep's defaults stay available as ``CACHE_MANAGER_SETTINGS["sweep-1"]``, the
+    paper's 20 s scan with this implementation's earliest thresholds as ``"paper-20s"``. The
+    paper gives no threshold or cap values.
 
     Args:
         scan_interval_s: period of the replication/reclamation scan [s]. Paper §7/§8: fixed
@@ -32,12 +46,16 @@ class CacheManagerConfig:
             0.2 s, the earlier default, is within the CI): a prefix block saves roughly
             0.01-0.03 s per request on the shipped calibration, so a few missed requests per scan.
         intra_degree_threshold: per-replica demand [decayed requests] that triggers one more
-            replica at the same degree. Default 2 (sweep above; 8, the earlier default, gave
-            −3.3 % instead of −4.6 % at a 5 s scan): two requests per scan per replica.
+            replica at the same degree. Default 0.3 (sweep 2 above): a prefix asked for about
+            once per scan by its session (decayed count ~0.5-1.8) gets a second replica; 2 (sweep
+            1) reached only the shared agent prompts.
         reclaim_threshold: per-replica demand [decayed requests] below which a duplicate
-            replica is reclaimed. Default 0.25 (below the replication threshold: hysteresis;
-            1.0 was no better in the sweep).
+            replica is reclaimed. Default 0.1 (below the replication threshold: hysteresis; a
+            session's replica is reclaimed about two scans after its last call; 0.25 / 1.0 made
+            no difference in sweep 1).
         max_replications_per_scan: cap on replications started per scan (paper: per-round cap).
+            Default 512 (sweep 2; 128 was within 0.6 pp, 8 and 32 bound the replication of
+            session prefixes).
         max_reclamations_per_scan: cap on blocks reclaimed per scan.
         max_replica_share: a replica may need at most this share of the destination's capacity
             in new blocks (keeps a replication from flushing the destination's cache).
@@ -53,9 +71,9 @@ class CacheManagerConfig:
     scan_interval_s: float = 5.0
     decay: float = 0.5
     inter_degree_threshold_s: float = 0.05
-    intra_degree_threshold: float = 2.0
-    reclaim_threshold: float = 0.25
-    max_replications_per_scan: int = 8
+    intra_degree_threshold: float = 0.3
+    reclaim_threshold: float = 0.1
+    max_replications_per_scan: int = 512
     max_reclamations_per_scan: int = 64
     max_replica_share: float = 0.25
     beta: float = 1.0
@@ -88,11 +106,13 @@ class CacheManagerConfig:
               f"cross_degree_bytes_factor must be >= 1, got {self.cross_degree_bytes_factor!r}")
 
 
-#: Named manager settings: ``"default"`` (the sweep-chosen defaults above) and ``"paper-20s"``
-#: (the paper's 20 s scan, paper §8, with this implementation's earlier thresholds: inter-degree
-#: 0.2 s, intra-degree 8, reclaim 0.5). The registry's ``vertumnus-global-cache-20s`` uses the latter.
+#: Named manager settings: ``"default"`` (the sweep-chosen defaults above), ``"sweep-1"`` (the
+#: first sweep's choice: intra-degree 2, reclaim 0.25, cap 8) and ``"paper-20s"`` (the paper's
+#: 20 s scan, paper §8, with this implementation's earliest thresholds: inter-degree 0.2 s,
+#: intra-degree 8, reclaim 0.5, cap 8). The registry's ``vertumnus-global-cache-20s`` uses the latter.
 CACHE_MANAGER_SETTINGS: dict[str, CacheManagerConfig] = {
     "default": CacheManagerConfig(),
+    "sweep-1": CacheManagerConfig(intra_degree_threshold=2.0, reclaim_threshold=0.25, max_replications_per_scan=8),
     "paper-20s": CacheManagerConfig(scan_interval_s=20.0, inter_degree_threshold_s=0.2, intra_degree_threshold=8.0,
-                                    reclaim_threshold=0.5),
+                                    reclaim_threshold=0.5, max_replications_per_scan=8),
 }

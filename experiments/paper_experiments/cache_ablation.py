@@ -55,7 +55,8 @@ class CacheAblationConfig:
     workload_seed: int = _opt(0, "seed of the tool-agent generator")
     base_policy: str = _opt("vertumnus-router", "policy run with local caches only")
     manager_setting: str = _opt("default", "named cache-manager setting (baselines.cache_manager.CACHE_MANAGER_SETTINGS): "
-                                           "default (5 s scan, swept thresholds) or paper-20s (the paper's 20 s scan)")
+                                           "default (5 s scan, swept thresholds and cap), sweep-1 (the first sweep's choice) "
+                                           "or paper-20s (the paper's 20 s scan)")
     scan_interval_s: float | None = _opt(None, "cache-manager scan period [s] overriding the setting's")
 
     def __post_init__(self) -> None:

@@ -329,3 +329,46 @@ def test_paper_20s_setting_stays_available():
     assert managed.params["cache_scan_interval_s"] == 20.0 and managed.params["cache_intra_degree_threshold"] == 8.0
     with pytest.raises(ValueError, match="manager_setting"):
         CacheAblationConfig(manager_setting="fast")
+
+
+def _session_prefixes_run(cfg: CacheManagerConfig, num_sessions: int = 12, num_calls: int = 4):
+    """``num_sessions`` session prefixes (2 blocks each) held by cp1 worker 2, each asked for about
+    once per 5 s scan (a Tool-Agent session's call rate), all routed to worker 2."""
+    reqs = []
+    for call in range(num_calls):
+        for s in range(num_sessions):
+            reqs.append((5.0 * call + 0.1 + 0.3 * s, [1000 + 2 * s, 1001 + 2 * s, 5000 + 100 * call + s]))
+    sim = Simulator(_workload(sorted(reqs)), SimConfig(pool=POOL), _calibration(200))
+    mgr = GlobalCacheManager(cfg)
+    mgr.attach(sim)
+    for s in range(num_sessions):
+        mgr.register_prefix((1000 + 2 * s, 1001 + 2 * s))
+        sim.workers[2].cache.insert((1000 + 2 * s, 1001 + 2 * s))
+
+    class ToWorker2(PrefixAffinityRouter):
+        def route(self, request, view):
+            return 2
+
+    sim.run(ToWorker2())
+    return sim, mgr
+
+
+def test_default_settings_give_session_prefixes_a_second_replica():
+    # per-replica demand of one call per scan never reaches the first sweep's threshold (decayed count -> 2 from
+    # below), and its cap of 8 per scan would leave sessions without a replica; the defaults replicate every one
+    from baselines.cache_manager import CACHE_MANAGER_SETTINGS
+
+    sim, mgr = _session_prefixes_run(CacheManagerConfig(max_replica_share=1.0, lambda_=0.0))
+    first_scan = [e for e in mgr.log if e["kind"] == "intra" and e["time_s"] == pytest.approx(5.0)]
+    assert len(first_scan) == 12 and {e["dst"] for e in first_scan} == {3}  # the other cp1 worker
+    assert all(sim.workers[3].cache.match_ready((1000 + 2 * s, 1001 + 2 * s)) == 2 for s in range(12))
+    _trie_matches_caches(sim, mgr)
+    old = CACHE_MANAGER_SETTINGS["sweep-1"]
+    _, mgr_old = _session_prefixes_run(CacheManagerConfig(max_replica_share=1.0, lambda_=0.0,
+                                                          intra_degree_threshold=old.intra_degree_threshold,
+                                                          reclaim_threshold=old.reclaim_threshold,
+                                                          max_replications_per_scan=old.max_replications_per_scan))
+    assert mgr_old.counters["num_intra_degree_replications"] == 0
+    capped = CacheManagerConfig(max_replica_share=1.0, lambda_=0.0, max_replications_per_scan=8)
+    _, mgr_capped = _session_prefixes_run(capped)
+    assert len([e for e in mgr_capped.log if e["kind"] == "intra" and e["time_s"] == pytest.approx(5.0)]) == 8

@@ -1,6 +1,7 @@
 """The cache manager's speedups change no result: digests of the per-request records (TTFT,
 worker, cached tokens) and the manager's counters of the policies with the global prefix-cache manager, pinned with the
-code before the speedups (commit 51e188b) by this same function."""
+code before the speedups (commit 51e188b) by this same function, with the manager settings of that time
+(``CACHE_MANAGER_SETTINGS["sweep-1"]``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ RECORD_KEYS = ("ttft_s", "worker_id", "num_cached_tokens")
 
 
 def _digest(policy: str, workload) -> str:
-    r = run_policy(policy, workload, SimConfig(seed=0))
+    # the manager settings the digests were pinned with (the defaults until the replication sweep)
+    from baselines.cache_manager import CACHE_MANAGER_SETTINGS
+    from baselines.registry import get_policy
+
+    old = CACHE_MANAGER_SETTINGS["sweep-1"]
+    spec = get_policy(policy).with_params(cache_intra_degree_threshold=old.intra_degree_threshold,
+                                          cache_reclaim_threshold=old.reclaim_threshold,
+                                          cache_max_replications_per_scan=old.max_replications_per_scan)
+    r = run_policy(spec, workload, SimConfig(seed=0))
     h = hashlib.sha256()
     for k in RECORD_KEYS:
         h.update(k.encode())
