@@ -102,6 +102,10 @@ class RatedWorkload:
         name, seed, params: a named synthetic workload (``envs.workloads.get_workload``),
             generated for ``window_s * x`` seconds at factor ``x``, then scaled.
         start_s: the window's start in the scaled workload [s]; 0.
+        min_rate_scale: the lowest factor the search probes (its light-load start is at least
+            this); 0 = no floor. For a workload whose structure thins out with the rate (e.g.
+            sessions started ``x`` times as often, so a light load holds a handful of sessions and
+            the thirds' slowdowns differ by their sessions' cache hits, not by a backlog).
 
     Raises:
         ValueError: if neither or both of ``base`` and ``name`` are given, or on a bad window.
@@ -113,8 +117,11 @@ class RatedWorkload:
     seed: int = 0
     params: dict = field(default_factory=dict)
     start_s: float = 0.0
+    min_rate_scale: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (0.0 <= self.min_rate_scale < math.inf):
+            raise ValueError(f"min_rate_scale must be a finite number >= 0, got {self.min_rate_scale}")
         if (self.base is None) == (self.name is None):
             raise ValueError("a rated workload needs exactly one of a trace (base) or a synthetic workload name")
         if not (self.window_s > 0 and math.isfinite(self.window_s)):
@@ -148,10 +155,11 @@ class RatedWorkload:
 
     def fingerprint(self) -> dict:
         """What identifies this workload in the cache key."""
+        floor = {"min_rate_scale": self.min_rate_scale} if self.min_rate_scale else {}  # old keys stay valid
         if self.base is None:
             return {"name": self.name, "seed": self.seed, "params": self.params, "window_s": self.window_s,
-                    "start_s": self.start_s}
-        return {"trace": workload_digest(self.base), "window_s": self.window_s, "start_s": self.start_s}
+                    "start_s": self.start_s, **floor}
+        return {"trace": workload_digest(self.base), "window_s": self.window_s, "start_s": self.start_s, **floor}
 
 
 def workload_digest(workload: Workload) -> str:
@@ -315,6 +323,7 @@ def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibrat
     light = min(1.0, definition.light_load_requests / max(1, native_wl.num_requests))
     while light < 1.0 and rated.at_scale(light).num_requests < definition.light_load_requests:
         light = min(1.0, 2.0 * light)  # session workloads: requests are not proportional to the generated span
+    light = max(light, rated.min_rate_scale)
     probes: list[Probe] = []
 
     def ok(scale: float) -> bool:

@@ -99,6 +99,12 @@ class CacheAblationResult:
 #: Native rate of :class:`ToolAgentRated` [requests/s]: the ``tool-agent`` generator's default
 #: session rate (3.1 sessions/s) x its mean calls per session (30) — the default workload's rate.
 TOOL_AGENT_REFERENCE_RATE_RPS = 3.1 * MEAN_CALLS_PER_SESSION
+#: Pool size the reference rate belongs to (the default pool: 40 GPUs, ``cp4x6,cp2x8``).
+TOOL_AGENT_REFERENCE_NUM_GPUS = 40
+#: Lowest rate factor of the capacity search on :class:`ToolAgentRated`: 0.25 x 93 = 23 req/s,
+#: ~0.8 sessions/s, ~100 sessions alive at once (0.4-0.45 of the capacities measured with it on
+#: 40 GPUs), so every probe holds many sessions.
+TOOL_AGENT_MIN_RATE_SCALE = 0.25
 
 
 def _rated_base():
@@ -116,17 +122,25 @@ class ToolAgentRated(_rated_base()):
     :class:`~experiments.capacity.RatedWorkload` of ``tool-agent`` would stretch the gaps by
     ``1 / x``), so a capacity measured here is the capacity of the workload the ablation runs.
 
+    The search starts at ``min_rate_scale`` (default :data:`TOOL_AGENT_MIN_RATE_SCALE`) instead of
+    the definition's ~100-request light load: there a 600 s window holds a handful of sessions,
+    and the thirds' mean slowdowns (TTFT over the *uncached* isolated TTFT) differ by 1.4-1.5x
+    through their sessions' prefix hits alone (measured: seed 4, 0.34 req/s, SLO 1.0, judged
+    overloaded), which stopped the doubling at 0.3-1.3 req/s.
+
     Args:
         window_s: simulated seconds of sessions (the ablation's ``duration_s``), > 0.
         seed: workload seed.
         reference_rate_rps: the rate at factor 1 [requests/s] (default
             :data:`TOOL_AGENT_REFERENCE_RATE_RPS`), > 0.
+        min_rate_scale: lowest factor probed (:class:`~experiments.capacity.RatedWorkload`).
 
     Raises:
         ValueError: on a bad window, ``start_s != 0`` or a reference rate <= 0.
     """
 
     name: str | None = "tool-agent"
+    min_rate_scale: float = TOOL_AGENT_MIN_RATE_SCALE
     reference_rate_rps: float = TOOL_AGENT_REFERENCE_RATE_RPS
 
     def __post_init__(self) -> None:
@@ -142,14 +156,16 @@ class ToolAgentRated(_rated_base()):
 
     def fingerprint(self) -> dict:
         return {"family": "cache-ablation tool-agent", "seed": self.seed, "window_s": self.window_s,
-                "reference_rate_rps": self.reference_rate_rps, "mean_calls": MEAN_CALLS_PER_SESSION}
+                "reference_rate_rps": self.reference_rate_rps, "mean_calls": MEAN_CALLS_PER_SESSION,
+                "min_rate_scale": self.min_rate_scale}
 
 
 def tool_agent_capacity(config, duration_s: float = 300.0, seed: int = 0, base_policy: str = "vertumnus-router",
                         definition=None, cache_dir=None, log=None):
     """Capacity (sustainable rate, :mod:`experiments.capacity`) of ``base_policy`` with local
-    caches only on the ablation's tool-agent workload (:class:`ToolAgentRated`), on ``config``
-    (pool, SLO; its seed is replaced by ``seed``).
+    caches only on the ablation's tool-agent workload (:class:`ToolAgentRated`, reference rate
+    :data:`TOOL_AGENT_REFERENCE_RATE_RPS` x pool GPUs / 40), on ``config`` (pool, SLO; its seed is
+    replaced by ``seed``).
 
     Returns:
         :class:`experiments.capacity.CapacityResult`.
@@ -159,8 +175,12 @@ def tool_agent_capacity(config, duration_s: float = 300.0, seed: int = 0, base_p
     """
     from experiments.capacity import CapacityDefinition, find_capacity
 
-    return find_capacity(base_policy, ToolAgentRated(window_s=duration_s, seed=seed), replace(config, seed=seed),
-                         definition=definition or CapacityDefinition(), cache_dir=cache_dir, log=log)
+    # the reference rate follows the pool size (the default 93 req/s is ~0.6 of the 40-GPU pool's
+    # capacity), so the search's floor (TOOL_AGENT_MIN_RATE_SCALE) is the same share of any pool's
+    reference = TOOL_AGENT_REFERENCE_RATE_RPS * config.pool.num_gpus / TOOL_AGENT_REFERENCE_NUM_GPUS
+    rated = ToolAgentRated(window_s=duration_s, seed=seed, reference_rate_rps=reference)
+    return find_capacity(base_policy, rated, replace(config, seed=seed), definition=definition or CapacityDefinition(),
+                         cache_dir=cache_dir, log=log)
 
 
 def tool_agent_at_rate(rate_rps: float, duration_s: float, seed: int):

@@ -138,6 +138,25 @@ def test_cache_load_is_a_fraction_of_the_measured_capacity():
     assert SimConfig().pool.num_gpus == 40  # the ablation's pool (for the capacity in the rows)
 
 
+def test_cache_capacity_search_starts_at_the_session_floor():
+    # the definition's ~100-request light load holds a handful of sessions, whose prefix hits alone
+    # made the thirds differ 1.4x (judged overloaded at 0.34 req/s); the search starts at the floor
+    from envs.sim import PoolConfig, SimConfig
+    from experiments.capacity import RatedWorkload
+    from experiments.paper_experiments.cache_ablation import (TOOL_AGENT_MIN_RATE_SCALE, TOOL_AGENT_REFERENCE_RATE_RPS,
+                                                              tool_agent_capacity)
+
+    sim = SimConfig(pool=PoolConfig(num_gpus=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4)))
+    res = tool_agent_capacity(sim, duration_s=30.0, seed=3)
+    assert res.probes[0].rate_scale == TOOL_AGENT_MIN_RATE_SCALE
+    assert res.native_rate_rps == pytest.approx(TOOL_AGENT_REFERENCE_RATE_RPS * 8 / 40, rel=0.02)  # follows the pool
+    assert res.capacity_rps > TOOL_AGENT_MIN_RATE_SCALE * res.native_rate_rps
+    with pytest.raises(ValueError, match="min_rate_scale"):
+        RatedWorkload(window_s=10.0, name="tool-agent", min_rate_scale=-1.0)
+    plain = RatedWorkload(window_s=10.0, name="tool-agent")
+    assert "min_rate_scale" not in plain.fingerprint()  # cached capacities of other workloads keep their keys
+
+
 def test_reproduce_rejects_bad_dynamic_params(capsys):
     assert main(["reproduce", "--experiments", "dynamic", "--dynamic-param", "workload_seed=3"]) == 2
     assert "workload seed" in capsys.readouterr().err
