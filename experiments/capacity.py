@@ -320,10 +320,9 @@ def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibrat
 
     native_wl = rated.at_scale(1.0)
     native = native_wl.mean_rate_rps
-    light = min(1.0, definition.light_load_requests / max(1, native_wl.num_requests))
+    light = max(rated.min_rate_scale, min(1.0, definition.light_load_requests / max(1, native_wl.num_requests)))
     while light < 1.0 and rated.at_scale(light).num_requests < definition.light_load_requests:
         light = min(1.0, 2.0 * light)  # session workloads: requests are not proportional to the generated span
-    light = max(light, rated.min_rate_scale)
     probes: list[Probe] = []
 
     def ok(scale: float) -> bool:
