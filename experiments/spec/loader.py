@@ -94,6 +94,9 @@ class _Loader:
         from baselines.registry import POLICIES
 
         self.policies = POLICIES
+        # policy-parameter values invalid with the policy's other parameters at their defaults,
+        # kept until the cells are known: (key, policy, param, value, error)
+        self.pending_params: list[tuple[str, str, str, Any, str]] = []
 
     def err(self, key: str):
         def make(problem: str, expected: str = "a valid value") -> SpecError:
@@ -204,9 +207,30 @@ class _Loader:
         pol, param = detail  # policy_param: the policy's own validation, without running it
         try:
             self.policies[pol].with_params(**{param: value})
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
+            # may be a cross-parameter rule (e.g. a reclaim threshold below the intra-degree threshold)
+            # that the cell's other swept values satisfy: decided by _check_pending_params
+            self.pending_params.append((key, pol, param, value, str(exc)))
+        except TypeError as exc:
             raise e(str(exc), f"a valid value of {pol}.{param}") from None
         return kind, detail, value
+
+    def _check_pending_params(self, cells) -> None:
+        """A policy-parameter value that failed alone is an error at its key unless some cell
+        using it builds (then the rule it broke involves another swept parameter, and every cell
+        is still checked by :meth:`_check_cells`)."""
+        for key, pol, param, value, problem in self.pending_params:
+            using = {c.policy_params for c in cells if c.policy == pol and (param, value) in c.policy_params}
+            ok = False
+            for params in using:
+                try:
+                    self.policies[pol].with_params(**dict(params))
+                    ok = True
+                    break
+                except (ValueError, TypeError):
+                    continue
+            if not ok:
+                raise self.err(key)(problem, f"a valid value of {pol}.{param}")
 
     def _check_workload_field(self, key: str, field_name: str, value: Any) -> None:
         """Validates one workload field alone (``WorkloadSpec.__post_init__``), so that a bad value
@@ -250,6 +274,7 @@ class _Loader:
                               policies=policies, policy_params=policy_params, seeds=seeds, seed_workload=seed_workload,
                               grid=grid, cells=listed)
         cells = resolve_cells(self.path, spec, self.policies, self._check_workload_name)
+        self._check_pending_params(cells)
         self._check_cells(cells, base_wl)
         return replace(spec, _resolved=tuple(cells))
 

@@ -200,3 +200,20 @@ def test_content_errors_fail_at_load_time(tmp_path, body, key):
     with pytest.raises(SpecError) as e:
         load_spec(p)
     assert str(p) in str(e.value) and key in str(e.value)
+
+
+def test_policy_parameter_rules_across_swept_parameters(tmp_path):
+    # the manager's reclaim threshold must stay below its intra-degree threshold (default 0.3): 1.0 fails alone,
+    # but every cell sweeps it with an intra-degree threshold above it, so the spec is valid
+    head = "name: t\nworkload: {name: mixed-default}\npolicies: [vertumnus-global-cache]\n"
+    ok = write_spec(tmp_path, head + "sweep: {grid: {vertumnus-global-cache.cache_intra_degree_threshold: [2.0, 8.0], "
+                                     "vertumnus-global-cache.cache_reclaim_threshold: [0.25, 1.0]}}\n", "ok.yaml")
+    assert load_spec(ok).num_cells == 4
+    # a value no cell can use is still reported at its own key
+    e = _err(tmp_path, head + "sweep: {grid: {vertumnus-global-cache.cache_intra_degree_threshold: [2.0], "
+                              "vertumnus-global-cache.cache_reclaim_threshold: [0.25, 9.0]}}\n")
+    assert e.key == "sweep.grid.vertumnus-global-cache.cache_reclaim_threshold[1]" and "reclaim_threshold" in e.problem
+    # a combination that breaks the rule is reported at its cell
+    e = _err(tmp_path, head + "sweep: {grid: {vertumnus-global-cache.cache_intra_degree_threshold: [0.5, 2.0], "
+                              "vertumnus-global-cache.cache_reclaim_threshold: [1.0]}}\n")
+    assert e.key.startswith("sweep (cell") and "reclaim_threshold" in e.problem
