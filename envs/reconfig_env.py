@@ -1,5 +1,6 @@
 """Gymnasium environment for cluster-level reconfiguration (paper §6): one step per observation
-window; the action is a no-op, one split or one merge."""
+window; the action is a no-op, one split or one merge (``action_mode="operation"``) or a target
+composition of the pool that the environment moves towards (``action_mode="target"``)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,49 @@ CAPACITY_WINDOW_FEATURES: tuple[tuple[str, float, float], ...] = (
     ("capacity_rps_after_best_merge", 0.0, COUNT_BOUND),   # best eligible merge's composition (0: none eligible)
     ("time_since_last_operation_s", 0.0, TIME_BOUND_S),    # since the last split/merge started (or the episode start)
 )
+
+
+#: Per candidate composition in ``action_mode="target"`` (the ``"targets"`` observation, one row
+#: per menu entry). ``(name, high)``.
+TARGET_FEATURES: tuple[tuple[str, float], ...] = (
+    ("capacity_rps", COUNT_BOUND),       # profiled capacity of the composition for the window's mix [req/s]
+    ("load", 100.0),                     # window arrival rate / capacity_rps
+    ("distance_share", 2.0),             # GPU-level distance from the projected composition / pool GPUs
+    ("is_projected", 1.0),               # the pool is (or will be, once in-flight operations commit) this composition
+    ("is_last_action", 1.0),             # the previous step chose this composition
+)
+#: Default CP degrees of the target-composition menu: every composition of the pool over them
+#: (40 GPUs in nodes of 8: 36 compositions).
+DEFAULT_TARGET_DEGREES: tuple[int, ...] = (2, 4, 8)
+
+
+def target_menu(pool: PoolConfig, degrees: Sequence[int]) -> list[str]:
+    """The target compositions of ``action_mode="target"``: every composition of ``pool``'s GPUs
+    over ``degrees`` that fits its topology (``baselines.composition.enumerate_compositions``),
+    most large-degree workers first; e.g. 40 GPUs in nodes of 8 over (2, 4): ``cp4x10``,
+    ``cp4x9,cp2x2``, ..., ``cp2x20`` (11), over (2, 4, 8): 36.
+
+    Raises:
+        ValueError: when a degree is not supported by the pool or no composition exists.
+    """
+    from baselines.composition import enumerate_compositions  # lazy: envs must not import baselines at import time
+
+    degrees = tuple(sorted({int(d) for d in degrees}))
+    bad = [d for d in degrees if d not in pool.supported_degrees]
+    if not degrees or bad:
+        raise ValueError(f"target_degrees {list(degrees)}: expected a non-empty subset of the pool's supported degrees "
+                         f"{list(pool.supported_degrees)}")
+    d_min = degrees[0]
+    menu = []
+    if pool.num_gpus % d_min == 0:  # degrees are powers of two: d_min divides every composition's GPU count
+        try:
+            menu = enumerate_compositions(replace(pool, supported_degrees=degrees,
+                                                  composition=f"cp{d_min}x{pool.num_gpus // d_min}"))
+        except ValueError:  # even the homogeneous smallest-degree pool does not fit the topology
+            menu = []
+    if not menu:
+        raise ValueError(f"no composition of {pool.num_gpus} GPUs over CP degrees {list(degrees)} fits the pool")
+    return menu
 
 
 def observation_profile_config():
@@ -106,6 +150,15 @@ class PrefillReconfigEnv(gym.Env):
     are ACTIVE). An ineligible action is replaced by the no-op and penalised by
     ``invalid_action_penalty``; it never raises.
 
+    With ``action_mode="target"``: ``Discrete(K)`` over :func:`target_menu` (every composition of
+    the pool over ``target_degrees``, listed in :attr:`target_compositions`). Each step the
+    environment plans the operations towards the chosen composition with
+    ``baselines.operation_plan.operations_towards`` (paper §6 ranking: shortest predicted drain,
+    then least KV-reconciliation traffic; in-flight operations counted as done) within
+    ``max_operation_gpus_per_window`` GPUs and starts them; choosing the composition the pool
+    already is (or is heading to) starts nothing, so "go to X and stay" is one repeated action.
+    Every composition is reachable by splits and merges, so the mask allows all of them.
+
     ## Observation Space
 
     ``Dict``: ``"workers"`` ``(max_num_workers, 7)`` (``RECONFIG_WORKER_FEATURES``; row = worker
@@ -120,7 +173,11 @@ class PrefillReconfigEnv(gym.Env):
     :class:`baselines.controller.CapacityTable` (paper §6 capacity profiling, by simulation
     under the TTFT SLO) for the window's length mix net of the mean prefix hit; the table is
     owned by the environment and reused across its episodes (pass ``capacity_table`` to share
-    one), so a mix is profiled once per environment.
+    one), so a mix is profiled once per environment. With ``action_mode="target"`` (which needs
+    the capacity observation) the ``"targets"`` key ``(K, 5)`` (``TARGET_FEATURES``) gives per
+    menu composition its profiled capacity and load at the window's rate and mix, its GPU-level
+    distance from the projected composition (``baselines.operation_plan.composition_distance``
+    over the pool's GPUs), whether the pool is (heading to) it and whether the last step chose it.
 
     ## Rewards
 
@@ -168,13 +225,21 @@ class PrefillReconfigEnv(gym.Env):
             False: the observation of the v0 checkpoints).
         capacity_table: the ``CapacityTable`` to profile with (default: a new one with
             :func:`observation_profile_config`, created on first use).
+        action_mode: ``"operation"`` (no-op / one split / one merge; the v0 checkpoints) or
+            ``"target"`` (a target composition; needs ``capacity_features``).
+        target_degrees: CP degrees of the target menu (default :data:`DEFAULT_TARGET_DEGREES`,
+            restricted to the pool's supported degrees).
+        max_operation_gpus_per_window: GPU budget of the operations started in one step of
+            ``action_mode="target"`` (default: the whole pool).
 
     Raises:
-        ValueError: naming the argument, on a bad window, reward or empty workloads.
+        ValueError: naming the argument, on a bad window, reward, action mode, target menu or
+            empty workloads.
 
     ## Version History
 
-    * v0: initial version (cpgym 0.1.0); ``capacity_features`` added.
+    * v0: initial version (cpgym 0.1.0); ``capacity_features`` added; ``action_mode="target"``
+      added (the default stays ``"operation"``).
     """
 
     metadata = {"render_modes": []}
@@ -183,7 +248,8 @@ class PrefillReconfigEnv(gym.Env):
                  calibration: Calibration | None = None, make_router: Callable | None = None, window_s: float = 20.0,
                  reward: str = "time_in_system", reward_scale: float = 0.01, invalid_action_penalty: float = 1.0,
                  long_request_tokens: int = 8192, observe_faults: bool = False, capacity_features: bool = False,
-                 capacity_table=None) -> None:
+                 capacity_table=None, action_mode: str = "operation", target_degrees: Sequence[int] | None = None,
+                 max_operation_gpus_per_window: float | None = None) -> None:
         super().__init__()
         self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
         if not window_s > 0:
@@ -194,6 +260,12 @@ class PrefillReconfigEnv(gym.Env):
             raise ValueError(f"reward_scale must be > 0, got {reward_scale}")
         if not invalid_action_penalty >= 0:
             raise ValueError(f"invalid_action_penalty must be >= 0, got {invalid_action_penalty}")
+        if action_mode not in ("operation", "target"):
+            raise ValueError(f"action_mode must be 'operation' or 'target', got {action_mode!r}")
+        if action_mode == "target" and not capacity_features:
+            raise ValueError("action_mode='target' observes per-composition capacities: set capacity_features=True")
+        if max_operation_gpus_per_window is not None and not max_operation_gpus_per_window > 0:
+            raise ValueError(f"max_operation_gpus_per_window must be > 0, got {max_operation_gpus_per_window}")
         if workloads is None:
             from envs.workloads import build_workload
 
@@ -227,14 +299,37 @@ class PrefillReconfigEnv(gym.Env):
             g_high += [hi for _, _, hi in CAPACITY_WINDOW_FEATURES] + [COUNT_BOUND] * len(self.degrees)
         self._g_low = np.array(g_low, dtype=np.float32)
         self._g_high = np.array(g_high, dtype=np.float32)
-        self.observation_space = spaces.Dict({
+        self.action_mode = action_mode
+        spaces_ = {
             "workers": spaces.Box(0.0, np.broadcast_to(self._w_high, (n, len(self._w_high))).copy(), dtype=np.float32),
             "window": spaces.Box(self._g_low.copy(), self._g_high.copy(), dtype=np.float32),
             **_fault_space(n, observe_faults),
-        })
-        self.action_space = spaces.Discrete(1 + len(self.candidates))
+        }
+        if action_mode == "target":
+            if target_degrees is None:
+                target_degrees = [d for d in DEFAULT_TARGET_DEGREES if d in pool.supported_degrees]
+            self.target_compositions = target_menu(pool, target_degrees)
+            from baselines.composition import degree_counts  # lazy: envs must not import baselines at import time
+
+            self._target_counts = [degree_counts(c, pool) for c in self.target_compositions]
+            self.max_operation_gpus_per_window = float(max_operation_gpus_per_window or pool.num_gpus)
+            k = len(self.target_compositions)
+            self._t_high = np.array([b for _, b in TARGET_FEATURES], dtype=np.float32)
+            spaces_["targets"] = spaces.Box(0.0, np.broadcast_to(self._t_high, (k, len(self._t_high))).copy(),
+                                            dtype=np.float32)
+            self.action_space = spaces.Discrete(k)
+        else:
+            self.target_compositions = []
+            self.action_space = spaces.Discrete(1 + len(self.candidates))
+        self.observation_space = spaces.Dict(spaces_)
+        self._last_action = -1
         self.sim: Simulator | None = None
         self.window_index = -1
+
+    @property
+    def decision_time_s(self) -> float:
+        """Simulated time of the next decision (the end of the last observation window) [s]."""
+        return self._t
 
     # ------------------------------------------------------------------------------------------
     def _operation(self, k: int) -> Operation | None:
@@ -251,7 +346,10 @@ class PrefillReconfigEnv(gym.Env):
         return Operation.merge(a, b)
 
     def action_masks(self) -> np.ndarray:
-        """Boolean mask of shape ``(1 + K,)``: the no-op and the operations eligible now."""
+        """Boolean mask of shape ``(1 + K,)``: the no-op and the operations eligible now; with
+        ``action_mode="target"`` shape ``(K,)``, all True (every composition is reachable)."""
+        if self.action_mode == "target":
+            return np.ones(self.action_space.n, dtype=bool)
         mask = np.zeros(self.action_space.n, dtype=bool)
         mask[0] = True
         if self.sim is None or self._ended:
@@ -296,6 +394,7 @@ class PrefillReconfigEnv(gym.Env):
         self._t = 0.0
         self._last_op_s = 0.0
         self._prev_rate_rps = 0.0
+        self._last_action = -1
         self._run_window()
         if self._ended:  # the whole run fitted in the first window: the first step ends it
             self._end_flags = self._acct.episode_end()[:2]
@@ -349,7 +448,13 @@ class PrefillReconfigEnv(gym.Env):
             return self._observe(), 0.0, *self._end_flags, {"sim_time_s": self._t}
         k = int(action)
         invalid = False
-        if k != 0:
+        if self.action_mode == "target":
+            invalid = not 0 <= k < self.action_space.n
+            if invalid:
+                self._num_invalid += 1
+            else:
+                self._move_towards(k)
+        elif k != 0:
             op = self._operation(k) if 1 <= k < self.action_space.n else None
             if op is None or op not in set(eligible_operations(self.sim)):
                 invalid = True
@@ -383,6 +488,16 @@ class PrefillReconfigEnv(gym.Env):
                 "window_index": self.window_index, "composition": [(w.degree, w.first_gpu) for w in
                                                                    (sim.workers[i] for i in sim.worker_ids)]}
         return self._observe(), float(reward), terminated, truncated, info
+
+    def _move_towards(self, k: int) -> None:
+        """Starts the operations towards menu composition ``k`` (``action_mode="target"``)."""
+        from baselines.operation_plan import operations_towards  # lazy: envs must not import baselines at import time
+
+        self._last_action = k
+        for op in operations_towards(self.sim, self._target_counts[k], max_gpus=self.max_operation_gpus_per_window):
+            apply_operation(self.sim, op)
+            self._num_ops += 1
+            self._last_op_s = self._t
 
     def _observe(self) -> dict:
         sim = self.sim
@@ -423,11 +538,15 @@ class PrefillReconfigEnv(gym.Env):
                 self._fin_ttft / self._fin_n if self._fin_n else 0.0,
                 self._fin_met_tokens / self._fin_tokens if self._fin_tokens else 1.0,
                 self._acct.n, total_q, in_flight, sim.epoch)
+        lam = None
         if self.capacity_features:
-            G = np.concatenate([G, self._capacity_observation(reqs[first:first + cnt] if cnt else [], cnt / self.window_s)])
+            lam = self._capacity_profiles(reqs[first:first + cnt] if cnt else [])
+            G = np.concatenate([G, self._capacity_observation(lam, cnt / self.window_s)])
         np.minimum(W, self._w_high, out=W)
         np.clip(G, self._g_low, self._g_high, out=G)
         obs = {"workers": W, "window": G}
+        if self.action_mode == "target":
+            obs["targets"] = self._target_observation(lam, cnt / self.window_s)
         if self.observe_faults:
             obs["faults"] = fault_flags(self.sim, self.max_num_workers)
         return obs
@@ -447,10 +566,10 @@ class PrefillReconfigEnv(gym.Env):
         shares = table.shares(np.array([r.num_prompt_tokens for r in window_requests], float), mean_cached)
         return {d: table.shares_profile(d, shares).capacity_rps for d in self.degrees}
 
-    def _capacity_observation(self, window_requests, rate_rps: float) -> np.ndarray:
-        """The ``CAPACITY_WINDOW_FEATURES`` and per-degree capacities (see the class docstring)."""
+    def _capacity_observation(self, lam: dict[int, float], rate_rps: float) -> np.ndarray:
+        """The ``CAPACITY_WINDOW_FEATURES`` and per-degree capacities (see the class docstring)
+        from the per-worker capacities ``lam`` [req/s] of :meth:`_capacity_profiles`."""
         sim = self.sim
-        lam = self._capacity_profiles(window_requests)
         cap = sum(lam[sim.workers[i].degree] for i in sim.worker_ids)
         best_split = best_merge = 0.0
         mask = self.action_masks()
@@ -466,3 +585,17 @@ class PrefillReconfigEnv(gym.Env):
         feats = [trend, hit, cap, rate_rps / cap if cap > 0 else 0.0, best_split, best_merge, self._t - self._last_op_s]
         return np.array(feats + [lam[d] for d in self.degrees], dtype=np.float32)
 
+
+    def _target_observation(self, lam: dict[int, float], rate_rps: float) -> np.ndarray:
+        """The ``"targets"`` rows (``TARGET_FEATURES``, one per menu composition)."""
+        from baselines.operation_plan import composition_distance, projected_degree_counts  # lazy (see above)
+
+        projected = projected_degree_counts(self.sim)
+        gpus = self.config.pool.num_gpus
+        T = np.zeros((len(self._target_counts), len(TARGET_FEATURES)), dtype=np.float32)
+        for k, counts in enumerate(self._target_counts):
+            cap = sum(n * lam[d] for d, n in counts.items())
+            dist = composition_distance(projected, counts)
+            T[k] = (cap, rate_rps / cap if cap > 0 else 0.0, dist / gpus, dist == 0, k == self._last_action)
+        np.minimum(T, self._t_high, out=T)
+        return T

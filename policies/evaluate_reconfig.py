@@ -11,8 +11,8 @@ the worker composition:
   ``cp4x6,cp2x8``);
 * ``vertumnus``: the full system (initial composition from the capacity profile, controller,
   global prefix-cache manager);
-* ``fixed:<composition>`` (e.g. ``fixed:cp2x20``): no reconfiguration on another fixed
-  composition of the same GPUs.
+* ``fixed:<composition>`` (e.g. ``fixed:cp2x20``; ``+`` for ``,`` in a mixed one:
+  ``fixed:cp8x2+cp4x6``): no reconfiguration on another fixed composition of the same GPUs.
 
 * ``joint:<routing checkpoint>`` (e.g. ``joint:shipped``): the learned controller with the
   routing checkpoint as its inner router (:mod:`policies.joint`, two timescales);
@@ -62,15 +62,27 @@ def training_seeds(path: str) -> list[int]:
     return [int(x) for x in (tc.get("workload_seeds") or [tc.get("workload_seed", 0)])]
 
 
+def env_kwargs_of(train_config: dict) -> dict:
+    """The :class:`envs.reconfig_env.PrefillReconfigEnv` arguments that shape a checkpoint's
+    observation and action space, from its ``train_config`` (``capacity_features``,
+    ``action_mode``, ``target_degrees``, ``max_operation_gpus_per_window``; checkpoints older than
+    a field get the environment's former behaviour: no capacity features, per-operation actions)."""
+    out = {"capacity_features": bool(train_config.get("capacity_features", False))}
+    if train_config.get("action_mode", "operation") == "target":
+        out.update(action_mode="target", target_degrees=tuple(train_config["target_degrees"]),
+                   max_operation_gpus_per_window=train_config.get("max_operation_gpus_per_window"))
+    return out
+
+
 def rollout_reconfig(act, workload, config, seed: int, window_s: float, capacity_features: bool = False,
-                     capacity_table=None, make_router=None):
+                     capacity_table=None, make_router=None, **env_kwargs):
     """One whole-workload episode of :class:`envs.reconfig_env.PrefillReconfigEnv` (simulator
-    seed ``seed``) driven by ``act(raw observation, action mask) -> action``; returns
-    ``(SimResult, actions taken)``."""
+    seed ``seed``; further environment arguments in ``env_kwargs``, e.g. ``action_mode``) driven
+    by ``act(raw observation, action mask) -> action``; returns ``(SimResult, actions taken)``."""
     from envs.reconfig_env import PrefillReconfigEnv
 
     env = PrefillReconfigEnv([workload], config, window_s=window_s, capacity_features=capacity_features,
-                             capacity_table=capacity_table, make_router=make_router)
+                             capacity_table=capacity_table, make_router=make_router, **env_kwargs)
     obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
     actions = []
     done = False
@@ -110,7 +122,8 @@ class LearnedReconfig:
             self.vecnormalize.training = False
         tc = self.meta.get("train_config") or {}
         self.window_s = float(tc.get("window_s", 20.0))
-        self.capacity_features = bool(tc.get("capacity_features", False))  # v0 checkpoints predate it
+        self.env_kwargs = env_kwargs_of(tc)
+        self.capacity_features = self.env_kwargs["capacity_features"]
         self.capacity_table = None  # one table for every episode this object runs (profiles reused)
 
     def act(self, obs: dict, mask) -> int:
@@ -128,8 +141,9 @@ class LearnedReconfig:
             from envs.reconfig_env import observation_profile_config
 
             self.capacity_table = CapacityTable(config, config_calibration(config), observation_profile_config())
+        kw = {k: v for k, v in self.env_kwargs.items() if k != "capacity_features"}
         result, actions = rollout_reconfig(self.act, workload, config, seed, self.window_s, self.capacity_features,
-                                           self.capacity_table, make_router)
+                                           self.capacity_table, make_router, **kw)
         result.policy = "learned"
         return result, actions
 
@@ -176,6 +190,9 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
         if label.startswith("joint:") and not checkpoint:
             raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; "
                              "give --policy")
+    from baselines.capacity import CapacityCache
+
+    capacity_cache = CapacityCache()  # the heuristics' capacity profiles, shared by every run (same results, less work)
     learned = LearnedReconfig(checkpoint) if checkpoint else None
     learned_label = checkpoint if checkpoint == "shipped-reconfig" else None
     routers: dict = {}
@@ -195,11 +212,11 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                     routers[label] = LearnedRouter(label.split(":", 1)[1])  # loaded once; attach() rebinds it per run
                 result, _ = learned.run(wl, cfg, seed, make_router=lambda: routers[label])
             elif label.startswith("fixed:"):
-                comp = label.split(":", 1)[1]
+                comp = fixed_composition(label)
                 c = replace(cfg, pool=replace(cfg.pool, composition=comp))
                 result = run_policy("vertumnus-router", wl, c)
             elif label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive"):
-                result = run_policy(label, wl, cfg)
+                result = run_policy(label, wl, cfg, capacity_cache=capacity_cache)
             else:  # pragma: no cover - rejected above
                 raise ValueError(f"unknown reconfiguration comparison {label!r}")
             s = summarize(result)
@@ -216,6 +233,13 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                 log(f"{row['policy']:>22} seed {seed}: mean TTFT {row['mean_ttft_s']:.3f} s, P90 {row['p90_ttft_s']:.3f} s, "
                     f"SLO {row['slo_attainment_token_weighted']:.3f}, ops {n_ops} ({row['wall_s']:.0f} s)")
     return rows + best_fixed_in_hindsight(rows)
+
+
+def fixed_composition(label: str) -> str:
+    """The pool composition of a ``fixed:<composition>`` label; ``+`` stands for ``,`` so that a
+    mixed composition fits in the comma-separated ``--against`` list (``fixed:cp8x2+cp4x6`` ->
+    ``cp8x2,cp4x6``)."""
+    return label.split(":", 1)[1].replace("+", ",")
 
 
 def best_fixed_in_hindsight(rows: list[dict]) -> list[dict]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,19 @@ class ReconfigTrainConfig:
     norm_reward: bool = _opt(False, "VecNormalize also scales rewards (running return std)")
     capacity_features: bool = _opt(True, "observe the profiled capacity of the current and neighbouring compositions, "
                                          "rate trend, prefix-hit share and time since the last operation")
+    action_mode: str = _opt("operation", "'operation': no-op / one split / one merge per window; 'target': a target "
+                                         "composition per window, planned into operations by the environment",
+                            choices=("operation", "target"))
+    target_degrees: tuple[int, ...] = _opt((2, 4, 8), "CP degrees of the target-composition menu (--action-mode target)")
+    max_operation_gpus_per_window: float | None = _opt(None, "GPU budget of the operations started per window "
+                                                             "(--action-mode target; none: the whole pool)")
+    warm_start: str = _opt("none", "'oracle': behaviour-clone the per-phase best fixed composition of each training "
+                                   "seed before PPO (--action-mode target); 'none': PPO from the initial policy",
+                           choices=("none", "oracle"))
+    oracle_tolerance: float = _opt(0.03, "oracle labels: compositions within this share of a phase's best mean TTFT "
+                                         "count as ties (the one closest to the previous phase's wins)")
+    bc_epochs: int = _opt(30, "behaviour-cloning epochs over the oracle demonstrations (--warm-start oracle)")
+    bc_learning_rate: float = _opt(1e-3, "behaviour-cloning Adam learning rate (--warm-start oracle)")
     validation_seeds: tuple[int, ...] = _opt((), "workload seeds of the validation episodes (disjoint from the training "
                                                  "seeds; none: no validation)")
     validate_every_steps: int = _opt(1024, "validate every STEPS steps with --validation-seeds; model.zip = the best "
@@ -79,7 +93,7 @@ class ReconfigTrainConfig:
         if self.trace is None and self.workload is None:
             raise ValueError("give trace or workload")
         for name in ("episode_window_s", "window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
-                     "torch_threads", "validate_every_steps"):
+                     "torch_threads", "validate_every_steps", "bc_epochs", "bc_learning_rate"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)
@@ -94,10 +108,42 @@ class ReconfigTrainConfig:
             raise ValueError(f"validation_seeds must be disjoint from the training seeds; both hold {shared}")
         if self.arrival_window_s is not None:
             object.__setattr__(self, "arrival_window_s", tuple(float(x) for x in self.arrival_window_s))
+        self._check_action_mode()
         if self.wandb_mode not in ("offline", "online", "disabled"):
             raise ValueError(f"wandb_mode must be 'offline', 'online' or 'disabled', got {self.wandb_mode!r}")
         for s in self.seeds:
             self.workload_source(s)  # validates the workload fields (ValueError naming the field)
+
+    def _check_action_mode(self) -> None:
+        """Rejects flags the chosen action mode would ignore (ValueError naming the flag)."""
+        if self.action_mode not in ("operation", "target"):
+            raise ValueError(f"action_mode must be 'operation' or 'target', got {self.action_mode!r}")
+        if self.warm_start not in ("none", "oracle"):
+            raise ValueError(f"warm_start must be 'none' or 'oracle', got {self.warm_start!r}")
+        object.__setattr__(self, "target_degrees", tuple(int(d) for d in self.target_degrees))
+        if self.max_operation_gpus_per_window is not None and not self.max_operation_gpus_per_window > 0:
+            raise ValueError(f"max_operation_gpus_per_window must be > 0, got {self.max_operation_gpus_per_window}")
+        if not self.oracle_tolerance >= 0:
+            raise ValueError(f"oracle_tolerance must be >= 0, got {self.oracle_tolerance}")
+        if self.action_mode == "target":
+            if not self.capacity_features:
+                raise ValueError("--action-mode target observes per-composition capacities: drop --no-capacity-features")
+            if self.noop_logit_bias:
+                raise ValueError("--noop-logit-bias applies to --action-mode operation (the target menu has no no-op)")
+            return
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in ("target_degrees", "max_operation_gpus_per_window", "warm_start", "oracle_tolerance", "bc_epochs",
+                     "bc_learning_rate"):
+            if getattr(self, name) != defaults[name]:
+                raise ValueError(f"--{name.replace('_', '-')} applies to --action-mode target only "
+                                 f"(got {getattr(self, name)!r} with --action-mode operation)")
+
+    def env_kwargs(self) -> dict:
+        """The :class:`envs.reconfig_env.PrefillReconfigEnv` arguments of this configuration
+        (observation and action space; see :func:`policies.evaluate_reconfig.env_kwargs_of`)."""
+        from policies.evaluate_reconfig import env_kwargs_of
+
+        return env_kwargs_of(asdict(self))
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -159,7 +205,8 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
                 return int(a)
             ttft, slo = [], []
             for seed, wl in workloads:
-                res, _ = rollout_reconfig(act, wl, sim_config, seed, cfg.window_s, cfg.capacity_features, capacity_table)
+                res, _ = rollout_reconfig(act, wl, sim_config, seed, cfg.window_s, capacity_table=capacity_table,
+                                          **cfg.env_kwargs())
                 summ = summarize(res)
                 ttft.append(summ["mean_ttft_s"])
                 slo.append(summ["slo_attainment_token_weighted"])
@@ -183,11 +230,65 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
                 self.validate()
             return True
 
+        def _on_training_start(self) -> None:
+            if cfg.warm_start != "none":  # the warm-started policy competes in model selection
+                self.validate()  # at 0 steps: the periodic ones still come every validate_every_steps
+
         def _on_training_end(self) -> None:
             if self.num_timesteps != self.last:
                 self.validate()
 
     return _Validation()
+
+
+def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_config, capacity_table, log=print) -> dict:
+    """``--warm-start oracle``: per training seed, the oracle composition of each phase
+    (:func:`policies.reconfig_oracle.phase_targets`, simulator seed = workload seed), the
+    demonstrations of following it (:func:`~policies.reconfig_oracle.collect_demonstrations`), the
+    VecNormalize observation statistics updated with them, and behaviour cloning of
+    ``model``'s policy (:func:`~policies.reconfig_oracle.behaviour_clone`). Writes
+    ``oracle_targets.json`` (per seed, the compositions) and ``bc.csv`` (loss per epoch); returns a
+    summary for ``train_config.json``.
+
+    Raises:
+        ValueError: when a training workload is longer than two episode windows (the oracle
+            labels whole phased workloads).
+    """
+    import csv
+
+    from envs.reconfig_env import PrefillReconfigEnv
+    from policies.reconfig_oracle import behaviour_clone, collect_demonstrations, phase_targets
+
+    wls = [cfg.workload_source(s).build() for s in cfg.seeds]
+    for s, wl in zip(cfg.seeds, wls):
+        if wl.duration_s > 2 * cfg.episode_window_s:
+            raise ValueError(f"--warm-start oracle labels whole workloads; seed {s} lasts {wl.duration_s:.0f} s "
+                             f"> 2 x --episode-window-s {cfg.episode_window_s:g}")
+
+    def make_env(w):
+        return PrefillReconfigEnv(w, sim_config, window_s=cfg.window_s, capacity_table=capacity_table, **cfg.env_kwargs())
+
+    menu = make_env(wls[:1]).target_compositions
+    t0 = time.perf_counter()
+    targets = [phase_targets(wl, replace(sim_config, seed=s), menu, tolerance=cfg.oracle_tolerance)
+               for s, wl in zip(cfg.seeds, wls)]
+    (out / "oracle_targets.json").write_text(json.dumps(
+        {str(s): [menu[k] for k in tg] for s, tg in zip(cfg.seeds, targets)}, indent=2) + "\n")
+    obs, actions = collect_demonstrations(make_env, wls, targets, list(cfg.seeds))
+    for key, rms in venv.obs_rms.items():
+        rms.update(obs[key])
+    losses = behaviour_clone(model, venv.normalize_obs(obs), actions, cfg.bc_epochs, cfg.batch_size,
+                             cfg.bc_learning_rate, cfg.seed)
+    pred, _ = model.predict(venv.normalize_obs(obs), deterministic=True)
+    accuracy = float((pred == actions).mean())
+    with open(out / "bc.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["epoch", "loss"])
+        w.writerows([(i + 1, f"{x:.6f}") for i, x in enumerate(losses)])
+    log(f"warm start: {len(actions)} oracle steps from {len(wls)} workloads, behaviour cloning loss "
+        f"{losses[0]:.3f} -> {losses[-1]:.3f}, accuracy {accuracy:.3f} ({time.perf_counter() - t0:.0f} s)")
+    return {"num_demonstration_steps": len(actions), "bc_loss_first": losses[0], "bc_loss_last": losses[-1],
+            "bc_accuracy": accuracy, "wall_s": time.perf_counter() - t0}
 
 
 def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=None, argv=None, log=print,
@@ -220,8 +321,7 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
 
     def make(i):
         def _m():
-            env = PrefillReconfigEnv(wins, sc, window_s=cfg.window_s, capacity_features=cfg.capacity_features,
-                                     capacity_table=table)
+            env = PrefillReconfigEnv(wins, sc, window_s=cfg.window_s, capacity_table=table, **cfg.env_kwargs())
             env.reset(seed=cfg.seed * 1000 + i)
             return monitored(env)
         return _m
@@ -235,6 +335,8 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     if cfg.noop_logit_bias:
         with th.no_grad():
             model.policy.action_net.bias[0] += cfg.noop_logit_bias  # action 0 = no-op (PrefillReconfigEnv)
+    if cfg.warm_start == "oracle":
+        meta["warm_start"] = oracle_warm_start(cfg, out, model, venv, sc, table, log)
     model.set_logger(configure(str(out), ["csv"]))
     run = None
     if cfg.wandb_mode != "disabled":

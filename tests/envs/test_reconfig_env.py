@@ -132,3 +132,61 @@ def test_capacity_features_pass_the_env_checker(toy_cal):
     from gymnasium.utils.env_checker import check_env
 
     check_env(_env(toy_cal, n=120, capacity_features=True), skip_render_check=True)
+
+
+def test_target_menu_lists_every_composition_of_the_degrees():
+    from envs.reconfig_env import target_menu
+
+    assert target_menu(SMALL_POOL, (2, 4)) == ["cp4x2", "cp4x1,cp2x2", "cp2x4"]
+    pool40 = PoolConfig(num_gpus=40, gpus_per_node=8, composition="cp4x6,cp2x8", supported_degrees=(1, 2, 4, 8))
+    assert len(target_menu(pool40, (2, 4))) == 11 and len(target_menu(pool40, (2, 4, 8))) == 36
+    with pytest.raises(ValueError, match="subset of the pool's supported degrees"):
+        target_menu(SMALL_POOL, (2, 8))
+
+
+def test_target_mode_moves_to_the_chosen_composition_and_stays(toy_cal):
+    from envs.reconfig_env import TARGET_FEATURES
+
+    env = _env(toy_cal, capacity_features=True, action_mode="target")
+    assert env.target_compositions == ["cp4x2", "cp4x1,cp2x2", "cp2x4"]  # default degrees (2, 4, 8) & pool's
+    assert env.action_space.n == 3
+    obs, _ = env.reset(seed=1)
+    assert env.action_masks().tolist() == [True, True, True]
+    assert obs["targets"].shape == (3, len(TARGET_FEATURES))
+    T = obs["targets"]
+    assert T[:, 3].tolist() == [0.0, 1.0, 0.0]  # the pool starts at cp4x1,cp2x2
+    assert T[1, 2] == 0.0 and T[0, 2] > 0 and T[2, 2] > 0  # GPU-level distance from the pool
+    lam = dict(zip(env.degrees, obs["window"][-len(env.degrees):]))
+    assert T[2, 0] == pytest.approx(4 * lam[2], rel=1e-5)  # cp2x4: four CP-2 workers
+    assert T[2, 1] == pytest.approx(obs["window"][0] / T[2, 0], rel=1e-4)
+    total = 0.0
+    ops = []
+    while True:
+        assert env.observation_space.contains(obs)
+        obs, r, term, trunc, info = env.step(2)  # cp2x4: one split of the CP-4, then nothing more to do
+        total += r
+        ops.append(info["num_operations"])
+        if term or trunc:
+            break
+    assert ops[0] == 1 and ops[-1] == 1  # one operation, then "stay" starts nothing
+    assert sorted(d for d, _ in info["composition"]) == [2, 2, 2, 2]
+    assert obs["targets"][2, 3] == 1.0 and obs["targets"][2, 4] == 1.0  # is the pool, was the last action
+    ttft = env.sim.result().records["ttft_s"]
+    assert total == pytest.approx(-env.reward_scale * ttft.sum(), rel=1e-9)
+
+
+def test_target_mode_budget_limits_operations_per_window(toy_cal):
+    env = _env(toy_cal, capacity_features=True, action_mode="target", max_operation_gpus_per_window=2)
+    env.reset(seed=1)
+    _, _, _, _, info = env.step(0)  # cp4x2: merge the CP-2 pair (4 GPUs) does not fit 2 GPUs
+    assert info["num_operations"] == 0
+    with pytest.raises(ValueError, match="capacity_features=True"):
+        _env(toy_cal, action_mode="target")
+    with pytest.raises(ValueError, match="action_mode must be"):
+        _env(toy_cal, capacity_features=True, action_mode="targets")
+
+
+def test_target_mode_passes_the_env_checker(toy_cal):
+    from gymnasium.utils.env_checker import check_env
+
+    check_env(_env(toy_cal, n=120, capacity_features=True, action_mode="target"), skip_render_check=True)

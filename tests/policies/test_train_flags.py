@@ -24,23 +24,43 @@ def test_every_training_flag_reaches_the_config(kind):
 
     cls = TrainConfig if kind == "routing" else ReconfigTrainConfig
     cfg = _cfg(kind)
+    # flags of --action-mode target only (an error with the default per-operation mode)
+    target_only = {"target_degrees", "max_operation_gpus_per_window", "warm_start", "oracle_tolerance", "bc_epochs",
+                   "bc_learning_rate"} if kind == "reconfig" else set()
     for name, flag in config_flags(cls).items():
         value = getattr(cfg, name)
+        extra = ["--action-mode", "target"] if name in target_only else []
         if isinstance(value, bool):
             changed = _cfg(kind, f"--{'no-' if value else ''}{flag[2:]}")
         elif isinstance(value, str):
-            choices = {"vec_env": "subproc", "reward": "slo_miss_tokens", "wandb_mode": "disabled", "bc_policy": "vertumnus"}
-            changed = _cfg(kind, flag, choices[name])
+            choices = {"vec_env": "subproc", "reward": "slo_miss_tokens", "wandb_mode": "disabled", "bc_policy": "vertumnus",
+                       "action_mode": "target", "warm_start": "oracle"}
+            changed = _cfg(kind, flag, choices[name], *extra)
         elif isinstance(value, tuple):
-            changed = _cfg(kind, flag, "5,6")
+            changed = _cfg(kind, flag, "5,6", *extra)
         elif value is None:
             new = {"residual_tau_s": ["0.5"], "num_slots": ["64"], "warmup_s": ["30"],
-                   "validate_every_steps": ["100", "--warmup-s", "30"]}.get(name, ["vertumnus"])
-            changed = _cfg(kind, flag, *new)
+                   "validate_every_steps": ["100", "--warmup-s", "30"], "max_operation_gpus_per_window": ["16"]
+                   }.get(name, ["vertumnus"])
+            changed = _cfg(kind, flag, *new, *extra)
         else:  # numbers: a value that every validator accepts and differs from the default
             new = {"gamma": 0.5, "gae_lambda": 0.5, "batch_size": 8, "n_steps": 4096}.get(name, value * 2 if value else 1)
-            changed = _cfg(kind, flag, str(new))
+            changed = _cfg(kind, flag, str(new), *extra)
         assert getattr(changed, name) != value, f"{flag} did not change {cls.__name__}.{name}"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--target-degrees", "2,4"], "--target-degrees applies to --action-mode target only"),
+    (["--warm-start", "oracle"], "--warm-start applies to --action-mode target only"),
+    (["--bc-epochs", "5"], "--bc-epochs applies to --action-mode target only"),
+    (["--action-mode", "target", "--noop-logit-bias", "1"], "--noop-logit-bias applies to --action-mode operation"),
+    (["--action-mode", "target", "--no-capacity-features"], "drop --no-capacity-features"),
+    (["--action-mode", "target", "--max-operation-gpus-per-window", "0"], "max_operation_gpus_per_window must be > 0"),
+])
+def test_flag_the_action_mode_would_ignore_is_an_error(argv, message, tmp_path, capsys):
+    assert main(["train", "reconfig", *argv, "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "model.zip").exists()
 
 
 def test_train_reconfig_flags_change_the_trained_model(tmp_path):
