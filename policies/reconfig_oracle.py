@@ -143,7 +143,7 @@ def behaviour_clone(model, observations: dict, actions: np.ndarray, epochs: int,
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
         losses.append(total / n)
     policy.set_training_mode(False)
     return losses

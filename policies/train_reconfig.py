@@ -4,9 +4,8 @@ router is Vertumnus). Observations are normalised by SB3 ``VecNormalize`` (runni
 saved next to the model as ``vecnormalize.pkl``; rewards too with ``norm_reward``); the policy is sb3-contrib's
 ``MultiInputPolicy`` (the reconfiguration action is a pool-level choice, so no per-worker head).
 
-Minimal by design: one step simulates a whole window of traffic, so a 2-core machine gets a
-few hundred steps per hour — enough to exercise the pipeline, not to train a competitive
-controller.
+One step simulates a whole 20 s window of traffic (tens of steps per second on one core once
+the capacity profiles of the observation are cached).
 """
 
 from __future__ import annotations
@@ -37,6 +36,13 @@ class ReconfigTrainConfig:
     seed of ``workload_seeds`` (default: ``workload_seed`` alone) gives one workload; one longer
     than two episode windows is cut into ``episode_window_s`` windows and every second one is
     kept for training (``envs.routing_env.split_windows(..., "train", 2)``).
+
+    Action modes (:class:`envs.reconfig_env.PrefillReconfigEnv`): ``"operation"`` (no-op / one
+    split / one merge per window; ``noop_logit_bias`` applies) or ``"target"`` (one composition of
+    the menu over ``target_degrees`` per window, planned into operations within
+    ``max_operation_gpus_per_window`` GPUs; ``warm_start="oracle"`` behaviour-clones the per-phase
+    best fixed composition of each training seed first, :func:`oracle_warm_start`). A flag of the
+    other mode is an error, not silently ignored.
 
     Raises:
         ValueError: naming the field, on non-positive sizes, ``gamma`` outside (0, 1], a
@@ -176,7 +182,8 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
     that every ``validate_every_steps`` steps (and at the end) runs the current policy on
     deterministic, masked whole-workload episodes of the validation seeds' workloads
     (simulator seed = workload seed, observations normalised with ``venv``'s current
-    statistics). The model and statistics with the lowest mean TTFT over those episodes are
+    statistics; with a warm start also once before the first PPO update, so the warm-started
+    policy competes). The model and statistics with the lowest mean TTFT over those episodes are
     saved as ``best_model.zip`` / ``best_vecnormalize.pkl``; one row per validation goes to
     ``validation.csv`` (``timesteps, mean_ttft_s, slo_attainment_token_weighted``, means over
     the validation episodes) and the callback's ``rows``."""

@@ -131,3 +131,74 @@ def test_shipped_reconfig_alias_names_the_shipped_checkpoint():
     from policies.evaluate import is_checkpoint
 
     assert checkpoint_path("shipped-reconfig") == SHIPPED_RECONFIG and is_checkpoint("shipped-reconfig")
+
+
+def test_target_mode_oracle_warm_start_trains_validates_and_loads(tmp_path):
+    import csv
+
+    from envs.sim import PoolConfig, SimConfig
+    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
+    cfg = ReconfigTrainConfig(workload="matched-phases", params=params, workload_seeds=(0, 1), validation_seeds=(9,),
+                              validate_every_steps=4, total_timesteps=8, n_steps=4, batch_size=4, n_epochs=1,
+                              action_mode="target", target_degrees=(2, 4), warm_start="oracle", bc_epochs=3,
+                              wandb_mode="disabled")
+    logs = []
+    train_reconfig(cfg, tmp_path, sim_config=small, log=logs.append)
+    rows = list(csv.DictReader(open(tmp_path / "validation.csv")))
+    assert [int(r["timesteps"]) for r in rows] == [0, 4, 8]  # the warm-started policy is validated too
+    bc = list(csv.DictReader(open(tmp_path / "bc.csv")))
+    assert len(bc) == 3 and all(float(r["loss"]) > 0 for r in bc)
+    targets = json.loads((tmp_path / "oracle_targets.json").read_text())
+    assert set(targets) == {"0", "1"} and all(len(v) == 2 for v in targets.values())  # one composition per phase
+    assert all(c in ("cp4x2", "cp4x1,cp2x2", "cp2x4") for v in targets.values() for c in v)
+    meta = json.loads((tmp_path / "train_config.json").read_text())
+    assert meta["warm_start"]["num_demonstration_steps"] >= 8
+    assert any(s.startswith("warm start:") for s in logs)
+    learned = LearnedReconfig(tmp_path)
+    assert learned.env_kwargs["action_mode"] == "target" and learned.model.action_space.n == 3
+    wl = cfg.workload_source(9).build()
+    result, actions = learned.run(wl, small, seed=9)
+    assert len(actions) >= 4 and all(0 <= a < 3 for a in actions)
+    assert result.records["ttft_s"].size == wl.num_requests
+
+
+def test_behaviour_cloning_fits_the_demonstrated_actions():
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium import spaces
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from policies.reconfig_oracle import behaviour_clone
+
+    class Env(gym.Env):  # a minimal Dict-observation env for the model's spaces: BC never steps it
+        observation_space = spaces.Dict({"x": spaces.Box(-1.0, 1.0, (2,), np.float32)})
+        action_space = spaces.Discrete(3)
+
+        def reset(self, *, seed=None, options=None):
+            return {"x": np.zeros(2, np.float32)}, {}
+
+        def step(self, a):
+            return {"x": np.zeros(2, np.float32)}, 0.0, True, False, {}
+
+    model = MaskablePPO("MultiInputPolicy", make_vec_env(Env, n_envs=1), n_steps=8, batch_size=8, seed=0)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
+    actions = np.where(x[:, 0] > 0.3, 2, np.where(x[:, 0] < -0.3, 0, 1))  # a rule of the observation
+    losses = behaviour_clone(model, {"x": x}, actions, epochs=40, batch_size=32, learning_rate=3e-3)
+    assert losses[-1] < 0.5 * losses[0]
+    pred, _ = model.predict({"x": x}, deterministic=True)
+    assert (pred == actions).mean() > 0.9
+    with pytest.raises(ValueError, match="behaviour cloning needs demonstrations"):
+        behaviour_clone(model, {"x": x[:0]}, actions[:0], epochs=1)
+
+
+def test_fixed_label_plus_stands_for_comma_in_mixed_compositions():
+    from policies.evaluate_reconfig import fixed_composition
+
+    assert fixed_composition("fixed:cp8x2+cp4x5+cp2x2") == "cp8x2,cp4x5,cp2x2"
+    assert fixed_composition("fixed:cp4x10") == "cp4x10"

@@ -1,0 +1,47 @@
+"""Training curve of a reconfiguration checkpoint trained with ``--warm-start oracle``:
+behaviour-cloning loss per epoch (``bc.csv``), PPO training return per rollout (``progress.csv``,
+``rollout/ep_rew_mean``) and validation mean TTFT (``validation.csv``).
+
+    python results/learned-reconfig/plot_training.py CHECKPOINT_DIR [OUT.png]
+
+(default output: ``CHECKPOINT_DIR/training_curve.png``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    if not 1 <= len(argv) <= 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    d = Path(argv[0])
+    out = Path(argv[1]) if len(argv) == 2 else d / "training_curve.png"
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+    bc = pd.read_csv(d / "bc.csv")
+    ax[0].plot(bc["epoch"], bc["loss"], marker=".")
+    ax[0].set(xlabel="behaviour-cloning epoch", ylabel="NLL of the oracle action", title="warm start")
+    pr = pd.read_csv(d / "progress.csv").dropna(subset=["rollout/ep_rew_mean"])
+    ax[1].plot(pr["time/total_timesteps"], pr["rollout/ep_rew_mean"], marker=".")
+    ax[1].set(xlabel="PPO env steps", ylabel="episode return (-0.01 x sum of TTFT [s])", title="PPO training return")
+    va = pd.read_csv(d / "validation.csv")
+    ax[2].plot(va["timesteps"], va["mean_ttft_s"], marker="o")
+    best = va.loc[va["mean_ttft_s"].idxmin()]
+    ax[2].scatter([best["timesteps"]], [best["mean_ttft_s"]], color="red", zorder=3, label="model.zip")
+    ax[2].set(xlabel="PPO env steps (0 = warm start)", ylabel="mean TTFT [s]", title="validation seeds")
+    ax[2].legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
