@@ -12,7 +12,7 @@ from pathlib import Path
 SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation_residual"
 #: The shipped reconfiguration checkpoint (``--policy shipped-reconfig``; its README has the
 #: training command and evaluation).
-SHIPPED_RECONFIG = Path(__file__).resolve().parent / "checkpoints" / "reconfig_matched"
+SHIPPED_RECONFIG = Path(__file__).resolve().parent / "checkpoints" / "reconfig_target"
 #: ``--policy`` aliases of the shipped checkpoints.
 SHIPPED_CHECKPOINTS = {"shipped": SHIPPED_ROUTING, "shipped-reconfig": SHIPPED_RECONFIG}
 

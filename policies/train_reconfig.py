@@ -87,6 +87,9 @@ class ReconfigTrainConfig:
                                          "count as ties (the one closest to the previous phase's wins)")
     bc_epochs: int = _opt(30, "behaviour-cloning epochs over the oracle demonstrations (--warm-start oracle)")
     bc_learning_rate: float = _opt(1e-3, "behaviour-cloning Adam learning rate (--warm-start oracle)")
+    init_from: str | None = _opt(None, "start from this reconfiguration model (a model.zip / last_model.zip of an "
+                                       "earlier run with the same observation and action space) and its observation "
+                                       "statistics instead of a new policy", metavar="ZIP")
     validation_seeds: tuple[int, ...] = _opt((), "workload seeds of the validation episodes (disjoint from the training "
                                                  "seeds; none: no validation)")
     validate_every_steps: int = _opt(1024, "validate every STEPS steps with --validation-seeds; model.zip = the best "
@@ -115,6 +118,8 @@ class ReconfigTrainConfig:
         if self.arrival_window_s is not None:
             object.__setattr__(self, "arrival_window_s", tuple(float(x) for x in self.arrival_window_s))
         self._check_action_mode()
+        if self.init_from is not None and self.warm_start != "none":
+            raise ValueError("--init-from starts from a trained model: it excludes --warm-start")
         if self.wandb_mode not in ("offline", "online", "disabled"):
             raise ValueError(f"wandb_mode must be 'offline', 'online' or 'disabled', got {self.wandb_mode!r}")
         for s in self.seeds:
@@ -298,6 +303,37 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
             "bc_accuracy": accuracy, "wall_s": time.perf_counter() - t0}
 
 
+def load_initial_model(path: str, model, venv) -> None:
+    """``--init-from``: copies the policy weights of the MaskablePPO model at ``path`` into
+    ``model`` (whose hyperparameters stay those of this run; the optimiser starts afresh) and the
+    VecNormalize statistics saved next to it (``model.zip`` -> ``vecnormalize.pkl``,
+    ``X_model.zip`` -> ``X_vecnormalize.pkl``) into ``venv``.
+
+    Raises:
+        FileNotFoundError: when the zip or its statistics are missing.
+        ValueError: naming the file, when its observation or action space differs from the run's.
+    """
+    import pickle
+
+    from sb3_contrib import MaskablePPO
+
+    from policies.checkpoint import load_model_zip
+
+    zp = Path(path)
+    stats = zp.with_name(zp.name.replace("model.zip", "vecnormalize.pkl"))
+    if not zp.is_file() or not stats.is_file() or stats == zp:
+        raise FileNotFoundError(f"--init-from {path}: expected a *model.zip with its *vecnormalize.pkl next to it")
+    init = load_model_zip(MaskablePPO, zp)
+    if init.observation_space != model.observation_space or init.action_space != model.action_space:
+        raise ValueError(f"--init-from {path}: its observation/action space differs from this run's (same "
+                         "--action-mode, --target-degrees, --capacity-features and pool needed)")
+    model.policy.load_state_dict(init.policy.state_dict())
+    with open(stats, "rb") as fh:
+        saved = pickle.load(fh)
+    venv.obs_rms = saved.obs_rms
+    venv.ret_rms = saved.ret_rms
+
+
 def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=None, argv=None, log=print,
                    progress: str | bool | None = None) -> Path:
     """Trains; writes ``model.zip``, ``vecnormalize.pkl``, ``progress.csv``, ``train_config.json``
@@ -344,6 +380,9 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
             model.policy.action_net.bias[0] += cfg.noop_logit_bias  # action 0 = no-op (PrefillReconfigEnv)
     if cfg.warm_start == "oracle":
         meta["warm_start"] = oracle_warm_start(cfg, out, model, venv, sc, table, log)
+    if cfg.init_from is not None:
+        load_initial_model(cfg.init_from, model, venv)
+        log(f"initial policy and observation statistics from {cfg.init_from}")
     model.set_logger(configure(str(out), ["csv"]))
     run = None
     if cfg.wandb_mode != "disabled":

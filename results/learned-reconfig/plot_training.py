@@ -1,6 +1,8 @@
 """Training curve of a reconfiguration checkpoint trained with ``--warm-start oracle``:
 behaviour-cloning loss per epoch (``bc.csv``), PPO training return per rollout (``progress.csv``,
-``rollout/ep_rew_mean``) and validation mean TTFT (``validation.csv``).
+``rollout/ep_rew_mean``) and validation mean TTFT (``validation.csv``). A checkpoint trained in
+two stages (``--init-from``) keeps the first stage's logs as ``stage1_*``; its steps come first
+and the second stage's are offset by them.
 
     python results/learned-reconfig/plot_training.py CHECKPOINT_DIR [OUT.png]
 
@@ -25,14 +27,25 @@ def main(argv: list[str]) -> int:
     d = Path(argv[0])
     out = Path(argv[1]) if len(argv) == 2 else d / "training_curve.png"
     fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
-    bc = pd.read_csv(d / "bc.csv")
+    staged = (d / "stage1_bc.csv").is_file()
+    first = "stage1_" if staged else ""
+    bc = pd.read_csv(d / f"{first}bc.csv")
     ax[0].plot(bc["epoch"], bc["loss"], marker=".")
     ax[0].set(xlabel="behaviour-cloning epoch", ylabel="NLL of the oracle action", title="warm start")
-    pr = pd.read_csv(d / "progress.csv").dropna(subset=["rollout/ep_rew_mean"])
-    ax[1].plot(pr["time/total_timesteps"], pr["rollout/ep_rew_mean"], marker=".")
+    offset = 0
+    stages = [("stage1_", "stage 1 (warm start + PPO)"), ("", "stage 2 (--init-from)")] if staged else [("", "PPO")]
+    va_all = []
+    for prefix, label in stages:
+        pr = pd.read_csv(d / f"{prefix}progress.csv").dropna(subset=["rollout/ep_rew_mean"])
+        ax[1].plot(pr["time/total_timesteps"] + offset, pr["rollout/ep_rew_mean"], marker=".", label=label)
+        va = pd.read_csv(d / f"{prefix}validation.csv")
+        va["timesteps"] += offset
+        ax[2].plot(va["timesteps"], va["mean_ttft_s"], marker="o", label=label)
+        va_all.append(va)
+        offset = int(pr["time/total_timesteps"].max())
+    ax[1].legend()
     ax[1].set(xlabel="PPO env steps", ylabel="episode return (-0.01 x sum of TTFT [s])", title="PPO training return")
-    va = pd.read_csv(d / "validation.csv")
-    ax[2].plot(va["timesteps"], va["mean_ttft_s"], marker="o")
+    va = pd.concat(va_all, ignore_index=True)
     best = va.loc[va["mean_ttft_s"].idxmin()]
     ax[2].scatter([best["timesteps"]], [best["mean_ttft_s"]], color="red", zorder=3, label="model.zip")
     ax[2].set(xlabel="PPO env steps (0 = warm start)", ylabel="mean TTFT [s]", title="validation seeds")

@@ -202,3 +202,28 @@ def test_fixed_label_plus_stands_for_comma_in_mixed_compositions():
 
     assert fixed_composition("fixed:cp8x2+cp4x5+cp2x2") == "cp8x2,cp4x5,cp2x2"
     assert fixed_composition("fixed:cp4x10") == "cp4x10"
+
+
+def test_init_from_starts_from_the_given_model_and_rejects_another_space(tiny_checkpoint, tmp_path):
+    import torch as th
+    from sb3_contrib import MaskablePPO
+
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    base = dict(workload="phases", workload_seeds=(0,), episode_window_s=100.0, total_timesteps=16, n_steps=16,
+                batch_size=16, n_epochs=1, wandb_mode="disabled", capacity_features=False)
+    cfg = ReconfigTrainConfig(**base, learning_rate=1e-12, init_from=str(tiny_checkpoint / "model.zip"))
+    train_reconfig(cfg, tmp_path / "a", log=lambda s: None)
+    init = MaskablePPO.load(tiny_checkpoint / "model.zip").policy.state_dict()
+    got = MaskablePPO.load(tmp_path / "a" / "model.zip").policy.state_dict()
+    assert all(th.allclose(init[k], got[k], atol=1e-6) for k in init)  # lr ~0: the initial weights are kept
+    fresh = ReconfigTrainConfig(**base, learning_rate=1e-12)
+    train_reconfig(fresh, tmp_path / "b", log=lambda s: None)
+    other = MaskablePPO.load(tmp_path / "b" / "model.zip").policy.state_dict()
+    assert not all(th.allclose(init[k], other[k], atol=1e-6) for k in init)  # without it: a new policy
+    with pytest.raises(ValueError, match="observation/action space differs"):
+        train_reconfig(ReconfigTrainConfig(**{**base, "capacity_features": True}, init_from=str(tiny_checkpoint / "model.zip")),
+                       tmp_path / "c", log=lambda s: None)
+    with pytest.raises(ValueError, match="excludes --warm-start"):
+        ReconfigTrainConfig(**{**base, "capacity_features": True}, action_mode="target", warm_start="oracle",
+                            init_from="x/model.zip")

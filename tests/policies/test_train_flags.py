@@ -110,6 +110,14 @@ def test_shared_workload_flags_reach_the_episode_source():
     assert cfg.source.trace is None
 
 
+#: The shared flags of the two training stages of ``policies/checkpoints/reconfig_target``.
+_RECONFIG_TARGET = ["reconfig", "--workload", "matched-phases", "--workload-seeds", "0,1,2,3,4,5,6,7,8,9,10,11",
+                    "--validation-seeds", "500,501,502", "--validate-every-steps", "1024", "--timesteps", "8192",
+                    "--n-steps", "512", "--batch-size", "64", "--n-epochs", "4", "--learning-rate", "1e-4", "--gamma", "0.95",
+                    "--ent-coef", "0.001", "--norm-reward", "--action-mode", "target", "--target-degrees", "2,4,8",
+                    "--max-operation-gpus-per-window", "16"]
+
+
 @pytest.mark.parametrize("checkpoint, argv", [
     ("routing_conversation", ["routing", "--target-rps", "12", "--timesteps", "150000", "--checkpoint-every", "20000",
                               "--bc-policy", "vertumnus", "--bc-episodes", "13", "--bc-epochs", "20",
@@ -121,15 +129,21 @@ def test_shared_workload_flags_reach_the_episode_source():
                           "--validation-seeds", "500,501,502", "--validate-every-steps", "512", "--timesteps", "3072",
                           "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95", "--ent-coef", "0.01",
                           "--noop-logit-bias", "1.5", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
+    ("reconfig_target/stage1_", [*_RECONFIG_TARGET, "--warm-start", "oracle", "--oracle-tolerance", "0.1", "--bc-epochs", "50",
+                                 "--train-seed", "0", "--wandb", "disabled"]),
+    ("reconfig_target/", [*_RECONFIG_TARGET, "--init-from", "/tmp/h24/run1/last_model.zip", "--train-seed", "1",
+                          "--wandb", "disabled"]),
 ])
 def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, argv):
-    """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``."""
+    """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``
+    (``folder/prefix_``: the ``prefix_train_config.json`` of one training stage)."""
     import json
     from pathlib import Path
 
     import policies
 
-    recorded = json.loads((Path(policies.__file__).parent / "checkpoints" / checkpoint / "train_config.json").read_text())
+    folder, _, prefix = checkpoint.partition("/")
+    recorded = json.loads((Path(policies.__file__).parent / "checkpoints" / folder / f"{prefix}train_config.json").read_text())
     rec = recorded["train_config"]
     cfg = dataclasses.asdict(_cfg(*argv))
     if checkpoint == "routing_conversation":
