@@ -227,3 +227,18 @@ def test_init_from_starts_from_the_given_model_and_rejects_another_space(tiny_ch
     with pytest.raises(ValueError, match="excludes --warm-start"):
         ReconfigTrainConfig(**{**base, "capacity_features": True}, action_mode="target", warm_start="oracle",
                             init_from="x/model.zip")
+
+
+@pytest.mark.slow
+def test_shipped_reconfig_checkpoint_loads_and_acts_on_the_target_menu():
+    from envs import workloads
+    from envs.sim import SimConfig
+    from policies.evaluate_reconfig import LearnedReconfig
+
+    pol = LearnedReconfig("shipped-reconfig")
+    assert pol.env_kwargs == {"capacity_features": True, "action_mode": "target", "target_degrees": (2, 4, 8),
+                              "max_operation_gpus_per_window": 16.0}
+    wl = workloads.window(workloads.build_workload(name="matched-phases", seed=1000), 0.0, 100.0)
+    result, actions = pol.run(wl, SimConfig(seed=1000), seed=1000)
+    assert len(actions) >= 5 and all(0 <= a < 36 for a in actions)
+    assert result.records["ttft_s"].size == wl.num_requests
