@@ -222,8 +222,8 @@ def test_init_from_starts_from_the_given_model_and_rejects_another_space(tiny_ch
     other = MaskablePPO.load(tmp_path / "b" / "model.zip").policy.state_dict()
     assert not all(th.allclose(init[k], other[k], atol=1e-6) for k in init)  # without it: a new policy
     with pytest.raises(ValueError, match="observation/action space differs"):
-        train_reconfig(ReconfigTrainConfig(**{**base, "capacity_features": True}, init_from=str(tiny_checkpoint / "model.zip")),
-                       tmp_path / "c", log=lambda s: None)
+        mismatched = ReconfigTrainConfig(**{**base, "capacity_features": True}, init_from=str(tiny_checkpoint / "model.zip"))
+        train_reconfig(mismatched, tmp_path / "c", log=lambda s: None)
     with pytest.raises(ValueError, match="excludes --warm-start"):
         ReconfigTrainConfig(**{**base, "capacity_features": True}, action_mode="target", warm_start="oracle",
                             init_from="x/model.zip")
