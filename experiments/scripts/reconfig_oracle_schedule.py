@@ -3,7 +3,7 @@ composition of the target menu in hindsight (one simulation each, Vertumnus rout
 TTFT of following the per-phase oracle (``policies.reconfig_oracle.phase_targets``) in the
 target-mode environment (the settings of ``policies/checkpoints/reconfig_target``).
 
-    python results/learned-reconfig/oracle_schedule.py SEEDS [TOLERANCE] [GPUS_PER_WINDOW]
+    python experiments/scripts/reconfig_oracle_schedule.py SEEDS [TOLERANCE] [GPUS_PER_WINDOW]
 
 e.g. ``0,1,2,3,4,5`` (training seeds) or ``500,501,502`` (validation seeds); prints one line per
 seed and the means.

@@ -4,7 +4,7 @@ behaviour-cloning loss per epoch (``bc.csv``), PPO training return per rollout (
 two stages (``--init-from``) keeps the first stage's logs as ``stage1_*``; its steps come first
 and the second stage's are offset by them.
 
-    python results/learned-reconfig/plot_training.py CHECKPOINT_DIR [OUT.png]
+    python experiments/scripts/plot_reconfig_training.py CHECKPOINT_DIR [OUT.png]
 
 (default output: ``CHECKPOINT_DIR/training_curve.png``)."""
 
