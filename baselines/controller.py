@@ -57,11 +57,12 @@ import numpy as np
 from baselines.capacity import (CapacityCache, CapacityProfile, CapacityTable, ProfileConfig, reuse_prefix_tokens,
                                 slo_for_lengths)
 from baselines.composition import composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition
-from baselines.operation_plan import rank_operations
+from baselines.lookahead import LookaheadConfig, LookaheadPredictor
+from baselines.operation_plan import operations_towards, projected_degree_counts, rank_operations
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
                                eligible_operations, get_reconfigurator)
 
-__all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations",
+__all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations", "DECISIONS",
            # re-exports (moved to baselines.capacity / baselines.composition)
            "CapacityCache", "CapacityProfile", "CapacityTable", "ProfileConfig", "reuse_prefix_tokens", "slo_for_lengths",
            "enumerate_compositions", "degree_counts", "composition_capacity_rps", "initial_composition",
@@ -157,6 +158,13 @@ class ControllerConfig:
     mix_change_distance: float = 0.3
     profile: ProfileConfig = field(default_factory=lambda: ProfileConfig())
     reconfig: ReconfigConfig = field(default_factory=ReconfigConfig)
+    decision: str = "target"
+    target_margin: float = 0.05
+    target_urgent_gain: float = 0.25
+    target_horizons_s: tuple[float, ...] = (20.0, 40.0)
+    max_candidates: int = 16
+    regime_change_unlocks: bool = True
+    lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
 
     def __post_init__(self) -> None:
         def check(cond: bool, msg: str) -> None:
@@ -189,6 +197,20 @@ class ControllerConfig:
               f"controller.min_dwell_s must be a finite number >= 0, got {self.min_dwell_s}")
         check(self.trend_horizon_s >= 0 and math.isfinite(self.trend_horizon_s),
               f"controller.trend_horizon_s must be a finite number >= 0, got {self.trend_horizon_s}")
+        check(self.decision in DECISIONS, f"controller.decision must be one of {list(DECISIONS)}, got {self.decision!r}")
+        check(self.target_margin >= 0 and math.isfinite(self.target_margin),
+              f"controller.target_margin must be a finite number >= 0, got {self.target_margin}")
+        check(self.target_urgent_gain >= self.target_margin and math.isfinite(self.target_urgent_gain),
+              f"controller.target_urgent_gain must be finite and >= target_margin ({self.target_margin}), "
+              f"got {self.target_urgent_gain}")
+        check(len(self.target_horizons_s) >= 1 and all(h >= 0 and math.isfinite(h) for h in self.target_horizons_s),
+              f"controller.target_horizons_s must be one or more finite numbers >= 0, got {self.target_horizons_s!r}")
+        check(isinstance(self.max_candidates, int) and self.max_candidates >= 2,
+              f"controller.max_candidates must be an integer >= 2, got {self.max_candidates!r}")
+
+
+#: The decisions :class:`ReconfigController` can take (``ControllerConfig.decision``).
+DECISIONS = ("target", "paper-rule")
 
 
 # ---------------------------------------------------------------------------------- controller
@@ -212,6 +234,13 @@ class WindowRecord:
         action: ``"none"``, ``"too-few-requests"``, the started operations joined by ``;``, or
             ``"<kind>-locked"`` / ``"<kind>-blocked"``.
         projected_load: load after the started operations (NaN if none started).
+        regime_change: the window's mix was farther than ``mix_change_distance`` from the
+            smoothed mix (a new regime: the smoothed mix restarted from it).
+        target_composition: ``"target"`` decision: the target composition after this window
+            (counts form; empty for the paper rule).
+        best_composition: ``"target"`` decision: the candidate with the lowest predicted mean TTFT.
+        predicted_gain: ``"target"`` decision: predicted mean TTFT of the previous target over
+            that of the best candidate, minus 1 (0 when the target is the best).
     """
 
     time_s: float
@@ -225,6 +254,10 @@ class WindowRecord:
     long_fraction: float = math.nan
     action: str = "none"
     projected_load: float = math.nan
+    regime_change: bool = False
+    target_composition: str = ""
+    best_composition: str = ""
+    predicted_gain: float = math.nan
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -280,6 +313,16 @@ class ReconfigController:
         self._above = self._below = self._long = 0
         self._rates: list[float] = []  # window rates [req/s] since the last regime change
         self._gpu_last_op: dict[int, tuple[float, str]] = {}  # GPU -> (start time [s], kind) of its last operation
+        self._regime_change = False
+        self._regime_start = 0  # first request of the current mix regime (look-ahead sample)
+        self._target: dict[int, int] | None = None  # "target" decision: the composition moved towards
+        self._num_better = 0  # consecutive windows in which a candidate beat the target by the margin
+        if cfg.decision == "target":
+            from baselines.vertumnus import VertumnusRouter
+
+            self.candidates = self.candidate_compositions(sim.config.pool)
+            self.predictor = LookaheadPredictor(self.table, lambda: VertumnusRouter(name="vertumnus-lookahead"),
+                                                cfg.lookahead)
         sim.finish_listeners.append(self._on_finish)
         sim.extras_providers.append(lambda: {"controller_windows": [w.as_dict() for w in self.windows]})
         sim.attachments["controller"] = self
@@ -306,13 +349,37 @@ class ReconfigController:
         s = self.table.shares(self._lengths[idx], self._mean_cached_tokens)
         a = self.config.mix_smoothing
         if self._shares is None or 0.5 * float(np.abs(s - self._shares).sum()) > self.config.mix_change_distance:
+            self._regime_change = self._shares is not None
             self._shares = s  # a regime change (e.g. a new phase): no smoothing across it
+            self._regime_start = int(idx[0]) if len(idx) else 0  # the look-ahead's sample starts here
             self._rates = []  # nor a rate trend
         else:
             self._shares = (1.0 - a) * self._shares + a * s
         self.table.observe(self._shares)
         degrees = self.sim.config.pool.supported_degrees if degrees is None else degrees
         return {d: self.table.shares_profile(d, self._shares) for d in degrees}
+
+    def candidate_compositions(self, pool) -> list[str]:
+        """Candidate compositions of the ``"target"`` decision: every composition of ``pool``
+        with its supported degrees (:func:`enumerate_compositions`); if more than
+        ``max_candidates``, those of the degrees present in the pool and their supported halves
+        and doubles; if still more, ``max_candidates`` of them evenly spaced in enumeration order
+        (most large-degree workers first), always with the pool's own composition (each
+        candidate costs one look-ahead simulation per (mix, rate) bucket)."""
+        from dataclasses import replace as dc_replace
+
+        own = self.composition_text(projected_degree_counts(self.sim))
+        comps = enumerate_compositions(pool)
+        if len(comps) > self.config.max_candidates:
+            present = {w.degree for w in self.sim.workers.values()}
+            near = {d for d in pool.supported_degrees if d in present or 2 * d in present or (d % 2 == 0 and d // 2 in present)}
+            comps = enumerate_compositions(dc_replace(pool, supported_degrees=tuple(sorted(near))))
+        if len(comps) > self.config.max_candidates:
+            pick = np.unique(np.linspace(0, len(comps) - 1, self.config.max_candidates - 1).round().astype(int))
+            comps = [comps[i] for i in pick]
+        if own not in comps:
+            comps.append(own)
+        return comps
 
     def _needed_degrees(self, counts: dict[int, int]) -> list[int]:
         """Degrees whose profile a decision can need: those present, and their halves and
@@ -329,6 +396,9 @@ class ReconfigController:
         record, profiles = self.measure()
         self.windows.append(record)
         if profiles is None:
+            return
+        if self.config.decision == "target":
+            self.move_towards(self.decide_target(record), record)
             return
         kind = self.decide(record)
         if kind is not None:
@@ -352,6 +422,7 @@ class ReconfigController:
             record.action = "too-few-requests"
             return record, None
         idx = np.arange(i0, i1)
+        self._regime_change = False
         counts: dict[int, int] = {}
         for w in sim.workers.values():
             counts[w.degree] = counts.get(w.degree, 0) + 1
@@ -364,6 +435,7 @@ class ReconfigController:
         record.load = rate / cap if cap > 0 else math.inf
         record.forecast_load = forecast / cap if cap > 0 else math.inf
         record.long_fraction = float((self._lengths[idx] >= cfg.long_prompt_tokens).mean())
+        record.regime_change = self._regime_change
         return record, profiles
 
     def decide(self, record: WindowRecord) -> str | None:
@@ -381,6 +453,89 @@ class ReconfigController:
         if self._below >= cfg.k_windows or self._long >= cfg.k_windows:
             return MERGE
         return None
+
+    @staticmethod
+    def composition_text(counts: dict[int, int]) -> str:
+        """Counts form of a composition, largest degree first (``{4: 6, 2: 8}`` -> ``cp4x6,cp2x8``)."""
+        return ",".join(f"cp{d}x{n}" for d, n in sorted(counts.items(), reverse=True) if n)
+
+    def decide_target(self, record: WindowRecord) -> dict[int, int]:
+        """``"target"`` decision (module docstring): predicts the mean TTFT of every candidate
+        composition at the window's forecast rate for the smoothed mix
+        (:class:`~baselines.lookahead.LookaheadPredictor`) and returns the target composition
+        ``{degree: number of workers}``: the previous target, or the best candidate once it has
+        been predicted faster than the target by more than ``target_margin`` for ``k_windows``
+        consecutive windows — or in the first window of a new mix regime
+        (``record.regime_change``), which also lifts the dwell-time lockout when
+        ``regime_change_unlocks``."""
+        cfg = self.config
+        if self._target is None:
+            self._target = projected_degree_counts(self.sim)
+        target = self.composition_text(self._target)
+        comps = self.candidates if target in self.candidates else self.candidates + [target]
+        slope = max(0.0, self.rate_slope())
+        preds = [self.predict(comps, record.rate_rps + slope * h) for h in cfg.target_horizons_s]
+        pred = {c: float(np.mean([p[c] for p in preds])) for c in comps}
+        best = min(comps, key=lambda c: pred[c])  # ties: the first (most large-degree workers)
+        if not math.isfinite(pred[best]):
+            gain = 0.0  # every candidate overloaded: nothing to rank
+        else:
+            gain = pred[target] / pred[best] - 1.0 if pred[best] > 0 else 0.0
+        if best != target and gain > cfg.target_margin:
+            self._num_better += 1
+            if record.regime_change or self._num_better >= cfg.k_windows or gain > cfg.target_urgent_gain:
+                self._target = degree_counts(best, self.sim.config.pool)
+                self._num_better = 0
+                if record.regime_change and cfg.regime_change_unlocks:
+                    self._gpu_last_op.clear()
+        else:
+            self._num_better = 0
+        record.best_composition = best
+        record.predicted_gain = gain
+        record.target_composition = self.composition_text(self._target)
+        return self._target
+
+    def predict(self, compositions: list[str], rate_rps: float) -> dict[str, float]:
+        """Predicted mean TTFT [s] of ``compositions`` at ``rate_rps`` for the current regime
+        (``lookahead.source``): ``"requests"`` resamples the first ``n`` requests of the regime
+        (``n`` the largest power of two up to ``max_sample_requests`` that has arrived: the sample
+        grows 64, 128, ... so the memo is reused within a regime); ``"histogram"`` samples the
+        smoothed class histogram (the capacity profiler's prompts)."""
+        la = self.config.lookahead
+        if la.source == "histogram":
+            return self.predictor.predict(compositions, self._shares, rate_rps)
+        reqs = self.sim.workload.requests
+        avail = bisect_left(self._arrivals, self.sim.env.now) - self._regime_start
+        n = min(la.max_sample_requests, 1 << max(0, int(avail).bit_length() - 1)) if avail > 0 else 0
+        if n < 1:
+            return self.predictor.predict(compositions, self._shares, rate_rps)
+        sample = list(reqs[self._regime_start:self._regime_start + n])
+        return self.predictor.predict_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens, rate_rps,
+                                                    (self._regime_start, n))
+
+    def move_towards(self, target: dict[int, int], record: WindowRecord) -> list[str]:
+        """Starts the operations :func:`~baselines.operation_plan.operations_towards` plans
+        towards ``target`` (ranked as in the paper, at most ``max_gpu_share_per_window`` of the
+        pool's GPUs and ``max_ops_per_window`` operations, none against the dwell-time lockout);
+        records them in ``record.action`` (``"target-locked"`` when only the lockout stopped a
+        needed operation, ``"target-blocked"`` when nothing eligible helps). Returns the started
+        operations."""
+        sim, cfg = self.sim, self.config
+        now = sim.env.now
+        budget = cfg.max_gpu_share_per_window * sim.config.pool.num_gpus
+        ops = operations_towards(sim, target, budget, allowed=lambda op: not self.locked(op, now))[:cfg.max_ops_per_window]
+        started = []
+        for op in ops:
+            gpus = self.operation_gpus(op)
+            self.reconfig.apply(op)
+            for g in gpus:
+                self._gpu_last_op[g] = (now, op.kind)
+            started.append(str(op))
+        if started:
+            record.action = ";".join(started)
+        elif projected_degree_counts(sim) != {d: n for d, n in target.items() if n}:
+            record.action = "target-locked" if operations_towards(sim, target, budget) else "target-blocked"
+        return started
 
     def _projected_capacity(self, kind: str, degree: int, cap: float, profiles: dict[int, CapacityProfile]) -> float:
         if kind == SPLIT:

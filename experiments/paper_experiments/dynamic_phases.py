@@ -83,6 +83,9 @@ class DynamicPhasesConfig:
                                     "the supported degrees: 11 on 40 GPUs with 2,4; 286 with 1,2,4,8)")
     controller_window_s: float = _opt(20.0, "controller observation window [s] (paper §6)")
     k_windows: int = _opt(2, "consecutive windows before a change")
+    decision: str = _opt("target", "controller decision: 'target' (look-ahead target composition) or 'paper-rule' "
+                                   "(the paper's split/merge load regions); baselines.controller.ControllerConfig.decision",
+                         choices=("target", "paper-rule"))
     switch_s: float = _opt(0.9, "switch time at the common step boundary [s] (envs.sim.reconfig.ReconfigConfig's; "
                                 "paper §9: < 1 s)")
 
@@ -194,7 +197,8 @@ def phase_layout(workload, window_s: tuple[float, float] | None):
 
 
 def _controller_summary(ccfg) -> dict:
-    return {"window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
+    return {"decision": ccfg.decision, "target_margin": ccfg.target_margin,
+            "regime_change_unlocks": ccfg.regime_change_unlocks, "window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
             "split_target_load": ccfg.split_target_load, "merge_load": ccfg.merge_load,
             "merge_max_projected_load": ccfg.merge_max_projected_load, "max_ops_per_window": ccfg.max_ops_per_window,
             "max_gpu_share_per_window": ccfg.max_gpu_share_per_window, "min_dwell_s": ccfg.min_dwell_s,
@@ -288,7 +292,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
     workload = check_has_requests(cfg.workload_source().build())  # before profiling the history day
     history = cfg.workload_source(history=True).build()
     # the profile settings this experiment was tuned with (every window mix refines its regime's reference)
-    ccfg = ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows,
+    ccfg = ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s),
                             profile=ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10))
     table = CapacityTable(base, calibration, ccfg.profile)  # shared by the initial composition and the controller

@@ -1,0 +1,215 @@
+"""Look-ahead TTFT prediction of pool compositions: the predictor behind the controller's
+``"target"`` decision (:mod:`baselines.controller`).
+
+:class:`LookaheadPredictor` scores each candidate composition of the pool by a short simulation of
+the *real* simulator (the run's engine, latency, SLO and calibration settings; the mixed pool of the
+candidate with the Vertumnus router, which sends short prompts to low-degree and long prompts to
+high-degree workers) fed a constant-rate Poisson stream of the forecast rate and the smoothed length
+mix. The machinery is the capacity profiler's (:class:`baselines.capacity.CapacityTable`): the same
+class histogram, the same prompt sampling (class by its share, length log-uniform inside the class,
+prefix hits as shorter uncached prompts), seeded by the mix itself.
+
+* **Common random numbers**: every candidate of one (mix, rate) gets the same prompts and arrival
+  times, so differences between candidates are differences of the compositions, not of the draws.
+* **Buckets and memo**: the rate is rounded to a geometric grid (``rate_bucket_ratio``) and the mix
+  is the capacity table's reference mix (windows within ``ProfileConfig.mix_tolerance`` share it),
+  so one regime at one rate level is simulated once; predictions are memoised per
+  ``(reference mix, rate bucket, candidates)`` in the predictor (owned by one controller).
+* **Score**: mean TTFT [s] of the stream's requests (the quantity the experiment compares).
+
+Why a simulation and not a closed form: a per-degree capacity sum ranks compositions only by how
+much load they carry (it is linear in the worker counts, so an extreme — all CP-2 or all CP-4 — always
+wins), while the measured best composition of a short-heavy mix is a mixed pool at every load (the
+router's length split), see ``results/dynamic-phases/README.md``. The ranking accuracy of this
+predictor against full constant-rate runs is measured by
+``experiments/scripts/lookahead_accuracy.py`` (``results/dynamic-phases/target-controller/``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from baselines.capacity import CapacityTable
+from envs.sim.request import Request, Workload
+from envs.sim.simulator import Simulator
+
+__all__ = ["LookaheadConfig", "LookaheadPredictor"]
+
+
+@dataclass(frozen=True)
+class LookaheadConfig:
+    """Settings of :class:`LookaheadPredictor`.
+
+    Args:
+        duration_s: simulated span of arrivals per prediction [s]; 60 (three 20 s windows, the
+            capacity profiler's span: long enough to build the queue of a rate near capacity).
+        min_requests: at least this many requests per prediction (low rates); 150.
+        rate_bucket_ratio: rates are rounded to the geometric grid ``ratio^k`` [req/s] before
+            simulating (and as the memo key), > 1; 1.1 (a 10 % step: a 20 -> 60 req/s ramp is 12
+            buckets).
+        seed: seeds the prompts and arrivals (with the mix) and the look-ahead simulations.
+
+    Raises:
+        ValueError: naming the field, on an out-of-range value.
+    """
+
+    duration_s: float = 60.0
+    min_requests: int = 150
+    rate_bucket_ratio: float = 1.1
+    source: str = "requests"
+    max_sample_requests: int = 1024
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise ValueError(f"lookahead.duration_s must be a finite number > 0, got {self.duration_s!r}")
+        if not (isinstance(self.min_requests, int) and self.min_requests >= 10):
+            raise ValueError(f"lookahead.min_requests must be an integer >= 10, got {self.min_requests!r}")
+        if not (self.rate_bucket_ratio > 1 and math.isfinite(self.rate_bucket_ratio)):
+            raise ValueError(f"lookahead.rate_bucket_ratio must be a finite number > 1, got {self.rate_bucket_ratio!r}")
+        if self.source not in ("requests", "histogram"):
+            raise ValueError(f"lookahead.source must be 'requests' or 'histogram', got {self.source!r}")
+        if not (isinstance(self.max_sample_requests, int) and self.max_sample_requests >= 1):
+            raise ValueError(f"lookahead.max_sample_requests must be an integer >= 1, got {self.max_sample_requests!r}")
+        if not (isinstance(self.seed, int) and self.seed >= 0):
+            raise ValueError(f"lookahead.seed must be an integer >= 0, got {self.seed!r}")
+
+    def bucket_rate(self, rate_rps: float) -> float:
+        """``rate_rps`` rounded to the nearest point of the geometric grid ``ratio^k`` [req/s]."""
+        if not (rate_rps > 0 and math.isfinite(rate_rps)):
+            raise ValueError(f"look-ahead rate must be a finite number > 0, got {rate_rps!r}")
+        k = round(math.log(rate_rps) / math.log(self.rate_bucket_ratio))
+        return float(self.rate_bucket_ratio ** k)
+
+
+class LookaheadPredictor:
+    """Predicted mean TTFT of candidate compositions (module docstring).
+
+    Args:
+        table: the controller's capacity table (its run settings, calibration, class edges and
+            reference mixes).
+        make_router: ``() -> Router`` for the look-ahead runs (the run's router kind; the
+            controller passes a default :class:`~baselines.vertumnus.VertumnusRouter`).
+        config: :class:`LookaheadConfig`.
+
+    Attributes:
+        num_simulations: look-ahead simulations run (memo misses x candidates).
+    """
+
+    def __init__(self, table: CapacityTable, make_router, config: LookaheadConfig | None = None) -> None:
+        self.table = table
+        self.make_router = make_router
+        self.config = config or LookaheadConfig()
+        self._memo: dict[tuple, dict[str, float]] = {}
+        self.num_simulations = 0
+
+    def stream(self, shares: np.ndarray, rate_rps: float) -> Workload:
+        """The constant-rate Poisson stream of one prediction: ``max(min_requests, rate x
+        duration_s)`` uncached prompts drawn from the class histogram ``shares`` (shape
+        ``(num_classes,)``), seeded by ``config.seed``, the histogram and the rate (a pure
+        function of them: common random numbers for every candidate)."""
+        cfg = self.config
+        shares = np.asarray(shares, float)
+        n = max(cfg.min_requests, math.ceil(rate_rps * cfg.duration_s))
+        entropy = [cfg.seed, int(round(rate_rps * 1e6)), *np.round(shares * 1e9).astype(np.int64).tolist()]
+        rng = np.random.default_rng(np.random.SeedSequence(entropy))
+        lengths = self.table._sample(shares, rng, n)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate_rps, n))
+        cal = self.table.calibration
+        lengths = np.minimum(lengths, cal.max_prompt_tokens)
+        bs = max(512, int(lengths.max()))  # one KV block per prompt: uncached (hits are in the lengths)
+        reqs = tuple(Request(i, float(t), int(x), 1, (i,)) for i, (t, x) in enumerate(zip(arrivals.tolist(), lengths.tolist())))
+        return Workload("lookahead", reqs, kv_block_size_tokens=bs)
+
+    def resampled_stream(self, sample: list[Request], kv_block_size_tokens: int, rate_rps: float, key: tuple) -> Workload:
+        """The constant-rate Poisson stream of one prediction drawn (with replacement, seeded by
+        ``config.seed`` and ``key``) from observed requests ``sample``: their prompt lengths and
+        their *shared* prefix blocks (a block hash seen in at least two distinct requests of the
+        sample, e.g. a system prompt, keeps its hash, so the look-ahead pool hits it as the run's
+        pool does); every other block gets a fresh hash per drawn request (a drawn body never hits
+        the copy it was drawn from)."""
+        cfg = self.config
+        n = max(cfg.min_requests, math.ceil(rate_rps * cfg.duration_s))
+        counts: dict[int, int] = {}
+        for r in sample:
+            for h in set(r.block_hashes):
+                counts[h] = counts.get(h, 0) + 1
+        entropy = [cfg.seed, int(round(rate_rps * 1e6)), *[int(x) for x in key]]
+        rng = np.random.default_rng(np.random.SeedSequence(entropy))
+        pick = rng.integers(0, len(sample), n)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate_rps, n))
+        max_tokens = self.table.calibration.max_prompt_tokens
+        fresh = -1
+        reqs = []
+        for i, (j, t) in enumerate(zip(pick.tolist(), arrivals.tolist())):
+            r = sample[j]
+            hashes = []
+            for h in r.block_hashes:
+                if counts[h] >= 2:
+                    hashes.append(h)
+                else:
+                    hashes.append(fresh)
+                    fresh -= 1
+            L = min(r.num_prompt_tokens, max_tokens)
+            nb = -(-L // kv_block_size_tokens)
+            reqs.append(Request(i, float(t), int(L), 1, tuple(hashes[:nb])))
+        return Workload("lookahead", tuple(reqs), kv_block_size_tokens=kv_block_size_tokens)
+
+    def predict_from_requests(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int,
+                              rate_rps: float, key: tuple) -> dict[str, float]:
+        """Predicted mean TTFT [s] of each composition at ``rate_rps`` for a stream resampled from
+        the observed requests ``sample`` (:meth:`resampled_stream`); memoised per (``key``, rate
+        bucket, candidates): ``key`` (integers) must identify the sample (the controller passes the
+        sample's first request index and size).
+
+        Raises:
+            ValueError: on a non-positive rate, an empty sample or a composition the pool rejects.
+        """
+        if not sample:
+            raise ValueError("a look-ahead sample needs at least one request")
+        rate = self.config.bucket_rate(rate_rps)
+        memo_key = ("requests", tuple(key), rate, tuple(compositions))
+        got = self._memo.get(memo_key)
+        if got is None:
+            wl = self.resampled_stream(sample, kv_block_size_tokens, rate, tuple(key))
+            got = self._memo[memo_key] = {c: self._simulate(c, wl) for c in compositions}
+        return dict(got)
+
+    def predict(self, compositions: list[str], shares: np.ndarray, rate_rps: float) -> dict[str, float]:
+        """Predicted mean TTFT [s] of each composition at ``rate_rps`` for the mix ``shares``.
+
+        The mix is replaced by its reference mix in the capacity table (assigned, not observed)
+        and the rate by its bucket; the result is memoised per (reference mix, rate bucket).
+
+        Args:
+            compositions: candidate compositions of the run's pool (counts form, e.g. ``cp4x6,cp2x8``).
+            shares: shape ``(num_classes,)``, request shares of the length classes, sum 1.
+            rate_rps: arrival rate [requests/s], > 0.
+
+        Returns:
+            ``{composition: mean TTFT [s]}`` (``inf`` for a composition that finishes no request).
+
+        Raises:
+            ValueError: on a non-positive rate or a composition the pool rejects.
+        """
+        rate = self.config.bucket_rate(rate_rps)
+        ref = self.table.references[self.table._reference(np.asarray(shares, float))].shares
+        key = (ref.tobytes(), rate, tuple(compositions))
+        got = self._memo.get(key)
+        if got is None:
+            wl = self.stream(ref, rate)
+            got = self._memo[key] = {c: self._simulate(c, wl) for c in compositions}
+        return dict(got)
+
+    def _simulate(self, composition: str, workload: Workload) -> float:
+        base = self.table.config
+        cfg = replace(base, pool=replace(base.pool, composition=composition), horizon_s=None, record_events=False,
+                      seed=self.config.seed)
+        self.num_simulations += 1
+        res = Simulator(workload, cfg, self.table.calibration).run(self.make_router())
+        ttft = res.records["ttft_s"]
+        ttft = ttft[np.isfinite(ttft)]
+        return float(ttft.mean()) if ttft.size else math.inf
