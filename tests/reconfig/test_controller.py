@@ -101,6 +101,7 @@ def _run_controller(load: float, seed: int, duration_s: float = 200.0, **overrid
     cfg = SimConfig(pool=POOL, seed=seed)
     wl = _poisson_workload(load * _capacity_rps(cfg), duration_s, seed)
     sim = Simulator(wl, cfg)
+    overrides.setdefault("decision", "paper-rule")
     ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, **overrides))
     ctl.attach(sim)
     res = sim.run(LeastWorkRouter())
@@ -148,7 +149,8 @@ def test_lockout_delays_the_opposite_operation_on_the_same_gpus(dwell_s):
     cfg = SimConfig(pool=POOL, seed=0)
     wl = _two_level_workload(cfg, 1.4, 0.15, 60.0, 300.0)
     sim = Simulator(wl, cfg)
-    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, min_dwell_s=dwell_s))
+    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, min_dwell_s=dwell_s,
+                                              decision="paper-rule"))
     ctl.attach(sim)
     ops = sim.run(LeastWorkRouter()).extras["reconfig_operations"]
     splits = [o for o in ops if o["kind"] == "split"]
@@ -172,3 +174,121 @@ def test_pool_wide_change_per_window_is_limited():
     ctl, res = _run_controller(1.3, 0, max_gpu_share_per_window=0.5)
     starts = [o["start_s"] for o in res.extras["reconfig_operations"]]
     assert starts and len(starts) == len(set(starts))  # one operation per window
+
+
+# ------------------------------------------------------------------ "target" decision (look-ahead)
+def test_target_decision_config_validation():
+    with pytest.raises(ValueError, match="decision"):
+        ControllerConfig(decision="oracle")
+    with pytest.raises(ValueError, match="target_urgent_gain"):
+        ControllerConfig(target_margin=0.3, target_urgent_gain=0.2)
+    with pytest.raises(ValueError, match="target_horizons_s"):
+        ControllerConfig(target_horizons_s=())
+    from baselines.lookahead import LookaheadConfig
+
+    with pytest.raises(ValueError, match="rate_bucket_ratio"):
+        LookaheadConfig(rate_bucket_ratio=1.0)
+    assert LookaheadConfig().bucket_rate(1.1 ** 20 * 1.02) == pytest.approx(1.1 ** 20)
+
+
+def _target_controller(load: float, seed: int, duration_s: float = 200.0, **overrides):
+    overrides.setdefault("decision", "target")
+    return _run_controller(load, seed, duration_s, **overrides)
+
+
+def test_lookahead_predictor_is_deterministic_and_memoised():
+    from baselines.lookahead import LookaheadPredictor
+
+    cfg = SimConfig(pool=POOL)
+    table = CapacityTable(cfg, Calibration.default(), FAST)
+    comps = enumerate_compositions(POOL)
+    shares = table.shares(np.full(50, 2000.0))
+    a = LookaheadPredictor(table, LeastWorkRouter)
+    b = LookaheadPredictor(table, LeastWorkRouter)
+    pa = a.predict(comps, shares, 5.0)
+    assert pa == b.predict(comps, shares, 5.0) and set(pa) == set(comps)
+    n = a.num_simulations
+    assert a.predict(comps, shares, 5.01) == pa and a.num_simulations == n  # same rate bucket: memo
+    sample = list(_poisson_workload(5.0, 30.0, 0).requests)
+    ra = a.predict_from_requests(comps, sample, 512, 5.0, (0, len(sample)))
+    assert ra == b.predict_from_requests(comps, sample, 512, 5.0, (0, len(sample)))
+    # the resampled stream keeps only hashes shared by >= 2 sample requests (none here): no hits
+    wl = a.resampled_stream(sample, 512, 5.0, (0, 1))
+    assert all(h < 0 for r in wl.requests for h in r.block_hashes)
+
+
+class _StubPredictions:
+    """Replaces ReconfigController.predict: predicted mean TTFT per composition, set by the test."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def __call__(self, compositions, rate_rps):
+        return {c: self.values.get(c, 2.0) for c in compositions}
+
+
+def _attached_target_controller(**overrides):
+    from baselines.controller import WindowRecord
+
+    cfg = SimConfig(pool=POOL, seed=0)
+    sim = Simulator(_poisson_workload(2.0, 100.0, 0), cfg)
+    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, decision="target", **overrides))
+    ctl.attach(sim)
+    ctl.predict = _StubPredictions({})
+
+    def record(regime_change=False):
+        return WindowRecord(time_s=20.0, num_arrivals=40, rate_rps=2.0, mean_cached_tokens=0.0, forecast_rps=2.0,
+                            regime_change=regime_change)
+
+    return ctl, record
+
+
+def test_target_hysteresis_margin_k_windows_urgent_and_regime_change():
+    ctl, record = _attached_target_controller(target_margin=0.05, target_urgent_gain=0.5)
+    assert ctl.composition_text(ctl.decide_target(record())) == "cp4x1,cp2x2"
+    # a gain inside the margin never moves the target
+    ctl.predict.values = {"cp4x1,cp2x2": 1.04, "cp4x2": 1.0}
+    for _ in range(4):
+        assert ctl.composition_text(ctl.decide_target(record())) == "cp4x1,cp2x2"
+    # a gain above the margin moves it after k = 2 consecutive windows
+    ctl.predict.values = {"cp4x1,cp2x2": 1.2, "cp4x2": 1.0}
+    assert ctl.composition_text(ctl.decide_target(record())) == "cp4x1,cp2x2"
+    assert ctl.composition_text(ctl.decide_target(record())) == "cp4x2"
+    # ... at once in the first window of a new mix regime
+    ctl.predict.values = {"cp4x2": 1.2, "cp2x4": 1.0}
+    assert ctl.composition_text(ctl.decide_target(record(regime_change=True))) == "cp2x4"
+    # ... or when the gain exceeds the urgent gain
+    ctl.predict.values = {"cp2x4": 2.0, "cp4x2": 1.0}
+    assert ctl.composition_text(ctl.decide_target(record())) == "cp4x2"
+    # an interrupted run of better windows restarts the count
+    ctl.predict.values = {"cp4x2": 1.2, "cp2x4": 1.0}
+    ctl.decide_target(record())
+    ctl.predict.values = {}
+    ctl.decide_target(record())
+    ctl.predict.values = {"cp4x2": 1.2, "cp2x4": 1.0}
+    assert ctl.composition_text(ctl.decide_target(record())) == "cp4x2"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_target_no_flapping_on_stationary_load(seed):
+    ctl, res = _target_controller(0.65, seed, duration_s=300.0)
+    targets = [w["target_composition"] for w in ctl.windows if w["target_composition"]]
+    assert len(targets) >= 10
+    changes = sum(a != b for a, b in zip(targets, targets[1:]))
+    assert changes <= 1  # at most one move to the stationary load's best composition
+    kinds = {o["kind"] for o in res.extras["reconfig_operations"]}
+    assert len(kinds) <= 1  # never a split and a merge
+
+
+def test_target_moves_in_bounded_steps_and_is_deterministic():
+    # overload: the target is all CP-2; at most half the 8 GPUs change per window (one CP-4 split)
+    ctl, res = _target_controller(1.3, 0, max_gpu_share_per_window=0.5)
+    ops = res.extras["reconfig_operations"]
+    assert ops and {o["kind"] for o in ops} == {"split"}
+    per_window: dict[float, int] = {}
+    for o in ops:
+        per_window[o["start_s"]] = per_window.get(o["start_s"], 0) + o["old_degree"]
+    assert max(per_window.values()) <= 4
+    ctl2, res2 = _target_controller(1.3, 0, max_gpu_share_per_window=0.5)
+    assert [w.as_dict() for w in ctl2.windows] == [w.as_dict() for w in ctl.windows]
+    assert res2.extras["reconfig_operations"] == ops
