@@ -75,6 +75,13 @@ class DynamicPhasesConfig:
     short_rate_rps: float = _opt(DEFAULT_SHORT_RATE_RPS, "mean arrival rate of short-heavy phases [req/s]")
     long_rate_rps: float = _opt(DEFAULT_LONG_RATE_RPS, "mean arrival rate of long-heavy phases [req/s]")
     rate_scale: float = _opt(DEFAULT_RATE_SCALE, "multiply both phase rates by this (phase durations stay)")
+    short_load: float | None = _opt(None, "mean rate of short-heavy phases as a fraction of the short-heavy mix's "
+                                          "capacity (strongest homogeneous pool, `cpgym capacity` bisection on the "
+                                          "history day; replaces --short-rate-rps)")
+    long_load: float | None = _opt(None, "mean rate of long-heavy phases as a fraction of the long-heavy mix's capacity "
+                                         "(as --short-load; replaces --long-rate-rps)")
+    capacity_cache_dir: str | None = _opt(".cpgym-cache/capacity", "disk cache of the phase capacities "
+                                                                  "(experiments.capacity); '' for none")
     rising_rate: bool = _opt(True, "rate rising 0.5x -> 1.5x inside each phase (--no-rising-rate: constant)")
     workload_seed: int = _opt(0, "seed of the workload; the history day uses seed + 1")
     window_s: tuple[float, float] | None = _opt(None, "keep arrivals in [START, END) s (the workload window)")
@@ -96,6 +103,13 @@ class DynamicPhasesConfig:
         if self.num_phases < 1 or self.k_windows < 1 or self.switch_s < 0:
             raise ValueError(f"dynamic: num_phases and k_windows must be >= 1 and switch_s >= 0, "
                              f"got {self.num_phases}, {self.k_windows}, {self.switch_s}")
+        for name in ("short_load", "long_load"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 < v <= 2.0:
+                raise ValueError(f"dynamic: {name} must be a fraction of capacity in (0, 2], got {v}")
+        if (self.short_load is not None or self.long_load is not None) and self.rate_scale != 1.0:
+            raise ValueError(f"dynamic: rate_scale ({self.rate_scale}) applies to absolute rates only; "
+                             f"with short_load / long_load leave it at 1")
         if self.window_s is not None:
             object.__setattr__(self, "window_s", tuple(float(x) for x in self.window_s))
 
@@ -264,6 +278,72 @@ def dynamic_plan(cfg: DynamicPhasesConfig, base) -> list[tuple]:
     return [(src, replace(base, pool=replace(base.pool, composition=c)) if c != "auto" else base, p) for c, p in with_comp]
 
 
+def phase_mix_source(cfg: DynamicPhasesConfig, kind: str, history: bool = True):
+    """A :class:`~experiments.capacity.RatedWorkload` of one constant-rate phase of ``kind``
+    (``"short"`` / ``"long"``) of the ``phases`` generator, window ``phase_duration_s``, at the
+    configured absolute rate (the capacity search rescales it), from the history day
+    (``workload_seed + 1``) by default; generated 8 phase durations long so that the search's
+    rate factors (up to about twice the capacity) still fill the window."""
+    from envs.workloads import get_workload
+    from experiments.capacity import RatedWorkload
+
+    key = "short_phase_rate_rps" if kind == "short" else "long_phase_rate_rps"
+    rate = cfg.short_rate_rps if kind == "short" else cfg.long_rate_rps
+    wl = get_workload("phases", seed=cfg.workload_seed + int(history), num_phases=1,
+                      phase_duration_s=8 * cfg.phase_duration_s, first_phase=kind, rising_rate=False, **{key: rate})
+    return RatedWorkload(window_s=cfg.phase_duration_s, base=wl)
+
+
+def phase_capacities(cfg: DynamicPhasesConfig, base, calibration, log=None) -> dict:
+    """Capacity [req/s] of each phase mix for which a load fraction is set: the sustainable rate
+    (``experiments.capacity.find_capacity``, the ``cpgym capacity`` definition and bisection,
+    cached under ``capacity_cache_dir``) of one constant-rate phase of the mix
+    (:func:`phase_mix_source`) on the *strongest* fixed pool, router ``vertumnus-router``. The
+    strongest pool is searched among the homogeneous pools of the supported degrees: the
+    profiled capacity of a composition is linear in its worker counts
+    (:func:`baselines.composition.composition_capacity_rps`), so an extreme pool is the
+    strongest.
+
+    Returns:
+        ``{kind: {"capacity_rps", "strongest_pool", "per_pool_capacity_rps", "load"}}`` for the
+        kinds with a load fraction.
+    """
+    from experiments.capacity import find_capacity
+
+    out = {}
+    pool = base.pool
+    for kind, load in (("short", cfg.short_load), ("long", cfg.long_load)):
+        if load is None:
+            continue
+        rated = phase_mix_source(cfg, kind)
+        caps = {}
+        for d in sorted(pool.supported_degrees):
+            if pool.num_gpus % d:
+                continue
+            comp = f"cp{d}x{pool.num_gpus // d}"
+            res = find_capacity("vertumnus-router", rated, replace(base, pool=replace(pool, composition=comp)), calibration,
+                                cache_dir=cfg.capacity_cache_dir or None)
+            caps[comp] = res.capacity_rps
+            if log:
+                log(f"capacity of the {kind}-heavy mix on {comp}: {res.capacity_rps:.3f} req/s"
+                    f"{' (cached)' if res.cached else ''}")
+        best = max(caps, key=caps.get)
+        out[kind] = {"capacity_rps": caps[best], "strongest_pool": best, "per_pool_capacity_rps": caps, "load": load}
+    return out
+
+
+def resolve_rates(cfg: DynamicPhasesConfig, base, calibration, log=None) -> tuple[DynamicPhasesConfig, dict]:
+    """``cfg`` with the phase rates of its load fractions made absolute (:func:`phase_capacities`),
+    and the capacities used (empty when no load fraction is set)."""
+    caps = phase_capacities(cfg, base, calibration, log)
+    rates = {}
+    for kind, c in caps.items():
+        if c["capacity_rps"] <= 0:
+            raise ValueError(f"dynamic: the {kind}-heavy mix has no sustainable rate on any fixed pool")
+        rates[f"{kind}_rate_rps"] = c["load"] * c["capacity_rps"]
+    return (replace(cfg, **rates) if rates else cfg), caps
+
+
 def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhasesResult:
     """Runs the adaptive policy and every fixed composition on the phases workload.
 
@@ -288,6 +368,8 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
 
     calibration = Calibration.resolve(base.calibration_path)
     from experiments.common import check_has_requests
+
+    cfg, capacities = resolve_rates(cfg, base, calibration, log)
 
     workload = check_has_requests(cfg.workload_source().build())  # before profiling the history day
     history = cfg.workload_source(history=True).build()
@@ -350,5 +432,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
         "phase_peak_rates_rps": {"short": cfg.short_rate_rps * cfg.rate_scale * peak,
                                  "long": cfg.long_rate_rps * cfg.rate_scale * peak},
         "history_mean_cached_tokens": hist_hit,
+        "phase_capacities": capacities,
+        "phase_mean_rates_rps": {"short": cfg.short_rate_rps * cfg.rate_scale, "long": cfg.long_rate_rps * cfg.rate_scale},
     }
     return DynamicPhasesResult(summary=summary, phase_kinds=kinds, phase_bounds_s=bounds, runs=results)
