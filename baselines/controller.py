@@ -1,4 +1,8 @@
-"""Vertumnus cluster-level controller (paper §6): the windowed split/merge rule.
+"""Vertumnus cluster-level controller (paper §6): the windowed split/merge decision.
+
+Two decisions (``ControllerConfig.decision``): ``"target"`` (default; a target composition from a
+look-ahead TTFT prediction, below) and ``"paper-rule"`` (the paper's load regions, described
+first).
 
 The *mechanics* of an operation (drain, redirect, switch, epoch commit, KV reconciliation) are
 in :mod:`envs.sim.reconfig`; this module only decides. The Gymnasium reconfiguration
@@ -9,7 +13,7 @@ Capacity profiling lives in :mod:`baselines.capacity` and composition enumeratio
 initial composition in :mod:`baselines.composition`; both are re-exported here (old import
 paths keep working).
 
-Runtime rule (paper §6 "Runtime Reconfiguration"; DESIGN.md "Cluster-level controller"), every
+Paper rule (``decision="paper-rule"``; paper §6 "Runtime Reconfiguration"; DESIGN.md "Cluster-level controller"), every
 ``window_s`` (paper: 20 s): load ρ = arrival rate of the window / pool capacity for the
 window's mix.
 
@@ -44,6 +48,38 @@ swung the pool between all CP-2 and mostly CP-4 about three times per phase,
   no operation of the opposite kind;
 * merges are judged on a *forecast* rate (measured rate plus the positive rate trend over
   ``trend_horizon_s``): no merge at the foot of a rising ramp.
+
+Target decision (``decision="target"``, the default; not in the paper's copies). Why: with the
+calibrated reconfiguration timing the paper rule lost to the best fixed composition chosen in
+hindsight by +7.2 % mean TTFT [+1.6, +12.8] over three seeds of ``cpgym dynamic``
+(``results/dynamic-phases/README.md``): a short-request-heavy mix wants a *mixed* pool (the router
+sends short prompts to CP-2, long ones to CP-4) from ~40 req/s on, but a load rule keeps all-CP-4
+until the forecast load reaches 0.85 and then splits late in the ramp, paying drains near
+capacity; and after a short -> long boundary the CP-2-heavy pool lingered 30-60 s (k windows plus
+the lockout). Load alone cannot say *which* composition serves a mix best. Every window:
+
+1. **predict**: each candidate composition (:meth:`ReconfigController.candidate_compositions`) gets
+   a predicted mean TTFT from a short simulation of the real simulator
+   (:class:`~baselines.lookahead.LookaheadPredictor`: the candidate pool with the Vertumnus router,
+   a constant-rate stream resampled from the current regime's observed requests, common random
+   numbers across candidates, memoised per (sample, rate bucket)); the score is the mean of the
+   predictions at the forecast rates ``rate + max(0, slope) x h`` for ``h`` in
+   ``target_horizons_s`` (20 s and 40 s: the middle of the next window and the end of the one
+   after). Being late on a rising ramp costs far more than being early (a pool near capacity
+   queues), so the score looks at where the rate is going, not where it was — no splitting *into*
+   a ramp's peak;
+2. **hysteresis**: the target changes to the best candidate only if its predicted gain over the
+   current target (``pred[target] / pred[best] - 1``) exceeds ``target_margin`` for ``k_windows``
+   consecutive windows (the paper's sustained condition), or exceeds ``target_urgent_gain`` once
+   (the target is predicted overloaded: capacity precedence), or in the first window of a new
+   mix regime (``mix_change_distance``: the pool should not keep the previous phase's shape for a
+   whole phase), which also lifts the dwell lockout (``regime_change_unlocks``). On stationary
+   load the predictions of one (sample, rate bucket) are identical, so the target cannot flap;
+3. **bounded steps**: operations towards the target
+   (:func:`~baselines.operation_plan.operations_towards`: ranked as in the paper, shortest
+   predicted drain first) within ``max_gpu_share_per_window`` of the pool's GPUs and
+   ``max_ops_per_window``, none against the dwell-time lockout; the drain / switch / epoch
+   protocol (:mod:`envs.sim.reconfig`) is unchanged.
 """
 
 from __future__ import annotations
@@ -130,6 +166,31 @@ class ControllerConfig:
             overloaded); 0.3 (same-phase windows differ by < 0.15, phases by ~0.6).
         profile: capacity profiling (:class:`ProfileConfig`).
         reconfig: protocol costs (switch, confirmation).
+
+    Target decision (``decision="target"``; module docstring):
+
+        decision: ``"target"`` (look-ahead target composition) or ``"paper-rule"`` (the load
+            regions above); ``"target"``: on ``cpgym dynamic`` (3 seeds) it is 2.5 % ahead of the
+            best fixed composition in hindsight where the paper rule was 7.2 % behind
+            (``results/dynamic-phases/target-controller/``).
+        target_margin: predicted relative mean-TTFT gain over the current target a candidate
+            needs for ``k_windows`` consecutive windows, >= 0; 0.05 (the look-ahead's regret on
+            constant-rate full runs is 0-7 % at most rates, ``predictor/``; a smaller margin
+            follows noise between neighbouring compositions).
+        target_urgent_gain: a gain above this switches at once, >= ``target_margin``; 0.25 (the
+            target is then predicted overloaded: capacity precedence; a 20 s wait on a rising ramp
+            near capacity costs seconds of TTFT).
+        target_horizons_s: the score is the mean prediction at ``rate + max(0, slope) x h`` for
+            each ``h`` [s]; (20, 40) (the middle of the next window, the end of the one after; a
+            single 20 s horizon split a window too late on the ramps, a single 40 s one overshot
+            into CP-2-heavy pools).
+        max_candidates: at most this many candidate compositions (each costs one look-ahead
+            simulation per memo miss), >= 2; 16 (all 11 of 40 GPUs with {2, 4}).
+        regime_change_unlocks: a target change in the first window of a new mix regime lifts the
+            dwell-time lockout; True (the lockout guards against flapping *within* a regime; a
+            phase change is not flapping, and keeping the last phase's CP-2 workers locked for
+            60 s was the measured loss after short -> long boundaries).
+        lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``
     workload with the roofline calibration (``results/dynamic-phases/README.md``): the split and merge

@@ -4,17 +4,25 @@
 :class:`LookaheadPredictor` scores each candidate composition of the pool by a short simulation of
 the *real* simulator (the run's engine, latency, SLO and calibration settings; the mixed pool of the
 candidate with the Vertumnus router, which sends short prompts to low-degree and long prompts to
-high-degree workers) fed a constant-rate Poisson stream of the forecast rate and the smoothed length
-mix. The machinery is the capacity profiler's (:class:`baselines.capacity.CapacityTable`): the same
-class histogram, the same prompt sampling (class by its share, length log-uniform inside the class,
-prefix hits as shorter uncached prompts), seeded by the mix itself.
+high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Two stream sources
+(``LookaheadConfig.source``):
+
+* ``"requests"`` (default): resampled from the observed requests of the current mix regime (their
+  true prompt lengths and their *shared* prefix blocks, so the look-ahead pool gets the prefix hits
+  and the router's cache affinity of the run; :meth:`LookaheadPredictor.resampled_stream`);
+* ``"histogram"``: the capacity profiler's machinery (:class:`baselines.capacity.CapacityTable`):
+  the smoothed class histogram, prompts drawn class by share, length log-uniform inside the class,
+  prefix hits as shorter uncached prompts, seeded by the mix itself. On ``cpgym dynamic`` seed 2
+  its short-heavy reference mix ranked CP-2-heavy pools first near the ramp's peak, where the
+  measured best is ``cp4x6,cp2x8``: the class histogram loses the hit structure and the tail.
 
 * **Common random numbers**: every candidate of one (mix, rate) gets the same prompts and arrival
   times, so differences between candidates are differences of the compositions, not of the draws.
-* **Buckets and memo**: the rate is rounded to a geometric grid (``rate_bucket_ratio``) and the mix
-  is the capacity table's reference mix (windows within ``ProfileConfig.mix_tolerance`` share it),
-  so one regime at one rate level is simulated once; predictions are memoised per
-  ``(reference mix, rate bucket, candidates)`` in the predictor (owned by one controller).
+* **Buckets and memo**: the rate is rounded to a geometric grid (``rate_bucket_ratio``) and the
+  sample is identified by a key (the controller: the regime's first request and the sample size,
+  which grows in powers of two; histogram source: the capacity table's reference mix), so one
+  regime at one rate level is simulated once; predictions are memoised per (sample, rate bucket,
+  candidates) in the predictor (owned by one controller).
 * **Score**: mean TTFT [s] of the stream's requests (the quantity the experiment compares).
 
 Why a simulation and not a closed form: a per-degree capacity sum ranks compositions only by how
@@ -50,6 +58,11 @@ class LookaheadConfig:
         rate_bucket_ratio: rates are rounded to the geometric grid ``ratio^k`` [req/s] before
             simulating (and as the memo key), > 1; 1.1 (a 10 % step: a 20 -> 60 req/s ramp is 12
             buckets).
+        source: ``"requests"`` (resample the regime's observed requests) or ``"histogram"`` (the
+            capacity profiler's class-histogram prompts); module docstring.
+        max_sample_requests: ``"requests"``: at most this many observed requests (the regime's
+            first ones, a power of two) are resampled; 1024 (a short-heavy 20 s window holds
+            400-1200 requests, a long-heavy phase ~600: the sample covers ~50 long prompts either way).
         seed: seeds the prompts and arrivals (with the mix) and the look-ahead simulations.
 
     Raises:

@@ -11,6 +11,18 @@ aggregate capacity binds (between the all-CP-4 and all-CP-2 capacities), the lon
 at moderate load where CP-4 latency wins (numbers at ``DEFAULT_SHORT_RATE_RPS``; the command
 prints the capacity profile it used).
 
+Rates relative to capacity (``short_load`` / ``long_load``, ``cpgym dynamic --short-load X
+--long-load Y``): the mean rate of a phase kind is that fraction of the mix's *sustainable rate*
+(:func:`phase_capacities`: the ``cpgym capacity`` definition and bisection,
+:func:`experiments.capacity.find_capacity`, on one constant-rate phase of the mix from the
+history day, on the strongest homogeneous pool of the supported degrees, router
+``vertumnus-router``; cached on disk under ``capacity_cache_dir``); with the rising rate the peak
+is 1.5x that. Measured (40 GPUs, {2, 4}, history day of workload seed 0): short-heavy mix
+``cp2x20`` 64.4 req/s (``cp4x10`` 56.6), long-heavy ``cp2x20`` 9.42 req/s (``cp4x10`` 8.50), so
+the absolute defaults (40 / 4 req/s) are loads 0.62 / 0.42 (peaks 0.93 / 0.64: below saturation);
+``results/dynamic-phases/target-controller/README.md``. Absolute rates stay the default: the
+capacity search costs four bisections per workload seed before the runs.
+
 Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
 
 * ``vertumnus-adaptive``: the §6 controller (``baselines/controller.py``) starting from the
