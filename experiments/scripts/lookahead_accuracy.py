@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration-s", type=float, default=120.0, help="constant-rate phase of the full runs [s]")
     p.add_argument("--workload-seed", type=int, default=0)
     p.add_argument("--lookahead-duration-s", type=float, default=LookaheadConfig().duration_s)
+    p.add_argument("--num-replications", type=int, default=LookaheadConfig().num_replications)
     p.add_argument("--source", choices=("requests", "histogram"), default=LookaheadConfig().source,
                    help="look-ahead stream: resampled from the phase's first requests, or from its class histogram")
     p.add_argument("--out-dir", required=True)
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     comps = enumerate_compositions(base.pool)
     table = CapacityTable(base, cal, ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10))
     router = get_policy("vertumnus-router")
-    pred = LookaheadPredictor(table, router.make_router, LookaheadConfig(duration_s=args.lookahead_duration_s))
+    pred = LookaheadPredictor(table, router.make_router, LookaheadConfig(duration_s=args.lookahead_duration_s,
+                                                                           num_replications=args.num_replications))
     rows, summary = [], []
     for kind, rates in (("short", args.short_rates), ("long", args.long_rates)):
         for rate in [float(x) for x in rates.split(",")]:
