@@ -71,7 +71,8 @@ the lockout). Load alone cannot say *which* composition serves a mix best. Every
 2. **hysteresis**: the target changes to the best candidate only if its predicted gain over the
    current target (``pred[target] / pred[best] - 1``) exceeds ``target_margin`` for ``k_windows``
    consecutive windows (the paper's sustained condition), or exceeds ``target_urgent_gain`` once
-   (the target is predicted overloaded: capacity precedence), or in the first window of a new
+   with a full look-ahead sample or shortly after a regime change (the target is predicted
+   overloaded: capacity precedence), or in the first window of a new
    mix regime (``mix_change_distance``: the pool should not keep the previous phase's shape for a
    whole phase), which also lifts the dwell lockout (``regime_change_unlocks``). On stationary
    load the predictions of one (sample, rate bucket) are identical, so the target cannot flap;
@@ -180,6 +181,16 @@ class ControllerConfig:
         target_urgent_gain: a gain above this switches at once, >= ``target_margin``; 0.25 (the
             target is then predicted overloaded: capacity precedence; a 20 s wait on a rising ramp
             near capacity costs seconds of TTFT).
+        urgent_min_sample_requests: the urgent switch needs a look-ahead sample of at least this
+            many observed requests; 1024 (= ``LookaheadConfig.max_sample_requests``). Why: near
+            capacity the prediction is very sensitive to the sample's long-prompt share; at a
+            steady 40 req/s (``cpgym dynamic --num-phases 1 --no-rising-rate``, seed 2) the first
+            window's 512-request sample predicted all-CP-4 overloaded (gain 1.44), split five
+            workers, and the next window's 1024-request sample wanted them back (gain 0.54):
+            +17.9 % mean TTFT vs the best fixed pool. Within ``k_windows`` windows after a regime
+            change the urgent switch needs no full sample (the previous regime's pool is likely
+            wrong, and a long-heavy phase brings only ~80 requests per window); smaller samples
+            still move the target through ``k_windows`` consecutive windows.
         target_horizons_s: the score is the mean prediction at ``rate + max(0, slope) x h`` for
             each ``h`` [s]; (20, 40) (the middle of the next window, the end of the one after; a
             single 20 s horizon split a window too late on the ramps, a single 40 s one overshot
@@ -222,6 +233,7 @@ class ControllerConfig:
     decision: str = "target"
     target_margin: float = 0.05
     target_urgent_gain: float = 0.25
+    urgent_min_sample_requests: int = 1024
     target_horizons_s: tuple[float, ...] = (20.0, 40.0)
     max_candidates: int = 16
     regime_change_unlocks: bool = True
@@ -266,6 +278,8 @@ class ControllerConfig:
               f"got {self.target_urgent_gain}")
         check(len(self.target_horizons_s) >= 1 and all(h >= 0 and math.isfinite(h) for h in self.target_horizons_s),
               f"controller.target_horizons_s must be one or more finite numbers >= 0, got {self.target_horizons_s!r}")
+        check(isinstance(self.urgent_min_sample_requests, int) and self.urgent_min_sample_requests >= 0,
+              f"controller.urgent_min_sample_requests must be an integer >= 0, got {self.urgent_min_sample_requests!r}")
         check(isinstance(self.max_candidates, int) and self.max_candidates >= 2,
               f"controller.max_candidates must be an integer >= 2, got {self.max_candidates!r}")
 
@@ -376,6 +390,8 @@ class ReconfigController:
         self._gpu_last_op: dict[int, tuple[float, str]] = {}  # GPU -> (start time [s], kind) of its last operation
         self._regime_change = False
         self._regime_start = 0  # first request of the current mix regime (look-ahead sample)
+        self._sample_size = 0  # requests in the last look-ahead sample
+        self._windows_since_regime = math.inf  # windows since the last regime change (0: this window)
         self._target: dict[int, int] | None = None  # "target" decision: the composition moved towards
         self._num_better = 0  # consecutive windows in which a candidate beat the target by the margin
         if cfg.decision == "target":
@@ -433,7 +449,8 @@ class ReconfigController:
         comps = enumerate_compositions(pool)
         if len(comps) > self.config.max_candidates:
             present = {w.degree for w in self.sim.workers.values()}
-            near = {d for d in pool.supported_degrees if d in present or 2 * d in present or (d % 2 == 0 and d // 2 in present)}
+            near = {d for d in pool.supported_degrees
+                    if d in present or 2 * d in present or (d % 2 == 0 and d // 2 in present)}
             comps = enumerate_compositions(dc_replace(pool, supported_degrees=tuple(sorted(near))))
         if len(comps) > self.config.max_candidates:
             pick = np.unique(np.linspace(0, len(comps) - 1, self.config.max_candidates - 1).round().astype(int))
@@ -497,6 +514,7 @@ class ReconfigController:
         record.forecast_load = forecast / cap if cap > 0 else math.inf
         record.long_fraction = float((self._lengths[idx] >= cfg.long_prompt_tokens).mean())
         record.regime_change = self._regime_change
+        self._windows_since_regime = 0 if self._regime_change else self._windows_since_regime + 1
         return record, profiles
 
     def decide(self, record: WindowRecord) -> str | None:
@@ -544,7 +562,9 @@ class ReconfigController:
             gain = pred[target] / pred[best] - 1.0 if pred[best] > 0 else 0.0
         if best != target and gain > cfg.target_margin:
             self._num_better += 1
-            if record.regime_change or self._num_better >= cfg.k_windows or gain > cfg.target_urgent_gain:
+            settled = self._sample_size >= cfg.urgent_min_sample_requests or self._windows_since_regime <= cfg.k_windows
+            urgent = gain > cfg.target_urgent_gain and settled
+            if record.regime_change or self._num_better >= cfg.k_windows or urgent:
                 self._target = degree_counts(best, self.sim.config.pool)
                 self._num_better = 0
                 if record.regime_change and cfg.regime_change_unlocks:
@@ -563,6 +583,7 @@ class ReconfigController:
         grows 64, 128, ... so the memo is reused within a regime); ``"histogram"`` samples the
         smoothed class histogram (the capacity profiler's prompts)."""
         la = self.config.lookahead
+        self._sample_size = 0
         if la.source == "histogram":
             return self.predictor.predict(compositions, self._shares, rate_rps)
         reqs = self.sim.workload.requests
@@ -571,6 +592,7 @@ class ReconfigController:
         if n < 1:
             return self.predictor.predict(compositions, self._shares, rate_rps)
         sample = list(reqs[self._regime_start:self._regime_start + n])
+        self._sample_size = n
         return self.predictor.predict_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens, rate_rps,
                                                     (self._regime_start, n))
 

@@ -143,7 +143,8 @@ class LookaheadPredictor:
         cal = self.table.calibration
         lengths = np.minimum(lengths, cal.max_prompt_tokens)
         bs = max(512, int(lengths.max()))  # one KV block per prompt: uncached (hits are in the lengths)
-        reqs = tuple(Request(i, float(t), int(x), 1, (i,)) for i, (t, x) in enumerate(zip(arrivals.tolist(), lengths.tolist())))
+        reqs = tuple(Request(i, float(t), int(x), 1, (i,))
+                     for i, (t, x) in enumerate(zip(arrivals.tolist(), lengths.tolist())))
         return Workload("lookahead", reqs, kv_block_size_tokens=bs)
 
     def resampled_stream(self, sample: list[Request], kv_block_size_tokens: int, rate_rps: float, key: tuple) -> Workload:

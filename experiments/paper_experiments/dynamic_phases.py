@@ -223,8 +223,11 @@ def phase_layout(workload, window_s: tuple[float, float] | None):
 
 
 def _controller_summary(ccfg) -> dict:
-    return {"decision": ccfg.decision, "target_margin": ccfg.target_margin,
-            "regime_change_unlocks": ccfg.regime_change_unlocks, "window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
+    return {"decision": ccfg.decision, "target_margin": ccfg.target_margin, "target_urgent_gain": ccfg.target_urgent_gain,
+            "target_horizons_s": list(ccfg.target_horizons_s), "regime_change_unlocks": ccfg.regime_change_unlocks,
+            "lookahead": {"source": ccfg.lookahead.source, "duration_s": ccfg.lookahead.duration_s,
+                          "num_replications": ccfg.lookahead.num_replications},
+            "window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
             "split_target_load": ccfg.split_target_load, "merge_load": ccfg.merge_load,
             "merge_max_projected_load": ccfg.merge_max_projected_load, "max_ops_per_window": ccfg.max_ops_per_window,
             "max_gpu_share_per_window": ccfg.max_gpu_share_per_window, "min_dwell_s": ccfg.min_dwell_s,

@@ -188,23 +188,30 @@ def test_target_decision_config_validation():
 
     with pytest.raises(ValueError, match="rate_bucket_ratio"):
         LookaheadConfig(rate_bucket_ratio=1.0)
+    with pytest.raises(ValueError, match="num_replications"):
+        LookaheadConfig(num_replications=0)
+    with pytest.raises(ValueError, match="source"):
+        LookaheadConfig(source="oracle")
     assert LookaheadConfig().bucket_rate(1.1 ** 20 * 1.02) == pytest.approx(1.1 ** 20)
 
 
 def _target_controller(load: float, seed: int, duration_s: float = 200.0, **overrides):
+    from baselines.lookahead import LookaheadConfig
+
     overrides.setdefault("decision", "target")
+    overrides.setdefault("lookahead", LookaheadConfig(num_replications=1))  # fast tests
     return _run_controller(load, seed, duration_s, **overrides)
 
 
 def test_lookahead_predictor_is_deterministic_and_memoised():
-    from baselines.lookahead import LookaheadPredictor
+    from baselines.lookahead import LookaheadConfig, LookaheadPredictor
 
     cfg = SimConfig(pool=POOL)
     table = CapacityTable(cfg, Calibration.default(), FAST)
     comps = enumerate_compositions(POOL)
     shares = table.shares(np.full(50, 2000.0))
-    a = LookaheadPredictor(table, LeastWorkRouter)
-    b = LookaheadPredictor(table, LeastWorkRouter)
+    a = LookaheadPredictor(table, LeastWorkRouter, LookaheadConfig(num_replications=2))
+    b = LookaheadPredictor(table, LeastWorkRouter, LookaheadConfig(num_replications=2))
     pa = a.predict(comps, shares, 5.0)
     assert pa == b.predict(comps, shares, 5.0) and set(pa) == set(comps)
     n = a.num_simulations
@@ -244,7 +251,7 @@ def _attached_target_controller(**overrides):
 
 
 def test_target_hysteresis_margin_k_windows_urgent_and_regime_change():
-    ctl, record = _attached_target_controller(target_margin=0.05, target_urgent_gain=0.5)
+    ctl, record = _attached_target_controller(target_margin=0.05, target_urgent_gain=0.5, urgent_min_sample_requests=0)
     assert ctl.composition_text(ctl.decide_target(record())) == "cp4x1,cp2x2"
     # a gain inside the margin never moves the target
     ctl.predict.values = {"cp4x1,cp2x2": 1.04, "cp4x2": 1.0}
@@ -267,6 +274,16 @@ def test_target_hysteresis_margin_k_windows_urgent_and_regime_change():
     ctl.decide_target(record())
     ctl.predict.values = {"cp4x2": 1.2, "cp2x4": 1.0}
     assert ctl.composition_text(ctl.decide_target(record())) == "cp4x2"
+
+
+def test_urgent_switch_needs_a_full_sample_outside_a_new_regime():
+    ctl, record = _attached_target_controller(target_margin=0.05, target_urgent_gain=0.5)
+    ctl.predict.values = {"cp4x1,cp2x2": 2.0, "cp4x2": 1.0}  # gain 1.0 > urgent gain, sample empty (stub)
+    assert ctl.composition_text(ctl.decide_target(record())) == "cp4x1,cp2x2"
+    ctl._windows_since_regime = 1  # shortly after a regime change the small sample may switch at once
+    ctl.predict.values = {"cp4x1,cp2x2": 2.0, "cp2x4": 1.0}
+    ctl._num_better = 0
+    assert ctl.composition_text(ctl.decide_target(record())) == "cp2x4"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -106,3 +106,38 @@ def test_dynamic_quiet_prints_no_progress(capsys):
     assert capsys.readouterr().err == ""
     assert main(argv) == 0
     assert "running fixed cp4x10" in capsys.readouterr().err
+
+
+def test_phase_rates_as_fractions_of_capacity(monkeypatch):
+    # the capacity search is replaced by fixed sustainable rates per (mix, pool): the phase rate is
+    # load x the strongest pool's capacity, and the summary keeps what was used
+    import experiments.capacity as capacity
+    from experiments.commands.dynamic import base_config_from_args
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, resolve_rates
+
+    caps = {("short", "cp4x10"): 56.0, ("short", "cp2x20"): 64.0, ("long", "cp4x10"): 8.5, ("long", "cp2x20"): 9.5}
+
+    def fake_find_capacity(policy, rated, config, calibration=None, cache_dir=None, **_):
+        kind = "short" if rated.base.metadata["phase_kinds"] == ["short"] else "long"
+        assert policy == "vertumnus-router" and rated.window_s == 150.0 and not rated.base.metadata["rising_rate"]
+        return capacity.CapacityResult(policy, "phases", caps[(kind, config.pool.composition)], 1.0, 1.0, [], {})
+
+    monkeypatch.setattr(capacity, "find_capacity", fake_find_capacity)
+    p = argparse.ArgumentParser()
+    dynamic.add_arguments(p)
+    base = base_config_from_args(p.parse_args(["--supported-degrees", "2,4"]))
+    cfg, used = resolve_rates(DynamicPhasesConfig(short_load=0.5, long_load=0.4, capacity_cache_dir=""), base, None)
+    assert cfg.short_rate_rps == pytest.approx(32.0) and cfg.long_rate_rps == pytest.approx(3.8)
+    assert used["short"]["strongest_pool"] == "cp2x20" and used["long"]["per_pool_capacity_rps"]["cp4x10"] == 8.5
+    # absolute rates stay the default and untouched
+    cfg, used = resolve_rates(DynamicPhasesConfig(), base, None)
+    assert used == {} and cfg == DynamicPhasesConfig()
+
+
+@pytest.mark.parametrize("kw, msg", [({"short_load": 0.0}, "short_load"), ({"long_load": 2.5}, "long_load"),
+                                     ({"short_load": 0.5, "rate_scale": 2.0}, "rate_scale")])
+def test_dynamic_load_fractions_are_validated(kw, msg):
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
+
+    with pytest.raises(ValueError, match=msg):
+        DynamicPhasesConfig(**kw)
