@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -98,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
 
     pd.DataFrame(rows).to_csv(out / "predictor_accuracy.csv", index=False)
     (out / "predictor_accuracy.json").write_text(json.dumps({"args": vars(args), "per_rate": summary}, indent=2) + "\n")
+    from experiments.provenance import write_provenance
+
+    write_provenance(out, argv=["python", "-m", "experiments.scripts.lookahead_accuracy", *(argv or sys.argv[1:])])
     return 0
 
 
