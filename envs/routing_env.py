@@ -212,7 +212,10 @@ class PrefillRoutingEnv(gym.Env):
     is a no-op that repeats these flags. The last step's ``info`` holds ``episode_return`` and
     ``episode_mean_ttft_s``, ``episode_p90_ttft_s``, ``episode_slo_attainment_token_weighted`` of
     the requests arriving at or after the window's ``metadata["measure_from_s"]`` (0 by default;
-    a warm-started protocol window, ``policies.protocol``, excludes its warm-up).
+    a warm-started protocol window, ``policies.protocol``, excludes its warm-up). Every step's
+    ``info["step_duration_s"]`` is the simulated time from this decision to the next one (to the
+    end of the simulation on the last step) [s], for discounting per second
+    (``policies.time_discount``).
 
     ## Arguments
 
@@ -412,6 +415,7 @@ class PrefillRoutingEnv(gym.Env):
         info = self._info(done)
         info["invalid_action"] = invalid
         info["worker_id"] = wid
+        info["step_duration_s"] = sim.env.now - now  # simulated time to the next decision (policies.time_discount)
         return self._observe(nxt), float(reward), terminated, truncated, info
 
     def _info(self, done: bool) -> dict:

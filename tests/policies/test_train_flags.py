@@ -39,7 +39,7 @@ def test_every_training_flag_reaches_the_config(kind):
         elif isinstance(value, tuple):
             changed = _cfg(kind, flag, "5,6", *extra)
         elif value is None:
-            new = {"residual_tau_s": ["0.5"], "num_slots": ["64"], "warmup_s": ["30"],
+            new = {"residual_tau_s": ["0.5"], "num_slots": ["64"], "warmup_s": ["30"], "gamma_per_s": ["0.9"],
                    "validate_every_steps": ["100", "--warmup-s", "30"], "max_operation_gpus_per_window": ["16"]
                    }.get(name, ["vertumnus"])
             changed = _cfg(kind, flag, *new, *extra)
