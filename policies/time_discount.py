@@ -27,6 +27,7 @@ bootstrap (``TimeLimit.truncated``), which the protocol's windows (no horizon) n
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer
 from stable_baselines3.common.vec_env import VecEnvWrapper
@@ -43,6 +44,11 @@ class StepDurationRecorder(VecEnvWrapper):
     def __init__(self, venv) -> None:
         super().__init__(venv)
         self.last_step_duration_s = np.zeros(self.num_envs)
+        #: simulated time of the last step's decision [s] (``info["sim_time_s"] - step_duration_s``)
+        self.last_decision_time_s = np.zeros(self.num_envs)
+        #: per environment, the number of the episode the last step belongs to (0, 1, ...)
+        self.last_episode_number = np.zeros(self.num_envs, dtype=np.int64)
+        self._episode_number = np.zeros(self.num_envs, dtype=np.int64)
 
     def reset(self):
         self.last_step_duration_s = np.zeros(self.num_envs)
@@ -51,6 +57,10 @@ class StepDurationRecorder(VecEnvWrapper):
     def step_wait(self):
         obs, rewards, dones, infos = self.venv.step_wait()
         self.last_step_duration_s = np.array([float(info.get("step_duration_s", 0.0)) for info in infos])
+        now_s = np.array([float(info.get("sim_time_s", 0.0)) for info in infos])
+        self.last_decision_time_s = now_s - self.last_step_duration_s
+        self.last_episode_number = self._episode_number.copy()
+        self._episode_number += np.asarray(dones, dtype=np.int64)
         return obs, rewards, dones, infos
 
 
@@ -110,3 +120,96 @@ class TimeDiscountedRolloutBuffer(MaskableDictRolloutBuffer):
             last_gae_lam = delta + d * self.gae_lambda * next_non_terminal * last_gae_lam
             self.advantages[step] = last_gae_lam
         self.returns = self.advantages + self.values
+
+
+class InputDrivenRolloutBuffer(TimeDiscountedRolloutBuffer):
+    """Advantages against an input-driven baseline (Mao et al., "Variance reduction for
+    reinforcement learning in input-driven environments", ICLR 2019), discounted per second.
+
+    The training environments are *replicas*: they draw the same sequence of episode windows and
+    simulator seeds (``TrainConfig.input_baseline``), so episode ``m`` of every environment
+    replays the same arrivals while the sampled actions differ. For step ``i`` of environment
+    ``k`` at decision time ``t`` in its episode ``m``, the baseline is the mean over the other
+    replicas ``j`` of their discounted return-to-go from their first decision at or after ``t``
+    in their episode ``m`` (``G_j(t') * gamma_s ** (t' - t)``); the advantage is the Monte-Carlo
+    return-to-go ``G_k,i`` (per-second discount, bootstrapped with the critic at the rollout end)
+    minus that baseline. The baseline depends on the input (the arrivals to come) but not on the
+    action taken at ``(k, i)``, which is what removes the input's share of the variance. Where no
+    other replica covers ``(m, t)`` in this rollout (episode parts in the previous rollout), the
+    critic's value is the baseline. The value target stays ``G_k,i``.
+
+    Raises:
+        RuntimeError: see :class:`TimeDiscountedRolloutBuffer`; ValueError with fewer than two
+            environments.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.n_envs < 2:
+            raise ValueError(f"InputDrivenRolloutBuffer needs >= 2 replica environments, got n_envs={self.n_envs}")
+
+    def reset(self) -> None:
+        super().reset()
+        self.decision_times_s = np.zeros((self.buffer_size, self.n_envs))
+        self.episode_numbers = np.zeros((self.buffer_size, self.n_envs), dtype=np.int64)
+        #: share of steps whose baseline came from other replicas (the rest: the critic)
+        self.replica_baseline_share = 0.0
+
+    def add(self, *args, **kwargs) -> None:
+        if self.durations is not None:
+            self.decision_times_s[self.pos] = self.durations.last_decision_time_s
+            self.episode_numbers[self.pos] = self.durations.last_episode_number
+        super().add(*args, **kwargs)
+
+    def compute_returns_and_advantage(self, last_values, dones: np.ndarray) -> None:
+        last_values = last_values.clone().cpu().numpy().flatten()
+        g = np.zeros((self.buffer_size, self.n_envs))
+        nxt = last_values * (1.0 - dones.astype(np.float64))
+        for step in reversed(range(self.buffer_size)):
+            if step < self.buffer_size - 1:
+                nxt = g[step + 1] * (1.0 - self.episode_starts[step + 1])
+            g[step] = self.rewards[step] + self.step_discounts[step] * nxt
+        baseline = self.values.astype(np.float64).copy()
+        num_replica = 0
+        for m in np.unique(self.episode_numbers):
+            seg = {k: np.flatnonzero(self.episode_numbers[:, k] == m) for k in range(self.n_envs)}
+            for k, steps_k in seg.items():
+                if steps_k.size == 0:
+                    continue
+                t_k = self.decision_times_s[steps_k, k]
+                total = np.zeros(steps_k.size)
+                count = np.zeros(steps_k.size)
+                for j, steps_j in seg.items():
+                    if j == k or steps_j.size == 0:
+                        continue
+                    t_j = self.decision_times_s[steps_j, j]
+                    pos = np.searchsorted(t_j, t_k, side="left")
+                    # covered: j's part of episode m holds a decision at or after t (and began by t)
+                    ok = (pos < t_j.size) & (t_j[0] <= t_k)
+                    pj = np.minimum(pos, t_j.size - 1)
+                    val = g[steps_j[pj], j] * self.gamma_per_s ** np.maximum(t_j[pj] - t_k, 0.0)
+                    total += np.where(ok, val, 0.0)
+                    count += ok
+                have = count > 0
+                baseline[steps_k[have], k] = total[have] / count[have]
+                num_replica += int(have.sum())
+        self.replica_baseline_share = num_replica / g.size
+        self.advantages = (g - baseline).astype(np.float32)
+        self.returns = g.astype(np.float32)
+
+
+class ReplicaSeed(gym.Wrapper):
+    """Makes replica environments draw the same episodes: every seeded ``reset`` (SB3 seeds each
+    VecEnv member with ``seed + index``) uses ``seed`` instead, so all replicas' generators — and
+    with them the windows and simulator seeds of their episodes — follow the same sequence
+    (:class:`InputDrivenRolloutBuffer`). Unseeded resets pass through."""
+
+    def __init__(self, env: gym.Env, seed: int) -> None:
+        super().__init__(env)
+        self.replica_seed = int(seed)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        return self.env.reset(seed=None if seed is None else self.replica_seed, options=options)
+
+    def action_masks(self):
+        return self.env.unwrapped.action_masks()

@@ -152,6 +152,9 @@ class TrainConfig:
     gamma: float = _opt(0.995, "discount factor per decision in (0, 1] (see --gamma-per-s)")
     gamma_per_s: float | None = _opt(None, "discount per second of simulated time in (0, 1] instead of the per-decision "
                                            "gamma in GAE (policies.time_discount)", metavar="G")
+    input_baseline: bool = _opt(False, "input-driven baseline: the environments replay the same episodes and each "
+                                       "step's baseline is the other replicas' return-to-go from the same time "
+                                       "(policies.time_discount.InputDrivenRolloutBuffer; needs --gamma-per-s, n_envs >= 2)")
     train_prediction_noise: float | None = _opt(0.1, "log-normal sigma of actual vs predicted step time in the TRAINING "
                                                      "environments (validation keeps the scenario's --prediction-noise); "
                                                      "none = the scenario's", metavar="SIGMA")
@@ -203,6 +206,8 @@ class TrainConfig:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
         if self.gamma_per_s is not None and not 0 < self.gamma_per_s <= 1:
             raise ValueError(f"gamma_per_s must be in (0, 1], got {self.gamma_per_s}")
+        if self.input_baseline and (self.gamma_per_s is None or self.n_envs < 2):
+            raise ValueError(f"input_baseline needs gamma_per_s and n_envs >= 2, got {self.gamma_per_s}, {self.n_envs}")
         if self.train_prediction_noise is not None and not (self.train_prediction_noise >= 0
                                                             and math.isfinite(self.train_prediction_noise)):
             raise ValueError(f"train_prediction_noise must be a finite number >= 0, got {self.train_prediction_noise}")
@@ -289,6 +294,12 @@ def make_env_fn(cfg: TrainConfig, windows, sim_config, rank: int):
         env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(
             kind=cfg.reward, scale=cfg.reward_scale, invalid_action_penalty=cfg.invalid_action_penalty),
             num_slots=cfg.num_slots)
+        if cfg.input_baseline:  # replicas: the same episodes in every environment
+            from policies.time_discount import ReplicaSeed
+
+            env = ReplicaSeed(monitored(env), cfg.seed * 1000)
+            env.reset(seed=cfg.seed * 1000)
+            return env
         env.reset(seed=cfg.seed * 1000 + rank)
         return monitored(env)
 
@@ -304,9 +315,10 @@ def _training_vec_env(cfg: TrainConfig, windows, sim_config):
     venv = SubprocVecEnv(fns) if cfg.vec_env == "subproc" else DummyVecEnv(fns)
     if cfg.gamma_per_s is None:
         return venv, {}
-    from policies.time_discount import StepDurationRecorder, TimeDiscountedRolloutBuffer
+    from policies.time_discount import InputDrivenRolloutBuffer, StepDurationRecorder, TimeDiscountedRolloutBuffer
 
-    return StepDurationRecorder(venv), {"rollout_buffer_class": TimeDiscountedRolloutBuffer,
+    buffer = InputDrivenRolloutBuffer if cfg.input_baseline else TimeDiscountedRolloutBuffer
+    return StepDurationRecorder(venv), {"rollout_buffer_class": buffer,
                                         "rollout_buffer_kwargs": {"gamma_per_s": cfg.gamma_per_s}}
 
 

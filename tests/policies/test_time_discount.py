@@ -159,3 +159,64 @@ def test_prediction_noise_makes_simulator_seeds_matter():
     a, b = returns(training_sim_config(cfg, base))
     c, d = returns(base)
     assert a != b and c == d
+
+
+class _Recorder:
+    def __init__(self, n) -> None:
+        self.last_step_duration_s = np.zeros(n)
+        self.last_decision_time_s = np.zeros(n)
+        self.last_episode_number = np.zeros(n, dtype=np.int64)
+
+
+def test_input_driven_baseline_is_the_other_replicas_return_to_go():
+    """Two replicas of one episode: the baseline of a step is the other replica's discounted
+    return-to-go from its first decision at or after the same time; where the other replica has
+    no decision left in the rollout the critic's value is the baseline."""
+    from policies.time_discount import InputDrivenRolloutBuffer
+
+    buf = InputDrivenRolloutBuffer(3, _OBS, spaces.Discrete(3), device="cpu", n_envs=2, gamma_per_s=0.5)
+    rec = _Recorder(2)
+    buf.durations = rec
+    buf.reset()
+    times = [[0.0, 0.0], [1.0, 2.0], [2.0, 3.0]]  # decision times of replica 0 / replica 1
+    rewards = [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]
+    for t in range(3):
+        rec.last_decision_time_s = np.array(times[t])
+        rec.last_step_duration_s = np.array([1.0, 2.0 if t == 0 else 1.0])
+        buf.add({"x": np.zeros((2, 2), np.float32)}, np.zeros((2, 1)), np.asarray(rewards[t], np.float32),
+                np.asarray([1.0, 1.0] if t == 0 else [0.0, 0.0], np.float32), th.tensor([7.0, 9.0]), th.zeros(2),
+                action_masks=np.ones((2, 3), np.float32))
+    buf.compute_returns_and_advantage(th.tensor([0.0, 0.0]), np.array([True, True]))
+    d0, d1 = 0.5 ** np.array([1.0, 1.0, 1.0]), 0.5 ** np.array([2.0, 1.0, 1.0])
+    g0 = np.array([1 + d0[0] * (1 + d0[1] * 1), 1 + d0[1] * 1, 1.0])
+    g1 = np.array([2 + d1[0] * (2 + d1[1] * 2), 2 + d1[1] * 2, 2.0])
+    np.testing.assert_allclose(buf.returns[:, 0], g0, rtol=1e-6)
+    # replica 0 at t = 0, 1, 2: replica 1's first decisions at or after are at 0, 2, 2
+    b0 = np.array([g1[0], g1[1] * 0.5 ** 1.0, g1[1]])
+    np.testing.assert_allclose(buf.advantages[:, 0], g0 - b0, rtol=1e-5)
+    # replica 1 at t = 0, 2, 3: replica 0 decides at 0 and 2, none at or after 3 -> the critic (9.0)
+    np.testing.assert_allclose(buf.advantages[:, 1], g1 - np.array([g0[0], g0[2], 9.0]), rtol=1e-5)
+    assert buf.replica_baseline_share == pytest.approx(5 / 6)
+
+
+def test_replica_environments_replay_the_same_episodes():
+    """With --input-baseline every training environment draws the same windows and seeds even
+    though SB3 seeds VecEnv members with seed + index."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from policies.train import EpisodeSource, TrainConfig, make_env_fn
+
+    wins = [random_workload(30, rate_rps=6.0, seed=s) for s in range(6)]
+    cfg = TrainConfig(source=EpisodeSource(workload="mixed-default"), n_envs=3, gamma_per_s=0.9, input_baseline=True,
+                      wandb_mode="disabled")
+    venv = DummyVecEnv([make_env_fn(cfg, wins, SimConfig(pool=SMALL_POOL), i) for i in range(3)])
+    venv.seed(5)
+    venv.reset()
+    picks = [[], [], []]
+    for _ in range(4):
+        for i, e in enumerate(venv.envs):
+            e.reset()
+            picks[i].append((e.unwrapped.window_index, e.unwrapped.sim.config.seed))
+    assert picks[0] == picks[1] == picks[2] and len(set(picks[0])) > 1
+    with pytest.raises(ValueError, match="input_baseline"):
+        TrainConfig(source=EpisodeSource(workload="mixed-default"), input_baseline=True)

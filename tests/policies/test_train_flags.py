@@ -31,7 +31,8 @@ def test_every_training_flag_reaches_the_config(kind):
         value = getattr(cfg, name)
         extra = ["--action-mode", "target"] if name in target_only else []
         if isinstance(value, bool):
-            changed = _cfg(kind, f"--{'no-' if value else ''}{flag[2:]}")
+            needs = ["--gamma-per-s", "0.9"] if name == "input_baseline" else []
+            changed = _cfg(kind, f"--{'no-' if value else ''}{flag[2:]}", *needs)
         elif isinstance(value, str):
             choices = {"vec_env": "subproc", "reward": "slo_miss_tokens", "wandb_mode": "disabled", "bc_policy": "vertumnus",
                        "action_mode": "target", "warm_start": "oracle"}
