@@ -76,7 +76,7 @@ class NumpyWorkerSetActor:
         xw[:, self._w_log] = np.log1p(np.maximum(xw[:, self._w_log], 0.0))
         if any_eligible:
             qf = w[:, _Q_FIN]  # (N, 2): outstanding work, predicted finish
-            rel = qf - qf[eligible].min(axis=0)
+            rel = qf - np.min(qf, axis=0, where=eligible[:, None], initial=np.inf)
             x[:, fw:fw + 2] = np.sign(rel) * np.log1p(np.abs(rel)) * present[:, None]
         else:
             x[:, fw:fw + 2] = 0.0
@@ -105,14 +105,14 @@ class NumpyWorkerSetActor:
         if self.residual_tau_s is not None and any_eligible:
             j = w[:, _Q] + self.residual_beta * w[:, _S] + self.residual_lambda * np.asarray(
                 obs["workers_extra"], dtype=np.float32)[:, 0]
-            j -= j[eligible].min()
+            j -= np.min(j, where=eligible, initial=np.inf)
             j /= -np.float32(self.residual_tau_s)
             out += np.where(eligible, j, np.float32(0.0))
-        return out.astype(np.float32)
+        return out  # float32: every operand is float32
 
     def act(self, obs: dict, action_mask: np.ndarray | None = None) -> int:
         """The most likely action among the masked-in slots (ties: lowest slot)."""
-        lg = self.logits(obs)
+        lg = self.logits(obs)  # a fresh array: masked in place
         if action_mask is not None:
-            lg = np.where(np.asarray(action_mask, dtype=bool), lg, -np.inf)
+            lg[~np.asarray(action_mask, dtype=bool)] = -np.inf
         return int(np.argmax(lg))
