@@ -76,7 +76,7 @@ class NumpyWorkerSetActor:
         xw[:, self._w_log] = np.log1p(np.maximum(xw[:, self._w_log], 0.0))
         if any_eligible:
             qf = w[:, _Q_FIN]  # (N, 2): outstanding work, predicted finish
-            rel = qf - np.min(qf, axis=0, where=eligible[:, None], initial=np.inf)
+            rel = qf - qf[eligible].min(axis=0)
             x[:, fw:fw + 2] = np.sign(rel) * np.log1p(np.abs(rel)) * present[:, None]
         else:
             x[:, fw:fw + 2] = 0.0
@@ -105,7 +105,7 @@ class NumpyWorkerSetActor:
         if self.residual_tau_s is not None and any_eligible:
             j = w[:, _Q] + self.residual_beta * w[:, _S] + self.residual_lambda * np.asarray(
                 obs["workers_extra"], dtype=np.float32)[:, 0]
-            j -= np.min(j, where=eligible, initial=np.inf)
+            j -= j[eligible].min()
             j /= -np.float32(self.residual_tau_s)
             out += np.where(eligible, j, np.float32(0.0))
         return out  # float32: every operand is float32
