@@ -212,7 +212,10 @@ class PrefillRoutingEnv(gym.Env):
     is a no-op that repeats these flags. The last step's ``info`` holds ``episode_return`` and
     ``episode_mean_ttft_s``, ``episode_p90_ttft_s``, ``episode_slo_attainment_token_weighted`` of
     the requests arriving at or after the window's ``metadata["measure_from_s"]`` (0 by default;
-    a warm-started protocol window, ``policies.protocol``, excludes its warm-up).
+    a warm-started protocol window, ``policies.protocol``, excludes its warm-up). Every step's
+    ``info["step_duration_s"]`` is the simulated time from this decision to the next one (to the
+    end of the simulation on the last step) [s], for discounting per second
+    (``policies.time_discount``).
 
     ## Arguments
 
@@ -289,6 +292,8 @@ class PrefillRoutingEnv(gym.Env):
         self._episode_mean_tokens = 1.0
         self._seen: bytearray = bytearray()
         self._arrivals_s = np.zeros(0)
+        self._arrivals_list: list[float] = []
+        self._arrival_cursor_lo = self._arrival_cursor_hi = 0
         self._window_end_s = 0.0
         self.window_index = -1
 
@@ -345,6 +350,8 @@ class PrefillRoutingEnv(gym.Env):
         sim.finish_listeners.append(self._acct.on_finish)
         self._seen = bytearray(wl.num_requests)
         self._arrivals_s = np.fromiter((r.arrival_time_s for r in wl.requests), dtype=float, count=wl.num_requests)
+        self._arrivals_list = self._arrivals_s.tolist()
+        self._arrival_cursor_lo = self._arrival_cursor_hi = 0
         md = wl.metadata or {}
         if "window_end_s" in md and "window_start_s" in md:
             self._window_end_s = float(md["window_end_s"]) - float(md["window_start_s"])
@@ -408,6 +415,7 @@ class PrefillRoutingEnv(gym.Env):
         info = self._info(done)
         info["invalid_action"] = invalid
         info["worker_id"] = wid
+        info["step_duration_s"] = sim.env.now - now  # simulated time to the next decision (policies.time_discount)
         return self._observe(nxt), float(reward), terminated, truncated, info
 
     def _info(self, done: bool) -> dict:
@@ -453,8 +461,14 @@ class PrefillRoutingEnv(gym.Env):
         max_hit = 0
         ids: list[int] = []
         rows: list[tuple] = []
-        extra: list[tuple] = []  # eligible (slot, C_w, s, R, P): the extra GPU time needs C_min first
+        extra: list[tuple] = []  # eligible (slot, C_w, s, A, B): the extra GPU time needs C_min first
         c_min = 1 << 30
+        # E_C(R, P) = A + B / C (CostModel.split_s; the same floating-point operations as
+        # service_time_s): A and B computed once per distinct (cost model, P), reused for s_w and for
+        # E_{C_min} of the extra GPU time
+        wcm = None
+        last_p = -1
+        A = B = 0.0
         for wid in sim.worker_ids:
             w = ws[wid]
             rem = w.step_predicted_end_s - now if w.batch else 0.0
@@ -471,7 +485,11 @@ class PrefillRoutingEnv(gym.Env):
             else:
                 pp = p
             C = w.degree
-            s = w.cost_model.service_time_s(C, L - p, p)  # the worker's own GPU type
+            if p != last_p or w.cost_model is not wcm:  # the worker's own GPU type
+                wcm = w.cost_model
+                last_p = p
+                A, B = wcm.split_s(L - p, p)
+            s = A + B / C
             el = is_eligible(w, req)
             total_q += q
             if el:
@@ -479,7 +497,7 @@ class PrefillRoutingEnv(gym.Env):
                 num_eligible += 1
                 if C < c_min:
                     c_min = C
-                extra.append((wid, C, s, L - p, p))
+                extra.append((wid, C, s, A, B) if wcm is cm else (wid, C, s, *cm.split_s(L - p, p)))
                 if q < min_q:
                     min_q = q
                 if p > max_hit:
@@ -490,13 +508,14 @@ class PrefillRoutingEnv(gym.Env):
                          w.num_queued_new_tokens, len(cache) / cb if cb else 1.0, pp))
         if rows:
             W[ids] = rows
-        for wid, C, s, r_new, p in extra:
-            x = C * s - c_min * cm.service_time_s(c_min, r_new, p)
+        for wid, C, s, A, B in extra:
+            x = C * s - c_min * (A + B / c_min)
             X[wid, 0] = x if x > 0.0 else 0.0
-        arr = self._arrivals_s
-        t0 = max(now - RECENT_RATE_WINDOW_S, 0.0)
+        t0 = now - RECENT_RATE_WINDOW_S
+        if t0 < 0.0:
+            t0 = 0.0
         span = now - t0
-        num_recent = int(np.searchsorted(arr, now, side="right") - np.searchsorted(arr, t0, side="right"))
+        num_recent = self._num_arrivals_in(t0, now)
         ctx[:] = (max(self._window_end_s - now, 0.0), num_recent / span if span > 0 else 0.0)
         R[:] = (L, sim.ttft_slo_s(req.request_id), cm.service_time_s(self._min_degree, L, 0), max_hit,
                 now - req.arrival_time_s, sim._num_routings[req.request_id])
@@ -506,6 +525,21 @@ class PrefillRoutingEnv(gym.Env):
         np.minimum(P, self._p_high, out=P)
         np.minimum(X, TIME_BOUND_S, out=X)
         return self._with_faults({"workers": W, "request": R, "pool": P, "workers_extra": X, "context": ctx})
+
+    def _num_arrivals_in(self, t0: float, t1: float) -> int:
+        """Number of the episode's arrivals in ``(t0, t1]`` for non-decreasing ``t0`` and ``t1``
+        within an episode: two cursors into the sorted arrival times that only move forward
+        (the same count as two ``searchsorted(..., side="right")`` calls)."""
+        arr = self._arrivals_list
+        n = len(arr)
+        hi = self._arrival_cursor_hi
+        while hi < n and arr[hi] <= t1:
+            hi += 1
+        lo = self._arrival_cursor_lo
+        while lo < hi and arr[lo] <= t0:
+            lo += 1
+        self._arrival_cursor_lo, self._arrival_cursor_hi = lo, hi
+        return hi - lo
 
     def _with_faults(self, obs: dict) -> dict:
         if self.observe_faults:

@@ -47,7 +47,9 @@ class EnvBenchResult:
         decision_latency_us: policy -> mean decision latency [us/decision]: heuristics
             (``Router.route`` inside ``Simulator.run``) and a learned checkpoint, through its numpy
             forward pass (``policies.numpy_policy``, what ``cpgym evaluate`` uses) and through SB3
-            ``model.predict`` (label suffix `` (torch)``), masks passed, batch 1.
+            ``model.predict`` (label suffix `` (torch)``), masks passed, batch 1; label suffix
+            `` (observation + decision)``: the numpy decision plus building its observation (the
+            feature work a heuristic's ``route`` does inside its own latency).
         env_steps_per_s: policy -> steps/s of the whole decide-and-step loop of that policy.
     """
 
@@ -129,8 +131,11 @@ def _heuristic_latency_us(name: str, window, config) -> tuple[float, float]:
     return 1e6 * total / max(k, 1), k / (time.perf_counter() - t_loop)
 
 
-def _learned_latency_us(checkpoint: str, window, config, torch_threads: int, backend: str) -> tuple[str, float, float]:
-    """``(label, us per decision, steps/s of the decide+step loop)`` of a checkpoint, batch 1."""
+def _learned_latency_us(checkpoint: str, window, config, torch_threads: int, backend: str) -> tuple[str, float, float, float]:
+    """``(label, us per decision, steps/s of the decide+step loop, us to build one observation)``
+    of a checkpoint, batch 1. The observation time re-builds the current decision's observation
+    (``PrefillRoutingEnv._observe``, the per-decision feature work that ``env.step`` does before
+    returning it), so ``decision + observation`` is what a deployed learned router pays per request."""
     import torch as th
 
     from envs.routing_env import PrefillRoutingEnv
@@ -141,17 +146,22 @@ def _learned_latency_us(checkpoint: str, window, config, torch_threads: int, bac
     label = pol.name if backend == "numpy" else f"{pol.name} (torch)"
     env = PrefillRoutingEnv([window], config)
     obs, _ = env.reset(seed=0, options={"window_index": 0, "sim_seed": 0})
-    total, k = 0.0, 0
-    t_loop = time.perf_counter()
+    total, total_obs, k = 0.0, 0.0, 0
+    pc = time.perf_counter
+    t_loop = pc()
     while True:
         m = env.action_masks()
-        t0 = time.perf_counter()
+        t0 = pc()
         a, _ = pol.predict(obs, deterministic=True, action_masks=m)
-        total += time.perf_counter() - t0
+        t1 = pc()
+        env._observe(env.pending_request)  # the same observation again (idempotent)
+        total_obs += pc() - t1
+        total += t1 - t0
         obs, _, term, trunc, _ = env.step(int(a))
         k += 1
         if term or trunc or k >= 3000:
-            return label, 1e6 * total / k, k / (time.perf_counter() - t_loop)
+            elapsed = pc() - t_loop - total_obs
+            return label, 1e6 * total / k, k / elapsed, 1e6 * total_obs / k
 
 
 def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, config) -> EnvBenchResult:
@@ -174,8 +184,10 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
             lat[name], sps[name] = _heuristic_latency_us(name, windows[0], config)
     if cfg.policy != "none":
         for backend in ("numpy", "torch"):
-            name, lat_us, steps = _learned_latency_us(cfg.policy, windows[0], config, cfg.torch_threads, backend)
+            name, lat_us, steps, obs_us = _learned_latency_us(cfg.policy, windows[0], config, cfg.torch_threads, backend)
             lat[name], sps[name] = lat_us, steps
+            if backend == "numpy":
+                lat[f"{name} (observation + decision)"], sps[f"{name} (observation + decision)"] = lat_us + obs_us, steps
     return EnvBenchResult(workload=workload.name, num_windows=len(windows), pool=config.pool.composition,
                           num_gpus=config.pool.num_gpus, max_num_workers=config.pool.max_num_workers,
                           raw_env_steps_per_s=raw, raw_env_steps_per_s_incl_resets=raw_resets,

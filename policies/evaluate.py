@@ -222,6 +222,8 @@ class EvaluationConfig:
                                         "e.g. 0.7,0.9: test windows, warm start, paired per-window CIs", metavar="F,F")
     protocol: bool = _opt(False, "protocol evaluation at --target-rps (implied by --loads)")
     warmup_s: float = _opt(30.0, "protocol: warm-up trace before each window [s]")
+    max_windows: int | None = _opt(None, "protocol: at most N windows per cell, evenly spread over the part "
+                                         "(policies.protocol.spread_subset; default all)", metavar="N")
     tuned: str | None = _opt(None, "protocol: vertumnus-tuned parameters per cell from `cpgym tune vertumnus` "
                                    "(none: tuned on each cell's training windows)", metavar="JSON")
 
@@ -240,6 +242,9 @@ class EvaluationConfig:
         if self.eval_every is not None and self.eval_every < 2:
             raise ValueError(f"evaluate: eval_every must be >= 2, got {self.eval_every}")
         object.__setattr__(self, "loads", tuple(float(x) for x in self.loads))
+        if self.max_windows is not None and (self.max_windows < 1 or not (self.loads or self.protocol)):
+            raise ValueError(f"evaluate: max_windows must be >= 1 and needs the protocol evaluation (--loads or "
+                             f"--protocol), got {self.max_windows}")
         if not self.warmup_s >= 0:
             raise ValueError(f"evaluate: warmup_s must be >= 0, got {self.warmup_s}")
 

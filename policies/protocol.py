@@ -247,16 +247,35 @@ class Scenario:
         name = Path(s.trace).stem if getattr(s, "trace", None) else s.workload
         return f"{name}@{self.load_fraction:g}" if self.load_fraction is not None else f"{name}@{self.rate_rps:g}rps"
 
-    def windows(self, part: str, seed: int = 0) -> list:
+    def windows(self, part: str, seed: int = 0, max_windows: int | None = None) -> list:
+        """The ``part`` windows at this cell's rate; at most ``max_windows`` of them, evenly
+        spread (:func:`spread_subset`)."""
         from envs import workloads
 
         wl = workloads.scale_to_rate(replace(self.source, target_rps=None).workload_obj(seed), self.rate_rps)
-        return protocol_windows(wl, self.window_s, part, self.warmup_s)
+        return spread_subset(protocol_windows(wl, self.window_s, part, self.warmup_s), max_windows)
+
+
+def spread_subset(windows: Sequence, max_windows: int | None) -> list:
+    """At most ``max_windows`` of ``windows``, evenly spread over the sequence (first and last
+    included; indices ``round(linspace(0, n - 1, max_windows))``), so a long workload's cell keeps
+    windows from its whole time span; all of them when ``max_windows`` is None or >= their number.
+
+    Raises:
+        ValueError: if ``max_windows`` < 1.
+    """
+    if max_windows is None or max_windows >= len(windows):
+        return list(windows)
+    if max_windows < 1:
+        raise ValueError(f"max_windows must be >= 1, got {max_windows}")
+    idx = np.unique(np.round(np.linspace(0, len(windows) - 1, max_windows)).astype(int))
+    return [windows[i] for i in idx]
 
 
 def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, part: str = "test",
-                      tuned: dict | None = None, log=None) -> list[dict]:
-    """Runs every policy on every ``part`` window of the scenario (paired: same windows).
+                      tuned: dict | None = None, log=None, max_windows: int | None = None) -> list[dict]:
+    """Runs every policy on every ``part`` window of the scenario (paired: same windows); at most
+    ``max_windows`` of them, evenly spread (:func:`spread_subset`).
 
     Args:
         policies: registered heuristics, ``"vertumnus-tuned"`` (parameters from ``tuned``, or tuned
@@ -272,7 +291,7 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
     from policies.evaluate import check_policy_argument, is_checkpoint
     from policies.heuristic import run_episode
 
-    wins = scenario.windows(part)
+    wins = scenario.windows(part, max_windows=max_windows)
     runners: dict[str, Callable] = {}
     for p in policies:
         if p == "vertumnus-tuned":

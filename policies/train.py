@@ -115,6 +115,14 @@ class TrainConfig:
     environment; the policy is fitted for ``bc_epochs`` epochs to its masked actions
     (cross-entropy) and the value head to the discounted returns (MSE).
 
+    ``gamma_per_s``: discount per simulated second (``policies.time_discount``: transition ``i``
+    is discounted by ``gamma_per_s ** dt_i``, ``dt_i`` the time to the next decision), so the
+    look-ahead is the same number of seconds at every load; ``None`` keeps the per-decision
+    ``gamma``. ``train_prediction_noise``: the training environments run with this
+    prediction-noise sigma (``envs.sim.config.PredictionErrorConfig``; default 0.1), so the
+    simulator seed of an episode matters and the policy does not overfit exact service times;
+    validation and evaluation keep the scenario's own (noise-free by default).
+
     ``residual_tau_s``: residual policy over the Vertumnus cost (``policies.extractor``: logits
     ``-J/tau + f``, ``f`` zero at the start, so training starts at Vertumnus's decisions;
     ``J`` with ``residual_beta``/``residual_lambda``, e.g. the tuned pair). ``num_slots``: pad the
@@ -141,7 +149,15 @@ class TrainConfig:
     batch_size: int = _opt(256, "PPO minibatch size (<= n_steps x n_envs)")
     n_epochs: int = _opt(4, "PPO epochs per rollout")
     learning_rate: float = _opt(3e-4, "Adam learning rate")
-    gamma: float = _opt(0.995, "discount factor in (0, 1]")
+    gamma: float = _opt(0.995, "discount factor per decision in (0, 1] (see --gamma-per-s)")
+    gamma_per_s: float | None = _opt(None, "discount per second of simulated time in (0, 1] instead of the per-decision "
+                                           "gamma in GAE (policies.time_discount)", metavar="G")
+    input_baseline: bool = _opt(False, "input-driven baseline: the environments replay the same episodes and each "
+                                       "step's baseline is the other replicas' return-to-go from the same time "
+                                       "(policies.time_discount.InputDrivenRolloutBuffer; needs --gamma-per-s, n_envs >= 2)")
+    train_prediction_noise: float | None = _opt(0.1, "log-normal sigma of actual vs predicted step time in the TRAINING "
+                                                     "environments (validation keeps the scenario's --prediction-noise); "
+                                                     "none = the scenario's", metavar="SIGMA")
     gae_lambda: float = _opt(0.95, "GAE lambda in [0, 1]")
     ent_coef: float = _opt(0.01, "entropy coefficient")
     clip_range: float = _opt(0.2, "PPO clip range")
@@ -188,6 +204,13 @@ class TrainConfig:
             raise ValueError(f"bc_episodes and bc_epochs must be >= 1, got {self.bc_episodes}, {self.bc_epochs}")
         if not 0 < self.gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if self.gamma_per_s is not None and not 0 < self.gamma_per_s <= 1:
+            raise ValueError(f"gamma_per_s must be in (0, 1], got {self.gamma_per_s}")
+        if self.input_baseline and (self.gamma_per_s is None or self.n_envs < 2):
+            raise ValueError(f"input_baseline needs gamma_per_s and n_envs >= 2, got {self.gamma_per_s}, {self.n_envs}")
+        if self.train_prediction_noise is not None and not (self.train_prediction_noise >= 0
+                                                            and math.isfinite(self.train_prediction_noise)):
+            raise ValueError(f"train_prediction_noise must be a finite number >= 0, got {self.train_prediction_noise}")
         if not 0 <= self.gae_lambda <= 1:
             raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
         if not self.ent_coef >= 0 or not self.clip_range > 0:
@@ -251,6 +274,16 @@ def _sim_config(cfg: TrainConfig, base=None):
     return sc
 
 
+def training_sim_config(cfg: TrainConfig, sim_config):
+    """The simulator configuration of the training environments: ``sim_config`` with
+    ``cfg.train_prediction_noise`` as the prediction-noise sigma (unchanged if None)."""
+    from dataclasses import replace
+
+    if cfg.train_prediction_noise is None:
+        return sim_config
+    return replace(sim_config, prediction_error=replace(sim_config.prediction_error, noise_sigma=cfg.train_prediction_noise))
+
+
 def make_env_fn(cfg: TrainConfig, windows, sim_config, rank: int):
     """Picklable-enough factory of one training environment (for DummyVecEnv/SubprocVecEnv)."""
 
@@ -261,10 +294,32 @@ def make_env_fn(cfg: TrainConfig, windows, sim_config, rank: int):
         env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(
             kind=cfg.reward, scale=cfg.reward_scale, invalid_action_penalty=cfg.invalid_action_penalty),
             num_slots=cfg.num_slots)
+        if cfg.input_baseline:  # replicas: the same episodes in every environment
+            from policies.time_discount import ReplicaSeed
+
+            env = ReplicaSeed(monitored(env), cfg.seed * 1000)
+            env.reset(seed=cfg.seed * 1000)
+            return env
         env.reset(seed=cfg.seed * 1000 + rank)
         return monitored(env)
 
     return _make
+
+
+def _training_vec_env(cfg: TrainConfig, windows, sim_config):
+    """``(VecEnv, extra MaskablePPO kwargs)`` of the training environments: with ``gamma_per_s``
+    the VecEnv records step durations and the rollout buffer discounts per second."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    fns = [make_env_fn(cfg, windows, training_sim_config(cfg, sim_config), i) for i in range(cfg.n_envs)]
+    venv = SubprocVecEnv(fns) if cfg.vec_env == "subproc" else DummyVecEnv(fns)
+    if cfg.gamma_per_s is None:
+        return venv, {}
+    from policies.time_discount import InputDrivenRolloutBuffer, StepDurationRecorder, TimeDiscountedRolloutBuffer
+
+    buffer = InputDrivenRolloutBuffer if cfg.input_baseline else TimeDiscountedRolloutBuffer
+    return StepDurationRecorder(venv), {"rollout_buffer_class": buffer,
+                                        "rollout_buffer_kwargs": {"gamma_per_s": cfg.gamma_per_s}}
 
 
 def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: list[str] | None = None,
@@ -282,7 +337,6 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, CallbackList
     from stable_baselines3.common.logger import configure
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     from policies.extractor import WorkerSetPolicy
 
@@ -293,15 +347,16 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     windows = cfg.windows("train")
     log(f"train: {len(windows)} windows of {cfg.source.window_s:g} s from {cfg.source.label}, "
         f"{sum(w.num_requests for w in windows)} requests; pool {sc.pool.composition}")
-    fns = [make_env_fn(cfg, windows, sc, i) for i in range(cfg.n_envs)]
-    venv = SubprocVecEnv(fns) if cfg.vec_env == "subproc" else DummyVecEnv(fns)
+    venv, buffer_kw = _training_vec_env(cfg, windows, sc)
     meta = {"kind": "routing", "train_config": _jsonable(asdict(cfg)), "sim_config": _jsonable(asdict(sc)),
             "argv": argv, "num_train_windows": len(windows)}
     (out / "train_config.json").write_text(json.dumps(meta, indent=2) + "\n")
     model = MaskablePPO(WorkerSetPolicy, venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
                         learning_rate=cfg.learning_rate, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
                         ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, verbose=0,
-                        policy_kwargs=cfg.policy_kwargs)
+                        policy_kwargs=cfg.policy_kwargs, **buffer_kw)
+    if cfg.gamma_per_s is not None:
+        model.rollout_buffer.durations = venv
     model.set_logger(configure(str(out), ["csv"]))
     if cfg.bc_policy:
         stats = behaviour_clone(model, cfg, windows, sc, log)

@@ -9,7 +9,8 @@ Measures, on the default 40-GPU pool (or the configured one) and episode windows
 * decision latency [us/decision] of heuristics (``Router.route`` inside ``Simulator.run``) and of
   a learned checkpoint: its numpy forward pass (``policies.numpy_policy``, what ``cpgym evaluate``
   uses) and SB3 ``model.predict`` (batch 1, ``--torch-threads`` threads), with the steps/s of each
-  policy's decide-and-step loop.
+  policy's decide-and-step loop; ``(observation + decision)`` adds the time to build the
+  observation the numpy forward pass reads (a heuristic's latency includes its own feature work).
 
 ``--format json`` prints one row per measurement: ``{policy, decision_latency_us,
 env_steps_per_s}`` (``decision_latency_us`` null for the raw env and DummyVecEnv rows).

@@ -122,7 +122,7 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
         tuned = tuned_cells.get(sc.key)
         if cfg.tuned and "vertumnus-tuned" in policies and tuned is None:
             raise ValueError(f"--tuned {cfg.tuned} has no cell {sc.key!r}; cells: {sorted(tuned_cells)}")
-        rows += evaluate_scenario(policies, sc, config, part, tuned=tuned, log=log)
+        rows += evaluate_scenario(policies, sc, config, part, tuned=tuned, log=log, max_windows=cfg.max_windows)
     if args.out:
         from pathlib import Path
 

@@ -16,6 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_arguments(p)
     p.add_argument("--betas", default=",".join(f"{b:g}" for b in TUNE_BETAS), help="beta grid (comma-separated, >= 1)")
     p.add_argument("--lambdas", default=",".join(f"{x:g}" for x in TUNE_LAMBDAS), help="lambda grid (comma-separated, >= 0)")
+    p.add_argument("--max-windows", type=int, metavar="N",
+                   help="tune on at most N training windows per cell, evenly spread (policies.protocol.spread_subset; "
+                        "default all)")
     p.add_argument("--out", metavar="JSON", required=True, help="where to write the tuned parameters per cell")
     p.add_argument("--quiet", action="store_true")
 
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     lambdas = parse_list(args.lambdas, "--lambdas", float)
     result = {"heuristic": args.heuristic, "argv": sys.argv[1:], "cells": {}}
     for sc in scenarios_from_args(args, config, log):
-        t = tune_vertumnus(sc.windows("train"), config, betas, lambdas, log=log)
+        t = tune_vertumnus(sc.windows("train", max_windows=args.max_windows), config, betas, lambdas, log=log)
         t.update(rate_rps=sc.rate_rps, load_fraction=sc.load_fraction, window_s=sc.window_s, warmup_s=sc.warmup_s)
         result["cells"][sc.key] = t
         print(f"{sc.key}: beta {t['beta']:g}, lambda {t['lambda']:g} (mean TTFT {t['mean_ttft_s']:.4f} s on "

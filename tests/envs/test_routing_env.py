@@ -182,3 +182,36 @@ def test_reward_config_validation():
 def test_import_envs_sim_does_not_import_gymnasium():
     code = "import envs.sim, envs, sys; assert 'gymnasium' not in sys.modules and 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_observation_costs_and_rate_are_exact(toy_cal, small_config):
+    """The fast observation build (A/B split of the cost model reused per prefix hit, forward
+    cursors over the arrivals) gives exactly the float32 of the direct formulas: ``service_time_s``
+    per worker, ``C*s - C_min*E_{C_min}`` for the extra GPU time, and a ``searchsorted`` count for
+    the recent arrival rate."""
+    from envs.routing_env import RECENT_RATE_WINDOW_S, WORKER_FEATURES
+
+    wl = random_workload(120, rate_rps=8.0, seed=3)
+    env = PrefillRoutingEnv(wl, small_config, toy_cal)
+    obs, _ = env.reset(seed=0)
+    col = {n: i for i, (n, _) in enumerate(WORKER_FEATURES)}
+    arrivals = np.array([r.arrival_time_s for r in wl.requests])
+    num_checked = 0
+    while env.pending_request is not None:
+        sim, req = env.sim, env.pending_request
+        cm, L = sim.cost_model, req.num_prompt_tokens
+        elig = [w for w in sim.worker_ids if sim.is_eligible(sim.workers[w], req)]
+        c_min = min(sim.workers[w].degree for w in elig)
+        for wid in sim.worker_ids:
+            w, p = sim.workers[wid], int(obs["workers"][wid, col["ready_hit_tokens"]])
+            s = w.cost_model.service_time_s(w.degree, L - p, p)
+            assert obs["workers"][wid, col["predicted_service_s"]] == np.float32(s)
+            x = max(w.degree * s - c_min * cm.service_time_s(c_min, L - p, p), 0.0) if wid in elig else 0.0
+            assert obs["workers_extra"][wid, 0] == np.float32(x)
+        now = sim.env.now
+        t0 = max(now - RECENT_RATE_WINDOW_S, 0.0)
+        num = np.searchsorted(arrivals, now, side="right") - np.searchsorted(arrivals, t0, side="right")
+        assert obs["context"][1] == np.float32(num / (now - t0) if now > t0 else 0.0)
+        num_checked += 1
+        obs, *_ = env.step(int(np.flatnonzero(env.action_masks())[0]))
+    assert num_checked >= 100

@@ -22,3 +22,20 @@ def test_bench_config_rejects_zero_steps():
 
     with pytest.raises(ValueError, match="steps"):
         EnvBenchConfig(steps=0)
+
+
+@pytest.mark.slow
+def test_learned_latency_ab_against_this_checkout(capsys):
+    """The side-by-side latency script compares two checkouts in one process; against itself the
+    logits and observations are bit-identical and both sides report positive costs."""
+    import json
+    from pathlib import Path
+
+    from experiments.scripts.learned_latency_ab import main
+
+    root = Path(__file__).resolve().parents[2]
+    assert main(["--baseline", str(root), "--repeats", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bit_identical_logits_and_observations"] is True
+    assert [r["side"] for r in out["rows"]] == ["baseline", "this checkout"]
+    assert all(r["numpy_decision_us"] > 0 and r["observation_us"] > 0 and r["num_decisions"] > 100 for r in out["rows"])

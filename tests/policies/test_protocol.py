@@ -176,3 +176,25 @@ def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
     assert prog["time/total_timesteps"].max() == 256 and prog["train/n_updates"].max() == 4
     meta = json.loads((tmp_path / "run" / "train_config.json").read_text())
     assert meta["validation"]["best_mean_ttft_s"] == val["mean_ttft_s"].min()
+
+
+def test_spread_subset_keeps_evenly_spread_windows():
+    from policies.protocol import spread_subset
+
+    wins = list(range(100))
+    assert spread_subset(wins, None) == wins and spread_subset(wins, 200) == wins
+    sub = spread_subset(wins, 5)
+    assert sub == [0, 25, 50, 74, 99]  # round(linspace(0, 99, 5)): first and last kept
+    assert spread_subset(wins, 1) == [0]
+    with pytest.raises(ValueError, match="max_windows"):
+        spread_subset(wins, 0)
+
+
+def test_evaluate_max_windows_needs_the_protocol():
+    from policies.evaluate import EvaluationConfig
+
+    assert EvaluationConfig(policy="shipped", loads=(0.9,), max_windows=20).max_windows == 20
+    with pytest.raises(ValueError, match="max_windows"):
+        EvaluationConfig(policy="shipped", max_windows=20)
+    with pytest.raises(ValueError, match="max_windows"):
+        EvaluationConfig(policy="shipped", loads=(0.9,), max_windows=0)

@@ -171,5 +171,27 @@ def test_bench_env_json_rows(capsys):
     names = [r["policy"] for r in rows]
     assert "vertumnus" in names and "learned:routing_conversation_residual" in names
     assert "learned:routing_conversation_residual (torch)" in names
+    assert "learned:routing_conversation_residual (observation + decision)" in names
     assert all(r["env_steps_per_s"] > 0 for r in rows)
     assert all(r["decision_latency_us"] > 0 for r in rows if not r["policy"].startswith("env"))
+
+
+def test_numpy_actor_reused_buffers_across_slot_counts():
+    """The actor reuses its input buffer between calls: alternating 12- and 16-slot observations
+    give exactly the logits of a fresh actor per call (no state leaks from the previous call)."""
+    from policies.numpy_policy import NumpyWorkerSetActor
+
+    env12 = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration(), num_slots=12)
+    env16 = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration(), num_slots=16)
+    ext = _model(env12, residual_tau_s=0.2).policy.features_extractor
+    with th.no_grad():
+        for p in ext.parameters():
+            p.add_(0.3 * th.randn_like(p))
+    shared = NumpyWorkerSetActor(ext)
+    o12, _ = env12.reset(seed=0)
+    o16, _ = env16.reset(seed=1)
+    for _ in range(20):
+        for env, obs in ((env12, o12), (env16, o16)):
+            np.testing.assert_array_equal(shared.logits(obs), NumpyWorkerSetActor(ext).logits(obs))
+        o12 = env12.step(shared.act(o12, env12.action_masks()))[0]
+        o16 = env16.step(shared.act(o16, env16.action_masks()))[0]

@@ -31,7 +31,8 @@ def test_every_training_flag_reaches_the_config(kind):
         value = getattr(cfg, name)
         extra = ["--action-mode", "target"] if name in target_only else []
         if isinstance(value, bool):
-            changed = _cfg(kind, f"--{'no-' if value else ''}{flag[2:]}")
+            needs = ["--gamma-per-s", "0.9"] if name == "input_baseline" else []
+            changed = _cfg(kind, f"--{'no-' if value else ''}{flag[2:]}", *needs)
         elif isinstance(value, str):
             choices = {"vec_env": "subproc", "reward": "slo_miss_tokens", "wandb_mode": "disabled", "bc_policy": "vertumnus",
                        "action_mode": "target", "warm_start": "oracle"}
@@ -39,7 +40,7 @@ def test_every_training_flag_reaches_the_config(kind):
         elif isinstance(value, tuple):
             changed = _cfg(kind, flag, "5,6", *extra)
         elif value is None:
-            new = {"residual_tau_s": ["0.5"], "num_slots": ["64"], "warmup_s": ["30"],
+            new = {"residual_tau_s": ["0.5"], "num_slots": ["64"], "warmup_s": ["30"], "gamma_per_s": ["0.9"],
                    "validate_every_steps": ["100", "--warmup-s", "30"], "max_operation_gpus_per_window": ["16"]
                    }.get(name, ["vertumnus"])
             changed = _cfg(kind, flag, *new, *extra)
