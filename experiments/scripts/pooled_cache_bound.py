@@ -17,11 +17,11 @@ from envs.sim import SimConfig
 from envs.sim.cache import PrefixCache
 from experiments.paper_experiments.cache_ablation import tool_agent_at_rate
 from experiments.runner import build_simulator
+from experiments.scripts.ttft_breakdown import parse_rate_seed, request_arrays
 
 
 def main(argv: list[str]) -> int:
-    rate = float(argv[0]) if argv else 48.0
-    seed = int(argv[1]) if len(argv) > 1 else 0
+    rate, seed = parse_rate_seed(argv)
     wl = tool_agent_at_rate(rate, 300.0, seed)
     for mode in ("local", "pooled"):
         sim, spec = build_simulator(get_policy("vertumnus-router"), wl, SimConfig(seed=seed))
@@ -30,13 +30,8 @@ def main(argv: list[str]) -> int:
             shared = PrefixCache(sum(w.cache.capacity_blocks for w in workers), 0)
             for w in workers:
                 w.cache = shared
-        r = sim.run(spec.make_router()).records
-        ttft = np.asarray(r["ttft_s"])
-        queue = np.asarray(r["start_s"]) - np.asarray(r["arrival_s"])
-        prompt = np.asarray(r["num_prompt_tokens"])
-        cached = np.asarray(r["num_cached_tokens"])
-        degree = np.asarray(r["degree"])
-        tail = ttft >= np.percentile(ttft, 90)
+        a = request_arrays(sim.run(spec.make_router()).records)
+        ttft, queue, prompt, cached, degree, tail = (a[k] for k in ("ttft", "queue", "prompt", "cached", "degree", "tail"))
         print(f"{mode:6s} tool-agent {rate:g} req/s seed {seed}: mean TTFT {ttft.mean():.3f} s, "
               f"P90 {np.percentile(ttft, 90):.3f} s, mean queueing {queue.mean():.3f} s, "
               f"hit share {cached.sum() / prompt.sum():.4f}")

@@ -104,3 +104,13 @@ def test_full_system_and_router_ablation():
     # the router alone keeps the run's pool and attaches nothing
     r = run_policy("vertumnus-router", wl, cfg)
     assert r.extras.get("reconfig_operations", []) == [] and "initial_pool" not in r.extras
+
+
+def test_full_system_with_the_paper_rule_is_registered():
+    # the same full system (initial pool, controller, cache manager) with the paper's §6 load rule
+    spec = POLICIES["vertumnus-paper-rule"]
+    assert spec.choose_pool is not None and spec.params["decision"] == "paper-rule"
+    assert POLICIES["vertumnus"].params["decision"] == "target"
+    assert "vertumnus-paper-rule" in SUITES["ablations"]
+    sim, _ = build_simulator("vertumnus-paper-rule", _workload(), SimConfig(pool=POOL))
+    assert sim.attachments["controller"].config.decision == "paper-rule" and "cache_manager" in sim.attachments
