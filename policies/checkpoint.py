@@ -13,6 +13,9 @@ SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_con
 #: The shipped reconfiguration checkpoint (``--policy shipped-reconfig``; its README has the
 #: training command and evaluation).
 SHIPPED_RECONFIG = Path(__file__).resolve().parent / "checkpoints" / "reconfig_target"
+#: Model file of an arm-selection checkpoint (``policies.arm_selection.MODEL_FILE``; kept here
+#: so that resolving a checkpoint does not import the router).
+ARM_MODEL_FILE = "arm_model.json"
 #: ``--policy`` aliases of the shipped checkpoints.
 SHIPPED_CHECKPOINTS = {"shipped": SHIPPED_ROUTING, "shipped-reconfig": SHIPPED_RECONFIG}
 
@@ -31,6 +34,8 @@ def looks_like_path(name: str) -> bool:
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
     """``(zip path, metadata)`` of a checkpoint folder or zip; ``"shipped"`` = the shipped one.
+    For an arm-selection folder (``policies.arm_selection``: ``arm_model.json``, no
+    ``model.zip``) the path is that of ``arm_model.json``.
 
     Raises:
         FileNotFoundError: naming the path, if it does not exist or is a folder without
@@ -45,7 +50,9 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
     if p.is_dir():
         z = p / "model.zip"
         meta_path = p / "train_config.json"
-        if not z.is_file():
+        if not z.is_file() and (p / ARM_MODEL_FILE).is_file():  # policies.arm_selection checkpoint (no SB3 model)
+            z = p / ARM_MODEL_FILE
+        elif not z.is_file():
             raise FileNotFoundError(2, "checkpoint folder has no model.zip; expected the folder written by "
                                        "`cpgym train` (model.zip, train_config.json)", str(p))
     else:

@@ -123,9 +123,15 @@ def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: st
         import torch as th
 
         th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest
+    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
+    from policies.checkpoint import checkpoint_path
+
+    arm_specs = {}
     for p in policies:
         check_policy_argument(p)
-        if is_checkpoint(p):
+        if is_checkpoint(p) and is_arm_checkpoint(checkpoint_path(p)):
+            arm_specs[p] = arm_policy_spec(checkpoint_path(p))
+        elif is_checkpoint(p):
             learned[p] = LearnedPolicy(p)
     rows = []
     for seed in seeds:
@@ -144,7 +150,7 @@ def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: st
                     res, _, _ = run_episode(env, pol, options={"window_index": 0, "sim_seed": seed})
                     res.policy = pol.name
                 else:
-                    res = run_policy(p, wl, cfg)
+                    res = run_policy(arm_specs.get(p, p), wl, cfg)
                 s = summarize(res)
                 row = {"policy": res.policy, "seed": seed, "window": i, "window_name": wl.name,
                        "num_requests": wl.num_requests, "wall_s": time.perf_counter() - t0}

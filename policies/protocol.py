@@ -279,7 +279,8 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
 
     Args:
         policies: registered heuristics, ``"vertumnus-tuned"`` (parameters from ``tuned``, or tuned
-            here on the scenario's training windows) and checkpoints (``"shipped"``, paths).
+            here on the scenario's training windows) and checkpoints (``"shipped"``, paths; an
+            arm-selection checkpoint, ``policies.arm_selection``, runs its router directly).
         tuned: ``{"beta", "lambda"}`` of ``vertumnus-tuned`` for this scenario.
 
     Returns:
@@ -287,7 +288,8 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
         :func:`measured_summary`.
     """
     from envs.routing_env import PrefillRoutingEnv
-    from policies.checkpoint import LearnedPolicy
+    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
+    from policies.checkpoint import LearnedPolicy, checkpoint_path
     from policies.evaluate import check_policy_argument, is_checkpoint
     from policies.heuristic import run_episode
 
@@ -298,6 +300,9 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
             if tuned is None:
                 tuned = tune_vertumnus(scenario.windows("train"), sim_config, log=log)
             spec = tuned_spec(tuned["beta"], tuned["lambda"])
+            runners[p] = lambda wl, spec=spec: run_heuristic_window(spec, wl, sim_config)
+        elif is_checkpoint(p) and is_arm_checkpoint(checkpoint_path(p)):
+            spec = arm_policy_spec(checkpoint_path(p))
             runners[p] = lambda wl, spec=spec: run_heuristic_window(spec, wl, sim_config)
         elif is_checkpoint(p):
             pol = LearnedPolicy(p)

@@ -27,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from envs.workloads import default_traces_dir
 
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
+    _add_arms_parser(kinds)
     for kind, help_text in (("routing", "learn which worker serves each request (one step per request)"),
                             ("reconfig", "learn split/merge operations (one step per decision window)")):
         k = kinds.add_parser(kind, help=help_text, description=help_text)
@@ -44,6 +45,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         k.add_argument("--quiet", action="store_true",
                        help="no progress output (default: a bar on a terminal, a line every 10 s otherwise, "
                             "with mean TTFT and SLO attainment of the last 20 episodes)")
+
+
+def _add_arms_parser(kinds) -> None:
+    """``cpgym train arms``: the arm-selection router (``policies.train_arms``; no RL)."""
+    from experiments.common import add_sim_arguments
+    from experiments.config_args import add_config_arguments
+    from policies.train_arms import ArmTrainConfig
+
+    help_text = ("fit the Vertumnus router's (beta, lambda) choice per decision window from load/workload features "
+                 "(per-window costs of every grid arm on training windows; model selection on validation windows)")
+    k = kinds.add_parser("arms", help=help_text, description=help_text)
+    add_sim_arguments(k, seed=False)  # workload and simulator seed: --seed of the config
+    add_config_arguments(k, ArmTrainConfig, title="cells, arms and model selection")
+    k.add_argument("--out", metavar="DIR", required=True,
+                   help="checkpoint folder (arm_model.json, train_config.json, validation.csv, costs.csv, headroom.csv)")
+    k.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def configs_from_args(args: argparse.Namespace):
@@ -69,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import sim_config_from_args
     from experiments.provenance import write_provenance
 
+    if args.kind == "arms":
+        return _run_arms(args)
     cfg = configs_from_args(args)
     sim_config = sim_config_from_args(args)
     write_provenance(args.out, argv=getattr(args, "argv", None))
@@ -82,4 +101,20 @@ def run(args: argparse.Namespace) -> int:
 
     train_routing(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None),
                   progress="off" if args.quiet else None)
+    return 0
+
+
+def _run_arms(args: argparse.Namespace) -> int:
+    import sys
+
+    from experiments.common import sim_config_from_args
+    from experiments.config_args import config_from_args
+    from experiments.provenance import write_provenance
+    from policies.train_arms import ArmTrainConfig, train_arms
+
+    cfg = config_from_args(ArmTrainConfig, args)
+    sim_config = sim_config_from_args(args)
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    train_arms(cfg, args.out, sim_config, argv=getattr(args, "argv", None), log=log)
+    write_provenance(args.out, argv=getattr(args, "argv", None))
     return 0

@@ -1,0 +1,203 @@
+"""Arm-selection router (policies.arm_selection): features, model, per-window switching, fit,
+checkpoints and evaluation through the protocol and the routing environment."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from envs.sim import Request, SimConfig, Workload
+from policies.arm_selection import (FEATURE_NAMES, ArmCostModel, ArmSelectingRouter, LoadObserver, constant_model,
+                                    design_matrix, num_terms)
+from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+
+ARMS = ((1.0, 0.0), (3.0, 1.0), (8.0, 4.0))
+
+
+def _spec(router_factory, name="arm-test"):
+    from baselines.registry import PolicySpec
+
+    return PolicySpec(name, router_factory, "test", "test")
+
+
+def _run(router_factory, wl, config=None):
+    from experiments.runner import run_policy
+
+    return run_policy(_spec(router_factory), wl, config or SimConfig(pool=SMALL_POOL), toy_calibration())
+
+
+def test_design_matrix_terms():
+    z = np.array([[1.0, 2.0, 3.0]])
+    assert design_matrix(z, 1).tolist() == [[1.0, 1.0, 2.0, 3.0]]
+    d2 = design_matrix(z, 2)
+    assert d2.shape == (1, num_terms(3, 2)) == (1, 10)
+    assert d2[0, 4:].tolist() == [1.0, 2.0, 3.0, 4.0, 6.0, 9.0]
+
+
+def test_model_validation_errors():
+    m = constant_model(ARMS, 1)
+    with pytest.raises(ValueError, match="degree"):
+        ArmCostModel(m.arms, m.feature_names, m.feature_mean, m.feature_scale, 3, m.coef, 0)
+    with pytest.raises(ValueError, match="unknown features"):
+        ArmCostModel(m.arms, ("nope",), (0.0,), (1.0,), 1, ((0.0, 0.0),) * 3, 0)
+    with pytest.raises(ValueError, match="coef"):
+        ArmCostModel(m.arms, m.feature_names, m.feature_mean, m.feature_scale, 1, m.coef[:2], 0)
+    with pytest.raises(ValueError, match="beta"):
+        constant_model(((0.5, 0.0),), 0)
+    with pytest.raises(ValueError, match="missing field 'coef'"):
+        ArmCostModel.from_json({k: v for k, v in m.to_json().items() if k != "coef"})
+    assert ArmCostModel.from_json(m.to_json()) == m
+
+
+def test_constant_model_routes_like_vertumnus_with_that_arm():
+    from baselines.vertumnus import VertumnusParams, VertumnusRouter
+
+    wl = random_workload(200, rate_rps=8.0, seed=3)
+    for arm, (b, lam) in enumerate(ARMS):
+        ours = _run(lambda arm=arm: ArmSelectingRouter(constant_model(ARMS, arm)), wl)
+        ref = _run(lambda b=b, lam=lam: VertumnusRouter(VertumnusParams(beta=b, lambda_=lam)), wl)
+        assert np.array_equal(ours.records["worker_id"], ref.records["worker_id"])
+
+
+class _View:
+    """Minimal PoolView stand-in: two workers of degree 2, the toy cost model, 4-token blocks."""
+
+    def __init__(self):
+        from envs.sim.cost_model import CostModel
+
+        self.now_s = 0.0
+        self.worker_ids = [0, 1]
+        self.kv_block_size_tokens = 4
+        self.cost_model = CostModel(toy_calibration().coefficients)
+
+    def degree(self, wid):
+        return 2
+
+    def outstanding_work_s(self, wid):
+        return 1.0 + wid
+
+
+def test_observer_features_by_hand():
+    v = _View()
+    obs = LoadObserver(history_s=10.0, prefix_memory_s=60.0)
+    assert obs.features(v, 0.0) is None
+    # t=1: 8 tokens (blocks 1,2), nothing seen; t=3: 12 tokens (blocks 1,2,3), the first 2 blocks seen
+    for t, L, hashes in ((1.0, 8, (1, 2)), (3.0, 12, (1, 2, 3))):
+        v.now_s = t
+        obs.observe(Request(0, t, L, 1, hashes), v)
+    f = dict(zip(FEATURE_NAMES, obs.features(v, 5.0)))
+    span, gpus = 5.0 - 1.0, 4
+    # GPU work at C_min = 2: 2 * (1 + 0.1 * R / 2) with R = 8, then R = 12 - 8 = 4
+    work = 2 * (1 + 0.1 * 8 / 2) + 2 * (1 + 0.1 * 4 / 2)
+    assert f["offered_utilisation"] == pytest.approx(work / (span * gpus))
+    assert f["log_rate_per_gpu"] == pytest.approx(math.log(2 / span / gpus))
+    assert f["mean_log_prompt_tokens"] == pytest.approx((math.log(8) + math.log(12)) / 2)
+    assert f["std_log_prompt_tokens"] == pytest.approx(abs(math.log(8) - math.log(12)) / 2)
+    assert f["prefix_reuse_share"] == pytest.approx(8 / 20)
+    assert f["backlog_s_per_worker"] == pytest.approx(1.5)
+    # arrivals older than history_s drop out; none left -> None
+    assert obs.features(v, 20.0) is None
+
+
+def test_router_switches_arms_at_decision_boundaries():
+    """A model whose best arm depends on the arrival rate: the router decides once per decision
+    window (fallback at t = 0, without history), records the features and follows the model."""
+    k = len(FEATURE_NAMES)
+    coef = [[0.0] * (1 + k) for _ in ARMS]
+    coef[0][1 + FEATURE_NAMES.index("log_rate_per_gpu")] = 1.0  # arm 0 the cheapest below 1 request/s/GPU
+    coef[2][1 + FEATURE_NAMES.index("log_rate_per_gpu")] = -1.0  # arm 2 above
+    model = ArmCostModel(ARMS, FEATURE_NAMES, (0.0,) * k, (1.0,) * k, 1, tuple(map(tuple, coef)), 1)
+    slow = random_workload(40, rate_rps=1.0, seed=0)  # 1 request/s on 8 GPUs until ~46 s
+    burst = [Request(40 + i, 60.0 + 0.05 * i, 8, 1, (10**7 + i, 2 * 10**7 + i)) for i in range(200)]  # 20/s to 70 s
+    wl = Workload("mix", tuple(list(slow.requests) + burst), kv_block_size_tokens=4)
+    record: list = []
+    _run(lambda: ArmSelectingRouter(model, decision_window_s=5.0, history_s=5.0, record=record), wl)
+    times = [t for t, _, _ in record]
+    assert times == sorted(set(times)) and all(t % 5.0 == 0 for t in times)
+    assert record[0][0] == 0.0 and record[0][1] is None and record[0][2] == 1
+    for t, f, arm in record[1:]:
+        if f is not None:
+            assert arm == model.choose(f) == (0 if f[1] < 0 else 2)
+    by_time = {t: arm for t, f, arm in record}
+    assert by_time[10.0] == 0 and by_time[65.0] == 2
+
+
+def test_fit_model_recovers_a_feature_dependent_best_arm():
+    from policies.train_arms import CellData, chosen_arms, fit_model
+
+    rng = np.random.default_rng(0)
+    n = 200
+    f = rng.normal(size=(n, len(FEATURE_NAMES)))
+    x = f[:, 0]
+    # arm 0 best when offered_utilisation < 0, arm 1 best above, arm 2 always worst
+    ttft = np.exp(np.stack([0.5 * x, -0.5 * x, np.ones(n)], axis=1) + 0.01 * rng.normal(size=(n, 3)))
+    cell = CellData("c", f, ttft, np.ones_like(ttft))
+    m = fit_model([cell], ARMS, ("offered_utilisation",), 1, 0.1)
+    arms = chosen_arms(m, cell)
+    assert np.mean(arms == np.where(x < 0, 0, 1)) > 0.97
+    assert m.fallback_arm in (0, 1)
+    with pytest.raises(ValueError, match="weighting"):
+        fit_model([cell], ARMS, ("offered_utilisation",), 1, 0.1, weighting="nope")
+
+
+def test_headroom_and_change_pct_by_hand():
+    from policies.train_arms import CellData, change_pct, headroom
+
+    a = CellData("a", np.zeros((2, len(FEATURE_NAMES))), np.array([[1.5, 2.0, 4.0], [3.0, 2.0, 4.0]]), np.ones((2, 3)))
+    b = CellData("b", np.zeros((2, len(FEATURE_NAMES))), np.array([[4.0, 4.0, 1.0], [4.0, 4.0, 3.0]]), np.ones((2, 3)))
+    assert change_pct(a, np.array([0, 1]), 1) == pytest.approx(100 * (1.75 / 2 - 1))
+    rows = headroom([a, b], ARMS)
+    assert rows[0]["tuned_beta"] == 3.0 and rows[0]["per_window_best_pct"] == pytest.approx(-12.5)
+    assert rows[0]["arm_of_b_pct"] == pytest.approx(100 * (8 / 4 - 1))
+    assert rows[1]["tuned_beta"] == 8.0 and rows[1]["arm_of_a_pct"] == pytest.approx(100 * (8 / 4 - 1))
+
+
+def _write_checkpoint(path, model):
+    from policies.arm_selection import write_model
+
+    write_model(path, model, {"decision_window_s": 10.0, "history_s": 30.0, "prefix_memory_s": 60.0})
+    (path / "train_config.json").write_text(json.dumps({"kind": "routing", "policy_type": "vertumnus-arms"}))
+
+
+def test_checkpoint_round_trip_and_arguments(tmp_path):
+    from policies.arm_selection import is_arm_checkpoint, load_arm_checkpoint
+    from policies.checkpoint import resolve_checkpoint
+    from policies.evaluate import check_checkpoint_kind, check_policy_argument
+
+    m = constant_model(ARMS, 2)
+    _write_checkpoint(tmp_path / "ck", m)
+    assert is_arm_checkpoint(tmp_path / "ck") and not is_arm_checkpoint(tmp_path)
+    loaded, router = load_arm_checkpoint(tmp_path / "ck")
+    assert loaded == m and router["history_s"] == 30.0
+    z, meta = resolve_checkpoint(str(tmp_path / "ck"))
+    assert z.name == "arm_model.json" and meta["kind"] == "routing"
+    check_policy_argument(str(tmp_path / "ck"))
+    check_checkpoint_kind(str(tmp_path / "ck"), "routing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "arm_model.json").write_text('{"model": {}}')
+    with pytest.raises(ValueError, match="arm_model.json: expected fields 'model' and 'router'"):
+        load_arm_checkpoint(tmp_path / "bad")
+
+
+def test_env_policy_equals_direct_run(tmp_path):
+    """Through the routing environment (SB3 ``predict``) the checkpoint routes exactly as its
+    router run directly."""
+    from envs.routing_env import PrefillRoutingEnv
+    from policies.arm_selection import ArmSelectionPolicy, arm_policy_spec
+    from policies.heuristic import run_episode
+
+    k = len(FEATURE_NAMES)
+    coef = [[0.0] * (1 + k) for _ in ARMS]
+    coef[0][1 + FEATURE_NAMES.index("backlog_s_per_worker")] = 1.0
+    model = ArmCostModel(ARMS, FEATURE_NAMES, (0.0,) * k, (1.0,) * k, 1, tuple(map(tuple, coef)), 0)
+    _write_checkpoint(tmp_path / "ck", model)
+    wl = random_workload(150, rate_rps=8.0, seed=5)
+    cfg = SimConfig(pool=SMALL_POOL)
+    env = PrefillRoutingEnv([wl], cfg, toy_calibration())
+    res, _, _ = run_episode(env, ArmSelectionPolicy(tmp_path / "ck", env), options={"window_index": 0, "sim_seed": cfg.seed})
+    direct = _run(arm_policy_spec(tmp_path / "ck").make_router, wl, cfg)
+    assert np.array_equal(res.records["worker_id"], direct.records["worker_id"])
+    assert np.allclose(res.records["ttft_s"], direct.records["ttft_s"], equal_nan=True)
