@@ -17,7 +17,7 @@
 
 The checkpoint folder holds ``arm_model.json`` (the selected model and the router's settings),
 ``train_config.json`` (kind ``routing``, the config), ``validation.csv`` (every candidate's
-per-cell scores) and ``costs.csv`` (per-window costs of every arm, training and validation).
+per-cell scores) and ``costs.csv.gz`` (per-window costs of every arm, training and validation).
 """
 
 from __future__ import annotations
@@ -338,7 +338,7 @@ def select_model(cfg: ArmTrainConfig, train: list[CellData], validation: list[Ce
 
 
 def cost_table_rows(data: dict) -> list[dict]:
-    """``costs.csv`` rows of one :func:`collect_cell` result: one per (window, arm) with the
+    """``costs.csv.gz`` rows of one :func:`collect_cell` result: one per (window, arm) with the
     window's mean TTFT [s], SLO attainment and the features of that arm's run (empty = none)."""
     rows = []
     for j, w in enumerate(data["windows"]):
@@ -351,14 +351,17 @@ def cost_table_rows(data: dict) -> list[dict]:
 
 
 def cells_from_costs_csv(path: str | Path) -> tuple[list[CellData], list[CellData]]:
-    """``(train, validation)`` cells of a checkpoint's ``costs.csv`` (the inverse of
+    """``(train, validation)`` cells of a checkpoint's ``costs.csv.gz`` (or a plain CSV; the inverse of
     :func:`cost_table_rows`; cells and windows in file order): a refit needs no simulation.
 
     Raises:
         ValueError: naming the file and line on a missing column or a non-number.
     """
+    import gzip
+
     parts: dict[str, dict[str, dict]] = {"train": {}, "validation": {}}
-    with Path(path).open(newline="") as fh:
+    path = Path(path)
+    with (gzip.open(path, "rt", newline="", encoding="utf-8") if path.suffix == ".gz" else path.open(newline="")) as fh:
         for line, row in enumerate(csv.DictReader(fh), start=2):
             try:
                 cell = parts[row["part"]].setdefault(row["cell"], {"key": row["cell"], "part": row["part"], "windows": [],
@@ -380,8 +383,14 @@ def cells_from_costs_csv(path: str | Path) -> tuple[list[CellData], list[CellDat
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+    """CSV of ``rows`` (columns: the union of their keys); gzip-compressed (reproducible bytes,
+    no timestamp) when ``path`` ends in ``.gz``."""
+    import gzip
+    import io
+
+    raw = gzip.GzipFile(path, "wb", mtime=0) if path.suffix == ".gz" else path.open("wb")
+    with raw, io.TextIOWrapper(raw, newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
         w.writeheader()
         w.writerows(rows)
 
@@ -408,7 +417,7 @@ def train_arms(cfg: ArmTrainConfig, out_dir: str | Path, sim_config, argv: list[
     model, rows = select_model(cfg, train, validation)
     write_model(out, model, cfg.router_settings())
     _write_csv(out / "validation.csv", rows)
-    _write_csv(out / "costs.csv", cost_rows)
+    _write_csv(out / "costs.csv.gz", cost_rows)
     _write_csv(out / "headroom.csv", headroom(train, cfg.arms))
     meta = {"kind": "routing", "policy_type": "vertumnus-arms", "train_config": asdict(cfg), "argv": argv,
             "capacities_rps": {sc.key: sc.rate_rps / sc.load_fraction for sc in scenarios},

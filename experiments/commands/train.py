@@ -59,7 +59,7 @@ def _add_arms_parser(kinds) -> None:
     add_sim_arguments(k, seed=False)  # workload and simulator seed: --seed of the config
     add_config_arguments(k, ArmTrainConfig, title="cells, arms and model selection")
     k.add_argument("--out", metavar="DIR", required=True,
-                   help="checkpoint folder (arm_model.json, train_config.json, validation.csv, costs.csv, headroom.csv)")
+                   help="checkpoint folder (arm_model.json, train_config.json, validation.csv, costs.csv.gz, headroom.csv)")
     k.add_argument("--quiet", action="store_true", help="no progress lines")
 
 

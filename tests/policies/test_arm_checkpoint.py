@@ -1,0 +1,84 @@
+"""The arm-selection checkpoint (policies/checkpoints/routing_vertumnus_arms) is reproducible from
+the command in its README: the command parses to the stored config, a refit on the stored
+per-window costs gives the stored model exactly, and a tiny re-simulation gives the stored costs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+CHECKPOINT = Path(__file__).resolve().parents[2] / "policies" / "checkpoints" / "routing_vertumnus_arms"
+META = json.loads((CHECKPOINT / "train_config.json").read_text())
+#: the recorded command line without the program name
+ARGV = META["argv"][1:] if META["argv"][0] == "cpgym" else META["argv"]
+
+
+def _config_from_argv(argv: list[str], tmp_path: Path):
+    from experiments.cli import build_parser
+    from experiments.common import sim_config_from_args
+    from experiments.config_args import config_from_args
+    from policies.train_arms import ArmTrainConfig
+
+    argv = list(argv)
+    argv[argv.index("--out") + 1] = str(tmp_path / "run")
+    args = build_parser().parse_args(argv)
+    return config_from_args(ArmTrainConfig, args), sim_config_from_args(args)
+
+
+def test_readme_command_gives_the_stored_config(tmp_path):
+    readme = (CHECKPOINT / "README.md").read_text()
+    assert " ".join(["cpgym", *ARGV[:2], "--out", "policies/checkpoints/routing_vertumnus_arms"]) in readme
+    for flag in [a for a in ARGV if a.startswith("--")]:
+        assert flag in readme
+    cfg, _ = _config_from_argv(ARGV, tmp_path)
+    assert json.loads(json.dumps(asdict(cfg))) == META["train_config"]
+
+
+def test_refit_on_stored_costs_gives_the_stored_model(tmp_path):
+    """Model selection on the checkpoint's costs.csv (no simulation) gives arm_model.json and
+    validation.csv exactly."""
+    from policies.arm_selection import load_arm_checkpoint
+    from policies.train_arms import cells_from_costs_csv, select_model
+
+    cfg, _ = _config_from_argv(ARGV, tmp_path)
+    train, validation = cells_from_costs_csv(CHECKPOINT / "costs.csv.gz")
+    assert [c.key for c in train] == list(META["capacities_rps"])
+    model, rows = select_model(cfg, train, validation)
+    stored, router = load_arm_checkpoint(CHECKPOINT)
+    assert model == stored and router == cfg.router_settings()
+    best = min(rows, key=lambda r: r["score"])
+    assert {k: best[k] for k in ("features", "degree", "alpha", "weighting")} == \
+        {k: META["selected"][k] for k in ("features", "degree", "alpha", "weighting")}
+    assert best["score"] == pytest.approx(META["selected"]["score"], rel=1e-12)
+
+
+def test_tiny_resimulation_matches_the_stored_costs(tmp_path):
+    """Two arms on the first and last training windows of the conversation cell at 0.9 (the
+    capacity from train_config.json): the same mean TTFT and SLO attainment as costs.csv.gz."""
+    import csv
+    import gzip
+
+    from policies.train_arms import capacity_cache_file, cell_scenarios, collect_cell, cost_table_rows, episode_source
+
+    cfg, sim_config = _config_from_argv(ARGV, tmp_path)
+    item = cfg.source_list()[0]
+    key = next(k for k in META["capacities_rps"] if k.endswith("@0.9") and k.startswith("conversation"))
+    tiny = replace(cfg, sources=item, loads=(0.9,), betas=(cfg.betas[0], cfg.betas[-1]), lambdas=(cfg.lambdas[-1],),
+                   max_train_windows=2, cache_dir=str(tmp_path / "cache"))
+    f = capacity_cache_file(tiny, episode_source(item), sim_config)
+    f.parent.mkdir(parents=True)
+    f.write_text(json.dumps({"source": item, "capacity_rps": META["capacities_rps"][key]}))
+    (sc,) = cell_scenarios(tiny, sim_config)
+    got = cost_table_rows(collect_cell(sc, "train", tiny, sim_config))
+    assert len(got) == 4
+    with gzip.open(CHECKPOINT / "costs.csv.gz", "rt", newline="") as fh:
+        stored = {(r["cell"], r["part"], int(r["window"]), float(r["beta"]), float(r["lambda"])): r
+                  for r in csv.DictReader(fh)}
+    for r in got:
+        s = stored[(r["cell"], r["part"], r["window"], r["beta"], r["lambda"])]
+        assert float(s["mean_ttft_s"]) == r["mean_ttft_s"] and float(s["slo_attainment"]) == r["slo_attainment"]
+        for n in ("offered_utilisation", "log_rate_per_gpu", "prefix_reuse_share"):
+            assert (float(s[n]) if s[n] else None) == r[n]
