@@ -201,3 +201,34 @@ def test_env_policy_equals_direct_run(tmp_path):
     direct = _run(arm_policy_spec(tmp_path / "ck").make_router, wl, cfg)
     assert np.array_equal(res.records["worker_id"], direct.records["worker_id"])
     assert np.allclose(res.records["ttft_s"], direct.records["ttft_s"], equal_nan=True)
+
+
+class _StubScenario:
+    """A protocol scenario over a small random workload (``policies.protocol.Scenario`` API)."""
+
+    key = "rand@0.9"
+    load_fraction = 0.9
+    rate_rps = 8.0
+
+    def windows(self, part, seed=0, max_windows=None):
+        from policies.protocol import protocol_windows
+
+        return protocol_windows(random_workload(1000, rate_rps=8.0, seed=seed), 10.0, part, warmup_s=10.0)[:3]
+
+
+def test_protocol_and_seed_evaluation_run_an_arm_checkpoint(tmp_path):
+    """``cpgym evaluate``'s protocol path (``evaluate_scenario``) and seed path (``evaluate``)
+    run the checkpoint's router: a constant model gives the rows of the tuned router with its arm."""
+    from policies.evaluate import evaluate
+    from policies.protocol import evaluate_scenario
+
+    _write_checkpoint(tmp_path / "ck", constant_model(ARMS, 2))
+    ck = str(tmp_path / "ck")
+    cfg = SimConfig(pool=SMALL_POOL)
+    rows = evaluate_scenario([ck, "vertumnus-tuned"], _StubScenario(), cfg, tuned={"beta": 8.0, "lambda": 4.0})
+    ours = [r for r in rows if r["policy"] == ck]
+    ref = [r for r in rows if r["policy"] == "vertumnus-tuned"]
+    assert len(ours) == len(ref) == 3
+    assert [r["mean_ttft_s"] for r in ours] == [r["mean_ttft_s"] for r in ref]
+    seed_rows = evaluate([ck], _StubScenario(), cfg, seeds=[0], part="test")
+    assert [r["mean_ttft_s"] for r in seed_rows] != [] and seed_rows[0]["policy"] == "learned:ck"
