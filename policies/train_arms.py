@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.arm_selection import FEATURE_NAMES, ArmCostModel, constant_model, num_terms
+from policies.arm_selection import FEATURE_NAMES, ArmCostModel, constant_model
 from policies.protocol import TUNE_BETAS, TUNE_LAMBDAS
 
 #: Feature sets tried in model selection (subsets of FEATURE_NAMES).
@@ -165,7 +165,8 @@ def collect_cell(scenario, part: str, cfg: ArmTrainConfig, sim_config, log=None)
     Returns:
         ``{"key", "part", "rate_rps", "arms", "windows": [...], "features": (n_windows, n_arms,
         n_features) list, "mean_ttft_s": (n_windows, n_arms), "slo_attainment": (n_windows,
-        n_arms)}``; a feature row is NaN where the measured window started without history.
+        n_arms)}``; a feature row is ``None`` (JSON null) where the measured window started
+        without history (the first window of the workload).
     """
     from dataclasses import replace
 
@@ -273,7 +274,6 @@ def fit_model(cells: list[CellData], arms, feature_names: tuple[str, ...], degre
     pen = alpha * np.eye(d.shape[1])
     pen[0, 0] = 0.0
     coef = np.linalg.solve((d * sw).T @ (d * sw) + pen, (d * sw).T @ (y * sw))  # (terms, arms)
-    assert coef.shape == (num_terms(len(idx), degree), len(arms))
     # the fallback arm (no history): least mean relative log cost over all training windows
     fallback = int(np.argmin(np.average(y, axis=0, weights=w)))
     return ArmCostModel(tuple(tuple(a) for a in arms), tuple(feature_names), tuple(mean.tolist()), tuple(scale.tolist()),
