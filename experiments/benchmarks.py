@@ -139,12 +139,17 @@ def _learned_latency_us(checkpoint: str, window, config, torch_threads: int, bac
     import torch as th
 
     from envs.routing_env import PrefillRoutingEnv
-    from policies.checkpoint import LearnedPolicy
+    from policies.arm_selection import ArmSelectionPolicy, is_arm_checkpoint
+    from policies.checkpoint import LearnedPolicy, checkpoint_path
 
     th.set_num_threads(torch_threads)
-    pol = LearnedPolicy(checkpoint, backend=backend)
-    label = pol.name if backend == "numpy" else f"{pol.name} (torch)"
     env = PrefillRoutingEnv([window], config)
+    if is_arm_checkpoint(checkpoint_path(checkpoint)):  # no network: one backend
+        pol = ArmSelectionPolicy(checkpoint_path(checkpoint), env)
+        label = pol.name
+    else:
+        pol = LearnedPolicy(checkpoint, backend=backend)
+        label = pol.name if backend == "numpy" else f"{pol.name} (torch)"
     obs, _ = env.reset(seed=0, options={"window_index": 0, "sim_seed": 0})
     total, total_obs, k = 0.0, 0.0, 0
     pc = time.perf_counter
@@ -183,10 +188,14 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
         if name:
             lat[name], sps[name] = _heuristic_latency_us(name, windows[0], config)
     if cfg.policy != "none":
-        for backend in ("numpy", "torch"):
+        from policies.arm_selection import is_arm_checkpoint
+        from policies.checkpoint import checkpoint_path
+
+        arm = is_arm_checkpoint(checkpoint_path(cfg.policy))  # a router: it reads the pool, not the observation
+        for backend in ("numpy",) if arm else ("numpy", "torch"):
             name, lat_us, steps, obs_us = _learned_latency_us(cfg.policy, windows[0], config, cfg.torch_threads, backend)
             lat[name], sps[name] = lat_us, steps
-            if backend == "numpy":
+            if backend == "numpy" and not arm:
                 lat[f"{name} (observation + decision)"], sps[f"{name} (observation + decision)"] = lat_us + obs_us, steps
     return EnvBenchResult(workload=workload.name, num_windows=len(windows), pool=config.pool.composition,
                           num_gpus=config.pool.num_gpus, max_num_workers=config.pool.max_num_workers,

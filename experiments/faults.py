@@ -161,9 +161,13 @@ def estimate_capacity_rps(spec: FaultExperimentSpec, config, log=print) -> tuple
 def _run_learned(checkpoint: str, wl, config):
     import torch as th
 
-    from policies.checkpoint import LearnedPolicy
+    from experiments.runner import run_policy
+    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
+    from policies.checkpoint import LearnedPolicy, checkpoint_path
     from policies.heuristic import make_routing_env, run_episode
 
+    if is_arm_checkpoint(checkpoint_path(checkpoint)):  # a router over the live pool: a plain run
+        return run_policy(arm_policy_spec(checkpoint_path(checkpoint), name="learned"), wl, config)
     th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest (as policies/evaluate.py)
     env = make_routing_env(None, [wl], config)
     res, _, _ = run_episode(env, LearnedPolicy(checkpoint, name="learned"),

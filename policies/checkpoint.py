@@ -7,9 +7,13 @@ import json
 import os
 from pathlib import Path
 
-#: The shipped routing checkpoint (see its ``README.md``); the earlier behaviour-cloned one is
-#: ``checkpoints/routing_conversation``.
-SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation_residual"
+#: The shipped routing checkpoint (``--policy shipped``; see its ``README.md``): the arm-selection
+#: router (``policies.arm_selection``), the learned router that is fastest on the test windows of
+#: every workload x load cell (``results/learned-routing/README.md``).
+SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_vertumnus_arms"
+#: The residual MaskablePPO routing checkpoint (``--policy shipped-residual``; ``shipped`` until the
+#: arm-selection router replaced it); the earlier behaviour-cloned one is ``checkpoints/routing_conversation``.
+SHIPPED_RESIDUAL = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation_residual"
 #: The shipped reconfiguration checkpoint (``--policy shipped-reconfig``; its README has the
 #: training command and evaluation).
 SHIPPED_RECONFIG = Path(__file__).resolve().parent / "checkpoints" / "reconfig_target"
@@ -17,7 +21,7 @@ SHIPPED_RECONFIG = Path(__file__).resolve().parent / "checkpoints" / "reconfig_t
 #: so that resolving a checkpoint does not import the router).
 ARM_MODEL_FILE = "arm_model.json"
 #: ``--policy`` aliases of the shipped checkpoints.
-SHIPPED_CHECKPOINTS = {"shipped": SHIPPED_ROUTING, "shipped-reconfig": SHIPPED_RECONFIG}
+SHIPPED_CHECKPOINTS = {"shipped": SHIPPED_ROUTING, "shipped-residual": SHIPPED_RESIDUAL, "shipped-reconfig": SHIPPED_RECONFIG}
 
 
 def checkpoint_path(name: str | Path) -> Path:

@@ -85,9 +85,12 @@ def check_policy_argument(name: str) -> None:
     if is_checkpoint(name) or looks_like_path(name):
         resolve_checkpoint(name)
         return
-    close = difflib.get_close_matches(name, ["shipped", "shipped-reconfig", *POLICIES], n=3, cutoff=0.6)
+    from policies.checkpoint import SHIPPED_CHECKPOINTS
+
+    close = difflib.get_close_matches(name, [*SHIPPED_CHECKPOINTS, *POLICIES], n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    raise ValueError(f"unknown policy {name!r}; {hint}expected 'shipped' (the shipped routing checkpoint), 'shipped-reconfig' "
+    raise ValueError(f"unknown policy {name!r}; {hint}expected 'shipped' (the shipped routing checkpoint), 'shipped-residual' "
+                     f"(the residual PPO routing checkpoint), 'shipped-reconfig' "
                      f"(the shipped reconfiguration checkpoint), a checkpoint folder or .zip path "
                      f"(e.g. policies/checkpoints/routing_conversation), "
                      f"or a registered policy: {', '.join(POLICIES)}")
@@ -207,7 +210,8 @@ class EvaluationConfig:
             length <= 0 or ``eval_every`` < 2.
     """
 
-    policy: str = _opt(None, "checkpoint folder / model.zip, 'shipped' (the shipped routing checkpoint), 'shipped-reconfig' "
+    policy: str = _opt(None, "checkpoint folder / model.zip, 'shipped' (the shipped routing checkpoint), 'shipped-residual' "
+                             "(the residual PPO routing checkpoint), 'shipped-reconfig' "
                              "(the shipped reconfiguration checkpoint), or a policy name",
                        metavar="CHECKPOINT|NAME", required=True)
     against: str | None = _opt(None, f"comma-separated policies to compare with (none: {DEFAULT_ROUTING_AGAINST}; "

@@ -206,11 +206,11 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             if label == "learned":
                 result, _ = learned.run(wl, cfg, seed)
             elif label.startswith("joint:"):
-                from policies.joint import LearnedRouter
+                from policies.joint import joint_router_factory
 
                 if label not in routers:
-                    routers[label] = LearnedRouter(label.split(":", 1)[1])  # loaded once; attach() rebinds it per run
-                result, _ = learned.run(wl, cfg, seed, make_router=lambda: routers[label])
+                    routers[label] = joint_router_factory(label.split(":", 1)[1])  # loaded once
+                result, _ = learned.run(wl, cfg, seed, make_router=routers[label])
             elif label.startswith("fixed:"):
                 comp = fixed_composition(label)
                 c = replace(cfg, pool=replace(cfg.pool, composition=comp))

@@ -75,3 +75,23 @@ class LearnedRouter(Router):
         action, _ = self.policy.predict(obs, action_masks=mask, deterministic=True)
         wid = int(np.asarray(action).reshape(-1)[0])
         return wid if 0 <= wid < mask.size and mask[wid] else least_work_worker(env.sim, request)
+
+
+def joint_router_factory(path: str | Path):
+    """``() -> Router`` for the controller's inner router from a routing checkpoint: an
+    arm-selection checkpoint (:mod:`policies.arm_selection`, e.g. ``"shipped"``) gives a fresh
+    :class:`~policies.arm_selection.ArmSelectingRouter` per run (it reads the live pool itself);
+    an SB3 routing checkpoint one :class:`LearnedRouter`, loaded once (``attach`` rebinds it per
+    run).
+
+    Raises:
+        FileNotFoundError / ValueError: see :class:`policies.checkpoint.LearnedPolicy` and
+            :func:`policies.arm_selection.load_arm_checkpoint`.
+    """
+    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
+    from policies.checkpoint import checkpoint_path
+
+    if is_arm_checkpoint(checkpoint_path(path)):
+        return arm_policy_spec(checkpoint_path(path)).make_router
+    router = LearnedRouter(path)
+    return lambda: router

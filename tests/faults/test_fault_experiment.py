@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -62,3 +63,15 @@ def test_shipped_spec_loads():
     spec = load_spec("experiments/specs/faults/conversation.yaml")
     assert [s for s, _ in spec.scenarios] == ["gpu-failure", "straggler", "node-failure"]
     assert spec.load_fraction == 0.8 and spec.learned == "shipped"
+
+
+def test_run_learned_arm_checkpoint_is_a_plain_run():
+    """The fault experiment's learned row with the arm-selection checkpoint (``shipped``): the
+    checkpoint's router over the run's pool, every request finished on a light load."""
+    from envs.sim import SimConfig
+    from envs.workloads import get_workload
+    from experiments.faults import _run_learned
+
+    wl = get_workload("matched-phases", seed=0, duration_s=5.0, load_fraction_range=(0.1, 0.2))
+    res = _run_learned("shipped", wl, SimConfig())
+    assert np.isfinite(res.records["ttft_s"]).all() and len(res.records["ttft_s"]) == wl.num_requests

@@ -15,7 +15,7 @@ def test_evaluate_shipped_checkpoint_json(capsys):
                "--format", "json", "--quiet"])
     assert rc == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["policy"] for r in rows] == ["learned:routing_conversation_residual", "least-work", "vertumnus"]
+    assert [r["policy"] for r in rows] == ["learned:routing_vertumnus_arms", "least-work", "vertumnus"]
     for r in rows:
         assert REQUIRED <= set(r) and r["num_episodes"] == 1
         assert 0.0 <= r["slo_attainment_token_weighted"] <= 1.0 and r["mean_ttft_s"] > 0

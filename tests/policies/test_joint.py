@@ -64,3 +64,21 @@ def test_learned_router_needs_attach_and_a_matching_pool():
     big = SimConfig(pool=PoolConfig(num_gpus=64, gpus_per_node=8, composition="cp1x64", supported_degrees=(1, 2, 4, 8)))
     with pytest.raises(ValueError, match="worker slots"):
         router.attach(Simulator(wl, big))
+
+
+def test_joint_router_factory_arm_checkpoint_gives_a_fresh_router_per_run():
+    """``joint:shipped`` (the arm-selection checkpoint): a new arm-selecting router per run that
+    routes a short run by itself; an SB3 checkpoint: one LearnedRouter reused (attach rebinds it)."""
+    from envs.sim import SimConfig, Simulator
+    from envs.workloads import get_workload
+    from policies.arm_selection import ArmSelectingRouter
+    from policies.joint import LearnedRouter, joint_router_factory
+
+    make = joint_router_factory("shipped")
+    a, b = make(), make()
+    assert isinstance(a, ArmSelectingRouter) and a is not b
+    wl = get_workload("matched-phases", seed=0, duration_s=5.0, load_fraction_range=(0.1, 0.2))
+    res = Simulator(wl, SimConfig()).run(a)
+    assert np.isfinite(res.records["ttft_s"]).all()
+    make_sb3 = joint_router_factory(ROUTING)
+    assert isinstance(make_sb3(), LearnedRouter) and make_sb3() is make_sb3()

@@ -165,7 +165,8 @@ def test_bench_env_json_rows(capsys):
 
     from experiments.cli import main
 
-    assert main(["bench", "env", "--steps", "30", "--heuristics", "vertumnus", "--policy", "shipped", "--format", "json"]) == 0
+    assert main(["bench", "env", "--steps", "30", "--heuristics", "vertumnus", "--policy", "shipped-residual",
+                 "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert all(set(r) == {"policy", "decision_latency_us", "env_steps_per_s"} for r in rows)
     names = [r["policy"] for r in rows]
@@ -174,6 +175,19 @@ def test_bench_env_json_rows(capsys):
     assert "learned:routing_conversation_residual (observation + decision)" in names
     assert all(r["env_steps_per_s"] > 0 for r in rows)
     assert all(r["decision_latency_us"] > 0 for r in rows if not r["policy"].startswith("env"))
+
+
+def test_bench_env_arm_selection_checkpoint(capsys):
+    """`cpgym bench env --policy shipped` (the arm-selection router): one latency row (no network,
+    so no torch backend and no separate observation cost)."""
+    import json
+
+    from experiments.cli import main
+
+    assert main(["bench", "env", "--steps", "30", "--heuristics", "vertumnus", "--policy", "shipped", "--format", "json"]) == 0
+    names = [r["policy"] for r in json.loads(capsys.readouterr().out)]
+    assert "learned:routing_vertumnus_arms" in names
+    assert not any(n.startswith("learned:routing_vertumnus_arms (") for n in names)
 
 
 def test_numpy_actor_reused_buffers_across_slot_counts():

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from policies.checkpoint import SHIPPED_ROUTING
+from policies.checkpoint import SHIPPED_RESIDUAL
 
-META = json.loads((SHIPPED_ROUTING / "train_config.json").read_text())
+META = json.loads((SHIPPED_RESIDUAL / "train_config.json").read_text())
 
 
 def _config_from_argv(argv: list[str], tmp_path: Path):
@@ -39,7 +39,7 @@ def _comparable(train_config: dict, keys: dict) -> dict:
 def test_readme_command_gives_the_shipped_train_config(tmp_path):
     from policies.train import _jsonable
 
-    assert f"cpgym {' '.join(META['argv'][:2])}" in (SHIPPED_ROUTING / "README.md").read_text()
+    assert f"cpgym {' '.join(META['argv'][:2])}" in (SHIPPED_RESIDUAL / "README.md").read_text()
     cfg, sc = _config_from_argv(META["argv"], tmp_path)
     rec = META["train_config"]
     assert _comparable(_jsonable(asdict(cfg)), rec) == _comparable(rec, rec)
