@@ -195,6 +195,19 @@ class ControllerConfig:
             each ``h`` [s]; (20, 40) (the middle of the next window, the end of the one after; a
             single 20 s horizon split a window too late on the ramps, a single 40 s one overshot
             into CP-2-heavy pools).
+        target_trend_min_t: the look-ahead forecasts from a rate trend only when the trend is
+            significant: when the least-squares slope of the regime's recent window rates is within
+            this many standard errors of zero (standard error from the Poisson counting noise of
+            a window rate, ``sqrt(rate / window_s)``), the load is taken as stationary and the
+            look-ahead rate is the mean of those windows' rates, without a trend; otherwise the
+            window's rate plus the positive trend (as before); >= 0 (0: always the window's rate
+            and its positive trend); 2.0. Why: at a steady 40 req/s (``cpgym dynamic
+            --num-phases 1 --no-rising-rate``) the window rates scatter by +-1.4 req/s (Poisson),
+            so a noise slope over three 20 s windows, made one-sided by ``max(0, .)`` and
+            multiplied by the 40 s horizon, forecast up to 47 req/s, where the look-ahead predicts
+            all-CP-4 overloaded: seed 1 split 4 workers at once on a +40 % urgent gain and was
+            told 10 % the other way 80 s later. The phases' ramps (20 -> 60 req/s in 150 s,
+            0.27 req/s per s) are 5 standard errors steep and keep their trend.
         max_candidates: at most this many candidate compositions (each costs one look-ahead
             simulation per memo miss), >= 2; 16 (all 11 of 40 GPUs with {2, 4}).
         regime_change_unlocks: a target change in the first window of a new mix regime lifts the
@@ -235,6 +248,7 @@ class ControllerConfig:
     target_urgent_gain: float = 0.25
     urgent_min_sample_requests: int = 1024
     target_horizons_s: tuple[float, ...] = (20.0, 40.0)
+    target_trend_min_t: float = 2.0
     max_candidates: int = 16
     regime_change_unlocks: bool = True
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
@@ -280,6 +294,8 @@ class ControllerConfig:
               f"controller.target_horizons_s must be one or more finite numbers >= 0, got {self.target_horizons_s!r}")
         check(isinstance(self.urgent_min_sample_requests, int) and self.urgent_min_sample_requests >= 0,
               f"controller.urgent_min_sample_requests must be an integer >= 0, got {self.urgent_min_sample_requests!r}")
+        check(self.target_trend_min_t >= 0 and math.isfinite(self.target_trend_min_t),
+              f"controller.target_trend_min_t must be a finite number >= 0, got {self.target_trend_min_t}")
         check(isinstance(self.max_candidates, int) and self.max_candidates >= 2,
               f"controller.max_candidates must be an integer >= 2, got {self.max_candidates!r}")
 
@@ -316,6 +332,10 @@ class WindowRecord:
         best_composition: ``"target"`` decision: the candidate with the lowest predicted mean TTFT.
         predicted_gain: ``"target"`` decision: predicted mean TTFT of the previous target over
             that of the best candidate, minus 1 (0 when the target is the best).
+        lookahead_rate_rps: ``"target"`` decision: the rate the look-ahead forecasts from
+            [req/s] (:meth:`ReconfigController.lookahead_rate`).
+        lookahead_slope_rps_per_s: ``"target"`` decision: the rate trend it adds per second of
+            horizon [req/s per s].
     """
 
     time_s: float
@@ -333,6 +353,8 @@ class WindowRecord:
     target_composition: str = ""
     best_composition: str = ""
     predicted_gain: float = math.nan
+    lookahead_rate_rps: float = math.nan
+    lookahead_slope_rps_per_s: float = math.nan
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -552,9 +574,9 @@ class ReconfigController:
             self._target = projected_degree_counts(self.sim)
         target = self.composition_text(self._target)
         comps = self.candidates if target in self.candidates else self.candidates + [target]
-        slope = max(0.0, self.rate_slope())
-        preds = [self.predict(comps, record.rate_rps + slope * h) for h in cfg.target_horizons_s]
-        pred = {c: float(np.mean([p[c] for p in preds])) for c in comps}
+        rate, slope = self.lookahead_rate(record.rate_rps)
+        pred = self.predict(comps, [rate + slope * h for h in cfg.target_horizons_s], keep=(target,))
+        record.lookahead_rate_rps, record.lookahead_slope_rps_per_s = rate, slope
         best = min(comps, key=lambda c: pred[c])  # ties: the first (most large-degree workers)
         if not math.isfinite(pred[best]):
             gain = 0.0  # every candidate overloaded: nothing to rank
@@ -576,25 +598,27 @@ class ReconfigController:
         record.target_composition = self.composition_text(self._target)
         return self._target
 
-    def predict(self, compositions: list[str], rate_rps: float) -> dict[str, float]:
-        """Predicted mean TTFT [s] of ``compositions`` at ``rate_rps`` for the current regime
-        (``lookahead.source``): ``"requests"`` resamples the first ``n`` requests of the regime
-        (``n`` the largest power of two up to ``max_sample_requests`` that has arrived: the sample
-        grows 64, 128, ... so the memo is reused within a regime); ``"histogram"`` samples the
-        smoothed class histogram (the capacity profiler's prompts)."""
+    def predict(self, compositions: list[str], rates_rps: list[float], keep: tuple[str, ...] = ()) -> dict[str, float]:
+        """Score [s] of ``compositions`` for the current regime: the mean over ``rates_rps`` of the
+        predicted mean TTFT at each rate (``lookahead.source``): ``"requests"`` resamples the
+        first ``n`` requests of the regime (``n`` the largest power of two up to
+        ``max_sample_requests`` that has arrived: the sample grows 64, 128, ... so the memo is
+        reused within a regime) and screens the candidates
+        (:meth:`~baselines.lookahead.LookaheadPredictor.score_from_requests`; ``keep``, the
+        current target, runs on every stream); ``"histogram"`` samples the smoothed class
+        histogram (the capacity profiler's prompts)."""
         la = self.config.lookahead
         self._sample_size = 0
-        if la.source == "histogram":
-            return self.predictor.predict(compositions, self._shares, rate_rps)
         reqs = self.sim.workload.requests
         avail = bisect_left(self._arrivals, self.sim.env.now) - self._regime_start
         n = min(la.max_sample_requests, 1 << max(0, int(avail).bit_length() - 1)) if avail > 0 else 0
-        if n < 1:
-            return self.predictor.predict(compositions, self._shares, rate_rps)
+        if la.source == "histogram" or n < 1:
+            preds = [self.predictor.predict(compositions, self._shares, r) for r in rates_rps]
+            return {c: float(np.mean([p[c] for p in preds])) for c in compositions}
         sample = list(reqs[self._regime_start:self._regime_start + n])
         self._sample_size = n
-        return self.predictor.predict_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens, rate_rps,
-                                                    (self._regime_start, n))
+        return self.predictor.score_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens,
+                                                  list(rates_rps), (self._regime_start, n), keep)
 
     def move_towards(self, target: dict[int, int], record: WindowRecord) -> list[str]:
         """Starts the operations :func:`~baselines.operation_plan.operations_towards` plans
@@ -671,6 +695,24 @@ class ReconfigController:
         else:
             record.action = f"{kind}-locked" if num_locked else f"{kind}-blocked"
         return started
+
+    def lookahead_rate(self, rate_rps: float) -> tuple[float, float]:
+        """``(rate [req/s], slope [req/s per s])`` the ``"target"`` decision forecasts from
+        (``target_trend_min_t``): the mean rate of the regime's recent windows (at most
+        ``k_windows + 1``) and no trend when the least-squares slope of their rates is within
+        ``target_trend_min_t`` standard errors of zero (each window rate's variance
+        ``rate / window_s``: Poisson counts); otherwise ``rate_rps`` (the last window's rate)
+        and the positive slope."""
+        slope = self.rate_slope()
+        n = len(self._rates)
+        if n < 2:
+            return rate_rps, max(0.0, slope)
+        mean = float(np.mean(self._rates))
+        x = np.arange(n, dtype=float) * self.config.window_s
+        se = math.sqrt(max(mean, 0.0) / self.config.window_s / float(((x - x.mean()) ** 2).sum()))
+        if abs(slope) <= self.config.target_trend_min_t * se:
+            return mean, 0.0
+        return rate_rps, max(0.0, slope)
 
     def rate_slope(self) -> float:
         """Least-squares slope [req/s per s] of the window rates since the last regime change

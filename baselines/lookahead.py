@@ -44,7 +44,7 @@ from baselines.capacity import CapacityTable
 from envs.sim.request import Request, Workload
 from envs.sim.simulator import Simulator
 
-__all__ = ["LookaheadConfig", "LookaheadPredictor"]
+__all__ = ["LookaheadConfig", "LookaheadPredictor", "screened_scores"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,12 @@ class LookaheadConfig:
             against full runs was 22.5 % (workload seed 0), three streams' 6.5 %; ``cpgym dynamic``
             seeds 0-2: -2.5 % vs best fixed with 1, -3.6 % with 3; ``results/dynamic-phases/
             target-controller/README.md``).
+        screen_margin: ``"requests"``: successive screening (:meth:`LookaheadPredictor.score_from_requests`):
+            before each stream after the first, a candidate whose mean predicted TTFT so far exceeds
+            the best one's by more than this share is dropped (it keeps its score from the streams
+            it ran), >= 0 (``inf``: every candidate on every stream); SCREEN_DEFAULT.
+        warmup_s: the score (mean TTFT) counts only the requests arriving at or after this time
+            of the stream [s], in [0, duration_s); 0.
         seed: seeds the prompts and arrivals (with the mix) and the look-ahead simulations.
 
     Raises:
@@ -81,6 +87,8 @@ class LookaheadConfig:
     source: str = "requests"
     max_sample_requests: int = 1024
     num_replications: int = 3
+    screen_margin: float = 0.2
+    warmup_s: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -96,6 +104,10 @@ class LookaheadConfig:
             raise ValueError(f"lookahead.max_sample_requests must be an integer >= 1, got {self.max_sample_requests!r}")
         if not (isinstance(self.num_replications, int) and self.num_replications >= 1):
             raise ValueError(f"lookahead.num_replications must be an integer >= 1, got {self.num_replications!r}")
+        if not (self.screen_margin >= 0):
+            raise ValueError(f"lookahead.screen_margin must be a number >= 0 (inf: no screening), got {self.screen_margin!r}")
+        if not (0 <= self.warmup_s < self.duration_s):
+            raise ValueError(f"lookahead.warmup_s must be in [0, duration_s = {self.duration_s}), got {self.warmup_s!r}")
         if not (isinstance(self.seed, int) and self.seed >= 0):
             raise ValueError(f"lookahead.seed must be an integer >= 0, got {self.seed!r}")
 
@@ -105,6 +117,41 @@ class LookaheadConfig:
             raise ValueError(f"look-ahead rate must be a finite number > 0, got {rate_rps!r}")
         k = round(math.log(rate_rps) / math.log(self.rate_bucket_ratio))
         return float(self.rate_bucket_ratio ** k)
+
+
+def screened_scores(compositions: list[str], rates: list[float], value, num_streams: int, margin: float,
+                    keep: tuple[str, ...] = ()) -> dict[str, float]:
+    """Successive screening of candidates over replicated streams (a pure function of ``value``).
+
+    Every composition gets stream 0 at every rate; before each further stream ``r <
+    num_streams``, the compositions whose score so far exceeds the best score so far by more than
+    ``margin`` (relative) stop, except those in ``keep``. A composition's score is the mean over
+    ``rates`` of the mean of its streams at that rate, so with ``margin = inf`` it is the full
+    evaluation (every composition on every stream).
+
+    Args:
+        compositions: candidates.
+        rates: rates to average over (duplicates weigh twice).
+        value: ``(composition, rate, stream) -> predicted mean TTFT [s]``; called only for the
+            (composition, rate, stream) triples the screening needs.
+        num_streams: streams per rate, >= 1.
+        margin: relative screening margin, >= 0.
+        keep: compositions never screened out.
+
+    Returns:
+        ``{composition: score}`` in the order of ``compositions``.
+    """
+    def score(c: str, n: int) -> float:
+        return float(np.mean([np.mean([value(c, rate, rep) for rep in range(n)]) for rate in rates]))
+
+    live = list(dict.fromkeys(compositions))
+    scores = {c: score(c, 1) for c in live}
+    for rep in range(1, num_streams):
+        best = min(scores[c] for c in live)
+        live = [c for c in live if c in keep or not scores[c] > best * (1.0 + margin)]
+        for c in live:
+            scores[c] = score(c, rep + 1)
+    return {c: scores[c] for c in compositions}
 
 
 class LookaheadPredictor:
@@ -119,14 +166,21 @@ class LookaheadPredictor:
 
     Attributes:
         num_simulations: look-ahead simulations run (memo misses x candidates).
+        score_calls: ``(compositions, bucketed rates, key, keep)`` of every
+            :meth:`score_from_requests` call (with the per-stream memo, enough to replay the
+            screening offline: ``experiments/scripts/lookahead_screening.py``).
+        stream_memo: ``{(key, rate bucket, stream): {composition: predicted mean TTFT [s]}}``
+            of the ``"requests"`` source.
     """
 
     def __init__(self, table: CapacityTable, make_router, config: LookaheadConfig | None = None) -> None:
         self.table = table
         self.make_router = make_router
         self.config = config or LookaheadConfig()
-        self._memo: dict[tuple, dict[str, float]] = {}
+        self._memo: dict[tuple, dict[str, float]] = {}  # histogram source: (mix, rate, candidates) -> predictions
+        self.stream_memo: dict[tuple, dict[str, float]] = {}  # requests source: (key, rate, stream) -> {composition: TTFT}
         self.num_simulations = 0
+        self.score_calls: list[tuple] = []  # (compositions, bucketed rates, key, keep) per score_from_requests call
 
     def stream(self, shares: np.ndarray, rate_rps: float) -> Workload:
         """The constant-rate Poisson stream of one prediction: ``max(min_requests, rate x
@@ -182,25 +236,62 @@ class LookaheadPredictor:
         return Workload("lookahead", tuple(reqs), kv_block_size_tokens=kv_block_size_tokens)
 
     def predict_from_requests(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int,
-                              rate_rps: float, key: tuple) -> dict[str, float]:
+                              rate_rps: float, key: tuple, keep: tuple[str, ...] = ()) -> dict[str, float]:
         """Predicted mean TTFT [s] of each composition at ``rate_rps`` for a stream resampled from
-        the observed requests ``sample`` (:meth:`resampled_stream`); memoised per (``key``, rate
-        bucket, candidates): ``key`` (integers) must identify the sample (the controller passes the
-        sample's first request index and size).
+        the observed requests ``sample`` (:meth:`resampled_stream`): :meth:`score_from_requests`
+        at the single rate ``rate_rps``."""
+        return self.score_from_requests(compositions, sample, kv_block_size_tokens, [rate_rps], key, keep)
+
+    def score_from_requests(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int,
+                            rates_rps: list[float], key: tuple, keep: tuple[str, ...] = ()) -> dict[str, float]:
+        """Score [s] of each composition: the mean over ``rates_rps`` of its predicted mean TTFT at
+        that rate for streams resampled from the observed requests ``sample``
+        (:meth:`resampled_stream`), evaluated by successive screening (class docstring).
+
+        Every composition runs on stream 0 at every rate; before each further stream ``r`` (up to
+        ``num_replications``) the compositions whose score so far exceeds the best score so far by
+        more than ``screen_margin`` (relative) are dropped, except those in ``keep`` (the
+        controller's current target: its predicted gain is always measured on all streams). A
+        composition's score is the mean over the streams it ran. Per-stream results are memoised
+        per (``key``, rate bucket, stream, composition): ``key`` (integers) must identify the sample
+        (the controller passes the sample's first request index and size); later calls reuse them
+        and extend only what they need.
+
+        Args:
+            compositions: candidate compositions (counts form).
+            sample: observed requests to resample, at least one.
+            kv_block_size_tokens: the run's KV block size [tokens].
+            rates_rps: arrival rates [req/s], each > 0 (bucketed; duplicates weigh twice).
+            key: integers identifying ``sample``.
+            keep: compositions evaluated on every stream regardless of the screening.
+
+        Returns:
+            ``{composition: score [s]}`` (``inf`` for a composition that finishes no request).
 
         Raises:
-            ValueError: on a non-positive rate, an empty sample or a composition the pool rejects.
+            ValueError: on a non-positive rate, no rate, an empty sample or a composition the pool rejects.
         """
         if not sample:
             raise ValueError("a look-ahead sample needs at least one request")
-        rate = self.config.bucket_rate(rate_rps)
-        memo_key = ("requests", tuple(key), rate, tuple(compositions))
-        got = self._memo.get(memo_key)
-        if got is None:
-            streams = [self.resampled_stream(sample, kv_block_size_tokens, rate, tuple(key) + ((rep,) if rep else ()))
-                       for rep in range(self.config.num_replications)]
-            got = self._memo[memo_key] = {c: float(np.mean([self._simulate(c, wl) for wl in streams])) for c in compositions}
-        return dict(got)
+        if not rates_rps:
+            raise ValueError("a look-ahead score needs at least one rate")
+        cfg = self.config
+        rates = [cfg.bucket_rate(r) for r in rates_rps]
+        key = tuple(int(x) for x in key)
+        self.score_calls.append((tuple(compositions), tuple(rates), key, tuple(keep)))
+        streams: dict[tuple[float, int], Workload] = {}  # generated once per call, on first use
+
+        def value(c: str, rate: float, rep: int) -> float:
+            memo = self.stream_memo.setdefault((key, rate, rep), {})
+            if c not in memo:
+                wl = streams.get((rate, rep))
+                if wl is None:
+                    wl = streams[(rate, rep)] = self.resampled_stream(sample, kv_block_size_tokens, rate,
+                                                                        key + ((rep,) if rep else ()))
+                memo[c] = self._simulate(c, wl)
+            return memo[c]
+
+        return screened_scores(compositions, rates, value, cfg.num_replications, cfg.screen_margin, keep)
 
     def predict(self, compositions: list[str], shares: np.ndarray, rate_rps: float) -> dict[str, float]:
         """Predicted mean TTFT [s] of each composition at ``rate_rps`` for the mix ``shares``.
@@ -235,5 +326,7 @@ class LookaheadPredictor:
         self.num_simulations += 1
         res = Simulator(workload, cfg, self.table.calibration).run(self.make_router())
         ttft = res.records["ttft_s"]
+        if self.config.warmup_s > 0:
+            ttft = ttft[res.records["arrival_s"] >= self.config.warmup_s]
         ttft = ttft[np.isfinite(ttft)]
         return float(ttft.mean()) if ttft.size else math.inf

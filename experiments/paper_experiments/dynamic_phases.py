@@ -105,6 +105,15 @@ class DynamicPhasesConfig:
     decision: str = _opt("target", "controller decision: 'target' (look-ahead target composition) or 'paper-rule' "
                                    "(the paper's split/merge load regions); baselines.controller.ControllerConfig.decision",
                          choices=("target", "paper-rule"))
+    lookahead_replications: int | None = _opt(None, "target decision: resampled look-ahead streams per prediction "
+                                                    "(default: baselines.lookahead.LookaheadConfig's)")
+    lookahead_screen_margin: float | None = _opt(None, "target decision: drop a candidate from further look-ahead streams "
+                                                       "when its score so far exceeds the best by more than this share "
+                                                       "('inf': none; default: LookaheadConfig's)")
+    lookahead_warmup_s: float | None = _opt(None, "target decision: score only look-ahead requests arriving after this [s] "
+                                                  "(default: LookaheadConfig's)")
+    target_trend_min_t: float | None = _opt(None, "target decision: forecast from a rate trend only when it exceeds this many "
+                                                  "Poisson standard errors (default: ControllerConfig's)")
     switch_s: float = _opt(0.9, "switch time at the common step boundary [s] (envs.sim.reconfig.ReconfigConfig's; "
                                 "paper §9: < 1 s)")
 
@@ -222,11 +231,38 @@ def phase_layout(workload, window_s: tuple[float, float] | None):
     return phase - keep[0], [kinds[k] for k in keep], new_bounds
 
 
+def _built(controller, on_controller):
+    if on_controller is not None:
+        on_controller(controller)
+    return controller
+
+
+def controller_config(cfg: DynamicPhasesConfig):
+    """The adaptive policy's :class:`~baselines.controller.ControllerConfig` for ``cfg``: the
+    profile settings this experiment was tuned with (every window mix refines its regime's
+    reference), the window, ``k_windows``, decision, switch time and look-ahead overrides."""
+    from dataclasses import replace as dc_replace
+
+    from baselines.controller import ControllerConfig, ProfileConfig
+    from baselines.lookahead import LookaheadConfig
+    from envs.sim.reconfig import ReconfigConfig
+
+    la = {k: v for k, v in (("num_replications", cfg.lookahead_replications), ("screen_margin", cfg.lookahead_screen_margin),
+                            ("warmup_s", cfg.lookahead_warmup_s)) if v is not None}
+    extra = {} if cfg.target_trend_min_t is None else {"target_trend_min_t": cfg.target_trend_min_t}
+    return ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
+                            reconfig=ReconfigConfig(switch_s=cfg.switch_s), **extra,
+                            profile=ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10),
+                            lookahead=dc_replace(LookaheadConfig(), **la))
+
+
 def _controller_summary(ccfg) -> dict:
     return {"decision": ccfg.decision, "target_margin": ccfg.target_margin, "target_urgent_gain": ccfg.target_urgent_gain,
-            "target_horizons_s": list(ccfg.target_horizons_s), "regime_change_unlocks": ccfg.regime_change_unlocks,
+            "target_horizons_s": list(ccfg.target_horizons_s), "target_trend_min_t": ccfg.target_trend_min_t,
+            "regime_change_unlocks": ccfg.regime_change_unlocks,
             "lookahead": {"source": ccfg.lookahead.source, "duration_s": ccfg.lookahead.duration_s,
-                          "num_replications": ccfg.lookahead.num_replications},
+                          "num_replications": ccfg.lookahead.num_replications,
+                          "screen_margin": ccfg.lookahead.screen_margin, "warmup_s": ccfg.lookahead.warmup_s},
             "window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
             "split_target_load": ccfg.split_target_load, "merge_load": ccfg.merge_load,
             "merge_max_projected_load": ccfg.merge_max_projected_load, "max_ops_per_window": ccfg.max_ops_per_window,
@@ -359,7 +395,7 @@ def resolve_rates(cfg: DynamicPhasesConfig, base, calibration, log=None) -> tupl
     return (replace(cfg, **rates) if rates else cfg), caps
 
 
-def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhasesResult:
+def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=None) -> DynamicPhasesResult:
     """Runs the adaptive policy and every fixed composition on the phases workload.
 
     Args:
@@ -367,6 +403,9 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
         base: :class:`~envs.sim.SimConfig` of the pool (GPUs, nodes, supported degrees; its
             composition is replaced per run), SLO, seed and calibration.
         log: optional ``callable(str)`` for progress lines.
+        on_controller: optional ``callable(ReconfigController)``, called with the adaptive run's
+            controller when it is built (instrumentation, e.g. its look-ahead predictor after the
+            run: ``experiments/scripts/lookahead_screening.py``).
 
     Returns:
         :class:`DynamicPhasesResult`.
@@ -374,11 +413,10 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
     Raises:
         ValueError: on a composition the pool rejects, or a window that keeps no request or overlaps no phase.
     """
-    from baselines.controller import CapacityTable, ControllerConfig, ProfileConfig, ReconfigController
+    from baselines.controller import CapacityTable, ReconfigController
     from baselines.registry import PolicySpec, get_policy
     from envs.metrics import summarize
     from envs.sim import Calibration
-    from envs.sim.reconfig import ReconfigConfig
     from experiments.runner import run_policy
 
     calibration = Calibration.resolve(base.calibration_path)
@@ -389,15 +427,13 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None) -> DynamicPhase
     workload = check_has_requests(cfg.workload_source().build())  # before profiling the history day
     history = cfg.workload_source(history=True).build()
     # the profile settings this experiment was tuned with (every window mix refines its regime's reference)
-    ccfg = ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
-                            reconfig=ReconfigConfig(switch_s=cfg.switch_s),
-                            profile=ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10))
+    ccfg = controller_config(cfg)
     table = CapacityTable(base, calibration, ccfg.profile)  # shared by the initial composition and the controller
     initial, init_info, fixed, hist_hit = _initial_and_fixed(cfg, base, calibration, table, history, ccfg)
     phase, kinds, bounds = phase_layout(workload, cfg.window_s)
     adaptive = PolicySpec("vertumnus-adaptive", get_policy("vertumnus-adaptive").make_router,
                           "Vertumnus router + split/merge controller", "paper §5-§6",
-                          make_attachments=lambda: [ReconfigController(ccfg, table)])
+                          make_attachments=lambda: [_built(ReconfigController(ccfg, table), on_controller)])
     runs = [("vertumnus-adaptive", initial, adaptive)] + [(f"fixed {c}", c, get_policy("vertumnus-router")) for c in fixed]
     rows, results = [], {}
     for label, comp, spec in runs:

@@ -54,23 +54,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload-seed", type=int, default=0)
     p.add_argument("--lookahead-duration-s", type=float, default=LookaheadConfig().duration_s)
     p.add_argument("--num-replications", type=int, default=LookaheadConfig().num_replications)
+    p.add_argument("--lookahead-warmup-s", type=float, default=LookaheadConfig().warmup_s,
+                   help="score only look-ahead requests arriving after this [s]")
+    p.add_argument("--screen-margin", type=float, default=LookaheadConfig().screen_margin,
+                   help="successive screening margin of the look-ahead candidates ('inf': every candidate on every stream)")
+    p.add_argument("--seed", type=int, default=0, help="simulator seed of the full runs")
     p.add_argument("--source", choices=("requests", "histogram"), default=LookaheadConfig().source,
                    help="look-ahead stream: resampled from the phase's first requests, or from its class histogram")
     p.add_argument("--out-dir", required=True)
     args = p.parse_args(argv)
-    base = base_config_from_args(build_parser().parse_args(["dynamic", "--supported-degrees", "2,4"]))
+    flags = ["dynamic", "--supported-degrees", "2,4", "--seed", str(args.seed)]
+    base = base_config_from_args(build_parser().parse_args(flags))
     cal = Calibration.resolve(base.calibration_path)
     comps = enumerate_compositions(base.pool)
     table = CapacityTable(base, cal, ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10))
     router = get_policy("vertumnus-router")
-    pred = LookaheadPredictor(table, router.make_router, LookaheadConfig(duration_s=args.lookahead_duration_s,
-                                                                           num_replications=args.num_replications))
+    pred = LookaheadPredictor(table, router.make_router, LookaheadConfig(
+        duration_s=args.lookahead_duration_s, num_replications=args.num_replications, warmup_s=args.lookahead_warmup_s,
+        screen_margin=args.screen_margin))
     rows, summary = [], []
     for kind, rates in (("short", args.short_rates), ("long", args.long_rates)):
-        for rate in [float(x) for x in rates.split(",")]:
+        for rate in [float(x) for x in rates.split(",") if x.strip()]:
             key = "short_phase_rate_rps" if kind == "short" else "long_phase_rate_rps"
             wl = get_workload("phases", seed=args.workload_seed, num_phases=1, phase_duration_s=args.duration_s,
                               first_phase=kind, rising_rate=False, **{key: rate})
+            sims0 = pred.num_simulations
             L = np.array([r.num_prompt_tokens for r in wl.requests], float)
             shares = table.shares(L, reuse_prefix_tokens(wl))
             if args.source == "histogram":
@@ -91,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             best, pbest = comps[int(m.argmin())], comps[int(q.argmin())]
             summary.append({"mix": kind, "rate_rps": rate, "spearman": _spearman(m, q), "measured_best": best,
                             "predicted_best": pbest, "regret_pct": 100.0 * (measured[pbest] / measured[best] - 1.0),
-                            "measured_best_mean_ttft_s": measured[best]})
+                            "measured_best_mean_ttft_s": measured[best],
+                            "num_lookahead_simulations": pred.num_simulations - sims0})
             print(json.dumps(summary[-1]), flush=True)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

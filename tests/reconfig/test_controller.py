@@ -184,6 +184,8 @@ def test_target_decision_config_validation():
         ControllerConfig(target_margin=0.3, target_urgent_gain=0.2)
     with pytest.raises(ValueError, match="target_horizons_s"):
         ControllerConfig(target_horizons_s=())
+    with pytest.raises(ValueError, match="target_trend_min_t"):
+        ControllerConfig(target_trend_min_t=-1.0)
     from baselines.lookahead import LookaheadConfig
 
     with pytest.raises(ValueError, match="rate_bucket_ratio"):
@@ -230,7 +232,7 @@ class _StubPredictions:
     def __init__(self, values: dict):
         self.values = values
 
-    def __call__(self, compositions, rate_rps):
+    def __call__(self, compositions, rates_rps, keep=()):
         return {c: self.values.get(c, 2.0) for c in compositions}
 
 
@@ -309,3 +311,32 @@ def test_target_moves_in_bounded_steps_and_is_deterministic():
     ctl2, res2 = _target_controller(1.3, 0, max_gpu_share_per_window=0.5)
     assert [w.as_dict() for w in ctl2.windows] == [w.as_dict() for w in ctl.windows]
     assert res2.extras["reconfig_operations"] == ops
+
+
+def test_lookahead_rate_ignores_a_trend_within_poisson_noise():
+    ctl, _ = _attached_target_controller(target_trend_min_t=2.0)
+    # steady 40 req/s: window rates scatter by sqrt(40 / 20) = 1.4 req/s; this slope is ~1.2 standard errors
+    ctl._rates = [39.7, 42.2, 41.1]
+    assert ctl.lookahead_rate(41.1) == (pytest.approx(np.mean([39.7, 42.2, 41.1])), 0.0)
+    # a ramp of 20 -> 60 req/s in 150 s (0.27 req/s per s) is a trend: last rate and its slope
+    ctl._rates = [30.0, 35.3, 40.6]
+    rate, slope = ctl.lookahead_rate(40.6)
+    assert rate == 40.6 and slope == pytest.approx(0.265)
+    # a significant fall: the last rate, no negative trend; one window: the window's rate
+    ctl._rates = [60.0, 50.0, 40.0]
+    assert ctl.lookahead_rate(40.0) == (40.0, 0.0)
+    ctl._rates = [40.0]
+    assert ctl.lookahead_rate(40.0) == (40.0, 0.0)
+    # target_trend_min_t = 0: the window's rate and its positive slope, however small (the earlier behaviour)
+    ctl0, _ = _attached_target_controller(target_trend_min_t=0.0)
+    ctl0._rates = [39.7, 42.2, 41.1]
+    rate, slope = ctl0.lookahead_rate(41.1)
+    assert rate == 41.1 and slope == pytest.approx(0.035)
+
+
+def test_target_decision_records_the_lookahead_rate():
+    ctl, record = _attached_target_controller()
+    ctl._rates = [2.0]
+    r = record()
+    ctl.decide_target(r)
+    assert r.lookahead_rate_rps == 2.0 and r.lookahead_slope_rps_per_s == 0.0
