@@ -574,8 +574,8 @@ class ReconfigController:
             self._target = projected_degree_counts(self.sim)
         target = self.composition_text(self._target)
         comps = self.candidates if target in self.candidates else self.candidates + [target]
-        rate, slope = self.lookahead_rate(record.rate_rps)
-        pred = self.predict(comps, [rate + slope * h for h in cfg.target_horizons_s], keep=(target,))
+        rate, slope, stationary = self.lookahead_rate(record.rate_rps)
+        pred = self.predict(comps, [rate + slope * h for h in cfg.target_horizons_s], keep=(target,), stationary=stationary)
         record.lookahead_rate_rps, record.lookahead_slope_rps_per_s = rate, slope
         best = min(comps, key=lambda c: pred[c])  # ties: the first (most large-degree workers)
         if not math.isfinite(pred[best]):
@@ -598,15 +598,17 @@ class ReconfigController:
         record.target_composition = self.composition_text(self._target)
         return self._target
 
-    def predict(self, compositions: list[str], rates_rps: list[float], keep: tuple[str, ...] = ()) -> dict[str, float]:
+    def predict(self, compositions: list[str], rates_rps: list[float], keep: tuple[str, ...] = (),
+                stationary: bool = False) -> dict[str, float]:
         """Score [s] of ``compositions`` for the current regime: the mean over ``rates_rps`` of the
         predicted mean TTFT at each rate (``lookahead.source``): ``"requests"`` resamples the
         first ``n`` requests of the regime (``n`` the largest power of two up to
         ``max_sample_requests`` that has arrived: the sample grows 64, 128, ... so the memo is
         reused within a regime) and screens the candidates
         (:meth:`~baselines.lookahead.LookaheadPredictor.score_from_requests`; ``keep``, the
-        current target, runs on every stream); ``"histogram"`` samples the smoothed class
-        histogram (the capacity profiler's prompts)."""
+        current target, runs on every stream; ``stationary``: the longer streams of a stationary
+        load); ``"histogram"`` samples the smoothed class histogram (the capacity profiler's
+        prompts)."""
         la = self.config.lookahead
         self._sample_size = 0
         reqs = self.sim.workload.requests
@@ -618,7 +620,7 @@ class ReconfigController:
         sample = list(reqs[self._regime_start:self._regime_start + n])
         self._sample_size = n
         return self.predictor.score_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens,
-                                                  list(rates_rps), (self._regime_start, n), keep)
+                                                  list(rates_rps), (self._regime_start, n), keep, stationary)
 
     def move_towards(self, target: dict[int, int], record: WindowRecord) -> list[str]:
         """Starts the operations :func:`~baselines.operation_plan.operations_towards` plans
@@ -696,23 +698,24 @@ class ReconfigController:
             record.action = f"{kind}-locked" if num_locked else f"{kind}-blocked"
         return started
 
-    def lookahead_rate(self, rate_rps: float) -> tuple[float, float]:
-        """``(rate [req/s], slope [req/s per s])`` the ``"target"`` decision forecasts from
-        (``target_trend_min_t``): the mean rate of the regime's recent windows (at most
-        ``k_windows + 1``) and no trend when the least-squares slope of their rates is within
-        ``target_trend_min_t`` standard errors of zero (each window rate's variance
-        ``rate / window_s``: Poisson counts); otherwise ``rate_rps`` (the last window's rate)
-        and the positive slope."""
+    def lookahead_rate(self, rate_rps: float) -> tuple[float, float, bool]:
+        """``(rate [req/s], slope [req/s per s], stationary)`` the ``"target"`` decision
+        forecasts from (``target_trend_min_t``): the mean rate of the regime's recent windows (at
+        most ``k_windows + 1``, at least 2), no trend and ``stationary`` when the least-squares
+        slope of their rates is within ``target_trend_min_t`` standard errors of zero (each window
+        rate's variance ``rate / window_s``: Poisson counts); otherwise ``rate_rps`` (the last
+        window's rate), the positive slope and not stationary. A stationary load gets the
+        look-ahead's longer streams (``LookaheadConfig.stationary_duration_s``)."""
         slope = self.rate_slope()
         n = len(self._rates)
         if n < 2:
-            return rate_rps, max(0.0, slope)
+            return rate_rps, max(0.0, slope), False
         mean = float(np.mean(self._rates))
         x = np.arange(n, dtype=float) * self.config.window_s
         se = math.sqrt(max(mean, 0.0) / self.config.window_s / float(((x - x.mean()) ** 2).sum()))
         if abs(slope) <= self.config.target_trend_min_t * se:
-            return mean, 0.0
-        return rate_rps, max(0.0, slope)
+            return mean, 0.0, True
+        return rate_rps, max(0.0, slope), False
 
     def rate_slope(self) -> float:
         """Least-squares slope [req/s per s] of the window rates since the last regime change

@@ -75,6 +75,20 @@ class LookaheadConfig:
             it ran), >= 0 (``inf``: every candidate on every stream); SCREEN_DEFAULT.
         warmup_s: the score (mean TTFT) counts only the requests arriving at or after this time
             of the stream [s], in [0, duration_s); 0.
+        stationary_duration_s: ``"requests"``: span of a stream [s] when the caller marks the load
+            stationary (the controller: no significant rate trend,
+            ``ControllerConfig.target_trend_min_t``), >= ``duration_s``; 120. Why: a stream starts
+            from an idle pool with cold caches, and at a steady load near the knee of all-CP-4
+            (40 req/s of the short-heavy mix, ~0.7 of its capacity) the differences between
+            compositions come from queueing excursions that a 60 s stream rarely has: at a steady
+            40 req/s (``cpgym dynamic --num-phases 1 --no-rising-rate``, seed 2) 60 s streams
+            predicted all-CP-4 2-3 % behind ``cp4x8,cp2x4`` with 3 or 6 streams, where the full
+            runs differ by 11 % (12 % to the best, ``cp4x7,cp2x6``); 120 s streams scored after
+            20 s predicted 8 % and moved to ``cp4x7,cp2x6`` (adaptive +12.3 % -> +5.2 % vs the best
+            fixed pool). On a ramp the rate changes within a minute, so the 60 s span stays.
+        stationary_warmup_s: with ``stationary_duration_s``, the score counts only the requests
+            arriving after this [s] (the idle, cold-cache start is not the steady state), in
+            [0, stationary_duration_s); 20 (one controller window).
         seed: seeds the prompts and arrivals (with the mix) and the look-ahead simulations.
 
     Raises:
@@ -89,6 +103,8 @@ class LookaheadConfig:
     num_replications: int = 3
     screen_margin: float = 0.2
     warmup_s: float = 0.0
+    stationary_duration_s: float = 120.0
+    stationary_warmup_s: float = 20.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -108,8 +124,19 @@ class LookaheadConfig:
             raise ValueError(f"lookahead.screen_margin must be a number >= 0 (inf: no screening), got {self.screen_margin!r}")
         if not (0 <= self.warmup_s < self.duration_s):
             raise ValueError(f"lookahead.warmup_s must be in [0, duration_s = {self.duration_s}), got {self.warmup_s!r}")
+        if not (self.stationary_duration_s >= self.duration_s and math.isfinite(self.stationary_duration_s)):
+            raise ValueError(f"lookahead.stationary_duration_s must be finite and >= duration_s = {self.duration_s}, "
+                             f"got {self.stationary_duration_s!r}")
+        if not (0 <= self.stationary_warmup_s < self.stationary_duration_s):
+            raise ValueError(f"lookahead.stationary_warmup_s must be in [0, stationary_duration_s = "
+                             f"{self.stationary_duration_s}), got {self.stationary_warmup_s!r}")
         if not (isinstance(self.seed, int) and self.seed >= 0):
             raise ValueError(f"lookahead.seed must be an integer >= 0, got {self.seed!r}")
+
+    def span(self, stationary: bool = False) -> tuple[float, float]:
+        """``(duration_s, warmup_s)`` of a ``"requests"`` stream: the stationary pair when
+        ``stationary``."""
+        return (self.stationary_duration_s, self.stationary_warmup_s) if stationary else (self.duration_s, self.warmup_s)
 
     def bucket_rate(self, rate_rps: float) -> float:
         """``rate_rps`` rounded to the nearest point of the geometric grid ``ratio^k`` [req/s]."""
@@ -166,10 +193,10 @@ class LookaheadPredictor:
 
     Attributes:
         num_simulations: look-ahead simulations run (memo misses x candidates).
-        score_calls: ``(compositions, bucketed rates, key, keep)`` of every
+        score_calls: ``(compositions, bucketed rates, key, keep, (duration_s, warmup_s))`` of every
             :meth:`score_from_requests` call (with the per-stream memo, enough to replay the
             screening offline: ``experiments/scripts/lookahead_screening.py``).
-        stream_memo: ``{(key, rate bucket, stream): {composition: predicted mean TTFT [s]}}``
+        stream_memo: ``{(key, rate bucket, stream, (duration_s, warmup_s)): {composition: predicted mean TTFT [s]}}``
             of the ``"requests"`` source.
     """
 
@@ -178,9 +205,9 @@ class LookaheadPredictor:
         self.make_router = make_router
         self.config = config or LookaheadConfig()
         self._memo: dict[tuple, dict[str, float]] = {}  # histogram source: (mix, rate, candidates) -> predictions
-        self.stream_memo: dict[tuple, dict[str, float]] = {}  # requests source: (key, rate, stream) -> {composition: TTFT}
+        self.stream_memo: dict[tuple, dict[str, float]] = {}  # (key, rate, stream, span) -> {composition: TTFT}
         self.num_simulations = 0
-        self.score_calls: list[tuple] = []  # (compositions, bucketed rates, key, keep) per score_from_requests call
+        self.score_calls: list[tuple] = []  # (compositions, rates, key, keep, span) per score_from_requests call
 
     def stream(self, shares: np.ndarray, rate_rps: float) -> Workload:
         """The constant-rate Poisson stream of one prediction: ``max(min_requests, rate x
@@ -201,15 +228,16 @@ class LookaheadPredictor:
                      for i, (t, x) in enumerate(zip(arrivals.tolist(), lengths.tolist())))
         return Workload("lookahead", reqs, kv_block_size_tokens=bs)
 
-    def resampled_stream(self, sample: list[Request], kv_block_size_tokens: int, rate_rps: float, key: tuple) -> Workload:
+    def resampled_stream(self, sample: list[Request], kv_block_size_tokens: int, rate_rps: float, key: tuple,
+                         duration_s: float | None = None) -> Workload:
         """The constant-rate Poisson stream of one prediction drawn (with replacement, seeded by
         ``config.seed`` and ``key``) from observed requests ``sample``: their prompt lengths and
         their *shared* prefix blocks (a block hash seen in at least two distinct requests of the
         sample, e.g. a system prompt, keeps its hash, so the look-ahead pool hits it as the run's
         pool does); every other block gets a fresh hash per drawn request (a drawn body never hits
-        the copy it was drawn from)."""
+        the copy it was drawn from). ``duration_s``: the span [s] (default ``config.duration_s``)."""
         cfg = self.config
-        n = max(cfg.min_requests, math.ceil(rate_rps * cfg.duration_s))
+        n = max(cfg.min_requests, math.ceil(rate_rps * (cfg.duration_s if duration_s is None else duration_s)))
         counts: dict[int, int] = {}
         for r in sample:
             for h in set(r.block_hashes):
@@ -236,14 +264,16 @@ class LookaheadPredictor:
         return Workload("lookahead", tuple(reqs), kv_block_size_tokens=kv_block_size_tokens)
 
     def predict_from_requests(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int,
-                              rate_rps: float, key: tuple, keep: tuple[str, ...] = ()) -> dict[str, float]:
+                              rate_rps: float, key: tuple, keep: tuple[str, ...] = (),
+                              stationary: bool = False) -> dict[str, float]:
         """Predicted mean TTFT [s] of each composition at ``rate_rps`` for a stream resampled from
         the observed requests ``sample`` (:meth:`resampled_stream`): :meth:`score_from_requests`
         at the single rate ``rate_rps``."""
-        return self.score_from_requests(compositions, sample, kv_block_size_tokens, [rate_rps], key, keep)
+        return self.score_from_requests(compositions, sample, kv_block_size_tokens, [rate_rps], key, keep, stationary)
 
     def score_from_requests(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int,
-                            rates_rps: list[float], key: tuple, keep: tuple[str, ...] = ()) -> dict[str, float]:
+                            rates_rps: list[float], key: tuple, keep: tuple[str, ...] = (),
+                            stationary: bool = False) -> dict[str, float]:
         """Score [s] of each composition: the mean over ``rates_rps`` of its predicted mean TTFT at
         that rate for streams resampled from the observed requests ``sample``
         (:meth:`resampled_stream`), evaluated by successive screening (class docstring).
@@ -264,6 +294,8 @@ class LookaheadPredictor:
             rates_rps: arrival rates [req/s], each > 0 (bucketed; duplicates weigh twice).
             key: integers identifying ``sample``.
             keep: compositions evaluated on every stream regardless of the screening.
+            stationary: the load is stationary: streams span ``stationary_duration_s`` and are
+                scored after ``stationary_warmup_s`` (:meth:`LookaheadConfig.span`).
 
         Returns:
             ``{composition: score [s]}`` (``inf`` for a composition that finishes no request).
@@ -278,17 +310,18 @@ class LookaheadPredictor:
         cfg = self.config
         rates = [cfg.bucket_rate(r) for r in rates_rps]
         key = tuple(int(x) for x in key)
-        self.score_calls.append((tuple(compositions), tuple(rates), key, tuple(keep)))
+        span = cfg.span(stationary)
+        self.score_calls.append((tuple(compositions), tuple(rates), key, tuple(keep), span))
         streams: dict[tuple[float, int], Workload] = {}  # generated once per call, on first use
 
         def value(c: str, rate: float, rep: int) -> float:
-            memo = self.stream_memo.setdefault((key, rate, rep), {})
+            memo = self.stream_memo.setdefault((key, rate, rep, span), {})
             if c not in memo:
                 wl = streams.get((rate, rep))
                 if wl is None:
                     wl = streams[(rate, rep)] = self.resampled_stream(sample, kv_block_size_tokens, rate,
-                                                                        key + ((rep,) if rep else ()))
-                memo[c] = self._simulate(c, wl)
+                                                                        key + ((rep,) if rep else ()), span[0])
+                memo[c] = self._simulate(c, wl, span[1])
             return memo[c]
 
         return screened_scores(compositions, rates, value, cfg.num_replications, cfg.screen_margin, keep)
@@ -319,14 +352,15 @@ class LookaheadPredictor:
             got = self._memo[key] = {c: self._simulate(c, wl) for c in compositions}
         return dict(got)
 
-    def _simulate(self, composition: str, workload: Workload) -> float:
+    def _simulate(self, composition: str, workload: Workload, warmup_s: float | None = None) -> float:
         base = self.table.config
         cfg = replace(base, pool=replace(base.pool, composition=composition), horizon_s=None, record_events=False,
                       seed=self.config.seed)
         self.num_simulations += 1
         res = Simulator(workload, cfg, self.table.calibration).run(self.make_router())
         ttft = res.records["ttft_s"]
-        if self.config.warmup_s > 0:
-            ttft = ttft[res.records["arrival_s"] >= self.config.warmup_s]
+        warmup_s = self.config.warmup_s if warmup_s is None else warmup_s
+        if warmup_s > 0:
+            ttft = ttft[res.records["arrival_s"] >= warmup_s]
         ttft = ttft[np.isfinite(ttft)]
         return float(ttft.mean()) if ttft.size else math.inf

@@ -110,6 +110,8 @@ class DynamicPhasesConfig:
     lookahead_screen_margin: float | None = _opt(None, "target decision: drop a candidate from further look-ahead streams "
                                                        "when its score so far exceeds the best by more than this share "
                                                        "('inf': none; default: LookaheadConfig's)")
+    lookahead_duration_s: float | None = _opt(None, "target decision: simulated span of one look-ahead stream [s] "
+                                                    "(default: LookaheadConfig's)")
     lookahead_warmup_s: float | None = _opt(None, "target decision: score only look-ahead requests arriving after this [s] "
                                                   "(default: LookaheadConfig's)")
     target_trend_min_t: float | None = _opt(None, "target decision: forecast from a rate trend only when it exceeds this many "
@@ -248,7 +250,8 @@ def controller_config(cfg: DynamicPhasesConfig):
     from envs.sim.reconfig import ReconfigConfig
 
     la = {k: v for k, v in (("num_replications", cfg.lookahead_replications), ("screen_margin", cfg.lookahead_screen_margin),
-                            ("warmup_s", cfg.lookahead_warmup_s)) if v is not None}
+                            ("warmup_s", cfg.lookahead_warmup_s), ("duration_s", cfg.lookahead_duration_s))
+          if v is not None}
     extra = {} if cfg.target_trend_min_t is None else {"target_trend_min_t": cfg.target_trend_min_t}
     return ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s), **extra,

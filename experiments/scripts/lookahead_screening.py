@@ -43,14 +43,14 @@ def replay(predictor, margin: float, num_streams: int, target_margin: float, urg
     full_touched: set = set()
     out = {"margin": margin, "num_calls": 0, "best_differs": 0, "class_differs": 0, "moving_best_differs": 0,
            "max_target_error": 0.0}
-    for comps, rates, key, keep in predictor.score_calls:
-        def value(c, rate, rep, _seen=touched, _key=key):
-            _seen.add((_key, rate, rep, c))
-            return predictor.stream_memo[(_key, rate, rep)][c]
+    for comps, rates, key, keep, span in predictor.score_calls:
+        def value(c, rate, rep, _seen=touched, _key=key, _span=span):
+            _seen.add((_key, rate, rep, _span, c))
+            return predictor.stream_memo[(_key, rate, rep, _span)][c]
 
-        def full_value(c, rate, rep, _key=key):
-            full_touched.add((_key, rate, rep, c))
-            return predictor.stream_memo[(_key, rate, rep)][c]
+        def full_value(c, rate, rep, _key=key, _span=span):
+            full_touched.add((_key, rate, rep, _span, c))
+            return predictor.stream_memo[(_key, rate, rep, _span)][c]
 
         got = screened_scores(list(comps), list(rates), value, num_streams, margin, keep)
         ref = screened_scores(list(comps), list(rates), full_value, num_streams, math.inf, keep)
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         run_dynamic_phases(cfg, base, on_controller=got.append)
         pred = got[0].predictor
         if args.dump_dir:
-            dump = {"calls": [list(map(list, c[:2])) + [list(c[2]), list(c[3])] for c in pred.score_calls],
-                    "memo": [[list(k[0]), k[1], k[2], v] for k, v in pred.stream_memo.items()]}
+            dump = {"calls": [[list(x) for x in c] for c in pred.score_calls],
+                    "memo": [[list(k[0]), k[1], k[2], list(k[3]), v] for k, v in pred.stream_memo.items()]}
             d = Path(args.dump_dir)
             d.mkdir(parents=True, exist_ok=True)
             (d / f"lookahead_seed{seed}{'_steady' if args.steady else ''}.json").write_text(json.dumps(dump))

@@ -232,7 +232,7 @@ class _StubPredictions:
     def __init__(self, values: dict):
         self.values = values
 
-    def __call__(self, compositions, rates_rps, keep=()):
+    def __call__(self, compositions, rates_rps, keep=(), stationary=False):
         return {c: self.values.get(c, 2.0) for c in compositions}
 
 
@@ -317,21 +317,21 @@ def test_lookahead_rate_ignores_a_trend_within_poisson_noise():
     ctl, _ = _attached_target_controller(target_trend_min_t=2.0)
     # steady 40 req/s: window rates scatter by sqrt(40 / 20) = 1.4 req/s; this slope is ~1.2 standard errors
     ctl._rates = [39.7, 42.2, 41.1]
-    assert ctl.lookahead_rate(41.1) == (pytest.approx(np.mean([39.7, 42.2, 41.1])), 0.0)
+    assert ctl.lookahead_rate(41.1) == (pytest.approx(np.mean([39.7, 42.2, 41.1])), 0.0, True)
     # a ramp of 20 -> 60 req/s in 150 s (0.27 req/s per s) is a trend: last rate and its slope
     ctl._rates = [30.0, 35.3, 40.6]
-    rate, slope = ctl.lookahead_rate(40.6)
-    assert rate == 40.6 and slope == pytest.approx(0.265)
+    rate, slope, stationary = ctl.lookahead_rate(40.6)
+    assert rate == 40.6 and slope == pytest.approx(0.265) and not stationary
     # a significant fall: the last rate, no negative trend; one window: the window's rate
     ctl._rates = [60.0, 50.0, 40.0]
-    assert ctl.lookahead_rate(40.0) == (40.0, 0.0)
+    assert ctl.lookahead_rate(40.0) == (40.0, 0.0, False)
     ctl._rates = [40.0]
-    assert ctl.lookahead_rate(40.0) == (40.0, 0.0)
+    assert ctl.lookahead_rate(40.0) == (40.0, 0.0, False)
     # target_trend_min_t = 0: the window's rate and its positive slope, however small (the earlier behaviour)
     ctl0, _ = _attached_target_controller(target_trend_min_t=0.0)
     ctl0._rates = [39.7, 42.2, 41.1]
-    rate, slope = ctl0.lookahead_rate(41.1)
-    assert rate == 41.1 and slope == pytest.approx(0.035)
+    rate, slope, stationary = ctl0.lookahead_rate(41.1)
+    assert rate == 41.1 and slope == pytest.approx(0.035) and not stationary
 
 
 def test_target_decision_records_the_lookahead_rate():
