@@ -72,7 +72,15 @@ class LookaheadConfig:
         screen_margin: ``"requests"``: successive screening (:meth:`LookaheadPredictor.score_from_requests`):
             before each stream after the first, a candidate whose mean predicted TTFT so far exceeds
             the best one's by more than this share is dropped (it keeps its score from the streams
-            it ran), >= 0 (``inf``: every candidate on every stream); SCREEN_DEFAULT.
+            it ran), >= 0 (``inf``: every candidate on every stream); 0.2. Why: most candidates
+            are far from the best (CP-2-heavy pools at moderate load, all-CP-4 near capacity), and
+            their extra streams only refine a score no decision uses. Replaying every look-ahead
+            call of ``cpgym dynamic`` seeds 0-2 with the full evaluation's per-stream results
+            (``experiments/scripts/lookahead_screening.py``,
+            ``results/dynamic-phases/target-controller/screening/``): 0.2 needs about two thirds
+            of the simulations and changes the best candidate or the hysteresis class in at most
+            one window of 90; 0.1 and 0.05 save little more and change several (screening by rank,
+            the best 2-4 candidates going on, changed more windows still in a development replay).
         warmup_s: the score (mean TTFT) counts only the requests arriving at or after this time
             of the stream [s], in [0, duration_s); 0.
         stationary_duration_s: ``"requests"``: span of a stream [s] when the caller marks the load

@@ -233,6 +233,7 @@ class _StubPredictions:
         self.values = values
 
     def __call__(self, compositions, rates_rps, keep=(), stationary=False):
+        self.last_call = (list(rates_rps), tuple(keep), stationary)
         return {c: self.values.get(c, 2.0) for c in compositions}
 
 
@@ -340,3 +341,7 @@ def test_target_decision_records_the_lookahead_rate():
     r = record()
     ctl.decide_target(r)
     assert r.lookahead_rate_rps == 2.0 and r.lookahead_slope_rps_per_s == 0.0
+    assert ctl.predict.last_call == ([2.0, 2.0], ("cp4x1,cp2x2",), False)  # one window: no trend test yet
+    ctl._rates = [2.0, 2.1]  # stationary: the mean rate, the target kept on every stream, the longer streams
+    ctl.decide_target(r)
+    assert ctl.predict.last_call == ([2.05, 2.05], ("cp4x1,cp2x2",), True)

@@ -105,3 +105,21 @@ def test_screen_margin_and_warmup_validation():
     with pytest.raises(ValueError, match="warmup_s"):
         LookaheadConfig(duration_s=60.0, warmup_s=60.0)
     assert LookaheadConfig(screen_margin=math.inf).screen_margin == math.inf
+
+
+def test_stationary_load_gets_the_longer_stream_scored_after_its_warmup():
+    sample = _sample()
+    cfg = LookaheadConfig(duration_s=20.0, min_requests=20, num_replications=1, stationary_duration_s=40.0,
+                          stationary_warmup_s=10.0)
+    pred = LookaheadPredictor(_table(), LeastWorkRouter, cfg)
+    short = pred.predict_from_requests(["cp4x4"], sample, 512, 12.0, (0, 200))["cp4x4"]
+    long = pred.predict_from_requests(["cp4x4"], sample, 512, 12.0, (0, 200), stationary=True)["cp4x4"]
+    assert {k[3] for k in pred.stream_memo} == {(20.0, 0.0), (40.0, 10.0)}  # memoised apart
+    wl = pred.resampled_stream(sample, 512, cfg.bucket_rate(12.0), (0, 200), 40.0)
+    assert wl.requests[-1].arrival_time_s > 30.0
+    res = Simulator(wl, SimConfig(pool=POOL, seed=cfg.seed, record_events=False), Calibration.default()).run(LeastWorkRouter())
+    ttft, arr = res.records["ttft_s"], res.records["arrival_s"]
+    assert long == pytest.approx(float(np.nanmean(ttft[arr >= 10.0])), rel=1e-12)
+    assert short != long
+    with pytest.raises(ValueError, match="stationary_duration_s"):
+        LookaheadConfig(duration_s=60.0, stationary_duration_s=30.0)
