@@ -705,7 +705,7 @@ class ReconfigController:
         slope of their rates is within ``target_trend_min_t`` standard errors of zero (each window
         rate's variance ``rate / window_s``: Poisson counts); otherwise ``rate_rps`` (the last
         window's rate), the positive slope and not stationary. A stationary load gets the
-        look-ahead's longer streams (``LookaheadConfig.stationary_duration_s``)."""
+        look-ahead's stationary stream span (``LookaheadConfig.stationary_duration_s``)."""
         slope = self.rate_slope()
         n = len(self._rates)
         if n < 2:

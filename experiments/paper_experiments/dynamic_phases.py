@@ -112,6 +112,10 @@ class DynamicPhasesConfig:
                                                        "('inf': none; default: LookaheadConfig's)")
     lookahead_duration_s: float | None = _opt(None, "target decision: simulated span of one look-ahead stream [s] "
                                                     "(default: LookaheadConfig's)")
+    lookahead_stationary_duration_s: float | None = _opt(None, "target decision: look-ahead stream span [s] at a "
+                                                               "stationary load (default: LookaheadConfig's)")
+    lookahead_stationary_warmup_s: float | None = _opt(None, "target decision: score only look-ahead requests arriving "
+                                                             "after this [s] at a stationary load (default: LookaheadConfig's)")
     lookahead_warmup_s: float | None = _opt(None, "target decision: score only look-ahead requests arriving after this [s] "
                                                   "(default: LookaheadConfig's)")
     target_trend_min_t: float | None = _opt(None, "target decision: forecast from a rate trend only when it exceeds this many "
@@ -250,8 +254,9 @@ def controller_config(cfg: DynamicPhasesConfig):
     from envs.sim.reconfig import ReconfigConfig
 
     la = {k: v for k, v in (("num_replications", cfg.lookahead_replications), ("screen_margin", cfg.lookahead_screen_margin),
-                            ("warmup_s", cfg.lookahead_warmup_s), ("duration_s", cfg.lookahead_duration_s))
-          if v is not None}
+                            ("warmup_s", cfg.lookahead_warmup_s), ("duration_s", cfg.lookahead_duration_s),
+                            ("stationary_duration_s", cfg.lookahead_stationary_duration_s),
+                            ("stationary_warmup_s", cfg.lookahead_stationary_warmup_s)) if v is not None}
     extra = {} if cfg.target_trend_min_t is None else {"target_trend_min_t": cfg.target_trend_min_t}
     return ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s), **extra,
@@ -265,7 +270,9 @@ def _controller_summary(ccfg) -> dict:
             "regime_change_unlocks": ccfg.regime_change_unlocks,
             "lookahead": {"source": ccfg.lookahead.source, "duration_s": ccfg.lookahead.duration_s,
                           "num_replications": ccfg.lookahead.num_replications,
-                          "screen_margin": ccfg.lookahead.screen_margin, "warmup_s": ccfg.lookahead.warmup_s},
+                          "screen_margin": ccfg.lookahead.screen_margin, "warmup_s": ccfg.lookahead.warmup_s,
+                          "stationary_duration_s": ccfg.lookahead.stationary_duration_s,
+                          "stationary_warmup_s": ccfg.lookahead.stationary_warmup_s},
             "window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
             "split_target_load": ccfg.split_target_load, "merge_load": ccfg.merge_load,
             "merge_max_projected_load": ccfg.merge_max_projected_load, "max_ops_per_window": ccfg.max_ops_per_window,
