@@ -115,7 +115,8 @@ class DynamicPhasesConfig:
     lookahead_stationary_duration_s: float | None = _opt(None, "target decision: look-ahead stream span [s] at a "
                                                                "stationary load (default: LookaheadConfig's)")
     lookahead_stationary_warmup_s: float | None = _opt(None, "target decision: score only look-ahead requests arriving "
-                                                             "after this [s] at a stationary load (default: LookaheadConfig's)")
+                                                             "after this [s] at a stationary load "
+                                                             "(default: LookaheadConfig's)")
     lookahead_warmup_s: float | None = _opt(None, "target decision: score only look-ahead requests arriving after this [s] "
                                                   "(default: LookaheadConfig's)")
     target_trend_min_t: float | None = _opt(None, "target decision: forecast from a rate trend only when it exceeds this many "
