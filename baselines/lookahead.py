@@ -96,7 +96,7 @@ class LookaheadConfig:
             best, ``cp4x7,cp2x6``); 120 s streams predicted 8 % and moved to ``cp4x7,cp2x6``
             (adaptive +12.3 % -> +5.2 % vs the best fixed pool; seed 1 unchanged at +4.2 %, seed
             0 at 0 %), but made the main job (``cpgym simulate``: ``mixed-default``, whose rate
-            drifts, so the two spans' memo entries alternate) take 35 s instead of 24 s, and the
+            drifts, so the two spans' memo entries alternate) take 32.8 s of CPU instead of 24.0 s, and the
             steady criterion (within 2 %) stayed missed on seeds 1 and 2 either way
             (``results/dynamic-phases/target-controller/README.md``). 120 (with
             ``stationary_warmup_s`` 20) is the setting to use where steady-load accuracy matters
