@@ -85,6 +85,13 @@ class ReconfigTrainConfig:
                            choices=("none", "oracle"))
     oracle_tolerance: float = _opt(0.03, "oracle labels: compositions within this share of a phase's best mean TTFT "
                                          "count as ties (the one closest to the previous phase's wins)")
+    oracle_switch_cost_s_per_gpu: float = _opt(0.0, "oracle labels: 0 = per-phase best within --oracle-tolerance; "
+                                                    "> 0 = the schedule minimising total TTFT [request-s] plus this "
+                                                    "cost per GPU moved (dynamic programming over phases)")
+    oracle_phase_ttft: str | None = _opt(None, "reuse the per-phase fixed-composition TTFTs of this file (an "
+                                               "oracle_phase_ttft.json of an earlier run or of "
+                                               "experiments/scripts/reconfig_oracle_schedule.py --cache) for the "
+                                               "seeds it holds (--warm-start oracle)", metavar="JSON")
     bc_epochs: int = _opt(30, "behaviour-cloning epochs over the oracle demonstrations (--warm-start oracle)")
     bc_learning_rate: float = _opt(1e-3, "behaviour-cloning Adam learning rate (--warm-start oracle)")
     init_from: str | None = _opt(None, "start from this reconfiguration model (a model.zip / last_model.zip of an "
@@ -136,15 +143,23 @@ class ReconfigTrainConfig:
             raise ValueError(f"max_operation_gpus_per_window must be > 0, got {self.max_operation_gpus_per_window}")
         if not self.oracle_tolerance >= 0:
             raise ValueError(f"oracle_tolerance must be >= 0, got {self.oracle_tolerance}")
+        if not self.oracle_switch_cost_s_per_gpu >= 0:
+            raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0, got {self.oracle_switch_cost_s_per_gpu}")
+        oracle_flags = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_phase_ttft", "bc_epochs",
+                        "bc_learning_rate")
+        defaults = {f.name: f.default for f in fields(self)}
+        if self.warm_start == "none" and self.action_mode == "target":
+            for name in oracle_flags:
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(f"--{name.replace('_', '-')} applies to --warm-start oracle only "
+                                     f"(got {getattr(self, name)!r} with --warm-start none)")
         if self.action_mode == "target":
             if not self.capacity_features:
                 raise ValueError("--action-mode target observes per-composition capacities: drop --no-capacity-features")
             if self.noop_logit_bias:
                 raise ValueError("--noop-logit-bias applies to --action-mode operation (the target menu has no no-op)")
             return
-        defaults = {f.name: f.default for f in fields(self)}
-        for name in ("target_degrees", "max_operation_gpus_per_window", "warm_start", "oracle_tolerance", "bc_epochs",
-                     "bc_learning_rate"):
+        for name in ("target_degrees", "max_operation_gpus_per_window", "warm_start") + oracle_flags:
             if getattr(self, name) != defaults[name]:
                 raise ValueError(f"--{name.replace('_', '-')} applies to --action-mode target only "
                                  f"(got {getattr(self, name)!r} with --action-mode operation)")
@@ -255,12 +270,16 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
 
 def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_config, capacity_table, log=print) -> dict:
     """``--warm-start oracle``: per training seed, the oracle composition of each phase
-    (:func:`policies.reconfig_oracle.phase_targets`, simulator seed = workload seed), the
+    (:func:`policies.reconfig_oracle.phase_ttft`, simulator seed = workload seed, or read from
+    ``cfg.oracle_phase_ttft``; then :func:`~policies.reconfig_oracle.select_targets` with
+    ``cfg.oracle_tolerance`` and ``cfg.oracle_switch_cost_s_per_gpu``), the
     demonstrations of following it (:func:`~policies.reconfig_oracle.collect_demonstrations`), the
     VecNormalize observation statistics updated with them, and behaviour cloning of
     ``model``'s policy (:func:`~policies.reconfig_oracle.behaviour_clone`). Writes
-    ``oracle_targets.json`` (per seed, the compositions) and ``bc.csv`` (loss per epoch); returns a
-    summary for ``train_config.json``.
+    ``oracle_phase_ttft.json`` (:func:`~policies.reconfig_oracle.save_phase_ttft`: reusable with
+    ``--oracle-phase-ttft``; it must come from the same simulator configuration),
+    ``oracle_targets.json`` (per seed, the compositions) and ``bc.csv`` (loss per epoch); returns
+    a summary for ``train_config.json``.
 
     Raises:
         ValueError: when a training workload is longer than two episode windows (the oracle
@@ -268,8 +287,10 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     """
     import csv
 
+    from baselines.composition import degree_counts
     from envs.reconfig_env import PrefillReconfigEnv
-    from policies.reconfig_oracle import behaviour_clone, collect_demonstrations, phase_targets
+    from policies.reconfig_oracle import (behaviour_clone, collect_demonstrations, load_phase_ttft, phase_ttft,
+                                          save_phase_ttft, select_targets)
 
     wls = [cfg.workload_source(s).build() for s in cfg.seeds]
     for s, wl in zip(cfg.seeds, wls):
@@ -282,8 +303,14 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
 
     menu = make_env(wls[:1]).target_compositions
     t0 = time.perf_counter()
-    targets = [phase_targets(wl, replace(sim_config, seed=s), menu, tolerance=cfg.oracle_tolerance)
-               for s, wl in zip(cfg.seeds, wls)]
+    cached = load_phase_ttft(cfg.oracle_phase_ttft, menu) if cfg.oracle_phase_ttft else {}
+    tables = {s: cached[s] if s in cached else phase_ttft(wl, replace(sim_config, seed=s), menu)
+              for s, wl in zip(cfg.seeds, wls)}
+    save_phase_ttft(out / "oracle_phase_ttft.json", tables, menu)
+    counts = [degree_counts(c, sim_config.pool) for c in menu]
+    initial = degree_counts(sim_config.pool.composition, sim_config.pool)
+    targets = [select_targets(*tables[s], counts, initial, cfg.oracle_tolerance, cfg.oracle_switch_cost_s_per_gpu)
+               for s in cfg.seeds]
     (out / "oracle_targets.json").write_text(json.dumps(
         {str(s): [menu[k] for k in tg] for s, tg in zip(cfg.seeds, targets)}, indent=2) + "\n")
     obs, actions = collect_demonstrations(make_env, wls, targets, list(cfg.seeds))
