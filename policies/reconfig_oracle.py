@@ -192,28 +192,48 @@ def phase_targets(workload, sim_config, compositions: list[str], router: str = "
                           tolerance, switch_cost_s_per_gpu)
 
 
-def collect_demonstrations(make_env, workloads: list, targets: list[list[int]], seeds: list[int]):
+def collect_demonstrations(make_env, workloads: list, targets: list[list[int]], seeds: list[int],
+                           num_noisy_rollouts: int = 0, action_noise: float = 0.0, noise_seed: int = 0):
     """Rolls out ``make_env([workload])`` (a target-mode :class:`envs.reconfig_env.PrefillReconfigEnv`)
     on each workload (simulator seed from ``seeds``), choosing at each decision time the oracle
     composition ``targets[i][phase]`` of the phase that time falls in.
 
+    With ``num_noisy_rollouts > 0`` each workload is rolled out that many more times with
+    disturbances (DART, Laskey et al. 2017, "DART: Noise Injection for Robust Imitation
+    Learning"): at each step, with probability ``action_noise``, a uniformly random menu
+    composition is executed instead, while the recorded label stays the oracle's. The clean
+    rollouts only visit states in which the pool already is (heading to) the labelled
+    composition except at phase changes, so a policy cloned from them can score well by
+    repeating its previous choice (the "is_last_action" / "is_projected" target features) and
+    never learn to move back; the disturbed states teach it to return to the oracle.
+
     Returns:
         ``(observations, actions)``: a dict of stacked raw observations (one row per step, keys
         and shapes of the env's observation space) and an int64 array of the actions.
+
+    Raises:
+        ValueError: on a negative ``num_noisy_rollouts`` or ``action_noise`` outside [0, 1].
     """
+    if num_noisy_rollouts < 0 or not 0.0 <= action_noise <= 1.0:
+        raise ValueError(f"num_noisy_rollouts must be >= 0 and action_noise in [0, 1], got {num_noisy_rollouts}, "
+                         f"{action_noise}")
     obs_rows: dict[str, list] = {}
     actions = []
     for wl, tg, seed in zip(workloads, targets, seeds):
         env = make_env([wl])
-        obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
-        done = False
-        while not done:
-            a = tg[phase_at(wl, env.decision_time_s)]
-            for key, v in obs.items():
-                obs_rows.setdefault(key, []).append(np.array(v, copy=True))
-            actions.append(a)
-            obs, _, term, trunc, _ = env.step(a)
-            done = term or trunc
+        for r in range(1 + num_noisy_rollouts):
+            rng = np.random.default_rng([noise_seed, seed, r])
+            obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
+            done = False
+            while not done:
+                a = tg[phase_at(wl, env.decision_time_s)]
+                for key, v in obs.items():
+                    obs_rows.setdefault(key, []).append(np.array(v, copy=True))
+                actions.append(a)
+                if r > 0 and rng.random() < action_noise:
+                    a = int(rng.integers(env.action_space.n))
+                obs, _, term, trunc, _ = env.step(a)
+                done = term or trunc
     return {k: np.stack(v) for k, v in obs_rows.items()}, np.asarray(actions, dtype=np.int64)
 
 

@@ -92,6 +92,11 @@ class ReconfigTrainConfig:
                                                "oracle_phase_ttft.json of an earlier run or of "
                                                "experiments/scripts/reconfig_oracle_schedule.py --cache) for the "
                                                "seeds it holds (--warm-start oracle)", metavar="JSON")
+    oracle_noisy_rollouts: int = _opt(0, "demonstrations: per training seed, this many more rollouts of the oracle "
+                                         "that execute a random composition with probability --oracle-action-noise "
+                                         "(labels stay the oracle's: DART noise injection)")
+    oracle_action_noise: float = _opt(0.0, "demonstrations: share of the steps of the noisy rollouts that execute a "
+                                           "random composition, in [0, 1]")
     bc_epochs: int = _opt(30, "behaviour-cloning epochs over the oracle demonstrations (--warm-start oracle)")
     bc_learning_rate: float = _opt(1e-3, "behaviour-cloning Adam learning rate (--warm-start oracle)")
     init_from: str | None = _opt(None, "start from this reconfiguration model (a model.zip / last_model.zip of an "
@@ -141,18 +146,8 @@ class ReconfigTrainConfig:
         object.__setattr__(self, "target_degrees", tuple(int(d) for d in self.target_degrees))
         if self.max_operation_gpus_per_window is not None and not self.max_operation_gpus_per_window > 0:
             raise ValueError(f"max_operation_gpus_per_window must be > 0, got {self.max_operation_gpus_per_window}")
-        if not self.oracle_tolerance >= 0:
-            raise ValueError(f"oracle_tolerance must be >= 0, got {self.oracle_tolerance}")
-        if not self.oracle_switch_cost_s_per_gpu >= 0:
-            raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0, got {self.oracle_switch_cost_s_per_gpu}")
-        oracle_flags = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_phase_ttft", "bc_epochs",
-                        "bc_learning_rate")
+        oracle_flags = self._check_oracle_flags()
         defaults = {f.name: f.default for f in fields(self)}
-        if self.warm_start == "none" and self.action_mode == "target":
-            for name in oracle_flags:
-                if getattr(self, name) != defaults[name]:
-                    raise ValueError(f"--{name.replace('_', '-')} applies to --warm-start oracle only "
-                                     f"(got {getattr(self, name)!r} with --warm-start none)")
         if self.action_mode == "target":
             if not self.capacity_features:
                 raise ValueError("--action-mode target observes per-composition capacities: drop --no-capacity-features")
@@ -163,6 +158,30 @@ class ReconfigTrainConfig:
             if getattr(self, name) != defaults[name]:
                 raise ValueError(f"--{name.replace('_', '-')} applies to --action-mode target only "
                                  f"(got {getattr(self, name)!r} with --action-mode operation)")
+
+    #: The flags of ``--warm-start oracle`` (rejected without it).
+    ORACLE_FLAGS = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_phase_ttft", "oracle_noisy_rollouts",
+                    "oracle_action_noise", "bc_epochs", "bc_learning_rate")
+
+    def _check_oracle_flags(self) -> tuple[str, ...]:
+        """Validates the ``--warm-start oracle`` flags and rejects them in a target-mode run
+        without the warm start (ValueError naming the flag); returns their field names."""
+        if not self.oracle_tolerance >= 0:
+            raise ValueError(f"oracle_tolerance must be >= 0, got {self.oracle_tolerance}")
+        if not self.oracle_switch_cost_s_per_gpu >= 0:
+            raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0, got {self.oracle_switch_cost_s_per_gpu}")
+        if self.oracle_noisy_rollouts < 0 or not 0.0 <= self.oracle_action_noise <= 1.0:
+            raise ValueError(f"oracle_noisy_rollouts must be >= 0 and oracle_action_noise in [0, 1], got "
+                             f"{self.oracle_noisy_rollouts}, {self.oracle_action_noise}")
+        if (self.oracle_noisy_rollouts > 0) != (self.oracle_action_noise > 0):
+            raise ValueError("--oracle-noisy-rollouts and --oracle-action-noise go together (both > 0 or neither)")
+        if self.warm_start == "none" and self.action_mode == "target":
+            defaults = {f.name: f.default for f in fields(self)}
+            for name in self.ORACLE_FLAGS:
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(f"--{name.replace('_', '-')} applies to --warm-start oracle only "
+                                     f"(got {getattr(self, name)!r} with --warm-start none)")
+        return self.ORACLE_FLAGS
 
     def env_kwargs(self) -> dict:
         """The :class:`envs.reconfig_env.PrefillReconfigEnv` arguments of this configuration
@@ -273,7 +292,8 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     (:func:`policies.reconfig_oracle.phase_ttft`, simulator seed = workload seed, or read from
     ``cfg.oracle_phase_ttft``; then :func:`~policies.reconfig_oracle.select_targets` with
     ``cfg.oracle_tolerance`` and ``cfg.oracle_switch_cost_s_per_gpu``), the
-    demonstrations of following it (:func:`~policies.reconfig_oracle.collect_demonstrations`), the
+    demonstrations of following it (:func:`~policies.reconfig_oracle.collect_demonstrations`, with
+    ``cfg.oracle_noisy_rollouts`` disturbed rollouts per seed), the
     VecNormalize observation statistics updated with them, and behaviour cloning of
     ``model``'s policy (:func:`~policies.reconfig_oracle.behaviour_clone`). Writes
     ``oracle_phase_ttft.json`` (:func:`~policies.reconfig_oracle.save_phase_ttft`: reusable with
@@ -313,7 +333,8 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
                for s in cfg.seeds]
     (out / "oracle_targets.json").write_text(json.dumps(
         {str(s): [menu[k] for k in tg] for s, tg in zip(cfg.seeds, targets)}, indent=2) + "\n")
-    obs, actions = collect_demonstrations(make_env, wls, targets, list(cfg.seeds))
+    obs, actions = collect_demonstrations(make_env, wls, targets, list(cfg.seeds), cfg.oracle_noisy_rollouts,
+                                          cfg.oracle_action_noise, cfg.seed)
     for key, rms in venv.obs_rms.items():
         rms.update(obs[key])
     losses = behaviour_clone(model, venv.normalize_obs(obs), actions, cfg.bc_epochs, cfg.batch_size,

@@ -129,3 +129,43 @@ def test_warm_start_reuses_the_phase_ttft_file_and_applies_the_switching_cost(tm
     train_reconfig(ReconfigTrainConfig(**base, oracle_phase_ttft=str(fake), oracle_switch_cost_s_per_gpu=1e6),
                    tmp_path / "c", sim_config=small, log=lambda s: None)
     assert json.loads((tmp_path / "c" / "oracle_targets.json").read_text()) == {"0": ["cp4x1,cp2x2", "cp4x1,cp2x2"]}
+
+
+def test_noisy_demonstrations_keep_the_oracle_labels_and_visit_other_compositions():
+    from envs.reconfig_env import PrefillReconfigEnv
+    from envs.sim import PoolConfig, SimConfig
+    from envs.workloads import WorkloadSource
+    from policies.reconfig_oracle import collect_demonstrations
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
+    wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
+
+    def make_env(w):
+        return PrefillReconfigEnv(w, small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
+
+    targets = [[2, 2]]  # always cp2x4
+    clean_obs, clean = collect_demonstrations(make_env, [wl], targets, [0])
+    obs, actions = collect_demonstrations(make_env, [wl], targets, [0], num_noisy_rollouts=2, action_noise=1.0)
+    n = len(clean)
+    assert len(actions) == 3 * n and set(actions.tolist()) == {2}  # labels stay the oracle's
+    for key in clean_obs:
+        np.testing.assert_array_equal(obs[key][:n], clean_obs[key])  # the first rollout is the clean one
+    # the clean rollout has chosen cp2x4 since its first step; the disturbed ones executed other compositions
+    last_action = obs["targets"][:, :, 4]  # TARGET_FEATURES "is_last_action"
+    assert last_action[1:n, 2].all() and not last_action[n + 1:, 2].all()
+    again, _ = collect_demonstrations(make_env, [wl], targets, [0], num_noisy_rollouts=2, action_noise=1.0)
+    np.testing.assert_array_equal(again["targets"], obs["targets"])  # seeded
+    with pytest.raises(ValueError, match="action_noise in"):
+        collect_demonstrations(make_env, [wl], targets, [0], num_noisy_rollouts=1, action_noise=1.5)
+
+
+def test_noisy_rollout_flags_go_together():
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    base = dict(workload="phases", action_mode="target", warm_start="oracle", wandb_mode="disabled")
+    ReconfigTrainConfig(**base, oracle_noisy_rollouts=2, oracle_action_noise=0.3)
+    with pytest.raises(ValueError, match="go together"):
+        ReconfigTrainConfig(**base, oracle_noisy_rollouts=2)
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        ReconfigTrainConfig(**base, oracle_noisy_rollouts=2, oracle_action_noise=2.0)
