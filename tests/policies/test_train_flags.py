@@ -28,7 +28,8 @@ def test_every_training_flag_reaches_the_config(kind):
     target_only = {"target_degrees", "max_operation_gpus_per_window", "warm_start"} if kind == "reconfig" else set()
     # flags of --warm-start oracle only, and the partner flag some of them need
     oracle_only = set(ReconfigTrainConfig.ORACLE_FLAGS) if kind == "reconfig" else set()
-    partner = {"oracle_noisy_rollouts": ["--oracle-action-noise", "0.5"], "oracle_action_noise": ["--oracle-noisy-rollouts", "1"]}
+    partner = {"oracle_noisy_rollouts": ["--oracle-action-noise", "0.5"],
+               "oracle_action_noise": ["--oracle-noisy-rollouts", "1"]}
     for name, flag in config_flags(cls).items():
         value = getattr(cfg, name)
         extra = ["--action-mode", "target"] if name in target_only else []
