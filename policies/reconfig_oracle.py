@@ -22,7 +22,8 @@ from dataclasses import replace
 
 import numpy as np
 
-__all__ = ["phase_targets", "phase_at", "collect_demonstrations", "behaviour_clone"]
+__all__ = ["phase_ttft", "save_phase_ttft", "load_phase_ttft", "select_targets", "phase_targets", "phase_at",
+           "collect_demonstrations", "behaviour_clone"]
 
 
 def phase_at(workload, time_s: float) -> int:
@@ -39,17 +40,16 @@ def phase_at(workload, time_s: float) -> int:
     return int(min(max(np.searchsorted(bounds, time_s, side="right") - 1, 0), len(bounds) - 2))
 
 
-def phase_targets(workload, sim_config, compositions: list[str], router: str = "vertumnus-router",
-                  tolerance: float = 0.0) -> list[int]:
-    """Per phase, the index into ``compositions`` of the fixed composition whose run gives the
-    phase's requests (``metadata["phase_of_request"]``, by arrival) the lowest mean TTFT.
+def phase_ttft(workload, sim_config, compositions: list[str], router: str = "vertumnus-router"):
+    """Per fixed composition and phase, the mean TTFT of the phase's requests
+    (``metadata["phase_of_request"]``, by arrival) when the whole workload runs on that fixed pool.
 
-    One simulation per composition (``router`` on that fixed pool, simulator seed =
-    ``sim_config.seed``). Among the compositions within ``tolerance`` (a share: 0.03 = 3 %) of a
-    phase's lowest mean TTFT the one closest (GPU-level distance,
-    ``baselines.operation_plan.composition_distance``) to the previous phase's choice (the pool's
-    initial composition for the first phase) is taken: near-ties do not cost reconfigurations.
-    Remaining ties go to the earlier composition.
+    One simulation per composition (``router``, simulator seed = ``sim_config.seed``).
+
+    Returns:
+        ``(ttft_s, num_requests)``: a float array ``(len(compositions), num_phases)`` [s] (inf
+        for a phase without finished requests) and an int array ``(num_phases,)`` of the
+        requests per phase.
 
     Raises:
         ValueError: when the workload has no ``phase_of_request`` metadata.
@@ -70,43 +70,170 @@ def phase_targets(workload, sim_config, compositions: list[str], router: str = "
             sel = t[phase == p]
             if len(sel) and not np.isnan(sel).all():
                 ttft[k, p] = np.nanmean(sel)
-    from baselines.composition import degree_counts
-    from baselines.operation_plan import composition_distance
+    return ttft, np.bincount(phase, minlength=num_phases)
 
-    counts = [degree_counts(c, sim_config.pool) for c in compositions]
-    prev = degree_counts(sim_config.pool.composition, sim_config.pool)
-    out = []
-    for p in range(num_phases):
-        best = ttft[:, p].min()
-        near = [k for k in range(len(compositions)) if ttft[k, p] <= best * (1.0 + tolerance)]
-        k = min(near, key=lambda k: (composition_distance(prev, counts[k]), ttft[k, p], k))
-        out.append(k)
-        prev = counts[k]
+
+def save_phase_ttft(path, tables: dict[int, tuple[np.ndarray, np.ndarray]], compositions: list[str]) -> None:
+    """Writes :func:`phase_ttft` results of several workload seeds to ``path`` (JSON: the
+    composition menu and, per seed, ``ttft_s`` (null for inf) and ``num_requests``), so that a
+    later run (``cpgym train reconfig --oracle-phase-ttft``) need not re-simulate them."""
+    import json
+    from pathlib import Path
+
+    data = {"compositions": list(compositions), "seeds": {
+        str(s): {"ttft_s": [[float(x) if np.isfinite(x) else None for x in row] for row in t],
+                 "num_requests": [int(n) for n in num]} for s, (t, num) in sorted(tables.items())}}
+    Path(path).write_text(json.dumps(data) + "\n")
+
+
+def load_phase_ttft(path, compositions: list[str]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Reads a :func:`save_phase_ttft` file; returns ``{seed: (ttft_s, num_requests)}``.
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        ValueError: naming the file, when it is not such a file or its composition menu differs
+            from ``compositions``.
+    """
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+        menu, seeds = data["compositions"], data["seeds"]
+        out = {int(s): (np.array([[np.inf if x is None else x for x in row] for row in v["ttft_s"]], float),
+                        np.asarray(v["num_requests"], np.int64)) for s, v in seeds.items()}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: expected a per-phase TTFT file of save_phase_ttft ({e})") from None
+    if menu != list(compositions):
+        raise ValueError(f"{path}: its composition menu ({len(menu)} entries) differs from this run's "
+                         f"({len(compositions)}): same --target-degrees and pool needed")
+    for s, (t, num) in out.items():
+        if t.shape != (len(menu), len(num)):
+            raise ValueError(f"{path}: seed {s}: ttft_s has shape {t.shape}, expected ({len(menu)}, {len(num)})")
     return out
 
 
-def collect_demonstrations(make_env, workloads: list, targets: list[list[int]], seeds: list[int]):
+def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[dict], initial: dict,
+                   tolerance: float = 0.0, switch_cost_s_per_gpu: float = 0.0) -> list[int]:
+    """Oracle composition (index into ``counts``) of each phase from the per-phase mean TTFTs of
+    :func:`phase_ttft`.
+
+    With ``switch_cost_s_per_gpu == 0`` (the per-phase rule): per phase, among the compositions
+    within ``tolerance`` (a share: 0.03 = 3 %) of its lowest mean TTFT, the one closest
+    (``baselines.operation_plan.composition_distance``) to the previous phase's choice
+    (``initial`` for the first phase): near-ties cost no reconfiguration; remaining ties go to
+    the earlier composition.
+
+    With ``switch_cost_s_per_gpu > 0`` (myopia about reconfiguration removed): the schedule
+    ``k_0..k_{P-1}`` minimising ``Σ_p num_requests[p] x ttft_s[k_p, p] + switch_cost_s_per_gpu x
+    Σ_p distance(k_{p-1}, k_p)`` (total TTFT [request-s] plus a cost per GPU moved, ``k_{-1}`` =
+    ``initial``), by dynamic programming over phases (exact; ties to the earlier composition);
+    ``tolerance`` is then not used. The move from ``initial`` is charged too, so a very large
+    cost keeps ``initial`` throughout; in between, the oracle trades per-phase optima against
+    the drain of the operations reaching them (the per-phase fixed-pool TTFTs themselves still
+    ignore the backlog a switch leaves).
+
+    Args:
+        ttft_s: ``(K, P)`` mean TTFT [s] per composition and phase (inf: no data).
+        num_requests: ``(P,)`` requests per phase.
+        counts: ``K`` compositions as ``{degree: num_workers}`` (``baselines.composition.degree_counts``).
+        initial: the pool's initial composition, same form.
+
+    Raises:
+        ValueError: on shapes that do not match, a negative tolerance or switch cost.
+    """
+    from baselines.operation_plan import composition_distance
+
+    ttft_s = np.asarray(ttft_s, float)
+    num_requests = np.asarray(num_requests, float)
+    K, P = ttft_s.shape if ttft_s.ndim == 2 else (-1, -1)
+    if K != len(counts) or num_requests.shape != (P,):
+        raise ValueError(f"ttft_s must be (len(counts)={len(counts)}, num_phases) and num_requests (num_phases,); "
+                         f"got {np.shape(ttft_s)} and {np.shape(num_requests)}")
+    if not (tolerance >= 0 and switch_cost_s_per_gpu >= 0):
+        raise ValueError(f"tolerance and switch_cost_s_per_gpu must be >= 0, got {tolerance}, {switch_cost_s_per_gpu}")
+    if switch_cost_s_per_gpu == 0:
+        out, prev = [], initial
+        for p in range(P):
+            best = ttft_s[:, p].min()
+            near = [k for k in range(K) if ttft_s[k, p] <= best * (1.0 + tolerance)]
+            k = min(near, key=lambda k: (composition_distance(prev, counts[k]), ttft_s[k, p], k))
+            out.append(k)
+            prev = counts[k]
+        return out
+    dist = np.array([[composition_distance(a, b) for b in counts] for a in counts], float)
+    phase_cost = np.where(np.isfinite(ttft_s), ttft_s * num_requests, 0.0)  # (K, P) [request-s]
+    cost = phase_cost[:, 0] + switch_cost_s_per_gpu * np.array([composition_distance(initial, c) for c in counts])
+    back = np.zeros((P, K), dtype=np.int64)
+    for p in range(1, P):
+        total = cost[:, None] + switch_cost_s_per_gpu * dist  # [from, to]
+        back[p] = np.argmin(total, axis=0)  # first minimum: ties to the earlier composition
+        cost = total[back[p], np.arange(K)] + phase_cost[:, p]
+    path = [int(np.argmin(cost))]
+    for p in range(P - 1, 0, -1):
+        path.append(int(back[p, path[-1]]))
+    return path[::-1]
+
+
+def phase_targets(workload, sim_config, compositions: list[str], router: str = "vertumnus-router",
+                  tolerance: float = 0.0, switch_cost_s_per_gpu: float = 0.0) -> list[int]:
+    """Per phase, the index into ``compositions`` of the oracle composition:
+    :func:`phase_ttft` (one simulation per composition) then :func:`select_targets` from the
+    pool's initial composition (``sim_config.pool.composition``).
+
+    Raises:
+        ValueError: when the workload has no ``phase_of_request`` metadata.
+    """
+    from baselines.composition import degree_counts
+
+    ttft, num = phase_ttft(workload, sim_config, compositions, router)
+    counts = [degree_counts(c, sim_config.pool) for c in compositions]
+    return select_targets(ttft, num, counts, degree_counts(sim_config.pool.composition, sim_config.pool),
+                          tolerance, switch_cost_s_per_gpu)
+
+
+def collect_demonstrations(make_env, workloads: list, targets: list[list[int]], seeds: list[int],
+                           num_noisy_rollouts: int = 0, action_noise: float = 0.0, noise_seed: int = 0):
     """Rolls out ``make_env([workload])`` (a target-mode :class:`envs.reconfig_env.PrefillReconfigEnv`)
     on each workload (simulator seed from ``seeds``), choosing at each decision time the oracle
     composition ``targets[i][phase]`` of the phase that time falls in.
 
+    With ``num_noisy_rollouts > 0`` each workload is rolled out that many more times with
+    disturbances (DART, Laskey et al. 2017, "DART: Noise Injection for Robust Imitation
+    Learning"): at each step, with probability ``action_noise``, a uniformly random menu
+    composition is executed instead, while the recorded label stays the oracle's. The clean
+    rollouts only visit states in which the pool already is (heading to) the labelled
+    composition except at phase changes, so a policy cloned from them can score well by
+    repeating its previous choice (the "is_last_action" / "is_projected" target features) and
+    never learn to move back; the disturbed states teach it to return to the oracle.
+
     Returns:
         ``(observations, actions)``: a dict of stacked raw observations (one row per step, keys
         and shapes of the env's observation space) and an int64 array of the actions.
+
+    Raises:
+        ValueError: on a negative ``num_noisy_rollouts`` or ``action_noise`` outside [0, 1].
     """
+    if num_noisy_rollouts < 0 or not 0.0 <= action_noise <= 1.0:
+        raise ValueError(f"num_noisy_rollouts must be >= 0 and action_noise in [0, 1], got {num_noisy_rollouts}, "
+                         f"{action_noise}")
     obs_rows: dict[str, list] = {}
     actions = []
     for wl, tg, seed in zip(workloads, targets, seeds):
         env = make_env([wl])
-        obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
-        done = False
-        while not done:
-            a = tg[phase_at(wl, env.decision_time_s)]
-            for key, v in obs.items():
-                obs_rows.setdefault(key, []).append(np.array(v, copy=True))
-            actions.append(a)
-            obs, _, term, trunc, _ = env.step(a)
-            done = term or trunc
+        for r in range(1 + num_noisy_rollouts):
+            rng = np.random.default_rng([noise_seed, seed, r])
+            obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
+            done = False
+            while not done:
+                a = tg[phase_at(wl, env.decision_time_s)]
+                for key, v in obs.items():
+                    obs_rows.setdefault(key, []).append(np.array(v, copy=True))
+                actions.append(a)
+                if r > 0 and rng.random() < action_noise:
+                    a = int(rng.integers(env.action_space.n))
+                obs, _, term, trunc, _ = env.step(a)
+                done = term or trunc
     return {k: np.stack(v) for k, v in obs_rows.items()}, np.asarray(actions, dtype=np.int64)
 
 

@@ -85,6 +85,18 @@ class ReconfigTrainConfig:
                            choices=("none", "oracle"))
     oracle_tolerance: float = _opt(0.03, "oracle labels: compositions within this share of a phase's best mean TTFT "
                                          "count as ties (the one closest to the previous phase's wins)")
+    oracle_switch_cost_s_per_gpu: float = _opt(0.0, "oracle labels: 0 = per-phase best within --oracle-tolerance; "
+                                                    "> 0 = the schedule minimising total TTFT [request-s] plus this "
+                                                    "cost per GPU moved (dynamic programming over phases)")
+    oracle_phase_ttft: str | None = _opt(None, "reuse the per-phase fixed-composition TTFTs of this file (an "
+                                               "oracle_phase_ttft.json of an earlier run or of "
+                                               "experiments/scripts/reconfig_oracle_schedule.py --cache) for the "
+                                               "seeds it holds (--warm-start oracle)", metavar="JSON")
+    oracle_noisy_rollouts: int = _opt(0, "demonstrations: per training seed, this many more rollouts of the oracle "
+                                         "that execute a random composition with probability --oracle-action-noise "
+                                         "(labels stay the oracle's: DART noise injection)")
+    oracle_action_noise: float = _opt(0.0, "demonstrations: share of the steps of the noisy rollouts that execute a "
+                                           "random composition, in [0, 1]")
     bc_epochs: int = _opt(30, "behaviour-cloning epochs over the oracle demonstrations (--warm-start oracle)")
     bc_learning_rate: float = _opt(1e-3, "behaviour-cloning Adam learning rate (--warm-start oracle)")
     init_from: str | None = _opt(None, "start from this reconfiguration model (a model.zip / last_model.zip of an "
@@ -134,20 +146,42 @@ class ReconfigTrainConfig:
         object.__setattr__(self, "target_degrees", tuple(int(d) for d in self.target_degrees))
         if self.max_operation_gpus_per_window is not None and not self.max_operation_gpus_per_window > 0:
             raise ValueError(f"max_operation_gpus_per_window must be > 0, got {self.max_operation_gpus_per_window}")
-        if not self.oracle_tolerance >= 0:
-            raise ValueError(f"oracle_tolerance must be >= 0, got {self.oracle_tolerance}")
+        oracle_flags = self._check_oracle_flags()
+        defaults = {f.name: f.default for f in fields(self)}
         if self.action_mode == "target":
             if not self.capacity_features:
                 raise ValueError("--action-mode target observes per-composition capacities: drop --no-capacity-features")
             if self.noop_logit_bias:
                 raise ValueError("--noop-logit-bias applies to --action-mode operation (the target menu has no no-op)")
             return
-        defaults = {f.name: f.default for f in fields(self)}
-        for name in ("target_degrees", "max_operation_gpus_per_window", "warm_start", "oracle_tolerance", "bc_epochs",
-                     "bc_learning_rate"):
+        for name in ("target_degrees", "max_operation_gpus_per_window", "warm_start") + oracle_flags:
             if getattr(self, name) != defaults[name]:
                 raise ValueError(f"--{name.replace('_', '-')} applies to --action-mode target only "
                                  f"(got {getattr(self, name)!r} with --action-mode operation)")
+
+    #: The flags of ``--warm-start oracle`` (rejected without it).
+    ORACLE_FLAGS = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_phase_ttft", "oracle_noisy_rollouts",
+                    "oracle_action_noise", "bc_epochs", "bc_learning_rate")
+
+    def _check_oracle_flags(self) -> tuple[str, ...]:
+        """Validates the ``--warm-start oracle`` flags and rejects them in a target-mode run
+        without the warm start (ValueError naming the flag); returns their field names."""
+        if not self.oracle_tolerance >= 0:
+            raise ValueError(f"oracle_tolerance must be >= 0, got {self.oracle_tolerance}")
+        if not self.oracle_switch_cost_s_per_gpu >= 0:
+            raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0, got {self.oracle_switch_cost_s_per_gpu}")
+        if self.oracle_noisy_rollouts < 0 or not 0.0 <= self.oracle_action_noise <= 1.0:
+            raise ValueError(f"oracle_noisy_rollouts must be >= 0 and oracle_action_noise in [0, 1], got "
+                             f"{self.oracle_noisy_rollouts}, {self.oracle_action_noise}")
+        if (self.oracle_noisy_rollouts > 0) != (self.oracle_action_noise > 0):
+            raise ValueError("--oracle-noisy-rollouts and --oracle-action-noise go together (both > 0 or neither)")
+        if self.warm_start == "none" and self.action_mode == "target":
+            defaults = {f.name: f.default for f in fields(self)}
+            for name in self.ORACLE_FLAGS:
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(f"--{name.replace('_', '-')} applies to --warm-start oracle only "
+                                     f"(got {getattr(self, name)!r} with --warm-start none)")
+        return self.ORACLE_FLAGS
 
     def env_kwargs(self) -> dict:
         """The :class:`envs.reconfig_env.PrefillReconfigEnv` arguments of this configuration
@@ -255,12 +289,17 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
 
 def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_config, capacity_table, log=print) -> dict:
     """``--warm-start oracle``: per training seed, the oracle composition of each phase
-    (:func:`policies.reconfig_oracle.phase_targets`, simulator seed = workload seed), the
-    demonstrations of following it (:func:`~policies.reconfig_oracle.collect_demonstrations`), the
+    (:func:`policies.reconfig_oracle.phase_ttft`, simulator seed = workload seed, or read from
+    ``cfg.oracle_phase_ttft``; then :func:`~policies.reconfig_oracle.select_targets` with
+    ``cfg.oracle_tolerance`` and ``cfg.oracle_switch_cost_s_per_gpu``), the
+    demonstrations of following it (:func:`~policies.reconfig_oracle.collect_demonstrations`, with
+    ``cfg.oracle_noisy_rollouts`` disturbed rollouts per seed), the
     VecNormalize observation statistics updated with them, and behaviour cloning of
     ``model``'s policy (:func:`~policies.reconfig_oracle.behaviour_clone`). Writes
-    ``oracle_targets.json`` (per seed, the compositions) and ``bc.csv`` (loss per epoch); returns a
-    summary for ``train_config.json``.
+    ``oracle_phase_ttft.json`` (:func:`~policies.reconfig_oracle.save_phase_ttft`: reusable with
+    ``--oracle-phase-ttft``; it must come from the same simulator configuration),
+    ``oracle_targets.json`` (per seed, the compositions) and ``bc.csv`` (loss per epoch); returns
+    a summary for ``train_config.json``.
 
     Raises:
         ValueError: when a training workload is longer than two episode windows (the oracle
@@ -268,8 +307,10 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     """
     import csv
 
+    from baselines.composition import degree_counts
     from envs.reconfig_env import PrefillReconfigEnv
-    from policies.reconfig_oracle import behaviour_clone, collect_demonstrations, phase_targets
+    from policies.reconfig_oracle import (behaviour_clone, collect_demonstrations, load_phase_ttft, phase_ttft,
+                                          save_phase_ttft, select_targets)
 
     wls = [cfg.workload_source(s).build() for s in cfg.seeds]
     for s, wl in zip(cfg.seeds, wls):
@@ -282,11 +323,18 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
 
     menu = make_env(wls[:1]).target_compositions
     t0 = time.perf_counter()
-    targets = [phase_targets(wl, replace(sim_config, seed=s), menu, tolerance=cfg.oracle_tolerance)
-               for s, wl in zip(cfg.seeds, wls)]
+    cached = load_phase_ttft(cfg.oracle_phase_ttft, menu) if cfg.oracle_phase_ttft else {}
+    tables = {s: cached[s] if s in cached else phase_ttft(wl, replace(sim_config, seed=s), menu)
+              for s, wl in zip(cfg.seeds, wls)}
+    save_phase_ttft(out / "oracle_phase_ttft.json", tables, menu)
+    counts = [degree_counts(c, sim_config.pool) for c in menu]
+    initial = degree_counts(sim_config.pool.composition, sim_config.pool)
+    targets = [select_targets(*tables[s], counts, initial, cfg.oracle_tolerance, cfg.oracle_switch_cost_s_per_gpu)
+               for s in cfg.seeds]
     (out / "oracle_targets.json").write_text(json.dumps(
         {str(s): [menu[k] for k in tg] for s, tg in zip(cfg.seeds, targets)}, indent=2) + "\n")
-    obs, actions = collect_demonstrations(make_env, wls, targets, list(cfg.seeds))
+    obs, actions = collect_demonstrations(make_env, wls, targets, list(cfg.seeds), cfg.oracle_noisy_rollouts,
+                                          cfg.oracle_action_noise, cfg.seed)
     for key, rms in venv.obs_rms.items():
         rms.update(obs[key])
     losses = behaviour_clone(model, venv.normalize_obs(obs), actions, cfg.bc_epochs, cfg.batch_size,

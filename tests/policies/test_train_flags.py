@@ -25,11 +25,16 @@ def test_every_training_flag_reaches_the_config(kind):
     cls = TrainConfig if kind == "routing" else ReconfigTrainConfig
     cfg = _cfg(kind)
     # flags of --action-mode target only (an error with the default per-operation mode)
-    target_only = {"target_degrees", "max_operation_gpus_per_window", "warm_start", "oracle_tolerance", "bc_epochs",
-                   "bc_learning_rate"} if kind == "reconfig" else set()
+    target_only = {"target_degrees", "max_operation_gpus_per_window", "warm_start"} if kind == "reconfig" else set()
+    # flags of --warm-start oracle only, and the partner flag some of them need
+    oracle_only = set(ReconfigTrainConfig.ORACLE_FLAGS) if kind == "reconfig" else set()
+    partner = {"oracle_noisy_rollouts": ["--oracle-action-noise", "0.5"],
+               "oracle_action_noise": ["--oracle-noisy-rollouts", "1"]}
     for name, flag in config_flags(cls).items():
         value = getattr(cfg, name)
         extra = ["--action-mode", "target"] if name in target_only else []
+        if name in oracle_only:
+            extra = ["--action-mode", "target", "--warm-start", "oracle", *partner.get(name, [])]
         if isinstance(value, bool):
             needs = ["--gamma-per-s", "0.9"] if name == "input_baseline" else []
             changed = _cfg(kind, f"--{'no-' if value else ''}{flag[2:]}", *needs)
@@ -54,6 +59,9 @@ def test_every_training_flag_reaches_the_config(kind):
     (["--target-degrees", "2,4"], "--target-degrees applies to --action-mode target only"),
     (["--warm-start", "oracle"], "--warm-start applies to --action-mode target only"),
     (["--bc-epochs", "5"], "--bc-epochs applies to --action-mode target only"),
+    (["--action-mode", "target", "--oracle-switch-cost-s-per-gpu", "5"],
+     "--oracle-switch-cost-s-per-gpu applies to --warm-start oracle only"),
+    (["--action-mode", "target", "--warm-start", "oracle", "--oracle-noisy-rollouts", "2"], "go together"),
     (["--action-mode", "target", "--noop-logit-bias", "1"], "--noop-logit-bias applies to --action-mode operation"),
     (["--action-mode", "target", "--no-capacity-features"], "drop --no-capacity-features"),
     (["--action-mode", "target", "--max-operation-gpus-per-window", "0"], "max_operation_gpus_per_window must be > 0"),
@@ -111,12 +119,16 @@ def test_shared_workload_flags_reach_the_episode_source():
     assert cfg.source.trace is None
 
 
-#: The shared flags of the two training stages of ``policies/checkpoints/reconfig_target``.
-_RECONFIG_TARGET = ["reconfig", "--workload", "matched-phases", "--workload-seeds", "0,1,2,3,4,5,6,7,8,9,10,11",
-                    "--validation-seeds", "500,501,502", "--validate-every-steps", "1024", "--timesteps", "8192",
-                    "--n-steps", "512", "--batch-size", "64", "--n-epochs", "4", "--learning-rate", "1e-4", "--gamma", "0.95",
-                    "--ent-coef", "0.001", "--norm-reward", "--action-mode", "target", "--target-degrees", "2,4,8",
-                    "--max-operation-gpus-per-window", "16"]
+#: The training command of ``policies/checkpoints/reconfig_target`` (its README).
+_RECONFIG_TARGET = ["reconfig", "--workload", "matched-phases", "--workload-seeds",
+                    "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19",
+                    "--validation-seeds", "500,501,502,503,504,505,506,507,508,509", "--validate-every-steps", "1024",
+                    "--timesteps", "4096", "--n-steps", "512", "--batch-size", "64", "--n-epochs", "4", "--learning-rate",
+                    "1e-4", "--gamma", "0.95", "--ent-coef", "0.001", "--norm-reward", "--action-mode", "target",
+                    "--target-degrees", "2,4,8", "--max-operation-gpus-per-window", "16", "--warm-start", "oracle",
+                    "--oracle-switch-cost-s-per-gpu", "5", "--oracle-phase-ttft", "/tmp/h33/train_ttft.json",
+                    "--oracle-noisy-rollouts", "4", "--oracle-action-noise", "0.5", "--bc-epochs", "50", "--train-seed", "0",
+                    "--wandb", "disabled"]
 
 
 @pytest.mark.parametrize("checkpoint, argv", [
@@ -130,10 +142,7 @@ _RECONFIG_TARGET = ["reconfig", "--workload", "matched-phases", "--workload-seed
                           "--validation-seeds", "500,501,502", "--validate-every-steps", "512", "--timesteps", "3072",
                           "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95", "--ent-coef", "0.01",
                           "--noop-logit-bias", "1.5", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
-    ("reconfig_target/stage1_", [*_RECONFIG_TARGET, "--warm-start", "oracle", "--oracle-tolerance", "0.1", "--bc-epochs", "50",
-                                 "--train-seed", "0", "--wandb", "disabled"]),
-    ("reconfig_target/", [*_RECONFIG_TARGET, "--init-from", "/tmp/h24/run1/last_model.zip", "--train-seed", "1",
-                          "--wandb", "disabled"]),
+    ("reconfig_target", _RECONFIG_TARGET),
 ])
 def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, argv):
     """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``

@@ -1,0 +1,171 @@
+"""Oracle labels of the target-composition warm start: per-phase rule, switching-cost dynamic
+programming, the reusable per-phase TTFT file, and the flags that select them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from policies.reconfig_oracle import load_phase_ttft, save_phase_ttft, select_targets
+
+# Three compositions of a 8-GPU pool: A = {4: 2}, B = {4: 1, 2: 2}, C = {2: 4};
+# distance A-B = 4 GPUs (one CP-4 split), B-C = 4, A-C = 8.
+A, B, C = {4: 2}, {4: 1, 2: 2}, {2: 4}
+COUNTS = [A, B, C]
+
+
+def test_per_phase_rule_takes_each_phase_best_and_breaks_near_ties_towards_the_previous_choice():
+    ttft = np.array([[1.00, 2.00, 1.00],
+                     [1.02, 1.00, 1.50],
+                     [3.00, 1.01, 1.00]])
+    num = np.array([100, 100, 100])
+    assert select_targets(ttft, num, COUNTS, initial=A) == [0, 1, 0]  # exact minima (ties: earlier / closer)
+    # 3 % tolerance: in phase 0 B (1.02) ties with A, and the one closer to the previous choice wins;
+    # in phase 1 C (1.01) ties with B, and B is closer to A; in phase 2 A and C tie, both 4 GPUs from B.
+    assert select_targets(ttft, num, COUNTS, initial=A, tolerance=0.03) == [0, 1, 0]
+    assert select_targets(ttft, num, COUNTS, initial=B, tolerance=0.03) == [1, 1, 0]
+
+
+def test_switching_cost_dynamic_programming_trades_phase_gains_against_gpus_moved():
+    ttft = np.array([[1.0, 1.2, 1.0],
+                     [1.1, 1.0, 1.1],
+                     [2.0, 2.0, 2.0]])
+    num = np.array([100, 100, 100])  # switching A -> B for phase 1 saves 20 request-s, costs 2 x 4 GPUs
+    assert select_targets(ttft, num, COUNTS, initial=A, switch_cost_s_per_gpu=1.0) == [0, 1, 0]  # 8 < 20
+    assert select_targets(ttft, num, COUNTS, initial=A, switch_cost_s_per_gpu=3.0) == [0, 0, 0]  # 24 > 20
+    # the move away from the initial composition is charged too: a huge cost keeps it throughout
+    assert select_targets(ttft, num, COUNTS, initial=C, switch_cost_s_per_gpu=1e9) == [2, 2, 2]
+    # a tiny cost recovers the per-phase optimum
+    assert select_targets(ttft, num, COUNTS, initial=A, switch_cost_s_per_gpu=1e-9) == [0, 1, 0]
+    # the phase weight matters: a short phase 1 is not worth the switch
+    assert select_targets(ttft, np.array([100, 10, 100]), COUNTS, initial=A, switch_cost_s_per_gpu=1.0) == [0, 0, 0]
+
+
+def test_dynamic_programming_is_exact_on_random_instances():
+    from itertools import product
+
+    from baselines.operation_plan import composition_distance
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ttft = rng.uniform(0.5, 2.0, (3, 4))
+        num = rng.integers(10, 200, 4)
+        cost = float(rng.uniform(0.0, 20.0))
+
+        def total(path):
+            prev, s = A, 0.0
+            for p, k in enumerate(path):
+                s += num[p] * ttft[k, p] + cost * composition_distance(prev, COUNTS[k])
+                prev = COUNTS[k]
+            return s
+
+        best = min(total(path) for path in product(range(3), repeat=4))
+        got = select_targets(ttft, num, COUNTS, initial=A, switch_cost_s_per_gpu=cost)
+        assert total(got) == pytest.approx(best)
+
+
+def test_select_targets_rejects_mismatched_shapes_and_negative_costs():
+    ttft = np.ones((3, 2))
+    with pytest.raises(ValueError, match="ttft_s must be"):
+        select_targets(ttft, np.ones(3), COUNTS, initial=A)
+    with pytest.raises(ValueError, match="ttft_s must be"):
+        select_targets(np.ones((2, 2)), np.ones(2), COUNTS, initial=A)
+    with pytest.raises(ValueError, match=">= 0"):
+        select_targets(ttft, np.ones(2), COUNTS, initial=A, switch_cost_s_per_gpu=-1.0)
+
+
+def test_phase_ttft_file_round_trips_and_checks_the_menu(tmp_path):
+    menu = ["cp4x2", "cp4x1,cp2x2", "cp2x4"]
+    t = np.array([[0.5, np.inf], [0.25, 1.0], [2.0, 3.0]])
+    path = tmp_path / "phase_ttft.json"
+    save_phase_ttft(path, {7: (t, np.array([10, 0]))}, menu)
+    got = load_phase_ttft(path, menu)
+    assert set(got) == {7}
+    np.testing.assert_array_equal(got[7][0], t)
+    np.testing.assert_array_equal(got[7][1], [10, 0])
+    with pytest.raises(ValueError, match="composition menu"):
+        load_phase_ttft(path, menu[:2])
+    path.write_text(json.dumps({"seeds": {}}))
+    with pytest.raises(ValueError, match="phase_ttft.json: expected a per-phase TTFT file"):
+        load_phase_ttft(path, menu)
+
+
+def test_oracle_flags_need_the_oracle_warm_start():
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    base = dict(workload="phases", action_mode="target", wandb_mode="disabled")
+    ReconfigTrainConfig(**base, warm_start="oracle", oracle_switch_cost_s_per_gpu=10.0)
+    with pytest.raises(ValueError, match="--oracle-switch-cost-s-per-gpu applies to --warm-start oracle only"):
+        ReconfigTrainConfig(**base, oracle_switch_cost_s_per_gpu=10.0)
+    with pytest.raises(ValueError, match="--oracle-phase-ttft applies to --warm-start oracle only"):
+        ReconfigTrainConfig(**base, oracle_phase_ttft="x.json")
+    with pytest.raises(ValueError, match="oracle_switch_cost_s_per_gpu must be >= 0"):
+        ReconfigTrainConfig(**base, warm_start="oracle", oracle_switch_cost_s_per_gpu=-1.0)
+    with pytest.raises(ValueError, match="applies to --action-mode target only"):
+        ReconfigTrainConfig(workload="phases", wandb_mode="disabled", oracle_switch_cost_s_per_gpu=10.0)
+
+
+def test_warm_start_reuses_the_phase_ttft_file_and_applies_the_switching_cost(tmp_path):
+    from envs.sim import PoolConfig, SimConfig
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
+    base = dict(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
+                batch_size=4, n_epochs=1, action_mode="target", target_degrees=(2, 4), warm_start="oracle", bc_epochs=1,
+                wandb_mode="disabled")
+    train_reconfig(ReconfigTrainConfig(**base), tmp_path / "a", sim_config=small, log=lambda s: None)
+    menu = json.loads((tmp_path / "a" / "oracle_phase_ttft.json").read_text())["compositions"]
+    assert menu == ["cp4x2", "cp4x1,cp2x2", "cp2x4"]
+    # a doctored file is read instead of simulating: every phase best on cp2x4, by far
+    fake = tmp_path / "fake.json"
+    save_phase_ttft(fake, {0: (np.array([[9.0, 9.0], [9.0, 9.0], [0.1, 0.1]]), np.array([50, 50]))}, menu)
+    train_reconfig(ReconfigTrainConfig(**base, oracle_phase_ttft=str(fake)), tmp_path / "b", sim_config=small,
+                   log=lambda s: None)
+    assert json.loads((tmp_path / "b" / "oracle_targets.json").read_text()) == {"0": ["cp2x4", "cp2x4"]}
+    # ... unless moving there costs more than it saves: the initial composition stays
+    train_reconfig(ReconfigTrainConfig(**base, oracle_phase_ttft=str(fake), oracle_switch_cost_s_per_gpu=1e6),
+                   tmp_path / "c", sim_config=small, log=lambda s: None)
+    assert json.loads((tmp_path / "c" / "oracle_targets.json").read_text()) == {"0": ["cp4x1,cp2x2", "cp4x1,cp2x2"]}
+
+
+def test_noisy_demonstrations_keep_the_oracle_labels_and_visit_other_compositions():
+    from envs.reconfig_env import PrefillReconfigEnv
+    from envs.sim import PoolConfig, SimConfig
+    from envs.workloads import WorkloadSource
+    from policies.reconfig_oracle import collect_demonstrations
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
+    wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
+
+    def make_env(w):
+        return PrefillReconfigEnv(w, small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
+
+    targets = [[2, 2]]  # always cp2x4
+    clean_obs, clean = collect_demonstrations(make_env, [wl], targets, [0])
+    obs, actions = collect_demonstrations(make_env, [wl], targets, [0], num_noisy_rollouts=2, action_noise=1.0)
+    n = len(clean)
+    assert len(actions) == 3 * n and set(actions.tolist()) == {2}  # labels stay the oracle's
+    for key in clean_obs:
+        np.testing.assert_array_equal(obs[key][:n], clean_obs[key])  # the first rollout is the clean one
+    # the clean rollout has chosen cp2x4 since its first step; the disturbed ones executed other compositions
+    last_action = obs["targets"][:, :, 4]  # TARGET_FEATURES "is_last_action"
+    assert last_action[1:n, 2].all() and not last_action[n + 1:, 2].all()
+    again, _ = collect_demonstrations(make_env, [wl], targets, [0], num_noisy_rollouts=2, action_noise=1.0)
+    np.testing.assert_array_equal(again["targets"], obs["targets"])  # seeded
+    with pytest.raises(ValueError, match="action_noise in"):
+        collect_demonstrations(make_env, [wl], targets, [0], num_noisy_rollouts=1, action_noise=1.5)
+
+
+def test_noisy_rollout_flags_go_together():
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    base = dict(workload="phases", action_mode="target", warm_start="oracle", wandb_mode="disabled")
+    ReconfigTrainConfig(**base, oracle_noisy_rollouts=2, oracle_action_noise=0.3)
+    with pytest.raises(ValueError, match="go together"):
+        ReconfigTrainConfig(**base, oracle_noisy_rollouts=2)
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        ReconfigTrainConfig(**base, oracle_noisy_rollouts=2, oracle_action_noise=2.0)
