@@ -124,7 +124,10 @@ class LearnedReconfig:
         self.window_s = float(tc.get("window_s", 20.0))
         self.env_kwargs = env_kwargs_of(tc)
         self.capacity_features = self.env_kwargs["capacity_features"]
-        self.capacity_table = None  # one table for every episode this object runs (profiles reused)
+        # Profiles (pure functions of their key) are shared by every episode this object runs; each
+        # episode gets its own table, because a table's reference mixes follow the order in which
+        # it met them, so a shared table made a seed's result depend on the seeds run before it.
+        self.capacity_cache = None
 
     def act(self, obs: dict, mask) -> int:
         """Deterministic masked action for one raw observation."""
@@ -136,14 +139,18 @@ class LearnedReconfig:
     def run(self, workload, config, seed: int, make_router=None):
         """Runs one whole-workload episode (inner router: ``make_router()``, default Vertumnus);
         returns ``(SimResult, actions taken)``."""
-        if self.capacity_features and self.capacity_table is None:
+        table = None
+        if self.capacity_features:
+            from baselines.capacity import CapacityCache
             from baselines.controller import CapacityTable
             from envs.reconfig_env import observation_profile_config
 
-            self.capacity_table = CapacityTable(config, config_calibration(config), observation_profile_config())
+            if self.capacity_cache is None:
+                self.capacity_cache = CapacityCache()
+            table = CapacityTable(config, config_calibration(config), observation_profile_config(), cache=self.capacity_cache)
         kw = {k: v for k, v in self.env_kwargs.items() if k != "capacity_features"}
         result, actions = rollout_reconfig(self.act, workload, config, seed, self.window_s, self.capacity_features,
-                                           self.capacity_table, make_router, **kw)
+                                           table, make_router, **kw)
         result.policy = "learned"
         return result, actions
 

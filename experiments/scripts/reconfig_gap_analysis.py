@@ -66,9 +66,7 @@ def main(argv: list[str]) -> int:
         cfg = replace(sc, seed=seed)
         phase = np.asarray(wl.metadata["phase_of_request"])
         num_phases = len(wl.metadata["phase_boundaries_s"]) - 1
-        env = PrefillReconfigEnv([wl], cfg, window_s=ckpt.window_s, capacity_table=ckpt.capacity_table,
-                                 **ckpt.env_kwargs)
-        ckpt.capacity_table = env.capacity_table
+        env = PrefillReconfigEnv([wl], cfg, window_s=ckpt.window_s, **ckpt.env_kwargs)  # own table per seed
         menu = env.target_compositions
         obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
         actions, phases, done, info = [], [], False, {}
@@ -77,7 +75,6 @@ def main(argv: list[str]) -> int:
             actions.append(ckpt.act(obs, env.action_masks()))
             obs, _, term, trunc, info = env.step(actions[-1])
             done = term or trunc
-        ckpt.capacity_table = env.capacity_table
         learned = env.sim.result()
         rows = {"learned": (summarize(learned)["mean_ttft_s"], phase_means(learned.records["ttft_s"], phase, num_phases))}
         for ref in refs:
