@@ -62,7 +62,7 @@ def test_spec_errors_name_the_key(tmp_path, edit, match):
 def test_shipped_spec_loads():
     spec = load_spec("experiments/specs/faults/conversation.yaml")
     assert [s for s, _ in spec.scenarios] == ["gpu-failure", "straggler", "node-failure"]
-    assert spec.load_fraction == 0.8 and spec.learned == "shipped"
+    assert spec.load_fraction == 0.8 and spec.learned == "shipped-residual" and spec.capacity_policy == "vertumnus-router"
 
 
 def test_run_learned_arm_checkpoint_is_a_plain_run():
