@@ -103,11 +103,16 @@ def _resume_runs_each_unfinished_cell_once(spec_path: Path, out: Path) -> None:
 
 def test_sigint_stops_workers_prints_one_line_and_resume_finishes(tmp_path):
     spec_path = write_spec(tmp_path, SPEC)
-    out = tmp_path / "out"
-    proc = _start(spec_path, out)
-    kids = _wait_for_workers(proc, out)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    _, err = proc.communicate(timeout=60)
+    for attempt in range(3):
+        out = tmp_path / f"out{attempt}"
+        proc = _start(spec_path, out)
+        kids = _wait_for_workers(proc, out)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _, err = proc.communicate(timeout=60)
+        # harness race, not a product failure: on a loaded machine the /proc scan can first see
+        # two busy workers during the last cells, which may finish before the signal lands
+        if not (proc.returncode == 0 and len(scan_finished(out)) == load_spec(spec_path).num_cells):
+            break
     assert proc.returncode == 130
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "interrupted" in lines[0] and "resume" in lines[0], err
