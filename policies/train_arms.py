@@ -400,13 +400,18 @@ def train_arms(cfg: ArmTrainConfig, out_dir: str | Path, sim_config, argv: list[
     (module docstring). Returns the selected model.
 
     Raises:
-        ValueError: if ``out_dir`` already holds a model.
+        ValueError: if ``out_dir`` already holds a model or is a file (both checked before any
+            simulation), or ``cfg.cache_dir`` is a file.
     """
     from policies.arm_selection import MODEL_FILE, write_model
 
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; expected a checkpoint folder")
     if (out / MODEL_FILE).exists():
         raise ValueError(f"{out / MODEL_FILE} exists; choose a new --out folder")
+    if Path(cfg.cache_dir).exists() and not Path(cfg.cache_dir).is_dir():
+        raise ValueError(f"--cache-dir {cfg.cache_dir} is a file; expected a folder")
     train, validation, cost_rows = [], [], []
     scenarios = cell_scenarios(cfg, sim_config, log)
     for sc in scenarios:

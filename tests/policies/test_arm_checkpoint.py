@@ -82,3 +82,17 @@ def test_tiny_resimulation_matches_the_stored_costs(tmp_path):
         assert float(s["mean_ttft_s"]) == r["mean_ttft_s"] and float(s["slo_attainment"]) == r["slo_attainment"]
         for n in ("offered_utilisation", "log_rate_per_gpu", "prefix_reuse_share"):
             assert (float(s[n]) if s[n] else None) == r[n]
+
+
+@pytest.mark.parametrize("flag", ["out", "cache_dir"])
+def test_train_arms_rejects_a_file_as_out_or_cache_dir_before_simulating(tmp_path, flag):
+    """A file given as --out / --cache-dir fails at once with the flag named (sim_config=None:
+    any simulation would crash first), not after the cost collection with a bare OSError."""
+    from policies.train_arms import ArmTrainConfig, train_arms
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out = afile if flag == "out" else tmp_path / "ckpt"
+    cfg = ArmTrainConfig(cache_dir=str(afile if flag == "cache_dir" else tmp_path / "cache"))
+    with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} .* is a file"):
+        train_arms(cfg, out, sim_config=None)
