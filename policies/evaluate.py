@@ -252,9 +252,11 @@ class EvaluationConfig:
         if self.eval_every is not None and self.eval_every < 2:
             raise ValueError(f"evaluate: eval_every must be >= 2, got {self.eval_every}")
         object.__setattr__(self, "loads", tuple(float(x) for x in self.loads))
-        if self.max_windows is not None and (self.max_windows < 1 or not (self.loads or self.protocol)):
-            raise ValueError(f"evaluate: max_windows must be >= 1 and needs the protocol evaluation (--loads or "
-                             f"--protocol), got {self.max_windows}")
+        if self.max_windows is not None and self.max_windows < 1:
+            raise ValueError(f"evaluate: max_windows must be >= 1, got {self.max_windows}")
+        if self.max_windows is not None and not (self.loads or self.protocol):
+            raise ValueError(f"evaluate: max_windows (--max-windows {self.max_windows}) applies only to the protocol "
+                             "evaluation; add --loads or --protocol, or drop --max-windows")
         if not self.warmup_s >= 0:
             raise ValueError(f"evaluate: warmup_s must be >= 0, got {self.warmup_s}")
 

@@ -50,3 +50,15 @@ def test_run_evaluation_as_a_library_call():
     assert res.kind == "routing" and res.part == "eval"
     assert [r["policy"] for r in res.rows] == ["least-work", "round-robin"]
     assert all(r["seed"] == 1 and r["window"] == 0 and r["mean_ttft_s"] > 0 for r in res.rows)
+
+
+def test_max_windows_without_the_protocol_says_what_to_add():
+    """--max-windows 1 is a valid count; the error names the missing --loads/--protocol instead of
+    reading as if 1 were below the minimum."""
+    from policies.evaluate import EvaluationConfig
+
+    with pytest.raises(ValueError, match="add --loads or --protocol") as err:
+        EvaluationConfig(policy="least-work", max_windows=1, protocol=False)
+    assert ">= 1" not in str(err.value)
+    with pytest.raises(ValueError, match="max_windows must be >= 1, got 0"):
+        EvaluationConfig(policy="least-work", max_windows=0, protocol=True)
