@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from experiments.config_args import option as _opt
 
-def _opt(default: Any, help: str, **meta: Any):
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass(frozen=True)

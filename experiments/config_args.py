@@ -27,6 +27,18 @@ from typing import Any
 __all__ = ["add_config_arguments", "config_from_args", "config_flags"]
 
 
+def option(default: Any, help: str, **meta: Any) -> Any:
+    """A config dataclass field with its command-line help (``metadata["help"]``, plus any extra
+    metadata such as ``choices`` or ``metavar``), from which this module builds the flag.
+
+    Raises:
+        TypeError: on a mutable default (list, dict, set): use a tuple or a string.
+    """
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("mutable default")
+    return dataclasses.field(default=default, metadata={"help": help, **meta})
+
+
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 

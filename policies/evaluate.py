@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from experiments.config_args import option as _opt
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_unfinished")
 
@@ -195,9 +196,6 @@ DEFAULT_ROUTING_AGAINST = "least-work,prefix-affinity,round-robin"
 #: Comparisons of a reconfiguration checkpoint by default (all routed by the Vertumnus router).
 DEFAULT_RECONFIG_AGAINST = "vertumnus-adaptive,vertumnus-router,fixed:cp1x40,fixed:cp2x20,fixed:cp4x10,fixed:cp8x5"
 
-
-def _opt(default, help: str, **meta):
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from envs.routing_env import DEFAULT_WINDOW_S
+from experiments.config_args import option as _opt
 
-
-def _opt(default: Any, help: str, **meta: Any):
-    """A config field with its command-line help (``experiments.config_args`` builds the flag)."""
-    if isinstance(default, (list, dict, set)):
-        raise TypeError("mutable default")
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass(frozen=True)

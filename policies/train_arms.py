@@ -25,14 +25,14 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from policies.arm_selection import FEATURE_NAMES, ArmCostModel, constant_model
 from policies.protocol import TUNE_BETAS, TUNE_LAMBDAS
+from experiments.config_args import option as _opt
 
 #: Feature sets tried in model selection (subsets of FEATURE_NAMES).
 FEATURE_SETS = {
@@ -42,9 +42,6 @@ FEATURE_SETS = {
     "all": FEATURE_NAMES,
 }
 
-
-def _opt(default: Any, help: str, **meta: Any):
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass(frozen=True)

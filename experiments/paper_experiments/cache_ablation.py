@@ -20,8 +20,8 @@ TTFT by 10.3 % and P90 by 18.7 % with a modest token hit-rate gain.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
+from experiments.config_args import option as _opt
 
 DEFAULT_RATES_RPS = (20.0, 30.0, 40.0, 50.0, 55.0)
 
@@ -36,9 +36,6 @@ def _default_mean_calls() -> float:
 
 MEAN_CALLS_PER_SESSION = _default_mean_calls()  # tool_agent_sessions' default mean_calls (30)
 
-
-def _opt(default: Any, help: str, **meta: Any):
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass(frozen=True)

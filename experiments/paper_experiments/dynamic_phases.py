@@ -34,10 +34,10 @@ Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
+from experiments.config_args import option as _opt
 
 #: Mean phase rates [requests/s] (the ``phases`` generator's rising rate runs 0.5x -> 1.5x of
 #: them), chosen from the capacity profile (``CapacityTable`` mean over the history day's 20 s
@@ -68,9 +68,6 @@ OPERATION_FIELDS = ("index", "kind", "old_worker_ids", "new_worker_ids", "old_de
                     "num_redirected_requests", "pending_blocks_created", "ready_blocks_retained", "reconciliation_bytes",
                     "num_reconciled_blocks", "num_source_lost_blocks")
 
-
-def _opt(default: Any, help: str, **meta: Any):
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass(frozen=True)
