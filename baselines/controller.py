@@ -69,8 +69,9 @@ the lockout). Load alone cannot say *which* composition serves a mix best. Every
    queues), so the score looks at where the rate is going, not where it was — no splitting *into*
    a ramp's peak;
 2. **hysteresis**: the target changes to the best candidate only if its predicted gain over the
-   current target (``pred[target] / pred[best] - 1``) exceeds ``target_margin`` for ``k_windows``
-   consecutive windows (the paper's sustained condition), or exceeds ``target_urgent_gain`` once
+   current target (``pred[target] / pred[best] - 1``) exceeds ``target_margin`` and that same
+   candidate has beaten the target by the margin for ``k_windows`` consecutive windows (the
+   paper's sustained condition, per candidate), or exceeds ``target_urgent_gain`` once
    with a full look-ahead sample or shortly after a regime change (the target is predicted
    overloaded: capacity precedence), or in the first window of a new
    mix regime (``mix_change_distance``: the pool should not keep the previous phase's shape for a
@@ -336,6 +337,10 @@ class WindowRecord:
             [req/s] (:meth:`ReconfigController.lookahead_rate`).
         lookahead_slope_rps_per_s: ``"target"`` decision: the rate trend it adds per second of
             horizon [req/s per s].
+        observed_ttft_s: mean TTFT of the requests whose prefill finished in the window [s] (NaN
+            when none finished).
+        predicted_target_ttft_s: ``"target"`` decision: the look-ahead's score of the target
+            composition before this window's decision [s].
     """
 
     time_s: float
@@ -355,6 +360,8 @@ class WindowRecord:
     predicted_gain: float = math.nan
     lookahead_rate_rps: float = math.nan
     lookahead_slope_rps_per_s: float = math.nan
+    observed_ttft_s: float = math.nan
+    predicted_target_ttft_s: float = math.nan
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -406,6 +413,7 @@ class ReconfigController:
         self._last_arrival_s = float(self._arrivals[-1]) if len(reqs) else 0.0
         self._hit_tokens = 0
         self._num_finished = 0
+        self._ttft_sum_s = 0.0  # sum of the TTFTs of the requests finished in the window [s]
         self._shares: np.ndarray | None = None
         self._above = self._below = self._long = 0
         self._rates: list[float] = []  # window rates [req/s] since the last regime change
@@ -415,7 +423,9 @@ class ReconfigController:
         self._sample_size = 0  # requests in the last look-ahead sample
         self._windows_since_regime = math.inf  # windows since the last regime change (0: this window)
         self._target: dict[int, int] | None = None  # "target" decision: the composition moved towards
-        self._num_better = 0  # consecutive windows in which a candidate beat the target by the margin
+        # per candidate: consecutive windows in which it beat the target by the margin (the sustained
+        # condition holds for one candidate, not for "some candidate" each window: decide_target)
+        self._num_better: dict[str, int] = {}
         if cfg.decision == "target":
             from baselines.vertumnus import VertumnusRouter
 
@@ -435,6 +445,7 @@ class ReconfigController:
         # Mean prefix hit per request of the window (from the simulator's request records).
         self._num_finished += len(batch)
         self._hit_tokens += sum(sim.num_cached_tokens(req.request_id) for req in batch)
+        self._ttft_sum_s += sum(sim.ttft_s(req.request_id) for req in batch)
 
     # --- one window --------------------------------------------------------------------------
     def profiles(self, idx: np.ndarray, degrees=None) -> dict[int, CapacityProfile]:
@@ -513,11 +524,14 @@ class ReconfigController:
         i0 = bisect_left(self._arrivals, now - cfg.window_s)
         i1 = bisect_left(self._arrivals, now)
         n = i1 - i0
+        observed = self._ttft_sum_s / self._num_finished if self._num_finished else math.nan
         if self._num_finished:
             self._mean_cached_tokens = self._hit_tokens / self._num_finished
         self._hit_tokens = self._num_finished = 0
+        self._ttft_sum_s = 0.0
         rate = n / cfg.window_s
-        record = WindowRecord(time_s=now, num_arrivals=n, rate_rps=rate, mean_cached_tokens=self._mean_cached_tokens)
+        record = WindowRecord(time_s=now, num_arrivals=n, rate_rps=rate, mean_cached_tokens=self._mean_cached_tokens,
+                              observed_ttft_s=observed)
         if n < max(1, cfg.min_window_requests):
             record.action = "too-few-requests"
             return record, None
@@ -566,7 +580,9 @@ class ReconfigController:
         (:class:`~baselines.lookahead.LookaheadPredictor`) and returns the target composition
         ``{degree: number of workers}``: the previous target, or the best candidate once it has
         been predicted faster than the target by more than ``target_margin`` for ``k_windows``
-        consecutive windows — or in the first window of a new mix regime
+        consecutive windows (the sustained condition is per candidate: windows in which different
+        candidates, possibly in opposite directions, each beat the target do not add up) — or in
+        the first window of a new mix regime
         (``record.regime_change``), which also lifts the dwell-time lockout when
         ``regime_change_unlocks``."""
         cfg = self.config
@@ -582,19 +598,20 @@ class ReconfigController:
             gain = 0.0  # every candidate overloaded: nothing to rank
         else:
             gain = pred[target] / pred[best] - 1.0 if pred[best] > 0 else 0.0
-        if best != target and gain > cfg.target_margin:
-            self._num_better += 1
+        better = ({c for c in comps if c != target and pred[c] > 0 and pred[target] / pred[c] - 1.0 > cfg.target_margin}
+                  if math.isfinite(pred[best]) else set())
+        self._num_better = {c: self._num_better.get(c, 0) + 1 for c in better}
+        if best in better:
             settled = self._sample_size >= cfg.urgent_min_sample_requests or self._windows_since_regime <= cfg.k_windows
             urgent = gain > cfg.target_urgent_gain and settled
-            if record.regime_change or self._num_better >= cfg.k_windows or urgent:
+            if record.regime_change or self._num_better[best] >= cfg.k_windows or urgent:
                 self._target = degree_counts(best, self.sim.config.pool)
-                self._num_better = 0
+                self._num_better = {}
                 if record.regime_change and cfg.regime_change_unlocks:
                     self._gpu_last_op.clear()
-        else:
-            self._num_better = 0
         record.best_composition = best
         record.predicted_gain = gain
+        record.predicted_target_ttft_s = pred[target]
         record.target_composition = self.composition_text(self._target)
         return self._target
 

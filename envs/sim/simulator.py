@@ -313,6 +313,11 @@ class Simulator:
         """Prefix hit P [tokens] the request's engine step used (0 before it started)."""
         return self._num_cached[request_id]
 
+    def ttft_s(self, request_id: int) -> float:
+        """TTFT [s] of the request (prefill finish + KV hand-off + first decode - arrival; NaN
+        before its prefill finished)."""
+        return float(self._ttft[request_id])
+
     # ------------------------------------------------------------------ arrivals / decisions
     def _on_arrival(self, idx: int) -> None:
         reqs = self.workload.requests
