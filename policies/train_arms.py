@@ -360,9 +360,9 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
     by the model and everything else that determines the runs.
 
     Returns:
-        ``{"key", "switch_margin", "windows", "mean_ttft_s", "slo_attainment", "num_arm_switches"}``
-        (lists over windows; switches: arm changes between consecutive decisions of the run,
-        warm-up included).
+        ``{"key", "switch_margin", "windows", "mean_ttft_s", "slo_attainment", "num_arm_switches",
+        "arms"}`` (lists over windows; switches: arm changes between consecutive decisions of the
+        run, warm-up included; arms: the arm index of every decision of the run, in time order).
     """
     from baselines.registry import PolicySpec
     from experiments.runner import run_policy
@@ -377,7 +377,7 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
         return json.loads(f.read_text())
     config = replace(sim_config, seed=cfg.seed)
     out = {"key": scenario.key, "switch_margin": model.switch_margin, "windows": [], "mean_ttft_s": [],
-           "slo_attainment": [], "num_arm_switches": []}
+           "slo_attainment": [], "num_arm_switches": [], "arms": []}
     for wl in scenario.windows("validation", seed=cfg.seed, max_windows=cfg.max_validation_windows):
         record: list = []
         spec = PolicySpec("deployed", lambda record=record: ArmSelectingRouter(model, record=record, **cfg.router_settings()),
@@ -388,6 +388,7 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
         out["mean_ttft_s"].append(summary["mean_ttft_s"])
         out["slo_attainment"].append(summary["slo_attainment_token_weighted"])
         out["num_arm_switches"].append(int(sum(a != b for a, b in zip(arms, arms[1:]))))
+        out["arms"].append([int(a) for a in arms])
     if log:
         log(f"{scenario.key} deployed, switch margin {model.switch_margin:g}: mean TTFT "
             f"{np.mean(out['mean_ttft_s']):.4f} s over {len(out['windows'])} validation windows")
@@ -411,7 +412,8 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
         ``(model with the selected switch_margin, rows, per-window rows)``; one row per margin:
         ``switch_margin, score, <cell>_pct, <cell>_arm_switches_per_window, selected`` (the
         ``deployed_validation.csv`` columns), per-window rows: ``cell, window, switch_margin,
-        mean_ttft_s, slo_attainment, num_arm_switches, tuned_mean_ttft_s``.
+        mean_ttft_s, slo_attainment, num_arm_switches, decisions, tuned_mean_ttft_s`` (decisions:
+        the run's arms in time order as ``beta/lambda`` joined by spaces).
 
     Raises:
         ValueError: if the cells do not line up or a deployed run's windows differ from the
@@ -436,7 +438,9 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
             for j, w in enumerate(runs["windows"]):
                 window_rows.append({"cell": v.key, "window": w, "switch_margin": float(margin),
                                     "mean_ttft_s": runs["mean_ttft_s"][j], "slo_attainment": runs["slo_attainment"][j],
-                                    "num_arm_switches": runs["num_arm_switches"][j], "tuned_mean_ttft_s": v.ttft[j, t]})
+                                    "num_arm_switches": runs["num_arm_switches"][j],
+                                    "decisions": " ".join(f"{cfg.arms[a][0]:g}/{cfg.arms[a][1]:g}" for a in runs["arms"][j]),
+                                    "tuned_mean_ttft_s": v.ttft[j, t]})
         row["score"] = _score(cfg, pct)
         rows.append(row)
         if log:

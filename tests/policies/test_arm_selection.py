@@ -292,6 +292,7 @@ def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_pat
             assert r["rand@0.9_pct"] == pytest.approx(expected, abs=1e-9) and r["score"] == r["rand@0.9_pct"]
             assert r["rand@0.9_arm_switches_per_window"] == 0.0
         assert [w["mean_ttft_s"] for w in window_rows[:3]] == val[0].ttft[:, arm].tolist()
+        assert {w["decisions"] for w in window_rows} == {" ".join([f"{cfg.arms[arm][0]:g}/4"] * 2)}  # t = 0, 10 s
     # the selection takes the least score: a model that switches by the arrival rate
     k = len(FEATURE_NAMES)
     coef = [[0.0] * (1 + k), [0.0] * (1 + k)]
