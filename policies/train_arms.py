@@ -410,8 +410,9 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
 
     Returns:
         ``(model with the selected switch_margin, rows, per-window rows)``; one row per margin:
-        ``switch_margin, score, <cell>_pct, <cell>_arm_switches_per_window, selected`` (the
-        ``deployed_validation.csv`` columns), per-window rows: ``cell, window, switch_margin,
+        ``switch_margin, <cell>_pct, <cell>_ci_low, <cell>_ci_high, <cell>_arm_switches_per_window,
+        score, selected`` (the ``deployed_validation.csv`` columns; the CI is the paired 95 %
+        Student-t interval over windows of ``policies.protocol.cell_table``), per-window rows: ``cell, window, switch_margin,
         mean_ttft_s, slo_attainment, num_arm_switches, decisions, tuned_mean_ttft_s`` (decisions:
         the run's arms in time order as ``beta/lambda`` joined by spaces).
 
@@ -419,6 +420,8 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
         ValueError: if the cells do not line up or a deployed run's windows differ from the
             collected validation windows.
     """
+    from policies.protocol import paired_ci
+
     if [s.key for s in scenarios] != [c.key for c in train] or [c.key for c in train] != [c.key for c in validation]:
         raise ValueError("deployed_validation: scenarios, train and validation cells must be the same cells in order")
     tuned = [tuned_arm(c) for c in train]
@@ -434,6 +437,8 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
                 raise ValueError(f"deployed_validation: {sc.key}: {len(ttft)} deployed windows, {len(v.ttft)} collected")
             pct.append(float(100.0 * (ttft.mean() / v.ttft[:, t].mean() - 1.0)))
             row[f"{v.key}_pct"] = pct[-1]
+            _, lo, hi = paired_ci(100.0 * (ttft - v.ttft[:, t]) / v.ttft[:, t].mean())
+            row[f"{v.key}_ci_low"], row[f"{v.key}_ci_high"] = lo, hi
             row[f"{v.key}_arm_switches_per_window"] = float(np.mean(runs["num_arm_switches"]))
             for j, w in enumerate(runs["windows"]):
                 window_rows.append({"cell": v.key, "window": w, "switch_margin": float(margin),

@@ -291,6 +291,7 @@ def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_pat
             expected = change_pct(val[0], np.full(3, arm), tuned)
             assert r["rand@0.9_pct"] == pytest.approx(expected, abs=1e-9) and r["score"] == r["rand@0.9_pct"]
             assert r["rand@0.9_arm_switches_per_window"] == 0.0
+            assert r["rand@0.9_ci_low"] <= r["rand@0.9_pct"] <= r["rand@0.9_ci_high"]
         assert [w["mean_ttft_s"] for w in window_rows[:3]] == val[0].ttft[:, arm].tolist()
         assert {w["decisions"] for w in window_rows} == {" ".join([f"{cfg.arms[arm][0]:g}/4"] * 2)}  # t = 0, 10 s
     # the selection takes the least score: a model that switches by the arrival rate
