@@ -20,8 +20,10 @@
    ships as (:class:`~policies.arm_selection.ArmSelectingRouter`: re-choosing the arm every
    ``decision_window_s``, warm-up included, from the features it observes) on the same validation
    windows, once per hysteresis ``switch_margin`` of ``switch_margins``; each candidate is scored
-   like step 3 against the cell's tuned arm on the same windows (its cached fixed-arm costs) and the
-   candidate with the least score (ties: first) becomes the model's ``switch_margin``.
+   like step 3 against the cell's tuned arm on the same windows (its cached fixed-arm costs), with
+   the standard error of that score over windows, and the smallest margin whose score is within
+   one standard error of the least score becomes the model's ``switch_margin``
+   (:func:`one_standard_error_choice`).
 
 The checkpoint folder holds ``arm_model.json`` (the selected model and the router's settings),
 ``train_config.json`` (kind ``routing``, the config), ``validation.csv`` (every candidate's
@@ -399,6 +401,35 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
     return out
 
 
+def one_standard_error_choice(scores, standard_errors, complexity) -> int:
+    """Index of the least complex candidate whose score is at most the least score plus that
+    candidate's standard error (the one-standard-error rule: Hastie, Tibshirani and Friedman,
+    *The Elements of Statistical Learning*, 2nd ed., §7.10): a more complex candidate is taken only
+    when it beats the simpler ones by more than the noise of the estimate. Ties: first index.
+
+    Args:
+        scores / standard_errors / complexity: one value per candidate (lower score = better;
+            here the complexity is the switch margin: 0 = the fitted model as is).
+
+    Raises:
+        ValueError: on empty or unequal-length inputs.
+    """
+    if not len(scores) or not len(scores) == len(standard_errors) == len(complexity):
+        raise ValueError("one_standard_error_choice: need one score, standard error and complexity per candidate")
+    best = int(np.argmin(scores))
+    bound = scores[best] + (standard_errors[best] if np.isfinite(standard_errors[best]) else 0.0)
+    ok = [i for i in range(len(scores)) if scores[i] <= bound]
+    return min(ok, key=lambda i: (complexity[i], i))
+
+
+def _score_standard_error(cfg: ArmTrainConfig, pct: list[float], se: list[float]) -> float:
+    """Standard error of :func:`_score` of per-cell changes ``pct`` with standard errors ``se``
+    (cells independent): the worst cell's for ``max``, ``sqrt(sum se^2) / num_cells`` for ``mean``."""
+    if cfg.selection == "max":
+        return float(se[int(np.argmax(pct))])
+    return float(np.sqrt(np.sum(np.square(se))) / len(se))
+
+
 def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellData], validation: list[CellData],
                         model: ArmCostModel, sim_config, log=None) -> tuple[ArmCostModel, list[dict], list[dict]]:
     """Step 4 of the module docstring: ``model`` deployed on each cell's validation windows with
@@ -411,7 +442,7 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
     Returns:
         ``(model with the selected switch_margin, rows, per-window rows)``; one row per margin:
         ``switch_margin, <cell>_pct, <cell>_ci_low, <cell>_ci_high, <cell>_arm_switches_per_window,
-        score, selected`` (the ``deployed_validation.csv`` columns; the CI is the paired 95 %
+        score, score_standard_error, selected`` (the ``deployed_validation.csv`` columns; the CI is the paired 95 %
         Student-t interval over windows of ``policies.protocol.cell_table``), per-window rows: ``cell, window, switch_margin,
         mean_ttft_s, slo_attainment, num_arm_switches, decisions, tuned_mean_ttft_s`` (decisions:
         the run's arms in time order as ``beta/lambda`` joined by spaces).
@@ -429,7 +460,8 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
     for margin in cfg.switch_margins:
         m = replace(model, switch_margin=float(margin))
         row: dict = {"switch_margin": float(margin)}
-        pct = []
+        pct: list[float] = []
+        se: list[float] = []
         for sc, v, t in zip(scenarios, validation, tuned):
             runs = deployed_cell(sc, m, cfg, sim_config, log)
             ttft = np.asarray(runs["mean_ttft_s"], dtype=float)
@@ -437,8 +469,10 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
                 raise ValueError(f"deployed_validation: {sc.key}: {len(ttft)} deployed windows, {len(v.ttft)} collected")
             pct.append(float(100.0 * (ttft.mean() / v.ttft[:, t].mean() - 1.0)))
             row[f"{v.key}_pct"] = pct[-1]
-            _, lo, hi = paired_ci(100.0 * (ttft - v.ttft[:, t]) / v.ttft[:, t].mean())
+            diff = 100.0 * (ttft - v.ttft[:, t]) / v.ttft[:, t].mean()  # mean = pct[-1]
+            _, lo, hi = paired_ci(diff)
             row[f"{v.key}_ci_low"], row[f"{v.key}_ci_high"] = lo, hi
+            se.append(float(np.std(diff, ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else math.nan)
             row[f"{v.key}_arm_switches_per_window"] = float(np.mean(runs["num_arm_switches"]))
             for j, w in enumerate(runs["windows"]):
                 window_rows.append({"cell": v.key, "window": w, "switch_margin": float(margin),
@@ -447,10 +481,13 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
                                     "decisions": " ".join(f"{cfg.arms[a][0]:g}/{cfg.arms[a][1]:g}" for a in runs["arms"][j]),
                                     "tuned_mean_ttft_s": v.ttft[j, t]})
         row["score"] = _score(cfg, pct)
+        row["score_standard_error"] = _score_standard_error(cfg, pct, se)
         rows.append(row)
         if log:
-            log(f"deployed validation, switch margin {margin:g}: {cfg.selection} change vs tuned {row['score']:+.2f} %")
-    best = min(range(len(rows)), key=lambda i: rows[i]["score"])
+            log(f"deployed validation, switch margin {margin:g}: {cfg.selection} change vs tuned {row['score']:+.2f} % "
+                f"(standard error {row['score_standard_error']:.2f})")
+    best = one_standard_error_choice([r["score"] for r in rows], [r["score_standard_error"] for r in rows],
+                                     [r["switch_margin"] for r in rows])
     for i, r in enumerate(rows):
         r["selected"] = i == best
     return replace(model, switch_margin=rows[best]["switch_margin"]), rows, window_rows
@@ -561,4 +598,5 @@ def train_arms(cfg: ArmTrainConfig, out_dir: str | Path, sim_config, argv: list[
 
 __all__ = ["ArmTrainConfig", "CellData", "FEATURE_SETS", "cell_scenarios", "cells_from_costs_csv", "change_pct",
            "chosen_arms", "collect_cell", "cost_table_rows", "deployed_cell", "deployed_validation", "episode_source",
-           "fit_model", "headroom", "relative_log_cost", "select_model", "train_arms", "tuned_arm"]
+           "fit_model", "headroom", "one_standard_error_choice", "relative_log_cost", "select_model", "train_arms",
+           "tuned_arm"]

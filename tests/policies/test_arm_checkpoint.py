@@ -46,9 +46,9 @@ def _read_csv(path: Path) -> list[dict]:
 
 def test_refit_on_stored_costs_gives_the_stored_model(tmp_path):
     """Model selection on the checkpoint's costs.csv (no simulation) gives arm_model.json and
-    validation.csv exactly; the switch margin is deployed_validation.csv's least score."""
+    validation.csv exactly; the switch margin is deployed_validation.csv's one-standard-error choice."""
     from policies.arm_selection import load_arm_checkpoint
-    from policies.train_arms import cells_from_costs_csv, select_model
+    from policies.train_arms import cells_from_costs_csv, one_standard_error_choice, select_model
 
     cfg, _ = _config_from_argv(ARGV, tmp_path)
     train, validation = cells_from_costs_csv(CHECKPOINT / "costs.csv.gz")
@@ -57,7 +57,9 @@ def test_refit_on_stored_costs_gives_the_stored_model(tmp_path):
     stored, router = load_arm_checkpoint(CHECKPOINT)
     deployed = _read_csv(CHECKPOINT / "deployed_validation.csv")
     assert [float(r["switch_margin"]) for r in deployed] == list(cfg.switch_margins)
-    best_deployed = min(deployed, key=lambda r: float(r["score"]))
+    best_deployed = deployed[one_standard_error_choice([float(r["score"]) for r in deployed],
+                                                       [float(r["score_standard_error"]) for r in deployed],
+                                                       [float(r["switch_margin"]) for r in deployed])]
     assert [r["selected"] for r in deployed] == [str(r is best_deployed) for r in deployed]
     assert float(best_deployed["switch_margin"]) == META["deployed_selected"]["switch_margin"]
     assert replace(model, switch_margin=float(best_deployed["switch_margin"])) == stored

@@ -269,7 +269,8 @@ def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_pat
     collected cost of its arm otherwise; the margin with the least score is selected and set."""
     from dataclasses import dataclass, replace
 
-    from policies.train_arms import ArmTrainConfig, CellData, change_pct, collect_cell, deployed_validation
+    from policies.train_arms import (ArmTrainConfig, CellData, change_pct, collect_cell, deployed_validation,
+                                     one_standard_error_choice)
 
     @dataclass(frozen=True)
     class Source:
@@ -294,15 +295,29 @@ def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_pat
             assert r["rand@0.9_ci_low"] <= r["rand@0.9_pct"] <= r["rand@0.9_ci_high"]
         assert [w["mean_ttft_s"] for w in window_rows[:3]] == val[0].ttft[:, arm].tolist()
         assert {w["decisions"] for w in window_rows} == {" ".join([f"{cfg.arms[arm][0]:g}/4"] * 2)}  # t = 0, 10 s
-    # the selection takes the least score: a model that switches by the arrival rate
+    # the selection follows the one-standard-error rule: a model that switches by the arrival rate
     k = len(FEATURE_NAMES)
     coef = [[0.0] * (1 + k), [0.0] * (1 + k)]
     coef[1][1 + FEATURE_NAMES.index("log_rate_per_gpu")] = -1.0
     switching = ArmCostModel(cfg.arms, FEATURE_NAMES, (0.0,) * k, (1.0,) * k, 1, tuple(map(tuple, coef)), 0)
     model, rows, _ = deployed_validation(cfg, [stub], train, val, switching, sim)
-    best = min(rows, key=lambda r: r["score"])
-    assert best["selected"] and model.switch_margin == best["switch_margin"]
+    chosen = one_standard_error_choice([r["score"] for r in rows], [r["score_standard_error"] for r in rows], [0.0, 0.5])
+    assert rows[chosen]["selected"] and model.switch_margin == rows[chosen]["switch_margin"]
+    assert all(r["score_standard_error"] >= 0 for r in rows)
     with pytest.raises(ValueError, match="same cells"):
         deployed_validation(cfg, [stub], train, [replace(val[0], key="other")], switching, sim)
     with pytest.raises(ValueError, match="switch_margins"):
         ArmTrainConfig(switch_margins=(-1.0,))
+
+
+def test_one_standard_error_rule_by_hand():
+    """The least complex candidate within one standard error of the least score (ESL §7.10)."""
+    from policies.train_arms import one_standard_error_choice
+
+    margins = [0.0, 0.01, 0.1]
+    assert one_standard_error_choice([2.41, 2.19, 3.0], [3.0, 3.3, 1.0], margins) == 0  # 2.41 <= 2.19 + 3.3
+    assert one_standard_error_choice([5.0, 2.0, 2.4], [1.0, 0.5, 1.0], margins) == 1  # 5 > 2.5: the best itself
+    assert one_standard_error_choice([5.0, 2.4, 2.0], [1.0, 1.0, 0.5], margins) == 1  # 2.4 <= 2.5, simpler than 0.1
+    assert one_standard_error_choice([1.0, 1.0], [float("nan"), 0.0], [0.5, 0.0]) == 1  # NaN error: no slack
+    with pytest.raises(ValueError, match="one score"):
+        one_standard_error_choice([1.0], [], [0.0])
