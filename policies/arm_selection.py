@@ -172,13 +172,13 @@ class ArmCostModel:
 
     def choose(self, features: np.ndarray | None, current: int | None = None) -> int:
         """Index of the arm with the least predicted cost (ties: first); ``fallback_arm`` for
-        ``None`` features; ``current`` (the arm in use, or ``None``) is kept unless the best arm's
-        predicted cost is lower than ``current``'s by more than ``switch_margin``."""
+        ``None`` features; with ``switch_margin`` > 0, ``current`` (the arm in use, or ``None``) is
+        kept unless the best arm's predicted cost is lower than ``current``'s by more than it."""
         if features is None:
             return self.fallback_arm
         cost = self.predict_costs(features)
         best = int(np.argmin(cost))
-        if current is not None and cost[current] - cost[best] <= self.switch_margin:
+        if current is not None and self.switch_margin > 0 and cost[current] - cost[best] <= self.switch_margin:
             return int(current)
         return best
 

@@ -66,6 +66,8 @@ def test_switch_margin_keeps_the_current_arm_unless_the_gain_exceeds_it():
     f = np.zeros(len(FEATURE_NAMES))
     f[FEATURE_NAMES.index("log_rate_per_gpu")] = 0.1  # arm 2 best: cost -0.1 vs arm 0's +0.1
     assert _rate_model(0.0).choose(f, current=0) == 2
+    f0 = np.zeros(len(FEATURE_NAMES))  # every arm predicted 0: ties go to the first arm, as without a current arm
+    assert _rate_model(0.0).choose(f0, current=2) == 0 and _rate_model(0.1).choose(f0, current=2) == 2
     assert _rate_model(0.15).choose(f, current=0) == 2  # gain 0.2 > 0.15
     assert _rate_model(0.25).choose(f, current=0) == 0  # gain 0.2 <= 0.25: keep
     assert _rate_model(0.15).choose(f, current=1) == 1  # gain over arm 1 (cost 0) is 0.1
