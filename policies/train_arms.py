@@ -402,8 +402,8 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
 
 
 def one_standard_error_choice(scores, standard_errors, complexity) -> int:
-    """Index of the least complex candidate whose score is at most the least score plus that
-    candidate's standard error (the one-standard-error rule: Hastie, Tibshirani and Friedman,
+    """Index of the least complex candidate whose score is at most the least score plus the
+    standard error of that least score (the one-standard-error rule: Hastie, Tibshirani and Friedman,
     *The Elements of Statistical Learning*, 2nd ed., §7.10): a more complex candidate is taken only
     when it beats the simpler ones by more than the noise of the estimate. Ties: first index.
 
