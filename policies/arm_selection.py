@@ -123,10 +123,15 @@ class ArmCostModel:
         coef: ``(num_arms, num_terms)`` coefficients, ``num_terms`` = 1 + the terms of
             :func:`design_row` (intercept first).
         fallback_arm: index of the arm used before any feature is available.
+        switch_margin: hysteresis of :meth:`choose` in the units of the prediction (relative log
+            mean TTFT): a router keeps its current arm unless another arm's predicted cost is lower
+            by more than this (0: always the arm predicted best). Selected by ``cpgym train arms``
+            on deployed validation runs (``policies.train_arms.deployed_validation``); a model
+            file without the field loads with 0.
 
     Raises:
-        ValueError: on inconsistent shapes, an unknown feature, degree not in {1, 2} or an arm
-            outside the paper's bounds.
+        ValueError: on inconsistent shapes, an unknown feature, degree not in {1, 2}, an arm
+            outside the paper's bounds or a switch_margin that is not finite and >= 0.
     """
 
     arms: tuple[tuple[float, float], ...]
@@ -136,6 +141,7 @@ class ArmCostModel:
     degree: int
     coef: tuple[tuple[float, ...], ...]
     fallback_arm: int
+    switch_margin: float = 0.0
 
     def __post_init__(self) -> None:
         for b, lam in self.arms:
@@ -151,6 +157,8 @@ class ArmCostModel:
             raise ValueError(f"ArmCostModel: coef must be ({len(self.arms)}, {num_terms(k, self.degree)})")
         if not 0 <= self.fallback_arm < len(self.arms):
             raise ValueError(f"ArmCostModel: fallback_arm {self.fallback_arm} out of range")
+        if not (math.isfinite(self.switch_margin) and self.switch_margin >= 0):
+            raise ValueError(f"ArmCostModel: switch_margin must be finite and >= 0, got {self.switch_margin}")
 
     def feature_index(self) -> list[int]:
         return [FEATURE_NAMES.index(f) for f in self.feature_names]
@@ -162,16 +170,23 @@ class ArmCostModel:
         z = (f - np.asarray(self.feature_mean)) / np.asarray(self.feature_scale)
         return design_matrix(z, self.degree) @ np.asarray(self.coef).T
 
-    def choose(self, features: np.ndarray | None) -> int:
-        """Index of the arm with the least predicted cost (ties: first); ``fallback_arm`` for ``None``."""
+    def choose(self, features: np.ndarray | None, current: int | None = None) -> int:
+        """Index of the arm with the least predicted cost (ties: first); ``fallback_arm`` for
+        ``None`` features; with ``switch_margin`` > 0, ``current`` (the arm in use, or ``None``) is
+        kept unless the best arm's predicted cost is lower than ``current``'s by more than it."""
         if features is None:
             return self.fallback_arm
-        return int(np.argmin(self.predict_costs(features)))
+        cost = self.predict_costs(features)
+        best = int(np.argmin(cost))
+        if current is not None and self.switch_margin > 0 and cost[current] - cost[best] <= self.switch_margin:
+            return int(current)
+        return best
 
     def to_json(self) -> dict:
         return {"arms": [list(a) for a in self.arms], "feature_names": list(self.feature_names),
                 "feature_mean": list(self.feature_mean), "feature_scale": list(self.feature_scale),
-                "degree": self.degree, "coef": [list(c) for c in self.coef], "fallback_arm": self.fallback_arm}
+                "degree": self.degree, "coef": [list(c) for c in self.coef], "fallback_arm": self.fallback_arm,
+                "switch_margin": self.switch_margin}
 
     @classmethod
     def from_json(cls, data: dict, where: str = "arm model") -> ArmCostModel:
@@ -180,7 +195,8 @@ class ArmCostModel:
             return cls(arms=tuple((float(b), float(lam)) for b, lam in data["arms"]),
                        feature_names=tuple(data["feature_names"]), feature_mean=tuple(map(float, data["feature_mean"])),
                        feature_scale=tuple(map(float, data["feature_scale"])), degree=int(data["degree"]),
-                       coef=tuple(tuple(map(float, c)) for c in data["coef"]), fallback_arm=int(data["fallback_arm"]))
+                       coef=tuple(tuple(map(float, c)) for c in data["coef"]), fallback_arm=int(data["fallback_arm"]),
+                       switch_margin=float(data.get("switch_margin", 0.0)))
         except KeyError as exc:
             raise ValueError(f"{where}: missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:
@@ -231,19 +247,23 @@ class ArmSelectingRouter(VertumnusRouter):
         self._params = [VertumnusParams(beta=b, lambda_=lam) for b, lam in model.arms]
         self._observer = LoadObserver(history_s, prefix_memory_s)
         self._next_decision_s = 0.0
+        self._current_arm: int | None = None  # the last arm chosen from features (hysteresis)
 
     def reset(self, view: PoolView, rng: np.random.Generator) -> None:
         self.params = self._params[self.model.fallback_arm]
         super().reset(view, rng)
         self._observer = LoadObserver(self.history_s, self.prefix_memory_s)
         self._next_decision_s = 0.0
+        self._current_arm = None
 
     def route(self, request: Request, view: PoolView) -> int:
         now = view.now_s
         if now >= self._next_decision_s:
             decision_s = math.floor(now / self.decision_window_s) * self.decision_window_s
             feats = self._observer.features(view, decision_s)
-            arm = self.model.choose(feats)
+            arm = self.model.choose(feats, self._current_arm)
+            if feats is not None:
+                self._current_arm = arm
             self.params = self._params[arm]
             if self.record is not None:
                 self.record.append((decision_s, feats, arm))

@@ -13,11 +13,23 @@
    feature set, degree, ridge alpha and row weighting is scored by the per-cell change of the
    validation mean TTFT of the chosen arms against the cell's tuned arm (the grid arm with the
    least training mean TTFT of that cell, ``policies.protocol.tune_vertumnus``'s choice); the
-   score is ``selection`` (``"mean"`` or ``"max"``) over cells.
+   score is ``selection`` (``"mean"`` or ``"max"``) over cells. This scores each validation
+   window with the arm chosen at its start held for the whole window (warm-up included), from the
+   cached fixed-arm costs.
+4. **Deployed validation** (:func:`deployed_validation`): the selected model runs as the router it
+   ships as (:class:`~policies.arm_selection.ArmSelectingRouter`: re-choosing the arm every
+   ``decision_window_s``, warm-up included, from the features it observes) on the same validation
+   windows, once per hysteresis ``switch_margin`` of ``switch_margins``; each candidate is scored
+   like step 3 against the cell's tuned arm on the same windows (its cached fixed-arm costs), with
+   the standard error of that score over windows, and the smallest margin whose score is within
+   one standard error of the least score becomes the model's ``switch_margin``
+   (:func:`one_standard_error_choice`).
 
 The checkpoint folder holds ``arm_model.json`` (the selected model and the router's settings),
 ``train_config.json`` (kind ``routing``, the config), ``validation.csv`` (every candidate's
-per-cell scores) and ``costs.csv.gz`` (per-window costs of every arm, training and validation).
+per-cell scores), ``deployed_validation.csv`` (every switch margin's per-cell scores),
+``deployed_costs.csv`` (its per-window deployed runs) and ``costs.csv.gz`` (per-window costs of
+every arm, training and validation).
 """
 
 from __future__ import annotations
@@ -25,7 +37,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +82,8 @@ class ArmTrainConfig:
     alphas: tuple[float, ...] = _opt((0.1, 1.0, 10.0, 100.0), "ridge penalties tried in model selection")
     selection: str = _opt("max", "validation score over cells: mean or max of the % change vs the tuned arm",
                           choices=("mean", "max"))
+    switch_margins: tuple[float, ...] = _opt((0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
+                                             "hysteresis margins (relative log mean TTFT) tried on deployed validation runs")
     cache_dir: str = _opt("runs/arm-costs", "cache of per-window costs (JSON per cell and part)")
     seed: int = _opt(0, "workload and simulator seed")
 
@@ -92,6 +107,8 @@ class ArmTrainConfig:
             raise ValueError(f"alphas must be > 0, got {self.alphas}")
         if self.selection not in ("mean", "max"):
             raise ValueError(f"selection must be 'mean' or 'max', got {self.selection!r}")
+        if not self.switch_margins or any(not (math.isfinite(m) and m >= 0) for m in self.switch_margins):
+            raise ValueError(f"switch_margins must be finite and >= 0, got {self.switch_margins}")
 
     def source_list(self) -> list[str]:
         return [s.strip() for s in self.sources.split(",") if s.strip()]
@@ -325,13 +342,155 @@ def select_model(cfg: ArmTrainConfig, train: list[CellData], validation: list[Ce
                 for weighting in ("uniform", "cost"):
                     m = fit_model(train, cfg.arms, fs, degree, alpha, weighting)
                     pct = [change_pct(v, chosen_arms(m, v), t) for v, t in zip(validation, tuned)]
-                    score = float(np.mean(pct) if cfg.selection == "mean" else np.max(pct))
+                    score = _score(cfg, pct)
                     row = {"features": fs_name, "degree": degree, "alpha": alpha, "weighting": weighting, "score": score}
                     row.update({f"{v.key}_pct": p for v, p in zip(validation, pct)})
                     rows.append(row)
                     models.append(m)
     best = min(range(len(rows)), key=lambda i: rows[i]["score"])
     return models[best], rows
+
+
+def _score(cfg: ArmTrainConfig, pct: list[float]) -> float:
+    return float(np.mean(pct) if cfg.selection == "mean" else np.max(pct))
+
+
+def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config, log=None) -> dict:
+    """The router of ``model`` as deployed (:class:`~policies.arm_selection.ArmSelectingRouter`,
+    re-choosing every ``decision_window_s`` from the start of each warm-up) on the validation
+    windows of one cell (the windows of :func:`collect_cell`); cached under ``cache_dir``, keyed
+    by the model and everything else that determines the runs.
+
+    Returns:
+        ``{"key", "switch_margin", "windows", "mean_ttft_s", "slo_attainment", "num_arm_switches",
+        "arms"}`` (lists over windows; switches: arm changes between consecutive decisions of the
+        run, warm-up included; arms: the arm index of every decision of the run, in time order).
+    """
+    from baselines.registry import PolicySpec
+    from experiments.runner import run_policy
+    from envs.metrics.summary import measured_summary
+    from policies.arm_selection import ArmSelectingRouter
+
+    ident = {"source": asdict(scenario.source), "rate_rps": scenario.rate_rps, "part": "validation",
+             "max_windows": cfg.max_validation_windows, "model": model.to_json(), "router": cfg.router_settings(),
+             "window_s": cfg.window_s, "warmup_s": cfg.warmup_s, "seed": cfg.seed, "sim": repr(sim_config), "version": 1}
+    f = Path(cfg.cache_dir) / f"{scenario.key.replace('/', '_')}-deployed-{_digest(ident)}.json"
+    if f.is_file():
+        return json.loads(f.read_text())
+    config = replace(sim_config, seed=cfg.seed)
+    out = {"key": scenario.key, "switch_margin": model.switch_margin, "windows": [], "mean_ttft_s": [],
+           "slo_attainment": [], "num_arm_switches": [], "arms": []}
+    for wl in scenario.windows("validation", seed=cfg.seed, max_windows=cfg.max_validation_windows):
+        record: list = []
+        spec = PolicySpec("deployed", lambda record=record: ArmSelectingRouter(model, record=record, **cfg.router_settings()),
+                          "deployed arm selection", "policies.train_arms")
+        summary = measured_summary(run_policy(spec, wl, config), wl.metadata["measure_from_s"])
+        arms = [a for _, _, a in record]
+        out["windows"].append(wl.metadata["window_index"])
+        out["mean_ttft_s"].append(summary["mean_ttft_s"])
+        out["slo_attainment"].append(summary["slo_attainment_token_weighted"])
+        out["num_arm_switches"].append(int(sum(a != b for a, b in zip(arms, arms[1:]))))
+        out["arms"].append([int(a) for a in arms])
+    if log:
+        log(f"{scenario.key} deployed, switch margin {model.switch_margin:g}: mean TTFT "
+            f"{np.mean(out['mean_ttft_s']):.4f} s over {len(out['windows'])} validation windows")
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out) + "\n")
+    tmp.replace(f)
+    return out
+
+
+def one_standard_error_choice(scores, standard_errors, complexity) -> int:
+    """Index of the least complex candidate whose score is at most the least score plus the
+    standard error of that least score (the one-standard-error rule: Hastie, Tibshirani and Friedman,
+    *The Elements of Statistical Learning*, 2nd ed., §7.10): a more complex candidate is taken only
+    when it beats the simpler ones by more than the noise of the estimate. Ties: first index.
+
+    Args:
+        scores / standard_errors / complexity: one value per candidate (lower score = better;
+            here the complexity is the switch margin: 0 = the fitted model as is).
+
+    Raises:
+        ValueError: on empty or unequal-length inputs.
+    """
+    if not len(scores) or not len(scores) == len(standard_errors) == len(complexity):
+        raise ValueError("one_standard_error_choice: need one score, standard error and complexity per candidate")
+    best = int(np.argmin(scores))
+    bound = scores[best] + (standard_errors[best] if np.isfinite(standard_errors[best]) else 0.0)
+    ok = [i for i in range(len(scores)) if scores[i] <= bound]
+    return min(ok, key=lambda i: (complexity[i], i))
+
+
+def _score_standard_error(cfg: ArmTrainConfig, pct: list[float], se: list[float]) -> float:
+    """Standard error of :func:`_score` of per-cell changes ``pct`` with standard errors ``se``
+    (cells independent): the worst cell's for ``max``, ``sqrt(sum se^2) / num_cells`` for ``mean``."""
+    if cfg.selection == "max":
+        return float(se[int(np.argmax(pct))])
+    return float(np.sqrt(np.sum(np.square(se))) / len(se))
+
+
+def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellData], validation: list[CellData],
+                        model: ArmCostModel, sim_config, log=None) -> tuple[ArmCostModel, list[dict], list[dict]]:
+    """Step 4 of the module docstring: ``model`` deployed on each cell's validation windows with
+    every ``cfg.switch_margins``, scored against the cell's tuned arm (:func:`tuned_arm`) on the
+    same windows.
+
+    Args:
+        scenarios / train / validation: the cells, in the same order.
+
+    Returns:
+        ``(model with the selected switch_margin, rows, per-window rows)``; one row per margin:
+        ``switch_margin, <cell>_pct, <cell>_ci_low, <cell>_ci_high, <cell>_arm_switches_per_window,
+        score, score_standard_error, selected`` (the ``deployed_validation.csv`` columns; the CI is the paired 95 %
+        Student-t interval over windows of ``policies.protocol.cell_table``), per-window rows: ``cell, window, switch_margin,
+        mean_ttft_s, slo_attainment, num_arm_switches, decisions, tuned_mean_ttft_s`` (decisions:
+        the run's arms in time order as ``beta/lambda`` joined by spaces).
+
+    Raises:
+        ValueError: if the cells do not line up or a deployed run's windows differ from the
+            collected validation windows.
+    """
+    from policies.protocol import paired_ci
+
+    if [s.key for s in scenarios] != [c.key for c in train] or [c.key for c in train] != [c.key for c in validation]:
+        raise ValueError("deployed_validation: scenarios, train and validation cells must be the same cells in order")
+    tuned = [tuned_arm(c) for c in train]
+    rows, window_rows = [], []
+    for margin in cfg.switch_margins:
+        m = replace(model, switch_margin=float(margin))
+        row: dict = {"switch_margin": float(margin)}
+        pct: list[float] = []
+        se: list[float] = []
+        for sc, v, t in zip(scenarios, validation, tuned):
+            runs = deployed_cell(sc, m, cfg, sim_config, log)
+            ttft = np.asarray(runs["mean_ttft_s"], dtype=float)
+            if len(ttft) != len(v.ttft):
+                raise ValueError(f"deployed_validation: {sc.key}: {len(ttft)} deployed windows, {len(v.ttft)} collected")
+            pct.append(float(100.0 * (ttft.mean() / v.ttft[:, t].mean() - 1.0)))
+            row[f"{v.key}_pct"] = pct[-1]
+            diff = 100.0 * (ttft - v.ttft[:, t]) / v.ttft[:, t].mean()  # mean = pct[-1]
+            _, lo, hi = paired_ci(diff)
+            row[f"{v.key}_ci_low"], row[f"{v.key}_ci_high"] = lo, hi
+            se.append(float(np.std(diff, ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else math.nan)
+            row[f"{v.key}_arm_switches_per_window"] = float(np.mean(runs["num_arm_switches"]))
+            for j, w in enumerate(runs["windows"]):
+                window_rows.append({"cell": v.key, "window": w, "switch_margin": float(margin),
+                                    "mean_ttft_s": runs["mean_ttft_s"][j], "slo_attainment": runs["slo_attainment"][j],
+                                    "num_arm_switches": runs["num_arm_switches"][j],
+                                    "decisions": " ".join(f"{cfg.arms[a][0]:g}/{cfg.arms[a][1]:g}" for a in runs["arms"][j]),
+                                    "tuned_mean_ttft_s": v.ttft[j, t]})
+        row["score"] = _score(cfg, pct)
+        row["score_standard_error"] = _score_standard_error(cfg, pct, se)
+        rows.append(row)
+        if log:
+            log(f"deployed validation, switch margin {margin:g}: {cfg.selection} change vs tuned {row['score']:+.2f} % "
+                f"(standard error {row['score_standard_error']:.2f})")
+    best = one_standard_error_choice([r["score"] for r in rows], [r["score_standard_error"] for r in rows],
+                                     [r["switch_margin"] for r in rows])
+    for i, r in enumerate(rows):
+        r["selected"] = i == best
+    return replace(model, switch_margin=rows[best]["switch_margin"]), rows, window_rows
 
 
 def cost_table_rows(data: dict) -> list[dict]:
@@ -417,21 +576,27 @@ def train_arms(cfg: ArmTrainConfig, out_dir: str | Path, sim_config, argv: list[
             dest.append(CellData.from_collected(data))
             cost_rows += cost_table_rows(data)
     model, rows = select_model(cfg, train, validation)
+    model, deployed_rows, deployed_window_rows = deployed_validation(cfg, scenarios, train, validation, model, sim_config, log)
     write_model(out, model, cfg.router_settings())
     _write_csv(out / "validation.csv", rows)
+    _write_csv(out / "deployed_validation.csv", deployed_rows)
+    _write_csv(out / "deployed_costs.csv", deployed_window_rows)
     _write_csv(out / "costs.csv.gz", cost_rows)
     _write_csv(out / "headroom.csv", headroom(train, cfg.arms))
     meta = {"kind": "routing", "policy_type": "vertumnus-arms", "train_config": asdict(cfg), "argv": argv,
             "capacities_rps": {sc.key: sc.rate_rps / sc.load_fraction for sc in scenarios},
-            "selected": min(rows, key=lambda r: r["score"])}
+            "selected": min(rows, key=lambda r: r["score"]),
+            "deployed_selected": next(r for r in deployed_rows if r["selected"])}
     (out / "train_config.json").write_text(json.dumps(meta, indent=2, default=list) + "\n")
     if log:
         sel = meta["selected"]
         log(f"selected: features {sel['features']}, degree {sel['degree']}, alpha {sel['alpha']:g}, "
-            f"weighting {sel['weighting']}: validation {cfg.selection} change vs tuned {sel['score']:+.2f} %")
+            f"weighting {sel['weighting']}: validation {cfg.selection} change vs tuned {sel['score']:+.2f} % (fixed arm per "
+            f"window); switch margin {model.switch_margin:g}: deployed {meta['deployed_selected']['score']:+.2f} %")
     return model
 
 
 __all__ = ["ArmTrainConfig", "CellData", "FEATURE_SETS", "cell_scenarios", "cells_from_costs_csv", "change_pct",
-           "chosen_arms", "collect_cell", "cost_table_rows",
-           "episode_source", "fit_model", "headroom", "relative_log_cost", "select_model", "train_arms", "tuned_arm"]
+           "chosen_arms", "collect_cell", "cost_table_rows", "deployed_cell", "deployed_validation", "episode_source",
+           "fit_model", "headroom", "one_standard_error_choice", "relative_log_cost", "select_model", "train_arms",
+           "tuned_arm"]

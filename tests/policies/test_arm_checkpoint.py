@@ -37,18 +37,33 @@ def test_readme_command_gives_the_stored_config(tmp_path):
     assert json.loads(json.dumps(asdict(cfg))) == META["train_config"]
 
 
+def _read_csv(path: Path) -> list[dict]:
+    import csv
+
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
 def test_refit_on_stored_costs_gives_the_stored_model(tmp_path):
     """Model selection on the checkpoint's costs.csv (no simulation) gives arm_model.json and
-    validation.csv exactly."""
+    validation.csv exactly; the switch margin is deployed_validation.csv's one-standard-error choice."""
     from policies.arm_selection import load_arm_checkpoint
-    from policies.train_arms import cells_from_costs_csv, select_model
+    from policies.train_arms import cells_from_costs_csv, one_standard_error_choice, select_model
 
     cfg, _ = _config_from_argv(ARGV, tmp_path)
     train, validation = cells_from_costs_csv(CHECKPOINT / "costs.csv.gz")
     assert [c.key for c in train] == list(META["capacities_rps"])
     model, rows = select_model(cfg, train, validation)
     stored, router = load_arm_checkpoint(CHECKPOINT)
-    assert model == stored and router == cfg.router_settings()
+    deployed = _read_csv(CHECKPOINT / "deployed_validation.csv")
+    assert [float(r["switch_margin"]) for r in deployed] == list(cfg.switch_margins)
+    best_deployed = deployed[one_standard_error_choice([float(r["score"]) for r in deployed],
+                                                       [float(r["score_standard_error"]) for r in deployed],
+                                                       [float(r["switch_margin"]) for r in deployed])]
+    assert [r["selected"] for r in deployed] == [str(r is best_deployed) for r in deployed]
+    assert float(best_deployed["switch_margin"]) == META["deployed_selected"]["switch_margin"]
+    assert replace(model, switch_margin=float(best_deployed["switch_margin"])) == stored
+    assert router == cfg.router_settings()
     best = min(rows, key=lambda r: r["score"])
     assert {k: best[k] for k in ("features", "degree", "alpha", "weighting")} == \
         {k: META["selected"][k] for k in ("features", "degree", "alpha", "weighting")}
@@ -82,6 +97,35 @@ def test_tiny_resimulation_matches_the_stored_costs(tmp_path):
         assert float(s["mean_ttft_s"]) == r["mean_ttft_s"] and float(s["slo_attainment"]) == r["slo_attainment"]
         for n in ("offered_utilisation", "log_rate_per_gpu", "prefix_reuse_share"):
             assert (float(s[n]) if s[n] else None) == r[n]
+
+
+def test_tiny_deployed_resimulation_matches_the_stored_runs(tmp_path):
+    """The stored router deployed on the first and last validation windows of the conversation
+    cell at 0.9: the mean TTFT, SLO attainment and switches of deployed_costs.csv, and the
+    deployed_validation.csv score of the selected margin is its mean over all windows."""
+    import numpy as np
+
+    from policies.arm_selection import load_arm_checkpoint
+    from policies.protocol import Scenario
+    from policies.train_arms import deployed_cell, episode_source
+
+    cfg, sim_config = _config_from_argv(ARGV, tmp_path)
+    item = cfg.source_list()[0]
+    key = next(k for k in META["capacities_rps"] if k.endswith("@0.9") and k.startswith("conversation"))
+    tiny = replace(cfg, max_validation_windows=2, cache_dir=str(tmp_path / "cache"))
+    sc = Scenario(episode_source(item), 0.9 * META["capacities_rps"][key], 0.9, cfg.window_s, cfg.warmup_s)
+    model, _ = load_arm_checkpoint(CHECKPOINT)
+    got = deployed_cell(sc, model, tiny, sim_config)
+    assert len(got["windows"]) == 2
+    rows = [r for r in _read_csv(CHECKPOINT / "deployed_costs.csv")
+            if r["cell"] == key and float(r["switch_margin"]) == model.switch_margin]
+    stored = {int(r["window"]): r for r in rows}
+    for j, w in enumerate(got["windows"]):
+        assert float(stored[w]["mean_ttft_s"]) == got["mean_ttft_s"][j]
+        assert float(stored[w]["slo_attainment"]) == got["slo_attainment"][j]
+        assert int(stored[w]["num_arm_switches"]) == got["num_arm_switches"][j]
+    ratio = np.mean([float(r["mean_ttft_s"]) for r in rows]) / np.mean([float(r["tuned_mean_ttft_s"]) for r in rows])
+    assert META["deployed_selected"][f"{key}_pct"] == pytest.approx(100 * (ratio - 1), rel=1e-9)
 
 
 @pytest.mark.parametrize("flag", ["out", "cache_dir"])

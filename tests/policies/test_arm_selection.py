@@ -52,6 +52,36 @@ def test_model_validation_errors():
     assert ArmCostModel.from_json(m.to_json()) == m
 
 
+def _rate_model(switch_margin=0.0, fallback_arm=1):
+    """Arm 0 predicted cheapest below 1 request/s/GPU (log rate < 0), arm 2 above; the gap between
+    them is ``2 * |log rate per GPU|``."""
+    k = len(FEATURE_NAMES)
+    coef = [[0.0] * (1 + k) for _ in ARMS]
+    coef[0][1 + FEATURE_NAMES.index("log_rate_per_gpu")] = 1.0
+    coef[2][1 + FEATURE_NAMES.index("log_rate_per_gpu")] = -1.0
+    return ArmCostModel(ARMS, FEATURE_NAMES, (0.0,) * k, (1.0,) * k, 1, tuple(map(tuple, coef)), fallback_arm, switch_margin)
+
+
+def test_switch_margin_keeps_the_current_arm_unless_the_gain_exceeds_it():
+    f = np.zeros(len(FEATURE_NAMES))
+    f[FEATURE_NAMES.index("log_rate_per_gpu")] = 0.1  # arm 2 best: cost -0.1 vs arm 0's +0.1
+    assert _rate_model(0.0).choose(f, current=0) == 2
+    f0 = np.zeros(len(FEATURE_NAMES))  # every arm predicted 0: ties go to the first arm, as without a current arm
+    assert _rate_model(0.0).choose(f0, current=2) == 0 and _rate_model(0.1).choose(f0, current=2) == 2
+    assert _rate_model(0.15).choose(f, current=0) == 2  # gain 0.2 > 0.15
+    assert _rate_model(0.25).choose(f, current=0) == 0  # gain 0.2 <= 0.25: keep
+    assert _rate_model(0.15).choose(f, current=1) == 1  # gain over arm 1 (cost 0) is 0.1
+    assert _rate_model(0.25).choose(f) == 2  # no current arm: the best
+    assert _rate_model(0.25).choose(None, current=0) == 1  # no features: the fallback
+    for bad in (-0.1, math.inf, math.nan):
+        with pytest.raises(ValueError, match="switch_margin"):
+            _rate_model(bad)
+    m = _rate_model(0.25)
+    assert ArmCostModel.from_json(m.to_json()) == m
+    old = {k: v for k, v in m.to_json().items() if k != "switch_margin"}  # a model file written before the field
+    assert ArmCostModel.from_json(old).switch_margin == 0.0
+
+
 def test_constant_model_routes_like_vertumnus_with_that_arm():
     from baselines.vertumnus import VertumnusParams, VertumnusRouter
 
@@ -105,11 +135,7 @@ def test_observer_features_by_hand():
 def test_router_switches_arms_at_decision_boundaries():
     """A model whose best arm depends on the arrival rate: the router decides once per decision
     window (fallback at t = 0, without history), records the features and follows the model."""
-    k = len(FEATURE_NAMES)
-    coef = [[0.0] * (1 + k) for _ in ARMS]
-    coef[0][1 + FEATURE_NAMES.index("log_rate_per_gpu")] = 1.0  # arm 0 the cheapest below 1 request/s/GPU
-    coef[2][1 + FEATURE_NAMES.index("log_rate_per_gpu")] = -1.0  # arm 2 above
-    model = ArmCostModel(ARMS, FEATURE_NAMES, (0.0,) * k, (1.0,) * k, 1, tuple(map(tuple, coef)), 1)
+    model = _rate_model()  # arm 0 the cheapest below 1 request/s/GPU, arm 2 above
     slow = random_workload(40, rate_rps=1.0, seed=0)  # 1 request/s on 8 GPUs until ~46 s
     burst = [Request(40 + i, 60.0 + 0.05 * i, 8, 1, (10**7 + i, 2 * 10**7 + i)) for i in range(200)]  # 20/s to 70 s
     wl = Workload("mix", tuple(list(slow.requests) + burst), kv_block_size_tokens=4)
@@ -123,6 +149,12 @@ def test_router_switches_arms_at_decision_boundaries():
             assert arm == model.choose(f) == (0 if f[1] < 0 else 2)
     by_time = {t: arm for t, f, arm in record}
     assert by_time[10.0] == 0 and by_time[65.0] == 2
+    # with a margin above every predicted gain the first arm chosen from features is kept
+    record = []
+    _run(lambda: ArmSelectingRouter(_rate_model(switch_margin=50.0), decision_window_s=5.0, history_s=5.0,
+                                    record=record), wl)
+    chosen = [arm for _, f, arm in record if f is not None]
+    assert chosen[0] == 0 and set(chosen) == {0}
 
 
 def test_fit_model_recovers_a_feature_dependent_best_arm():
@@ -232,3 +264,62 @@ def test_protocol_and_seed_evaluation_run_an_arm_checkpoint(tmp_path):
     assert [r["mean_ttft_s"] for r in ours] == [r["mean_ttft_s"] for r in ref]
     seed_rows = evaluate([ck], _StubScenario(), cfg, seeds=[0], part="test")
     assert [r["mean_ttft_s"] for r in seed_rows] != [] and seed_rows[0]["policy"] == "learned:ck"
+
+
+def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_path):
+    """Deployed a constant model is its fixed arm: 0 % against itself as the tuned arm and the
+    collected cost of its arm otherwise; the margin with the least score is selected and set."""
+    from dataclasses import dataclass, replace
+
+    from policies.train_arms import (ArmTrainConfig, CellData, change_pct, collect_cell, deployed_validation,
+                                     one_standard_error_choice)
+
+    @dataclass(frozen=True)
+    class Source:
+        name: str = "rand"
+
+    stub = _StubScenario()
+    stub.source = Source()
+    cfg = ArmTrainConfig(betas=(1.0, 8.0), lambdas=(4.0,), max_train_windows=3, max_validation_windows=3, warmup_s=10.0,
+                         switch_margins=(0.0, 0.5), cache_dir=str(tmp_path / "cache"))
+    sim = SimConfig(pool=SMALL_POOL)
+    train = [CellData.from_collected(collect_cell(stub, "train", cfg, sim))]
+    val = [CellData.from_collected(collect_cell(stub, "validation", cfg, sim))]
+    tuned = int(np.argmin(train[0].ttft.mean(axis=0)))
+    for arm in (0, 1):
+        model, rows, window_rows = deployed_validation(cfg, [stub], train, val, constant_model(cfg.arms, arm), sim)
+        assert [r["switch_margin"] for r in rows] == [0.0, 0.5] and [r["selected"] for r in rows] == [True, False]
+        assert model.switch_margin == 0.0 and model.coef == constant_model(cfg.arms, arm).coef
+        for r in rows:
+            expected = change_pct(val[0], np.full(3, arm), tuned)
+            assert r["rand@0.9_pct"] == pytest.approx(expected, abs=1e-9) and r["score"] == r["rand@0.9_pct"]
+            assert r["rand@0.9_arm_switches_per_window"] == 0.0
+            assert r["rand@0.9_ci_low"] <= r["rand@0.9_pct"] <= r["rand@0.9_ci_high"]
+        assert [w["mean_ttft_s"] for w in window_rows[:3]] == val[0].ttft[:, arm].tolist()
+        assert {w["decisions"] for w in window_rows} == {" ".join([f"{cfg.arms[arm][0]:g}/4"] * 2)}  # t = 0, 10 s
+    # the selection follows the one-standard-error rule: a model that switches by the arrival rate
+    k = len(FEATURE_NAMES)
+    coef = [[0.0] * (1 + k), [0.0] * (1 + k)]
+    coef[1][1 + FEATURE_NAMES.index("log_rate_per_gpu")] = -1.0
+    switching = ArmCostModel(cfg.arms, FEATURE_NAMES, (0.0,) * k, (1.0,) * k, 1, tuple(map(tuple, coef)), 0)
+    model, rows, _ = deployed_validation(cfg, [stub], train, val, switching, sim)
+    chosen = one_standard_error_choice([r["score"] for r in rows], [r["score_standard_error"] for r in rows], [0.0, 0.5])
+    assert rows[chosen]["selected"] and model.switch_margin == rows[chosen]["switch_margin"]
+    assert all(r["score_standard_error"] >= 0 for r in rows)
+    with pytest.raises(ValueError, match="same cells"):
+        deployed_validation(cfg, [stub], train, [replace(val[0], key="other")], switching, sim)
+    with pytest.raises(ValueError, match="switch_margins"):
+        ArmTrainConfig(switch_margins=(-1.0,))
+
+
+def test_one_standard_error_rule_by_hand():
+    """The least complex candidate within one standard error of the least score (ESL §7.10)."""
+    from policies.train_arms import one_standard_error_choice
+
+    margins = [0.0, 0.01, 0.1]
+    assert one_standard_error_choice([2.41, 2.19, 3.0], [3.0, 3.3, 1.0], margins) == 0  # 2.41 <= 2.19 + 3.3
+    assert one_standard_error_choice([5.0, 2.0, 2.4], [1.0, 0.5, 1.0], margins) == 1  # 5 > 2.5: the best itself
+    assert one_standard_error_choice([5.0, 2.4, 2.0], [1.0, 1.0, 0.5], margins) == 1  # 2.4 <= 2.5, simpler than 0.1
+    assert one_standard_error_choice([1.0, 1.0], [float("nan"), 0.0], [0.5, 0.0]) == 1  # NaN error: no slack
+    with pytest.raises(ValueError, match="one score"):
+        one_standard_error_choice([1.0], [], [0.0])
