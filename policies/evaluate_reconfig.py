@@ -162,7 +162,9 @@ def config_calibration(config):
     return Calibration.resolve(config.calibration_path)
 
 
-def _ops(result) -> tuple[int, int]:
+def operation_counts(result) -> tuple[int, int]:
+    """``(started, committed)`` reconfiguration operations of a simulation result (the
+    ``num_operations`` / ``num_committed_operations`` of an evaluation row)."""
     ops = result.extras.get("reconfig_operations") or []
     return len(ops), int(result.extras.get("num_reconfigurations", 0))
 
@@ -227,7 +229,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             else:  # pragma: no cover - rejected above
                 raise ValueError(f"unknown reconfiguration comparison {label!r}")
             s = summarize(result)
-            n_ops, n_commit = _ops(result)
+            n_ops, n_commit = operation_counts(result)
             row = {"policy": label, "seed": seed, "wall_s": time.perf_counter() - t0,
                    "mean_ttft_s": s["mean_ttft_s"], "p90_ttft_s": s["p90_ttft_s"],
                    "slo_attainment_token_weighted": s["slo_attainment_token_weighted"],

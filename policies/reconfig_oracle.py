@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 __all__ = ["phase_ttft", "save_phase_ttft", "load_phase_ttft", "select_targets", "phase_targets", "phase_at",
-           "collect_demonstrations", "behaviour_clone"]
+           "collect_demonstrations", "collect_learner_states", "behaviour_clone"]
 
 
 def phase_at(workload, time_s: float) -> int:
@@ -218,23 +218,49 @@ def collect_demonstrations(make_env, workloads: list, targets: list[list[int]], 
         raise ValueError(f"num_noisy_rollouts must be >= 0 and action_noise in [0, 1], got {num_noisy_rollouts}, "
                          f"{action_noise}")
     obs_rows: dict[str, list] = {}
-    actions = []
+    actions: list[int] = []
     for wl, tg, seed in zip(workloads, targets, seeds):
         env = make_env([wl])
         for r in range(1 + num_noisy_rollouts):
             rng = np.random.default_rng([noise_seed, seed, r])
-            obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
-            done = False
-            while not done:
-                a = tg[phase_at(wl, env.decision_time_s)]
-                for key, v in obs.items():
-                    obs_rows.setdefault(key, []).append(np.array(v, copy=True))
-                actions.append(a)
-                if r > 0 and rng.random() < action_noise:
-                    a = int(rng.integers(env.action_space.n))
-                obs, _, term, trunc, _ = env.step(a)
-                done = term or trunc
+
+            def execute(obs, label, r=r, rng=rng, env=env):
+                return int(rng.integers(env.action_space.n)) if r > 0 and rng.random() < action_noise else label
+
+            _labelled_rollout(env, wl, tg, seed, execute, obs_rows, actions)
     return {k: np.stack(v) for k, v in obs_rows.items()}, np.asarray(actions, dtype=np.int64)
+
+
+def collect_learner_states(make_env, workloads: list, targets: list[list[int]], seeds: list[int], act):
+    """DAgger (Ross et al. 2011, "A Reduction of Imitation Learning and Structured Prediction to
+    No-Regret Online Learning", §3): one rollout per workload in which the learner's action
+    ``act(observation)`` (raw observation dict -> menu index) is executed, each state labelled with
+    the oracle composition ``targets[i][phase]`` of the phase its decision time falls in — the
+    states the cloned policy itself reaches, which the oracle's (even disturbed) rollouts may miss.
+
+    Returns:
+        ``(observations, actions)`` as :func:`collect_demonstrations` (actions: the oracle labels).
+    """
+    obs_rows: dict[str, list] = {}
+    actions: list[int] = []
+    for wl, tg, seed in zip(workloads, targets, seeds):
+        _labelled_rollout(make_env([wl]), wl, tg, seed, lambda obs, label: int(act(obs)), obs_rows, actions)
+    return {k: np.stack(v) for k, v in obs_rows.items()}, np.asarray(actions, dtype=np.int64)
+
+
+def _labelled_rollout(env, wl, tg: list[int], seed: int, execute, obs_rows: dict, actions: list) -> None:
+    """One whole-workload episode of ``env`` (simulator seed ``seed``): records each observation
+    with the oracle label ``tg[phase]`` into ``obs_rows`` / ``actions`` and executes
+    ``execute(observation, label)``."""
+    obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
+    done = False
+    while not done:
+        label = tg[phase_at(wl, env.decision_time_s)]
+        for key, v in obs.items():
+            obs_rows.setdefault(key, []).append(np.array(v, copy=True))
+        actions.append(label)
+        obs, _, term, trunc, _ = env.step(execute(obs, label))
+        done = term or trunc
 
 
 def behaviour_clone(model, observations: dict, actions: np.ndarray, epochs: int, batch_size: int = 64,

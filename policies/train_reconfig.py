@@ -97,6 +97,10 @@ class ReconfigTrainConfig:
                                          "(labels stay the oracle's: DART noise injection)")
     oracle_action_noise: float = _opt(0.0, "demonstrations: share of the steps of the noisy rollouts that execute a "
                                            "random composition, in [0, 1]")
+    oracle_dagger_rounds: int = _opt(0, "after behaviour cloning, this many DAgger rounds: roll the cloned policy out "
+                                        "once per training seed, label the states it visits with the oracle's "
+                                        "composition, clone again on all demonstrations (--warm-start oracle)",
+                                     metavar="ROUNDS")
     bc_epochs: int = _opt(30, "behaviour-cloning epochs over the oracle demonstrations (--warm-start oracle)")
     bc_learning_rate: float = _opt(1e-3, "behaviour-cloning Adam learning rate (--warm-start oracle)")
     init_from: str | None = _opt(None, "start from this reconfiguration model (a model.zip / last_model.zip of an "
@@ -161,7 +165,7 @@ class ReconfigTrainConfig:
 
     #: The flags of ``--warm-start oracle`` (rejected without it).
     ORACLE_FLAGS = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_phase_ttft", "oracle_noisy_rollouts",
-                    "oracle_action_noise", "bc_epochs", "bc_learning_rate")
+                    "oracle_action_noise", "oracle_dagger_rounds", "bc_epochs", "bc_learning_rate")
 
     def _check_oracle_flags(self) -> tuple[str, ...]:
         """Validates the ``--warm-start oracle`` flags and rejects them in a target-mode run
@@ -173,6 +177,8 @@ class ReconfigTrainConfig:
         if self.oracle_noisy_rollouts < 0 or not 0.0 <= self.oracle_action_noise <= 1.0:
             raise ValueError(f"oracle_noisy_rollouts must be >= 0 and oracle_action_noise in [0, 1], got "
                              f"{self.oracle_noisy_rollouts}, {self.oracle_action_noise}")
+        if self.oracle_dagger_rounds < 0:
+            raise ValueError(f"oracle_dagger_rounds must be >= 0, got {self.oracle_dagger_rounds}")
         if (self.oracle_noisy_rollouts > 0) != (self.oracle_action_noise > 0):
             raise ValueError("--oracle-noisy-rollouts and --oracle-action-noise go together (both > 0 or neither)")
         if self.warm_start == "none" and self.action_mode == "target":
@@ -307,10 +313,12 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     """
     import csv
 
+    import numpy as np
+
     from baselines.composition import degree_counts
     from envs.reconfig_env import PrefillReconfigEnv
-    from policies.reconfig_oracle import (behaviour_clone, collect_demonstrations, load_phase_ttft, phase_ttft,
-                                          save_phase_ttft, select_targets)
+    from policies.reconfig_oracle import (behaviour_clone, collect_demonstrations, collect_learner_states, load_phase_ttft,
+                                          phase_ttft, save_phase_ttft, select_targets)
 
     wls = [cfg.workload_source(s).build() for s in cfg.seeds]
     for s, wl in zip(cfg.seeds, wls):
@@ -339,6 +347,22 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
         rms.update(obs[key])
     losses = behaviour_clone(model, venv.normalize_obs(obs), actions, cfg.bc_epochs, cfg.batch_size,
                              cfg.bc_learning_rate, cfg.seed)
+    dagger = []
+    for rnd in range(cfg.oracle_dagger_rounds):
+        def act(o):
+            return int(np.asarray(model.predict(venv.normalize_obs(o), deterministic=True)[0]).reshape(-1)[0])
+
+        more_obs, more_actions = collect_learner_states(make_env, wls, targets, list(cfg.seeds), act)
+        agreement = float((model.predict(venv.normalize_obs(more_obs), deterministic=True)[0] == more_actions).mean())
+        obs = {k: np.concatenate([obs[k], more_obs[k]]) for k in obs}
+        actions = np.concatenate([actions, more_actions])
+        for key, rms in venv.obs_rms.items():
+            rms.update(more_obs[key])
+        losses += behaviour_clone(model, venv.normalize_obs(obs), actions, cfg.bc_epochs, cfg.batch_size,
+                                  cfg.bc_learning_rate, cfg.seed + rnd + 1)
+        dagger.append({"round": rnd + 1, "num_learner_states": len(more_actions), "learner_agreement": agreement})
+        log(f"DAgger round {rnd + 1}: {len(more_actions)} states of the cloned policy, {agreement:.3f} of its actions "
+            f"were the oracle's; cloned again on {len(actions)} steps (loss {losses[-1]:.3f})")
     pred, _ = model.predict(venv.normalize_obs(obs), deterministic=True)
     accuracy = float((pred == actions).mean())
     with open(out / "bc.csv", "w", newline="") as fh:
@@ -347,8 +371,9 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
         w.writerows([(i + 1, f"{x:.6f}") for i, x in enumerate(losses)])
     log(f"warm start: {len(actions)} oracle steps from {len(wls)} workloads, behaviour cloning loss "
         f"{losses[0]:.3f} -> {losses[-1]:.3f}, accuracy {accuracy:.3f} ({time.perf_counter() - t0:.0f} s)")
-    return {"num_demonstration_steps": len(actions), "bc_loss_first": losses[0], "bc_loss_last": losses[-1],
-            "bc_accuracy": accuracy, "wall_s": time.perf_counter() - t0}
+    summary = {"num_demonstration_steps": len(actions), "bc_loss_first": losses[0], "bc_loss_last": losses[-1],
+               "bc_accuracy": accuracy, "wall_s": time.perf_counter() - t0}
+    return summary | ({"dagger": dagger} if dagger else {})
 
 
 def load_initial_model(path: str, model, venv) -> None:

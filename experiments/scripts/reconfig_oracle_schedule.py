@@ -5,13 +5,18 @@ within a tolerance, or by dynamic programming with a cost per GPU moved) in the 
 environment (the settings of ``policies/checkpoints/reconfig_target``).
 
     python experiments/scripts/reconfig_oracle_schedule.py SEEDS [TOLERANCE] [GPUS_PER_WINDOW]
-        [--switch-costs C1,C2,...] [--cache FILE]
+        [--switch-costs C1,C2,...] [--cache FILE] [--out-csv FILE [--with-rows CSV [--with-policies P1,P2,...]]]
 
 e.g. ``0,1,2,3,4,5`` (training seeds) or ``500,501,502`` (validation seeds); prints one line per
 seed and schedule, and the means. ``--switch-costs`` (request-seconds per GPU moved, 0 = the
 per-phase rule with TOLERANCE) evaluates several oracles on the same per-phase TTFTs;
 ``--cache`` reads/writes those TTFTs (``policies.reconfig_oracle.save_phase_ttft``: the file
 ``cpgym train reconfig --oracle-phase-ttft`` reads), so a second call simulates no fixed pool.
+``--out-csv`` writes one per-episode row per seed and schedule (policy
+``oracle-schedule:switch-cost-<C>``, the columns of ``cpgym evaluate --kind reconfig --out``),
+after the rows of ``--with-rows`` (an evaluation CSV of the same seeds; only the policies of
+``--with-policies`` if given), so that ``cpgym evaluate --from-csv FILE --reference
+oracle-schedule:switch-cost-5`` gives the paired gap of each evaluated policy to the oracle.
 """
 
 from __future__ import annotations
@@ -22,17 +27,62 @@ from dataclasses import replace
 from pathlib import Path
 
 
-def follow_schedule(env, workload, seed: int, targets: list[int]) -> tuple[float, int]:
-    """Mean TTFT [s] and operations of following ``targets[phase]`` in the target-mode ``env``."""
+def follow_schedule(env, workload, seed: int, targets: list[int]) -> dict:
+    """Follows ``targets[phase]`` in the target-mode ``env`` for the whole workload; returns the
+    metrics of a ``cpgym evaluate --kind reconfig`` row (``mean_ttft_s``, ``p90_ttft_s``,
+    ``slo_attainment_token_weighted``, ``num_operations``, ``num_committed_operations``,
+    ``num_unfinished``, ``wall_s``)."""
+    import time
+
     from envs.metrics import summarize
+    from policies.evaluate_reconfig import operation_counts
     from policies.reconfig_oracle import phase_at
 
+    t0 = time.perf_counter()
     env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
-    done, info = False, {}
+    done = False
     while not done:
-        _, _, term, trunc, info = env.step(targets[phase_at(workload, env.decision_time_s)])
+        _, _, term, trunc, _ = env.step(targets[phase_at(workload, env.decision_time_s)])
         done = term or trunc
-    return summarize(env.sim.result())["mean_ttft_s"], int(info.get("num_operations", 0))
+    result = env.sim.result()
+    s = summarize(result)
+    n_ops, n_commit = operation_counts(result)
+    return {"wall_s": time.perf_counter() - t0, "mean_ttft_s": s["mean_ttft_s"], "p90_ttft_s": s["p90_ttft_s"],
+            "slo_attainment_token_weighted": s["slo_attainment_token_weighted"], "num_operations": n_ops,
+            "num_committed_operations": n_commit, "num_unfinished": s.get("num_unfinished", 0)}
+
+
+def rows_with(path: str | None, policies: str | None, seeds: list[int]) -> list[dict]:
+    """The per-episode rows of the evaluation CSV ``path`` (none without one) of ``seeds``, only
+    those of the comma-separated ``policies`` if given.
+
+    Raises:
+        ValueError: naming the file, when it is not a reconfiguration evaluation CSV, or a policy
+            of ``policies`` has no row for one of ``seeds``.
+    """
+    from policies.evaluate import read_episode_rows
+
+    if path is None:
+        if policies:
+            raise ValueError("--with-policies needs --with-rows")
+        return []
+    _, rows = read_episode_rows(path, "reconfig")
+    rows = [r for r in rows if int(r["seed"]) in seeds]
+    if policies:
+        wanted = [p.strip() for p in policies.split(",") if p.strip()]
+        for p in wanted:
+            missing = sorted(set(seeds) - {int(r["seed"]) for r in rows if r["policy"] == p})
+            if missing:
+                raise ValueError(f"{path}: policy {p!r} has no row for seed(s) {missing}")
+        rows = [r for r in rows if r["policy"] in wanted]
+    return rows
+
+
+def write_rows(path: str, rows: list[dict]) -> None:
+    """Writes ``rows`` as a per-episode CSV (``cpgym evaluate --from-csv`` reads it)."""
+    import pandas as pd
+
+    pd.DataFrame(rows).to_csv(path, index=False)
 
 
 def main(argv: list[str]) -> int:
@@ -49,9 +99,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("gpus_per_window", nargs="?", type=float, default=16.0)
     ap.add_argument("--switch-costs", default="0")
     ap.add_argument("--cache", default=None)
+    ap.add_argument("--out-csv", default=None)
+    ap.add_argument("--with-rows", default=None)
+    ap.add_argument("--with-policies", default=None)
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     costs = [float(c) for c in a.switch_costs.split(",")]
+    if a.with_rows and not a.out_csv:
+        raise ValueError("--with-rows needs --out-csv")
+    out_rows = rows_with(a.with_rows, a.with_policies, seeds)
     sc = SimConfig()
     table = CapacityTable(sc, Calibration.resolve(sc.calibration_path), observation_profile_config())
     menu = None
@@ -78,10 +134,14 @@ def main(argv: list[str]) -> int:
         line = [f"seed {seed}: best fixed {menu[best]} {totals[best]:.3f} s"]
         for c in costs:
             targets = select_targets(ttft, num, counts, degree_counts(sc.pool.composition, sc.pool), a.tolerance, c)
-            mean, ops = follow_schedule(env, wl, seed, targets)
-            sched_all[c].append(mean)
-            line.append(f"switch cost {c:g}: {mean:.3f} s ({ops} ops: {' / '.join(menu[k] for k in targets)})")
+            row = follow_schedule(env, wl, seed, targets)
+            schedule = " / ".join(menu[k] for k in targets)
+            sched_all[c].append(row["mean_ttft_s"])
+            out_rows.append({"policy": f"oracle-schedule:switch-cost-{c:g}", "seed": seed, **row, "composition": schedule})
+            line.append(f"switch cost {c:g}: {row['mean_ttft_s']:.3f} s ({row['num_operations']} ops: {schedule})")
         print("; ".join(line), flush=True)
+        if a.out_csv:
+            write_rows(a.out_csv, out_rows)
     n = len(seeds)
     print(f"mean over seeds: best fixed in hindsight {sum(fixed_all) / n:.4f} s; "
           + ", ".join(f"oracle schedule (switch cost {c:g}) {sum(v) / n:.4f} s" for c, v in sched_all.items()))

@@ -23,3 +23,43 @@ def test_target_runs_collapse_repeated_targets():
     menu = ["cp4x2", "cp4x1,cp2x2", "cp2x4"]
     assert target_runs([0, 0, 2, 2, 0], [0, 0, 0, 1, 1], menu) == [(0, 0, "cp4x2"), (2, 0, "cp2x4"), (4, 1, "cp4x2")]
     assert target_runs([], [], menu) == []
+
+
+def test_oracle_schedule_rows_are_evaluation_rows(tmp_path):
+    """``reconfig_oracle_schedule.py --out-csv``: the followed schedule's row has the columns of an
+    evaluation row (``cpgym evaluate --from-csv`` reads it) next to the selected rows of ``--with-rows``."""
+    import pandas as pd
+    import pytest
+
+    from envs.reconfig_env import PrefillReconfigEnv
+    from envs.sim import PoolConfig, SimConfig
+    from envs.workloads import WorkloadSource
+    from experiments.scripts.reconfig_oracle_schedule import follow_schedule, rows_with, write_rows
+    from policies.evaluate import read_episode_rows
+    from policies.evaluate_reconfig import aggregate_reconfig
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
+    wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
+    env = PrefillReconfigEnv([wl], small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
+    stay = follow_schedule(env, wl, 0, [1, 1])  # cp4x1,cp2x2: the initial composition
+    move = follow_schedule(env, wl, 0, [2, 2])  # cp2x4: one split
+    assert stay["num_operations"] == 0 and move["num_operations"] >= 1 and stay["mean_ttft_s"] > 0
+    evaluated = tmp_path / "eval.csv"
+    pd.DataFrame([{"policy": p, "seed": s, "wall_s": 1.0, "mean_ttft_s": m, "p90_ttft_s": 2 * m,
+                   "slo_attainment_token_weighted": 1.0, "num_operations": 0, "num_committed_operations": 0,
+                   "num_unfinished": 0} for p, m in (("a", 0.2), ("b", 0.4)) for s in (0, 1)]).to_csv(evaluated, index=False)
+    kept = rows_with(str(evaluated), "b", [0])
+    assert [(r["policy"], r["seed"]) for r in kept] == [("b", 0)]
+    assert len(rows_with(str(evaluated), None, [0, 1])) == 4 and rows_with(None, None, [0]) == []
+    with pytest.raises(ValueError, match="policy 'c' has no row for seed"):
+        rows_with(str(evaluated), "b,c", [0])
+    with pytest.raises(ValueError, match="--with-policies needs --with-rows"):
+        rows_with(None, "b", [0])
+    out = tmp_path / "oracle.csv"
+    write_rows(str(out), kept + [{"policy": "oracle-schedule:switch-cost-5", "seed": 0, **move, "composition": "cp2x4"}])
+    kind, rows = read_episode_rows(str(out))
+    assert kind == "reconfig"
+    table = {r["policy"]: r for r in aggregate_reconfig(rows, reference="oracle-schedule:switch-cost-5")}
+    expected = 100 * (0.4 - move["mean_ttft_s"]) / move["mean_ttft_s"]
+    assert math.isclose(table["b"]["delta_mean_ttft_pct_vs_ref"], expected)

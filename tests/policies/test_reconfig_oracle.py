@@ -169,3 +169,49 @@ def test_noisy_rollout_flags_go_together():
         ReconfigTrainConfig(**base, oracle_noisy_rollouts=2)
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
         ReconfigTrainConfig(**base, oracle_noisy_rollouts=2, oracle_action_noise=2.0)
+
+
+def test_learner_states_execute_the_learners_choice_and_keep_the_oracle_labels():
+    from envs.reconfig_env import PrefillReconfigEnv
+    from envs.sim import PoolConfig, SimConfig
+    from envs.workloads import WorkloadSource
+    from policies.reconfig_oracle import collect_demonstrations, collect_learner_states
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
+    wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
+
+    def make_env(w):
+        return PrefillReconfigEnv(w, small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
+
+    targets = [[2, 2]]  # the oracle: always cp2x4
+    _, clean = collect_demonstrations(make_env, [wl], targets, [0])
+    obs, actions = collect_learner_states(make_env, [wl], targets, [0], act=lambda o: 0)  # the learner: cp4x2
+    assert len(actions) == len(clean) and set(actions.tolist()) == {2}  # the oracle's labels
+    last_action = obs["targets"][:, :, 4]  # TARGET_FEATURES "is_last_action": the learner's choice was executed
+    assert last_action[1:, 0].all() and not last_action[1:, 2].any()
+
+
+def test_dagger_rounds_add_the_cloned_policys_states_to_the_demonstrations(tmp_path):
+    from envs.sim import PoolConfig, SimConfig
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
+    base = dict(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
+                batch_size=4, n_epochs=1, action_mode="target", target_degrees=(2, 4), warm_start="oracle", bc_epochs=2,
+                wandb_mode="disabled")
+    train_reconfig(ReconfigTrainConfig(**base), tmp_path / "a", sim_config=small, log=lambda s: None)
+    train_reconfig(ReconfigTrainConfig(**base, oracle_dagger_rounds=2), tmp_path / "b", sim_config=small, log=lambda s: None)
+    plain = json.loads((tmp_path / "a" / "train_config.json").read_text())["warm_start"]
+    dagger = json.loads((tmp_path / "b" / "train_config.json").read_text())["warm_start"]
+    assert "dagger" not in plain and [r["round"] for r in dagger["dagger"]] == [1, 2]
+    per_round = [r["num_learner_states"] for r in dagger["dagger"]]
+    assert per_round == [plain["num_demonstration_steps"]] * 2  # one whole-workload rollout per seed and round
+    assert dagger["num_demonstration_steps"] == 3 * plain["num_demonstration_steps"]
+    assert all(0.0 <= r["learner_agreement"] <= 1.0 for r in dagger["dagger"])
+    assert len((tmp_path / "b" / "bc.csv").read_text().splitlines()) == 1 + 3 * 2  # cloned three times, 2 epochs each
+    with pytest.raises(ValueError, match="oracle_dagger_rounds must be >= 0"):
+        ReconfigTrainConfig(**base, oracle_dagger_rounds=-1)
+    with pytest.raises(ValueError, match="--oracle-dagger-rounds applies to --warm-start oracle only"):
+        ReconfigTrainConfig(**{**base, "warm_start": "none", "bc_epochs": 30}, oracle_dagger_rounds=1)
