@@ -45,8 +45,8 @@ def main(argv: list[str]) -> int:
         offset = int(pr["time/total_timesteps"].max())
     ax[1].legend()
     ax[1].set(xlabel="PPO env steps", ylabel="episode return (-0.01 x sum of TTFT [s])", title="PPO training return")
-    va = pd.concat(va_all, ignore_index=True)
-    best = va.loc[va["mean_ttft_s"].idxmin()]
+    last = va_all[-1]  # model.zip: the best validated model of the last stage (validation selects within a run)
+    best = last.loc[last["mean_ttft_s"].idxmin()]
     ax[2].scatter([best["timesteps"]], [best["mean_ttft_s"]], color="red", zorder=3, label="model.zip")
     ax[2].set(xlabel="PPO env steps (0 = warm start)", ylabel="mean TTFT [s]", title="validation seeds")
     ax[2].legend()

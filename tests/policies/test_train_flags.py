@@ -119,16 +119,18 @@ def test_shared_workload_flags_reach_the_episode_source():
     assert cfg.source.trace is None
 
 
-#: The training command of ``policies/checkpoints/reconfig_target`` (its README).
-_RECONFIG_TARGET = ["reconfig", "--workload", "matched-phases", "--workload-seeds",
-                    "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19",
-                    "--validation-seeds", "500,501,502,503,504,505,506,507,508,509", "--validate-every-steps", "1024",
-                    "--timesteps", "4096", "--n-steps", "512", "--batch-size", "64", "--n-epochs", "4", "--learning-rate",
-                    "1e-4", "--gamma", "0.95", "--ent-coef", "0.001", "--norm-reward", "--action-mode", "target",
-                    "--target-degrees", "2,4,8", "--max-operation-gpus-per-window", "16", "--warm-start", "oracle",
-                    "--oracle-switch-cost-s-per-gpu", "5", "--oracle-phase-ttft", "/tmp/h33/train_ttft.json",
-                    "--oracle-noisy-rollouts", "4", "--oracle-action-noise", "0.5", "--bc-epochs", "50", "--train-seed", "0",
-                    "--wandb", "disabled"]
+#: The two training commands of ``policies/checkpoints/reconfig_target`` (its README).
+_RECONFIG_TARGET_COMMON = ["reconfig", "--workload", "matched-phases", "--workload-seeds", ",".join(map(str, range(60))),
+                           "--validation-seeds", "500,501,502,503,504,505,506,507,508,509", "--validate-every-steps", "512",
+                           "--n-steps", "512", "--batch-size", "64", "--n-epochs", "4", "--learning-rate", "1e-4", "--gamma",
+                           "0.95", "--ent-coef", "0.001", "--norm-reward", "--action-mode", "target", "--target-degrees",
+                           "2,4,8", "--max-operation-gpus-per-window", "16", "--wandb", "disabled"]
+_RECONFIG_TARGET_STAGE1 = _RECONFIG_TARGET_COMMON + [
+    "--timesteps", "512", "--warm-start", "oracle", "--oracle-switch-cost-s-per-gpu", "5", "--oracle-phase-ttft",
+    "/tmp/h42/train_ttft_0_59.json", "--oracle-noisy-rollouts", "4", "--oracle-action-noise", "0.5", "--bc-epochs", "20",
+    "--train-seed", "0"]
+_RECONFIG_TARGET_STAGE2 = _RECONFIG_TARGET_COMMON + [
+    "--timesteps", "1536", "--init-from", "/tmp/h42/c4_s60_bc20/last_model.zip", "--train-seed", "1"]
 
 
 @pytest.mark.parametrize("checkpoint, argv", [
@@ -142,7 +144,8 @@ _RECONFIG_TARGET = ["reconfig", "--workload", "matched-phases", "--workload-seed
                           "--validation-seeds", "500,501,502", "--validate-every-steps", "512", "--timesteps", "3072",
                           "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95", "--ent-coef", "0.01",
                           "--noop-logit-bias", "1.5", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
-    ("reconfig_target", _RECONFIG_TARGET),
+    ("reconfig_target/stage1_", _RECONFIG_TARGET_STAGE1),
+    ("reconfig_target", _RECONFIG_TARGET_STAGE2),
 ])
 def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, argv):
     """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``
