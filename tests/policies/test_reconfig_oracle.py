@@ -107,15 +107,23 @@ def test_oracle_flags_need_the_oracle_warm_start():
         ReconfigTrainConfig(workload="phases", wandb_mode="disabled", oracle_switch_cost_s_per_gpu=10.0)
 
 
-def test_warm_start_reuses_the_phase_ttft_file_and_applies_the_switching_cost(tmp_path):
+def _tiny_oracle_training(bc_epochs: int):
+    """(sim config, ReconfigTrainConfig kwargs): oracle warm start on a 2-phase matched-phases
+    workload, 8 GPUs, 4 PPO steps."""
     from envs.sim import PoolConfig, SimConfig
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
     base = dict(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
-                batch_size=4, n_epochs=1, action_mode="target", target_degrees=(2, 4), warm_start="oracle", bc_epochs=1,
-                wandb_mode="disabled")
+                batch_size=4, n_epochs=1, action_mode="target", target_degrees=(2, 4), warm_start="oracle",
+                bc_epochs=bc_epochs, wandb_mode="disabled")
+    return small, base
+
+
+def test_warm_start_reuses_the_phase_ttft_file_and_applies_the_switching_cost(tmp_path):
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    small, base = _tiny_oracle_training(bc_epochs=1)
     train_reconfig(ReconfigTrainConfig(**base), tmp_path / "a", sim_config=small, log=lambda s: None)
     menu = json.loads((tmp_path / "a" / "oracle_phase_ttft.json").read_text())["compositions"]
     assert menu == ["cp4x2", "cp4x1,cp2x2", "cp2x4"]
@@ -131,11 +139,11 @@ def test_warm_start_reuses_the_phase_ttft_file_and_applies_the_switching_cost(tm
     assert json.loads((tmp_path / "c" / "oracle_targets.json").read_text()) == {"0": ["cp4x1,cp2x2", "cp4x1,cp2x2"]}
 
 
-def test_noisy_demonstrations_keep_the_oracle_labels_and_visit_other_compositions():
+def _small_matched_phases():
+    """(workload, make_env): a 2-phase matched-phases workload on an 8-GPU pool, target actions over CP {2, 4}."""
     from envs.reconfig_env import PrefillReconfigEnv
     from envs.sim import PoolConfig, SimConfig
     from envs.workloads import WorkloadSource
-    from policies.reconfig_oracle import collect_demonstrations
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
@@ -143,6 +151,14 @@ def test_noisy_demonstrations_keep_the_oracle_labels_and_visit_other_composition
 
     def make_env(w):
         return PrefillReconfigEnv(w, small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
+
+    return wl, make_env
+
+
+def test_noisy_demonstrations_keep_the_oracle_labels_and_visit_other_compositions():
+    from policies.reconfig_oracle import collect_demonstrations
+
+    wl, make_env = _small_matched_phases()
 
     targets = [[2, 2]]  # always cp2x4
     clean_obs, clean = collect_demonstrations(make_env, [wl], targets, [0])
@@ -172,17 +188,9 @@ def test_noisy_rollout_flags_go_together():
 
 
 def test_learner_states_execute_the_learners_choice_and_keep_the_oracle_labels():
-    from envs.reconfig_env import PrefillReconfigEnv
-    from envs.sim import PoolConfig, SimConfig
-    from envs.workloads import WorkloadSource
     from policies.reconfig_oracle import collect_demonstrations, collect_learner_states
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
-    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
-    wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
-
-    def make_env(w):
-        return PrefillReconfigEnv(w, small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
+    wl, make_env = _small_matched_phases()
 
     targets = [[2, 2]]  # the oracle: always cp2x4
     _, clean = collect_demonstrations(make_env, [wl], targets, [0])
@@ -193,14 +201,9 @@ def test_learner_states_execute_the_learners_choice_and_keep_the_oracle_labels()
 
 
 def test_dagger_rounds_add_the_cloned_policys_states_to_the_demonstrations(tmp_path):
-    from envs.sim import PoolConfig, SimConfig
     from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
-    params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
-    base = dict(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
-                batch_size=4, n_epochs=1, action_mode="target", target_degrees=(2, 4), warm_start="oracle", bc_epochs=2,
-                wandb_mode="disabled")
+    small, base = _tiny_oracle_training(bc_epochs=2)
     train_reconfig(ReconfigTrainConfig(**base), tmp_path / "a", sim_config=small, log=lambda s: None)
     train_reconfig(ReconfigTrainConfig(**base, oracle_dagger_rounds=2), tmp_path / "b", sim_config=small, log=lambda s: None)
     plain = json.loads((tmp_path / "a" / "train_config.json").read_text())["warm_start"]
