@@ -190,13 +190,17 @@ class ArmCostModel:
 
     @classmethod
     def from_json(cls, data: dict, where: str = "arm model") -> ArmCostModel:
-        """Raises ValueError naming ``where`` on a missing field or bad values."""
+        """Raises ValueError naming ``where`` on a missing field or bad values (``switch_margin``,
+        optional, default 0: a JSON number, not a string or boolean)."""
+        margin = data.get("switch_margin", 0.0)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+            raise ValueError(f"{where}: field 'switch_margin' must be a number >= 0, got {margin!r}")
         try:
             return cls(arms=tuple((float(b), float(lam)) for b, lam in data["arms"]),
                        feature_names=tuple(data["feature_names"]), feature_mean=tuple(map(float, data["feature_mean"])),
                        feature_scale=tuple(map(float, data["feature_scale"])), degree=int(data["degree"]),
                        coef=tuple(tuple(map(float, c)) for c in data["coef"]), fallback_arm=int(data["fallback_arm"]),
-                       switch_margin=float(data.get("switch_margin", 0.0)))
+                       switch_margin=float(margin))
         except KeyError as exc:
             raise ValueError(f"{where}: missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:

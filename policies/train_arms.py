@@ -92,19 +92,19 @@ class ArmTrainConfig:
             raise ValueError("sources: give at least one workload or trace")
         if not self.loads or any(not 0 < x <= 2 for x in self.loads):
             raise ValueError(f"loads must be fractions of capacity in (0, 2], got {self.loads}")
-        if not self.betas or any(b < 1 for b in self.betas):
-            raise ValueError(f"betas must be >= 1 (paper §5), got {self.betas}")
-        if not self.lambdas or any(x < 0 for x in self.lambdas):
-            raise ValueError(f"lambdas must be >= 0 (paper §5), got {self.lambdas}")
+        if not self.betas or any(not (math.isfinite(b) and b >= 1) for b in self.betas):
+            raise ValueError(f"betas must be finite and >= 1 (paper §5), got {self.betas}")
+        if not self.lambdas or any(not (math.isfinite(x) and x >= 0) for x in self.lambdas):
+            raise ValueError(f"lambdas must be finite and >= 0 (paper §5), got {self.lambdas}")
         if self.max_train_windows < 2 or self.max_validation_windows < 1:
             raise ValueError("max_train_windows must be >= 2 and max_validation_windows >= 1")
         for name in ("window_s", "decision_window_s", "history_s", "prefix_memory_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.warmup_s < 0:
-            raise ValueError(f"warmup_s must be >= 0, got {self.warmup_s}")
-        if not self.alphas or any(not a > 0 for a in self.alphas):
-            raise ValueError(f"alphas must be > 0, got {self.alphas}")
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {getattr(self, name)}")
+        if not (math.isfinite(self.warmup_s) and self.warmup_s >= 0):
+            raise ValueError(f"warmup_s must be finite and >= 0, got {self.warmup_s}")
+        if not self.alphas or any(not (math.isfinite(a) and a > 0) for a in self.alphas):
+            raise ValueError(f"alphas must be finite and > 0, got {self.alphas}")
         if self.selection not in ("mean", "max"):
             raise ValueError(f"selection must be 'mean' or 'max', got {self.selection!r}")
         if not self.switch_margins or any(not (math.isfinite(m) and m >= 0) for m in self.switch_margins):
@@ -556,18 +556,18 @@ def train_arms(cfg: ArmTrainConfig, out_dir: str | Path, sim_config, argv: list[
     (module docstring). Returns the selected model.
 
     Raises:
-        ValueError: if ``out_dir`` already holds a model or is a file (both checked before any
-            simulation), or ``cfg.cache_dir`` is a file.
+        ValueError: if ``out_dir`` already holds a model, or it or ``cfg.cache_dir`` is (or lies
+            under) a file (all checked before any simulation).
     """
     from policies.arm_selection import MODEL_FILE, write_model
 
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; expected a checkpoint folder")
+    for flag, path in (("--out", out), ("--cache-dir", Path(cfg.cache_dir))):
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise ValueError(f"{flag} {path}: {blocker} is a file; expected a folder")
     if (out / MODEL_FILE).exists():
         raise ValueError(f"{out / MODEL_FILE} exists; choose a new --out folder")
-    if Path(cfg.cache_dir).exists() and not Path(cfg.cache_dir).is_dir():
-        raise ValueError(f"--cache-dir {cfg.cache_dir} is a file; expected a folder")
     train, validation, cost_rows = [], [], []
     scenarios = cell_scenarios(cfg, sim_config, log)
     for sc in scenarios:

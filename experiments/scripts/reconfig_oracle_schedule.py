@@ -85,13 +85,15 @@ def write_rows(path: str, rows: list[dict]) -> None:
     pd.DataFrame(rows).to_csv(path, index=False)
 
 
-def main(argv: list[str]) -> int:
-    from baselines.capacity import CapacityTable
-    from baselines.composition import degree_counts
-    from envs import workloads
-    from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config
-    from envs.sim import Calibration, SimConfig
-    from policies.reconfig_oracle import load_phase_ttft, phase_ttft, save_phase_ttft, select_targets
+def _float_list(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[int], list[float], list[dict]]:
+    """The arguments of :func:`main`, validated before any simulation: ``(namespace, seeds,
+    switch costs, rows of --with-rows)``; a bad value exits (status 2) with one line naming the
+    argument (argparse's ``error``)."""
+    import math
 
     ap = argparse.ArgumentParser(usage=__doc__)
     ap.add_argument("seeds")
@@ -103,11 +105,43 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--with-rows", default=None)
     ap.add_argument("--with-policies", default=None)
     a = ap.parse_args(argv)
-    seeds = [int(s) for s in a.seeds.split(",")]
-    costs = [float(c) for c in a.switch_costs.split(",")]
+    try:
+        seeds = [int(s) for s in a.seeds.split(",")]
+    except ValueError:
+        ap.error(f"SEEDS: expected comma-separated integers, got {a.seeds!r}")
+    try:
+        costs = _float_list(a.switch_costs)
+    except ValueError:
+        ap.error(f"--switch-costs: expected comma-separated numbers, got {a.switch_costs!r}")
+    if not all(math.isfinite(c) and c >= 0 for c in costs):
+        ap.error(f"--switch-costs: expected finite numbers >= 0, got {a.switch_costs!r}")
+    if not (math.isfinite(a.tolerance) and a.tolerance >= 0):
+        ap.error(f"TOLERANCE: expected a finite number >= 0, got {a.tolerance}")
+    if not a.gpus_per_window > 0:
+        ap.error(f"GPUS_PER_WINDOW: expected a number > 0, got {a.gpus_per_window}")
     if a.with_rows and not a.out_csv:
-        raise ValueError("--with-rows needs --out-csv")
-    out_rows = rows_with(a.with_rows, a.with_policies, seeds)
+        ap.error("--with-rows needs --out-csv")
+    if a.with_policies and not a.with_rows:
+        ap.error("--with-policies needs --with-rows")
+    for flag, path in (("--out-csv", a.out_csv), ("--cache", a.cache)):
+        if path is not None and (Path(path).is_dir() or not Path(path).parent.is_dir()):
+            ap.error(f"{flag} {path}: expected a file in an existing folder")
+    try:
+        rows = rows_with(a.with_rows, a.with_policies, seeds)
+    except (ValueError, OSError) as e:
+        ap.error(f"--with-rows: {e}")
+    return a, seeds, costs, rows
+
+
+def main(argv: list[str]) -> int:
+    from baselines.capacity import CapacityTable
+    from baselines.composition import degree_counts
+    from envs import workloads
+    from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config
+    from envs.sim import Calibration, SimConfig
+    from policies.reconfig_oracle import load_phase_ttft, phase_ttft, save_phase_ttft, select_targets
+
+    a, seeds, costs, out_rows = parse_args(argv)
     sc = SimConfig()
     table = CapacityTable(sc, Calibration.resolve(sc.calibration_path), observation_profile_config())
     menu = None

@@ -63,3 +63,37 @@ def test_oracle_schedule_rows_are_evaluation_rows(tmp_path):
     table = {r["policy"]: r for r in aggregate_reconfig(rows, reference="oracle-schedule:switch-cost-5")}
     expected = 100 * (0.4 - move["mean_ttft_s"]) / move["mean_ttft_s"]
     assert math.isclose(table["b"]["delta_mean_ttft_pct_vs_ref"], expected)
+
+
+def test_oracle_schedule_rejects_bad_arguments_before_simulating(tmp_path, capsys):
+    """``reconfig_oracle_schedule.py``: each bad argument exits with status 2 and one line naming it
+    (argparse's error), before any simulation (``parse_args`` runs none)."""
+    import pytest
+
+    from experiments.scripts.reconfig_oracle_schedule import parse_args
+
+    a_file = tmp_path / "not-a-csv.csv"
+    a_file.write_text("")
+    cases = [
+        (["0", "--with-rows", str(a_file)], "--with-rows needs --out-csv"),
+        (["0", "--with-policies", "p"], "--with-policies needs --with-rows"),
+        (["0", "--out-csv", str(tmp_path / "missing" / "x.csv")], "--out-csv"),
+        (["0", "--out-csv", str(tmp_path)], "--out-csv"),
+        (["0", "--cache", str(tmp_path)], "--cache"),
+        (["0", "--out-csv", str(tmp_path / "o.csv"), "--with-rows", str(tmp_path / "absent.csv")], "--with-rows"),
+        (["0", "--out-csv", str(tmp_path / "o.csv"), "--with-rows", str(a_file)], "--with-rows"),
+        (["a,b"], "SEEDS"),
+        (["0", "--switch-costs=-1"], "--switch-costs"),
+        (["0", "--switch-costs", "nan"], "--switch-costs"),
+        (["0", "--switch-costs", "x"], "--switch-costs"),
+        (["0", "-0.5"], "TOLERANCE"),
+        (["0", "0.1", "0"], "GPUS_PER_WINDOW"),
+    ]
+    for argv, needle in cases:
+        with pytest.raises(SystemExit) as exc:
+            parse_args(argv)
+        assert exc.value.code == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert needle in err and "Traceback" not in err, (argv, err)
+    a, seeds, costs, rows = parse_args(["3,4", "--switch-costs", "0,5", "--out-csv", str(tmp_path / "o.csv")])
+    assert (seeds, costs, rows) == ([3, 4], [0.0, 5.0], [])

@@ -140,3 +140,31 @@ def test_train_arms_rejects_a_file_as_out_or_cache_dir_before_simulating(tmp_pat
     cfg = ArmTrainConfig(cache_dir=str(afile if flag == "cache_dir" else tmp_path / "cache"))
     with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} .* is a file"):
         train_arms(cfg, out, sim_config=None)
+
+
+@pytest.mark.parametrize("flag", ["out", "cache_dir"])
+def test_train_arms_rejects_a_path_under_a_file_before_simulating(tmp_path, flag):
+    """--out / --cache-dir inside a file (``afile/sub``) fails at once naming the flag and the file,
+    not after the cost collection (sim_config=None: any simulation would crash first)."""
+    from policies.train_arms import ArmTrainConfig, train_arms
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out = afile / "sub" if flag == "out" else tmp_path / "ckpt"
+    cfg = ArmTrainConfig(cache_dir=str(afile / "sub" if flag == "cache_dir" else tmp_path / "cache"))
+    with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} .*afile is a file"):
+        train_arms(cfg, out, sim_config=None)
+
+
+@pytest.mark.parametrize("field,value", [("betas", (1.0, float("nan"))), ("betas", (float("inf"),)),
+                                         ("lambdas", (float("nan"),)), ("lambdas", (0.0, float("inf"))),
+                                         ("warmup_s", float("nan")), ("warmup_s", float("inf")),
+                                         ("window_s", float("inf")), ("alphas", (float("inf"),)),
+                                         ("switch_margins", (float("nan"),)), ("switch_margins", (-0.1,))])
+def test_train_config_rejects_non_finite_values(field, value):
+    """NaN / infinite grid values and durations fail in the config (before the capacity bisection
+    that used to run first), naming the field."""
+    from policies.train_arms import ArmTrainConfig
+
+    with pytest.raises(ValueError, match=f"^{field} must be"):
+        ArmTrainConfig(**{field: value})

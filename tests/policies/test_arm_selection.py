@@ -323,3 +323,21 @@ def test_one_standard_error_rule_by_hand():
     assert one_standard_error_choice([1.0, 1.0], [float("nan"), 0.0], [0.5, 0.0]) == 1  # NaN error: no slack
     with pytest.raises(ValueError, match="one score"):
         one_standard_error_choice([1.0], [], [0.0])
+
+
+@pytest.mark.parametrize("margin", [-0.1, "abc", "0.1", True, None, [0.1], float("nan")])
+def test_checkpoint_with_bad_switch_margin_names_the_file_and_field(tmp_path, margin):
+    """A hand-edited ``arm_model.json`` whose ``switch_margin`` is negative, NaN or not a JSON number
+    fails to load with one error naming the file and the field (no silent string/bool coercion)."""
+    from policies.arm_selection import load_arm_checkpoint
+
+    _write_checkpoint(tmp_path, constant_model(ARMS, 1))
+    data = json.loads((tmp_path / "arm_model.json").read_text())
+    data["model"]["switch_margin"] = margin
+    (tmp_path / "arm_model.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"arm_model\.json: .*switch_margin") as exc:
+        load_arm_checkpoint(tmp_path)
+    assert "\n" not in str(exc.value)
+    data["model"]["switch_margin"] = 0.05
+    (tmp_path / "arm_model.json").write_text(json.dumps(data))
+    assert load_arm_checkpoint(tmp_path)[0].switch_margin == 0.05
