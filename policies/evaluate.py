@@ -233,7 +233,8 @@ class EvaluationConfig:
     max_windows: int | None = _opt(None, "protocol: at most N windows per cell, evenly spread over the part "
                                          "(policies.protocol.spread_subset; default all)", metavar="N")
     tuned: str | None = _opt(None, "protocol: vertumnus-tuned parameters per cell from `cpgym tune vertumnus` "
-                                   "(none: tuned on each cell's training windows)", metavar="JSON")
+                                   "(none: tuned on each cell's training windows); reconfig: the controller settings "
+                                   "of vertumnus-adaptive-tuned from `python -m policies.tune_controller`", metavar="JSON")
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -361,7 +362,8 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
         ckpt = None if cfg.policy in ("none", "-") else cfg.policy
         against = [n.strip() for n in (cfg.against or DEFAULT_RECONFIG_AGAINST).split(",") if n.strip()]
         workload = reconfig_workload(cfg)
-        rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=cfg.target_rps, log=log)
+        rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=cfg.target_rps, log=log,
+                                 tuned=cfg.tuned)
         return EvaluationResult(kind=kind, rows=rows, source=workload, part="all", seeds=cfg.seeds)
     against = [n.strip() for n in (cfg.against or DEFAULT_ROUTING_AGAINST).split(",") if n.strip()]
     policies = [cfg.policy] + [n for n in against if n != cfg.policy]

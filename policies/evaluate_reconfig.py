@@ -7,6 +7,8 @@ the worker composition:
 * the learned checkpoint: :class:`envs.reconfig_env.PrefillReconfigEnv` stepped with masked,
   deterministic actions (observations normalised with the saved ``VecNormalize`` statistics);
 * ``vertumnus-adaptive``: the heuristic split/merge controller (``baselines.controller``);
+* ``vertumnus-adaptive-tuned``: the same with the parameters selected on training seeds
+  (``--tuned FILE``, :mod:`policies.tune_controller`);
 * ``vertumnus-router``: no reconfiguration (the configured initial composition, default
   ``cp4x6,cp2x8``);
 * ``vertumnus``: the full system (initial composition from the capacity profile, controller,
@@ -170,7 +172,7 @@ def operation_counts(result) -> tuple[int, int]:
 
 
 def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str, seeds: list[int], sim_config,
-                      target_rps: float | None = None, log=None) -> list[dict]:
+                      target_rps: float | None = None, log=None, tuned: str | None = None) -> list[dict]:
     """One row per (policy, seed): ``policy, seed, wall_s`` plus :data:`METRICS` (the
     checkpoint's rows are labelled ``learned``, or ``shipped-reconfig`` for that alias), then
     the ``best-fixed-in-hindsight`` rows (see the module docstring; ``composition`` names the
@@ -178,28 +180,24 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
 
     Args:
         checkpoint: reconfiguration checkpoint folder (or ``None`` for heuristics only).
-        against: ``vertumnus-adaptive``, ``vertumnus-router`` (no reconfiguration), ``vertumnus``
-            (full system), ``fixed:<composition>`` and/or ``joint:<routing checkpoint>`` (needs
-            ``checkpoint``).
+        against: ``vertumnus-adaptive``, ``vertumnus-adaptive-tuned`` (needs ``tuned``),
+            ``vertumnus-router`` (no reconfiguration), ``vertumnus`` (full system),
+            ``fixed:<composition>`` and/or ``joint:<routing checkpoint>`` (needs ``checkpoint``).
         workload: named synthetic workload (generator seed = each seed).
         seeds: workload and simulator seeds (hold out those used in training).
+        tuned: tuned-controller JSON of ``vertumnus-adaptive-tuned`` (``policies.tune_controller``).
 
     Raises:
-        ValueError: on an unknown policy or a composition the pool rejects.
+        ValueError: on an unknown policy, ``vertumnus-adaptive-tuned`` without (or with a bad)
+            ``tuned`` file, or a composition the pool rejects.
     """
+    from baselines.capacity import CapacityCache
     from envs import workloads
     from envs.metrics import summarize
     from experiments.runner import run_policy
+    from policies.tune_controller import TUNED_LABEL
 
-    for label in against:
-        if not (label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive")
-                or any(label.startswith(p) and len(label) > len(p) for p in ("fixed:", "joint:"))):
-            raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, "
-                             "vertumnus-adaptive, fixed:<composition> or joint:<routing checkpoint>")
-        if label.startswith("joint:") and not checkpoint:
-            raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; "
-                             "give --policy")
-    from baselines.capacity import CapacityCache
+    tuned_spec = _check_comparisons(against, checkpoint, tuned)
 
     capacity_cache = CapacityCache()  # the heuristics' capacity profiles, shared by every run (same results, less work)
     learned = LearnedReconfig(checkpoint) if checkpoint else None
@@ -226,6 +224,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                 result = run_policy("vertumnus-router", wl, c)
             elif label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive"):
                 result = run_policy(label, wl, cfg, capacity_cache=capacity_cache)
+            elif label == TUNED_LABEL:
+                result = run_policy(tuned_spec, wl, cfg, capacity_cache=capacity_cache)
             else:  # pragma: no cover - rejected above
                 raise ValueError(f"unknown reconfiguration comparison {label!r}")
             s = summarize(result)
@@ -242,6 +242,33 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                 log(f"{row['policy']:>22} seed {seed}: mean TTFT {row['mean_ttft_s']:.3f} s, P90 {row['p90_ttft_s']:.3f} s, "
                     f"SLO {row['slo_attainment_token_weighted']:.3f}, ops {n_ops} ({row['wall_s']:.0f} s)")
     return rows + best_fixed_in_hindsight(rows)
+
+
+def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | None):
+    """Validates the ``against`` labels of :func:`evaluate_reconfig` before any run; returns the
+    ``vertumnus-adaptive-tuned`` policy spec when it is compared, else ``None``.
+
+    Raises:
+        ValueError: on an unknown label, ``joint:`` without ``checkpoint``, or the tuned label
+            without (or with a bad) ``tuned`` file.
+    """
+    from policies.tune_controller import TUNED_LABEL, tuned_controller_spec
+
+    for label in against:
+        if not (label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive", TUNED_LABEL)
+                or any(label.startswith(p) and len(label) > len(p) for p in ("fixed:", "joint:"))):
+            raise ValueError(f"unknown reconfiguration comparison {label!r}: use vertumnus, vertumnus-router, "
+                             f"vertumnus-adaptive, {TUNED_LABEL}, fixed:<composition> or joint:<routing checkpoint>")
+        if label.startswith("joint:") and not checkpoint:
+            raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; "
+                             "give --policy")
+    if TUNED_LABEL not in against:
+        return None
+    if not tuned:
+        raise ValueError(f"{TUNED_LABEL} needs --tuned FILE: the controller settings selected on training seeds "
+                         "(`cpgym sweep experiments/specs/controller-matched-phases-tuning.yaml`, then "
+                         "`python -m policies.tune_controller SWEEP_DIR --out FILE`)")
+    return tuned_controller_spec(tuned)
 
 
 def fixed_composition(label: str) -> str:

@@ -1,0 +1,172 @@
+"""Tuned heuristic split/merge controller (``vertumnus-adaptive-tuned``): the setting of the
+controller's parameters with the lowest mean TTFT on a sweep's training seeds.
+
+The heuristic controller (``baselines.controller``, paper §6 with the look-ahead ``"target"``
+decision) has thresholds chosen on ``cpgym dynamic``'s phases; a learned reconfiguration policy is
+trained on other workloads (``matched-phases`` seeds). For a fair comparison the heuristic is tuned
+on the learned policy's training data too (DESIGN.md, "Learned vs heuristic": baselines are tuned
+on training data as carefully as the learned policy):
+
+1. ``cpgym sweep experiments/specs/controller-matched-phases-tuning.yaml --out DIR`` runs every
+   setting of the grid (``vertumnus-adaptive.<ControllerConfig field>`` axes) on the training
+   seeds (workload seed = run seed);
+2. ``python -m policies.tune_controller DIR --out FILE`` picks the setting with the lowest mean
+   over seeds of the episode's mean TTFT (every setting must have run on the same seeds: the
+   comparison is paired; ties: the first setting in sorted order) and writes ``FILE``;
+3. ``cpgym evaluate --kind reconfig --against vertumnus-adaptive-tuned --tuned FILE`` runs the
+   tuned controller on held-out seeds (:func:`tuned_controller_spec`).
+
+``FILE`` (JSON): ``heuristic`` (``"vertumnus-adaptive"``), ``params`` (the selected
+``ControllerConfig`` overrides), ``workload``, ``seeds``, ``metric``, ``grid`` (per setting:
+``params``, ``num_seeds``, ``mean_ttft_s``, ``p90_ttft_s``, ``slo_attainment_token_weighted``,
+``delta_mean_ttft_pct_vs_default`` with its 95 % CI half-width when the default setting was in
+the grid), ``sweep`` (the folder) and ``argv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+#: The heuristic whose parameters are tuned, and the label of the tuned one in evaluations.
+HEURISTIC = "vertumnus-adaptive"
+TUNED_LABEL = "vertumnus-adaptive-tuned"
+METRIC = "mean_ttft_s"
+
+
+def _controller_fields() -> set[str]:
+    from baselines.controller import ControllerConfig
+
+    return {f.name for f in fields(ControllerConfig)}
+
+
+def _default_params(names) -> dict:
+    from baselines.controller import ControllerConfig
+
+    d = ControllerConfig()
+    return {k: getattr(d, k) for k in names}
+
+
+def select_controller_setting(sweep_dir: str | Path, policy: str = HEURISTIC) -> dict:
+    """The tuned-controller document (module docstring) from the finished runs of ``policy`` under
+    ``sweep_dir`` (``cpgym sweep`` output: ``*/cell.json`` + ``*/summary.json``).
+
+    Raises:
+        ValueError: naming the folder, when it has no run of ``policy``, a swept parameter is not
+            a ``ControllerConfig`` field, or the settings did not all run on the same seeds.
+    """
+    from experiments.paper_experiments.cache_sensitivity import load_runs
+    from experiments.report import ci95_halfwidth
+
+    runs = [r for r in load_runs(sweep_dir) if r["policy"] == policy]
+    if not runs:
+        raise ValueError(f"{sweep_dir}: no finished run of {policy!r}; run `cpgym sweep` with a spec over it first")
+    unknown = sorted({k for r in runs for k in r["params"]} - _controller_fields())
+    if unknown:
+        raise ValueError(f"{sweep_dir}: swept parameter(s) {', '.join(unknown)} are not ControllerConfig fields")
+    groups: dict[tuple, dict[int, dict]] = {}
+    for r in runs:
+        groups.setdefault(tuple(sorted(r["params"].items())), {})[r["seed"]] = r
+    seed_sets = {tuple(sorted(g)) for g in groups.values()}
+    if len(seed_sets) != 1:
+        raise ValueError(f"{sweep_dir}: the settings ran on different seeds ({sorted(seed_sets)}); finish the sweep "
+                         "(re-running `cpgym sweep` resumes) so that every setting has the same seeds")
+    seeds = list(seed_sets.pop())
+    names = sorted({k for key in groups for k, _ in key})
+    default_key = tuple(sorted(_default_params(names).items()))
+    default = groups.get(default_key)
+    grid = []
+    for key in sorted(groups, key=repr):
+        by_seed = groups[key]
+        row = {"params": dict(key), "num_seeds": len(seeds)}
+        for m in ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted"):
+            row[m] = sum(by_seed[s][m] for s in seeds) / len(seeds)
+        if default is not None:
+            pct = [100.0 * (by_seed[s][METRIC] / default[s][METRIC] - 1.0) for s in seeds]
+            row["delta_mean_ttft_pct_vs_default"] = sum(pct) / len(pct)
+            row["delta_mean_ttft_pct_vs_default_ci95"] = ci95_halfwidth(pct)
+        grid.append(row)
+    best = min(grid, key=lambda row: row[METRIC])  # min keeps the first of equal values
+    workloads = sorted({json.loads((p.parent / "cell.json").read_text())["workload"]["name"]
+                        for p in Path(sweep_dir).glob("*/summary.json")})
+    return {"heuristic": policy, "params": best["params"], "workload": ",".join(workloads), "seeds": seeds,
+            "metric": METRIC, "grid": grid, "sweep": str(sweep_dir)}
+
+
+def load_tuned_controller(path: str | Path) -> dict:
+    """The ``params`` of a tuned-controller file written by :func:`main`.
+
+    Raises:
+        ValueError: naming the file (and field), when it is missing, not JSON, not a
+            ``vertumnus-adaptive`` tuning, or its params are not ``ControllerConfig`` fields.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--tuned {p}: no such file; expected the JSON written by `python -m policies.tune_controller`")
+    try:
+        doc = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{p}: not JSON ({exc}); expected the file written by `python -m policies.tune_controller`") from None
+    if not isinstance(doc, dict) or doc.get("heuristic") != HEURISTIC or not isinstance(doc.get("params"), dict):
+        raise ValueError(f"{p}: expected an object with \"heuristic\": \"{HEURISTIC}\" and a \"params\" object "
+                         "(the file written by `python -m policies.tune_controller`)")
+    unknown = sorted(set(doc["params"]) - _controller_fields())
+    if unknown:
+        raise ValueError(f"{p}: params.{unknown[0]} is not a ControllerConfig field (baselines/controller.py)")
+    return dict(doc["params"])
+
+
+def tuned_controller_spec(path: str | Path):
+    """The ``vertumnus-adaptive`` policy with the tuned parameters of ``path``, named
+    ``vertumnus-adaptive-tuned`` (a :class:`baselines.registry.PolicySpec`).
+
+    Raises:
+        ValueError: as :func:`load_tuned_controller`, or naming the file when a value is out of
+            range (``ControllerConfig`` validation).
+    """
+    from dataclasses import replace
+
+    from baselines.registry import get_policy
+
+    params = load_tuned_controller(path)
+    try:
+        spec = get_policy(HEURISTIC).with_params(**params)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: params: {exc}") from None
+    return replace(spec, name=TUNED_LABEL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m policies.tune_controller SWEEP_DIR --out FILE``: select and write (module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m policies.tune_controller",
+                                 description="select the heuristic controller setting with the lowest mean TTFT "
+                                             "from a `cpgym sweep` folder and write the tuned-controller JSON")
+    ap.add_argument("sweep_dir", metavar="SWEEP_DIR", help="output folder of `cpgym sweep`")
+    ap.add_argument("--out", required=True, metavar="FILE", help="tuned-controller JSON to write")
+    ap.add_argument("--policy", default=HEURISTIC, help=f"swept policy (default {HEURISTIC})")
+    args = ap.parse_args(argv)
+    if not Path(args.sweep_dir).is_dir():
+        ap.error(f"SWEEP_DIR {args.sweep_dir}: no such folder")
+    out = Path(args.out)
+    if out.is_dir() or any(q.exists() and not q.is_dir() for q in out.parents):
+        ap.error(f"--out {out}: expected a file path whose parent folders are folders")
+    try:
+        doc = select_controller_setting(args.sweep_dir, args.policy)
+    except ValueError as exc:
+        ap.error(str(exc))
+    doc["argv"] = ["python", "-m", "policies.tune_controller", *(sys.argv[1:] if argv is None else argv)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    for row in doc["grid"]:
+        delta = row.get("delta_mean_ttft_pct_vs_default")
+        extra = "" if delta is None else f"  {delta:+.1f} % ± {row['delta_mean_ttft_pct_vs_default_ci95']:.1f} vs default"
+        print(f"{json.dumps(row['params'], sort_keys=True)}  mean TTFT {row['mean_ttft_s']:.3f} s{extra}")
+    print(f"selected: {json.dumps(doc['params'], sort_keys=True)} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""The tuned heuristic controller (``policies.tune_controller``): selection from a sweep folder,
+the tuned file's validation, and ``vertumnus-adaptive-tuned`` in ``cpgym evaluate --kind reconfig``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from policies.tune_controller import (TUNED_LABEL, load_tuned_controller, main, select_controller_setting,
+                                      tuned_controller_spec)
+
+
+def _write_run(root, name, seed, params, mean_ttft_s, policy="vertumnus-adaptive"):
+    d = root / name
+    d.mkdir()
+    (d / "cell.json").write_text(json.dumps({"policy": policy, "seed": seed, "policy_params": params,
+                                             "workload": {"name": "matched-phases"}}))
+    (d / "summary.json").write_text(json.dumps({"mean_ttft_s": mean_ttft_s, "p90_ttft_s": 2 * mean_ttft_s,
+                                                "slo_attainment_token_weighted": 0.99}))
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    # default margin 0.05: 0.6 / 0.4; margin 0.2: 0.45 / 0.36 (lower on both seeds)
+    _write_run(tmp_path, "a0", 0, {"target_margin": 0.05}, 0.6)
+    _write_run(tmp_path, "a1", 1, {"target_margin": 0.05}, 0.4)
+    _write_run(tmp_path, "b0", 0, {"target_margin": 0.2}, 0.45)
+    _write_run(tmp_path, "b1", 1, {"target_margin": 0.2}, 0.36)
+    return tmp_path
+
+
+def test_selects_the_setting_with_the_lowest_mean_ttft_and_reports_paired_deltas(sweep_dir):
+    doc = select_controller_setting(sweep_dir)
+    assert doc["params"] == {"target_margin": 0.2}
+    assert doc["seeds"] == [0, 1] and doc["workload"] == "matched-phases" and doc["heuristic"] == "vertumnus-adaptive"
+    rows = {r["params"]["target_margin"]: r for r in doc["grid"]}
+    assert rows[0.2]["mean_ttft_s"] == pytest.approx(0.405)
+    assert rows[0.05]["delta_mean_ttft_pct_vs_default"] == pytest.approx(0.0)
+    assert rows[0.2]["delta_mean_ttft_pct_vs_default"] == pytest.approx((-25.0 - 10.0) / 2)
+
+
+def test_settings_on_different_seeds_are_refused(sweep_dir):
+    _write_run(sweep_dir, "b2", 2, {"target_margin": 0.2}, 0.3)
+    with pytest.raises(ValueError, match="different seeds"):
+        select_controller_setting(sweep_dir)
+
+
+def test_a_swept_parameter_that_is_not_a_controller_field_is_refused(tmp_path):
+    _write_run(tmp_path, "a0", 0, {"beta_typo": 3.0}, 0.6)
+    with pytest.raises(ValueError, match="beta_typo"):
+        select_controller_setting(tmp_path)
+
+
+def test_cli_writes_the_tuned_file_that_evaluation_loads(sweep_dir, tmp_path, capsys):
+    out = tmp_path / "tuned" / "controller.json"
+    assert main([str(sweep_dir), "--out", str(out)]) == 0
+    assert "selected" in capsys.readouterr().out
+    assert load_tuned_controller(out) == {"target_margin": 0.2}
+    spec = tuned_controller_spec(out)
+    assert spec.name == TUNED_LABEL
+    (controller,) = spec.make_attachments()
+    assert controller.config.target_margin == 0.2
+
+
+@pytest.mark.parametrize("content, match", [
+    (None, "no such file"),
+    ("{not json", "not JSON"),
+    (json.dumps({"heuristic": "vertumnus", "params": {}}), "heuristic"),
+    (json.dumps({"heuristic": "vertumnus-adaptive", "params": {"no_such_field": 1}}), "params.no_such_field"),
+])
+def test_bad_tuned_files_name_the_file_and_what_was_expected(tmp_path, content, match):
+    f = tmp_path / "tuned.json"
+    if content is not None:
+        f.write_text(content)
+    with pytest.raises(ValueError, match=match):
+        load_tuned_controller(f)
+
+
+def test_out_of_range_tuned_value_names_the_file(tmp_path):
+    f = tmp_path / "tuned.json"
+    f.write_text(json.dumps({"heuristic": "vertumnus-adaptive", "params": {"target_margin": 0.9}}))
+    with pytest.raises(ValueError, match="tuned.json: params"):
+        tuned_controller_spec(f)
+
+
+def test_evaluate_runs_the_tuned_controller_and_needs_its_file(tmp_path, monkeypatch, capsys):
+    from envs import workloads
+    from experiments.cli import main as cli
+
+    real = workloads.build_workload
+    monkeypatch.setattr(workloads, "build_workload",
+                        lambda **kw: workloads.window(real(**kw), 0.0, 30.0))  # a short episode
+    args = ["evaluate", "--policy", "none", "--kind", "reconfig", "--workload", "phases", "--seeds", "3",
+            "--against", f"vertumnus-router,{TUNED_LABEL}", "--format", "json", "--quiet"]
+    assert cli(args) == 2
+    assert "--tuned FILE" in capsys.readouterr().err
+    f = tmp_path / "tuned.json"
+    f.write_text(json.dumps({"heuristic": "vertumnus-adaptive", "params": {"decision": "paper-rule"}}))
+    assert cli(args + ["--tuned", str(f)]) == 0
+    table = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(table) == {"vertumnus-router", TUNED_LABEL}
+    assert table[TUNED_LABEL]["mean_ttft_s"] > 0 and table[TUNED_LABEL]["num_unfinished"] == 0
