@@ -10,6 +10,7 @@ import math
 from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
 from envs.sim.pool import DEFAULT_COMPOSITION
+from experiments.config_args import split_number_list
 
 DEFAULT_WORKLOAD = "mixed-default"
 
@@ -184,14 +185,10 @@ def parse_list(text: str, flag: str, kind: type = float, positive: bool = False)
         ValueError: naming ``flag`` when an item is not a number (an empty item included), the list is empty, or (with
             ``positive``) a value is <= 0.
     """
-    what = "integers" if kind is int else "numbers"
-    items = [x.strip() for x in text.split(",")]
-    if items == [""]:
-        raise ValueError(f"{flag} needs at least one value, got {text!r}")
     try:
-        vals = [kind(x) for x in items]  # an empty item ("2,,4", "2,") is not a number
-    except ValueError:
-        raise ValueError(f"{flag} must be a comma-separated list of {what}, got {text!r}") from None
+        vals = split_number_list(text, kind)
+    except ValueError as e:
+        raise ValueError(f"{flag} {e}") from None
     if positive and any(v <= 0 for v in vals):
         raise ValueError(f"{flag} values must all be > 0, got {text!r}")
     return vals

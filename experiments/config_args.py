@@ -24,7 +24,7 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["add_config_arguments", "config_from_args", "config_flags"]
+__all__ = ["add_config_arguments", "config_from_args", "config_flags", "split_number_list"]
 
 
 def option(default: Any, help: str, **meta: Any) -> Any:
@@ -59,18 +59,43 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
+def split_number_list(text: str, kind: type = float) -> list:
+    """Parses ``"1,2,3"`` into a list of ``kind`` (``int`` or ``float``); items may carry spaces.
+
+    The one parser of comma-separated number lists: the generated ``tuple[int, ...]`` /
+    ``tuple[float, ...]`` flags use it, and so does :func:`experiments.common.parse_list`.
+
+    Raises:
+        ValueError: without a flag name (callers prefix it): on an empty list, on an empty item
+            (``"1,,2"``, a leading or trailing comma: never silently dropped), or on an item that
+            is not a number of ``kind``.
+    """
+    what = "integers" if kind is int else "numbers"
+    items = [x.strip() for x in text.split(",")]
+    if items == [""]:
+        raise ValueError(f"needs at least one value, got {text!r}")
+    if "" in items:
+        raise ValueError(f"must be a comma-separated list of {what}, got {text!r} "
+                         "(an empty item: doubled, leading or trailing comma)")
+    try:
+        return [kind(x) for x in items]
+    except ValueError:
+        raise ValueError(f"must be a comma-separated list of {what}, got {text!r}") from None
+
+
 class _CommaList:
-    """argparse ``type`` parsing ``"1,2,3"`` into a tuple of ``kind`` (named for argparse's error line)."""
+    """argparse ``type`` parsing ``"1,2,3"`` into a tuple of ``kind`` (:func:`split_number_list`);
+    a bad value is argparse's error line ``argument --flag: must be ..., got '...'``."""
 
     def __init__(self, kind: type) -> None:
         self.kind = kind
         self.__name__ = f"comma-separated {kind.__name__} list"
 
     def __call__(self, text: str) -> tuple:
-        vals = tuple(self.kind(x) for x in text.split(",") if x.strip())  # ValueError -> argparse error line
-        if not vals:
-            raise ValueError(text)
-        return vals
+        try:
+            return tuple(split_number_list(text, self.kind))
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _type_kwargs(cls: type, f: dataclasses.Field, tp: Any) -> dict[str, Any]:

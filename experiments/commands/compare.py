@@ -193,11 +193,8 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
         get_policy(n)
     variants = vertumnus_variants(args.beta, args.lambda_)
     policies = list(names) + [v for v in variants if v[0] not in names]
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"--seeds must be a comma-separated list of integers, got {args.seeds!r}") from None
-    if not seeds or any(s < 0 for s in seeds):
+    seeds = parse_list(args.seeds, "--seeds", int)
+    if any(s < 0 for s in seeds):
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
     rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else load_rates
     scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales is not None else None
@@ -217,11 +214,11 @@ def run(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from experiments.common import check_out_dir, dumps_json
+    from experiments.common import check_out_dir, dumps_json, parse_list
     from experiments.paper_experiments.end_to_end import run_compare
 
     if args.loads is not None or args.label_overload:
-        seeds0 = [int(x) for x in args.seeds.split(",") if x.strip()]
+        seeds0 = parse_list(args.seeds, "--seeds", int)
         caps, _, load_of = _capacities_for(args, resolve_suite(args.suite), seeds0)
         load_rates = caps.pop("_rates", None)
         load_of = caps.pop("_load_of", load_of)

@@ -19,12 +19,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_int_list(text: str, name: str, minimum: int = 0) -> tuple[int, ...]:
-    """``"1,2,4" -> (1, 2, 4)``; raises ValueError naming the option on bad input."""
+    """``"1,2,4" -> (1, 2, 4)``; raises ValueError naming the option on bad input (an empty item
+    included, :func:`experiments.config_args.split_number_list`)."""
+    from experiments.config_args import split_number_list
+
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from None
-    if not values or min(values) < minimum:
+        values = tuple(split_number_list(text, int))
+    except ValueError as e:
+        raise ValueError(f"{name} {e}") from None
+    if min(values) < minimum:
         raise ValueError(f"{name} must be non-empty integers >= {minimum}, got {text!r}")
     return values
 

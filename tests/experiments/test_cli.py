@@ -134,7 +134,7 @@ def test_input_error_raised_in_a_worker_process_stays_one_line(monkeypatch, caps
     monkeypatch.setattr(bench, "run", lambda args: _in_worker_process(parse_int_list, "a,b", "--degrees"))
     assert main(["bench", "sim"]) == 2
     err = capsys.readouterr().err
-    assert err == "cpgym bench sim: error: --degrees must be comma-separated integers, got 'a,b'\n"
+    assert err == "cpgym bench sim: error: --degrees must be a comma-separated list of integers, got 'a,b'\n"
 
 
 def test_library_error_raised_in_a_worker_process_propagates(monkeypatch):

@@ -22,6 +22,54 @@ def test_list_flags_reject_an_empty_list():
     assert parse_list(" 1, 2 ", "--rates") == [1.0, 2.0]
 
 
+@pytest.mark.parametrize("text", ["0.1,,0.2", ",0.1", "0.1,", " , "])
+def test_generated_list_flag_rejects_an_empty_item(text, capsys):
+    """A config-dataclass list flag (``tuple[float, ...]``) with an empty item is argparse's error
+    line naming the flag and the value (was silently parsed as the list without it)."""
+    from experiments.cli import build_parser
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["train", "arms", "--switch-margins", text, "--out", "unused"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (f"cpgym train arms: error: argument --switch-margins: must be a comma-separated list of numbers, "
+                   f"got {text!r} (an empty item: doubled, leading or trailing comma)")
+
+
+@pytest.mark.parametrize("argv, flag", [(["train", "reconfig", "--workload-seeds", "1,,2"], "--workload-seeds"),
+                                        (["evaluate", "reconfig", "--seeds", "1,2,"], "--seeds"),
+                                        (["train", "arms", "--betas", "x,1"], "--betas")])
+def test_generated_int_and_float_list_flags_name_the_flag(argv, flag, capsys):
+    from experiments.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--out", "unused"])
+    assert f"error: argument {flag}: must be a comma-separated list of" in capsys.readouterr().err
+
+
+def test_generated_list_flag_parses_a_well_formed_list():
+    from experiments.cli import build_parser
+
+    args = build_parser().parse_args(["train", "arms", "--switch-margins", " 0.1, 0.2", "--out", "x"])
+    assert args.switch_margins == (0.1, 0.2)
+
+
+@pytest.mark.parametrize("parse", ["kernels", "compare"])
+def test_other_list_flags_reject_an_empty_item(parse):
+    """The hand-written list flags share the same parser: ``--degrees 1,,2`` / ``compare --seeds 0,``."""
+    if parse == "kernels":
+        from experiments.commands.kernels import parse_int_list
+
+        with pytest.raises(ValueError, match="^--degrees must be a comma-separated list of integers, got '1,,2' "):
+            parse_int_list("1,,2", "--degrees", 1)
+    else:
+        from experiments.cli import build_parser
+        from experiments.commands.compare import plan
+
+        with pytest.raises(ValueError, match="^--seeds must be a comma-separated list of integers, got '0,' "):
+            plan(build_parser().parse_args(["compare", "--seeds", "0,"]))
+
+
 def test_report_of_a_file_says_it_is_not_a_folder(tmp_path, capsys):
     f = tmp_path / "passwd"
     f.write_text("x")
