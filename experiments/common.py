@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 
 from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
@@ -326,21 +327,29 @@ def check_has_requests(wl: Workload) -> Workload:
     return wl
 
 
-def check_out_dir(path: str | None, flag: str = "--out") -> None:
-    """Fails early (before any simulation) if ``path`` exists and is not a folder, or cannot be
-    created: a missing folder is created and removed again (with the parents it needed).
+def check_out_dir(path: str | os.PathLike | None, flag: str = "--out") -> None:
+    """Fails early (before any simulation or any file is written) unless ``path`` is a writable
+    folder or can be created: it must not be (or lie under) a file, an existing folder must be
+    writable, and a missing one is created and removed again (with the parents it needed).
+
+    The one check of every output-folder flag (``--out``, ``--cache-dir``, ...).
 
     Raises:
-        ValueError: naming ``flag`` and ``path``, with the reason.
+        ValueError: naming ``flag`` and ``path``, with the reason (the blocking file, the error).
     """
     from pathlib import Path
 
     if path is None:
         return
     out = Path(path)
+    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocker == out:
+        raise ValueError(f"{flag} {path} exists and is not a folder; expected a folder (new or existing)")
+    if blocker is not None:
+        raise ValueError(f"{flag} {path} cannot be created: {blocker} is not a folder")
     if out.exists():
-        if not out.is_dir():
-            raise ValueError(f"{flag} {path} exists and is not a folder")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ValueError(f"{flag} {path} is not writable; expected a folder this user can write into")
         return
     missing = [out, *(p for p in out.parents if not p.exists())]
     try:

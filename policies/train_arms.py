@@ -556,16 +556,15 @@ def train_arms(cfg: ArmTrainConfig, out_dir: str | Path, sim_config, argv: list[
     (module docstring). Returns the selected model.
 
     Raises:
-        ValueError: if ``out_dir`` already holds a model, or it or ``cfg.cache_dir`` is (or lies
-            under) a file (all checked before any simulation).
+        ValueError: if ``out_dir`` already holds a model, or it or ``cfg.cache_dir`` is not a
+            usable folder (:func:`experiments.common.check_out_dir`; all checked before any simulation).
     """
+    from experiments.common import check_out_dir
     from policies.arm_selection import MODEL_FILE, write_model
 
     out = Path(out_dir)
-    for flag, path in (("--out", out), ("--cache-dir", Path(cfg.cache_dir))):
-        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-        if blocker is not None:
-            raise ValueError(f"{flag} {path}: {blocker} is a file; expected a folder")
+    check_out_dir(out, "--out")
+    check_out_dir(cfg.cache_dir, "--cache-dir")
     if (out / MODEL_FILE).exists():
         raise ValueError(f"{out / MODEL_FILE} exists; choose a new --out folder")
     train, validation, cost_rows = [], [], []

@@ -83,13 +83,14 @@ def configs_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import sim_config_from_args
+    from experiments.common import check_out_dir, sim_config_from_args
     from experiments.provenance import write_provenance
 
     if args.kind == "arms":
         return _run_arms(args)
     cfg = configs_from_args(args)
     sim_config = sim_config_from_args(args)
+    check_out_dir(args.out)  # the same check as `train arms` (train_arms): before anything runs or is written
     write_provenance(args.out, argv=getattr(args, "argv", None))
     if args.kind == "reconfig":
         from policies.train_reconfig import train_reconfig

@@ -122,6 +122,62 @@ def test_simulate_out_that_cannot_be_created_fails_before_simulating(tmp_path, c
     assert "cannot be created" in capsys.readouterr().err
 
 
+@pytest.fixture
+def no_training(monkeypatch):
+    """``cpgym train routing|reconfig`` fails the test if training (any simulation) starts."""
+    import policies.train as train
+    import policies.train_reconfig as train_reconfig
+
+    def no_train(*a, **k):
+        raise AssertionError("training started before checking --out")
+
+    monkeypatch.setattr(train_reconfig, "train_reconfig", no_train)
+    monkeypatch.setattr(train, "train_routing", no_train)
+
+
+@pytest.mark.parametrize("kind", ["reconfig", "routing"])
+@pytest.mark.parametrize("case", ["file", "under-file"])
+def test_train_out_that_is_not_a_folder_names_the_flag(kind, case, tmp_path, capsys, no_training):
+    """``cpgym train reconfig|routing --out X``: X a file, or under one, is one error line naming
+    --out (the check of ``train arms``, ``check_out_dir``), before training; the file is untouched."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    out = afile if case == "file" else afile / "sub"
+    assert main(["train", kind, "--out", str(out)]) == 2
+    expected = f"{out} exists and is not a folder; expected a folder (new or existing)" if case == "file" \
+        else f"{out} cannot be created: {afile} is not a folder"
+    assert capsys.readouterr().err == f"cpgym train: error: --out {expected}\n"
+    assert afile.read_text() == "x"
+
+
+def test_train_out_that_is_not_writable_names_the_flag(tmp_path, capsys, no_training, monkeypatch):
+    """An existing --out folder the user cannot write into (os.access says no; root may write
+    anywhere, so the test fakes it) fails before training, naming --out."""
+    import experiments.common as common
+
+    monkeypatch.setattr(common.os, "access", lambda path, mode: False)
+    assert main(["train", "reconfig", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"cpgym train: error: --out {tmp_path} is not writable; expected a folder " \
+                                      "this user can write into\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_train_out_in_a_read_only_folder_names_the_flag(tmp_path, capsys, no_training):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        assert main(["train", "reconfig", "--out", str(ro)]) == 2
+        assert capsys.readouterr().err == f"cpgym train: error: --out {ro} is not writable; expected a folder " \
+                                          "this user can write into\n"
+        assert main(["train", "reconfig", "--out", str(ro / "run")]) == 2
+        assert capsys.readouterr().err.startswith(f"cpgym train: error: --out {ro / 'run'} cannot be created: ")
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o700)
+
+
 def test_workload_param_of_the_wrong_type_names_it(capsys):
     assert main(["simulate", "--workload", "tool-agent", "--workload-param", "duration_s=abc", "--quiet"]) == 2
     assert capsys.readouterr().err == \

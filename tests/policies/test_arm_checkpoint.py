@@ -138,7 +138,7 @@ def test_train_arms_rejects_a_file_as_out_or_cache_dir_before_simulating(tmp_pat
     afile.write_text("")
     out = afile if flag == "out" else tmp_path / "ckpt"
     cfg = ArmTrainConfig(cache_dir=str(afile if flag == "cache_dir" else tmp_path / "cache"))
-    with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} .* is a file"):
+    with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} .*afile exists and is not a folder"):
         train_arms(cfg, out, sim_config=None)
 
 
@@ -152,7 +152,7 @@ def test_train_arms_rejects_a_path_under_a_file_before_simulating(tmp_path, flag
     afile.write_text("")
     out = afile / "sub" if flag == "out" else tmp_path / "ckpt"
     cfg = ArmTrainConfig(cache_dir=str(afile / "sub" if flag == "cache_dir" else tmp_path / "cache"))
-    with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} .*afile is a file"):
+    with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} .*afile/sub cannot be created: .*afile is not a folder"):
         train_arms(cfg, out, sim_config=None)
 
 
