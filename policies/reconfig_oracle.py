@@ -91,26 +91,65 @@ def load_phase_ttft(path, compositions: list[str]) -> dict[int, tuple[np.ndarray
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.
-        ValueError: naming the file, when it is not such a file or its composition menu differs
-            from ``compositions``.
+        ValueError: naming the file and the field, when it is not JSON, lacks ``compositions`` (a
+            list) or ``seeds`` (an object), its composition menu differs from ``compositions``, or
+            a seed's entry is not ``{"ttft_s": (K, P) numbers >= 0 or null, "num_requests": P
+            integers >= 0}``.
     """
     import json
     from pathlib import Path
 
+    what = "expected a per-phase TTFT file of save_phase_ttft"
     try:
         data = json.loads(Path(path).read_text())
-        menu, seeds = data["compositions"], data["seeds"]
-        out = {int(s): (np.array([[np.inf if x is None else x for x in row] for row in v["ttft_s"]], float),
-                        np.asarray(v["num_requests"], np.int64)) for s, v in seeds.items()}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: expected a per-phase TTFT file of save_phase_ttft ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e}); {what}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: {what} (a JSON object with 'compositions' and 'seeds')")
+    for key, kind, name in (("compositions", list, "a list"), ("seeds", dict, "an object")):
+        if not isinstance(data.get(key), kind):
+            raise ValueError(f"{path}: field {key!r} is missing or not {name}; {what}")
+    menu = data["compositions"]
     if menu != list(compositions):
         raise ValueError(f"{path}: its composition menu ({len(menu)} entries) differs from this run's "
                          f"({len(compositions)}): same --target-degrees and pool needed")
-    for s, (t, num) in out.items():
-        if t.shape != (len(menu), len(num)):
-            raise ValueError(f"{path}: seed {s}: ttft_s has shape {t.shape}, expected ({len(menu)}, {len(num)})")
-    return out
+    return {_seed_of(path, s): _phase_table(f"{path}: seeds[{s!r}]", v, len(menu)) for s, v in data["seeds"].items()}
+
+
+def _seed_of(path, key: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        raise ValueError(f"{path}: seeds[{key!r}]: a seed must be an integer") from None
+
+
+def _number(x) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(x)
+    return float(x)
+
+
+def _phase_table(where: str, entry, num_compositions: int) -> tuple[np.ndarray, np.ndarray]:
+    """One seed's ``(ttft_s (K, P), num_requests (P,))`` of a :func:`save_phase_ttft` file
+    (null TTFT: inf); raises ValueError naming ``where`` and the field."""
+    if not isinstance(entry, dict) or not {"ttft_s", "num_requests"} <= set(entry):
+        raise ValueError(f"{where}: expected an object with 'ttft_s' and 'num_requests'")
+    num = entry["num_requests"]
+    if not isinstance(num, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in num):
+        raise ValueError(f"{where}.num_requests: expected a list of integers >= 0 (one per phase), got {num!r}")
+    rows = entry["ttft_s"]
+    try:
+        if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+            raise TypeError
+        t = np.array([[np.inf if x is None else _number(x) for x in row] for row in rows], float)
+    except (TypeError, ValueError):  # not a list of lists of numbers / null, or ragged
+        raise ValueError(f"{where}.ttft_s: expected one list per composition of mean TTFTs [s] (numbers or null)") from None
+    if t.shape != (num_compositions, len(num)):
+        raise ValueError(f"{where}.ttft_s: shape {t.shape}, expected ({num_compositions}, {len(num)}) "
+                         "(compositions x phases)")
+    if not (t >= 0).all():  # NaN and negative values; null was read as inf
+        raise ValueError(f"{where}.ttft_s: expected mean TTFTs >= 0 [s] or null")
+    return t, np.asarray(num, np.int64)
 
 
 def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[dict], initial: dict,

@@ -407,11 +407,42 @@ def load_initial_model(path: str, model, venv) -> None:
     venv.ret_rms = saved.ret_rms
 
 
+def check_oracle_phase_ttft(cfg: ReconfigTrainConfig, sim_config) -> None:
+    """Reads ``cfg.oracle_phase_ttft`` (if set) as :func:`oracle_warm_start` will, against this
+    run's composition menu (``envs.reconfig_env.target_menu`` of ``sim_config.pool`` over
+    ``cfg.target_degrees``), so that a missing or malformed file fails before anything is
+    simulated or written.
+
+    Raises:
+        ValueError: naming ``--oracle-phase-ttft``, the file and the field
+            (:func:`policies.reconfig_oracle.load_phase_ttft`).
+    """
+    if cfg.oracle_phase_ttft is None:
+        return
+    from envs.reconfig_env import target_menu
+    from policies.reconfig_oracle import load_phase_ttft
+
+    path = Path(cfg.oracle_phase_ttft)
+    if not path.is_file():
+        raise ValueError(f"--oracle-phase-ttft {path}: no such file; expected an oracle_phase_ttft.json of an earlier "
+                         "run (or of reconfig_oracle_schedule.py --cache)")
+    menu = target_menu(sim_config.pool, cfg.target_degrees)
+    try:
+        load_phase_ttft(path, menu)
+    except ValueError as e:
+        raise ValueError(f"--oracle-phase-ttft {e}") from None
+
+
 def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=None, argv=None, log=print,
                    progress: str | bool | None = None) -> Path:
     """Trains; writes ``model.zip``, ``vecnormalize.pkl``, ``progress.csv``, ``train_config.json``
     (with ``validation_seeds`` also ``validation.csv``, ``last_model.zip`` and
-    ``last_vecnormalize.pkl``; ``model.zip`` / ``vecnormalize.pkl`` are then the best validated)."""
+    ``last_vecnormalize.pkl``; ``model.zip`` / ``vecnormalize.pkl`` are then the best validated).
+
+    Raises:
+        ValueError: on a bad ``cfg.oracle_phase_ttft`` file (:func:`check_oracle_phase_ttft`),
+            before ``out_dir`` is created.
+    """
     import shutil
 
     import torch as th
@@ -425,10 +456,11 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     from envs.sim import Calibration, SimConfig
     from policies.callbacks import TrainingProgress, monitored
 
+    sc = sim_config or SimConfig()
+    check_oracle_phase_ttft(cfg, sc)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     th.set_num_threads(cfg.torch_threads)
-    sc = sim_config or SimConfig()
     wins = cfg.episode_windows()
     log(f"train reconfig: {len(wins)} episode windows of {cfg.episode_window_s:g} s from "
         f"{cfg.workload_source(cfg.seeds[0]).label} (workload seeds {list(cfg.seeds)})")

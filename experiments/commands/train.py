@@ -91,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = configs_from_args(args)
     sim_config = sim_config_from_args(args)
     check_out_dir(args.out)  # the same check as `train arms` (train_arms): before anything runs or is written
+    if args.kind == "reconfig":
+        from policies.train_reconfig import check_oracle_phase_ttft
+
+        check_oracle_phase_ttft(cfg, sim_config)  # before provenance.json is written to --out
     write_provenance(args.out, argv=getattr(args, "argv", None))
     if args.kind == "reconfig":
         from policies.train_reconfig import train_reconfig

@@ -88,7 +88,8 @@ def test_phase_ttft_file_round_trips_and_checks_the_menu(tmp_path):
     with pytest.raises(ValueError, match="composition menu"):
         load_phase_ttft(path, menu[:2])
     path.write_text(json.dumps({"seeds": {}}))
-    with pytest.raises(ValueError, match="phase_ttft.json: expected a per-phase TTFT file"):
+    with pytest.raises(ValueError, match="phase_ttft.json: field 'compositions' is missing or not a list; expected a "
+                                         "per-phase TTFT file"):
         load_phase_ttft(path, menu)
 
 
@@ -218,3 +219,78 @@ def test_dagger_rounds_add_the_cloned_policys_states_to_the_demonstrations(tmp_p
         ReconfigTrainConfig(**base, oracle_dagger_rounds=-1)
     with pytest.raises(ValueError, match="--oracle-dagger-rounds applies to --warm-start oracle only"):
         ReconfigTrainConfig(**{**base, "warm_start": "none", "bc_epochs": 30}, oracle_dagger_rounds=1)
+
+
+def _default_menu() -> list[str]:
+    from envs.reconfig_env import target_menu
+    from envs.sim import SimConfig
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    return target_menu(SimConfig().pool, ReconfigTrainConfig.target_degrees)
+
+
+def _bad_phase_ttft_files():
+    """(file text or None for no file, expected message fragment) of bad --oracle-phase-ttft files, by name."""
+    menu = _default_menu()
+
+    def seeds(entry):
+        return json.dumps({"compositions": menu, "seeds": {"0": entry}})
+
+    cases = [
+        ("missing", None, ": no such file; expected an oracle_phase_ttft.json"),
+        ("not-json", "{", ": not JSON ("),
+        ("no-seeds", json.dumps({"compositions": menu}), ": field 'seeds' is missing or not an object"),
+        ("other-menu", json.dumps({"compositions": menu[:2], "seeds": {}}), ": its composition menu (2 entries) differs"),
+        ("no-num-requests", seeds({"ttft_s": [[1.0]] * len(menu)}),
+         ": seeds['0']: expected an object with 'ttft_s' and 'num_requests'"),
+        ("bad-num-requests", seeds({"ttft_s": [[1.0]] * len(menu), "num_requests": [-1]}),
+         ": seeds['0'].num_requests: expected a list of integers >= 0"),
+        ("text-ttft", seeds({"ttft_s": [["1.0"]] * len(menu), "num_requests": [5]}),
+         ": seeds['0'].ttft_s: expected one list per composition of mean TTFTs [s] (numbers or null)"),
+        ("wrong-shape", seeds({"ttft_s": [[1.0, 2.0]] * len(menu), "num_requests": [5]}),
+         f": seeds['0'].ttft_s: shape ({len(menu)}, 2), expected ({len(menu)}, 1)"),
+        ("negative-ttft", seeds({"ttft_s": [[-1.0]] * len(menu), "num_requests": [5]}),
+         ": seeds['0'].ttft_s: expected mean TTFTs >= 0 [s] or null"),
+        ("bad-seed", json.dumps({"compositions": menu, "seeds": {"a": {}}}), ": seeds['a']: a seed must be an integer"),
+    ]
+    return [pytest.param(text, message, id=name) for name, text, message in cases]
+
+
+@pytest.mark.parametrize("text, message", _bad_phase_ttft_files())
+def test_bad_phase_ttft_file_fails_before_anything_is_written(text, message, tmp_path, capsys, monkeypatch):
+    """``cpgym train reconfig --oracle-phase-ttft F``: a missing or malformed F is one error line
+    naming the flag, the file and the field, before --out is created (it used to fail after
+    train_config.json, provenance.json and the first simulations)."""
+    import policies.train_reconfig as train_reconfig
+    from experiments.cli import main
+
+    def no_train(*a, **k):
+        raise AssertionError("training started before checking --oracle-phase-ttft")
+
+    monkeypatch.setattr(train_reconfig, "train_reconfig", no_train)
+    path = tmp_path / "phase_ttft.json"
+    if text is not None:
+        path.write_text(text)
+    out = tmp_path / "run"
+    rc = main(["train", "reconfig", "--action-mode", "target", "--warm-start", "oracle", "--oracle-phase-ttft", str(path),
+               "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith(f"cpgym train: error: --oracle-phase-ttft {path}") and message in err
+    assert err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_train_reconfig_checks_the_phase_ttft_file_before_creating_out(tmp_path):
+    """The Python API checks the file too (train_reconfig), before ``out_dir`` exists."""
+    from policies.train_reconfig import ReconfigTrainConfig, check_oracle_phase_ttft, train_reconfig
+
+    small, base = _tiny_oracle_training(bc_epochs=1)
+    fake = tmp_path / "fake.json"
+    fake.write_text(json.dumps({"compositions": ["cp4x2", "cp4x1,cp2x2", "cp2x4"], "seeds": {"0": {"ttft_s": []}}}))
+    cfg = ReconfigTrainConfig(**base, oracle_phase_ttft=str(fake))
+    with pytest.raises(ValueError, match=r"^--oracle-phase-ttft .*fake.json: seeds\['0'\]: expected an object"):
+        train_reconfig(cfg, tmp_path / "run", sim_config=small, log=lambda s: None)
+    assert not (tmp_path / "run").exists()
+    save_phase_ttft(fake, {0: (np.ones((3, 2)), np.array([5, 5]))}, ["cp4x2", "cp4x1,cp2x2", "cp2x4"])
+    check_oracle_phase_ttft(cfg, small)  # a good file passes
