@@ -43,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-compositions", type=int, default=MAX_COMPOSITIONS,
                    help=f"refuse --compositions all when the supported degrees give more fixed compositions than this "
                         f"(default {MAX_COMPOSITIONS}; each is one full simulation)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--quiet", action="store_true",
+                   help="nothing on stderr but errors and cpgym warnings: no progress lines (capacity searches, one line "
+                        "per simulated policy); the results still go to stdout (tables, or JSON with --format json)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--plot", metavar="PNG", help="write worker composition over time above TTFT over time")
     p.add_argument("--out-dir", metavar="DIR", help="also write dynamic.json, CSV tables (policies, phases, operations, "
@@ -142,7 +144,10 @@ def _write_dir(path: str, out: dict, kinds: list[str]) -> None:
 
 def _print_tables(out: dict, kinds: list[str]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from envs.sim.pool import composition_counts
 
     con = Console(width=140)
     pk = out["phase_peak_rates_rps"]
@@ -155,7 +160,7 @@ def _print_tables(out: dict, kinds: list[str]) -> None:
                   str(p["degree"]), f"{p['capacity_rps_per_worker']:.3f}", f"{p['homogeneous_pool_capacity_rps']:.1f}")
     con.print(t)
     wl = out["workload"]
-    t = Table(title=f"{wl['name']}: {wl['num_requests']} requests; mean TTFT [s] per phase (arrival)")
+    t = Table(title=escape(f"{wl['name']}: {wl['num_requests']} requests; mean TTFT [s] per phase (arrival)"))
     t.add_column("policy")
     t.add_column("composition")
     for k, kind in enumerate(kinds):
@@ -188,7 +193,7 @@ def _print_tables(out: dict, kinds: list[str]) -> None:
     con.print(t)
     n = out["num_operations"]
     con.print(f"operations: {n['split'] + n['merge']} ({n['split']} splits, {n['merge']} merges); "
-              f"final composition {out['final_composition']}")
+              f"final composition {composition_counts([d for d, _ in out['final_composition']])}")
     for k in ("drain_s", "switch_s", "drain_plus_switch_s"):
         d = out[k]
         if d.get("count"):
@@ -202,6 +207,8 @@ def _plot(path: str, adaptive, best, best_comp: str, bounds: list[float], kinds:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+
+    from experiments.paper_experiments.dynamic_phases import _phase_means
 
     series = adaptive.extras.get("composition_series", [])
     end = bounds[-1]
@@ -224,8 +231,7 @@ def _plot(path: str, adaptive, best, best_comp: str, bounds: list[float], kinds:
     for res, label in ((adaptive, "vertumnus-adaptive"), (best, f"best fixed ({best_comp})")):
         a = res.records["arrival_s"]
         t = res.records["ttft_s"]
-        idx = np.digitize(a, bins) - 1
-        means = [np.nanmean(t[idx == i]) if np.any(idx == i) else np.nan for i in range(len(bins) - 1)]
+        means = _phase_means(t, np.digitize(a, bins) - 1, len(bins) - 1)  # NaN for a bin without finished requests
         ax2.step(bins[:-1], means, where="post", label=label)
     for b, kind in zip(bounds[:-1], kinds):
         for ax in (ax1, ax2):

@@ -109,6 +109,44 @@ def test_dynamic_quiet_prints_no_progress(capsys):
     assert "running fixed cp4x10" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_dynamic_quiet_writes_nothing_to_stderr_and_the_results_to_stdout(fmt, tmp_path):
+    """``--quiet`` (a real process, so that a library warning is seen as a user sees it): stderr is
+    empty, also with ``--plot`` of an overloaded run cut by ``--horizon-s`` (10 s bins whose
+    requests are all unfinished used to print numpy's "Mean of empty slice" RuntimeWarning with its
+    source line); stdout keeps the results: the tables, or JSON with --format json."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    argv = ["dynamic", "--num-phases", "2", "--phase-duration-s", "10", "--rate-scale", "3", "--compositions", "cp4x10",
+            "--initial", "cp4x10", "--horizon-s", "11", "--plot", str(tmp_path / "dyn.png"), "--format", fmt, "--quiet"]
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", *argv], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path)
+    assert res.returncode == 0 and res.stderr == ""
+    if fmt == "json":
+        out = json.loads(res.stdout)
+        assert [r["policy"] for r in out["policies"]] == ["vertumnus-adaptive", "fixed cp4x10"]
+        assert out["policies"][1]["num_unfinished"] > 0 and out["policies"][1]["phase_mean_ttft_s"][1] is None
+    else:
+        assert "mean TTFT [s] per phase (arrival)" in res.stdout  # "[s]" was taken as rich markup
+        assert "reconfiguration operations (initial cp4x10)" in res.stdout
+        assert "final composition cp4x10" in res.stdout.replace("\n", " ")  # was the list of (degree, first GPU)
+    assert (tmp_path / "dyn.png").stat().st_size > 0
+
+
+def test_dynamic_quiet_help_says_what_goes_where(capsys):
+    from experiments.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["dynamic", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--quiet nothing on stderr but errors and cpgym warnings: no progress lines" in text
+    assert "the results still go to stdout (tables, or JSON with --format json)" in text
+
+
 def test_phase_rates_as_fractions_of_capacity(monkeypatch):
     # the capacity search is replaced by fixed sustainable rates per (mix, pool): the phase rate is
     # load x the strongest pool's capacity, and the summary keeps what was used
