@@ -20,13 +20,13 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from envs.sim import SimConfig
+    from experiments.common import check_out_dir
     from experiments.faults import load_spec, plot_ttft_over_time, run_fault_experiment
     from experiments.provenance import write_provenance
 
     spec = load_spec(args.spec)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} exists and is not a folder")
+    check_out_dir(args.out)  # a file, a path under a file or an unwritable folder: one line naming --out
     out.mkdir(parents=True, exist_ok=True)
     result = run_fault_experiment(spec, SimConfig(), log=lambda m: print(m, file=sys.stderr))
     df = pd.DataFrame(result["rows"])
