@@ -67,21 +67,20 @@ def select_controller_setting(sweep_dir: str | Path, policy: str = HEURISTIC) ->
     unknown = sorted({k for r in runs for k in r["params"]} - _controller_fields())
     if unknown:
         raise ValueError(f"{sweep_dir}: swept parameter(s) {', '.join(unknown)} are not ControllerConfig fields")
-    groups: dict[tuple, dict[int, dict]] = {}
+    groups: dict[str, dict[int, dict]] = {}  # JSON of the setting (a list-valued parameter is not hashable) -> runs
     for r in runs:
-        groups.setdefault(tuple(sorted(r["params"].items())), {})[r["seed"]] = r
+        groups.setdefault(json.dumps(r["params"], sort_keys=True), {})[r["seed"]] = r
     seed_sets = {tuple(sorted(g)) for g in groups.values()}
     if len(seed_sets) != 1:
         raise ValueError(f"{sweep_dir}: the settings ran on different seeds ({sorted(seed_sets)}); finish the sweep "
                          "(re-running `cpgym sweep` resumes) so that every setting has the same seeds")
     seeds = list(seed_sets.pop())
-    names = sorted({k for key in groups for k, _ in key})
-    default_key = tuple(sorted(_default_params(names).items()))
-    default = groups.get(default_key)
+    names = sorted({k for key in groups for k in json.loads(key)})
+    default = groups.get(json.dumps(_default_params(names), sort_keys=True))  # tuples compare as JSON lists
     grid = []
-    for key in sorted(groups, key=repr):
+    for key in sorted(groups):
         by_seed = groups[key]
-        row = {"params": dict(key), "num_seeds": len(seeds)}
+        row = {"params": json.loads(key), "num_seeds": len(seeds)}
         for m in ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted"):
             row[m] = sum(by_seed[s][m] for s in seeds) / len(seeds)
         if default is not None:
@@ -131,7 +130,7 @@ def tuned_controller_spec(path: str | Path):
 
     from baselines.registry import get_policy
 
-    params = load_tuned_controller(path)
+    params = {k: tuple(v) if isinstance(v, list) else v for k, v in load_tuned_controller(path).items()}  # JSON lists
     try:
         spec = get_policy(HEURISTIC).with_params(**params)
     except (ValueError, TypeError) as exc:

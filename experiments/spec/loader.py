@@ -205,6 +205,8 @@ class _Loader:
                 value = tuple(value)
             return kind, detail, value
         pol, param = detail  # policy_param: the policy's own validation, without running it
+        if isinstance(value, list):  # e.g. target_horizons_s: [20, 40]; a tuple, so that cells stay hashable
+            value = tuple(value)
         try:
             self.policies[pol].with_params(**{param: value})
         except ValueError as exc:

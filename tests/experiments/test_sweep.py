@@ -189,3 +189,28 @@ def test_policy_parameters_are_sweepable(tmp_path):
     with pytest.raises(SpecError, match="vertumnus-router.gamma"):
         load_spec(write_spec(tmp_path, "name: x\nworkload: {name: tool-agent}\npolicies: [vertumnus-router]\n"
                              "sweep: {grid: {vertumnus-router.gamma: [1]}}\n", "bad.yaml"))
+
+
+def test_list_valued_policy_parameter_is_a_sweep_axis(tmp_path):
+    """A parameter whose value is a list (``vertumnus-adaptive.target_horizons_s``) loads as an axis
+    (it raised ``TypeError: unhashable type: 'list'`` in the spec check) and reaches the policy."""
+    from experiments.spec import SpecError
+
+    spec = load_spec(write_spec(tmp_path, """
+        name: horizons
+        workload: {name: tool-agent, params: {duration_s: 20.0}, target_rps: 60}
+        policies: [vertumnus-adaptive]
+        sweep:
+          grid:
+            vertumnus-adaptive.target_horizons_s: [[20.0, 40.0], [0.0]]
+        """))
+    assert spec.num_cells == 2
+    cells = spec.resolve()
+    values = sorted(tuple(dict(c.policy_params)["target_horizons_s"]) for c in cells)
+    assert values == [(0.0,), (20.0, 40.0)]
+    built = POLICIES["vertumnus-adaptive"].with_params(**dict(cells[0].policy_params))
+    (controller,) = built.make_attachments()
+    assert tuple(controller.config.target_horizons_s) in values
+    with pytest.raises(SpecError, match="target_horizons_s"):
+        load_spec(write_spec(tmp_path, "name: x\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n"
+                             "sweep: {grid: {vertumnus-adaptive.target_horizons_s: [[-1.0]]}}\n", "bad.yaml"))

@@ -101,3 +101,21 @@ def test_evaluate_runs_the_tuned_controller_and_needs_its_file(tmp_path, monkeyp
     table = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(table) == {"vertumnus-router", TUNED_LABEL}
     assert table[TUNED_LABEL]["mean_ttft_s"] > 0 and table[TUNED_LABEL]["num_unfinished"] == 0
+
+
+def test_list_valued_settings_group_and_the_default_tuple_is_recognised(tmp_path):
+    # target_horizons_s is a tuple in ControllerConfig and a JSON list in cell.json
+    for seed, (a, b) in enumerate([(0.5, 0.4), (0.3, 0.35)]):
+        _write_run(tmp_path, f"d{seed}", seed, {"target_horizons_s": [20.0, 40.0]}, a)
+        _write_run(tmp_path, f"z{seed}", seed, {"target_horizons_s": [0.0]}, b)
+    doc = select_controller_setting(tmp_path)
+    assert doc["params"] == {"target_horizons_s": [0.0]}
+    rows = {tuple(r["params"]["target_horizons_s"]): r for r in doc["grid"]}
+    assert rows[(20.0, 40.0)]["delta_mean_ttft_pct_vs_default"] == 0.0
+    assert tuned_controller_spec_from(doc, tmp_path).make_attachments()[0].config.target_horizons_s == (0.0,)
+
+
+def tuned_controller_spec_from(doc, folder):
+    f = folder / "tuned.json"
+    f.write_text(json.dumps(doc))
+    return tuned_controller_spec(f)
