@@ -10,9 +10,10 @@ on training data as carefully as the learned policy):
 1. ``cpgym sweep experiments/specs/controller-matched-phases-tuning.yaml --out DIR`` runs every
    setting of the grid (``vertumnus-adaptive.<ControllerConfig field>`` axes) on the training
    seeds (workload seed = run seed);
-2. ``python -m policies.tune_controller DIR --out FILE`` picks the setting with the lowest mean
-   over seeds of the episode's mean TTFT (every setting must have run on the same seeds: the
-   comparison is paired; ties: the first setting in sorted order) and writes ``FILE``;
+2. ``python -m policies.tune_controller DIR [DIR2 ...] --out FILE`` picks the setting with the
+   lowest mean over seeds of the episode's mean TTFT (every setting must have run on the same
+   seeds: the comparison is paired; ties: the first setting in sorted order; several folders:
+   rounds of a coordinate search, pooled) and writes ``FILE``;
 3. ``cpgym evaluate --kind reconfig --against vertumnus-adaptive-tuned --tuned FILE`` runs the
    tuned controller on held-out seeds (:func:`tuned_controller_spec`).
 
@@ -20,7 +21,7 @@ on training data as carefully as the learned policy):
 ``ControllerConfig`` overrides), ``workload``, ``seeds``, ``metric``, ``grid`` (per setting:
 ``params``, ``num_seeds``, ``mean_ttft_s``, ``p90_ttft_s``, ``slo_attainment_token_weighted``,
 ``delta_mean_ttft_pct_vs_default`` with its 95 % CI half-width when the default setting was in
-the grid), ``sweep`` (the folder) and ``argv``.
+the grid), ``sweep`` (the folders) and ``argv``.
 """
 
 from __future__ import annotations
@@ -50,9 +51,12 @@ def _default_params(names) -> dict:
     return {k: getattr(d, k) for k in names}
 
 
-def select_controller_setting(sweep_dir: str | Path, policy: str = HEURISTIC) -> dict:
+def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURISTIC) -> dict:
     """The tuned-controller document (module docstring) from the finished runs of ``policy`` under
-    ``sweep_dir`` (``cpgym sweep`` output: ``*/cell.json`` + ``*/summary.json``).
+    ``sweep_dir`` (``cpgym sweep`` output: ``*/cell.json`` + ``*/summary.json``), or under several
+    sweep folders (rounds of a coordinate search on the same seeds): every setting is completed with
+    the ``ControllerConfig`` defaults of the parameters swept anywhere, so a setting run in two
+    rounds is one setting.
 
     Raises:
         ValueError: naming the folder, when it has no run of ``policy``, a swept parameter is not
@@ -61,15 +65,18 @@ def select_controller_setting(sweep_dir: str | Path, policy: str = HEURISTIC) ->
     from experiments.paper_experiments.cache_sensitivity import load_runs
     from experiments.report import ci95_halfwidth
 
-    runs = [r for r in load_runs(sweep_dir) if r["policy"] == policy]
+    dirs = [sweep_dir] if isinstance(sweep_dir, (str, Path)) else list(sweep_dir)
+    sweep_dir = ", ".join(map(str, dirs))
+    runs = [r for d in dirs for r in load_runs(d) if r["policy"] == policy]
     if not runs:
         raise ValueError(f"{sweep_dir}: no finished run of {policy!r}; run `cpgym sweep` with a spec over it first")
     unknown = sorted({k for r in runs for k in r["params"]} - _controller_fields())
     if unknown:
         raise ValueError(f"{sweep_dir}: swept parameter(s) {', '.join(unknown)} are not ControllerConfig fields")
+    defaults = json.loads(json.dumps(_default_params(sorted({k for r in runs for k in r["params"]}))))
     groups: dict[str, dict[int, dict]] = {}  # JSON of the setting (a list-valued parameter is not hashable) -> runs
     for r in runs:
-        groups.setdefault(json.dumps(r["params"], sort_keys=True), {})[r["seed"]] = r
+        groups.setdefault(json.dumps({**defaults, **r["params"]}, sort_keys=True), {})[r["seed"]] = r
     seed_sets = {tuple(sorted(g)) for g in groups.values()}
     if len(seed_sets) != 1:
         raise ValueError(f"{sweep_dir}: the settings ran on different seeds ({sorted(seed_sets)}); finish the sweep "
@@ -90,9 +97,9 @@ def select_controller_setting(sweep_dir: str | Path, policy: str = HEURISTIC) ->
         grid.append(row)
     best = min(grid, key=lambda row: row[METRIC])  # min keeps the first of equal values
     workloads = sorted({json.loads((p.parent / "cell.json").read_text())["workload"]["name"]
-                        for p in Path(sweep_dir).glob("*/summary.json")})
+                        for d in dirs for p in Path(d).glob("*/summary.json")})
     return {"heuristic": policy, "params": best["params"], "workload": ",".join(workloads), "seeds": seeds,
-            "metric": METRIC, "grid": grid, "sweep": str(sweep_dir)}
+            "metric": METRIC, "grid": grid, "sweep": [str(d) for d in dirs]}
 
 
 def load_tuned_controller(path: str | Path) -> dict:
@@ -143,12 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m policies.tune_controller",
                                  description="select the heuristic controller setting with the lowest mean TTFT "
                                              "from a `cpgym sweep` folder and write the tuned-controller JSON")
-    ap.add_argument("sweep_dir", metavar="SWEEP_DIR", help="output folder of `cpgym sweep`")
+    ap.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="+",
+                    help="output folder(s) of `cpgym sweep` (several: rounds on the same seeds, pooled)")
     ap.add_argument("--out", required=True, metavar="FILE", help="tuned-controller JSON to write")
     ap.add_argument("--policy", default=HEURISTIC, help=f"swept policy (default {HEURISTIC})")
     args = ap.parse_args(argv)
-    if not Path(args.sweep_dir).is_dir():
-        ap.error(f"SWEEP_DIR {args.sweep_dir}: no such folder")
+    for d in args.sweep_dir:
+        if not Path(d).is_dir():
+            ap.error(f"SWEEP_DIR {d}: no such folder")
     out = Path(args.out)
     if out.is_dir() or any(q.exists() and not q.is_dir() for q in out.parents):
         ap.error(f"--out {out}: expected a file path whose parent folders are folders")

@@ -119,3 +119,18 @@ def tuned_controller_spec_from(doc, folder):
     f = folder / "tuned.json"
     f.write_text(json.dumps(doc))
     return tuned_controller_spec(f)
+
+
+def test_rounds_of_a_coordinate_search_pool_into_one_grid(sweep_dir, tmp_path):
+    # round 2 fixes target_margin 0.2 and varies k_windows; its k_windows=2 runs (the default) are
+    # the same setting as round 1's margin-0.2 runs
+    round2 = tmp_path / "round2"
+    round2.mkdir()
+    _write_run(round2, "c0", 0, {"target_margin": 0.2, "k_windows": 2}, 0.45)
+    _write_run(round2, "c1", 1, {"target_margin": 0.2, "k_windows": 2}, 0.36)
+    _write_run(round2, "d0", 0, {"target_margin": 0.2, "k_windows": 3}, 0.40)
+    _write_run(round2, "d1", 1, {"target_margin": 0.2, "k_windows": 3}, 0.35)
+    doc = select_controller_setting([sweep_dir, round2])
+    assert len(doc["grid"]) == 3 and doc["params"] == {"k_windows": 3, "target_margin": 0.2}
+    assert main([str(sweep_dir), str(round2), "--out", str(tmp_path / "t.json")]) == 0
+    assert load_tuned_controller(tmp_path / "t.json") == {"k_windows": 3, "target_margin": 0.2}
