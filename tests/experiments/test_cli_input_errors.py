@@ -259,3 +259,16 @@ def test_shared_flags_with_effect_are_accepted():
     assert cfg.kv_tiers.layerwise
     # the defaults given explicitly are no error
     sim_config_from_args(parse_args(["simulate", "--dram-gb-per-node", "1000", "--kv-eviction", "lru"]))
+
+
+@pytest.mark.parametrize("flag, field, bound", [("--cache-capacity-scale", "cache_capacity_scale", ">= 0"),
+                                                ("--first-decode-step-s", "latency.first_decode_step_s", ">= 0"),
+                                                ("--kv-handoff-gbps", "latency.kv_handoff_bandwidth_bytes_per_s", "> 0"),
+                                                ("--slo", "slo.ttft_slo_s", "> 0"),
+                                                ("--slo-scale", "slo.slo_scale", "> 0")])
+def test_infinite_simulator_numbers_are_one_error_line(flag, field, bound, capsys):
+    # inf used to pass the `> 0` / `>= 0` checks: a traceback (cache scale), or TTFTs of inf with
+    # SLO attainment 1.0 (first decode step), or an SLO every request meets
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work",
+                 "--quiet", flag, "inf"]) == 2
+    assert capsys.readouterr().err == f"cpgym simulate: error: {field} must be a finite number {bound}, got inf\n"
