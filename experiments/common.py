@@ -184,14 +184,14 @@ def parse_list(text: str, flag: str, kind: type = float, positive: bool = False)
 
     Raises:
         ValueError: naming ``flag`` when an item is not a number (an empty item included), the list is empty, or (with
-            ``positive``) a value is <= 0.
+            ``positive``) a value is <= 0, NaN or infinite.
     """
     try:
         vals = split_number_list(text, kind)
     except ValueError as e:
         raise ValueError(f"{flag} {e}") from None
-    if positive and any(v <= 0 for v in vals):
-        raise ValueError(f"{flag} values must all be > 0, got {text!r}")
+    if positive and not all(v > 0 and math.isfinite(v) for v in vals):  # float("nan") / "inf" parse
+        raise ValueError(f"{flag} values must all be finite numbers > 0, got {text!r}")
     return vals
 
 

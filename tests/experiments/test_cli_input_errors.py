@@ -272,3 +272,16 @@ def test_infinite_simulator_numbers_are_one_error_line(flag, field, bound, capsy
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work",
                  "--quiet", flag, "inf"]) == 2
     assert capsys.readouterr().err == f"cpgym simulate: error: {field} must be a finite number {bound}, got inf\n"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "5,-inf"])
+def test_positive_list_flags_reject_non_finite_values(value):
+    # nan/inf parse as floats; they used to pass and fail later naming `workload: target_rps`
+    with pytest.raises(ValueError, match=r"^--rates values must all be finite numbers > 0, got "):
+        parse_list(value, "--rates", positive=True)
+
+
+def test_compare_nan_rate_names_the_flag(capsys):
+    assert main(["compare", "--workload", "tool-agent", "--window-s", "0", "2", "--suite", "least-work",
+                 "--rates", "nan"]) == 2
+    assert capsys.readouterr().err == "cpgym compare: error: --rates values must all be finite numbers > 0, got 'nan'\n"
