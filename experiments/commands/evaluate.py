@@ -100,12 +100,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_protocol(args: argparse.Namespace, cfg) -> int:
     """``--loads`` / ``--protocol``: :mod:`policies.protocol` cells (test windows by default)."""
-    import json
     import sys
 
     from experiments.common import dumps_json, sim_config_from_args
     from policies.evaluate import DEFAULT_ROUTING_AGAINST
-    from policies.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, scenarios
+    from policies.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, load_tuned_cells, scenarios
 
     policies = [cfg.policy] + [n.strip() for n in (cfg.against or DEFAULT_ROUTING_AGAINST).split(",")
                                if n.strip() and n.strip() != cfg.policy]
@@ -114,7 +113,7 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
         raise ValueError(f"--windows must be test, validation or train with --loads/--protocol, got {cfg.windows!r}")
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
-    tuned_cells = json.loads(open(cfg.tuned).read())["cells"] if cfg.tuned else {}
+    tuned_cells = load_tuned_cells(cfg.tuned) if cfg.tuned else {}
     rows = []
     window_s = cfg.episode_window_s or 10.0
     for sc in scenarios(config, trace=cfg.trace, workload=cfg.workload, loads=cfg.loads,
