@@ -360,6 +360,27 @@ def check_out_dir(path: str | os.PathLike | None, flag: str = "--out") -> None:
         p.rmdir()
 
 
+def check_out_file(path: str | None, flag: str = "--out") -> None:
+    """Fails early (before any simulation) if the output file ``path`` is an existing folder or
+    its folder exists as a file or cannot be created (:func:`check_out_dir`); the writer then
+    creates that folder.
+
+    Raises:
+        ValueError: naming ``flag`` and ``path``, with the reason.
+    """
+    from pathlib import Path
+
+    if path is None:
+        return
+    out = Path(path)
+    if out.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; expected a file path")
+    folder = next((p for p in out.parents if p.exists()), None)  # the nearest existing ancestor
+    if folder is not None and not folder.is_dir():
+        raise ValueError(f"{flag} {path} cannot be created: {folder} is a file, not a folder")
+    check_out_dir(str(out.parent), flag)
+
+
 def dumps_json(obj) -> str:
     """JSON with NaN/inf written as null (strict JSON for downstream tools)."""
 

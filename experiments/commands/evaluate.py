@@ -55,7 +55,7 @@ def _run_from_csv(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from experiments.common import sim_config_from_args
+    from experiments.common import check_out_file, sim_config_from_args
     from experiments.config_args import config_from_args
     from policies.evaluate import EvaluationConfig, check_checkpoint_kind, check_policy_argument, run_evaluation
 
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_from_csv(args)
     if args.policy is None:
         raise ValueError("--policy is required (a checkpoint, 'shipped' or a policy name), unless --from-csv")
+    check_out_file(args.out)  # before hours of evaluation, not after
     cfg = config_from_args(EvaluationConfig, args)
     if cfg.loads or cfg.protocol:
         check_policy_argument(cfg.policy)
@@ -89,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
 
         from experiments.provenance import write_provenance
 
-        pd.DataFrame(rows).to_csv(args.out, index=False)
         out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(out, index=False)
         write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
     if kind == "reconfig":
         return _print_reconfig(rows, source or "phases", cfg.seeds, args.format, cfg.reference)
@@ -129,8 +131,9 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
 
         from experiments.provenance import write_provenance
 
-        pd.DataFrame(rows).to_csv(args.out, index=False)
         out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(out, index=False)
         write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
     reference = cfg.reference or ("vertumnus-tuned" if "vertumnus-tuned" in policies else
                                   VERTUMNUS_ROUTER if VERTUMNUS_ROUTER in policies else policies[-1])

@@ -285,3 +285,53 @@ def test_compare_nan_rate_names_the_flag(capsys):
     assert main(["compare", "--workload", "tool-agent", "--window-s", "0", "2", "--suite", "least-work",
                  "--rates", "nan"]) == 2
     assert capsys.readouterr().err == "cpgym compare: error: --rates values must all be finite numbers > 0, got 'nan'\n"
+
+
+def test_out_file_check(tmp_path):
+    from experiments.common import check_out_file
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match=r"^--out .*/file/sub/x\.csv cannot be created: .*/file is a file, not a folder$"):
+        check_out_file(str(blocker / "sub" / "x.csv"))
+    with pytest.raises(ValueError, match=r"^--tuned-out .* is a folder; expected a file path$"):
+        check_out_file(str(tmp_path), "--tuned-out")
+    check_out_file(str(tmp_path / "new" / "x.csv"))  # a missing folder is fine (the writer creates it) ...
+    assert list(tmp_path.iterdir()) == [blocker]  # ... and is not left behind
+    check_out_file(None)
+
+
+@pytest.mark.parametrize("command", [
+    ["evaluate", "--policy", "least-work", "--against", "round-robin", "--windows", "0", "--seeds", "1"],
+    ["evaluate", "--policy", "least-work", "--against", "round-robin", "--protocol", "--target-rps", "6"],
+    ["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6"],
+])
+def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, monkeypatch):
+    import policies.evaluate as evaluate
+    import policies.protocol as protocol
+
+    def no_run(*a, **k):
+        raise AssertionError("ran before checking --out")
+
+    monkeypatch.setattr(evaluate, "run_evaluation", no_run)
+    monkeypatch.setattr(protocol, "scenarios", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(command + ["--quiet", "--out", str(blocker / "rows.csv")]) == 2
+    assert capsys.readouterr().err.endswith(f"error: --out {blocker / 'rows.csv'} cannot be created: "
+                                            f"{blocker} is a file, not a folder\n")
+
+
+def test_evaluate_out_creates_its_folder(tmp_path, capsys):
+    out = tmp_path / "new" / "sub" / "rows.csv"
+    assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--workload", "tool-agent",
+                 "--target-rps", "5", "--episode-window-s", "3", "--windows", "0", "--seeds", "1", "--quiet",
+                 "--format", "json", "--out", str(out)]) == 0
+    assert out.is_file() and (out.parent / "rows.csv.provenance.json").is_file()
+
+
+def test_tune_episode_window_of_zero_is_an_error_not_the_default(tmp_path, capsys):
+    assert main(["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6", "--episode-window-s", "0",
+                 "--quiet", "--out", str(tmp_path / "t.json")]) == 2
+    assert "window_s must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
