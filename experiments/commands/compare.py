@@ -113,7 +113,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
     if args.loads is None and not args.label_overload:
         return {}, None, {}
     from experiments.capacity import capacities, rates_for_loads, static_baselines
-    from experiments.commands.capacity import definition_from_args, rated_from_args
+    from experiments.commands.capacity import cache_dir_from_args, definition_from_args, rated_from_args
     from experiments.common import parse_list, sim_config_from_args
 
     loads = parse_list(args.loads, "--loads", positive=True) if args.loads is not None else None
@@ -125,7 +125,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
         rated[seed] = rated_from_args(a)
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "table" else None
     res = capacities(names, rated[seeds[0]], sim_config_from_args(args, seed=seeds[0]), definition=definition_from_args(args),
-                     cache_dir=None if args.no_cache else args.cache_dir, log=log)
+                     cache_dir=cache_dir_from_args(args), log=log)
     caps: dict = {p: r.capacity_rps for p, r in res.items()}
     if loads is None:
         return caps, None, {}
@@ -217,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, dumps_json, parse_list
     from experiments.paper_experiments.end_to_end import run_compare
 
+    check_out_dir(args.out)  # before the capacity bisections of --loads / --label-overload
     if args.loads is not None or args.label_overload:
         seeds0 = parse_list(args.seeds, "--seeds", int)
         caps, _, load_of = _capacities_for(args, resolve_suite(args.suite), seeds0)
@@ -230,7 +231,6 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         from experiments.provenance import write_provenance
 
-        check_out_dir(args.out)
         write_provenance(out, argv=getattr(args, "argv", None))
 
     def save(rows: list[dict]) -> None:  # nothing is lost: every finished run is on disk before the next one is awaited

@@ -335,3 +335,43 @@ def test_tune_episode_window_of_zero_is_an_error_not_the_default(tmp_path, capsy
                  "--quiet", "--out", str(tmp_path / "t.json")]) == 2
     assert "window_s must be > 0" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["capacity", "--workload", "tool-agent", "--policy", "least-work", "--quiet"],
+    ["compare", "--workload", "tool-agent", "--suite", "least-work", "--loads", "0.5"],
+    ["reproduce", "--quick", "--experiments", "end-to-end", "--quiet"],
+])
+def test_capacity_cache_dir_under_a_file_fails_before_any_bisection(command, tmp_path, capsys, monkeypatch):
+    import experiments.capacity as capacity
+    import experiments.reproduce as reproduce
+
+    def no_run(*a, **k):
+        raise AssertionError("bisected before checking --cache-dir")
+
+    monkeypatch.setattr(capacity, "capacities", no_run)
+    monkeypatch.setattr(reproduce, "run_experiments", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    extra = ["--out", str(tmp_path / "out")] if command[0] == "reproduce" else []
+    assert main(command + extra + ["--cache-dir", str(blocker)]) == 2
+    assert capsys.readouterr().err.endswith(f"error: --cache-dir {blocker} exists and is not a folder\n")
+
+
+def test_compare_out_is_checked_before_the_capacity_bisection(tmp_path, capsys, monkeypatch):
+    import experiments.capacity as capacity
+
+    def no_run(*a, **k):
+        raise AssertionError("bisected before checking --out")
+
+    monkeypatch.setattr(capacity, "capacities", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--loads", "0.5", "--out", str(blocker)]) == 2
+    assert capsys.readouterr().err == f"cpgym compare: error: --out {blocker} exists and is not a folder\n"
+
+
+def test_capacity_refuses_a_horizon_it_would_ignore(capsys):
+    assert main(["capacity", "--workload", "tool-agent", "--policy", "least-work", "--quiet", "--horizon-s", "5"]) == 2
+    assert capsys.readouterr().err == "cpgym capacity: error: --horizon-s does not apply to cpgym capacity: " \
+                                      "every probe runs until its requests finish\n"
