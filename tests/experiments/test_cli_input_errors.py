@@ -81,6 +81,17 @@ def test_report_of_a_file_says_it_is_not_a_folder(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_report_out_that_is_a_file_is_one_line_naming_it(tmp_path, capsys):
+    run = tmp_path / "runs"
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
+                 "--out", str(run)]) == 0
+    capsys.readouterr()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["report", str(run), "--out", str(blocker)]) == 2
+    assert capsys.readouterr().err == f"cpgym report: error: --out {blocker} exists and is not a folder\n"
+
+
 def test_out_dir_that_cannot_be_created_fails_before_running(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
