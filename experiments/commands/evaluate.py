@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         check_policy_argument(cfg.policy)  # one line: a missing checkpoint path, or "did you mean"
     kind = cfg.resolved_kind()
     check_checkpoint_kind(cfg.policy, kind)  # a routing checkpoint with --kind reconfig, or the converse
+    if kind == "reconfig":
+        cfg.check_reconfig_fields()  # before the training-seed warning
     if kind == "reconfig" and cfg.policy not in ("none", "-"):
         from policies.evaluate_reconfig import training_seeds
 
