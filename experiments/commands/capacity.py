@@ -35,6 +35,20 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the capacity cache")
 
 
+def check_capacity_flags_unused(args: argparse.Namespace, why: str) -> None:
+    """For a command that measures no capacity in this run (``why`` says so): a capacity flag
+    given away from its default would have no effect, so it is an error naming the flag."""
+    from experiments.capacity import CapacityDefinition
+
+    d = CapacityDefinition()
+    defaults = {"drain_ratio": d.drain_ratio, "min_slo_attainment": d.min_slo_attainment, "rel_tol": d.rel_tol,
+                "cache_dir": DEFAULT_CACHE_DIR, "no_cache": False}
+    for dest, default in defaults.items():
+        if getattr(args, dest, default) != default:
+            flag = "--" + dest.replace("_", "-")
+            raise ValueError(f"{flag} has no effect here: {why}")
+
+
 def definition_from_args(args: argparse.Namespace):
     from experiments.capacity import CapacityDefinition
 

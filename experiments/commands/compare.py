@@ -224,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
         load_rates = caps.pop("_rates", None)
         load_of = caps.pop("_load_of", load_of)
     else:
+        from experiments.commands.capacity import check_capacity_flags_unused
+
+        check_capacity_flags_unused(args, "capacities are measured only with --loads or --label-overload")
         caps, load_of, load_rates = {}, {}, None
     inputs = _inputs(args, load_rates)
     config0, seeds = inputs["base_config"], inputs["seeds"]

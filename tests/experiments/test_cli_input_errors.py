@@ -386,3 +386,16 @@ def test_capacity_refuses_a_horizon_it_would_ignore(capsys):
     assert main(["capacity", "--workload", "tool-agent", "--policy", "least-work", "--quiet", "--horizon-s", "5"]) == 2
     assert capsys.readouterr().err == "cpgym capacity: error: --horizon-s does not apply to cpgym capacity: " \
                                       "every probe runs until its requests finish\n"
+
+
+@pytest.mark.parametrize("flag", [["--no-cache"], ["--drain-ratio", "3"], ["--rel-tol", "0.05"], ["--cache-dir", "x"]])
+def test_compare_capacity_flags_without_a_capacity_measurement_are_errors(flag, capsys, monkeypatch):
+    import experiments.paper_experiments.end_to_end as end_to_end
+
+    def no_run(*a, **k):
+        raise AssertionError(f"ran with {flag[0]}, which has no effect without --loads")
+
+    monkeypatch.setattr(end_to_end, "run_compare", no_run)
+    assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--rates", "10", *flag]) == 2
+    assert capsys.readouterr().err == f"cpgym compare: error: {flag[0]} has no effect here: capacities are measured " \
+                                      "only with --loads or --label-overload\n"
