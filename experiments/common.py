@@ -275,6 +275,8 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
     params = parse_workload_params(args.workload_param)
     if params and trace is not None:
         raise ValueError("--workload-param overrides a named workload's generator; it does not apply to a trace")
+    if getattr(args, "skip_invalid", False) and trace is None:
+        raise ValueError(f"--skip-invalid skips invalid trace lines; it does not apply to the named workload {name!r}")
     return WorkloadSource(name=name, trace=trace, seed=args.workload_seed, target_rps=args.target_rps, params=params,
                           rate_scale=args.rate_scale, window_s=tuple(args.window_s) if args.window_s else None,
                           skip_invalid=args.skip_invalid)

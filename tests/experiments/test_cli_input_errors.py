@@ -399,3 +399,11 @@ def test_compare_capacity_flags_without_a_capacity_measurement_are_errors(flag, 
     assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--rates", "10", *flag]) == 2
     assert capsys.readouterr().err == f"cpgym compare: error: {flag[0]} has no effect here: capacities are measured " \
                                       "only with --loads or --label-overload\n"
+
+
+@pytest.mark.parametrize("workload", [[], ["--workload", "tool-agent"]])
+def test_skip_invalid_without_a_trace_is_an_error(workload, capsys):
+    assert main(["simulate", *workload, "--window-s", "0", "2", "--policy", "least-work", "--quiet", "--skip-invalid"]) == 2
+    name = "tool-agent" if workload else "mixed-default"
+    assert capsys.readouterr().err == "cpgym simulate: error: --skip-invalid skips invalid trace lines; it does not " \
+                                      f"apply to the named workload '{name}'\n"

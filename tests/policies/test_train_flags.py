@@ -112,11 +112,12 @@ def test_minibatch_larger_than_rollout_is_an_error(tmp_path, capsys):
 
 
 def test_shared_workload_flags_reach_the_episode_source():
-    cfg = _cfg("routing", "--workload", "tool-agent", "--rate-scale", "2", "--window-s", "0", "120", "--skip-invalid",
+    cfg = _cfg("routing", "--workload", "tool-agent", "--rate-scale", "2", "--window-s", "0", "120",
                "--episode-window-s", "30", "--eval-every", "3", "--workload-param", "duration_s=200")
-    expected = ("tool-agent", 0, None, 2.0, (0.0, 120.0), True, (("duration_s", 200),), 30.0, 3)
+    expected = ("tool-agent", 0, None, 2.0, (0.0, 120.0), False, (("duration_s", 200),), 30.0, 3)
     assert dataclasses.astuple(cfg.source)[1:] == expected
     assert cfg.source.trace is None
+    assert _cfg("routing", "--trace", "t.jsonl", "--skip-invalid").source.skip_invalid  # a trace-only flag
 
 
 #: The two training commands of ``policies/checkpoints/reconfig_target`` (its README).
