@@ -201,3 +201,12 @@ def test_dynamic_output_paths_are_checked_before_running(flags, message, tmp_pat
     flags = [f.format(blocker=blocker, tmp=tmp_path) for f in flags]
     assert main(["dynamic", "--num-phases", "1", "--compositions", "cp4x10", "--quiet", *flags]) == 2
     assert capsys.readouterr().err == f"cpgym dynamic: error: {message.format(blocker=blocker, tmp=tmp_path)}\n"
+
+
+@pytest.mark.parametrize("text", ["", " ; "])
+def test_dynamic_empty_composition_list_is_one_line(text, capsys):
+    from experiments.cli import main
+
+    assert main(["dynamic", "--compositions", text, "--quiet"]) == 2  # was "min() arg is an empty sequence"
+    assert capsys.readouterr().err == "cpgym dynamic: error: dynamic: compositions must be 'all' or ';'-separated " \
+                                      f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r}\n"
