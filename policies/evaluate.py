@@ -73,7 +73,8 @@ def check_policy_argument(name: str) -> None:
     Raises:
         FileNotFoundError: naming the path, for a checkpoint path that does not exist (a value
             holding a path separator or ending in ``.zip``) or a folder without ``model.zip``.
-        ValueError: for an unknown name: suggests the closest names (``difflib``) and names the
+        ValueError: naming the path, for an existing file that is not a ``.zip``; for an unknown
+            name: suggests the closest names (``difflib``) and names the
             accepted forms (``shipped``, checkpoint paths, the registered policies).
     """
     import difflib
@@ -85,6 +86,9 @@ def check_policy_argument(name: str) -> None:
         return
     if is_checkpoint(name) or looks_like_path(name):
         resolve_checkpoint(name)
+        if not is_checkpoint(name):  # an existing file that is neither a folder nor a .zip
+            raise ValueError(f"{name}: not a checkpoint; expected a checkpoint folder holding model.zip, "
+                             "a model .zip file, or 'shipped'")
         return
     from policies.checkpoint import SHIPPED_CHECKPOINTS
 

@@ -108,3 +108,11 @@ def test_tuned_file_that_is_not_a_tune_output_is_one_line(tmp_path, capsys, monk
                  "--tuned", str(bad), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert re.fullmatch(rf"cpgym evaluate: error: {re.escape(str(bad))}: .*\n", err) and re.search(message, err), err
+
+
+def test_an_existing_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("x")
+    assert main(["evaluate", "--policy", str(f), "--quiet"]) == 2  # was "unknown policy '...'; known policies: ..."
+    assert capsys.readouterr().err == f"cpgym evaluate: error: {f}: not a checkpoint; expected a checkpoint folder " \
+                                      "holding model.zip, a model .zip file, or 'shipped'\n"
