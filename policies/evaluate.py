@@ -269,7 +269,7 @@ class EvaluationConfig:
         if self.loads and self.target_rps is not None:
             raise ValueError(f"evaluate: give loads (--loads, fractions of capacity) or target_rps (--target-rps "
                              f"{self.target_rps:g}), not both")
-        only = ("max_windows", "tuned", "warmup_s") if not protocol else ("seeds", "eval_every")
+        only = ("max_windows", "warmup_s") if not protocol else ("seeds", "eval_every")  # tuned: run_evaluation
         for name in only:
             value = getattr(self, name)
             if value != defaults[name]:
@@ -396,6 +396,9 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
         rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=cfg.target_rps, log=log,
                                  tuned=cfg.tuned)
         return EvaluationResult(kind=kind, rows=rows, source=workload, part="all", seeds=cfg.seeds)
+    if cfg.tuned is not None:  # the protocol (experiments/commands/evaluate.py) or reconfig (above) read it
+        raise ValueError(f"evaluate: tuned (--tuned {cfg.tuned}) applies only to the protocol evaluation (add --loads or "
+                         "--protocol) or to a reconfiguration evaluation, or drop --tuned")
     against = [n.strip() for n in (cfg.against or DEFAULT_ROUTING_AGAINST).split(",") if n.strip()]
     policies = [cfg.policy] + [n for n in against if n != cfg.policy]
     source = routing_source(cfg)

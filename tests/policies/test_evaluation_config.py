@@ -65,8 +65,7 @@ def test_max_windows_without_the_protocol_says_what_to_add():
 
 
 @pytest.mark.parametrize("fields, message", [
-    # protocol-only flags without --loads/--protocol (they were ignored: --tuned was not even read)
-    ({"tuned": "t.json"}, r"tuned \(--tuned t\.json\) applies only to the protocol evaluation; add --loads or --protocol"),
+    # protocol-only flags without --loads/--protocol (they were ignored)
     ({"warmup_s": 5.0}, r"warmup_s \(--warmup-s 5\.0\) applies only to the protocol evaluation"),
     # per-seed flags with the protocol (its windows are fixed: they were ignored)
     ({"loads": (0.7,), "seeds": (4,)}, r"seeds \(--seeds 4\) applies only to the per-seed evaluation"),
@@ -81,6 +80,18 @@ def test_flags_the_chosen_mode_would_ignore_are_errors(fields, message):
         EvaluationConfig(policy="least-work", **fields)
     EvaluationConfig(policy="least-work", protocol=True, tuned="t.json", warmup_s=5.0)  # where they apply
     EvaluationConfig(policy="least-work", seeds=(4,), eval_every=3)
+
+
+def test_tuned_file_of_a_per_seed_routing_evaluation_is_an_error(tmp_path):
+    # --tuned is read by the protocol and by reconfiguration evaluations; routing episodes ignored it unread
+    from envs.sim import SimConfig
+    from policies.evaluate import EvaluationConfig, run_evaluation
+
+    cfg = EvaluationConfig(policy="least-work", against="round-robin", workload="tool-agent", target_rps=10.0,
+                           windows="0", seeds=(1,), tuned=str(tmp_path / "t.json"))
+    with pytest.raises(ValueError, match=r"tuned \(--tuned .*t\.json\) applies only to the protocol evaluation \(add "
+                                         r"--loads or --protocol\) or to a reconfiguration evaluation, or drop --tuned"):
+        run_evaluation(cfg, SimConfig())
 
 
 @pytest.mark.parametrize("flag, value", [("--windows", "0"), ("--episode-window-s", "5"), ("--eval-every", "3")])
