@@ -377,9 +377,9 @@ def check_out_file(path: str | None, flag: str = "--out") -> None:
     out = Path(path)
     if out.is_dir():
         raise ValueError(f"{flag} {path} is a folder; expected a file path")
-    folder = next((p for p in out.parents if p.exists()), None)  # the nearest existing ancestor
-    if folder is not None and not folder.is_dir():
-        raise ValueError(f"{flag} {path} cannot be created: {folder} is a file, not a folder")
+    blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:  # named with the file's path (check_out_dir would name its folder)
+        raise ValueError(f"{flag} {path} cannot be created: {blocker} is not a folder")
     check_out_dir(str(out.parent), flag)
 
 

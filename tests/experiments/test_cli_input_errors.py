@@ -89,7 +89,8 @@ def test_report_out_that_is_a_file_is_one_line_naming_it(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["report", str(run), "--out", str(blocker)]) == 2
-    assert capsys.readouterr().err == f"cpgym report: error: --out {blocker} exists and is not a folder\n"
+    assert capsys.readouterr().err == f"cpgym report: error: --out {blocker} exists and is not a folder; " \
+        "expected a folder (new or existing)\n"
 
 
 def test_out_dir_that_cannot_be_created_fails_before_running(tmp_path):
@@ -303,7 +304,7 @@ def test_out_file_check(tmp_path):
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(ValueError, match=r"^--out .*/file/sub/x\.csv cannot be created: .*/file is a file, not a folder$"):
+    with pytest.raises(ValueError, match=r"^--out .*/file/sub/x\.csv cannot be created: .*/file is not a folder$"):
         check_out_file(str(blocker / "sub" / "x.csv"))
     with pytest.raises(ValueError, match=r"^--tuned-out .* is a folder; expected a file path$"):
         check_out_file(str(tmp_path), "--tuned-out")
@@ -330,7 +331,7 @@ def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, m
     blocker.write_text("x")
     assert main(command + ["--quiet", "--out", str(blocker / "rows.csv")]) == 2
     assert capsys.readouterr().err.endswith(f"error: --out {blocker / 'rows.csv'} cannot be created: "
-                                            f"{blocker} is a file, not a folder\n")
+                                            f"{blocker} is not a folder\n")
 
 
 def test_evaluate_out_creates_its_folder(tmp_path, capsys):
@@ -366,7 +367,8 @@ def test_capacity_cache_dir_under_a_file_fails_before_any_bisection(command, tmp
     blocker.write_text("x")
     extra = ["--out", str(tmp_path / "out")] if command[0] == "reproduce" else []
     assert main(command + extra + ["--cache-dir", str(blocker)]) == 2
-    assert capsys.readouterr().err.endswith(f"error: --cache-dir {blocker} exists and is not a folder\n")
+    assert capsys.readouterr().err.endswith(f"error: --cache-dir {blocker} exists and is not a folder; "
+        "expected a folder (new or existing)\n")
 
 
 def test_compare_out_is_checked_before_the_capacity_bisection(tmp_path, capsys, monkeypatch):
@@ -379,7 +381,8 @@ def test_compare_out_is_checked_before_the_capacity_bisection(tmp_path, capsys, 
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--loads", "0.5", "--out", str(blocker)]) == 2
-    assert capsys.readouterr().err == f"cpgym compare: error: --out {blocker} exists and is not a folder\n"
+    assert capsys.readouterr().err == f"cpgym compare: error: --out {blocker} exists and is not a folder; " \
+        "expected a folder (new or existing)\n"
 
 
 def test_capacity_refuses_a_horizon_it_would_ignore(capsys):

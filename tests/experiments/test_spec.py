@@ -255,4 +255,5 @@ def test_sweep_out_that_is_a_file_is_one_line(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["sweep", str(p), "--out", str(blocker), "--quiet"]) == 2
-    assert capsys.readouterr().err == f"cpgym sweep: error: --out {blocker} exists and is not a folder\n"
+    assert capsys.readouterr().err == f"cpgym sweep: error: --out {blocker} exists and is not a folder; " \
+        "expected a folder (new or existing)\n"

@@ -183,10 +183,10 @@ def test_dynamic_load_fractions_are_validated(kw, msg):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--plot", "{blocker}/dyn.png"], "--plot {blocker}/dyn.png cannot be created: {blocker} is a file, not a folder"),
+    (["--plot", "{blocker}/dyn.png"], "--plot {blocker}/dyn.png cannot be created: {blocker} is not a folder"),
     (["--plot", "{tmp}"], "--plot {tmp} is a folder; expected a file path"),
     (["--short-load", "0.5", "--capacity-cache-dir", "{blocker}"],
-     "--capacity-cache-dir {blocker} exists and is not a folder"),
+     "--capacity-cache-dir {blocker} exists and is not a folder; expected a folder (new or existing)"),
 ])
 def test_dynamic_output_paths_are_checked_before_running(flags, message, tmp_path, capsys, monkeypatch):
     import experiments.paper_experiments.dynamic_phases as dynamic_phases
