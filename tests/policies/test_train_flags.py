@@ -4,6 +4,7 @@ flags are errors, sizes are honoured (never clamped)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -166,3 +167,16 @@ def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, arg
         assert {k: cfg_src[k] for k in rec_src} == rec_src
     assert {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if k in rec} == rec
     assert recorded["sim_config"]["pool"]["composition"] == "cp4x6,cp2x8"
+
+
+
+@pytest.mark.parametrize("kind, flag", [("routing", "--ent-coef"), ("routing", "--learning-rate"), ("routing", "--clip-range"),
+                                        ("reconfig", "--ent-coef"), ("reconfig", "--learning-rate")])
+def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, tmp_path, capsys):
+    # --ent-coef inf used to pass `>= 0` and crash inside PPO with a NaN-logits traceback
+    assert main(["train", kind, flag, "inf", "--out", str(tmp_path / "run"), "--quiet", "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err
+    field = flag[2:].replace("-", "_")
+    assert err.startswith("cpgym train: error: ") and err.count("\n") == 1, err
+    assert re.search(rf"{field} (must be )?a finite number", err) and re.search(r"got (.*, )?inf\b", err), err
+    assert not (tmp_path / "run").exists()
