@@ -120,8 +120,10 @@ class ReconfigTrainConfig:
             raise ValueError("give trace or workload")
         for name in ("episode_window_s", "window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
                      "torch_threads", "validate_every_steps", "bc_epochs", "bc_learning_rate"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
+        if not math.isfinite(self.noop_logit_bias):
+            raise ValueError(f"noop_logit_bias must be a finite number, got {self.noop_logit_bias}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)
         if not 0 < self.gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")

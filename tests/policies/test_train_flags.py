@@ -180,3 +180,15 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
     assert err.startswith("cpgym train: error: ") and err.count("\n") == 1, err
     assert re.search(rf"{field} (must be )?a finite number", err) and re.search(r"got (.*, )?inf\b", err), err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--noop-logit-bias", "nan"], "noop_logit_bias must be a finite number, got nan"),  # was a NaN-logits traceback
+    (["--action-mode", "target", "--warm-start", "oracle", "--bc-learning-rate", "inf"],  # same, after the oracle runs
+     "bc_learning_rate must be a finite number > 0, got inf"),
+    (["--episode-window-s", "inf"], "episode_window_s must be a finite number > 0, got inf"),  # was accepted
+])
+def test_reconfig_non_finite_settings_fail_before_anything_runs(flags, message, tmp_path, capsys):
+    assert main(["train", "reconfig", *flags, "--out", str(tmp_path / "run"), "--quiet", "--wandb", "disabled"]) == 2
+    assert capsys.readouterr().err == f"cpgym train: error: {message}\n"
+    assert not (tmp_path / "run").exists()
