@@ -215,8 +215,8 @@ class TrainConfig:
         self._check_residual_and_protocol()
 
     def _check_residual_and_protocol(self) -> None:
-        if self.residual_tau_s is not None and not self.residual_tau_s > 0:
-            raise ValueError(f"residual_tau_s must be > 0, got {self.residual_tau_s}")
+        if self.residual_tau_s is not None and not (self.residual_tau_s > 0 and math.isfinite(self.residual_tau_s)):
+            raise ValueError(f"residual_tau_s must be a finite number > 0, got {self.residual_tau_s}")  # inf: no prior
         from baselines.vertumnus import VertumnusParams
 
         VertumnusParams(beta=self.residual_beta, lambda_=self.residual_lambda)  # ValueError naming the field

@@ -192,3 +192,10 @@ def test_reconfig_non_finite_settings_fail_before_anything_runs(flags, message, 
     assert main(["train", "reconfig", *flags, "--out", str(tmp_path / "run"), "--quiet", "--wandb", "disabled"]) == 2
     assert capsys.readouterr().err == f"cpgym train: error: {message}\n"
     assert not (tmp_path / "run").exists()
+
+
+def test_residual_temperature_must_be_finite(tmp_path, capsys):
+    # inf made the prior -J/tau vanish (a uniform prior) without a word
+    assert main(["train", "routing", "--residual-tau-s", "inf", "--out", str(tmp_path / "run"), "--quiet",
+                 "--wandb", "disabled"]) == 2
+    assert capsys.readouterr().err == "cpgym train: error: residual_tau_s must be a finite number > 0, got inf\n"
