@@ -174,7 +174,8 @@ def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, arg
                                         ("reconfig", "--ent-coef"), ("reconfig", "--learning-rate")])
 def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, tmp_path, capsys):
     # --ent-coef inf used to pass `>= 0` and crash inside PPO with a NaN-logits traceback
-    assert main(["train", kind, flag, "inf", "--out", str(tmp_path / "run"), "--quiet", "--wandb", "disabled"]) == 2
+    assert main(["train", kind, flag, "inf", "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
+                 "--wandb", "disabled"]) == 2
     err = capsys.readouterr().err
     field = flag[2:].replace("-", "_")
     assert err.startswith("cpgym train: error: ") and err.count("\n") == 1, err
@@ -189,13 +190,14 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
     (["--episode-window-s", "inf"], "episode_window_s must be a finite number > 0, got inf"),  # was accepted
 ])
 def test_reconfig_non_finite_settings_fail_before_anything_runs(flags, message, tmp_path, capsys):
-    assert main(["train", "reconfig", *flags, "--out", str(tmp_path / "run"), "--quiet", "--wandb", "disabled"]) == 2
+    assert main(["train", "reconfig", *flags, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
+                 "--wandb", "disabled"]) == 2
     assert capsys.readouterr().err == f"cpgym train: error: {message}\n"
     assert not (tmp_path / "run").exists()
 
 
 def test_residual_temperature_must_be_finite(tmp_path, capsys):
     # inf made the prior -J/tau vanish (a uniform prior) without a word
-    assert main(["train", "routing", "--residual-tau-s", "inf", "--out", str(tmp_path / "run"), "--quiet",
-                 "--wandb", "disabled"]) == 2
+    assert main(["train", "routing", "--residual-tau-s", "inf", "--timesteps", "1", "--out", str(tmp_path / "run"),
+                 "--quiet", "--wandb", "disabled"]) == 2
     assert capsys.readouterr().err == "cpgym train: error: residual_tau_s must be a finite number > 0, got inf\n"
