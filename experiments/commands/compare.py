@@ -183,6 +183,7 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
     """
     from baselines.registry import get_policy
     from experiments.common import parse_list, sim_config_from_args, workload_source_from_args
+    from experiments.runner import policy_pool
 
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
@@ -198,7 +199,10 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
     rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else load_rates
     scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales is not None else None
-    return {"source": workload_source_from_args(args), "base_config": sim_config_from_args(args, seed=seeds[0]),
+    base_config = sim_config_from_args(args, seed=seeds[0])
+    for n in names:  # a baseline whose own pool does not fit the flags fails before any run
+        policy_pool(get_policy(n), base_config.pool)
+    return {"source": workload_source_from_args(args), "base_config": base_config,
             "policies": policies, "rates_rps": rates, "rate_scales": scales, "seeds": seeds}
 
 

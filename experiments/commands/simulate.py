@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from envs.metrics import summarize
     from envs.metrics.summary import FAULT_KEYS
     from experiments.common import check_out_dir, dumps_json, sim_config_from_args, workload_from_args
-    from experiments.runner import run_policy, write_run
+    from experiments.runner import policy_pool, run_policy, write_run
 
     if args.list_policies:
         for name, spec in POLICIES.items():
@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     specs = [get_policy(n) for n in names]  # fail on a typo before running anything
     check_out_dir(args.out)
     config = sim_config_from_args(args)
+    for spec in specs:  # a baseline whose own pool does not fit the flags fails before any run
+        policy_pool(spec, config.pool)
     workload = workload_from_args(args)
     from experiments.progress import Progress, progress_mode
 

@@ -410,3 +410,22 @@ def test_skip_invalid_without_a_trace_is_an_error(workload, capsys):
     name = "tool-agent" if workload else "mixed-default"
     assert capsys.readouterr().err == "cpgym simulate: error: --skip-invalid skips invalid trace lines; it does not " \
                                       f"apply to the named workload '{name}'\n"
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--quiet", "--policy", "least-work,homogeneous-cp4"],
+    ["compare", "--workload", "tool-agent", "--window-s", "0", "2", "--rates", "10", "--suite", "least-work,homogeneous-cp4"],
+])
+def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command, capsys, monkeypatch):
+    # was "composition item 'cp4x10': CP degree 4 is not supported ..." after the policies before it had run
+    import experiments.runner as runner
+
+    def no_run(*a, **k):
+        raise AssertionError("simulated before checking every policy's pool")
+
+    monkeypatch.setattr(runner, "run_policy", no_run)
+    monkeypatch.setattr(runner, "build_simulator", no_run)
+    assert main(command + ["--supported-degrees", "2", "--pool-composition", "cp2x20"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "error: policy 'homogeneous-cp4' runs on its own pool, which these pool flags reject: composition item 'cp4x10': "
+        "CP degree 4 is not supported; supported degrees are [2]\n")
