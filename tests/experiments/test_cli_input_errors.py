@@ -429,3 +429,13 @@ def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command,
     assert capsys.readouterr().err.endswith(
         "error: policy 'homogeneous-cp4' runs on its own pool, which these pool flags reject: composition item 'cp4x10': "
         "CP degree 4 is not supported; supported degrees are [2]\n")
+
+
+@pytest.mark.parametrize("name", ["shipped", "shipped-residual", "policies/checkpoints/routing_conversation"])
+def test_simulate_with_a_checkpoint_points_to_evaluate(name, capsys):
+    # the README's `--policy shipped` read as "unknown policy 'shipped'; known policies: ..." under simulate
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--quiet",
+                 "--policy", f"least-work,{name}"]) == 2
+    assert capsys.readouterr().err == f"cpgym simulate: error: --policy {name}: learned checkpoints run under " \
+                                      f"`cpgym evaluate --policy {name}` (held-out windows, paired CIs); cpgym simulate " \
+                                      "runs the registered policies of --list-policies\n"
