@@ -184,14 +184,14 @@ def parse_list(text: str, flag: str, kind: type = float, positive: bool = False)
 
     Raises:
         ValueError: naming ``flag`` when an item is not a number (an empty item included), the list is empty, or (with
-            ``positive``) a value is <= 0.
+            ``positive``) a value is <= 0, NaN or infinite.
     """
     try:
         vals = split_number_list(text, kind)
     except ValueError as e:
         raise ValueError(f"{flag} {e}") from None
-    if positive and any(v <= 0 for v in vals):
-        raise ValueError(f"{flag} values must all be > 0, got {text!r}")
+    if positive and not all(v > 0 and math.isfinite(v) for v in vals):  # float("nan") / "inf" parse
+        raise ValueError(f"{flag} values must all be finite numbers > 0, got {text!r}")
     return vals
 
 
@@ -275,6 +275,8 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
     params = parse_workload_params(args.workload_param)
     if params and trace is not None:
         raise ValueError("--workload-param overrides a named workload's generator; it does not apply to a trace")
+    if getattr(args, "skip_invalid", False) and trace is None:
+        raise ValueError(f"--skip-invalid skips invalid trace lines; it does not apply to the named workload {name!r}")
     return WorkloadSource(name=name, trace=trace, seed=args.workload_seed, target_rps=args.target_rps, params=params,
                           rate_scale=args.rate_scale, window_s=tuple(args.window_s) if args.window_s else None,
                           skip_invalid=args.skip_invalid)
@@ -358,6 +360,27 @@ def check_out_dir(path: str | os.PathLike | None, flag: str = "--out") -> None:
         raise ValueError(f"{flag} {path} cannot be created: {exc.strerror or exc}") from None
     for p in missing:  # innermost first
         p.rmdir()
+
+
+def check_out_file(path: str | None, flag: str = "--out") -> None:
+    """Fails early (before any simulation) if the output file ``path`` is an existing folder or
+    its folder exists as a file or cannot be created (:func:`check_out_dir`); the writer then
+    creates that folder.
+
+    Raises:
+        ValueError: naming ``flag`` and ``path``, with the reason.
+    """
+    from pathlib import Path
+
+    if path is None:
+        return
+    out = Path(path)
+    if out.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; expected a file path")
+    blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:  # named with the file's path (check_out_dir would name its folder)
+        raise ValueError(f"{flag} {path} cannot be created: {blocker} is not a folder")
+    check_out_dir(str(out.parent), flag)
 
 
 def dumps_json(obj) -> str:

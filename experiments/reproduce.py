@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -145,12 +146,52 @@ class ReproduceConfig:
         if bad:
             raise ValueError(f"dynamic_params: unknown DynamicPhasesConfig field(s) {bad}; known: {sorted(known)} "
                              "(the workload seed is the run seed)")
+        object.__setattr__(self, "dynamic_params", _typed_dynamic_params(self.dynamic_params))
+        DynamicPhasesConfig(**dict(self.dynamic_params))  # its own checks, before any run
         if not self.loads or any(not 0 < x <= 2 for x in self.loads) or list(self.loads) != sorted(set(self.loads)):
             raise ValueError(f"--loads must be increasing fractions in (0, 2], got {list(self.loads)}")
         if not (self.window_s > 0 and math.isfinite(self.window_s)):
             raise ValueError(f"--window-s must be > 0, got {self.window_s}")
         if self.policies[0] != "vertumnus":
             raise ValueError("the first policy of a reproduction must be the full system 'vertumnus'")
+
+
+def _typed_dynamic_params(params: tuple[tuple[str, object], ...]) -> tuple[tuple[str, object], ...]:
+    """``dynamic_params`` checked against the types of their ``DynamicPhasesConfig`` fields (an
+    int is a float; a number given for a text field is kept as text; ``window_s`` is ``START,END``).
+
+    Raises:
+        ValueError: naming ``--dynamic-param NAME`` and the expected type.
+    """
+    import typing
+
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
+
+    hints = typing.get_type_hints(DynamicPhasesConfig)
+    out = []
+    for name, value in params:
+        tp, optional = hints[name], False
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp, optional = (args[0] if len(args) == 1 else tp), len(args) < len(typing.get_args(tp))
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if value is None and optional:
+            pass
+        elif tp is float and number:
+            value = float(value)
+        elif tp is str and number:
+            value = str(value)
+        elif typing.get_origin(tp) is tuple and isinstance(value, str):  # window_s=0,300
+            try:
+                value = tuple(float(x) for x in value.split(","))
+            except ValueError:
+                raise ValueError(f"--dynamic-param {name}={value!r}: expected START,END in seconds") from None
+        elif not (tp in (int, str, bool) and type(value) is tp) and \
+                not (typing.get_origin(tp) is tuple and isinstance(value, (tuple, list))):
+            what = {int: "an integer", float: "a number", bool: "true or false", str: "text"}.get(tp, "START,END in seconds")
+            raise ValueError(f"--dynamic-param {name}={value!r}: expected {what}")
+        out.append((name, value))
+    return tuple(out)
 
 
 @dataclass

@@ -15,6 +15,21 @@ from envs.sim import Calibration, SimConfig, Simulator, Workload
 from envs.sim.simulator import SimResult
 
 
+def policy_pool(spec: PolicySpec, pool):
+    """The pool ``spec`` runs on: its own composition (a homogeneous, TP-4 or SGLang CP-4 baseline)
+    over ``pool``'s GPUs, else ``pool`` itself.
+
+    Raises:
+        ValueError: naming the policy, when its composition does not fit ``pool``'s GPUs, node size
+            or supported degrees.
+    """
+    try:
+        composition = spec.resolve_composition(pool)
+        return pool if composition is None else replace(pool, composition=composition)
+    except ValueError as exc:
+        raise ValueError(f"policy {spec.name!r} runs on its own pool, which these pool flags reject: {exc}") from None
+
+
 def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimConfig,
                     calibration: Calibration | None = None, capacity_cache=None) -> tuple[Simulator, PolicySpec]:
     """Creates the simulator for one policy: applies the policy's pool composition (if it needs
@@ -30,9 +45,7 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     from baselines.capacity import CapacityCache
 
     spec = get_policy(policy) if isinstance(policy, str) else policy
-    composition = spec.resolve_composition(config.pool)
-    if composition is not None:
-        config = replace(config, pool=replace(config.pool, composition=composition))
+    config = replace(config, pool=policy_pool(spec, config.pool))
     if spec.kv_tiers is not None and not config.kv_tiers.enabled:  # the system's own KV tiers (pull path)
         config = replace(config, kv_tiers=spec.kv_tiers)
     cache = capacity_cache if capacity_cache is not None else CapacityCache()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -73,7 +73,8 @@ def check_policy_argument(name: str) -> None:
     Raises:
         FileNotFoundError: naming the path, for a checkpoint path that does not exist (a value
             holding a path separator or ending in ``.zip``) or a folder without ``model.zip``.
-        ValueError: for an unknown name: suggests the closest names (``difflib``) and names the
+        ValueError: naming the path, for an existing file that is not a ``.zip``; for an unknown
+            name: suggests the closest names (``difflib``) and names the
             accepted forms (``shipped``, checkpoint paths, the registered policies).
     """
     import difflib
@@ -85,6 +86,9 @@ def check_policy_argument(name: str) -> None:
         return
     if is_checkpoint(name) or looks_like_path(name):
         resolve_checkpoint(name)
+        if not is_checkpoint(name):  # an existing file that is neither a folder nor a .zip
+            raise ValueError(f"{name}: not a checkpoint; expected a checkpoint folder holding model.zip, "
+                             "a model .zip file, or 'shipped'")
         return
     from policies.checkpoint import SHIPPED_CHECKPOINTS
 
@@ -253,11 +257,37 @@ class EvaluationConfig:
         object.__setattr__(self, "loads", tuple(float(x) for x in self.loads))
         if self.max_windows is not None and self.max_windows < 1:
             raise ValueError(f"evaluate: max_windows must be >= 1, got {self.max_windows}")
-        if self.max_windows is not None and not (self.loads or self.protocol):
-            raise ValueError(f"evaluate: max_windows (--max-windows {self.max_windows}) applies only to the protocol "
-                             "evaluation; add --loads or --protocol, or drop --max-windows")
         if not self.warmup_s >= 0:
             raise ValueError(f"evaluate: warmup_s must be >= 0, got {self.warmup_s}")
+        self._check_mode_fields()
+
+    def _check_mode_fields(self) -> None:
+        """A field set away from its default that the chosen mode (protocol with ``loads`` /
+        ``protocol``, else per-seed episodes) would ignore is an error naming its flag."""
+        defaults = {f.name: f.default for f in fields(self)}
+        protocol = bool(self.loads) or self.protocol
+        if self.loads and self.target_rps is not None:
+            raise ValueError(f"evaluate: give loads (--loads, fractions of capacity) or target_rps (--target-rps "
+                             f"{self.target_rps:g}), not both")
+        only = ("max_windows", "warmup_s") if not protocol else ("seeds", "eval_every")  # tuned: run_evaluation
+        for name in only:
+            value = getattr(self, name)
+            if value != defaults[name]:
+                flag = "--" + name.replace("_", "-")
+                shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+                where = "only to the protocol evaluation; add --loads or --protocol" if not protocol else \
+                    "only to the per-seed evaluation, not to the protocol's fixed windows (--loads / --protocol)"
+                raise ValueError(f"evaluate: {name} ({flag} {shown}) applies {where}, or drop {flag}")
+
+    def check_reconfig_fields(self) -> None:
+        """Reconfiguration evaluation runs one whole-workload episode per seed: a routing-only
+        field set away from its default (it would be ignored) is an error naming its flag."""
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in ("episode_window_s", "eval_every", "windows"):
+            if getattr(self, name) != defaults[name]:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"evaluate: {name} ({flag} {getattr(self, name)}) applies only to routing evaluation; "
+                                 f"a reconfiguration evaluation runs one whole-workload episode per seed (drop {flag})")
 
     def resolved_kind(self) -> str:
         """``"routing"`` or ``"reconfig"`` (``auto``: from the checkpoint's ``train_config.json``)."""
@@ -359,12 +389,16 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
     if kind == "reconfig":
         from policies.evaluate_reconfig import evaluate_reconfig
 
+        cfg.check_reconfig_fields()
         ckpt = None if cfg.policy in ("none", "-") else cfg.policy
         against = [n.strip() for n in (cfg.against or DEFAULT_RECONFIG_AGAINST).split(",") if n.strip()]
         workload = reconfig_workload(cfg)
         rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=cfg.target_rps, log=log,
                                  tuned=cfg.tuned)
         return EvaluationResult(kind=kind, rows=rows, source=workload, part="all", seeds=cfg.seeds)
+    if cfg.tuned is not None:  # the protocol (experiments/commands/evaluate.py) or reconfig (above) read it
+        raise ValueError(f"evaluate: tuned (--tuned {cfg.tuned}) applies only to the protocol evaluation (add --loads or "
+                         "--protocol) or to a reconfiguration evaluation, or drop --tuned")
     against = [n.strip() for n in (cfg.against or DEFAULT_ROUTING_AGAINST).split(",") if n.strip()]
     policies = [cfg.policy] + [n for n in against if n != cfg.policy]
     source = routing_source(cfg)

@@ -181,6 +181,34 @@ def tuned_spec(beta: float, lambda_: float, name: str = "vertumnus-tuned"):
                           VertumnusParams(beta=beta, lambda_=lambda_))
 
 
+def load_tuned_cells(path: str) -> dict[str, dict]:
+    """The per-cell ``{"beta", "lambda", ...}`` of a ``cpgym tune vertumnus --out`` file
+    (``{"cells": {cell key: {"beta": b, "lambda": l, ...}}}``, see :func:`tune_vertumnus`).
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the file (and the cell and field) if it is not that JSON, or a beta /
+            lambda is not a finite number within the paper's bounds (beta >= 1, lambda >= 0, §5).
+    """
+    from pathlib import Path
+
+    from policies.checkpoint import read_json_file
+
+    expected = "expected the file written by `cpgym tune vertumnus --out`"
+    doc = read_json_file(Path(path))
+    cells = doc.get("cells") if isinstance(doc, dict) else None
+    if not isinstance(cells, dict):
+        raise ValueError(f"{path}: no 'cells' object; {expected}")
+    for key, cell in cells.items():
+        if not isinstance(cell, dict):
+            raise ValueError(f"{path}: cell {key!r} is a {type(cell).__name__}; {expected}")
+        for field, low in (("beta", 1.0), ("lambda", 0.0)):
+            v = cell.get(field)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
+                raise ValueError(f"{path}: cell {key!r}, field {field!r}: got {v!r}; expected a finite number >= {low:g}")
+    return cells
+
+
 def run_heuristic_window(policy, wl, sim_config) -> dict:
     """Runs a heuristic (name or spec) on one protocol window; :func:`measured_summary` of it."""
     from experiments.runner import run_policy

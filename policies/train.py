@@ -193,8 +193,8 @@ class TrainConfig:
         if self.wandb_mode not in ("offline", "online", "disabled"):
             raise ValueError(f"wandb_mode must be 'offline', 'online' or 'disabled', got {self.wandb_mode!r}")
         for name in ("learning_rate", "reward_scale"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
         if self.bc_episodes < 1 or self.bc_epochs < 1:
             raise ValueError(f"bc_episodes and bc_epochs must be >= 1, got {self.bc_episodes}, {self.bc_epochs}")
         if not 0 < self.gamma <= 1:
@@ -208,13 +208,15 @@ class TrainConfig:
             raise ValueError(f"train_prediction_noise must be a finite number >= 0, got {self.train_prediction_noise}")
         if not 0 <= self.gae_lambda <= 1:
             raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
-        if not self.ent_coef >= 0 or not self.clip_range > 0:
-            raise ValueError(f"ent_coef must be >= 0 and clip_range > 0, got {self.ent_coef}, {self.clip_range}")
+        if not (self.ent_coef >= 0 and math.isfinite(self.ent_coef)) or not (self.clip_range > 0
+                                                                             and math.isfinite(self.clip_range)):
+            raise ValueError(f"ent_coef must be a finite number >= 0 and clip_range a finite number > 0, "
+                             f"got {self.ent_coef}, {self.clip_range}")
         self._check_residual_and_protocol()
 
     def _check_residual_and_protocol(self) -> None:
-        if self.residual_tau_s is not None and not self.residual_tau_s > 0:
-            raise ValueError(f"residual_tau_s must be > 0, got {self.residual_tau_s}")
+        if self.residual_tau_s is not None and not (self.residual_tau_s > 0 and math.isfinite(self.residual_tau_s)):
+            raise ValueError(f"residual_tau_s must be a finite number > 0, got {self.residual_tau_s}")  # inf: no prior
         from baselines.vertumnus import VertumnusParams
 
         VertumnusParams(beta=self.residual_beta, lambda_=self.residual_lambda)  # ValueError naming the field

@@ -11,6 +11,7 @@ the capacity profiles of the observation are cached).
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import replace
 from dataclasses import asdict, dataclass, field, fields
@@ -119,13 +120,17 @@ class ReconfigTrainConfig:
             raise ValueError("give trace or workload")
         for name in ("episode_window_s", "window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
                      "torch_threads", "validate_every_steps", "bc_epochs", "bc_learning_rate"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
+        if not math.isfinite(self.noop_logit_bias):
+            raise ValueError(f"noop_logit_bias must be a finite number, got {self.noop_logit_bias}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)
         if not 0 < self.gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
-        if not (self.learning_rate > 0 and self.ent_coef >= 0):
-            raise ValueError(f"learning_rate must be > 0 and ent_coef >= 0, got {self.learning_rate}, {self.ent_coef}")
+        if not (self.learning_rate > 0 and self.ent_coef >= 0 and math.isfinite(self.learning_rate)
+                and math.isfinite(self.ent_coef)):
+            raise ValueError(f"learning_rate must be a finite number > 0 and ent_coef a finite number >= 0, "
+                             f"got {self.learning_rate}, {self.ent_coef}")
         object.__setattr__(self, "workload_seeds", tuple(int(x) for x in self.workload_seeds))
         object.__setattr__(self, "validation_seeds", tuple(int(x) for x in self.validation_seeds))
         shared = sorted(set(self.validation_seeds) & set(self.seeds))

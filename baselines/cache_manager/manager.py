@@ -297,6 +297,7 @@ def with_global_cache(base, config: CacheManagerConfig | None = None, name: str 
 
     cache_params = {PARAM_PREFIX + f: getattr(cfg, f) for f in SWEEPABLE_FIELDS}
     return replace(base, name=new_name, make_router=make_router, make_attachments=make_attachments,
-                   description=f"{base.description} + global prefix-cache manager (replication/reclamation)",
+                   description=f"{base.description} + global prefix-cache manager (replication/reclamation, "
+                               f"{cfg.scan_interval_s:g} s scan)",
                    source=f"{base.source}; paper §7 global prefix-cache manager", build_with=build_with,
                    params={**base.params, **cache_params})

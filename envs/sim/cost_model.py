@@ -21,6 +21,7 @@ documented in :class:`Calibration`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -58,7 +59,7 @@ class CostCoefficients:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if not isinstance(value, (int, float)) or value != value or value < 0:
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"cost coefficient {name} must be a finite number >= 0, got {value!r}")
 
 

@@ -34,7 +34,7 @@ DEFAULT_CAPACITIES = "1000,2000,5000,10000,20000,50000"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="PATH",
-                     help="trace file (Mooncake JSONL with hash_ids; CSV traces have no prefixes)")
+                     help="trace file (Mooncake JSONL with hash_ids, or the L-Eval lengths CSV; an Azure CSV has no prefixes)")
     src.add_argument("--workload", metavar="NAME", help="a named synthetic workload instead (e.g. tool-agent)")
     p.add_argument("--duration-s", type=float, default=None,
                    help="with --workload: seconds of arrivals (default: the workload's)")
@@ -49,11 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-invalid", action="store_true", help="skip invalid trace lines instead of failing")
 
 
-def parse_capacities(text: str) -> list[int]:
+def parse_capacities(text: str, flag: str = "--capacities") -> list[int]:
     """``"1000,10000"`` -> ``[1000, 10000]`` (sorted, deduplicated).
 
     Raises:
-        ValueError: on a non-integer or a capacity < 1.
+        ValueError: naming ``flag``, on a non-integer or a capacity < 1.
     """
     out = []
     for item in (s.strip() for s in text.split(",")):
@@ -62,12 +62,12 @@ def parse_capacities(text: str) -> list[int]:
         try:
             v = int(item)
         except ValueError:
-            raise ValueError(f"--capacities must be comma-separated integers (blocks), got {item!r}") from None
+            raise ValueError(f"{flag} must be comma-separated integers (blocks), got {item!r}") from None
         if v < 1:
-            raise ValueError(f"--capacities values must be >= 1 block, got {v}")
+            raise ValueError(f"{flag} values must be >= 1 block, got {v}")
         out.append(v)
     if not out:
-        raise ValueError("--capacities needs at least one capacity")
+        raise ValueError(f"{flag} needs at least one capacity")
     return sorted(set(out))
 
 
@@ -165,7 +165,12 @@ def _load(args: argparse.Namespace):
         return WorkloadSource(name=args.workload, seed=args.workload_seed, params=params).build()
     if args.duration_s is not None:
         raise ValueError("--duration-s applies to --workload only (a trace keeps its own window)")
-    return WorkloadSource(trace=args.trace, skip_invalid=args.skip_invalid).build()  # a TraceWarning reports skipped lines
+    wl = WorkloadSource(trace=args.trace, skip_invalid=args.skip_invalid).build()  # a TraceWarning reports skipped lines
+    if wl.metadata.get("format") == "azure-2023-csv":  # envs/workloads/traces/azure.py: fresh blocks per request
+        raise ValueError(f"{args.trace}: an Azure 2023 trace has no prefix information (every request gets fresh "
+                         "blocks), so every hit rate would be 0; give a Mooncake JSONL trace with hash_ids, the L-Eval "
+                         "lengths CSV or --workload")
+    return wl
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import dumps_json
 
     caps: list[int | None] = [*parse_capacities(args.capacities), None]
-    dram_caps = parse_capacities(args.dram_capacities) if args.dram_capacities else None
+    dram_caps = parse_capacities(args.dram_capacities, "--dram-capacities") if args.dram_capacities else None
     wl = _load(args)
     if dram_caps is not None:
         rows = tiered_hit_rate_curve(wl, caps[:-1], dram_caps)

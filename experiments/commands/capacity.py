@@ -35,10 +35,38 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the capacity cache")
 
 
+def check_capacity_flags_unused(args: argparse.Namespace, why: str) -> None:
+    """For a command that measures no capacity in this run (``why`` says so): a capacity flag
+    given away from its default would have no effect, so it is an error naming the flag."""
+    from experiments.capacity import CapacityDefinition
+
+    d = CapacityDefinition()
+    defaults = {"drain_ratio": d.drain_ratio, "min_slo_attainment": d.min_slo_attainment, "rel_tol": d.rel_tol,
+                "cache_dir": DEFAULT_CACHE_DIR, "no_cache": False}
+    for dest, default in defaults.items():
+        if getattr(args, dest, default) != default:
+            flag = "--" + dest.replace("_", "-")
+            raise ValueError(f"{flag} has no effect here: {why}")
+
+
 def definition_from_args(args: argparse.Namespace):
     from experiments.capacity import CapacityDefinition
 
     return CapacityDefinition(drain_ratio=args.drain_ratio, min_slo_attainment=args.min_slo_attainment, rel_tol=args.rel_tol)
+
+
+def cache_dir_from_args(args: argparse.Namespace) -> str | None:
+    """``--cache-dir`` (``None`` with ``--no-cache``), checked before any bisection runs.
+
+    Raises:
+        ValueError: naming ``--cache-dir`` if it is a file or cannot be created.
+    """
+    from experiments.common import check_out_dir
+
+    if args.no_cache:
+        return None
+    check_out_dir(args.cache_dir, "--cache-dir")
+    return args.cache_dir
 
 
 def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0)):
@@ -76,11 +104,13 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import dumps_json, sim_config_from_args
 
     policies = resolve_suite(args.policy)
+    if args.horizon_s is not None:  # experiments.capacity runs every probe to completion
+        raise ValueError("--horizon-s does not apply to cpgym capacity: every probe runs until its requests finish")
     config = sim_config_from_args(args)
     rated = rated_from_args(args)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     caps = capacities(policies, rated, config, definition=definition_from_args(args),
-                      cache_dir=None if args.no_cache else args.cache_dir, log=log)
+                      cache_dir=cache_dir_from_args(args), log=log)
     rows = [{"policy": p, "workload": r.workload, "capacity_rps": r.capacity_rps, "native_rate_rps": r.native_rate_rps,
              "rate_scale": r.rate_scale, "num_simulations": len(r.probes), "cached": r.cached, "definition": r.definition}
             for p, r in caps.items()]

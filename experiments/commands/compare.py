@@ -113,7 +113,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
     if args.loads is None and not args.label_overload:
         return {}, None, {}
     from experiments.capacity import capacities, rates_for_loads, static_baselines
-    from experiments.commands.capacity import definition_from_args, rated_from_args
+    from experiments.commands.capacity import cache_dir_from_args, definition_from_args, rated_from_args
     from experiments.common import parse_list, sim_config_from_args
 
     loads = parse_list(args.loads, "--loads", positive=True) if args.loads is not None else None
@@ -125,7 +125,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
         rated[seed] = rated_from_args(a)
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "table" else None
     res = capacities(names, rated[seeds[0]], sim_config_from_args(args, seed=seeds[0]), definition=definition_from_args(args),
-                     cache_dir=None if args.no_cache else args.cache_dir, log=log)
+                     cache_dir=cache_dir_from_args(args), log=log)
     caps: dict = {p: r.capacity_rps for p, r in res.items()}
     if loads is None:
         return caps, None, {}
@@ -183,6 +183,7 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
     """
     from baselines.registry import get_policy
     from experiments.common import parse_list, sim_config_from_args, workload_source_from_args
+    from experiments.runner import policy_pool
 
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
@@ -198,7 +199,10 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
     rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else load_rates
     scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales is not None else None
-    return {"source": workload_source_from_args(args), "base_config": sim_config_from_args(args, seed=seeds[0]),
+    base_config = sim_config_from_args(args, seed=seeds[0])
+    for n in names:  # a baseline whose own pool does not fit the flags fails before any run
+        policy_pool(get_policy(n), base_config.pool)
+    return {"source": workload_source_from_args(args), "base_config": base_config,
             "policies": policies, "rates_rps": rates, "rate_scales": scales, "seeds": seeds}
 
 
@@ -217,12 +221,16 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, dumps_json, parse_list
     from experiments.paper_experiments.end_to_end import run_compare
 
+    check_out_dir(args.out)  # before the capacity bisections of --loads / --label-overload
     if args.loads is not None or args.label_overload:
         seeds0 = parse_list(args.seeds, "--seeds", int)
         caps, _, load_of = _capacities_for(args, resolve_suite(args.suite), seeds0)
         load_rates = caps.pop("_rates", None)
         load_of = caps.pop("_load_of", load_of)
     else:
+        from experiments.commands.capacity import check_capacity_flags_unused
+
+        check_capacity_flags_unused(args, "capacities are measured only with --loads or --label-overload")
         caps, load_of, load_rates = {}, {}, None
     inputs = _inputs(args, load_rates)
     config0, seeds = inputs["base_config"], inputs["seeds"]
@@ -230,7 +238,6 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         from experiments.provenance import write_provenance
 
-        check_out_dir(args.out)
         write_provenance(out, argv=getattr(args, "argv", None))
 
     def save(rows: list[dict]) -> None:  # nothing is lost: every finished run is on disk before the next one is awaited

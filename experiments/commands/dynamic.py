@@ -92,7 +92,7 @@ def check_composition_count(cfg, base, max_compositions: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir, dumps_json
+    from experiments.common import check_out_dir, check_out_file, dumps_json
     from experiments.config_args import config_from_args
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, run_dynamic_phases
 
@@ -100,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     base = base_config_from_args(args)
     check_composition_count(cfg, base, args.max_compositions)
     check_out_dir(args.out_dir, "--out-dir")
+    check_out_file(args.plot, "--plot")  # these three before the runs, not after them
+    if cfg.capacity_cache_dir and (cfg.short_load is not None or cfg.long_load is not None):
+        check_out_dir(cfg.capacity_cache_dir, "--capacity-cache-dir")
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     result = run_dynamic_phases(cfg, base, log=log)
     out = dict(result.summary)
@@ -202,6 +205,8 @@ def _print_tables(out: dict, kinds: list[str]) -> None:
 
 
 def _plot(path: str, adaptive, best, best_comp: str, bounds: list[float], kinds: list[str]) -> None:
+    from pathlib import Path
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -242,5 +247,6 @@ def _plot(path: str, adaptive, best, best_comp: str, bounds: list[float], kinds:
     ax2.set_xlabel("time [s]")
     ax2.legend(fontsize=8)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

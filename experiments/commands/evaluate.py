@@ -55,7 +55,7 @@ def _run_from_csv(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from experiments.common import sim_config_from_args
+    from experiments.common import check_out_file, sim_config_from_args
     from experiments.config_args import config_from_args
     from policies.evaluate import EvaluationConfig, check_checkpoint_kind, check_policy_argument, run_evaluation
 
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_from_csv(args)
     if args.policy is None:
         raise ValueError("--policy is required (a checkpoint, 'shipped' or a policy name), unless --from-csv")
+    check_out_file(args.out)  # before hours of evaluation, not after
     cfg = config_from_args(EvaluationConfig, args)
     if cfg.loads or cfg.protocol:
         check_policy_argument(cfg.policy)
@@ -72,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         check_policy_argument(cfg.policy)  # one line: a missing checkpoint path, or "did you mean"
     kind = cfg.resolved_kind()
     check_checkpoint_kind(cfg.policy, kind)  # a routing checkpoint with --kind reconfig, or the converse
+    if kind == "reconfig":
+        cfg.check_reconfig_fields()  # before the training-seed warning
     if kind == "reconfig" and cfg.policy not in ("none", "-"):
         from policies.evaluate_reconfig import training_seeds
 
@@ -89,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
 
         from experiments.provenance import write_provenance
 
-        pd.DataFrame(rows).to_csv(args.out, index=False)
         out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(out, index=False)
         write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
     if kind == "reconfig":
         return _print_reconfig(rows, source or "phases", cfg.seeds, args.format, cfg.reference)
@@ -100,12 +104,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_protocol(args: argparse.Namespace, cfg) -> int:
     """``--loads`` / ``--protocol``: :mod:`policies.protocol` cells (test windows by default)."""
-    import json
     import sys
 
     from experiments.common import dumps_json, sim_config_from_args
     from policies.evaluate import DEFAULT_ROUTING_AGAINST
-    from policies.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, scenarios
+    from policies.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, load_tuned_cells, scenarios
 
     policies = [cfg.policy] + [n.strip() for n in (cfg.against or DEFAULT_ROUTING_AGAINST).split(",")
                                if n.strip() and n.strip() != cfg.policy]
@@ -114,7 +117,7 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
         raise ValueError(f"--windows must be test, validation or train with --loads/--protocol, got {cfg.windows!r}")
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
-    tuned_cells = json.loads(open(cfg.tuned).read())["cells"] if cfg.tuned else {}
+    tuned_cells = load_tuned_cells(cfg.tuned) if cfg.tuned else {}
     rows = []
     window_s = cfg.episode_window_s or 10.0
     for sc in scenarios(config, trace=cfg.trace, workload=cfg.workload, loads=cfg.loads,
@@ -130,8 +133,9 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
 
         from experiments.provenance import write_provenance
 
-        pd.DataFrame(rows).to_csv(args.out, index=False)
         out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(out, index=False)
         write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
     reference = cfg.reference or ("vertumnus-tuned" if "vertumnus-tuned" in policies else
                                   VERTUMNUS_ROUTER if VERTUMNUS_ROUTER in policies else policies[-1])

@@ -37,6 +37,7 @@ def _progress(r: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import math
     import sys
 
     from experiments.common import check_out_dir, parse_list, sim_config_from_args
@@ -59,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not 0 < args.load <= 1.5:
         raise ValueError(f"--load must be in (0, 1.5], got {args.load}")
+    if args.capacity_rps is not None and not (args.capacity_rps > 0 and math.isfinite(args.capacity_rps)):
+        raise ValueError(f"--capacity-rps must be a finite number > 0 [requests/s], got {args.capacity_rps}")
+    from baselines.registry import get_policy
+
+    get_policy(args.capacity_policy)  # an unknown name fails even when --capacity-rps skips the search
     gbs = parse_list(args.eviction_dram_gb, "--eviction-dram-gb", positive=True)
     if len(gbs) != 2:
         raise ValueError(f"--eviction-dram-gb needs two capacities, got {args.eviction_dram_gb!r}")

@@ -14,8 +14,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from experiments.common import check_out_dir
     from experiments.report import make_report
 
+    check_out_dir(args.out)  # a file there: one line naming --out, not "PATH: File exists"
     rep = make_report(args.run_dir, args.out)
     print(f"report of {rep.num_runs} runs ({rep.num_cells_missing} cells missing) -> {rep.markdown_path}")
     for f in rep.figures:

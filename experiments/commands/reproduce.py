@@ -81,7 +81,7 @@ def config_from_args(args: argparse.Namespace):
 
     from envs.workloads import default_traces_dir
     from experiments.capacity import CapacityDefinition
-    from experiments.commands.capacity import definition_from_args
+    from experiments.commands.capacity import cache_dir_from_args, definition_from_args
     from experiments.common import parse_list, parse_workload_params, sim_config_from_args
     from experiments.reproduce import ReproduceConfig, WorkloadCase
 
@@ -112,7 +112,7 @@ def config_from_args(args: argparse.Namespace):
         models = [("default", args.calibration, None)]
     return ReproduceConfig(workloads=tuple(cases), models=tuple(models), seeds=seeds, loads=loads, window_s=window_s,
                            sim=sim_config_from_args(args), capacity_definition=definition_from_args(args),
-                           cache_dir=None if args.no_cache else args.cache_dir,
+                           cache_dir=cache_dir_from_args(args),
                            cache_seeds=tuple(parse_list(args.cache_seeds, "--cache-seeds", int)),
                            cache_duration_s=preset["cache_duration_s"] if args.cache_duration_s is None
                            else args.cache_duration_s,

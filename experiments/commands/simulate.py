@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from envs.metrics import summarize
     from envs.metrics.summary import FAULT_KEYS
     from experiments.common import check_out_dir, dumps_json, sim_config_from_args, workload_from_args
-    from experiments.runner import run_policy, write_run
+    from experiments.runner import policy_pool, run_policy, write_run
 
     if args.list_policies:
         for name, spec in POLICIES.items():
@@ -64,9 +64,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--policy needs at least one policy name, got {args.policy!r}")
     if len(set(names)) != len(names):
         raise ValueError(f"--policy lists a policy twice: {args.policy!r}")
+    for n in names:  # a learned checkpoint is not a registered policy: say where it runs
+        if n not in POLICIES:
+            from policies.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path
+
+            if n in SHIPPED_CHECKPOINTS or looks_like_path(n):
+                raise ValueError(f"--policy {n}: learned checkpoints run under `cpgym evaluate --policy {n}` (held-out "
+                                 "windows, paired CIs); cpgym simulate runs the registered policies of --list-policies")
     specs = [get_policy(n) for n in names]  # fail on a typo before running anything
     check_out_dir(args.out)
     config = sim_config_from_args(args)
+    for spec in specs:  # a baseline whose own pool does not fit the flags fails before any run
+        policy_pool(spec, config.pool)
     workload = workload_from_args(args)
     from experiments.progress import Progress, progress_mode
 

@@ -45,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  workload_seed={c.workload.seed}  "
                   + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
         return 0
+    from experiments.common import check_out_dir
     from experiments.provenance import write_provenance
 
+    check_out_dir(str(out))  # a file there: one line naming --out, not "PATH: File exists"
     write_provenance(out, argv=getattr(args, "argv", None))
     try:
         outcome = run_sweep(spec, out, backend=args.backend, jobs=args.jobs, wandb_mode=args.wandb,

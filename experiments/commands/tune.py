@@ -43,7 +43,8 @@ def scenarios_from_args(args: argparse.Namespace, config, log=None) -> list:
 
     loads = parse_list(args.loads, "--loads", float, positive=True) if args.loads else ()
     return scenarios(config, trace=args.trace, workload=args.workload, loads=loads, target_rps=args.target_rps,
-                     window_s=args.episode_window_s or 10.0, warmup_s=args.warmup_s, log=log)
+                     window_s=10.0 if args.episode_window_s is None else args.episode_window_s,  # 0 is an error, not 10
+                     warmup_s=args.warmup_s, log=log)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,12 +52,13 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from experiments.common import parse_list, sim_config_from_args
+    from experiments.common import check_out_file, parse_list, sim_config_from_args
     from policies.protocol import tune_vertumnus
 
     out = Path(args.out)
     if out.exists():
         raise ValueError(f"--out {out} exists; choose a new file")
+    check_out_file(args.out)  # before the tuning runs, not after
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
     betas = parse_list(args.betas, "--betas", float)

@@ -125,6 +125,9 @@ class DynamicPhasesConfig:
         for name in ("rate_scale", "short_rate_rps", "long_rate_rps", "phase_duration_s", "controller_window_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"dynamic: {name} must be > 0, got {getattr(self, name)}")
+        if not self.compositions.replace(";", "").strip():  # "" or ";": nothing to compare with
+            raise ValueError(f"dynamic: compositions must be 'all' or ';'-separated compositions (e.g. 'cp4x10;cp2x20'), "
+                             f"got {self.compositions!r}")
         if self.num_phases < 1 or self.k_windows < 1 or self.switch_s < 0:
             raise ValueError(f"dynamic: num_phases and k_windows must be >= 1 and switch_s >= 0, "
                              f"got {self.num_phases}, {self.k_windows}, {self.switch_s}")

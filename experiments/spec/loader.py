@@ -136,9 +136,13 @@ class _Loader:
 
                 Calibration.load(path)
             else:
-                from envs.workloads import load_trace
+                import warnings
 
-                load_trace(path, skip_invalid=True)  # format errors; invalid lines are a run-time option
+                from envs.workloads import TraceWarning, load_trace
+
+                with warnings.catch_warnings():  # invalid lines: _check_cells, by each cell's skip_invalid
+                    warnings.simplefilter("ignore", TraceWarning)
+                    load_trace(path, skip_invalid=True)  # format errors
         except (ValueError, OSError) as exc:
             raise self.err(key)(str(exc), f"a valid {kind} file") from None
         checked.add((kind, path))
@@ -234,6 +238,16 @@ class _Loader:
             if not ok:
                 raise self.err(key)(problem, f"a valid value of {pol}.{param}")
 
+    def _check_trace_lines(self, path: str, key: str) -> None:
+        """A trace that a cell reads without ``skip_invalid`` has no invalid line (it would fail
+        every such cell at run time)."""
+        from envs.workloads import load_trace
+
+        try:
+            load_trace(path, skip_invalid=False)
+        except ValueError as exc:
+            raise self.err(key)(str(exc), "a trace without invalid lines, or workload.skip_invalid: true") from None
+
     def _check_workload_field(self, key: str, field_name: str, value: Any) -> None:
         """Validates one workload field alone (``WorkloadSpec.__post_init__``), so that a bad value
         is reported at the key that gives it (``rates[0]``), not at the cell that uses it."""
@@ -290,6 +304,10 @@ class _Loader:
         seen_policies: set = set()
         for cell in cells:
             wl = cell.workload
+            if wl.trace is not None and not wl.skip_invalid and wl.trace not in seen_workloads:
+                seen_workloads.add(wl.trace)
+                self._check_trace_lines(wl.trace, "workload.trace" if wl.trace == base_wl.trace else
+                                        f"sweep (cell {dict(a for a in cell.axes if a[0] != 'seed')})")
             if wl.name is not None and wl.params and (wl.name, wl.params) not in seen_workloads:
                 seen_workloads.add((wl.name, wl.params))
                 key = "workload.params" if wl.params == base_wl.params else \

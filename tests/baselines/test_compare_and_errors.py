@@ -106,3 +106,13 @@ def test_compare_beta_lambda_sweep(tmp_path, capsys, monkeypatch, small_prefix_w
     assert got == pytest.approx(100 * (mk - lw) / lw)
     assert main(["compare", "--workload", "small", "--beta", "0.5"]) == 2
     assert "beta" in capsys.readouterr().err
+
+
+def test_list_policies_tells_every_policy_apart(capsys):
+    # vertumnus-global-cache and vertumnus-global-cache-20s used to print the same description
+    assert main(["simulate", "--list-policies"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    descriptions = [line.split(None, 1)[1] for line in lines]
+    assert len(lines) >= 20 and len(set(descriptions)) == len(descriptions)
+    by_name = dict(line.split(None, 1) for line in lines)
+    assert "20 s scan" in by_name["vertumnus-global-cache-20s"] and "5 s scan" in by_name["vertumnus-global-cache"]

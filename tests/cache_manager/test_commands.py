@@ -85,3 +85,20 @@ def test_cache_ablation_json(capsys):
     assert rows[0]["kv_transfer_bytes"] == 0
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out) == rows  # same seed, same table
+
+
+def test_cache_curve_dram_capacities_errors_name_that_flag(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    _write_trace(trace)
+    assert main(["cache-curve", "--trace", str(trace), "--dram-capacities", "-1"]) == 2
+    assert capsys.readouterr().err == "cpgym cache-curve: error: --dram-capacities values must be >= 1 block, got -1\n"
+
+
+def test_cache_curve_refuses_a_trace_without_prefix_information(tmp_path, capsys):
+    # an Azure 2023 trace gets fresh blocks per request: its "curve" was all zeros with exit status 0
+    trace = tmp_path / "azure.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    assert main(["cache-curve", "--trace", str(trace)]) == 2
+    assert capsys.readouterr().err.startswith(f"cpgym cache-curve: error: {trace}: an Azure 2023 trace has no prefix "
+                                              "information")

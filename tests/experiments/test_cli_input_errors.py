@@ -81,6 +81,18 @@ def test_report_of_a_file_says_it_is_not_a_folder(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_report_out_that_is_a_file_is_one_line_naming_it(tmp_path, capsys):
+    run = tmp_path / "runs"
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
+                 "--out", str(run)]) == 0
+    capsys.readouterr()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["report", str(run), "--out", str(blocker)]) == 2
+    assert capsys.readouterr().err == f"cpgym report: error: --out {blocker} exists and is not a folder; " \
+        "expected a folder (new or existing)\n"
+
+
 def test_out_dir_that_cannot_be_created_fails_before_running(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -259,3 +271,171 @@ def test_shared_flags_with_effect_are_accepted():
     assert cfg.kv_tiers.layerwise
     # the defaults given explicitly are no error
     sim_config_from_args(parse_args(["simulate", "--dram-gb-per-node", "1000", "--kv-eviction", "lru"]))
+
+
+@pytest.mark.parametrize("flag, field, bound", [("--cache-capacity-scale", "cache_capacity_scale", ">= 0"),
+                                                ("--first-decode-step-s", "latency.first_decode_step_s", ">= 0"),
+                                                ("--kv-handoff-gbps", "latency.kv_handoff_bandwidth_bytes_per_s", "> 0"),
+                                                ("--slo", "slo.ttft_slo_s", "> 0"),
+                                                ("--slo-scale", "slo.slo_scale", "> 0")])
+def test_infinite_simulator_numbers_are_one_error_line(flag, field, bound, capsys):
+    # inf used to pass the `> 0` / `>= 0` checks: a traceback (cache scale), or TTFTs of inf with
+    # SLO attainment 1.0 (first decode step), or an SLO every request meets
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work",
+                 "--quiet", flag, "inf"]) == 2
+    assert capsys.readouterr().err == f"cpgym simulate: error: {field} must be a finite number {bound}, got inf\n"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "5,-inf"])
+def test_positive_list_flags_reject_non_finite_values(value):
+    # nan/inf parse as floats; they used to pass and fail later naming `workload: target_rps`
+    with pytest.raises(ValueError, match=r"^--rates values must all be finite numbers > 0, got "):
+        parse_list(value, "--rates", positive=True)
+
+
+def test_compare_nan_rate_names_the_flag(capsys):
+    assert main(["compare", "--workload", "tool-agent", "--window-s", "0", "2", "--suite", "least-work",
+                 "--rates", "nan"]) == 2
+    assert capsys.readouterr().err == "cpgym compare: error: --rates values must all be finite numbers > 0, got 'nan'\n"
+
+
+def test_out_file_check(tmp_path):
+    from experiments.common import check_out_file
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match=r"^--out .*/file/sub/x\.csv cannot be created: .*/file is not a folder$"):
+        check_out_file(str(blocker / "sub" / "x.csv"))
+    with pytest.raises(ValueError, match=r"^--tuned-out .* is a folder; expected a file path$"):
+        check_out_file(str(tmp_path), "--tuned-out")
+    check_out_file(str(tmp_path / "new" / "x.csv"))  # a missing folder is fine (the writer creates it) ...
+    assert list(tmp_path.iterdir()) == [blocker]  # ... and is not left behind
+    check_out_file(None)
+
+
+@pytest.mark.parametrize("command", [
+    ["evaluate", "--policy", "least-work", "--against", "round-robin", "--windows", "0", "--seeds", "1"],
+    ["evaluate", "--policy", "least-work", "--against", "round-robin", "--protocol", "--target-rps", "6"],
+    ["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6"],
+])
+def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, monkeypatch):
+    import policies.evaluate as evaluate
+    import policies.protocol as protocol
+
+    def no_run(*a, **k):
+        raise AssertionError("ran before checking --out")
+
+    monkeypatch.setattr(evaluate, "run_evaluation", no_run)
+    monkeypatch.setattr(protocol, "scenarios", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(command + ["--quiet", "--out", str(blocker / "rows.csv")]) == 2
+    assert capsys.readouterr().err.endswith(f"error: --out {blocker / 'rows.csv'} cannot be created: "
+                                            f"{blocker} is not a folder\n")
+
+
+def test_evaluate_out_creates_its_folder(tmp_path, capsys):
+    out = tmp_path / "new" / "sub" / "rows.csv"
+    assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--workload", "tool-agent",
+                 "--target-rps", "5", "--episode-window-s", "3", "--windows", "0", "--seeds", "1", "--quiet",
+                 "--format", "json", "--out", str(out)]) == 0
+    assert out.is_file() and (out.parent / "rows.csv.provenance.json").is_file()
+
+
+def test_tune_episode_window_of_zero_is_an_error_not_the_default(tmp_path, capsys):
+    assert main(["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6", "--episode-window-s", "0",
+                 "--quiet", "--out", str(tmp_path / "t.json")]) == 2
+    assert "window_s must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["capacity", "--workload", "tool-agent", "--policy", "least-work", "--quiet"],
+    ["compare", "--workload", "tool-agent", "--suite", "least-work", "--loads", "0.5"],
+    ["reproduce", "--quick", "--experiments", "end-to-end", "--quiet"],
+])
+def test_capacity_cache_dir_under_a_file_fails_before_any_bisection(command, tmp_path, capsys, monkeypatch):
+    import experiments.capacity as capacity
+    import experiments.reproduce as reproduce
+
+    def no_run(*a, **k):
+        raise AssertionError("bisected before checking --cache-dir")
+
+    monkeypatch.setattr(capacity, "capacities", no_run)
+    monkeypatch.setattr(reproduce, "run_experiments", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    extra = ["--out", str(tmp_path / "out")] if command[0] == "reproduce" else []
+    assert main(command + extra + ["--cache-dir", str(blocker)]) == 2
+    assert capsys.readouterr().err.endswith(f"error: --cache-dir {blocker} exists and is not a folder; "
+        "expected a folder (new or existing)\n")
+
+
+def test_compare_out_is_checked_before_the_capacity_bisection(tmp_path, capsys, monkeypatch):
+    import experiments.capacity as capacity
+
+    def no_run(*a, **k):
+        raise AssertionError("bisected before checking --out")
+
+    monkeypatch.setattr(capacity, "capacities", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--loads", "0.5", "--out", str(blocker)]) == 2
+    assert capsys.readouterr().err == f"cpgym compare: error: --out {blocker} exists and is not a folder; " \
+        "expected a folder (new or existing)\n"
+
+
+def test_capacity_refuses_a_horizon_it_would_ignore(capsys):
+    assert main(["capacity", "--workload", "tool-agent", "--policy", "least-work", "--quiet", "--horizon-s", "5"]) == 2
+    assert capsys.readouterr().err == "cpgym capacity: error: --horizon-s does not apply to cpgym capacity: " \
+                                      "every probe runs until its requests finish\n"
+
+
+@pytest.mark.parametrize("flag", [["--no-cache"], ["--drain-ratio", "3"], ["--rel-tol", "0.05"], ["--cache-dir", "x"]])
+def test_compare_capacity_flags_without_a_capacity_measurement_are_errors(flag, capsys, monkeypatch):
+    import experiments.paper_experiments.end_to_end as end_to_end
+
+    def no_run(*a, **k):
+        raise AssertionError(f"ran with {flag[0]}, which has no effect without --loads")
+
+    monkeypatch.setattr(end_to_end, "run_compare", no_run)
+    assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--rates", "10", *flag]) == 2
+    assert capsys.readouterr().err == f"cpgym compare: error: {flag[0]} has no effect here: capacities are measured " \
+                                      "only with --loads or --label-overload\n"
+
+
+@pytest.mark.parametrize("workload", [[], ["--workload", "tool-agent"]])
+def test_skip_invalid_without_a_trace_is_an_error(workload, capsys):
+    assert main(["simulate", *workload, "--window-s", "0", "2", "--policy", "least-work", "--quiet", "--skip-invalid"]) == 2
+    name = "tool-agent" if workload else "mixed-default"
+    assert capsys.readouterr().err == "cpgym simulate: error: --skip-invalid skips invalid trace lines; it does not " \
+                                      f"apply to the named workload '{name}'\n"
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--quiet", "--policy", "least-work,homogeneous-cp4"],
+    ["compare", "--workload", "tool-agent", "--window-s", "0", "2", "--rates", "10", "--suite", "least-work,homogeneous-cp4"],
+])
+def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command, capsys, monkeypatch):
+    # was "composition item 'cp4x10': CP degree 4 is not supported ..." after the policies before it had run
+    import experiments.runner as runner
+
+    def no_run(*a, **k):
+        raise AssertionError("simulated before checking every policy's pool")
+
+    monkeypatch.setattr(runner, "run_policy", no_run)
+    monkeypatch.setattr(runner, "build_simulator", no_run)
+    assert main(command + ["--supported-degrees", "2", "--pool-composition", "cp2x20"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "error: policy 'homogeneous-cp4' runs on its own pool, which these pool flags reject: composition item 'cp4x10': "
+        "CP degree 4 is not supported; supported degrees are [2]\n")
+
+
+@pytest.mark.parametrize("name", ["shipped", "shipped-residual", "policies/checkpoints/routing_conversation"])
+def test_simulate_with_a_checkpoint_points_to_evaluate(name, capsys):
+    # the README's `--policy shipped` read as "unknown policy 'shipped'; known policies: ..." under simulate
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--quiet",
+                 "--policy", f"least-work,{name}"]) == 2
+    assert capsys.readouterr().err == f"cpgym simulate: error: --policy {name}: learned checkpoints run under " \
+                                      f"`cpgym evaluate --policy {name}` (held-out windows, paired CIs); cpgym simulate " \
+                                      "runs the registered policies of --list-policies\n"

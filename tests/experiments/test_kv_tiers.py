@@ -71,3 +71,22 @@ def test_tiers_with_reconfiguration_and_the_global_cache_manager():
         total = r["hbm_hit_tokens"] + r["dram_hit_tokens"] + r["store_hit_tokens"]
         assert (total[done] == r["num_cached_tokens"][done]).all()
         assert r["dram_hit_tokens"].sum() + r["store_hit_tokens"].sum() > 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    # was "target_rps must be > 0 [requests/s], got -0.9" (load x capacity, not the flag)
+    (["--capacity-rps", "-1"], "--capacity-rps must be a finite number > 0 [requests/s], got -1.0"),
+    (["--capacity-rps", "nan"], "--capacity-rps must be a finite number > 0 [requests/s], got nan"),
+    (["--capacity-rps", "10", "--capacity-policy", "nope"], "unknown policy 'nope'"),  # was ignored
+])
+def test_kv_tiers_capacity_flags_are_checked(flags, message, capsys, monkeypatch):
+    import experiments.kv_tiers as kv_tiers
+    from experiments.cli import main
+
+    def no_run(*a, **k):
+        raise AssertionError("ran the study with a bad capacity flag")
+
+    monkeypatch.setattr(kv_tiers, "run_tier_study", no_run)
+    assert main(["kv-tiers", "--window-s", "0", "5", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym kv-tiers: error: {message}") and err.count("\n") == 1

@@ -164,3 +164,35 @@ def test_reproduce_rejects_bad_dynamic_params(capsys):
     assert "--dynamic-param must be NAME=VALUE" in capsys.readouterr().err
     assert main(["reproduce", "--experiments", "nope"]) == 2
     assert "unknown kind" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("param, message", [
+    ("num_phases=abc", "--dynamic-param num_phases='abc': expected an integer"),
+    ("num_phases=2.5", "--dynamic-param num_phases=2.5: expected an integer"),
+    ("rising_rate=3", "--dynamic-param rising_rate=3: expected true or false"),
+    ("phase_duration_s=fast", "--dynamic-param phase_duration_s='fast': expected a number"),
+    ("window_s=a,b", "--dynamic-param window_s='a,b': expected START,END in seconds"),
+    ("num_phases=-1", "dynamic: num_phases and k_windows must be >= 1"),  # DynamicPhasesConfig's own check, up front
+])
+def test_reproduce_dynamic_params_of_the_wrong_type_are_one_line(param, message, capsys, monkeypatch, tmp_path):
+    import experiments.reproduce as reproduce
+
+    def no_run(*a, **k):
+        raise AssertionError("ran before checking --dynamic-param")
+
+    monkeypatch.setattr(reproduce, "run_experiments", no_run)
+    # end-to-end only: a bad dynamic parameter is an error even where the dynamic runs are not selected
+    assert main(["reproduce", "--experiments", "end-to-end", "--quiet", "--out", str(tmp_path / "out"),
+                 "--dynamic-param", param]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym reproduce: error: {message}") and err.count("\n") == 1, err
+
+
+def test_reproduce_dynamic_params_are_typed_for_dynamic_phases():
+    from experiments.common import parse_workload_params
+    from experiments.reproduce import ReproduceConfig
+
+    cfg = ReproduceConfig(workloads=("tool-agent",), dynamic_params=parse_workload_params(
+        ["phase_duration_s=20", "initial=5", "window_s=0,300", "rising_rate=false"]))
+    assert dict(cfg.dynamic_params) == {"phase_duration_s": 20.0, "initial": "5", "window_s": (0.0, 300.0),
+                                        "rising_rate": False}

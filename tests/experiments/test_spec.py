@@ -217,3 +217,43 @@ def test_policy_parameter_rules_across_swept_parameters(tmp_path):
     e = _err(tmp_path, head + "sweep: {grid: {vertumnus-global-cache.cache_intra_degree_threshold: [0.5, 2.0], "
                               "vertumnus-global-cache.cache_reclaim_threshold: [1.0]}}\n")
     assert e.key.startswith("sweep (cell") and "reclaim_threshold" in e.problem
+
+
+GOOD_LINE = '{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]}\n'
+BAD_LINE = '{"timestamp": 5, "input_length": -100, "output_length": 10, "hash_ids": [2]}\n'
+
+
+def test_a_trace_with_invalid_lines_fails_at_load_time_unless_skip_invalid(tmp_path, recwarn):
+    # it used to pass --dry-run (with a warning saying "skip_invalid=True") and fail every cell at run time
+    (tmp_path / "t.jsonl").write_text(GOOD_LINE + BAD_LINE)
+    p = tmp_path / "spec.yaml"
+    p.write_text("name: t\nworkload: {trace: t.jsonl}\npolicies: [least-work]\n")
+    with pytest.raises(SpecError, match=r"workload\.trace: .*t\.jsonl, line 2, field 'input_length': got -100; .*"
+                                         r"expected a trace without invalid lines, or workload\.skip_invalid: true"):
+        load_spec(p)
+    p.write_text("name: t\nworkload: {trace: t.jsonl, skip_invalid: true}\npolicies: [least-work]\n")
+    assert load_spec(p).num_cells == 1
+    assert not [w for w in recwarn if "skip_invalid=True" in str(w.message)]  # loading the spec warns of nothing
+
+
+def test_a_swept_trace_with_invalid_lines_names_the_cell(tmp_path):
+    (tmp_path / "good.jsonl").write_text(GOOD_LINE)
+    (tmp_path / "bad.jsonl").write_text(GOOD_LINE + BAD_LINE)
+    p = tmp_path / "spec.yaml"
+    p.write_text("name: t\nworkload: {trace: good.jsonl}\npolicies: [least-work]\n"
+                 "sweep: {grid: {workload.trace: [good.jsonl, bad.jsonl]}}\n")
+    with pytest.raises(SpecError, match=r"sweep \(cell .*bad\.jsonl.*\): .*line 2"):
+        load_spec(p)
+
+
+def test_sweep_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    from experiments.cli import main
+
+    (tmp_path / "t.jsonl").write_text(GOOD_LINE)
+    p = tmp_path / "spec.yaml"
+    p.write_text("name: t\nworkload: {trace: t.jsonl}\npolicies: [least-work]\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["sweep", str(p), "--out", str(blocker), "--quiet"]) == 2
+    assert capsys.readouterr().err == f"cpgym sweep: error: --out {blocker} exists and is not a folder; " \
+        "expected a folder (new or existing)\n"

@@ -82,3 +82,37 @@ def test_from_csv_with_wrong_columns_names_file_and_column(tmp_path, capsys):
 def test_policy_is_required_when_something_runs(capsys):
     assert main(["evaluate", "--seeds", "1"]) == 2
     assert "--policy is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, message", [
+    ("a,b\n1,2\n", r"not valid JSON \(line 1, column 1\)"),
+    ('{"heuristic": "vertumnus"}', "no 'cells' object; expected the file written by `cpgym tune vertumnus --out`"),
+    ('{"cells": {"conv@0.7": [3, 1]}}', "cell 'conv@0.7' is a list"),
+    ('{"cells": {"conv@0.7": {"lambda": 1}}}', "cell 'conv@0.7', field 'beta': got None; expected a finite number >= 1"),
+    ('{"cells": {"conv@0.7": {"beta": 0.5, "lambda": 1}}}', "field 'beta': got 0.5; expected a finite number >= 1"),
+    ('{"cells": {"conv@0.7": {"beta": 3, "lambda": "1"}}}', "field 'lambda': got '1'; expected a finite number >= 0"),
+    ('{"cells": {"conv@0.7": {"beta": 3, "lambda": NaN}}}', "field 'lambda': got nan; expected a finite number >= 0"),
+])
+def test_tuned_file_that_is_not_a_tune_output_is_one_line(tmp_path, capsys, monkeypatch, content, message):
+    import re
+
+    import policies.protocol as protocol
+
+    def no_run(*a, **k):
+        raise AssertionError("built scenarios before reading --tuned")
+
+    monkeypatch.setattr(protocol, "scenarios", no_run)
+    bad = tmp_path / "tuned.json"
+    bad.write_text(content)
+    assert main(["evaluate", "--policy", "least-work", "--against", "vertumnus-tuned", "--protocol", "--target-rps", "6",
+                 "--tuned", str(bad), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"cpgym evaluate: error: {re.escape(str(bad))}: .*\n", err) and re.search(message, err), err
+
+
+def test_an_existing_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("x")
+    assert main(["evaluate", "--policy", str(f), "--quiet"]) == 2  # was "unknown policy '...'; known policies: ..."
+    assert capsys.readouterr().err == f"cpgym evaluate: error: {f}: not a checkpoint; expected a checkpoint folder " \
+                                      "holding model.zip, a model .zip file, or 'shipped'\n"

@@ -62,3 +62,48 @@ def test_max_windows_without_the_protocol_says_what_to_add():
     assert ">= 1" not in str(err.value)
     with pytest.raises(ValueError, match="max_windows must be >= 1, got 0"):
         EvaluationConfig(policy="least-work", max_windows=0, protocol=True)
+
+
+@pytest.mark.parametrize("fields, message", [
+    # protocol-only flags without --loads/--protocol (they were ignored)
+    ({"warmup_s": 5.0}, r"warmup_s \(--warmup-s 5\.0\) applies only to the protocol evaluation"),
+    # per-seed flags with the protocol (its windows are fixed: they were ignored)
+    ({"loads": (0.7,), "seeds": (4,)}, r"seeds \(--seeds 4\) applies only to the per-seed evaluation"),
+    ({"protocol": True, "eval_every": 3}, r"eval_every \(--eval-every 3\) applies only to the per-seed evaluation"),
+    # --target-rps was silently replaced by the loads' rates
+    ({"loads": (0.7,), "target_rps": 5.0}, r"give loads \(--loads, fractions of capacity\) or target_rps \(--target-rps 5\)"),
+])
+def test_flags_the_chosen_mode_would_ignore_are_errors(fields, message):
+    from policies.evaluate import EvaluationConfig
+
+    with pytest.raises(ValueError, match=message):
+        EvaluationConfig(policy="least-work", **fields)
+    EvaluationConfig(policy="least-work", protocol=True, tuned="t.json", warmup_s=5.0)  # where they apply
+    EvaluationConfig(policy="least-work", seeds=(4,), eval_every=3)
+
+
+def test_tuned_file_of_a_per_seed_routing_evaluation_is_an_error(tmp_path):
+    # --tuned is read by the protocol and by reconfiguration evaluations; routing episodes ignored it unread
+    from envs.sim import SimConfig
+    from policies.evaluate import EvaluationConfig, run_evaluation
+
+    cfg = EvaluationConfig(policy="least-work", against="round-robin", workload="tool-agent", target_rps=10.0,
+                           windows="0", seeds=(1,), tuned=str(tmp_path / "t.json"))
+    with pytest.raises(ValueError, match=r"tuned \(--tuned .*t\.json\) applies only to the protocol evaluation \(add "
+                                         r"--loads or --protocol\) or to a reconfiguration evaluation, or drop --tuned"):
+        run_evaluation(cfg, SimConfig())
+
+
+@pytest.mark.parametrize("flag, value", [("--windows", "0"), ("--episode-window-s", "5"), ("--eval-every", "3")])
+def test_routing_only_flags_with_a_reconfig_checkpoint_are_errors(flag, value, capsys, monkeypatch):
+    from experiments.cli import main
+    from policies import evaluate_reconfig
+
+    def no_run(*a, **k):
+        raise AssertionError("ran a reconfiguration evaluation that ignores " + flag)
+
+    monkeypatch.setattr(evaluate_reconfig, "evaluate_reconfig", no_run)
+    assert main(["evaluate", "--policy", "shipped-reconfig", "--seeds", "1000", "--quiet", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cpgym evaluate: error: evaluate: ") and "applies only to routing evaluation" in err \
+        and f"(drop {flag})" in err and err.count("\n") == 1

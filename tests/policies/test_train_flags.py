@@ -4,6 +4,7 @@ flags are errors, sizes are honoured (never clamped)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -112,11 +113,12 @@ def test_minibatch_larger_than_rollout_is_an_error(tmp_path, capsys):
 
 
 def test_shared_workload_flags_reach_the_episode_source():
-    cfg = _cfg("routing", "--workload", "tool-agent", "--rate-scale", "2", "--window-s", "0", "120", "--skip-invalid",
+    cfg = _cfg("routing", "--workload", "tool-agent", "--rate-scale", "2", "--window-s", "0", "120",
                "--episode-window-s", "30", "--eval-every", "3", "--workload-param", "duration_s=200")
-    expected = ("tool-agent", 0, None, 2.0, (0.0, 120.0), True, (("duration_s", 200),), 30.0, 3)
+    expected = ("tool-agent", 0, None, 2.0, (0.0, 120.0), False, (("duration_s", 200),), 30.0, 3)
     assert dataclasses.astuple(cfg.source)[1:] == expected
     assert cfg.source.trace is None
+    assert _cfg("routing", "--trace", "t.jsonl", "--skip-invalid").source.skip_invalid  # a trace-only flag
 
 
 #: The two training commands of ``policies/checkpoints/reconfig_target`` (its README).
@@ -165,3 +167,37 @@ def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, arg
         assert {k: cfg_src[k] for k in rec_src} == rec_src
     assert {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if k in rec} == rec
     assert recorded["sim_config"]["pool"]["composition"] == "cp4x6,cp2x8"
+
+
+
+@pytest.mark.parametrize("kind, flag", [("routing", "--ent-coef"), ("routing", "--learning-rate"), ("routing", "--clip-range"),
+                                        ("reconfig", "--ent-coef"), ("reconfig", "--learning-rate")])
+def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, tmp_path, capsys):
+    # --ent-coef inf used to pass `>= 0` and crash inside PPO with a NaN-logits traceback
+    assert main(["train", kind, flag, "inf", "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
+                 "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err
+    field = flag[2:].replace("-", "_")
+    assert err.startswith("cpgym train: error: ") and err.count("\n") == 1, err
+    assert re.search(rf"{field} (must be )?a finite number", err) and re.search(r"got (.*, )?inf\b", err), err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--noop-logit-bias", "nan"], "noop_logit_bias must be a finite number, got nan"),  # was a NaN-logits traceback
+    (["--action-mode", "target", "--warm-start", "oracle", "--bc-learning-rate", "inf"],  # same, after the oracle runs
+     "bc_learning_rate must be a finite number > 0, got inf"),
+    (["--episode-window-s", "inf"], "episode_window_s must be a finite number > 0, got inf"),  # was accepted
+])
+def test_reconfig_non_finite_settings_fail_before_anything_runs(flags, message, tmp_path, capsys):
+    assert main(["train", "reconfig", *flags, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
+                 "--wandb", "disabled"]) == 2
+    assert capsys.readouterr().err == f"cpgym train: error: {message}\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_residual_temperature_must_be_finite(tmp_path, capsys):
+    # inf made the prior -J/tau vanish (a uniform prior) without a word
+    assert main(["train", "routing", "--residual-tau-s", "inf", "--timesteps", "1", "--out", str(tmp_path / "run"),
+                 "--quiet", "--wandb", "disabled"]) == 2
+    assert capsys.readouterr().err == "cpgym train: error: residual_tau_s must be a finite number > 0, got inf\n"

@@ -12,7 +12,7 @@ from experiments.commands import dynamic
 def test_dynamic_json_and_plot(tmp_path, capsys):
     p = argparse.ArgumentParser()
     dynamic.add_arguments(p)
-    png = tmp_path / "dyn.png"
+    png = tmp_path / "plots" / "dyn.png"  # its folder is created
     args = p.parse_args(["--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--controller-window-s", "10",
                          "--supported-degrees", "2,4",
                          "--compositions", "cp4x10;cp2x20", "--initial", "cp2x20", "--format", "json", "--plot", str(png),
@@ -180,3 +180,33 @@ def test_dynamic_load_fractions_are_validated(kw, msg):
 
     with pytest.raises(ValueError, match=msg):
         DynamicPhasesConfig(**kw)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--plot", "{blocker}/dyn.png"], "--plot {blocker}/dyn.png cannot be created: {blocker} is not a folder"),
+    (["--plot", "{tmp}"], "--plot {tmp} is a folder; expected a file path"),
+    (["--short-load", "0.5", "--capacity-cache-dir", "{blocker}"],
+     "--capacity-cache-dir {blocker} exists and is not a folder; expected a folder (new or existing)"),
+])
+def test_dynamic_output_paths_are_checked_before_running(flags, message, tmp_path, capsys, monkeypatch):
+    import experiments.paper_experiments.dynamic_phases as dynamic_phases
+    from experiments.cli import main
+
+    def no_run(*a, **k):
+        raise AssertionError("ran before checking the output paths")
+
+    monkeypatch.setattr(dynamic_phases, "run_dynamic_phases", no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    flags = [f.format(blocker=blocker, tmp=tmp_path) for f in flags]
+    assert main(["dynamic", "--num-phases", "1", "--compositions", "cp4x10", "--quiet", *flags]) == 2
+    assert capsys.readouterr().err == f"cpgym dynamic: error: {message.format(blocker=blocker, tmp=tmp_path)}\n"
+
+
+@pytest.mark.parametrize("text", ["", " ; "])
+def test_dynamic_empty_composition_list_is_one_line(text, capsys):
+    from experiments.cli import main
+
+    assert main(["dynamic", "--compositions", text, "--quiet"]) == 2  # was "min() arg is an empty sequence"
+    assert capsys.readouterr().err == "cpgym dynamic: error: dynamic: compositions must be 'all' or ';'-separated " \
+                                      f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r}\n"

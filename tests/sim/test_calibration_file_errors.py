@@ -23,3 +23,18 @@ def test_malformed_calibration_json_is_named(tmp_path):
     p.write_text('{"name": ')
     with pytest.raises(ValueError, match=r"calib\.json: not valid JSON \(line 1"):
         Calibration.load(p)
+
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0])
+def test_non_finite_or_negative_cost_coefficient_is_named(tmp_path, value):
+    # inf ("Infinity" in the JSON) used to load and fail later as "cannot schedule an event inf s
+    # from now", naming no file
+    import json
+
+    data = Calibration.default().to_dict()
+    data["coefficients"]["a_s_per_token"] = value
+    p = tmp_path / "calib.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"^{p}: cost coefficient a_s_per_token must be a finite number >= 0, got "):
+        Calibration.load(p)
