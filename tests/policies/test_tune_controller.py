@@ -134,3 +134,14 @@ def test_rounds_of_a_coordinate_search_pool_into_one_grid(sweep_dir, tmp_path):
     assert len(doc["grid"]) == 3 and doc["params"] == {"k_windows": 3, "target_margin": 0.2}
     assert main([str(sweep_dir), str(round2), "--out", str(tmp_path / "t.json")]) == 0
     assert load_tuned_controller(tmp_path / "t.json") == {"k_windows": 3, "target_margin": 0.2}
+
+
+def test_committed_tuned_controller_is_the_selection_of_its_committed_sweeps():
+    from pathlib import Path
+
+    r = Path(__file__).resolve().parents[2] / "results" / "learned-reconfig" / "tuned-controller"
+    doc = select_controller_setting([r / "sweeps" / "controller-matched-phases-tuning",
+                                     r / "sweeps" / "controller-matched-phases-tuning-2"])
+    shipped = json.loads((r / "tuned-controller-matched-phases.json").read_text())
+    assert doc["params"] == shipped["params"] and doc["grid"] == shipped["grid"] and doc["seeds"] == list(range(10))
+    assert len(doc["grid"]) == 9  # 6 + 4 settings, one of them in both rounds
