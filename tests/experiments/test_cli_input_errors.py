@@ -120,15 +120,23 @@ def test_out_dir_check_leaves_no_folder_behind(tmp_path):
     check_out_dir(None)
 
 
+def _forbid_runs(monkeypatch, tmp_path, targets, what: str):
+    """Makes each ``(module, function)`` of ``targets`` fail the test if called (``what`` says
+    which check should have come first); returns a file to put a path under."""
+    def no_run(*a, **k):
+        raise AssertionError(f"ran before checking {what}")
+
+    for module, name in targets:
+        monkeypatch.setattr(module, name, no_run)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    return blocker
+
+
 def test_simulate_out_that_cannot_be_created_fails_before_simulating(tmp_path, capsys, monkeypatch):
     import experiments.runner as runner
 
-    def no_run(*a, **k):
-        raise AssertionError("simulated before checking --out")
-
-    monkeypatch.setattr(runner, "run_policy", no_run)
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
+    blocker = _forbid_runs(monkeypatch, tmp_path, [(runner, "run_policy")], "--out")
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",
                  "--quiet", "--out", str(blocker / "out")]) == 2
     assert "cannot be created" in capsys.readouterr().err
@@ -322,13 +330,7 @@ def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, m
     import policies.evaluate as evaluate
     import policies.protocol as protocol
 
-    def no_run(*a, **k):
-        raise AssertionError("ran before checking --out")
-
-    monkeypatch.setattr(evaluate, "run_evaluation", no_run)
-    monkeypatch.setattr(protocol, "scenarios", no_run)
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
+    blocker = _forbid_runs(monkeypatch, tmp_path, [(evaluate, "run_evaluation"), (protocol, "scenarios")], "--out")
     assert main(command + ["--quiet", "--out", str(blocker / "rows.csv")]) == 2
     assert capsys.readouterr().err.endswith(f"error: --out {blocker / 'rows.csv'} cannot be created: "
                                             f"{blocker} is not a folder\n")
@@ -358,13 +360,8 @@ def test_capacity_cache_dir_under_a_file_fails_before_any_bisection(command, tmp
     import experiments.capacity as capacity
     import experiments.reproduce as reproduce
 
-    def no_run(*a, **k):
-        raise AssertionError("bisected before checking --cache-dir")
-
-    monkeypatch.setattr(capacity, "capacities", no_run)
-    monkeypatch.setattr(reproduce, "run_experiments", no_run)
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
+    blocker = _forbid_runs(monkeypatch, tmp_path, [(capacity, "capacities"), (reproduce, "run_experiments")],
+                           "--cache-dir")
     extra = ["--out", str(tmp_path / "out")] if command[0] == "reproduce" else []
     assert main(command + extra + ["--cache-dir", str(blocker)]) == 2
     assert capsys.readouterr().err.endswith(f"error: --cache-dir {blocker} exists and is not a folder; "
@@ -374,12 +371,7 @@ def test_capacity_cache_dir_under_a_file_fails_before_any_bisection(command, tmp
 def test_compare_out_is_checked_before_the_capacity_bisection(tmp_path, capsys, monkeypatch):
     import experiments.capacity as capacity
 
-    def no_run(*a, **k):
-        raise AssertionError("bisected before checking --out")
-
-    monkeypatch.setattr(capacity, "capacities", no_run)
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
+    blocker = _forbid_runs(monkeypatch, tmp_path, [(capacity, "capacities")], "--out")
     assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--loads", "0.5", "--out", str(blocker)]) == 2
     assert capsys.readouterr().err == f"cpgym compare: error: --out {blocker} exists and is not a folder; " \
         "expected a folder (new or existing)\n"
