@@ -162,11 +162,35 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str 
 
 def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ...] = (), **values: Any):
     """Builds ``cls`` from the flags :func:`add_config_arguments` added, plus ``values`` for the
-    excluded / non-CLI fields. Raises what ``cls.__post_init__`` raises (ValueError)."""
+    excluded / non-CLI fields.
+
+    Raises:
+        ValueError: what ``cls.__post_init__`` raises, with the flags of the fields it names
+            appended (``... window_s must be > 0, got 0 (--episode-window-s)``).
+    """
     kwargs = {f.name: getattr(args, _dest(f)) for f in _cli_fields(cls, exclude)}
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}  # nargs=2 -> tuple
     kwargs.update(values)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        flags = _flags_named_in(str(exc), _cli_fields(cls, exclude))
+        if not flags:
+            raise
+        raise ValueError(f"{exc} ({', '.join(flags)})") from None
+
+
+def _flags_named_in(message: str, cli_fields: list[dataclasses.Field]) -> list[str]:
+    """The flags of the fields whose names appear (as whole words) in ``message``, in order of
+    appearance: a ``__post_init__`` error names the field, the user typed the flag."""
+    import re
+
+    hits = []
+    for f in cli_fields:
+        m = re.search(rf"(?<![\w-]){re.escape(f.name)}(?![\w-])", message)
+        if m and _flag(f) not in message:
+            hits.append((m.start(), _flag(f)))
+    return [flag for _, flag in sorted(hits)]
 
 
 def config_flags(cls: type, exclude: tuple[str, ...] = ()) -> dict[str, str]:

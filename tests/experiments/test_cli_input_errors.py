@@ -431,3 +431,26 @@ def test_simulate_with_a_checkpoint_points_to_evaluate(name, capsys):
     assert capsys.readouterr().err == f"cpgym simulate: error: --policy {name}: learned checkpoints run under " \
                                       f"`cpgym evaluate --policy {name}` (held-out windows, paired CIs); cpgym simulate " \
                                       "runs the registered policies of --list-policies\n"
+
+
+def test_config_errors_name_the_flag_of_the_field(capsys):
+    """A ``__post_init__`` error names the dataclass field; the generated CLI adds its flag."""
+    assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--episode-window-s", "-1",
+                 "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().endswith("episode_window_s must be > 0, got -1.0 (--episode-window-s)")
+
+
+def test_flags_named_in_matches_whole_field_names_only():
+    import dataclasses
+
+    from experiments.config_args import _flags_named_in
+
+    @dataclasses.dataclass(frozen=True)
+    class C:
+        window_s: float = 1.0
+        episode_window_s: float = 1.0
+
+    fields = dataclasses.fields(C)
+    assert _flags_named_in("episode_window_s must be > 0", fields) == ["--episode-window-s"]
+    assert _flags_named_in("window_s 0 > episode_window_s 1", fields) == ["--window-s", "--episode-window-s"]
+    assert _flags_named_in("--window-s must be > 0 (window_s)", fields) == []  # the flag is already named

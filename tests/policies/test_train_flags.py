@@ -184,10 +184,12 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--noop-logit-bias", "nan"], "noop_logit_bias must be a finite number, got nan"),  # was a NaN-logits traceback
+    (["--noop-logit-bias", "nan"],  # was a NaN-logits traceback
+     "noop_logit_bias must be a finite number, got nan (--noop-logit-bias)"),
     (["--action-mode", "target", "--warm-start", "oracle", "--bc-learning-rate", "inf"],  # same, after the oracle runs
-     "bc_learning_rate must be a finite number > 0, got inf"),
-    (["--episode-window-s", "inf"], "episode_window_s must be a finite number > 0, got inf"),  # was accepted
+     "bc_learning_rate must be a finite number > 0, got inf (--bc-learning-rate)"),
+    (["--episode-window-s", "inf"],  # was accepted
+     "episode_window_s must be a finite number > 0, got inf (--episode-window-s)"),
 ])
 def test_reconfig_non_finite_settings_fail_before_anything_runs(flags, message, tmp_path, capsys):
     assert main(["train", "reconfig", *flags, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
@@ -200,4 +202,5 @@ def test_residual_temperature_must_be_finite(tmp_path, capsys):
     # inf made the prior -J/tau vanish (a uniform prior) without a word
     assert main(["train", "routing", "--residual-tau-s", "inf", "--timesteps", "1", "--out", str(tmp_path / "run"),
                  "--quiet", "--wandb", "disabled"]) == 2
-    assert capsys.readouterr().err == "cpgym train: error: residual_tau_s must be a finite number > 0, got inf\n"
+    assert capsys.readouterr().err == ("cpgym train: error: residual_tau_s must be a finite number > 0, got inf "
+                                       "(--residual-tau-s)\n")
