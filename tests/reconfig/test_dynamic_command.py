@@ -209,4 +209,4 @@ def test_dynamic_empty_composition_list_is_one_line(text, capsys):
 
     assert main(["dynamic", "--compositions", text, "--quiet"]) == 2  # was "min() arg is an empty sequence"
     assert capsys.readouterr().err == "cpgym dynamic: error: dynamic: compositions must be 'all' or ';'-separated " \
-                                      f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r}\n"
+                                      f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r} (--compositions)\n"
