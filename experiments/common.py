@@ -344,7 +344,7 @@ def check_out_dir(path: str | os.PathLike | None, flag: str = "--out") -> None:
     if path is None:
         return
     out = Path(path)
-    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    blocker = _first_file(out, *out.parents)
     if blocker == out:
         raise ValueError(f"{flag} {path} exists and is not a folder; expected a folder (new or existing)")
     if blocker is not None:
@@ -362,6 +362,11 @@ def check_out_dir(path: str | os.PathLike | None, flag: str = "--out") -> None:
         p.rmdir()
 
 
+def _first_file(*paths):
+    """The first of ``paths`` that exists and is not a folder (it blocks a folder there), else ``None``."""
+    return next((p for p in paths if p.exists() and not p.is_dir()), None)
+
+
 def check_out_file(path: str | None, flag: str = "--out") -> None:
     """Fails early (before any simulation) if the output file ``path`` is an existing folder or
     its folder exists as a file or cannot be created (:func:`check_out_dir`); the writer then
@@ -377,7 +382,7 @@ def check_out_file(path: str | None, flag: str = "--out") -> None:
     out = Path(path)
     if out.is_dir():
         raise ValueError(f"{flag} {path} is a folder; expected a file path")
-    blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    blocker = _first_file(*out.parents)
     if blocker is not None:  # named with the file's path (check_out_dir would name its folder)
         raise ValueError(f"{flag} {path} cannot be created: {blocker} is not a folder")
     check_out_dir(str(out.parent), flag)

@@ -261,33 +261,39 @@ class EvaluationConfig:
             raise ValueError(f"evaluate: warmup_s must be >= 0, got {self.warmup_s}")
         self._check_mode_fields()
 
+    def _first_set(self, names: tuple[str, ...]) -> tuple[str, str, Any] | None:
+        """``(field, flag, value shown)`` of the first of ``names`` set away from its default, else ``None``."""
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in names:
+            value = getattr(self, name)
+            if value != defaults[name]:
+                shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+                return name, "--" + name.replace("_", "-"), shown
+        return None
+
     def _check_mode_fields(self) -> None:
         """A field set away from its default that the chosen mode (protocol with ``loads`` /
         ``protocol``, else per-seed episodes) would ignore is an error naming its flag."""
-        defaults = {f.name: f.default for f in fields(self)}
         protocol = bool(self.loads) or self.protocol
         if self.loads and self.target_rps is not None:
             raise ValueError(f"evaluate: give loads (--loads, fractions of capacity) or target_rps (--target-rps "
                              f"{self.target_rps:g}), not both")
-        only = ("max_windows", "warmup_s") if not protocol else ("seeds", "eval_every")  # tuned: run_evaluation
-        for name in only:
-            value = getattr(self, name)
-            if value != defaults[name]:
-                flag = "--" + name.replace("_", "-")
-                shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-                where = "only to the protocol evaluation; add --loads or --protocol" if not protocol else \
-                    "only to the per-seed evaluation, not to the protocol's fixed windows (--loads / --protocol)"
-                raise ValueError(f"evaluate: {name} ({flag} {shown}) applies {where}, or drop {flag}")
+        # (tuned: checked by run_evaluation, which knows the kind)
+        hit = self._first_set(("max_windows", "warmup_s") if not protocol else ("seeds", "eval_every"))
+        if hit:
+            name, flag, shown = hit
+            where = "only to the protocol evaluation; add --loads or --protocol" if not protocol else \
+                "only to the per-seed evaluation, not to the protocol's fixed windows (--loads / --protocol)"
+            raise ValueError(f"evaluate: {name} ({flag} {shown}) applies {where}, or drop {flag}")
 
     def check_reconfig_fields(self) -> None:
         """Reconfiguration evaluation runs one whole-workload episode per seed: a routing-only
         field set away from its default (it would be ignored) is an error naming its flag."""
-        defaults = {f.name: f.default for f in fields(self)}
-        for name in ("episode_window_s", "eval_every", "windows"):
-            if getattr(self, name) != defaults[name]:
-                flag = "--" + name.replace("_", "-")
-                raise ValueError(f"evaluate: {name} ({flag} {getattr(self, name)}) applies only to routing evaluation; "
-                                 f"a reconfiguration evaluation runs one whole-workload episode per seed (drop {flag})")
+        hit = self._first_set(("episode_window_s", "eval_every", "windows"))
+        if hit:
+            name, flag, shown = hit
+            raise ValueError(f"evaluate: {name} ({flag} {shown}) applies only to routing evaluation; "
+                             f"a reconfiguration evaluation runs one whole-workload episode per seed (drop {flag})")
 
     def resolved_kind(self) -> str:
         """``"routing"`` or ``"reconfig"`` (``auto``: from the checkpoint's ``train_config.json``)."""
