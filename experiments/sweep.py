@@ -189,21 +189,35 @@ def _effective_composition(cell: Cell) -> str:
     return comp or cell.config.pool.composition
 
 
-def scan_finished(out_dir: Path) -> dict[str, str]:
-    """``{cell key: run folder name}`` of the finished cells under ``out_dir``."""
-    done: dict[str, str] = {}
+def finished_cells(out_dir: str | Path) -> Iterator[tuple[Path, dict]]:
+    """``(run folder, cell document)`` of every finished cell directly under ``out_dir``, in
+    folder-name order: the one reader of a sweep's output folder (``cell.json`` is written last,
+    so its presence marks a finished cell; dot-folders are cells still running).
+
+    A ``cell.json`` that is not a JSON object with a ``key`` is skipped (a stray file, not a cell
+    of this harness). A missing ``out_dir`` yields nothing.
+    """
+    out_dir = Path(out_dir)
     if not out_dir.is_dir():
-        return done
+        return
     for d in sorted(out_dir.iterdir()):
         if d.name.startswith(".") or not d.is_dir():
             continue
         f = d / CELL_FILE
-        if f.is_file():
-            try:
-                done[json.loads(f.read_text())["key"]] = d.name
-            except (ValueError, KeyError):
-                continue
-    return done
+        if not f.is_file():
+            continue
+        try:
+            doc = json.loads(f.read_text())
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and "key" in doc:
+            yield d, doc
+
+
+def scan_finished(out_dir: Path) -> dict[str, str]:
+    """``{cell key: run folder name}`` of the finished cells under ``out_dir``
+    (:func:`finished_cells`)."""
+    return {doc["key"]: d.name for d, doc in finished_cells(out_dir)}
 
 
 @dataclass

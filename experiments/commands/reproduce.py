@@ -102,7 +102,7 @@ def config_from_args(args: argparse.Namespace):
         cases.append(known[w])
     if args.models:
         models = []
-        for item in (x.strip() for x in args.models.split(";") if x.strip()):
+        for item in (x.strip() for x in args.models.split(";")):
             label, sep, rest = item.partition("=")
             path, _, comp = rest.partition("@")
             if not sep or not label or not path:

@@ -23,19 +23,28 @@ METRICS = ("mean_ttft_s", "p90_ttft_s", "prefix_hit_rate", "slo_attainment_token
 
 
 def load_runs(sweep_dir: str | Path) -> list[dict]:
-    """``[{policy, seed, params (dict), **METRICS}]`` of the finished runs under ``sweep_dir``.
+    """``[{policy, seed, params (dict), **METRICS}]`` of the finished cells under ``sweep_dir``
+    (:func:`experiments.sweep.finished_cells`).
 
     Raises:
-        ValueError: if ``sweep_dir`` holds no finished run.
+        ValueError: if ``sweep_dir`` holds no finished cell, or a finished cell's ``summary.json``
+            is missing or not a JSON object (the message names the file).
     """
+    from experiments.sweep import finished_cells
+
     runs = []
-    for cell_file in sorted(Path(sweep_dir).glob("*/cell.json")):
-        cell = json.loads(cell_file.read_text())
-        summary = json.loads((cell_file.parent / "summary.json").read_text())
+    for run_dir, cell in finished_cells(sweep_dir):
+        summary_file = run_dir / "summary.json"
+        try:
+            summary = json.loads(summary_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{summary_file}: cannot read the finished cell's summary ({exc})") from None
+        if not isinstance(summary, dict):
+            raise ValueError(f"{summary_file}: expected a JSON object, got {type(summary).__name__}")
         runs.append({"policy": cell["policy"], "seed": int(cell["seed"]), "params": dict(cell.get("policy_params") or {}),
                      **{k: float(summary.get(k, 0.0)) for k in METRICS}})
     if not runs:
-        raise ValueError(f"{sweep_dir}: no finished run (no */cell.json); run `cpgym sweep` first")
+        raise ValueError(f"{sweep_dir}: no finished sweep cell (no */cell.json); run `cpgym sweep` first")
     return runs
 
 

@@ -125,9 +125,10 @@ class DynamicPhasesConfig:
         for name in ("rate_scale", "short_rate_rps", "long_rate_rps", "phase_duration_s", "controller_window_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"dynamic: {name} must be > 0, got {getattr(self, name)}")
-        if not self.compositions.replace(";", "").strip():  # "" or ";": nothing to compare with
+        items = [c.strip() for c in self.compositions.split(";")]
+        if self.compositions.strip() != "all" and "" in items:  # "", ";" or "a;;b": never silently dropped
             raise ValueError(f"dynamic: compositions must be 'all' or ';'-separated compositions (e.g. 'cp4x10;cp2x20'), "
-                             f"got {self.compositions!r}")
+                             f"got {self.compositions!r} (an empty item: doubled, leading or trailing ';')")
         if self.num_phases < 1 or self.k_windows < 1 or self.switch_s < 0:
             raise ValueError(f"dynamic: num_phases and k_windows must be >= 1 and switch_s >= 0, "
                              f"got {self.num_phases}, {self.k_windows}, {self.switch_s}")
@@ -305,9 +306,9 @@ def fixed_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
     """The fixed compositions compared: every composition of ``pool`` (``"all"``) or the listed ones."""
     from baselines.controller import enumerate_compositions
 
-    if cfg.compositions == "all":
+    if cfg.compositions.strip() == "all":
         return enumerate_compositions(pool)
-    return [c.strip() for c in cfg.compositions.split(";") if c.strip()]
+    return [c.strip() for c in cfg.compositions.split(";")]
 
 
 def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, history, ccfg):

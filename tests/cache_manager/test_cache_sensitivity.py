@@ -12,7 +12,7 @@ from experiments.paper_experiments.cache_sensitivity import load_runs, sensitivi
 def _run(root, name, policy, seed, params, mean, p90, hit):
     d = root / name
     d.mkdir()
-    (d / "cell.json").write_text(json.dumps({"policy": policy, "seed": seed, "policy_params": params}))
+    (d / "cell.json").write_text(json.dumps({"key": name, "policy": policy, "seed": seed, "policy_params": params}))
     (d / "summary.json").write_text(json.dumps({"mean_ttft_s": mean, "p90_ttft_s": p90, "prefix_hit_rate": hit,
                                                 "slo_attainment_token_weighted": 1.0, "kv_transfer_bytes": 2e9}))
 
@@ -36,7 +36,11 @@ def test_paired_changes_by_setting(tmp_path):
 
 
 def test_unpaired_or_empty_sweeps_are_errors(tmp_path):
-    with pytest.raises(ValueError, match="no finished run"):
+    with pytest.raises(ValueError, match="no finished sweep cell"):
+        load_runs(tmp_path)
+    (tmp_path / ".tmp-cell").mkdir()  # a cell still running is not read
+    (tmp_path / ".tmp-cell" / "cell.json").write_text("{")
+    with pytest.raises(ValueError, match="no finished sweep cell"):
         load_runs(tmp_path)
     _run(tmp_path, "a", "vertumnus-global-cache", 0, {"cache_decay": 0.5}, 1.0, 2.0, 0.5)
     with pytest.raises(ValueError, match="local-caches policy"):
@@ -44,3 +48,13 @@ def test_unpaired_or_empty_sweeps_are_errors(tmp_path):
     _run(tmp_path, "b", "vertumnus-router", 1, {}, 1.0, 2.0, 0.5)  # found as the local policy
     with pytest.raises(ValueError, match="seed 0"):
         sensitivity_rows(load_runs(tmp_path))
+
+
+def test_a_finished_cell_without_a_readable_summary_names_the_file(tmp_path):
+    _run(tmp_path, "a", "vertumnus-router", 0, {}, 1.0, 2.0, 0.5)
+    (tmp_path / "a" / "summary.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"a/summary.json: expected a JSON object"):
+        load_runs(tmp_path)
+    (tmp_path / "a" / "summary.json").unlink()
+    with pytest.raises(ValueError, match=r"a/summary.json: cannot read"):
+        load_runs(tmp_path)

@@ -111,3 +111,17 @@ def test_capacity_cli_json(tmp_path, capsys):
     assert all(r["cached"] for r in again) and [r["capacity_rps"] for r in again] == [r["capacity_rps"] for r in rows]
     assert main(["capacity", "--workload", "leval-like", "--target-rps", "5"]) == 2
     assert "--target-rps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_compare_quiet_drops_the_capacity_probe_lines(quiet, tmp_path, capsys):
+    from experiments.cli import main
+
+    args = ["compare", "--workload", "leval-like", "--window-s", "0", "40", "--suite", "homogeneous-cp4", "--loads", "0.5",
+            "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--rel-tol", "0.2",
+            "--cache-dir", str(tmp_path)] + ["--quiet"] * quiet
+    assert main(args) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    stated = [line for line in err if line.startswith("loads relative to homogeneous-cp4: ")]
+    assert len(stated) == 1  # the capacity the loads refer to is stated either way
+    assert (err == stated) == quiet  # the per-probe progress lines only without --quiet

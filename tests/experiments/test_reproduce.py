@@ -64,6 +64,9 @@ def test_reproduce_rejects_bad_input(capsys):
     assert "unknown workload" in capsys.readouterr().err
     assert main(["reproduce", "--loads", "0.9,0.5", "--workloads", "leval-like"]) == 2
     assert "--loads" in capsys.readouterr().err
+    # an empty --models item (doubled, leading or trailing ';') is an error, not silently dropped
+    assert main(["reproduce", "--workloads", "leval-like", "--models", "a=x.json;"]) == 2
+    assert "--models entries must be LABEL=CALIBRATION_FILE[@COMPOSITION], got ''" in capsys.readouterr().err
 
 
 # --- dynamic, cache and reconfiguration experiments (tiny settings: 8 GPUs, short phases / windows) ---

@@ -14,7 +14,7 @@ from policies.tune_controller import (TUNED_LABEL, load_tuned_controller, main, 
 def _write_run(root, name, seed, params, mean_ttft_s, policy="vertumnus-adaptive"):
     d = root / name
     d.mkdir()
-    (d / "cell.json").write_text(json.dumps({"policy": policy, "seed": seed, "policy_params": params,
+    (d / "cell.json").write_text(json.dumps({"key": name, "policy": policy, "seed": seed, "policy_params": params,
                                              "workload": {"name": "matched-phases"}}))
     (d / "summary.json").write_text(json.dumps({"mean_ttft_s": mean_ttft_s, "p90_ttft_s": 2 * mean_ttft_s,
                                                 "slo_attainment_token_weighted": 0.99}))

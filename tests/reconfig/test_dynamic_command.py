@@ -203,10 +203,12 @@ def test_dynamic_output_paths_are_checked_before_running(flags, message, tmp_pat
     assert capsys.readouterr().err == f"cpgym dynamic: error: {message.format(blocker=blocker, tmp=tmp_path)}\n"
 
 
-@pytest.mark.parametrize("text", ["", " ; "])
-def test_dynamic_empty_composition_list_is_one_line(text, capsys):
+@pytest.mark.parametrize("text", ["", " ; ", "cp4x10;;cp2x20", "cp4x10;", ";cp4x10"])
+def test_dynamic_empty_composition_item_is_one_line(text, capsys):
     from experiments.cli import main
 
-    assert main(["dynamic", "--compositions", text, "--quiet"]) == 2  # was "min() arg is an empty sequence"
+    # was "min() arg is an empty sequence" for an empty list, and an empty item was silently dropped
+    assert main(["dynamic", "--compositions", text, "--quiet"]) == 2
     assert capsys.readouterr().err == "cpgym dynamic: error: dynamic: compositions must be 'all' or ';'-separated " \
-                                      f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r} (--compositions)\n"
+                                      f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r} (an empty item: doubled, " \
+                                      "leading or trailing ';') (--compositions)\n"
