@@ -211,6 +211,13 @@ class ControllerConfig:
             0.27 req/s per s) are 5 standard errors steep and keep their trend.
         max_candidates: at most this many candidate compositions (each costs one look-ahead
             simulation per memo miss), >= 2; 16 (all 11 of 40 GPUs with {2, 4}).
+        target_degrees: CP degrees the candidate compositions may use (each must be one of the
+            pool's ``supported_degrees``); ``()`` (default): the pool's supported degrees. The
+            heuristic's counterpart of the learned controller's target menu
+            (``envs.reconfig_env.target_menu``, ``--target-degrees``). Why it matters: 40 GPUs
+            over {1, 2, 4, 8} make 286 compositions, of which ``max_candidates`` evenly spaced ones
+            are simulated, so the default pool's look-ahead never sees ``cp4x10`` or
+            ``cp4x9,cp2x2``; with ``(2, 4)`` it sees all 11 (the paper's Qwen3 degrees, §9).
         regime_change_unlocks: a target change in the first window of a new mix regime lifts the
             dwell-time lockout; True (the lockout guards against flapping *within* a regime; a
             phase change is not flapping, and keeping the last phase's CP-2 workers locked for
@@ -251,6 +258,7 @@ class ControllerConfig:
     target_horizons_s: tuple[float, ...] = (20.0, 40.0)
     target_trend_min_t: float = 2.0
     max_candidates: int = 16
+    target_degrees: tuple[int, ...] = ()
     regime_change_unlocks: bool = True
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
 
@@ -299,6 +307,11 @@ class ControllerConfig:
               f"controller.target_trend_min_t must be a finite number >= 0, got {self.target_trend_min_t}")
         check(isinstance(self.max_candidates, int) and self.max_candidates >= 2,
               f"controller.max_candidates must be an integer >= 2, got {self.max_candidates!r}")
+        check(isinstance(self.target_degrees, tuple)
+              and all(isinstance(d, int) and d >= 1 and not d & (d - 1) for d in self.target_degrees)
+              and len(set(self.target_degrees)) == len(self.target_degrees),
+              f"controller.target_degrees must be distinct powers of two >= 1 (empty: the pool's supported "
+              f"degrees), got {self.target_degrees!r}")
 
 
 #: The decisions :class:`ReconfigController` can take (``ControllerConfig.decision``).
@@ -471,7 +484,8 @@ class ReconfigController:
 
     def candidate_compositions(self, pool) -> list[str]:
         """Candidate compositions of the ``"target"`` decision: every composition of ``pool``
-        with its supported degrees (:func:`enumerate_compositions`); if more than
+        with its supported degrees, or with ``target_degrees`` when set
+        (:func:`enumerate_compositions`); if more than
         ``max_candidates``, those of the degrees present in the pool and their supported halves
         and doubles; if still more, ``max_candidates`` of them evenly spaced in enumeration order
         (most large-degree workers first), always with the pool's own composition (each
@@ -479,6 +493,12 @@ class ReconfigController:
         from dataclasses import replace as dc_replace
 
         own = self.composition_text(projected_degree_counts(self.sim))
+        if self.config.target_degrees:
+            unsupported = sorted(set(self.config.target_degrees) - set(pool.supported_degrees))
+            if unsupported:
+                raise ValueError(f"controller.target_degrees {list(self.config.target_degrees)}: degree(s) {unsupported} "
+                                 f"not in the pool's supported_degrees {list(pool.supported_degrees)}")
+            pool = dc_replace(pool, supported_degrees=tuple(sorted(self.config.target_degrees)))
         comps = enumerate_compositions(pool)
         if len(comps) > self.config.max_candidates:
             present = {w.degree for w in self.sim.workers.values()}

@@ -64,6 +64,7 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
     """
     from experiments.paper_experiments.cache_sensitivity import load_runs
     from experiments.report import ci95_halfwidth
+    from experiments.sweep import finished_cells
 
     dirs = [sweep_dir] if isinstance(sweep_dir, (str, Path)) else list(sweep_dir)
     sweep_dir = ", ".join(map(str, dirs))
@@ -96,8 +97,7 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
             row["delta_mean_ttft_pct_vs_default_ci95"] = ci95_halfwidth(pct)
         grid.append(row)
     best = min(grid, key=lambda row: row[METRIC])  # min keeps the first of equal values
-    workloads = sorted({json.loads((p.parent / "cell.json").read_text())["workload"]["name"]
-                        for d in dirs for p in Path(d).glob("*/summary.json")})
+    workloads = sorted({str((cell.get("workload") or {}).get("name")) for d in dirs for _, cell in finished_cells(d)})
     return {"heuristic": policy, "params": best["params"], "workload": ",".join(workloads), "seeds": seeds,
             "metric": METRIC, "grid": grid, "sweep": [str(d) for d in dirs]}
 

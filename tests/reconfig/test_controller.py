@@ -386,3 +386,34 @@ def test_target_decision_records_the_lookahead_rate():
     ctl._rates = [2.0, 2.1]  # stationary: the mean rate, the target kept on every stream, the longer streams
     ctl.decide_target(r)
     assert ctl.predict.last_call == ([2.05, 2.05], ("cp4x1,cp2x2",), True)
+
+
+def test_target_degrees_set_the_candidate_menu():
+    # 40 GPUs over {1, 2, 4, 8}: 286 compositions, of which max_candidates evenly spaced ones are
+    # looked ahead, missing cp4x10 and cp4x9,cp2x2; target_degrees (2, 4) gives all 11
+    pool = PoolConfig(num_gpus=40, composition="cp4x6,cp2x8", supported_degrees=(1, 2, 4, 8))
+    sim = Simulator(_poisson_workload(2.0, 10.0, 0), SimConfig(pool=pool, seed=0))
+    wide = ReconfigController(ControllerConfig(profile=FAST, decision="target"))
+    wide.attach(sim)
+    assert len(wide.candidates) == 16 and "cp4x10" not in wide.candidates and "cp4x9,cp2x2" not in wide.candidates
+    sim = Simulator(_poisson_workload(2.0, 10.0, 0), SimConfig(pool=pool, seed=0))
+    paper = ReconfigController(ControllerConfig(profile=FAST, decision="target", target_degrees=(2, 4)))
+    paper.attach(sim)
+    assert sorted(paper.candidates) == sorted(enumerate_compositions(replace(pool, supported_degrees=(2, 4))))
+    assert len(paper.candidates) == 11 and "cp4x9,cp2x2" in paper.candidates
+    sim = Simulator(_poisson_workload(2.0, 10.0, 0), SimConfig(pool=pool, seed=0))
+    menu = ReconfigController(ControllerConfig(profile=FAST, decision="target", target_degrees=(2, 4, 8),
+                                               max_candidates=36))
+    menu.attach(sim)  # the learned controller's 36-composition menu (envs.reconfig_env.target_menu)
+    assert len(menu.candidates) == 36
+
+
+def test_target_degrees_validation():
+    for bad in ((3,), (2, 2), (0, 2), [2, 4]):
+        with pytest.raises(ValueError, match="controller.target_degrees must be distinct powers of two"):
+            ControllerConfig(target_degrees=bad)
+    pool = PoolConfig(num_gpus=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
+    sim = Simulator(_poisson_workload(2.0, 10.0, 0), SimConfig(pool=pool, seed=0))
+    ctl = ReconfigController(ControllerConfig(profile=FAST, decision="target", target_degrees=(2, 8)))
+    with pytest.raises(ValueError, match=r"target_degrees \[2, 8\]: degree\(s\) \[8\] not in the pool's supported_degrees"):
+        ctl.attach(sim)
