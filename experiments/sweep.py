@@ -165,14 +165,19 @@ def cell_folder_name(run_name: str, cell: Cell, max_tag_chars: int = 100) -> str
     CleanRL-style run name with the cell's other grid values added to the workload part (last
     path component of each axis, e.g. ``cache_capacity_scale=0.5``, ``beta=1``), so that the
     cells of one grid never get identical-looking folders. Characters awkward in file names
-    become ``-``; the grid part is cut at ``max_tag_chars`` (``cell.json`` holds every axis)."""
+    become ``-``; a grid part longer than ``max_tag_chars`` is cut and ends in ``~`` and 8 hex
+    digits of the SHA-256 of the whole part, so cells that differ only in a late axis still get
+    different names (``cell.json`` holds every axis)."""
+    import hashlib
     import re
 
     parts = [f"{k.rsplit('.', 1)[-1]}={json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else v}"
              for k, v in cell.axes if k not in _NAMED_AXES]
     if not parts:
         return run_name
-    tag = re.sub(r"[^A-Za-z0-9._+=,-]+", "-", "-".join(parts)).strip("-")[:max_tag_chars]
+    tag = re.sub(r"[^A-Za-z0-9._+=,-]+", "-", "-".join(parts)).strip("-")
+    if len(tag) > max_tag_chars:
+        tag = f"{tag[:max_tag_chars - 9]}~{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
     workload, rest = run_name.split("__", 1)
     return f"{workload}-{tag}__{rest}"
 

@@ -140,3 +140,22 @@ def test_readme_commands_parse(command):
 
 def test_readme_has_commands_to_parse():
     assert len(_readme_commands()) >= 20 and any(c.startswith("cpgym simulate") for c in _readme_commands())
+
+
+def test_sweep_folder_names_cut_long_grid_parts_but_stay_distinct():
+    from types import SimpleNamespace
+
+    from experiments.sweep import cell_folder_name
+
+    long = [("vertumnus-adaptive.target_margin", 0.12), ("vertumnus-adaptive.regime_change_unlocks", False),
+            ("vertumnus-adaptive.target_urgent_gain", 1.0), ("vertumnus-adaptive.target_horizons_s", (0.0,)),
+            ("vertumnus-adaptive.max_candidates", 36)]
+    run = "matched-phases__vertumnus-adaptive__0__1796102215"
+    a = cell_folder_name(run, SimpleNamespace(axes=(*long, ("vertumnus-adaptive.target_degrees", (2, 4)))))
+    b = cell_folder_name(run, SimpleNamespace(axes=(*long, ("vertumnus-adaptive.target_degrees", (2, 4, 8)))))
+    tag_a, tag_b = a.split("__")[0], b.split("__")[0]
+    assert a != b and tag_a[:-8] == tag_b[:-8]  # only the digest of the whole grid part differs
+    assert len(tag_a) == len("matched-phases-") + 100 and re.fullmatch(r".*~[0-9a-f]{8}", tag_a)
+    assert a.split("__")[1:] == ["vertumnus-adaptive", "0", "1796102215"]
+    short = cell_folder_name(run, SimpleNamespace(axes=(("cache_capacity_scale", 0.5),)))
+    assert short == "matched-phases-cache_capacity_scale=0.5__vertumnus-adaptive__0__1796102215"
