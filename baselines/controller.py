@@ -498,7 +498,9 @@ class ReconfigController:
             if unsupported:
                 raise ValueError(f"controller.target_degrees {list(self.config.target_degrees)}: degree(s) {unsupported} "
                                  f"not in the pool's supported_degrees {list(pool.supported_degrees)}")
-            pool = dc_replace(pool, supported_degrees=tuple(sorted(self.config.target_degrees)))
+            degrees = tuple(sorted(self.config.target_degrees))
+            # the pool's own composition may use other degrees (it stays a candidate, appended below)
+            pool = dc_replace(pool, supported_degrees=degrees, composition=f"cp{degrees[0]}x{pool.num_gpus // degrees[0]}")
         comps = enumerate_compositions(pool)
         if len(comps) > self.config.max_candidates:
             present = {w.degree for w in self.sim.workers.values()}

@@ -406,6 +406,11 @@ def test_target_degrees_set_the_candidate_menu():
                                                max_candidates=36))
     menu.attach(sim)  # the learned controller's 36-composition menu (envs.reconfig_env.target_menu)
     assert len(menu.candidates) == 36
+    sim = Simulator(_poisson_workload(2.0, 10.0, 0), SimConfig(pool=pool, seed=0))
+    large = ReconfigController(ControllerConfig(profile=FAST, decision="target", target_degrees=(4, 8)))
+    large.attach(sim)  # the pool's own CP-2 workers are outside the menu: it stays a candidate ("stay")
+    assert sorted(large.candidates) == sorted(["cp4x6,cp2x8", *enumerate_compositions(
+        replace(pool, composition="cp4x10", supported_degrees=(4, 8)))])
 
 
 def test_target_degrees_validation():
