@@ -400,7 +400,9 @@ class ReconfigController:
             the run's workload mix (the history stand-in, :meth:`CapacityTable.seed_history`).
 
     After a run, ``windows`` holds one :class:`WindowRecord` per window — also, as dicts, in
-    ``SimResult.extras["controller_windows"]``.
+    ``SimResult.extras["controller_windows"]``; ``SimResult.extras["controller_candidates"]`` lists
+    the ``"target"`` decision's candidate compositions (:meth:`candidate_compositions`; empty for
+    the paper rule).
     """
 
     def __init__(self, config: ControllerConfig | None = None, table: CapacityTable | None = None) -> None:
@@ -446,7 +448,8 @@ class ReconfigController:
             self.predictor = LookaheadPredictor(self.table, lambda: VertumnusRouter(name="vertumnus-lookahead"),
                                                 cfg.lookahead)
         sim.finish_listeners.append(self._on_finish)
-        sim.extras_providers.append(lambda: {"controller_windows": [w.as_dict() for w in self.windows]})
+        sim.extras_providers.append(lambda: {"controller_windows": [w.as_dict() for w in self.windows],
+                                             "controller_candidates": list(getattr(self, "candidates", []))})
         sim.attachments["controller"] = self
         if len(reqs):
             from envs.sim.simulator import EventPriority

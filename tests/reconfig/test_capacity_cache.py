@@ -94,6 +94,10 @@ def test_full_system_and_router_ablation():
     # light load: the initial composition favours large-degree workers among the pool's degrees {2, 4}
     assert init["composition"] == "cp4x2" and init["feasible"]
     assert "controller_windows" in res.extras and "reconfig_operations" in res.extras
+    from baselines.controller import enumerate_compositions
+
+    # the look-ahead's candidate menu is recorded: every composition of the pool's degrees {2, 4}
+    assert sorted(res.extras["controller_candidates"]) == sorted(enumerate_compositions(POOL))
     # the global prefix-cache manager is attached
     sim, _ = build_simulator("vertumnus", wl, cfg)
     assert "cache_manager" in sim.attachments and "controller" in sim.attachments
