@@ -81,15 +81,21 @@ def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
     """Runs one policy to the end (or the horizon) and returns its result.
 
     Args:
-        progress: optional callable ``(num_decided)`` called every 1,000 routing decisions and
-            once at the end with the rest.
+        progress: optional callable ``(num_routed)`` called every 1,000 requests routed for the
+            first time and once at the end with the rest (a request re-routed by a
+            reconfiguration or a fault counts once, so the total never exceeds
+            ``workload.num_requests``).
         capacity_cache: see :func:`build_simulator`.
     """
     sim, spec = build_simulator(policy, workload, config, calibration, capacity_cache)
     if progress is not None:
         state = {"n": 0}
+        routed = bytearray(workload.num_requests)
 
-        def _tick(_sim, _req, _w) -> None:
+        def _tick(_sim, req, _w) -> None:
+            if routed[req.request_id]:
+                return
+            routed[req.request_id] = 1
             state["n"] += 1
             if state["n"] % 1000 == 0:
                 progress(1000)

@@ -199,3 +199,17 @@ def test_link_failure_stalls_transfers():
     links.set_fault(("out", 0), 0.0, 10.0, 0.5)
     assert links.reserve(2.0, 0, 0, 450_000_000_000) == pytest.approx((5.0, 6.0))
     assert links.reserve(0.0, 0, 1, 25_000_000_000) == pytest.approx((0.0, 2.0))
+
+
+def test_run_policy_progress_counts_a_rerouted_request_once(simple_calibration):
+    """``cpgym simulate``'s progress: requests re-routed at fault detection (or by a
+    reconfiguration) were counted again, so the bar ended past its total (``15003/?`` for
+    ``vertumnus`` on the default workload)."""
+    from experiments.runner import run_policy
+
+    wl = make_workload([(0.0, 20, None), (2.0, 4, None), (30.0, 4, None)])
+    faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.5, gpu=1),), detection_delay_s=3.0, rebuild_s=10.0, repair_s=5.0)
+    counted = []
+    res = run_policy("least-work", wl, SimConfig(pool=ONE_CP2, faults=faults), simple_calibration, progress=counted.append)
+    assert res.records["num_routings"].tolist() == [2, 2, 1]  # two requests routed twice
+    assert sum(counted) == wl.num_requests == 3
