@@ -174,10 +174,18 @@ def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ..
     try:
         return cls(**kwargs)
     except ValueError as exc:
-        flags = _flags_named_in(str(exc), _cli_fields(cls, exclude))
-        if not flags:
+        named = with_flags(cls, exc, exclude)
+        if named is exc:
             raise
-        raise ValueError(f"{exc} ({', '.join(flags)})") from None
+        raise named from None
+
+
+def with_flags(cls: type, exc: ValueError, exclude: tuple[str, ...] = ()) -> ValueError:
+    """``exc`` with the flags of the fields of ``cls`` that its message names appended (as
+    :func:`config_from_args` does), for checks of a built config that run later (e.g. against
+    the pool); ``exc`` itself when it names none."""
+    flags = _flags_named_in(str(exc), _cli_fields(cls, exclude))
+    return ValueError(f"{exc} ({', '.join(flags)})") if flags else exc
 
 
 def _flags_named_in(message: str, cli_fields: list[dataclasses.Field]) -> list[str]:

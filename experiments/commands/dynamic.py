@@ -75,11 +75,17 @@ def plan(args: argparse.Namespace) -> list[tuple]:
 
 def check_composition_count(cfg, base, max_compositions: int) -> None:
     """Raises ValueError (one line) when ``--compositions all`` would run more than
-    ``max_compositions`` fixed compositions."""
-    from experiments.paper_experiments.dynamic_phases import fixed_compositions
+    ``max_compositions`` fixed compositions, or when a listed composition or ``--initial`` is not
+    one of the pool (naming the flag; before any profiling or capacity search)."""
+    from experiments.config_args import with_flags
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, check_compositions, fixed_compositions
 
     if max_compositions < 1:
         raise ValueError(f"--max-compositions must be >= 1, got {max_compositions}")
+    try:
+        check_compositions(cfg, base.pool)
+    except ValueError as exc:
+        raise with_flags(DynamicPhasesConfig, exc) from None
     if cfg.compositions != "all":
         return
     n = len(fixed_compositions(cfg, base.pool))

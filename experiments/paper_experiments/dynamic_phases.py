@@ -311,12 +311,47 @@ def fixed_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
     return [c.strip() for c in cfg.compositions.split(";")]
 
 
+def check_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
+    """Validates the listed fixed compositions and a given (not ``"auto"``) initial composition
+    against ``pool`` (GPU count, supported degrees, placement) before anything runs.
+
+    Returns:
+        :func:`fixed_compositions`.
+
+    Raises:
+        ValueError: one line naming the field (``compositions`` / ``initial``), the item and
+            the pool's reason; also on a composition listed twice (the same workers in another order
+            included), which would run and report the same pool twice.
+    """
+    from envs.sim import PoolConfig
+
+    def placements(comp: str, field: str):
+        try:
+            return PoolConfig(num_gpus=pool.num_gpus, gpus_per_node=pool.gpus_per_node,
+                              supported_degrees=pool.supported_degrees, composition=comp).placements()
+        except ValueError as exc:
+            raise ValueError(f"dynamic: {field} {comp!r} is not a composition of the {pool.num_gpus}-GPU pool "
+                             f"(CP degrees {','.join(map(str, pool.supported_degrees))}): {exc}") from None
+
+    fixed = fixed_compositions(cfg, pool)
+    if cfg.initial != "auto":
+        placements(cfg.initial, "initial")
+    seen: dict = {}
+    for comp in fixed:
+        key = tuple(placements(comp, "compositions item"))
+        if key in seen:
+            raise ValueError(f"dynamic: compositions lists the same pool twice ({seen[key]!r} and {comp!r}); "
+                             f"list each composition once")
+        seen[key] = comp
+    return fixed
+
+
 def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, history, ccfg):
     from baselines.controller import initial_composition
     from envs.sim import PoolConfig
 
     pool = base.pool
-    fixed = fixed_compositions(cfg, pool)
+    fixed = check_compositions(cfg, pool)
     hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
     hist_hit = reuse_prefix_tokens(history)
     _observe_history(table, history, hist_L, hist_hit, ccfg.window_s)
@@ -434,6 +469,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
     calibration = Calibration.resolve(base.calibration_path)
     from experiments.common import check_has_requests
 
+    check_compositions(cfg, base.pool)  # before the capacity searches of --short-load / --long-load
     cfg, capacities = resolve_rates(cfg, base, calibration, log)
 
     workload = check_has_requests(cfg.workload_source().build())  # before profiling the history day

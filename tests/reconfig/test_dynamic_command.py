@@ -212,3 +212,28 @@ def test_dynamic_empty_composition_item_is_one_line(text, capsys):
     assert capsys.readouterr().err == "cpgym dynamic: error: dynamic: compositions must be 'all' or ';'-separated " \
                                       f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r} (an empty item: doubled, " \
                                       "leading or trailing ';') (--compositions)\n"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--compositions", "foo"], "dynamic: compositions item 'foo' is not a composition of the 8-GPU pool (CP degrees 2,4): "
+                                "composition item 'foo' is invalid"),
+    (["--compositions", "cp4x2;cp4x5"], "dynamic: compositions item 'cp4x5' is not a composition of the 8-GPU pool "
+                                        "(CP degrees 2,4): composition 'cp4x5' uses 20 GPUs but the pool has 8"),
+    (["--compositions", "cp4x1,cp2x2;cp2x2,cp4x1"], "dynamic: compositions lists the same pool twice"),
+    (["--compositions", "cp2x4", "--initial", "cp8x1"], "dynamic: initial 'cp8x1' is not a composition of the 8-GPU pool"),
+])
+def test_dynamic_bad_composition_names_its_flag_before_any_capacity_search(argv, expected, capsys, monkeypatch):
+    """A composition of the wrong GPU count or degree used to fail only after the capacity
+    searches of --short-load (minutes), with the pool's message alone (no flag); a duplicate ran
+    and reported the same pool twice."""
+    import experiments.capacity as capacity
+    from experiments.cli import main
+
+    def no_search(*a, **k):
+        raise AssertionError("capacity search before the compositions were checked")
+
+    monkeypatch.setattr(capacity, "find_capacity", no_search)
+    assert main(["dynamic", "--pool-gpus", "8", "--short-load", "0.5", "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    flag = "--initial" if "--initial" in argv else "--compositions"
+    assert err.startswith(f"cpgym dynamic: error: {expected}") and err.endswith(f" ({flag})\n") and len(err.splitlines()) == 1
