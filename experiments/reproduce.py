@@ -113,7 +113,10 @@ class ReproduceConfig:
         cache_dir: capacity cache folder, or ``None``.
 
     Raises:
-        ValueError: on empty lists, loads not increasing in (0, 2], or a bad window.
+        ValueError: on empty lists, loads not increasing in (0, 2], a bad window, or a model
+            entry whose calibration cannot be read, whose composition is not one of the pool,
+            or whose label (``default``: the calibration's model name) another entry has too
+            (their rows would be pooled as one model); each names ``--models`` and the entry.
     """
 
     workloads: tuple[WorkloadCase, ...]
@@ -147,13 +150,32 @@ class ReproduceConfig:
             raise ValueError(f"dynamic_params: unknown DynamicPhasesConfig field(s) {bad}; known: {sorted(known)} "
                              "(the workload seed is the run seed)")
         object.__setattr__(self, "dynamic_params", _typed_dynamic_params(self.dynamic_params))
-        DynamicPhasesConfig(**dict(self.dynamic_params))  # its own checks, before any run
+        from experiments.paper_experiments.dynamic_phases import check_compositions
+
+        # its own checks and its compositions against the pool, before any run
+        check_compositions(DynamicPhasesConfig(**dict(self.dynamic_params)), self.sim.pool)
         if not self.loads or any(not 0 < x <= 2 for x in self.loads) or list(self.loads) != sorted(set(self.loads)):
             raise ValueError(f"--loads must be increasing fractions in (0, 2], got {list(self.loads)}")
         if not (self.window_s > 0 and math.isfinite(self.window_s)):
             raise ValueError(f"--window-s must be > 0, got {self.window_s}")
         if self.policies[0] != "vertumnus":
             raise ValueError("the first policy of a reproduction must be the full system 'vertumnus'")
+        self._check_models()
+
+    def _check_models(self) -> None:
+        labels: dict[str, str] = {}
+        for label, path, comp in self.models:
+            try:
+                model = _model_label(label, Calibration.resolve(path))
+                if comp is not None:
+                    _model_sim(self.sim, path, comp, 0)  # validates the composition against the pool
+            except (OSError, ValueError) as exc:
+                reason = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else str(exc)
+                raise ValueError(f"--models entry {label!r}: {reason}") from None
+            if model in labels:
+                raise ValueError(f"--models: entries {labels[model]!r} and {label!r} are both labelled {model!r}; "
+                                 f"give each model its own label")
+            labels[model] = label
 
 
 def _typed_dynamic_params(params: tuple[tuple[str, object], ...]) -> tuple[tuple[str, object], ...]:

@@ -100,12 +100,15 @@ def config_from_args(args: argparse.Namespace):
         if w not in known:
             raise ValueError(f"--workloads: unknown workload {w!r}; known: {', '.join(known)}")
         cases.append(known[w])
-    if args.models:
+    if args.models is not None:
         models = []
         for item in (x.strip() for x in args.models.split(";")):
-            label, sep, rest = item.partition("=")
-            path, _, comp = rest.partition("@")
-            if not sep or not label or not path:
+            if not item:
+                raise ValueError(f"--models: an empty entry in {args.models!r} (doubled, leading or trailing ';'); "
+                                 f"expected LABEL=CALIBRATION_FILE[@COMPOSITION];...")
+            label, sep, rest = (x.strip() for x in item.partition("="))
+            path, at, comp = (x.strip() for x in rest.partition("@"))
+            if not sep or not label or not path or (at and not comp):
                 raise ValueError(f"--models entries must be LABEL=CALIBRATION_FILE[@COMPOSITION], got {item!r}")
             models.append((label, path, comp or None))
     else:

@@ -2,11 +2,14 @@
 changes against the strongest baseline, paper values."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from experiments.cli import main
 from experiments.reproduce import METRICS, paired_changes, paper_value
+
+CAL = str(Path(__file__).resolve().parents[2] / "envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json")
 
 KEYS = ["experiment", "workload", "model", "metric", "paper_value", "cpgym_value", "ci_low", "ci_high", "load_fraction",
         "strongest_baseline"]
@@ -66,7 +69,41 @@ def test_reproduce_rejects_bad_input(capsys):
     assert "--loads" in capsys.readouterr().err
     # an empty --models item (doubled, leading or trailing ';') is an error, not silently dropped
     assert main(["reproduce", "--workloads", "leval-like", "--models", "a=x.json;"]) == 2
-    assert "--models entries must be LABEL=CALIBRATION_FILE[@COMPOSITION], got ''" in capsys.readouterr().err
+    assert "--models: an empty entry in 'a=x.json;' (doubled, leading or trailing ';')" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("models, expected", [
+    ("", "--models: an empty entry in ''"),
+    (f"a={CAL}@", f"--models entries must be LABEL=CALIBRATION_FILE[@COMPOSITION], got 'a={CAL}@'"),
+    ("a=/nonexistent/cal.json", "--models entry 'a': /nonexistent/cal.json: calibration file does not exist"),
+    (f"a={CAL}@cp4x5", "--models entry 'a': composition 'cp4x5' uses 20 GPUs but the pool has 40"),
+    (f"a={CAL};a={CAL}", "--models: entries 'a' and 'a' are both labelled 'a'"),
+    (f"default={CAL};Qwen3-30B-A3B={CAL}",
+     "--models: entries 'default' and 'Qwen3-30B-A3B' are both labelled 'Qwen3-30B-A3B'"),
+])
+def test_reproduce_bad_models_entry_is_one_line_naming_the_entry(models, expected, capsys, monkeypatch):
+    """Before any capacity search: a missing calibration or a composition of the wrong GPU count
+    failed without naming --models (or only once the runs started); two entries with one label
+    pooled both models' runs into one row set; an empty --models or composition was ignored."""
+    import experiments.reproduce as reproduce
+
+    def no_run(*a, **k):
+        raise AssertionError("ran before --models was checked")
+
+    monkeypatch.setattr(reproduce, "_map", no_run)
+    assert main(["reproduce", "--workloads", "tool-agent", "--experiments", "end-to-end", "--quiet", "--models", models]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym reproduce: error: {expected}") and len(err.splitlines()) == 1
+
+
+def test_reproduce_bad_dynamic_composition_fails_before_any_run(capsys, monkeypatch):
+    import experiments.reproduce as reproduce
+
+    monkeypatch.setattr(reproduce, "_map", lambda *a, **k: pytest.fail("ran before --dynamic-param was checked"))
+    assert main(["reproduce", "--workloads", "tool-agent", "--quiet", "--pool-gpus", "8", "--pool-composition", "cp4x2",
+                 "--dynamic-param", "compositions=cp4x2;cp4x5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cpgym reproduce: error: dynamic: compositions item 'cp4x5' is not a composition of the 8-GPU pool")
 
 
 # --- dynamic, cache and reconfiguration experiments (tiny settings: 8 GPUs, short phases / windows) ---
