@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "with --beta/--lambda sweep.csv")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--quiet", action="store_true",
-                   help="no per-probe capacity progress lines on stderr (the capacity the loads refer to is still stated)")
+                   help="no per-probe capacity progress lines on stderr (with --loads / --label-overload; shown with "
+                        "either --format otherwise); the capacity the loads refer to is still stated")
     p.add_argument("--beta", metavar="B1,B2,...",
                    help="sweep: add vertumnus[beta=B,lambda=L] variants for these beta values (>= 1)")
     p.add_argument("--lambda", dest="lambda_", metavar="L1,L2,...",
@@ -125,7 +126,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
         a.workload_seed = args.workload_seed + seed
         a.target_rps = a.rate_scale = None
         rated[seed] = rated_from_args(a)
-    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "table" and not args.quiet else None
+    log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))  # stderr: any --format
     res = capacities(names, rated[seeds[0]], sim_config_from_args(args, seed=seeds[0]), definition=definition_from_args(args),
                      cache_dir=cache_dir_from_args(args), log=log)
     caps: dict = {p: r.capacity_rps for p, r in res.items()}

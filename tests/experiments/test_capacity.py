@@ -114,14 +114,20 @@ def test_capacity_cli_json(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("quiet", [False, True])
-def test_compare_quiet_drops_the_capacity_probe_lines(quiet, tmp_path, capsys):
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_compare_quiet_drops_the_capacity_probe_lines(quiet, fmt, tmp_path, capsys):
+    """Only --quiet silences the probe lines: with --format json they were dropped too, so a long
+    --loads run in JSON showed nothing for minutes (capacity, dynamic and reproduce log in both formats)."""
     from experiments.cli import main
 
     args = ["compare", "--workload", "leval-like", "--window-s", "0", "40", "--suite", "homogeneous-cp4", "--loads", "0.5",
             "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--rel-tol", "0.2",
-            "--cache-dir", str(tmp_path)] + ["--quiet"] * quiet
+            "--cache-dir", str(tmp_path), "--format", fmt] + ["--quiet"] * quiet
     assert main(args) == 0
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    out, err = capsys.readouterr()
+    if fmt == "json":
+        assert [r["policy"] for r in json.loads(out)] == ["homogeneous-cp4"]  # stdout stays pure JSON
+    err = [line for line in err.splitlines() if line.strip()]
     stated = [line for line in err if line.startswith("loads relative to homogeneous-cp4: ")]
     assert len(stated) == 1  # the capacity the loads refer to is stated either way
     assert (err == stated) == quiet  # the per-probe progress lines only without --quiet
