@@ -13,7 +13,7 @@ from typing import Any
 
 from envs.sim import SimConfig
 from experiments.spec.model import SPEC_VERSION, Cell, ExperimentSpec, SpecError, WorkloadSpec, make_workload
-from experiments.spec.paths import SIM_PATHS, WORKLOAD_PATHS, apply_sim
+from experiments.spec.paths import SIM_PATHS, WORKLOAD_PATHS, apply_sims
 
 def _file_sha256(path: str, cache: dict[str, str]) -> str:
     if path not in cache:
@@ -62,11 +62,12 @@ def _apply_overrides(file: str | Path, spec: ExperimentSpec, overrides: list[tup
     wl_kwargs["params"] = dict(spec.workload.params)
     config = spec.config
     pparams: dict[str, dict[str, Any]] = {}
+    sim_items = []
     for path, v in overrides:
         if path == "policy":
             continue
         if path in SIM_PATHS:
-            config = apply_sim(file, config, path, v, f"{key_where}.{path}")
+            sim_items.append((path, v, f"{key_where}.{path}"))
         elif path in WORKLOAD_PATHS:
             field_name = path.split(".", 1)[1]
             wl_kwargs[field_name] = v
@@ -78,6 +79,7 @@ def _apply_overrides(file: str | Path, spec: ExperimentSpec, overrides: list[tup
             pol, _, param = path.partition(".")
             pparams.setdefault(pol, {})[param] = v
     wl_kwargs["params"] = tuple(sorted(wl_kwargs["params"].items()))
+    config = apply_sims(file, config, sim_items) if sim_items else config  # at once: pool.num_gpus with pool.composition
     return wl_kwargs, config, pparams
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from envs.sim import SimConfig
 from experiments.spec.cells import resolve_cells
 from experiments.spec.model import TRACES_PREFIX, ExperimentSpec, SpecError, WorkloadSpec, make_workload, materialize_param
-from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sim, coerce, flatten, type_name
+from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten, type_name
 
 TOP_LEVEL_KEYS = ("name", "description", "workload", "sim", "calibration", "horizon_s", "policies", "policy_params",
                   "seeds", "seed_workload", "rates", "sweep")
@@ -364,15 +364,15 @@ class _Loader:
         for top in ("calibration", "horizon_s"):
             if top in data:
                 sim_over[top] = data[top]
-        config = SimConfig()
+        items = []
         for key, value in sim_over.items():
             path = key[4:] if key.startswith("sim.") else key
             kind, _, v = self.check_value(key, path, value, False)
             if kind != "sim":
                 raise SpecError(self.path, key, f"{path!r} is not a simulator setting",
                                 "a SimConfig field (workload settings go under 'workload')")
-            config = apply_sim(self.path, config, ALIASES.get(path, path), v, key)
-        return config
+            items.append((ALIASES.get(path, path), v, key))
+        return apply_sims(self.path, SimConfig(), items)  # at once: pool.num_gpus with pool.composition
 
     def _load_policies(self, raw: Any) -> tuple[str, ...]:
         policies = self.values_list("policies", raw)

@@ -2,7 +2,8 @@
 
 A generic toolkit — :func:`leaf_types` lists every leaf of a dataclass as ``{dotted path:
 annotation}``, :func:`coerce` checks a value read from a file against such an annotation and
-returns it in canonical form, :func:`set_path` replaces one leaf (nested ``dataclasses.replace``),
+returns it in canonical form, :func:`set_path` replaces one leaf (nested ``dataclasses.replace``) and
+:func:`apply_sims` several at once (one ``replace`` per nested config),
 :func:`flatten` turns nested mappings into dotted keys — and the path tables of experiment specs
 (:data:`SIM_PATHS`, :data:`WORKLOAD_PATHS`, :data:`ALIASES`).
 """
@@ -126,10 +127,45 @@ WORKLOAD_PATHS["workload.window_s"] = tuple[float, float] | None
 ALIASES = {"calibration": "calibration_path"}
 
 
-def apply_sim(file: str | Path, config: SimConfig, path: str, value: Any, key: str) -> SimConfig:
-    """``config`` with the leaf at dotted ``path`` set to ``value``; a SimConfig validation error
-    becomes a :class:`SpecError` at ``key``."""
+class _LevelError(Exception):
+    """A validation error of one nested config, with the (path, key) of the leaves set on it."""
+
+    def __init__(self, exc: Exception, leaves: list[tuple[str, str]]) -> None:
+        super().__init__(str(exc))
+        self.leaves = leaves
+
+
+def _set_paths(obj, items: list[tuple[list[str], Any, str, str]]):
+    """``obj`` with every ``(parts, value, path, key)`` leaf set: each nested dataclass is rebuilt
+    by one ``replace`` carrying all of its new leaves."""
+    changes: dict[str, Any] = {}
+    nested: dict[str, list] = {}
+    for parts, value, path, key in items:
+        if len(parts) == 1:
+            changes[parts[0]] = value
+        else:
+            nested.setdefault(parts[0], []).append((parts[1:], value, path, key))
+    for name, sub in nested.items():
+        changes[name] = _set_paths(getattr(obj, name), sub)
     try:
-        return set_path(config, path.split("."), value)
+        return replace(obj, **changes)
     except (ValueError, TypeError) as exc:
-        raise SpecError(file, key, str(exc), f"a valid value for {path}") from None
+        raise _LevelError(exc, [(path, key) for _, _, path, key in items]) from None
+
+
+def apply_sims(file: str | Path, config: SimConfig, items: list[tuple[str, Any, str]]) -> SimConfig:
+    """``config`` with every ``(dotted path, value, key)`` leaf set at once, so that settings that
+    are only valid together (``pool.num_gpus`` with ``pool.composition``) are validated together:
+    each nested config is rebuilt once with all its new leaves (a later item of the same path
+    wins).
+
+    Raises:
+        SpecError: the validation error of the nested config that rejected its leaves, at the
+            key(s) set on it.
+    """
+    last = {path: (value, key) for path, value, key in items}
+    try:
+        return _set_paths(config, [(path.split("."), value, path, key) for path, (value, key) in last.items()])
+    except _LevelError as exc:
+        paths = ", ".join(path for path, _ in exc.leaves)
+        raise SpecError(file, " + ".join(key for _, key in exc.leaves), str(exc), f"a valid value for {paths}") from None

@@ -257,3 +257,20 @@ def test_sweep_out_that_is_a_file_is_one_line(tmp_path, capsys):
     assert main(["sweep", str(p), "--out", str(blocker), "--quiet"]) == 2
     assert capsys.readouterr().err == f"cpgym sweep: error: --out {blocker} exists and is not a folder; " \
         "expected a folder (new or existing)\n"
+
+
+def test_a_pool_of_another_size_with_its_composition_loads(tmp_path):
+    """``sim.pool: {num_gpus: 8, composition: ...}`` was applied one leaf at a time, so the 8-GPU
+    pool was first checked against the default 40-GPU composition and no order of the keys loaded;
+    the same for a cell or grid that changes both."""
+    pool = "sim: {pool: {num_gpus: 8, composition: 'cp4x1,cp2x2', supported_degrees: [2, 4]}}\n"
+    cells = load_spec(write_spec(tmp_path, BASE + pool, "a.yaml")).resolve()
+    assert {(c.config.pool.num_gpus, c.config.pool.composition) for c in cells} == {(8, "cp4x1,cp2x2")}
+    listed = "sweep: {cells: [{pool.num_gpus: 16, pool.composition: cp4x4}, {pool.composition: cp2x4}]}\n"
+    cells = load_spec(write_spec(tmp_path, BASE + pool + listed, "b.yaml")).resolve()
+    assert [(c.config.pool.num_gpus, c.config.pool.composition) for c in cells] == [(16, "cp4x4"), (8, "cp2x4")]
+    e = _err(tmp_path, BASE + "sim: {pool: {num_gpus: 8, composition: cp4x4}}\n")  # invalid together: both keys named
+    assert e.key == "sim.pool.num_gpus + sim.pool.composition"
+    assert "composition 'cp4x4' uses 16 GPUs but the pool has 8" in str(e)
+    e = _err(tmp_path, BASE + pool + "sweep: {grid: {pool.composition: [cp2x4, cp4x4]}}\n")
+    assert e.key == "sweep.grid.pool.composition" and "uses 16 GPUs but the pool has 8" in str(e)
