@@ -214,7 +214,8 @@ class EvaluationConfig:
 
     policy: str = _opt(None, "checkpoint folder / model.zip, 'shipped' (the shipped routing checkpoint), 'shipped-residual' "
                              "(the residual PPO routing checkpoint), 'shipped-reconfig' "
-                             "(the shipped reconfiguration checkpoint), or a policy name",
+                             "(the shipped reconfiguration checkpoint), or a policy name (routing only; with --kind "
+                             "reconfig 'none' runs only the --against policies)",
                        metavar="CHECKPOINT|NAME", required=True)
     against: str | None = _opt(None, f"comma-separated policies to compare with (none: {DEFAULT_ROUTING_AGAINST}; "
                                      f"reconfig: {DEFAULT_RECONFIG_AGAINST})", metavar="P1,P2,...")
@@ -294,6 +295,12 @@ class EvaluationConfig:
             name, flag, shown = hit
             raise ValueError(f"evaluate: {name} ({flag} {shown}) applies only to routing evaluation; "
                              f"a reconfiguration evaluation runs one whole-workload episode per seed (drop {flag})")
+        from baselines.registry import POLICIES
+
+        if self.policy in POLICIES and not is_checkpoint(self.policy):  # it was read as a checkpoint folder
+            raise ValueError(f"evaluate: --policy {self.policy} is a heuristic; a reconfiguration evaluation takes a "
+                             f"reconfiguration checkpoint ('shipped-reconfig' or a folder) or 'none', and compares "
+                             f"heuristics with --against (e.g. --policy none --against {self.policy})")
 
     def resolved_kind(self) -> str:
         """``"routing"`` or ``"reconfig"`` (``auto``: from the checkpoint's ``train_config.json``)."""

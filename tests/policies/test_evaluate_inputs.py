@@ -116,3 +116,13 @@ def test_an_existing_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys):
     assert main(["evaluate", "--policy", str(f), "--quiet"]) == 2  # was "unknown policy '...'; known policies: ..."
     assert capsys.readouterr().err == f"cpgym evaluate: error: {f}: not a checkpoint; expected a checkpoint folder " \
                                       "holding model.zip, a model .zip file, or 'shipped'\n"
+
+
+def test_a_heuristic_as_the_reconfig_policy_is_one_line(capsys):
+    """``--kind reconfig --policy vertumnus-adaptive`` was read as a checkpoint folder
+    ("vertumnus-adaptive/train_config.json: No such file or directory")."""
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "vertumnus-adaptive", "--seeds", "1000", "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        "cpgym evaluate: error: evaluate: --policy vertumnus-adaptive is a heuristic; a reconfiguration evaluation takes "
+        "a reconfiguration checkpoint ('shipped-reconfig' or a folder) or 'none', and compares heuristics with --against "
+        "(e.g. --policy none --against vertumnus-adaptive)\n")
