@@ -308,10 +308,36 @@ class ControllerConfig:
         check(isinstance(self.max_candidates, int) and self.max_candidates >= 2,
               f"controller.max_candidates must be an integer >= 2, got {self.max_candidates!r}")
         check(isinstance(self.target_degrees, tuple)
-              and all(isinstance(d, int) and d >= 1 and not d & (d - 1) for d in self.target_degrees)
+              and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 and not d & (d - 1)
+                      for d in self.target_degrees)
               and len(set(self.target_degrees)) == len(self.target_degrees),
-              f"controller.target_degrees must be distinct powers of two >= 1 (empty: the pool's supported "
+              f"controller.target_degrees must be distinct integer powers of two >= 1 (empty: the pool's supported "
               f"degrees), got {self.target_degrees!r}")
+
+    def menu_pool(self, pool):
+        """The pool whose compositions (:func:`enumerate_compositions`) make the ``"target"``
+        decision's candidate menu: ``pool`` itself without ``target_degrees``, else ``pool`` over
+        ``target_degrees`` only (a :class:`~envs.sim.PoolConfig`).
+
+        Raises:
+            ValueError: naming ``controller.target_degrees``, when one of them is not in the pool's
+                ``supported_degrees`` or no composition of the pool's GPUs uses only them.
+        """
+        from dataclasses import replace as dc_replace
+
+        if not self.target_degrees:
+            return pool
+        unsupported = sorted(set(self.target_degrees) - set(pool.supported_degrees))
+        if unsupported:
+            raise ValueError(f"controller.target_degrees {list(self.target_degrees)}: degree(s) {unsupported} "
+                             f"not in the pool's supported_degrees {list(pool.supported_degrees)}")
+        degrees = tuple(sorted(self.target_degrees))
+        try:  # the smallest degree packs every GPU if any composition does (all degrees are its multiples)
+            return dc_replace(pool, supported_degrees=degrees, composition=f"cp{degrees[0]}x{pool.num_gpus // degrees[0]}")
+        except ValueError as exc:
+            raise ValueError(f"controller.target_degrees {list(self.target_degrees)}: no composition of the "
+                             f"{pool.num_gpus}-GPU pool ({pool.gpus_per_node} per node) uses only these degrees "
+                             f"({exc})") from None
 
 
 #: The decisions :class:`ReconfigController` can take (``ControllerConfig.decision``).
@@ -412,6 +438,7 @@ class ReconfigController:
 
     def attach(self, sim) -> None:
         cfg = self.config
+        cfg.menu_pool(sim.config.pool)  # a target_degrees the pool cannot use fails now, not at the first decision
         self.sim = sim
         self.reconfig = get_reconfigurator(sim, cfg.reconfig)
         reqs = sim.workload.requests
@@ -496,14 +523,8 @@ class ReconfigController:
         from dataclasses import replace as dc_replace
 
         own = self.composition_text(projected_degree_counts(self.sim))
-        if self.config.target_degrees:
-            unsupported = sorted(set(self.config.target_degrees) - set(pool.supported_degrees))
-            if unsupported:
-                raise ValueError(f"controller.target_degrees {list(self.config.target_degrees)}: degree(s) {unsupported} "
-                                 f"not in the pool's supported_degrees {list(pool.supported_degrees)}")
-            degrees = tuple(sorted(self.config.target_degrees))
-            # the pool's own composition may use other degrees (it stays a candidate, appended below)
-            pool = dc_replace(pool, supported_degrees=degrees, composition=f"cp{degrees[0]}x{pool.num_gpus // degrees[0]}")
+        # the pool's own composition may use other degrees than target_degrees (it stays a candidate, appended below)
+        pool = self.config.menu_pool(pool)
         comps = enumerate_compositions(pool)
         if len(comps) > self.config.max_candidates:
             present = {w.degree for w in self.sim.workers.values()}

@@ -49,6 +49,9 @@ class PolicySpec:
             info)`` choosing the run's starting pool from the workload (the full Vertumnus
             system's initial composition from the capacity profile,
             :func:`baselines.composition.workload_initial_pool`); applied after ``composition``.
+        check_pool: ``f(pool)`` raising ``ValueError`` when the policy's settings cannot run on
+            ``pool`` (e.g. a controller's ``target_degrees`` the pool does not support); called by
+            ``experiments.runner.policy_pool`` before any run.
     """
 
     name: str
@@ -62,6 +65,7 @@ class PolicySpec:
     build_with: Callable[..., PolicySpec] | None = None
     kv_tiers: TierConfig | None = None
     choose_pool: Callable[..., tuple[PoolConfig, dict]] | None = None
+    check_pool: Callable[[PoolConfig], Any] | None = None
 
     def with_params(self, **overrides: Any) -> PolicySpec:
         """The same policy with some parameters changed (same name, so runs group by policy).
@@ -129,7 +133,7 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
                       make_attachments=lambda: [ReconfigController(controller)],
                       params={"beta": router_params.beta, "lambda": router_params.lambda_,
                               **{k: getattr(controller, k) for k in controller_fields}},
-                      build_with=build, choose_pool=choose_pool if initial_pool else None)
+                      build_with=build, choose_pool=choose_pool if initial_pool else None, check_pool=controller.menu_pool)
 
 
 def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: str = "vertumnus") -> PolicySpec:

@@ -21,13 +21,19 @@ def policy_pool(spec: PolicySpec, pool):
 
     Raises:
         ValueError: naming the policy, when its composition does not fit ``pool``'s GPUs, node size
-            or supported degrees.
+            or supported degrees, or its settings do not fit the pool (``PolicySpec.check_pool``).
     """
     try:
         composition = spec.resolve_composition(pool)
-        return pool if composition is None else replace(pool, composition=composition)
+        run_pool = pool if composition is None else replace(pool, composition=composition)
     except ValueError as exc:
         raise ValueError(f"policy {spec.name!r} runs on its own pool, which these pool flags reject: {exc}") from None
+    if spec.check_pool is not None:
+        try:
+            spec.check_pool(run_pool)
+        except ValueError as exc:
+            raise ValueError(f"policy {spec.name!r}: {exc}") from None
+    return run_pool
 
 
 def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimConfig,

@@ -198,6 +198,13 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     from policies.tune_controller import TUNED_LABEL
 
     tuned_spec = _check_comparisons(against, checkpoint, tuned)
+    if tuned_spec is not None:  # its settings against the pool (e.g. target_degrees), before any run
+        from experiments.runner import policy_pool
+
+        try:
+            policy_pool(tuned_spec, sim_config.pool)
+        except ValueError as exc:
+            raise ValueError(f"{tuned}: params: {exc}") from None
 
     capacity_cache = CapacityCache()  # the heuristics' capacity profiles, shared by every run (same results, less work)
     learned = LearnedReconfig(checkpoint) if checkpoint else None

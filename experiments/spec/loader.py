@@ -297,8 +297,10 @@ class _Loader:
     def _check_cells(self, cells, base_wl: WorkloadSpec) -> None:
         """Validates what only a whole cell determines, without simulating: each distinct named
         workload with parameter overrides is generated once (its generator validates them), and
-        each distinct policy with parameters is built (``PolicySpec.with_params``)."""
+        each distinct policy with parameters is built (``PolicySpec.with_params``) and checked
+        against the cell's pool (``experiments.runner.policy_pool``)."""
         from envs.workloads import get_workload
+        from experiments.runner import policy_pool
 
         seen_workloads: set = set()
         seen_policies: set = set()
@@ -318,13 +320,19 @@ class _Loader:
                     named = [k for k, _ in wl.params if str(exc).startswith(f"{k} ")]
                     key = f"workload.params.{named[0]}" if named and key == "workload.params" else key
                     raise SpecError(self.path, key, str(exc), f"valid parameters of workload {wl.name!r}") from None
-            if cell.policy_params and (cell.policy, cell.policy_params) not in seen_policies:
-                seen_policies.add((cell.policy, cell.policy_params))
+            if (cell.policy, cell.policy_params, cell.config.pool) not in seen_policies:
+                seen_policies.add((cell.policy, cell.policy_params, cell.config.pool))
+                where = f"sweep (cell {dict(a for a in cell.axes if a[0] != 'seed')})"
                 try:
-                    self.policies[cell.policy].with_params(**dict(cell.policy_params))
+                    spec = self.policies[cell.policy].with_params(**dict(cell.policy_params))
                 except (ValueError, TypeError) as exc:
-                    raise SpecError(self.path, f"sweep (cell {dict(a for a in cell.axes if a[0] != 'seed')})", str(exc),
-                                    f"valid parameters of policy {cell.policy!r}") from None
+                    raise SpecError(self.path, where, str(exc), f"valid parameters of policy {cell.policy!r}") from None
+                try:  # its own composition and settings against the cell's pool (e.g. a controller's target_degrees)
+                    policy_pool(spec, cell.config.pool)
+                except ValueError as exc:
+                    raise SpecError(self.path, where, str(exc), f"a policy setting the cell's pool "
+                                    f"({cell.config.pool.num_gpus} GPUs, CP degrees "
+                                    f"{','.join(map(str, cell.config.pool.supported_degrees))}) can run") from None
 
     # --- sections
     def _load_header(self, data: dict) -> tuple[str, str]:

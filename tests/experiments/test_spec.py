@@ -274,3 +274,17 @@ def test_a_pool_of_another_size_with_its_composition_loads(tmp_path):
     assert "composition 'cp4x4' uses 16 GPUs but the pool has 8" in str(e)
     e = _err(tmp_path, BASE + pool + "sweep: {grid: {pool.composition: [cp2x4, cp4x4]}}\n")
     assert e.key == "sweep.grid.pool.composition" and "uses 16 GPUs but the pool has 8" in str(e)
+
+
+def test_a_policy_setting_the_cells_pool_cannot_run_fails_at_load_time(tmp_path):
+    """A controller's target_degrees outside the pool's degrees (or a baseline whose own pool does
+    not fit) passed --dry-run and failed each cell at run time."""
+    pool = "sim: {pool: {num_gpus: 8, composition: 'cp4x1,cp2x2', supported_degrees: [2, 4]}}\n"
+    spec = "name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n" + pool
+    e = _err(tmp_path, spec + "sweep: {grid: {vertumnus-adaptive.target_degrees: [[2, 4], [8]]}}\n")
+    assert e.key == "sweep (cell {'vertumnus-adaptive.target_degrees': (8,), 'policy': 'vertumnus-adaptive'})"
+    assert "controller.target_degrees [8]: degree(s) [8] not in the pool's supported_degrees [2, 4]" in str(e)
+    e = _err(tmp_path, "name: t\nworkload: {name: tool-agent}\npolicies: [homogeneous-cp4]\n"
+                       "sim: {pool: {num_gpus: 6, composition: 'cp2x3', supported_degrees: [2, 4]}}\n")
+    assert "policy 'homogeneous-cp4' runs on its own pool" in str(e)
+    load_spec(write_spec(tmp_path, spec + "sweep: {grid: {vertumnus-adaptive.target_degrees: [[2, 4], [4]]}}\n"))

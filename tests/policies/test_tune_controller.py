@@ -84,6 +84,29 @@ def test_out_of_range_tuned_value_names_the_file(tmp_path):
         tuned_controller_spec(f)
 
 
+@pytest.mark.parametrize("target_degrees, message", [
+    ([8], "params: policy 'vertumnus-adaptive-tuned': controller.target_degrees [8]: degree(s) [8] not in the pool's "
+          "supported_degrees [2, 4]"),
+    ("2,4", "params: controller.target_degrees must be distinct integer powers of two >= 1"),
+    ([True], "params: controller.target_degrees must be distinct integer powers of two >= 1"),
+])
+def test_tuned_target_degrees_the_pool_cannot_use_fail_before_any_run(target_degrees, message, tmp_path, monkeypatch,
+                                                                      capsys):
+    """A tuned file's target_degrees outside the pool's degrees failed only when the tuned run
+    started, after every other compared policy had run; ``true`` passed as degree 1."""
+    import experiments.runner as runner
+    from experiments.cli import main as cli
+
+    monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran before the tuned file was checked"))
+    f = tmp_path / "tuned.json"
+    f.write_text(json.dumps({"heuristic": "vertumnus-adaptive", "params": {"target_degrees": target_degrees}}))
+    assert cli(["evaluate", "--policy", "none", "--kind", "reconfig", "--seeds", "1000", "--pool-gpus", "8",
+                "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--against",
+                f"vertumnus-router,{TUNED_LABEL}", "--tuned", str(f), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym evaluate: error: {f}: {message}") and len(err.splitlines()) == 1
+
+
 def test_evaluate_runs_the_tuned_controller_and_needs_its_file(tmp_path, monkeypatch, capsys):
     from envs import workloads
     from experiments.cli import main as cli

@@ -414,9 +414,15 @@ def test_target_degrees_set_the_candidate_menu():
 
 
 def test_target_degrees_validation():
-    for bad in ((3,), (2, 2), (0, 2), [2, 4]):
-        with pytest.raises(ValueError, match="controller.target_degrees must be distinct powers of two"):
+    for bad in ((3,), (2, 2), (0, 2), [2, 4], (True,), (2, 4.0), "2,4"):
+        with pytest.raises(ValueError, match="controller.target_degrees must be distinct integer powers of two"):
             ControllerConfig(target_degrees=bad)
+    # no composition of a 12-GPU pool uses only CP-8 workers: named, not a composition error at the first decision
+    twelve = PoolConfig(num_gpus=12, composition="cp4x3", supported_degrees=(4, 8))
+    with pytest.raises(ValueError, match=r"controller.target_degrees \[8\]: no composition of the 12-GPU pool"):
+        ControllerConfig(target_degrees=(8,)).menu_pool(twelve)
+    assert ControllerConfig(target_degrees=(4,)).menu_pool(twelve).supported_degrees == (4,)
+    assert ControllerConfig().menu_pool(twelve) is twelve
     pool = PoolConfig(num_gpus=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
     sim = Simulator(_poisson_workload(2.0, 10.0, 0), SimConfig(pool=pool, seed=0))
     ctl = ReconfigController(ControllerConfig(profile=FAST, decision="target", target_degrees=(2, 8)))
