@@ -194,13 +194,17 @@ def _effective_composition(cell: Cell) -> str:
     return comp or cell.config.pool.composition
 
 
-def finished_cells(out_dir: str | Path) -> Iterator[tuple[Path, dict]]:
+def finished_cells(out_dir: str | Path, strict: bool = False) -> Iterator[tuple[Path, dict]]:
     """``(run folder, cell document)`` of every finished cell directly under ``out_dir``, in
     folder-name order: the one reader of a sweep's output folder (``cell.json`` is written last,
     so its presence marks a finished cell; dot-folders are cells still running).
 
     A ``cell.json`` that is not a JSON object with a ``key`` is skipped (a stray file, not a cell
-    of this harness). A missing ``out_dir`` yields nothing.
+    of this harness; the sweep then runs that cell again), or with ``strict`` (analyses of the
+    results, which must not silently drop a run) an error. A missing ``out_dir`` yields nothing.
+
+    Raises:
+        ValueError: with ``strict``, naming the ``cell.json`` that is not a cell document.
     """
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
@@ -213,10 +217,14 @@ def finished_cells(out_dir: str | Path) -> Iterator[tuple[Path, dict]]:
             continue
         try:
             doc = json.loads(f.read_text())
-        except ValueError:
+        except (ValueError, OSError) as exc:
+            if strict:
+                raise ValueError(f"{f}: not a readable JSON cell document ({exc})") from None
             continue
         if isinstance(doc, dict) and "key" in doc:
             yield d, doc
+        elif strict:
+            raise ValueError(f"{f}: expected a JSON object with a \"key\" (the cell document `cpgym sweep` writes)")
 
 
 def scan_finished(out_dir: Path) -> dict[str, str]:

@@ -36,6 +36,8 @@ from pathlib import Path
 HEURISTIC = "vertumnus-adaptive"
 TUNED_LABEL = "vertumnus-adaptive-tuned"
 METRIC = "mean_ttft_s"
+#: The ``summary.json`` numbers of each run the selection reads (and reports per setting).
+SELECTION_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted")
 
 
 def _controller_fields() -> set[str]:
@@ -68,7 +70,7 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
 
     dirs = [sweep_dir] if isinstance(sweep_dir, (str, Path)) else list(sweep_dir)
     sweep_dir = ", ".join(map(str, dirs))
-    runs = [r for d in dirs for r in load_runs(d) if r["policy"] == policy]
+    runs = [r for d in dirs for r in load_runs(d, SELECTION_METRICS) if r["policy"] == policy]
     if not runs:
         raise ValueError(f"{sweep_dir}: no finished run of {policy!r}; run `cpgym sweep` with a spec over it first")
     unknown = sorted({k for r in runs for k in r["params"]} - _controller_fields())
@@ -89,7 +91,7 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
     for key in sorted(groups):
         by_seed = groups[key]
         row = {"params": json.loads(key), "num_seeds": len(seeds)}
-        for m in ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted"):
+        for m in SELECTION_METRICS:
             row[m] = sum(by_seed[s][m] for s in seeds) / len(seeds)
         if default is not None:
             pct = [100.0 * (by_seed[s][METRIC] / default[s][METRIC] - 1.0) for s in seeds]
@@ -155,16 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, metavar="FILE", help="tuned-controller JSON to write")
     ap.add_argument("--policy", default=HEURISTIC, help=f"swept policy (default {HEURISTIC})")
     args = ap.parse_args(argv)
+
+    def fail(message: str) -> int:  # bad input: one line, exit status 2 (as cpgym's commands)
+        print(f"{ap.prog}: error: {message}", file=sys.stderr)
+        return 2
+
     for d in args.sweep_dir:
         if not Path(d).is_dir():
-            ap.error(f"SWEEP_DIR {d}: no such folder")
+            return fail(f"SWEEP_DIR {d}: no such folder")
     out = Path(args.out)
     if out.is_dir() or any(q.exists() and not q.is_dir() for q in out.parents):
-        ap.error(f"--out {out}: expected a file path whose parent folders are folders")
+        return fail(f"--out {out}: expected a file path whose parent folders are folders")
     try:
         doc = select_controller_setting(args.sweep_dir, args.policy)
     except ValueError as exc:
-        ap.error(str(exc))
+        return fail(str(exc))
     doc["argv"] = ["python", "-m", "policies.tune_controller", *(sys.argv[1:] if argv is None else argv)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -22,18 +22,26 @@ from pathlib import Path
 METRICS = ("mean_ttft_s", "p90_ttft_s", "prefix_hit_rate", "slo_attainment_token_weighted", "kv_transfer_bytes")
 
 
-def load_runs(sweep_dir: str | Path) -> list[dict]:
-    """``[{policy, seed, params (dict), **METRICS}]`` of the finished cells under ``sweep_dir``
-    (:func:`experiments.sweep.finished_cells`).
+def load_runs(sweep_dir: str | Path, metrics: tuple[str, ...] = METRICS) -> list[dict]:
+    """``[{policy, seed, params (dict), **metrics}]`` of the finished cells under ``sweep_dir``
+    (:func:`experiments.sweep.finished_cells`); ``metrics``: the ``summary.json`` numbers read
+    (default :data:`METRICS`).
 
     Raises:
-        ValueError: if ``sweep_dir`` holds no finished cell, or a finished cell's ``summary.json``
-            is missing or not a JSON object (the message names the file).
+        ValueError: naming the file, if ``sweep_dir`` holds no finished cell, a ``cell.json`` is
+            not a cell document (``policy`` string, integer ``seed``, ``policy_params`` object), or
+            a finished cell's ``summary.json`` is missing, not a JSON object or lacks a number for
+            one of ``metrics`` (it used to count as 0: a best-looking setting).
     """
+    from experiments.spec.paths import is_int, is_number
     from experiments.sweep import finished_cells
 
     runs = []
-    for run_dir, cell in finished_cells(sweep_dir):
+    for run_dir, cell in finished_cells(sweep_dir, strict=True):
+        policy, seed, params = cell.get("policy"), cell.get("seed"), cell.get("policy_params") or {}
+        if not isinstance(policy, str) or not is_int(seed) or not isinstance(params, dict):
+            raise ValueError(f"{run_dir / 'cell.json'}: expected \"policy\" (a string), \"seed\" (an integer) and "
+                             f"\"policy_params\" (an object), got {policy!r}, {seed!r}, {params!r}")
         summary_file = run_dir / "summary.json"
         try:
             summary = json.loads(summary_file.read_text())
@@ -41,8 +49,12 @@ def load_runs(sweep_dir: str | Path) -> list[dict]:
             raise ValueError(f"{summary_file}: cannot read the finished cell's summary ({exc})") from None
         if not isinstance(summary, dict):
             raise ValueError(f"{summary_file}: expected a JSON object, got {type(summary).__name__}")
-        runs.append({"policy": cell["policy"], "seed": int(cell["seed"]), "params": dict(cell.get("policy_params") or {}),
-                     **{k: float(summary.get(k, 0.0)) for k in METRICS}})
+        bad = next((k for k in metrics if not is_number(summary.get(k))), None)
+        if bad is not None:
+            got = f"is {summary[bad]!r}" if bad in summary else "is missing"
+            raise ValueError(f"{summary_file}: {bad} {got}; expected a number "
+                             f"(a finished run's summary has {', '.join(metrics)})")
+        runs.append({"policy": policy, "seed": seed, "params": dict(params), **{k: float(summary[k]) for k in metrics}})
     if not runs:
         raise ValueError(f"{sweep_dir}: no finished sweep cell (no */cell.json); run `cpgym sweep` first")
     return runs

@@ -29,19 +29,21 @@ def type_name(v: Any) -> str:
     return "null" if v is None else type(v).__name__
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
+    """An integer read from a file (JSON / YAML), not a bool."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
+    """An int or float read from a file (JSON / YAML), not a bool."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 # scalar annotation -> (check, canonical form, expected form). bool is not an int or a number here.
 _SCALARS: dict[Any, tuple[Callable[[Any], bool], Callable[[Any], Any], str]] = {
     bool: (lambda v: isinstance(v, bool), lambda v: v, "true or false"),
-    int: (_is_int, lambda v: v, "an integer"),
-    float: (_is_number, float, "a number"),
+    int: (is_int, lambda v: v, "an integer"),
+    float: (is_number, float, "a number"),
     str: (lambda v: isinstance(v, str), lambda v: v, "a string"),
 }
 

@@ -171,3 +171,35 @@ def test_committed_tuned_controller_is_the_selection_of_its_committed_sweeps():
     assert doc["params"]["target_degrees"] == [2, 4]  # round 3: the look-ahead's menu over the paper's degrees
     before = select_controller_setting(rounds[:2])  # rounds 1-2 alone (rounds1-2.json)
     assert before["params"] == json.loads((r / "rounds1-2.json").read_text())["params"]
+
+
+@pytest.mark.parametrize("cell, summary, message", [
+    ('{"key": "x", "policy": "vertumnus-adaptive", "seed": 0, "policy_params": {"target_margin": 0.5}}',
+     '{"p90_ttft_s": 1.0, "slo_attainment_token_weighted": 1.0}',
+     r"x/summary.json: mean_ttft_s is missing; expected a number"),  # was read as 0 s: the selected setting
+    ('{"key": "x", "policy": "vertumnus-adaptive", "seed": 0}', '{"mean_ttft_s": null}',
+     r"x/summary.json: mean_ttft_s is None"),
+    ('{not json', None, r"x/cell.json: not a readable JSON cell document"),  # was skipped: the setting silently dropped
+    ('[1]', None, r"x/cell.json: expected a JSON object with a \"key\""),
+    ('{"key": "x", "seed": 0}', None, r"x/cell.json: expected \"policy\" \(a string\), \"seed\" \(an integer\)"),
+    ('{"key": "x", "policy": "vertumnus-adaptive", "seed": "0"}', None, r"x/cell.json: expected \"policy\""),
+    ('{"key": "x", "policy": "vertumnus-adaptive", "seed": 0, "policy_params": [1]}', None, r"x/cell.json: expected"),
+])
+def test_a_malformed_cell_is_one_line_naming_its_file(sweep_dir, tmp_path, capsys, cell, summary, message):
+    import re
+
+    d = sweep_dir / "x"
+    d.mkdir()
+    (d / "cell.json").write_text(cell)
+    (d / "summary.json").write_text(summary or '{"mean_ttft_s": 0.1, "p90_ttft_s": 0.2, "slo_attainment_token_weighted": 1}')
+    assert main([str(sweep_dir), "--out", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m policies.tune_controller: error: ") and len(err.splitlines()) == 1, err
+    assert re.search(message, err), err
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_an_empty_folder_is_one_line(tmp_path, capsys):
+    assert main([str(tmp_path), "--out", str(tmp_path / "t.json")]) == 2
+    assert capsys.readouterr().err == (f"python -m policies.tune_controller: error: {tmp_path}: no finished sweep cell "
+                                       "(no */cell.json); run `cpgym sweep` first\n")
