@@ -35,6 +35,7 @@ auth token in the environment of this process only.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -144,8 +145,12 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
                     raise FileExistsError(final)
                 os.rename(run_tmp, final)
                 break
-            except OSError:
+            except OSError as exc:  # only a taken name is retried: any other error (a name too long) fails the cell
+                if not isinstance(exc, FileExistsError) and exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
                 final = out / f"{name}-{i}"
+        else:
+            raise FileExistsError(f"{out}: no free run folder name {name}[-N]")
         shutil.rmtree(tmp, ignore_errors=True)
         keep = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_requests")
         return {"key": cell.key, "status": "done", "run_dir": final.name, "wall_s": time.perf_counter() - t0,
@@ -160,14 +165,20 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
 _NAMED_AXES = ("policy", "seed", "workload.target_rps", "workload.name", "workload.trace")
 
 
+#: Longest cell folder name [bytes]: file systems allow 255 per name; the rest leaves room for the
+#: ``-N`` suffix of a name taken in the same second.
+MAX_FOLDER_NAME_BYTES = 248
+
+
 def cell_folder_name(run_name: str, cell: Cell, max_tag_chars: int = 100) -> str:
     """The run folder name of a cell: ``{workload}-{grid values}__{policy}__{seed}__{time}``, the
     CleanRL-style run name with the cell's other grid values added to the workload part (last
     path component of each axis, e.g. ``cache_capacity_scale=0.5``, ``beta=1``), so that the
     cells of one grid never get identical-looking folders. Characters awkward in file names
-    become ``-``; a grid part longer than ``max_tag_chars`` is cut and ends in ``~`` and 8 hex
-    digits of the SHA-256 of the whole part, so cells that differ only in a late axis still get
-    different names (``cell.json`` holds every axis)."""
+    become ``-``; a grid part longer than ``max_tag_chars`` (or than what keeps the name within
+    :data:`MAX_FOLDER_NAME_BYTES`, e.g. beside a long trace name) is cut and ends in ``~`` and 8
+    hex digits of the SHA-256 of the whole part, so cells that differ only in a late axis still
+    get different names (``cell.json`` holds every axis)."""
     import hashlib
     import re
 
@@ -176,9 +187,11 @@ def cell_folder_name(run_name: str, cell: Cell, max_tag_chars: int = 100) -> str
     if not parts:
         return run_name
     tag = re.sub(r"[^A-Za-z0-9._+=,-]+", "-", "-".join(parts)).strip("-")
-    if len(tag) > max_tag_chars:
-        tag = f"{tag[:max_tag_chars - 9]}~{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
     workload, rest = run_name.split("__", 1)
+    room = MAX_FOLDER_NAME_BYTES - len(f"{workload}-__{rest}".encode())
+    limit = max(9, min(max_tag_chars, room))
+    if len(tag) > limit:
+        tag = f"{tag[:limit - 9]}~{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
     return f"{workload}-{tag}__{rest}"
 
 

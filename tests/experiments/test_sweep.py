@@ -214,3 +214,38 @@ def test_list_valued_policy_parameter_is_a_sweep_axis(tmp_path):
     with pytest.raises(SpecError, match="target_horizons_s"):
         load_spec(write_spec(tmp_path, "name: x\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n"
                              "sweep: {grid: {vertumnus-adaptive.target_horizons_s: [[-1.0]]}}\n", "bad.yaml"))
+
+
+def test_a_run_folder_that_cannot_be_created_fails_the_cell_instead_of_losing_it(finished_sweep, tmp_path, monkeypatch):
+    """Any rename error was taken for a taken name: 10,000 retries, then the cell reported "done"
+    while its results were deleted with the temporary folder (a long trace name plus the grid part
+    went past 255 bytes: ENAMETOOLONG)."""
+    import errno
+    import os
+
+    import experiments.sweep as sweep
+
+    spec, _, _, _ = finished_sweep
+
+    def too_long(src, dst):
+        raise OSError(errno.ENAMETOOLONG, "File name too long", str(dst))
+
+    monkeypatch.setattr(sweep.os, "rename", too_long)
+    res = execute_cell(spec.resolve()[0], str(tmp_path))
+    assert res["status"] == "failed" and "File name too long" in res["error"]
+    monkeypatch.setattr(sweep.os, "rename", os.rename)
+    assert scan_finished(tmp_path) == {}
+
+
+def test_folder_names_beside_a_long_trace_name_stay_within_the_file_name_limit():
+    from types import SimpleNamespace
+
+    from experiments.sweep import MAX_FOLDER_NAME_BYTES, cell_folder_name
+
+    run = "t" * 215 + "__least-work__0__1796104903"
+    a = cell_folder_name(run, SimpleNamespace(axes=(("cache_capacity_scale", 0.5),)))
+    b = cell_folder_name(run, SimpleNamespace(axes=(("cache_capacity_scale", 0.25),)))
+    assert a != b and max(len(a.encode()), len(b.encode())) <= 255
+    run = "t" * 200 + "__least-work__0__1796104903"
+    c = cell_folder_name(run, SimpleNamespace(axes=(("cache_capacity_scale", 0.5), ("slo.slo_scale", 4.0))))
+    assert len(c.encode()) <= MAX_FOLDER_NAME_BYTES and "~" in c
