@@ -65,7 +65,8 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
                    help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
     if seed:
         g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
-    g.add_argument("--horizon-s", type=float, help="stop at this simulated time; unfinished requests count as SLO misses")
+    g.add_argument("--horizon-s", type=float, help="stop at this simulated time [s]; unfinished requests count as SLO misses "
+                                                   "(default: run until every request finished)")
     g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens,
                    help="engine step token budget (default 16384)")
     g.add_argument("--slo", default="scaled", metavar="SECONDS|scaled",
@@ -79,7 +80,7 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
     g.add_argument("--cache-capacity-scale", type=float, default=1.0,
                    help="multiply every worker's KV-cache capacity (default 1.0)")
     g.add_argument("--first-decode-step-s", type=float, default=LatencyConfig.first_decode_step_s,
-                   help="first decode step added to TTFT [s]")
+                   help=f"first decode step added to TTFT [s] (default {LatencyConfig.first_decode_step_s:g})")
     g.add_argument("--node-calibrations", metavar="FILE,FILE,...",
                    help="heterogeneous pool: one calibration JSON per node, comma-separated ('' = --calibration), "
                         "e.g. H20 and H20-3e nodes; default: every node uses --calibration")

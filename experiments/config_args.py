@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import types
 import typing
 from typing import Any
@@ -155,9 +156,15 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str 
         if f.metadata.get("required"):
             kw["required"] = True
             help_text = f.metadata["help"]
+        elif _STATES_DEFAULT.search(f.metadata["help"]):  # "(default: LookaheadConfig's)": not again as "(default: none)"
+            help_text = f.metadata["help"]
         else:
             help_text = f"{f.metadata['help']} (default: {_show(default)})"
         target.add_argument(_flag(f), dest=_dest(f), default=default, help=help_text.replace("%", "%%"), **kw)
+
+
+#: A help text that already says what its default means: ``(default ...`` or ``; default ...``.
+_STATES_DEFAULT = re.compile(r"\(default\b|;\s*default\b")
 
 
 def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ...] = (), **values: Any):

@@ -170,8 +170,9 @@ class TrainConfig:
                                  metavar="NAME")
     bc_episodes: int = _opt(13, "training windows demonstrated for behaviour cloning")
     bc_epochs: int = _opt(10, "behaviour-cloning epochs")
-    residual_tau_s: float | None = _opt(None, "residual policy over the Vertumnus cost: logits -J/TAU + f, "
-                                              "f zero-initialised (default off)", metavar="TAU")
+    residual_tau_s: float | None = _opt(None, "residual policy over the Vertumnus cost: logits -J/TAU + f with "
+                                              "the temperature TAU [s] (J is a time), f zero-initialised (default off)",
+                                        metavar="TAU")
     residual_beta: float = _opt(3.0, "beta of the residual prior's cost J")
     residual_lambda: float = _opt(1.0, "lambda of the residual prior's cost J")
     num_slots: int | None = _opt(None, "pad worker slots to N (default: the pool's max number of workers)", metavar="N")

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     default = "round-robin,least-work,prefix-affinity,vertumnus-router,vertumnus-adaptive,vertumnus"
     p.add_argument("--policy", default=default, help=f"comma-separated policies (default {default})")
     p.add_argument("--repeat", type=int, default=3, help="runs per policy; the median is reported (default 3)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,8 +25,8 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     d = CapacityDefinition()
     g = p.add_argument_group("capacity (sustainable rate)")
     g.add_argument("--drain-ratio", type=float, default=d.drain_ratio,
-                   help="last third's mean TTFT at most this x the first third's, relative to light load "
-                        f"(default {d.drain_ratio})")
+                   help="the backlog drains when the last third's mean TTFT slowdown (TTFT / isolated uncached "
+                        f"single-GPU TTFT) is at most this x the first third's; > 1 (default {d.drain_ratio})")
     g.add_argument("--min-slo-attainment", type=float, default=d.min_slo_attainment,
                    help=f"token-weighted SLO attainment at least this (default {d.min_slo_attainment})")
     g.add_argument("--rel-tol", type=float, default=d.rel_tol,
@@ -94,7 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_arguments(p)
     p.add_argument("--policy", default="paper", help="comma-separated policies or suites (default paper)")
     add_capacity_arguments(p)
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="stdout format: a table, or one JSON array with one object per policy (default table)")
     p.add_argument("--quiet", action="store_true", help="no per-probe progress lines on stderr")
 
 

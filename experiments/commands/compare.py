@@ -71,8 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "with --beta/--lambda sweep.csv")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--quiet", action="store_true",
-                   help="no per-probe capacity progress lines on stderr (with --loads / --label-overload; shown with "
-                        "either --format otherwise); the capacity the loads refer to is still stated")
+                   help="no per-probe capacity progress lines on stderr (printed with --loads / --label-overload, in "
+                        "either --format); the capacity the loads refer to is still stated")
     p.add_argument("--beta", metavar="B1,B2,...",
                    help="sweep: add vertumnus[beta=B,lambda=L] variants for these beta values (>= 1)")
     p.add_argument("--lambda", dest="lambda_", metavar="L1,L2,...",

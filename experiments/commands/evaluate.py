@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_config_arguments(p, EvaluationConfig, title="policies and episodes (default: the checkpoint's training source)")
     add_sim_arguments(p, seed=False)  # every episode's simulator seed is its --seeds entry
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--out", metavar="CSV", help="also write the per-episode rows to this CSV (and CSV.provenance.json)")
     p.add_argument("--quiet", action="store_true", help="no per-episode progress lines on stderr")
     p.add_argument("--from-csv", metavar="CSV", help="re-aggregate per-episode rows written earlier by --out (runs nothing; "

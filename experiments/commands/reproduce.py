@@ -34,11 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.commands.capacity import add_capacity_arguments
     from experiments.common import add_sim_arguments
 
-    add_sim_arguments(p)
-    p.set_defaults(supported_degrees="2,4")  # the paper's degrees for Qwen3 (§9)
+    # run seeds come from --seeds (no --seed); the paper's CP degrees for Qwen3 (§9)
+    add_sim_arguments(p, seed=False, supported_degrees="2,4", supported_degrees_note=": the paper's Qwen3 degrees, §9")
     p.add_argument("--experiments", default=ALL_EXPERIMENTS,
                    help=f"comma-separated experiment kinds (default all: {ALL_EXPERIMENTS})")
-    p.add_argument("--quick", action="store_true", help=f"reduced run: {QUICK}")
+    p.add_argument("--quick", action="store_true",
+                   help=f"reduced run: seeds {QUICK['seeds']}, {QUICK['window_s']:g} s windows, loads {QUICK['loads']}, "
+                        f"capacity --rel-tol {QUICK['rel_tol']:g}, {QUICK['cache_duration_s']:g} s cache runs")
     p.add_argument("--seeds", help=f"comma-separated seeds (default {FULL['seeds']}; quick {QUICK['seeds']})")
     p.add_argument("--loads", help=f"load fractions of the strongest static baseline's capacity (default {FULL['loads']}; "
                                    f"quick {QUICK['loads']})")
@@ -67,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_capacity_arguments(p)
     p.add_argument("--jobs", type=int, default=2, help="parallel processes (default 2; results do not depend on it)")
     p.add_argument("--out", default="runs/reproduce", help="output folder (default runs/reproduce)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="stdout format: a table, or one JSON array of rows (default table)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 

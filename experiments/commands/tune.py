@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tune on at most N training windows per cell, evenly spread (policies.protocol.spread_subset; "
                         "default all)")
     p.add_argument("--out", metavar="JSON", required=True, help="where to write the tuned parameters per cell")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def add_scenario_arguments(p: argparse.ArgumentParser) -> None:

@@ -159,3 +159,64 @@ def test_sweep_folder_names_cut_long_grid_parts_but_stay_distinct():
     assert a.split("__")[1:] == ["vertumnus-adaptive", "0", "1796102215"]
     short = cell_folder_name(run, SimpleNamespace(axes=(("cache_capacity_scale", 0.5),)))
     assert short == "matched-phases-cache_capacity_scale=0.5__vertumnus-adaptive__0__1796102215"
+
+
+def _subcommands():
+    parser = build_parser()
+    sub = next(a for a in parser._subparsers._group_actions if a.dest == "command")
+    return sub.choices
+
+
+@pytest.mark.parametrize("command", sorted(_subcommands()))
+def test_supported_degrees_help_states_the_default_in_use(command):
+    """``cpgym reproduce --help`` said "default 1,2,4,8" while it ran with 2,4 (set_defaults)."""
+    parser = _subcommands()[command]
+    action = next((a for a in parser._actions if "--supported-degrees" in a.option_strings), None)
+    if action is None:
+        pytest.skip(f"{command} has no --supported-degrees")
+    assert f"(default {parser.get_default('supported_degrees')}" in action.help
+
+
+def test_reproduce_has_no_seed_flag_it_would_ignore():
+    # the run seeds are --seeds; --seed was accepted and replaced by each run's seed
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["reproduce", "--seed", "3"])
+
+
+def _flags(name, parser):
+    import argparse
+
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for n, sp in a.choices.items():
+                yield from _flags(f"{name} {n}", sp)
+        elif a.option_strings and a.help != argparse.SUPPRESS and a.dest != "help":
+            yield name, a
+
+
+def test_every_flag_has_help_and_time_and_rate_flags_name_their_unit():
+    """--format of evaluate / capacity / bench, tune --quiet had no help; bench env --target-rps
+    and train --residual-tau-s no unit."""
+    missing, no_unit = [], []
+    for command, sub in _subcommands().items():
+        for name, a in _flags(command, sub):
+            if not a.help:
+                missing.append(f"{name} {a.option_strings[0]}")
+            elif a.dest.endswith("_s") and a.dest != "gamma_per_s" and not re.search(r"\[s\]|\bs\b|second", a.help):
+                no_unit.append(f"{name} {a.option_strings[0]}")
+            elif a.dest.endswith("_rps") and not re.search(r"req", a.help):
+                no_unit.append(f"{name} {a.option_strings[0]}")
+    assert missing == [] and no_unit == []
+
+
+@pytest.mark.parametrize("command, flag", [("dynamic", "--lookahead-duration-s"), ("train routing", "--residual-tau-s"),
+                                           ("evaluate", "--max-windows")])
+def test_generated_help_states_a_default_once(command, flag):
+    """A field whose help already says its default got "(default: none)" appended as well
+    ("(default: LookaheadConfig's) (default: none)")."""
+    parser = _subcommands()[command.split()[0]]
+    if " " in command:
+        parser = next(a for a in parser._actions if a.dest and a.choices and isinstance(a.choices, dict)).choices[
+            command.split()[1]]
+    action = next(a for a in parser._actions if flag in a.option_strings)
+    assert action.help.count("default") == 1, action.help
