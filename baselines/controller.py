@@ -313,6 +313,9 @@ class ControllerConfig:
               and len(set(self.target_degrees)) == len(self.target_degrees),
               f"controller.target_degrees must be distinct integer powers of two >= 1 (empty: the pool's supported "
               f"degrees), got {self.target_degrees!r}")
+        check(not (self.target_degrees and self.decision != "target"),
+              f"controller.target_degrees {list(self.target_degrees)} sets the look-ahead's candidate menu of the "
+              f"'target' decision; the {self.decision!r} decision has none (leave target_degrees empty)")
 
     def menu_pool(self, pool):
         """The pool whose compositions (:func:`enumerate_compositions`) make the ``"target"``

@@ -423,6 +423,9 @@ def test_target_degrees_validation():
         ControllerConfig(target_degrees=(8,)).menu_pool(twelve)
     assert ControllerConfig(target_degrees=(4,)).menu_pool(twelve).supported_degrees == (4,)
     assert ControllerConfig().menu_pool(twelve) is twelve
+    # the paper rule has no candidate menu: a sweep over target_degrees would give identical runs
+    with pytest.raises(ValueError, match="the 'paper-rule' decision has none"):
+        ControllerConfig(decision="paper-rule", target_degrees=(2, 4))
     pool = PoolConfig(num_gpus=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
     sim = Simulator(_poisson_workload(2.0, 10.0, 0), SimConfig(pool=pool, seed=0))
     ctl = ReconfigController(ControllerConfig(profile=FAST, decision="target", target_degrees=(2, 8)))
