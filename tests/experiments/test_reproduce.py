@@ -233,6 +233,6 @@ def test_reproduce_dynamic_params_are_typed_for_dynamic_phases():
     from experiments.reproduce import ReproduceConfig
 
     cfg = ReproduceConfig(workloads=("tool-agent",), dynamic_params=parse_workload_params(
-        ["phase_duration_s=20", "initial=5", "window_s=0,300", "rising_rate=false"]))
-    assert dict(cfg.dynamic_params) == {"phase_duration_s": 20.0, "initial": "5", "window_s": (0.0, 300.0),
+        ["phase_duration_s=20", "capacity_cache_dir=5", "window_s=0,300", "rising_rate=false"]))
+    assert dict(cfg.dynamic_params) == {"phase_duration_s": 20.0, "capacity_cache_dir": "5", "window_s": (0.0, 300.0),
                                         "rising_rate": False}
