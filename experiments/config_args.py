@@ -84,6 +84,27 @@ def split_number_list(text: str, kind: type = float) -> list:
         raise ValueError(f"must be a comma-separated list of {what}, got {text!r}") from None
 
 
+def split_name_list(text: str, flag: str, allow_duplicates: bool = False) -> list[str]:
+    """Parses a comma-separated list of names (policies, workloads, experiment kinds) given with
+    ``flag``; items may carry spaces. The names counterpart of :func:`split_number_list`.
+
+    Raises:
+        ValueError: naming ``flag``, on an empty list, an empty item (``"a,,b"``, a leading or
+            trailing comma: never silently dropped) or, unless ``allow_duplicates``, a name given
+            twice (it would run, and be averaged, twice).
+    """
+    items = [x.strip() for x in text.split(",")]
+    if items == [""]:
+        raise ValueError(f"{flag} needs at least one name, got {text!r}")
+    if "" in items:
+        raise ValueError(f"{flag} must be a comma-separated list of names, got {text!r} "
+                         "(an empty item: doubled, leading or trailing comma)")
+    twice = next((x for i, x in enumerate(items) if x in items[:i]), None)
+    if twice is not None and not allow_duplicates:
+        raise ValueError(f"{flag} lists {twice!r} twice: {text!r}")
+    return items
+
+
 class _CommaList:
     """argparse ``type`` parsing ``"1,2,3"`` into a tuple of ``kind`` (:func:`split_number_list`);
     a bad value is argparse's error line ``argument --flag: must be ..., got '...'``."""

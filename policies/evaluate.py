@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from experiments.config_args import option as _opt
+from experiments.config_args import split_name_list
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_unfinished")
 
@@ -404,7 +405,7 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
 
         cfg.check_reconfig_fields()
         ckpt = None if cfg.policy in ("none", "-") else cfg.policy
-        against = [n.strip() for n in (cfg.against or DEFAULT_RECONFIG_AGAINST).split(",") if n.strip()]
+        against = split_name_list(cfg.against or DEFAULT_RECONFIG_AGAINST, "--against")
         workload = reconfig_workload(cfg)
         rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=cfg.target_rps, log=log,
                                  tuned=cfg.tuned)
@@ -412,7 +413,7 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
     if cfg.tuned is not None:  # the protocol (experiments/commands/evaluate.py) or reconfig (above) read it
         raise ValueError(f"evaluate: tuned (--tuned {cfg.tuned}) applies only to the protocol evaluation (add --loads or "
                          "--protocol) or to a reconfiguration evaluation, or drop --tuned")
-    against = [n.strip() for n in (cfg.against or DEFAULT_ROUTING_AGAINST).split(",") if n.strip()]
+    against = split_name_list(cfg.against or DEFAULT_ROUTING_AGAINST, "--against")
     policies = [cfg.policy] + [n for n in against if n != cfg.policy]
     source = routing_source(cfg)
     part, idx = cfg.part_and_indices()

@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
         variants = [("off", replace(config, kv_tiers=TierConfig())), ("on", config)]
     tiers_label = ",".join(config.kv_tiers.levels)
     rows = []
-    for name in [n.strip() for n in args.policy.split(",") if n.strip()]:
+    from experiments.config_args import split_name_list
+
+    for name in split_name_list(args.policy, "--policy"):
         spec = get_policy(name)
         walls: dict[str, list[float]] = {v: [] for v, _ in variants}
         cpus: dict[str, list[float]] = {v: [] for v, _ in variants}

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from experiments.commands.compare import resolve_suite
     from experiments.common import dumps_json, sim_config_from_args
 
-    policies = resolve_suite(args.policy)
+    policies = resolve_suite(args.policy, "--policy")
     if args.horizon_s is not None:  # experiments.capacity runs every probe to completion
         raise ValueError("--horizon-s does not apply to cpgym capacity: every probe runs until its requests finish")
     config = sim_config_from_args(args)

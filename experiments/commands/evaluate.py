@@ -110,8 +110,10 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
     from policies.evaluate import DEFAULT_ROUTING_AGAINST
     from policies.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, load_tuned_cells, scenarios
 
-    policies = [cfg.policy] + [n.strip() for n in (cfg.against or DEFAULT_ROUTING_AGAINST).split(",")
-                               if n.strip() and n.strip() != cfg.policy]
+    from experiments.config_args import split_name_list
+
+    policies = [cfg.policy] + [n for n in split_name_list(cfg.against or DEFAULT_ROUTING_AGAINST, "--against")
+                               if n != cfg.policy]
     part = {"eval": "test"}.get(cfg.windows, cfg.windows)
     if part not in ("train", "validation", "test"):
         raise ValueError(f"--windows must be test, validation or train with --loads/--protocol, got {cfg.windows!r}")

@@ -74,8 +74,10 @@ def run(args: argparse.Namespace) -> int:
 
         trace = str(default_traces_dir() / "conversation_trace.jsonl")
     config = sim_config_from_args(args)
-    policies = [x.strip() for x in args.policies.split(",") if x.strip()]
-    ev_policies = tuple(x.strip() for x in args.eviction_policies.split(",") if x.strip())
+    from experiments.config_args import split_name_list
+
+    policies = split_name_list(args.policies, "--policies")
+    ev_policies = tuple(split_name_list(args.eviction_policies, "--eviction-policies"))
     study = run_tier_study(trace, config, policies, tuple(args.window_s), args.load, args.capacity_policy, args.capacity_rps,
                            tuple(gbs), ev_policies, progress=_progress)
     print(f"capacity {study.capacity['capacity_rps']:.2f} req/s; load {args.load:g} -> {study.rate_rps:.2f} req/s\n")

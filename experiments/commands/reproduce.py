@@ -86,6 +86,7 @@ def config_from_args(args: argparse.Namespace):
     from experiments.capacity import CapacityDefinition
     from experiments.commands.capacity import cache_dir_from_args, definition_from_args
     from experiments.common import parse_list, parse_workload_params, sim_config_from_args
+    from experiments.config_args import split_name_list
     from experiments.reproduce import ReproduceConfig, WorkloadCase
 
     preset = QUICK if args.quick else FULL
@@ -99,7 +100,7 @@ def config_from_args(args: argparse.Namespace):
              "tool-agent": WorkloadCase("tool-agent", name="tool-agent"),
              "production": WorkloadCase("production", trace=str(traces / "conversation_trace.jsonl"))}
     cases = []
-    for w in (x.strip() for x in args.workloads.split(",") if x.strip()):
+    for w in split_name_list(args.workloads, "--workloads"):
         if w not in known:
             raise ValueError(f"--workloads: unknown workload {w!r}; known: {', '.join(known)}")
         cases.append(known[w])
@@ -147,7 +148,9 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, dumps_json
     from experiments.reproduce import EXPERIMENTS, plot_end_to_end, rows_as_dicts, run_experiments
 
-    kinds = [k.strip() for k in args.experiments.split(",") if k.strip()]
+    from experiments.config_args import split_name_list
+
+    kinds = split_name_list(args.experiments, "--experiments")
     for k in kinds:
         if k not in EXPERIMENTS:
             raise ValueError(f"--experiments: unknown kind {k!r}; known: {', '.join(EXPERIMENTS)}")

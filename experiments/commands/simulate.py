@@ -59,11 +59,9 @@ def run(args: argparse.Namespace) -> int:
         for name, spec in POLICIES.items():
             print(f"{name:24s} {spec.description}  [{spec.source}]")
         return 0
-    names = [n.strip() for n in (DEFAULT_POLICIES if args.policy is None else args.policy).split(",") if n.strip()]
-    if not names:
-        raise ValueError(f"--policy needs at least one policy name, got {args.policy!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"--policy lists a policy twice: {args.policy!r}")
+    from experiments.config_args import split_name_list
+
+    names = split_name_list(DEFAULT_POLICIES if args.policy is None else args.policy, "--policy")
     for n in names:  # a learned checkpoint is not a registered policy: say where it runs
         if n not in POLICIES:
             from policies.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path

@@ -85,18 +85,18 @@ def _policy(policy):
                       f"Vertumnus with beta={beta:g}, lambda={lam:g} (sweep)", "paper §5; cpgym compare --beta/--lambda")
 
 
-def resolve_suite(text: str) -> list[str]:
-    """Policy names of a suite expression (``paper``, ``all``, or a comma list of suites/policies).
+def resolve_suite(text: str, flag: str = "--suite") -> list[str]:
+    """Policy names of a suite expression (``paper``, ``all``, or a comma list of suites/policies)
+    given with ``flag`` (named in errors).
 
     Raises:
-        ValueError: naming an unknown suite or policy.
+        ValueError: naming an unknown suite or policy, or an empty item.
     """
     from baselines.registry import POLICIES, SUITES
+    from experiments.config_args import split_name_list
 
     names: list[str] = []
-    for item in (s.strip() for s in text.split(",")):
-        if not item:
-            continue
+    for item in split_name_list(text, flag, allow_duplicates=True):  # suites overlap: each policy runs once
         if item == "all":
             add = list(POLICIES)
         elif item in SUITES:
@@ -108,7 +108,7 @@ def resolve_suite(text: str) -> list[str]:
                              f"policies: {', '.join(POLICIES)}")
         names += [n for n in add if n not in names]
     if not names:
-        raise ValueError("--suite selects no policy")
+        raise ValueError(f"{flag} selects no policy")
     return names
 
 

@@ -454,3 +454,35 @@ def test_flags_named_in_matches_whole_field_names_only():
     assert _flags_named_in("episode_window_s must be > 0", fields) == ["--episode-window-s"]
     assert _flags_named_in("window_s 0 > episode_window_s 1", fields) == ["--window-s", "--episode-window-s"]
     assert _flags_named_in("--window-s must be > 0 (window_s)", fields) == []  # the flag is already named
+
+
+_EMPTY_ITEM = "must be a comma-separated list of names, got {!r} (an empty item: doubled, leading or trailing comma)"
+
+
+@pytest.mark.parametrize("argv, flag, value, problem", [
+    (["simulate", "--workload", "tool-agent"], "--policy", "least-work,,round-robin", "empty"),
+    (["compare", "--workload", "tool-agent", "--rates", "10"], "--suite", "least-work,", "empty"),
+    (["capacity", "--workload", "tool-agent"], "--policy", ",least-work", "empty"),
+    (["reproduce", "--workloads", "tool-agent"], "--experiments", "end-to-end,,dynamic", "empty"),
+    (["reproduce", "--experiments", "end-to-end"], "--workloads", "tool-agent,,leval-like", "empty"),
+    (["reproduce", "--experiments", "end-to-end"], "--workloads", "tool-agent,tool-agent", "twice"),
+    (["evaluate", "--policy", "least-work", "--workload", "tool-agent", "--seeds", "1"], "--against",
+     "round-robin,round-robin", "twice"),
+    (["evaluate", "--policy", "none", "--kind", "reconfig", "--seeds", "1000"], "--against", "vertumnus-router,", "empty"),
+    (["kv-tiers"], "--policies", "least-work,,dynamo-kv", "empty"),
+    (["bench", "sim"], "--policy", "least-work,,round-robin", "empty"),
+])
+def test_name_lists_refuse_empty_and_repeated_items(argv, flag, value, problem, capsys, monkeypatch):
+    """An empty item was silently dropped (the flag ran fewer policies / workloads than typed); a
+    repeated workload or comparison ran twice and was averaged twice (narrower CIs)."""
+    import experiments.runner as runner
+
+    def no_run(*a, **k):
+        raise AssertionError("ran before the list was checked")
+
+    monkeypatch.setattr(runner, "run_policy", no_run)
+    monkeypatch.setattr(runner, "build_simulator", no_run)
+    assert main([*argv, flag, value, "--quiet"] if argv[0] not in ("kv-tiers", "bench") else [*argv, flag, value]) == 2
+    err = capsys.readouterr().err
+    want = _EMPTY_ITEM.format(value) if problem == "empty" else f"lists {value.split(',')[0]!r} twice: {value!r}"
+    assert err.endswith(f"error: {flag} {want}\n") and len(err.splitlines()) == 1, err
