@@ -188,8 +188,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
         tuned: tuned-controller JSON of ``vertumnus-adaptive-tuned`` (``policies.tune_controller``).
 
     Raises:
-        ValueError: on an unknown policy, ``vertumnus-adaptive-tuned`` without (or with a bad)
-            ``tuned`` file, or a composition the pool rejects.
+        ValueError: before any run: on an unknown policy, ``vertumnus-adaptive-tuned`` without (or
+            with a bad) ``tuned`` file, or a ``fixed:`` composition the pool rejects.
     """
     from baselines.capacity import CapacityCache
     from envs import workloads
@@ -198,13 +198,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     from policies.tune_controller import TUNED_LABEL
 
     tuned_spec = _check_comparisons(against, checkpoint, tuned)
-    if tuned_spec is not None:  # its settings against the pool (e.g. target_degrees), before any run
-        from experiments.runner import policy_pool
-
-        try:
-            policy_pool(tuned_spec, sim_config.pool)
-        except ValueError as exc:
-            raise ValueError(f"{tuned}: params: {exc}") from None
+    _check_against_pool(against, tuned_spec, tuned, sim_config.pool)
 
     capacity_cache = CapacityCache()  # the heuristics' capacity profiles, shared by every run (same results, less work)
     learned = LearnedReconfig(checkpoint) if checkpoint else None
@@ -276,6 +270,29 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
                          "(`cpgym sweep experiments/specs/controller-matched-phases-tuning.yaml`, then "
                          "`python -m policies.tune_controller SWEEP_DIR --out FILE`)")
     return tuned_controller_spec(tuned)
+
+
+def _check_against_pool(against: list[str], tuned_spec, tuned: str | None, pool) -> None:
+    """The comparisons' settings against ``pool`` before any run: the tuned controller's (e.g.
+    ``target_degrees``) and each ``fixed:`` composition (they failed only when their turn came,
+    after the runs before them).
+
+    Raises:
+        ValueError: naming the tuned file or the ``--against`` label.
+    """
+    from experiments.runner import policy_pool
+
+    if tuned_spec is not None:
+        try:
+            policy_pool(tuned_spec, pool)
+        except ValueError as exc:
+            raise ValueError(f"{tuned}: params: {exc}") from None
+    for label in against:
+        if label.startswith("fixed:"):
+            try:
+                replace(pool, composition=fixed_composition(label))
+            except ValueError as exc:
+                raise ValueError(f"--against {label}: {exc}") from None
 
 
 def fixed_composition(label: str) -> str:

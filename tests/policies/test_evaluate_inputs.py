@@ -126,3 +126,16 @@ def test_a_heuristic_as_the_reconfig_policy_is_one_line(capsys):
         "cpgym evaluate: error: evaluate: --policy vertumnus-adaptive is a heuristic; a reconfiguration evaluation takes "
         "a reconfiguration checkpoint ('shipped-reconfig' or a folder) or 'none', and compares heuristics with --against "
         "(e.g. --policy none --against vertumnus-adaptive)\n")
+
+
+def test_a_fixed_composition_the_pool_rejects_is_named_before_any_run(capsys, monkeypatch):
+    """``--against vertumnus-router,fixed:cp4x5`` on 8 GPUs ran vertumnus-router first, then failed
+    with the pool's message alone."""
+    import experiments.runner as runner
+
+    monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran before the fixed composition was checked"))
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "none", "--against", "vertumnus-router,fixed:cp4x5",
+                 "--seeds", "1000", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4",
+                 "--quiet"]) == 2
+    assert capsys.readouterr().err == \
+        "cpgym evaluate: error: --against fixed:cp4x5: composition 'cp4x5' uses 20 GPUs but the pool has 8\n"
