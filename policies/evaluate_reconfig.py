@@ -250,8 +250,8 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
     ``vertumnus-adaptive-tuned`` policy spec when it is compared, else ``None``.
 
     Raises:
-        ValueError: on an unknown label, ``joint:`` without ``checkpoint``, or the tuned label
-            without (or with a bad) ``tuned`` file.
+        ValueError: on an unknown label, ``joint:`` without ``checkpoint`` or with a routing
+            checkpoint that does not exist, or the tuned label without (or with a bad) ``tuned`` file.
     """
     from policies.tune_controller import TUNED_LABEL, tuned_controller_spec
 
@@ -263,6 +263,14 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
         if label.startswith("joint:") and not checkpoint:
             raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; "
                              "give --policy")
+        if label.startswith("joint:"):  # a missing routing checkpoint fails now, not after the learned runs
+            from policies.checkpoint import resolve_checkpoint
+
+            try:
+                resolve_checkpoint(label.split(":", 1)[1])
+            except (OSError, ValueError) as exc:
+                reason = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else str(exc)
+                raise ValueError(f"--against {label}: {reason}") from None
     if TUNED_LABEL not in against:
         return None
     if not tuned:

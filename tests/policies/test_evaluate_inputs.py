@@ -139,3 +139,15 @@ def test_a_fixed_composition_the_pool_rejects_is_named_before_any_run(capsys, mo
                  "--quiet"]) == 2
     assert capsys.readouterr().err == \
         "cpgym evaluate: error: --against fixed:cp4x5: composition 'cp4x5' uses 20 GPUs but the pool has 8\n"
+
+
+def test_a_missing_joint_routing_checkpoint_is_named_before_any_run(capsys, monkeypatch):
+    # it was loaded only when its turn came, after the learned controller's runs
+    import policies.evaluate_reconfig as ev
+
+    monkeypatch.setattr(ev, "LearnedReconfig", lambda *a, **k: pytest.fail("loaded before --against was checked"))
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "joint:/nonexistent/ckpt",
+                 "--seeds", "1000", "--quiet"]) == 2
+    assert capsys.readouterr().err == ("cpgym evaluate: error: --against joint:/nonexistent/ckpt: /nonexistent/ckpt: "
+                                       "checkpoint path does not exist; expected a checkpoint folder holding model.zip, "
+                                       "a model .zip file, or 'shipped'\n")
