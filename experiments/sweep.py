@@ -182,8 +182,7 @@ def cell_folder_name(run_name: str, cell: Cell, max_tag_chars: int = 100) -> str
     import hashlib
     import re
 
-    parts = [f"{k.rsplit('.', 1)[-1]}={json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else v}"
-             for k, v in cell.axes if k not in _NAMED_AXES]
+    parts = [f"{k.rsplit('.', 1)[-1]}={_axis_value_text(v)}" for k, v in cell.axes if k not in _NAMED_AXES]
     if not parts:
         return run_name
     tag = re.sub(r"[^A-Za-z0-9._+=,-]+", "-", "-".join(parts)).strip("-")
@@ -193,6 +192,17 @@ def cell_folder_name(run_name: str, cell: Cell, max_tag_chars: int = 100) -> str
     if len(tag) > limit:
         tag = f"{tag[:limit - 9]}~{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
     return f"{workload}-{tag}__{rest}"
+
+
+def _axis_value_text(v) -> str:
+    """A grid value in a folder name: a tuple / list as its comma-joined items (``2,4``; the
+    ``(2, 4)`` text became ``-2,-4-``, read as negative numbers), ``empty`` for none, a mapping as
+    compact JSON, anything else as ``str``."""
+    if isinstance(v, (tuple, list)):
+        return ",".join(_axis_value_text(x) for x in v) if v else "empty"
+    if isinstance(v, dict):
+        return json.dumps(v, separators=(",", ":"))
+    return str(v)
 
 
 def _effective_composition(cell: Cell) -> str:

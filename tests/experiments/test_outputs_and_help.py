@@ -220,3 +220,17 @@ def test_generated_help_states_a_default_once(command, flag):
             command.split()[1]]
     action = next(a for a in parser._actions if flag in a.option_strings)
     assert action.help.count("default") == 1, action.help
+
+
+def test_sweep_folder_names_show_tuple_axes_as_their_items():
+    # (2, 4) was written "-2,-4-" (brackets and spaces made dashes), read as negative numbers
+    from types import SimpleNamespace
+
+    from experiments.sweep import cell_folder_name
+
+    run = "matched-phases__vertumnus-adaptive__0__1796102215"
+    axes = (("vertumnus-adaptive.target_degrees", (2, 4)), ("vertumnus-adaptive.target_horizons_s", (0.0,)))
+    assert cell_folder_name(run, SimpleNamespace(axes=axes)) == \
+        "matched-phases-target_degrees=2,4-target_horizons_s=0.0__vertumnus-adaptive__0__1796102215"
+    assert cell_folder_name(run, SimpleNamespace(axes=(("vertumnus-adaptive.target_degrees", ()),))).startswith(
+        "matched-phases-target_degrees=empty__")
