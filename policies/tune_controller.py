@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -98,7 +99,9 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
             row["delta_mean_ttft_pct_vs_default"] = sum(pct) / len(pct)
             row["delta_mean_ttft_pct_vs_default_ci95"] = ci95_halfwidth(pct)
         grid.append(row)
-    best = min(grid, key=lambda row: row[METRIC])  # min keeps the first of equal values
+    # min keeps the first of equal values; a NaN mean (a seed with no finished request) never wins
+    # (NaN compares false both ways, so a NaN first in sorted order used to be kept as the minimum)
+    best = min(grid, key=lambda row: (math.isnan(row[METRIC]), row[METRIC]))
     workloads = sorted({str((cell.get("workload") or {}).get("name")) for d in dirs for _, cell in finished_cells(d)})
     return {"heuristic": policy, "params": best["params"], "workload": ",".join(workloads), "seeds": seeds,
             "metric": METRIC, "grid": grid, "sweep": [str(d) for d in dirs]}

@@ -203,3 +203,11 @@ def test_an_empty_folder_is_one_line(tmp_path, capsys):
     assert main([str(tmp_path), "--out", str(tmp_path / "t.json")]) == 2
     assert capsys.readouterr().err == (f"python -m policies.tune_controller: error: {tmp_path}: no finished sweep cell "
                                        "(no */cell.json); run `cpgym sweep` first\n")
+
+
+def test_a_setting_whose_runs_finished_nothing_is_never_selected(tmp_path):
+    # a NaN mean TTFT (no request finished) sorted first was kept by min() as the best setting
+    for seed in (0, 1):
+        _write_run(tmp_path, f"a{seed}", seed, {"k_windows": 1}, float("nan"))
+        _write_run(tmp_path, f"b{seed}", seed, {"k_windows": 3}, 0.5)
+    assert select_controller_setting(tmp_path)["params"] == {"k_windows": 3}
