@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"CP attention (default {d.algorithm})")
     p.add_argument("--impl", choices=("sdpa", "matmul"), default=d.impl, help=f"all-gather attention impl (default {d.impl})")
     p.add_argument("--dtype", default=None, help="float32 (CPU default) / float64; bfloat16 (GPU default)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (nccl)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo, default) or cuda (nccl)")
     p.add_argument("--warmup", type=int, default=d.warmup, help=f"untimed runs per point (default {d.warmup})")
     p.add_argument("--repeats", type=int, default=d.repeats, help=f"timed runs per point (default {d.repeats})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"weights/inputs seed (default {d.seed})")

@@ -234,3 +234,10 @@ def test_sweep_folder_names_show_tuple_axes_as_their_items():
         "matched-phases-target_degrees=2,4-target_horizons_s=0.0__vertumnus-adaptive__0__1796102215"
     assert cell_folder_name(run, SimpleNamespace(axes=(("vertumnus-adaptive.target_degrees", ()),))).startswith(
         "matched-phases-target_degrees=empty__")
+
+
+def test_every_flag_with_choices_names_its_default():
+    # kernels check / profile --device did not say that cpu is the default
+    missing = [f"{name} {a.option_strings[0]}" for command, sub in _subcommands().items()
+               for name, a in _flags(command, sub) if a.choices and "default" not in a.help]
+    assert missing == []
