@@ -118,7 +118,7 @@ class _Loader:
             if not p.is_absolute():
                 p = self.base_dir / p
         if must_exist and not p.is_file():
-            raise self.err(key)(f"file {str(p)!r} does not exist",
+            raise self.err(key)(f"file {str(p)!r} {'is a folder' if p.is_dir() else 'does not exist'}",
                                 f"an existing file (relative paths are relative to {self.base_dir}; "
                                 f"'{TRACES_PREFIX}...' is the shared traces folder)")
         return str(p.resolve())
@@ -489,6 +489,8 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         SpecError: (a ValueError) on any invalid key or value, naming file, key and expected form.
     """
     p = Path(path)
+    if p.is_dir():  # "does not exist" was wrong for a folder
+        raise FileNotFoundError(f"spec file {str(p)!r} is a folder; expected a .yaml/.yml/.toml spec file")
     if not p.is_file():
         raise FileNotFoundError(f"spec file {str(p)!r} does not exist")
     return _Loader(p).load()

@@ -288,3 +288,12 @@ def test_a_policy_setting_the_cells_pool_cannot_run_fails_at_load_time(tmp_path)
                        "sim: {pool: {num_gpus: 6, composition: 'cp2x3', supported_degrees: [2, 4]}}\n")
     assert "policy 'homogeneous-cp4' runs on its own pool" in str(e)
     load_spec(write_spec(tmp_path, spec + "sweep: {grid: {vertumnus-adaptive.target_degrees: [[2, 4], [4]]}}\n"))
+
+
+def test_a_folder_given_as_the_spec_or_a_trace_is_named_as_a_folder(tmp_path):
+    # both said "does not exist" for a folder that exists
+    with pytest.raises(FileNotFoundError, match="is a folder; expected a .yaml/.yml/.toml spec file"):
+        load_spec(tmp_path)
+    (tmp_path / "traces").mkdir()
+    e = _err(tmp_path, "name: t\nworkload: {trace: traces}\npolicies: [least-work]\n")
+    assert e.key == "workload.trace" and "is a folder" in str(e)
