@@ -114,7 +114,8 @@ class ReproduceConfig:
 
     Raises:
         ValueError: on empty lists, loads not increasing in (0, 2], a bad window, or a model
-            entry whose calibration cannot be read, whose composition is not one of the pool,
+            entry whose calibration cannot be read, whose composition is not one of the pool or
+            whose pool's CP degrees do not hold its weight shard group,
             or whose label (``default``: the calibration's model name) another entry has too
             (their rows would be pooled as one model); each names ``--models`` and the entry.
     """
@@ -166,9 +167,10 @@ class ReproduceConfig:
         labels: dict[str, str] = {}
         for label, path, comp in self.models:
             try:
-                model = _model_label(label, Calibration.resolve(path))
-                if comp is not None:
-                    _model_sim(self.sim, path, comp, 0)  # validates the composition against the pool
+                calibration = Calibration.resolve(path)
+                model = _model_label(label, calibration)
+                # the composition (validated against the pool) and the weight shard group against its degrees
+                _model_sim(self.sim, path, comp, 0).pool.check_weight_shard(calibration.weight_shard_gpus)
             except (OSError, ValueError) as exc:
                 reason = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else str(exc)
                 raise ValueError(f"--models entry {label!r}: {reason}") from None

@@ -78,6 +78,7 @@ def test_reproduce_rejects_bad_input(capsys):
     ("a=/nonexistent/cal.json", "--models entry 'a': /nonexistent/cal.json: calibration file does not exist"),
     (f"a={CAL}@cp4x5", "--models entry 'a': composition 'cp4x5' uses 20 GPUs but the pool has 40"),
     (f"a={CAL};a={CAL}", "--models: entries 'a' and 'a' are both labelled 'a'"),
+    (f"ds={CAL.replace('qwen3-30b-a3b', 'deepseek-v3')}", "--models entry 'ds': the model's weights are sharded over G = 8"),
     (f"default={CAL};Qwen3-30B-A3B={CAL}",
      "--models: entries 'default' and 'Qwen3-30B-A3B' are both labelled 'Qwen3-30B-A3B'"),
 ])
