@@ -399,8 +399,9 @@ class _Loader:
             if not isinstance(params, Mapping):
                 raise SpecError(self.path, f"policy_params.{pol}", f"got {type_name(params)}", "a mapping param -> value")
             for pk, pv in params.items():
-                self.check_value(f"policy_params.{pol}.{pk}", f"{pol}.{pk}", pv, False)
-                policy_params.setdefault(pol, {})[pk] = pv
+                # the checked value: a list (target_degrees: [2, 4]) becomes a tuple, so that cells stay hashable
+                _, _, value = self.check_value(f"policy_params.{pol}.{pk}", f"{pol}.{pk}", pv, False)
+                policy_params.setdefault(pol, {})[pk] = value
         return tuple((p, tuple(sorted(d.items()))) for p, d in sorted(policy_params.items()))
 
     def _load_seeds(self, raw: Any) -> tuple[int, ...]:

@@ -297,3 +297,12 @@ def test_a_folder_given_as_the_spec_or_a_trace_is_named_as_a_folder(tmp_path):
     (tmp_path / "traces").mkdir()
     e = _err(tmp_path, "name: t\nworkload: {trace: traces}\npolicies: [least-work]\n")
     assert e.key == "workload.trace" and "is a folder" in str(e)
+
+
+def test_a_list_valued_static_policy_parameter_loads_as_a_tuple(tmp_path):
+    # policy_params: {vertumnus-adaptive: {target_degrees: [2, 4]}} was a TypeError traceback
+    # (unhashable type: 'list'); only grid axes were made tuples
+    spec = load_spec(write_spec(tmp_path, "name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n"
+                                          "policy_params: {vertumnus-adaptive: {target_degrees: [2, 4]}}\n"))
+    (cell,) = spec.resolve()
+    assert dict(cell.policy_params) == {"target_degrees": (2, 4)}
