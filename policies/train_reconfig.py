@@ -153,6 +153,8 @@ class ReconfigTrainConfig:
         if self.warm_start not in ("none", "oracle"):
             raise ValueError(f"warm_start must be 'none' or 'oracle', got {self.warm_start!r}")
         object.__setattr__(self, "target_degrees", tuple(int(d) for d in self.target_degrees))
+        if len(set(self.target_degrees)) != len(self.target_degrees):
+            raise ValueError(f"target_degrees must be distinct CP degrees, got {list(self.target_degrees)}")
         if self.max_operation_gpus_per_window is not None and not self.max_operation_gpus_per_window > 0:
             raise ValueError(f"max_operation_gpus_per_window must be > 0, got {self.max_operation_gpus_per_window}")
         oracle_flags = self._check_oracle_flags()
@@ -412,6 +414,25 @@ def load_initial_model(path: str, model, venv) -> None:
     venv.ret_rms = saved.ret_rms
 
 
+def check_target_menu(cfg: ReconfigTrainConfig, sim_config) -> None:
+    """With ``--action-mode target``: the composition menu of ``cfg.target_degrees`` on
+    ``sim_config.pool`` (``envs.reconfig_env.target_menu``) exists, checked before anything is
+    simulated or written to the output folder.
+
+    Raises:
+        ValueError: naming ``--target-degrees`` (a degree the pool does not support, or no
+            composition of the pool's GPUs over them).
+    """
+    if cfg.action_mode != "target":
+        return
+    from envs.reconfig_env import target_menu
+
+    try:
+        target_menu(sim_config.pool, cfg.target_degrees)
+    except ValueError as e:
+        raise ValueError(f"--target-degrees: {e}") from None
+
+
 def check_oracle_phase_ttft(cfg: ReconfigTrainConfig, sim_config) -> None:
     """Reads ``cfg.oracle_phase_ttft`` (if set) as :func:`oracle_warm_start` will, against this
     run's composition menu (``envs.reconfig_env.target_menu`` of ``sim_config.pool`` over
@@ -462,6 +483,7 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     from policies.callbacks import TrainingProgress, monitored
 
     sc = sim_config or SimConfig()
+    check_target_menu(cfg, sc)
     check_oracle_phase_ttft(cfg, sc)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

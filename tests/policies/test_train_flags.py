@@ -190,6 +190,10 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
      "bc_learning_rate must be a finite number > 0, got inf (--bc-learning-rate)"),
     (["--episode-window-s", "inf"],  # was accepted
      "episode_window_s must be a finite number > 0, got inf (--episode-window-s)"),
+    (["--action-mode", "target", "--target-degrees", "2,2"],  # was accepted (the ControllerConfig counterpart refuses it)
+     "target_degrees must be distinct CP degrees, got [2, 2] (--target-degrees)"),
+    (["--action-mode", "target", "--target-degrees", "16"],  # named no flag, after provenance.json was written to --out
+     "--target-degrees: target_degrees [16]: expected a non-empty subset of the pool's supported degrees [1, 2, 4, 8]"),
 ])
 def test_reconfig_non_finite_settings_fail_before_anything_runs(flags, message, tmp_path, capsys):
     assert main(["train", "reconfig", *flags, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
