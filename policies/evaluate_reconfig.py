@@ -77,14 +77,17 @@ def env_kwargs_of(train_config: dict) -> dict:
 
 
 def rollout_reconfig(act, workload, config, seed: int, window_s: float, capacity_features: bool = False,
-                     capacity_table=None, make_router=None, **env_kwargs):
+                     capacity_table=None, make_router=None, check_env=None, **env_kwargs):
     """One whole-workload episode of :class:`envs.reconfig_env.PrefillReconfigEnv` (simulator
     seed ``seed``; further environment arguments in ``env_kwargs``, e.g. ``action_mode``) driven
-    by ``act(raw observation, action mask) -> action``; returns ``(SimResult, actions taken)``."""
+    by ``act(raw observation, action mask) -> action``; ``check_env(env)`` (optional) may refuse the
+    built environment before its episode; returns ``(SimResult, actions taken)``."""
     from envs.reconfig_env import PrefillReconfigEnv
 
     env = PrefillReconfigEnv([workload], config, window_s=window_s, capacity_features=capacity_features,
                              capacity_table=capacity_table, make_router=make_router, **env_kwargs)
+    if check_env is not None:
+        check_env(env)
     obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
     actions = []
     done = False
@@ -131,6 +134,26 @@ class LearnedReconfig:
         # it met them, so a shared table made a seed's result depend on the seeds run before it.
         self.capacity_cache = None
 
+    def check_env(self, env) -> None:
+        """Refuses an environment whose observation shapes or number of actions differ from the
+        checkpoint's (a pool of another size or other CP degrees: the per-worker slots or the
+        target menu change); it failed as a numpy broadcasting traceback at the first action.
+
+        Raises:
+            ValueError: naming the checkpoint, both shapes and the pool.
+        """
+        def shapes(obs_space, action_space) -> str:
+            spaces = getattr(obs_space, "spaces", {"obs": obs_space})
+            return ", ".join(f"{k} {tuple(s.shape)}" for k, s in spaces.items()) + f"; {action_space.n} actions"
+
+        mine = shapes(self.model.observation_space, self.model.action_space)
+        theirs = shapes(env.observation_space, env.action_space)
+        if mine != theirs:
+            pool = env.config.pool if hasattr(env, "config") else None
+            where = f" ({pool.num_gpus} GPUs, CP degrees {','.join(map(str, pool.supported_degrees))})" if pool else ""
+            raise ValueError(f"{self.dir}: the checkpoint observes {mine}, this pool{where} gives {theirs}; "
+                             "evaluate it on a pool like the one it was trained on (its train_config.json)")
+
     def act(self, obs: dict, mask) -> int:
         """Deterministic masked action for one raw observation."""
         if self.vecnormalize is not None:
@@ -152,7 +175,7 @@ class LearnedReconfig:
             table = CapacityTable(config, config_calibration(config), observation_profile_config(), cache=self.capacity_cache)
         kw = {k: v for k, v in self.env_kwargs.items() if k != "capacity_features"}
         result, actions = rollout_reconfig(self.act, workload, config, seed, self.window_s, self.capacity_features,
-                                           table, make_router, **kw)
+                                           table, make_router, check_env=self.check_env, **kw)
         result.policy = "learned"
         return result, actions
 

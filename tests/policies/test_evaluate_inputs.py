@@ -151,3 +151,14 @@ def test_a_missing_joint_routing_checkpoint_is_named_before_any_run(capsys, monk
     assert capsys.readouterr().err == ("cpgym evaluate: error: --against joint:/nonexistent/ckpt: /nonexistent/ckpt: "
                                        "checkpoint path does not exist; expected a checkpoint folder holding model.zip, "
                                        "a model .zip file, or 'shipped'\n")
+
+
+def test_a_reconfig_checkpoint_on_a_pool_of_another_size_is_one_line(capsys):
+    """The 40-GPU target-menu checkpoint on 32 GPUs (25 compositions, 32 worker slots) failed as a
+    numpy broadcasting traceback inside VecNormalize at its first action."""
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "vertumnus-router",
+                 "--seeds", "1000", "--pool-gpus", "32", "--pool-composition", "cp4x4,cp2x8", "--horizon-s", "1",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "reconfig_target: the checkpoint observes targets (36, 5)" in err
+    assert "36 actions, this pool (32 GPUs, CP degrees 1,2,4,8) gives targets (25, 5)" in err
