@@ -134,6 +134,21 @@ class LearnedReconfig:
         # it met them, so a shared table made a seed's result depend on the seeds run before it.
         self.capacity_cache = None
 
+    def check_pool(self, pool) -> None:
+        """A target-menu checkpoint's ``target_degrees`` against ``pool`` before any run.
+
+        Raises:
+            ValueError: naming the checkpoint and its degrees, when the pool cannot make its menu.
+        """
+        if self.env_kwargs.get("action_mode") != "target":
+            return
+        from envs.reconfig_env import target_menu
+
+        try:
+            target_menu(pool, self.env_kwargs["target_degrees"])
+        except ValueError as exc:
+            raise ValueError(f"{self.dir}: the checkpoint's target menu does not fit this pool: {exc}") from None
+
     def check_env(self, env) -> None:
         """Refuses an environment whose observation shapes or number of actions differ from the
         checkpoint's (a pool of another size or other CP degrees: the per-worker slots or the
@@ -225,6 +240,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
 
     capacity_cache = CapacityCache()  # the heuristics' capacity profiles, shared by every run (same results, less work)
     learned = LearnedReconfig(checkpoint) if checkpoint else None
+    if learned is not None:
+        learned.check_pool(sim_config.pool)
     learned_label = checkpoint if checkpoint == "shipped-reconfig" else None
     routers: dict = {}
     rows = []

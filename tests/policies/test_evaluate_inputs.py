@@ -162,3 +162,14 @@ def test_a_reconfig_checkpoint_on_a_pool_of_another_size_is_one_line(capsys):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "reconfig_target: the checkpoint observes targets (36, 5)" in err
     assert "36 actions, this pool (32 GPUs, CP degrees 1,2,4,8) gives targets (25, 5)" in err
+
+
+def test_a_reconfig_checkpoint_whose_menu_the_pool_cannot_make_names_the_checkpoint(capsys, monkeypatch):
+    import experiments.runner as runner
+
+    monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran before the checkpoint's menu was checked"))
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "vertumnus-router",
+                 "--seeds", "1000", "--supported-degrees", "2,4", "--horizon-s", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("reconfig_target: the checkpoint's target menu does not fit this pool: target_degrees [2, 4, 8]: "
+                        "expected a non-empty subset of the pool's supported degrees [2, 4]\n") and len(err.splitlines()) == 1
