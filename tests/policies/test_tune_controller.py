@@ -163,14 +163,15 @@ def test_committed_tuned_controller_is_the_selection_of_its_committed_sweeps():
     from pathlib import Path
 
     r = Path(__file__).resolve().parents[2] / "results" / "learned-reconfig" / "tuned-controller"
-    rounds = [r / "sweeps" / f"controller-matched-phases-tuning{suffix}" for suffix in ("", "-2", "-3")]
+    rounds = [r / "sweeps" / f"controller-matched-phases-tuning{suffix}" for suffix in ("", "-2", "-3", "-4")]
     doc = select_controller_setting(rounds)
     shipped = json.loads((r / "tuned-controller-matched-phases.json").read_text())
     assert doc["params"] == shipped["params"] and doc["grid"] == shipped["grid"] and doc["seeds"] == list(range(10))
-    assert len(doc["grid"]) == 11  # 6 + 4 + 2 settings, one of them in rounds 1 and 2
+    assert len(doc["grid"]) == 22  # 6 + 4 + 2 + 12 settings; rounds 1-2 and rounds 3-4 share one each
     assert doc["params"]["target_degrees"] == [2, 4]  # round 3: the look-ahead's menu over the paper's degrees
-    before = select_controller_setting(rounds[:2])  # rounds 1-2 alone (rounds1-2.json)
-    assert before["params"] == json.loads((r / "rounds1-2.json").read_text())["params"]
+    for num_rounds, name in ((2, "rounds1-2.json"), (3, "rounds1-3.json")):  # the selections before rounds 3 and 4
+        before = select_controller_setting(rounds[:num_rounds])
+        assert before["params"] == json.loads((r / name).read_text())["params"]
 
 
 @pytest.mark.parametrize("cell, summary, message", [
