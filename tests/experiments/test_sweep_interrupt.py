@@ -25,7 +25,7 @@ SPEC = """
 name: interrupt
 workload: {name: mixed-default, params: {duration_s: 40.0}}
 policies: [least-work, round-robin, vertumnus]
-seeds: [0, 1]
+seeds: [0, 1, 2]
 rates: [30]
 """
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def _resume_runs_each_unfinished_cell_once(spec_path: Path, out: Path) -> None:
 
 def test_sigint_stops_workers_prints_one_line_and_resume_finishes(tmp_path):
     spec_path = write_spec(tmp_path, SPEC)
-    for attempt in range(3):
+    for attempt in range(5):
         out = tmp_path / f"out{attempt}"
         proc = _start(spec_path, out)
         kids = _wait_for_workers(proc, out)
