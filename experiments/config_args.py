@@ -60,6 +60,18 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
+def _comma_items(text: str, prefix: str, one: str, many: str) -> list[str]:
+    """The stripped items of a comma-separated ``text``; ValueError (starting with ``prefix``) on an
+    empty list or an empty item (doubled, leading or trailing comma: never silently dropped)."""
+    items = [x.strip() for x in text.split(",")]
+    if items == [""]:
+        raise ValueError(f"{prefix}needs at least one {one}, got {text!r}")
+    if "" in items:
+        raise ValueError(f"{prefix}must be a comma-separated list of {many}, got {text!r} "
+                         "(an empty item: doubled, leading or trailing comma)")
+    return items
+
+
 def split_number_list(text: str, kind: type = float) -> list:
     """Parses ``"1,2,3"`` into a list of ``kind`` (``int`` or ``float``); items may carry spaces.
 
@@ -72,12 +84,7 @@ def split_number_list(text: str, kind: type = float) -> list:
             is not a number of ``kind``.
     """
     what = "integers" if kind is int else "numbers"
-    items = [x.strip() for x in text.split(",")]
-    if items == [""]:
-        raise ValueError(f"needs at least one value, got {text!r}")
-    if "" in items:
-        raise ValueError(f"must be a comma-separated list of {what}, got {text!r} "
-                         "(an empty item: doubled, leading or trailing comma)")
+    items = _comma_items(text, "", "value", what)
     try:
         return [kind(x) for x in items]
     except ValueError:
@@ -93,12 +100,7 @@ def split_name_list(text: str, flag: str, allow_duplicates: bool = False) -> lis
             trailing comma: never silently dropped) or, unless ``allow_duplicates``, a name given
             twice (it would run, and be averaged, twice).
     """
-    items = [x.strip() for x in text.split(",")]
-    if items == [""]:
-        raise ValueError(f"{flag} needs at least one name, got {text!r}")
-    if "" in items:
-        raise ValueError(f"{flag} must be a comma-separated list of names, got {text!r} "
-                         "(an empty item: doubled, leading or trailing comma)")
+    items = _comma_items(text, f"{flag} ", "name", "names")
     twice = next((x for i, x in enumerate(items) if x in items[:i]), None)
     if twice is not None and not allow_duplicates:
         raise ValueError(f"{flag} lists {twice!r} twice: {text!r}")
