@@ -118,9 +118,12 @@ def resolve_composition(composition: str, pool: PoolConfig) -> list[tuple[int, i
     Raises:
         ValueError: naming the offending item and what was expected.
     """
-    items = [s.strip().lower() for s in composition.split(",") if s.strip()]
-    if not items:
+    items = [s.strip().lower() for s in composition.split(",")]
+    if items == [""]:
         raise ValueError("pool composition is empty; expected e.g. 'cp4x6,cp2x8' or 'cp4@0,cp4@4,...'")
+    if "" in items:  # never silently dropped: 'cp4x6,,cp2x8' is likely a typo for a missing item
+        raise ValueError(f"pool composition {composition!r} has an empty item (doubled, leading or trailing comma); "
+                         "expected e.g. 'cp4x6,cp2x8'")
     explicit = [_PLACE_RE.match(s) for s in items]
     counts = [_COUNT_RE.match(s) for s in items]
     used = [False] * pool.num_gpus

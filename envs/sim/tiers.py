@@ -85,10 +85,14 @@ def parse_levels(text: str) -> tuple[str, ...]:
 
     Raises:
         ValueError: unless the list starts with ``hbm`` and names known tiers in order
-            (``hbm``, ``dram``, ``store``) without repeats.
+            (``hbm``, ``dram``, ``store``) without repeats or empty items (``"hbm,,dram"``, a
+            trailing comma: never silently dropped).
     """
-    levels = tuple(x.strip() for x in text.split(",") if x.strip())
-    _check_levels(levels, f"--kv-tiers {text!r}")
+    levels = tuple(x.strip() for x in text.split(","))
+    if "" in levels and levels != ("",):
+        raise ValueError(f"--kv-tiers {text!r}: an empty item (doubled, leading or trailing comma); "
+                         "expected e.g. hbm,dram,store")
+    _check_levels(tuple(x for x in levels if x), f"--kv-tiers {text!r}")
     return levels
 
 

@@ -25,6 +25,9 @@ def test_counts_composition_places_largest_first():
     ("cp4@0,cp4@4", "uses 8 GPUs but the pool has 16"),
     ("cpfour", "invalid"),
     ("cp16x1", "not supported"),
+    ("", "composition is empty"),
+    ("cp4x2,,cp4x2", "has an empty item"),  # was silently read as 'cp4x2,cp4x2'
+    ("cp4x4,", "has an empty item"),
 ])
 def test_invalid_compositions(composition, message):
     with pytest.raises(ValueError, match=message):

@@ -137,6 +137,11 @@ def test_tier_config_validation():
     for bad in ("dram", "hbm,store,dram", "hbm,ssd", "hbm,dram,dram"):
         with pytest.raises(ValueError, match="KV tiers must be"):
             parse_levels(bad)
+    for bad in ("hbm,,dram", "hbm,dram,", ",hbm"):  # were read as hbm,dram / hbm
+        with pytest.raises(ValueError, match="an empty item"):
+            parse_levels(bad)
+    with pytest.raises(ValueError, match="KV tiers must be"):
+        parse_levels("")
     with pytest.raises(ValueError, match="eviction"):
         TierConfig(eviction="fifo")
     with pytest.raises(ValueError, match="dram_capacity_bytes_per_node"):
