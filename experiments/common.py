@@ -46,12 +46,14 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None 
 
 
 def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition: bool = True,
-                      supported_degrees: str = "1,2,4,8", supported_degrees_note: str = "") -> None:
+                      supported_degrees: str = "1,2,4,8", supported_degrees_note: str = "", horizon: bool = True) -> None:
     """The shared pool and simulator flags (read by :func:`sim_config_from_args`); ``seed=False``
     leaves out ``--seed`` for commands that draw simulator seeds themselves (training),
     ``composition=False`` leaves out ``--pool-composition`` for commands that set the composition
     of each run themselves (``cpgym dynamic``); ``supported_degrees`` is the command's default of
-    ``--supported-degrees`` (``supported_degrees_note`` says where it comes from in the help)."""
+    ``--supported-degrees`` (``supported_degrees_note`` says where it comes from in the help);
+    ``horizon=False`` hides ``--horizon-s`` from the help of a command that refuses it (it stays
+    parsed, so that the command can say why)."""
     g = p.add_argument_group("pool and simulator")
     g.add_argument("--pool-gpus", type=int, default=40, help="GPUs in the prefill pool (default 40, the paper's prefill pool)")
     g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per topology group (default 8)")
@@ -65,8 +67,9 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
                    help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
     if seed:
         g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
-    g.add_argument("--horizon-s", type=float, help="stop at this simulated time [s]; unfinished requests count as SLO misses "
-                                                   "(default: run until every request finished)")
+    g.add_argument("--horizon-s", type=float,
+                   help="stop at this simulated time [s]; unfinished requests count as SLO misses "
+                        "(default: run until every request finished)" if horizon else argparse.SUPPRESS)
     g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens,
                    help="engine step token budget (default 16384)")
     g.add_argument("--slo", default="scaled", metavar="SECONDS|scaled",

@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments, add_workload_arguments
 
     add_workload_arguments(p)
-    add_sim_arguments(p)
+    add_sim_arguments(p, horizon=False)  # every probe runs until its requests finish (--horizon-s refused below)
     p.add_argument("--policy", default="paper", help="comma-separated policies or suites (default paper)")
     add_capacity_arguments(p)
     p.add_argument("--format", choices=("table", "json"), default="table",

@@ -381,6 +381,11 @@ def test_capacity_refuses_a_horizon_it_would_ignore(capsys):
     assert main(["capacity", "--workload", "tool-agent", "--policy", "least-work", "--quiet", "--horizon-s", "5"]) == 2
     assert capsys.readouterr().err == "cpgym capacity: error: --horizon-s does not apply to cpgym capacity: " \
                                       "every probe runs until its requests finish\n"
+    from experiments.cli import build_parser
+
+    sub = next(a for a in build_parser()._subparsers._group_actions if a.dest == "command").choices
+    assert "--horizon-s" not in sub["capacity"].format_help()  # refused, so not offered in --help
+    assert "--horizon-s" in sub["simulate"].format_help()
 
 
 @pytest.mark.parametrize("flag", [["--no-cache"], ["--drain-ratio", "3"], ["--rel-tol", "0.05"], ["--cache-dir", "x"]])
