@@ -19,8 +19,8 @@ from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig, resolve_composition
 
-__all__ = ["enumerate_compositions", "degree_counts", "composition_capacity_rps", "initial_composition", "deployment_pool",
-           "workload_initial_pool"]
+__all__ = ["enumerate_compositions", "pool_over_degrees", "degree_counts", "composition_capacity_rps", "initial_composition",
+           "deployment_pool", "workload_initial_pool"]
 
 
 def enumerate_compositions(pool: PoolConfig) -> list[str]:
@@ -47,6 +47,26 @@ def enumerate_compositions(pool: PoolConfig) -> list[str]:
     rec(0, pool.num_gpus, [])
     out.sort(key=lambda x: x[0], reverse=True)
     return [t for _, t in out]
+
+
+def pool_over_degrees(pool: PoolConfig, degrees) -> PoolConfig | None:
+    """``pool`` restricted to CP ``degrees`` (a subset of its ``supported_degrees``), whose
+    compositions (:func:`enumerate_compositions`) use only those degrees; ``None`` when no
+    composition of its GPUs over them fits its topology. The restriction behind both target
+    menus: the learned controller's (``envs.reconfig_env.target_menu``) and the heuristic's
+    (``ControllerConfig.target_degrees``).
+
+    The restricted pool's own composition is the homogeneous smallest-degree one: degrees are
+    powers of two, so the smallest divides every composition's GPU count, and it fits if any does.
+    """
+    degrees = tuple(sorted(set(degrees)))
+    d_min = degrees[0]
+    if pool.num_gpus % d_min:
+        return None
+    try:
+        return replace(pool, supported_degrees=degrees, composition=f"cp{d_min}x{pool.num_gpus // d_min}")
+    except ValueError:  # even the homogeneous smallest-degree pool does not fit the topology
+        return None
 
 
 def degree_counts(composition: str, pool: PoolConfig) -> dict[int, int]:

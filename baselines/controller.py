@@ -94,7 +94,8 @@ import numpy as np
 
 from baselines.capacity import (CapacityCache, CapacityProfile, CapacityTable, ProfileConfig, reuse_prefix_tokens,
                                 slo_for_lengths)
-from baselines.composition import composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition
+from baselines.composition import (composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition,
+                                   pool_over_degrees)
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor
 from baselines.operation_plan import operations_towards, projected_degree_counts, rank_operations
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
@@ -326,21 +327,17 @@ class ControllerConfig:
             ValueError: naming ``controller.target_degrees``, when one of them is not in the pool's
                 ``supported_degrees`` or no composition of the pool's GPUs uses only them.
         """
-        from dataclasses import replace as dc_replace
-
         if not self.target_degrees:
             return pool
         unsupported = sorted(set(self.target_degrees) - set(pool.supported_degrees))
         if unsupported:
             raise ValueError(f"controller.target_degrees {list(self.target_degrees)}: degree(s) {unsupported} "
                              f"not in the pool's supported_degrees {list(pool.supported_degrees)}")
-        degrees = tuple(sorted(self.target_degrees))
-        try:  # the smallest degree packs every GPU if any composition does (all degrees are its multiples)
-            return dc_replace(pool, supported_degrees=degrees, composition=f"cp{degrees[0]}x{pool.num_gpus // degrees[0]}")
-        except ValueError as exc:
+        restricted = pool_over_degrees(pool, self.target_degrees)
+        if restricted is None:
             raise ValueError(f"controller.target_degrees {list(self.target_degrees)}: no composition of the "
-                             f"{pool.num_gpus}-GPU pool ({pool.gpus_per_node} per node) uses only these degrees "
-                             f"({exc})") from None
+                             f"{pool.num_gpus}-GPU pool ({pool.gpus_per_node} per node) uses only these degrees")
+        return restricted
 
 
 #: The decisions :class:`ReconfigController` can take (``ControllerConfig.decision``).
@@ -441,7 +438,6 @@ class ReconfigController:
 
     def attach(self, sim) -> None:
         cfg = self.config
-        cfg.menu_pool(sim.config.pool)  # a target_degrees the pool cannot use fails now, not at the first decision
         self.sim = sim
         self.reconfig = get_reconfigurator(sim, cfg.reconfig)
         reqs = sim.workload.requests
@@ -471,6 +467,7 @@ class ReconfigController:
         # per candidate: consecutive windows in which it beat the target by the margin (the sustained
         # condition holds for one candidate, not for "some candidate" each window: decide_target)
         self._num_better: dict[str, int] = {}
+        self.candidates: list[str] = []  # the "target" decision's menu (the paper rule has none)
         if cfg.decision == "target":
             from baselines.vertumnus import VertumnusRouter
 
@@ -479,7 +476,7 @@ class ReconfigController:
                                                 cfg.lookahead)
         sim.finish_listeners.append(self._on_finish)
         sim.extras_providers.append(lambda: {"controller_windows": [w.as_dict() for w in self.windows],
-                                             "controller_candidates": list(getattr(self, "candidates", []))})
+                                             "controller_candidates": list(self.candidates)})
         sim.attachments["controller"] = self
         if len(reqs):
             from envs.sim.simulator import EventPriority

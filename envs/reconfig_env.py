@@ -76,21 +76,16 @@ def target_menu(pool: PoolConfig, degrees: Sequence[int]) -> list[str]:
     Raises:
         ValueError: when a degree is not supported by the pool or no composition exists.
     """
-    from baselines.composition import enumerate_compositions  # lazy: envs must not import baselines at import time
+    # lazy: envs must not import baselines at import time
+    from baselines.composition import enumerate_compositions, pool_over_degrees
 
     degrees = tuple(sorted({int(d) for d in degrees}))
     bad = [d for d in degrees if d not in pool.supported_degrees]
     if not degrees or bad:
         raise ValueError(f"target_degrees {list(degrees)}: expected a non-empty subset of the pool's supported degrees "
                          f"{list(pool.supported_degrees)}")
-    d_min = degrees[0]
-    menu = []
-    if pool.num_gpus % d_min == 0:  # degrees are powers of two: d_min divides every composition's GPU count
-        try:
-            menu = enumerate_compositions(replace(pool, supported_degrees=degrees,
-                                                  composition=f"cp{d_min}x{pool.num_gpus // d_min}"))
-        except ValueError:  # even the homogeneous smallest-degree pool does not fit the topology
-            menu = []
+    restricted = pool_over_degrees(pool, degrees)
+    menu = enumerate_compositions(restricted) if restricted is not None else []
     if not menu:
         raise ValueError(f"no composition of {pool.num_gpus} GPUs over CP degrees {list(degrees)} fits the pool")
     return menu

@@ -310,10 +310,9 @@ def _main(argv: list[str], entry: bool) -> int:
     except (ValueError, OSError, EOFError) as exc:
         if args.traceback or not _is_input_error(exc):
             raise  # a bug (or --traceback): Python prints the full traceback, exit status 1
-        msg = str(exc)
-        if isinstance(exc, OSError) and getattr(exc, "filename", None) and exc.strerror:
-            msg = f"{exc.filename}: {exc.strerror}"
-        print(f"cpgym {args._command}: error: {msg}", file=sys.stderr)
+        from experiments.common import error_text
+
+        print(f"cpgym {args._command}: error: {error_text(exc)}", file=sys.stderr)
         return 2
     finally:
         if entry:

@@ -392,6 +392,16 @@ def check_out_file(path: str | None, flag: str = "--out") -> None:
     check_out_dir(str(out.parent), flag)
 
 
+def error_text(exc: BaseException) -> str:
+    """The one-line text of an input error: ``FILE: reason`` for an ``OSError`` that names a file
+    (``[Errno 2] No such file or directory: 'x'`` reads as ``x: No such file or directory``),
+    else ``str(exc)``. ``cpgym``'s error line and the checks that re-raise an error naming their
+    flag use it."""
+    if isinstance(exc, OSError) and getattr(exc, "filename", None) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
 def dumps_json(obj) -> str:
     """JSON with NaN/inf written as null (strict JSON for downstream tools)."""
 

@@ -221,8 +221,6 @@ def with_flags(cls: type, exc: ValueError, exclude: tuple[str, ...] = ()) -> Val
 def _flags_named_in(message: str, cli_fields: list[dataclasses.Field]) -> list[str]:
     """The flags of the fields whose names appear (as whole words) in ``message``, in order of
     appearance: a ``__post_init__`` error names the field, the user typed the flag."""
-    import re
-
     hits = []
     for f in cli_fields:
         m = re.search(rf"(?<![\w-]){re.escape(f.name)}(?![\w-])", message)

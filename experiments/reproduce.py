@@ -172,8 +172,9 @@ class ReproduceConfig:
                 # the composition (validated against the pool) and the weight shard group against its degrees
                 _model_sim(self.sim, path, comp, 0).pool.check_weight_shard(calibration.weight_shard_gpus)
             except (OSError, ValueError) as exc:
-                reason = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else str(exc)
-                raise ValueError(f"--models entry {label!r}: {reason}") from None
+                from experiments.common import error_text
+
+                raise ValueError(f"--models entry {label!r}: {error_text(exc)}") from None
             if model in labels:
                 raise ValueError(f"--models: entries {labels[model]!r} and {label!r} are both labelled {model!r}; "
                                  f"give each model its own label")

@@ -309,8 +309,9 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
             try:
                 resolve_checkpoint(label.split(":", 1)[1])
             except (OSError, ValueError) as exc:
-                reason = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else str(exc)
-                raise ValueError(f"--against {label}: {reason}") from None
+                from experiments.common import error_text
+
+                raise ValueError(f"--against {label}: {error_text(exc)}") from None
     if TUNED_LABEL not in against:
         return None
     if not tuned:

@@ -123,25 +123,22 @@ def _seed_of(path, key: str) -> int:
         raise ValueError(f"{path}: seeds[{key!r}]: a seed must be an integer") from None
 
 
-def _number(x) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(x)
-    return float(x)
-
-
 def _phase_table(where: str, entry, num_compositions: int) -> tuple[np.ndarray, np.ndarray]:
     """One seed's ``(ttft_s (K, P), num_requests (P,))`` of a :func:`save_phase_ttft` file
     (null TTFT: inf); raises ValueError naming ``where`` and the field."""
     if not isinstance(entry, dict) or not {"ttft_s", "num_requests"} <= set(entry):
         raise ValueError(f"{where}: expected an object with 'ttft_s' and 'num_requests'")
+    from experiments.spec.paths import is_int, is_number
+
     num = entry["num_requests"]
-    if not isinstance(num, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in num):
+    if not isinstance(num, list) or not all(is_int(n) and n >= 0 for n in num):
         raise ValueError(f"{where}.num_requests: expected a list of integers >= 0 (one per phase), got {num!r}")
     rows = entry["ttft_s"]
     try:
-        if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        if not isinstance(rows, list) or not all(isinstance(r, list) and all(x is None or is_number(x) for x in r)
+                                                 for r in rows):
             raise TypeError
-        t = np.array([[np.inf if x is None else _number(x) for x in row] for row in rows], float)
+        t = np.array([[np.inf if x is None else float(x) for x in row] for row in rows], float)
     except (TypeError, ValueError):  # not a list of lists of numbers / null, or ragged
         raise ValueError(f"{where}.ttft_s: expected one list per composition of mean TTFTs [s] (numbers or null)") from None
     if t.shape != (num_compositions, len(num)):

@@ -7,10 +7,9 @@ Every field has a unit in its name and a documented default with its rationale. 
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import asdict, dataclass, field
 
-from envs.sim.faults import FaultConfig
+from envs.sim.faults import FaultConfig, is_finite_number
 from envs.sim.links import LinkConfig
 from envs.sim.pool import PoolConfig
 from envs.sim.tiers import TierConfig
@@ -19,11 +18,6 @@ from envs.sim.tiers import TierConfig
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ValueError(msg)
-
-
-def _finite(x: object) -> bool:
-    """A real number (bool excluded) that is neither NaN nor infinite."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -62,10 +56,10 @@ class LatencyConfig:
     first_decode_step_s: float = 0.030
 
     def __post_init__(self) -> None:
-        _check(_finite(self.kv_handoff_bandwidth_bytes_per_s) and self.kv_handoff_bandwidth_bytes_per_s > 0,
+        _check(is_finite_number(self.kv_handoff_bandwidth_bytes_per_s) and self.kv_handoff_bandwidth_bytes_per_s > 0,
                "latency.kv_handoff_bandwidth_bytes_per_s must be a finite number > 0, "
                f"got {self.kv_handoff_bandwidth_bytes_per_s}")
-        _check(_finite(self.first_decode_step_s) and self.first_decode_step_s >= 0,
+        _check(is_finite_number(self.first_decode_step_s) and self.first_decode_step_s >= 0,
                f"latency.first_decode_step_s must be a finite number >= 0, got {self.first_decode_step_s}")
 
 
@@ -89,7 +83,7 @@ class PredictionErrorConfig:
         _check(self.noise_sigma >= 0 and math.isfinite(self.noise_sigma),
                f"prediction_error.noise_sigma must be >= 0, got {self.noise_sigma}")
         for item in self.degree_bias:
-            _check(len(item) == 2 and _finite(item[1]) and item[1] > 0,
+            _check(len(item) == 2 and is_finite_number(item[1]) and item[1] > 0,
                    f"prediction_error.degree_bias entries must be (degree, finite factor > 0), got {item!r}")
 
     def factor_for(self, degree: int) -> float:
@@ -121,11 +115,11 @@ class SLOConfig:
 
     def __post_init__(self) -> None:
         _check(self.kind in ("fixed", "scaled"), f"slo.kind must be 'fixed' or 'scaled', got {self.kind!r}")
-        _check(_finite(self.ttft_slo_s) and self.ttft_slo_s > 0,
+        _check(is_finite_number(self.ttft_slo_s) and self.ttft_slo_s > 0,
                f"slo.ttft_slo_s must be a finite number > 0, got {self.ttft_slo_s}")
-        _check(_finite(self.slo_scale) and self.slo_scale > 0,
+        _check(is_finite_number(self.slo_scale) and self.slo_scale > 0,
                f"slo.slo_scale must be a finite number > 0, got {self.slo_scale}")
-        _check(_finite(self.min_ttft_slo_s) and self.min_ttft_slo_s >= 0,
+        _check(is_finite_number(self.min_ttft_slo_s) and self.min_ttft_slo_s >= 0,
                f"slo.min_ttft_slo_s must be a finite number >= 0, got {self.min_ttft_slo_s}")
 
 
@@ -180,7 +174,7 @@ class SimConfig:
         _check(not self.node_calibration_paths or len(self.node_calibration_paths) == num_nodes,
                f"node_calibration_paths needs one entry per node ({num_nodes}), got {len(self.node_calibration_paths)}")
         _check(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}")
-        _check(_finite(self.cache_capacity_scale) and self.cache_capacity_scale >= 0,
+        _check(is_finite_number(self.cache_capacity_scale) and self.cache_capacity_scale >= 0,
                f"cache_capacity_scale must be a finite number >= 0, got {self.cache_capacity_scale}")
         _check(self.horizon_s is None or self.horizon_s > 0, f"horizon_s must be > 0 or None, got {self.horizon_s}")
 

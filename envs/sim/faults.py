@@ -65,6 +65,7 @@ are unchanged), over ``[0, last arrival]`` (or the horizon): same seed, same fau
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,8 +99,10 @@ _EVENT_FIELDS = {
 }
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+def is_finite_number(x: object) -> bool:
+    """A real number (bool excluded) that is neither NaN nor infinite: the check of every
+    simulator config field that must be a finite number (``envs.sim.config`` uses it too)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -130,22 +133,22 @@ class FaultEvent:
 
     def __post_init__(self) -> None:
         for name in ("time_s", "factor", "duration_s"):
-            if _finite(getattr(self, name)):
+            if is_finite_number(getattr(self, name)):
                 object.__setattr__(self, name, float(getattr(self, name)))
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"kind: expected one of {list(FAULT_KINDS)}, got {self.kind!r}")
-        if not _finite(self.time_s) or self.time_s < 0:
+        if not is_finite_number(self.time_s) or self.time_s < 0:
             raise ValueError(f"time_s: expected a finite number >= 0, got {self.time_s!r}")
         need = _EVENT_FIELDS[self.kind]
         if "gpu" in need and not (isinstance(self.gpu, int) and self.gpu >= 0):
             raise ValueError(f"gpu: a {self.kind} needs a GPU index >= 0, got {self.gpu!r}")
         if "node" in need and not (isinstance(self.node, int) and self.node >= 0):
             raise ValueError(f"node: a {self.kind} needs a node index >= 0, got {self.node!r}")
-        if "duration_s" in need and not (_finite(self.duration_s) and self.duration_s > 0):
+        if "duration_s" in need and not (is_finite_number(self.duration_s) and self.duration_s > 0):
             raise ValueError(f"duration_s: a {self.kind} needs a finite duration > 0, got {self.duration_s!r}")
-        if self.kind == STRAGGLER and not (_finite(self.factor) and self.factor >= 1):
+        if self.kind == STRAGGLER and not (is_finite_number(self.factor) and self.factor >= 1):
             raise ValueError(f"factor: a straggler's step-time factor must be >= 1, got {self.factor!r}")
-        if self.kind == LINK_SLOWDOWN and not (_finite(self.factor) and 0 < self.factor < 1):
+        if self.kind == LINK_SLOWDOWN and not (is_finite_number(self.factor) and 0 < self.factor < 1):
             raise ValueError(f"factor: a link slowdown's bandwidth share must be in (0, 1), got {self.factor!r}")
         if "link" in need:
             parse_link(self.link)
@@ -208,7 +211,7 @@ class FaultConfig:
             if f.name in ("events", "source"):
                 continue
             v = getattr(self, f.name)
-            if not _finite(v) or v < 0:
+            if not is_finite_number(v) or v < 0:
                 raise ValueError(f"faults.{f.name}: expected a finite number >= 0, got {v!r}")
             object.__setattr__(self, f.name, float(v))
         if self.straggler_factor < 1:
@@ -295,7 +298,7 @@ def _config_from_node(root, src: str) -> FaultConfig:
             events = [_event_from_node(n, src, i) for i, n in enumerate(vnode.value)]
         elif key in _TOP_KEYS:
             v = _scalar(vnode)
-            if not _finite(v):
+            if not is_finite_number(v):
                 raise _err(src, vnode, str(key), f"expected a number, got {v!r}")
             kw[key] = v
         else:

@@ -351,7 +351,7 @@ def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, histo
     from envs.sim import PoolConfig
 
     pool = base.pool
-    fixed = check_compositions(cfg, pool)
+    fixed = fixed_compositions(cfg, pool)  # checked by run_dynamic_phases before the capacity searches
     hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
     hist_hit = reuse_prefix_tokens(history)
     _observe_history(table, history, hist_L, hist_hit, ccfg.window_s)
