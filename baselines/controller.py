@@ -101,7 +101,7 @@ from baselines.operation_plan import operations_towards, projected_degree_counts
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
                                eligible_operations, get_reconfigurator)
 
-__all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations", "DECISIONS",
+__all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations", "DECISIONS", "TARGET_SAMPLES",
            # re-exports (moved to baselines.capacity / baselines.composition)
            "CapacityCache", "CapacityProfile", "CapacityTable", "ProfileConfig", "reuse_prefix_tokens", "slo_for_lengths",
            "enumerate_compositions", "degree_counts", "composition_capacity_rps", "initial_composition",
@@ -223,6 +223,20 @@ class ControllerConfig:
             dwell-time lockout; True (the lockout guards against flapping *within* a regime; a
             phase change is not flapping, and keeping the last phase's CP-2 workers locked for
             60 s was the measured loss after short -> long boundaries).
+        target_sample: which observed requests the look-ahead resamples (``"requests"`` source):
+            ``"regime-start"`` (default) the regime's first ``n`` (so a regime's predictions are
+            memoised and reused from window to window), or ``"latest"``: the ``n`` latest arrivals
+            (follows drift inside a regime, e.g. a trace whose prompts shorten over minutes; every
+            window simulates afresh). ``n`` is the same power of two either way.
+        target_replay_sample: each look-ahead stream is preceded by the sample itself, replayed in
+            arrival order at its observed arrival gaps and not scored (so the candidate pool's
+            prefix caches hold the sample's shared prefixes, and its queues the sample's backlog,
+            when the scored requests arrive); False (default: streams start from an idle pool with
+            cold caches). Why: on the Mooncake conversation trace at a steady 12 req/s the cold
+            streams see a prefix hit rate of 0.15-0.18 where the run sees 0.29-0.32, so the
+            look-ahead runs 1.5-4x the observed TTFT in an overloaded regime and ranks CP-1/CP-2
+            heavy pools first (``results/dynamic-phases/conversation-steady/replay/README.md``).
+            Costs one replay of up to ``max_sample_requests`` requests per look-ahead simulation.
         lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``
@@ -261,6 +275,8 @@ class ControllerConfig:
     max_candidates: int = 16
     target_degrees: tuple[int, ...] = ()
     regime_change_unlocks: bool = True
+    target_sample: str = "regime-start"
+    target_replay_sample: bool = False
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
 
     def __post_init__(self) -> None:
@@ -314,6 +330,13 @@ class ControllerConfig:
               and len(set(self.target_degrees)) == len(self.target_degrees),
               f"controller.target_degrees must be distinct integer powers of two >= 1 (empty: the pool's supported "
               f"degrees), got {self.target_degrees!r}")
+        check(self.target_sample in TARGET_SAMPLES,
+              f"controller.target_sample must be one of {list(TARGET_SAMPLES)}, got {self.target_sample!r}")
+        check(isinstance(self.target_replay_sample, bool),
+              f"controller.target_replay_sample must be true or false, got {self.target_replay_sample!r}")
+        check(self.decision == "target" or (self.target_sample == "regime-start" and not self.target_replay_sample),
+              f"controller.target_sample / target_replay_sample set the look-ahead sample of the 'target' decision; "
+              f"the {self.decision!r} decision has none (leave them at 'regime-start' / false)")
         check(not (self.target_degrees and self.decision != "target"),
               f"controller.target_degrees {list(self.target_degrees)} sets the look-ahead's candidate menu of the "
               f"'target' decision; the {self.decision!r} decision has none (leave target_degrees empty)")
@@ -342,6 +365,8 @@ class ControllerConfig:
 
 #: The decisions :class:`ReconfigController` can take (``ControllerConfig.decision``).
 DECISIONS = ("target", "paper-rule")
+#: The look-ahead samples of the ``"target"`` decision (``ControllerConfig.target_sample``).
+TARGET_SAMPLES = ("regime-start", "latest")
 
 
 # ---------------------------------------------------------------------------------- controller
@@ -667,7 +692,8 @@ class ReconfigController:
         predicted mean TTFT at each rate (``lookahead.source``): ``"requests"`` resamples the
         first ``n`` requests of the regime (``n`` the largest power of two up to
         ``max_sample_requests`` that has arrived: the sample grows 64, 128, ... so the memo is
-        reused within a regime) and screens the candidates
+        reused within a regime; ``target_sample="latest"``: the ``n`` latest arrivals;
+        ``target_replay_sample``: each stream replays the sample first) and screens the candidates
         (:meth:`~baselines.lookahead.LookaheadPredictor.score_from_requests`; ``keep``, the
         current target, runs on every stream; ``stationary``: the longer streams of a stationary
         load); ``"histogram"`` samples the smoothed class histogram (the capacity profiler's
@@ -675,15 +701,18 @@ class ReconfigController:
         la = self.config.lookahead
         self._sample_size = 0
         reqs = self.sim.workload.requests
-        avail = bisect_left(self._arrivals, self.sim.env.now) - self._regime_start
+        arrived = bisect_left(self._arrivals, self.sim.env.now)
+        avail = arrived - self._regime_start
         n = min(la.max_sample_requests, 1 << max(0, int(avail).bit_length() - 1)) if avail > 0 else 0
         if la.source == "histogram" or n < 1:
             preds = [self.predictor.predict(compositions, self._shares, r) for r in rates_rps]
             return {c: float(np.mean([p[c] for p in preds])) for c in compositions}
-        sample = list(reqs[self._regime_start:self._regime_start + n])
+        first = arrived - n if self.config.target_sample == "latest" else self._regime_start
+        sample = list(reqs[first:first + n])
         self._sample_size = n
         return self.predictor.score_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens,
-                                                  list(rates_rps), (self._regime_start, n), keep, stationary)
+                                                  list(rates_rps), (first, n), keep, stationary,
+                                                  replay_sample=self.config.target_replay_sample)
 
     def move_towards(self, target: dict[int, int], record: WindowRecord) -> list[str]:
         """Starts the operations :func:`~baselines.operation_plan.operations_towards` plans

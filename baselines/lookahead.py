@@ -212,8 +212,8 @@ class LookaheadPredictor:
         score_calls: ``(compositions, bucketed rates, key, keep, (duration_s, warmup_s))`` of every
             :meth:`score_from_requests` call (with the per-stream memo, enough to replay the
             screening offline: ``experiments/scripts/lookahead_screening.py``).
-        stream_memo: ``{(key, rate bucket, stream, (duration_s, warmup_s)): {composition: predicted mean TTFT [s]}}``
-            of the ``"requests"`` source.
+        stream_memo: ``{(key, rate bucket, stream, (duration_s, warmup_s[, "replay"])): {composition: predicted
+            mean TTFT [s]}}`` of the ``"requests"`` source (``"replay"``: streams after the sample's replay).
     """
 
     def __init__(self, table: CapacityTable, make_router, config: LookaheadConfig | None = None) -> None:
@@ -288,17 +288,38 @@ class LookaheadPredictor:
             reqs.append(Request(i, float(t), int(L), 1, tuple(hashes[:nb])))
         return Workload("lookahead", tuple(reqs), kv_block_size_tokens=kv_block_size_tokens)
 
+    def after_replay(self, sample: list[Request], kv_block_size_tokens: int, stream: Workload) -> tuple[Workload, float]:
+        """``stream`` preceded by ``sample`` itself: the observed requests replayed in arrival
+        order at their observed gaps (first arrival at 0 s; prompts capped at the model context as
+        in :meth:`resampled_stream`, every block hash kept), then ``stream`` shifted to start just
+        after the last of them. Returns ``(workload, scored_from_s)``: the caller scores only the
+        requests arriving at or after ``scored_from_s`` [s] (the shifted stream). So the candidate
+        pool starts the scored stream with the prefix caches and queues that the observed traffic
+        builds on it, not idle and cold (``ControllerConfig.target_replay_sample``)."""
+        max_tokens = self.table.calibration.max_prompt_tokens
+        t0 = sample[0].arrival_time_s
+        reqs = []
+        for i, r in enumerate(sample):
+            L = min(r.num_prompt_tokens, max_tokens)
+            reqs.append(Request(i, r.arrival_time_s - t0, int(L), 1, r.block_hashes[:-(-L // kv_block_size_tokens)]))
+        # strictly after the last replayed arrival, so the score's arrival filter splits the two parts
+        scored_from_s = math.nextafter(sample[-1].arrival_time_s - t0, math.inf)
+        for r in stream.requests:
+            reqs.append(Request(len(reqs), r.arrival_time_s + scored_from_s, r.num_prompt_tokens, 1, r.block_hashes))
+        return Workload("lookahead", tuple(reqs), kv_block_size_tokens=kv_block_size_tokens), scored_from_s
+
     def predict_from_requests(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int,
                               rate_rps: float, key: tuple, keep: tuple[str, ...] = (),
-                              stationary: bool = False) -> dict[str, float]:
+                              stationary: bool = False, replay_sample: bool = False) -> dict[str, float]:
         """Predicted mean TTFT [s] of each composition at ``rate_rps`` for a stream resampled from
         the observed requests ``sample`` (:meth:`resampled_stream`): :meth:`score_from_requests`
         at the single rate ``rate_rps``."""
-        return self.score_from_requests(compositions, sample, kv_block_size_tokens, [rate_rps], key, keep, stationary)
+        return self.score_from_requests(compositions, sample, kv_block_size_tokens, [rate_rps], key, keep, stationary,
+                                        replay_sample)
 
     def score_from_requests(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int,
                             rates_rps: list[float], key: tuple, keep: tuple[str, ...] = (),
-                            stationary: bool = False) -> dict[str, float]:
+                            stationary: bool = False, replay_sample: bool = False) -> dict[str, float]:
         """Score [s] of each composition: the mean over ``rates_rps`` of its predicted mean TTFT at
         that rate for streams resampled from the observed requests ``sample``
         (:meth:`resampled_stream`), evaluated by successive screening (class docstring).
@@ -321,6 +342,8 @@ class LookaheadPredictor:
             keep: compositions evaluated on every stream regardless of the screening.
             stationary: the load is stationary: streams span ``stationary_duration_s`` and are
                 scored after ``stationary_warmup_s`` (:meth:`LookaheadConfig.span`).
+            replay_sample: each stream is preceded by ``sample`` replayed as observed, not scored
+                (:meth:`after_replay`; memoised apart from the streams without it).
 
         Returns:
             ``{composition: score [s]}`` (``inf`` for a composition that finishes no request).
@@ -336,17 +359,19 @@ class LookaheadPredictor:
         rates = [cfg.bucket_rate(r) for r in rates_rps]
         key = tuple(int(x) for x in key)
         span = cfg.span(stationary)
-        self.score_calls.append((tuple(compositions), tuple(rates), key, tuple(keep), span))
+        memo_span = span + ("replay",) if replay_sample else span
+        self.score_calls.append((tuple(compositions), tuple(rates), key, tuple(keep), memo_span))
         streams: dict[tuple[float, int], Workload] = {}  # generated once per call, on first use
 
         def value(c: str, rate: float, rep: int) -> float:
-            memo = self.stream_memo.setdefault((key, rate, rep, span), {})
+            memo = self.stream_memo.setdefault((key, rate, rep, memo_span), {})
             if c not in memo:
-                wl = streams.get((rate, rep))
-                if wl is None:
-                    wl = streams[(rate, rep)] = self.resampled_stream(sample, kv_block_size_tokens, rate,
-                                                                        key + ((rep,) if rep else ()), span[0])
-                memo[c] = self._simulate(c, wl, span[1])
+                got = streams.get((rate, rep))
+                if got is None:
+                    wl = self.resampled_stream(sample, kv_block_size_tokens, rate, key + ((rep,) if rep else ()), span[0])
+                    got = streams[(rate, rep)] = (self.after_replay(sample, kv_block_size_tokens, wl) if replay_sample
+                                                  else (wl, 0.0))
+                memo[c] = self._simulate(c, got[0], got[1] + span[1])
             return memo[c]
 
         return screened_scores(compositions, rates, value, cfg.num_replications, cfg.screen_margin, keep)

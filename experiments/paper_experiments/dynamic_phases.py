@@ -118,6 +118,13 @@ class DynamicPhasesConfig:
                                                   "(default: LookaheadConfig's)")
     target_trend_min_t: float | None = _opt(None, "target decision: forecast from a rate trend only when it exceeds this many "
                                                   "Poisson standard errors (default: ControllerConfig's)")
+    target_sample: str = _opt("regime-start", "target decision: look-ahead sample, the mix regime's first requests "
+                                              "('regime-start') or the latest arrivals ('latest'); "
+                                              "baselines.controller.ControllerConfig.target_sample",
+                              choices=("regime-start", "latest"))
+    target_replay_sample: bool = _opt(False, "target decision: replay the look-ahead sample (unscored) before each "
+                                             "stream, so the candidate pool starts with warm prefix caches; "
+                                             "ControllerConfig.target_replay_sample")
     switch_s: float = _opt(0.9, "switch time at the common step boundary [s] (envs.sim.reconfig.ReconfigConfig's; "
                                 "paper §9: < 1 s)")
 
@@ -139,6 +146,9 @@ class DynamicPhasesConfig:
         if (self.short_load is not None or self.long_load is not None) and self.rate_scale != 1.0:
             raise ValueError(f"dynamic: rate_scale ({self.rate_scale}) applies to absolute rates only; "
                              f"with short_load / long_load leave it at 1")
+        if self.decision != "target" and (self.target_sample != "regime-start" or self.target_replay_sample):
+            raise ValueError(f"dynamic: target_sample / target_replay_sample set the look-ahead of the 'target' "
+                             f"decision; decision {self.decision!r} has none")
         if self.window_s is not None:
             object.__setattr__(self, "window_s", tuple(float(x) for x in self.window_s))
 
@@ -260,6 +270,7 @@ def controller_config(cfg: DynamicPhasesConfig):
                             ("stationary_duration_s", cfg.lookahead_stationary_duration_s),
                             ("stationary_warmup_s", cfg.lookahead_stationary_warmup_s)) if v is not None}
     extra = {} if cfg.target_trend_min_t is None else {"target_trend_min_t": cfg.target_trend_min_t}
+    extra.update(target_sample=cfg.target_sample, target_replay_sample=cfg.target_replay_sample)
     return ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s), **extra,
                             profile=ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10),
@@ -269,6 +280,7 @@ def controller_config(cfg: DynamicPhasesConfig):
 def _controller_summary(ccfg) -> dict:
     return {"decision": ccfg.decision, "target_margin": ccfg.target_margin, "target_urgent_gain": ccfg.target_urgent_gain,
             "target_horizons_s": list(ccfg.target_horizons_s), "target_trend_min_t": ccfg.target_trend_min_t,
+            "target_sample": ccfg.target_sample, "target_replay_sample": ccfg.target_replay_sample,
             "regime_change_unlocks": ccfg.regime_change_unlocks,
             "lookahead": {"source": ccfg.lookahead.source, "duration_s": ccfg.lookahead.duration_s,
                           "num_replications": ccfg.lookahead.num_replications,

@@ -431,3 +431,31 @@ def test_target_degrees_validation():
     ctl = ReconfigController(ControllerConfig(profile=FAST, decision="target", target_degrees=(2, 8)))
     with pytest.raises(ValueError, match=r"target_degrees \[2, 8\]: degree\(s\) \[8\] not in the pool's supported_degrees"):
         ctl.attach(sim)
+
+
+def test_target_sample_and_replay_validation():
+    with pytest.raises(ValueError, match="controller.target_sample must be one of"):
+        ControllerConfig(target_sample="first")
+    with pytest.raises(ValueError, match="controller.target_replay_sample must be true or false"):
+        ControllerConfig(target_replay_sample=1)
+    # the paper rule has no look-ahead: a sweep over these would give identical runs
+    with pytest.raises(ValueError, match="the 'paper-rule' decision has none"):
+        ControllerConfig(decision="paper-rule", target_sample="latest")
+    with pytest.raises(ValueError, match="the 'paper-rule' decision has none"):
+        ControllerConfig(decision="paper-rule", target_replay_sample=True)
+
+
+@pytest.mark.parametrize("target_sample", ["regime-start", "latest"])
+def test_target_sample_is_the_regimes_first_or_the_latest_requests(target_sample):
+    from baselines.lookahead import LookaheadConfig
+
+    ctl, _ = _target_controller(0.65, 0, duration_s=120.0, target_sample=target_sample, target_replay_sample=True,
+                                lookahead=LookaheadConfig(num_replications=1, max_sample_requests=64))
+    calls = ctl.predictor.score_calls
+    assert len(calls) >= 4
+    firsts = [key[0] for _, _, key, _, _ in calls]
+    assert all(span[-1] == "replay" for *_, span in calls)
+    if target_sample == "regime-start":
+        assert firsts[0] == 0 and len(set(firsts)) <= 2  # the regime's first requests (a regime change restarts it)
+    else:  # the latest 64 arrivals: a later window samples later requests
+        assert firsts == sorted(firsts) and len(set(firsts)) >= len(calls) - 1 and firsts[-1] > 64

@@ -123,3 +123,49 @@ def test_stationary_load_gets_the_longer_stream_scored_after_its_warmup():
     assert short != long
     with pytest.raises(ValueError, match="stationary_duration_s"):
         LookaheadConfig(duration_s=60.0, stationary_duration_s=30.0)
+
+
+def _sessions(num_sessions: int = 40) -> list[Request]:
+    """Two-turn sessions: turn 2 (6 blocks) extends turn 1 (4 blocks) of the same session, 20 s later
+    (the conversation trace's structure: a later turn's prefix is its session's history)."""
+    turns = []
+    for s in range(num_sessions):
+        first = tuple(range(1000 + 10 * s, 1004 + 10 * s))
+        turns.append((0.5 * s, 4 * 512, first))
+        turns.append((0.5 * s + 20.0, 6 * 512, first + (5000 + 2 * s, 5001 + 2 * s)))
+    turns.sort(key=lambda t: t[0])
+    return [Request(i, t, L, 1, h) for i, (t, L, h) in enumerate(turns)]
+
+
+def test_replayed_sample_precedes_the_stream_scored_after_it_with_warm_prefix_caches():
+    from baselines.vertumnus import VertumnusRouter
+
+    sample = _sessions()
+    cfg = LookaheadConfig(duration_s=20.0, min_requests=20, num_replications=1)
+    pred = LookaheadPredictor(_table(), VertumnusRouter, cfg)
+    rate = cfg.bucket_rate(4.0)
+    stream = pred.resampled_stream(sample, 512, rate, (0, len(sample)))
+    wl, scored_from_s = pred.after_replay(sample, 512, stream)
+    n = len(sample)
+    # the sample first, in order, at its own gaps from 0 s, every hash kept; then the stream, shifted past it
+    assert [(r.arrival_time_s, r.num_prompt_tokens, r.block_hashes) for r in wl.requests[:n]] == [
+        (r.arrival_time_s - sample[0].arrival_time_s, r.num_prompt_tokens, r.block_hashes) for r in sample]
+    assert wl.requests[n - 1].arrival_time_s < scored_from_s <= wl.requests[n].arrival_time_s
+    assert [r.arrival_time_s - scored_from_s for r in wl.requests[n:]] == pytest.approx(
+        [r.arrival_time_s for r in stream.requests])
+    assert [r.block_hashes for r in wl.requests[n:]] == [r.block_hashes for r in stream.requests]
+    # the score is the mean TTFT of the stream's requests only, memoised apart from the cold stream
+    got = pred.predict_from_requests(["cp4x4"], sample, 512, 4.0, (0, n), replay_sample=True)["cp4x4"]
+    cold = pred.predict_from_requests(["cp4x4"], sample, 512, 4.0, (0, n))["cp4x4"]
+    assert {k[3] for k in pred.stream_memo} == {(20.0, 0.0), (20.0, 0.0, "replay")}
+    sim_cfg = SimConfig(pool=POOL, seed=cfg.seed, record_events=False)
+    warm_res = Simulator(wl, sim_cfg, Calibration.default()).run(VertumnusRouter())
+    scored = warm_res.records["arrival_s"] >= scored_from_s
+    assert scored.sum() == len(stream.requests)
+    assert got == pytest.approx(float(np.nanmean(warm_res.records["ttft_s"][scored])), rel=1e-12)
+    # the replay leaves the turn-1 prefixes cached: the stream's drawn turn-2 copies hit them; cold, only
+    # an earlier draw of the same session in the stream can
+    cold_res = Simulator(stream, sim_cfg, Calibration.default()).run(VertumnusRouter())
+    warm_hit = warm_res.records["num_cached_tokens"][scored].sum()
+    cold_hit = cold_res.records["num_cached_tokens"].sum()
+    assert warm_hit > 1.5 * cold_hit and got != cold
