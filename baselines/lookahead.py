@@ -10,6 +10,11 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
 * ``"requests"`` (default): resampled from the observed requests of the current mix regime (their
   true prompt lengths and their *shared* prefix blocks, so the look-ahead pool gets the prefix hits
   and the router's cache affinity of the run; :meth:`LookaheadPredictor.resampled_stream`);
+  with ``replay_sample`` (``ControllerConfig.target_replay_sample``) each stream is preceded by the
+  sample itself replayed as observed and not scored (:meth:`LookaheadPredictor.after_replay`), so
+  the candidate pool meets the scored requests with the prefix caches and queues that the observed
+  traffic builds, not idle and cold: on a multi-turn trace a resampled later turn then finds its
+  session's earlier turn cached, as in the run;
 * ``"histogram"``: the capacity profiler's machinery (:class:`baselines.capacity.CapacityTable`):
   the smoothed class histogram, prompts drawn class by share, length log-uniform inside the class,
   prefix hits as shorter uncached prompts, seeded by the mix itself. On ``cpgym dynamic`` seed 2

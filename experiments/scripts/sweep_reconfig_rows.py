@@ -1,0 +1,88 @@
+"""A sweep's finished cells as the per-episode rows of ``cpgym evaluate --kind reconfig``, so that
+``cpgym evaluate --from-csv`` gives the paired deltas (95 % Student-t CIs over seeds) between the
+sweep's policies and settings.
+
+One row per cell: ``policy`` is the cell's policy, followed by its swept policy parameters
+(``vertumnus-adaptive[target_sample=latest,target_replay_sample=True]``); ``seed`` the cell's seed;
+the metrics from its ``summary.json``; ``num_operations`` / ``num_committed_operations`` from its
+``extras.json`` (0 for a policy without a controller). Every cell must be finished and each
+(label, seed) pair unique (another axis, e.g. a second rate, would be averaged silently otherwise).
+
+Usage (repo root)::
+
+    python -m experiments.scripts.sweep_reconfig_rows runs/sweeps/conversation-steady-replay-seeds --out rows.csv
+    cpgym evaluate --from-csv rows.csv --kind reconfig --reference vertumnus-router
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def cell_label(doc: dict) -> str:
+    """``policy`` or ``policy[k=v,...]`` (the cell's swept policy parameters, in the cell's order)."""
+    params = doc.get("policy_params") or {}
+    if not params:
+        return doc["policy"]
+    return doc["policy"] + "[" + ",".join(f"{k}={v}" for k, v in params.items()) + "]"
+
+
+def sweep_rows(sweep_dir: str | Path) -> list[dict]:
+    """Per-episode rows (module docstring) of the finished cells of ``sweep_dir``.
+
+    Raises:
+        ValueError: naming the folder, when it has no finished cell, some cell has not finished
+            (its ``sweep.json`` lists more cells), or two cells share a (label, seed).
+    """
+    from experiments.sweep import finished_cells
+
+    sweep_dir = Path(sweep_dir)
+    rows, seen = [], {}
+    for run_dir, doc in finished_cells(sweep_dir, strict=True):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        extras_file = run_dir / "extras.json"
+        extras = json.loads(extras_file.read_text()) if extras_file.is_file() else {}
+        label = cell_label(doc)
+        pair = (label, int(doc["seed"]))
+        if pair in seen:
+            raise ValueError(f"{sweep_dir}: cells {seen[pair]} and {run_dir.name} are both {label} seed {pair[1]}; "
+                             f"one row per (policy, seed) is needed for paired deltas (sweep one other axis at a time)")
+        seen[pair] = run_dir.name
+        rows.append({"policy": label, "seed": pair[1], "wall_s": summary.get("wall_time_s"),
+                     "mean_ttft_s": summary["mean_ttft_s"], "p90_ttft_s": summary["p90_ttft_s"],
+                     "slo_attainment_token_weighted": summary["slo_attainment_token_weighted"],
+                     "num_operations": len(extras.get("reconfig_operations") or []),
+                     "num_committed_operations": int(extras.get("num_reconfigurations", 0)),
+                     "num_unfinished": summary["num_unfinished"], "composition": ""})
+    if not rows:
+        raise ValueError(f"{sweep_dir}: no finished cell (expected the output folder of `cpgym sweep`)")
+    manifest = sweep_dir / "sweep.json"
+    if manifest.is_file():
+        expected = len(json.loads(manifest.read_text()).get("cells", []))
+        if expected and expected != len(rows):
+            raise ValueError(f"{sweep_dir}: {len(rows)} of {expected} cells finished; re-run the sweep to finish them")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sweep_dir", help="output folder of `cpgym sweep`")
+    p.add_argument("--out", required=True, help="CSV to write")
+    args = p.parse_args(argv)
+    try:
+        rows = sweep_rows(args.sweep_dir)
+    except ValueError as exc:
+        p.error(str(exc))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(args.out, index=False)
+    print(f"{len(rows)} rows -> {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
