@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
+
 from policies.evaluate import DEFAULT_RECONFIG_AGAINST as RECONFIG_AGAINST  # noqa: F401  (old import path)
 
 
@@ -147,15 +149,16 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
         return 0
     from rich.table import Table
 
-    t = Table(title=f"{part} windows ({window_s:g} s, warm-up {cfg.warmup_s:g} s); mean over windows; "
-                    f"Δ paired per window vs {reference} with 95% CI")
+    t = Table(title=escape(f"{part} windows ({window_s:g} s, warm-up {cfg.warmup_s:g} s); mean over windows; "
+                           f"Δ paired per window vs {reference} with 95% CI"))
     for c in ("policy", "workload", "load", "rate rps", "windows", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)",
               f"Δ mean TTFT % vs {reference}", "95% CI"):
-        t.add_column(c, justify="left" if c in ("policy", "workload") else "right")
+        t.add_column(escape(c), justify="left" if c in ("policy", "workload") else "right", overflow="fold")
     for r in table:
         lf = "-" if r["load_fraction"] is None else f"{r['load_fraction']:g}"
         ci = "-" if r["ci_low"] != r["ci_low"] else f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]"
-        t.add_row(r["policy"], r["workload"], lf, f"{r['rate_rps']:.2f}", str(r["num_windows"]), f"{r['mean_ttft_s']:.3f}",
+        t.add_row(escape(r["policy"]), escape(r["workload"]), lf, f"{r['rate_rps']:.2f}", str(r["num_windows"]),
+                  f"{r['mean_ttft_s']:.3f}",
                   f"{r['p90_ttft_s']:.3f}", f"{r['slo_attainment_token_weighted']:.4f}",
                   f"{r['delta_mean_ttft_pct_vs_ref']:+.2f}", ci)
     print_unclipped(t)
@@ -173,12 +176,13 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference:
         return 0
     from rich.table import Table
 
-    t = Table(title=f"{workload}: whole-workload episodes, seeds {list(seeds)}; Vertumnus router; mean ± 95% CI over seeds")
+    t = Table(title=escape(f"{workload}: whole-workload episodes, seeds {list(seeds)}; Vertumnus router; "
+                           f"mean ± 95% CI over seeds"))
     cols = ["policy", "episodes", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)", "ops started", "ops committed", "unfinished"]
     if ref:
         cols += [f"Δ mean TTFT % vs {ref} (paired 95% CI)", "Δ SLO att."]
     for c in cols:
-        t.add_column(c, justify="left" if c == "policy" else "right")
+        t.add_column(escape(c), justify="left" if c == "policy" else "right", overflow="fold")
     for r in table:
         def f(m, fmt):
             v, ci = r[m], r[m + "_ci95"]
@@ -186,7 +190,7 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference:
         d = r["delta_mean_ttft_pct_vs_ref"]
         delta = ["-" if d != d else f"{d:+.1f} [{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]",
                  f("delta_slo_attainment", "{:+.3f}")]
-        t.add_row(r["policy"], str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
+        t.add_row(escape(r["policy"]), str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
                   f("slo_attainment_token_weighted", "{:.3f}"), f("num_operations", "{:.1f}"),
                   f("num_committed_operations", "{:.1f}"), f("num_unfinished", "{:.1f}"), *(delta if ref else []))
     print_unclipped(t)
@@ -205,17 +209,17 @@ def _print_routing(rows: list[dict], reference: str | None, seeds, where: str, f
         return 0
     from rich.table import Table
 
-    t = Table(title=f"{where} seeds {list(seeds)}; mean ± 95% CI over episodes")
+    t = Table(title=escape(f"{where} seeds {list(seeds)}; mean ± 95% CI over episodes"))
     cols = ["policy", "episodes", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)", "hit rate", "unfinished"]
     if reference:
         cols += [f"Δ mean TTFT s vs {reference} (paired)", "Δ SLO att."]
     for c in cols:
-        t.add_column(c, justify="left" if c == "policy" else "right")
+        t.add_column(escape(c), justify="left" if c == "policy" else "right", overflow="fold")
     for r in table:
         def f(m, fmt):
             v, ci = r[m], r[m + "_ci95"]
             return "-" if v != v else (fmt.format(v) + ("" if ci != ci else " ± " + fmt.replace("+", "").format(ci)))
-        t.add_row(r["policy"], str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
+        t.add_row(escape(r["policy"]), str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
                   f("slo_attainment_token_weighted", "{:.3f}"), f("prefix_hit_rate", "{:.3f}"), f("num_unfinished", "{:.1f}"),
                   *([f("delta_mean_ttft_s", "{:+.3f}"), f("delta_slo_attainment", "{:+.3f}")] if reference else []))
     print_unclipped(t)

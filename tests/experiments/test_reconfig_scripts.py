@@ -153,3 +153,8 @@ def test_sweep_reconfig_rows_feed_paired_deltas(tmp_path, capsys):
     # paired per seed: +20 % and +10 % -> +15 %; not the ratio of the means (1.7 / 1.5 - 1 = 13.3 %)
     assert table["vertumnus-adaptive[target_sample=latest]"]["delta_mean_ttft_pct_vs_ref"] == pytest.approx(15.0)
     assert table["vertumnus-adaptive[target_sample=latest]"]["num_operations"] == 3.0
+    # the table prints the bracketed label whole (rich would take "[...]" for markup and drop it)
+    assert main(["evaluate", "--from-csv", str(out), "--kind", "reconfig", "--reference",
+                 "vertumnus-adaptive[target_sample=latest]"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("vertumnus-adaptive[target_sample=latest]") >= 2  # its row and the delta column's header
