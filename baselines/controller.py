@@ -233,10 +233,13 @@ class ControllerConfig:
             prefix caches hold the sample's shared prefixes, and its queues the sample's backlog,
             when the scored requests arrive); False (default: streams start from an idle pool with
             cold caches). Why: on the Mooncake conversation trace at a steady 12 req/s the cold
-            streams see a prefix hit rate of 0.15-0.18 where the run sees 0.29-0.32, so the
-            look-ahead runs 1.5-4x the observed TTFT in an overloaded regime and ranks CP-1/CP-2
-            heavy pools first (``results/dynamic-phases/conversation-steady/replay/README.md``).
-            Costs one replay of up to ``max_sample_requests`` requests per look-ahead simulation.
+            streams see prefix hit rates of 0.11-0.17 where the run sees 0.28-0.32, so the
+            look-ahead predicts 1.5-7x the full runs' TTFT in an overloaded regime and ranks
+            CP-1/CP-2-heavy pools first; with ``"latest"`` and the replay the controller's mean
+            TTFT there is 18.3 % lower (5 seeds), while on the ``phases`` scenarios it is unchanged
+            (+1.2 % [-3.2, +5.5], 5 seeds) at 2.5-3x the CPU, hence not the default
+            (``results/dynamic-phases/lookahead-replay/README.md``). Costs one replay of up to
+            ``max_sample_requests`` requests per look-ahead simulation.
         lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``

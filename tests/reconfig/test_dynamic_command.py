@@ -237,3 +237,20 @@ def test_dynamic_bad_composition_names_its_flag_before_any_capacity_search(argv,
     err = capsys.readouterr().err
     flag = "--initial" if "--initial" in argv else "--compositions"
     assert err.startswith(f"cpgym dynamic: error: {expected}") and err.endswith(f" ({flag})\n") and len(err.splitlines()) == 1
+
+
+def test_dynamic_lookahead_sample_flags_reach_the_controller_and_need_the_target_decision(capsys):
+    from experiments.cli import main
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, controller_config
+
+    ccfg = controller_config(DynamicPhasesConfig(target_sample="latest", target_replay_sample=True))
+    assert (ccfg.target_sample, ccfg.target_replay_sample) == ("latest", True)
+    default = controller_config(DynamicPhasesConfig())
+    assert (default.target_sample, default.target_replay_sample) == ("regime-start", False)
+    # the paper rule has no look-ahead: an error naming the flags, before any capacity search
+    assert main(["dynamic", "--decision", "paper-rule", "--target-replay-sample", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--target-replay-sample" in err and "decision 'paper-rule' has none" in err
+    with pytest.raises(SystemExit):
+        main(["dynamic", "--target-sample", "first", "--quiet"])
+    assert "--target-sample" in capsys.readouterr().err
