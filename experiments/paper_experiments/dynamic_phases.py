@@ -118,6 +118,10 @@ class DynamicPhasesConfig:
                                                   "(default: LookaheadConfig's)")
     target_trend_min_t: float | None = _opt(None, "target decision: forecast from a rate trend only when it exceeds this many "
                                                   "Poisson standard errors (default: ControllerConfig's)")
+    target_margin: float | None = _opt(None, "target decision: predicted gain a candidate needs for k windows "
+                                             "(default: ControllerConfig's)")
+    target_urgent_gain: float | None = _opt(None, "target decision: predicted gain that moves the target at once "
+                                                  "(default: ControllerConfig's)")
     target_sample: str = _opt("regime-start", "target decision: look-ahead sample, the mix regime's first requests "
                                               "('regime-start') or the latest arrivals ('latest'); "
                                               "baselines.controller.ControllerConfig.target_sample",
@@ -146,9 +150,10 @@ class DynamicPhasesConfig:
         if (self.short_load is not None or self.long_load is not None) and self.rate_scale != 1.0:
             raise ValueError(f"dynamic: rate_scale ({self.rate_scale}) applies to absolute rates only; "
                              f"with short_load / long_load leave it at 1")
-        if self.decision != "target" and (self.target_sample != "regime-start" or self.target_replay_sample):
-            raise ValueError(f"dynamic: target_sample / target_replay_sample set the look-ahead of the 'target' "
-                             f"decision; decision {self.decision!r} has none")
+        if self.decision != "target" and (self.target_sample != "regime-start" or self.target_replay_sample
+                                          or self.target_margin is not None or self.target_urgent_gain is not None):
+            raise ValueError(f"dynamic: target_sample / target_replay_sample / target_margin / target_urgent_gain set "
+                             f"the 'target' decision; decision {self.decision!r} has none")
         if self.window_s is not None:
             object.__setattr__(self, "window_s", tuple(float(x) for x in self.window_s))
 
@@ -269,7 +274,8 @@ def controller_config(cfg: DynamicPhasesConfig):
                             ("warmup_s", cfg.lookahead_warmup_s), ("duration_s", cfg.lookahead_duration_s),
                             ("stationary_duration_s", cfg.lookahead_stationary_duration_s),
                             ("stationary_warmup_s", cfg.lookahead_stationary_warmup_s)) if v is not None}
-    extra = {} if cfg.target_trend_min_t is None else {"target_trend_min_t": cfg.target_trend_min_t}
+    extra = {k: v for k, v in (("target_trend_min_t", cfg.target_trend_min_t), ("target_margin", cfg.target_margin),
+                               ("target_urgent_gain", cfg.target_urgent_gain)) if v is not None}
     extra.update(target_sample=cfg.target_sample, target_replay_sample=cfg.target_replay_sample)
     return ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s), **extra,
