@@ -1,6 +1,7 @@
 """The arm-selection checkpoint (policies/checkpoints/routing_vertumnus_arms) is reproducible from
 the command in its README: the command parses to the stored config, a refit on the stored
-per-window costs gives the stored model (coefficients to BLAS rounding), and a tiny re-simulation gives the stored costs."""
+per-window costs gives the stored model (coefficients to BLAS rounding), and a tiny re-simulation
+gives the stored costs."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def _read_csv(path: Path) -> list[dict]:
 
 def test_refit_on_stored_costs_gives_the_stored_model(tmp_path):
     """Model selection on the checkpoint's costs.csv (no simulation) gives arm_model.json and
-    validation.csv (coefficients to BLAS rounding); the switch margin is deployed_validation.csv's one-standard-error choice."""
+    validation.csv (coefficients to BLAS rounding); the switch margin is deployed_validation.csv's
+    one-standard-error choice."""
     from policies.arm_selection import load_arm_checkpoint
     from policies.train_arms import cells_from_costs_csv, one_standard_error_choice, select_model
 
