@@ -340,6 +340,10 @@ class ControllerConfig:
         check(self.decision == "target" or (self.target_sample == "regime-start" and not self.target_replay_sample),
               f"controller.target_sample / target_replay_sample set the look-ahead sample of the 'target' decision; "
               f"the {self.decision!r} decision has none (leave them at 'regime-start' / false)")
+        check(self.lookahead.source == "requests" or (self.target_sample == "regime-start" and not self.target_replay_sample),
+              f"controller.target_sample / target_replay_sample choose the observed requests the look-ahead resamples; "
+              f"lookahead.source {self.lookahead.source!r} draws from the class histogram instead (use source "
+              f"'requests')")
         check(not (self.target_degrees and self.decision != "target"),
               f"controller.target_degrees {list(self.target_degrees)} sets the look-ahead's candidate menu of the "
               f"'target' decision; the {self.decision!r} decision has none (leave target_degrees empty)")

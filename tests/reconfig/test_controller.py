@@ -443,6 +443,10 @@ def test_target_sample_and_replay_validation():
         ControllerConfig(decision="paper-rule", target_sample="latest")
     with pytest.raises(ValueError, match="the 'paper-rule' decision has none"):
         ControllerConfig(decision="paper-rule", target_replay_sample=True)
+    from baselines.lookahead import LookaheadConfig
+
+    with pytest.raises(ValueError, match="lookahead.source 'histogram' draws from the class histogram"):
+        ControllerConfig(target_sample="latest", lookahead=LookaheadConfig(source="histogram"))
 
 
 @pytest.mark.parametrize("target_sample", ["regime-start", "latest"])
