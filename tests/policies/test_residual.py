@@ -201,9 +201,10 @@ def test_numpy_actor_reused_buffers_across_slot_counts():
     env12 = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration(), num_slots=12)
     env16 = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration(), num_slots=16)
     ext = _model(env12, residual_tau_s=0.2).policy.features_extractor
+    gen = th.Generator().manual_seed(1)
     with th.no_grad():
         for p in ext.parameters():
-            p.add_(0.3 * th.randn_like(p))
+            p.add_(0.3 * th.randn(p.shape, generator=gen, dtype=p.dtype))
     shared = NumpyWorkerSetActor(ext)
     o12, _ = env12.reset(seed=0)
     o16, _ = env16.reset(seed=1)
