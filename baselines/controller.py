@@ -88,7 +88,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -316,9 +316,13 @@ class ControllerConfig:
         check(self.decision in DECISIONS, f"controller.decision must be one of {list(DECISIONS)}, got {self.decision!r}")
         check(self.target_margin >= 0 and math.isfinite(self.target_margin),
               f"controller.target_margin must be a finite number >= 0, got {self.target_margin}")
+        defaults = {f.name: f.default for f in fields(ControllerConfig) if f.name in ("target_margin", "target_urgent_gain")}
+        margin_note = ", its default" if self.target_margin == defaults["target_margin"] else ""
+        urgent_note = (" (its default: set both when raising the margin)"
+                       if self.target_urgent_gain == defaults["target_urgent_gain"] else "")
         check(self.target_urgent_gain >= self.target_margin and math.isfinite(self.target_urgent_gain),
-              f"controller.target_urgent_gain must be finite and >= target_margin ({self.target_margin}), "
-              f"got {self.target_urgent_gain}")
+              f"controller.target_urgent_gain must be finite and >= target_margin ({self.target_margin}{margin_note}), "
+              f"got {self.target_urgent_gain}{urgent_note}")
         check(len(self.target_horizons_s) >= 1 and all(h >= 0 and math.isfinite(h) for h in self.target_horizons_s),
               f"controller.target_horizons_s must be one or more finite numbers >= 0, got {self.target_horizons_s!r}")
         check(isinstance(self.urgent_min_sample_requests, int) and self.urgent_min_sample_requests >= 0,

@@ -13,7 +13,7 @@ Usage (repo root)::
 
     python -m experiments.scripts.lookahead_replay_check --trace ../shared/data/traces/conversation_trace.jsonl \\
         --target-rps 12 --window-s 0 600 --sample-start 0 --sample-size 1024 --rate-rps 12 \\
-        --out-dir results/dynamic-phases/conversation-steady/replay/lookahead-check
+        --out-dir results/dynamic-phases/lookahead-replay/lookahead-check-sample0
 
 Writes ``lookahead_replay_check.csv`` (one row per composition) and prints it.
 """
@@ -67,14 +67,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="look-ahead streams per composition")
     p.add_argument("--out-dir", required=True)
     args = p.parse_args(argv)
-    check_out_dir(args.out_dir, "--out-dir")
     flags = ["simulate", "--trace", args.trace, "--target-rps", str(args.target_rps)]
     if args.window_s:
         flags += ["--window-s", *(str(x) for x in args.window_s)]
-    sim_args = build_parser().parse_args(flags)
-    wl = workload_from_args(sim_args)
-    base = sim_config_from_args(sim_args)
-    cal = Calibration.resolve(base.calibration_path)
+    try:  # every input checked before the runs: one usage line, not a traceback
+        check_out_dir(args.out_dir, "--out-dir")
+        cfg = LookaheadConfig(num_replications=args.num_replications)
+        rate = cfg.bucket_rate(args.rate_rps)
+        sim_args = build_parser().parse_args(flags)
+        wl = workload_from_args(sim_args)
+        base = sim_config_from_args(sim_args)
+        cal = Calibration.resolve(base.calibration_path)
+    except (ValueError, OSError) as exc:
+        p.error(str(exc))
     comps = [c.strip() for c in args.compositions.split(";")]
     try:
         if "" in comps or len(set(comps)) != len(comps):
@@ -87,10 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sample-start {args.sample_start} / --sample-size {args.sample_size}: the sample must lie inside "
                 f"the workload's {wl.num_requests} requests")
     sample = list(wl.requests[args.sample_start:args.sample_start + args.sample_size])
-    cfg = LookaheadConfig(num_replications=args.num_replications)
     pred = LookaheadPredictor(CapacityTable(base, cal, ProfileConfig()), lambda: VertumnusRouter(name="vertumnus-lookahead"),
                               cfg)
-    rate = cfg.bucket_rate(args.rate_rps)
     key = (args.sample_start, args.sample_size)
     streams = [pred.resampled_stream(sample, wl.kv_block_size_tokens, rate, key + ((rep,) if rep else ()))
                for rep in range(args.num_replications)]

@@ -2,11 +2,13 @@
 ``cpgym evaluate --from-csv`` gives the paired deltas (95 % Student-t CIs over seeds) between the
 sweep's policies and settings.
 
-One row per cell: ``policy`` is the cell's policy, followed by its swept policy parameters
-(``vertumnus-adaptive[target_sample=latest,target_replay_sample=True]``); ``seed`` the cell's seed;
-the metrics from its ``summary.json``; ``num_operations`` / ``num_committed_operations`` from its
-``extras.json`` (0 for a policy without a controller). Every cell must be finished and each
-(label, seed) pair unique (another axis, e.g. a second rate, would be averaged silently otherwise).
+One row per cell: ``policy`` is the cell's policy, followed by its swept policy parameters in
+``cell.json``'s order (sorted by name: ``vertumnus-adaptive[target_replay_sample=True,target_sample=latest]``);
+``seed`` the cell's seed; the metrics from its ``summary.json``; ``num_operations`` /
+``num_committed_operations`` from its ``extras.json`` (0 for a cell whose extras list no
+operation; NaN, shown as "-", for a cell without ``extras.json``, whose operations are unknown).
+The folder must be a sweep's output (``sweep.json``) with every cell finished, and each (label,
+seed) pair unique (another axis, e.g. a second rate, would be averaged silently otherwise).
 
 Usage (repo root)::
 
@@ -19,11 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from math import nan
 from pathlib import Path
 
 
 def cell_label(doc: dict) -> str:
-    """``policy`` or ``policy[k=v,...]`` (the cell's swept policy parameters, in the cell's order)."""
+    """``policy`` or ``policy[k=v,...]`` (the cell's swept policy parameters, in ``cell.json``'s order)."""
     params = doc.get("policy_params") or {}
     if not params:
         return doc["policy"]
@@ -34,12 +37,19 @@ def sweep_rows(sweep_dir: str | Path) -> list[dict]:
     """Per-episode rows (module docstring) of the finished cells of ``sweep_dir``.
 
     Raises:
-        ValueError: naming the folder, when it has no finished cell, some cell has not finished
-            (its ``sweep.json`` lists more cells), or two cells share a (label, seed).
+        ValueError: naming the folder, when it is not a folder or has no ``sweep.json`` (not a
+            sweep's output), has no finished cell, some cell has not finished (``sweep.json``
+            lists more cells), or two cells share a (label, seed).
     """
     from experiments.sweep import finished_cells
 
     sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise ValueError(f"{sweep_dir}: {'not a folder' if sweep_dir.exists() else 'no such folder'} "
+                         f"(expected the output folder of `cpgym sweep`)")
+    manifest = sweep_dir / "sweep.json"
+    if not manifest.is_file():
+        raise ValueError(f"{sweep_dir}: no sweep.json, so not the output folder of `cpgym sweep` (whose cells it lists)")
     rows, seen = [], {}
     for run_dir, doc in finished_cells(sweep_dir, strict=True):
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -54,16 +64,14 @@ def sweep_rows(sweep_dir: str | Path) -> list[dict]:
         rows.append({"policy": label, "seed": pair[1], "wall_s": summary.get("wall_time_s"),
                      "mean_ttft_s": summary["mean_ttft_s"], "p90_ttft_s": summary["p90_ttft_s"],
                      "slo_attainment_token_weighted": summary["slo_attainment_token_weighted"],
-                     "num_operations": len(extras.get("reconfig_operations") or []),
-                     "num_committed_operations": int(extras.get("num_reconfigurations", 0)),
+                     "num_operations": len(extras.get("reconfig_operations") or []) if extras_file.is_file() else nan,
+                     "num_committed_operations": int(extras.get("num_reconfigurations", 0)) if extras_file.is_file() else nan,
                      "num_unfinished": summary["num_unfinished"], "composition": ""})
     if not rows:
         raise ValueError(f"{sweep_dir}: no finished cell (expected the output folder of `cpgym sweep`)")
-    manifest = sweep_dir / "sweep.json"
-    if manifest.is_file():
-        expected = len(json.loads(manifest.read_text()).get("cells", []))
-        if expected and expected != len(rows):
-            raise ValueError(f"{sweep_dir}: {len(rows)} of {expected} cells finished; re-run the sweep to finish them")
+    expected = len(json.loads(manifest.read_text()).get("cells", []))
+    if expected != len(rows):
+        raise ValueError(f"{sweep_dir}: {len(rows)} of {expected} cells finished; re-run the sweep to finish them")
     return rows
 
 
@@ -74,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweep_dir", help="output folder of `cpgym sweep`")
     p.add_argument("--out", required=True, help="CSV to write")
     args = p.parse_args(argv)
+    from experiments.common import check_out_file
+
     try:
+        check_out_file(args.out, "--out")
         rows = sweep_rows(args.sweep_dir)
     except ValueError as exc:
         p.error(str(exc))

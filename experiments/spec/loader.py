@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,12 @@ class _Loader:
                 value = tuple(value)
             return kind, detail, value
         pol, param = detail  # policy_param: the policy's own validation, without running it
+        default = self.policies[pol].params.get(param)
+        if is_dataclass(default) and not isinstance(default, type):
+            raise e(f"{pol}.{param} is a nested settings object ({type(default).__name__}) that a spec cannot set",
+                    f"one of {pol}'s scalar or list parameters")
+        if isinstance(value, Mapping):
+            raise e(f"got a mapping {value!r}", f"a scalar or a list value of {pol}.{param}")
         if isinstance(value, list):  # e.g. target_horizons_s: [20, 40]; a tuple, so that cells stay hashable
             value = tuple(value)
         try:

@@ -125,8 +125,11 @@ def test_sweep_reconfig_rows_feed_paired_deltas(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     for seed, (router, adaptive) in enumerate([(1.0, 1.2), (2.0, 2.2)]):
-        _cell(sweep, f"r{seed}", "vertumnus-router", seed, {}, router, None)
+        _cell(sweep, f"r{seed}", "vertumnus-router", seed, {}, router, 0)
         _cell(sweep, f"a{seed}", "vertumnus-adaptive", seed, {"target_sample": "latest"}, adaptive, 3)
+    with pytest.raises(ValueError, match="no sweep.json"):  # not a sweep's output folder
+        sweep_rows(sweep)
+    (sweep / "sweep.json").write_text(json.dumps({"cells": [{}] * 4}))
     rows = sweep_rows(sweep)
     labels = {(r["policy"], r["seed"]) for r in rows}
     assert labels == {("vertumnus-router", 0), ("vertumnus-router", 1), ("vertumnus-adaptive[target_sample=latest]", 0),
@@ -141,11 +144,25 @@ def test_sweep_reconfig_rows_feed_paired_deltas(tmp_path, capsys):
     with pytest.raises(ValueError, match="4 of 5 cells finished"):
         sweep_rows(sweep)
     (sweep / "sweep.json").write_text(json.dumps({"cells": [{}] * 4}))
-    _cell(sweep, "z", "vertumnus-router", 0, {}, 1.0, None)  # a second router seed 0: would be averaged silently
+    _cell(sweep, "z", "vertumnus-router", 0, {}, 1.0, 0)  # a second router seed 0: would be averaged silently
     with pytest.raises(ValueError, match="both vertumnus-router seed 0"):
         sweep_rows(sweep)
+    with pytest.raises(ValueError, match="no such folder"):
+        sweep_rows(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "sweep.json").write_text(json.dumps({"cells": [{}]}))
     with pytest.raises(ValueError, match="no finished cell"):
         sweep_rows(tmp_path / "empty")
+    # a cell without extras.json: its operations are unknown (NaN), not 0
+    import math
+
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "sweep.json").write_text(json.dumps({"cells": [{}]}))
+    _cell(unknown, "a0", "vertumnus-adaptive", 0, {}, 1.0, None)
+    assert math.isnan(sweep_rows(unknown)[0]["num_operations"])
+    with pytest.raises(SystemExit):  # --out a folder: a usage error before reading anything
+        rows_main([str(sweep), "--out", str(tmp_path)])
     capsys.readouterr()
     assert main(["evaluate", "--from-csv", str(out), "--kind", "reconfig", "--reference", "vertumnus-router",
                  "--format", "json"]) == 0

@@ -124,6 +124,15 @@ def test_undeclared_policy_parameter_is_a_spec_error(tmp_path):
     assert "beta" in e.expected and "lambda" in e.expected
 
 
+def test_nested_settings_and_mapping_values_of_a_policy_parameter_are_spec_errors(tmp_path):
+    # was a traceback from inside ControllerConfig ('dict' object has no attribute 'source')
+    adaptive = BASE.replace("least-work", "vertumnus-adaptive")
+    e = _err(tmp_path, adaptive + "sweep: {cells: [{vertumnus-adaptive.lookahead: {source: histogram}}]}\n")
+    assert e.key.endswith("vertumnus-adaptive.lookahead") and "nested settings object (LookaheadConfig)" in e.problem
+    e = _err(tmp_path, adaptive + "sweep: {grid: {vertumnus-adaptive.target_sample: [{a: 1}]}}\n")
+    assert "got a mapping" in e.problem and "vertumnus-adaptive.target_sample" in e.expected
+
+
 def test_missing_trace_and_seed_axis(tmp_path):
     e = _err(tmp_path, "workload: {trace: nothere.jsonl}\npolicies: [least-work]\n")
     assert e.key == "workload.trace" and "existing file" in e.expected
