@@ -237,7 +237,9 @@ class ControllerConfig:
             look-ahead predicts 1.5-7x the full runs' TTFT in an overloaded regime and ranks
             CP-1/CP-2-heavy pools first; with ``"latest"`` and the replay the controller's mean
             TTFT there is 18.3 % lower (5 seeds), while on the ``phases`` scenarios it is unchanged
-            (+1.2 % [-3.2, +5.5], 5 seeds) at 2.5-3x the CPU, hence not the default
+            (+1.2 % [-3.2, +5.5], 5 seeds) at 2.5-3x the CPU and on a held-out trace (Mooncake
+            synthetic, one run) worse than without (+234 % vs +117 % behind the router alone), hence
+            not the default
             (``results/dynamic-phases/lookahead-replay/README.md``). Costs one replay of up to
             ``max_sample_requests`` requests per look-ahead simulation.
         lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
