@@ -276,7 +276,6 @@ class LookaheadPredictor:
         pick_seq, gap_seq = np.random.SeedSequence([cfg.seed, *[int(x) for x in key]]).spawn(2)
         pick = np.minimum((np.random.default_rng(pick_seq).random(n) * len(sample)).astype(np.int64), len(sample) - 1)
         arrivals = np.cumsum(np.random.default_rng(gap_seq).standard_exponential(n)) / rate_rps
-        max_tokens = self.table.calibration.max_prompt_tokens
         fresh = -1
         reqs = []
         for i, (j, t) in enumerate(zip(pick.tolist(), arrivals.tolist())):
@@ -288,10 +287,15 @@ class LookaheadPredictor:
                 else:
                     hashes.append(fresh)
                     fresh -= 1
-            L = min(r.num_prompt_tokens, max_tokens)
-            nb = -(-L // kv_block_size_tokens)
-            reqs.append(Request(i, float(t), int(L), 1, tuple(hashes[:nb])))
+            L, nb = self._capped(r, kv_block_size_tokens)
+            reqs.append(Request(i, float(t), L, 1, tuple(hashes[:nb])))
         return Workload("lookahead", tuple(reqs), kv_block_size_tokens=kv_block_size_tokens)
+
+    def _capped(self, request: Request, kv_block_size_tokens: int) -> tuple[int, int]:
+        """``(prompt tokens, KV blocks)`` of ``request`` in a look-ahead stream: the prompt capped at
+        the model context (``Calibration.max_prompt_tokens``), and its number of blocks."""
+        L = min(request.num_prompt_tokens, self.table.calibration.max_prompt_tokens)
+        return int(L), -(-L // kv_block_size_tokens)
 
     def after_replay(self, sample: list[Request], kv_block_size_tokens: int, stream: Workload) -> tuple[Workload, float]:
         """``stream`` preceded by ``sample`` itself: the observed requests replayed in arrival
@@ -301,12 +305,11 @@ class LookaheadPredictor:
         requests arriving at or after ``scored_from_s`` [s] (the shifted stream). So the candidate
         pool starts the scored stream with the prefix caches and queues that the observed traffic
         builds on it, not idle and cold (``ControllerConfig.target_replay_sample``)."""
-        max_tokens = self.table.calibration.max_prompt_tokens
         t0 = sample[0].arrival_time_s
         reqs = []
         for i, r in enumerate(sample):
-            L = min(r.num_prompt_tokens, max_tokens)
-            reqs.append(Request(i, r.arrival_time_s - t0, int(L), 1, r.block_hashes[:-(-L // kv_block_size_tokens)]))
+            L, nb = self._capped(r, kv_block_size_tokens)
+            reqs.append(Request(i, r.arrival_time_s - t0, L, 1, r.block_hashes[:nb]))
         # strictly after the last replayed arrival, so the score's arrival filter splits the two parts
         scored_from_s = math.nextafter(sample[-1].arrival_time_s - t0, math.inf)
         for r in stream.requests:

@@ -23,7 +23,7 @@ METRICS = ("mean_ttft_s", "p90_ttft_s", "prefix_hit_rate", "slo_attainment_token
 
 
 def load_runs(sweep_dir: str | Path, metrics: tuple[str, ...] = METRICS) -> list[dict]:
-    """``[{policy, seed, params (dict), **metrics}]`` of the finished cells under ``sweep_dir``
+    """``[{policy, seed, params (dict), run_dir (Path), **metrics}]`` of the finished cells under ``sweep_dir``
     (:func:`experiments.sweep.finished_cells`); ``metrics``: the ``summary.json`` numbers read
     (default :data:`METRICS`).
 
@@ -54,7 +54,8 @@ def load_runs(sweep_dir: str | Path, metrics: tuple[str, ...] = METRICS) -> list
             got = f"is {summary[bad]!r}" if bad in summary else "is missing"
             raise ValueError(f"{summary_file}: {bad} {got}; expected a number "
                              f"(a finished run's summary has {', '.join(metrics)})")
-        runs.append({"policy": policy, "seed": seed, "params": dict(params), **{k: float(summary[k]) for k in metrics}})
+        runs.append({"policy": policy, "seed": seed, "params": dict(params), "run_dir": run_dir,
+                     **{k: float(summary[k]) for k in metrics}})
     if not runs:
         raise ValueError(f"{sweep_dir}: no finished sweep cell (no */cell.json); run `cpgym sweep` first")
     return runs

@@ -25,23 +25,29 @@ from math import nan
 from pathlib import Path
 
 
-def cell_label(doc: dict) -> str:
+#: The ``summary.json`` numbers of a row (the rest of :data:`policies.evaluate.ROW_COLUMNS` ``["reconfig"]``).
+SUMMARY_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
+
+
+def cell_label(policy: str, params: dict) -> str:
     """``policy`` or ``policy[k=v,...]`` (the cell's swept policy parameters, in ``cell.json``'s order)."""
-    params = doc.get("policy_params") or {}
     if not params:
-        return doc["policy"]
-    return doc["policy"] + "[" + ",".join(f"{k}={v}" for k, v in params.items()) + "]"
+        return policy
+    return policy + "[" + ",".join(f"{k}={v}" for k, v in params.items()) + "]"
 
 
 def sweep_rows(sweep_dir: str | Path) -> list[dict]:
-    """Per-episode rows (module docstring) of the finished cells of ``sweep_dir``.
+    """Per-episode rows (module docstring) of the finished cells of ``sweep_dir``, read by the one
+    reader of a sweep's cells (:func:`experiments.paper_experiments.cache_sensitivity.load_runs`,
+    which also checks each ``cell.json`` and ``summary.json``).
 
     Raises:
         ValueError: naming the folder, when it is not a folder or has no ``sweep.json`` (not a
             sweep's output), has no finished cell, some cell has not finished (``sweep.json``
-            lists more cells), or two cells share a (label, seed).
+            lists more cells), or two cells share a (label, seed); naming the file, on a malformed
+            cell.
     """
-    from experiments.sweep import finished_cells
+    from experiments.paper_experiments.cache_sensitivity import load_runs
 
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
@@ -51,24 +57,21 @@ def sweep_rows(sweep_dir: str | Path) -> list[dict]:
     if not manifest.is_file():
         raise ValueError(f"{sweep_dir}: no sweep.json, so not the output folder of `cpgym sweep` (whose cells it lists)")
     rows, seen = [], {}
-    for run_dir, doc in finished_cells(sweep_dir, strict=True):
-        summary = json.loads((run_dir / "summary.json").read_text())
+    for run in load_runs(sweep_dir, SUMMARY_METRICS):
+        run_dir = run["run_dir"]
         extras_file = run_dir / "extras.json"
-        extras = json.loads(extras_file.read_text()) if extras_file.is_file() else {}
-        label = cell_label(doc)
-        pair = (label, int(doc["seed"]))
+        extras = json.loads(extras_file.read_text()) if extras_file.is_file() else None
+        label = cell_label(run["policy"], run["params"])
+        pair = (label, int(run["seed"]))
         if pair in seen:
             raise ValueError(f"{sweep_dir}: cells {seen[pair]} and {run_dir.name} are both {label} seed {pair[1]}; "
                              f"one row per (policy, seed) is needed for paired deltas (sweep one other axis at a time)")
         seen[pair] = run_dir.name
-        rows.append({"policy": label, "seed": pair[1], "wall_s": summary.get("wall_time_s"),
-                     "mean_ttft_s": summary["mean_ttft_s"], "p90_ttft_s": summary["p90_ttft_s"],
-                     "slo_attainment_token_weighted": summary["slo_attainment_token_weighted"],
-                     "num_operations": len(extras.get("reconfig_operations") or []) if extras_file.is_file() else nan,
-                     "num_committed_operations": int(extras.get("num_reconfigurations", 0)) if extras_file.is_file() else nan,
-                     "num_unfinished": summary["num_unfinished"], "composition": ""})
-    if not rows:
-        raise ValueError(f"{sweep_dir}: no finished cell (expected the output folder of `cpgym sweep`)")
+        rows.append({"policy": label, "seed": pair[1], "wall_s": run["wall_time_s"], "mean_ttft_s": run["mean_ttft_s"],
+                     "p90_ttft_s": run["p90_ttft_s"], "slo_attainment_token_weighted": run["slo_attainment_token_weighted"],
+                     "num_operations": nan if extras is None else len(extras.get("reconfig_operations") or []),
+                     "num_committed_operations": nan if extras is None else int(extras.get("num_reconfigurations", 0)),
+                     "num_unfinished": int(run["num_unfinished"]), "composition": ""})
     expected = len(json.loads(manifest.read_text()).get("cells", []))
     if expected != len(rows):
         raise ValueError(f"{sweep_dir}: {len(rows)} of {expected} cells finished; re-run the sweep to finish them")

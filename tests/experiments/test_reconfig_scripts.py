@@ -151,7 +151,7 @@ def test_sweep_reconfig_rows_feed_paired_deltas(tmp_path, capsys):
         sweep_rows(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "sweep.json").write_text(json.dumps({"cells": [{}]}))
-    with pytest.raises(ValueError, match="no finished cell"):
+    with pytest.raises(ValueError, match="no finished (sweep )?cell"):
         sweep_rows(tmp_path / "empty")
     # a cell without extras.json: its operations are unknown (NaN), not 0
     import math
