@@ -41,8 +41,8 @@ class WorkloadSpec:
         skip_invalid: skip invalid trace lines instead of failing.
 
     Raises:
-        ValueError: unless exactly one of ``name``/``trace`` is set, or on a non-positive rate,
-            both rate knobs set, or an empty window.
+        ValueError: unless exactly one of ``name``/``trace`` is set, or on ``params`` with a trace,
+            a non-positive rate, both rate knobs set, or an empty window.
     """
 
     name: str | None = None
@@ -57,6 +57,9 @@ class WorkloadSpec:
     def __post_init__(self) -> None:
         if (self.name is None) == (self.trace is None):
             raise ValueError("exactly one of workload.name (named workload) and workload.trace (trace file) must be set")
+        if self.trace is not None and self.params:
+            raise ValueError(f"workload.params {sorted(k for k, _ in self.params)} override a named workload's generator, "
+                             "not a trace (a trace keeps its own requests; use target_rps, rate_scale or window_s)")
         if self.target_rps is not None and self.rate_scale is not None:
             raise ValueError("workload.target_rps and workload.rate_scale are exclusive")
         for key in ("target_rps", "rate_scale"):

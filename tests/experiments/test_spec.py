@@ -255,6 +255,16 @@ def test_a_swept_trace_with_invalid_lines_names_the_cell(tmp_path):
         load_spec(p)
 
 
+def test_workload_params_with_a_trace_fail_at_load_time(tmp_path):
+    # they used to pass --dry-run and fail every cell at run time (WorkloadSource refuses them)
+    (tmp_path / "t.jsonl").write_text(GOOD_LINE)
+    e = _err(tmp_path, "name: t\nworkload: {trace: t.jsonl, params: {duration_s: 3}}\npolicies: [least-work]\n")
+    assert e.key == "workload" and "params ['duration_s'] override a named workload" in e.problem
+    e = _err(tmp_path, "name: t\nworkload: {trace: t.jsonl}\npolicies: [least-work]\n"
+                       "sweep: {grid: {workload.params.duration_s: [3, 4]}}\n")
+    assert e.key == "sweep.grid" and "not a trace" in e.problem
+
+
 def test_sweep_out_that_is_a_file_is_one_line(tmp_path, capsys):
     from experiments.cli import main
 
