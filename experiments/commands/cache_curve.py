@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--workload", metavar="NAME", help="a named synthetic workload instead (e.g. tool-agent)")
     p.add_argument("--duration-s", type=float, default=None,
                    help="with --workload: seconds of arrivals (default: the workload's)")
-    p.add_argument("--workload-seed", type=int, default=0, help="with --workload: generator seed (default 0)")
+    p.add_argument("--workload-seed", type=int, default=None, help="with --workload: generator seed (default 0)")
     p.add_argument("--capacities", default=DEFAULT_CAPACITIES,
                    help="comma-separated cache capacities [blocks]; the unbounded cache is always added "
                         f"(default {DEFAULT_CAPACITIES})")
@@ -162,9 +162,12 @@ def _load(args: argparse.Namespace):
         if args.duration_s is not None and not args.duration_s > 0:
             raise ValueError(f"--duration-s must be > 0, got {args.duration_s}")
         params = () if args.duration_s is None else (("duration_s", args.duration_s),)
-        return WorkloadSource(name=args.workload, seed=args.workload_seed, params=params).build()
+        seed = 0 if args.workload_seed is None else args.workload_seed
+        return WorkloadSource(name=args.workload, seed=seed, params=params).build()
     if args.duration_s is not None:
         raise ValueError("--duration-s applies to --workload only (a trace keeps its own window)")
+    if args.workload_seed is not None:
+        raise ValueError("--workload-seed applies to --workload only (a trace is replayed in its own order)")
     wl = WorkloadSource(trace=args.trace, skip_invalid=args.skip_invalid).build()  # a TraceWarning reports skipped lines
     if wl.metadata.get("format") == "azure-2023-csv":  # envs/workloads/traces/azure.py: fresh blocks per request
         raise ValueError(f"{args.trace}: an Azure 2023 trace has no prefix information (every request gets fresh "

@@ -41,6 +41,14 @@ def test_cache_curve_bad_capacities(tmp_path, capsys):
     assert "--capacities" in capsys.readouterr().err
 
 
+def test_cache_curve_refuses_a_workload_seed_with_a_trace(tmp_path, capsys):
+    # it was accepted and ignored: a trace is replayed in file order whatever the seed
+    trace = tmp_path / "t.jsonl"
+    _write_trace(trace)
+    assert main(["cache-curve", "--trace", str(trace), "--workload-seed", "3"]) == 2
+    assert "--workload-seed applies to --workload only" in capsys.readouterr().err
+
+
 def test_cache_curve_on_a_synthetic_workload_with_reuse_statistics(capsys):
     argv = ["cache-curve", "--workload", "tool-agent", "--duration-s", "20", "--capacities", "100", "--format", "json"]
     assert main(argv) == 0
