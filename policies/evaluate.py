@@ -435,7 +435,8 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     Raises:
         FileNotFoundError: the file does not exist.
         ValueError: naming the file, when it is empty, not CSV, has no rows or lacks a column of
-            :data:`ROW_COLUMNS`.
+            :data:`ROW_COLUMNS`; naming the row and field, on a value of those columns that is not
+            a number (a seed or window that is not an integer) or a second row of one episode.
     """
     import pandas as pd
 
@@ -452,6 +453,22 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
                          f"evaluation written by `cpgym evaluate --out`")
     if df.empty:
         raise ValueError(f"{path}: no rows; expected the per-episode rows written by `cpgym evaluate --out`")
+    key = ["policy", "seed", "window"] if kind == "routing" else ["policy", "seed"]
+    for col in ROW_COLUMNS[kind][1:]:
+        num = pd.to_numeric(df[col], errors="coerce")
+        integer = col in key
+        bad = (num.isna() | (num % 1 != 0)) if integer else (num.isna() & df[col].notna())
+        if bad.any():
+            i = int(bad.to_numpy().argmax())
+            raise ValueError(f"{path}, row {i + 1}, field {col!r}: got {df[col].tolist()[i]!r}; expected "
+                             f"{'an integer' if integer else 'a number'}")
+        df[col] = num.astype(int) if integer else num
+    dup = df.duplicated(key).to_numpy()
+    if dup.any():
+        i = int(dup.argmax())
+        episode = ", ".join(f"{k} {df[k].iloc[i]!r}" if k == "policy" else f"{k} {int(df[k].iloc[i])}" for k in key)
+        raise ValueError(f"{path}, row {i + 1}: a second row of the episode ({episode}); expected one row per "
+                         "episode (paired deltas and CIs would count it twice)")
     return kind, df.to_dict("records")
 
 

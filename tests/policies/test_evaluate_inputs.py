@@ -79,6 +79,22 @@ def test_from_csv_with_wrong_columns_names_file_and_column(tmp_path, capsys):
     assert f"{path}: not a per-episode CSV" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda df: df.astype({"mean_ttft_s": object}).assign(mean_ttft_s=["1.0", "abc", "2", "3"]),
+     "row 2, field 'mean_ttft_s': got 'abc'; expected a number"),
+    (lambda df: df.astype({"seed": float}).assign(seed=[7, 9, 7.5, 9]), "row 3, field 'seed': got 7.5; expected an integer"),
+    (lambda df: pd.concat([df, df.iloc[[1]]]),
+     "row 5: a second row of the episode (policy 'least-work', seed 9, window 0); expected one row per episode"),
+])
+def test_from_csv_with_a_bad_value_or_a_repeated_episode_is_one_line(tmp_path, capsys, edit, message):
+    # a non-number was a bare "could not convert string to float"; a repeated episode counted twice
+    path = _rows_csv(tmp_path)
+    edit(pd.read_csv(path)).to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym evaluate: error: {path}, {message}") and len(err.splitlines()) == 1, err
+
+
 def test_policy_is_required_when_something_runs(capsys):
     assert main(["evaluate", "--seeds", "1"]) == 2
     assert "--policy is required" in capsys.readouterr().err
