@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     # the benchmark's default: the full conversation trace
     add_workload_arguments(p, default_trace=str(default_traces_dir() / "conversation_trace.jsonl"))
-    add_sim_arguments(p)
+    add_sim_arguments(p, horizon=False)  # every run simulates every request (--horizon-s refused below)
     default = "round-robin,least-work,prefix-affinity,vertumnus-router,vertumnus-adaptive,vertumnus"
     p.add_argument("--policy", default=default, help=f"comma-separated policies (default {default})")
     p.add_argument("--repeat", type=int, default=3, help="runs per policy; the median is reported (default 3)")
@@ -36,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
+    if args.horizon_s is not None:  # the rates divide every request of the workload by the run's time
+        raise ValueError("--horizon-s does not apply to cpgym bench sim: every run simulates all its requests "
+                         "(shorten the workload with --window-s)")
     config = sim_config_from_args(args)
     t0 = time.perf_counter()
     workload = workload_from_args(args)

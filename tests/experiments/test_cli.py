@@ -49,6 +49,15 @@ def test_group_help_and_missing_subcommand(capsys):
     assert e.value.code == 2
 
 
+def test_bench_sim_refuses_a_horizon(tmp_path, capsys):
+    # it ran to the horizon but divided every request of the workload by the shorter run's time
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1]}\n')
+    assert main(["bench", "sim", "--trace", str(trace), "--policy", "least-work", "--repeat", "1",
+                 "--horizon-s", "5"]) == 2
+    assert capsys.readouterr().err.startswith("cpgym bench sim: error: --horizon-s does not apply to cpgym bench sim")
+
+
 def test_both_spellings_run_the_same_command_and_report_the_same_error(capsys):
     assert main(["bench", "--repeat", "0"]) == 2
     old = capsys.readouterr().err
