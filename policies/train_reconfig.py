@@ -47,7 +47,8 @@ class ReconfigTrainConfig:
 
     Raises:
         ValueError: naming the field, on non-positive sizes, ``gamma`` outside (0, 1], a
-            minibatch larger than a rollout, or a bad workload field.
+            minibatch larger than a rollout, repeated or negative workload / validation seeds, or a bad
+            workload field.
     """
 
     trace: str | None = field(default=None, metadata={"cli": False})
@@ -131,8 +132,11 @@ class ReconfigTrainConfig:
                 and math.isfinite(self.ent_coef)):
             raise ValueError(f"learning_rate must be a finite number > 0 and ent_coef a finite number >= 0, "
                              f"got {self.learning_rate}, {self.ent_coef}")
-        object.__setattr__(self, "workload_seeds", tuple(int(x) for x in self.workload_seeds))
-        object.__setattr__(self, "validation_seeds", tuple(int(x) for x in self.validation_seeds))
+        for name in ("workload_seeds", "validation_seeds"):
+            seeds = tuple(int(x) for x in getattr(self, name))
+            if any(x < 0 for x in seeds) or len(set(seeds)) != len(seeds):
+                raise ValueError(f"{name} must be distinct integers >= 0, got {list(seeds)}")
+            object.__setattr__(self, name, seeds)
         shared = sorted(set(self.validation_seeds) & set(self.seeds))
         if shared:
             raise ValueError(f"validation_seeds must be disjoint from the training seeds; both hold {shared}")

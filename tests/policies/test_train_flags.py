@@ -194,6 +194,12 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
      "target_degrees must be distinct CP degrees, got [2, 2] (--target-degrees)"),
     (["--action-mode", "target", "--target-degrees", "16"],  # named no flag, after provenance.json was written to --out
      "--target-degrees: target_degrees [16]: expected a non-empty subset of the pool's supported degrees [1, 2, 4, 8]"),
+    (["--workload-seeds", "-1"],  # named --train-seed
+     "workload_seeds must be distinct integers >= 0, got [-1] (--workload-seeds)"),
+    (["--workload-seeds", "1,1"],  # was accepted: one workload trained on twice
+     "workload_seeds must be distinct integers >= 0, got [1, 1] (--workload-seeds)"),
+    (["--validation-seeds", "-2"],  # failed after training, at the first validation
+     "validation_seeds must be distinct integers >= 0, got [-2] (--validation-seeds)"),
 ])
 def test_reconfig_non_finite_settings_fail_before_anything_runs(flags, message, tmp_path, capsys):
     assert main(["train", "reconfig", *flags, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
