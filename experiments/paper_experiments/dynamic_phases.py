@@ -76,7 +76,8 @@ class DynamicPhasesConfig:
     ``cpgym dynamic`` flag per field; the pool, seed and calibration come from the ``SimConfig``).
 
     Raises:
-        ValueError: naming the field, on a non-positive rate, duration, window or phase count.
+        ValueError: naming the field, on a non-positive rate, duration, window or phase count, or a
+            phase rate given both absolute and as a load fraction.
     """
 
     num_phases: int = _opt(4, "phases, alternating short-heavy / long-heavy")
@@ -147,6 +148,10 @@ class DynamicPhasesConfig:
             v = getattr(self, name)
             if v is not None and not 0.0 < v <= 2.0:
                 raise ValueError(f"dynamic: {name} must be a fraction of capacity in (0, 2], got {v}")
+        for kind, default in (("short", DEFAULT_SHORT_RATE_RPS), ("long", DEFAULT_LONG_RATE_RPS)):
+            if getattr(self, f"{kind}_load") is not None and getattr(self, f"{kind}_rate_rps") != default:
+                raise ValueError(f"dynamic: {kind}_load replaces {kind}_rate_rps; give one of them, got "
+                                 f"{getattr(self, f'{kind}_load')} and {getattr(self, f'{kind}_rate_rps')}")
         if (self.short_load is not None or self.long_load is not None) and self.rate_scale != 1.0:
             raise ValueError(f"dynamic: rate_scale ({self.rate_scale}) applies to absolute rates only; "
                              f"with short_load / long_load leave it at 1")
@@ -457,6 +462,7 @@ def resolve_rates(cfg: DynamicPhasesConfig, base, calibration, log=None) -> tupl
         if c["capacity_rps"] <= 0:
             raise ValueError(f"dynamic: the {kind}-heavy mix has no sustainable rate on any fixed pool")
         rates[f"{kind}_rate_rps"] = c["load"] * c["capacity_rps"]
+        rates[f"{kind}_load"] = None  # made absolute (the load stays in the capacities)
     return (replace(cfg, **rates) if rates else cfg), caps
 
 

@@ -167,6 +167,7 @@ def test_phase_rates_as_fractions_of_capacity(monkeypatch):
     base = base_config_from_args(p.parse_args(["--supported-degrees", "2,4"]))
     cfg, used = resolve_rates(DynamicPhasesConfig(short_load=0.5, long_load=0.4, capacity_cache_dir=""), base, None)
     assert cfg.short_rate_rps == pytest.approx(32.0) and cfg.long_rate_rps == pytest.approx(3.8)
+    assert cfg.short_load is None and cfg.long_load is None  # made absolute
     assert used["short"]["strongest_pool"] == "cp2x20" and used["long"]["per_pool_capacity_rps"]["cp4x10"] == 8.5
     # absolute rates stay the default and untouched
     cfg, used = resolve_rates(DynamicPhasesConfig(), base, None)
@@ -174,7 +175,10 @@ def test_phase_rates_as_fractions_of_capacity(monkeypatch):
 
 
 @pytest.mark.parametrize("kw, msg", [({"short_load": 0.0}, "short_load"), ({"long_load": 2.5}, "long_load"),
-                                     ({"short_load": 0.5, "rate_scale": 2.0}, "rate_scale")])
+                                     ({"short_load": 0.5, "rate_scale": 2.0}, "rate_scale"),
+                                     # were accepted, the absolute rate silently replaced by the load's
+                                     ({"short_load": 0.5, "short_rate_rps": 3.0}, "short_load replaces short_rate_rps"),
+                                     ({"long_load": 0.5, "long_rate_rps": 3.0}, "long_load replaces long_rate_rps")])
 def test_dynamic_load_fractions_are_validated(kw, msg):
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
 
