@@ -251,7 +251,8 @@ def load_fault_config(path: str | Path) -> FaultConfig:
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: one line ``<file>:<line>: <field>: <what was expected>``.
+        ValueError: one line ``<file>:<line>: <field>: <what was expected>``; also for an empty
+            file (``events: []`` is the empty schedule).
     """
     import yaml
 
@@ -266,8 +267,9 @@ def load_fault_config(path: str | Path) -> FaultConfig:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise ValueError(f"{p}:{line}: not valid YAML/JSON: {getattr(exc, 'problem', exc)}") from None
-    if root is None:
-        return FaultConfig(source=str(p))
+    if root is None:  # an empty file is more likely a wrong path than a wish for no faults
+        raise ValueError(f"{p}:1: the file has no fault schedule (empty); expected a mapping with 'events' "
+                         "(write 'events: []' for a run without faults)")
     return _config_from_node(root, str(p))
 
 

@@ -183,6 +183,8 @@ def test_load_fault_config_yaml_and_json(tmp_path):
     ("detection_delay_s: -1\n", r"f.yaml:1: faults.detection_delay_s: expected a finite number >= 0"),
     ("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 1, colour: red}\n", r"f.yaml:2: events\[0\].colour: unknown field"),
     ("events: [\n", r"f.yaml:\d+: not valid YAML/JSON"),
+    ("", r"f.yaml:1: the file has no fault schedule \(empty\)"),  # were a silently fault-free run
+    ("# no events yet\n", r"f.yaml:1: the file has no fault schedule \(empty\).*events: \[\]"),
 ])
 def test_load_fault_config_errors_name_file_line_field(tmp_path, text, match):
     p = tmp_path / "f.yaml"
