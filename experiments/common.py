@@ -139,6 +139,12 @@ TIER_FLAG_NEEDS: dict[str, str | None] = {
 }
 
 
+#: The numeric ``--kv-*`` flags in their own units (GB, GB/s, ms) -> the range they must lie in;
+#: checked by :func:`tier_config_from_args` so that an error names the flag, not the byte field.
+TIER_FLAG_RANGES: dict[str, str] = {"dram_gb_per_node": "> 0", "dram_gbps_per_gpu": "> 0", "store_gb": "> 0",
+                                    "store_gbps_per_node": "> 0", "store_lookup_ms": ">= 0"}
+
+
 def _tier_flag_defaults() -> dict:
     """The parser default of each flag of :data:`TIER_FLAG_NEEDS` (as :func:`add_tier_arguments` sets them)."""
     from envs.sim.tiers import TierConfig
@@ -156,8 +162,9 @@ def tier_config_from_args(args: argparse.Namespace):
     off, when ``--kv-tiers`` is ``hbm``).
 
     Raises:
-        ValueError: on bad tier names, or a ``--kv-*`` flag given (not at its default) for a tier
-            that ``--kv-tiers`` does not enable (it would have no effect).
+        ValueError: on bad tier names, a ``--kv-*`` flag given (not at its default) for a tier
+            that ``--kv-tiers`` does not enable (it would have no effect), or a capacity, bandwidth or
+            latency flag out of range (naming the flag in its own units).
     """
     from envs.sim.tiers import TierConfig, parse_levels
 
@@ -173,6 +180,10 @@ def tier_config_from_args(args: argparse.Namespace):
             raise ValueError(f"{flag} has no effect with --kv-tiers {','.join(levels)}; it needs {tier}")
     if len(levels) == 1:
         return TierConfig()
+    for dest, lowest in TIER_FLAG_RANGES.items():  # in the flags' own units (TierConfig would name bytes)
+        v = getattr(args, dest)
+        if v is not None and not (math.isfinite(v) and (v > 0 if lowest == "> 0" else v >= 0)):
+            raise ValueError(f"--{dest.replace('_', '-')} must be a finite number {lowest}, got {v!r}")
     store_gbps = args.store_gbps_per_node
     return TierConfig(
         levels=levels, dram_capacity_bytes_per_node=args.dram_gb_per_node * 1e9,

@@ -47,8 +47,8 @@ class ReconfigTrainConfig:
 
     Raises:
         ValueError: naming the field, on non-positive sizes, ``gamma`` outside (0, 1], a
-            minibatch larger than a rollout, repeated or negative workload / validation seeds, or a bad
-            workload field.
+            minibatch larger than a rollout, repeated or negative workload / validation seeds, a
+            decision window not shorter than the episode window, or a bad workload field.
     """
 
     trace: str | None = field(default=None, metadata={"cli": False})
@@ -123,6 +123,9 @@ class ReconfigTrainConfig:
                      "torch_threads", "validate_every_steps", "bc_epochs", "bc_learning_rate"):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
+        if not self.window_s < self.episode_window_s:  # one decision at t = 0 on an empty window, then none
+            raise ValueError(f"window_s must be shorter than episode_window_s (the controller decides once per "
+                             f"window), got {self.window_s:g} s and {self.episode_window_s:g} s")
         if not math.isfinite(self.noop_logit_bias):
             raise ValueError(f"noop_logit_bias must be a finite number, got {self.noop_logit_bias}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)

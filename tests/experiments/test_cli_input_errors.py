@@ -281,6 +281,20 @@ def test_shared_flags_with_effect_are_accepted():
     sim_config_from_args(parse_args(["simulate", "--dram-gb-per-node", "1000", "--kv-eviction", "lru"]))
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["--kv-tiers", "hbm,dram", "--dram-gb-per-node", "-1"], "--dram-gb-per-node must be a finite number > 0, got -1.0"),
+    (["--kv-tiers", "hbm,dram", "--dram-gbps-per-gpu", "0"], "--dram-gbps-per-gpu must be a finite number > 0, got 0.0"),
+    (["--kv-tiers", "hbm,dram,store", "--store-gb", "inf"], "--store-gb must be a finite number > 0, got inf"),
+    (["--kv-tiers", "hbm,dram,store", "--store-lookup-ms", "-0.5"], "--store-lookup-ms must be a finite number >= 0"),
+    (["--kv-tiers", "hbm,dram,store", "--store-gbps-per-node", "0"], "--store-gbps-per-node must be a finite number > 0"),
+])
+def test_tier_flags_out_of_range_name_the_flag_in_its_units(argv, expected, capsys):
+    # they used to name TierConfig's byte field (kv_tiers.dram_capacity_bytes_per_node ... got -1000000000.0)
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym simulate: error: {expected}") and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("flag, field, bound", [("--cache-capacity-scale", "cache_capacity_scale", ">= 0"),
                                                 ("--first-decode-step-s", "latency.first_decode_step_s", ">= 0"),
                                                 ("--kv-handoff-gbps", "latency.kv_handoff_bandwidth_bytes_per_s", "> 0"),
