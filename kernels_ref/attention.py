@@ -18,6 +18,7 @@ ring attention is done in fp32, e.g. Liu et al., "Ring Attention", arXiv 2310.01
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,19 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, 
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads {hq} must be a multiple of KV heads {hkv} (GQA)")
     return hq, hkv
+
+
+def _check_positions(q: torch.Tensor, k: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor,
+                     block_tokens: int) -> None:
+    """Raises ValueError naming the argument unless the positions are 1-D with one entry per
+    query / key and ``block_tokens`` is an integer >= 1 (a wrong length used to be sliced
+    silently, a block size <= 0 gave an all-zero output)."""
+    if q_positions.dim() != 1 or q_positions.shape[0] != q.shape[0]:
+        raise ValueError(f"q_positions must have shape [T_q] = [{q.shape[0]}], got {tuple(q_positions.shape)}")
+    if k_positions.dim() != 1 or k_positions.shape[0] != k.shape[0]:
+        raise ValueError(f"k_positions must have shape [T_k] = [{k.shape[0]}], got {tuple(k_positions.shape)}")
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, numbers.Integral) or block_tokens < 1:
+        raise ValueError(f"block_tokens must be an integer >= 1, got {block_tokens!r}")
 
 
 def expand_kv_heads(x: torch.Tensor, num_q_heads: int) -> torch.Tensor:
@@ -101,8 +115,13 @@ def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_posi
     Returns:
         ``(out, lse)``: ``[T_q, H_q, D_v]`` and ``[T_q, H_q]`` in the accumulation dtype. A query
         that sees no key gets ``out = 0`` and ``lse = -inf`` (identity of :func:`merge_partials`).
+
+    Raises:
+        ValueError: on inconsistent q/k/v shapes, positions that are not 1-D with one entry per
+            query / key, or ``block_tokens`` < 1.
     """
     hq, hkv = _check_qkv(q, k, v)
+    _check_positions(q, k, q_positions, k_positions, block_tokens)
     g = hq // hkv
     acc = accumulation_dtype(q.dtype)
     scale = 1.0 / math.sqrt(q.shape[2]) if scale is None else scale
@@ -148,13 +167,15 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_positi
     ``keys_sorted`` reads a block's key limit back to the host (one sync per block on GPU).
 
     Raises:
-        ValueError: on an unknown ``impl``.
+        ValueError: on an unknown ``impl``, inconsistent shapes, positions that are not 1-D with
+            one entry per query / key, or ``block_tokens`` < 1.
     """
     if impl == "matmul":
         return attention_with_lse(q, k, v, q_positions, k_positions, scale, block_tokens, keys_sorted)[0].to(q.dtype)
     if impl != "sdpa":
         raise ValueError(f"impl must be 'matmul' or 'sdpa', got {impl!r}")
     hq, _ = _check_qkv(q, k, v)
+    _check_positions(q, k, q_positions, k_positions, block_tokens)
     scale = 1.0 / math.sqrt(q.shape[2]) if scale is None else scale
     outs = []
     for start in range(0, q.shape[0], block_tokens):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels_ref.attention import (INVALID_POSITION, attention_with_lse, bottom_right_causal_mask, expand_kv_heads,
-                                   merge_partials, reference_attention)
+                                   masked_attention, merge_partials, reference_attention)
 from kernels_ref.cp_attention import (ring_attention, shard_new_tokens, shard_prefix, unshard_new_tokens,
                                       zigzag_allgather_attention)
 from kernels_ref.layer import LayerConfig, PrefillDecoderLayer
@@ -113,6 +113,23 @@ def test_fully_masked_rows_are_merge_identity_and_fp32_merge():
     assert torch.equal(m_out, o2) and torch.equal(m_lse, l2)
     both, both_lse = merge_partials(out, lse, out, lse)
     assert bool((both == 0).all()) and bool(torch.isneginf(both_lse).all())
+
+
+@pytest.mark.parametrize("impl", ["matmul", "sdpa"])
+def test_positions_and_block_size_are_checked(impl):
+    # a positions vector of the wrong length was sliced silently, and block_tokens <= 0 gave an
+    # all-zero output (range() with a negative step is empty)
+    q, k, v = _qkv(3, 2, 2, 1, 4, seed=7, dtype=torch.float32)
+    qp, kp = torch.arange(2, 5), torch.arange(5)
+    with pytest.raises(ValueError, match=r"k_positions must have shape \[T_k\] = \[5\]"):
+        masked_attention(q, k, v, qp, torch.arange(9), impl=impl)
+    with pytest.raises(ValueError, match=r"q_positions must have shape \[T_q\] = \[3\]"):
+        masked_attention(q, k, v, torch.arange(2, 9), kp, impl=impl)
+    with pytest.raises(ValueError, match="q_positions"):
+        masked_attention(q, k, v, qp[None], kp, impl=impl)
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="block_tokens must be an integer >= 1"):
+            masked_attention(q, k, v, qp, kp, block_tokens=bad, impl=impl)
 
 
 @given(r=st.integers(1, 200), p=st.integers(0, 300), c=st.sampled_from([1, 2, 3, 4, 8]))
