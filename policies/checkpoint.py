@@ -90,14 +90,16 @@ class LearnedPolicy:
     or stochastic calls use the SB3 model (which needs the training number of slots).
 
     Args:
-        path: checkpoint folder or zip (or ``"shipped"``).
+        path: checkpoint folder or zip (or ``"shipped-residual"``; ``"shipped"`` is an
+            arm-selection checkpoint, see below).
         name: label for tables (default ``learned:<folder name>``).
         device: torch device (default cpu).
         backend: ``"numpy"`` (default) or ``"torch"`` for deterministic single decisions.
 
     Raises:
         FileNotFoundError / ValueError: see :func:`resolve_checkpoint` and :func:`load_model_zip`;
-            ValueError on an unknown backend.
+            ValueError on an unknown backend, or naming the path for an arm-selection checkpoint
+            (no network; load it with :class:`policies.arm_selection.ArmSelectionPolicy`).
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str = "cpu", backend: str = "numpy") -> None:
@@ -106,6 +108,9 @@ class LearnedPolicy:
         if backend not in ("numpy", "torch"):
             raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
         z, meta = resolve_checkpoint(path)
+        if z.name == ARM_MODEL_FILE:
+            raise ValueError(f"{z.parent}: an arm-selection checkpoint ({ARM_MODEL_FILE}, no model.zip); load it with "
+                             "policies.arm_selection.ArmSelectionPolicy(path, env)")
         self.path = z
         self.meta = meta
         self.model = load_model_zip(MaskablePPO, z, device)

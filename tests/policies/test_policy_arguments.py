@@ -62,3 +62,10 @@ def test_unreadable_checkpoint_files_are_named(tmp_path):
     (tmp_path / "train_config.json").write_text("{}")
     with pytest.raises(ValueError, match=r"model\.zip"):
         LearnedPolicy(tmp_path)
+
+
+def test_learned_policy_names_an_arm_selection_checkpoint():
+    # "shipped" is the arm-selection router (arm_model.json, no SB3 model): SB3 used to fail on it
+    # with "arm_model.json wasn't a zip-file"
+    with pytest.raises(ValueError, match=r"routing_vertumnus_arms: an arm-selection checkpoint .*ArmSelectionPolicy"):
+        LearnedPolicy("shipped")
