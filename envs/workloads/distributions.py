@@ -8,10 +8,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LEVAL_DOC_TOKENS", "SeedLike", "TruncatedLogNormal"]
+__all__ = ["LEVAL_DOC_TOKENS", "SeedLike", "TruncatedLogNormal", "check_seed", "seeded_rng"]
 
 #: A generator seed: an int or a ``numpy.random.SeedSequence``.
 SeedLike = int | np.random.SeedSequence
+
+
+def check_seed(seed: SeedLike) -> SeedLike:
+    """``seed`` itself if it is an integer >= 0 or a ``numpy.random.SeedSequence``.
+
+    Raises:
+        ValueError: naming ``seed`` otherwise (``None`` would draw fresh OS entropy, a different
+            workload on every call; a bool, float or negative number is refused too).
+    """
+    if isinstance(seed, np.random.SeedSequence):
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 or a numpy.random.SeedSequence, got {seed!r}")
+    return seed
+
+
+def seeded_rng(seed: SeedLike) -> np.random.Generator:
+    """``numpy.random.default_rng(seed)`` after :func:`check_seed` (raises its ValueError)."""
+    return np.random.default_rng(check_seed(seed))
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,12 @@
 
 Every generator is a function ``(..., seed) -> Workload``: the same arguments and seed give an
 identical workload, a different seed a different one. Randomness comes only from
-``numpy.random.default_rng(seed)`` created inside the call (``seed`` may be an int or a
-``numpy.random.SeedSequence``). Block hashes are prefix-consistent (:mod:`envs.workloads.prefix`):
-equal hash at position k ⇔ identical prompt up to and including block k. Hash ids and session
-ids are allocated from per-call counters (no global state). Arrival times are in seconds in
-``[0, duration_s)``; ``kv_block_size_tokens`` defaults to 512 (the Mooncake traces' block).
+``numpy.random.default_rng(seed)`` created inside the call (``seed`` may be an int >= 0 or a
+``numpy.random.SeedSequence``; anything else, ``None`` included, is a ValueError naming ``seed``).
+Block hashes are prefix-consistent (:mod:`envs.workloads.prefix`): equal hash at position k ⇔
+identical prompt up to and including block k. Hash ids and session ids are allocated from
+per-call counters (no global state). Arrival times are in seconds in ``[0, duration_s)``;
+``kv_block_size_tokens`` defaults to 512 (the Mooncake traces' block).
 
 Generators (each models one traffic pattern; the default parameters are documented on each):
 
@@ -47,7 +48,7 @@ import numpy as np
 from envs.sim.request import Request, Workload
 
 from .arrivals import ArrivalProcess, GammaArrivals, InhomogeneousPoissonArrivals, MMPPArrivals, PoissonArrivals
-from .distributions import LEVAL_DOC_TOKENS, SeedLike, TruncatedLogNormal
+from .distributions import LEVAL_DOC_TOKENS, SeedLike, TruncatedLogNormal, check_seed, seeded_rng
 from .prefix import BlockHasher, PromptContext
 from .transforms import merge
 
@@ -194,7 +195,7 @@ def system_prompt_requests(
     """
     d = _check_positive("duration_s", duration_s)
     _check_count("num_system_prompts", num_system_prompts)
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
     bases: list[PromptContext] = []
     for n_tok in system_prompt_tokens.sample_tokens(rng, num_system_prompts):
@@ -254,7 +255,7 @@ def multi_turn_sessions(
     _check_count("max_turns", max_turns)
     _check_count("num_system_prompts", num_system_prompts, 0)
     _check_count("max_prompt_tokens", max_prompt_tokens)
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
     bases = _shared_prefixes(hasher, system_prompt_tokens, rng, num_system_prompts, max_prompt_tokens // 2)
     num_sessions, counts, total, times, offsets = _sessions(session_arrivals, d, rng, mean_turns, max_turns, think_time_s)
@@ -354,7 +355,7 @@ def tool_agent_sessions(
     warm = float(warm_start_s)
     if not math.isfinite(warm) or warm < 0:
         raise ValueError(f"warm_start_s must be a finite number >= 0, got {warm_start_s!r}")
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
     bases = _shared_prefixes(hasher, agent_prompt_tokens, rng, num_agent_prompts, max_prompt_tokens // 4)
     num_sessions, counts, total, times, offsets = _sessions(session_arrivals, d + warm, rng, mean_calls, max_calls, call_gap_s)
@@ -436,7 +437,7 @@ def long_document_questions(
     if mean_q < 1:
         raise ValueError(f"mean_questions_per_doc must be >= 1, got {mean_q}")
     _check_count("max_questions_per_doc", max_questions_per_doc)
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
     starts = doc_arrivals.sample(d, rng)
     num_docs = starts.size
@@ -526,7 +527,7 @@ def phase_changes(
         frac = (t - idx * dur) / dur
         return phase_rates[idx] * (f0 + (f1 - f0) * frac)
 
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     hasher = BlockHasher(kv_block_size_tokens)
     bases = _shared_prefixes(hasher, system_prompt_tokens, rng, num_system_prompts)
     times = InhomogeneousPoissonArrivals(rate_fn, float(phase_rates.max() * max(f0, f1))).sample(total_s, rng)
@@ -638,7 +639,7 @@ def matched_load_phases(
     _check_positive("capacity_short_rps", capacity_short_rps)
     _check_positive("capacity_long_rps", capacity_long_rps)
     _check_count("num_system_prompts", num_system_prompts)
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     kind = scenario if scenario != "random" else ("alternating", "rising")[int(rng.integers(2))]
     num_phases = int(rng.integers(int(n_lo), int(n_hi) + 1))
     durations = rng.uniform(d_lo, d_hi, size=num_phases)
@@ -723,7 +724,7 @@ def mixed_workload(
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         raise ValueError(f"component_overrides: unknown component(s) {unknown}; known: {list(known)}")
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(check_seed(seed))
     children = ss.spawn(4)
     common = {"duration_s": d, "kv_block_size_tokens": kv_block_size_tokens}
     parts = [

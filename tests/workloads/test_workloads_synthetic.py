@@ -66,6 +66,19 @@ def test_no_global_rng_use(gen):
     assert state[0] == after[0] and np.array_equal(state[1], after[1]) and state[2:] == after[2:]
 
 
+@pytest.mark.parametrize("gen", sorted(SMALL))
+@pytest.mark.parametrize("seed", [None, -1, 1.5, True, "3"])
+def test_seed_that_is_not_a_non_negative_integer_is_refused(gen, seed):
+    # seed=None drew fresh OS entropy: a different workload on every call
+    with pytest.raises(ValueError, match="seed must be an integer >= 0 or a numpy.random.SeedSequence"):
+        SMALL[gen](seed)
+
+
+def test_numpy_integer_and_seed_sequence_seeds_are_accepted():
+    assert SMALL["phases"](np.int64(7)) == SMALL["phases"](7)
+    assert SMALL["phases"](np.random.SeedSequence(7)).requests == SMALL["phases"](np.random.SeedSequence(7)).requests
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     gen=st.sampled_from(sorted(SMALL)),
