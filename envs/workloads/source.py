@@ -11,6 +11,7 @@ give the same request list everywhere (tested in ``tests/workloads/test_workload
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,17 @@ class WorkloadSource:
             if v is not None and not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"workload: {key} must be a finite number > 0, got {v!r}")
         if self.window_s is not None:
-            start, end = (float(x) for x in self.window_s)
+            try:
+                start, end = (float(x) for x in self.window_s)
+            except (TypeError, ValueError):
+                raise ValueError(f"workload: window_s must be two numbers (start, end) [s], got {self.window_s!r}") from None
             if not (0 <= start < end):
                 raise ValueError(f"workload: window_s must be [start, end) with 0 <= start < end, got {start:g} {end:g}")
             object.__setattr__(self, "window_s", (start, end))
-        if int(self.seed) != self.seed or self.seed < 0:
-            raise ValueError(f"workload: seed must be an integer >= 0, got {self.seed!r}")
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Real) or not float(seed).is_integer() or seed < 0:
+            raise ValueError(f"workload: seed must be an integer >= 0, got {seed!r}")
+        object.__setattr__(self, "seed", int(seed))
 
     @property
     def label(self) -> str:

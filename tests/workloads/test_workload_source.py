@@ -44,11 +44,23 @@ def test_builder_applies_rate_then_window():
     ({"name": "phases", "target_rps": -1.0}, "target_rps"),
     ({"name": "phases", "window_s": (5, 5)}, "window_s"),
     ({"name": "phases", "seed": -1}, "seed"),
+    # these failed without naming the field (NaN: "cannot convert float NaN to integer"; a
+    # malformed window: "could not convert string to float" / "not enough values to unpack")
+    # or were accepted (True)
+    ({"name": "phases", "seed": float("nan")}, "seed must be an integer >= 0"),
+    ({"name": "phases", "seed": True}, "seed must be an integer >= 0"),
+    ({"name": "phases", "seed": "1"}, "seed must be an integer >= 0"),
+    ({"name": "phases", "window_s": ("a", 3)}, r"window_s must be two numbers \(start, end\)"),
+    ({"name": "phases", "window_s": (1,)}, r"window_s must be two numbers \(start, end\)"),
     ({"trace": "x.jsonl", "params": (("duration_s", 1.0),)}, "params"),
 ])
 def test_source_rejects_bad_fields(fields, match):
     with pytest.raises(ValueError, match=match):
         WorkloadSource(**fields)
+
+
+def test_source_seed_is_stored_as_an_int():
+    assert WorkloadSource(name="phases", seed=3.0).seed == 3 and type(WorkloadSource(name="phases", seed=3.0).seed) is int
 
 
 def test_trainer_episode_defaults_are_single_sourced():
