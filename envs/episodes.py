@@ -5,7 +5,8 @@ routing id. Imports neither gymnasium nor torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numbers
+from collections.abc import Mapping, Sequence
 
 from envs.sim import Workload
 
@@ -13,6 +14,41 @@ from envs.sim import Workload
 DEFAULT_TARGET_RPS = 12.0
 #: Default episode window [s].
 DEFAULT_WINDOW_S = 60.0
+
+
+#: Keys of ``reset(options=...)`` of both environments.
+RESET_OPTIONS = ("window_index", "sim_seed")
+
+
+def reset_options(options: Mapping | None, num_windows: int) -> tuple[int | None, int | None]:
+    """``(window_index, sim_seed)`` of an environment's ``reset(options=...)`` (``None`` where a
+    key is absent).
+
+    Raises:
+        ValueError: naming the key, on a key other than :data:`RESET_OPTIONS` (a misspelt key was
+            ignored: a random window instead of the chosen one), a value that is not an integer
+            (``1.7`` was truncated, ``True`` read as 1), a ``window_index`` outside
+            ``[0, num_windows)`` or a negative ``sim_seed``.
+    """
+    if options is None:
+        return None, None
+    if not isinstance(options, Mapping):
+        raise ValueError(f"options must be a dict with keys {list(RESET_OPTIONS)}, got {options!r}")
+    unknown = sorted(str(k) for k in options if k not in RESET_OPTIONS)
+    if unknown:
+        raise ValueError(f"options: unknown key(s) {unknown}; accepted: {list(RESET_OPTIONS)}")
+    out = []
+    for key in RESET_OPTIONS:
+        v = options.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+            raise ValueError(f"options['{key}'] must be an integer, got {v!r}")
+        out.append(None if v is None else int(v))
+    idx, sim_seed = out
+    if idx is not None and not 0 <= idx < num_windows:
+        raise ValueError(f"options['window_index'] must be in [0, {num_windows}), got {idx}")
+    if sim_seed is not None and sim_seed < 0:
+        raise ValueError(f"options['sim_seed'] must be an integer >= 0, got {sim_seed}")
+    return idx, sim_seed
 
 
 def episode_windows(workload: Workload, window_s: float) -> list[Workload]:

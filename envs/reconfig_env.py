@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
-from envs.episodes import nonempty_windows
+from envs.episodes import nonempty_windows, reset_options
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
 from envs.sim.faults import fault_flags
@@ -187,7 +187,9 @@ class PrefillReconfigEnv(gym.Env):
 
     ``reset`` picks an episode window with ``self.np_random`` (or ``options["window_index"]``)
     and a simulator seed (or ``options["sim_seed"]``), builds the simulator on the configured
-    pool and advances one observation window under the inner router.
+    pool and advances one observation window under the inner router. Any other ``options`` key,
+    or a value that is not an integer (``window_index`` in range, ``sim_seed`` >= 0), is a
+    ValueError naming the key (:func:`envs.episodes.reset_options`).
 
     ## Episode End
 
@@ -361,11 +363,11 @@ class PrefillReconfigEnv(gym.Env):
     # ------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        idx = int(options["window_index"]) if "window_index" in options else int(self.np_random.integers(len(self.windows)))
-        if not 0 <= idx < len(self.windows):
-            raise ValueError(f"options['window_index'] must be in [0, {len(self.windows)}), got {idx}")
-        sim_seed = int(options["sim_seed"]) if "sim_seed" in options else int(self.np_random.integers(2**31 - 1))
+        idx, sim_seed = reset_options(options, len(self.windows))
+        if idx is None:
+            idx = int(self.np_random.integers(len(self.windows)))
+        if sim_seed is None:
+            sim_seed = int(self.np_random.integers(2**31 - 1))
         wl = self.windows[idx]
         self.window_index = idx
         sim = Simulator(wl, replace(self.config, seed=sim_seed), self.calibration, policy_name="reconfig-env")

@@ -25,6 +25,7 @@ from envs.episodes import (  # noqa: F401  (re-exported: their historical import
     default_routing_windows,
     episode_windows,
     nonempty_windows,
+    reset_options,
     split_windows,
 )
 from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, Workload, WorkerState
@@ -199,7 +200,8 @@ class PrefillRoutingEnv(gym.Env):
     ``reset(seed=, options=)`` picks an episode window uniformly with ``self.np_random`` (or
     ``options["window_index"]``) and a simulator seed (or ``options["sim_seed"]``), builds the
     simulator (plus ``make_attachments()`` — controllers, cache managers) and runs to the first
-    decision.
+    decision. Any other ``options`` key, or a value that is not an integer (``window_index`` in
+    range, ``sim_seed`` >= 0), is a ValueError naming the key (:func:`envs.episodes.reset_options`).
 
     ## Episode End
 
@@ -316,19 +318,14 @@ class PrefillRoutingEnv(gym.Env):
     # ----------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = options or {}
+        opt_idx, opt_seed = reset_options(options, len(self.windows))
         for _attempt in range(100):
-            if "window_index" in options:
-                idx = int(options["window_index"])
-                if not 0 <= idx < len(self.windows):
-                    raise ValueError(f"options['window_index'] must be in [0, {len(self.windows)}), got {idx}")
-            else:
-                idx = int(self.np_random.integers(len(self.windows)))
-            sim_seed = int(options["sim_seed"]) if "sim_seed" in options else int(self.np_random.integers(2**31 - 1))
+            idx = opt_idx if opt_idx is not None else int(self.np_random.integers(len(self.windows)))
+            sim_seed = opt_seed if opt_seed is not None else int(self.np_random.integers(2**31 - 1))
             req = self._start_episode(idx, sim_seed)
             if req is not None:
                 break
-            if "window_index" in options:
+            if opt_idx is not None:
                 raise ValueError(f"episode window {idx} has no routable request")
         else:  # pragma: no cover - only with windows whose every request is unroutable
             raise RuntimeError("no episode window with a routable request found in 100 draws")

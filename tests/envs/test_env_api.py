@@ -1,0 +1,47 @@
+"""Library-level API of both environments (Gymnasium conventions): ``reset(options=...)``
+validation, pickling, and constructor arguments checked where they are given."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs.reconfig_env import PrefillReconfigEnv
+from envs.routing_env import PrefillRoutingEnv
+from envs.sim import SimConfig
+
+from .conftest import SMALL_POOL, random_workload
+
+
+def _make(cls, cal, **kwargs):
+    extra = {"window_s": 2.0} if cls is PrefillReconfigEnv else {}
+    return cls([random_workload(20, 5.0, s) for s in range(2)], SimConfig(pool=SMALL_POOL), cal, **extra, **kwargs)
+
+
+ENVS = [PrefillRoutingEnv, PrefillReconfigEnv]
+
+
+@pytest.mark.parametrize("cls", ENVS)
+@pytest.mark.parametrize("options, match", [
+    ({"window_idx": 1}, r"unknown key\(s\) \['window_idx'\]; accepted: \['window_index', 'sim_seed'\]"),
+    ({"window_index": 1.7}, r"options\['window_index'\] must be an integer, got 1.7"),
+    ({"window_index": True}, r"options\['window_index'\] must be an integer"),
+    ({"window_index": "1"}, r"options\['window_index'\] must be an integer"),
+    ({"window_index": 2}, r"options\['window_index'\] must be in \[0, 2\), got 2"),
+    ({"sim_seed": "x"}, r"options\['sim_seed'\] must be an integer"),
+    ({"sim_seed": -1}, r"options\['sim_seed'\] must be an integer >= 0"),
+    ([("window_index", 1)], "options must be a dict"),
+])
+def test_reset_options_are_checked(cls, options, match, toy_cal):
+    # a misspelt key was ignored (a random window instead of the chosen one), 1.7 truncated to 1
+    env = _make(cls, toy_cal)
+    with pytest.raises(ValueError, match=match):
+        env.reset(seed=0, options=options)
+
+
+@pytest.mark.parametrize("cls", ENVS)
+def test_reset_options_accept_numpy_integers_and_none(cls, toy_cal):
+    env = _make(cls, toy_cal)
+    assert env.reset(seed=0, options={"window_index": np.int64(1), "sim_seed": np.int32(3)})[1]["window_index"] == 1
+    env.reset(seed=0, options=None)
+    env.reset(seed=0, options={})
