@@ -102,6 +102,15 @@ def observation_profile_config():
     return ProfileConfig(mix_tolerance=0.3, refine_max_mixes=0, num_bisection_steps=7)
 
 
+def default_inner_router():
+    """A fresh router of the registered ``"vertumnus-router"`` policy: the default inner router
+    (a module-level function, so that an environment keeps pickling; the registry's factory is
+    a lambda)."""
+    from baselines.registry import get_policy  # lazy: envs must not import baselines at import time
+
+    return get_policy("vertumnus-router").make_router()
+
+
 def candidate_operations(pool: PoolConfig) -> list[tuple[str, int, int]]:
     """Every split/merge the pool topology allows, as ``(kind, degree_before, first_gpu)``:
     a split of a degree-2C worker at ``f`` (aligned to 2C, inside one node), a merge of the
@@ -270,11 +279,7 @@ class PrefillReconfigEnv(gym.Env):
         self.windows = nonempty_windows(workloads)
         self.config = config or SimConfig()
         self.calibration = calibration or Calibration.resolve(self.config.calibration_path)
-        if make_router is None:
-            from baselines.registry import get_policy  # lazy: envs must not import baselines at import time
-
-            make_router = get_policy("vertumnus-router").make_router
-        self.make_router = make_router
+        self.make_router = make_router if make_router is not None else default_inner_router
         self.window_s = float(window_s)
         self.reward_kind = reward
         self.reward_scale = float(reward_scale)

@@ -3,6 +3,8 @@ validation, pickling, and constructor arguments checked where they are given."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -45,3 +47,13 @@ def test_reset_options_accept_numpy_integers_and_none(cls, toy_cal):
     assert env.reset(seed=0, options={"window_index": np.int64(1), "sim_seed": np.int32(3)})[1]["window_index"] == 1
     env.reset(seed=0, options=None)
     env.reset(seed=0, options={})
+
+
+@pytest.mark.parametrize("cls", ENVS)
+def test_env_pickles_before_reset(cls, toy_cal):
+    # Gymnasium's registered-env test pickles a made env; the reconfig env's default inner router
+    # factory was the registry's lambda ("Can't pickle local object 'vertumnus_spec.<locals>.<lambda>'")
+    env = _make(cls, toy_cal)
+    copy = pickle.loads(pickle.dumps(env))
+    a, b = env.reset(seed=3)[0], copy.reset(seed=3)[0]
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
