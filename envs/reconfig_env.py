@@ -4,6 +4,8 @@ composition of the pool that the environment moves towards (``action_mode="targe
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -100,6 +102,15 @@ def observation_profile_config():
     from baselines.controller import ProfileConfig  # lazy: envs must not import baselines at import time
 
     return ProfileConfig(mix_tolerance=0.3, refine_max_mixes=0, num_bisection_steps=7)
+
+
+def _check_number(name: str, value, low: float, strict: bool) -> None:
+    """Raises ValueError naming ``name`` unless ``value`` is a finite real number ``> low``
+    (``strict``) or ``>= low``."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and (
+        value > low if strict else value >= low)
+    if not ok:
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}")
 
 
 def default_inner_router():
@@ -239,8 +250,10 @@ class PrefillReconfigEnv(gym.Env):
             ``action_mode="target"`` (default: the whole pool).
 
     Raises:
-        ValueError: naming the argument, on a bad window, reward, action mode, target menu or
-            empty workloads.
+        ValueError: naming the argument, on a window, reward scale or penalty that is not a
+            finite number (> 0, > 0, >= 0), a bad reward, ``long_request_tokens`` that is not an
+            integer >= 0, a ``make_router`` that is not callable, a bad action mode or target
+            menu, or empty workloads.
 
     ## Version History
 
@@ -258,14 +271,18 @@ class PrefillReconfigEnv(gym.Env):
                  max_operation_gpus_per_window: float | None = None) -> None:
         super().__init__()
         self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
-        if not window_s > 0:
-            raise ValueError(f"window_s must be > 0, got {window_s}")
+        # finite numbers: an infinite window ended every episode at reset with zero rates; an
+        # infinite scale or penalty gave infinite rewards
+        _check_number("window_s", window_s, 0.0, strict=True)
         if reward not in ("time_in_system", "slo_miss_tokens"):
             raise ValueError(f"reward must be 'time_in_system' or 'slo_miss_tokens', got {reward!r}")
-        if not reward_scale > 0:
-            raise ValueError(f"reward_scale must be > 0, got {reward_scale}")
-        if not invalid_action_penalty >= 0:
-            raise ValueError(f"invalid_action_penalty must be >= 0, got {invalid_action_penalty}")
+        _check_number("reward_scale", reward_scale, 0.0, strict=True)
+        _check_number("invalid_action_penalty", invalid_action_penalty, 0.0, strict=False)
+        if isinstance(long_request_tokens, bool) or not isinstance(long_request_tokens, numbers.Integral) \
+                or long_request_tokens < 0:
+            raise ValueError(f"long_request_tokens must be an integer >= 0 [tokens], got {long_request_tokens!r}")
+        if make_router is not None and not callable(make_router):
+            raise ValueError(f"make_router must be a zero-argument factory of routers, got {make_router!r}")
         if action_mode not in ("operation", "target"):
             raise ValueError(f"action_mode must be 'operation' or 'target', got {action_mode!r}")
         if action_mode == "target" and not capacity_features:

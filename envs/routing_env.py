@@ -11,6 +11,7 @@ through this environment and ``cpgym simulate`` are the same computation (tested
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -239,8 +240,9 @@ class PrefillRoutingEnv(gym.Env):
             pool's ``max_num_workers``); more pads with empty, masked slots.
 
     Raises:
-        ValueError: if no window holds a request, the reward is invalid, or ``num_slots`` is
-            below the pool's ``max_num_workers``.
+        ValueError: if no window holds a request, the reward is invalid (or not a
+            ``RoutingRewardConfig``, kind string or ``None``), or ``num_slots`` is not an integer
+            or below the pool's ``max_num_workers``.
 
     ## Version History
 
@@ -264,10 +266,14 @@ class PrefillRoutingEnv(gym.Env):
             reward = RoutingRewardConfig()
         elif isinstance(reward, str):
             reward = RoutingRewardConfig(kind=reward)
+        elif not isinstance(reward, RoutingRewardConfig):  # failed only at the first step
+            raise ValueError(f"reward must be a RoutingRewardConfig, a kind {REWARD_KINDS} or None, got {reward!r}")
         self.reward_config = reward
         self.make_attachments = make_attachments
         self.make_simulator = make_simulator
         pool = self.config.pool
+        if num_slots is not None and (isinstance(num_slots, bool) or not isinstance(num_slots, numbers.Integral)):
+            raise ValueError(f"num_slots must be an integer, got {num_slots!r}")
         if num_slots is not None and num_slots < pool.max_num_workers:
             raise ValueError(f"num_slots must be >= the pool's max_num_workers ({pool.max_num_workers}), got {num_slots}")
         #: Worker slots of the spaces (>= the pool's ``max_num_workers``; the rest are padding).

@@ -57,3 +57,32 @@ def test_env_pickles_before_reset(cls, toy_cal):
     copy = pickle.loads(pickle.dumps(env))
     a, b = env.reset(seed=3)[0], copy.reset(seed=3)[0]
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"reward": 3}, r"reward must be a RoutingRewardConfig, a kind \('time_in_system', 'slo_miss_tokens'\) or None, got 3"),
+    ({"num_slots": 8.5}, "num_slots must be an integer, got 8.5"),
+    ({"num_slots": "8"}, "num_slots must be an integer"),
+])
+def test_routing_constructor_arguments_are_checked(kwargs, match, toy_cal):
+    # reward=3 failed only at the first step ("'int' object has no attribute 'kind'"); num_slots
+    # of the wrong type failed inside the spaces
+    with pytest.raises(ValueError, match=match):
+        _make(PrefillRoutingEnv, toy_cal, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"window_s": float("inf")}, "window_s must be a finite number > 0, got inf"),
+    ({"window_s": "20"}, "window_s must be a finite number > 0, got '20'"),
+    ({"reward_scale": float("inf")}, "reward_scale must be a finite number > 0, got inf"),
+    ({"invalid_action_penalty": float("inf")}, "invalid_action_penalty must be a finite number >= 0, got inf"),
+    ({"long_request_tokens": -5}, r"long_request_tokens must be an integer >= 0 \[tokens\], got -5"),
+    ({"long_request_tokens": 2.5}, "long_request_tokens must be an integer >= 0"),
+    ({"make_router": 3}, "make_router must be a zero-argument factory of routers, got 3"),
+])
+def test_reconfig_constructor_arguments_are_checked(kwargs, match, toy_cal):
+    # window_s=inf ended every episode at reset with zero rates, an infinite scale / penalty gave
+    # infinite rewards, long_request_tokens=2.5 was truncated to 2, make_router=3 failed at reset
+    kwargs = {"window_s": 2.0, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        PrefillReconfigEnv([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, **kwargs)
