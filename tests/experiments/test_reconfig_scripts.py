@@ -175,3 +175,24 @@ def test_sweep_reconfig_rows_feed_paired_deltas(tmp_path, capsys):
                  "vertumnus-adaptive[target_sample=latest]"]) == 0
     text = capsys.readouterr().out
     assert text.count("vertumnus-adaptive[target_sample=latest]") >= 2  # its row and the delta column's header
+
+
+def test_sustained_target_changes_only_after_k_consecutive_windows(monkeypatch):
+    """``reconfig_sustained_target.SustainedTarget``: the first choice is taken at once, a new
+    target only after ``k`` consecutive windows name it (an interrupted run starts again), and a
+    held target that the mask refuses gives way to the checkpoint's choice."""
+    from experiments.scripts.reconfig_sustained_target import SustainedTarget
+    from policies.evaluate_reconfig import LearnedReconfig
+
+    choices = iter([3, 5, 5, 7, 5, 5, 5, 3, 3])
+    monkeypatch.setattr(LearnedReconfig, "act", lambda self, obs, mask: next(choices))
+    pol = object.__new__(SustainedTarget)
+    pol.sustained_windows = 2
+    pol._held, pol._candidate, pol._count = None, None, 0
+    mask = np.ones(8, dtype=bool)
+    assert [pol.act({}, mask) for _ in range(7)] == [3, 3, 5, 5, 5, 5, 5]
+    mask[5] = False
+    assert pol.act({}, mask) == 3  # the held target 5 is masked: the checkpoint's choice
+    mask[5] = True
+    assert pol.act({}, mask) == 3  # second window naming 3: it becomes the target
+    assert pol._held == 3

@@ -1,0 +1,105 @@
+"""A sustained condition on a learned target-composition controller's choices (paper §6's
+"conditions must persist for several windows"), measured on validation seeds.
+
+The wrapped policy keeps its current target until the checkpoint names the same other target
+in ``k`` consecutive windows (``k = 1``: the checkpoint as shipped). Its first choice of an
+episode is taken at once: the initial composition is the deployment's, not the policy's.
+Analysis only; nothing here is part of the shipped policy.
+
+    python -m experiments.scripts.reconfig_sustained_target --sustained-windows 1,2,3 \\
+        --seeds 500,501,502,503,504,505,506,507,508,509 \\
+        --out results/learned-reconfig/validation-seeds/sustained_target.csv
+
+Prints, per ``k``, the mean TTFT over the seeds and the paired % difference to ``k = 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from policies.evaluate_reconfig import LearnedReconfig
+
+
+class SustainedTarget(LearnedReconfig):
+    """A target-menu checkpoint whose target changes only after ``sustained_windows``
+    consecutive windows name the same new one.
+
+    Raises:
+        ValueError: when the checkpoint is not a target-menu one, or ``sustained_windows`` < 1.
+    """
+
+    def __init__(self, path: str, sustained_windows: int) -> None:
+        super().__init__(path)
+        if self.env_kwargs.get("action_mode") != "target":
+            raise ValueError(f"{path}: not a target-composition checkpoint (action_mode 'target')")
+        if sustained_windows < 1:
+            raise ValueError(f"--sustained-windows must be integers >= 1, got {sustained_windows}")
+        self.sustained_windows = sustained_windows
+        self._held = self._candidate = None
+        self._count = 0
+
+    def act(self, obs: dict, mask) -> int:
+        choice = super().act(obs, mask)
+        if self._held is None or choice == self._held:
+            self._held, self._candidate, self._count = choice, None, 0
+            return choice
+        self._count = self._count + 1 if choice == self._candidate else 1
+        self._candidate = choice
+        if self._count >= self.sustained_windows:
+            self._held, self._candidate, self._count = choice, None, 0
+        return self._held if mask[self._held] else choice
+
+    def run(self, *args, **kwargs):
+        self._held, self._candidate, self._count = None, None, 0
+        return super().run(*args, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from envs import workloads
+    from envs.metrics import summarize
+    from envs.sim import SimConfig
+    from experiments.config_args import split_number_list
+    from policies.checkpoint import SHIPPED_RECONFIG
+    from policies.evaluate import mean_ci95
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", default=SHIPPED_RECONFIG, help="target-menu checkpoint (default: shipped-reconfig)")
+    p.add_argument("--sustained-windows", default="1,2,3", help="comma-separated k values (default 1,2,3)")
+    p.add_argument("--seeds", default="500,501,502,503,504,505,506,507,508,509",
+                   help="matched-phases workload seeds (default: the validation seeds 500-509)")
+    p.add_argument("--out", help="CSV of one row per (k, seed)")
+    args = p.parse_args(argv)
+    try:
+        ks = [int(k) for k in split_number_list(args.sustained_windows, int)]
+        seeds = [int(s) for s in split_number_list(args.seeds, int)]
+        policies = {k: SustainedTarget(args.checkpoint, k) for k in ks}
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"reconfig_sustained_target: error: {exc}", file=sys.stderr)
+        return 2
+    rows = []
+    for k, pol in policies.items():
+        for seed in seeds:
+            wl = workloads.build_workload(name="matched-phases", seed=seed)
+            result, actions = pol.run(wl, replace(SimConfig(), seed=seed), seed)
+            s = summarize(result)
+            rows.append({"sustained_windows": k, "seed": seed, "mean_ttft_s": s["mean_ttft_s"],
+                         "slo_attainment_token_weighted": s["slo_attainment_token_weighted"],
+                         "num_target_changes": sum(a != b for a, b in zip(actions, actions[1:]))})
+            print(f"k={k} seed {seed}: mean TTFT {s['mean_ttft_s']:.4f} s", file=sys.stderr)
+    if args.out:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(args.out, index=False)
+    base = {r["seed"]: r["mean_ttft_s"] for r in rows if r["sustained_windows"] == ks[0]}
+    for k in ks:
+        rs = [r for r in rows if r["sustained_windows"] == k]
+        m, _ = mean_ci95([r["mean_ttft_s"] for r in rs])
+        d, h = mean_ci95([100 * (r["mean_ttft_s"] / base[r["seed"]] - 1) for r in rs])
+        print(f"k={k}: mean TTFT {m:.4f} s; vs k={ks[0]} {d:+.1f} % [{d - h:+.1f}, {d + h:+.1f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
