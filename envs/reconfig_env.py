@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
 from envs.episodes import nonempty_windows, reset_options
-from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space
+from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, discrete_action
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
 from envs.sim.faults import fault_flags
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
@@ -162,8 +162,8 @@ class PrefillReconfigEnv(gym.Env):
     :func:`candidate_operations` (every topology-compatible split/merge of the pool). The mask
     (:meth:`action_masks`) allows the no-op and the operations that
     ``envs.sim.reconfig.eligible_operations`` allows now (the workers exist with that degree and
-    are ACTIVE). An ineligible action is replaced by the no-op and penalised by
-    ``invalid_action_penalty``; it never raises.
+    are ACTIVE). An ineligible action (masked out) is replaced by the no-op and penalised by
+    ``invalid_action_penalty``; ``info["invalid_action"]`` flags it.
 
     With ``action_mode="target"``: ``Discrete(K)`` over :func:`target_menu` (every composition of
     the pool over ``target_degrees``, listed in :attr:`target_compositions`). Each step the
@@ -173,6 +173,12 @@ class PrefillReconfigEnv(gym.Env):
     ``max_operation_gpus_per_window`` GPUs and starts them; choosing the composition the pool
     already is (or is heading to) starts nothing, so "go to X and stay" is one repeated action.
     Every composition is reachable by splits and merges, so the mask allows all of them.
+
+    In both modes a Python or numpy integer and an integer array of shape ``()`` or ``(1,)``
+    (SB3's ``predict``) are accepted; anything that is not an element of the action space (a
+    float such as ``1.7`` or ``1.0``, a bool, a string, an integer outside ``[0, n)``) raises
+    ``ValueError`` naming the action and the space (:func:`envs.routing_env.discrete_action`),
+    also after the episode ended.
 
     ## Observation Space
 
@@ -259,6 +265,9 @@ class PrefillReconfigEnv(gym.Env):
 
     * v0: initial version (cpgym 0.1.0); ``capacity_features`` added; ``action_mode="target"``
       added (the default stays ``"operation"``).
+    * v0: an action that is not an element of the action space raises ``ValueError`` (an
+      integer out of range was a penalised no-op, ``1.7`` truncated to 1); masked actions are
+      still penalised no-ops.
     """
 
     metadata = {"render_modes": []}
@@ -463,18 +472,14 @@ class PrefillReconfigEnv(gym.Env):
     def step(self, action):
         if self.sim is None:
             raise RuntimeError("call reset() before step()")
+        k = discrete_action(action, self.action_space.n)
         if self._ended:  # stepping after the end: a no-op repeating the end flags
             return self._observe(), 0.0, *self._end_flags, {"sim_time_s": self._t}
-        k = int(action)
         invalid = False
         if self.action_mode == "target":
-            invalid = not 0 <= k < self.action_space.n
-            if invalid:
-                self._num_invalid += 1
-            else:
-                self._move_towards(k)
+            self._move_towards(k)
         elif k != 0:
-            op = self._operation(k) if 1 <= k < self.action_space.n else None
+            op = self._operation(k)
             if op is None or op not in set(eligible_operations(self.sim)):
                 invalid = True
                 self._num_invalid += 1

@@ -121,6 +121,30 @@ class RoutingRewardConfig:
             raise ValueError(f"reward.scale must be a finite number > 0, got {self.scale}")
 
 
+def discrete_action(action, n: int) -> int:
+    """The index ``k`` of an action of a ``Discrete(n)`` action space, as a Python int.
+
+    Accepted: a Python or numpy integer, or an integer numpy array of shape ``()`` or ``(1,)``
+    (what SB3's ``predict`` returns for one observation; ``DummyVecEnv`` passes numpy integers).
+
+    Raises:
+        ValueError: naming the action and the space, if the action is not an element of it: not
+            an integer (a float, even ``1.0``; a bool; a string; a longer array) or outside
+            ``[0, n)`` (``1.7`` was truncated to 1, ``"x"`` failed inside ``int()``, an array of
+            shape ``(1,)`` raised ``TypeError``).
+    """
+    if isinstance(action, (int, np.integer)) and not isinstance(action, bool):
+        k = int(action)
+    elif isinstance(action, np.ndarray) and action.shape in ((), (1,)) and np.issubdtype(action.dtype, np.integer):
+        k = int(action.reshape(()))
+    else:
+        k = -1
+    if not 0 <= k < n:
+        raise ValueError(f"action {action!r} is not an element of the action space Discrete({n}): expected an integer "
+                         f"in [0, {n}) (a Python or numpy integer, or an integer array of shape () or (1,))")
+    return k
+
+
 def least_work_worker(sim: Simulator, request: Request) -> int:
     """The eligible worker with the least outstanding work ``q_w`` (ties: fewer queued requests,
     then pool order) — the remap target of an invalid action; -1 if none is eligible."""
@@ -152,10 +176,14 @@ class PrefillRoutingEnv(gym.Env):
     ``Discrete(max_num_workers)`` with ``max_num_workers = PoolConfig.max_num_workers``
     (``num_gpus // min(supported_degrees)``; 40 for the default pool). Action ``k`` means the
     worker whose id is ``k`` (ids are stable across split/merge, see ``envs.sim.pool``).
-    :meth:`action_masks` gives the eligible slots (sb3-contrib MaskablePPO). An action that is
-    not eligible (empty slot, draining worker, too little KV memory) is *remapped* to the
-    eligible worker with the least outstanding work and penalised by
-    ``reward.invalid_action_penalty``; ``info["invalid_action"]`` flags it. It never raises.
+    :meth:`action_masks` gives the eligible slots (sb3-contrib MaskablePPO). An action of the
+    space that is not eligible (masked out: empty or padded slot, draining worker, too little KV
+    memory) is *remapped* to the eligible worker with the least outstanding work and penalised
+    by ``reward.invalid_action_penalty``; ``info["invalid_action"]`` flags it. A Python or numpy
+    integer and an integer array of shape ``()`` or ``(1,)`` (SB3's ``predict``) are accepted;
+    anything that is not an element of the space (a float such as ``1.7`` or ``1.0``, a bool, a
+    string, an integer outside ``[0, max_num_workers)``) raises ``ValueError`` naming the action
+    and the space (:func:`discrete_action`), also after the episode ended.
 
     ## Observation Space
 
@@ -248,6 +276,9 @@ class PrefillRoutingEnv(gym.Env):
 
     * v0: initial version (cpgym 0.1.0).
     * v0 (cpgym 0.2): ``"workers_extra"`` and ``"context"`` observation keys; ``num_slots`` padding.
+    * v0 (cpgym 0.2): an action that is not an element of the action space raises ``ValueError``
+      (an integer out of range was remapped and penalised like a masked one, ``1.7`` truncated
+      to 1); masked actions are still remapped.
     """
 
     metadata = {"render_modes": []}
@@ -372,13 +403,13 @@ class PrefillRoutingEnv(gym.Env):
         sim = self.sim
         if sim is None:
             raise RuntimeError("call reset() before step()")
+        wid = discrete_action(action, self.max_num_workers)
         req = self._req
         if req is None:
             # Stepping after the end: a no-op repeating the end flags (Gymnasium leaves this
             # undefined; never crash).
             return self._observe(None), 0.0, *self._end_flags, self._info(True)
-        wid = int(action)
-        invalid = not (0 <= wid < self.max_num_workers and self._mask[wid])
+        invalid = not self._mask[wid]
         if invalid:
             wid = least_work_worker(sim, req)
             self._num_invalid += 1

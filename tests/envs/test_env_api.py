@@ -86,3 +86,64 @@ def test_reconfig_constructor_arguments_are_checked(kwargs, match, toy_cal):
     kwargs = {"window_s": 2.0, **kwargs}
     with pytest.raises(ValueError, match=match):
         PrefillReconfigEnv([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, **kwargs)
+
+
+@pytest.mark.parametrize("cls", ENVS)
+@pytest.mark.parametrize("action", [1.7, 1.0, np.float64(1.0), "x", "1", True, None, np.array([1, 2]), np.array([1.0]),
+                                    np.array([[1]]), [1], -1, "n"])
+def test_action_outside_the_space_is_a_value_error(cls, action, toy_cal):
+    # 1.7 was truncated to action 1, "x" failed inside int(), np.array([1]) raised TypeError
+    env = _make(cls, toy_cal)
+    env.reset(seed=0)
+    n = env.action_space.n
+    action = n if isinstance(action, str) and action == "n" else action
+    # gymnasium's Discrete.contains(True) is True; the environments refuse a bool as reset options do
+    assert isinstance(action, bool) or not env.action_space.contains(action)
+    with pytest.raises(ValueError, match=rf"action .* is not an element of the action space Discrete\({n}\): "
+                                         rf"expected an integer in \[0, {n}\)"):
+        env.step(action)
+
+
+def _valid_action(env) -> int:
+    mask = env.action_masks()
+    return int(np.flatnonzero(mask)[-1])
+
+
+@pytest.mark.parametrize("cls", ENVS)
+@pytest.mark.parametrize("wrap", [np.int64, np.int32, np.uint8, np.array, lambda k: np.array([k])])
+def test_numpy_integer_actions_step_like_python_ints(cls, wrap, toy_cal):
+    # what DummyVecEnv (a numpy integer) and SB3's predict for one observation (shape () or (1,)) pass
+    a, b = _make(cls, toy_cal), _make(cls, toy_cal)
+    oa, _ = a.reset(seed=0)
+    ob, _ = b.reset(seed=0)
+    for _ in range(5):
+        k = _valid_action(a)
+        oa, ra, ta, ua, ia = a.step(k)
+        ob, rb, tb, ub, ib = b.step(wrap(k))
+        assert (ra, ta, ua) == (rb, tb, ub) and not ia["invalid_action"] and not ib["invalid_action"]
+        assert all(np.array_equal(oa[key], ob[key]) for key in oa)
+        if ta or ua:
+            break
+
+
+@pytest.mark.parametrize("cls", ENVS)
+def test_masked_action_is_remapped_not_raised(cls, toy_cal):
+    # a valid but masked action keeps its documented behaviour: penalised, flagged, no exception
+    env = _make(cls, toy_cal)
+    env.reset(seed=0)
+    masked = np.flatnonzero(~env.action_masks())
+    assert masked.size
+    _, _, _, _, info = env.step(np.int64(masked[0]))
+    assert info["invalid_action"] and info["num_invalid_actions"] == 1
+
+
+@pytest.mark.parametrize("cls", ENVS)
+def test_dummy_vec_env_steps_with_predict_shaped_actions(cls, toy_cal):
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    venv = DummyVecEnv([lambda: _make(cls, toy_cal)])
+    venv.seed(0)
+    venv.reset()
+    k = _valid_action(venv.envs[0].unwrapped)
+    _, _, _, infos = venv.step(np.array([k]))  # what model.predict(vec_obs) returns for one env
+    assert not infos[0]["invalid_action"]
