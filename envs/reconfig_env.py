@@ -227,6 +227,22 @@ class PrefillReconfigEnv(gym.Env):
     unroutable (:meth:`envs.accounting.EpisodeAccounting.episode_end`). Stepping after the end
     is a no-op that repeats these flags.
 
+    ## Information
+
+    ``reset`` and every ``step`` (also after the end) return an ``info`` dict with the same keys:
+
+    * ``sim_time_s``: the end of the observation window just simulated = the time of the next
+      decision (:attr:`decision_time_s`) [s];
+    * ``window_start_s``: the start of that window [s] (0 at ``reset``; after the end, when
+      nothing is simulated, ``sim_time_s``);
+    * ``invalid_action``: whether this step's action was ineligible (penalised; False at
+      ``reset`` and after the end, where the action is ignored);
+    * ``num_invalid_actions``, ``num_operations``: counts since ``reset`` of ineligible actions
+      and of the splits/merges started;
+    * ``window_index``: index of the episode window in ``workloads``;
+    * ``composition``: the pool's current workers as ``(CP degree [GPUs], first GPU)`` pairs,
+      in GPU order.
+
     ## Arguments
 
     Args:
@@ -426,7 +442,7 @@ class PrefillReconfigEnv(gym.Env):
         self._run_window()
         if self._ended:  # the whole run fitted in the first window: the first step ends it
             self._end_flags = self._acct.episode_end()[:2]
-        return self._observe(), {"sim_time_s": self._t, "window_index": idx}
+        return self._observe(), self._info(0.0, False)
 
     def _on_finish_window(self, sim, batch, _w) -> None:
         now = sim.env.now
@@ -473,8 +489,8 @@ class PrefillReconfigEnv(gym.Env):
         if self.sim is None:
             raise RuntimeError("call reset() before step()")
         k = discrete_action(action, self.action_space.n)
-        if self._ended:  # stepping after the end: a no-op repeating the end flags
-            return self._observe(), 0.0, *self._end_flags, {"sim_time_s": self._t}
+        if self._ended:  # stepping after the end: a no-op repeating the end flags (an empty window)
+            return self._observe(), 0.0, *self._end_flags, self._info(self._t, False)
         invalid = False
         if self.action_mode == "target":
             self._move_towards(k)
@@ -507,11 +523,15 @@ class PrefillReconfigEnv(gym.Env):
         reward *= self.reward_scale
         if invalid:
             reward -= self.invalid_action_penalty
-        info = {"sim_time_s": self._t, "window_start_s": start, "invalid_action": invalid,
+        return self._observe(), float(reward), terminated, truncated, self._info(start, invalid)
+
+    def _info(self, window_start_s: float, invalid: bool) -> dict:
+        """The ``info`` of ``reset`` and ``step`` (the keys of the class docstring's *Information*)."""
+        sim = self.sim
+        return {"sim_time_s": self._t, "window_start_s": window_start_s, "invalid_action": invalid,
                 "num_invalid_actions": self._num_invalid, "num_operations": self._num_ops,
-                "window_index": self.window_index, "composition": [(w.degree, w.first_gpu) for w in
-                                                                   (sim.workers[i] for i in sim.worker_ids)]}
-        return self._observe(), float(reward), terminated, truncated, info
+                "window_index": self.window_index,
+                "composition": [(w.degree, w.first_gpu) for w in (sim.workers[i] for i in sim.worker_ids)]}
 
     def _move_towards(self, k: int) -> None:
         """Starts the operations towards menu composition ``k`` (``action_mode="target"``)."""

@@ -147,3 +147,26 @@ def test_dummy_vec_env_steps_with_predict_shaped_actions(cls, toy_cal):
     k = _valid_action(venv.envs[0].unwrapped)
     _, _, _, infos = venv.step(np.array([k]))  # what model.predict(vec_obs) returns for one env
     assert not infos[0]["invalid_action"]
+
+
+RECONFIG_INFO_KEYS = {"sim_time_s", "window_start_s", "invalid_action", "num_invalid_actions", "num_operations",
+                      "window_index", "composition"}
+
+
+def test_reconfig_info_has_the_documented_keys_at_reset_step_and_after_the_end(toy_cal):
+    # reset returned only {sim_time_s, window_index}, a step after the end only {sim_time_s}
+    env = _make(PrefillReconfigEnv, toy_cal)
+    _, info = env.reset(seed=0, options={"window_index": 1})
+    assert info.keys() == RECONFIG_INFO_KEYS
+    assert info["window_start_s"] == 0.0 and info["sim_time_s"] == env.decision_time_s == 2.0
+    assert not info["invalid_action"] and info["num_operations"] == info["num_invalid_actions"] == 0
+    assert info["window_index"] == 1 and sorted(info["composition"]) == [(2, 4), (2, 6), (4, 0)]
+    done = False
+    while not done:
+        _, _, term, trunc, info = env.step(0)
+        assert info.keys() == RECONFIG_INFO_KEYS and info["sim_time_s"] - info["window_start_s"] == pytest.approx(2.0)
+        done = term or trunc
+    end_time = info["sim_time_s"]
+    _, _, _, _, info = env.step(0)
+    assert info.keys() == RECONFIG_INFO_KEYS
+    assert info["sim_time_s"] == info["window_start_s"] == end_time and not info["invalid_action"]
