@@ -113,6 +113,24 @@ def _check_number(name: str, value, low: float, strict: bool) -> None:
         raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}")
 
 
+def _check_action_mode(action_mode: str, capacity_features: bool, target_degrees, max_operation_gpus_per_window) -> None:
+    """Raises ValueError naming the argument on an unknown ``action_mode``, ``"target"`` without
+    ``capacity_features``, a GPU budget that is not > 0, or ``target_degrees`` /
+    ``max_operation_gpus_per_window`` given with ``"operation"`` (they were silently ignored)."""
+    if action_mode not in ("operation", "target"):
+        raise ValueError(f"action_mode must be 'operation' or 'target', got {action_mode!r}")
+    if action_mode == "target" and not capacity_features:
+        raise ValueError("action_mode='target' observes per-composition capacities: set capacity_features=True")
+    if max_operation_gpus_per_window is not None and not max_operation_gpus_per_window > 0:
+        raise ValueError(f"max_operation_gpus_per_window must be > 0, got {max_operation_gpus_per_window}")
+    if action_mode == "operation":
+        for name, value in (("target_degrees", target_degrees),
+                            ("max_operation_gpus_per_window", max_operation_gpus_per_window)):
+            if value is not None:
+                raise ValueError(f"{name} applies to action_mode='target' only (got {value!r} with "
+                                 "action_mode='operation')")
+
+
 def default_inner_router():
     """A fresh router of the registered ``"vertumnus-router"`` policy: the default inner router
     (a module-level function, so that an environment keeps pickling; the registry's factory is
@@ -267,15 +285,16 @@ class PrefillReconfigEnv(gym.Env):
         action_mode: ``"operation"`` (no-op / one split / one merge; the v0 checkpoints) or
             ``"target"`` (a target composition; needs ``capacity_features``).
         target_degrees: CP degrees of the target menu (default :data:`DEFAULT_TARGET_DEGREES`,
-            restricted to the pool's supported degrees).
+            restricted to the pool's supported degrees); ``action_mode="target"`` only.
         max_operation_gpus_per_window: GPU budget of the operations started in one step of
-            ``action_mode="target"`` (default: the whole pool).
+            ``action_mode="target"`` (default: the whole pool); ``action_mode="target"`` only.
 
     Raises:
         ValueError: naming the argument, on a window, reward scale or penalty that is not a
             finite number (> 0, > 0, >= 0), a bad reward, ``long_request_tokens`` that is not an
             integer >= 0, a ``make_router`` that is not callable, a bad action mode or target
-            menu, or empty workloads.
+            menu, ``target_degrees`` or ``max_operation_gpus_per_window`` given (not ``None``)
+            with ``action_mode="operation"``, or empty workloads.
 
     ## Version History
 
@@ -308,12 +327,7 @@ class PrefillReconfigEnv(gym.Env):
             raise ValueError(f"long_request_tokens must be an integer >= 0 [tokens], got {long_request_tokens!r}")
         if make_router is not None and not callable(make_router):
             raise ValueError(f"make_router must be a zero-argument factory of routers, got {make_router!r}")
-        if action_mode not in ("operation", "target"):
-            raise ValueError(f"action_mode must be 'operation' or 'target', got {action_mode!r}")
-        if action_mode == "target" and not capacity_features:
-            raise ValueError("action_mode='target' observes per-composition capacities: set capacity_features=True")
-        if max_operation_gpus_per_window is not None and not max_operation_gpus_per_window > 0:
-            raise ValueError(f"max_operation_gpus_per_window must be > 0, got {max_operation_gpus_per_window}")
+        _check_action_mode(action_mode, capacity_features, target_degrees, max_operation_gpus_per_window)
         if workloads is None:
             from envs.workloads import build_workload
 

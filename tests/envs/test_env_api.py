@@ -170,3 +170,16 @@ def test_reconfig_info_has_the_documented_keys_at_reset_step_and_after_the_end(t
     _, _, _, _, info = env.step(0)
     assert info.keys() == RECONFIG_INFO_KEYS
     assert info["sim_time_s"] == info["window_start_s"] == end_time and not info["invalid_action"]
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"target_degrees": (2, 4)}, "target_degrees"),
+    ({"max_operation_gpus_per_window": 4}, "max_operation_gpus_per_window"),
+])
+def test_reconfig_target_arguments_are_refused_in_operation_mode(kwargs, name, toy_cal):
+    # they were silently ignored (the CLI already refuses --target-degrees with --action-mode operation)
+    with pytest.raises(ValueError, match=rf"{name} applies to action_mode='target' only \(got .* with "
+                                         r"action_mode='operation'\)"):
+        _make(PrefillReconfigEnv, toy_cal, action_mode="operation", **kwargs)
+    env = _make(PrefillReconfigEnv, toy_cal, action_mode="target", capacity_features=True, **kwargs)
+    assert env.action_space.n == len(env.target_compositions)
