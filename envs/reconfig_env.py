@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
 from envs.episodes import nonempty_windows, reset_options
-from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, discrete_action
+from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, check_render_mode, discrete_action
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
 from envs.sim.faults import fault_flags
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
@@ -288,13 +288,16 @@ class PrefillReconfigEnv(gym.Env):
             restricted to the pool's supported degrees); ``action_mode="target"`` only.
         max_operation_gpus_per_window: GPU budget of the operations started in one step of
             ``action_mode="target"`` (default: the whole pool); ``action_mode="target"`` only.
+        render_mode: ``None`` (Gymnasium's convention; no rendering is implemented:
+            ``metadata["render_modes"]`` is empty).
 
     Raises:
         ValueError: naming the argument, on a window, reward scale or penalty that is not a
             finite number (> 0, > 0, >= 0), a bad reward, ``long_request_tokens`` that is not an
             integer >= 0, a ``make_router`` that is not callable, a bad action mode or target
             menu, ``target_degrees`` or ``max_operation_gpus_per_window`` given (not ``None``)
-            with ``action_mode="operation"``, or empty workloads.
+            with ``action_mode="operation"``, a ``render_mode`` that is not ``None``, or empty
+            workloads.
 
     ## Version History
 
@@ -302,7 +305,7 @@ class PrefillReconfigEnv(gym.Env):
       added (the default stays ``"operation"``).
     * v0: an action that is not an element of the action space raises ``ValueError`` (an
       integer out of range was a penalised no-op, ``1.7`` truncated to 1); masked actions are
-      still penalised no-ops.
+      still penalised no-ops. ``render_mode`` argument (``None`` only).
     """
 
     metadata = {"render_modes": []}
@@ -312,8 +315,10 @@ class PrefillReconfigEnv(gym.Env):
                  reward: str = "time_in_system", reward_scale: float = 0.01, invalid_action_penalty: float = 1.0,
                  long_request_tokens: int = 8192, observe_faults: bool = False, capacity_features: bool = False,
                  capacity_table=None, action_mode: str = "operation", target_degrees: Sequence[int] | None = None,
-                 max_operation_gpus_per_window: float | None = None) -> None:
+                 max_operation_gpus_per_window: float | None = None, render_mode: str | None = None) -> None:
         super().__init__()
+        check_render_mode(render_mode, self.metadata["render_modes"])
+        self.render_mode = render_mode
         self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
         # finite numbers: an infinite window ended every episode at reset with zero rates; an
         # infinite scale or penalty gave infinite rewards

@@ -145,6 +145,20 @@ def discrete_action(action, n: int) -> int:
     return k
 
 
+def check_render_mode(render_mode: str | None, render_modes: Sequence[str]) -> None:
+    """Gymnasium's ``render_mode`` convention for an environment with ``metadata["render_modes"]
+    == render_modes``.
+
+    Raises:
+        ValueError: naming ``render_mode`` and the supported modes, if it is neither ``None`` nor
+            one of them (``gym.make(id, render_mode="human")`` failed with "unexpected keyword
+            argument").
+    """
+    if render_mode is not None and render_mode not in render_modes:
+        raise ValueError(f"render_mode must be None or one of metadata['render_modes'] = {list(render_modes)}, "
+                         f"got {render_mode!r}")
+
+
 def least_work_worker(sim: Simulator, request: Request) -> int:
     """The eligible worker with the least outstanding work ``q_w`` (ties: fewer queued requests,
     then pool order) — the remap target of an invalid action; -1 if none is eligible."""
@@ -266,11 +280,13 @@ class PrefillRoutingEnv(gym.Env):
             attachments); the pool's ``max_num_workers`` must match ``config``'s.
         num_slots: number of worker slots of the observation and action spaces (default: the
             pool's ``max_num_workers``); more pads with empty, masked slots.
+        render_mode: ``None`` (Gymnasium's convention; no rendering is implemented:
+            ``metadata["render_modes"]`` is empty).
 
     Raises:
         ValueError: if no window holds a request, the reward is invalid (or not a
-            ``RoutingRewardConfig``, kind string or ``None``), or ``num_slots`` is not an integer
-            or below the pool's ``max_num_workers``.
+            ``RoutingRewardConfig``, kind string or ``None``), ``num_slots`` is not an integer
+            or below the pool's ``max_num_workers``, or ``render_mode`` is not ``None``.
 
     ## Version History
 
@@ -278,7 +294,7 @@ class PrefillRoutingEnv(gym.Env):
     * v0 (cpgym 0.2): ``"workers_extra"`` and ``"context"`` observation keys; ``num_slots`` padding.
     * v0 (cpgym 0.2): an action that is not an element of the action space raises ``ValueError``
       (an integer out of range was remapped and penalised like a masked one, ``1.7`` truncated
-      to 1); masked actions are still remapped.
+      to 1); masked actions are still remapped. ``render_mode`` argument (``None`` only).
     """
 
     metadata = {"render_modes": []}
@@ -287,8 +303,10 @@ class PrefillRoutingEnv(gym.Env):
                  calibration: Calibration | None = None, reward: RoutingRewardConfig | str | None = None,
                  make_attachments: Callable[[], list] | None = None,
                  make_simulator: Callable[[Workload, SimConfig], Simulator] | None = None,
-                 num_slots: int | None = None, observe_faults: bool = False) -> None:
+                 num_slots: int | None = None, observe_faults: bool = False, render_mode: str | None = None) -> None:
         super().__init__()
+        check_render_mode(render_mode, self.metadata["render_modes"])
+        self.render_mode = render_mode
         self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
         self.windows = nonempty_windows(workloads if workloads is not None else default_routing_windows())
         self.config = config or SimConfig()

@@ -183,3 +183,41 @@ def test_reconfig_target_arguments_are_refused_in_operation_mode(kwargs, name, t
         _make(PrefillReconfigEnv, toy_cal, action_mode="operation", **kwargs)
     env = _make(PrefillReconfigEnv, toy_cal, action_mode="target", capacity_features=True, **kwargs)
     assert env.action_space.n == len(env.target_compositions)
+
+
+ENV_IDS = {PrefillRoutingEnv: "cpgym/PrefillRouting-v0", PrefillReconfigEnv: "cpgym/PrefillReconfig-v0"}
+
+
+@pytest.mark.parametrize("cls", ENVS)
+@pytest.mark.parametrize("render_mode", ["human", "ansi", "rgb_array"])
+def test_render_mode_other_than_none_is_refused_by_name(cls, render_mode, toy_cal):
+    # gym.make(id, render_mode="human") warned, then failed with "unexpected keyword argument 'render_mode'"
+    import warnings
+
+    import gymnasium as gym
+
+    import envs
+
+    envs.register_envs()
+    assert cls.metadata["render_modes"] == []
+    match = rf"render_mode must be None or one of metadata\['render_modes'\] = \[\], got '{render_mode}'"
+    with pytest.raises(ValueError, match=match):
+        _make(cls, toy_cal, render_mode=render_mode)
+    with warnings.catch_warnings(), pytest.raises(ValueError, match=match):
+        warnings.simplefilter("ignore")  # gymnasium warns that the mode is not in metadata["render_modes"]
+        gym.make(ENV_IDS[cls], workloads=[random_workload(20, 5.0, 0)], config=SimConfig(pool=SMALL_POOL),
+                 calibration=toy_cal, render_mode=render_mode)
+
+
+@pytest.mark.parametrize("cls", ENVS)
+def test_render_mode_none_is_accepted(cls, toy_cal):
+    import gymnasium as gym
+
+    import envs
+
+    envs.register_envs()
+    assert _make(cls, toy_cal, render_mode=None).render_mode is None
+    env = gym.make(ENV_IDS[cls], workloads=[random_workload(20, 5.0, 0)], config=SimConfig(pool=SMALL_POOL),
+                   calibration=toy_cal, render_mode=None)
+    assert env.render_mode is None and env.unwrapped.render_mode is None
+    env.reset(seed=0)
