@@ -125,9 +125,26 @@ class LearnedPolicy:
 
     def predict(self, observation, state=None, episode_start=None, deterministic: bool = True, action_masks=None):
         """SB3 signature; returns ``(action, state)``. Keys the model was not trained with
-        (newer environment versions) are dropped before the torch path."""
+        (newer environment versions) are dropped before the torch path. ``action_masks`` has one
+        entry per worker slot of ``observation["workers"]``: shape ``(num_slots,)`` for one
+        observation, ``(batch, num_slots)`` for a batch (any shape of that size, as in SB3).
+
+        Raises:
+            ValueError: naming ``action_masks``, its shape and the expected one, on a mask of
+                another size (was a numpy ``IndexError`` or torch "shape '[1, 40]' is invalid").
+        """
+        import math
+
         import numpy as np
 
+        if action_masks is not None:
+            expected = np.shape(observation["workers"])[:-1]
+            if np.shape(action_masks) != expected:
+                if np.size(action_masks) != math.prod(expected):
+                    raise ValueError(f"action_masks of shape {np.shape(action_masks)} does not fit the observation: "
+                                     f"expected {expected} (one entry per worker slot of observation['workers'], shape "
+                                     f"{np.shape(observation['workers'])})")
+                action_masks = np.reshape(action_masks, expected)
         if self.actor is not None and deterministic and np.ndim(observation["workers"]) == 2:
             return np.int64(self.actor.act(observation, action_masks)), state
         obs = {k: observation[k] for k in self._keys}

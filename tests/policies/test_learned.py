@@ -87,3 +87,23 @@ def test_heuristic_policy_under_dummy_vec_env():
         a, _ = pol.predict(obs, action_masks=masks)
         assert masks[np.arange(2), a].all()
         obs, *_ = venv.step(a)
+
+
+@pytest.mark.parametrize("backend, deterministic", [("numpy", True), ("torch", True), ("numpy", False)])
+def test_learned_policy_names_a_wrong_shape_action_mask(backend, deterministic):
+    # a 5-entry mask on an 8-slot observation was a numpy IndexError (boolean index did not match)
+    # or torch "RuntimeError: shape '[1, 8]' is invalid for input of size 5"
+    from policies.checkpoint import LearnedPolicy
+
+    env = _env()
+    obs, _ = env.reset(seed=0)
+    mask = env.action_masks()
+    pol = LearnedPolicy("shipped-residual", backend=backend)
+    with pytest.raises(ValueError, match=r"action_masks of shape \(5,\) does not fit the observation: expected \(8,\)"):
+        pol.predict(obs, action_masks=mask[:5], deterministic=deterministic)
+    batch = {k: v[None] for k, v in obs.items()}
+    with pytest.raises(ValueError, match=r"action_masks of shape \(1, 5\) does not fit the observation: expected \(1, 8\)"):
+        pol.predict(batch, action_masks=mask[None, :5], deterministic=deterministic)
+    if backend == "numpy" and deterministic:  # a mask of the right size in another shape is reshaped, as SB3 does
+        a, _ = pol.predict(obs, action_masks=mask[None], deterministic=True)
+        assert a == pol.predict(obs, action_masks=mask, deterministic=True)[0] and mask[a]
