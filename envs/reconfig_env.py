@@ -24,7 +24,7 @@ RECONFIG_WORKER_FEATURES: tuple[tuple[str, float], ...] = (
     ("present", 1.0),
     ("degree", 64.0),                      # CP degree [GPUs]
     ("is_active", 1.0),
-    ("is_reconfiguring", 1.0),             # DRAINING or SWITCHING
+    ("is_reconfiguring", 1.0),             # DRAINING or SWITCHING (paper §6), or REBUILDING after a fault
     ("outstanding_work_s", TIME_BOUND_S),  # q_w [s]
     ("num_queued_requests", COUNT_BOUND),
     ("kv_usage", 1.0),                     # share of KV blocks in use
@@ -200,8 +200,10 @@ class PrefillReconfigEnv(gym.Env):
 
     ## Observation Space
 
-    ``Dict``: ``"workers"`` ``(max_num_workers, 7)`` (``RECONFIG_WORKER_FEATURES``; row = worker
-    id) and ``"window"`` ``(10,)`` (``WINDOW_FEATURES``: the last window's arrival rate, mean
+    ``Dict``: ``"workers"`` ``(max_num_workers, 7)`` (``RECONFIG_WORKER_FEATURES``: present,
+    degree [GPUs], ACTIVE, reconfiguring — DRAINING, SWITCHING or REBUILDING —, outstanding work
+    [s], queued requests, KV usage; row = worker id) and ``"window"`` ``(10,)``
+    (``WINDOW_FEATURES``: the last window's arrival rate, mean
     length, long-request fraction, token rate, TTFT and SLO attainment of finished requests,
     requests in the system, outstanding work, operations in flight, epoch) — physical units,
     clipped to the documented bounds, all >= 0. With ``capacity_features=True`` the window
@@ -217,6 +219,9 @@ class PrefillReconfigEnv(gym.Env):
     menu composition its profiled capacity and load at the window's rate and mix, its GPU-level
     distance from the projected composition (``baselines.operation_plan.composition_distance``
     over the pool's GPUs), whether the pool is (heading to) it and whether the last step chose it.
+    With ``observe_faults=True`` the ``"faults"`` key ``(max_num_workers, 3)`` adds per worker slot
+    the flags (down, degraded, rebuilding) in ``{0, 1}`` of ``PrefillRoutingEnv``
+    (:func:`envs.sim.faults.fault_flags`); absent by default.
 
     ## Rewards
 
@@ -278,6 +283,8 @@ class PrefillReconfigEnv(gym.Env):
         invalid_action_penalty: subtracted for an ineligible action (default 1.0).
         long_request_tokens: length above which a request counts as long [tokens] (default
             8192: the Mooncake traces' 8k split, see ``shared/data/traces/SOURCES.md``).
+        observe_faults: add the ``"faults"`` observation key (see Observation Space; default
+            False: the observation of the v0 checkpoints).
         capacity_features: add the capacity observation (see Observation Space; default
             False: the observation of the v0 checkpoints).
         capacity_table: the ``CapacityTable`` to profile with (default: a new one with

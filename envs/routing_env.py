@@ -49,7 +49,7 @@ WORKER_FEATURES: tuple[tuple[str, float], ...] = (
     ("present", 1.0),                  # 1 if a (non-retired) worker has this slot (= worker id)
     ("eligible", 1.0),                 # 1 if the pending request may be routed here (action mask)
     ("degree", 64.0),                  # CP degree C [GPUs]; 0 for an empty slot
-    ("is_reconfiguring", 1.0),         # 1 if DRAINING or SWITCHING (paper §6)
+    ("is_reconfiguring", 1.0),         # 1 if not ACTIVE: DRAINING or SWITCHING (paper §6), or REBUILDING after a fault
     ("outstanding_work_s", TIME_BOUND_S),   # q_w [s] (paper §5)
     ("ready_hit_tokens", TOKEN_BOUND),      # P_{i,w}: ready prefix hit of the pending request [tokens]
     ("predicted_service_s", TIME_BOUND_S),  # s = E_{C_w}(L - P_{i,w}, P_{i,w}) [s]
@@ -213,6 +213,10 @@ class PrefillRoutingEnv(gym.Env):
     Vertumnus router uses is there: ``q_w``, the ready hit ``P_{i,w}``, the degree ``C_w``, the
     worker state, the predicted service time ``E_{C_w}(R_{i,w}, P_{i,w})`` and the request length
     ``L``. Normalisation is left to the policy (``policies.extractor`` scales logarithmically).
+    With ``observe_faults=True`` the ``"faults"`` key of shape ``(max_num_workers, 3)`` adds per
+    worker slot the flags ``FAULT_OBSERVATION_FEATURES`` = (down, degraded, rebuilding) in
+    ``{0, 1}``: a *detected* failure of the slot's first GPU, a straggler GPU, a REBUILDING worker
+    (:func:`envs.sim.faults.fault_flags`; all zeros without a fault model); absent by default.
 
     ## Rewards
 
@@ -280,6 +284,8 @@ class PrefillRoutingEnv(gym.Env):
             attachments); the pool's ``max_num_workers`` must match ``config``'s.
         num_slots: number of worker slots of the observation and action spaces (default: the
             pool's ``max_num_workers``); more pads with empty, masked slots.
+        observe_faults: add the ``"faults"`` observation key (see Observation Space; default
+            False: the observation of the shipped checkpoints).
         render_mode: ``None`` (Gymnasium's convention; no rendering is implemented:
             ``metadata["render_modes"]`` is empty).
 

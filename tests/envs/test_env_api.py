@@ -221,3 +221,29 @@ def test_render_mode_none_is_accepted(cls, toy_cal):
                    calibration=toy_cal, render_mode=None)
     assert env.render_mode is None and env.unwrapped.render_mode is None
     env.reset(seed=0)
+
+
+def _docstring_section(cls, title: str) -> str:
+    doc = cls.__doc__
+    start = doc.index(f"## {title}")
+    end = doc.find("## ", start + 3)
+    return doc[start:end if end >= 0 else None]
+
+
+@pytest.mark.parametrize("cls", ENVS)
+def test_every_constructor_argument_is_documented(cls):
+    # observe_faults was undocumented in both environments
+    import inspect
+
+    args = _docstring_section(cls, "Arguments")
+    missing = [p for p in inspect.signature(cls.__init__).parameters if p != "self" and f"        {p}: " not in args]
+    assert not missing
+
+
+@pytest.mark.parametrize("cls, kwargs", [(PrefillRoutingEnv, {}), (PrefillReconfigEnv, {"action_mode": "target",
+                                                                                        "capacity_features": True})])
+def test_every_observation_key_is_documented(cls, kwargs, toy_cal):
+    # the "faults" key of observe_faults=True was undocumented in both environments
+    env = _make(cls, toy_cal, observe_faults=True, **kwargs)
+    section = _docstring_section(cls, "Observation Space")
+    assert [k for k in env.observation_space.spaces if f'``"{k}"``' not in section] == []
