@@ -196,3 +196,27 @@ def test_sustained_target_changes_only_after_k_consecutive_windows(monkeypatch):
     mask[5] = True
     assert pol.act({}, mask) == 3  # second window naming 3: it becomes the target
     assert pol._held == 3
+
+
+def test_probability_ensemble_of_one_checkpoint_acts_like_it(monkeypatch):
+    """``reconfig_ensemble_check.ProbabilityEnsemble``: the argmax of the mean masked action
+    probabilities is each member's deterministic action when the members are one checkpoint,
+    and a mean of two different probability vectors picks the action they favour together."""
+    from experiments.scripts import reconfig_ensemble_check as rec
+    from policies.evaluate_reconfig import LearnedReconfig
+
+    policy = LearnedReconfig("shipped-reconfig")
+    ens = rec.ProbabilityEnsemble(["shipped-reconfig", "shipped-reconfig"])
+    rng = np.random.default_rng(0)
+    spaces = policy.model.observation_space.spaces
+    for _ in range(5):
+        obs = {k: rng.uniform(0.0, 2.0, size=s.shape).astype(np.float32) for k, s in spaces.items()}
+        mask = rng.random(policy.model.action_space.n) < 0.5
+        mask[0] = True
+        assert ens.act(obs, mask) == policy.act(obs, mask)
+        probs = rec.action_probabilities(policy, obs, mask)
+        assert probs.shape == (policy.model.action_space.n,) and np.all(probs[~mask] == 0)
+        assert math.isclose(float(probs.sum()), 1.0, rel_tol=1e-5)
+    votes = iter([np.array([0.6, 0.4, 0.0]), np.array([0.0, 0.45, 0.55])] * 2)
+    monkeypatch.setattr(rec, "action_probabilities", lambda member, obs, mask: next(votes))
+    assert ens.act({}, np.ones(3, dtype=bool)) == 1  # neither member's own first choice
