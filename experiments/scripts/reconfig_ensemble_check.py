@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 import numpy as np
 
@@ -56,11 +55,8 @@ class ProbabilityEnsemble(LearnedReconfig):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from envs import workloads
-    from envs.metrics import summarize
-    from envs.sim import SimConfig
     from experiments.config_args import split_number_list
-    from policies.evaluate import mean_ci95
+    from experiments.scripts.reconfig_sustained_target import evaluate_and_report
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoints", required=True, help="comma-separated target-composition checkpoint folders")
@@ -76,26 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"reconfig_ensemble_check: error: {exc}", file=sys.stderr)
         return 2
-    rows = []
-    for name, pol in policies.items():
-        for seed in seeds:
-            wl = workloads.build_workload(name="matched-phases", seed=seed)
-            result, _ = pol.run(wl, replace(SimConfig(), seed=seed), seed)
-            s = summarize(result)
-            rows.append({"policy": name, "seed": seed, "mean_ttft_s": s["mean_ttft_s"],
-                         "slo_attainment_token_weighted": s["slo_attainment_token_weighted"]})
-            print(f"{name} seed {seed}: mean TTFT {s['mean_ttft_s']:.4f} s", file=sys.stderr)
-    if args.out:
-        import pandas as pd
-
-        pd.DataFrame(rows).to_csv(args.out, index=False)
-    first = f"single:{paths[0]}"
-    base = {r["seed"]: r["mean_ttft_s"] for r in rows if r["policy"] == first}
-    for name in policies:
-        rs = [r for r in rows if r["policy"] == name]
-        m, _ = mean_ci95([r["mean_ttft_s"] for r in rs])
-        d, h = mean_ci95([100 * (r["mean_ttft_s"] / base[r["seed"]] - 1) for r in rs])
-        print(f"{name}: mean TTFT {m:.4f} s; vs {first} {d:+.1f} % [{d - h:+.1f}, {d + h:+.1f}]")
+    evaluate_and_report(policies, seeds, "policy", args.out)
     return 0
 
 

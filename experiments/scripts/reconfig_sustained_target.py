@@ -56,13 +56,43 @@ class SustainedTarget(LearnedReconfig):
         return super().run(*args, **kwargs)
 
 
-def main(argv: list[str] | None = None) -> int:
+def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str | None = None) -> list[dict]:
+    """One whole-workload ``matched-phases`` episode per (policy, seed) (the default pool,
+    simulator seed = workload seed, as ``cpgym evaluate``): rows ``{label: name, seed, mean_ttft_s,
+    slo_attainment_token_weighted, num_target_changes}``, written to ``out`` (CSV) if given; prints
+    each policy's mean TTFT and its paired % difference to the first policy (95 % CI)."""
     from envs import workloads
     from envs.metrics import summarize
     from envs.sim import SimConfig
+    from policies.evaluate import mean_ci95
+
+    rows = []
+    for name, pol in policies.items():
+        for seed in seeds:
+            wl = workloads.build_workload(name="matched-phases", seed=seed)
+            result, actions = pol.run(wl, replace(SimConfig(), seed=seed), seed)
+            s = summarize(result)
+            rows.append({label: name, "seed": seed, "mean_ttft_s": s["mean_ttft_s"],
+                         "slo_attainment_token_weighted": s["slo_attainment_token_weighted"],
+                         "num_target_changes": sum(a != b for a, b in zip(actions, actions[1:]))})
+            print(f"{label} {name} seed {seed}: mean TTFT {s['mean_ttft_s']:.4f} s", file=sys.stderr)
+    if out:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(out, index=False)
+    first = next(iter(policies))
+    base = {r["seed"]: r["mean_ttft_s"] for r in rows if r[label] == first}
+    for name in policies:
+        rs = [r for r in rows if r[label] == name]
+        m, _ = mean_ci95([r["mean_ttft_s"] for r in rs])
+        d, h = mean_ci95([100 * (r["mean_ttft_s"] / base[r["seed"]] - 1) for r in rs])
+        print(f"{label} {name}: mean TTFT {m:.4f} s; vs {first} {d:+.1f} % [{d - h:+.1f}, {d + h:+.1f}]")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
     from experiments.config_args import split_number_list
     from policies.checkpoint import SHIPPED_RECONFIG
-    from policies.evaluate import mean_ci95
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", default=SHIPPED_RECONFIG, help="target-menu checkpoint (default: shipped-reconfig)")
@@ -78,26 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"reconfig_sustained_target: error: {exc}", file=sys.stderr)
         return 2
-    rows = []
-    for k, pol in policies.items():
-        for seed in seeds:
-            wl = workloads.build_workload(name="matched-phases", seed=seed)
-            result, actions = pol.run(wl, replace(SimConfig(), seed=seed), seed)
-            s = summarize(result)
-            rows.append({"sustained_windows": k, "seed": seed, "mean_ttft_s": s["mean_ttft_s"],
-                         "slo_attainment_token_weighted": s["slo_attainment_token_weighted"],
-                         "num_target_changes": sum(a != b for a, b in zip(actions, actions[1:]))})
-            print(f"k={k} seed {seed}: mean TTFT {s['mean_ttft_s']:.4f} s", file=sys.stderr)
-    if args.out:
-        import pandas as pd
-
-        pd.DataFrame(rows).to_csv(args.out, index=False)
-    base = {r["seed"]: r["mean_ttft_s"] for r in rows if r["sustained_windows"] == ks[0]}
-    for k in ks:
-        rs = [r for r in rows if r["sustained_windows"] == k]
-        m, _ = mean_ci95([r["mean_ttft_s"] for r in rs])
-        d, h = mean_ci95([100 * (r["mean_ttft_s"] / base[r["seed"]] - 1) for r in rs])
-        print(f"k={k}: mean TTFT {m:.4f} s; vs k={ks[0]} {d:+.1f} % [{d - h:+.1f}, {d + h:+.1f}]")
+    evaluate_and_report(policies, seeds, "sustained_windows", args.out)
     return 0
 
 
