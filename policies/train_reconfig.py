@@ -90,6 +90,12 @@ class ReconfigTrainConfig:
     oracle_switch_cost_s_per_gpu: float = _opt(0.0, "oracle labels: 0 = per-phase best within --oracle-tolerance; "
                                                     "> 0 = the schedule minimising total TTFT [request-s] plus this "
                                                     "cost per GPU moved (dynamic programming over phases)")
+    oracle_candidate_switch_costs: tuple[float, ...] = _opt((), "oracle labels chosen by simulation: per training "
+                                                                "seed, follow the schedule of --oracle-switch-cost-"
+                                                                "s-per-gpu, of each of these costs and the best "
+                                                                "fixed composition in hindsight in the environment "
+                                                                "and label with the fastest (none: no simulation)",
+                                                            metavar="COSTS")
     oracle_phase_ttft: str | None = _opt(None, "reuse the per-phase fixed-composition TTFTs of this file (an "
                                                "oracle_phase_ttft.json of an earlier run or of "
                                                "experiments/scripts/reconfig_oracle_schedule.py --cache) for the "
@@ -178,7 +184,8 @@ class ReconfigTrainConfig:
                                  f"(got {getattr(self, name)!r} with --action-mode operation)")
 
     #: The flags of ``--warm-start oracle`` (rejected without it).
-    ORACLE_FLAGS = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_phase_ttft", "oracle_noisy_rollouts",
+    ORACLE_FLAGS = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_candidate_switch_costs",
+                    "oracle_phase_ttft", "oracle_noisy_rollouts",
                     "oracle_action_noise", "oracle_dagger_rounds", "bc_epochs", "bc_learning_rate")
 
     def _check_oracle_flags(self) -> tuple[str, ...]:
@@ -188,6 +195,14 @@ class ReconfigTrainConfig:
             raise ValueError(f"oracle_tolerance must be >= 0, got {self.oracle_tolerance}")
         if not self.oracle_switch_cost_s_per_gpu >= 0:
             raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0, got {self.oracle_switch_cost_s_per_gpu}")
+        try:
+            costs = tuple(float(c) for c in self.oracle_candidate_switch_costs)
+        except (TypeError, ValueError):
+            costs = (math.nan,)
+        if not all(math.isfinite(c) and c >= 0 for c in costs):
+            raise ValueError(f"oracle_candidate_switch_costs must be finite numbers >= 0, got "
+                             f"{list(self.oracle_candidate_switch_costs)!r}")
+        object.__setattr__(self, "oracle_candidate_switch_costs", costs)
         if self.oracle_noisy_rollouts < 0 or not 0.0 <= self.oracle_action_noise <= 1.0:
             raise ValueError(f"oracle_noisy_rollouts must be >= 0 and oracle_action_noise in [0, 1], got "
                              f"{self.oracle_noisy_rollouts}, {self.oracle_action_noise}")
@@ -311,7 +326,10 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     """``--warm-start oracle``: per training seed, the oracle composition of each phase
     (:func:`policies.reconfig_oracle.phase_ttft`, simulator seed = workload seed, or read from
     ``cfg.oracle_phase_ttft``; then :func:`~policies.reconfig_oracle.select_targets` with
-    ``cfg.oracle_tolerance`` and ``cfg.oracle_switch_cost_s_per_gpu``), the
+    ``cfg.oracle_tolerance`` and ``cfg.oracle_switch_cost_s_per_gpu``; with
+    ``cfg.oracle_candidate_switch_costs`` the fastest in the environment of those costs' schedules
+    and the best fixed composition, :func:`~policies.reconfig_oracle.verified_targets`, recorded
+    in ``oracle_candidates.json``), the
     demonstrations of following it (:func:`~policies.reconfig_oracle.collect_demonstrations`, with
     ``cfg.oracle_noisy_rollouts`` disturbed rollouts per seed), the
     VecNormalize observation statistics updated with them, and behaviour cloning of
@@ -332,7 +350,7 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     from baselines.composition import degree_counts
     from envs.reconfig_env import PrefillReconfigEnv
     from policies.reconfig_oracle import (behaviour_clone, collect_demonstrations, collect_learner_states, load_phase_ttft,
-                                          phase_ttft, save_phase_ttft, select_targets)
+                                          phase_ttft, save_phase_ttft, select_targets, verified_targets)
 
     wls = [cfg.workload_source(s).build() for s in cfg.seeds]
     for s, wl in zip(cfg.seeds, wls):
@@ -351,8 +369,21 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     save_phase_ttft(out / "oracle_phase_ttft.json", tables, menu)
     counts = [degree_counts(c, sim_config.pool) for c in menu]
     initial = degree_counts(sim_config.pool.composition, sim_config.pool)
-    targets = [select_targets(*tables[s], counts, initial, cfg.oracle_tolerance, cfg.oracle_switch_cost_s_per_gpu)
-               for s in cfg.seeds]
+    if cfg.oracle_candidate_switch_costs:
+        costs = list(dict.fromkeys((cfg.oracle_switch_cost_s_per_gpu, *cfg.oracle_candidate_switch_costs)))
+        targets, verified = [], {}
+        for s, wl in zip(cfg.seeds, wls):
+            tg, chosen, scores = verified_targets(make_env([wl]), wl, s, *tables[s], counts, initial, costs,
+                                                  cfg.oracle_tolerance)
+            targets.append(tg)
+            verified[str(s)] = {"chosen": chosen, "mean_ttft_s": scores}
+        (out / "oracle_candidates.json").write_text(json.dumps(verified, indent=2) + "\n")
+        names = verified[str(cfg.seeds[0])]["mean_ttft_s"]
+        chosen_counts = {n: sum(v["chosen"] == n for v in verified.values()) for n in names}
+        log(f"oracle schedules chosen by simulation over {len(verified)} seeds: {chosen_counts}")
+    else:
+        targets = [select_targets(*tables[s], counts, initial, cfg.oracle_tolerance, cfg.oracle_switch_cost_s_per_gpu)
+                   for s in cfg.seeds]
     (out / "oracle_targets.json").write_text(json.dumps(
         {str(s): [menu[k] for k in tg] for s, tg in zip(cfg.seeds, targets)}, indent=2) + "\n")
     obs, actions = collect_demonstrations(make_env, wls, targets, list(cfg.seeds), cfg.oracle_noisy_rollouts,

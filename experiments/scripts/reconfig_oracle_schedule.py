@@ -27,31 +27,6 @@ from dataclasses import replace
 from pathlib import Path
 
 
-def follow_schedule(env, workload, seed: int, targets: list[int]) -> dict:
-    """Follows ``targets[phase]`` in the target-mode ``env`` for the whole workload; returns the
-    metrics of a ``cpgym evaluate --kind reconfig`` row (``mean_ttft_s``, ``p90_ttft_s``,
-    ``slo_attainment_token_weighted``, ``num_operations``, ``num_committed_operations``,
-    ``num_unfinished``, ``wall_s``)."""
-    import time
-
-    from envs.metrics import summarize
-    from policies.evaluate_reconfig import operation_counts
-    from policies.reconfig_oracle import phase_at
-
-    t0 = time.perf_counter()
-    env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
-    done = False
-    while not done:
-        _, _, term, trunc, _ = env.step(targets[phase_at(workload, env.decision_time_s)])
-        done = term or trunc
-    result = env.sim.result()
-    s = summarize(result)
-    n_ops, n_commit = operation_counts(result)
-    return {"wall_s": time.perf_counter() - t0, "mean_ttft_s": s["mean_ttft_s"], "p90_ttft_s": s["p90_ttft_s"],
-            "slo_attainment_token_weighted": s["slo_attainment_token_weighted"], "num_operations": n_ops,
-            "num_committed_operations": n_commit, "num_unfinished": s.get("num_unfinished", 0)}
-
-
 def rows_with(path: str | None, policies: str | None, seeds: list[int]) -> list[dict]:
     """The per-episode rows of the evaluation CSV ``path`` (none without one) of ``seeds``, only
     those of the comma-separated ``policies`` if given.
@@ -139,7 +114,7 @@ def main(argv: list[str]) -> int:
     from envs import workloads
     from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config
     from envs.sim import Calibration, SimConfig
-    from policies.reconfig_oracle import load_phase_ttft, phase_ttft, save_phase_ttft, select_targets
+    from policies.reconfig_oracle import follow_schedule, load_phase_ttft, phase_ttft, save_phase_ttft, select_targets
 
     a, seeds, costs, out_rows = parse_args(argv)
     sc = SimConfig()

@@ -34,7 +34,8 @@ def test_oracle_schedule_rows_are_evaluation_rows(tmp_path):
     from envs.reconfig_env import PrefillReconfigEnv
     from envs.sim import PoolConfig, SimConfig
     from envs.workloads import WorkloadSource
-    from experiments.scripts.reconfig_oracle_schedule import follow_schedule, rows_with, write_rows
+    from experiments.scripts.reconfig_oracle_schedule import rows_with, write_rows
+    from policies.reconfig_oracle import follow_schedule
     from policies.evaluate import read_episode_rows
     from policies.evaluate_reconfig import aggregate_reconfig
 
