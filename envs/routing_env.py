@@ -266,6 +266,18 @@ class PrefillRoutingEnv(gym.Env):
     end of the simulation on the last step) [s], for discounting per second
     (``policies.time_discount``).
 
+    ## Info
+
+    ``reset``, every ``step`` and every step after the end return the same six keys:
+    ``sim_time_s`` (simulated clock [s]), ``window_index`` (the episode window),
+    ``num_invalid_actions`` (masked actions so far), ``invalid_action`` (this step's action was
+    masked and remapped; ``False`` at reset and after the end), ``worker_id`` (the worker the
+    request went to; ``-1`` at reset and after the end, when no request is routed) and
+    ``step_duration_s`` [s] (``0.0`` at reset and after the end). Once the episode has ended
+    (the last step and every step after it) ``info`` also holds ``episode_return``,
+    ``episode_mean_ttft_s``, ``episode_p90_ttft_s`` [s] and
+    ``episode_slo_attainment_token_weighted`` (share in [0, 1]).
+
     ## Arguments
 
     Args:
@@ -301,6 +313,9 @@ class PrefillRoutingEnv(gym.Env):
     * v0 (cpgym 0.2): an action that is not an element of the action space raises ``ValueError``
       (an integer out of range was remapped and penalised like a masked one, ``1.7`` truncated
       to 1); masked actions are still remapped. ``render_mode`` argument (``None`` only).
+    * v0 (cpgym 0.2): ``info`` has the same keys at reset, at every step and after the end
+      (``invalid_action``, ``worker_id``, ``step_duration_s`` were missing at reset and after the
+      end); section "Info".
     """
 
     metadata = {"render_modes": []}
@@ -390,7 +405,7 @@ class PrefillRoutingEnv(gym.Env):
                 raise ValueError(f"episode window {idx} has no routable request")
         else:  # pragma: no cover - only with windows whose every request is unroutable
             raise RuntimeError("no episode window with a routable request found in 100 draws")
-        return self._observe(req), self._info(False)
+        return self._observe(req), self._info(False, None, False, 0.0)
 
     def _start_episode(self, idx: int, sim_seed: int) -> Request | None:
         wl = self.windows[idx]
@@ -432,7 +447,7 @@ class PrefillRoutingEnv(gym.Env):
         if req is None:
             # Stepping after the end: a no-op repeating the end flags (Gymnasium leaves this
             # undefined; never crash).
-            return self._observe(None), 0.0, *self._end_flags, self._info(True)
+            return self._observe(None), 0.0, *self._end_flags, self._info(True, None, False, 0.0)
         invalid = not self._mask[wid]
         if invalid:
             wid = least_work_worker(sim, req)
@@ -470,14 +485,16 @@ class PrefillRoutingEnv(gym.Env):
             reward -= rc.invalid_action_penalty
         self._return += reward
         done = nxt is None
-        info = self._info(done)
-        info["invalid_action"] = invalid
-        info["worker_id"] = wid
-        info["step_duration_s"] = sim.env.now - now  # simulated time to the next decision (policies.time_discount)
+        # step_duration_s: simulated time to the next decision (policies.time_discount)
+        info = self._info(done, wid, invalid, sim.env.now - now)
         return self._observe(nxt), float(reward), terminated, truncated, info
 
-    def _info(self, done: bool) -> dict:
-        info = {"sim_time_s": self.sim.env.now, "window_index": self.window_index, "num_invalid_actions": self._num_invalid}
+    def _info(self, done: bool, worker_id: int | None, invalid: bool, step_duration_s: float) -> dict:
+        """The ``info`` dict: the same six keys at reset, every step and after the end, plus the
+        ``episode_*`` keys once the episode has ended (class docstring, "Info")."""
+        info = {"sim_time_s": self.sim.env.now, "window_index": self.window_index, "num_invalid_actions": self._num_invalid,
+                "invalid_action": bool(invalid), "worker_id": -1 if worker_id is None else int(worker_id),
+                "step_duration_s": float(step_duration_s)}
         if done:
             from envs.metrics.summary import measured_summary
 

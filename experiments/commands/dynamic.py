@@ -97,11 +97,27 @@ def check_composition_count(cfg, base, max_compositions: int) -> None:
                          f"or raise --max-compositions")
 
 
+def check_load_replaces_rate(argv: list[str]) -> None:
+    """``--short-load`` / ``--long-load`` replace ``--short-rate-rps`` / ``--long-rate-rps``:
+    both on one command line is an error even when the rate equals its default (the config
+    itself can only see a rate that differs from the default).
+
+    Raises:
+        ValueError: naming both flags.
+    """
+    given = {t.split("=", 1)[0] for t in argv if t.startswith("--")}
+    for kind in ("short", "long"):
+        if f"--{kind}-load" in given and f"--{kind}-rate-rps" in given:
+            raise ValueError(f"--{kind}-load replaces --{kind}-rate-rps (the load is a fraction of the measured "
+                             f"capacity); give one of them")
+
+
 def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, check_out_file, dumps_json
     from experiments.config_args import config_from_args
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, run_dynamic_phases
 
+    check_load_replaces_rate(getattr(args, "argv", None) or [])
     cfg = config_from_args(DynamicPhasesConfig, args)
     base = base_config_from_args(args)
     check_composition_count(cfg, base, args.max_compositions)

@@ -172,6 +172,32 @@ def test_reconfig_info_has_the_documented_keys_at_reset_step_and_after_the_end(t
     assert info["sim_time_s"] == info["window_start_s"] == end_time and not info["invalid_action"]
 
 
+ROUTING_INFO_KEYS = {"sim_time_s", "window_index", "num_invalid_actions", "invalid_action", "worker_id",
+                     "step_duration_s"}
+ROUTING_EPISODE_KEYS = {"episode_return", "episode_mean_ttft_s", "episode_p90_ttft_s",
+                        "episode_slo_attainment_token_weighted"}
+
+
+def test_routing_info_has_the_documented_keys_at_reset_step_and_after_the_end(toy_cal):
+    # reset returned 3 keys, a step 6, the last step 10, a step after the end 7
+    env = _make(PrefillRoutingEnv, toy_cal)
+    _, info = env.reset(seed=0)
+    assert info.keys() == ROUTING_INFO_KEYS
+    assert info["worker_id"] == -1 and not info["invalid_action"] and info["step_duration_s"] == 0.0
+    done, n = False, 0
+    while not done:
+        _, _, term, trunc, info = env.step(_valid_action(env))
+        done, n = term or trunc, n + 1
+        assert info.keys() == (ROUTING_INFO_KEYS | ROUTING_EPISODE_KEYS if done else ROUTING_INFO_KEYS)
+        assert info["worker_id"] >= 0 and info["step_duration_s"] >= 0.0
+    assert n > 1
+    last = info
+    _, _, _, _, info = env.step(0)
+    assert info.keys() == ROUTING_INFO_KEYS | ROUTING_EPISODE_KEYS
+    assert info["worker_id"] == -1 and info["step_duration_s"] == 0.0 and not info["invalid_action"]
+    assert info["episode_mean_ttft_s"] == last["episode_mean_ttft_s"]
+
+
 @pytest.mark.parametrize("kwargs, name", [
     ({"target_degrees": (2, 4)}, "target_degrees"),
     ({"max_operation_gpus_per_window": 4}, "max_operation_gpus_per_window"),

@@ -294,3 +294,63 @@ def test_train_reconfig_checks_the_phase_ttft_file_before_creating_out(tmp_path)
     assert not (tmp_path / "run").exists()
     save_phase_ttft(fake, {0: (np.ones((3, 2)), np.array([5, 5]))}, ["cp4x2", "cp4x1,cp2x2", "cp2x4"])
     check_oracle_phase_ttft(cfg, small)  # a good file passes
+
+
+def test_verified_targets_labels_with_the_schedule_fastest_in_simulation(monkeypatch):
+    """The DP schedule that looks cheapest on fixed-pool TTFTs loses when its simulated run (drains,
+    backlog) is slower than holding the best fixed composition; each distinct schedule is simulated
+    once, and ties go to the earlier candidate."""
+    import policies.reconfig_oracle as ro
+
+    ttft = np.array([[1.0, 1.2, 1.0],
+                     [1.1, 1.0, 1.1],
+                     [2.0, 2.0, 2.0]])
+    num = np.array([100, 100, 100])  # cost 1: [A, B, A] (moves); cost 3 and best fixed: [A, A, A]
+    simulated = {(0, 1, 0): 1.30, (0, 0, 0): 1.10}
+    calls = []
+
+    def fake_follow(env, workload, seed, targets):
+        calls.append(tuple(targets))
+        return {"mean_ttft_s": simulated[tuple(targets)]}
+
+    monkeypatch.setattr(ro, "follow_schedule", fake_follow)
+    targets, chosen, scores = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [1.0, 3.0])
+    assert targets == [0, 0, 0] and chosen == "switch-cost-3"  # tie with best-fixed: the earlier candidate
+    assert scores == {"switch-cost-1": 1.30, "switch-cost-3": 1.10, "best-fixed": 1.10}
+    assert sorted(calls) == [(0, 0, 0), (0, 1, 0)]  # the repeated schedule was not simulated again
+    simulated[(0, 1, 0)] = 1.05  # now the moving schedule is also fastest in simulation
+    targets, chosen, _ = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [1.0, 3.0])
+    assert targets == [0, 1, 0] and chosen == "switch-cost-1"
+    # the best fixed composition is a candidate even when no cost reaches it (here: C is best fixed)
+    ttft_c = np.array([[1.0, 1.2, 1.0], [1.1, 1.0, 1.1], [0.9, 0.9, 0.9]])
+    simulated.update({(2, 2, 2): 0.5})
+    targets, chosen, scores = ro.verified_targets(None, None, 0, ttft_c, num, COUNTS, A, [1e9])
+    assert targets == [2, 2, 2] and chosen == "best-fixed" and scores["switch-cost-1e+09"] == 1.10
+    with pytest.raises(ValueError, match="at least one switching cost"):
+        ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [])
+
+
+def test_candidate_switch_cost_flag_is_validated_and_needs_the_oracle_warm_start():
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    base = dict(workload="matched-phases", wandb_mode="disabled", action_mode="target")
+    cfg = ReconfigTrainConfig(**base, warm_start="oracle", oracle_candidate_switch_costs=(10, "20"))
+    assert cfg.oracle_candidate_switch_costs == (10.0, 20.0)
+    for bad in ((-1.0,), (float("inf"),), ("x",)):
+        with pytest.raises(ValueError, match="oracle_candidate_switch_costs must be finite numbers >= 0"):
+            ReconfigTrainConfig(**base, warm_start="oracle", oracle_candidate_switch_costs=bad)
+    with pytest.raises(ValueError, match="--oracle-candidate-switch-costs applies to --warm-start oracle only"):
+        ReconfigTrainConfig(**base, oracle_candidate_switch_costs=(10.0,))
+
+
+def test_warm_start_with_candidate_costs_records_every_candidate(tmp_path):
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    small, base = _tiny_oracle_training(bc_epochs=1)
+    train_reconfig(ReconfigTrainConfig(**base, oracle_switch_cost_s_per_gpu=5.0, oracle_candidate_switch_costs=(1e6,)),
+                   tmp_path / "v", sim_config=small, log=lambda s: None)
+    record = json.loads((tmp_path / "v" / "oracle_candidates.json").read_text())
+    assert set(record) == {"0"} and set(record["0"]["mean_ttft_s"]) == {"switch-cost-5", "switch-cost-1e+06",
+                                                                         "best-fixed"}
+    scores = record["0"]["mean_ttft_s"]
+    assert scores[record["0"]["chosen"]] == min(scores.values()) > 0

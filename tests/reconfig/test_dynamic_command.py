@@ -258,3 +258,20 @@ def test_dynamic_lookahead_sample_flags_reach_the_controller_and_need_the_target
     with pytest.raises(SystemExit):
         main(["dynamic", "--target-sample", "first", "--quiet"])
     assert "--target-sample" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--short-load", "0.5", "--short-rate-rps", "40"], "--short-load replaces --short-rate-rps"),  # the default rate
+    (["--long-load=0.5", "--long-rate-rps=4"], "--long-load replaces --long-rate-rps"),
+])
+def test_dynamic_load_with_its_rate_flag_is_refused_even_at_the_default_rate(argv, flag, capsys, monkeypatch):
+    # the config sees only a rate that differs from its default: 40 req/s with --short-load ran silently
+    import experiments.paper_experiments.dynamic_phases as dynamic_phases
+    from experiments.cli import main
+
+    def no_run(*a, **k):
+        raise AssertionError("ran despite the conflicting flags")
+
+    monkeypatch.setattr(dynamic_phases, "run_dynamic_phases", no_run)
+    assert main(["dynamic", *argv, "--quiet"]) == 2
+    assert flag in capsys.readouterr().err
