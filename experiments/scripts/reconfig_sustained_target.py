@@ -1,16 +1,21 @@
-"""A sustained condition on a learned target-composition controller's choices (paper §6's
-"conditions must persist for several windows"), measured on validation seeds.
+"""Hysteresis on a learned target-composition controller's choices, measured on validation
+seeds: a sustained condition (paper §6's "conditions must persist for several windows") or a
+probability margin.
 
-The wrapped policy keeps its current target until the checkpoint names the same other target
-in ``k`` consecutive windows (``k = 1``: the checkpoint as shipped). Its first choice of an
-episode is taken at once: the initial composition is the deployment's, not the policy's.
-Analysis only; nothing here is part of the shipped policy.
+``--sustained-windows K1,K2,...``: the wrapped policy keeps its current target until the
+checkpoint names the same other target in ``k`` consecutive windows (``k = 1``: the checkpoint as
+shipped). ``--probability-margins M1,M2,...`` instead: it moves to the checkpoint's choice only
+when that choice's action probability exceeds the current target's by at least ``m`` (``m = 0``:
+as shipped), so confident moves are not delayed. Either way the first choice of an episode is
+taken at once: the initial composition is the deployment's, not the policy's. Analysis only;
+nothing here is part of the shipped policy.
 
     python -m experiments.scripts.reconfig_sustained_target --sustained-windows 1,2,3 \\
         --seeds 500,501,502,503,504,505,506,507,508,509 \\
         --out results/learned-reconfig/validation-seeds/sustained_target.csv
 
-Prints, per ``k``, the mean TTFT over the seeds and the paired % difference to ``k = 1``.
+Prints, per ``k`` (or ``m``), the mean TTFT over the seeds and the paired % difference to the
+first value.
 """
 
 from __future__ import annotations
@@ -56,6 +61,38 @@ class SustainedTarget(LearnedReconfig):
         return super().run(*args, **kwargs)
 
 
+class MarginGatedTarget(LearnedReconfig):
+    """A target-menu checkpoint that leaves its current target only for a choice whose masked
+    action probability exceeds the current target's by at least ``margin`` (0: the checkpoint as
+    shipped).
+
+    Raises:
+        ValueError: when the checkpoint is not a target-menu one, or ``margin`` is not in [0, 1].
+    """
+
+    def __init__(self, path: str, margin: float) -> None:
+        super().__init__(path)
+        if self.env_kwargs.get("action_mode") != "target":
+            raise ValueError(f"{path}: not a target-composition checkpoint (action_mode 'target')")
+        if not 0.0 <= margin <= 1.0:
+            raise ValueError(f"--probability-margins must be numbers in [0, 1], got {margin}")
+        self.margin = margin
+        self._held = None
+
+    def act(self, obs: dict, mask) -> int:
+        from experiments.scripts.reconfig_ensemble_check import action_probabilities
+
+        probs = action_probabilities(self, obs, mask)
+        choice = int(probs.argmax())
+        if self._held is None or not mask[self._held] or probs[choice] - probs[self._held] >= self.margin:
+            self._held = choice
+        return self._held
+
+    def run(self, *args, **kwargs):
+        self._held = None
+        return super().run(*args, **kwargs)
+
+
 def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str | None = None) -> list[dict]:
     """One whole-workload ``matched-phases`` episode per (policy, seed) (the default pool,
     simulator seed = workload seed, as ``cpgym evaluate``): rows ``{label: name, seed, mean_ttft_s,
@@ -97,18 +134,25 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", default=SHIPPED_RECONFIG, help="target-menu checkpoint (default: shipped-reconfig)")
     p.add_argument("--sustained-windows", default="1,2,3", help="comma-separated k values (default 1,2,3)")
+    p.add_argument("--probability-margins", help="comma-separated margins in [0, 1] (instead of --sustained-windows)")
     p.add_argument("--seeds", default="500,501,502,503,504,505,506,507,508,509",
                    help="matched-phases workload seeds (default: the validation seeds 500-509)")
     p.add_argument("--out", help="CSV of one row per (k, seed)")
     args = p.parse_args(argv)
     try:
-        ks = [int(k) for k in split_number_list(args.sustained_windows, int)]
         seeds = [int(s) for s in split_number_list(args.seeds, int)]
-        policies = {k: SustainedTarget(args.checkpoint, k) for k in ks}
+        if args.probability_margins is not None:
+            label = "probability_margin"
+            margins = [float(m) for m in split_number_list(args.probability_margins, float)]
+            policies = {m: MarginGatedTarget(args.checkpoint, m) for m in margins}
+        else:
+            label = "sustained_windows"
+            ks = [int(k) for k in split_number_list(args.sustained_windows, int)]
+            policies = {k: SustainedTarget(args.checkpoint, k) for k in ks}
     except (ValueError, FileNotFoundError) as exc:
         print(f"reconfig_sustained_target: error: {exc}", file=sys.stderr)
         return 2
-    evaluate_and_report(policies, seeds, "sustained_windows", args.out)
+    evaluate_and_report(policies, seeds, label, args.out)
     return 0
 
 

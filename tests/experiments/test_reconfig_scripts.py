@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 
 def test_phase_means_average_each_phase_and_skip_unfinished_requests():
@@ -197,6 +198,29 @@ def test_sustained_target_changes_only_after_k_consecutive_windows(monkeypatch):
     mask[5] = True
     assert pol.act({}, mask) == 3  # second window naming 3: it becomes the target
     assert pol._held == 3
+
+
+def test_margin_gated_target_moves_only_for_a_clear_probability_gain(monkeypatch):
+    """``reconfig_sustained_target.MarginGatedTarget``: the first choice is taken at once; the
+    target moves to the checkpoint's choice only when its probability beats the current target's
+    by the margin (a confident move is not delayed); a masked current target gives way."""
+    from experiments.scripts import reconfig_ensemble_check as rec
+    from experiments.scripts.reconfig_sustained_target import MarginGatedTarget
+
+    probs = iter([np.array([0.1, 0.7, 0.2]),   # first choice: 1
+                  np.array([0.1, 0.35, 0.55]),  # 2 beats 1 by 0.2 < 0.25: stay on 1
+                  np.array([0.0, 0.2, 0.8]),    # 2 beats 1 by 0.6: move at once
+                  np.array([0.5, 0.0, 0.5]),    # tie 0 / 2: argmax 0 beats 2 by 0: stay on 2
+                  np.array([0.6, 0.4, 0.0])])   # 2 is masked: the checkpoint's choice 0
+    monkeypatch.setattr(rec, "action_probabilities", lambda member, obs, mask: next(probs))
+    pol = object.__new__(MarginGatedTarget)
+    pol.margin, pol._held = 0.25, None
+    mask = np.ones(3, dtype=bool)
+    assert [pol.act({}, mask) for _ in range(4)] == [1, 1, 2, 2]
+    mask[2] = False
+    assert pol.act({}, mask) == 0
+    with pytest.raises(ValueError, match="--probability-margins must be numbers in \\[0, 1\\]"):
+        MarginGatedTarget("shipped-reconfig", 1.5)
 
 
 def test_probability_ensemble_of_one_checkpoint_acts_like_it(monkeypatch):
