@@ -7,7 +7,9 @@ checkpoint names the same other target in ``k`` consecutive windows (``k = 1``: 
 shipped). ``--probability-margins M1,M2,...`` instead: it moves to the checkpoint's choice only
 when that choice's action probability exceeds the current target's by at least ``m`` (``m = 0``:
 as shipped), so confident moves are not delayed. Either way the first choice of an episode is
-taken at once: the initial composition is the deployment's, not the policy's. Analysis only;
+taken at once: the initial composition is the deployment's, not the policy's.
+``--max-operation-gpus-per-window B1,B2,...`` instead: the checkpoint as shipped, deployed with
+another GPU budget for the operations started per window (trained with 16). Analysis only;
 nothing here is part of the shipped policy.
 
     python -m experiments.scripts.reconfig_sustained_target --sustained-windows 1,2,3 \\
@@ -93,6 +95,22 @@ class MarginGatedTarget(LearnedReconfig):
         return super().run(*args, **kwargs)
 
 
+def with_operation_budget(path: str, gpus_per_window: float) -> LearnedReconfig:
+    """The checkpoint at ``path`` deployed with ``gpus_per_window`` as the environment's
+    ``max_operation_gpus_per_window`` (its policy unchanged).
+
+    Raises:
+        ValueError: when the checkpoint is not a target-menu one, or the budget is not > 0.
+    """
+    policy = LearnedReconfig(path)
+    if policy.env_kwargs.get("action_mode") != "target":
+        raise ValueError(f"{path}: not a target-composition checkpoint (action_mode 'target')")
+    if not gpus_per_window > 0:
+        raise ValueError(f"--max-operation-gpus-per-window must be numbers > 0, got {gpus_per_window}")
+    policy.env_kwargs = dict(policy.env_kwargs, max_operation_gpus_per_window=float(gpus_per_window))
+    return policy
+
+
 def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str | None = None) -> list[dict]:
     """One whole-workload ``matched-phases`` episode per (policy, seed) (the default pool,
     simulator seed = workload seed, as ``cpgym evaluate``): rows ``{label: name, seed, mean_ttft_s,
@@ -135,13 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=SHIPPED_RECONFIG, help="target-menu checkpoint (default: shipped-reconfig)")
     p.add_argument("--sustained-windows", default="1,2,3", help="comma-separated k values (default 1,2,3)")
     p.add_argument("--probability-margins", help="comma-separated margins in [0, 1] (instead of --sustained-windows)")
+    p.add_argument("--max-operation-gpus-per-window", help="comma-separated GPU budgets > 0 of the operations "
+                                                           "started per window (instead of --sustained-windows)")
     p.add_argument("--seeds", default="500,501,502,503,504,505,506,507,508,509",
                    help="matched-phases workload seeds (default: the validation seeds 500-509)")
     p.add_argument("--out", help="CSV of one row per (k, seed)")
     args = p.parse_args(argv)
     try:
         seeds = [int(s) for s in split_number_list(args.seeds, int)]
-        if args.probability_margins is not None:
+        if args.probability_margins is not None and args.max_operation_gpus_per_window is not None:
+            raise ValueError("give --probability-margins or --max-operation-gpus-per-window, not both")
+        if args.max_operation_gpus_per_window is not None:
+            label = "max_operation_gpus_per_window"
+            policies = {b: with_operation_budget(args.checkpoint, b)
+                        for b in split_number_list(args.max_operation_gpus_per_window, float)}
+        elif args.probability_margins is not None:
             label = "probability_margin"
             margins = [float(m) for m in split_number_list(args.probability_margins, float)]
             policies = {m: MarginGatedTarget(args.checkpoint, m) for m in margins}

@@ -223,6 +223,18 @@ def test_margin_gated_target_moves_only_for_a_clear_probability_gain(monkeypatch
         MarginGatedTarget("shipped-reconfig", 1.5)
 
 
+def test_operation_budget_variant_changes_only_the_deployed_budget():
+    from experiments.scripts.reconfig_sustained_target import with_operation_budget
+    from policies.evaluate_reconfig import LearnedReconfig
+
+    shipped = LearnedReconfig("shipped-reconfig")
+    varied = with_operation_budget("shipped-reconfig", 24)
+    assert shipped.env_kwargs["max_operation_gpus_per_window"] == 16.0
+    assert varied.env_kwargs == dict(shipped.env_kwargs, max_operation_gpus_per_window=24.0)
+    with pytest.raises(ValueError, match="--max-operation-gpus-per-window must be numbers > 0"):
+        with_operation_budget("shipped-reconfig", 0)
+
+
 def test_probability_ensemble_of_one_checkpoint_acts_like_it(monkeypatch):
     """``reconfig_ensemble_check.ProbabilityEnsemble``: the argmax of the mean masked action
     probabilities is each member's deterministic action when the members are one checkpoint,
