@@ -272,7 +272,8 @@ def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests:
     (lowest whole-workload mean TTFT in ``ttft_s``, request-weighted); each distinct schedule is
     followed once in ``env`` (:func:`follow_schedule`, which pays the drains and the backlog the
     fixed-pool TTFTs ignore) and the one with the lowest simulated mean TTFT wins (ties: the
-    earlier candidate, costs in the given order, then the fixed composition).
+    earlier candidate, costs in the given order, then the fixed composition; a NaN mean TTFT, no
+    request finished, never wins unless every candidate has one).
 
     Args:
         env: target-mode environment over ``workload`` (its menu indexes ``ttft_s`` and ``counts``).
@@ -281,7 +282,8 @@ def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests:
 
     Returns:
         ``(targets, chosen, mean_ttft_s)``: the winning schedule (menu index per phase), its name
-        (``"switch-cost-<C>"`` or ``"best-fixed"``) and every candidate's simulated mean TTFT [s].
+        (``"switch-cost-<C>"``, ``C`` as ``%g`` unless that would merge two distinct costs, or
+        ``"best-fixed"``) and every candidate's simulated mean TTFT [s].
 
     Raises:
         ValueError: on no cost, and as :func:`select_targets`.
@@ -289,12 +291,12 @@ def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests:
     costs = [float(c) for c in switch_costs_s_per_gpu]
     if not costs:
         raise ValueError("verified_targets needs at least one switching cost")
+    # select_targets first: it validates the shapes and the costs (ValueError, not an IndexError below)
+    candidates = {_cost_name(c): select_targets(ttft_s, num_requests, counts, initial, tolerance, c) for c in costs}
     ttft_s = np.asarray(ttft_s, float)
     num = np.asarray(num_requests, float)
     used = num > 0
-    totals = (ttft_s[:, used] * num[used]).sum(axis=1) / num.sum()  # (K,) whole-workload mean TTFT (inf: no data)
-    candidates = {f"switch-cost-{c:g}": select_targets(ttft_s, num_requests, counts, initial, tolerance, c)
-                  for c in costs}
+    totals = (ttft_s[:, used] * num[used]).sum(axis=1)  # (K,) whole-workload total TTFT [request-s] (inf: no data)
     candidates["best-fixed"] = [int(np.argmin(totals))] * ttft_s.shape[1]
     simulated: dict[tuple, float] = {}
     scores = {}
@@ -303,8 +305,16 @@ def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests:
         if key not in simulated:
             simulated[key] = float(follow_schedule(env, workload, seed, targets)["mean_ttft_s"])
         scores[name] = simulated[key]
-    chosen = min(candidates, key=lambda n: scores[n])  # first minimum: the earlier candidate
+    # first minimum: the earlier candidate; NaN (no request finished) never wins
+    chosen = min(candidates, key=lambda n: np.inf if np.isnan(scores[n]) else scores[n])
     return candidates[chosen], chosen, scores
+
+
+def _cost_name(cost: float) -> str:
+    """``"switch-cost-<cost>"``: ``%g`` when it names the cost exactly (``5``, ``1e+06``), else the
+    full ``repr`` (``100000.4``), so two distinct costs never share a name."""
+    short = f"{cost:g}"
+    return f"switch-cost-{short if float(short) == cost else repr(cost)}"
 
 
 def collect_demonstrations(make_env, workloads: list, targets: list[list[int]], seeds: list[int],

@@ -4,6 +4,7 @@ programming, the reusable per-phase TTFT file, and the flags that select them.""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -354,3 +355,23 @@ def test_warm_start_with_candidate_costs_records_every_candidate(tmp_path):
                                                                          "best-fixed"}
     scores = record["0"]["mean_ttft_s"]
     assert scores[record["0"]["chosen"]] == min(scores.values()) > 0
+
+
+def test_verified_targets_keeps_distinct_costs_apart_and_never_picks_a_nan_score(monkeypatch):
+    """Two costs equal under ``%g`` (100000 and 100000.4) were one candidate (the dict key was
+    overwritten); a candidate whose simulation finished no request (mean TTFT NaN) won when it came
+    first (``min`` never replaces a NaN); a bad shape raised IndexError, not select_targets'
+    ValueError."""
+    import policies.reconfig_oracle as ro
+
+    ttft = np.array([[1.0, 1.2, 1.0], [1.1, 1.0, 1.1], [2.0, 2.0, 2.0]])
+    num = np.array([100, 100, 100])
+    simulated = {(0, 0, 0): float("nan"), (0, 1, 0): 1.0}
+    monkeypatch.setattr(ro, "follow_schedule", lambda env, wl, seed, targets: {"mean_ttft_s": simulated[tuple(targets)]})
+    _, _, scores = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [100000, 100000.4, 5.0])
+    assert list(scores) == ["switch-cost-100000", "switch-cost-100000.4", "switch-cost-5", "best-fixed"]
+    targets, chosen, scores = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [1e9, 1.0])
+    assert math.isnan(scores["switch-cost-1e+09"]) and (targets, chosen) == ([0, 1, 0], "switch-cost-1")
+    for bad_ttft, bad_num in ((ttft, np.array([1, 2])), (ttft[0], num)):
+        with pytest.raises(ValueError, match="ttft_s must be"):
+            ro.verified_targets(None, None, 0, bad_ttft, bad_num, COUNTS, A, [1.0])
