@@ -177,13 +177,15 @@ def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[di
     ignore the backlog a switch leaves).
 
     Args:
-        ttft_s: ``(K, P)`` mean TTFT [s] per composition and phase (inf: no data).
+        ttft_s: ``(K, P)`` mean TTFT [s] per composition and phase (inf: no data; never chosen
+            in a phase with requests where another composition has data).
         num_requests: ``(P,)`` requests per phase.
         counts: ``K`` compositions as ``{degree: num_workers}`` (``baselines.composition.degree_counts``).
         initial: the pool's initial composition, same form.
 
     Raises:
-        ValueError: on shapes that do not match, a negative tolerance or switch cost.
+        ValueError: on shapes that do not match, a negative tolerance, or a negative or
+            non-finite switch cost.
     """
     from baselines.operation_plan import composition_distance
 
@@ -193,8 +195,9 @@ def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[di
     if K != len(counts) or num_requests.shape != (P,):
         raise ValueError(f"ttft_s must be (len(counts)={len(counts)}, num_phases) and num_requests (num_phases,); "
                          f"got {np.shape(ttft_s)} and {np.shape(num_requests)}")
-    if not (tolerance >= 0 and switch_cost_s_per_gpu >= 0):
-        raise ValueError(f"tolerance and switch_cost_s_per_gpu must be >= 0, got {tolerance}, {switch_cost_s_per_gpu}")
+    if not (tolerance >= 0 and 0 <= switch_cost_s_per_gpu < np.inf):
+        raise ValueError(f"tolerance must be >= 0 and switch_cost_s_per_gpu finite and >= 0, got {tolerance}, "
+                         f"{switch_cost_s_per_gpu}")
     if switch_cost_s_per_gpu == 0:
         out, prev = [], initial
         for p in range(P):
@@ -205,7 +208,10 @@ def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[di
             prev = counts[k]
         return out
     dist = np.array([[composition_distance(a, b) for b in counts] for a in counts], float)
-    phase_cost = np.where(np.isfinite(ttft_s), ttft_s * num_requests, 0.0)  # (K, P) [request-s]
+    # (K, P) [request-s]: inf (no finished request) stays inf in a phase with requests, as the
+    # per-phase rule never picks it; 0 in a phase without requests or without any finite entry
+    informative = (num_requests > 0) & np.isfinite(ttft_s).any(axis=0)
+    phase_cost = np.where(informative, ttft_s, 0.0) * num_requests
     cost = phase_cost[:, 0] + switch_cost_s_per_gpu * np.array([composition_distance(initial, c) for c in counts])
     back = np.zeros((P, K), dtype=np.int64)
     for p in range(1, P):

@@ -193,8 +193,9 @@ class ReconfigTrainConfig:
         without the warm start (ValueError naming the flag); returns their field names."""
         if not self.oracle_tolerance >= 0:
             raise ValueError(f"oracle_tolerance must be >= 0, got {self.oracle_tolerance}")
-        if not self.oracle_switch_cost_s_per_gpu >= 0:
-            raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0, got {self.oracle_switch_cost_s_per_gpu}")
+        if not 0 <= self.oracle_switch_cost_s_per_gpu < math.inf:
+            raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0 and finite, got "
+                             f"{self.oracle_switch_cost_s_per_gpu}")
         try:
             costs = tuple(float(c) for c in self.oracle_candidate_switch_costs)
         except (TypeError, ValueError):

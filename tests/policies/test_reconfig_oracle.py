@@ -375,3 +375,27 @@ def test_verified_targets_keeps_distinct_costs_apart_and_never_picks_a_nan_score
     for bad_ttft, bad_num in ((ttft, np.array([1, 2])), (ttft[0], num)):
         with pytest.raises(ValueError, match="ttft_s must be"):
             ro.verified_targets(None, None, 0, bad_ttft, bad_num, COUNTS, A, [1.0])
+
+
+def test_switching_cost_schedule_never_picks_a_composition_without_data_in_a_phase_with_requests():
+    """The DP charged an inf entry (no finished request of a phase with requests) 0 request-s, so
+    the cheapest-looking schedule moved to the composition that served that phase worst; the
+    per-phase rule never picks it. An inf switching cost gave NaN costs (inf x 0 GPUs moved) and
+    a schedule away from ``initial``; it is refused, as in the training config."""
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    ttft = np.array([[1.0, 5.0, 1.0],
+                     [1.1, np.inf, 1.1],
+                     [2.0, 2.0, 2.0]])
+    num = np.array([100, 100, 100])
+    assert select_targets(ttft, num, COUNTS, A, 0.0, 0.0) == [0, 2, 0]
+    assert select_targets(ttft, num, COUNTS, A, 0.0, 0.01) == [0, 2, 0]  # was [0, 1, 0]: B "free" in phase 1
+    # a phase with no data at all (or no requests) costs nothing: the schedule holds its composition
+    no_data = np.array([[1.0, np.inf, 1.0], [1.1, np.inf, 1.1], [2.0, np.inf, 2.0]])
+    assert select_targets(no_data, num, COUNTS, A, 0.0, 0.01) == [0, 0, 0]
+    assert select_targets(ttft, np.array([100, 0, 100]), COUNTS, A, 0.0, 0.01) == [0, 0, 0]
+    with pytest.raises(ValueError, match="switch_cost_s_per_gpu finite and >= 0"):
+        select_targets(ttft, num, COUNTS, B, 0.0, float("inf"))
+    with pytest.raises(ValueError, match="oracle_switch_cost_s_per_gpu must be >= 0 and finite, got inf"):
+        ReconfigTrainConfig(workload="phases", action_mode="target", wandb_mode="disabled", warm_start="oracle",
+                            oracle_switch_cost_s_per_gpu=float("inf"))
