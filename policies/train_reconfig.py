@@ -196,13 +196,15 @@ class ReconfigTrainConfig:
         if not 0 <= self.oracle_switch_cost_s_per_gpu < math.inf:
             raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0 and finite, got "
                              f"{self.oracle_switch_cost_s_per_gpu}")
-        try:
+        try:  # a string ("12") would iterate as its characters: costs 1 and 2
+            if isinstance(self.oracle_candidate_switch_costs, (str, bytes)):
+                raise TypeError
             costs = tuple(float(c) for c in self.oracle_candidate_switch_costs)
         except (TypeError, ValueError):
             costs = (math.nan,)
         if not all(math.isfinite(c) and c >= 0 for c in costs):
-            raise ValueError(f"oracle_candidate_switch_costs must be finite numbers >= 0, got "
-                             f"{list(self.oracle_candidate_switch_costs)!r}")
+            raise ValueError(f"oracle_candidate_switch_costs must be finite numbers >= 0 (a sequence), got "
+                             f"{self.oracle_candidate_switch_costs!r}")
         object.__setattr__(self, "oracle_candidate_switch_costs", costs)
         if self.oracle_noisy_rollouts < 0 or not 0.0 <= self.oracle_action_noise <= 1.0:
             raise ValueError(f"oracle_noisy_rollouts must be >= 0 and oracle_action_noise in [0, 1], got "

@@ -337,7 +337,8 @@ def test_candidate_switch_cost_flag_is_validated_and_needs_the_oracle_warm_start
     base = dict(workload="matched-phases", wandb_mode="disabled", action_mode="target")
     cfg = ReconfigTrainConfig(**base, warm_start="oracle", oracle_candidate_switch_costs=(10, "20"))
     assert cfg.oracle_candidate_switch_costs == (10.0, 20.0)
-    for bad in ((-1.0,), (float("inf"),), ("x",)):
+    # "12" was read as its characters (costs 1 and 2); 5.0 and None raised TypeError from the message
+    for bad in ((-1.0,), (float("inf"),), ("x",), "12", 5.0, None):
         with pytest.raises(ValueError, match="oracle_candidate_switch_costs must be finite numbers >= 0"):
             ReconfigTrainConfig(**base, warm_start="oracle", oracle_candidate_switch_costs=bad)
     with pytest.raises(ValueError, match="--oracle-candidate-switch-costs applies to --warm-start oracle only"):
