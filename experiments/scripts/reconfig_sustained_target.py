@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from policies.evaluate_reconfig import LearnedReconfig
 
@@ -145,35 +146,55 @@ def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str |
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def _values(flag: str, text: str, kind: type) -> list:
+    """The comma-separated ``kind`` values of ``flag``; ValueError naming the flag on a bad list or
+    a value given twice (one policy per value: a repeat would silently be dropped)."""
     from experiments.config_args import split_number_list
+
+    try:
+        values = [kind(v) for v in split_number_list(text, kind)]
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{flag} lists {twice:g} twice: {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
     from policies.checkpoint import SHIPPED_RECONFIG
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", default=SHIPPED_RECONFIG, help="target-menu checkpoint (default: shipped-reconfig)")
-    p.add_argument("--sustained-windows", default="1,2,3", help="comma-separated k values (default 1,2,3)")
+    p.add_argument("--sustained-windows", help="comma-separated k values (default 1,2,3)")
     p.add_argument("--probability-margins", help="comma-separated margins in [0, 1] (instead of --sustained-windows)")
     p.add_argument("--max-operation-gpus-per-window", help="comma-separated GPU budgets > 0 of the operations "
                                                            "started per window (instead of --sustained-windows)")
     p.add_argument("--seeds", default="500,501,502,503,504,505,506,507,508,509",
                    help="matched-phases workload seeds (default: the validation seeds 500-509)")
-    p.add_argument("--out", help="CSV of one row per (k, seed)")
+    p.add_argument("--out", help="CSV of one row per (k, m or budget; seed)")
     args = p.parse_args(argv)
     try:
-        seeds = [int(s) for s in split_number_list(args.seeds, int)]
-        if args.probability_margins is not None and args.max_operation_gpus_per_window is not None:
-            raise ValueError("give --probability-margins or --max-operation-gpus-per-window, not both")
+        seeds = _values("--seeds", args.seeds, int)
+        modes = [f for f, v in (("--sustained-windows", args.sustained_windows),
+                                ("--probability-margins", args.probability_margins),
+                                ("--max-operation-gpus-per-window", args.max_operation_gpus_per_window)) if v is not None]
+        if len(modes) > 1:
+            raise ValueError(f"give one of --sustained-windows, --probability-margins and "
+                             f"--max-operation-gpus-per-window, got {' and '.join(modes)}")
+        if args.out is not None and (Path(args.out).is_dir() or not Path(args.out).parent.is_dir()):
+            raise ValueError(f"--out {args.out}: expected a file in an existing folder")
         if args.max_operation_gpus_per_window is not None:
             label = "max_operation_gpus_per_window"
             policies = {b: with_operation_budget(args.checkpoint, b)
-                        for b in split_number_list(args.max_operation_gpus_per_window, float)}
+                        for b in _values("--max-operation-gpus-per-window", args.max_operation_gpus_per_window, float)}
         elif args.probability_margins is not None:
             label = "probability_margin"
-            margins = [float(m) for m in split_number_list(args.probability_margins, float)]
+            margins = _values("--probability-margins", args.probability_margins, float)
             policies = {m: MarginGatedTarget(args.checkpoint, m) for m in margins}
         else:
             label = "sustained_windows"
-            ks = [int(k) for k in split_number_list(args.sustained_windows, int)]
+            ks = _values("--sustained-windows", args.sustained_windows or "1,2,3", int)
             policies = {k: SustainedTarget(args.checkpoint, k) for k in ks}
     except (ValueError, FileNotFoundError) as exc:
         print(f"reconfig_sustained_target: error: {exc}", file=sys.stderr)

@@ -235,6 +235,32 @@ def test_operation_budget_variant_changes_only_the_deployed_budget():
         with_operation_budget("shipped-reconfig", 0)
 
 
+@pytest.mark.parametrize("argv, error", [
+    # --sustained-windows was silently ignored next to another mode (its default hid the conflict)
+    (["--sustained-windows", "2", "--probability-margins", "0.1"],
+     "give one of --sustained-windows, --probability-margins and --max-operation-gpus-per-window, "
+     "got --sustained-windows and --probability-margins"),
+    (["--sustained-windows", "2", "--max-operation-gpus-per-window", "8"], "got --sustained-windows and --max-op"),
+    # a repeated value was one policy (dict key): silently fewer rows than asked
+    (["--probability-margins", "0.1,0.1"], "--probability-margins lists 0.1 twice"),
+    (["--max-operation-gpus-per-window", "8,8.0"], "--max-operation-gpus-per-window lists 8 twice"),
+    # a bad list did not name its flag
+    (["--probability-margins", "x"], "--probability-margins: must be a comma-separated list of numbers, got 'x'"),
+    (["--seeds", ""], "--seeds: needs at least one value"),
+    # a missing --out folder failed only after every evaluation
+    (["--out", "/nonexistent-dir/rows.csv"], "--out /nonexistent-dir/rows.csv: expected a file in an existing folder"),
+])
+def test_sustained_target_script_refuses_bad_flags_before_evaluating(argv, error, monkeypatch, capsys):
+    from experiments.scripts import reconfig_sustained_target as rst
+
+    def no_eval(*a, **k):
+        raise AssertionError("evaluated despite a bad flag")
+
+    monkeypatch.setattr(rst, "evaluate_and_report", no_eval)
+    assert rst.main(argv) == 2
+    assert error in capsys.readouterr().err
+
+
 def test_probability_ensemble_of_one_checkpoint_acts_like_it(monkeypatch):
     """``reconfig_ensemble_check.ProbabilityEnsemble``: the argmax of the mean masked action
     probabilities is each member's deterministic action when the members are one checkpoint,
