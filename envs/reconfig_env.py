@@ -131,6 +131,24 @@ def _check_action_mode(action_mode: str, capacity_features: bool, target_degrees
                                  "action_mode='operation')")
 
 
+def check_operation_budget(pool, compositions: list[str], max_operation_gpus_per_window: float) -> None:
+    """Refuses a GPU budget per window below the largest single operation a move between the
+    target ``compositions`` (or away from ``pool.composition``) can need: splitting or forming a
+    worker of the largest CP degree takes that many GPUs, so a smaller budget never starts it and
+    those compositions are silently unreachable.
+
+    Raises:
+        ValueError: naming ``max_operation_gpus_per_window`` and the minimum [GPUs].
+    """
+    from baselines.composition import degree_counts  # lazy: envs must not import baselines at import time
+
+    largest = max(d for c in (*compositions, pool.composition) for d, n in degree_counts(c, pool).items() if n > 0)
+    if max_operation_gpus_per_window < largest:
+        raise ValueError(f"max_operation_gpus_per_window must be >= {largest} (the GPUs of one split or merge of a "
+                         f"CP-{largest} worker, the largest degree of the target menu and the initial composition), "
+                         f"got {max_operation_gpus_per_window:g}; a smaller budget can never start those operations")
+
+
 def default_inner_router():
     """A fresh router of the registered ``"vertumnus-router"`` policy: the default inner router
     (a module-level function, so that an environment keeps pickling; the registry's factory is
@@ -294,7 +312,9 @@ class PrefillReconfigEnv(gym.Env):
         target_degrees: CP degrees of the target menu (default :data:`DEFAULT_TARGET_DEGREES`,
             restricted to the pool's supported degrees); ``action_mode="target"`` only.
         max_operation_gpus_per_window: GPU budget of the operations started in one step of
-            ``action_mode="target"`` (default: the whole pool); ``action_mode="target"`` only.
+            ``action_mode="target"`` (default: the whole pool); ``action_mode="target"`` only; at
+            least the largest CP degree of the menu and the initial composition (one operation's
+            GPUs), else ValueError.
         render_mode: ``None`` (Gymnasium's convention; no rendering is implemented:
             ``metadata["render_modes"]`` is empty).
 
@@ -383,6 +403,7 @@ class PrefillReconfigEnv(gym.Env):
 
             self._target_counts = [degree_counts(c, pool) for c in self.target_compositions]
             self.max_operation_gpus_per_window = float(max_operation_gpus_per_window or pool.num_gpus)
+            check_operation_budget(pool, self.target_compositions, self.max_operation_gpus_per_window)
             k = len(self.target_compositions)
             self._t_high = np.array([b for _, b in TARGET_FEATURES], dtype=np.float32)
             spaces_["targets"] = spaces.Box(0.0, np.broadcast_to(self._t_high, (k, len(self._t_high))).copy(),

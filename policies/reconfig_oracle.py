@@ -277,9 +277,11 @@ def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests:
     rule with ``tolerance``) and the best fixed composition in hindsight held in every phase
     (lowest whole-workload mean TTFT in ``ttft_s``, request-weighted); each distinct schedule is
     followed once in ``env`` (:func:`follow_schedule`, which pays the drains and the backlog the
-    fixed-pool TTFTs ignore) and the one with the lowest simulated mean TTFT wins (ties: the
-    earlier candidate, costs in the given order, then the fixed composition; a NaN mean TTFT, no
-    request finished, never wins unless every candidate has one).
+    fixed-pool TTFTs ignore) and the one with the fewest unfinished requests, then the lowest
+    simulated mean TTFT wins (a schedule that leaves requests unfinished under a
+    ``SimConfig.horizon_s`` cannot win on the mean TTFT of the ones it finished; ties: the earlier
+    candidate, costs in the given order, then the fixed composition; a NaN mean TTFT, no request
+    finished, ranks last).
 
     Args:
         env: target-mode environment over ``workload`` (its menu indexes ``ttft_s`` and ``counts``).
@@ -304,15 +306,17 @@ def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests:
     used = num > 0
     totals = (ttft_s[:, used] * num[used]).sum(axis=1)  # (K,) whole-workload total TTFT [request-s] (inf: no data)
     candidates["best-fixed"] = [int(np.argmin(totals))] * ttft_s.shape[1]
-    simulated: dict[tuple, float] = {}
+    simulated: dict[tuple, tuple[int, float]] = {}  # schedule -> (unfinished requests, mean TTFT [s])
     scores = {}
     for name, targets in candidates.items():
         key = tuple(targets)
         if key not in simulated:
-            simulated[key] = float(follow_schedule(env, workload, seed, targets)["mean_ttft_s"])
-        scores[name] = simulated[key]
+            row = follow_schedule(env, workload, seed, targets)
+            simulated[key] = (int(row.get("num_unfinished", 0)), float(row["mean_ttft_s"]))
+        scores[name] = simulated[key][1]
     # first minimum: the earlier candidate; NaN (no request finished) never wins
-    chosen = min(candidates, key=lambda n: np.inf if np.isnan(scores[n]) else scores[n])
+    chosen = min(candidates, key=lambda n: (simulated[tuple(candidates[n])][0],
+                                            np.inf if np.isnan(scores[n]) else scores[n]))
     return candidates[chosen], chosen, scores
 
 

@@ -379,7 +379,9 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
             tg, chosen, scores = verified_targets(make_env([wl]), wl, s, *tables[s], counts, initial, costs,
                                                   cfg.oracle_tolerance)
             targets.append(tg)
-            verified[str(s)] = {"chosen": chosen, "mean_ttft_s": scores}
+            # NaN (no request finished) as null: strict JSON
+            verified[str(s)] = {"chosen": chosen, "mean_ttft_s": {n: None if math.isnan(v) else v
+                                                                  for n, v in scores.items()}}
         (out / "oracle_candidates.json").write_text(json.dumps(verified, indent=2) + "\n")
         names = verified[str(cfg.seeds[0])]["mean_ttft_s"]
         chosen_counts = {n: sum(v["chosen"] == n for v in verified.values()) for n in names}

@@ -101,13 +101,19 @@ def with_operation_budget(path: str, gpus_per_window: float) -> LearnedReconfig:
     ``max_operation_gpus_per_window`` (its policy unchanged).
 
     Raises:
-        ValueError: when the checkpoint is not a target-menu one, or the budget is not > 0.
+        ValueError: when the checkpoint is not a target-menu one, the budget is not > 0, or it is
+            below one operation of the menu (:func:`envs.reconfig_env.check_operation_budget`).
     """
     policy = LearnedReconfig(path)
     if policy.env_kwargs.get("action_mode") != "target":
         raise ValueError(f"{path}: not a target-composition checkpoint (action_mode 'target')")
     if not gpus_per_window > 0:
         raise ValueError(f"--max-operation-gpus-per-window must be numbers > 0, got {gpus_per_window}")
+    from envs.reconfig_env import check_operation_budget, target_menu
+    from envs.sim import SimConfig
+
+    pool = SimConfig().pool  # the pool evaluate_and_report runs on
+    check_operation_budget(pool, target_menu(pool, policy.env_kwargs["target_degrees"]), float(gpus_per_window))
     policy.env_kwargs = dict(policy.env_kwargs, max_operation_gpus_per_window=float(gpus_per_window))
     return policy
 

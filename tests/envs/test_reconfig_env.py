@@ -175,11 +175,14 @@ def test_target_mode_moves_to_the_chosen_composition_and_stays(toy_cal):
     assert total == pytest.approx(-env.reward_scale * ttft.sum(), rel=1e-9)
 
 
-def test_target_mode_budget_limits_operations_per_window(toy_cal):
-    env = _env(toy_cal, capacity_features=True, action_mode="target", max_operation_gpus_per_window=2)
+def test_target_mode_budget_below_one_operation_is_refused(toy_cal):
+    # 2 GPUs fit no operation of this menu (every split / merge moves 4): the env never reconfigured
+    with pytest.raises(ValueError, match=r"max_operation_gpus_per_window must be >= 4 .* got 2"):
+        _env(toy_cal, capacity_features=True, action_mode="target", max_operation_gpus_per_window=2)
+    env = _env(toy_cal, capacity_features=True, action_mode="target", max_operation_gpus_per_window=4)
     env.reset(seed=1)
-    _, _, _, _, info = env.step(0)  # cp4x2: merge the CP-2 pair (4 GPUs) does not fit 2 GPUs
-    assert info["num_operations"] == 0
+    _, _, _, _, info = env.step(0)  # cp4x2: the merge of the CP-2 pair (4 GPUs) fits
+    assert info["num_operations"] == 1
     with pytest.raises(ValueError, match="capacity_features=True"):
         _env(toy_cal, action_mode="target")
     with pytest.raises(ValueError, match="action_mode must be"):

@@ -400,3 +400,32 @@ def test_switching_cost_schedule_never_picks_a_composition_without_data_in_a_pha
     with pytest.raises(ValueError, match="oracle_switch_cost_s_per_gpu must be >= 0 and finite, got inf"):
         ReconfigTrainConfig(workload="phases", action_mode="target", wandb_mode="disabled", warm_start="oracle",
                             oracle_switch_cost_s_per_gpu=float("inf"))
+
+
+def test_verified_targets_ranks_unfinished_requests_before_mean_ttft(monkeypatch):
+    """Under a horizon, a schedule that leaves requests unfinished looks fast on the mean TTFT of
+    the ones it finished: it must not win."""
+    import policies.reconfig_oracle as ro
+
+    ttft = np.array([[1.0, 1.2, 1.0], [1.1, 1.0, 1.1], [2.0, 2.0, 2.0]])
+    num = np.array([100, 100, 100])  # cost 1: [A, B, A]; cost 3 and best fixed: [A, A, A]
+    rows = {(0, 1, 0): {"mean_ttft_s": 0.9, "num_unfinished": 7}, (0, 0, 0): {"mean_ttft_s": 1.1, "num_unfinished": 0}}
+    monkeypatch.setattr(ro, "follow_schedule", lambda env, wl, seed, targets: rows[tuple(targets)])
+    targets, chosen, scores = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [1.0, 3.0])
+    assert targets == [0, 0, 0] and chosen == "switch-cost-3" and scores["switch-cost-1"] == 0.9
+
+
+def test_candidate_record_is_strict_json_when_a_candidate_finished_nothing(tmp_path, monkeypatch):
+    import policies.reconfig_oracle as ro
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    def nan_scores(env, wl, seed, ttft, num, counts, initial, costs, tolerance):
+        return [1, 1], "switch-cost-5", {"switch-cost-5": 0.5, "best-fixed": float("nan")}
+
+    monkeypatch.setattr(ro, "verified_targets", nan_scores)
+    small, base = _tiny_oracle_training(bc_epochs=1)
+    train_reconfig(ReconfigTrainConfig(**base, oracle_switch_cost_s_per_gpu=5.0, oracle_candidate_switch_costs=(9.0,)),
+                   tmp_path / "n", sim_config=small, log=lambda s: None)
+    text = (tmp_path / "n" / "oracle_candidates.json").read_text()
+    assert "NaN" not in text  # was written as NaN: not JSON
+    assert json.loads(text)["0"]["mean_ttft_s"] == {"switch-cost-5": 0.5, "best-fixed": None}
