@@ -323,8 +323,9 @@ class PrefillReconfigEnv(gym.Env):
             finite number (> 0, > 0, >= 0), a bad reward, ``long_request_tokens`` that is not an
             integer >= 0, a ``make_router`` that is not callable, a bad action mode or target
             menu, ``target_degrees`` or ``max_operation_gpus_per_window`` given (not ``None``)
-            with ``action_mode="operation"``, a ``render_mode`` that is not ``None``, or empty
-            workloads.
+            with ``action_mode="operation"``, a ``max_operation_gpus_per_window`` below one
+            operation of the menu (:func:`check_operation_budget`), a ``render_mode`` that is not
+            ``None``, or empty workloads.
 
     ## Version History
 
@@ -333,6 +334,9 @@ class PrefillReconfigEnv(gym.Env):
     * v0: an action that is not an element of the action space raises ``ValueError`` (an
       integer out of range was a penalised no-op, ``1.7`` truncated to 1); masked actions are
       still penalised no-ops. ``render_mode`` argument (``None`` only).
+    * v0: a ``max_operation_gpus_per_window`` smaller than the largest CP degree of the target
+      menu and the initial composition raises ``ValueError`` (the operations it could never start
+      left their compositions silently unreachable).
     """
 
     metadata = {"render_modes": []}
