@@ -1,10 +1,12 @@
 """Episode windows of the Gymnasium environments: a workload cut into consecutive windows
-(episodes), their deterministic train/eval split, and the default scenario of the registered
-routing id. Imports neither gymnasium nor torch.
+(episodes), their deterministic train/eval split, the default scenario of the registered
+routing id, the checked ``reset`` options and the copy rules shared by both environments.
+Imports neither gymnasium nor torch.
 """
 
 from __future__ import annotations
 
+import copy
 import numbers
 from collections.abc import Mapping, Sequence
 
@@ -116,3 +118,26 @@ def default_routing_windows() -> list[Workload]:
     wl = workloads.build_workload(trace=workloads.default_traces_dir() / "conversation_trace.jsonl",
                                   target_rps=DEFAULT_TARGET_RPS)
     return split_windows(episode_windows(wl, DEFAULT_WINDOW_S), "train")
+
+
+class PickleBeforeReset:
+    """Copy rules of both environments (a mixin): ``pickle`` works before ``reset()`` (Gymnasium's
+    env checker and the env factories of ``SubprocVecEnv`` pickle a fresh env); after ``reset()``
+    the env holds a SimPy ``Environment`` whose bound event classes do not survive unpickling
+    (``pickle.loads`` failed with "'Environment' object has no attribute 'Process'"), so pickling
+    then raises a ``TypeError`` that says what to do instead. ``copy.deepcopy`` works at any time.
+    """
+
+    def __getstate__(self) -> dict:
+        if getattr(self, "sim", None) is not None:
+            raise TypeError(f"{type(self).__name__} cannot be pickled after reset(): its SimPy simulator does not "
+                            f"survive unpickling. Pickle it before reset(), rebuild it and reset() with the same "
+                            f"seed and options (episodes are deterministic), or use copy.deepcopy in-process")
+        return self.__dict__.copy()
+
+    def __deepcopy__(self, memo: dict):
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        return new

@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
-from envs.episodes import nonempty_windows, reset_options
+from envs.episodes import PickleBeforeReset, nonempty_windows, reset_options
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, check_render_mode, discrete_action
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
 from envs.sim.faults import fault_flags
@@ -180,7 +180,7 @@ def candidate_operations(pool: PoolConfig) -> list[tuple[str, int, int]]:
     return out
 
 
-class PrefillReconfigEnv(gym.Env):
+class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     """Choose, once per observation window, whether to split or merge one CP worker.
 
     ## Description
@@ -337,6 +337,9 @@ class PrefillReconfigEnv(gym.Env):
     * v0: a ``max_operation_gpus_per_window`` smaller than the largest CP degree of the target
       menu and the initial composition raises ``ValueError`` (the operations it could never start
       left their compositions silently unreachable).
+    * v0 (cpgym 0.2): ``pickle`` after ``reset()`` raises a ``TypeError`` saying what to do
+      instead (the pickle could not be loaded: SimPy's bound event classes); ``copy.deepcopy``
+      continues the episode (:class:`envs.episodes.PickleBeforeReset`).
     """
 
     metadata = {"render_modes": []}

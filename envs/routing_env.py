@@ -23,6 +23,7 @@ from envs.accounting import EpisodeAccounting
 from envs.episodes import (  # noqa: F401  (re-exported: their historical import path)
     DEFAULT_TARGET_RPS,
     DEFAULT_WINDOW_S,
+    PickleBeforeReset,
     default_routing_windows,
     episode_windows,
     nonempty_windows,
@@ -173,7 +174,7 @@ def least_work_worker(sim: Simulator, request: Request) -> int:
     return best
 
 
-class PrefillRoutingEnv(gym.Env):
+class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
     """Route each arriving prefill request to a CP worker of a fixed-GPU prefill pool.
 
     ## Description
@@ -316,6 +317,9 @@ class PrefillRoutingEnv(gym.Env):
     * v0 (cpgym 0.2): ``info`` has the same keys at reset, at every step and after the end
       (``invalid_action``, ``worker_id``, ``step_duration_s`` were missing at reset and after the
       end); section "Info".
+    * v0 (cpgym 0.2): ``pickle`` after ``reset()`` raises a ``TypeError`` saying what to do
+      instead (the pickle could not be loaded: SimPy's bound event classes); ``copy.deepcopy``
+      continues the episode (:class:`envs.episodes.PickleBeforeReset`).
     """
 
     metadata = {"render_modes": []}

@@ -59,6 +59,26 @@ def test_env_pickles_before_reset(cls, toy_cal):
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("cls", ENVS)
+def test_pickle_after_reset_is_a_clear_error_and_deepcopy_continues_the_episode(cls, toy_cal):
+    # pickle.dumps succeeded and pickle.loads failed later with
+    # "'Environment' object has no attribute 'Process'" (SimPy's bound event classes)
+    import copy
+
+    env = _make(cls, toy_cal)
+    env.reset(seed=3)
+    env.step(_valid_action(env))
+    with pytest.raises(TypeError, match=f"{cls.__name__} cannot be pickled after reset\\(\\)"):
+        pickle.dumps(env)
+    twin = copy.deepcopy(env)
+    for _ in range(5):
+        k = _valid_action(env)
+        a, b = env.step(k), twin.step(k)
+        assert all(np.array_equal(a[0][key], b[0][key]) for key in a[0]) and a[1:4] == b[1:4]
+        if a[2] or a[3]:
+            break
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"reward": 3}, r"reward must be a RoutingRewardConfig, a kind \('time_in_system', 'slo_miss_tokens'\) or None, got 3"),
     ({"num_slots": 8.5}, "num_slots must be an integer, got 8.5"),
