@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 __all__ = ["phase_ttft", "save_phase_ttft", "load_phase_ttft", "select_targets", "phase_targets", "phase_at",
-           "follow_schedule", "verified_targets", "collect_demonstrations", "collect_learner_states",
+           "fixed_mean_ttft", "follow_schedule", "verified_targets", "collect_demonstrations", "collect_learner_states",
            "behaviour_clone"]
 
 
@@ -270,6 +270,18 @@ def follow_schedule(env, workload, seed: int, targets: list[int]) -> dict:
             "num_committed_operations": n_commit, "num_unfinished": s.get("num_unfinished", 0)}
 
 
+def fixed_mean_ttft(ttft_s: np.ndarray, num_requests: np.ndarray) -> np.ndarray:
+    """Whole-workload mean TTFT [s] of each fixed composition, shape ``(K,)``: the per-phase means
+    ``ttft_s`` ``(K, P)`` weighted by the phase's requests ``num_requests`` ``(P,)`` (phases without
+    requests are skipped; ``inf`` where a composition has no data for a phase with requests, ``nan``
+    when no phase has requests)."""
+    ttft_s = np.asarray(ttft_s, float)
+    num = np.asarray(num_requests, float)
+    used = num > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (ttft_s[:, used] * num[used]).sum(axis=1) / num[used].sum()
+
+
 def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[dict],
                      initial: dict, switch_costs_s_per_gpu, tolerance: float = 0.0) -> tuple[list[int], str, dict]:
     """The label schedule of one training seed chosen by simulation: the candidates are the
@@ -301,11 +313,7 @@ def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests:
         raise ValueError("verified_targets needs at least one switching cost")
     # select_targets first: it validates the shapes and the costs (ValueError, not an IndexError below)
     candidates = {_cost_name(c): select_targets(ttft_s, num_requests, counts, initial, tolerance, c) for c in costs}
-    ttft_s = np.asarray(ttft_s, float)
-    num = np.asarray(num_requests, float)
-    used = num > 0
-    totals = (ttft_s[:, used] * num[used]).sum(axis=1)  # (K,) whole-workload total TTFT [request-s] (inf: no data)
-    candidates["best-fixed"] = [int(np.argmin(totals))] * ttft_s.shape[1]
+    candidates["best-fixed"] = [int(np.argmin(fixed_mean_ttft(ttft_s, num_requests)))] * np.shape(ttft_s)[1]
     simulated: dict[tuple, tuple[int, float]] = {}  # schedule -> (unfinished requests, mean TTFT [s])
     scores = {}
     for name, targets in candidates.items():

@@ -114,7 +114,8 @@ def main(argv: list[str]) -> int:
     from envs import workloads
     from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config
     from envs.sim import Calibration, SimConfig
-    from policies.reconfig_oracle import follow_schedule, load_phase_ttft, phase_ttft, save_phase_ttft, select_targets
+    from policies.reconfig_oracle import (fixed_mean_ttft, follow_schedule, load_phase_ttft, phase_ttft, save_phase_ttft,
+                                          select_targets)
 
     a, seeds, costs, out_rows = parse_args(argv)
     sc = SimConfig()
@@ -136,7 +137,7 @@ def main(argv: list[str]) -> int:
             if a.cache:
                 save_phase_ttft(a.cache, tables, menu)
         ttft, num = tables[seed]
-        totals = (ttft * num).sum(axis=1) / num.sum()  # whole-workload mean TTFT of each fixed composition
+        totals = fixed_mean_ttft(ttft, num)
         best = int(totals.argmin())
         fixed_all.append(float(totals[best]))
         counts = [degree_counts(c, sc.pool) for c in menu]

@@ -429,3 +429,10 @@ def test_candidate_record_is_strict_json_when_a_candidate_finished_nothing(tmp_p
     text = (tmp_path / "n" / "oracle_candidates.json").read_text()
     assert "NaN" not in text  # was written as NaN: not JSON
     assert json.loads(text)["0"]["mean_ttft_s"] == {"switch-cost-5": 0.5, "best-fixed": None}
+
+
+def test_fixed_mean_ttft_weights_phases_by_their_requests():
+    from policies.reconfig_oracle import fixed_mean_ttft
+
+    ttft = np.array([[1.0, 3.0, 9.0], [2.0, np.inf, 0.5]])
+    assert fixed_mean_ttft(ttft, np.array([1, 3, 0])).tolist() == [2.5, np.inf]  # the empty phase is skipped
