@@ -55,8 +55,8 @@ class ProbabilityEnsemble(LearnedReconfig):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from experiments.config_args import split_number_list
-    from experiments.scripts.reconfig_sustained_target import evaluate_and_report
+    from experiments.common import check_out_file
+    from experiments.scripts.reconfig_sustained_target import evaluate_and_report, parse_values
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoints", required=True, help="comma-separated target-composition checkpoint folders")
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     paths = [s.strip() for s in args.checkpoints.split(",") if s.strip()]
     try:
-        seeds = [int(s) for s in split_number_list(args.seeds, int)]
+        seeds = parse_values("--seeds", args.seeds, int)
+        check_out_file(args.out)
         policies = {f"single:{path}": LearnedReconfig(path) for path in paths}
         policies["ensemble"] = ProbabilityEnsemble(paths)
     except (ValueError, FileNotFoundError) as exc:

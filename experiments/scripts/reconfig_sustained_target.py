@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from policies.evaluate_reconfig import LearnedReconfig
 
@@ -141,6 +140,9 @@ def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str |
     if out:
         import pandas as pd
 
+        from pathlib import Path
+
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).to_csv(out, index=False)
     first = next(iter(policies))
     base = {r["seed"]: r["mean_ttft_s"] for r in rows if r[label] == first}
@@ -152,7 +154,7 @@ def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str |
     return rows
 
 
-def _values(flag: str, text: str, kind: type) -> list:
+def parse_values(flag: str, text: str, kind: type) -> list:
     """The comma-separated ``kind`` values of ``flag``; ValueError naming the flag on a bad list or
     a value given twice (one policy per value: a repeat would silently be dropped)."""
     from experiments.config_args import split_number_list
@@ -168,6 +170,7 @@ def _values(flag: str, text: str, kind: type) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from experiments.common import check_out_file
     from policies.checkpoint import SHIPPED_RECONFIG
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -181,26 +184,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="CSV of one row per (k, m or budget; seed)")
     args = p.parse_args(argv)
     try:
-        seeds = _values("--seeds", args.seeds, int)
+        seeds = parse_values("--seeds", args.seeds, int)
         modes = [f for f, v in (("--sustained-windows", args.sustained_windows),
                                 ("--probability-margins", args.probability_margins),
                                 ("--max-operation-gpus-per-window", args.max_operation_gpus_per_window)) if v is not None]
         if len(modes) > 1:
             raise ValueError(f"give one of --sustained-windows, --probability-margins and "
                              f"--max-operation-gpus-per-window, got {' and '.join(modes)}")
-        if args.out is not None and (Path(args.out).is_dir() or not Path(args.out).parent.is_dir()):
-            raise ValueError(f"--out {args.out}: expected a file in an existing folder")
+        check_out_file(args.out)
         if args.max_operation_gpus_per_window is not None:
             label = "max_operation_gpus_per_window"
             policies = {b: with_operation_budget(args.checkpoint, b)
-                        for b in _values("--max-operation-gpus-per-window", args.max_operation_gpus_per_window, float)}
+                        for b in parse_values("--max-operation-gpus-per-window", args.max_operation_gpus_per_window, float)}
         elif args.probability_margins is not None:
             label = "probability_margin"
-            margins = _values("--probability-margins", args.probability_margins, float)
+            margins = parse_values("--probability-margins", args.probability_margins, float)
             policies = {m: MarginGatedTarget(args.checkpoint, m) for m in margins}
         else:
             label = "sustained_windows"
-            ks = _values("--sustained-windows", args.sustained_windows or "1,2,3", int)
+            ks = parse_values("--sustained-windows", args.sustained_windows or "1,2,3", int)
             policies = {k: SustainedTarget(args.checkpoint, k) for k in ks}
     except (ValueError, FileNotFoundError) as exc:
         print(f"reconfig_sustained_target: error: {exc}", file=sys.stderr)

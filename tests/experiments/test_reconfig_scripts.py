@@ -247,8 +247,8 @@ def test_operation_budget_variant_changes_only_the_deployed_budget():
     # a bad list did not name its flag
     (["--probability-margins", "x"], "--probability-margins: must be a comma-separated list of numbers, got 'x'"),
     (["--seeds", ""], "--seeds: needs at least one value"),
-    # a missing --out folder failed only after every evaluation
-    (["--out", "/nonexistent-dir/rows.csv"], "--out /nonexistent-dir/rows.csv: expected a file in an existing folder"),
+    # an --out that cannot be written failed only after every evaluation (a missing folder is created)
+    (["--out", "/dev/null/rows.csv"], "--out /dev/null/rows.csv cannot be created: /dev/null is not a folder"),
 ])
 def test_sustained_target_script_refuses_bad_flags_before_evaluating(argv, error, monkeypatch, capsys):
     from experiments.scripts import reconfig_sustained_target as rst
