@@ -96,7 +96,7 @@ from baselines.capacity import (CapacityCache, CapacityProfile, CapacityTable, P
                                 slo_for_lengths)
 from baselines.composition import (composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition,
                                    pool_over_degrees)
-from baselines.lookahead import LookaheadConfig, LookaheadPredictor
+from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
 from baselines.operation_plan import operations_towards, projected_degree_counts, rank_operations
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
                                eligible_operations, get_reconfigurator)
@@ -242,6 +242,17 @@ class ControllerConfig:
             not the default
             (``results/dynamic-phases/lookahead-replay/README.md``). Costs one replay of up to
             ``max_sample_requests`` requests per look-ahead simulation.
+        target_transition: each look-ahead stream starts on the pool's current (projected)
+            composition and moves to the candidate when its scored part begins, through the
+            simulator's own drain / switch / epoch protocol with this controller's per-window
+            budget (:class:`~baselines.lookahead.TransitionPlan`), so a candidate's score
+            includes what moving to it costs (drained workers, switch and confirmation time,
+            the new workers' empty prefix caches) and staying put costs nothing; False (default:
+            every candidate is scored as if the pool already were it). Why: on the conversation
+            trace the controller's losses are the transients of its own moves (CP-8 merges
+            drained at 0.75 load: window TTFTs of 6.9-11.7 s for 60 s,
+            ``results/dynamic-phases/lookahead-replay/README.md``), which a look-ahead that
+            starts on the candidate cannot see. ``"requests"`` source only.
         lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``
@@ -282,6 +293,7 @@ class ControllerConfig:
     regime_change_unlocks: bool = True
     target_sample: str = "regime-start"
     target_replay_sample: bool = False
+    target_transition: bool = False
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
 
     def __post_init__(self) -> None:
@@ -350,6 +362,12 @@ class ControllerConfig:
               f"controller.target_sample / target_replay_sample choose the observed requests the look-ahead resamples; "
               f"lookahead.source {self.lookahead.source!r} draws from the class histogram instead (use source "
               f"'requests')")
+        check(isinstance(self.target_transition, bool),
+              f"controller.target_transition must be true or false, got {self.target_transition!r}")
+        check(not self.target_transition or (self.decision == "target" and self.lookahead.source == "requests"),
+              f"controller.target_transition scores the 'target' decision's look-ahead streams from the current "
+              f"composition (lookahead.source 'requests'); decision {self.decision!r} with lookahead.source "
+              f"{self.lookahead.source!r} has none (leave it false)")
         check(not (self.target_degrees and self.decision != "target"),
               f"controller.target_degrees {list(self.target_degrees)} sets the look-ahead's candidate menu of the "
               f"'target' decision; the {self.decision!r} decision has none (leave target_degrees empty)")
@@ -706,7 +724,8 @@ class ReconfigController:
         first ``n`` requests of the regime (``n`` the largest power of two up to
         ``max_sample_requests`` that has arrived: the sample grows 64, 128, ... so the memo is
         reused within a regime; ``target_sample="latest"``: the ``n`` latest arrivals;
-        ``target_replay_sample``: each stream replays the sample first) and screens the candidates
+        ``target_replay_sample``: each stream replays the sample first; ``target_transition``:
+        each stream starts on the current composition and moves to the candidate) and screens the candidates
         (:meth:`~baselines.lookahead.LookaheadPredictor.score_from_requests`; ``keep``, the
         current target, runs on every stream; ``stationary``: the longer streams of a stationary
         load); ``"histogram"`` samples the smoothed class histogram (the capacity profiler's
@@ -723,9 +742,15 @@ class ReconfigController:
         first = arrived - n if self.config.target_sample == "latest" else self._regime_start
         sample = list(reqs[first:first + n])
         self._sample_size = n
+        cfg = self.config
+        transition = None
+        if cfg.target_transition:
+            transition = TransitionPlan(self.composition_text(projected_degree_counts(self.sim)), cfg.reconfig,
+                                        cfg.window_s, cfg.max_gpu_share_per_window * self.sim.config.pool.num_gpus,
+                                        cfg.max_ops_per_window)
         return self.predictor.score_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens,
                                                   list(rates_rps), (first, n), keep, stationary,
-                                                  replay_sample=self.config.target_replay_sample)
+                                                  replay_sample=cfg.target_replay_sample, transition=transition)
 
     def move_towards(self, target: dict[int, int], record: WindowRecord) -> list[str]:
         """Starts the operations :func:`~baselines.operation_plan.operations_towards` plans

@@ -46,10 +46,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from baselines.capacity import CapacityTable
+from baselines.composition import degree_counts
+from baselines.operation_plan import operations_towards, projected_degree_counts
+from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
 from envs.sim.request import Request, Workload
-from envs.sim.simulator import Simulator
+from envs.sim.simulator import EventPriority, Simulator
 
-__all__ = ["LookaheadConfig", "LookaheadPredictor", "screened_scores"]
+__all__ = ["LookaheadConfig", "LookaheadPredictor", "TransitionPlan", "screened_scores"]
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,53 @@ class LookaheadConfig:
             raise ValueError(f"look-ahead rate must be a finite number > 0, got {rate_rps!r}")
         k = round(math.log(rate_rps) / math.log(self.rate_bucket_ratio))
         return float(self.rate_bucket_ratio ** k)
+
+
+@dataclass(frozen=True)
+class TransitionPlan:
+    """How a look-ahead stream reaches its candidate composition: from the pool's current
+    composition, through the simulator's own split/merge protocol, as the controller would move
+    (``ControllerConfig.target_transition``).
+
+    Without a plan every look-ahead stream runs on the candidate composition from its first
+    request: a move looks free, though in the run it drains the workers taking part (their queued
+    and running prefills finish first), takes them out of service for the switch and confirmation
+    (1.1-5.1 s per operation, paper §9) and leaves the new workers' prefix caches empty. With a
+    plan the stream starts on ``from_composition`` and, when its scored part begins, the
+    controller's own move starts: every ``window_s`` the operations of
+    :func:`~baselines.operation_plan.operations_towards` (at most ``max_gpus_per_window`` GPUs and
+    ``max_ops_per_window`` operations per window, ranked as in the paper) run through the
+    simulator's :class:`~envs.sim.reconfig.Reconfigurator` with ``reconfig``, so the scored
+    requests pay the drain, the switch and the lost caches, and staying put costs nothing.
+
+    Args:
+        from_composition: the pool's composition when the decision is taken (counts form); the
+            controller passes its projected composition (in-flight operations committed).
+        reconfig: the run's reconfiguration timing (``ControllerConfig.reconfig``).
+        window_s: seconds between two planning steps (``ControllerConfig.window_s``), > 0.
+        max_gpus_per_window: GPU budget of one planning step (the controller's
+            ``max_gpu_share_per_window`` x pool GPUs), > 0.
+        max_ops_per_window: operations per planning step (``ControllerConfig.max_ops_per_window``), >= 1.
+
+    Raises:
+        ValueError: naming the field, on an out-of-range value.
+    """
+
+    from_composition: str
+    reconfig: ReconfigConfig
+    window_s: float
+    max_gpus_per_window: float
+    max_ops_per_window: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.from_composition, str) and self.from_composition):
+            raise ValueError(f"transition.from_composition must be a composition text, got {self.from_composition!r}")
+        if not (self.window_s > 0 and math.isfinite(self.window_s)):
+            raise ValueError(f"transition.window_s must be a finite number > 0, got {self.window_s!r}")
+        if not self.max_gpus_per_window > 0:
+            raise ValueError(f"transition.max_gpus_per_window must be > 0, got {self.max_gpus_per_window!r}")
+        if not (isinstance(self.max_ops_per_window, int) and self.max_ops_per_window >= 1):
+            raise ValueError(f"transition.max_ops_per_window must be an integer >= 1, got {self.max_ops_per_window!r}")
 
 
 def screened_scores(compositions: list[str], rates: list[float], value, num_streams: int, margin: float,
@@ -327,7 +377,8 @@ class LookaheadPredictor:
 
     def score_from_requests(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int,
                             rates_rps: list[float], key: tuple, keep: tuple[str, ...] = (),
-                            stationary: bool = False, replay_sample: bool = False) -> dict[str, float]:
+                            stationary: bool = False, replay_sample: bool = False,
+                            transition: TransitionPlan | None = None) -> dict[str, float]:
         """Score [s] of each composition: the mean over ``rates_rps`` of its predicted mean TTFT at
         that rate for streams resampled from the observed requests ``sample``
         (:meth:`resampled_stream`), evaluated by successive screening (class docstring).
@@ -352,6 +403,9 @@ class LookaheadPredictor:
                 scored after ``stationary_warmup_s`` (:meth:`LookaheadConfig.span`).
             replay_sample: each stream is preceded by ``sample`` replayed as observed, not scored
                 (:meth:`after_replay`; memoised apart from the streams without it).
+            transition: the stream starts on ``transition.from_composition`` and moves to each
+                candidate when its scored part begins (:class:`TransitionPlan`; memoised per
+                starting composition); ``None``: each candidate from the start.
 
         Returns:
             ``{composition: score [s]}`` (``inf`` for a composition that finishes no request).
@@ -368,6 +422,8 @@ class LookaheadPredictor:
         key = tuple(int(x) for x in key)
         span = cfg.span(stationary)
         memo_span = span + ("replay",) if replay_sample else span
+        if transition is not None:
+            memo_span = memo_span + ("from", transition.from_composition)
         self.score_calls.append((tuple(compositions), tuple(rates), key, tuple(keep), memo_span))
         streams: dict[tuple[float, int], Workload] = {}  # generated once per call, on first use
 
@@ -379,7 +435,7 @@ class LookaheadPredictor:
                     wl = self.resampled_stream(sample, kv_block_size_tokens, rate, key + ((rep,) if rep else ()), span[0])
                     got = streams[(rate, rep)] = (self.after_replay(sample, kv_block_size_tokens, wl) if replay_sample
                                                   else (wl, 0.0))
-                memo[c] = self._simulate(c, got[0], got[1] + span[1])
+                memo[c] = self._simulate(c, got[0], got[1] + span[1], transition, got[1])
             return memo[c]
 
         return screened_scores(compositions, rates, value, cfg.num_replications, cfg.screen_margin, keep)
@@ -410,15 +466,42 @@ class LookaheadPredictor:
             got = self._memo[key] = {c: self._simulate(c, wl) for c in compositions}
         return dict(got)
 
-    def _simulate(self, composition: str, workload: Workload, warmup_s: float | None = None) -> float:
+    def _simulate(self, composition: str, workload: Workload, warmup_s: float | None = None,
+                  transition: TransitionPlan | None = None, transition_at_s: float = 0.0) -> float:
         base = self.table.config
-        cfg = replace(base, pool=replace(base.pool, composition=composition), horizon_s=None, record_events=False,
+        start = composition if transition is None else transition.from_composition
+        cfg = replace(base, pool=replace(base.pool, composition=start), horizon_s=None, record_events=False,
                       seed=self.config.seed)
         self.num_simulations += 1
-        res = Simulator(workload, cfg, self.table.calibration).run(self.make_router())
+        sim = Simulator(workload, cfg, self.table.calibration)
+        if transition is not None:
+            self._schedule_transition(sim, degree_counts(composition, cfg.pool), transition, transition_at_s)
+        res = sim.run(self.make_router())
         ttft = res.records["ttft_s"]
         warmup_s = self.config.warmup_s if warmup_s is None else warmup_s
         if warmup_s > 0:
             ttft = ttft[res.records["arrival_s"] >= warmup_s]
         ttft = ttft[np.isfinite(ttft)]
         return float(ttft.mean()) if ttft.size else math.inf
+
+    @staticmethod
+    def _schedule_transition(sim: Simulator, target: dict[int, int], plan: TransitionPlan, at_s: float) -> None:
+        """Schedules the planning steps of ``plan`` towards ``target`` on ``sim``: the first at
+        ``at_s`` [s], then every ``plan.window_s`` until the projected composition is ``target``,
+        nothing eligible helps, or the workload's last arrival has passed."""
+        target = {d: n for d, n in target.items() if n}
+        if projected_degree_counts(sim) == target:
+            return
+        recon = get_reconfigurator(sim, plan.reconfig)
+        reqs = sim.workload.requests
+        last_arrival_s = reqs[-1].arrival_time_s if reqs else 0.0
+
+        def step(_payload) -> None:
+            ops = operations_towards(sim, target, plan.max_gpus_per_window)[:plan.max_ops_per_window]
+            for op in ops:
+                recon.apply(op)
+            done = projected_degree_counts(sim) == target
+            if not done and (ops or recon.in_flight()) and sim.env.now + plan.window_s <= last_arrival_s:
+                sim.schedule(plan.window_s, EventPriority.CONTROL, step)
+
+        sim.schedule(at_s, EventPriority.CONTROL, step)

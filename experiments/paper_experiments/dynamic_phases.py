@@ -130,6 +130,9 @@ class DynamicPhasesConfig:
     target_replay_sample: bool = _opt(False, "target decision: replay the look-ahead sample (unscored) before each "
                                              "stream, so the candidate pool starts with warm prefix caches; "
                                              "ControllerConfig.target_replay_sample")
+    target_transition: bool = _opt(False, "target decision: score each candidate with the move to it from the current "
+                                          "composition (drain, switch, lost caches); "
+                                          "ControllerConfig.target_transition")
     switch_s: float = _opt(0.9, "switch time at the common step boundary [s] (envs.sim.reconfig.ReconfigConfig's; "
                                 "paper §9: < 1 s)")
 
@@ -156,8 +159,10 @@ class DynamicPhasesConfig:
             raise ValueError(f"dynamic: rate_scale ({self.rate_scale}) applies to absolute rates only; "
                              f"with short_load / long_load leave it at 1")
         if self.decision != "target" and (self.target_sample != "regime-start" or self.target_replay_sample
+                                          or self.target_transition
                                           or self.target_margin is not None or self.target_urgent_gain is not None):
-            raise ValueError(f"dynamic: target_sample / target_replay_sample / target_margin / target_urgent_gain set "
+            raise ValueError(f"dynamic: target_sample / target_replay_sample / target_transition / target_margin / "
+                             f"target_urgent_gain set "
                              f"the 'target' decision; decision {self.decision!r} has none")
         if self.window_s is not None:
             object.__setattr__(self, "window_s", tuple(float(x) for x in self.window_s))
@@ -281,7 +286,8 @@ def controller_config(cfg: DynamicPhasesConfig):
                             ("stationary_warmup_s", cfg.lookahead_stationary_warmup_s)) if v is not None}
     extra = {k: v for k, v in (("target_trend_min_t", cfg.target_trend_min_t), ("target_margin", cfg.target_margin),
                                ("target_urgent_gain", cfg.target_urgent_gain)) if v is not None}
-    extra.update(target_sample=cfg.target_sample, target_replay_sample=cfg.target_replay_sample)
+    extra.update(target_sample=cfg.target_sample, target_replay_sample=cfg.target_replay_sample,
+                 target_transition=cfg.target_transition)
     return ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s), **extra,
                             profile=ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10),
@@ -292,7 +298,7 @@ def _controller_summary(ccfg) -> dict:
     return {"decision": ccfg.decision, "target_margin": ccfg.target_margin, "target_urgent_gain": ccfg.target_urgent_gain,
             "target_horizons_s": list(ccfg.target_horizons_s), "target_trend_min_t": ccfg.target_trend_min_t,
             "target_sample": ccfg.target_sample, "target_replay_sample": ccfg.target_replay_sample,
-            "regime_change_unlocks": ccfg.regime_change_unlocks,
+            "target_transition": ccfg.target_transition, "regime_change_unlocks": ccfg.regime_change_unlocks,
             "lookahead": {"source": ccfg.lookahead.source, "duration_s": ccfg.lookahead.duration_s,
                           "num_replications": ccfg.lookahead.num_replications,
                           "screen_margin": ccfg.lookahead.screen_margin, "warmup_s": ccfg.lookahead.warmup_s,

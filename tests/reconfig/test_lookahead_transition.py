@@ -1,0 +1,118 @@
+"""The look-ahead's transition-aware scoring (baselines/lookahead.py ``TransitionPlan``,
+``ControllerConfig.target_transition``): a candidate's stream starts on the current composition and
+moves to it through the simulator's own split/merge protocol."""
+
+import pytest
+
+from baselines.controller import CapacityTable, ControllerConfig, ReconfigController
+from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
+from baselines.simple import LeastWorkRouter
+from envs.sim import Calibration, PoolConfig, SimConfig, Simulator
+from envs.sim.reconfig import ReconfigConfig
+from tests.reconfig.test_controller import FAST, _poisson_workload
+
+POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4))
+
+
+def _plan(start: str, **kw) -> TransitionPlan:
+    args = dict(reconfig=ReconfigConfig(), window_s=20.0, max_gpus_per_window=8.0, max_ops_per_window=8)
+    args.update(kw)
+    return TransitionPlan(start, **args)
+
+
+def _composition(sim) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for w in sim.workers.values():
+        counts[w.degree] = counts.get(w.degree, 0) + 1
+    return counts
+
+
+def test_transition_plan_validation():
+    with pytest.raises(ValueError, match="transition.from_composition must be a composition text"):
+        _plan("")
+    with pytest.raises(ValueError, match="transition.window_s must be a finite number > 0"):
+        _plan("cp4x2", window_s=0.0)
+    with pytest.raises(ValueError, match="transition.max_gpus_per_window must be > 0"):
+        _plan("cp4x2", max_gpus_per_window=0.0)
+    with pytest.raises(ValueError, match="transition.max_ops_per_window must be an integer >= 1"):
+        _plan("cp4x2", max_ops_per_window=0)
+    with pytest.raises(ValueError, match="controller.target_transition must be true or false"):
+        ControllerConfig(target_transition=1)
+    with pytest.raises(ValueError, match="'paper-rule' with lookahead.source 'requests' has none"):
+        ControllerConfig(decision="paper-rule", target_transition=True)
+    with pytest.raises(ValueError, match="lookahead.source 'histogram' has none"):
+        ControllerConfig(target_transition=True, lookahead=LookaheadConfig(source="histogram"))
+
+
+def test_transition_moves_through_the_protocol_in_planning_steps():
+    # cp4x2 -> cp1x8 needs two levels (each CP-4 splits into two CP-2, each of those into two CP-1),
+    # so the second level waits for the first to commit; with 4 GPUs per step the first step splits
+    # one CP-4 only.
+    cfg = SimConfig(pool=replace_pool("cp4x2"), seed=0)
+    sim = Simulator(_poisson_workload(4.0, 60.0, 0), cfg)
+    LookaheadPredictor._schedule_transition(sim, {1: 8}, _plan("cp4x2", max_gpus_per_window=4.0, window_s=5.0), 10.0)
+    res = sim.run(LeastWorkRouter())
+    ops = res.extras["reconfig_operations"]
+    assert _composition(sim) == {1: 8}
+    assert ops and all(o["kind"] == "split" for o in ops) and len(ops) == 2 + 4
+    starts = sorted(o["start_s"] for o in ops)
+    assert starts[0] == pytest.approx(10.0) and starts[1] >= 15.0  # one CP-4 per 4-GPU step
+    assert all(o["commit_s"] == o["commit_s"] for o in ops)  # every one committed (NaN otherwise)
+    # drain + switch + confirmation were paid: each operation takes at least the fixed part
+    assert min(o["total_s"] for o in ops) >= ReconfigConfig().switch_s + ReconfigConfig().drain_sync_s
+
+
+def replace_pool(composition: str) -> PoolConfig:
+    from dataclasses import replace
+
+    return replace(POOL, composition=composition)
+
+
+def test_staying_put_costs_nothing_and_a_move_is_charged():
+    table = CapacityTable(SimConfig(pool=POOL, seed=0), Calibration.default(), FAST)
+    pred = LookaheadPredictor(table, LeastWorkRouter, LookaheadConfig())
+    wl = _poisson_workload(6.0, 40.0, 1)
+    for c in ("cp4x2", "cp2x4"):
+        assert pred._simulate(c, wl, 0.0, _plan(c), 0.0) == pred._simulate(c, wl, 0.0)
+    # a slow switch: moving cp4x2 -> cp2x4 takes the pool out of service for 5 s while requests arrive
+    slow = _plan("cp4x2", reconfig=ReconfigConfig(switch_s=5.0))
+    moved = pred._simulate("cp2x4", wl, 0.0, slow, 0.0)
+    assert moved > pred._simulate("cp2x4", wl, 0.0)
+
+
+def test_controller_scores_from_its_projected_composition():
+    cfg = SimConfig(pool=POOL, seed=0)
+    sim = Simulator(_poisson_workload(8.0, 100.0, 0), cfg)
+    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, decision="target",
+                                              target_degrees=(2, 4), target_transition=True,
+                                              lookahead=LookaheadConfig(num_replications=1)))
+    ctl.attach(sim)
+    starts: list[str] = []
+    seen = []
+
+    def before_window(_):
+        starts.append(ctl.composition_text(_composition(sim)))
+
+    for t in (19.999, 39.999, 59.999, 79.999):
+        sim.schedule(t, 4, before_window)
+    sim.run(LeastWorkRouter())
+    calls = ctl.predictor.score_calls
+    assert calls
+    for *_, span in calls:
+        assert span[-2] == "from"
+        seen.append(span[-1])
+    # the merge at 40 s commits within ~1.1 s, so at each window boundary the projected composition
+    # is the pool's: every window scores from where the pool stands, the later ones from cp4x2
+    assert [w["action"] for w in ctl.windows][:2] == ["none", "merge(4,6)"]
+    assert seen[:len(starts)] == starts == ["cp4x1,cp2x2", "cp4x1,cp2x2", "cp4x2", "cp4x2"]
+    # every memo entry of a transition run is keyed by its starting composition
+    assert all(k[-1][-2] == "from" for k in ctl.predictor.stream_memo)
+
+
+def test_dynamic_command_passes_and_checks_target_transition():
+    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, controller_config
+
+    assert controller_config(DynamicPhasesConfig(target_transition=True)).target_transition
+    assert not controller_config(DynamicPhasesConfig()).target_transition
+    with pytest.raises(ValueError, match="target_transition .* decision 'paper-rule' has none"):
+        DynamicPhasesConfig(decision="paper-rule", target_transition=True)
