@@ -252,7 +252,14 @@ class ControllerConfig:
             trace the controller's losses are the transients of its own moves (CP-8 merges
             drained at 0.75 load: window TTFTs of 6.9-11.7 s for 60 s,
             ``results/dynamic-phases/lookahead-replay/README.md``), which a look-ahead that
-            starts on the candidate cannot see. ``"requests"`` source only.
+            starts on the candidate cannot see. Measured (``results/dynamic-phases/
+            transition-lookahead/README.md``): behind the router alone on the conversation trace
+            at 12 req/s (5 seeds) +47.0 -> +30.5 %, with the latest sample + replay +19.7 ->
+            +7.9 %, with those and margin 0.2 / urgent gain 1.0 +3.7 -> +0.0 % (every seed within
+            0.2 %); on the held-out Mooncake synthetic trace (one run) +117 -> +41 % and, with
+            the latest sample + replay, +234 -> +4.1 %; on the ``phases`` scenarios about one
+            point worse than without on every row (5 seeds: -0.8 vs -1.8 % against the best fixed
+            composition), hence not the default. ``"requests"`` source only.
         lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``

@@ -21,6 +21,10 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   its short-heavy reference mix ranked CP-2-heavy pools first near the ramp's peak, where the
   measured best is ``cp4x6,cp2x8``: the class histogram loses the hit structure and the tail.
 
+* **Transition** (``"requests"`` source, opt-in): with a :class:`TransitionPlan`
+  (``ControllerConfig.target_transition``) each stream starts on the pool's current composition
+  and moves to the candidate through the simulator's own split/merge protocol when its scored part
+  begins, so a candidate's score includes the cost of moving to it and staying put costs nothing.
 * **Common random numbers**: every candidate of one (mix, rate) gets the same prompts and arrival
   times, so differences between candidates are differences of the compositions, not of the draws.
 * **Buckets and memo**: the rate is rounded to a geometric grid (``rate_bucket_ratio``) and the
