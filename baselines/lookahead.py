@@ -492,7 +492,9 @@ class LookaheadPredictor:
     def _schedule_transition(sim: Simulator, target: dict[int, int], plan: TransitionPlan, at_s: float) -> None:
         """Schedules the planning steps of ``plan`` towards ``target`` on ``sim``: the first at
         ``at_s`` [s], then every ``plan.window_s`` until the projected composition is ``target``,
-        nothing eligible helps, or the workload's last arrival has passed."""
+        nothing eligible helps and no operation is still uncommitted (an operation past its switch
+        but not yet confirmed holds SWITCHING workers that are not eligible yet, as in the run's
+        next window), or the next step would come after the workload's last arrival."""
         target = {d: n for d, n in target.items() if n}
         if projected_degree_counts(sim) == target:
             return
@@ -505,7 +507,8 @@ class LookaheadPredictor:
             for op in ops:
                 recon.apply(op)
             done = projected_degree_counts(sim) == target
-            if not done and (ops or recon.in_flight()) and sim.env.now + plan.window_s <= last_arrival_s:
+            pending = any(not (r.committed or r.aborted_s == r.aborted_s) for r in recon.records)
+            if not done and (ops or pending) and sim.env.now + plan.window_s <= last_arrival_s:
                 sim.schedule(plan.window_s, EventPriority.CONTROL, step)
 
         sim.schedule(at_s, EventPriority.CONTROL, step)

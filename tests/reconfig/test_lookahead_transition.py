@@ -116,3 +116,16 @@ def test_dynamic_command_passes_and_checks_target_transition():
     assert not controller_config(DynamicPhasesConfig()).target_transition
     with pytest.raises(ValueError, match="target_transition .* decision 'paper-rule' has none"):
         DynamicPhasesConfig(decision="paper-rule", target_transition=True)
+
+
+def test_transition_waits_for_operations_still_confirming():
+    # a planning step that falls between an operation's switch and its commit sees no eligible
+    # operation (the new workers are SWITCHING) and nothing draining: it must not end the move.
+    # cp4x2 -> cp1x8: the first level switches at ~11.1 s and commits at ~19.1 s (8 s of
+    # confirmation for 4 ranks); the step at 15 s falls in between, the one at 20 s goes on.
+    sim = Simulator(_poisson_workload(4.0, 60.0, 0), SimConfig(pool=replace_pool("cp4x2"), seed=0))
+    plan = _plan("cp4x2", reconfig=ReconfigConfig(confirm_s_per_rank=2.0), window_s=5.0)
+    LookaheadPredictor._schedule_transition(sim, {1: 8}, plan, 10.0)
+    res = sim.run(LeastWorkRouter())
+    assert _composition(sim) == {1: 8}
+    assert len(res.extras["reconfig_operations"]) == 2 + 4
