@@ -201,7 +201,9 @@ class TransitionPlan:
         max_ops_per_window: operations per planning step (``ControllerConfig.max_ops_per_window``), >= 1.
 
     Raises:
-        ValueError: naming the field, on an out-of-range value.
+        ValueError: naming the field, on a value of the wrong type or out of range (a
+            ``from_composition`` the run's pool rejects: :meth:`check_pool`, called by
+            :meth:`LookaheadPredictor.score_from_requests`).
     """
 
     from_composition: str
@@ -211,14 +213,39 @@ class TransitionPlan:
     max_ops_per_window: int
 
     def __post_init__(self) -> None:
+        def number(x) -> bool:
+            return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
         if not (isinstance(self.from_composition, str) and self.from_composition):
             raise ValueError(f"transition.from_composition must be a composition text, got {self.from_composition!r}")
-        if not (self.window_s > 0 and math.isfinite(self.window_s)):
+        if not isinstance(self.reconfig, ReconfigConfig):
+            raise ValueError(f"transition.reconfig must be a ReconfigConfig, got {self.reconfig!r}")
+        if not (number(self.window_s) and self.window_s > 0 and math.isfinite(self.window_s)):
             raise ValueError(f"transition.window_s must be a finite number > 0, got {self.window_s!r}")
-        if not self.max_gpus_per_window > 0:
+        if not (number(self.max_gpus_per_window) and self.max_gpus_per_window > 0):
             raise ValueError(f"transition.max_gpus_per_window must be > 0, got {self.max_gpus_per_window!r}")
-        if not (isinstance(self.max_ops_per_window, int) and self.max_ops_per_window >= 1):
+        if not (isinstance(self.max_ops_per_window, (int, np.integer)) and not isinstance(self.max_ops_per_window, bool)
+                and self.max_ops_per_window >= 1):
             raise ValueError(f"transition.max_ops_per_window must be an integer >= 1, got {self.max_ops_per_window!r}")
+
+    def check_pool(self, pool) -> None:
+        """Raises ValueError naming ``transition.from_composition`` unless ``pool`` (a
+        :class:`~envs.sim.PoolConfig`: its GPUs, nodes and supported degrees) accepts it."""
+        try:
+            degree_counts(self.from_composition, pool)
+        except ValueError as exc:
+            raise ValueError(f"transition.from_composition {self.from_composition!r} does not fit the run's pool "
+                             f"({pool.num_gpus} GPUs, degrees {list(pool.supported_degrees)}): {exc}") from None
+
+    def memo_key(self) -> tuple:
+        """Everything of the plan that changes a look-ahead result, for the predictor's memo keys
+        (:attr:`LookaheadPredictor.stream_memo`): ``("transition", switch_s, confirm_s_per_rank,
+        drain_sync_s, window_s, max_gpus_per_window, max_ops_per_window, "from",
+        from_composition)``."""
+        r = self.reconfig
+        return ("transition", float(r.switch_s), float(r.confirm_s_per_rank), float(r.drain_sync_s),
+                float(self.window_s), float(self.max_gpus_per_window), int(self.max_ops_per_window),
+                "from", self.from_composition)
 
 
 def screened_scores(compositions: list[str], rates: list[float], value, num_streams: int, margin: float,
@@ -271,8 +298,9 @@ class LookaheadPredictor:
         score_calls: ``(compositions, bucketed rates, key, keep, (duration_s, warmup_s))`` of every
             :meth:`score_from_requests` call (with the per-stream memo, enough to replay the
             screening offline: ``experiments/scripts/lookahead_screening.py``).
-        stream_memo: ``{(key, rate bucket, stream, (duration_s, warmup_s[, "replay"])): {composition: predicted
-            mean TTFT [s]}}`` of the ``"requests"`` source (``"replay"``: streams after the sample's replay).
+        stream_memo: ``{(key, rate bucket, stream, (duration_s, warmup_s[, "replay"][, *transition])):
+            {composition: predicted mean TTFT [s]}}`` of the ``"requests"`` source (``"replay"``:
+            streams after the sample's replay; ``transition``: :meth:`TransitionPlan.memo_key`).
     """
 
     def __init__(self, table: CapacityTable, make_router, config: LookaheadConfig | None = None) -> None:
@@ -408,14 +436,16 @@ class LookaheadPredictor:
             replay_sample: each stream is preceded by ``sample`` replayed as observed, not scored
                 (:meth:`after_replay`; memoised apart from the streams without it).
             transition: the stream starts on ``transition.from_composition`` and moves to each
-                candidate when its scored part begins (:class:`TransitionPlan`; memoised per
-                starting composition); ``None``: each candidate from the start.
+                candidate when its scored part begins (:class:`TransitionPlan`; memoised per plan,
+                :meth:`TransitionPlan.memo_key`);
+                ``None``: each candidate from the start.
 
         Returns:
             ``{composition: score [s]}`` (``inf`` for a composition that finishes no request).
 
         Raises:
-            ValueError: on a non-positive rate, no rate, an empty sample or a composition the pool rejects.
+            ValueError: on a non-positive rate, no rate, an empty sample or a composition the pool
+                rejects (``transition.from_composition`` named, before any simulation).
         """
         if not sample:
             raise ValueError("a look-ahead sample needs at least one request")
@@ -427,7 +457,8 @@ class LookaheadPredictor:
         span = cfg.span(stationary)
         memo_span = span + ("replay",) if replay_sample else span
         if transition is not None:
-            memo_span = memo_span + ("from", transition.from_composition)
+            transition.check_pool(self.table.config.pool)
+            memo_span = memo_span + transition.memo_key()
         self.score_calls.append((tuple(compositions), tuple(rates), key, tuple(keep), memo_span))
         streams: dict[tuple[float, int], Workload] = {}  # generated once per call, on first use
 

@@ -2,6 +2,7 @@
 ``ControllerConfig.target_transition``): a candidate's stream starts on the current composition and
 moves to it through the simulator's own split/merge protocol."""
 
+import numpy as np
 import pytest
 
 from baselines.controller import CapacityTable, ControllerConfig, ReconfigController
@@ -129,3 +130,47 @@ def test_transition_waits_for_operations_still_confirming():
     res = sim.run(LeastWorkRouter())
     assert _composition(sim) == {1: 8}
     assert len(res.extras["reconfig_operations"]) == 2 + 4
+
+
+def _predictor(**cfg) -> LookaheadPredictor:
+    table = CapacityTable(SimConfig(pool=POOL, seed=0), Calibration.default(), FAST)
+    return LookaheadPredictor(table, LeastWorkRouter, LookaheadConfig(num_replications=1, **cfg))
+
+
+def _score(pred, plan, wl, compositions=("cp4x2", "cp2x4")):
+    sample = list(wl.requests)
+    return pred.score_from_requests(list(compositions), sample, wl.kv_block_size_tokens, [6.0], (0, len(sample)),
+                                    transition=plan)
+
+
+def test_transition_plan_rejects_a_start_the_pool_does_not_accept_naming_the_field():
+    pred = _predictor(duration_s=20.0, min_requests=10)
+    wl = _poisson_workload(6.0, 10.0, 1)
+    for bad in ("cp4x1", "cp3x2", "cp8x1", "cp4@2,cp4@6"):
+        with pytest.raises(ValueError, match=r"transition.from_composition '.*' does not fit the run's pool \(8 GPUs"):
+            _score(pred, _plan(bad), wl)
+    assert pred.num_simulations == 0  # checked before any look-ahead simulation
+    with pytest.raises(ValueError, match="transition.reconfig must be a ReconfigConfig"):
+        _plan("cp4x2", reconfig=None)
+    with pytest.raises(ValueError, match="transition.max_ops_per_window must be an integer >= 1, got True"):
+        _plan("cp4x2", max_ops_per_window=True)
+    with pytest.raises(ValueError, match="transition.window_s must be a finite number > 0, got '5'"):
+        _plan("cp4x2", window_s="5")
+    with pytest.raises(ValueError, match="transition.max_gpus_per_window must be > 0, got '8'"):
+        _plan("cp4x2", max_gpus_per_window="8")
+    assert _plan("cp4x2", max_ops_per_window=np.int64(2), window_s=np.float64(5.0)).max_ops_per_window == 2
+
+
+def test_transition_memo_is_keyed_by_the_whole_plan():
+    # one predictor, the same sample and start: a slower switch (or another budget) is another
+    # result, not the memoised one of the first plan
+    wl = _poisson_workload(6.0, 40.0, 1)
+    pred = _predictor(duration_s=20.0, min_requests=10)
+    fast = _score(pred, _plan("cp4x2"), wl)
+    slow = _score(pred, _plan("cp4x2", reconfig=ReconfigConfig(switch_s=5.0)), wl)
+    assert slow["cp4x2"] == fast["cp4x2"]  # staying put: no move, no cost
+    assert slow["cp2x4"] > fast["cp2x4"]
+    assert slow == _score(_predictor(duration_s=20.0, min_requests=10),
+                          _plan("cp4x2", reconfig=ReconfigConfig(switch_s=5.0)), wl)
+    assert len({k[3] for k in pred.stream_memo}) == 2
+
