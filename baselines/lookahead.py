@@ -436,8 +436,8 @@ class LookaheadPredictor:
             replay_sample: each stream is preceded by ``sample`` replayed as observed, not scored
                 (:meth:`after_replay`; memoised apart from the streams without it).
             transition: the stream starts on ``transition.from_composition`` and moves to each
-                candidate when its scored part begins (:class:`TransitionPlan`; memoised per plan,
-                :meth:`TransitionPlan.memo_key`);
+                candidate when its scored part begins (after the replay and the warm-up,
+                :class:`TransitionPlan`; memoised per plan, :meth:`TransitionPlan.memo_key`);
                 ``None``: each candidate from the start.
 
         Returns:
@@ -470,7 +470,7 @@ class LookaheadPredictor:
                     wl = self.resampled_stream(sample, kv_block_size_tokens, rate, key + ((rep,) if rep else ()), span[0])
                     got = streams[(rate, rep)] = (self.after_replay(sample, kv_block_size_tokens, wl) if replay_sample
                                                   else (wl, 0.0))
-                memo[c] = self._simulate(c, got[0], got[1] + span[1], transition, got[1])
+                memo[c] = self._simulate(c, got[0], got[1] + span[1], transition, got[1] + span[1])
             return memo[c]
 
         return screened_scores(compositions, rates, value, cfg.num_replications, cfg.screen_margin, keep)

@@ -174,3 +174,25 @@ def test_transition_memo_is_keyed_by_the_whole_plan():
                           _plan("cp4x2", reconfig=ReconfigConfig(switch_s=5.0)), wl)
     assert len({k[3] for k in pred.stream_memo}) == 2
 
+
+def test_transition_starts_when_the_scored_part_begins(monkeypatch):
+    # with a warm-up the move starts after it (else a short move is over before scoring begins and
+    # looks free), with a replay after the replayed sample
+    seen = []
+    real = LookaheadPredictor._schedule_transition
+
+    def spy(sim, target, plan, at_s):
+        seen.append(at_s)
+        real(sim, target, plan, at_s)
+
+    monkeypatch.setattr(LookaheadPredictor, "_schedule_transition", staticmethod(spy))
+    wl = _poisson_workload(6.0, 10.0, 1)
+    _score(_predictor(duration_s=20.0, min_requests=10, warmup_s=5.0), _plan("cp4x2"), wl, ("cp2x4",))
+    assert seen == [5.0]
+    seen.clear()
+    pred = _predictor(duration_s=20.0, min_requests=10, warmup_s=5.0)
+    sample = list(wl.requests)
+    pred.score_from_requests(["cp2x4"], sample, wl.kv_block_size_tokens, [6.0], (0, len(sample)),
+                             replay_sample=True, transition=_plan("cp4x2"))
+    replayed_s = sample[-1].arrival_time_s - sample[0].arrival_time_s
+    assert seen == [pytest.approx(replayed_s + 5.0)] and seen[0] > replayed_s + 5.0
