@@ -76,8 +76,9 @@ class DynamicPhasesConfig:
     ``cpgym dynamic`` flag per field; the pool, seed and calibration come from the ``SimConfig``).
 
     Raises:
-        ValueError: naming the field, on a non-positive rate, duration, window or phase count, or a
-            phase rate given both absolute and as a load fraction.
+        ValueError: naming the field, on a non-positive rate, duration, window or phase count, a
+            phase rate given both absolute and as a load fraction, or a switch (``rising_rate``,
+            ``target_replay_sample``, ``target_transition``) that is not a bool.
     """
 
     num_phases: int = _opt(4, "phases, alternating short-heavy / long-heavy")
@@ -158,6 +159,9 @@ class DynamicPhasesConfig:
         if (self.short_load is not None or self.long_load is not None) and self.rate_scale != 1.0:
             raise ValueError(f"dynamic: rate_scale ({self.rate_scale}) applies to absolute rates only; "
                              f"with short_load / long_load leave it at 1")
+        for name in ("rising_rate", "target_replay_sample", "target_transition"):
+            if not isinstance(getattr(self, name), bool):  # "false" is truthy: never read a text as a switch
+                raise ValueError(f"dynamic: {name} must be true or false, got {getattr(self, name)!r}")
         if self.decision != "target" and (self.target_sample != "regime-start" or self.target_replay_sample
                                           or self.target_transition
                                           or self.target_margin is not None or self.target_urgent_gain is not None):

@@ -117,6 +117,13 @@ def test_dynamic_command_passes_and_checks_target_transition():
     assert not controller_config(DynamicPhasesConfig()).target_transition
     with pytest.raises(ValueError, match="target_transition .* decision 'paper-rule' has none"):
         DynamicPhasesConfig(decision="paper-rule", target_transition=True)
+    # a text is not a switch: "false" is truthy and read as on (or as the wrong rule's error)
+    for name in ("target_transition", "target_replay_sample", "rising_rate"):
+        for bad in ("false", "true", 1, np.True_):
+            with pytest.raises(ValueError, match=f"dynamic: {name} must be true or false, got"):
+                DynamicPhasesConfig(**{name: bad})
+        with pytest.raises(ValueError, match=f"dynamic: {name} must be true or false, got 'false'"):
+            DynamicPhasesConfig(decision="paper-rule", **{name: "false"})
 
 
 def test_transition_waits_for_operations_still_confirming():
