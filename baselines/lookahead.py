@@ -191,6 +191,13 @@ class TransitionPlan:
     simulator's :class:`~envs.sim.reconfig.Reconfigurator` with ``reconfig``, so the scored
     requests pay the drain, the switch and the lost caches, and staying put costs nothing.
 
+    Not modelled (the stream may reach a candidate the run cannot, or sooner): a counts-form
+    ``from_composition`` is laid out afresh (largest degree first, :mod:`envs.sim.pool`), not as the
+    run's workers stand, so sibling pairs, and with three or more degrees which merges are
+    possible, can differ (an explicit ``cp<C>@<first_gpu>`` text keeps the placement); the
+    controller's dwell-time lockout (``ControllerConfig.min_dwell_s``) is not applied; operations
+    still in flight at the decision are counted as committed, their remaining cost unscored.
+
     Args:
         from_composition: the pool's composition when the decision is taken (counts form); the
             controller passes its projected composition (in-flight operations committed).
@@ -503,6 +510,11 @@ class LookaheadPredictor:
 
     def _simulate(self, composition: str, workload: Workload, warmup_s: float | None = None,
                   transition: TransitionPlan | None = None, transition_at_s: float = 0.0) -> float:
+        """Mean TTFT [s] of ``workload``'s requests arriving at or after ``warmup_s`` [s] (default
+        ``config.warmup_s``) on ``composition`` (``inf`` if none finishes); with ``transition`` the
+        pool starts on ``transition.from_composition`` and the move to ``composition`` starts at
+        ``transition_at_s`` [s] (:meth:`_schedule_transition`). Raises ValueError on a composition
+        the pool rejects."""
         base = self.table.config
         start = composition if transition is None else transition.from_composition
         cfg = replace(base, pool=replace(base.pool, composition=start), horizon_s=None, record_events=False,
