@@ -172,6 +172,11 @@ def test_committed_tuned_controller_is_the_selection_of_its_committed_sweeps():
     for num_rounds, name in ((2, "rounds1-2.json"), (3, "rounds1-3.json")):  # the selections before rounds 3 and 4
         before = select_controller_setting(rounds[:num_rounds])
         assert before["params"] == json.loads((r / name).read_text())["params"]
+    # round 5 (the transition-aware look-ahead) selects the same setting, with its default filled in
+    five = select_controller_setting(rounds + [r / "sweeps" / "controller-matched-phases-tuning-5"])
+    assert five["params"] == {**shipped["params"], "target_transition": False}
+    assert five["params"] == json.loads((r / "rounds1-5.json").read_text())["params"]
+    assert len(five["grid"]) == 25 and sum(g["params"]["target_transition"] for g in five["grid"]) == 3
 
 
 @pytest.mark.parametrize("cell, summary, message", [
