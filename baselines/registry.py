@@ -12,6 +12,7 @@ from typing import Any
 
 from baselines.composition import workload_initial_pool
 from baselines.controller import ControllerConfig, ReconfigController
+from baselines.lookahead import LookaheadConfig
 from baselines.industry import (DynamoKVRouter, LlmdRouter, MooncakeTTFTRouter, SGLangCacheAwareRouter,
                                 StaticThresholdRouter, TensorParallelCostForm, VllmDPRouter, homogeneous_composition)
 from baselines.simple import LeastWorkRouter, PrefixAffinityRouter, RandomRouter, RoundRobinRouter
@@ -111,17 +112,22 @@ def vertumnus_spec(name: str, description: str, source: str, base: VertumnusPara
 
 def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller: ControllerConfig = ControllerConfig(),
                   name: str = "vertumnus-adaptive", initial_pool: bool = False) -> PolicySpec:
-    """The Vertumnus router plus the split/merge controller; ``beta``, ``lambda`` and every
-    :class:`~baselines.controller.ControllerConfig` field are parameters.
+    """The Vertumnus router plus the split/merge controller; ``beta``, ``lambda``, every
+    :class:`~baselines.controller.ControllerConfig` field but ``lookahead``, and every
+    :class:`~baselines.lookahead.LookaheadConfig` field as ``lookahead.<field>`` (e.g.
+    ``vertumnus-adaptive.lookahead.duration_s`` in a sweep spec) are parameters.
 
     ``vertumnus-adaptive`` starts from the run's pool; with ``initial_pool`` the starting pool is
     chosen from the capacity profile (:func:`baselines.composition.workload_initial_pool`), the
     full system's start (see :func:`full_system_spec`)."""
-    controller_fields = [f.name for f in fields(ControllerConfig)]
+    controller_fields = [f.name for f in fields(ControllerConfig) if f.name != "lookahead"]
+    lookahead_fields = [f.name for f in fields(LookaheadConfig)]
 
     def build(**kw: Any) -> PolicySpec:
         rp = replace(router_params, beta=float(kw.pop("beta")), lambda_=float(kw.pop("lambda")))
-        return adaptive_spec(rp, replace(controller, **{k: kw[k] for k in controller_fields}), name, initial_pool)
+        la = replace(controller.lookahead, **{f: kw[f"lookahead.{f}"] for f in lookahead_fields})
+        return adaptive_spec(rp, replace(controller, lookahead=la, **{k: kw[k] for k in controller_fields}), name,
+                             initial_pool)
 
     def choose_pool(pool, workload, config, calibration, cache):
         return workload_initial_pool(pool, workload, config, calibration, cache, profile=controller.profile)
@@ -132,7 +138,8 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
                       "paper §5-§6; baselines/controller.py",
                       make_attachments=lambda: [ReconfigController(controller)],
                       params={"beta": router_params.beta, "lambda": router_params.lambda_,
-                              **{k: getattr(controller, k) for k in controller_fields}},
+                              **{k: getattr(controller, k) for k in controller_fields},
+                              **{f"lookahead.{f}": getattr(controller.lookahead, f) for f in lookahead_fields}},
                       build_with=build, choose_pool=choose_pool if initial_pool else None, check_pool=controller.menu_pool)
 
 

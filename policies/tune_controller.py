@@ -42,16 +42,20 @@ SELECTION_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted
 
 
 def _controller_fields() -> set[str]:
+    """The tunable parameter names: ``ControllerConfig`` fields and the look-ahead's
+    ``LookaheadConfig`` fields as ``lookahead.<field>`` (``vertumnus-adaptive``'s parameters)."""
     from baselines.controller import ControllerConfig
+    from baselines.lookahead import LookaheadConfig
 
-    return {f.name for f in fields(ControllerConfig)}
+    return {f.name for f in fields(ControllerConfig)} | {f"lookahead.{f.name}" for f in fields(LookaheadConfig)}
 
 
 def _default_params(names) -> dict:
     from baselines.controller import ControllerConfig
 
     d = ControllerConfig()
-    return {k: getattr(d, k) for k in names}
+    return {k: getattr(d.lookahead, k.split(".", 1)[1]) if k.startswith("lookahead.") else getattr(d, k)
+            for k in names}
 
 
 def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURISTIC) -> dict:

@@ -127,10 +127,28 @@ def test_undeclared_policy_parameter_is_a_spec_error(tmp_path):
 def test_nested_settings_and_mapping_values_of_a_policy_parameter_are_spec_errors(tmp_path):
     # was a traceback from inside ControllerConfig ('dict' object has no attribute 'source')
     adaptive = BASE.replace("least-work", "vertumnus-adaptive")
+    e = _err(tmp_path, adaptive + "sweep: {cells: [{vertumnus-adaptive.profile: {duration_s: 10}}]}\n")
+    assert e.key.endswith("vertumnus-adaptive.profile") and "nested settings object (ProfileConfig)" in e.problem
+    # the look-ahead's settings are flat parameters: the error lists them
     e = _err(tmp_path, adaptive + "sweep: {cells: [{vertumnus-adaptive.lookahead: {source: histogram}}]}\n")
-    assert e.key.endswith("vertumnus-adaptive.lookahead") and "nested settings object (LookaheadConfig)" in e.problem
+    assert e.key.endswith("vertumnus-adaptive.lookahead") and "lookahead.source" in e.expected
     e = _err(tmp_path, adaptive + "sweep: {grid: {vertumnus-adaptive.target_sample: [{a: 1}]}}\n")
     assert "got a mapping" in e.problem and "vertumnus-adaptive.target_sample" in e.expected
+
+
+def test_lookahead_settings_are_flat_policy_parameters(tmp_path):
+    from baselines.registry import get_policy
+
+    spec = get_policy("vertumnus-adaptive").with_params(**{"lookahead.duration_s": 120.0,
+                                                            "lookahead.stationary_duration_s": 120.0})
+    la = spec.make_attachments()[0].config.lookahead
+    assert (la.duration_s, la.stationary_duration_s, la.num_replications) == (120.0, 120.0, 3)
+    # the LookaheadConfig's own validation names the field
+    with pytest.raises(ValueError, match="lookahead.stationary_duration_s must be finite and >= duration_s"):
+        get_policy("vertumnus-adaptive").with_params(**{"lookahead.duration_s": 120.0})
+    e = _err(tmp_path, BASE.replace("least-work", "vertumnus-adaptive")
+             + "sweep: {grid: {vertumnus-adaptive.lookahead.num_replications: [0]}}\n")
+    assert "num_replications" in str(e)
 
 
 def test_missing_trace_and_seed_axis(tmp_path):

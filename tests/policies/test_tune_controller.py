@@ -217,3 +217,18 @@ def test_a_setting_whose_runs_finished_nothing_is_never_selected(tmp_path):
         _write_run(tmp_path, f"a{seed}", seed, {"k_windows": 1}, float("nan"))
         _write_run(tmp_path, f"b{seed}", seed, {"k_windows": 3}, 0.5)
     assert select_controller_setting(tmp_path)["params"] == {"k_windows": 3}
+
+
+def test_lookahead_parameters_are_tunable(tmp_path):
+    # vertumnus-adaptive's look-ahead settings are flat parameters (lookahead.<field>); the
+    # selection fills their defaults and the tuned file builds the policy with them
+    from policies.tune_controller import _controller_fields, _default_params, tuned_controller_spec
+
+    assert "lookahead.duration_s" in _controller_fields() and "lookahead" in _controller_fields()
+    assert _default_params(["lookahead.duration_s", "target_margin"]) == {"lookahead.duration_s": 60.0,
+                                                                           "target_margin": 0.05}
+    f = tmp_path / "tuned.json"
+    f.write_text(json.dumps({"heuristic": "vertumnus-adaptive",
+                             "params": {"lookahead.duration_s": 120.0, "lookahead.stationary_duration_s": 120.0}}))
+    la = tuned_controller_spec(f).make_attachments()[0].config.lookahead
+    assert (la.duration_s, la.stationary_duration_s) == (120.0, 120.0)
