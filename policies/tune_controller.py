@@ -8,8 +8,8 @@ on the learned policy's training data too (DESIGN.md, "Learned vs heuristic": ba
 on training data as carefully as the learned policy):
 
 1. ``cpgym sweep experiments/specs/controller-matched-phases-tuning.yaml --out DIR`` runs every
-   setting of the grid (``vertumnus-adaptive.<ControllerConfig field>`` axes) on the training
-   seeds (workload seed = run seed);
+   setting of the grid (``vertumnus-adaptive.<parameter>`` axes: ``ControllerConfig`` fields and
+   ``lookahead.<field>``) on the training seeds (workload seed = run seed);
 2. ``python -m policies.tune_controller DIR [DIR2 ...] --out FILE`` picks the setting with the
    lowest mean over seeds of the episode's mean TTFT (every setting must have run on the same
    seeds: the comparison is paired; ties: the first setting in sorted order; several folders:
@@ -30,7 +30,6 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 #: The heuristic whose parameters are tuned, and the label of the tuned one in evaluations.
@@ -41,28 +40,26 @@ METRIC = "mean_ttft_s"
 SELECTION_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted")
 
 
-def _controller_fields() -> set[str]:
-    """The tunable parameter names: ``ControllerConfig`` fields and the look-ahead's
-    ``LookaheadConfig`` fields as ``lookahead.<field>`` (``vertumnus-adaptive``'s parameters)."""
-    from baselines.controller import ControllerConfig
-    from baselines.lookahead import LookaheadConfig
+def _tunable_params() -> dict:
+    """The tunable parameters of ``vertumnus-adaptive`` and their defaults: the registry's own
+    ``PolicySpec.params`` (``baselines/registry.py`` ``adaptive_spec``: every ``ControllerConfig``
+    field, the look-ahead's ``LookaheadConfig`` fields as ``lookahead.<field>``, and the router's
+    ``beta`` / ``lambda``), so this module keeps no second list of them."""
+    from baselines.registry import get_policy
 
-    return {f.name for f in fields(ControllerConfig)} | {f"lookahead.{f.name}" for f in fields(LookaheadConfig)}
+    return dict(get_policy(HEURISTIC).params)
 
 
 def _default_params(names) -> dict:
-    from baselines.controller import ControllerConfig
-
-    d = ControllerConfig()
-    return {k: getattr(d.lookahead, k.split(".", 1)[1]) if k.startswith("lookahead.") else getattr(d, k)
-            for k in names}
+    defaults = _tunable_params()
+    return {k: defaults[k] for k in names}
 
 
 def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURISTIC) -> dict:
     """The tuned-controller document (module docstring) from the finished runs of ``policy`` under
     ``sweep_dir`` (``cpgym sweep`` output: ``*/cell.json`` + ``*/summary.json``), or under several
     sweep folders (rounds of a coordinate search on the same seeds): every setting is completed with
-    the ``ControllerConfig`` defaults of the parameters swept anywhere, so a setting run in two
+    the policy's defaults of the parameters swept anywhere, so a setting run in two
     rounds is one setting.
 
     Raises:
@@ -78,9 +75,10 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
     runs = [r for d in dirs for r in load_runs(d, SELECTION_METRICS) if r["policy"] == policy]
     if not runs:
         raise ValueError(f"{sweep_dir}: no finished run of {policy!r}; run `cpgym sweep` with a spec over it first")
-    unknown = sorted({k for r in runs for k in r["params"]} - _controller_fields())
+    unknown = sorted({k for r in runs for k in r["params"]} - set(_tunable_params()))
     if unknown:
-        raise ValueError(f"{sweep_dir}: swept parameter(s) {', '.join(unknown)} are not ControllerConfig fields")
+        raise ValueError(f"{sweep_dir}: swept parameter(s) {', '.join(unknown)} are not parameters of {HEURISTIC} "
+                         f"(ControllerConfig fields, lookahead.<LookaheadConfig field>, beta, lambda)")
     defaults = json.loads(json.dumps(_default_params(sorted({k for r in runs for k in r["params"]}))))
     groups: dict[str, dict[int, dict]] = {}  # JSON of the setting (a list-valued parameter is not hashable) -> runs
     for r in runs:
@@ -116,7 +114,7 @@ def load_tuned_controller(path: str | Path) -> dict:
 
     Raises:
         ValueError: naming the file (and field), when it is missing, not JSON, not a
-            ``vertumnus-adaptive`` tuning, or its params are not ``ControllerConfig`` fields.
+            ``vertumnus-adaptive`` tuning, or its params are not that policy's parameters.
     """
     p = Path(path)
     if not p.is_file():
@@ -128,9 +126,10 @@ def load_tuned_controller(path: str | Path) -> dict:
     if not isinstance(doc, dict) or doc.get("heuristic") != HEURISTIC or not isinstance(doc.get("params"), dict):
         raise ValueError(f"{p}: expected an object with \"heuristic\": \"{HEURISTIC}\" and a \"params\" object "
                          "(the file written by `python -m policies.tune_controller`)")
-    unknown = sorted(set(doc["params"]) - _controller_fields())
+    unknown = sorted(set(doc["params"]) - set(_tunable_params()))
     if unknown:
-        raise ValueError(f"{p}: params.{unknown[0]} is not a ControllerConfig field (baselines/controller.py)")
+        raise ValueError(f"{p}: params.{unknown[0]} is not a parameter of {HEURISTIC} (a ControllerConfig field, "
+                         f"lookahead.<LookaheadConfig field>, beta or lambda; baselines/registry.py)")
     return dict(doc["params"])
 
 

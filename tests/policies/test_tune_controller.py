@@ -222,9 +222,9 @@ def test_a_setting_whose_runs_finished_nothing_is_never_selected(tmp_path):
 def test_lookahead_parameters_are_tunable(tmp_path):
     # vertumnus-adaptive's look-ahead settings are flat parameters (lookahead.<field>); the
     # selection fills their defaults and the tuned file builds the policy with them
-    from policies.tune_controller import _controller_fields, _default_params, tuned_controller_spec
+    from policies.tune_controller import _default_params, _tunable_params, tuned_controller_spec
 
-    assert "lookahead.duration_s" in _controller_fields() and "lookahead" in _controller_fields()
+    assert "lookahead.duration_s" in _tunable_params() and "lookahead" not in _tunable_params()
     assert _default_params(["lookahead.duration_s", "target_margin"]) == {"lookahead.duration_s": 60.0,
                                                                            "target_margin": 0.05}
     f = tmp_path / "tuned.json"
