@@ -64,7 +64,7 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
 
     Raises:
         ValueError: naming the folder, when it has no run of ``policy``, a swept parameter is not
-            a ``ControllerConfig`` field, or the settings did not all run on the same seeds.
+            a parameter of ``vertumnus-adaptive``, or the settings did not all run on the same seeds.
     """
     from experiments.paper_experiments.cache_sensitivity import load_runs
     from experiments.report import ci95_halfwidth
