@@ -283,3 +283,32 @@ def test_probability_ensemble_of_one_checkpoint_acts_like_it(monkeypatch):
     votes = iter([np.array([0.6, 0.4, 0.0]), np.array([0.0, 0.45, 0.55])] * 2)
     monkeypatch.setattr(rec, "action_probabilities", lambda member, obs, mask: next(votes))
     assert ens.act({}, np.ones(3, dtype=bool)) == 1  # neither member's own first choice
+
+
+def test_dynamic_paired_compares_seed_by_seed_and_refuses_mismatched_pairs(tmp_path, capsys):
+    import json
+
+    import pytest
+
+    from experiments.scripts.dynamic_paired import main, paired
+
+    def run(name, seed, ttft):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "dynamic.json").write_text(json.dumps({"workload": {"name": "phases", "seed": seed}, "policies": [
+            {"policy": "fixed cp4x10", "mean_ttft_s": 9.0}, {"policy": "vertumnus-adaptive", "mean_ttft_s": ttft}]}))
+        return str(d)
+
+    a = [run("a0", 0, 1.0), run("a1", 1, 2.0)]
+    b = [run("b0", 0, 1.1), run("b1", 1, 2.2)]
+    out = paired(a, b)
+    assert out["seeds"] == [0, 1] and out["pct_change"] == pytest.approx([10.0, 10.0])
+    assert out["mean_pct_change"] == pytest.approx(10.0) and out["ci_low"] == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="are not a pair"):
+        paired(a, [b[1], b[0]])
+    assert main(["--a", a[0], "--b", b[0]]) == 2  # one pair: no CI
+    assert "same number (>= 2)" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    assert main(["--a", a[0], str(bad), "--b", *b]) == 2
+    assert "bad/dynamic.json: not a readable" in capsys.readouterr().err
