@@ -122,8 +122,26 @@ def dynamic_rows(scenario: str, summaries: list[dict], model: str, num_gpus: int
         raise ValueError("dynamic_rows needs at least one seed's summary")
     per_seed = [dynamic_comparisons(s, num_gpus, degrees, phase_kind) for s in summaries]
     best = per_seed[0]["best_fixed_composition"]
+    load = dynamic_load_fraction(summaries, phase_kind)
     return [_row("dynamic", scenario, model, m, None if m == "mean_ttft_pct_vs_best_fixed" else paper_value,
-                 [c[m] for c in per_seed], strongest_baseline=best) for m in DYNAMIC_METRICS]
+                 [c[m] for c in per_seed], load, strongest_baseline=best) for m in DYNAMIC_METRICS]
+
+
+def dynamic_load_fraction(summaries: list[dict], phase_kind: str | None = None) -> float | None:
+    """Mean over seeds of a phase kind's mean arrival rate over its measured capacity
+    (``summary["phase_mean_rates_rps"][kind] / summary["phase_capacities"][kind]["capacity_rps"]``:
+    the strongest homogeneous pool's ``cpgym capacity`` rate of the mix); for the whole run
+    (``phase_kind=None``) the higher of the phase kinds' loads. ``None`` when a run has no
+    measured capacities (absolute phase rates: ``cpgym dynamic`` without ``--short-load`` /
+    ``--long-load`` does not search them)."""
+    loads = []
+    for s in summaries:
+        caps, rates = s.get("phase_capacities"), s.get("phase_mean_rates_rps") or {}
+        if not caps:
+            return None
+        kinds = [phase_kind] if phase_kind is not None else sorted(caps)
+        loads.append(max(rates[k] / caps[k]["capacity_rps"] for k in kinds))
+    return float(np.mean(loads))
 
 
 def cache_rows(pairs: list[tuple[dict, dict]], model: str, workload: str = "tool-agent",

@@ -40,6 +40,21 @@ def test_dynamic_comparisons_and_rows():
     assert rows[1]["paper_value"] == -19.6 and best["strongest_baseline"] == "cp4x6,cp2x8"
     with pytest.raises(ValueError, match="cp4x9"):
         dynamic_comparisons(_summary(0.9, initial="cp4x9,cp2x2"), 40, (2, 4))
+    assert all(r["load_fraction"] is None for r in rows)  # absolute phase rates: no measured capacity
+
+
+def test_dynamic_rows_state_the_load_relative_to_measured_capacity():
+    def measured(short_rps, long_rps):
+        s = _summary(0.9)
+        s["phase_capacities"] = {"short": {"capacity_rps": 64.0}, "long": {"capacity_rps": 10.0}}
+        s["phase_mean_rates_rps"] = {"short": short_rps, "long": long_rps}
+        return s
+
+    runs = [measured(32.0, 5.0), measured(38.4, 6.0)]  # loads short 0.5 / 0.6, long 0.5 / 0.6
+    assert dynamic_rows("rising-rates", runs, "q", phase_kind="short")[0]["load_fraction"] == pytest.approx(0.55)
+    runs = [measured(32.0, 7.0), measured(38.4, 6.0)]  # whole run: the higher kind per seed, 0.7 and 0.6
+    assert dynamic_rows("phases-all", runs, "q")[0]["load_fraction"] == pytest.approx(0.65)
+    assert dynamic_rows("phases-all", [runs[0], _summary(1.0)], "q")[0]["load_fraction"] is None
 
 
 def test_cache_rows_paired_per_seed():
