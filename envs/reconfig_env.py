@@ -53,6 +53,20 @@ CAPACITY_WINDOW_FEATURES: tuple[tuple[str, float, float], ...] = (
     ("capacity_rps_after_best_merge", 0.0, COUNT_BOUND),   # best eligible merge's composition (0: none eligible)
     ("time_since_last_operation_s", 0.0, TIME_BOUND_S),    # since the last split/merge started (or the episode start)
 )
+#: Appended to the window vector with ``history_features=True`` (after the capacity features):
+#: what the episode has shown so far, so that a policy can tell the traffic of this episode (its
+#: mix and rate levels, which decide the best fixed composition in hindsight) from one window's
+#: noise, and how the last two windows differ. ``(name, low, high)``.
+HISTORY_WINDOW_FEATURES: tuple[tuple[str, float, float], ...] = (
+    ("episode_arrival_rate_rps", 0.0, COUNT_BOUND),          # arrivals since reset / elapsed time [req/s]
+    ("episode_long_request_fraction", 0.0, 1.0),              # share of the arrivals since reset that are long
+    ("episode_token_rate_per_s", 0.0, TOKEN_BOUND),           # prompt tokens since reset / elapsed time [tokens/s]
+    ("previous_arrival_rate_rps", 0.0, COUNT_BOUND),         # the window before the last one [req/s]
+    ("previous_long_request_fraction", 0.0, 1.0),             # the window before the last one
+    ("max_window_arrival_rate_rps", 0.0, COUNT_BOUND),       # highest window arrival rate since reset [req/s]
+    ("max_window_long_request_fraction", 0.0, 1.0),           # highest window long-request share since reset
+    ("elapsed_s", 0.0, TIME_BOUND_S),                         # simulated time since reset [s]
+)
 
 
 #: Per candidate composition in ``action_mode="target"`` (the ``"targets"`` observation, one row
@@ -228,7 +242,10 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     vector also holds ``CAPACITY_WINDOW_FEATURES`` (rate trend — the only signed entry —,
     prefix-hit share, profiled capacity and load of the current composition, capacity of the
     compositions after the best eligible split and merge, time since the last operation) and
-    the profiled per-worker capacity of every supported CP degree. Capacities come from a
+    the profiled per-worker capacity of every supported CP degree; with ``history_features=True``
+    it then holds ``HISTORY_WINDOW_FEATURES`` (episode-so-far arrival rate, long-request share and
+    token rate, the previous window's rate and long share, the highest window rate and long share
+    so far, elapsed time). Capacities come from a
     :class:`baselines.controller.CapacityTable` (paper §6 capacity profiling, by simulation
     under the TTFT SLO) for the window's length mix net of the mean prefix hit; the table is
     owned by the environment and reused across its episodes (pass ``capacity_table`` to share
@@ -305,6 +322,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             False: the observation of the v0 checkpoints).
         capacity_features: add the capacity observation (see Observation Space; default
             False: the observation of the v0 checkpoints).
+        history_features: add the episode-so-far observation (see Observation Space; default
+            False: the observation of the checkpoints trained before it).
         capacity_table: the ``CapacityTable`` to profile with (default: a new one with
             :func:`observation_profile_config`, created on first use).
         action_mode: ``"operation"`` (no-op / one split / one merge; the v0 checkpoints) or
@@ -330,7 +349,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     ## Version History
 
     * v0: initial version (cpgym 0.1.0); ``capacity_features`` added; ``action_mode="target"``
-      added (the default stays ``"operation"``).
+      added (the default stays ``"operation"``); ``history_features`` added (default off).
     * v0: an action that is not an element of the action space raises ``ValueError`` (an
       integer out of range was a penalised no-op, ``1.7`` truncated to 1); masked actions are
       still penalised no-ops. ``render_mode`` argument (``None`` only).
@@ -348,7 +367,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
                  calibration: Calibration | None = None, make_router: Callable | None = None, window_s: float = 20.0,
                  reward: str = "time_in_system", reward_scale: float = 0.01, invalid_action_penalty: float = 1.0,
                  long_request_tokens: int = 8192, observe_faults: bool = False, capacity_features: bool = False,
-                 capacity_table=None, action_mode: str = "operation", target_degrees: Sequence[int] | None = None,
+                 history_features: bool = False, capacity_table=None, action_mode: str = "operation",
+                 target_degrees: Sequence[int] | None = None,
                  max_operation_gpus_per_window: float | None = None, render_mode: str | None = None) -> None:
         super().__init__()
         check_render_mode(render_mode, self.metadata["render_modes"])
@@ -394,6 +414,12 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         if self.capacity_features:
             g_low += [lo for _, lo, _ in CAPACITY_WINDOW_FEATURES] + [0.0] * len(self.degrees)
             g_high += [hi for _, _, hi in CAPACITY_WINDOW_FEATURES] + [COUNT_BOUND] * len(self.degrees)
+        if not isinstance(history_features, (bool, np.bool_)):
+            raise ValueError(f"history_features must be a bool, got {history_features!r}")
+        self.history_features = bool(history_features)
+        if self.history_features:
+            g_low += [lo for _, lo, _ in HISTORY_WINDOW_FEATURES]
+            g_high += [hi for _, _, hi in HISTORY_WINDOW_FEATURES]
         self._g_low = np.array(g_low, dtype=np.float32)
         self._g_high = np.array(g_high, dtype=np.float32)
         self.action_mode = action_mode
@@ -492,6 +518,12 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self._t = 0.0
         self._last_op_s = 0.0
         self._prev_rate_rps = 0.0
+        # history features: arrivals, long arrivals and prompt tokens since reset, the last two
+        # windows' (rate, long share), window maxima, and the time they were last updated
+        self._hist_counts = [0, 0, 0]
+        self._hist_windows = [(0.0, 0.0), (0.0, 0.0)]
+        self._hist_max = [0.0, 0.0]
+        self._hist_t = -1.0
         self._last_action = -1
         self._run_window()
         if self._ended:  # the whole run fitted in the first window: the first step ends it
@@ -640,6 +672,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         if self.capacity_features:
             lam = self._capacity_profiles(reqs[first:first + cnt] if cnt else [])
             G = np.concatenate([G, self._capacity_observation(lam, cnt / self.window_s)])
+        if self.history_features:
+            G = np.concatenate([G, self._history_observation(cnt, long_n, tok)])
         np.minimum(W, self._w_high, out=W)
         np.clip(G, self._g_low, self._g_high, out=G)
         obs = {"workers": W, "window": G}
@@ -683,6 +717,24 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         feats = [trend, hit, cap, rate_rps / cap if cap > 0 else 0.0, best_split, best_merge, self._t - self._last_op_s]
         return np.array(feats + [lam[d] for d in self.degrees], dtype=np.float32)
 
+    def _history_observation(self, cnt: int, long_n: int, tok: int) -> np.ndarray:
+        """The ``HISTORY_WINDOW_FEATURES`` after a window with ``cnt`` arrivals, ``long_n`` of them
+        long, ``tok`` prompt tokens; a second observation at the same time (stepping after the
+        end) repeats the first."""
+        if self._t > self._hist_t:
+            self._hist_t = self._t
+            h = self._hist_counts
+            h[0] += cnt
+            h[1] += long_n
+            h[2] += tok
+            rate, long_share = cnt / self.window_s, long_n / cnt if cnt else 0.0
+            self._hist_windows = [self._hist_windows[1], (rate, long_share)]
+            self._hist_max = [max(self._hist_max[0], rate), max(self._hist_max[1], long_share)]
+        n, n_long, n_tok = self._hist_counts
+        t = self._t
+        prev_rate, prev_long = self._hist_windows[0]
+        return np.array([n / t if t > 0 else 0.0, n_long / n if n else 0.0, n_tok / t if t > 0 else 0.0,
+                         prev_rate, prev_long, *self._hist_max, t], dtype=np.float32)
 
     def _target_observation(self, lam: dict[int, float], rate_rps: float) -> np.ndarray:
         """The ``"targets"`` rows (``TARGET_FEATURES``, one per menu composition)."""

@@ -66,10 +66,12 @@ def training_seeds(path: str) -> list[int]:
 
 def env_kwargs_of(train_config: dict) -> dict:
     """The :class:`envs.reconfig_env.PrefillReconfigEnv` arguments that shape a checkpoint's
-    observation and action space, from its ``train_config`` (``capacity_features``,
+    observation and action space, from its ``train_config`` (``capacity_features``, ``history_features``,
     ``action_mode``, ``target_degrees``, ``max_operation_gpus_per_window``; checkpoints older than
     a field get the environment's former behaviour: no capacity features, per-operation actions)."""
     out = {"capacity_features": bool(train_config.get("capacity_features", False))}
+    if train_config.get("history_features", False):
+        out["history_features"] = True
     if train_config.get("action_mode", "operation") == "target":
         out.update(action_mode="target", target_degrees=tuple(train_config["target_degrees"]),
                    max_operation_gpus_per_window=train_config.get("max_operation_gpus_per_window"))

@@ -76,6 +76,9 @@ class ReconfigTrainConfig:
     norm_reward: bool = _opt(False, "VecNormalize also scales rewards (running return std)")
     capacity_features: bool = _opt(True, "observe the profiled capacity of the current and neighbouring compositions, "
                                          "rate trend, prefix-hit share and time since the last operation")
+    history_features: bool = _opt(False, "also observe the episode so far: its mean arrival rate, long-request share "
+                                         "and token rate, the previous window's rate and long share, the highest "
+                                         "window rate and long share, elapsed time")
     action_mode: str = _opt("operation", "'operation': no-op / one split / one merge per window; 'target': a target "
                                          "composition per window, planned into operations by the environment",
                             choices=("operation", "target"))

@@ -134,6 +134,58 @@ def test_capacity_features_pass_the_env_checker(toy_cal):
     check_env(_env(toy_cal, n=120, capacity_features=True), skip_render_check=True)
 
 
+def test_history_features_accumulate_the_episode_so_far(toy_cal):
+    from envs.reconfig_env import CAPACITY_WINDOW_FEATURES, HISTORY_WINDOW_FEATURES, WINDOW_FEATURES
+
+    env = _env(toy_cal, n=200, capacity_features=True, history_features=True)
+    base = len(WINDOW_FEATURES) + len(CAPACITY_WINDOW_FEATURES) + len(env.degrees)
+    names = [n for n, _, _ in HISTORY_WINDOW_FEATURES]
+    assert env.observation_space["window"].shape == (base + len(names),)
+    obs, _ = env.reset(seed=1, options={"window_index": 0, "sim_seed": 1})
+    reqs = env.sim.workload.requests
+    windows = []  # (rate, long share, tokens) of each observed window, from the workload itself
+    done, t = False, 0.0
+    while not done:
+        t += env.window_s
+        w = [r for r in reqs if t - env.window_s < r.arrival_time_s <= t]
+        n_long = sum(r.num_prompt_tokens > env.long_request_tokens for r in w)
+        windows.append((len(w) / env.window_s, n_long / len(w) if w else 0.0, sum(r.num_prompt_tokens for r in w)))
+        h = dict(zip(names, obs["window"][base:]))
+        arrived = [r for r in reqs if r.arrival_time_s <= t]
+        assert obs["window"][0] == pytest.approx(windows[-1][0])
+        assert h["elapsed_s"] == pytest.approx(t)
+        assert h["episode_arrival_rate_rps"] == pytest.approx(len(arrived) / t, rel=1e-5)
+        assert h["episode_token_rate_per_s"] == pytest.approx(sum(r.num_prompt_tokens for r in arrived) / t, rel=1e-5)
+        n_long_all = sum(r.num_prompt_tokens > env.long_request_tokens for r in arrived)
+        assert h["episode_long_request_fraction"] == pytest.approx(n_long_all / len(arrived), rel=1e-5)
+        prev = windows[-2] if len(windows) > 1 else (0.0, 0.0)
+        assert (h["previous_arrival_rate_rps"], h["previous_long_request_fraction"]) == pytest.approx(prev[:2], rel=1e-5)
+        assert h["max_window_arrival_rate_rps"] == pytest.approx(max(x[0] for x in windows), rel=1e-5)
+        assert h["max_window_long_request_fraction"] == pytest.approx(max(x[1] for x in windows), rel=1e-5)
+        assert env.observation_space.contains(obs)
+        obs, _, term, trunc, _ = env.step(0)
+        done = term or trunc
+    last = obs["window"][base:].copy()
+    again, *_ = env.step(0)  # stepping after the end repeats the observation, the history included
+    assert np.array_equal(again["window"][base:], last)
+    first, _ = env.reset(seed=1, options={"window_index": 0, "sim_seed": 1})  # reset clears the history
+    assert first["window"][base + names.index("elapsed_s")] == pytest.approx(env.window_s)
+    assert first["window"][base + names.index("previous_arrival_rate_rps")] == 0.0
+    with pytest.raises(ValueError, match="history_features must be a bool"):
+        _env(toy_cal, history_features="yes")
+
+
+def test_history_features_pass_the_env_checker_and_reach_the_checkpoint_arguments(toy_cal):
+    from gymnasium.utils.env_checker import check_env
+
+    from policies.evaluate_reconfig import env_kwargs_of
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    check_env(_env(toy_cal, n=120, capacity_features=True, history_features=True), skip_render_check=True)
+    assert env_kwargs_of({"capacity_features": True}) == {"capacity_features": True}  # older checkpoints: off
+    assert ReconfigTrainConfig(history_features=True).env_kwargs()["history_features"] is True
+
+
 def test_target_menu_lists_every_composition_of_the_degrees():
     from envs.reconfig_env import target_menu
 

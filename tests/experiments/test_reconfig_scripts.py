@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -312,3 +313,32 @@ def test_dynamic_paired_compares_seed_by_seed_and_refuses_mismatched_pairs(tmp_p
     bad.mkdir()
     assert main(["--a", a[0], str(bad), "--b", *b]) == 2
     assert "bad/dynamic.json: not a readable" in capsys.readouterr().err
+
+
+def test_runs_paired_pairs_runs_by_seed_and_averages_the_training_seeds(tmp_path, capsys):
+    import pandas as pd
+
+    from experiments.scripts.runs_paired import main, paired
+
+    f = tmp_path / "runs.csv"
+    rows = [("a1", 0, 1.0), ("a1", 1, 2.0), ("a2", 0, 3.0), ("a2", 1, 2.0),
+            ("b1", 0, 1.1), ("b1", 1, 2.2), ("b2", 0, 3.0), ("b2", 1, 2.0)]
+    pd.DataFrame(rows, columns=["policy", "seed", "mean_ttft_s"]).to_csv(f, index=False)
+    out = paired([f"{f}:a1", f"{f}:a2"], [f"{f}:b1", f"{f}:b2"])
+    assert out["seeds"] == [0, 1]
+    assert out["pairs"][0]["mean_pct_change"] == pytest.approx(10.0)
+    assert out["pairs"][0]["ci_low"] == pytest.approx(10.0) and out["pairs"][1]["mean_pct_change"] == pytest.approx(0.0)
+    mean = out["mean_of_runs"]  # per seed: a (2.0, 2.0), b (2.05, 2.1)
+    assert mean["a_mean_ttft_s"] == pytest.approx(2.0) and mean["b_mean_ttft_s"] == pytest.approx(2.075)
+    assert mean["mean_pct_change"] == pytest.approx(3.75)
+    pd.DataFrame(rows + [("c", 0, 1.0)], columns=["policy", "seed", "mean_ttft_s"]).to_csv(tmp_path / "c.csv", index=False)
+    with pytest.raises(ValueError, match="not paired"):
+        paired([f"{f}:a1"], [f"{tmp_path / 'c.csv'}:c"])
+    with pytest.raises(ValueError, match="no rows of policy 'zz'"):
+        paired([f"{f}:a1"], [f"{f}:zz"])
+    with pytest.raises(ValueError, match="expected CSV:POLICY"):
+        paired([str(f)], [f"{f}:b1"])
+    assert main(["--a", f"{f}:a1", "--b", f"{f}:b1", f"{f}:b2"]) == 2
+    assert "same number" in capsys.readouterr().err
+    assert main(["--a", f"{f}:a1", "--b", f"{f}:b1"]) == 0
+    assert json.loads(capsys.readouterr().out)["pairs"][0]["b_mean_ttft_s"] == pytest.approx(1.65)

@@ -90,6 +90,27 @@ def test_validation_keeps_the_best_model_and_capacity_features_reach_the_checkpo
     assert learned.model.observation_space["window"].shape[0] > 10  # the capacity features
 
 
+def test_history_features_reach_the_checkpoint_and_its_evaluation(tmp_path):
+    from envs import workloads
+    from envs.reconfig_env import CAPACITY_WINDOW_FEATURES, HISTORY_WINDOW_FEATURES, WINDOW_FEATURES
+    from envs.sim import PoolConfig, SimConfig
+    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+
+    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
+    cfg = ReconfigTrainConfig(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
+                              batch_size=4, n_epochs=1, wandb_mode="disabled", history_features=True)
+    train_reconfig(cfg, tmp_path, sim_config=small, log=lambda s: None)
+    learned = LearnedReconfig(tmp_path)
+    assert learned.env_kwargs["history_features"] is True
+    width = len(WINDOW_FEATURES) + len(CAPACITY_WINDOW_FEATURES) + 3 + len(HISTORY_WINDOW_FEATURES)  # 3 degrees
+    assert learned.model.observation_space["window"].shape == (width,)
+    wl = workloads.build_workload(name="matched-phases", seed=4, params=dict(params))
+    result, actions = learned.run(wl, small, seed=4)  # the evaluation builds the same observation
+    assert len(actions) >= 3 and result.records["ttft_s"].size == wl.num_requests
+
+
 def test_validation_seeds_must_differ_from_training_seeds():
     from policies.train_reconfig import ReconfigTrainConfig
 

@@ -1,0 +1,105 @@
+"""Paired comparison of two sets of training runs, each evaluated on the same workload seeds.
+
+A run is ``CSV:POLICY``: the rows of ``POLICY`` in a per-episode CSV with the columns ``policy``,
+``seed`` and ``mean_ttft_s`` (``cpgym evaluate --out``, ``experiments.scripts.reconfig_ensemble_check
+--out``). The two lists are paired in the order given (e.g. the same training seeds with and without
+an option). Prints, as JSON, per pair the mean TTFT [s] of each run and the per-seed change
+``100 x (b / a - 1)`` [%] with its mean and 95 % Student-t CI over the seeds
+(:func:`policies.evaluate.mean_ci95`); then the same for the per-seed mean over the runs of each
+set (``"mean_of_runs"``), which averages out the training seed::
+
+    V=results/learned-reconfig/validation-seeds
+    python -m experiments.scripts.runs_paired \\
+        --a "$V/ensemble_check.csv:single:policies/checkpoints/reconfig_target" \\
+            "$V/ensemble_check.csv:single:RUN_A (train seeds 10/11)" \\
+        --b "$V/history_features.csv:history features (train seeds 0/1)" \\
+            "$V/history_features.csv:history features (train seeds 10/11)"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+
+def run_mean_ttft_s(spec: str) -> dict[int, float]:
+    """``{workload seed: mean TTFT [s]}`` of the run ``spec`` = ``CSV:POLICY``.
+
+    Raises:
+        ValueError: naming the spec or file, without ``:``, on an unreadable CSV, a missing
+            column, no row of the policy, or a seed listed twice.
+    """
+    import pandas as pd
+
+    path, sep, policy = spec.partition(":")
+    if not sep or not policy:
+        raise ValueError(f"{spec!r}: expected CSV:POLICY")
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable CSV ({exc})") from None
+    missing = [c for c in ("policy", "seed", "mean_ttft_s") if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; expected per-episode rows (policy, seed, mean_ttft_s)")
+    rows = df[df["policy"] == policy]
+    if rows.empty:
+        raise ValueError(f"{path}: no rows of policy {policy!r}; policies: {sorted(df['policy'].unique())}")
+    if rows["seed"].duplicated().any():
+        raise ValueError(f"{path}: policy {policy!r} has seeds listed twice")
+    return {int(s): float(t) for s, t in zip(rows["seed"], rows["mean_ttft_s"])}
+
+
+def _compare(a: dict[int, float], b: dict[int, float]) -> dict:
+    from policies.evaluate import mean_ci95
+
+    seeds = sorted(a)
+    pct = [100.0 * (b[s] / a[s] - 1.0) for s in seeds]
+    mean, half = mean_ci95(pct)
+    return {"a_mean_ttft_s": float(np.mean([a[s] for s in seeds])), "b_mean_ttft_s": float(np.mean([b[s] for s in seeds])),
+            "mean_pct_change": mean, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def paired(a_specs: list[str], b_specs: list[str]) -> dict:
+    """The paired comparison (module docstring) of runs ``a_specs`` and ``b_specs``.
+
+    Raises:
+        ValueError: when the lists differ in length or are empty, or the runs do not cover the
+            same seeds (at least 2).
+    """
+    if len(a_specs) != len(b_specs) or not a_specs:
+        raise ValueError(f"--a and --b must list the same number (>= 1) of runs, got {len(a_specs)} and {len(b_specs)}")
+    a = [run_mean_ttft_s(s) for s in a_specs]
+    b = [run_mean_ttft_s(s) for s in b_specs]
+    seeds = sorted(a[0])
+    for spec, run in zip(a_specs + b_specs, a + b):
+        if sorted(run) != seeds:
+            raise ValueError(f"{spec!r} covers seeds {sorted(run)}, the first run {seeds}: not paired")
+    if len(seeds) < 2:
+        raise ValueError(f"a paired CI needs at least 2 seeds, got {seeds}")
+    out = {"seeds": seeds, "pairs": [{"a": sa, "b": sb, **_compare(ra, rb)}
+                                     for sa, sb, ra, rb in zip(a_specs, b_specs, a, b)]}
+    mean_a = {s: float(np.mean([r[s] for r in a])) for s in seeds}
+    mean_b = {s: float(np.mean([r[s] for r in b])) for s in seeds}
+    out["mean_of_runs"] = _compare(mean_a, mean_b)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.scripts.runs_paired", description=__doc__.split("\n\n")[0])
+    p.add_argument("--a", nargs="+", required=True, help="reference runs, each CSV:POLICY")
+    p.add_argument("--b", nargs="+", required=True, help="compared runs, each CSV:POLICY, paired with --a in order")
+    args = p.parse_args(argv)
+    try:
+        out = paired(args.a, args.b)
+    except ValueError as exc:
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
