@@ -115,8 +115,11 @@ def dynamic_rows(scenario: str, summaries: list[dict], model: str, num_gpus: int
     ``paper_value`` goes on the homogeneous and initial-composition rows (the paper compares
     against fixed configurations); the best-fixed row has none (the paper does not report it).
 
+    ``load_fraction``: :func:`dynamic_load_fraction` (``None`` for absolute phase rates).
+
     Raises:
-        ValueError: on no summaries or a missing fixed composition.
+        ValueError: on no summaries, a missing fixed composition, or a malformed measured
+            capacity or mean phase rate (:func:`dynamic_load_fraction`).
     """
     if not summaries:
         raise ValueError("dynamic_rows needs at least one seed's summary")
@@ -131,17 +134,44 @@ def dynamic_load_fraction(summaries: list[dict], phase_kind: str | None = None) 
     """Mean over seeds of a phase kind's mean arrival rate over its measured capacity
     (``summary["phase_mean_rates_rps"][kind] / summary["phase_capacities"][kind]["capacity_rps"]``:
     the strongest homogeneous pool's ``cpgym capacity`` rate of the mix); for the whole run
-    (``phase_kind=None``) the higher of the phase kinds' loads. ``None`` when a run has no
-    measured capacities (absolute phase rates: ``cpgym dynamic`` without ``--short-load`` /
-    ``--long-load`` does not search them)."""
+    (``phase_kind=None``) the higher of the loads of the kinds in ``summary["phases"]``.
+
+    ``None`` when a seed's run has no measured capacity for a kind needed: ``cpgym dynamic``
+    measures one only for the kinds given as a load (``--short-load`` / ``--long-load``); a kind
+    at an absolute rate has no known load, so the whole run's load is unknown too.
+
+    Raises:
+        ValueError: naming the seed (position in ``summaries``) and the field, on a
+            ``phase_kind`` that no phase of the run has, a measured capacity that is not a finite
+            number > 0 [req/s], or a mean rate that is missing or not a finite number >= 0 [req/s].
+    """
     loads = []
-    for s in summaries:
-        caps, rates = s.get("phase_capacities"), s.get("phase_mean_rates_rps") or {}
-        if not caps:
-            return None
-        kinds = [phase_kind] if phase_kind is not None else sorted(caps)
-        loads.append(max(rates[k] / caps[k]["capacity_rps"] for k in kinds))
+    for i, s in enumerate(summaries):
+        caps = s.get("phase_capacities") or {}
+        run_kinds = sorted({ph["kind"] for ph in s.get("phases") or []}) or sorted(caps)
+        if phase_kind is not None and s.get("phases") and phase_kind not in run_kinds:
+            raise ValueError(f"summary {i}: no phase of kind {phase_kind!r} (kinds: {run_kinds})")
+        kinds = [phase_kind] if phase_kind is not None else run_kinds
+        if not kinds or any(k not in caps for k in kinds):
+            return None  # a kind at an absolute rate: its load is unknown
+        rates = s.get("phase_mean_rates_rps") or {}
+        seed_loads = []
+        for k in kinds:
+            cap = caps[k].get("capacity_rps") if isinstance(caps[k], dict) else None
+            if not _finite_number(cap) or cap <= 0:
+                raise ValueError(f"summary {i}: phase_capacities[{k!r}]['capacity_rps'] must be a finite number > 0 "
+                                 f"[req/s], got {cap!r}")
+            rate = rates.get(k)
+            if not _finite_number(rate) or rate < 0:
+                raise ValueError(f"summary {i}: phase_mean_rates_rps[{k!r}] must be a finite number >= 0 [req/s], "
+                                 f"got {rate!r}")
+            seed_loads.append(rate / cap)
+        loads.append(max(seed_loads))
     return float(np.mean(loads))
+
+
+def _finite_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def cache_rows(pairs: list[tuple[dict, dict]], model: str, workload: str = "tool-agent",

@@ -57,6 +57,32 @@ def test_dynamic_rows_state_the_load_relative_to_measured_capacity():
     assert dynamic_rows("phases-all", [runs[0], _summary(1.0)], "q")[0]["load_fraction"] is None
 
 
+def test_dynamic_load_fraction_of_partly_measured_or_malformed_runs():
+    from experiments.paper_experiments.paper_rows import dynamic_load_fraction
+
+    def measured(**caps):
+        s = _summary(0.9)
+        s["phase_capacities"] = {k: {"capacity_rps": c} for k, c in caps.items()}
+        s["phase_mean_rates_rps"] = {"short": 32.0, "long": 5.0}
+        return s
+
+    only_long = [measured(long=10.0)]  # cpgym dynamic --long-load only: the short phases at an absolute rate
+    assert dynamic_load_fraction(only_long, "long") == pytest.approx(0.5)
+    assert dynamic_load_fraction(only_long, "short") is None  # was a KeyError
+    assert dynamic_load_fraction(only_long) is None  # the short phases' load is unknown: not the long one's 0.5
+    assert [r["load_fraction"] for r in dynamic_rows("rising-rates", only_long, "q", phase_kind="short")] == [None] * 4
+    for s, match in [(measured(short=64.0, long=0.0), r"phase_capacities\['long'\]\['capacity_rps'\].*got 0.0"),
+                     (measured(short=64.0, long=None), r"phase_capacities\['long'\]\['capacity_rps'\].*got None")]:
+        with pytest.raises(ValueError, match=match):
+            dynamic_load_fraction([measured(short=64.0, long=10.0), s])
+    no_rate = measured(short=64.0, long=10.0)
+    del no_rate["phase_mean_rates_rps"]["long"]
+    with pytest.raises(ValueError, match=r"summary 0: phase_mean_rates_rps\['long'\]"):
+        dynamic_load_fraction([no_rate], "long")
+    with pytest.raises(ValueError, match="no phase of kind 'medium'"):
+        dynamic_load_fraction([measured(short=64.0, long=10.0)], "medium")
+
+
 def test_cache_rows_paired_per_seed():
     pairs = [({"mean_ttft_s": 1.0, "p90_ttft_s": 2.0, "prefix_hit_rate": 0.5},
               {"mean_ttft_s": 0.9, "p90_ttft_s": 1.6, "prefix_hit_rate": 0.51}),
