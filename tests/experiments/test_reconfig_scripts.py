@@ -342,3 +342,32 @@ def test_runs_paired_pairs_runs_by_seed_and_averages_the_training_seeds(tmp_path
     assert "same number" in capsys.readouterr().err
     assert main(["--a", f"{f}:a1", "--b", f"{f}:b1"]) == 0
     assert json.loads(capsys.readouterr().out)["pairs"][0]["b_mean_ttft_s"] == pytest.approx(1.65)
+
+
+def test_runs_paired_refuses_bad_rows_by_file_and_accepts_colons_in_paths(tmp_path, capsys):
+    import pandas as pd
+
+    from experiments.scripts.runs_paired import main, paired, run_mean_ttft_s
+
+    cols = ["policy", "seed", "mean_ttft_s"]
+    folder = tmp_path / "run:2"  # a ':' in the path, and policies that contain ':' or read as numbers
+    folder.mkdir()
+    f = folder / "runs.csv"
+    rows = [("single:x", 0, 1.0), ("single:x", 1, 2.0), ("0", 0, 1.1), ("0", 1, 2.2)]
+    pd.DataFrame(rows, columns=cols).to_csv(f, index=False)
+    assert run_mean_ttft_s(f"{f}:single:x") == {0: 1.0, 1: 2.0}
+    out = paired([f"{f}:single:x"], [f"{f}:0"])  # policy '0' was read as an integer and never matched
+    assert out["pairs"][0]["mean_pct_change"] == pytest.approx(10.0)
+    good = tmp_path / "good.csv"
+    pd.DataFrame([("a", 0, 1.0), ("a", 1, 2.0)], columns=cols).to_csv(good, index=False)
+    for name, rows, match in [
+            ("nan.csv", [("b", 0, None), ("b", 1, 2.2)], r"nan.csv: policy 'b': mean_ttft_s must be finite .*seed\(s\) \[0\]"),
+            ("text.csv", [("b", 0, "abc"), ("b", 1, 2.2)], r"text.csv: policy 'b': mean_ttft_s .*'abc'"),
+            ("zero.csv", [("b", 0, 0.0), ("b", 1, 2.2)], r"zero.csv: policy 'b': mean_ttft_s .*\[0.0\]"),
+            ("frac.csv", [("b", 0, 1.1), ("b", 1.7, 2.2)], r"frac.csv: policy 'b': seed must be integers >= 0, got \[1.7\]"),
+            ("noseed.csv", [("b", None, 1.1), ("b", 1, 2.2)], r"noseed.csv: policy 'b': seed must be integers")]:
+        pd.DataFrame(rows, columns=cols).to_csv(tmp_path / name, index=False)
+        with pytest.raises(ValueError, match=match):  # NaN went into the JSON, 0 a ZeroDivisionError, 1.7 seed 1
+            paired([f"{good}:a"], [f"{tmp_path / name}:b"])
+    assert main(["--a", f"{tmp_path / 'zero.csv'}:b", "--b", f"{good}:a"]) == 2
+    assert "zero.csv: policy 'b'" in capsys.readouterr().err
