@@ -242,10 +242,11 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     vector also holds ``CAPACITY_WINDOW_FEATURES`` (rate trend — the only signed entry —,
     prefix-hit share, profiled capacity and load of the current composition, capacity of the
     compositions after the best eligible split and merge, time since the last operation) and
-    the profiled per-worker capacity of every supported CP degree; with ``history_features=True``
-    it then holds ``HISTORY_WINDOW_FEATURES`` (episode-so-far arrival rate, long-request share and
-    token rate, the previous window's rate and long share, the highest window rate and long share
-    so far, elapsed time). Capacities come from a
+    the profiled per-worker capacity of every supported CP degree (``7 + len(supported_degrees)``
+    more entries); with ``history_features=True`` it then holds the 8 ``HISTORY_WINDOW_FEATURES``
+    (episode-so-far arrival rate [req/s], long-request share and token rate [tokens/s], the
+    previous window's rate and long share, the highest window rate and long share so far, elapsed
+    time [s]; all since ``reset``, the previous window's entries 0 at ``reset``). Capacities come from a
     :class:`baselines.controller.CapacityTable` (paper §6 capacity profiling, by simulation
     under the TTFT SLO) for the window's length mix net of the mean prefix hit; the table is
     owned by the environment and reused across its episodes (pass ``capacity_table`` to share
@@ -344,7 +345,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             menu, ``target_degrees`` or ``max_operation_gpus_per_window`` given (not ``None``)
             with ``action_mode="operation"``, a ``max_operation_gpus_per_window`` below one
             operation of the menu (:func:`check_operation_budget`), a ``render_mode`` that is not
-            ``None``, or empty workloads.
+            ``None``, a ``history_features`` that is not a bool, or empty workloads.
 
     ## Version History
 

@@ -68,7 +68,18 @@ def env_kwargs_of(train_config: dict) -> dict:
     """The :class:`envs.reconfig_env.PrefillReconfigEnv` arguments that shape a checkpoint's
     observation and action space, from its ``train_config`` (``capacity_features``, ``history_features``,
     ``action_mode``, ``target_degrees``, ``max_operation_gpus_per_window``; checkpoints older than
-    a field get the environment's former behaviour: no capacity features, per-operation actions)."""
+    a field get the environment's former behaviour: no capacity features, per-operation actions).
+
+    Raises:
+        ValueError: naming the field, when ``capacity_features`` or ``history_features`` is not a
+            bool (``"false"`` would have turned the observation on).
+    """
+    import numpy as np
+
+    for name in ("capacity_features", "history_features"):
+        value = train_config.get(name, False)
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"train_config {name} must be a bool, got {value!r}")
     out = {"capacity_features": bool(train_config.get("capacity_features", False))}
     if train_config.get("history_features", False):
         out["history_features"] = True
@@ -129,7 +140,10 @@ class LearnedReconfig:
             self.vecnormalize.training = False
         tc = self.meta.get("train_config") or {}
         self.window_s = float(tc.get("window_s", 20.0))
-        self.env_kwargs = env_kwargs_of(tc)
+        try:
+            self.env_kwargs = env_kwargs_of(tc)
+        except ValueError as exc:
+            raise ValueError(f"{d / 'train_config.json'}: {exc}") from None
         self.capacity_features = self.env_kwargs["capacity_features"]
         # Profiles (pure functions of their key) are shared by every episode this object runs; each
         # episode gets its own table, because a table's reference mixes follow the order in which

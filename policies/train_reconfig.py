@@ -155,6 +155,7 @@ class ReconfigTrainConfig:
         if self.arrival_window_s is not None:
             object.__setattr__(self, "arrival_window_s", tuple(float(x) for x in self.arrival_window_s))
         self._check_action_mode()
+        self.env_kwargs()  # ValueError on a capacity_features / history_features that is not a bool
         if self.init_from is not None and self.warm_start != "none":
             raise ValueError("--init-from starts from a trained model: it excludes --warm-start")
         if self.wandb_mode not in ("offline", "online", "disabled"):

@@ -184,6 +184,13 @@ def test_history_features_pass_the_env_checker_and_reach_the_checkpoint_argument
     check_env(_env(toy_cal, n=120, capacity_features=True, history_features=True), skip_render_check=True)
     assert env_kwargs_of({"capacity_features": True}) == {"capacity_features": True}  # older checkpoints: off
     assert ReconfigTrainConfig(history_features=True).env_kwargs()["history_features"] is True
+    # a non-bool was truthy: "false" / "no" turned the observation on
+    with pytest.raises(ValueError, match="history_features must be a bool, got 'false'"):
+        env_kwargs_of({"capacity_features": True, "history_features": "false"})
+    with pytest.raises(ValueError, match="capacity_features must be a bool, got 'no'"):
+        env_kwargs_of({"capacity_features": "no"})
+    with pytest.raises(ValueError, match="history_features must be a bool, got 'no'"):
+        ReconfigTrainConfig(history_features="no")
 
 
 def test_target_menu_lists_every_composition_of_the_degrees():
