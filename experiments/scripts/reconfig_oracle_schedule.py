@@ -5,7 +5,7 @@ within a tolerance, or by dynamic programming with a cost per GPU moved) in the 
 environment (the settings of ``policies/checkpoints/reconfig_target``).
 
     python experiments/scripts/reconfig_oracle_schedule.py SEEDS [TOLERANCE] [GPUS_PER_WINDOW]
-        [--switch-costs C1,C2,...] [--cache FILE] [--out-csv FILE [--with-rows CSV [--with-policies P1,P2,...]]]
+        [--switch-costs C1,C2,...] [--window-s S] [--cache FILE] [--out-csv FILE [--with-rows CSV [--with-policies P1,P2,...]]]
 
 e.g. ``0,1,2,3,4,5`` (training seeds) or ``500,501,502`` (validation seeds); prints one line per
 seed and schedule, and the means. ``--switch-costs`` (request-seconds per GPU moved, 0 = the
@@ -17,6 +17,9 @@ per-phase rule with TOLERANCE) evaluates several oracles on the same per-phase T
 after the rows of ``--with-rows`` (an evaluation CSV of the same seeds; only the policies of
 ``--with-policies`` if given), so that ``cpgym evaluate --from-csv FILE --reference
 oracle-schedule:switch-cost-5`` gives the paired gap of each evaluated policy to the oracle.
+``--window-s`` sets the environment's decision window [s] (default 20, the paper's and the
+checkpoint's): the schedule changes target at the first decision after a phase boundary, so a
+shorter window measures how much of the oracle's lead a faster-reacting controller could keep.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[int], list[flo
     ap.add_argument("tolerance", nargs="?", type=float, default=0.1)
     ap.add_argument("gpus_per_window", nargs="?", type=float, default=16.0)
     ap.add_argument("--switch-costs", default="0")
+    ap.add_argument("--window-s", type=float, default=20.0)
     ap.add_argument("--cache", default=None)
     ap.add_argument("--out-csv", default=None)
     ap.add_argument("--with-rows", default=None)
@@ -92,6 +96,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[int], list[flo
         ap.error(f"--switch-costs: expected finite numbers >= 0, got {a.switch_costs!r}")
     if not (math.isfinite(a.tolerance) and a.tolerance >= 0):
         ap.error(f"TOLERANCE: expected a finite number >= 0, got {a.tolerance}")
+    if not (math.isfinite(a.window_s) and a.window_s > 0):
+        ap.error(f"--window-s: expected a finite number > 0 [s], got {a.window_s}")
     if not a.gpus_per_window > 0:
         ap.error(f"GPUS_PER_WINDOW: expected a number > 0, got {a.gpus_per_window}")
     if a.with_rows and not a.out_csv:
@@ -127,7 +133,8 @@ def main(argv: list[str]) -> int:
         wl = workloads.build_workload(name="matched-phases", seed=seed)
         cfg = replace(sc, seed=seed)
         env = PrefillReconfigEnv([wl], cfg, capacity_features=True, capacity_table=table, action_mode="target",
-                                 target_degrees=(2, 4, 8), max_operation_gpus_per_window=a.gpus_per_window)
+                                 target_degrees=(2, 4, 8), max_operation_gpus_per_window=a.gpus_per_window,
+                                 window_s=a.window_s)
         if menu is None:
             menu = env.target_compositions
             if a.cache and Path(a.cache).is_file():

@@ -91,6 +91,8 @@ def test_oracle_schedule_rejects_bad_arguments_before_simulating(tmp_path, capsy
         (["0", "--switch-costs", "x"], "--switch-costs"),
         (["0", "-0.5"], "TOLERANCE"),
         (["0", "0.1", "0"], "GPUS_PER_WINDOW"),
+        (["0", "--window-s", "0"], "--window-s"),
+        (["0", "--window-s", "inf"], "--window-s"),
     ]
     for argv, needle in cases:
         with pytest.raises(SystemExit) as exc:
