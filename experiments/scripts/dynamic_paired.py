@@ -13,9 +13,7 @@ per-seed mean TTFT [s] of ``vertumnus-adaptive`` in each set, the per-seed chang
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 ADAPTIVE = "vertumnus-adaptive"
@@ -64,17 +62,11 @@ def paired(a_dirs: list[str], b_dirs: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.scripts.dynamic_paired", description=__doc__.split("\n\n")[0])
-    p.add_argument("--a", nargs="+", required=True, help="reference run folders (cpgym dynamic --out-dir)")
-    p.add_argument("--b", nargs="+", required=True, help="compared run folders, same seeds in the same order")
-    args = p.parse_args(argv)
-    try:
-        out = paired(args.a, args.b)
-    except ValueError as exc:
-        print(f"{p.prog}: error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(out, indent=2))
-    return 0
+    from experiments.scripts.paired_cli import paired_main
+
+    return paired_main("python -m experiments.scripts.dynamic_paired", __doc__, paired,
+                       "reference run folders (cpgym dynamic --out-dir)",
+                       "compared run folders, same seeds in the same order", argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,8 +18,6 @@ runs of each set (``"mean_of_runs"``), which averages out the training seed::
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
@@ -115,17 +113,10 @@ def paired(a_specs: list[str], b_specs: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.scripts.runs_paired", description=__doc__.split("\n\n")[0])
-    p.add_argument("--a", nargs="+", required=True, help="reference runs, each CSV:POLICY")
-    p.add_argument("--b", nargs="+", required=True, help="compared runs, each CSV:POLICY, paired with --a in order")
-    args = p.parse_args(argv)
-    try:
-        out = paired(args.a, args.b)
-    except ValueError as exc:
-        print(f"{p.prog}: error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(out, indent=2))
-    return 0
+    from experiments.scripts.paired_cli import paired_main
+
+    return paired_main("python -m experiments.scripts.runs_paired", __doc__, paired, "reference runs, each CSV:POLICY",
+                       "compared runs, each CSV:POLICY, paired with --a in order", argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
