@@ -65,8 +65,16 @@ def _start(spec_path: Path, out: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "experiments.cli", "sweep", str(spec_path), "--jobs", "2", "--out", str(out),
             "--wandb", "disabled", "--quiet"]
+    # SIGINT back to its default in the child: a test run that inherited SIGINT ignored (started in
+    # the background of a non-interactive shell, e.g. `(setsid nohup /usr/bin/time pytest &)`) passes
+    # SIG_IGN on, Python then installs no KeyboardInterrupt handler, and every attempt's sweep ran to
+    # the end (exit 0, 12 of 12 cells) whatever the load
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_workers(proc: subprocess.Popen, out: Path) -> set[int]:
