@@ -550,8 +550,7 @@ class LookaheadPredictor:
             for op in ops:
                 recon.apply(op)
             done = projected_degree_counts(sim) == target
-            pending = any(not (r.committed or r.aborted_s == r.aborted_s) for r in recon.records)
-            if not done and (ops or pending) and sim.env.now + plan.window_s <= last_arrival_s:
+            if not done and (ops or recon.uncommitted()) and sim.env.now + plan.window_s <= last_arrival_s:
                 sim.schedule(plan.window_s, EventPriority.CONTROL, step)
 
         sim.schedule(at_s, EventPriority.CONTROL, step)

@@ -254,8 +254,16 @@ class Reconfigurator:
 
     # ------------------------------------------------------------------ queries
     def in_flight(self) -> list[OperationRecord]:
-        """Records of operations started and not yet committed."""
+        """Records of operations started and not yet past their switch (DRAINING or SWITCHING old
+        workers still in the pool); an operation between its switch end and its commit is in
+        :meth:`uncommitted` only."""
         seen = {id(f.record): f.record for f in self._inflight.values()}
+        return list(seen.values())
+
+    def uncommitted(self) -> list[OperationRecord]:
+        """Records of operations started and neither committed nor aborted: :meth:`in_flight`
+        plus those whose new workers await the epoch confirmation."""
+        seen = {id(f.record): f.record for f in (*self._inflight.values(), *self._committing.values())}
         return list(seen.values())
 
     def predicted_drain_s(self, op: Operation) -> float:

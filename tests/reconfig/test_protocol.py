@@ -55,6 +55,24 @@ def test_exact_event_trace_of_one_split(simple_calibration):
     assert [e["num_gpus"] for e in res.extras["composition_series"]] == [4] * len(res.extras["composition_series"])
 
 
+def test_in_flight_ends_at_the_switch_and_uncommitted_at_the_commit(simple_calibration):
+    # the split of test_exact_event_trace_of_one_split: drain 0.5-1.25, switch end 1.75, commit 1.77
+    pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
+    wl = make_workload([(0.0, 10, (1, 2, 3)), (0.6, 10, (1, 2, 3))])
+    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.5, confirm_s_per_rank=0.005, drain_sync_s=0.0))
+    seen = {}
+
+    def look(t):
+        seen[t] = (len(rc.in_flight()), len(rc.uncommitted()))
+
+    sim.schedule(0.5, EventPriority.CONTROL, lambda _: apply_operation(sim, Operation.split(0)))
+    for t in (0.4, 1.0, 1.76, 1.8):
+        sim.schedule(t, EventPriority.CONTROL, lambda _, t=t: look(t))
+    sim.run(LeastWorkRouter())
+    assert seen == {0.4: (0, 0), 1.0: (1, 1), 1.76: (0, 1), 1.8: (0, 0)}
+
+
 def test_drain_sync_delays_the_switch_of_an_idle_and_a_busy_worker(simple_calibration):
     # The step-boundary sync follows the last in-flight step: an idle CP-4 worker drains in
     # exactly drain_sync_s; a busy one in (step end - start) + drain_sync_s. E_4(10, 0) = 1.25 s.
