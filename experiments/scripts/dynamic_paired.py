@@ -46,7 +46,7 @@ def paired(a_dirs: list[str], b_dirs: list[str]) -> dict:
     Raises:
         ValueError: when the lists differ in length, are shorter than 2, or a pair's workload seeds differ.
     """
-    from policies.evaluate import mean_ci95
+    from experiments.scripts.paired_cli import pct_change
 
     if len(a_dirs) != len(b_dirs) or len(a_dirs) < 2:
         raise ValueError(f"--a and --b must list the same number (>= 2) of run folders, got {len(a_dirs)} and {len(b_dirs)}")
@@ -55,10 +55,8 @@ def paired(a_dirs: list[str], b_dirs: list[str]) -> dict:
     for (sa, _), (sb, _), da, db in zip(a, b, a_dirs, b_dirs):
         if sa != sb:
             raise ValueError(f"{da} (workload seed {sa}) and {db} (workload seed {sb}) are not a pair")
-    pct = [100.0 * (tb / ta - 1.0) for (_, ta), (_, tb) in zip(a, b)]
-    mean, half = mean_ci95(pct)
     return {"seeds": [s for s, _ in a], "a_mean_ttft_s": [t for _, t in a], "b_mean_ttft_s": [t for _, t in b],
-            "pct_change": pct, "mean_pct_change": mean, "ci_low": mean - half, "ci_high": mean + half}
+            **pct_change([t for _, t in a], [t for _, t in b])}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,13 +78,13 @@ def run_mean_ttft_s(spec: str) -> dict[int, float]:
 
 
 def _compare(a: dict[int, float], b: dict[int, float]) -> dict:
-    from policies.evaluate import mean_ci95
+    from experiments.scripts.paired_cli import pct_change
 
     seeds = sorted(a)
-    pct = [100.0 * (b[s] / a[s] - 1.0) for s in seeds]
-    mean, half = mean_ci95(pct)
+    change = pct_change([a[s] for s in seeds], [b[s] for s in seeds])
+    del change["pct_change"]  # per seed: not part of this script's output
     return {"a_mean_ttft_s": float(np.mean([a[s] for s in seeds])), "b_mean_ttft_s": float(np.mean([b[s] for s in seeds])),
-            "mean_pct_change": mean, "ci_low": mean - half, "ci_high": mean + half}
+            **change}
 
 
 def paired(a_specs: list[str], b_specs: list[str]) -> dict:
