@@ -171,7 +171,9 @@ def dynamic_load_fraction(summaries: list[dict], phase_kind: str | None = None) 
 
 
 def _finite_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    from experiments.spec.paths import is_number
+
+    return is_number(x) and math.isfinite(x)
 
 
 def cache_rows(pairs: list[tuple[dict, dict]], model: str, workload: str = "tool-agent",
