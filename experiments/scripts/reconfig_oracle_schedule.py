@@ -73,10 +73,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[int], list[flo
     argument (argparse's ``error``)."""
     import math
 
-    ap = argparse.ArgumentParser(usage=__doc__)
-    ap.add_argument("seeds")
-    ap.add_argument("tolerance", nargs="?", type=float, default=0.1)
-    ap.add_argument("gpus_per_window", nargs="?", type=float, default=16.0)
+    ap = argparse.ArgumentParser(prog="reconfig_oracle_schedule.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("seeds", help="comma-separated matched-phases workload seeds")
+    ap.add_argument("tolerance", nargs="?", type=float, default=0.1,
+                    help="per-phase rule (switch cost 0): share of a phase's best mean TTFT counted as a tie (default 0.1)")
+    ap.add_argument("gpus_per_window", nargs="?", type=float, default=16.0,
+                    help="GPUs the operations started in one decision window may use (default 16)")
     ap.add_argument("--switch-costs", default="0")
     ap.add_argument("--window-s", type=float, default=20.0)
     ap.add_argument("--cache", default=None)
