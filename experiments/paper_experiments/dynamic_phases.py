@@ -476,6 +476,35 @@ def resolve_rates(cfg: DynamicPhasesConfig, base, calibration, log=None) -> tupl
     return (replace(cfg, **rates) if rates else cfg), caps
 
 
+class DynamicPhasesWarning(UserWarning):
+    """A ``cpgym dynamic`` setting that runs but cannot measure what the experiment is for
+    (``cpgym dynamic: warning: ...`` on stderr)."""
+
+
+def reaction_windows(k_windows: int) -> int:
+    """Controller windows from a phase change until the pool can have adapted to it:
+    ``k_windows + 1`` (the window in which the change falls, then ``k_windows`` sustained windows
+    of the new phase; the regime-change shortcut can move after one whole window, a change of rate
+    alone needs all of them; a move then drains and switches in seconds, paper §9: 1.1-5.1 s)."""
+    return int(k_windows) + 1
+
+
+def warn_short_phases(cfg: DynamicPhasesConfig) -> None:
+    """Warns (:class:`DynamicPhasesWarning`) when a phase is shorter than the adaptive
+    controller's reaction time (:func:`reaction_windows` x ``controller_window_s``): the run
+    then compares pools that never had the time to adapt, so its "vs best fixed" rows measure
+    little adaptation."""
+    import warnings
+
+    reaction_s = reaction_windows(cfg.k_windows) * cfg.controller_window_s
+    if cfg.num_phases > 1 and cfg.phase_duration_s < reaction_s:
+        warnings.warn(f"phases of {cfg.phase_duration_s:g} s are shorter than the adaptive controller's reaction time "
+                      f"({reaction_windows(cfg.k_windows)} windows of {cfg.controller_window_s:g} s = {reaction_s:g} s: "
+                      f"the window of the change, then k_windows = {cfg.k_windows} sustained windows), so the "
+                      f"pool cannot adapt within a phase; use --phase-duration-s >= {reaction_s:g} or a shorter "
+                      f"--controller-window-s", DynamicPhasesWarning, stacklevel=2)
+
+
 def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=None) -> DynamicPhasesResult:
     """Runs the adaptive policy and every fixed composition on the phases workload.
 
@@ -504,6 +533,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
     from experiments.common import check_has_requests
 
     check_compositions(cfg, base.pool)  # before the capacity searches of --short-load / --long-load
+    warn_short_phases(cfg)
     cfg, capacities = resolve_rates(cfg, base, calibration, log)
 
     workload = check_has_requests(cfg.workload_source().build())  # before profiling the history day

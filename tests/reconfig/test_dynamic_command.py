@@ -111,10 +111,11 @@ def test_dynamic_quiet_prints_no_progress(capsys):
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_dynamic_quiet_writes_nothing_to_stderr_and_the_results_to_stdout(fmt, tmp_path):
-    """``--quiet`` (a real process, so that a library warning is seen as a user sees it): stderr is
-    empty, also with ``--plot`` of an overloaded run cut by ``--horizon-s`` (10 s bins whose
-    requests are all unfinished used to print numpy's "Mean of empty slice" RuntimeWarning with its
-    source line); stdout keeps the results: the tables, or JSON with --format json."""
+    """``--quiet`` (a real process, so that a library warning is seen as a user sees it): stderr holds
+    no library warning (only cpgym's own one-line warnings), also with ``--plot`` of an overloaded
+    run cut by ``--horizon-s`` (10 s bins whose requests are all unfinished used to print numpy's
+    "Mean of empty slice" RuntimeWarning with its source line); stdout keeps the results: the
+    tables, or JSON with --format json."""
     import os
     import subprocess
     import sys
@@ -125,7 +126,9 @@ def test_dynamic_quiet_writes_nothing_to_stderr_and_the_results_to_stdout(fmt, t
             "--initial", "cp4x10", "--horizon-s", "11", "--plot", str(tmp_path / "dyn.png"), "--format", fmt, "--quiet"]
     res = subprocess.run([sys.executable, "-m", "experiments.cli", *argv], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path)
-    assert res.returncode == 0 and res.stderr == ""
+    # nothing but the one cpgym warning these 10 s phases earn (shorter than the controller's reaction time)
+    assert res.returncode == 0 and res.stderr.startswith("cpgym dynamic: warning: phases of 10 s are shorter than")
+    assert len(res.stderr.splitlines()) == 1
     if fmt == "json":
         out = json.loads(res.stdout)
         assert [r["policy"] for r in out["policies"]] == ["vertumnus-adaptive", "fixed cp4x10"]
@@ -275,3 +278,37 @@ def test_dynamic_load_with_its_rate_flag_is_refused_even_at_the_default_rate(arg
     monkeypatch.setattr(dynamic_phases, "run_dynamic_phases", no_run)
     assert main(["dynamic", *argv, "--quiet"]) == 2
     assert flag in capsys.readouterr().err
+
+
+def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
+    """A phase shorter than the controller's reaction time (k_windows + 1 windows) leaves it no time
+    to adapt: `cpgym dynamic` says so in one warning line, also with --quiet, and still runs."""
+    import warnings
+
+    from experiments.cli import main
+    from experiments.paper_experiments.dynamic_phases import (DynamicPhasesConfig, DynamicPhasesWarning, reaction_windows,
+                                                               warn_short_phases)
+
+    assert reaction_windows(2) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_short_phases(DynamicPhasesConfig())  # the paper's 150 s phases
+        warn_short_phases(DynamicPhasesConfig(phase_duration_s=60.0))  # exactly 3 windows of 20 s
+        warn_short_phases(DynamicPhasesConfig(num_phases=1, phase_duration_s=10.0))  # no phase change
+        warn_short_phases(DynamicPhasesConfig(phase_duration_s=30.0, controller_window_s=10.0))
+    with pytest.warns(DynamicPhasesWarning, match=r"phases of 59 s are shorter than the adaptive controller's reaction "
+                                                  r"time \(3 windows of 20 s = 60 s"):
+        warn_short_phases(DynamicPhasesConfig(phase_duration_s=59.0))
+    with pytest.warns(DynamicPhasesWarning, match=r"\(5 windows of 20 s = 100 s: the window of the change, then k_"
+                                                  r"windows = 4"):
+        warn_short_phases(DynamicPhasesConfig(k_windows=4, phase_duration_s=90.0))
+
+    argv = ["dynamic", "--num-phases", "2", "--phase-duration-s", "30", "--rate-scale", "0.2", "--compositions", "cp4x10",
+            "--initial", "cp4x10", "--format", "json", "--quiet"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ("cpgym dynamic: warning: phases of 30 s are shorter than the adaptive controller's reaction "
+                            "time (3 windows of 20 s = 60 s: the window of the change, then k_windows = 2 sustained "
+                            "windows), so the pool cannot adapt within a phase; use --phase-duration-s >= 60 or a "
+                            "shorter --controller-window-s\n")
+    assert [r["policy"] for r in json.loads(captured.out)["policies"]] == ["vertumnus-adaptive", "fixed cp4x10"]
