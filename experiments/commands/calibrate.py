@@ -69,6 +69,34 @@ def command_line(args: argparse.Namespace, model: str, gpu: str) -> str:
     return " ".join(parts)
 
 
+#: Prompt lengths [tokens] and CP degrees of the parallel-efficiency report of ``cpgym kernels calibrate``.
+EFFICIENCY_PROMPT_TOKENS = (8192, 24576, 65536)
+EFFICIENCY_DEGREES = (1, 2, 4, 8)
+
+
+def cp_parallel_efficiency(cal, prompt_tokens=EFFICIENCY_PROMPT_TOKENS, degrees=EFFICIENCY_DEGREES) -> dict:
+    """Parallel efficiency of CP prefill under ``cal``'s cost model: for an uncached prompt of
+    ``n`` tokens and a degree ``C``, ``E_G(n) * G / (E_C(n) * C)`` with ``E_C`` the service time
+    on a degree-``C`` worker (:meth:`envs.sim.cost_model.CostModel.service_time_s`) and ``G`` the
+    smallest worker degree (the weight shard group, ``cal.weight_shard_gpus``): 1 for perfect
+    scaling, lower as the CP-serial share ``a`` (``cp_serial_fraction``, ``kernels_ref.roofline``)
+    and the per-step overhead ``d`` weigh. Lengths above ``cal.max_prompt_tokens`` and degrees
+    below ``G`` are left out.
+
+    Returns:
+        ``{"base_degree": G, "efficiency": {str(n): {C: efficiency}}}`` (shares in (0, 1]).
+    """
+    cm = cal.cost_model()
+    base = int(cal.weight_shard_gpus)
+    out: dict[str, dict[int, float]] = {}
+    for n in prompt_tokens:
+        if n > cal.max_prompt_tokens:
+            continue
+        t_base = cm.service_time_s(base, n, 0)
+        out[str(n)] = {c: t_base * base / (cm.service_time_s(c, n, 0) * c) for c in degrees if c >= base and c % base == 0}
+    return {"base_degree": base, "efficiency": out}
+
+
 def run(args: argparse.Namespace) -> int:
     from envs.sim.cost_model import Calibration
     from kernels_ref import roofline
@@ -125,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
             "moe_all_to_all_s_per_token": placement["moe_all_to_all_s_per_token"],
             "min_worker_degree": cal.weight_shard_gpus,
         },
+        "cp_parallel_efficiency": cp_parallel_efficiency(cal),
         "out": args.out,
     }
     if args.format == "json":
@@ -144,6 +173,13 @@ def run(args: argparse.Namespace) -> int:
           f"(shard group G = {cal.weight_shard_gpus}), reserve {cal.activation_reserve_bytes / 1e9:.2f} GB, "
           f"KV {cal.kv_bytes_per_gpu / 1e9:.2f} GB = {cal.kv_capacity_tokens(1)} tokens = "
           f"{cal.kv_capacity_blocks(1, block)} blocks of {block}")
+    eff_table = report["cp_parallel_efficiency"]
+    lengths = list(eff_table["efficiency"])
+    shown = [c for c in (eff_table["efficiency"][lengths[0]] if lengths else ()) if c != eff_table["base_degree"]]
+    if shown:
+        per_degree = ", ".join(f"CP-{c} " + " / ".join(f"{eff_table['efficiency'][n][c]:.2f}" for n in lengths)
+                               for c in shown)
+        print(f"  CP efficiency       vs CP-{eff_table['base_degree']}, uncached {' / '.join(lengths)} tokens: {per_degree}")
     if cal.weight_shard_gpus > 1:
         print(f"  placement           every worker CP degree must be a multiple of {cal.weight_shard_gpus}; expert all-to-all "
               f"{1e6 * placement['moe_all_to_all_s_per_token']:.3g} us per token on a rank (in c)")

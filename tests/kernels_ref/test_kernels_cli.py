@@ -114,3 +114,29 @@ def test_default_profile_grid_fits_and_shows_cp_scaling():
     assert t[(2048, 4096, 4)] < 0.5 * t[(2048, 4096, 1)]
     assert fit.coefficients["alpha_s_per_pair"] > 0 and fit.coefficients["c_s_per_token"] > 0
     assert fit.mape < 0.35  # per-rank CPU time on a shared host is noisy; see the fit table for the buckets
+
+
+def test_calibrate_reports_cp_parallel_efficiency(capsys):
+    """The CP-serial share (`--cp-serial-fraction`) sets how much GPU time CP costs: the report gives
+    the parallel efficiency E_1 / (C x E_C) of uncached prompts, lower for larger degrees and
+    shorter prompts, and lower everywhere with a larger serial share."""
+    reports = {}
+    for f in ("0.15", "0.45"):
+        assert main(["kernels", "calibrate", "--model", "Qwen3-30B-A3B", "--gpu", "H20-3e", "--cp-serial-fraction", f,
+                     "--format", "json"]) == 0
+        reports[f] = json.loads(capsys.readouterr().out)["cp_parallel_efficiency"]
+    for rep in reports.values():
+        assert rep["base_degree"] == 1 and list(rep["efficiency"]) == ["8192", "24576", "65536"]
+        for n, by_degree in rep["efficiency"].items():
+            effs = [by_degree[str(c)] for c in (1, 2, 4, 8)]
+            assert effs[0] == pytest.approx(1.0) and all(a > b > 0 for a, b in zip(effs, effs[1:])), (n, effs)
+        assert rep["efficiency"]["8192"]["4"] < rep["efficiency"]["24576"]["4"] < rep["efficiency"]["65536"]["4"]
+    for n in ("8192", "24576", "65536"):
+        for c in ("2", "4", "8"):
+            assert reports["0.45"]["efficiency"][n][c] < reports["0.15"]["efficiency"][n][c]
+    # the roofline docstring's figure: CP-4 on an uncached 8k prompt ~77 % efficient at the default share
+    assert reports["0.15"]["efficiency"]["8192"]["4"] == pytest.approx(0.75, abs=0.03)
+    assert main(["kernels", "calibrate", "--model", "Qwen3-30B-A3B", "--gpu", "H20-3e"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "CP efficiency" in x)
+    assert line.strip() == ("CP efficiency       vs CP-1, uncached 8192 / 24576 / 65536 tokens: CP-2 0.90 / 0.95 / 0.97, "
+                            "CP-4 0.75 / 0.85 / 0.92, CP-8 0.57 / 0.71 / 0.84")
