@@ -493,11 +493,14 @@ def warn_short_phases(cfg: DynamicPhasesConfig) -> None:
     """Warns (:class:`DynamicPhasesWarning`) when a phase is shorter than the adaptive
     controller's reaction time (:func:`reaction_windows` x ``controller_window_s``): the run
     then compares pools that never had the time to adapt, so its "vs best fixed" rows measure
-    little adaptation."""
+    little adaptation. A phase equal to the reaction time up to float rounding (e.g. 3.3 s against
+    3 windows of 1.1 s = 3.3000000000000003 s) is not shorter."""
+    import math
     import warnings
 
     reaction_s = reaction_windows(cfg.k_windows) * cfg.controller_window_s
-    if cfg.num_phases > 1 and cfg.phase_duration_s < reaction_s:
+    if (cfg.num_phases > 1 and cfg.phase_duration_s < reaction_s
+            and not math.isclose(cfg.phase_duration_s, reaction_s, rel_tol=1e-9)):
         warnings.warn(f"phases of {cfg.phase_duration_s:g} s are shorter than the adaptive controller's reaction time "
                       f"({reaction_windows(cfg.k_windows)} windows of {cfg.controller_window_s:g} s = {reaction_s:g} s: "
                       f"the window of the change, then k_windows = {cfg.k_windows} sustained windows), so the "

@@ -296,6 +296,9 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
         warn_short_phases(DynamicPhasesConfig(phase_duration_s=60.0))  # exactly 3 windows of 20 s
         warn_short_phases(DynamicPhasesConfig(num_phases=1, phase_duration_s=10.0))  # no phase change
         warn_short_phases(DynamicPhasesConfig(phase_duration_s=30.0, controller_window_s=10.0))
+        # equal up to float rounding (3 x 1.1 = 3.3000000000000003): not shorter ("phases of 3.3 s are shorter than ... 3.3 s")
+        warn_short_phases(DynamicPhasesConfig(phase_duration_s=3.3, controller_window_s=1.1))
+        warn_short_phases(DynamicPhasesConfig(phase_duration_s=0.3, controller_window_s=0.1))
     with pytest.warns(DynamicPhasesWarning, match=r"phases of 59 s are shorter than the adaptive controller's reaction "
                                                   r"time \(3 windows of 20 s = 60 s"):
         warn_short_phases(DynamicPhasesConfig(phase_duration_s=59.0))
