@@ -34,6 +34,7 @@ Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -76,9 +77,10 @@ class DynamicPhasesConfig:
     ``cpgym dynamic`` flag per field; the pool, seed and calibration come from the ``SimConfig``).
 
     Raises:
-        ValueError: naming the field, on a non-positive rate, duration, window or phase count, a
-            phase rate given both absolute and as a load fraction, or a switch (``rising_rate``,
-            ``target_replay_sample``, ``target_transition``) that is not a bool.
+        ValueError: naming the field, on a non-positive or infinite rate, duration or window, a
+            non-positive phase count, a phase rate given both absolute and as a load fraction, or
+            a switch (``rising_rate``, ``target_replay_sample``, ``target_transition``) that is not
+            a bool.
     """
 
     num_phases: int = _opt(4, "phases, alternating short-heavy / long-heavy")
@@ -139,8 +141,8 @@ class DynamicPhasesConfig:
 
     def __post_init__(self) -> None:
         for name in ("rate_scale", "short_rate_rps", "long_rate_rps", "phase_duration_s", "controller_window_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"dynamic: {name} must be > 0, got {getattr(self, name)}")
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):  # inf: an endless phase or window
+                raise ValueError(f"dynamic: {name} must be a finite number > 0, got {getattr(self, name)}")
         items = [c.strip() for c in self.compositions.split(";")]
         if self.compositions.strip() != "all" and "" in items:  # "", ";" or "a;;b": never silently dropped
             raise ValueError(f"dynamic: compositions must be 'all' or ';'-separated compositions (e.g. 'cp4x10;cp2x20'), "
@@ -495,7 +497,6 @@ def warn_short_phases(cfg: DynamicPhasesConfig) -> None:
     then compares pools that never had the time to adapt, so its "vs best fixed" rows measure
     little adaptation. A phase equal to the reaction time up to float rounding (e.g. 3.3 s against
     3 windows of 1.1 s = 3.3000000000000003 s) is not shorter."""
-    import math
     import warnings
 
     reaction_s = reaction_windows(cfg.k_windows) * cfg.controller_window_s

@@ -315,3 +315,20 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
                             "windows), so the pool cannot adapt within a phase; use --phase-duration-s >= 60 or a "
                             "shorter --controller-window-s\n")
     assert [r["policy"] for r in json.loads(captured.out)["policies"]] == ["vertumnus-adaptive", "fixed cp4x10"]
+
+
+@pytest.mark.parametrize("flag", ["--controller-window-s", "--phase-duration-s", "--short-rate-rps", "--rate-scale"])
+def test_dynamic_infinite_duration_window_or_rate_is_refused_naming_the_flag(flag, capsys, monkeypatch):
+    """`inf` passed the `> 0` check: --controller-window-s inf printed the short-phase warning's advice
+    "use --phase-duration-s >= inf", then failed in the controller with "controller.window_s must be > 0,
+    got inf" (no flag); --phase-duration-s inf failed in the workload generator without the flag."""
+    import experiments.paper_experiments.dynamic_phases as dynamic_phases
+    from experiments.cli import main
+
+    def no_run(*a, **k):
+        raise AssertionError("ran despite the infinite value")
+
+    monkeypatch.setattr(dynamic_phases, "run_dynamic_phases", no_run)
+    assert main(["dynamic", flag, "inf", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "must be a finite number > 0, got inf" in err and f"({flag})" in err, err
