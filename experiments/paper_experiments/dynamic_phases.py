@@ -35,6 +35,7 @@ Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -484,16 +485,23 @@ class DynamicPhasesWarning(UserWarning):
 
 
 def reaction_windows(k_windows: int) -> int:
-    """Controller windows from a phase change until the pool can have adapted to it:
+    """Controller windows [count] from a phase change until the pool can have adapted to it:
     ``k_windows + 1`` (the window in which the change falls, then ``k_windows`` sustained windows
     of the new phase; the regime-change shortcut can move after one whole window, a change of rate
-    alone needs all of them; a move then drains and switches in seconds, paper §9: 1.1-5.1 s)."""
+    alone needs all of them; a move then drains and switches in seconds, paper §9: 1.1-5.1 s).
+
+    Raises:
+        ValueError: if ``k_windows`` is not an integer >= 1 (``ControllerConfig.k_windows``).
+    """
+    if isinstance(k_windows, bool) or not isinstance(k_windows, numbers.Integral) or k_windows < 1:
+        raise ValueError(f"k_windows must be an integer >= 1, got {k_windows!r}")
     return int(k_windows) + 1
 
 
 def warn_short_phases(cfg: DynamicPhasesConfig) -> None:
-    """Warns (:class:`DynamicPhasesWarning`) when a phase is shorter than the adaptive
-    controller's reaction time (:func:`reaction_windows` x ``controller_window_s``): the run
+    """Warns (:class:`DynamicPhasesWarning`, one line naming the flags) when a phase
+    (``phase_duration_s`` [s]) of a run with more than one phase is shorter than the adaptive
+    controller's reaction time (:func:`reaction_windows` x ``controller_window_s`` [s]): the run
     then compares pools that never had the time to adapt, so its "vs best fixed" rows measure
     little adaptation. A phase equal to the reaction time up to float rounding (e.g. 3.3 s against
     3 windows of 1.1 s = 3.3000000000000003 s) is not shorter."""
@@ -502,11 +510,13 @@ def warn_short_phases(cfg: DynamicPhasesConfig) -> None:
     reaction_s = reaction_windows(cfg.k_windows) * cfg.controller_window_s
     if (cfg.num_phases > 1 and cfg.phase_duration_s < reaction_s
             and not math.isclose(cfg.phase_duration_s, reaction_s, rel_tol=1e-9)):
+        remedies = [f"--phase-duration-s >= {reaction_s:g}", "a shorter --controller-window-s"]
+        remedies += ["a smaller --k-windows"] if cfg.k_windows > 1 else []  # 1 is the least
         warnings.warn(f"phases of {cfg.phase_duration_s:g} s are shorter than the adaptive controller's reaction time "
                       f"({reaction_windows(cfg.k_windows)} windows of {cfg.controller_window_s:g} s = {reaction_s:g} s: "
-                      f"the window of the change, then k_windows = {cfg.k_windows} sustained windows), so the "
-                      f"pool cannot adapt within a phase; use --phase-duration-s >= {reaction_s:g} or a shorter "
-                      f"--controller-window-s", DynamicPhasesWarning, stacklevel=2)
+                      f"the window of the change, then --k-windows {cfg.k_windows} sustained windows), so the "
+                      f"pool cannot adapt within a phase; use {', '.join(remedies[:-1])} or {remedies[-1]}",
+                      DynamicPhasesWarning, stacklevel=2)
 
 
 def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=None) -> DynamicPhasesResult:

@@ -302,18 +302,24 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
     with pytest.warns(DynamicPhasesWarning, match=r"phases of 59 s are shorter than the adaptive controller's reaction "
                                                   r"time \(3 windows of 20 s = 60 s"):
         warn_short_phases(DynamicPhasesConfig(phase_duration_s=59.0))
-    with pytest.warns(DynamicPhasesWarning, match=r"\(5 windows of 20 s = 100 s: the window of the change, then k_"
-                                                  r"windows = 4"):
+    with pytest.warns(DynamicPhasesWarning, match=r"\(5 windows of 20 s = 100 s: the window of the change, then "
+                                                  r"--k-windows 4 sustained windows\)"):
         warn_short_phases(DynamicPhasesConfig(k_windows=4, phase_duration_s=90.0))
+    # the three flags that set the reaction time; --k-windows only where it can be lowered
+    with pytest.warns(DynamicPhasesWarning, match=r"use --phase-duration-s >= 40 or a shorter --controller-window-s$"):
+        warn_short_phases(DynamicPhasesConfig(k_windows=1, phase_duration_s=30.0))
+    for bad in (0, -1, 2.5, True, "2"):
+        with pytest.raises(ValueError, match="k_windows must be an integer >= 1"):
+            reaction_windows(bad)
 
     argv = ["dynamic", "--num-phases", "2", "--phase-duration-s", "30", "--rate-scale", "0.2", "--compositions", "cp4x10",
             "--initial", "cp4x10", "--format", "json", "--quiet"]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert captured.err == ("cpgym dynamic: warning: phases of 30 s are shorter than the adaptive controller's reaction "
-                            "time (3 windows of 20 s = 60 s: the window of the change, then k_windows = 2 sustained "
-                            "windows), so the pool cannot adapt within a phase; use --phase-duration-s >= 60 or a "
-                            "shorter --controller-window-s\n")
+                            "time (3 windows of 20 s = 60 s: the window of the change, then --k-windows 2 sustained "
+                            "windows), so the pool cannot adapt within a phase; use --phase-duration-s >= 60, a "
+                            "shorter --controller-window-s or a smaller --k-windows\n")
     assert [r["policy"] for r in json.loads(captured.out)["policies"]] == ["vertumnus-adaptive", "fixed cp4x10"]
 
 
