@@ -77,24 +77,49 @@ EFFICIENCY_DEGREES = (1, 2, 4, 8)
 def cp_parallel_efficiency(cal, prompt_tokens=EFFICIENCY_PROMPT_TOKENS, degrees=EFFICIENCY_DEGREES) -> dict:
     """Parallel efficiency of CP prefill under ``cal``'s cost model: for an uncached prompt of
     ``n`` tokens and a degree ``C``, ``E_G(n) * G / (E_C(n) * C)`` with ``E_C`` the service time
-    on a degree-``C`` worker (:meth:`envs.sim.cost_model.CostModel.service_time_s`) and ``G`` the
-    smallest worker degree (the weight shard group, ``cal.weight_shard_gpus``): 1 for perfect
+    [s] on a degree-``C`` worker (:meth:`envs.sim.cost_model.CostModel.service_time_s`) and ``G``
+    the smallest worker degree (the weight shard group, ``cal.weight_shard_gpus``): 1 for perfect
     scaling, lower as the CP-serial share ``a`` (``cp_serial_fraction``, ``kernels_ref.roofline``)
-    and the per-step overhead ``d`` weigh. Lengths above ``cal.max_prompt_tokens`` and degrees
-    below ``G`` are left out.
+    and the per-step overhead ``d`` weigh. Lengths a degree-``G`` worker cannot serve are left out
+    (above ``min(cal.max_prompt_tokens, cal.kv_capacity_tokens(G))``, the simulator's per-worker
+    prompt limit: e.g. 49,264 tokens for Qwen3-30B-A3B on one 80 GB H100), and so are degrees that
+    are not multiples of ``G``.
+
+    Args:
+        cal: an :class:`envs.sim.cost_model.Calibration`.
+        prompt_tokens: uncached prompt lengths [tokens].
+        degrees: CP degrees [GPUs per worker].
 
     Returns:
-        ``{"base_degree": G, "efficiency": {str(n): {C: efficiency}}}`` (shares in (0, 1]).
+        ``{"base_degree": G, "base_max_prompt_tokens": limit [tokens], "efficiency": {str(n): {C:
+        efficiency}}}`` (shares in (0, 1]; ``C`` an int, a string in JSON).
     """
     cm = cal.cost_model()
     base = int(cal.weight_shard_gpus)
+    limit = min(int(cal.max_prompt_tokens), int(cal.kv_capacity_tokens(base)))
     out: dict[str, dict[int, float]] = {}
     for n in prompt_tokens:
-        if n > cal.max_prompt_tokens:
+        if n > limit:
             continue
         t_base = cm.service_time_s(base, n, 0)
         out[str(n)] = {c: t_base * base / (cm.service_time_s(c, n, 0) * c) for c in degrees if c >= base and c % base == 0}
-    return {"base_degree": base, "efficiency": out}
+    return {"base_degree": base, "base_max_prompt_tokens": limit, "efficiency": out}
+
+
+def efficiency_line(eff_table: dict, prompt_tokens=EFFICIENCY_PROMPT_TOKENS) -> str:
+    """The table's "CP efficiency" line of a :func:`cp_parallel_efficiency` result (``prompt_tokens``
+    the lengths it was asked for [tokens]: those left out are named with the worker's limit); ""
+    when it has nothing to show."""
+    base = eff_table["base_degree"]
+    lengths = list(eff_table["efficiency"])
+    shown = [c for c in (eff_table["efficiency"][lengths[0]] if lengths else ()) if c != base]
+    if not shown:
+        return ""
+    per_degree = ", ".join(f"CP-{c} " + " / ".join(f"{eff_table['efficiency'][n][c]:.2f}" for n in lengths) for c in shown)
+    left_out = [str(n) for n in prompt_tokens if str(n) not in eff_table["efficiency"]]
+    note = (f" ({' / '.join(left_out)} tokens left out: above the {eff_table['base_max_prompt_tokens']}-token prompt "
+            f"limit of a CP-{base} worker)") if left_out else ""
+    return f"  CP efficiency       vs CP-{base}, uncached {' / '.join(lengths)} tokens: {per_degree}{note}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,13 +198,9 @@ def run(args: argparse.Namespace) -> int:
           f"(shard group G = {cal.weight_shard_gpus}), reserve {cal.activation_reserve_bytes / 1e9:.2f} GB, "
           f"KV {cal.kv_bytes_per_gpu / 1e9:.2f} GB = {cal.kv_capacity_tokens(1)} tokens = "
           f"{cal.kv_capacity_blocks(1, block)} blocks of {block}")
-    eff_table = report["cp_parallel_efficiency"]
-    lengths = list(eff_table["efficiency"])
-    shown = [c for c in (eff_table["efficiency"][lengths[0]] if lengths else ()) if c != eff_table["base_degree"]]
-    if shown:
-        per_degree = ", ".join(f"CP-{c} " + " / ".join(f"{eff_table['efficiency'][n][c]:.2f}" for n in lengths)
-                               for c in shown)
-        print(f"  CP efficiency       vs CP-{eff_table['base_degree']}, uncached {' / '.join(lengths)} tokens: {per_degree}")
+    line = efficiency_line(report["cp_parallel_efficiency"])
+    if line:
+        print(line)
     if cal.weight_shard_gpus > 1:
         print(f"  placement           every worker CP degree must be a multiple of {cal.weight_shard_gpus}; expert all-to-all "
               f"{1e6 * placement['moe_all_to_all_s_per_token']:.3g} us per token on a rank (in c)")

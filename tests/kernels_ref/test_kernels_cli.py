@@ -140,3 +140,24 @@ def test_calibrate_reports_cp_parallel_efficiency(capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if "CP efficiency" in x)
     assert line.strip() == ("CP efficiency       vs CP-1, uncached 8192 / 24576 / 65536 tokens: CP-2 0.90 / 0.95 / 0.97, "
                             "CP-4 0.75 / 0.85 / 0.92, CP-8 0.57 / 0.71 / 0.84")
+
+
+def test_calibrate_cp_efficiency_leaves_out_prompts_the_base_worker_cannot_hold(capsys):
+    """Qwen3-30B-A3B on an 80 GB H100 keeps 49,264 KV tokens per GPU: a CP-1 worker cannot serve a 65,536-token
+    prompt (the simulator's per-worker limit is min(model limit, KV capacity)), so no efficiency is reported
+    against it there; the table line says which lengths were left out and why (as for DeepSeek-V2-Lite's 32k
+    model limit)."""
+    from experiments.commands.calibrate import cp_parallel_efficiency
+
+    cal = Calibration.from_dict(roofline.build_calibration_dict(roofline.get_model("Qwen3-30B-A3B"),
+                                                                roofline.get_gpu("H100")))
+    assert cal.kv_capacity_tokens(1) == 49264 < 65536 <= cal.max_prompt_tokens
+    rep = cp_parallel_efficiency(cal)
+    assert rep["base_max_prompt_tokens"] == 49264 and list(rep["efficiency"]) == ["8192", "24576"]
+    assert main(["kernels", "calibrate", "--model", "Qwen3-30B-A3B", "--gpu", "H100", "--format", "json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["cp_parallel_efficiency"]["efficiency"]) == ["8192", "24576"]
+    for model, gpu, limit in (("Qwen3-30B-A3B", "H100", 49264), ("DeepSeek-V2-Lite", "H20", 32768)):
+        assert main(["kernels", "calibrate", "--model", model, "--gpu", gpu]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if "CP efficiency" in x)
+        assert "uncached 8192 / 24576 tokens:" in line, line
+        assert line.endswith(f"(65536 tokens left out: above the {limit}-token prompt limit of a CP-1 worker)"), line
