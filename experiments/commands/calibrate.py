@@ -106,20 +106,27 @@ def cp_parallel_efficiency(cal, prompt_tokens=EFFICIENCY_PROMPT_TOKENS, degrees=
     return {"base_degree": base, "base_max_prompt_tokens": limit, "efficiency": out}
 
 
-def efficiency_line(eff_table: dict, prompt_tokens=EFFICIENCY_PROMPT_TOKENS) -> str:
-    """The table's "CP efficiency" line of a :func:`cp_parallel_efficiency` result (``prompt_tokens``
-    the lengths it was asked for [tokens]: those left out are named with the worker's limit); ""
-    when it has nothing to show."""
+def efficiency_line(eff_table: dict, prompt_tokens=EFFICIENCY_PROMPT_TOKENS, degrees=EFFICIENCY_DEGREES) -> str:
+    """The table's "CP efficiency" line of a :func:`cp_parallel_efficiency` result asked for
+    ``prompt_tokens`` [tokens] and ``degrees``: the lengths left out are named with the worker's
+    limit; with nothing to compare (every degree is the shard group's, or no length fits) the line
+    says why instead of being left out."""
     base = eff_table["base_degree"]
+    limit = eff_table["base_max_prompt_tokens"]
     lengths = list(eff_table["efficiency"])
-    shown = [c for c in (eff_table["efficiency"][lengths[0]] if lengths else ()) if c != base]
+    head = "  CP efficiency       "
+    if not lengths:
+        return (f"{head}none: no uncached prompt of {' / '.join(map(str, prompt_tokens))} tokens fits a CP-{base} worker "
+                f"({limit}-token prompt limit)")
+    shown = [c for c in eff_table["efficiency"][lengths[0]] if c != base]
     if not shown:
-        return ""
+        return (f"{head}none: CP-{base} (the weight shard group) is the smallest worker and there is no larger multiple "
+                f"of it among degrees {', '.join(map(str, degrees))}")
     per_degree = ", ".join(f"CP-{c} " + " / ".join(f"{eff_table['efficiency'][n][c]:.2f}" for n in lengths) for c in shown)
     left_out = [str(n) for n in prompt_tokens if str(n) not in eff_table["efficiency"]]
-    note = (f" ({' / '.join(left_out)} tokens left out: above the {eff_table['base_max_prompt_tokens']}-token prompt "
-            f"limit of a CP-{base} worker)") if left_out else ""
-    return f"  CP efficiency       vs CP-{base}, uncached {' / '.join(lengths)} tokens: {per_degree}{note}"
+    note = f" ({' / '.join(left_out)} tokens left out: above the {limit}-token prompt limit of a CP-{base} worker)" \
+        if left_out else ""
+    return f"{head}vs CP-{base}, uncached {' / '.join(lengths)} tokens: {per_degree}{note}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,9 +205,7 @@ def run(args: argparse.Namespace) -> int:
           f"(shard group G = {cal.weight_shard_gpus}), reserve {cal.activation_reserve_bytes / 1e9:.2f} GB, "
           f"KV {cal.kv_bytes_per_gpu / 1e9:.2f} GB = {cal.kv_capacity_tokens(1)} tokens = "
           f"{cal.kv_capacity_blocks(1, block)} blocks of {block}")
-    line = efficiency_line(report["cp_parallel_efficiency"])
-    if line:
-        print(line)
+    print(efficiency_line(report["cp_parallel_efficiency"]))
     if cal.weight_shard_gpus > 1:
         print(f"  placement           every worker CP degree must be a multiple of {cal.weight_shard_gpus}; expert all-to-all "
               f"{1e6 * placement['moe_all_to_all_s_per_token']:.3g} us per token on a rank (in c)")

@@ -161,3 +161,17 @@ def test_calibrate_cp_efficiency_leaves_out_prompts_the_base_worker_cannot_hold(
         line = next(x for x in capsys.readouterr().out.splitlines() if "CP efficiency" in x)
         assert "uncached 8192 / 24576 tokens:" in line, line
         assert line.endswith(f"(65536 tokens left out: above the {limit}-token prompt limit of a CP-1 worker)"), line
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["--model", "DeepSeek-V3", "--gpu", "H20-3e"],  # shard group G = 8: every worker is CP-8
+     "none: CP-8 (the weight shard group) is the smallest worker and there is no larger multiple of it among degrees "
+     "1, 2, 4, 8"),
+    (["--model", "Qwen3-30B-A3B", "--gpu", "H100", "--activation-reserve-gb", "18.5"],  # 4,432 KV tokens per GPU
+     "none: no uncached prompt of 8192 / 24576 / 65536 tokens fits a CP-1 worker (4432-token prompt limit)"),
+])
+def test_calibrate_says_why_it_has_no_cp_efficiency_to_report(argv, reason, capsys):
+    """With nothing to compare the table used to leave the "CP efficiency" line out silently."""
+    assert main(["kernels", "calibrate", *argv]) == 0
+    lines = [x.strip() for x in capsys.readouterr().out.splitlines() if "CP efficiency" in x]
+    assert lines == [f"CP efficiency       {reason}"], lines
