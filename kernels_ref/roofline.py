@@ -22,17 +22,18 @@ over all layers, :meth:`ModelSpec.kv_bytes_per_token`)::
             + kv / (link * eff_link)                                        [s/token]
             The first term is the share ``f_serial`` (``cp_serial_fraction``, default 0.15) of
             the per-token linear work that CP does not divide: every rank still runs the
-            embedding, norms, MoE gating/dispatch bookkeeping and the non-overlapped part of
-            the per-layer collectives on its own shard boundaries, and small per-rank GEMMs
-            run at lower efficiency. 0.15 is an assumption chosen so that CP-4 on an uncached
-            8k prompt runs ~3.1x faster than one GPU (~77 % parallel efficiency) and ~3.7x at
-            64k (~93 %), in line with published CP prefill scaling (Meta, "Context Parallelism
-            for Scalable Million-Token Inference", MLSys 2025: near-linear at 128k, lower for
-            short contexts) and with the walk-through's example of CP paying a real GPU-time
-            cost; with f_serial = 0 CP would be almost free in GPU time, which no deployment
-            shows. The second term is the KV all-gather of the new tokens: each rank receives
-            (C-1)/C of the R new tokens' KV; the factor (C-1)/C is bounded by 1 (the cost
-            model has no C-dependent a term), so this is the conservative large-C value.
+            embedding, norms, MoE gating/dispatch bookkeeping and the non-overlapped part of the
+            per-layer collectives on its own shard boundaries, and small per-rank GEMMs run at
+            lower efficiency. 0.15 is an assumption chosen so that CP-4 on an uncached 8k prompt
+            runs ~3.0x faster than one GPU (~75 % parallel efficiency) and ~3.7x at 64k (~92 %;
+            Qwen3-30B-A3B on H20-3e, ``cpgym kernels calibrate``), in line with published CP
+            prefill scaling (Meta, "Context Parallelism for Scalable Million-Token Inference",
+            MLSys 2025: near-linear at 128k, lower for short contexts) and with the
+            walk-through's example of CP paying a real GPU-time cost; with f_serial = 0 CP would
+            be almost free in GPU time, which no deployment shows. The second term is the KV
+            all-gather of the new tokens: each rank receives (C-1)/C of the R new tokens' KV; the
+            factor (C-1)/C is bounded by 1 (the cost model has no C-dependent a term), so this is
+            the conservative large-C value.
     b     = kv / (hbm * eff_hbm) + kv / (link * eff_link)                   [s/token]
             every rank reads the whole cached prefix KV from HBM once per layer, and the
             prefix (sharded over the C ranks) is gathered over the link (same (C-1)/C bound).

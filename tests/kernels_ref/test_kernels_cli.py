@@ -134,8 +134,11 @@ def test_calibrate_reports_cp_parallel_efficiency(capsys):
     for n in ("8192", "24576", "65536"):
         for c in ("2", "4", "8"):
             assert reports["0.45"]["efficiency"][n][c] < reports["0.15"]["efficiency"][n][c]
-    # the roofline docstring's figure: CP-4 on an uncached 8k prompt ~77 % efficient at the default share
-    assert reports["0.15"]["efficiency"]["8192"]["4"] == pytest.approx(0.75, abs=0.03)
+    # the roofline docstring's figures: CP-4 on an uncached 8k prompt ~75 % efficient at the default share, ~92 % at 64k
+    doc = " ".join(roofline.__doc__.split())
+    assert "~3.0x faster than one GPU (~75 % parallel efficiency) and ~3.7x at 64k (~92 %" in doc
+    assert reports["0.15"]["efficiency"]["8192"]["4"] == pytest.approx(0.75, abs=0.005)
+    assert reports["0.15"]["efficiency"]["65536"]["4"] == pytest.approx(0.92, abs=0.005)
     assert main(["kernels", "calibrate", "--model", "Qwen3-30B-A3B", "--gpu", "H20-3e"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "CP efficiency" in x)
     assert line.strip() == ("CP efficiency       vs CP-1, uncached 8192 / 24576 / 65536 tokens: CP-2 0.90 / 0.95 / 0.97, "
