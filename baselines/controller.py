@@ -678,6 +678,12 @@ class ReconfigController:
             return MERGE
         return None
 
+    def covers_pool(self, counts: dict[int, int]) -> bool:
+        """True if the workers ``counts`` (``{CP degree: number of workers}``) hold every GPU of the
+        pool; False while a fault keeps GPUs out of service (failed, or a healthy spare that fits
+        no worker until repair: :mod:`envs.sim.faults`)."""
+        return sum(d * n for d, n in counts.items()) == self.sim.config.pool.num_gpus
+
     @staticmethod
     def composition_text(counts: dict[int, int]) -> str:
         """Counts form of a composition, largest degree first (``{4: 6, 2: 8}`` -> ``cp4x6,cp2x8``)."""
@@ -696,7 +702,12 @@ class ReconfigController:
         ``regime_change_unlocks``."""
         cfg = self.config
         if self._target is None:
-            self._target = projected_degree_counts(self.sim)
+            projected = projected_degree_counts(self.sim)
+            # A fault can leave GPUs out of every worker (a failed GPU, a healthy spare: envs/sim/faults.py);
+            # the look-ahead simulates whole-pool compositions, so a degraded pool starts from the
+            # configured one (no operation has run before the first decision)
+            self._target = projected if self.covers_pool(projected) else degree_counts(self.sim.config.pool.composition,
+                                                                                      self.sim.config.pool)
         target = self.composition_text(self._target)
         comps = self.candidates if target in self.candidates else self.candidates + [target]
         rate, slope, stationary = self.lookahead_rate(record.rate_rps)
@@ -751,8 +762,9 @@ class ReconfigController:
         self._sample_size = n
         cfg = self.config
         transition = None
-        if cfg.target_transition:
-            transition = TransitionPlan(self.composition_text(projected_degree_counts(self.sim)), cfg.reconfig,
+        projected = projected_degree_counts(self.sim) if cfg.target_transition else {}
+        if cfg.target_transition and self.covers_pool(projected):  # a pool degraded by a fault: no move is simulated
+            transition = TransitionPlan(self.composition_text(projected), cfg.reconfig,
                                         cfg.window_s, cfg.max_gpu_share_per_window * self.sim.config.pool.num_gpus,
                                         cfg.max_ops_per_window)
         return self.predictor.score_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens,

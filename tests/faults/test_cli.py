@@ -6,7 +6,7 @@ import pytest
 
 from experiments.cli import main
 
-ARGS = ["simulate", "--workload", "mixed-default", "--window-s", "0", "60", "--policy", "least-work,vertumnus",
+ARGS = ["simulate", "--workload", "mixed-default", "--window-s", "0", "30", "--policy", "least-work,vertumnus",
         "--format", "json"]
 FAULT_KEYS = ("num_fault_affected_requests", "recompute_gpu_time_s", "recovery_time_s")
 
@@ -23,7 +23,9 @@ def test_simulate_faults_adds_metrics_and_empty_schedule_changes_nothing(tmp_pat
     empty = tmp_path / "empty.yaml"
     empty.write_text("events: []\n")
     one = tmp_path / "one.yaml"
-    one.write_text("detection_delay_s: 5\nrebuild_s: 10\nevents:\n  - {kind: gpu_failure, time_s: 20, gpu: 1}\n")
+    # detected at 15 s, before the controller's first decision at 20 s: the full system decides on a
+    # degraded pool (GPU 1 out of service)
+    one.write_text("detection_delay_s: 5\nrebuild_s: 10\nevents:\n  - {kind: gpu_failure, time_s: 10, gpu: 1}\n")
     plain = _rows(capsys, [])
     assert not any(k in plain[0] for k in FAULT_KEYS)
     with_empty = _rows(capsys, ["--faults", str(empty)])
@@ -33,7 +35,7 @@ def test_simulate_faults_adds_metrics_and_empty_schedule_changes_nothing(tmp_pat
     faulty = _rows(capsys, ["--faults", str(one)])
     for r in faulty:
         assert r["num_faults"] == 1 and r["num_fault_affected_requests"] > 0
-        assert r["recompute_gpu_time_s"] > 0  # GPU 1 is in a busy CP-4 worker at 20 s
+        assert r["recompute_gpu_time_s"] > 0  # GPU 1 is in a busy CP-4 worker at 10 s
         assert r["recovery_time_s"] == pytest.approx(15.0)  # detection 5 s + rebuild 10 s
         assert r["num_unfinished"] == 0
 

@@ -203,3 +203,34 @@ def test_transition_starts_when_the_scored_part_begins(monkeypatch):
                              replay_sample=True, transition=_plan("cp4x2"))
     replayed_s = sample[-1].arrival_time_s - sample[0].arrival_time_s
     assert seen == [pytest.approx(replayed_s + 5.0)] and seen[0] > replayed_s + 5.0
+
+
+@pytest.mark.parametrize("transition", [False, True])
+def test_target_decision_on_a_pool_degraded_by_a_fault(transition):
+    # GPU 1 of the CP-4 worker fails at 5 s (detected at 6 s): its survivors re-form as CP-2@2 and
+    # CP-1@0 and GPU 1 stays out of service (repair after 1000 s), so at the first decision the
+    # workers hold 7 of the 8 GPUs. The look-ahead simulates whole-pool compositions: the target
+    # starts from the configured composition, and no move is simulated from the degraded pool
+    # (this used to raise "composition 'cp2x3,cp1x1' uses 7 GPUs but the pool has 8").
+    from baselines.composition import degree_counts
+    from envs.sim.faults import FaultConfig, FaultEvent
+
+    faults = FaultConfig(events=(FaultEvent("gpu_failure", 5.0, gpu=1),), detection_delay_s=1.0, rebuild_s=3.0,
+                         repair_s=1000.0)
+    sim = Simulator(_poisson_workload(8.0, 100.0, 0), SimConfig(pool=POOL, seed=0, faults=faults))
+    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, decision="target",
+                                              target_degrees=(1, 2, 4), target_transition=transition,
+                                              lookahead=LookaheadConfig(num_replications=1)))
+    ctl.attach(sim)
+    from envs.metrics import summarize
+
+    res = sim.run(LeastWorkRouter())
+    summary = summarize(res)
+    assert summary["num_unfinished"] == 0 and summary["num_faults"] == 1
+    assert sum(d * n for d, n in _composition(sim).items()) == 7  # still degraded at the end
+    assert not ctl.covers_pool(_composition(sim)) and ctl.covers_pool({4: 1, 2: 2})
+    decided = [w.target_composition for w in ctl.windows if w.target_composition]
+    assert decided[0] == "cp4x1,cp2x2"  # the configured composition, not the degraded "cp2x3,cp1x1"
+    assert all(ctl.covers_pool(degree_counts(t, POOL)) for t in decided)  # every target is a whole-pool composition
+    assert ctl.predictor.score_calls
+    assert all("from" not in call[-1] for call in ctl.predictor.score_calls)  # degraded from the first decision on
