@@ -23,9 +23,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 SPEC = """
 name: interrupt
-workload: {name: mixed-default, params: {duration_s: 40.0}}
+workload: {name: mixed-default, params: {duration_s: 20.0}}
 policies: [least-work, round-robin, vertumnus]
-seeds: [0, 1, 2, 3]
+seeds: [0, 1]
 rates: [30]
 """
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def _start(spec_path: Path, out: Path) -> subprocess.Popen:
     # SIGINT back to its default in the child: a test run that inherited SIGINT ignored (started in
     # the background of a non-interactive shell, e.g. `(setsid nohup /usr/bin/time pytest &)`) passes
     # SIG_IGN on, Python then installs no KeyboardInterrupt handler, and every attempt's sweep ran to
-    # the end (exit 0, 12 of 12 cells) whatever the load
+    # the end (exit 0, every cell finished) whatever the load
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_default_sigint)
 
