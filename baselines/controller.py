@@ -97,7 +97,7 @@ from baselines.capacity import (CapacityCache, CapacityProfile, CapacityTable, P
 from baselines.composition import (composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition,
                                    pool_over_degrees)
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
-from baselines.operation_plan import operations_towards, projected_degree_counts, rank_operations
+from baselines.operation_plan import covers_pool, operations_towards, projected_degree_counts, rank_operations
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
                                eligible_operations, get_reconfigurator)
 
@@ -678,12 +678,6 @@ class ReconfigController:
             return MERGE
         return None
 
-    def covers_pool(self, counts: dict[int, int]) -> bool:
-        """True if the workers ``counts`` (``{CP degree: number of workers}``) hold every GPU of the
-        pool; False while a fault keeps GPUs out of service (failed, or a healthy spare that fits
-        no worker until repair: :mod:`envs.sim.faults`)."""
-        return sum(d * n for d, n in counts.items()) == self.sim.config.pool.num_gpus
-
     @staticmethod
     def composition_text(counts: dict[int, int]) -> str:
         """Counts form of a composition, largest degree first (``{4: 6, 2: 8}`` -> ``cp4x6,cp2x8``)."""
@@ -706,8 +700,8 @@ class ReconfigController:
             # A fault can leave GPUs out of every worker (a failed GPU, a healthy spare: envs/sim/faults.py);
             # the look-ahead simulates whole-pool compositions, so a degraded pool starts from the
             # configured one (no operation has run before the first decision)
-            self._target = projected if self.covers_pool(projected) else degree_counts(self.sim.config.pool.composition,
-                                                                                      self.sim.config.pool)
+            pool = self.sim.config.pool
+            self._target = projected if covers_pool(projected, pool) else degree_counts(pool.composition, pool)
         target = self.composition_text(self._target)
         comps = self.candidates if target in self.candidates else self.candidates + [target]
         rate, slope, stationary = self.lookahead_rate(record.rate_rps)
@@ -762,11 +756,12 @@ class ReconfigController:
         self._sample_size = n
         cfg = self.config
         transition = None
-        projected = projected_degree_counts(self.sim) if cfg.target_transition else {}
-        if cfg.target_transition and self.covers_pool(projected):  # a pool degraded by a fault: no move is simulated
-            transition = TransitionPlan(self.composition_text(projected), cfg.reconfig,
-                                        cfg.window_s, cfg.max_gpu_share_per_window * self.sim.config.pool.num_gpus,
-                                        cfg.max_ops_per_window)
+        if cfg.target_transition:
+            projected = projected_degree_counts(self.sim)
+            if covers_pool(projected, self.sim.config.pool):  # a pool degraded by a fault: no move is simulated
+                transition = TransitionPlan(self.composition_text(projected), cfg.reconfig, cfg.window_s,
+                                            cfg.max_gpu_share_per_window * self.sim.config.pool.num_gpus,
+                                            cfg.max_ops_per_window)
         return self.predictor.score_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens,
                                                   list(rates_rps), (first, n), keep, stationary,
                                                   replay_sample=cfg.target_replay_sample, transition=transition)

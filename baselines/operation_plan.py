@@ -49,6 +49,14 @@ def projected_degree_counts(sim) -> dict[int, int]:
     return {d: n for d, n in counts.items() if n}
 
 
+def covers_pool(counts: dict[int, int], pool) -> bool:
+    """True if a composition ``{CP degree: number of workers}`` holds every GPU of ``pool`` (a
+    :class:`~envs.sim.PoolConfig`): what a target composition must do, and what a pool degraded by
+    a fault does not (failed GPUs, or healthy spares that fit no worker until repair:
+    :mod:`envs.sim.faults`)."""
+    return sum(d * n for d, n in counts.items()) == pool.num_gpus
+
+
 def composition_distance(counts: dict[int, int], target: dict[int, int]) -> int:
     """``Σ_d |G_d(counts) − G_d(target)|`` [GPUs] over the degrees of either and every halving
     between them (split and merge change the degree by a factor of 2; module docstring); 0 iff the
@@ -97,7 +105,7 @@ def operations_towards(sim, target: dict[int, int], max_gpus: float = float("inf
     if bad:
         raise ValueError(f"target composition {target}: CP degree(s) {bad} not supported (supported: "
                          f"{list(pool.supported_degrees)})")
-    if sum(d * n for d, n in target.items()) != pool.num_gpus or any(n < 0 for n in target.values()):
+    if not covers_pool(target, pool) or any(n < 0 for n in target.values()):
         raise ValueError(f"target composition {target} must cover the pool's {pool.num_gpus} GPUs with counts >= 0")
     counts = projected_degree_counts(sim)
     dist = composition_distance(counts, target)

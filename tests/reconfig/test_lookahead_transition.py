@@ -213,6 +213,7 @@ def test_target_decision_on_a_pool_degraded_by_a_fault(transition):
     # starts from the configured composition, and no move is simulated from the degraded pool
     # (this used to raise "composition 'cp2x3,cp1x1' uses 7 GPUs but the pool has 8").
     from baselines.composition import degree_counts
+    from baselines.operation_plan import covers_pool
     from envs.sim.faults import FaultConfig, FaultEvent
 
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 5.0, gpu=1),), detection_delay_s=1.0, rebuild_s=3.0,
@@ -228,9 +229,9 @@ def test_target_decision_on_a_pool_degraded_by_a_fault(transition):
     summary = summarize(res)
     assert summary["num_unfinished"] == 0 and summary["num_faults"] == 1
     assert sum(d * n for d, n in _composition(sim).items()) == 7  # still degraded at the end
-    assert not ctl.covers_pool(_composition(sim)) and ctl.covers_pool({4: 1, 2: 2})
+    assert not covers_pool(_composition(sim), POOL) and covers_pool({4: 1, 2: 2}, POOL)
     decided = [w.target_composition for w in ctl.windows if w.target_composition]
     assert decided[0] == "cp4x1,cp2x2"  # the configured composition, not the degraded "cp2x3,cp1x1"
-    assert all(ctl.covers_pool(degree_counts(t, POOL)) for t in decided)  # every target is a whole-pool composition
+    assert all(covers_pool(degree_counts(t, POOL), POOL) for t in decided)  # every target is a whole-pool composition
     assert ctl.predictor.score_calls
     assert all("from" not in call[-1] for call in ctl.predictor.score_calls)  # degraded from the first decision on
