@@ -81,7 +81,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[int], list[flo
     ap.add_argument("gpus_per_window", nargs="?", type=float, default=16.0,
                     help="GPUs the operations started in one decision window may use (default 16)")
     ap.add_argument("--switch-costs", default="0")
-    ap.add_argument("--window-s", type=float, default=20.0)
+    ap.add_argument("--window-s", type=float, default=20.0,
+                    help="the environment's decision window [s] (default 20, the paper's and the checkpoint's)")
     ap.add_argument("--cache", default=None)
     ap.add_argument("--out-csv", default=None)
     ap.add_argument("--with-rows", default=None)

@@ -5,7 +5,7 @@ per-episode CSV with the columns ``policy``, ``seed`` and ``mean_ttft_s`` (``cpg
 ``experiments.scripts.reconfig_ensemble_check --out``). The two lists are paired in the order given
 (e.g. the same training seeds with and without an option). Prints, as JSON, per pair the mean TTFT
 [s] of each run and the per-seed change ``100 x (b / a - 1)`` [%] with its mean and 95 % Student-t CI
-over the seeds (:func:`policies.evaluate.mean_ci95`); then the same for the per-seed mean over the
+over the seeds (:func:`experiments.scripts.paired_cli.pct_change`); then the same for the per-seed mean over the
 runs of each set (``"mean_of_runs"``), which averages out the training seed::
 
     V=results/learned-reconfig/validation-seeds
