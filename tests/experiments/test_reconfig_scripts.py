@@ -373,3 +373,27 @@ def test_runs_paired_refuses_bad_rows_by_file_and_accepts_colons_in_paths(tmp_pa
             paired([f"{good}:a"], [f"{tmp_path / name}:b"])
     assert main(["--a", f"{tmp_path / 'zero.csv'}:b", "--b", f"{good}:a"]) == 2
     assert "zero.csv: policy 'b'" in capsys.readouterr().err
+
+
+def test_best_single_composition_ranks_the_cache_by_whole_workload_mean(tmp_path, capsys):
+    """``reconfig_best_single``: compositions ranked by their request-weighted whole-workload mean
+    TTFT averaged over the chosen seeds; a seed the cache does not hold is one error line."""
+    import numpy as np
+
+    from experiments.scripts.reconfig_best_single import main, ranking
+    from policies.reconfig_oracle import save_phase_ttft
+
+    menu = ["cp4x2", "cp2x4"]
+    path = tmp_path / "cache.json"
+    # seed 0: two phases of 10 and 30 requests; cp4x2 = (1*10 + 3*30)/40 = 2.5, cp2x4 = (2*10 + 2*30)/40 = 2.0
+    # seed 1: cp4x2 1.0, cp2x4 4.0
+    save_phase_ttft(path, {0: (np.array([[1.0, 3.0], [2.0, 2.0]]), np.array([10, 30])),
+                           1: (np.array([[1.0, 1.0], [4.0, 4.0]]), np.array([5, 5]))}, menu)
+    assert ranking(str(path), [0]) == ([("cp2x4", 2.0), ("cp4x2", 2.5)], [0])
+    assert ranking(str(path)) == ([("cp4x2", 1.75), ("cp2x4", 3.0)], [0, 1])
+    assert main([str(path), "--top", "1"]) == 0
+    assert capsys.readouterr().out == "cp4x2\t1.7500 s (mean over 2 seeds, 0-1)\n"
+    assert main([str(path), "--seeds", "0,7"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m experiments.scripts.reconfig_best_single: error: ") and "seed(s) [7]" in err
+    assert len(err.splitlines()) == 1
