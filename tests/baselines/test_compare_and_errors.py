@@ -62,7 +62,7 @@ def test_compare_cli_json_and_outputs(tmp_path, capsys, monkeypatch):
     if wl is None:  # pragma: no cover - pytest always wraps fixtures
         pytest.skip("fixture not wrapped")
     monkeypatch.setattr(W, "get_workload", lambda name, seed=0: wl)
-    rc = main(["compare", "--workload", "small", "--suite", "vertumnus,least-work,homogeneous-cp4", "--rates", "20,40",
+    rc = main(["compare", "--workload", "small", "--suite", "vertumnus-router,least-work,homogeneous-cp4", "--rates", "20,40",
                "--seeds", "0,1", "--jobs", "2", "--out", str(tmp_path), "--format", "json"])
     assert rc == 0
     rows = json.loads(capsys.readouterr().out)

@@ -180,5 +180,6 @@ def test_same_seed_same_result(small_prefix_workload):
     wl = small_prefix_workload
     a = run_policy("vertumnus", wl, SimConfig(seed=1))
     b = run_policy("vertumnus", wl, SimConfig(seed=1))
+    assert a.policy == "vertumnus" and np.isnan(a.records["ttft_s"]).sum() == 0
     assert np.array_equal(a.records["worker_id"], b.records["worker_id"])
     assert np.allclose(a.records["ttft_s"], b.records["ttft_s"], equal_nan=True)
