@@ -3,7 +3,7 @@
 Modules (torch-free unless marked):
 
 * ``roofline`` -- cost-model coefficients and memory fields from a model config and a GPU
-  datasheet (used by ``cpgym calibrate``; importable by the simulator).
+  datasheet (used by ``cpgym kernels calibrate``; importable by the simulator).
 * ``layout`` -- zigzag layout of the new tokens and sharding of the cached prefix over C ranks.
 * ``config`` -- geometry of the reference decoder layer.
 * ``fit`` -- non-negative relative-error least-squares fit of the cost model (numpy).

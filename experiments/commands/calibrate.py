@@ -1,4 +1,4 @@
-"""``cpgym calibrate``: roofline calibration of the cost model from a model config and a GPU datasheet.
+"""``cpgym kernels calibrate``: roofline calibration of the cost model from a model config and a GPU datasheet.
 
 Prints the derived figures (KV bytes per token, compute-bound 8192-token prefill time,
 coefficients, memory fields) and, with ``--out``, writes the calibration file the simulator
@@ -8,10 +8,10 @@ reads (``envs.sim.cost_model.Calibration``). The mapping is documented in
 Regenerate the shipped calibrations (the first one is the simulator's default,
 ``envs.sim.cost_model.DEFAULT_CALIBRATION``)::
 
-    cpgym calibrate --model Qwen3-30B-A3B --gpu H20-3e --out envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json
-    cpgym calibrate --model Qwen3-30B-A3B --gpu H20 --out envs/sim/calibrations/qwen3-30b-a3b__h20.json
-    cpgym calibrate --model DeepSeek-V3 --gpu H20-3e --out envs/sim/calibrations/deepseek-v3__h20-3e.json
-    cpgym calibrate --model DeepSeek-V4-Flash-FP8 --gpu H20-3e --out envs/sim/calibrations/deepseek-v4-flash-fp8__h20-3e.json
+    cpgym kernels calibrate --model Qwen3-30B-A3B --gpu H20-3e --out envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json
+    cpgym kernels calibrate --model Qwen3-30B-A3B --gpu H20 --out envs/sim/calibrations/qwen3-30b-a3b__h20.json
+    cpgym kernels calibrate --model DeepSeek-V3 --gpu H20-3e --out envs/sim/calibrations/deepseek-v3__h20-3e.json
+    cpgym kernels calibrate --model DeepSeek-V4-Flash-FP8 --gpu H20-3e --out envs/sim/calibrations/deepseek-v4-flash-fp8__h20-3e.json
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def command_line(args: argparse.Namespace, model: str, gpu: str) -> str:
     """The canonical command recorded in the provenance (non-default options only)."""
     from kernels_ref import roofline
 
-    parts = ["cpgym calibrate", f"--model {model}", f"--gpu {gpu}"]
+    parts = ["cpgym kernels calibrate", f"--model {model}", f"--gpu {gpu}"]
     for flag, value in (("--efficiency", args.efficiency), ("--compute-efficiency", args.compute_efficiency),
                         ("--hbm-efficiency", args.hbm_efficiency), ("--link-efficiency", args.link_efficiency)):
         if value is not None:

@@ -1,4 +1,4 @@
-"""`cpgym calibrate`, `cpgym kernels check` and `cpgym profile` end to end."""
+"""`cpgym kernels calibrate`, `cpgym kernels check` and `cpgym kernels profile` end to end."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_calibrate_writes_a_loadable_file_with_provenance(tmp_path, capsys):
     assert (cal.model, cal.gpu_type) == ("Qwen3-8B", "H20")
     prov = cal.provenance
     assert prov["method"] == "roofline" and prov["efficiency"] == {"compute": 0.4, "hbm": 0.5, "link": 0.5}
-    assert prov["command"] == f"cpgym calibrate --model Qwen3-8B --gpu H20 --compute-efficiency 0.4 --out {path}"
+    assert prov["command"] == f"cpgym kernels calibrate --model Qwen3-8B --gpu H20 --compute-efficiency 0.4 --out {path}"
     assert prov["datasheet"]["peak_bf16_flops_per_s"] == 148e12 and prov["model_config"]["num_layers"] == 36
     assert "wrote" in capsys.readouterr().out
 

@@ -223,7 +223,7 @@ def test_shipped_calibrations_equal_roofline_output(model, gpu):
     name = roofline.calibration_file_name(m, g)
     shipped = json.loads(resources.files("envs.sim").joinpath("calibrations", name).read_text())
     assert shipped["provenance"]["method"] == "roofline"
-    command = f"cpgym calibrate --model {m.name} --gpu {g.name} --out envs/sim/calibrations/{name}"
+    command = f"cpgym kernels calibrate --model {m.name} --gpu {g.name} --out envs/sim/calibrations/{name}"
     built = roofline.build_calibration_dict(m, g, command=command, created=shipped["provenance"]["created"])
     assert json.loads(json.dumps(built)) == shipped
 
