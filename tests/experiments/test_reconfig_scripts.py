@@ -397,3 +397,47 @@ def test_best_single_composition_ranks_the_cache_by_whole_workload_mean(tmp_path
     err = capsys.readouterr().err
     assert err.startswith("python -m experiments.scripts.reconfig_best_single: error: ") and "seed(s) [7]" in err
     assert len(err.splitlines()) == 1
+
+
+def test_ttft_model_planner_moves_only_when_the_gain_pays_for_the_gpus():
+    from experiments.scripts.reconfig_ttft_model import plan
+
+    log_ttft = np.log(np.array([1.0, 0.8, 0.9]))  # composition 1 predicted 20 % faster than 0
+    moved = np.array([0.0, 16.0, 8.0])  # 0 is where the pool stands
+    assert plan(log_ttft, moved, 0.0) == 1
+    assert plan(log_ttft, moved, 0.01) == 1  # 1.25 - 1 = 0.25 relative gain > 0.16 for 16 GPUs
+    assert plan(log_ttft, moved, 0.02) == 0  # 0.32 for 16 GPUs, 0.16 for 8: staying is best
+    assert plan(np.zeros(3), np.zeros(3), 0.5) == 0  # ties: the first
+
+
+def test_ttft_model_features_and_fit_rank_compositions_by_load():
+    from experiments.scripts.reconfig_ttft_model import composition_gpu_shares, fit_ttft_model, state_features
+
+    shares = composition_gpu_shares([{4: 10}, {8: 2, 4: 4, 2: 4}, {2: 20}], 40)
+    assert shares.shape == (3, 3) and np.allclose(shares.sum(1), 1.0) and np.allclose(shares[0], [0, 1, 0])
+    rng = np.random.default_rng(0)
+    n = 200
+    window = np.zeros((n, 21), np.float32)
+    window[:, 0] = rng.uniform(5, 30, n)
+    targets = np.zeros((n, 3, 5), np.float32)
+    targets[:, :, 0] = rng.uniform(20, 40, (n, 3))  # capacity [req/s]
+    targets[:, :, 1] = window[:, :1] / targets[:, :, 0]  # load
+    x = state_features(window, targets, shares)
+    assert x.shape == (n, 3, 9)
+    ttft = 0.2 / (1.0 - np.minimum(targets[:, :, 1], 0.95))  # queueing-like: TTFT grows with load
+    ttft[0, 2] = np.inf  # no data: ignored
+    predict = fit_ttft_model(x, ttft, steps=300)
+    pred = predict(x)
+    agree = np.mean(pred.argmin(1) == np.where(np.isfinite(ttft), ttft, 9).argmin(1))
+    assert agree > 0.9
+    with pytest.raises(ValueError, match="expected x"):
+        fit_ttft_model(x[:, :2], ttft)
+
+
+def test_ttft_model_cli_refuses_overlapping_seeds(capsys):
+    from experiments.scripts.reconfig_ttft_model import _seed_list, main
+
+    assert _seed_list("0-3") == [0, 1, 2, 3] and _seed_list("5,7") == [5, 7]
+    with pytest.raises(SystemExit) as e:
+        main(["--fit-seeds", "0-3", "--eval-seeds", "3,4", "--cache", "x.json"])
+    assert e.value.code == 2 and "overlap: [3]" in capsys.readouterr().err
