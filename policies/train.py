@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import numbers
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -132,8 +133,9 @@ class TrainConfig:
     the final one (model selection on validation only).
 
     Raises:
-        ValueError: naming the field, for non-positive sizes or rates, or a minibatch larger
-            than one rollout (``batch_size > n_steps * n_envs``).
+        ValueError: naming the field, for non-positive sizes or rates, a minibatch larger
+            than one rollout (``batch_size > n_steps * n_envs``), or a ``seed`` outside
+            ``[0, MAX_TRAIN_SEED]`` (:func:`check_train_seed`).
     """
 
     source: EpisodeSource = field(default_factory=EpisodeSource, metadata={"cli": False})
@@ -189,6 +191,7 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)
+        check_train_seed(self.seed)
         if self.vec_env not in ("dummy", "subproc"):
             raise ValueError(f"vec_env must be 'dummy' or 'subproc', got {self.vec_env!r}")
         if self.wandb_mode not in ("offline", "online", "disabled"):
@@ -248,6 +251,22 @@ class TrainConfig:
         from policies.protocol import protocol_windows
 
         return protocol_windows(self.source.workload_obj(), self.source.window_s, part, self.warmup_s)
+
+
+#: Largest ``--train-seed``: SB3 seeds numpy's legacy global generator with it (``np.random.seed``
+#: takes ``[0, 2**32 - 1]``); the seeds derived from it (``seed * 1000 + rank`` of the environments,
+#: ``seed + episode`` of the simulator) go to ``numpy.random.SeedSequence``, which takes any integer >= 0.
+MAX_TRAIN_SEED = 2**32 - 1
+
+
+def check_train_seed(seed: Any) -> None:
+    """The PPO / environment seed of a training config must be an integer in ``[0, MAX_TRAIN_SEED]``.
+
+    Raises:
+        ValueError: naming the field ``seed`` (the CLI adds ``--train-seed``) and the range otherwise.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_TRAIN_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_TRAIN_SEED}], got {seed!r}")
 
 
 def check_minibatch(n_steps: int, n_envs: int, batch_size: int) -> None:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from policies.train import _opt, check_minibatch
+from policies.train import _opt, check_minibatch, check_train_seed
 
 
 #: Default reconfiguration episode window [s]: one full cycle of the ``phases`` workload
@@ -48,6 +48,7 @@ class ReconfigTrainConfig:
     Raises:
         ValueError: naming the field, on non-positive sizes, ``gamma`` outside (0, 1], a
             minibatch larger than a rollout, repeated or negative workload / validation seeds, a
+            ``seed`` outside ``[0, MAX_TRAIN_SEED]`` (:func:`policies.train.check_train_seed`), a
             decision window not shorter than the episode window, or a bad workload field.
     """
 
@@ -138,6 +139,7 @@ class ReconfigTrainConfig:
         if not math.isfinite(self.noop_logit_bias):
             raise ValueError(f"noop_logit_bias must be a finite number, got {self.noop_logit_bias}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)
+        check_train_seed(self.seed)
         if not 0 < self.gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
         if not (self.learning_rate > 0 and self.ent_coef >= 0 and math.isfinite(self.learning_rate)

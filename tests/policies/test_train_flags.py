@@ -217,3 +217,27 @@ def test_residual_temperature_must_be_finite(tmp_path, capsys):
                  "--quiet", "--wandb", "disabled"]) == 2
     assert capsys.readouterr().err == ("cpgym train: error: residual_tau_s must be a finite number > 0, got inf "
                                        "(--residual-tau-s)\n")
+
+
+@pytest.mark.parametrize("kind", ["routing", "reconfig"])
+@pytest.mark.parametrize("seed", ["-1", "4294967296", "99999999999999999999"])
+def test_train_seed_out_of_range_fails_before_anything_is_written(kind, seed, tmp_path, capsys):
+    # -1 crashed in gymnasium on the derived environment seed -1000 (after provenance.json was written to --out);
+    # 2**32 and above crashed in SB3's np.random.seed
+    assert main(["train", kind, "--train-seed", seed, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
+                 "--wandb", "disabled"]) == 2
+    assert capsys.readouterr().err == (f"cpgym train: error: seed must be an integer in [0, 4294967295], got {seed} "
+                                       "(--train-seed)\n")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 1.5, True])
+def test_train_configs_reject_a_bad_seed_in_library_use(seed):
+    from policies.train import MAX_TRAIN_SEED, TrainConfig
+    from policies.train_reconfig import ReconfigTrainConfig
+
+    assert MAX_TRAIN_SEED == 2**32 - 1
+    for cls in (TrainConfig, ReconfigTrainConfig):
+        with pytest.raises(ValueError, match=r"^seed must be an integer in \[0, 4294967295\], got "):
+            cls(seed=seed)
+        assert cls(seed=MAX_TRAIN_SEED).seed == MAX_TRAIN_SEED
