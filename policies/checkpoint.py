@@ -154,17 +154,59 @@ class LearnedPolicy:
 
 def load_model_zip(algorithm, path: Path, device: str = "cpu"):
     """``algorithm.load(path, device=device)`` (an SB3 algorithm class) with a corrupt file
-    reported by name.
+    reported by name: the one loader of SB3 checkpoints (routing and reconfiguration evaluation,
+    ``joint:`` routers, ``--init-from``).
 
     Raises:
-        ValueError: naming the file if it is not a readable SB3 zip archive.
+        ValueError: ``PATH: not a readable SB3 checkpoint zip (...)``, one line, if it is not a zip
+            archive or not one SB3 can load (members missing or corrupt).
+        OSError: if the file cannot be opened.
     """
+    import pickle
     import zipfile
 
+    if not zipfile.is_zipfile(path):  # SB3 would raise its own multi-line "wasn't a zip-file" ValueError
+        raise ValueError(f"{path}: not a readable SB3 checkpoint zip (not a zip archive); "
+                         "expected the model.zip written by `cpgym train`")
     try:
         return algorithm.load(path, device=device)
-    # SB3 itself names the file for a non-zip (ValueError); an archive without SB3's members
-    # fails its `assert data is not None` or a member lookup
-    except (zipfile.BadZipFile, EOFError, KeyError, AssertionError) as exc:
-        raise ValueError(f"{path}: not a readable model archive ({type(exc).__name__}: {exc}); "
+    # an archive without SB3's members fails its `assert data is not None` or a member lookup; a
+    # corrupt member fails in zipfile, json (ValueError), pickle or torch.load (RuntimeError)
+    except (zipfile.BadZipFile, EOFError, KeyError, AssertionError, ValueError, RuntimeError,
+            pickle.UnpicklingError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise ValueError(f"{path}: not a readable SB3 checkpoint zip ({type(exc).__name__}: {detail}); "
                          "expected the model.zip written by `cpgym train`") from None
+
+
+def vecnormalize_path(model_zip: Path) -> Path:
+    """The ``VecNormalize`` statistics saved with a reconfiguration model: ``X_model.zip`` ->
+    ``X_vecnormalize.pkl`` (``model.zip`` -> ``vecnormalize.pkl``); for another zip name the
+    folder's ``vecnormalize.pkl``."""
+    name = model_zip.name
+    return model_zip.with_name(name[:-len("model.zip")] + "vecnormalize.pkl" if name.endswith("model.zip")
+                               else "vecnormalize.pkl")
+
+
+def load_vecnormalize(path: Path):
+    """The pickled SB3 ``VecNormalize`` (saved without its environments: only the statistics)
+    at ``path``.
+
+    Raises:
+        ValueError: ``PATH: not a readable VecNormalize pickle (...)``, one line, if it cannot be
+            unpickled or holds something else.
+        OSError: if the file cannot be opened.
+    """
+    import pickle
+
+    with open(path, "rb") as fh:
+        try:
+            obj = pickle.load(fh)
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, TypeError, ValueError) as exc:
+            detail = " ".join(str(exc).split())[:200]
+            raise ValueError(f"{path}: not a readable VecNormalize pickle ({type(exc).__name__}: {detail}); "
+                             "expected the vecnormalize.pkl written by `cpgym train reconfig`") from None
+    if not (hasattr(obj, "obs_rms") and hasattr(obj, "ret_rms")):
+        raise ValueError(f"{path}: not a readable VecNormalize pickle (holds a {type(obj).__name__}); "
+                         "expected the vecnormalize.pkl written by `cpgym train reconfig`")
+    return obj

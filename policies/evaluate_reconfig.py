@@ -31,12 +31,11 @@ table gives the mean over seeds with a 95% Student-t confidence interval
 from __future__ import annotations
 
 import json
-import pickle
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from policies.checkpoint import checkpoint_path, load_model_zip, read_json_file
+from policies.checkpoint import checkpoint_path, load_model_zip, load_vecnormalize, read_json_file, vecnormalize_path
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
            "num_unfinished")
@@ -116,9 +115,13 @@ class LearnedReconfig:
     """A loaded reconfiguration checkpoint: ``model.zip`` (MaskablePPO), ``vecnormalize.pkl``
     (observation statistics) and ``train_config.json``.
 
+    ``path``: the checkpoint folder, or a model zip in it (``model.zip``, ``last_model.zip``,
+    ``best_model.zip``: that zip is loaded, with its statistics, :func:`policies.checkpoint.vecnormalize_path`).
+
     Raises:
-        FileNotFoundError: when ``model.zip`` is missing.
-        ValueError: naming the file, when ``train_config.json`` or ``model.zip`` cannot be read.
+        FileNotFoundError: when the model zip is missing.
+        ValueError: naming the file, when ``train_config.json``, the model zip or the statistics
+            cannot be read (:func:`policies.checkpoint.load_model_zip`, :func:`~policies.checkpoint.load_vecnormalize`).
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -126,17 +129,16 @@ class LearnedReconfig:
 
         p = checkpoint_path(path)
         d = p.parent if p.suffix == ".zip" else p
-        model_path = d / "model.zip"
+        model_path = p if p.suffix == ".zip" else d / "model.zip"  # a named zip (e.g. last_model.zip) is the one loaded
         if not model_path.is_file():
-            raise FileNotFoundError(f"no model.zip in {d}")
+            raise FileNotFoundError(f"no model.zip in {d}" if model_path.parent == p else f"no such file: {model_path}")
         self.dir = d
         self.meta = read_json_file(d / "train_config.json")
         self.model = load_model_zip(MaskablePPO, model_path)
-        vn = d / "vecnormalize.pkl"
+        vn = vecnormalize_path(model_path)
         self.vecnormalize = None
         if vn.is_file():
-            with open(vn, "rb") as fh:
-                self.vecnormalize = pickle.load(fh)  # saved without its venv: only the statistics
+            self.vecnormalize = load_vecnormalize(vn)  # saved without its venv: only the statistics
             self.vecnormalize.training = False
         tc = self.meta.get("train_config") or {}
         self.window_s = float(tc.get("window_s", 20.0))
@@ -259,7 +261,10 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     if learned is not None:
         learned.check_pool(sim_config.pool)
     learned_label = checkpoint if checkpoint == "shipped-reconfig" else None
-    routers: dict = {}
+    from policies.joint import joint_router_factory
+
+    # every joint: router loaded once, before the first run (a bad checkpoint fails before any simulation)
+    routers = {label: joint_router_factory(label.split(":", 1)[1]) for label in against if label.startswith("joint:")}
     rows = []
     for seed in seeds:
         wl = workloads.build_workload(name=workload, seed=seed, target_rps=target_rps or None)
@@ -270,10 +275,6 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             if label == "learned":
                 result, _ = learned.run(wl, cfg, seed)
             elif label.startswith("joint:"):
-                from policies.joint import joint_router_factory
-
-                if label not in routers:
-                    routers[label] = joint_router_factory(label.split(":", 1)[1])  # loaded once
                 result, _ = learned.run(wl, cfg, seed, make_router=routers[label])
             elif label.startswith("fixed:"):
                 comp = fixed_composition(label)

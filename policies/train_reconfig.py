@@ -440,27 +440,46 @@ def load_initial_model(path: str, model, venv) -> None:
 
     Raises:
         FileNotFoundError: when the zip or its statistics are missing.
-        ValueError: naming the file, when its observation or action space differs from the run's.
+        ValueError: naming the file, when it or its statistics cannot be read
+            (:func:`policies.checkpoint.load_model_zip`, :func:`~policies.checkpoint.load_vecnormalize`)
+            or its observation or action space differs from the run's.
     """
-    import pickle
-
     from sb3_contrib import MaskablePPO
 
-    from policies.checkpoint import load_model_zip
+    from policies.checkpoint import load_model_zip, load_vecnormalize, vecnormalize_path
 
     zp = Path(path)
-    stats = zp.with_name(zp.name.replace("model.zip", "vecnormalize.pkl"))
-    if not zp.is_file() or not stats.is_file() or stats == zp:
+    stats = vecnormalize_path(zp)
+    if not zp.is_file() or not zp.name.endswith("model.zip") or not stats.is_file():
         raise FileNotFoundError(f"--init-from {path}: expected a *model.zip with its *vecnormalize.pkl next to it")
     init = load_model_zip(MaskablePPO, zp)
+    saved = load_vecnormalize(stats)
     if init.observation_space != model.observation_space or init.action_space != model.action_space:
         raise ValueError(f"--init-from {path}: its observation/action space differs from this run's (same "
                          "--action-mode, --target-degrees, --capacity-features and pool needed)")
     model.policy.load_state_dict(init.policy.state_dict())
-    with open(stats, "rb") as fh:
-        saved = pickle.load(fh)
     venv.obs_rms = saved.obs_rms
     venv.ret_rms = saved.ret_rms
+
+
+def check_init_from(cfg: ReconfigTrainConfig) -> None:
+    """Reads ``cfg.init_from`` (if set) and its statistics as :func:`load_initial_model` will, so
+    that a missing or corrupt file fails before anything is simulated or written.
+
+    Raises:
+        FileNotFoundError / ValueError: naming the file, see :func:`load_initial_model`.
+    """
+    if cfg.init_from is None:
+        return
+    from sb3_contrib import MaskablePPO
+
+    from policies.checkpoint import load_model_zip, load_vecnormalize, vecnormalize_path
+
+    zp = Path(cfg.init_from)
+    if not zp.is_file() or not zp.name.endswith("model.zip") or not vecnormalize_path(zp).is_file():
+        raise FileNotFoundError(f"--init-from {zp}: expected a *model.zip with its *vecnormalize.pkl next to it")
+    load_model_zip(MaskablePPO, zp)
+    load_vecnormalize(vecnormalize_path(zp))
 
 
 def check_target_menu(cfg: ReconfigTrainConfig, sim_config) -> None:
@@ -534,6 +553,7 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     sc = sim_config or SimConfig()
     check_target_menu(cfg, sc)
     check_oracle_phase_ttft(cfg, sc)
+    check_init_from(cfg)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     th.set_num_threads(cfg.torch_threads)

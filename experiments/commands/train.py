@@ -92,10 +92,11 @@ def run(args: argparse.Namespace) -> int:
     sim_config = sim_config_from_args(args)
     check_out_dir(args.out)  # the same check as `train arms` (train_arms): before anything runs or is written
     if args.kind == "reconfig":
-        from policies.train_reconfig import check_oracle_phase_ttft, check_target_menu
+        from policies.train_reconfig import check_init_from, check_oracle_phase_ttft, check_target_menu
 
-        check_target_menu(cfg, sim_config)  # these two before provenance.json is written to --out
+        check_target_menu(cfg, sim_config)  # these three before provenance.json is written to --out
         check_oracle_phase_ttft(cfg, sim_config)
+        check_init_from(cfg)
     write_provenance(args.out, argv=getattr(args, "argv", None))
     if args.kind == "reconfig":
         from policies.train_reconfig import train_reconfig
