@@ -8,7 +8,13 @@ seed and rate: a sweep's other axes, the sweep's name when there are several swe
 plain runs the ``sim_config`` fields that differ), then by request rate and policy; seeds are
 the repetitions. Two runs of the same cell (the same sweep cell key, or a plain run repeated
 with the same workload, settings, policy and seed) count once. A folder in which no run folder
-is found is refused with one line. Written into ``RUN_DIR/report/``:
+is found is refused with one line. So is a run folder with a broken file, naming the file and
+before anything is written: ``summary.json`` whose ``policy`` is not a name, without
+``mean_ttft_s``, or with a metric that is not a number in its range (null: not recorded); a
+``requests.parquet`` that is not a Parquet file with ``arrival_s`` and ``ttft_s``; any JSON file
+that is not a JSON object. Such a run is not left out, since a table cell would then average
+fewer seeds than the sweep ran. (A ``summary.json`` without a ``policy`` key is another tool's and
+is skipped.) Written into ``RUN_DIR/report/``:
 
 * ``ttft_vs_rate.png`` — mean and P90 TTFT [s] vs request rate [requests/s], one row of panels
   per workload/variant, one line per policy, 95% CI over seeds as error bars;
@@ -119,6 +125,75 @@ def _read_json(path: Path) -> dict:
     return doc
 
 
+#: Columns of ``requests.parquet`` the report reads (rate of plain runs, TTFT CDF).
+REQUEST_COLUMNS = ("arrival_s", "ttft_s")
+
+
+def _read_summary(path: Path) -> dict | None:
+    """A run's ``summary.json``; ``None`` for another tool's (no ``policy`` key).
+
+    Raises:
+        ValueError: naming the file and the field, for a ``policy`` that is not a non-empty string, no
+            ``mean_ttft_s``, or a metric of :data:`METRICS` / ``workload_rate_rps`` that is neither null
+            nor a number in its range (:func:`metric_bounds`).
+    """
+    doc = _read_json(path)
+    if "policy" not in doc:
+        return None
+    if not isinstance(doc["policy"], str) or not doc["policy"]:
+        raise ValueError(f"{path}: field 'policy': got {doc['policy']!r}; expected a policy name (a non-empty string)")
+    if "mean_ttft_s" not in doc:
+        raise ValueError(f"{path}: no field 'mean_ttft_s'; expected the summary.json written by a cpgym run")
+    for m in (*METRICS, "workload_rate_rps"):
+        v = doc.get(m)
+        if v is None:
+            continue
+        lo, hi = metric_bounds(m)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi and math.isfinite(v)):
+            rng = f"[{lo:g}, {hi:g}]" if math.isfinite(hi) else f">= {lo:g}"
+            raise ValueError(f"{path}: field {m!r}: got {v!r}; expected null or a finite number {rng}")
+    return doc
+
+
+def _check_requests(path: Path) -> None:
+    """A run's ``requests.parquet`` (if any) is a Parquet file with :data:`REQUEST_COLUMNS`
+    (its footer is read, not its data).
+
+    Raises:
+        ValueError: naming the file, when it is not readable as Parquet or lacks a column.
+    """
+    if not path.is_file():
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{path}: not a readable Parquet file ({' '.join(str(exc).split())[:200]}); "
+                         "expected the requests.parquet written by a cpgym run") from None
+    missing = [c for c in REQUEST_COLUMNS if c not in names]
+    if missing:
+        raise ValueError(f"{path}: no column(s) {', '.join(missing)}; expected the requests.parquet written by a cpgym run")
+
+
+def _read_requests(path: Path, column: str):
+    """One column of a run's ``requests.parquet`` (a Series).
+
+    Raises:
+        ValueError: naming the file, when it cannot be read (e.g. corrupt data pages).
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    try:
+        return pd.read_parquet(path, columns=[column])[column]
+    except (pa.ArrowException, OSError, KeyError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise ValueError(f"{path}: not a readable Parquet file with column {column!r} ({detail}); "
+                         "expected the requests.parquet written by a cpgym run") from None
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -136,9 +211,7 @@ def _measured_rate(d: Path, summary: dict) -> float:
     f = d / "requests.parquet"
     if not f.is_file():
         raise ValueError(f"{d}: cannot tell the request rate (no workload_rate_rps in summary.json, no requests.parquet)")
-    import pandas as pd
-
-    t = pd.read_parquet(f, columns=["arrival_s"])["arrival_s"]
+    t = _read_requests(f, "arrival_s")
     span = float(t.max() - t.min()) if len(t) > 1 else 0.0
     return (len(t) - 1) / span if span > 0 else 0.0
 
@@ -219,9 +292,10 @@ def _load_runs(run_dir: Path):
 
     rows, seen, num_dup = [], set(), 0
     for d in _run_dirs(run_dir):
-        summary = _read_json(d / "summary.json")
-        if "policy" not in summary:
+        summary = _read_summary(d / "summary.json")
+        if summary is None:
             continue  # some other tool's summary.json
+        _check_requests(d / "requests.parquet")
         cell = _read_json(d / "cell.json")
         row = _cell_row(d, summary, cell) if cell.get("key") else _plain_row(d, summary, _read_json(d / "config.json"))
         row.update({"run_dir": str(d), "workload": _workload_label(cell, summary), "extras": _read_json(d / "extras.json"),
@@ -374,14 +448,13 @@ def _fig_cdf(df, out: Path) -> Path | None:
     """TTFT CDF at each workload/variant's highest rate (seeds pooled); one panel per group."""
     import matplotlib.pyplot as plt
     import numpy as np
-    import pandas as pd
 
     curves: dict[tuple[str, str], list] = {}
     tops: dict[tuple[str, str], float] = {}
     for group, gdf in df.groupby(["workload", "variant"], sort=True):
         top = gdf["rate_rps"].max()
         for policy, g in gdf[gdf["rate_rps"] == top].groupby("policy", sort=True):
-            ttft = [pd.read_parquet(Path(d) / "requests.parquet", columns=["ttft_s"])["ttft_s"].to_numpy()
+            ttft = [_read_requests(Path(d) / "requests.parquet", "ttft_s").to_numpy()
                     for d in g["run_dir"] if (Path(d) / "requests.parquet").is_file()]
             t = np.sort(np.concatenate(ttft)) if ttft else np.array([])
             t = t[~np.isnan(t)]
@@ -521,7 +594,8 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
         FileNotFoundError: ``run_dir`` does not exist.
         NotADirectoryError: ``run_dir`` is a file.
         ValueError: no run folder (with a cpgym ``summary.json``) under it, a run whose request
-            rate cannot be told, or an unreadable JSON file (naming it).
+            rate cannot be told, or a broken ``summary.json`` / ``requests.parquet`` / JSON file
+            (naming it; see the module docstring), all before anything is written.
     """
     import matplotlib
 

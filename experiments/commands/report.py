@@ -1,5 +1,7 @@
 """``cpgym report RUN_DIR``: figures and a Markdown summary of a sweep, several sweeps or a folder
-of ``cpgym simulate --out`` runs (see :mod:`experiments.report`)."""
+of ``cpgym simulate --out`` runs (see :mod:`experiments.report`). A run folder with a broken
+``summary.json`` or ``requests.parquet`` is an error naming the file (exit status 2, nothing
+written), not a run left out of its table cell."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import argparse
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR",
                    help="a sweep's output folder, a folder of several sweeps, or a folder of `cpgym simulate --out` runs "
-                        "(grouped by workload and by the settings that differ)")
+                        "(grouped by workload and by the settings that differ); a run folder with a broken summary.json "
+                        "or requests.parquet is an error naming the file, not left out")
     p.add_argument("--out", metavar="DIR", help="where to write the PNGs and report.md (default RUN_DIR/report)")
 
 

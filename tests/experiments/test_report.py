@@ -171,3 +171,73 @@ def test_table_cells_show_a_zero_width_interval_as_the_value():
     row = {"m": 2.0, "m_ci95_low": 1.0, "m_ci95_high": 3.0}
     assert _fmt(row, "m") == "2.000 [1.000, 3.000]"
     assert _fmt({"m": math.nan, "m_ci95_low": math.nan, "m_ci95_high": math.nan}, "m") == "-"
+
+
+@pytest.fixture(scope="module")
+def two_seed_sweep(tmp_path_factory):
+    """A finished sweep: one policy, one rate, seeds 0 and 1 (copy it before breaking a file)."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    spec = load_spec(write_spec(tmp, """
+name: broken
+workload: {name: mixed-default, params: {duration_s: 4.0}}
+policies: [least-work]
+seeds: [0, 1]
+rates: [10]
+"""))
+    run_sweep(spec, tmp / "out", jobs=1, progress=False)
+    return tmp / "out"
+
+
+def _junk_parquet(f):
+    f.write_bytes(b"junk\n")  # was a pyarrow ArrowInvalid traceback
+
+
+def _parquet_without_ttft(f):
+    import pandas as pd
+
+    pd.read_parquet(f).drop(columns=["ttft_s"]).to_parquet(f)
+
+
+def _summary(**fields):
+    def edit(f):
+        import json
+
+        doc = json.loads(f.read_text())
+        doc.update(fields)
+        f.write_text(json.dumps({k: v for k, v in doc.items() if v != "DROP"}))
+    return edit
+
+
+@pytest.mark.parametrize("name, edit, message", [
+    ("requests.parquet", _junk_parquet, "not a readable Parquet file (Parquet file size is 5 bytes"),
+    ("requests.parquet", _parquet_without_ttft, "no column(s) ttft_s; expected the requests.parquet"),
+    # the next ones were left out (or averaged as NaN) while the cell still said "2" seeds
+    ("summary.json", lambda f: f.write_text('{"policy": 5}'),
+     "field 'policy': got 5; expected a policy name (a non-empty string)"),
+    ("summary.json", _summary(mean_ttft_s="DROP"), "no field 'mean_ttft_s'; expected the summary.json written by a cpgym run"),
+    ("summary.json", _summary(mean_ttft_s=-1.0), "field 'mean_ttft_s': got -1.0; expected null or a finite number >= 0"),
+    ("summary.json", _summary(slo_attainment_requests=1.5),
+     "field 'slo_attainment_requests': got 1.5; expected null or a finite number [0, 1]"),
+    ("summary.json", _summary(p90_ttft_s="abc"), "field 'p90_ttft_s': got 'abc'; expected null or a finite number >= 0"),
+])
+def test_a_broken_run_file_is_one_line_naming_it_before_anything_is_written(two_seed_sweep, tmp_path, capsys,
+                                                                              name, edit, message):
+    import shutil
+
+    out = tmp_path / "sweep"
+    shutil.copytree(two_seed_sweep, out)
+    run = sorted(p.parent for p in out.glob("*/cell.json"))[0]
+    edit(run / name)
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym report: error: {run / name}: {message}") and len(err.splitlines()) == 1, err
+    assert not (out / "report").exists()
+
+
+def test_a_null_metric_is_not_recorded_not_an_error(two_seed_sweep, tmp_path):
+    import shutil
+
+    out = tmp_path / "sweep"
+    shutil.copytree(two_seed_sweep, out)
+    _summary(p99_ttft_s=None)(sorted(out.glob("*/summary.json"))[0])
+    assert make_report(out).num_runs == 2
