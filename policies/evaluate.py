@@ -102,6 +102,21 @@ def check_policy_argument(name: str) -> None:
                      f"or a registered policy: {', '.join(POLICIES)}")
 
 
+def check_distinct(values, flag: str, text=None) -> None:
+    """Seeds and window indices name episodes: a repeated one would count the same episode twice
+    (a narrower, fake confidence interval).
+
+    Raises:
+        ValueError: ``FLAG lists X twice: TEXT; expected distinct values (each is one episode)``.
+    """
+    seen = set()
+    for v in values:
+        if v in seen:
+            shown = text if text is not None else ",".join(map(str, values))
+            raise ValueError(f"{flag} lists {v!r} twice: {shown!r}; expected distinct values (each is one episode)")
+        seen.add(v)
+
+
 def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: str = "eval",
              window_indices: list[int] | None = None, log=None) -> list[dict]:
     """Runs every policy on every selected window of every seed.
@@ -118,9 +133,13 @@ def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: st
         One row per episode: ``policy, seed, window, window_name`` plus ``METRICS``.
 
     Raises:
-        ValueError: on an unknown policy name (with close matches) or a window index out of range.
+        ValueError: on an unknown policy name (with close matches), a repeated seed or window
+            index (:func:`check_distinct`) or a window index out of range.
         FileNotFoundError: for a checkpoint path that does not exist.
     """
+    check_distinct(list(seeds), "seeds")
+    if window_indices is not None:
+        check_distinct(list(window_indices), "window_indices")
     from envs.metrics import summarize
     from envs.routing_env import PrefillRoutingEnv
     from experiments.runner import run_policy
@@ -209,8 +228,8 @@ class EvaluationConfig:
     ``experiments.config_args``); run by :func:`run_evaluation`.
 
     Raises:
-        ValueError: naming the field, on no seed, a negative seed, an unknown kind, a window
-            length <= 0 or ``eval_every`` < 2.
+        ValueError: naming the field, on no seed, a negative or repeated seed, an unknown kind, a
+            window length <= 0 or ``eval_every`` < 2.
     """
 
     policy: str = _opt(None, "checkpoint folder / model.zip, 'shipped' (the shipped routing checkpoint), 'shipped-residual' "
@@ -248,8 +267,9 @@ class EvaluationConfig:
         if self.trace is not None and self.workload is not None:
             raise ValueError("evaluate: give trace or workload, not both")
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
-        if not self.seeds or min(self.seeds) < 0:
-            raise ValueError(f"evaluate: seeds must be integers >= 0, got {list(self.seeds)}")
+        if not self.seeds or min(self.seeds) < 0 or len(set(self.seeds)) != len(self.seeds):
+            # a repeated seed is the same episodes again, not another sample (a zero-width interval)
+            raise ValueError(f"evaluate: seeds must be distinct integers >= 0, got {list(self.seeds)}")
         if self.kind not in ("auto", "routing", "reconfig"):
             raise ValueError(f"evaluate: kind must be auto, routing or reconfig, got {self.kind!r}")
         if self.episode_window_s is not None and not self.episode_window_s > 0:
@@ -315,7 +335,7 @@ class EvaluationConfig:
         """``(part, window indices or None)`` of :attr:`windows`.
 
         Raises:
-            ValueError: naming ``--windows`` on a malformed index list.
+            ValueError: naming ``--windows`` on a malformed index list or a repeated index.
         """
         if self.windows in ("eval", "train", "all"):
             return self.windows, None
@@ -325,6 +345,7 @@ class EvaluationConfig:
             raise ValueError(f"--windows must be eval, train, all or comma-separated integers, got {self.windows!r}") from None
         if not idx:
             raise ValueError(f"--windows needs at least one index, got {self.windows!r}")
+        check_distinct(idx, "--windows", self.windows)
         return "eval", idx
 
 
@@ -415,8 +436,8 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
                          "--protocol) or to a reconfiguration evaluation, or drop --tuned")
     against = split_name_list(cfg.against or DEFAULT_ROUTING_AGAINST, "--against")
     policies = [cfg.policy] + [n for n in against if n != cfg.policy]
-    source = routing_source(cfg)
     part, idx = cfg.part_and_indices()
+    source = routing_source(cfg)
     rows = evaluate(policies, source, sim_config, list(cfg.seeds), part=part, window_indices=idx, log=log)
     return EvaluationResult(kind=kind, rows=rows, source=source, part=part, seeds=cfg.seeds)
 

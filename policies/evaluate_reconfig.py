@@ -245,8 +245,11 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
 
     Raises:
         ValueError: before any run: on an unknown policy, ``vertumnus-adaptive-tuned`` without (or
-            with a bad) ``tuned`` file, or a ``fixed:`` composition the pool rejects.
+            with a bad) ``tuned`` file, a ``fixed:`` composition the pool rejects, or a repeated seed.
     """
+    from policies.evaluate import check_distinct
+
+    check_distinct(list(seeds), "seeds")
     from baselines.capacity import CapacityCache
     from envs import workloads
     from envs.metrics import summarize

@@ -197,9 +197,7 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
         get_policy(n)
     variants = vertumnus_variants(args.beta, args.lambda_)
     policies = list(names) + [v for v in variants if v[0] not in names]
-    seeds = parse_list(args.seeds, "--seeds", int)
-    if any(s < 0 for s in seeds):
-        raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
+    seeds = parse_seeds(args)
     rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else load_rates
     scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales is not None else None
     base_config = sim_config_from_args(args, seed=seeds[0])
@@ -207,6 +205,24 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
         policy_pool(get_policy(n), base_config.pool)
     return {"source": workload_source_from_args(args), "base_config": base_config,
             "policies": policies, "rates_rps": rates, "rate_scales": scales, "seeds": seeds}
+
+
+def parse_seeds(args: argparse.Namespace) -> list[int]:
+    """The ``--seeds`` list.
+
+    Raises:
+        ValueError: naming ``--seeds``, on a malformed list, a negative seed or a repeated one (was
+            run once but shown as given in the title).
+    """
+    from experiments.common import parse_list
+
+    seeds = parse_list(args.seeds, "--seeds", int)
+    if any(s < 0 for s in seeds):
+        raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
+    twice = next((s for i, s in enumerate(seeds) if s in seeds[:i]), None)
+    if twice is not None:
+        raise ValueError(f"--seeds lists {twice} twice: {args.seeds!r}; expected distinct seeds (each is one repetition)")
+    return seeds
 
 
 def plan(args: argparse.Namespace) -> list[tuple]:
@@ -221,12 +237,12 @@ def run(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from experiments.common import check_out_dir, dumps_json, parse_list
+    from experiments.common import check_out_dir, dumps_json
     from experiments.paper_experiments.end_to_end import run_compare
 
     check_out_dir(args.out)  # before the capacity bisections of --loads / --label-overload
     if args.loads is not None or args.label_overload:
-        seeds0 = parse_list(args.seeds, "--seeds", int)
+        seeds0 = parse_seeds(args)
         caps, _, load_of = _capacities_for(args, resolve_suite(args.suite), seeds0)
         load_rates = caps.pop("_rates", None)
         load_of = caps.pop("_load_of", load_of)

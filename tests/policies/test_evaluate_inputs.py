@@ -279,3 +279,35 @@ def test_a_reconfig_checkpoint_zip_path_loads_that_zip(tmp_path):
     assert learned.vecnormalize is not None
     with pytest.raises(ValueError, match="model.zip: not a readable SB3 checkpoint zip"):
         LearnedReconfig(d)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seeds", "1,1", "--windows", "0"], "evaluate: seeds must be distinct integers >= 0, got [1, 1] (--seeds)"),
+    (["--seeds", "1", "--windows", "0,0"], "--windows lists 0 twice: '0,0'; expected distinct values (each is one episode)"),
+    (["--kind", "reconfig", "--policy", "none", "--against", "vertumnus-router", "--seeds", "1000,1001,1000"],
+     "evaluate: seeds must be distinct integers >= 0, got [1000, 1001, 1000] (--seeds)"),
+])
+def test_a_repeated_seed_or_window_is_an_error_before_anything_runs(flags, message, capsys, monkeypatch):
+    # each copy was counted as another episode: a zero-width, fake confidence interval
+    import experiments.runner as runner
+
+    monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran an episode"))
+    argv = ["evaluate", "--policy", "least-work", "--against", "round-robin", *flags, "--quiet"]
+    if "reconfig" in flags:
+        argv = ["evaluate", *flags, "--quiet"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"cpgym evaluate: error: {message}\n"
+
+
+def test_library_evaluations_reject_a_repeated_seed_or_window():
+    from envs.sim import SimConfig
+    from policies.evaluate import evaluate
+    from policies.evaluate_reconfig import evaluate_reconfig
+    from policies.train import EpisodeSource
+
+    with pytest.raises(ValueError, match=r"^seeds lists 1 twice: '1,2,1'"):
+        evaluate(["least-work"], EpisodeSource(), SimConfig(), [1, 2, 1])
+    with pytest.raises(ValueError, match=r"^window_indices lists 3 twice: '3,3'"):
+        evaluate(["least-work"], EpisodeSource(), SimConfig(), [1], window_indices=[3, 3])
+    with pytest.raises(ValueError, match=r"^seeds lists 5 twice"):
+        evaluate_reconfig(None, ["vertumnus-router"], "phases", [5, 5], SimConfig())
