@@ -453,16 +453,21 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     """``(kind, rows)`` of a per-episode CSV written by ``cpgym evaluate --out``; ``kind`` ``auto``
     is told from the columns (``num_operations``: reconfig, else routing).
 
+    An empty metric cell is a metric the episode did not record (``--out`` writes NaN so); a
+    written ``nan`` or ``inf`` is not a value cpgym writes.
+
     Raises:
         FileNotFoundError: the file does not exist.
         ValueError: naming the file, when it is empty, not CSV, has no rows or lacks a column of
-            :data:`ROW_COLUMNS`; naming the row and field, on a value of those columns that is not
-            a number (a seed or window that is not an integer) or a second row of one episode.
+            :data:`ROW_COLUMNS`; naming the row and field, on a value of those columns outside its
+            range (:func:`_row_value_range`: a seed or window that is not an integer >= 0, a time
+            that is not a finite number >= 0, a share outside [0, 1], a count that is not an
+            integer >= 0) or a second row of one episode.
     """
     import pandas as pd
 
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""])  # "nan", "NA" stay text: not numbers
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a per-episode CSV ({' '.join(str(exc).split())}); "
                          f"expected the file written by `cpgym evaluate --out`") from None
@@ -478,11 +483,13 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     for col in ROW_COLUMNS[kind][1:]:
         num = pd.to_numeric(df[col], errors="coerce")
         integer = col in key
-        bad = (num.isna() | (num % 1 != 0)) if integer else (num.isna() & df[col].notna())
+        low, high, integral, what = _row_value_range(col, integer)
+        finite = num.abs() < math.inf
+        in_range = finite & (num >= low) & (num <= high) & ((num % 1 == 0) if integral else True)
+        bad = ~in_range if integer else ~in_range & df[col].notna()  # an empty metric cell: not recorded
         if bad.any():
             i = int(bad.to_numpy().argmax())
-            raise ValueError(f"{path}, row {i + 1}, field {col!r}: got {df[col].tolist()[i]!r}; expected "
-                             f"{'an integer' if integer else 'a number'}")
+            raise ValueError(f"{path}, row {i + 1}, field {col!r}: got {df[col].tolist()[i]!r}; expected {what}")
         df[col] = num.astype(int) if integer else num
     dup = df.duplicated(key).to_numpy()
     if dup.any():
@@ -491,6 +498,19 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
         raise ValueError(f"{path}, row {i + 1}: a second row of the episode ({episode}); expected one row per "
                          "episode (paired deltas and CIs would count it twice)")
     return kind, df.to_dict("records")
+
+
+def _row_value_range(column: str, key: bool) -> tuple[float, float, bool, str]:
+    """``(low, high, integer?, description)`` of a per-episode CSV column: ``seed`` / ``window``
+    (``key``) and the counts ``num_*`` integers >= 0, shares (``slo_attainment_*``,
+    ``prefix_hit_rate``) in [0, 1], times (``*_s``) finite numbers >= 0."""
+    if key:
+        return 0, math.inf, True, "an integer >= 0"
+    if column.startswith("num_"):
+        return 0, math.inf, True, "a count (an integer >= 0)"
+    if column.startswith("slo_attainment") or column == "prefix_hit_rate":
+        return 0, 1, False, "a share in [0, 1] (or an empty cell: not recorded)"
+    return 0, math.inf, False, "a finite number >= 0 (or an empty cell: not recorded)"
 
 
 def choose_reference(rows: list[dict], reference: str | None) -> str | None:

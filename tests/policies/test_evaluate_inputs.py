@@ -81,7 +81,7 @@ def test_from_csv_with_wrong_columns_names_file_and_column(tmp_path, capsys):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda df: df.astype({"mean_ttft_s": object}).assign(mean_ttft_s=["1.0", "abc", "2", "3"]),
-     "row 2, field 'mean_ttft_s': got 'abc'; expected a number"),
+     "row 2, field 'mean_ttft_s': got 'abc'; expected a finite number >= 0"),
     (lambda df: df.astype({"seed": float}).assign(seed=[7, 9, 7.5, 9]), "row 3, field 'seed': got 7.5; expected an integer"),
     (lambda df: pd.concat([df, df.iloc[[1]]]),
      "row 5: a second row of the episode (policy 'least-work', seed 9, window 0); expected one row per episode"),
@@ -93,6 +93,51 @@ def test_from_csv_with_a_bad_value_or_a_repeated_episode_is_one_line(tmp_path, c
     assert main(["evaluate", "--from-csv", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"cpgym evaluate: error: {path}, {message}") and len(err.splitlines()) == 1, err
+
+
+def _set(col, value, row=1):
+    def edit(df):
+        df = df.astype({col: object})
+        df.loc[row, col] = value
+        return df
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    # nan was read as a missing value and dropped (the table then paired the policies over different episodes);
+    # the others were averaged into the table (a negative mean TTFT in the JSON)
+    (_set("mean_ttft_s", "nan"), "row 2, field 'mean_ttft_s': got 'nan'; expected a finite number >= 0"),
+    (_set("mean_ttft_s", "NA"), "row 2, field 'mean_ttft_s': got 'NA'; expected a finite number >= 0"),
+    (_set("mean_ttft_s", -5), "row 2, field 'mean_ttft_s': got -5.0; expected a finite number >= 0"),
+    (_set("p90_ttft_s", "inf", row=3), "row 4, field 'p90_ttft_s': got inf; expected a finite number >= 0"),
+    (_set("slo_attainment_token_weighted", 1.5), "row 2, field 'slo_attainment_token_weighted': got 1.5; expected a share "
+                                                 "in [0, 1]"),
+    (_set("prefix_hit_rate", -0.1), "row 2, field 'prefix_hit_rate': got -0.1; expected a share in [0, 1]"),
+    (_set("num_unfinished", -1), "row 2, field 'num_unfinished': got -1; expected a count (an integer >= 0)"),
+    (_set("num_unfinished", 0.5), "row 2, field 'num_unfinished': got 0.5; expected a count (an integer >= 0)"),
+    (_set("seed", -7), "row 2, field 'seed': got -7; expected an integer >= 0"),
+])
+def test_from_csv_with_a_value_out_of_its_range_is_one_line(tmp_path, capsys, edit, message):
+    path = _rows_csv(tmp_path)
+    edit(pd.read_csv(path)).to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path), "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym evaluate: error: {path}, {message}") and len(err.splitlines()) == 1, err
+
+
+def test_from_csv_reads_an_empty_metric_cell_as_not_recorded(tmp_path, capsys):
+    """``--out`` writes a metric an episode did not record (NaN) as an empty cell: read back, not an error."""
+    import json
+    import math
+
+    from policies.evaluate import read_episode_rows
+
+    path = _rows_csv(tmp_path)
+    _set("prefix_hit_rate", None)(pd.read_csv(path)).to_csv(path, index=False)
+    _, rows = read_episode_rows(str(path))
+    assert math.isnan(rows[1]["prefix_hit_rate"]) and rows[0]["prefix_hit_rate"] == 0.3
+    assert main(["evaluate", "--from-csv", str(path), "--format", "json"]) == 0
+    json.loads(capsys.readouterr().out)
 
 
 def test_policy_is_required_when_something_runs(capsys):
@@ -311,3 +356,17 @@ def test_library_evaluations_reject_a_repeated_seed_or_window():
         evaluate(["least-work"], EpisodeSource(), SimConfig(), [1], window_indices=[3, 3])
     with pytest.raises(ValueError, match=r"^seeds lists 5 twice"):
         evaluate_reconfig(None, ["vertumnus-router"], "phases", [5, 5], SimConfig())
+
+
+def test_from_csv_of_a_reconfig_evaluation_checks_its_counts(tmp_path):
+    from policies.evaluate import read_episode_rows
+
+    rows = [{"policy": p, "seed": s, "mean_ttft_s": 1.0, "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.9,
+             "num_operations": 3, "num_committed_operations": 2, "num_unfinished": 0}
+            for p in ("learned", "vertumnus-adaptive") for s in (1000, 1001)]
+    path = tmp_path / "reconfig.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    assert read_episode_rows(str(path))[0] == "reconfig"
+    _set("num_committed_operations", -2, row=2)(pd.read_csv(path)).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=r"reconfig.csv, row 3, field 'num_committed_operations': got -2; expected a count"):
+        read_episode_rows(str(path))
