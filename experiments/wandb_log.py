@@ -39,11 +39,14 @@ def _scoped_env(**values: str):
                 os.environ[k] = v
 
 
-def wandb_init(dir: str | Path, **kwargs):
+def wandb_init(dir: str | Path, quiet: bool = False, **kwargs):
     """``wandb.init(dir=dir, **kwargs)`` that keeps wandb's files under ``dir`` (see the module
-    docstring); ``dir`` is created. Returns the wandb run."""
+    docstring); ``dir`` is created. With ``quiet`` (``cpgym train --quiet``) wandb prints nothing
+    (``wandb.Settings(silent=True)``; its banner went to stderr). Returns the wandb run."""
     import wandb
 
+    if quiet:
+        kwargs["settings"] = wandb.Settings(silent=True)
     d = Path(dir)
     (d / "wandb" / "cache").mkdir(parents=True, exist_ok=True)
     with _scoped_env(WANDB_CACHE_DIR=str((d / "wandb" / "cache").resolve())):

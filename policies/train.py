@@ -383,7 +383,7 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
         from experiments.wandb_log import wandb_init  # keeps wandb's files under out/
 
         run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name,
-                         reinit="finish_previous")
+                         reinit="finish_previous", quiet=progress == "off")
 
     class _Episodes(BaseCallback):
         def __init__(self) -> None:

@@ -589,7 +589,8 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     if cfg.wandb_mode != "disabled":
         from experiments.wandb_log import wandb_init  # keeps wandb's files under out/
 
-        run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name, reinit="finish_previous")
+        run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name, reinit="finish_previous",
+                         quiet=progress == "off")
     t0 = time.perf_counter()
     callbacks = [TrainingProgress(cfg.total_timesteps, progress)]
     val = validation_callback(cfg, out, venv, sc, table, log=log)

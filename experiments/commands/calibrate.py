@@ -11,7 +11,8 @@ Regenerate the shipped calibrations (the first one is the simulator's default,
     cpgym kernels calibrate --model Qwen3-30B-A3B --gpu H20-3e --out envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json
     cpgym kernels calibrate --model Qwen3-30B-A3B --gpu H20 --out envs/sim/calibrations/qwen3-30b-a3b__h20.json
     cpgym kernels calibrate --model DeepSeek-V3 --gpu H20-3e --out envs/sim/calibrations/deepseek-v3__h20-3e.json
-    cpgym kernels calibrate --model DeepSeek-V4-Flash-FP8 --gpu H20-3e --out envs/sim/calibrations/deepseek-v4-flash-fp8__h20-3e.json
+    cpgym kernels calibrate --model DeepSeek-V4-Flash-FP8 --gpu H20-3e \
+        --out envs/sim/calibrations/deepseek-v4-flash-fp8__h20-3e.json
 """
 
 from __future__ import annotations
