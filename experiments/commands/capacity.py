@@ -8,6 +8,9 @@ rate at which a long window's backlog still drains and the SLOs hold (definition
   baselines).
 * ``--drain-ratio``, ``--min-slo-attainment``, ``--rel-tol``: the definition's thresholds.
 * ``--cache-dir DIR`` (default ``.cpgym-cache/capacity``), ``--no-cache``.
+* With ``--trace``, each row also gives ``arrival_span_s`` (table: ``span s``): the first to last
+  arrival of the window at the capacity's rate factor — shorter than the window when the trace
+  is; a trace spanning less than half the window at its native rate gets a warning on stderr.
 """
 
 from __future__ import annotations
@@ -109,18 +112,45 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--horizon-s does not apply to cpgym capacity: every probe runs until its requests finish")
     config = sim_config_from_args(args)
     rated = rated_from_args(args)
+    trace = rated.base is not None
+    if trace:
+        warn_short_trace(rated)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     caps = capacities(policies, rated, config, definition=definition_from_args(args),
                       cache_dir=cache_dir_from_args(args), log=log)
     rows = [{"policy": p, "workload": r.workload, "capacity_rps": r.capacity_rps, "native_rate_rps": r.native_rate_rps,
              "rate_scale": r.rate_scale, "num_simulations": len(r.probes), "cached": r.cached, "definition": r.definition}
             for p, r in caps.items()]
+    if trace:  # a trace may not fill the window: the span its arrivals cover at the capacity's rate factor
+        for row in rows:
+            row["arrival_span_s"] = rated.at_scale(row["rate_scale"]).duration_s if row["rate_scale"] > 0 else None
     if args.format == "json":
         print(dumps_json(rows))
         return 0
-    print(f"sustainable rate on {rated.label} ({rated.window_s:g} s window), pool {config.pool.num_gpus} GPUs")
-    print(f"{'policy':26s} {'capacity req/s':>15s} {'x native':>9s} {'sims':>5s}")
+    start = rated.start_s
+    if trace:
+        print(f"sustainable rate on {rated.label} (window {start:g}-{start + rated.window_s:g} s of the rate-scaled trace; "
+              f"span = first to last arrival at the capacity rate), pool {config.pool.num_gpus} GPUs")
+    else:
+        print(f"sustainable rate on {rated.label} ({rated.window_s:g} s window), pool {config.pool.num_gpus} GPUs")
+    span_head = f" {'span s':>8s}" if trace else ""
+    print(f"{'policy':26s} {'capacity req/s':>15s} {'x native':>9s}{span_head} {'sims':>5s}")
     for r in rows:
         cached = "  (cached)" if r["cached"] else ""
-        print(f"{r['policy']:26s} {r['capacity_rps']:15.3f} {r['rate_scale']:9.3f} {r['num_simulations']:5d}{cached}")
+        span = "" if not trace else f" {'-':>8s}" if r["arrival_span_s"] is None else f" {r['arrival_span_s']:8.1f}"
+        print(f"{r['policy']:26s} {r['capacity_rps']:15.3f} {r['rate_scale']:9.3f}{span} {r['num_simulations']:5d}{cached}")
     return 0
+
+
+def warn_short_trace(rated, file=None) -> bool:
+    """One warning line on stderr (or ``file``) if a trace's arrivals in the window span less than
+    half of it at the native rate (every probe then measures that shorter span, shortened further
+    by each rate factor above 1). Returns whether it warned."""
+    span = rated.at_scale(1.0).duration_s
+    if span >= 0.5 * rated.window_s:
+        return False
+    print(f"warning: the trace {rated.label!r} spans only {span:.3g} s at its native rate, much shorter than the "
+          f"{rated.window_s:g} s window (--window-s); capacities are measured over the span it has "
+          "(span column, arrival_span_s)",
+          file=file or sys.stderr, flush=True)
+    return True

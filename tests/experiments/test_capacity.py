@@ -131,3 +131,25 @@ def test_compare_quiet_drops_the_capacity_probe_lines(quiet, fmt, tmp_path, caps
     stated = [line for line in err if line.startswith("loads relative to homogeneous-cp4: ")]
     assert len(stated) == 1  # the capacity the loads refer to is stated either way
     assert (err == stated) == quiet  # the per-probe progress lines only without --quiet
+
+
+def test_capacity_of_a_short_trace_prints_the_span_it_has_and_warns(tmp_path, capsys):
+    """A 50-request trace (~15 s) searched over the default 600 s window: the header no longer
+    claims a 600 s window it does not fill; each row gives the span its arrivals cover at the
+    capacity rate, and one warning line on stderr says the trace is much shorter than the window."""
+    from envs import workloads
+    from experiments.cli import main
+
+    lines = (workloads.default_traces_dir() / "conversation_trace.jsonl").read_text().splitlines()[:50]
+    trace = tmp_path / "short.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    args = ["capacity", "--trace", str(trace), "--policy", "least-work", "--rel-tol", "0.2", "--no-cache", "--quiet"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "(600 s window)" not in out and "window 0-600 s of the rate-scaled trace" in out
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "much shorter than the 600 s window (--window-s)" in warnings[0]
+    assert main([*args, "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert 0 < row["arrival_span_s"] < 20.0 / row["rate_scale"] + 1e-9  # the trace's ~15-18 s, compressed by the factor
+    assert f"{row['arrival_span_s']:8.1f}" in out.splitlines()[-1]
