@@ -130,3 +130,17 @@ def test_skip_invalid_warns_once_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(f"cpgym simulate: warning: {p}: skipped 1 invalid line(s)") and "input_length" in err[0]
+
+
+def test_table_and_json_name_the_pool_each_policy_ran_on(capsys):
+    """The header gives the pool flags' composition, but a baseline with its own pool (SGLang's
+    cp4x10) ran on another: each row names its pool (was only the header's cp4x6,cp2x8)."""
+    argv = ["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work,sglang-cache-aware",
+            "--quiet"]
+    assert main([*argv, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["policy"], r["pool"]) for r in rows] == [("least-work", "cp4x6,cp2x8"), ("sglang-cache-aware", "cp4x10")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "pool flags: cp4x6,cp2x8" in out
+    assert any("sglang-cache-aware" in line and "cp4x10" in line for line in out.splitlines())

@@ -8,7 +8,7 @@ import sys
 
 DEFAULT_POLICIES = "round-robin,least-work,prefix-affinity,sglang-cache-aware,llm-d,dynamo-kv,mooncake-ttft,vertumnus"
 
-JSON_KEYS = ("policy", "num_requests", "num_unfinished", "mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s",
+JSON_KEYS = ("policy", "pool", "num_requests", "num_unfinished", "mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s",
              "slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "gpu_time_s", "sim_time_s",
              "wall_time_s")
 
@@ -33,7 +33,8 @@ def print_table(rows: list[dict], title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title)
-    cols = [("policy", "policy", "{}"), ("num_requests", "requests", "{:d}"), ("num_unfinished", "unfinished", "{:d}"),
+    cols = [("policy", "policy", "{}"), ("pool", "pool", "{}"), ("num_requests", "requests", "{:d}"),
+            ("num_unfinished", "unfinished", "{:d}"),
             ("mean_ttft_s", "mean TTFT s", "{:.3f}"), ("p50_ttft_s", "P50 s", "{:.3f}"), ("p90_ttft_s", "P90 s", "{:.3f}"),
             ("p99_ttft_s", "P99 s", "{:.3f}"), ("slo_attainment_token_weighted", "SLO tok", "{:.3f}"),
             ("slo_attainment_requests", "SLO req", "{:.3f}"), ("prefix_hit_rate", "hit rate", "{:.3f}"),
@@ -42,7 +43,7 @@ def print_table(rows: list[dict], title: str) -> None:
         cols[-2:-2] = [("hbm_hit_rate", "HBM hit", "{:.3f}"), ("dram_hit_rate", "DRAM hit", "{:.3f}"),
                        ("store_hit_rate", "store hit", "{:.3f}")]
     for _, label, _ in cols:
-        t.add_column(label, justify="left" if label == "policy" else "right")
+        t.add_column(label, justify="left" if label in ("policy", "pool") else "right")
     for r in rows:
         t.add_row(*[fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in cols])
     Console(width=200).print(t)
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: {spec.name}: {summary['num_rejected']} request(s) are longer than any worker can hold "
                   f"(model limit {result.calibration.max_prompt_tokens} tokens or the workers' KV capacity); "
                   f"they are not served and count as unfinished SLO misses", file=sys.stderr)
-        rows.append(summary)
+        rows.append({"pool": result.config.pool.composition, **summary})  # a baseline's own pool, or the one chosen
         if args.out:
             write_run(args.out, result, summary, {"workload_source": workload.source, "argv": getattr(args, "argv", sys.argv)})
     if args.format == "json":
@@ -99,5 +100,6 @@ def run(args: argparse.Namespace) -> int:
                           | {k: r[k] for k in extra} for r in rows]))
     else:
         print_table(rows, f"{workload.name}: {workload.num_requests} requests, {workload.mean_rate_rps:.2f} req/s, "
-                          f"{config.pool.num_gpus} GPUs ({config.pool.composition}), seed {config.seed}")
+                          f"{config.pool.num_gpus} GPUs (pool flags: {config.pool.composition}; pool column: the "
+                          f"composition each policy started on), seed {config.seed}")
     return 0
