@@ -63,10 +63,24 @@ class FaultExperimentSpec:
         if not 0 < lo < hi:
             raise ValueError(f"{src}: capacity_search_rps: expected [low, high] with 0 < low < high, "
                              f"got {list(self.capacity_search_rps)}")
+        if isinstance(self.capacity_iterations, bool) or not isinstance(self.capacity_iterations, int):
+            raise ValueError(f"{src}: capacity_iterations: expected an integer >= 1, got {self.capacity_iterations!r}")
         if self.capacity_iterations < 1 or self.capacity_drain_s <= 0:
             raise ValueError(f"{src}: capacity_iterations must be >= 1 and capacity_drain_s > 0")
         if not self.policies or not self.scenarios:
             raise ValueError(f"{src}: policies and scenarios must each list at least one entry")
+        if not (0 < self.plot_bin_s < math.inf):  # checked here: the plots come after every run
+            raise ValueError(f"{src}: plot_bin_s: expected a bin width in seconds, a finite number > 0, got {self.plot_bin_s}")
+        for key in ("plot_before_s", "plot_after_s"):
+            if not (0 <= getattr(self, key) < math.inf):
+                raise ValueError(f"{src}: {key}: expected seconds, a finite number >= 0, got {getattr(self, key)}")
+        if self.plot_before_s + self.plot_after_s <= 0:
+            raise ValueError(f"{src}: plot_before_s + plot_after_s: expected a plot span > 0 s, got 0")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"{src}: seed: expected an integer >= 0, got {self.seed!r}")
+        if self.learned is not None and not (isinstance(self.learned, str) and self.learned.strip()):
+            raise ValueError(f"{src}: learned: expected a checkpoint (a shipped alias such as shipped-residual, or a "
+                             f"checkpoint folder), got {self.learned!r}")
 
 
 def load_spec(path: str | Path) -> FaultExperimentSpec:
@@ -74,7 +88,8 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     is the shared trace folder.
 
     Raises:
-        ValueError: naming the file and the key.
+        ValueError: naming the file and the key (also for a ``learned`` checkpoint that does not
+            exist and plot settings the plots would reject, found before any run).
     """
     import yaml
 
@@ -117,16 +132,40 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
         get_policy(name)
     kw = {k: data[k] for k in SPEC_KEYS if k in data and k not in ("trace", "scenarios", "policies")}
     _pairs(p, kw)
-    return FaultExperimentSpec(trace=resolve("trace", data["trace"]), scenarios=resolved, policies=tuple(policies),
+    spec = FaultExperimentSpec(trace=resolve("trace", data["trace"]), scenarios=resolved, policies=tuple(policies),
                                source=str(p), **kw)
+    if spec.learned is not None:  # the learned row runs after the capacity search: a bad checkpoint fails now
+        _check_learned(p, spec.learned)
+    return spec
+
+
+_NUMBER_KEYS = ("load_fraction", "capacity_drain_s", "plot_bin_s", "plot_before_s", "plot_after_s")
+
+
+def _check_learned(p: Path, learned: str) -> None:
+    """Raises ValueError ``<file>: learned: <path>: <problem>`` if ``learned`` is not a loadable
+    checkpoint location (a shipped alias, a checkpoint folder or a model file; relative paths are
+    relative to the working directory, as ``cpgym evaluate --policy``)."""
+    from policies.checkpoint import resolve_checkpoint
+
+    try:
+        resolve_checkpoint(learned)
+    except FileNotFoundError as exc:
+        raise ValueError(f"{p}: learned: {exc.filename}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"{p}: learned: {exc}") from None
 
 
 def _pairs(p: Path, kw: dict) -> None:
+    """The pairs of ``kw`` as tuples of floats; its numbers checked to be numbers (ValueError naming the key)."""
     for k in ("window_s", "capacity_search_rps"):
         if k in kw:
             if not (isinstance(kw[k], list) and len(kw[k]) == 2):
                 raise ValueError(f"{p}: {k}: expected a list of two numbers")
             kw[k] = tuple(float(x) for x in kw[k])
+    for k in _NUMBER_KEYS:
+        if k in kw and (isinstance(kw[k], bool) or not isinstance(kw[k], (int, float))):
+            raise ValueError(f"{p}: {k}: expected a number, got {kw[k]!r}")
 
 
 def _workload(spec: FaultExperimentSpec, target_rps: float | None):

@@ -59,6 +59,35 @@ def test_spec_errors_name_the_key(tmp_path, edit, match):
         load_spec(p)
 
 
+@pytest.mark.parametrize("line, match", [
+    ("learned: /no/such/checkpoint", r"spec.yaml: learned: /no/such/checkpoint: checkpoint path does not exist"),
+    ("learned: .", r"spec.yaml: learned: .*: checkpoint folder has no model.zip"),
+    ("plot_bin_s: -10", r"spec.yaml: plot_bin_s: expected a bin width in seconds, a finite number > 0, got -10"),
+    ("plot_bin_s: 0", r"plot_bin_s: expected a bin width"),
+    ("plot_bin_s: ten", r"spec.yaml: plot_bin_s: expected a number, got 'ten'"),
+    ("plot_after_s: -1", r"spec.yaml: plot_after_s: expected seconds, a finite number >= 0, got -1"),
+    ("seed: -1", r"spec.yaml: seed: expected an integer >= 0, got -1"),
+    ("capacity_iterations: 2.5", r"spec.yaml: capacity_iterations: expected an integer >= 1, got 2.5"),
+])
+def test_spec_fields_used_late_are_checked_at_load_time(tmp_path, line, match, capsys, monkeypatch):
+    """``learned`` (used after the capacity search) and ``plot_bin_s`` (used after every run: NumPy's
+    "'minlength' must not be negative", naming no field, and a partial table.csv) fail when the
+    spec loads, naming the field, before anything runs or is written."""
+    import experiments.faults as faults
+
+    def no_run(*a, **k):
+        raise AssertionError("ran before checking the spec")
+
+    monkeypatch.setattr(faults, "run_fault_experiment", no_run)
+    p = _write(tmp_path, SPEC.replace("capacity_iterations: 2\n", "") + line + "\n")
+    with pytest.raises(ValueError, match=match):
+        load_spec(p)
+    out = tmp_path / "out"
+    assert main(["faults", str(p), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cpgym faults: error: ") and err.count("\n") == 1 and not out.exists()
+
+
 def test_shipped_spec_loads():
     spec = load_spec("experiments/specs/faults/conversation.yaml")
     assert [s for s, _ in spec.scenarios] == ["gpu-failure", "straggler", "node-failure"]
