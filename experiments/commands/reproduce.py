@@ -74,11 +74,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
-def config_from_args(args: argparse.Namespace):
-    """The :class:`experiments.reproduce.ReproduceConfig` of the command line.
+def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
+    """The :class:`experiments.reproduce.ReproduceConfig` of the command line, for the
+    experiments ``kinds`` (default all).
 
     Raises:
-        ValueError: on an unknown workload, a malformed list or model entry.
+        ValueError: on an unknown workload, a malformed list or model entry, or a ``--traces-dir``
+            that is missing, not a folder, or lacks a trace the chosen experiments replay.
     """
     from pathlib import Path
 
@@ -104,6 +106,8 @@ def config_from_args(args: argparse.Namespace):
         if w not in known:
             raise ValueError(f"--workloads: unknown workload {w!r}; known: {', '.join(known)}")
         cases.append(known[w])
+    needs = {Path(c.trace).name for c in cases if c.trace} if "end-to-end" in (kinds or ALL_EXPERIMENTS.split(",")) else set()
+    check_traces_dir(args.traces_dir, traces, needs)
     if args.models is not None:
         models = []
         for item in (x.strip() for x in args.models.split(";")):
@@ -124,6 +128,25 @@ def config_from_args(args: argparse.Namespace):
                            cache_duration_s=preset["cache_duration_s"] if args.cache_duration_s is None
                            else args.cache_duration_s,
                            dynamic_params=parse_workload_params(args.dynamic_param, "--dynamic-param"))
+
+
+def check_traces_dir(given: str | None, traces, needs: set[str]) -> None:
+    """``--traces-dir`` (``given``; ``traces`` the folder used, the default when not given) before
+    any run: a given folder must exist and be a folder, and the folder used must hold the trace
+    files ``needs`` (those the chosen experiments replay).
+
+    Raises:
+        ValueError: naming ``--traces-dir`` (or the default folder) and what was expected.
+    """
+    what = f"--traces-dir {given}" if given is not None else f"the default traces folder {traces} (--traces-dir)"
+    if given is not None and not traces.exists():
+        raise ValueError(f"{what} does not exist; expected a folder holding conversation_trace.jsonl")
+    if given is not None and not traces.is_dir():
+        raise ValueError(f"{what} is not a folder; expected a folder holding conversation_trace.jsonl")
+    missing = sorted(n for n in needs if not (traces / n).is_file())
+    if missing:
+        raise ValueError(f"{what} has no {', '.join(missing)}; the end-to-end experiment's production workload replays "
+                         "it (or leave production out of --workloads)")
 
 
 def _print_table(rows) -> None:
@@ -159,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     check_out_dir(args.out)
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, kinds)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -505,3 +505,31 @@ def test_name_lists_refuse_empty_and_repeated_items(argv, flag, value, problem, 
     err = capsys.readouterr().err
     want = _EMPTY_ITEM.format(value) if problem == "empty" else f"lists {value.split(',')[0]!r} twice: {value!r}"
     assert err.endswith(f"error: {flag} {want}\n") and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "empty"])
+def test_reproduce_traces_dir_is_checked_before_any_run(case, tmp_path, capsys, monkeypatch):
+    """``cpgym reproduce --traces-dir X`` (other options default) printed nothing for minutes, then
+    failed on the production workload's trace: now one line naming --traces-dir, before any run."""
+    import experiments.reproduce as reproduce
+
+    blocker = _forbid_runs(monkeypatch, tmp_path, [(reproduce, "run_experiments")], "--traces-dir")
+    folder = {"missing": tmp_path / "missing", "file": blocker, "empty": tmp_path}[case]
+    out = tmp_path / "out"
+    assert main(["reproduce", "--traces-dir", str(folder), "--out", str(out)]) == 2
+    expected = {"missing": "does not exist; expected a folder holding conversation_trace.jsonl",
+                "file": "is not a folder; expected a folder holding conversation_trace.jsonl",
+                "empty": "has no conversation_trace.jsonl; the end-to-end experiment's production workload replays it "
+                         "(or leave production out of --workloads)"}[case]
+    assert capsys.readouterr().err == f"cpgym reproduce: error: --traces-dir {folder} {expected}\n"
+    assert not out.exists()
+
+
+def test_reproduce_traces_dir_needs_the_trace_only_for_experiments_that_replay_it(tmp_path):
+    from experiments.cli import build_parser
+    from experiments.commands.reproduce import config_from_args
+
+    args = build_parser().parse_args(["reproduce", "--traces-dir", str(tmp_path), "--no-cache"])
+    assert config_from_args(args, ["dynamic", "cache"]).workloads  # no end-to-end: the trace is not read
+    args = build_parser().parse_args(["reproduce", "--traces-dir", str(tmp_path), "--workloads", "tool-agent", "--no-cache"])
+    assert config_from_args(args).workloads[0].key == "tool-agent"
