@@ -29,6 +29,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_arguments(p)
 
 
+def check_policy_names(flag: str, names) -> None:
+    """Raises ValueError naming ``flag`` if a name of ``names`` is not a registered policy."""
+    from baselines.registry import POLICIES
+
+    for name in names:
+        if name not in POLICIES:
+            raise ValueError(f"{flag}: unknown policy {name!r}; known policies: {', '.join(POLICIES)}")
+
+
 def _progress(r: dict) -> None:
     import sys
 
@@ -40,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     import math
     import sys
 
+    from baselines.registry import get_policy
     from experiments.common import check_out_dir, parse_list, sim_config_from_args
     from experiments.kv_tiers import SWEEP_COLS, TABLE_COLS, markdown_table, plot_tier_sweep, run_tier_study, write_study
 
@@ -62,9 +72,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--load must be in (0, 1.5], got {args.load}")
     if args.capacity_rps is not None and not (args.capacity_rps > 0 and math.isfinite(args.capacity_rps)):
         raise ValueError(f"--capacity-rps must be a finite number > 0 [requests/s], got {args.capacity_rps}")
-    from baselines.registry import get_policy
+    from experiments.config_args import split_name_list
 
-    get_policy(args.capacity_policy)  # an unknown name fails even when --capacity-rps skips the search
+    policies = split_name_list(args.policies, "--policies")
+    ev_policies = tuple(split_name_list(args.eviction_policies, "--eviction-policies"))
+    # every name checked before any run (an unknown one failed after the capacity search or the tier table);
+    # --capacity-policy even when --capacity-rps skips the search
+    for flag, names in (("--capacity-policy", [args.capacity_policy]), ("--policies", policies),
+                        ("--eviction-policies", ev_policies)):
+        check_policy_names(flag, names)
     gbs = parse_list(args.eviction_dram_gb, "--eviction-dram-gb", positive=True)
     if len(gbs) != 2:
         raise ValueError(f"--eviction-dram-gb needs two capacities, got {args.eviction_dram_gb!r}")
@@ -74,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
 
         trace = str(default_traces_dir() / "conversation_trace.jsonl")
     config = sim_config_from_args(args)
-    from experiments.config_args import split_name_list
+    from experiments.runner import policy_pool
 
-    policies = split_name_list(args.policies, "--policies")
-    ev_policies = tuple(split_name_list(args.eviction_policies, "--eviction-policies"))
+    for name in {args.capacity_policy, *policies, *ev_policies}:  # a baseline's own pool must fit the pool flags
+        policy_pool(get_policy(name), config.pool)
     study = run_tier_study(trace, config, policies, tuple(args.window_s), args.load, args.capacity_policy, args.capacity_rps,
                            tuple(gbs), ev_policies, progress=_progress)
     print(f"capacity {study.capacity['capacity_rps']:.2f} req/s; load {args.load:g} -> {study.rate_rps:.2f} req/s\n")

@@ -77,7 +77,10 @@ def test_tiers_with_reconfiguration_and_the_global_cache_manager():
     # was "target_rps must be > 0 [requests/s], got -0.9" (load x capacity, not the flag)
     (["--capacity-rps", "-1"], "--capacity-rps must be a finite number > 0 [requests/s], got -1.0"),
     (["--capacity-rps", "nan"], "--capacity-rps must be a finite number > 0 [requests/s], got nan"),
-    (["--capacity-rps", "10", "--capacity-policy", "nope"], "unknown policy 'nope'"),  # was ignored
+    (["--capacity-rps", "10", "--capacity-policy", "nope"], "--capacity-policy: unknown policy 'nope'"),  # was ignored
+    # both were found inside the study: after the capacity search (~9 s), after the whole tier table (~15 s)
+    (["--policies", "least-work,nosuch"], "--policies: unknown policy 'nosuch'; known policies: vertumnus, "),
+    (["--eviction-policies", "nosuch"], "--eviction-policies: unknown policy 'nosuch'; known policies: vertumnus, "),
 ])
 def test_kv_tiers_capacity_flags_are_checked(flags, message, capsys, monkeypatch):
     import experiments.kv_tiers as kv_tiers
