@@ -81,7 +81,9 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
     g.add_argument("--prediction-noise", type=float, default=0.0,
                    help="log-normal sigma of actual/predicted per step (default 0)")
     g.add_argument("--cache-capacity-scale", type=float, default=1.0,
-                   help="multiply every worker's KV-cache capacity (default 1.0)")
+                   help="multiply every worker's prefix-cache capacity [blocks kept for reuse by later requests]; "
+                        "0 = no prefix reuse; >= 0; the KV memory a prompt's own computation gets, and so the longest "
+                        "servable prompt, is unchanged (default 1.0)")
     g.add_argument("--first-decode-step-s", type=float, default=LatencyConfig.first_decode_step_s,
                    help=f"first decode step added to TTFT [s] (default {LatencyConfig.first_decode_step_s:g})")
     g.add_argument("--node-calibrations", metavar="FILE,FILE,...",

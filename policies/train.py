@@ -139,7 +139,8 @@ class TrainConfig:
     """
 
     source: EpisodeSource = field(default_factory=EpisodeSource, metadata={"cli": False})
-    total_timesteps: int = _opt(200_000, "environment steps to train for", flag="--timesteps")
+    total_timesteps: int = _opt(200_000, "environment steps to train for, rounded up to whole rollouts of "
+                                         "n_steps x n_envs steps", flag="--timesteps")
     n_envs: int = _opt(2, "parallel environments")
     vec_env: str = _opt("dummy", "vectorisation of the environments", choices=("dummy", "subproc"))
     n_steps: int = _opt(1024, "rollout length per environment (PPO n_steps)")

@@ -64,7 +64,8 @@ class ReconfigTrainConfig:
                                                "(none: --workload-seed alone)")
     episode_window_s: float = _opt(DEFAULT_RECONFIG_EPISODE_WINDOW_S, "episode window length [s]")
     window_s: float = _opt(20.0, "observation / decision window [s] (paper §6: 20 s)", flag="--controller-window-s")
-    total_timesteps: int = _opt(2_000, "environment steps (decision windows) to train for", flag="--timesteps")
+    total_timesteps: int = _opt(2_000, "environment steps (decision windows) to train for, rounded up to whole "
+                                       "rollouts of n_steps x n_envs steps", flag="--timesteps")
     n_envs: int = _opt(1, "parallel environments")
     n_steps: int = _opt(64, "rollout length per environment (PPO n_steps)")
     batch_size: int = _opt(32, "PPO minibatch size (<= n_steps x n_envs)")

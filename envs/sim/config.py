@@ -136,8 +136,10 @@ class SimConfig:
         links: KV-transfer link bandwidths (replication, reconciliation).
         kv_tiers: KV tiers below HBM (host DRAM per node, remote store) and the fetch path;
             off by default (``envs/sim/tiers.py``).
-        cache_capacity_scale: multiplies every worker's KV-cache capacity (an ablation knob:
-            e.g. 0.5 for a smaller HBM share, >1 to emulate a host-memory cache tier).
+        cache_capacity_scale: multiplies every worker's prefix-cache capacity (the blocks kept
+            for reuse; an ablation knob: e.g. 0.5 for a smaller HBM share, >1 to emulate a
+            host-memory cache tier, 0 = no prefix reuse); the KV capacity a prompt's own
+            computation gets (and so the longest servable prompt) is unchanged.
         calibration_path: calibration JSON; ``None`` = the shipped default
             ``envs.sim.cost_model.DEFAULT_CALIBRATION`` (Qwen3-30B-A3B on H20-3e).
         seed: seeds every random stream of the run (execution noise, randomised policies).

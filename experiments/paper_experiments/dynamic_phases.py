@@ -123,10 +123,12 @@ class DynamicPhasesConfig:
                                                   "(default: LookaheadConfig's)")
     target_trend_min_t: float | None = _opt(None, "target decision: forecast from a rate trend only when it exceeds this many "
                                                   "Poisson standard errors (default: ControllerConfig's)")
-    target_margin: float | None = _opt(None, "target decision: predicted gain a candidate needs for k windows "
-                                             "(default: ControllerConfig's)")
-    target_urgent_gain: float | None = _opt(None, "target decision: predicted gain that moves the target at once "
-                                                  "(default: ControllerConfig's)")
+    target_margin: float | None = _opt(None, "target decision: predicted gain a candidate needs for k windows, a share "
+                                             "of its predicted mean TTFT (the current target's / the candidate's - 1; "
+                                             "0.05 = 5 %), >= 0 (default: ControllerConfig's, 0.05)")
+    target_urgent_gain: float | None = _opt(None, "target decision: predicted gain that moves the target at once, a share "
+                                                  "as --target-margin (0.25 = 25 %), >= --target-margin "
+                                                  "(default: ControllerConfig's, 0.25)")
     target_sample: str = _opt("regime-start", "target decision: look-ahead sample, the mix regime's first requests "
                                               "('regime-start') or the latest arrivals ('latest'); "
                                               "baselines.controller.ControllerConfig.target_sample",

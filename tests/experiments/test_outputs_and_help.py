@@ -249,3 +249,43 @@ def test_every_flag_with_choices_names_its_default():
     missing = [f"{name} {a.option_strings[0]}" for command, sub in _subcommands().items()
                for name, a in _flags(command, sub) if a.choices and "default" not in a.help]
     assert missing == []
+
+
+def test_readme_request_counts_of_the_quick_spec_seeds_are_the_built_ones():
+    """The README's "two seeds of quick.yaml replay N0 and N1 requests" (was 2227 and 2011; the
+    cells' workloads hold 2519 and 2454 at both rates)."""
+    m = re.search(r"`experiments/specs/quick.yaml` therefore replay (\d+) and (\d+) requests \(seeds 0 and 1", README)
+    assert m, "the README sentence moved"
+    counts = {}
+    for wl in {cell.workload for cell in load_spec("experiments/specs/quick.yaml").resolve()}:  # 2 seeds x 2 rates
+        counts.setdefault(wl.seed, set()).add(wl.build().num_requests)
+    assert counts == {0: {int(m.group(1))}, 1: {int(m.group(2))}}
+
+
+def _flag_help(argv: list[str], flag: str) -> str:
+    """The help text of the option ``flag`` of the (sub)command ``argv``, %-formatted as printed."""
+    import argparse
+
+    parser = build_parser()
+    for name in argv:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+    action = next(a for a in parser._actions if flag in a.option_strings)
+    return " ".join((action.help % {"default": action.default}).split())
+
+
+def test_help_says_what_the_flags_do_with_units():
+    """--cache-capacity-scale scales the prefix cache only (0 = no reuse, not no KV memory);
+    --timesteps is rounded up to whole rollouts (10 trained 2048 steps); the target decision's
+    gains are shares of a predicted mean TTFT, with ControllerConfig's defaults."""
+    from baselines.controller import ControllerConfig
+
+    assert "prefix-cache capacity" in _flag_help(["simulate"], "--cache-capacity-scale")
+    assert "0 = no prefix reuse" in _flag_help(["simulate"], "--cache-capacity-scale")
+    for kind in ("routing", "reconfig"):
+        assert "rounded up to whole rollouts of n_steps x n_envs steps" in _flag_help(["train", kind], "--timesteps")
+    margin = _flag_help(["dynamic"], "--target-margin")
+    assert "a share of its predicted mean TTFT" in margin and "0.05 = 5 %" in margin
+    assert margin.endswith(f"(default: ControllerConfig's, {ControllerConfig().target_margin:g})")
+    urgent = _flag_help(["dynamic"], "--target-urgent-gain")
+    assert "0.25 = 25 %" in urgent
+    assert urgent.endswith(f"(default: ControllerConfig's, {ControllerConfig().target_urgent_gain:g})")
