@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+from pathlib import Path
 
 from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
@@ -68,8 +69,8 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
     if seed:
         g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
     g.add_argument("--horizon-s", type=float,
-                   help="stop at this simulated time [s]; unfinished requests count as SLO misses "
-                        "(default: run until every request finished)" if horizon else argparse.SUPPRESS)
+                   help="stop at this simulated time [s], a finite number > 0; unfinished requests count as SLO "
+                        "misses (default: run until every request finished)" if horizon else argparse.SUPPRESS)
     g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens,
                    help="engine step token budget (default 16384)")
     g.add_argument("--slo", default="scaled", metavar="SECONDS|scaled",
@@ -212,9 +213,62 @@ def parse_list(text: str, flag: str, kind: type = float, positive: bool = False)
     return vals
 
 
+#: The numeric pool and simulator flags (``dest``) -> the range they must lie in, in the flags' own
+#: units; checked by :func:`check_sim_flags` so that an error names the flag and the value typed,
+#: not the :class:`SimConfig` field (``latency.kv_handoff_bandwidth_bytes_per_s ... got -1000000000.0``).
+SIM_FLAG_RANGES: dict[str, str] = {"pool_gpus": ">= 1", "gpus_per_node": ">= 1", "max_batch_tokens": ">= 1", "seed": ">= 0",
+                                   "horizon_s": "> 0", "slo_scale": "> 0", "prediction_bias": "> 0",
+                                   "prediction_noise": ">= 0", "cache_capacity_scale": ">= 0",
+                                   "first_decode_step_s": ">= 0", "kv_handoff_gbps": "> 0"}
+
+
+def check_sim_flags(args: argparse.Namespace) -> None:
+    """The numeric flags of :data:`SIM_FLAG_RANGES` (those the parser has and that are given),
+    ``--slo SECONDS`` and ``--node-calibrations`` (one existing file or '' per node).
+
+    Raises:
+        ValueError: naming the flag, the range (integers for integer flags, else finite numbers:
+            ``inf`` is refused, ``--horizon-s`` included — leave it out to run until every request
+            finished) and the value as typed.
+    """
+    for dest, rule in SIM_FLAG_RANGES.items():
+        v = getattr(args, dest, None)
+        if v is None:
+            continue
+        op, lowest = rule.split()
+        if not (math.isfinite(v) and (v > float(lowest) if op == ">" else v >= float(lowest))):
+            kind = "an integer" if isinstance(v, int) else "a finite number"
+            extra = " (leave --horizon-s out to run until every request finished)" if dest == "horizon_s" else ""
+            raise ValueError(f"--{dest.replace('_', '-')} must be {kind} {rule}, got {v:g}{extra}")
+    if getattr(args, "slo", "scaled") != "scaled":
+        try:
+            seconds = float(args.slo)
+        except ValueError:
+            raise ValueError(f"--slo must be a number of seconds or 'scaled', got {args.slo!r}") from None
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"--slo must be a finite number of seconds > 0 or 'scaled', got {args.slo}")
+    paths = _node_calibrations_from_args(args)
+    if paths:
+        num_nodes = -(-args.pool_gpus // args.gpus_per_node)
+        if len(paths) != num_nodes:
+            raise ValueError(f"--node-calibrations needs one calibration per node ('' = --calibration): {num_nodes} "
+                             f"node(s) of --gpus-per-node {args.gpus_per_node} in --pool-gpus {args.pool_gpus}, "
+                             f"got {len(paths)} in {args.node_calibrations!r}")
+        for path in paths:
+            if path and Path(path).expanduser().is_dir():
+                raise ValueError(f"--node-calibrations: {path} is a folder; expected a calibration JSON file")
+            if path and not Path(path).expanduser().is_file():
+                raise ValueError(f"--node-calibrations: {path} does not exist; expected a calibration JSON file")
+
+
 def sim_config_from_args(args: argparse.Namespace, composition: str | None = None, **overrides) -> SimConfig:
     """Builds the validated :class:`SimConfig` of the shared arguments; ``composition`` replaces
-    ``--pool-composition`` (required when the parser has no such flag)."""
+    ``--pool-composition`` (required when the parser has no such flag).
+
+    Raises:
+        ValueError: naming the flag (:func:`check_sim_flags`), or from the config's own checks.
+    """
+    check_sim_flags(args)
     if args.slo == "scaled":
         slo = SLOConfig(kind="scaled", slo_scale=SLOConfig.slo_scale if args.slo_scale is None else args.slo_scale)
     else:

@@ -252,7 +252,7 @@ def load_fault_config(path: str | Path) -> FaultConfig:
     Raises:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: one line ``<file>:<line>: <field>: <what was expected>``; also for an empty
-            file (``events: []`` is the empty schedule).
+            file or a mapping without ``events`` (``{}``; ``events: []`` is the empty schedule).
     """
     import yaml
 
@@ -291,7 +291,7 @@ def _config_from_node(root, src: str) -> FaultConfig:
     if not isinstance(root, yaml.MappingNode):
         raise _err(src, root, "<file>", "expected a mapping with 'events' and optional FaultConfig fields")
     kw: dict = {}
-    events: list[FaultEvent] = []
+    events: list[FaultEvent] | None = None
     for knode, vnode in root.value:
         key = _scalar(knode)
         if key == "events":
@@ -305,6 +305,9 @@ def _config_from_node(root, src: str) -> FaultConfig:
             kw[key] = v
         else:
             raise _err(src, knode, str(key), f"unknown field; expected 'events' or one of {sorted(_TOP_KEYS)}")
+    if events is None:  # as an empty file: '{}' or settings alone are more likely a mistake than no faults
+        raise _err(src, root, "events", "missing; expected a mapping with 'events' and optional FaultConfig fields "
+                                        "(write 'events: []' for a run without faults)")
     try:
         return FaultConfig(events=tuple(events), source=src, **kw)
     except ValueError as exc:

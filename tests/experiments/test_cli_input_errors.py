@@ -295,17 +295,57 @@ def test_tier_flags_out_of_range_name_the_flag_in_its_units(argv, expected, caps
     assert err.startswith(f"cpgym simulate: error: {expected}") and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("flag, field, bound", [("--cache-capacity-scale", "cache_capacity_scale", ">= 0"),
-                                                ("--first-decode-step-s", "latency.first_decode_step_s", ">= 0"),
-                                                ("--kv-handoff-gbps", "latency.kv_handoff_bandwidth_bytes_per_s", "> 0"),
-                                                ("--slo", "slo.ttft_slo_s", "> 0"),
-                                                ("--slo-scale", "slo.slo_scale", "> 0")])
-def test_infinite_simulator_numbers_are_one_error_line(flag, field, bound, capsys):
+@pytest.mark.parametrize("flag, expected", [("--cache-capacity-scale", "--cache-capacity-scale must be a finite number >= 0"),
+                                            ("--first-decode-step-s", "--first-decode-step-s must be a finite number >= 0"),
+                                            ("--kv-handoff-gbps", "--kv-handoff-gbps must be a finite number > 0"),
+                                            ("--slo", "--slo must be a finite number of seconds > 0 or 'scaled'"),
+                                            ("--slo-scale", "--slo-scale must be a finite number > 0")])
+def test_infinite_simulator_numbers_are_one_error_line(flag, expected, capsys):
     # inf used to pass the `> 0` / `>= 0` checks: a traceback (cache scale), or TTFTs of inf with
     # SLO attainment 1.0 (first decode step), or an SLO every request meets
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work",
                  "--quiet", flag, "inf"]) == 2
-    assert capsys.readouterr().err == f"cpgym simulate: error: {field} must be a finite number {bound}, got inf\n"
+    assert capsys.readouterr().err == f"cpgym simulate: error: {expected}, got inf\n"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    # each named the SimConfig field and the converted value (bytes/s, 0.0, the number of entries)
+    (["--kv-handoff-gbps", "-1"], "--kv-handoff-gbps must be a finite number > 0, got -1"),  # was ...bytes_per_s ... -1e9
+    (["--horizon-s", "0"], "--horizon-s must be a finite number > 0, got 0 (leave --horizon-s out to run until every "
+                           "request finished)"),  # was "horizon_s must be > 0 or None"
+    (["--horizon-s", "inf"], "--horizon-s must be a finite number > 0, got inf"),  # was accepted
+    (["--horizon-s", "nan"], "--horizon-s must be a finite number > 0, got nan"),
+    (["--max-batch-tokens", "0"], "--max-batch-tokens must be an integer >= 1, got 0"),
+    (["--pool-gpus", "0"], "--pool-gpus must be an integer >= 1, got 0"),
+    (["--prediction-noise", "-1"], "--prediction-noise must be a finite number >= 0, got -1"),
+    (["--slo", "-1"], "--slo must be a finite number of seconds > 0 or 'scaled', got -1"),
+    (["--node-calibrations", "/no/such.json"],  # was "node_calibration_paths needs one entry per node (5), got 1"
+     "--node-calibrations needs one calibration per node ('' = --calibration): 5 node(s) of --gpus-per-node 8 in "
+     "--pool-gpus 40, got 1 in '/no/such.json'"),
+    (["--node-calibrations", "/no/such.json,,,,"], "--node-calibrations: /no/such.json does not exist; expected a "
+                                                   "calibration JSON file"),
+    (["--node-calibrations", "/,,,,"], "--node-calibrations: / is a folder; expected a calibration JSON file"),
+])
+def test_simulator_flags_name_the_flag_and_the_value_typed(argv, expected, capsys, monkeypatch, tmp_path):
+    import experiments.runner as runner
+
+    _forbid_runs(monkeypatch, tmp_path, [(runner, "run_policy")], argv[0])
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
+                 *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym simulate: error: {expected}") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ["{}", "rebuild_s: 5\n"])
+def test_faults_file_without_events_is_refused_as_the_empty_file(text, tmp_path, capsys):
+    """``--faults`` with ``{}`` (or settings but no events) was a run without faults, although the
+    empty file's error says a mapping with 'events' is required: now the same requirement."""
+    f = tmp_path / "faults.json"
+    f.write_text(text)
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
+                 "--faults", str(f)]) == 2
+    assert capsys.readouterr().err == (f"cpgym simulate: error: {f}:1: events: missing; expected a mapping with 'events' "
+                                       "and optional FaultConfig fields (write 'events: []' for a run without faults)\n")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "5,-inf"])
