@@ -252,7 +252,8 @@ def load_fault_config(path: str | Path) -> FaultConfig:
     Raises:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: one line ``<file>:<line>: <field>: <what was expected>``; also for an empty
-            file or a mapping without ``events`` (``{}``; ``events: []`` is the empty schedule).
+            file or a mapping with neither ``events`` nor a random fault process (``{}``;
+            ``events: []`` is the empty schedule).
     """
     import yaml
 
@@ -305,13 +306,14 @@ def _config_from_node(root, src: str) -> FaultConfig:
             kw[key] = v
         else:
             raise _err(src, knode, str(key), f"unknown field; expected 'events' or one of {sorted(_TOP_KEYS)}")
-    if events is None:  # as an empty file: '{}' or settings alone are more likely a mistake than no faults
-        raise _err(src, root, "events", "missing; expected a mapping with 'events' and optional FaultConfig fields "
-                                        "(write 'events: []' for a run without faults)")
     try:
-        return FaultConfig(events=tuple(events), source=src, **kw)
+        config = FaultConfig(events=tuple(events or ()), source=src, **kw)
     except ValueError as exc:
         raise ValueError(f"{src}:{root.start_mark.line + 1}: {exc}") from None
+    if events is None and config.is_empty:  # as an empty file: '{}' or settings alone are more likely a mistake
+        raise _err(src, root, "events", "missing, and no random fault process is set; expected a mapping with 'events' "
+                                        "and optional FaultConfig fields (write 'events: []' for a run without faults)")
+    return config
 
 
 def _event_from_node(node, src: str, i: int) -> FaultEvent:

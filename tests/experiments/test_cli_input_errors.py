@@ -344,8 +344,9 @@ def test_faults_file_without_events_is_refused_as_the_empty_file(text, tmp_path,
     f.write_text(text)
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
                  "--faults", str(f)]) == 2
-    assert capsys.readouterr().err == (f"cpgym simulate: error: {f}:1: events: missing; expected a mapping with 'events' "
-                                       "and optional FaultConfig fields (write 'events: []' for a run without faults)\n")
+    assert capsys.readouterr().err == (f"cpgym simulate: error: {f}:1: events: missing, and no random fault process is "
+                                       "set; expected a mapping with 'events' and optional FaultConfig fields (write "
+                                       "'events: []' for a run without faults)\n")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "5,-inf"])

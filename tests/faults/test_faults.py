@@ -160,6 +160,13 @@ def test_event_outside_pool_is_rejected(simple_calibration):
         Simulator(wl, SimConfig(pool=ONE_CP2, faults=faults), simple_calibration)
 
 
+def test_fault_schedule_of_random_processes_alone_needs_no_events(tmp_path):
+    f = tmp_path / "f.yaml"
+    f.write_text("gpu_failure_rate_per_gpu_hour: 0.5\n")  # '{}' is refused (no events, no random process)
+    c = load_fault_config(f)
+    assert c.events == () and c.has_random
+
+
 def test_load_fault_config_yaml_and_json(tmp_path):
     y = tmp_path / "f.yaml"
     y.write_text("detection_delay_s: 10\nevents:\n  - {kind: gpu_failure, time_s: 5, gpu: 1}\n"
@@ -180,6 +187,8 @@ def test_load_fault_config_yaml_and_json(tmp_path):
      r"f.yaml:3: events\[1\]: kind: expected one of"),
     ("events:\n  - {kind: straggler, time_s: 5, gpu: 1, factor: 0.5, duration_s: 3}\n", r"f.yaml:2: .*factor"),
     ("rebuild: 3\n", r"f.yaml:1: rebuild: unknown field"),
+    ("{}\n", r"f.yaml:1: events: missing, and no random fault process is set; expected a mapping with 'events'"),
+    ("rebuild_s: 3\n", r"f.yaml:1: events: missing, .*\(write 'events: \[\]' for a run without faults\)"),
     ("detection_delay_s: -1\n", r"f.yaml:1: faults.detection_delay_s: expected a finite number >= 0"),
     ("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 1, colour: red}\n", r"f.yaml:2: events\[0\].colour: unknown field"),
     ("events: [\n", r"f.yaml:\d+: not valid YAML/JSON"),
