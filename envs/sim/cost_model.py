@@ -41,7 +41,7 @@ def attention_pairs(num_new_tokens: int, num_cached_tokens: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class CostCoefficients:
-    """Coefficients of ``E_C(R,P)``; all >= 0, and the time must grow with the new tokens.
+    """Coefficients of ``E_C(R,P)``; all >= 0.
 
     Attributes:
         d_s: fixed per-step overhead [s].
@@ -61,9 +61,6 @@ class CostCoefficients:
         for name, value in asdict(self).items():
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"cost coefficient {name} must be a finite number >= 0, got {value!r}")
-        if self.a_s_per_token + self.c_s_per_token + self.alpha_s_per_pair <= 0:
-            raise ValueError("cost coefficients a_s_per_token, c_s_per_token and alpha_s_per_pair are all 0: a prefill "
-                             "would take no longer for more new tokens; expected at least one > 0")
 
 
 class CostModel:
