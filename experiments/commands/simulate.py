@@ -28,11 +28,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output (same as --no-progress)")
 
 
+#: What the table's abbreviated columns mean (printed under it).
+TABLE_CAPTION = ("SLO tok: token-weighted SLO attainment (share of prompt tokens in requests that met their TTFT SLO); "
+                 "SLO req: share of requests that met it; hit rate: cached share of the prompt tokens of started "
+                 "requests; util: GPU busy time / (GPUs x simulated time)")
+
+
 def print_table(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title)
+    t = Table(title=title, caption=TABLE_CAPTION)
     cols = [("policy", "policy", "{}"), ("pool", "pool", "{}"), ("num_requests", "requests", "{:d}"),
             ("num_unfinished", "unfinished", "{:d}"),
             ("mean_ttft_s", "mean TTFT s", "{:.3f}"), ("p50_ttft_s", "P50 s", "{:.3f}"), ("p90_ttft_s", "P90 s", "{:.3f}"),
