@@ -169,7 +169,8 @@ def _print_table(summary, changes, title: str) -> None:
     con = Console(width=max(120, Console().width))
     con.print(t)
     if changes:
-        c = Table(title="Vertumnus vs the strongest baseline (lowest mean TTFT among non-Vertumnus policies)")
+        c = Table(title="Vertumnus vs the strongest baseline (lowest mean TTFT among non-Vertumnus policies)",
+                  caption=CHANGE_CAPTION)
         for label in ("rate rps", "strongest baseline", "mean TTFT %", "P90 TTFT %", "SLO tok pp"):
             c.add_column(label, justify="right")
         for ch in changes:
@@ -290,6 +291,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The sign convention of the change tables (printed under them).
+CHANGE_CAPTION = ("TTFT %: (Vertumnus - baseline) / baseline, negative = Vertumnus faster; "
+                  "SLO tok pp: token-weighted SLO attainment difference in percentage points, positive = Vertumnus better")
+
+
 def _print_sweep(sweep) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -297,7 +303,8 @@ def _print_sweep(sweep) -> None:
 
     if sweep.empty:
         return
-    t = Table(title="beta/lambda sweep: change vs the strongest non-Vertumnus baseline (mean over rates last)")
+    t = Table(title="beta/lambda sweep: change vs the strongest non-Vertumnus baseline (mean over rates last)",
+              caption=CHANGE_CAPTION)
     for label in ("variant", "rate rps", "strongest baseline", "mean TTFT %", "P90 TTFT %", "SLO tok pp"):
         t.add_column(label, justify="left" if label == "variant" else "right")
     for _, r in sweep.iterrows():
