@@ -50,6 +50,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
 
 
+def warn_length_independent(coefficients: dict, out: str, file=None) -> bool:
+    """One warning line on stderr (or ``file``) when the fit found no cost per new token (``a``,
+    ``c`` and ``alpha`` all 0): every prefill then takes the fixed overhead ``d`` whatever its
+    length, so the calibration cannot rank CP degrees or saturate a pool. Happens when the grid's
+    timings are overhead-dominated (short ``--new-tokens``, a tiny layer). Returns whether it warned."""
+    if coefficients["a_s_per_token"] + coefficients["c_s_per_token"] + coefficients["alpha_s_per_pair"] > 0:
+        return False
+    print(f"warning: {out}: the fit found no cost per new token (a, c and alpha are 0), so every prefill takes "
+          f"d = {coefficients['d_s']:.3g} s whatever its length; profile longer prompts (--new-tokens) or a larger layer",
+          file=file or sys.stderr, flush=True)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from experiments.commands.kernels import parse_int_list
     from kernels_ref import roofline
@@ -76,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     command = _command_line(sys.argv)
     data = build_profile_calibration(samples, fit, config, args.model, args.gpu, command=command)
     Calibration.from_dict(data, source="profile").save(args.out)
+    warn_length_independent(fit.coefficients, args.out)
     if args.format == "json":
         print(json.dumps({"out": args.out, "coefficients": fit.coefficients, "fit_error": fit.summary(),
                           "samples": data["provenance"]["samples"]}, indent=2))

@@ -178,3 +178,15 @@ def test_calibrate_says_why_it_has_no_cp_efficiency_to_report(argv, reason, caps
     assert main(["kernels", "calibrate", *argv]) == 0
     lines = [x.strip() for x in capsys.readouterr().out.splitlines() if "CP efficiency" in x]
     assert lines == [f"CP efficiency       {reason}"], lines
+
+
+def test_profile_warns_when_the_fit_has_no_cost_per_token():
+    import io
+
+    from experiments.commands.profile import warn_length_independent
+
+    flat = {"d_s": 0.01, "a_s_per_token": 0.0, "b_s_per_token": 1e-9, "c_s_per_token": 0.0, "alpha_s_per_pair": 0.0}
+    f = io.StringIO()
+    assert warn_length_independent(flat, "prof.json", file=f)
+    assert "prof.json" in f.getvalue() and "--new-tokens" in f.getvalue()
+    assert not warn_length_independent({**flat, "c_s_per_token": 1e-6}, "prof.json", file=f)
