@@ -62,11 +62,14 @@ def cache_dir_from_args(args: argparse.Namespace) -> str | None:
     """``--cache-dir`` (``None`` with ``--no-cache``), checked before any bisection runs.
 
     Raises:
-        ValueError: naming ``--cache-dir`` if it is a file or cannot be created.
+        ValueError: naming ``--cache-dir`` if it is a file or cannot be created, or if it is given
+            with ``--no-cache`` (which uses no cache folder).
     """
     from experiments.common import check_out_dir
 
     if args.no_cache:
+        if args.cache_dir != DEFAULT_CACHE_DIR:
+            raise ValueError(f"--cache-dir {args.cache_dir} is not used with --no-cache; give one of them")
         return None
     check_out_dir(args.cache_dir, "--cache-dir")
     return args.cache_dir

@@ -574,3 +574,11 @@ def test_reproduce_traces_dir_needs_the_trace_only_for_experiments_that_replay_i
     assert config_from_args(args, ["dynamic", "cache"]).workloads  # no end-to-end: the trace is not read
     args = build_parser().parse_args(["reproduce", "--traces-dir", str(tmp_path), "--workloads", "tool-agent", "--no-cache"])
     assert config_from_args(args).workloads[0].key == "tool-agent"
+
+
+def test_capacity_cache_dir_with_no_cache_is_an_error(tmp_path, capsys):
+    """``--no-cache`` uses no cache folder, so a ``--cache-dir`` next to it (even a file) was silently ignored."""
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    assert main(["capacity", "--workload", "tool-agent", "--policy", "least-work", "--no-cache", "--cache-dir", str(f)]) == 2
+    assert f"--cache-dir {f} is not used with --no-cache" in capsys.readouterr().err
