@@ -102,18 +102,19 @@ def check_policy_argument(name: str) -> None:
                      f"or a registered policy: {', '.join(POLICIES)}")
 
 
-def check_distinct(values, flag: str, text=None) -> None:
-    """Seeds and window indices name episodes: a repeated one would count the same episode twice
-    (a narrower, fake confidence interval).
+def check_distinct(values, flag: str, text=None, expected: str = "distinct values (each is one episode)") -> None:
+    """Seeds and window indices name episodes (or repetitions): a repeated one would count the same
+    run twice (a narrower, fake confidence interval).
 
     Raises:
-        ValueError: ``FLAG lists X twice: TEXT; expected distinct values (each is one episode)``.
+        ValueError: ``FLAG lists X twice: TEXT; expected EXPECTED`` (``TEXT``: ``text``, or the
+            values joined by commas).
     """
     seen = set()
     for v in values:
         if v in seen:
             shown = text if text is not None else ",".join(map(str, values))
-            raise ValueError(f"{flag} lists {v!r} twice: {shown!r}; expected distinct values (each is one episode)")
+            raise ValueError(f"{flag} lists {v!r} twice: {shown!r}; expected {expected}")
         seen.add(v)
 
 

@@ -445,16 +445,7 @@ def load_initial_model(path: str, model, venv) -> None:
             (:func:`policies.checkpoint.load_model_zip`, :func:`~policies.checkpoint.load_vecnormalize`)
             or its observation or action space differs from the run's.
     """
-    from sb3_contrib import MaskablePPO
-
-    from policies.checkpoint import load_model_zip, load_vecnormalize, vecnormalize_path
-
-    zp = Path(path)
-    stats = vecnormalize_path(zp)
-    if not zp.is_file() or not zp.name.endswith("model.zip") or not stats.is_file():
-        raise FileNotFoundError(f"--init-from {path}: expected a *model.zip with its *vecnormalize.pkl next to it")
-    init = load_model_zip(MaskablePPO, zp)
-    saved = load_vecnormalize(stats)
+    init, saved = read_initial_model(path)
     if init.observation_space != model.observation_space or init.action_space != model.action_space:
         raise ValueError(f"--init-from {path}: its observation/action space differs from this run's (same "
                          "--action-mode, --target-degrees, --capacity-features and pool needed)")
@@ -463,24 +454,35 @@ def load_initial_model(path: str, model, venv) -> None:
     venv.ret_rms = saved.ret_rms
 
 
-def check_init_from(cfg: ReconfigTrainConfig) -> None:
-    """Reads ``cfg.init_from`` (if set) and its statistics as :func:`load_initial_model` will, so
-    that a missing or corrupt file fails before anything is simulated or written.
+def read_initial_model(path: str):
+    """``(MaskablePPO model, VecNormalize statistics)`` of an ``--init-from`` zip (``model.zip`` ->
+    ``vecnormalize.pkl``, ``X_model.zip`` -> ``X_vecnormalize.pkl``).
 
     Raises:
-        FileNotFoundError / ValueError: naming the file, see :func:`load_initial_model`.
+        FileNotFoundError: when the zip or its statistics are missing.
+        ValueError: naming the file, when it or its statistics cannot be read
+            (:func:`policies.checkpoint.load_model_zip`, :func:`~policies.checkpoint.load_vecnormalize`).
     """
-    if cfg.init_from is None:
-        return
     from sb3_contrib import MaskablePPO
 
     from policies.checkpoint import load_model_zip, load_vecnormalize, vecnormalize_path
 
-    zp = Path(cfg.init_from)
-    if not zp.is_file() or not zp.name.endswith("model.zip") or not vecnormalize_path(zp).is_file():
-        raise FileNotFoundError(f"--init-from {zp}: expected a *model.zip with its *vecnormalize.pkl next to it")
-    load_model_zip(MaskablePPO, zp)
-    load_vecnormalize(vecnormalize_path(zp))
+    zp = Path(path)
+    stats = vecnormalize_path(zp)
+    if not zp.is_file() or not zp.name.endswith("model.zip") or not stats.is_file():
+        raise FileNotFoundError(f"--init-from {path}: expected a *model.zip with its *vecnormalize.pkl next to it")
+    return load_model_zip(MaskablePPO, zp), load_vecnormalize(stats)
+
+
+def check_init_from(cfg: ReconfigTrainConfig) -> None:
+    """Reads ``cfg.init_from`` (if set) and its statistics (:func:`read_initial_model`), so that a
+    missing or corrupt file fails before anything is simulated or written.
+
+    Raises:
+        FileNotFoundError / ValueError: naming the file, see :func:`read_initial_model`.
+    """
+    if cfg.init_from is not None:
+        read_initial_model(cfg.init_from)
 
 
 def check_target_menu(cfg: ReconfigTrainConfig, sim_config) -> None:

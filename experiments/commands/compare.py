@@ -216,13 +216,12 @@ def parse_seeds(args: argparse.Namespace) -> list[int]:
             run once but shown as given in the title).
     """
     from experiments.common import parse_list
+    from policies.evaluate import check_distinct
 
     seeds = parse_list(args.seeds, "--seeds", int)
     if any(s < 0 for s in seeds):
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
-    twice = next((s for i, s in enumerate(seeds) if s in seeds[:i]), None)
-    if twice is not None:
-        raise ValueError(f"--seeds lists {twice} twice: {args.seeds!r}; expected distinct seeds (each is one repetition)")
+    check_distinct(seeds, "--seeds", args.seeds, "distinct seeds (each is one repetition)")
     return seeds
 
 

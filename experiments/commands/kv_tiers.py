@@ -30,12 +30,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_policy_names(flag: str, names) -> None:
-    """Raises ValueError naming ``flag`` if a name of ``names`` is not a registered policy."""
-    from baselines.registry import POLICIES
+    """Raises ValueError ``FLAG: unknown policy ...`` (:func:`baselines.registry.get_policy`) if a
+    name of ``names`` is not a registered policy."""
+    from baselines.registry import get_policy
 
     for name in names:
-        if name not in POLICIES:
-            raise ValueError(f"{flag}: unknown policy {name!r}; known policies: {', '.join(POLICIES)}")
+        try:
+            get_policy(name)
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
 
 
 def _progress(r: dict) -> None:

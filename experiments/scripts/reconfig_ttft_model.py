@@ -170,7 +170,7 @@ def main(argv: list[str]) -> int:
     from baselines.capacity import CapacityTable
     from baselines.composition import degree_counts
     from envs import workloads
-    from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config
+    from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config, target_menu
     from envs.sim import Calibration, SimConfig
     from policies.reconfig_oracle import fixed_mean_ttft, load_phase_ttft
 
@@ -202,7 +202,7 @@ def main(argv: list[str]) -> int:
                                   action_mode="target", target_degrees=MENU_DEGREES, max_operation_gpus_per_window=16.0,
                                   window_s=20.0)
 
-    menu = make_env(workloads.build_workload(name="matched-phases", seed=fit[0]), fit[0]).target_compositions
+    menu = target_menu(sc.pool, MENU_DEGREES)  # the environment's action menu
     try:
         tables = load_phase_ttft(a.cache, menu)
     except (OSError, ValueError) as e:
