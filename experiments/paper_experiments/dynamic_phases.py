@@ -195,7 +195,8 @@ class DynamicPhasesResult:
     """Outcome of :func:`run_dynamic_phases`.
 
     Args:
-        summary: JSON-ready dict (workload, pool, controller, ``policies`` rows with per-phase
+        summary: JSON-ready dict (workload, pool, ``calibration`` (``model``, ``gpu_type`` and
+            ``path``, ``None`` = the shipped default), controller, ``policies`` rows with per-phase
             mean TTFT [s], ``phases`` comparisons, reconfiguration ``operations``, drain / switch
             distributions, ``controller_windows``, ``capacity_profiles``, ...).
         phase_kinds: ``"short"`` / ``"long"`` per phase in the (windowed) run.
@@ -587,6 +588,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
         "pool": {"num_gpus": pool.num_gpus, "gpus_per_node": pool.gpus_per_node,
                  "supported_degrees": list(pool.supported_degrees)},
         "seed": base.seed,
+        "calibration": {"model": calibration.model, "gpu_type": calibration.gpu_type, "path": base.calibration_path},
         "controller": _controller_summary(ccfg),
         "initial_composition": initial, "initial_composition_info": init_info,
         "policies": rows,

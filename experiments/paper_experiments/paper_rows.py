@@ -279,21 +279,44 @@ def main(argv: list[str] | None = None) -> int:
         params = {k: v for k, v in params.items() if k[len("cache_"):] in _sweepable()}
         seeds = tuple(int(s) for s in rest[1].split(","))
         rows = cache_rows(run_cache_pairs(float(rest[0]), seeds, SimConfig(), manager_params=params), _model())
-    elif kind == "reconfiguration":
-        rows = reconfiguration_rows([operation_times_s(json.loads(open(p).read())) for p in rest], _model())
-    elif kind == "dynamic" and rest:
+    elif kind in ("reconfiguration", "dynamic"):
         summaries = [json.loads(open(p).read()) for p in rest]
-        pool = summaries[0]["pool"]
-        degrees = (min(pool["supported_degrees"]), max(pool["supported_degrees"]))
-        rows = []
-        for scenario, phase_kind in DYNAMIC_SCENARIOS.items():
-            rows += dynamic_rows(scenario, summaries, _model(), int(pool["num_gpus"]), degrees, PAPER_DYNAMIC.get(scenario),
-                                 phase_kind)
+        try:
+            model = summaries_model(summaries, rest)
+            if kind == "reconfiguration":
+                rows = reconfiguration_rows([operation_times_s(s) for s in summaries], model)
+            else:
+                pool = summaries[0]["pool"]
+                degrees = (min(pool["supported_degrees"]), max(pool["supported_degrees"]))
+                rows = []
+                for scenario, phase_kind in DYNAMIC_SCENARIOS.items():
+                    rows += dynamic_rows(scenario, summaries, model, int(pool["num_gpus"]), degrees,
+                                         PAPER_DYNAMIC.get(scenario), phase_kind)
+        except ValueError as e:
+            print(f"paper_rows {kind}: {e}", file=sys.stderr)
+            return 2
     else:
         print(usage, file=sys.stderr)
         return 2
     print(dumps_json(rows))
     return 0
+
+
+def summaries_model(summaries: list[dict], paths: list[str]) -> str:
+    """The model label of ``run_dynamic_phases`` summaries: their ``calibration.model``.
+
+    A ``dynamic.json`` written before the summary recorded its calibration has no
+    ``calibration`` key; such a file counts as the shipped default calibration's model (every
+    run in ``results/`` without the key used a Qwen3-30B-A3B calibration).
+
+    Raises:
+        ValueError: if the files were run on different models (names each file's model).
+    """
+    models = [s.get("calibration", {}).get("model") or _model() for s in summaries]
+    if len(set(models)) > 1:
+        raise ValueError("the dynamic.json files were run on different models: "
+                         + ", ".join(f"{p}: {m}" for p, m in zip(paths, models)) + "; give one model's files")
+    return models[0]
 
 
 def _sweepable() -> tuple[str, ...]:

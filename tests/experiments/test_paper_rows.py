@@ -106,3 +106,32 @@ def test_reconfiguration_rows_percentiles_and_errors():
     assert math.isnan(p10["ci_low"]) and p10["paper_value"] == 1.1 and p90["paper_value"] == 5.1
     with pytest.raises(ValueError, match="committed"):
         reconfiguration_rows([[]], "qwen3")
+
+
+def test_rows_cli_labels_rows_with_the_model_the_runs_used(tmp_path, capsys):
+    import json
+
+    from experiments.paper_experiments.paper_rows import main
+
+    def write(name, model):
+        s = {**_summary(0.9), "pool": {"num_gpus": 40, "supported_degrees": [2, 4]},
+             "operations": [{"total_s": 1.2, "commit_s": 5.0}]}
+        if model is not None:
+            s["calibration"] = {"model": model, "gpu_type": "H20-3e", "path": f"{model}.json"}
+        (tmp_path / name).write_text(json.dumps(s))
+        return str(tmp_path / name)
+
+    a, b = write("a.json", "DeepSeek-V4-Flash-FP8"), write("b.json", "DeepSeek-V4-Flash-FP8")
+    assert main(["dynamic", a, b]) == 0
+    assert {r["model"] for r in json.loads(capsys.readouterr().out)} == {"DeepSeek-V4-Flash-FP8"}
+    assert main(["reconfiguration", a, b]) == 0
+    assert {r["model"] for r in json.loads(capsys.readouterr().out)} == {"DeepSeek-V4-Flash-FP8"}
+    old = write("old.json", None)  # written before the summary recorded its calibration: the default's model
+    assert main(["dynamic", old]) == 0
+    assert {r["model"] for r in json.loads(capsys.readouterr().out)} == {"Qwen3-30B-A3B"}
+    assert main(["dynamic", a, old]) == 2
+    err = capsys.readouterr().err
+    assert "different models" in err and "DeepSeek-V4-Flash-FP8" in err and "old.json: Qwen3-30B-A3B" in err
+    (tmp_path / "a.json").write_text(json.dumps({**json.loads((tmp_path / "a.json").read_text()), "operations": []}))
+    assert main(["reconfiguration", a]) == 2  # a row builder's own error: one line, no traceback
+    assert "at least one committed operation" in capsys.readouterr().err
