@@ -320,6 +320,8 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
     * v0 (cpgym 0.2): ``pickle`` after ``reset()`` raises a ``TypeError`` saying what to do
       instead (the pickle could not be loaded: SimPy's bound event classes); ``copy.deepcopy``
       continues the episode (:class:`envs.episodes.PickleBeforeReset`).
+    * v0 (cpgym 0.2): the ``"context"`` features are clipped to their bounds like every other key
+      (a burst of arrivals or a window longer than ``TIME_BOUND_S`` left the observation space).
     """
 
     metadata = {"render_modes": []}
@@ -356,12 +358,13 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
         self._w_high = np.array([b for _, b in WORKER_FEATURES], dtype=np.float32)
         self._r_high = np.array([b for _, b in REQUEST_FEATURES], dtype=np.float32)
         self._p_high = np.array([b for _, b in POOL_FEATURES], dtype=np.float32)
+        self._c_high = tuple(b for _, b in CONTEXT_FEATURES)
         self.observation_space = spaces.Dict({
             "workers": spaces.Box(0.0, np.broadcast_to(self._w_high, (n, len(WORKER_FEATURES))).copy(), dtype=np.float32),
             "request": spaces.Box(0.0, self._r_high.copy(), dtype=np.float32),
             "pool": spaces.Box(0.0, self._p_high.copy(), dtype=np.float32),
             "workers_extra": spaces.Box(0.0, TIME_BOUND_S, (n, len(WORKER_EXTRA_FEATURES)), dtype=np.float32),
-            "context": spaces.Box(0.0, np.array([b for _, b in CONTEXT_FEATURES], dtype=np.float32), dtype=np.float32),
+            "context": spaces.Box(0.0, np.array(self._c_high, dtype=np.float32), dtype=np.float32),
             **_fault_space(n, observe_faults),
         })
         self.action_space = spaces.Discrete(n)
@@ -595,7 +598,11 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
             t0 = 0.0
         span = now - t0
         num_recent = self._num_arrivals_in(t0, now)
-        ctx[:] = (max(self._window_end_s - now, 0.0), num_recent / span if span > 0 else 0.0)
+        # clipped to the CONTEXT_FEATURES bounds like every other feature (a window longer than
+        # TIME_BOUND_S, or a burst of arrivals within a microsecond, left the observation space)
+        rate = num_recent / span if span > 0 else 0.0
+        end_high, rate_high = self._c_high
+        ctx[:] = (min(max(self._window_end_s - now, 0.0), end_high), min(rate, rate_high))
         R[:] = (L, sim.ttft_slo_s(req.request_id), cm.service_time_s(self._min_degree, L, 0), max_hit,
                 now - req.arrival_time_s, sim._num_routings[req.request_id])
         P[:] = (num_eligible, self._acct.n, total_q, min_q if num_eligible else 0.0, sim.epoch)

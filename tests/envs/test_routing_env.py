@@ -215,3 +215,22 @@ def test_observation_costs_and_rate_are_exact(toy_cal, small_config):
         num_checked += 1
         obs, *_ = env.step(int(np.flatnonzero(env.action_masks())[0]))
     assert num_checked >= 100
+
+
+@pytest.mark.parametrize("arrivals_s, key_index", [
+    ((0.0, 1e-9, 2e-9), 1),   # three arrivals within 2 ns: recent_arrival_rate_rps ~1e9 > COUNT_BOUND
+    ((0.0, 2e5), 0),          # a window of 2e5 s: time_to_window_end_s > TIME_BOUND_S
+])
+def test_context_observation_is_clipped_to_its_bounds(arrivals_s, key_index, toy_cal, small_config):
+    # the "context" features were not clipped (every other key was): observations outside the
+    # declared observation_space at a burst of arrivals or in a window longer than ~28 hours
+    from tests.sim.conftest import make_workload
+
+    env = PrefillRoutingEnv(make_workload([(t, 10, None) for t in arrivals_s]), small_config, toy_cal)
+    obs, _ = env.reset(seed=0)
+    seen = [obs]
+    while env.pending_request is not None:
+        seen.append(env.step(int(np.flatnonzero(env.action_masks())[0]))[0])
+    high = env.observation_space["context"].high
+    assert all(env.observation_space.contains(o) for o in seen)
+    assert max(o["context"][key_index] for o in seen) == high[key_index]
