@@ -360,6 +360,9 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     * v0 (cpgym 0.2): ``pickle`` after ``reset()`` raises a ``TypeError`` saying what to do
       instead (the pickle could not be loaded: SimPy's bound event classes); ``copy.deepcopy``
       continues the episode (:class:`envs.episodes.PickleBeforeReset`).
+    * v0 (cpgym 0.2): an episode whose run ends within ``reset``'s window earns that window's
+      reward at its first (and last) step (it returned 0, losing ``-Σ TTFT``); the action of that
+      step is ignored.
     """
 
     metadata = {"render_modes": []}
@@ -527,8 +530,9 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self._hist_t = -1.0
         self._last_action = -1
         self._run_window()
-        if self._ended:  # the whole run fitted in the first window: the first step ends it
-            self._end_flags = self._acct.episode_end()[:2]
+        # the whole run may fit in the first window: then the first step ends the episode and
+        # still earns that window's reward (it was lost: a return of 0 instead of -sum TTFT)
+        self._end_reported = False
         return self._observe(), self._info(0.0, False)
 
     def _on_finish_window(self, sim, batch, _w) -> None:
@@ -576,28 +580,30 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         if self.sim is None:
             raise RuntimeError("call reset() before step()")
         k = discrete_action(action, self.action_space.n)
-        if self._ended:  # stepping after the end: a no-op repeating the end flags (an empty window)
+        if self._end_reported:  # stepping after the end: a no-op repeating the end flags (an empty window)
             return self._observe(), 0.0, *self._end_flags, self._info(self._t, False)
         invalid = False
-        if self.action_mode == "target":
-            self._move_towards(k)
-        elif k != 0:
-            op = self._operation(k)
-            if op is None or op not in set(eligible_operations(self.sim)):
-                invalid = True
-                self._num_invalid += 1
-            else:
-                apply_operation(self.sim, op)
-                self._num_ops += 1
-                self._last_op_s = self._t
         start = self._t
-        self._run_window()
+        if not self._ended:  # else the run ended within reset's window: the action is ignored
+            if self.action_mode == "target":
+                self._move_towards(k)
+            elif k != 0:
+                op = self._operation(k)
+                if op is None or op not in set(eligible_operations(self.sim)):
+                    invalid = True
+                    self._num_invalid += 1
+                else:
+                    apply_operation(self.sim, op)
+                    self._num_ops += 1
+                    self._last_op_s = self._t
+            self._run_window()
         sim = self.sim
         acct = self._acct
         terminated = truncated = False
         if self._ended:
             terminated, truncated, end = acct.episode_end()
             self._end_flags = (terminated, truncated)
+            self._end_reported = True
             tis, miss = acct.collect(end)
         else:
             tis, miss = acct.collect(max(self._t, sim.env.now))

@@ -252,3 +252,28 @@ def test_target_mode_passes_the_env_checker(toy_cal):
     from gymnasium.utils.env_checker import check_env
 
     check_env(_env(toy_cal, n=120, capacity_features=True, action_mode="target"), skip_render_check=True)
+
+
+@pytest.mark.parametrize("reward", ["time_in_system", "slo_miss_tokens"])
+def test_episode_ending_in_the_first_window_keeps_its_reward(reward, toy_cal):
+    # the whole run fits in reset's window: the first (and last) step returned 0.0, so the episode
+    # return was 0 instead of -sum(TTFT) (or -misses); a later step stays a no-op
+    from envs.sim import SimConfig, SLOConfig
+
+    from .conftest import SMALL_POOL, random_workload
+
+    config = SimConfig(pool=SMALL_POOL, slo=SLOConfig(kind="fixed", ttft_slo_s=1.5))  # some requests miss it
+    env = PrefillReconfigEnv([random_workload(10, 5.0, 0)], config, toy_cal, window_s=100.0, reward=reward,
+                             reward_scale=1.0)
+    env.reset(seed=0)
+    assert env.sim.done
+    _, r, term, trunc, info = env.step(1)  # a masked action: ignored, nothing is left to simulate
+    assert (term, trunc, info["invalid_action"], info["num_operations"]) == (True, False, False, 0)
+    records = env.sim.result().records
+    if reward == "time_in_system":
+        assert r == pytest.approx(-records["ttft_s"].sum(), rel=1e-9) and r < 0
+    else:
+        tokens = records["num_prompt_tokens"]
+        missed = tokens[records["ttft_s"] > records["ttft_slo_s"]].sum()
+        assert r == pytest.approx(-missed * len(tokens) / tokens.sum(), rel=1e-9) and r < 0
+    assert env.step(0)[1:4] == (0.0, True, False)
