@@ -99,13 +99,52 @@ def nonempty_windows(workloads: Workload | Sequence[Workload]) -> list[Workload]
     """The non-empty episode windows of a workload or a sequence of them.
 
     Raises:
-        ValueError: if no window holds a request.
+        ValueError: if no window holds a request, or naming ``workloads`` if it is neither a
+            ``Workload`` nor a sequence of them (a workload name such as ``"tool-agent"`` failed
+            with "'str' object has no attribute 'num_requests'").
     """
-    ws = [workloads] if isinstance(workloads, Workload) else list(workloads)
+    if isinstance(workloads, Workload):
+        ws = [workloads]
+    elif isinstance(workloads, Sequence) and not isinstance(workloads, str) and all(
+            isinstance(w, Workload) for w in workloads):
+        ws = list(workloads)
+    else:
+        raise ValueError(f"workloads must be an envs.sim.Workload or a sequence of them (e.g. "
+                         f"envs.workloads.get_workload('tool-agent') or build_workload(trace=PATH)), got "
+                         f"{_short_repr(workloads)}")
     ws = [w for w in ws if w.num_requests > 0]
     if not ws:
         raise ValueError("workloads: no episode window holds a request")
     return ws
+
+
+def _short_repr(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def check_env_arguments(config, calibration, **flags) -> None:
+    """Type checks of the constructor arguments both environments share: ``config`` a
+    ``SimConfig`` or ``None``, ``calibration`` a ``Calibration`` or ``None``, and every keyword
+    of ``flags`` (``observe_faults=...``) a bool.
+
+    Raises:
+        ValueError: naming the argument and what was expected (``config={}`` silently meant the
+            default config, a dict failed later with "'dict' object has no attribute ...", a
+            calibration file name failed at ``reset``, ``observe_faults="no"`` meant True).
+    """
+    import numpy as np
+
+    from envs.sim import Calibration, SimConfig
+
+    if config is not None and not isinstance(config, SimConfig):
+        raise ValueError(f"config must be an envs.sim.SimConfig or None, got {_short_repr(config)}")
+    if calibration is not None and not isinstance(calibration, Calibration):
+        raise ValueError("calibration must be an envs.sim.Calibration or None (for a calibration file: "
+                         f"Calibration.load(PATH) or SimConfig(calibration_path=PATH)), got {_short_repr(calibration)}")
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be a bool, got {value!r}")
 
 
 def default_routing_windows() -> list[Workload]:

@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
-from envs.episodes import PickleBeforeReset, nonempty_windows, reset_options
+from envs.episodes import PickleBeforeReset, check_env_arguments, nonempty_windows, reset_options
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, check_render_mode, discrete_action
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
 from envs.sim.faults import fault_flags
@@ -345,7 +345,9 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             menu, ``target_degrees`` or ``max_operation_gpus_per_window`` given (not ``None``)
             with ``action_mode="operation"``, a ``max_operation_gpus_per_window`` below one
             operation of the menu (:func:`check_operation_budget`), a ``render_mode`` that is not
-            ``None``, a ``history_features`` that is not a bool, or empty workloads.
+            ``None``, an ``observe_faults``, ``capacity_features`` or ``history_features`` that is
+            not a bool, ``workloads``, ``config`` or ``calibration`` not of its documented type
+            (:func:`envs.episodes.check_env_arguments`), or empty workloads.
 
     ## Version History
 
@@ -376,8 +378,10 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
                  max_operation_gpus_per_window: float | None = None, render_mode: str | None = None) -> None:
         super().__init__()
         check_render_mode(render_mode, self.metadata["render_modes"])
+        check_env_arguments(config, calibration, observe_faults=observe_faults, capacity_features=capacity_features,
+                            history_features=history_features)
         self.render_mode = render_mode
-        self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
+        self.observe_faults = bool(observe_faults)  # adds the "faults" key (envs.sim.faults.fault_flags)
         # finite numbers: an infinite window ended every episode at reset with zero rates; an
         # infinite scale or penalty gave infinite rewards
         _check_number("window_s", window_s, 0.0, strict=True)
@@ -418,8 +422,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         if self.capacity_features:
             g_low += [lo for _, lo, _ in CAPACITY_WINDOW_FEATURES] + [0.0] * len(self.degrees)
             g_high += [hi for _, _, hi in CAPACITY_WINDOW_FEATURES] + [COUNT_BOUND] * len(self.degrees)
-        if not isinstance(history_features, (bool, np.bool_)):
-            raise ValueError(f"history_features must be a bool, got {history_features!r}")
         self.history_features = bool(history_features)
         if self.history_features:
             g_low += [lo for _, lo, _ in HISTORY_WINDOW_FEATURES]

@@ -24,6 +24,7 @@ from envs.episodes import (  # noqa: F401  (re-exported: their historical import
     DEFAULT_TARGET_RPS,
     DEFAULT_WINDOW_S,
     PickleBeforeReset,
+    check_env_arguments,
     default_routing_windows,
     episode_windows,
     nonempty_windows,
@@ -305,7 +306,9 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
     Raises:
         ValueError: if no window holds a request, the reward is invalid (or not a
             ``RoutingRewardConfig``, kind string or ``None``), ``num_slots`` is not an integer
-            or below the pool's ``max_num_workers``, or ``render_mode`` is not ``None``.
+            or below the pool's ``max_num_workers``, ``render_mode`` is not ``None``, or naming the
+            argument when ``workloads``, ``config`` or ``calibration`` is not of its documented type
+            or ``observe_faults`` is not a bool (:func:`envs.episodes.check_env_arguments`).
 
     ## Version History
 
@@ -333,8 +336,9 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
                  num_slots: int | None = None, observe_faults: bool = False, render_mode: str | None = None) -> None:
         super().__init__()
         check_render_mode(render_mode, self.metadata["render_modes"])
+        check_env_arguments(config, calibration, observe_faults=observe_faults)
         self.render_mode = render_mode
-        self.observe_faults = observe_faults  # adds the "faults" key (envs.sim.faults.fault_flags)
+        self.observe_faults = bool(observe_faults)  # adds the "faults" key (envs.sim.faults.fault_flags)
         self.windows = nonempty_windows(workloads if workloads is not None else default_routing_windows())
         self.config = config or SimConfig()
         self.calibration = calibration or Calibration.resolve(self.config.calibration_path)

@@ -293,3 +293,27 @@ def test_every_observation_key_is_documented(cls, kwargs, toy_cal):
     env = _make(cls, toy_cal, observe_faults=True, **kwargs)
     section = _docstring_section(cls, "Observation Space")
     assert [k for k in env.observation_space.spaces if f'``"{k}"``' not in section] == []
+
+
+@pytest.mark.parametrize("cls", ENVS)
+@pytest.mark.parametrize("kwargs, match", [
+    ({"config": {}}, r"config must be an envs.sim.SimConfig or None, got dict \{\}"),
+    ({"config": {"seed": 3}}, "config must be an envs.sim.SimConfig or None, got dict"),
+    ({"calibration": "qwen3.json"}, r"calibration must be an envs.sim.Calibration or None \(for a calibration file"),
+    ({"workloads": "tool-agent"}, "workloads must be an envs.sim.Workload or a sequence of them"),
+    ({"workloads": [3]}, "workloads must be an envs.sim.Workload or a sequence of them"),
+    ({"observe_faults": "no"}, "observe_faults must be a bool, got 'no'"),
+])
+def test_shared_constructor_arguments_are_type_checked(cls, kwargs, match, toy_cal):
+    # config={} silently meant the default config, a dict config or a workload name failed with
+    # "'dict'/'str' object has no attribute ...", a calibration file name failed only at reset, and
+    # observe_faults="no" added the faults key
+    args = {"workloads": [random_workload(20, 5.0, 0)], "config": SimConfig(pool=SMALL_POOL), "calibration": toy_cal,
+            **({"window_s": 2.0} if cls is PrefillReconfigEnv else {}), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        cls(**args)
+
+
+def test_reconfig_capacity_features_must_be_a_bool(toy_cal):
+    with pytest.raises(ValueError, match="capacity_features must be a bool, got 'yes'"):
+        _make(PrefillReconfigEnv, toy_cal, capacity_features="yes")
