@@ -117,6 +117,9 @@ class LearnedPolicy:
         self.name = name or f"learned:{z.parent.name if z.name == 'model.zip' else z.stem}"
         self.backend = backend
         self._keys = tuple(self.model.observation_space.spaces)
+        # per key: (per worker slot?, shape of one slot / of the key) for check_observation
+        self._key_shapes = tuple((k, len(sp.shape) == 2, sp.shape[1:] if len(sp.shape) == 2 else sp.shape)
+                                 for k, sp in self.model.observation_space.spaces.items())
         self.actor = None
         if backend == "numpy":
             from policies.numpy_policy import NumpyWorkerSetActor
@@ -131,12 +134,15 @@ class LearnedPolicy:
 
         Raises:
             ValueError: naming ``action_masks``, its shape and the expected one, on a mask of
-                another size (was a numpy ``IndexError`` or torch "shape '[1, 40]' is invalid").
+                another size (was a numpy ``IndexError`` or torch "shape '[1, 40]' is invalid");
+                naming the key, on an observation that is not a dict, lacks a key of the model or
+                has an array of another shape (:meth:`check_observation`).
         """
         import math
 
         import numpy as np
 
+        self.check_observation(observation)
         if action_masks is not None:
             expected = np.shape(observation["workers"])[:-1]
             if np.shape(action_masks) != expected:
@@ -150,6 +156,40 @@ class LearnedPolicy:
         obs = {k: observation[k] for k in self._keys}
         return self.model.predict(obs, state=state, episode_start=episode_start,
                                   deterministic=deterministic, action_masks=action_masks)
+
+
+    def check_observation(self, observation) -> None:
+        """Checks that ``observation`` is one routing observation (or a batch of them) this
+        model can decide on: a dict holding the model's keys, ``"workers"`` of shape
+        ``(num_slots, F)`` or ``(batch, num_slots, F)`` with the model's ``F``, and every other key
+        of the model's shape for that batch and slot count (any ``num_slots`` on the numpy path).
+
+        Raises:
+            ValueError: naming the key, its shape and the expected one (a missing key was a
+                ``KeyError``, a wrong shape a numpy broadcasting error from inside the forward pass).
+        """
+        from collections.abc import Mapping
+
+        import numpy as np
+
+        if not isinstance(observation, Mapping):
+            raise ValueError(f"observation must be a dict with keys {list(self._keys)} (a PrefillRoutingEnv "
+                             f"observation), got {type(observation).__name__}")
+        missing = [k for k in self._keys if k not in observation]
+        if missing:
+            raise ValueError(f"observation lacks key(s) {missing}; the model was trained on keys {list(self._keys)}")
+        ws = tuple(np.shape(observation["workers"]))
+        nf = self.model.observation_space.spaces["workers"].shape[-1]
+        if len(ws) not in (2, 3) or ws[-1] != nf:
+            raise ValueError(f"observation['workers'] of shape {ws} does not fit the model: expected (num_slots, {nf}) "
+                             f"or (batch, num_slots, {nf})")
+        slot_lead, batch_lead = ws[:-1], ws[:-2]  # (batch,) num_slots / (batch,)
+        for key, per_slot, shape in self._key_shapes:
+            expected = (slot_lead if per_slot else batch_lead) + shape
+            got = np.shape(observation[key])
+            if got != expected:
+                raise ValueError(f"observation[{key!r}] of shape {tuple(got)} does not fit the model: expected {expected} "
+                                 f"(observation['workers'] has shape {ws})")
 
 
 def load_model_zip(algorithm, path: Path, device: str = "cpu"):

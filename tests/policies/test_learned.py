@@ -107,3 +107,29 @@ def test_learned_policy_names_a_wrong_shape_action_mask(backend, deterministic):
     if backend == "numpy" and deterministic:  # a mask of the right size in another shape is reshaped, as SB3 does
         a, _ = pol.predict(obs, action_masks=mask[None], deterministic=True)
         assert a == pol.predict(obs, action_masks=mask, deterministic=True)[0] and mask[a]
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda o: [1, 2, 3], r"observation must be a dict with keys \['context', 'pool', 'request', 'workers', "
+                          r"'workers_extra'\] \(a PrefillRoutingEnv observation\), got list"),
+    (lambda o: {k: v for k, v in o.items() if k != "context"}, r"observation lacks key\(s\) \['context'\]"),
+    (lambda o: {**o, "workers": o["workers"][:, :5]},
+     r"observation\['workers'\] of shape \(8, 5\) does not fit the model: expected \(num_slots, 12\) or "
+     r"\(batch, num_slots, 12\)"),
+    (lambda o: {**o, "workers": o["workers"].T}, r"observation\['workers'\] of shape \(12, 8\) does not fit"),
+    (lambda o: {**o, "request": o["request"][:3]},
+     r"observation\['request'\] of shape \(3,\) does not fit the model: expected \(6,\)"),
+    (lambda o: {**o, "workers_extra": o["workers_extra"][:4]},
+     r"observation\['workers_extra'\] of shape \(4, 1\) does not fit the model: expected \(8, 1\)"),
+])
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_learned_policy_names_a_malformed_observation(change, match, deterministic):
+    # a missing key was a KeyError, a wrong shape a numpy broadcasting error inside the forward pass
+    # ("operands could not be broadcast together with shapes (40,5) (12,)")
+    from policies.checkpoint import LearnedPolicy
+
+    env = _env()
+    obs, _ = env.reset(seed=0)
+    pol = LearnedPolicy("shipped-residual")
+    with pytest.raises(ValueError, match=match):
+        pol.predict(change(obs), action_masks=env.action_masks(), deterministic=deterministic)
