@@ -7,6 +7,7 @@ Every field has a unit in its name and a documented default with its rationale. 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 
 from envs.sim.faults import FaultConfig, is_finite_number
@@ -18,6 +19,22 @@ from envs.sim.tiers import TierConfig
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ValueError(msg)
+
+
+def _check_int(obj, name: str, label: str, low: int) -> None:
+    """Raises ValueError naming ``label`` unless the field ``name`` of ``obj`` is an integer (a
+    Python or numpy one, bool excluded) ``>= low``; stores it as a Python int."""
+    v = getattr(obj, name)
+    _check(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= low,
+           f"{label} must be an integer >= {low}, got {v!r}")
+    object.__setattr__(obj, name, int(v))
+
+
+def _check_type(value: object, cls: type, label: str, allow_none: bool = False) -> None:
+    """Raises ValueError naming ``label`` unless ``value`` is a ``cls`` (or ``None`` if allowed)."""
+    _check(isinstance(value, cls) or (allow_none and value is None),
+           f"{label} must be of type {cls.__name__}{' or None' if allow_none else ''}, got {type(value).__name__} "
+           f"{value!r:.60}")
 
 
 @dataclass(frozen=True)
@@ -37,8 +54,9 @@ class EngineConfig:
     max_batch_requests: int = 64
 
     def __post_init__(self) -> None:
-        _check(self.max_batch_tokens >= 1, f"engine.max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
-        _check(self.max_batch_requests >= 1, f"engine.max_batch_requests must be >= 1, got {self.max_batch_requests}")
+        # integers: 1.5 and inf were accepted, a string failed inside a comparison
+        _check_int(self, "max_batch_tokens", "engine.max_batch_tokens", 1)
+        _check_int(self, "max_batch_requests", "engine.max_batch_requests", 1)
 
 
 @dataclass(frozen=True)
@@ -171,14 +189,22 @@ class SimConfig:
     node_calibration_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # the sub-configs by type: a dict (engine={...}) was accepted and failed mid-run
+        for name, cls in (("pool", PoolConfig), ("engine", EngineConfig), ("latency", LatencyConfig),
+                          ("prediction_error", PredictionErrorConfig), ("slo", SLOConfig), ("links", LinkConfig),
+                          ("kv_tiers", TierConfig)):
+            _check_type(getattr(self, name), cls, name)
+        _check_type(self.faults, FaultConfig, "faults", allow_none=True)
         object.__setattr__(self, "node_calibration_paths", tuple(self.node_calibration_paths))
         num_nodes = -(-self.pool.num_gpus // self.pool.gpus_per_node)
         _check(not self.node_calibration_paths or len(self.node_calibration_paths) == num_nodes,
                f"node_calibration_paths needs one entry per node ({num_nodes}), got {len(self.node_calibration_paths)}")
-        _check(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}")
+        _check_int(self, "seed", "seed", 0)  # a numpy integer (np.int64(3)) was refused, True accepted
         _check(is_finite_number(self.cache_capacity_scale) and self.cache_capacity_scale >= 0,
                f"cache_capacity_scale must be a finite number >= 0, got {self.cache_capacity_scale}")
-        _check(self.horizon_s is None or self.horizon_s > 0, f"horizon_s must be > 0 or None, got {self.horizon_s}")
+        _check(self.horizon_s is None or (isinstance(self.horizon_s, numbers.Real) and not isinstance(self.horizon_s, bool)
+                                          and self.horizon_s > 0),
+               f"horizon_s must be a number > 0 or None, got {self.horizon_s!r}")
 
     def to_dict(self) -> dict:
         """Nested plain dict of the config; ``kv_tiers``, ``faults`` and ``node_calibration_paths``

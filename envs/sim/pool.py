@@ -18,6 +18,7 @@ bounded by ``num_gpus // min(supported_degrees)``.
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass
 
@@ -56,13 +57,21 @@ class PoolConfig:
     gpu_type: str = "H20-3e"
 
     def __post_init__(self) -> None:
-        if self.num_gpus < 1:
-            raise ValueError(f"pool.num_gpus must be >= 1, got {self.num_gpus}")
-        if self.gpus_per_node < 1:
-            raise ValueError(f"pool.gpus_per_node must be >= 1, got {self.gpus_per_node}")
-        if not self.supported_degrees or any(d < 1 or d & (d - 1) for d in self.supported_degrees):
-            raise ValueError(f"pool.supported_degrees must be powers of two >= 1, got {self.supported_degrees}")
-        object.__setattr__(self, "supported_degrees", tuple(sorted(set(self.supported_degrees))))
+        # integers (numpy ones included, stored as int): a string failed inside a comparison, 40.5
+        # GPUs inside the placement, 8.0 GPUs per node was accepted
+        for name in ("num_gpus", "gpus_per_node"):
+            v = getattr(self, name)
+            if not _is_integer(v) or v < 1:
+                raise ValueError(f"pool.{name} must be an integer >= 1, got {v!r}")
+            object.__setattr__(self, name, int(v))
+        degrees = self.supported_degrees
+        if isinstance(degrees, (str, bytes)) or not hasattr(degrees, "__iter__") or not tuple(degrees) or any(
+                not _is_integer(d) or d < 1 or d & (d - 1) for d in degrees):
+            raise ValueError(f"pool.supported_degrees must be powers of two >= 1, got {degrees!r}")
+        if not isinstance(self.composition, str):
+            raise ValueError(f"pool.composition must be a string such as 'cp4x6,cp2x8' or 'cp4@0,cp2@4,...', "
+                             f"got {self.composition!r}")
+        object.__setattr__(self, "supported_degrees", tuple(sorted({int(d) for d in degrees})))
         self.placements()  # validate eagerly
 
     @property
@@ -107,6 +116,11 @@ class PoolConfig:
                 f"the model's weights are sharded over G = {g} GPUs (calibration weight_shard_gpus), but the pool supports "
                 f"CP degree {self.min_degree}: every supported degree must be a multiple of {g} "
                 f"(e.g. --supported-degrees {','.join(str(d) for d in self.supported_degrees if d % g == 0) or g})")
+
+
+def _is_integer(value: object) -> bool:
+    """A Python or numpy integer (bool excluded)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def resolve_composition(composition: str, pool: PoolConfig) -> list[tuple[int, int]]:

@@ -1,0 +1,41 @@
+"""Frozen simulator configs refuse values of the wrong type by field name (a string failed inside a
+comparison, a float GPU count inside the placement, ``engine={...}`` mid-run; 1.5 batch tokens
+and 8.0 GPUs per node were accepted) and accept numpy integers (a numpy seed was refused)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs.sim import EngineConfig, PoolConfig, SimConfig
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: PoolConfig(num_gpus="40"), r"pool.num_gpus must be an integer >= 1, got '40'"),
+    (lambda: PoolConfig(num_gpus=40.5), r"pool.num_gpus must be an integer >= 1, got 40.5"),
+    (lambda: PoolConfig(gpus_per_node=8.0), r"pool.gpus_per_node must be an integer >= 1, got 8.0"),
+    (lambda: PoolConfig(supported_degrees=(2.0, 4.0)), r"pool.supported_degrees must be powers of two >= 1"),
+    (lambda: PoolConfig(supported_degrees="24"), r"pool.supported_degrees must be powers of two >= 1, got '24'"),
+    (lambda: PoolConfig(composition=5), r"pool.composition must be a string such as 'cp4x6,cp2x8'"),
+    (lambda: EngineConfig(max_batch_tokens=1.5), r"engine.max_batch_tokens must be an integer >= 1, got 1.5"),
+    (lambda: EngineConfig(max_batch_tokens=float("inf")), r"engine.max_batch_tokens must be an integer >= 1"),
+    (lambda: EngineConfig(max_batch_tokens="16384"), r"engine.max_batch_tokens must be an integer >= 1"),
+    (lambda: EngineConfig(max_batch_requests=2.5), r"engine.max_batch_requests must be an integer >= 1"),
+    (lambda: SimConfig(seed=True), r"seed must be an integer >= 0, got True"),
+    (lambda: SimConfig(horizon_s="10"), r"horizon_s must be a number > 0 or None, got '10'"),
+    (lambda: SimConfig(engine={"max_batch_tokens": 5}), r"engine must be of type EngineConfig, got dict"),
+    (lambda: SimConfig(pool=None), r"pool must be of type PoolConfig, got NoneType"),
+    (lambda: SimConfig(faults={}), r"faults must be of type FaultConfig or None, got dict"),
+])
+def test_config_fields_of_the_wrong_type_are_refused_by_name(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_numpy_integers_are_accepted_and_stored_as_int():
+    cfg = SimConfig(seed=np.int64(3), pool=PoolConfig(num_gpus=np.int32(8), gpus_per_node=np.int64(8),
+                                                      composition="cp4x2", supported_degrees=np.array([4, 2])),
+                    engine=EngineConfig(max_batch_tokens=np.int64(1024)))
+    assert (cfg.seed, cfg.pool.num_gpus, cfg.pool.supported_degrees, cfg.engine.max_batch_tokens) == (3, 8, (2, 4), 1024)
+    assert all(type(v) is int for v in (cfg.seed, cfg.pool.num_gpus, cfg.pool.gpus_per_node, *cfg.pool.supported_degrees,
+                                        cfg.engine.max_batch_tokens))
