@@ -135,8 +135,15 @@ def _check_action_mode(action_mode: str, capacity_features: bool, target_degrees
         raise ValueError(f"action_mode must be 'operation' or 'target', got {action_mode!r}")
     if action_mode == "target" and not capacity_features:
         raise ValueError("action_mode='target' observes per-composition capacities: set capacity_features=True")
-    if max_operation_gpus_per_window is not None and not max_operation_gpus_per_window > 0:
-        raise ValueError(f"max_operation_gpus_per_window must be > 0, got {max_operation_gpus_per_window}")
+    if max_operation_gpus_per_window is not None and not (
+            isinstance(max_operation_gpus_per_window, numbers.Real) and not isinstance(max_operation_gpus_per_window, bool)
+            and max_operation_gpus_per_window > 0):
+        raise ValueError(f"max_operation_gpus_per_window must be a number > 0 [GPUs], got {max_operation_gpus_per_window!r}")
+    if target_degrees is not None and (isinstance(target_degrees, (str, bytes)) or not hasattr(target_degrees, "__iter__")
+                                       or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
+                                                  for d in target_degrees)):
+        # a string "24" was read as the degrees 2 and 4
+        raise ValueError(f"target_degrees must be a sequence of integer CP degrees, e.g. [2, 4], got {target_degrees!r}")
     if action_mode == "operation":
         for name, value in (("target_degrees", target_degrees),
                             ("max_operation_gpus_per_window", max_operation_gpus_per_window)):

@@ -117,10 +117,18 @@ class RoutingRewardConfig:
     def __post_init__(self) -> None:
         if self.kind not in REWARD_KINDS:
             raise ValueError(f"reward.kind must be one of {REWARD_KINDS}, got {self.kind!r}")
-        if not (self.invalid_action_penalty >= 0 and math.isfinite(self.invalid_action_penalty)):
-            raise ValueError(f"reward.invalid_action_penalty must be a finite number >= 0, got {self.invalid_action_penalty}")
-        if not (self.scale > 0 and math.isfinite(self.scale)):
-            raise ValueError(f"reward.scale must be a finite number > 0, got {self.scale}")
+        # numbers first: a string or a list failed inside the comparison ("'>' not supported ...")
+        if not (_is_real(self.invalid_action_penalty) and self.invalid_action_penalty >= 0
+                and math.isfinite(self.invalid_action_penalty)):
+            raise ValueError("reward.invalid_action_penalty must be a finite number >= 0, "
+                             f"got {self.invalid_action_penalty!r}")
+        if not (_is_real(self.scale) and self.scale > 0 and math.isfinite(self.scale)):
+            raise ValueError(f"reward.scale must be a finite number > 0, got {self.scale!r}")
+
+
+def _is_real(value) -> bool:
+    """A real number (Python or numpy), bool excluded."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def discrete_action(action, n: int) -> int:

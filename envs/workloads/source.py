@@ -64,7 +64,7 @@ class WorkloadSource:
             raise ValueError("workload: target_rps and rate_scale are exclusive")
         for key in ("target_rps", "rate_scale"):
             v = getattr(self, key)
-            if v is not None and not (v > 0 and math.isfinite(v)):
+            if v is not None and not (isinstance(v, numbers.Real) and not isinstance(v, bool) and v > 0 and math.isfinite(v)):
                 raise ValueError(f"workload: {key} must be a finite number > 0, got {v!r}")
         if self.window_s is not None:
             try:

@@ -317,3 +317,26 @@ def test_shared_constructor_arguments_are_type_checked(cls, kwargs, match, toy_c
 def test_reconfig_capacity_features_must_be_a_bool(toy_cal):
     with pytest.raises(ValueError, match="capacity_features must be a bool, got 'yes'"):
         _make(PrefillReconfigEnv, toy_cal, capacity_features="yes")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"scale": "1"}, "reward.scale must be a finite number > 0, got '1'"),
+    ({"invalid_action_penalty": [1]}, r"reward.invalid_action_penalty must be a finite number >= 0, got \[1\]"),
+])
+def test_routing_reward_config_numbers_are_type_checked(kwargs, match):
+    # a string or a list failed inside a comparison ("'>' not supported between 'str' and 'int'")
+    from envs.routing_env import RoutingRewardConfig
+
+    with pytest.raises(ValueError, match=match):
+        RoutingRewardConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"target_degrees": "24"}, r"target_degrees must be a sequence of integer CP degrees, e.g. \[2, 4\], got '24'"),
+    ({"target_degrees": (2.0, 4.0)}, "target_degrees must be a sequence of integer CP degrees"),
+    ({"max_operation_gpus_per_window": "8"}, r"max_operation_gpus_per_window must be a number > 0 \[GPUs\], got '8'"),
+])
+def test_reconfig_target_menu_arguments_are_type_checked(kwargs, match, toy_cal):
+    # target_degrees="24" was read as the degrees 2 and 4; a string budget failed inside a comparison
+    with pytest.raises(ValueError, match=match):
+        _make(PrefillReconfigEnv, toy_cal, capacity_features=True, action_mode="target", **kwargs)

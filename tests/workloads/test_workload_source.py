@@ -53,6 +53,9 @@ def test_builder_applies_rate_then_window():
     ({"name": "phases", "window_s": ("a", 3)}, r"window_s must be two numbers \(start, end\)"),
     ({"name": "phases", "window_s": (1,)}, r"window_s must be two numbers \(start, end\)"),
     ({"trace": "x.jsonl", "params": (("duration_s", 1.0),)}, "params"),
+    # a string or a list failed inside the comparison ("'>' not supported between 'str' and 'int'")
+    ({"name": "phases", "target_rps": "5"}, "target_rps must be a finite number > 0, got '5'"),
+    ({"name": "phases", "rate_scale": [2]}, r"rate_scale must be a finite number > 0, got \[2\]"),
 ])
 def test_source_rejects_bad_fields(fields, match):
     with pytest.raises(ValueError, match=match):
