@@ -55,6 +55,12 @@ class WorkloadSource:
     def __post_init__(self) -> None:
         if (self.name is None) == (self.trace is None):
             raise ValueError("workload: exactly one of a named workload and a trace file must be set")
+        if self.name is not None:
+            from envs.workloads.registry import WORKLOADS
+
+            if not isinstance(self.name, str) or self.name not in WORKLOADS:
+                # an unknown name failed only at build(): after a trainer had written to its --out
+                raise ValueError(f"unknown workload {self.name!r}; known workloads: {', '.join(sorted(WORKLOADS))}")
         if self.trace is not None:
             object.__setattr__(self, "trace", str(self.trace))
             if self.params:

@@ -241,3 +241,12 @@ def test_train_configs_reject_a_bad_seed_in_library_use(seed):
         with pytest.raises(ValueError, match=r"^seed must be an integer in \[0, 4294967295\], got "):
             cls(seed=seed)
         assert cls(seed=MAX_TRAIN_SEED).seed == MAX_TRAIN_SEED
+
+
+@pytest.mark.parametrize("kind", ["routing", "reconfig"])
+def test_train_unknown_workload_fails_before_anything_is_written(kind, tmp_path, capsys):
+    # the unknown name failed only when the trainer built the workload, after provenance.json had
+    # been written to --out
+    assert main(["train", kind, "--workload", "nope", "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("cpgym train: error: unknown workload 'nope'; known workloads: bursty, ")
+    assert not (tmp_path / "run").exists()

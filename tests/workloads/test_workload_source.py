@@ -75,3 +75,9 @@ def test_trainer_episode_defaults_are_single_sourced():
     assert ReconfigTrainConfig().episode_window_s == DEFAULT_RECONFIG_EPISODE_WINDOW_S
     args = build_parser().parse_args(["train", "reconfig", "--out", "x"])
     assert args.episode_window_s == DEFAULT_RECONFIG_EPISODE_WINDOW_S
+
+
+def test_source_refuses_an_unknown_workload_name_when_built():
+    # the name was checked only by build(), after a trainer had written provenance.json to --out
+    with pytest.raises(ValueError, match=r"^unknown workload 'nope'; known workloads: bursty, "):
+        WorkloadSource(name="nope")
