@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         check_target_menu(cfg, sim_config)  # these three before provenance.json is written to --out
         check_oracle_phase_ttft(cfg, sim_config)
         check_init_from(cfg)
+    # the first workload is built before anything is written to --out: a missing trace file or a
+    # bad --workload-param (only checked by its generator) left provenance.json behind the error
+    (cfg.source.workload_source() if args.kind == "routing" else cfg.workload_source(cfg.seeds[0])).build()
     write_provenance(args.out, argv=getattr(args, "argv", None))
     if args.kind == "reconfig":
         from policies.train_reconfig import train_reconfig

@@ -47,12 +47,40 @@ def scenarios_from_args(args: argparse.Namespace, config, log=None) -> list:
                      warmup_s=args.warmup_s, log=log)
 
 
+def _grid(args: argparse.Namespace) -> tuple[list[float], list[float]]:
+    """``--betas`` / ``--lambdas`` and the window flags, checked by flag before any run (the
+    router's own check named its field, ``vertumnus lambda_``; a repeated value ran twice).
+
+    Raises:
+        ValueError: naming the flag: a beta < 1 or a lambda < 0 (paper §5), a non-finite or
+            repeated value, ``--episode-window-s`` <= 0 or ``--warmup-s`` < 0.
+    """
+    import math
+
+    from experiments.common import parse_list
+    from policies.evaluate import check_distinct
+
+    grids = []
+    for flag, text, low in (("--betas", args.betas, 1.0), ("--lambdas", args.lambdas, 0.0)):
+        vals = parse_list(text, flag, float)
+        bad = [v for v in vals if not (math.isfinite(v) and v >= low)]
+        if bad:
+            raise ValueError(f"{flag} values must be finite numbers >= {low:g} (paper §5), got {bad[0]:g} in {text!r}")
+        check_distinct(vals, flag, text, "distinct values (each is one grid point)")
+        grids.append(vals)
+    if args.episode_window_s is not None and not (math.isfinite(args.episode_window_s) and args.episode_window_s > 0):
+        raise ValueError(f"--episode-window-s must be a finite number > 0 [s], got {args.episode_window_s:g}")
+    if args.warmup_s is not None and not (math.isfinite(args.warmup_s) and args.warmup_s >= 0):
+        raise ValueError(f"--warmup-s must be a finite number >= 0 [s], got {args.warmup_s:g}")
+    return grids[0], grids[1]
+
+
 def run(args: argparse.Namespace) -> int:
     import json
     import sys
     from pathlib import Path
 
-    from experiments.common import check_out_file, parse_list, sim_config_from_args
+    from experiments.common import check_out_file, sim_config_from_args
     from policies.protocol import tune_vertumnus
 
     out = Path(args.out)
@@ -61,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_file(args.out)  # before the tuning runs, not after
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
-    betas = parse_list(args.betas, "--betas", float)
-    lambdas = parse_list(args.lambdas, "--lambdas", float)
+    betas, lambdas = _grid(args)
     result = {"heuristic": args.heuristic, "argv": sys.argv[1:], "cells": {}}
     for sc in scenarios_from_args(args, config, log):
         t = tune_vertumnus(sc.windows("train", max_windows=args.max_windows), config, betas, lambdas, log=log)

@@ -402,7 +402,26 @@ def test_evaluate_out_creates_its_folder(tmp_path, capsys):
 def test_tune_episode_window_of_zero_is_an_error_not_the_default(tmp_path, capsys):
     assert main(["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6", "--episode-window-s", "0",
                  "--quiet", "--out", str(tmp_path / "t.json")]) == 2
-    assert "window_s must be > 0" in capsys.readouterr().err
+    assert "--episode-window-s must be a finite number > 0 [s], got 0" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--lambdas", "0.5,-1"], "--lambdas values must be finite numbers >= 0 (paper §5), got -1 in '0.5,-1'"),
+    (["--betas", "0.5"], "--betas values must be finite numbers >= 1 (paper §5), got 0.5"),
+    (["--betas", "1,nan"], "--betas values must be finite numbers >= 1 (paper §5), got nan"),
+    (["--betas", "1,1.5,1"], "--betas lists 1.0 twice: '1,1.5,1'; expected distinct values"),
+    (["--warmup-s", "-3"], "--warmup-s must be a finite number >= 0 [s], got -3"),
+])
+def test_tune_grid_and_window_errors_name_the_flag_before_any_run(flags, message, tmp_path, capsys, monkeypatch):
+    # the router's own check named its field ("vertumnus lambda_"), the protocol's named no flag, and
+    # a repeated grid value was run twice
+    import policies.protocol as protocol
+
+    monkeypatch.setattr(protocol, "scenarios", lambda *a, **k: pytest.fail("a scenario was built"))
+    assert main(["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6", *flags, "--quiet",
+                 "--out", str(tmp_path / "t.json")]) == 2
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
 
 

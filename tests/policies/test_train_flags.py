@@ -250,3 +250,16 @@ def test_train_unknown_workload_fails_before_anything_is_written(kind, tmp_path,
     assert main(["train", kind, "--workload", "nope", "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet"]) == 2
     assert capsys.readouterr().err.startswith("cpgym train: error: unknown workload 'nope'; known workloads: bursty, ")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("kind", ["routing", "reconfig"])
+@pytest.mark.parametrize("source, message", [
+    (["--workload", "tool-agent", "--workload-param", "duration_s=-5"], "duration_s must be a finite number > 0"),
+    (["--trace", "/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl: trace file does not exist"),
+])
+def test_train_bad_workload_fails_before_anything_is_written(kind, source, message, tmp_path, capsys):
+    # a generator's parameter and a trace file were checked only when the trainer built the
+    # workload, after provenance.json had been written to --out
+    assert main(["train", kind, *source, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
