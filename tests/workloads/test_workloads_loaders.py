@@ -213,6 +213,8 @@ GOOD = _line(0, 1000, 10, [1, 2])
         (_line(0, 1000, 10, [1, 2, 3]), "hash_ids", "ceil(1000/512)=2"),
         (_line(0, 1000, 10, [1]), "hash_ids", "ceil(1000/512)=2"),
         (_line(0, 1000, 10, [1, "x"]), "hash_ids", "integer"),
+        (_line(0, 1000, 10, [7, 7]), "hash_ids", "repeats id 7"),  # cached once, hit twice
+        (_line(0, 1000, 10**8, [1, 2]), "output_length", "<= 10,000,000"),
         (_line(0, "1000", 10, [1, 2]), "input_length", "integer"),
         (_line(-1, 1000, 10, [1, 2]), "timestamp", ">= 0"),
         ('{"timestamp": 0, "input_length": 1000, ', None, "malformed JSON"),
@@ -272,6 +274,7 @@ AZ_ROW = "2023-11-16 18:17:03.9799600,4808,10"
         ("2023-11-16 18:17:04.0,-3,10", "ContextTokens", ">= 1"),
         ("2023-11-16 18:17:04.0,12,abc", "GeneratedTokens", "integer"),
         ("2023-11-16 18:17:04.0,12,0", "GeneratedTokens", ">= 1"),
+        ("2023-11-16 18:17:04.0,1000000000,5", "ContextTokens", "<= 10,000,000"),  # 999999999999: an OOM kill
         ("yesterday,12,5", "TIMESTAMP", "YYYY-MM-DD"),
         ("2023-13-45 18:17:04.0,12,5", "TIMESTAMP", "invalid date"),
         ("2023-11-16 18:17:01.0,12,5", "TIMESTAMP", "non-decreasing"),
@@ -288,6 +291,12 @@ def test_azure_bad_row(tmp_path, bad_row, field, expect):
 def test_azure_missing_column(tmp_path):
     p = _write(tmp_path, "az.csv", ["TIMESTAMP,ContextTokens", "2023-11-16 18:17:03.9799600,4808"])
     _assert_error(p, 1, "GeneratedTokens", "lacks column")
+
+
+def test_csv_repeated_column(tmp_path):
+    # a row dict keeps the last of two equal names: the trailing column's 5 tokens were used
+    p = _write(tmp_path, "az.csv", [AZ_HEADER + ",ContextTokens", AZ_ROW + ",5"])
+    _assert_error(p, 1, "ContextTokens", "more than once")
 
 
 def test_csv_header_only(tmp_path):
@@ -311,6 +320,7 @@ LE_HEADER = "task,doc_id,query_idx,doc_tokens_tekken,doc_tokens_sp32k,query_toke
         ("coursera,x,1,5174,5396,48,1", "doc_id", "integer >= 0"),
         (",0,1,5174,5396,48,1", "task", "empty"),
         ("coursera,0,1,5174,5396,48,0", "ref_output_tokens_tekken", ">= 1"),
+        ("coursera,1,1,1000000000,5396,48,1", "doc_tokens_tekken", "<= 10,000,000"),
     ],
 )
 def test_leval_bad_row(tmp_path, bad_row, field, expect):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from envs.sim.request import Request, Workload
 
-from .common import LineError, Skipper, TraceFormatError, csv_int, read_csv, trace_name
+from .common import LineError, Skipper, TraceFormatError, csv_tokens, read_csv, trace_name
 
 #: Columns an Azure 2023 trace must have.
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -81,8 +81,8 @@ def load_azure_csv(
             if prev_ns is not None and ns < prev_ns:
                 raise LineError("TIMESTAMP", f"got {row['TIMESTAMP'].strip()!r}, earlier than the previous row; "
                                              "expected non-decreasing timestamps")
-            length = csv_int(row, "ContextTokens", 1, "an integer >= 1 [tokens]")
-            out_len = csv_int(row, "GeneratedTokens", 1, "an integer >= 1 [tokens]")
+            length = csv_tokens(row, "ContextTokens")
+            out_len = csv_tokens(row, "GeneratedTokens")
         except LineError as e:
             err(lineno, e.field, e.problem)
             continue

@@ -97,11 +97,20 @@ class Skipper:
 # small field parsers (raise LineError)
 
 
+#: Largest token count a trace field may hold [tokens]: the longest advertised context window
+#: (Llama 4 Scout, 10M tokens; the shared traces' longest prompt is 191,378). Loaders that make up
+#: block ids (Azure, L-Eval) allocate ``ceil(tokens / block)`` of them per request, so a typo such
+#: as ``999999999999`` would otherwise exhaust memory instead of failing on its line.
+MAX_TRACE_TOKENS = 10_000_000
+#: The expected form of a token-count field, as error messages state it.
+TOKENS_WHAT = f"an integer >= 1 and <= {MAX_TRACE_TOKENS:,} [tokens]"
+
+
 def type_name(v: Any) -> str:
     return "null" if v is None else type(v).__name__
 
 
-def json_int(obj: dict, key: str, minimum: int, what: str) -> int:
+def json_int(obj: dict, key: str, minimum: int, what: str, maximum: int | None = None) -> int:
     if key not in obj:
         raise LineError(key, f"missing; expected {what}")
     v = obj[key]
@@ -109,7 +118,7 @@ def json_int(obj: dict, key: str, minimum: int, what: str) -> int:
         v = int(v)
     if type(v) is not int:
         raise LineError(key, f"got {v!r} ({type_name(v)}); expected {what}")
-    if v < minimum:
+    if v < minimum or (maximum is not None and v > maximum):
         raise LineError(key, f"got {v}; expected {what}")
     return v
 
@@ -125,15 +134,25 @@ def json_number(obj: dict, key: str, what: str) -> float:
     return float(v)
 
 
-def csv_int(row: dict[str, str], key: str, minimum: int, what: str) -> int:
+def csv_int(row: dict[str, str], key: str, minimum: int, what: str, maximum: int | None = None) -> int:
     s = row[key].strip()
     try:
         v = int(s)
     except ValueError:
         raise LineError(key, f"got {s!r}; expected {what}") from None
-    if v < minimum:
+    if v < minimum or (maximum is not None and v > maximum):
         raise LineError(key, f"got {v}; expected {what}")
     return v
+
+
+def json_tokens(obj: dict, key: str) -> int:
+    """A token-count field of a JSON line: an integer in [1, :data:`MAX_TRACE_TOKENS`]."""
+    return json_int(obj, key, 1, TOKENS_WHAT, MAX_TRACE_TOKENS)
+
+
+def csv_tokens(row: dict[str, str], key: str) -> int:
+    """A token-count column of a CSV row: an integer in [1, :data:`MAX_TRACE_TOKENS`]."""
+    return csv_int(row, key, 1, TOKENS_WHAT, MAX_TRACE_TOKENS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +266,13 @@ def read_csv(path: Path, required: tuple[str, ...], err: Skipper, description: s
                     path, start, missing[0],
                     f"header {header} lacks column(s) {missing}; "
                     f"expected a header with columns {list(required)} ({description})",
+                )
+            repeated = [c for c in required if header.count(c) > 1]
+            if repeated:  # a row dict would silently keep the last of them
+                raise TraceFormatError(
+                    path, start, repeated[0],
+                    f"header {header} has column(s) {repeated} more than once; "
+                    f"expected each of {list(required)} exactly once ({description})",
                 )
             continue
         if len(row) != len(header):

@@ -13,7 +13,7 @@ import numpy as np
 
 from envs.sim.request import Request, Workload
 
-from .common import LineError, Skipper, TraceFormatError, csv_int, read_csv, trace_name
+from .common import LineError, Skipper, TraceFormatError, csv_int, csv_tokens, read_csv, trace_name
 
 #: Default arrival rate for the L-Eval lengths file [requests/s]; close to the Mooncake
 #: conversation (3.40) and synthetic (3.91) traces' mean rates (SOURCES.md).
@@ -91,9 +91,9 @@ def load_leval_lengths_csv(
                 raise LineError("task", "is empty; expected an L-Eval task name")
             doc_id = csv_int(row, "doc_id", 0, "an integer >= 0")
             csv_int(row, "query_idx", 0, "an integer >= 0")  # validated; identical documents may repeat an index
-            doc_tokens = csv_int(row, doc_tokens_column, 1, "an integer >= 1 [tokens]")
-            query_tokens = csv_int(row, "query_tokens_tekken", 1, "an integer >= 1 [tokens]")
-            out_tokens = csv_int(row, "ref_output_tokens_tekken", 1, "an integer >= 1 [tokens]")
+            doc_tokens = csv_tokens(row, doc_tokens_column)
+            query_tokens = csv_tokens(row, "query_tokens_tekken")
+            out_tokens = csv_tokens(row, "ref_output_tokens_tekken")
             key = (task, doc_id)
             if key in docs and docs[key][1] != doc_tokens:
                 raise LineError(doc_tokens_column, f"got {doc_tokens} for document ({task!r}, {doc_id}); expected "

@@ -27,7 +27,7 @@ from .common import (
     Skipper,
     TraceFormatError,
     iter_raw_lines,
-    json_int,
+    json_tokens,
     json_loads,
     json_number,
     trace_name,
@@ -144,8 +144,8 @@ def _parse_mooncake_line(obj: Any, prev_ts: float | None) -> tuple[float, int, i
     if prev_ts is not None and ts < prev_ts:
         raise LineError("timestamp", f"got {obj['timestamp']}, earlier than the previous request's {prev_ts:g}; "
                                      "expected non-decreasing timestamps [ms]")
-    length = json_int(obj, "input_length", 1, "an integer >= 1 [tokens]")
-    out_len = json_int(obj, "output_length", 1, "an integer >= 1 [tokens]")
+    length = json_tokens(obj, "input_length")
+    out_len = json_tokens(obj, "output_length")
     if "hash_ids" not in obj:
         raise LineError("hash_ids", "missing; expected a list of integer block ids")
     hs = obj["hash_ids"]
@@ -154,6 +154,11 @@ def _parse_mooncake_line(obj: Any, prev_ts: float | None) -> tuple[float, int, i
     for x in hs:
         if type(x) is not int:
             raise LineError("hash_ids", f"contains {x!r} ({type_name(x)}); expected integer block ids")
+    if len(set(hs)) != len(hs):
+        # one id twice in a prompt would be cached once but hit once per position
+        first = next(i for i, x in enumerate(hs) if hs.index(x) != i)
+        raise LineError("hash_ids", f"repeats id {hs[first]} (positions {hs.index(hs[first])} and {first}); "
+                                    "expected distinct ids, one per 512-token block of the prompt")
     expected = num_blocks_for(length, MOONCAKE_BLOCK_SIZE_TOKENS)
     if len(hs) != expected:
         raise LineError(
