@@ -4,17 +4,19 @@
 ``cpgym simulate --out`` runs: every run folder below it with a ``summary.json`` is read
 (``cell.json``, ``config.json``, ``extras.json``, ``requests.parquet`` when present). Runs are
 grouped by **workload** and **variant** (the settings that differ between runs besides policy,
-seed and rate: a sweep's other axes, the sweep's name when there are several sweeps, and for
-plain runs the ``sim_config`` fields that differ), then by request rate and policy; seeds are
-the repetitions. Two runs of the same cell (the same sweep cell key, or a plain run repeated
-with the same workload, settings, policy and seed) count once. A folder in which no run folder
-is found is refused with one line. So is a run folder with a broken file, naming the file and
-before anything is written: ``summary.json`` whose ``policy`` is not a name, without
-``mean_ttft_s``, or with a metric that is not a number in its range (null: not recorded); a
-``requests.parquet`` that is not a Parquet file with ``arrival_s`` and ``ttft_s``; any JSON file
-that is not a JSON object. Such a run is not left out, since a table cell would then average
-fewer seeds than the sweep ran. (A ``summary.json`` without a ``policy`` key is another tool's and
-is skipped.) Written into ``RUN_DIR/report/``:
+seed and rate: a sweep's other axes, the sweep's name when there are several sweeps — with its
+folder when sweeps of one name in several folders hold different cells under the same axes,
+policy and seed, e.g. a spec edited between two ``--out`` folders — and for plain runs the
+``sim_config`` fields that differ), then by request rate and policy; seeds are the repetitions.
+Two runs of the same cell (the same sweep cell key, or a plain run repeated with the same
+workload, settings, policy and seed) count once. A folder in which no run folder is found is
+refused with one line. So is a run folder with a broken file, naming the file and before
+anything is written: ``summary.json`` whose ``policy`` is not a name, without ``mean_ttft_s``,
+or with a metric that is not a number in its range (null: not recorded); a ``requests.parquet``
+that is not a Parquet file with ``arrival_s`` and ``ttft_s``; any JSON file that is not a JSON
+object; a finished sweep cell (``cell.json`` with a key) without ``summary.json``. Such a run is
+not left out, since a table cell would then average fewer seeds than the sweep ran. (A
+``summary.json`` without a ``policy`` key is another tool's and is skipped.) Written into ``RUN_DIR/report/``:
 
 * ``ttft_vs_rate.png`` — mean and P90 TTFT [s] vs request rate [requests/s], one row of panels
   per workload/variant, one line per policy, 95% CI over seeds as error bars;
@@ -261,19 +263,31 @@ def _run_dirs(run_dir: Path) -> list[Path]:
         for v in (_read_json(m).get("cells") or {}).values():
             if v.get("run_dir"):
                 manifest_dirs.add(base / v["run_dir"])
-    dirs = []
-    for p in run_dir.rglob("summary.json"):
+    dirs = set()
+    for p in (*run_dir.rglob("summary.json"), *run_dir.rglob("cell.json")):  # cell.json: a sweep cell lacking its summary
         rel = p.parent.relative_to(run_dir).parts
         if any(part.startswith(".") for part in rel) or "report" in rel or "wandb" in rel:
             continue  # in-progress cells (.tmp), our own output, wandb's files
-        dirs.append(p.parent)
+        dirs.add(p.parent)
     return sorted(dirs, key=lambda d: (d not in manifest_dirs, str(d)))
 
 
 def _variants(rows: list[dict]) -> None:
     """Sets ``row["variant"]``: a sweep's remaining axes (and the sweep's name when there are
     several sweeps); for plain runs the sim_config fields that differ among the plain runs."""
-    sweeps = {r["sweep"] for r in rows if r["kind"] == "cell"}
+    cells = [r for r in rows if r["kind"] == "cell"]
+    # sweeps of one name in several folders whose cells differ under the same label (e.g. a spec
+    # edited between two --out folders) are told apart by folder, never pooled as extra seeds
+    labels: dict[tuple, set] = {}
+    for r in cells:
+        label = (r["sweep"], r["workload"], json.dumps(r["axes"], sort_keys=True, default=str), r["policy"], r["seed"],
+                 r["rate_rps"], r["rate_group"])
+        labels.setdefault(label, set()).add(r["dedupe_key"])
+    clashing = {label[0] for label, keys in labels.items() if len(keys) > 1}
+    for r in cells:
+        if r["sweep"] in clashing:
+            r["sweep"] = f"{r['sweep']} ({r['sweep_dir']})"
+    sweeps = {r["sweep"] for r in cells}
     plain = [r for r in rows if r["kind"] == "run"]
     keys = sorted({k for r in plain for k in r["config_fields"]})
     differing = [k for k in keys if len({json.dumps(r["config_fields"].get(k), default=str) for r in plain}) > 1]
@@ -292,6 +306,11 @@ def _load_runs(run_dir: Path):
 
     rows, seen, num_dup = [], set(), 0
     for d in _run_dirs(run_dir):
+        if not (d / "summary.json").is_file():
+            if not _read_json(d / "cell.json").get("key"):
+                continue  # some other tool's cell.json
+            raise ValueError(f"{d / 'summary.json'}: missing, but cell.json marks {d.name} as a finished sweep cell; "
+                             f"expected its summary.json (remove the folder and rerun the sweep to recompute the cell)")
         summary = _read_summary(d / "summary.json")
         if summary is None:
             continue  # some other tool's summary.json
@@ -300,6 +319,8 @@ def _load_runs(run_dir: Path):
         row = _cell_row(d, summary, cell) if cell.get("key") else _plain_row(d, summary, _read_json(d / "config.json"))
         row.update({"run_dir": str(d), "workload": _workload_label(cell, summary), "extras": _read_json(d / "extras.json"),
                     **{k: v for k, v in summary.items() if k not in ("policy", "workload")}})
+        if row["kind"] == "cell":
+            row["sweep_dir"] = str(d.parent.relative_to(run_dir))  # "." for the folder itself
         rows.append(row)
     _variants(rows)
     kept = []
@@ -310,7 +331,7 @@ def _load_runs(run_dir: Path):
             continue
         seen.add(key)
         kept.append(r)
-    df = pd.DataFrame(kept).drop(columns=["axes", "config_fields", "dedupe_key"], errors="ignore")
+    df = pd.DataFrame(kept).drop(columns=["axes", "config_fields", "dedupe_key", "sweep_dir"], errors="ignore")
     df.attrs["num_duplicates"] = num_dup
     if not df.empty and df["rate_rps"].isna().any():
         # x = the measured mean rate, averaged over the runs sharing workload, variant and rate-setting

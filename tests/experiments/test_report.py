@@ -219,6 +219,8 @@ def _summary(**fields):
     ("summary.json", _summary(slo_attainment_requests=1.5),
      "field 'slo_attainment_requests': got 1.5; expected null or a finite number [0, 1]"),
     ("summary.json", _summary(p90_ttft_s="abc"), "field 'p90_ttft_s': got 'abc'; expected null or a finite number >= 0"),
+    # a finished cell (cell.json) without its summary.json was left out silently: "1 seed", 0 cells missing
+    ("summary.json", lambda f: f.unlink(), "missing, but cell.json marks"),
 ])
 def test_a_broken_run_file_is_one_line_naming_it_before_anything_is_written(two_seed_sweep, tmp_path, capsys,
                                                                               name, edit, message):
@@ -241,3 +243,28 @@ def test_a_null_metric_is_not_recorded_not_an_error(two_seed_sweep, tmp_path):
     shutil.copytree(two_seed_sweep, out)
     _summary(p99_ttft_s=None)(sorted(out.glob("*/summary.json"))[0])
     assert make_report(out).num_runs == 2
+
+
+def test_sweeps_of_one_name_with_different_cells_are_not_pooled_as_more_seeds(two_seed_sweep, tmp_path):
+    import json
+    import shutil
+
+    from experiments.report import _load_runs
+
+    parent = tmp_path / "sweeps"
+    shutil.copytree(two_seed_sweep, parent / "a")
+    shutil.copytree(two_seed_sweep, parent / "b")
+    for f in (parent / "b").glob("*/cell.json"):  # the spec edited between the two folders: other cell keys, same labels
+        doc = json.loads(f.read_text())
+        doc["key"] = "edited" + doc["key"][6:]
+        f.write_text(json.dumps(doc))
+    df = _load_runs(parent)
+    # they were one group of 4 "seeds" (0, 1, 0, 1) mixing two configurations
+    assert len(df) == 4 and sorted(df["variant"].unique()) == ["sweep=broken (a)", "sweep=broken (b)"]
+    assert all(sorted(g["seed"]) == [0, 1] for _, g in df.groupby("variant"))
+    # copies of one sweep are the same cells: counted once, not split by folder
+    same = tmp_path / "same"
+    shutil.copytree(two_seed_sweep, same / "a")
+    shutil.copytree(two_seed_sweep, same / "b")
+    df = _load_runs(same)
+    assert len(df) == 2 and set(df["variant"]) == {""}
