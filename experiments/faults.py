@@ -98,10 +98,15 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     from envs.workloads import default_traces_dir
 
     p = Path(path)
+    from envs.yaml_keys import check_unique_keys
+
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text()
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
     except yaml.YAMLError as exc:
         raise ValueError(f"{p}: not valid YAML: {exc}") from None
+    check_unique_keys(root, str(p))
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a mapping with keys {list(SPEC_KEYS)}")
     unknown = sorted(set(data) - set(SPEC_KEYS))

@@ -268,6 +268,9 @@ def load_fault_config(path: str | Path) -> FaultConfig:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise ValueError(f"{p}:{line}: not valid YAML/JSON: {getattr(exc, 'problem', exc)}") from None
+    from envs.yaml_keys import check_unique_keys
+
+    check_unique_keys(root, str(p))  # a second 'events:' silently replaced the first
     if root is None:  # an empty file is more likely a wrong path than a wish for no faults
         raise ValueError(f"{p}:1: the file has no fault schedule (empty); expected a mapping with 'events' "
                          "(write 'events: []' for a run without faults)")

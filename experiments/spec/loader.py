@@ -29,10 +29,18 @@ def _read(path: Path) -> dict:
     if suffix in (".yaml", ".yml"):
         import yaml
 
+        from envs.yaml_keys import duplicate_key
+
         try:
             data = yaml.safe_load(text)
+            dup = duplicate_key(yaml.compose(text))
         except yaml.YAMLError as exc:
             raise _syntax_error(path, "YAML", exc) from None
+        if dup is not None:  # PyYAML keeps the last of two equal keys silently
+            key, first, again = dup
+            raise SpecError(f"{path}:{again.start_mark.line + 1}:{again.start_mark.column + 1}", None,
+                            f"key {key!r} given twice in one mapping (first on line {first.start_mark.line + 1})",
+                            "each key once")
     elif suffix == ".toml":
         try:
             data = tomllib.loads(text)

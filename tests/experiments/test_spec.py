@@ -110,6 +110,19 @@ def test_syntax_errors_name_file_line_and_column(tmp_path):
     assert str(e).startswith(f"{tmp_path / 'spec.yaml'}: top level is ") and e.key is None
 
 
+def test_a_repeated_yaml_key_names_file_line_and_column(tmp_path):
+    # PyYAML keeps the last of two equal keys: the first 'sweep' block (4 cells) was silently dropped
+    e = _err(tmp_path, BASE + "sweep: {grid: {cache_capacity_scale: [0.5, 1.0]}}\nseeds: [0, 1]\n"
+                       "sweep: {grid: {max_batch_tokens: [8192]}}\n")
+    assert str(e) == (f"{tmp_path / 'spec.yaml'}:7:1: key 'sweep' given twice in one mapping (first on line 5); "
+                      "expected each key once")
+    e = _err(tmp_path, "name: t\nworkload: {name: mixed-default, seed: 1, seed: 2}\npolicies: [least-work]\n")
+    assert str(e).startswith(f"{tmp_path / 'spec.yaml'}:2:42: key 'seed' given twice")
+    # a YAML merge key is an override on purpose, not a repetition
+    spec = load_spec(write_spec(tmp_path, "workload: {<<: {name: mixed-default, seed: 1}, seed: 2}\npolicies: [least-work]\n"))
+    assert spec.workload.seed == 2
+
+
 def test_unknown_policy_and_workload(tmp_path):
     e = _err(tmp_path, "workload: {name: mixed-default}\npolicies: [least-work, nope]\n")
     assert e.key == "policies[1]" and "least-work" in e.expected

@@ -49,6 +49,7 @@ def test_cpgym_faults_writes_table_plots_and_provenance(tmp_path, capsys):
 
 @pytest.mark.parametrize("edit, match", [
     (lambda s: s + "colour: red\n", r"unknown key\(s\) \['colour'\]"),
+    (lambda s: s + "name: again\n", r"spec.yaml:\d+:1: key 'name' given twice in one mapping"),
     (lambda s: s.replace("gpu: gpu.yaml", "gpu: missing.yaml"), r"scenarios.gpu: file .*missing.yaml does not exist"),
     (lambda s: s.replace("least-work, vertumnus-router", "least-work, nonsense"), r"nonsense"),
     (lambda s: s.replace("window_s: [0, 40]", "window_s: [40, 0]"), r"window_s: expected \[start, end\]"),
@@ -79,7 +80,8 @@ def test_spec_fields_used_late_are_checked_at_load_time(tmp_path, line, match, c
         raise AssertionError("ran before checking the spec")
 
     monkeypatch.setattr(faults, "run_fault_experiment", no_run)
-    p = _write(tmp_path, SPEC.replace("capacity_iterations: 2\n", "") + line + "\n")
+    key = line.split(":")[0]  # the field replaces the spec's own (a repeated key is an error)
+    p = _write(tmp_path, "".join(x for x in SPEC.splitlines(True) if not x.startswith(key + ":")) + line + "\n")
     with pytest.raises(ValueError, match=match):
         load_spec(p)
     out = tmp_path / "out"

@@ -193,6 +193,10 @@ def test_load_fault_config_yaml_and_json(tmp_path):
     ("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 1, colour: red}\n", r"f.yaml:2: events\[0\].colour: unknown field"),
     ("events: [\n", r"f.yaml:\d+: not valid YAML/JSON"),
     ("", r"f.yaml:1: the file has no fault schedule \(empty\)"),  # were a silently fault-free run
+    # a second 'events' replaced the first without a word
+    ("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 1}\nevents:\n  - {kind: gpu_failure, time_s: 9, gpu: 2}\n",
+     r"f.yaml:3:1: key 'events' given twice in one mapping \(first on line 1\); expected each key once"),
+    ("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 1, gpu: 3}\n", r"f.yaml:2:44: key 'gpu' given twice"),
     ("# no events yet\n", r"f.yaml:1: the file has no fault schedule \(empty\).*events: \[\]"),
 ])
 def test_load_fault_config_errors_name_file_line_field(tmp_path, text, match):
