@@ -235,6 +235,20 @@ class _Loader:
             raise e(str(exc), f"a valid value of {pol}.{param}") from None
         return kind, detail, value
 
+    def _check_params_of_unused_policies(self, spec: ExperimentSpec, cells) -> None:
+        """A parameter of a policy that no cell runs would change nothing: a grid axis over it was
+        silently a single cell, so it is an error at its key."""
+        used = {c.policy for c in cells}
+        keys = [(f"policy_params.{pol}", pol) for pol, _ in spec.policy_params]
+        keys += [(f"sweep.grid.{path}", path.partition(".")[0]) for path, _ in spec.grid]
+        keys += [(f"sweep.cells[{i}].{path}", path.partition(".")[0]) for i, listed in enumerate(spec.cells)
+                 for path, _ in listed]
+        for key, pol in keys:
+            if pol in self.policies and pol not in used:
+                raise SpecError(self.path, key, f"policy {pol!r} is not run by any cell (policies: "
+                                f"{', '.join(spec.policies)})", "a parameter of a policy the sweep runs "
+                                "(add it to 'policies', or give 'policy' in a listed cell)")
+
     def _check_pending_params(self, cells) -> None:
         """A policy-parameter value that failed alone is an error at its key unless some cell
         using it builds (then the rule it broke involves another swept parameter, and every cell
@@ -304,7 +318,8 @@ class _Loader:
                               policies=policies, policy_params=policy_params, seeds=seeds, seed_workload=seed_workload,
                               grid=grid, cells=listed)
         cells = resolve_cells(self.path, spec, self.policies, self._check_workload_name)
-        self._check_pending_params(cells)
+        self._check_pending_params(cells)  # a bad value first, at its own key
+        self._check_params_of_unused_policies(spec, cells)
         self._check_cells(cells, base_wl)
         return replace(spec, _resolved=tuple(cells))
 

@@ -123,6 +123,17 @@ def test_a_repeated_yaml_key_names_file_line_and_column(tmp_path):
     assert spec.workload.seed == 2
 
 
+def test_a_parameter_of_a_policy_no_cell_runs_is_an_error(tmp_path):
+    # the grid axis over vertumnus-router.beta was silently one cell of least-work
+    e = _err(tmp_path, BASE + "sweep: {grid: {vertumnus-router.beta: [1, 2]}}\n")
+    assert e.key == "sweep.grid.vertumnus-router.beta" and "not run by any cell (policies: least-work)" in e.problem
+    e = _err(tmp_path, BASE + "policy_params: {vertumnus-router: {beta: 2}}\n")
+    assert e.key == "policy_params.vertumnus-router" and "add it to 'policies'" in e.expected
+    # a listed cell that runs the policy uses it
+    spec = load_spec(write_spec(tmp_path, BASE + "sweep: {cells: [{policy: vertumnus-router, vertumnus-router.beta: 2}]}\n"))
+    assert [(c.policy, c.policy_params) for c in spec.resolve()] == [("vertumnus-router", (("beta", 2),))]
+
+
 def test_unknown_policy_and_workload(tmp_path):
     e = _err(tmp_path, "workload: {name: mixed-default}\npolicies: [least-work, nope]\n")
     assert e.key == "policies[1]" and "least-work" in e.expected
