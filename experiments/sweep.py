@@ -532,6 +532,28 @@ def _start_stream(backend: str, todo: list[Cell], out: Path, n_jobs: int, ray_ad
     return _run_local(todo, str(out), n_jobs)
 
 
+def check_sweep_target(spec: ExperimentSpec, out_dir: str | Path | None, backend: str, jobs: int | None) -> None:
+    """What :func:`run_sweep` refuses before it runs anything, checked without writing anything (so
+    that a caller can check before it writes into ``out_dir``, e.g. ``provenance.json``).
+
+    Raises:
+        ValueError: an unknown backend, ``--backend ray`` without Ray installed, jobs < 1, or an
+            ``out_dir`` holding a different sweep.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError as exc:
+            raise ValueError(f"--backend ray needs Ray, which cannot be imported ({exc}); install it with "
+                             "pip install 'cpgym[ray]' (or 'ray[default]>=2.9'), or use --backend local") from None
+    out = Path(out_dir) if out_dir is not None else default_out_dir(spec)
+    _read_manifest(out / MANIFEST, spec.name)
+
+
 def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: str = "local", jobs: int | None = None,
               wandb_mode: str = "disabled", wandb_project: str = "cpgym", progress: bool | str | None = None,
               ray_address: str | None = None, on_result: Callable[[dict], None] | None = None) -> SweepOutcome:
@@ -552,15 +574,12 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
         :class:`SweepOutcome`.
 
     Raises:
-        ValueError: unknown backend, jobs < 1, an out_dir holding a different sweep, or an out_dir in
-            use by another running driver.
+        ValueError: unknown backend, ``ray`` not installed, jobs < 1, an out_dir holding a different
+            sweep, or an out_dir in use by another running driver.
         KeyboardInterrupt: passed on after the workers are stopped and the manifest is saved (cells
             in flight stay unfinished and run again on resume).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if jobs is not None and jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    check_sweep_target(spec, out_dir, backend, jobs)
     from experiments.progress import Progress, progress_mode
     from experiments.wandb_log import WandbLogger
 
@@ -628,4 +647,5 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
     return outcome
 
 
-__all__ = ["run_sweep", "execute_cell", "scan_finished", "SweepOutcome", "write_json_atomic", "default_out_dir", "BACKENDS"]
+__all__ = ["run_sweep", "check_sweep_target",
+           "execute_cell", "scan_finished", "SweepOutcome", "write_json_atomic", "default_out_dir", "BACKENDS"]

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from experiments.spec import load_spec
-    from experiments.sweep import default_out_dir, run_sweep, scan_finished
+    from experiments.sweep import check_sweep_target, default_out_dir, run_sweep, scan_finished
 
     spec = load_spec(args.spec)  # every spec error is raised here, before anything runs
     out = Path(args.out) if args.out else default_out_dir(spec)
@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from experiments.provenance import write_provenance
 
     check_out_dir(str(out))  # a file there: one line naming --out, not "PATH: File exists"
+    # a refused run writes nothing: no stray folder for --jobs 0, no other sweep's provenance.json overwritten
+    check_sweep_target(spec, out, args.backend, args.jobs)
     write_provenance(out, argv=getattr(args, "argv", None))
     try:
         outcome = run_sweep(spec, out, backend=args.backend, jobs=args.jobs, wandb_mode=args.wandb,

@@ -162,6 +162,40 @@ def test_cli_dry_run_and_bad_backend_args(tmp_path, capsys, tiny_spec):
         run_sweep(load_spec(tiny_spec), tmp_path / "o", jobs=0)
 
 
+def test_a_refused_sweep_writes_nothing(finished_sweep, tmp_path, tiny_spec, capsys, monkeypatch):
+    import builtins
+    import hashlib
+
+    # --jobs 0 left a folder holding only provenance.json
+    out = tmp_path / "new"
+    assert main(["sweep", str(tiny_spec), "--out", str(out), "--jobs", "0", "--wandb", "disabled"]) == 2
+    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err and not out.exists()
+    # another sweep's folder: its provenance.json was overwritten with this command before the refusal
+    _, other, _, _ = finished_sweep
+    other_spec = write_spec(tmp_path, "name: another\nworkload: {name: mixed-default}\npolicies: [least-work]\n")
+    prov = other / "provenance.json"
+
+    def digest():
+        return hashlib.sha256(prov.read_bytes()).hexdigest() if prov.exists() else None
+
+    before = digest()
+    assert main(["sweep", str(other_spec), "--out", str(other), "--wandb", "disabled"]) == 2
+    assert "holds sweep 'tiny', not 'another'" in capsys.readouterr().err
+    assert digest() == before
+    # --backend ray without Ray: a ModuleNotFoundError traceback after the folder was set up
+    real_import = builtins.__import__
+
+    def no_ray(name, *a, **k):
+        if name == "ray" or name.startswith("ray."):
+            raise ModuleNotFoundError("No module named 'ray'", name="ray")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    assert main(["sweep", str(tiny_spec), "--out", str(out), "--backend", "ray", "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cpgym sweep: error: --backend ray needs Ray") and err.count("\n") == 1 and not out.exists()
+
+
 def test_policy_parameters_are_sweepable(tmp_path):
     """``vertumnus-router.beta`` / ``vertumnus-router.lambda`` as sweep axes: cells differ only in the router's
     parameters, results keep the policy name, and an undeclared parameter fails at load time."""
