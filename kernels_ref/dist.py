@@ -63,6 +63,11 @@ def start_method() -> str:
     return "forkserver"
 
 
+#: Most CPU ranks one launch starts: each is a process importing torch, so ``--degrees 99999``
+#: would try to start 99,999 of them. The paper's CP degrees reach 8.
+MAX_CPU_RANKS = 16
+
+
 def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), device: str = "cpu",
            timeout_s: float = 600.0) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned ranks; returns results in rank order.
@@ -70,7 +75,8 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), device: st
     ``fn`` and ``args`` must be picklable (``fn`` a module-level function).
 
     Raises:
-        ValueError: on ``world_size < 1``, an unknown device, or more ranks than GPUs.
+        ValueError: on ``world_size < 1``, an unknown device, more CPU ranks than
+            :data:`MAX_CPU_RANKS`, or more ranks than GPUs.
         torch.multiprocessing.ProcessRaisedException: re-raised from a failing rank (with its traceback).
     """
     import torch
@@ -80,6 +86,9 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), device: st
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cpu" and world_size > MAX_CPU_RANKS:
+        raise ValueError(f"{world_size} CPU ranks (one process each) is more than {MAX_CPU_RANKS}; "
+                         f"expected a CP degree <= {MAX_CPU_RANKS} on device 'cpu'")
     if device == "cuda" and (not torch.cuda.is_available() or torch.cuda.device_count() < world_size):
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise ValueError(f"device 'cuda' with {world_size} ranks needs {world_size} GPUs, found {n}")

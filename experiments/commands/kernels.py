@@ -18,6 +18,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
 
 
+def parse_degrees(text: str, device: str) -> tuple[int, ...]:
+    """``--degrees``: integers >= 1, on ``cpu`` at most :data:`kernels_ref.dist.MAX_CPU_RANKS`
+    (one process per rank; checked before anything starts)."""
+    from kernels_ref.dist import MAX_CPU_RANKS
+
+    degrees = parse_int_list(text, "--degrees", minimum=1)
+    if device == "cpu" and max(degrees) > MAX_CPU_RANKS:
+        raise ValueError(f"--degrees {max(degrees)} on --device cpu would start {max(degrees)} processes; "
+                         f"expected CP degrees <= {MAX_CPU_RANKS} (one gloo rank per process)")
+    return degrees
+
+
 def parse_int_list(text: str, name: str, minimum: int = 0) -> tuple[int, ...]:
     """``"1,2,4" -> (1, 2, 4)``; raises ValueError naming the option on bad input (an empty item
     included, :func:`experiments.config_args.split_number_list`)."""
@@ -37,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kernels_ref.check import default_cases, format_table, run_check_suite
 
-    degrees = parse_int_list(args.degrees, "--degrees", minimum=1)
+    degrees = parse_degrees(args.degrees, args.device)
     t0 = time.perf_counter()
     results = run_check_suite(default_cases(degrees, device=args.device), device=args.device)
     elapsed = time.perf_counter() - t0

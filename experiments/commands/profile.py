@@ -64,7 +64,7 @@ def warn_length_independent(coefficients: dict, out: str, file=None) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.commands.kernels import parse_int_list
+    from experiments.commands.kernels import parse_degrees, parse_int_list
     from kernels_ref import roofline
     from kernels_ref.config import LayerConfig
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     config = ProfileConfig(
         num_new_tokens=parse_int_list(args.new_tokens, "--new-tokens", 1),
         num_cached_tokens=parse_int_list(args.cached_tokens, "--cached-tokens", 0),
-        degrees=parse_int_list(args.degrees, "--degrees", 1),
+        degrees=parse_degrees(args.degrees, args.device),
         layer=layer, num_layers=args.layers, algorithm=args.algorithm, impl=args.impl,
         dtype=args.dtype or ("bfloat16" if args.device == "cuda" else "float32"), device=args.device,
         warmup=args.warmup, repeats=args.repeats, seed=args.seed)

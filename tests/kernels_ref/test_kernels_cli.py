@@ -52,6 +52,26 @@ def test_bad_input_is_one_clear_line(argv, match, capsys):
     assert match in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("argv", [["kernels", "check", "--degrees", "1,99999"],
+                                  ["kernels", "profile", "--out", "x.json", "--degrees", "64"]])
+def test_a_cpu_degree_beyond_the_rank_limit_starts_nothing(argv, capsys, monkeypatch, tmp_path):
+    """``--degrees 99999`` tried to start 99,999 torch processes (one gloo rank each)."""
+    import torch.multiprocessing as mp
+
+    from kernels_ref.dist import MAX_CPU_RANKS, launch
+
+    def no_start(*a, **k):
+        raise AssertionError("started rank processes")
+
+    monkeypatch.setattr(mp, "start_processes", no_start)
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"expected CP degrees <= {MAX_CPU_RANKS}" in err and len(err.splitlines()) == 1
+    with pytest.raises(ValueError, match=f"more than {MAX_CPU_RANKS}"):
+        launch(print, MAX_CPU_RANKS + 1)
+
+
 def test_calibrate_deepseek_v3_json_shows_the_weight_placement(capsys):
     """Done-when of the placement item: DeepSeek-V3 (671B FP8) on H20-3e needs a shard group of 8."""
     assert main(["kernels", "calibrate", "--model", "deepseek-v3", "--gpu", "h20-3e", "--format", "json"]) == 0
