@@ -414,6 +414,8 @@ def check_out_dir(path: str | os.PathLike | None, flag: str = "--out") -> None:
 
     if path is None:
         return
+    if not str(path).strip():  # Path("") is the working folder, and `if args.out:` skipped the writing
+        raise ValueError(f"{flag} is empty; expected a folder path")
     out = Path(path)
     blocker = _first_file(out, *out.parents)
     if blocker == out:
@@ -450,6 +452,8 @@ def check_out_file(path: str | None, flag: str = "--out") -> None:
 
     if path is None:
         return
+    if not str(path).strip():  # was "--plot  is a folder" (Path("") is the working folder)
+        raise ValueError(f"{flag} is empty; expected a file path")
     out = Path(path)
     if out.is_dir():
         raise ValueError(f"{flag} {path} is a folder; expected a file path")
@@ -457,6 +461,28 @@ def check_out_file(path: str | None, flag: str = "--out") -> None:
     if blocker is not None:  # named with the file's path (check_out_dir would name its folder)
         raise ValueError(f"{flag} {path} cannot be created: {blocker} is not a folder")
     check_out_dir(str(out.parent), flag)
+
+
+def check_plot_file(path: str | None, flag: str = "--plot") -> None:
+    """:func:`check_out_file` for a figure, plus its format: the file name must end in a format
+    matplotlib writes (``.png``, ``.pdf``, ``.svg``, ...). ``savefig`` refused ``x.txt`` only after
+    every simulation had run, and wrote ``x`` (no suffix) as ``x.png``.
+
+    Raises:
+        ValueError: naming ``flag``, ``path`` and the formats expected.
+    """
+    from pathlib import Path
+
+    check_out_file(path, flag)
+    if path is None:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise ValueError(f"{flag} {path} needs a file name ending in one of "
+                         f"{', '.join('.' + f for f in formats)} (the figure format)")
 
 
 def error_text(exc: BaseException) -> str:

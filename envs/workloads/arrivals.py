@@ -52,8 +52,22 @@ def _check_rate(name: str, rate: float) -> float:
     return r
 
 
+#: The most arrivals a process samples at once (mean rate x duration): beyond it a generator is
+#: refused before allocating (a rate of 1e9 req/s over 10 s tried to allocate 182 GiB of gaps and
+#: died with a numpy traceback); a simulation of 10 million requests already takes hours.
+MAX_EXPECTED_ARRIVALS = 10_000_000
+
+
 def _renewal(duration_s: float, mean_gap_s: float, draw: Callable[[int], np.ndarray]) -> np.ndarray:
-    """Cumulative sums of inter-arrival gaps drawn in chunks until ``duration_s`` is passed."""
+    """Cumulative sums of inter-arrival gaps drawn in chunks until ``duration_s`` is passed.
+
+    Raises:
+        ValueError: if ``duration_s / mean_gap_s`` exceeds :data:`MAX_EXPECTED_ARRIVALS`.
+    """
+    expected = duration_s / mean_gap_s
+    if expected > MAX_EXPECTED_ARRIVALS:
+        raise ValueError(f"arrivals: rate {1.0 / mean_gap_s:g} req/s over duration_s {duration_s:g} s is {expected:.3g} "
+                         f"expected requests, more than {MAX_EXPECTED_ARRIVALS:,}; lower the rate or the duration")
     chunks: list[np.ndarray] = []
     t = 0.0
     chunk = max(16, int(1.2 * duration_s / mean_gap_s) + 16)

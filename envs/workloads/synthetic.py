@@ -47,7 +47,14 @@ import numpy as np
 
 from envs.sim.request import Request, Workload
 
-from .arrivals import ArrivalProcess, GammaArrivals, InhomogeneousPoissonArrivals, MMPPArrivals, PoissonArrivals
+from .arrivals import (
+    MAX_EXPECTED_ARRIVALS,
+    ArrivalProcess,
+    GammaArrivals,
+    InhomogeneousPoissonArrivals,
+    MMPPArrivals,
+    PoissonArrivals,
+)
 from .distributions import LEVAL_DOC_TOKENS, SeedLike, TruncatedLogNormal, check_seed, seeded_rng
 from .prefix import BlockHasher, PromptContext
 from .transforms import merge
@@ -516,6 +523,11 @@ def phase_changes(
             raise ValueError(f"rate_start_fraction and rate_end_fraction must be finite, >= 0 and not both 0, got {f0}, {f1}")
     else:
         f0 = f1 = 1.0
+    candidates = num_phases * dur * max(r_short, r_long) * max(f0, f1)  # what the thinning samples
+    if candidates > MAX_EXPECTED_ARRIVALS:  # before the per-phase lists (num_phases 1e8 ran out of memory)
+        raise ValueError(f"num_phases x phase_duration_s = {num_phases} x {dur:g} s at up to "
+                         f"{max(r_short, r_long) * max(f0, f1):g} req/s is {candidates:.3g} arrivals to sample, more than "
+                         f"{MAX_EXPECTED_ARRIVALS:,}; use fewer or shorter phases")
     kinds = [("short", "long")[(i + (first_phase == "long")) % 2] for i in range(num_phases)]
     phase_rates = np.array([r_short if k == "short" else r_long for k in kinds])
     long_frac = np.array([short_phase_long_fraction if k == "short" else long_phase_long_fraction for k in kinds])

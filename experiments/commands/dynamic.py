@@ -54,15 +54,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def base_config_from_args(args: argparse.Namespace):
     """The pool / simulator config of the shared flags, composed of the largest supported degree
-    (each run replaces the composition)."""
+    (each run replaces the composition); if it does not divide the pool, the smallest, then any
+    other degree whose pool can be placed.
+
+    Raises:
+        ValueError: naming ``--supported-degrees``, ``--pool-gpus`` and ``--gpus-per-node`` when no
+            degree gives a pool (was ``composition 'cp16x2' cannot be placed``, a composition the
+            user never typed).
+    """
     from experiments.common import parse_list, sim_config_from_args
 
     degrees = parse_list(args.supported_degrees, "--supported-degrees", int, positive=True)
     d = max(degrees)
     if args.pool_gpus % d:
         d = min(degrees)
-    composition = f"cp{d}x{args.pool_gpus // d}"
-    return sim_config_from_args(args, composition=composition)
+    order = [d] + sorted(set(degrees) - {d}, reverse=True)  # d: the choice of every pool that has it
+    for d in order:
+        composition = f"cp{d}x{args.pool_gpus // d}"
+        if args.pool_gpus % d == 0 and _placeable(args, degrees, composition):
+            return sim_config_from_args(args, composition=composition)
+    composition = f"cp{order[0]}x{args.pool_gpus // order[0]}"
+    try:
+        sim_config_from_args(args, composition=composition)  # another flag's own error first (--supported-degrees 3)
+    except ValueError as exc:
+        if f"'{composition}'" not in str(exc):
+            raise
+    raise ValueError(f"--supported-degrees {args.supported_degrees}: no CP degree both divides --pool-gpus {args.pool_gpus} "
+                     f"and fits nodes of --gpus-per-node {args.gpus_per_node}: no pool of one CP degree (cp<C>x<count>), "
+                     f"which `cpgym dynamic` starts from")
+
+
+def _placeable(args: argparse.Namespace, degrees: list[int], composition: str) -> bool:
+    from envs.sim import PoolConfig
+
+    try:
+        PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node, supported_degrees=tuple(degrees),
+                   composition=composition)
+    except ValueError:
+        return False
+    return True
 
 
 def plan(args: argparse.Namespace) -> list[tuple]:
@@ -113,7 +143,7 @@ def check_load_replaces_rate(argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir, check_out_file, dumps_json
+    from experiments.common import check_out_dir, check_plot_file, dumps_json
     from experiments.config_args import config_from_args
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, run_dynamic_phases
 
@@ -122,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     base = base_config_from_args(args)
     check_composition_count(cfg, base, args.max_compositions)
     check_out_dir(args.out_dir, "--out-dir")
-    check_out_file(args.plot, "--plot")  # these three before the runs, not after them
+    check_plot_file(args.plot, "--plot")  # these three before the runs, not after them
     if cfg.capacity_cache_dir and (cfg.short_load is not None or cfg.long_load is not None):
         check_out_dir(cfg.capacity_cache_dir, "--capacity-cache-dir")
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))

@@ -43,8 +43,8 @@ class CacheAblationConfig:
     """Settings of the cache ablation (one ``cpgym cache-ablation`` flag per field).
 
     Raises:
-        ValueError: naming the field, on an empty rate list, a rate or duration <= 0, a
-            negative seed or a scan interval <= 0.
+        ValueError: naming the field, on an empty rate list, a repeated rate, a rate, duration or
+            scan interval that is not a finite number > 0, or a negative seed.
     """
 
     rates_rps: tuple[float, ...] = _opt(DEFAULT_RATES_RPS, "request rates [requests/s]", flag="--rates", metavar="R1,R2,...")
@@ -60,8 +60,10 @@ class CacheAblationConfig:
         object.__setattr__(self, "rates_rps", tuple(float(r) for r in self.rates_rps))
         if not self.rates_rps or not all(r > 0 and math.isfinite(r) for r in self.rates_rps):
             raise ValueError(f"cache-ablation: rates_rps must be finite numbers > 0, got {list(self.rates_rps)}")
-        if not self.duration_s > 0:
-            raise ValueError(f"cache-ablation: duration_s must be > 0, got {self.duration_s}")
+        if len(set(self.rates_rps)) < len(self.rates_rps):  # each rate ran again and was reported twice
+            raise ValueError(f"cache-ablation: rates_rps must be distinct rates, got {list(self.rates_rps)}")
+        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise ValueError(f"cache-ablation: duration_s must be a finite number > 0, got {self.duration_s}")
         if self.workload_seed < 0:
             raise ValueError(f"cache-ablation: workload_seed must be >= 0, got {self.workload_seed}")
         from baselines.cache_manager import CACHE_MANAGER_SETTINGS
@@ -69,8 +71,8 @@ class CacheAblationConfig:
         if self.manager_setting not in CACHE_MANAGER_SETTINGS:
             raise ValueError(f"cache-ablation: manager_setting must be one of {sorted(CACHE_MANAGER_SETTINGS)}, "
                              f"got {self.manager_setting!r}")
-        if self.scan_interval_s is not None and not self.scan_interval_s > 0:
-            raise ValueError(f"cache-ablation: scan_interval_s must be > 0, got {self.scan_interval_s}")
+        if self.scan_interval_s is not None and not (self.scan_interval_s > 0 and math.isfinite(self.scan_interval_s)):
+            raise ValueError(f"cache-ablation: scan_interval_s must be a finite number > 0, got {self.scan_interval_s}")
 
     def workload_source(self, rate_rps: float):
         """The :class:`~envs.workloads.WorkloadSource` at one rate: ``rate_rps / MEAN_CALLS_PER_SESSION`` sessions/s,

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -71,6 +72,21 @@ OPERATION_FIELDS = ("index", "kind", "old_worker_ids", "new_worker_ids", "old_de
                     "num_reconciled_blocks", "num_source_lost_blocks")
 
 
+#: Fields of :class:`DynamicPhasesConfig` that only the ``"target"`` decision reads.
+TARGET_DECISION_FIELDS = ("lookahead_replications", "lookahead_screen_margin", "lookahead_duration_s",
+                          "lookahead_stationary_duration_s", "lookahead_stationary_warmup_s", "lookahead_warmup_s",
+                          "target_trend_min_t", "target_margin", "target_urgent_gain", "target_sample",
+                          "target_replay_sample", "target_transition")
+#: The names the controller's checks use -> the :class:`DynamicPhasesConfig` field (and flag) that sets them.
+CONTROLLER_FIELD_NAMES = {"lookahead.num_replications": "lookahead_replications",
+                          "lookahead.screen_margin": "lookahead_screen_margin",
+                          "lookahead.stationary_duration_s": "lookahead_stationary_duration_s",
+                          "lookahead.stationary_warmup_s": "lookahead_stationary_warmup_s",
+                          "lookahead.duration_s": "lookahead_duration_s", "lookahead.warmup_s": "lookahead_warmup_s",
+                          "controller.target_trend_min_t": "target_trend_min_t",
+                          "controller.target_margin": "target_margin",
+                          "controller.target_urgent_gain": "target_urgent_gain", "reconfig.switch_s": "switch_s"}
+
 
 @dataclass(frozen=True)
 class DynamicPhasesConfig:
@@ -81,7 +97,10 @@ class DynamicPhasesConfig:
         ValueError: naming the field, on a non-positive or infinite rate, duration or window, a
             non-positive phase count, a phase rate given both absolute and as a load fraction, or
             a switch (``rising_rate``, ``target_replay_sample``, ``target_transition``) that is not
-            a bool.
+            a bool, a ``window_s`` that is not ``[start, end)`` or starts after the last phase, a
+            look-ahead / target setting with decision ``"paper-rule"`` (which reads none), and what
+            the controller's own config refuses (``lookahead_*``, ``target_*``, ``switch_s``), all
+            before any capacity search.
     """
 
     num_phases: int = _opt(4, "phases, alternating short-heavy / long-heavy")
@@ -167,14 +186,42 @@ class DynamicPhasesConfig:
         for name in ("rising_rate", "target_replay_sample", "target_transition"):
             if not isinstance(getattr(self, name), bool):  # "false" is truthy: never read a text as a switch
                 raise ValueError(f"dynamic: {name} must be true or false, got {getattr(self, name)!r}")
-        if self.decision != "target" and (self.target_sample != "regime-start" or self.target_replay_sample
-                                          or self.target_transition
-                                          or self.target_margin is not None or self.target_urgent_gain is not None):
-            raise ValueError(f"dynamic: target_sample / target_replay_sample / target_transition / target_margin / "
-                             f"target_urgent_gain set "
-                             f"the 'target' decision; decision {self.decision!r} has none")
+        self._check_target_fields()
+        self._check_window()
+        self._check_controller()
+
+
+    def _check_target_fields(self) -> None:
+        if self.decision != "target":  # the paper rule has no look-ahead: these were ignored silently
+            given = [name for name in TARGET_DECISION_FIELDS
+                     if getattr(self, name) not in (None, False) and not (name == "target_sample"
+                                                                         and self.target_sample == "regime-start")]
+            if given:
+                raise ValueError(f"dynamic: {' / '.join(given)} set the 'target' decision; decision "
+                                 f"{self.decision!r} has none")
+
+    def _check_window(self) -> None:
         if self.window_s is not None:
-            object.__setattr__(self, "window_s", tuple(float(x) for x in self.window_s))
+            from envs.workloads import WorkloadSource
+
+            try:  # the workload's own check, here before any capacity search (was after them)
+                window = WorkloadSource(name="phases", window_s=self.window_s).window_s
+            except ValueError as exc:
+                raise ValueError(f"dynamic: {str(exc).removeprefix('workload: ')}") from None
+            end_s = self.num_phases * self.phase_duration_s
+            if window[0] >= end_s:
+                raise ValueError(f"dynamic: window_s [{window[0]:g}, {window[1]:g}) starts after the last phase "
+                                 f"(num_phases x phase_duration_s = {end_s:g} s)")
+            object.__setattr__(self, "window_s", window)
+
+    def _check_controller(self) -> None:
+        try:  # the controller's own checks, named by field, before the capacity searches of the loads
+            controller_config(self)
+        except ValueError as exc:
+            text = str(exc)
+            for inner, name in CONTROLLER_FIELD_NAMES.items():
+                text = re.sub(rf"(?<![\w.-]){re.escape(inner)}(?![\w-])", name, text)
+            raise ValueError(f"dynamic: {text}") from None
 
     def workload_params(self) -> dict:
         """Keyword parameters of the ``phases`` generator (``envs.workloads.synthetic.phase_changes``)."""
