@@ -62,6 +62,7 @@ def test_compare_cli_json_and_outputs(tmp_path, capsys, monkeypatch):
     if wl is None:  # pragma: no cover - pytest always wraps fixtures
         pytest.skip("fixture not wrapped")
     monkeypatch.setattr(W, "get_workload", lambda name, seed=0: wl)
+    monkeypatch.setitem(W.WORKLOADS, "small", lambda seed=0: wl)  # a name the workload source accepts
     rc = main(["compare", "--workload", "small", "--suite", "vertumnus-router,least-work,homogeneous-cp4", "--rates", "20,40",
                "--seeds", "0,1", "--jobs", "2", "--out", str(tmp_path), "--format", "json"])
     assert rc == 0
@@ -86,6 +87,7 @@ def test_compare_beta_lambda_sweep(tmp_path, capsys, monkeypatch, small_prefix_w
     import envs.workloads as W
 
     monkeypatch.setattr(W, "get_workload", lambda name, seed=0: small_prefix_workload)
+    monkeypatch.setitem(W.WORKLOADS, "small", lambda seed=0: small_prefix_workload)
     rc = main(["compare", "--workload", "small", "--suite", "least-work", "--rates", "60", "--beta", "1,3",
                "--lambda", "0", "--out", str(tmp_path), "--format", "json"])
     assert rc == 0
