@@ -94,8 +94,9 @@ def test_dynamic_empty_window_is_reported_before_profiling(capsys, monkeypatch):
 
     monkeypatch.setattr(controller, "CapacityTable", no_profile)
     assert main(["dynamic", "--window-s", "5000", "6000", "--quiet"]) == 2
-    assert capsys.readouterr().err == \
-        "cpgym dynamic: error: workload 'phases[5000:6000]' has no requests (check --window-s against its arrivals)\n"
+    assert capsys.readouterr().err == (  # checked with the settings, before the history day and its profile
+        "cpgym dynamic: error: dynamic: window_s [5000, 6000) starts after the last phase (num_phases x "
+        "phase_duration_s = 600 s) (--window-s, --num-phases, --phase-duration-s)\n")
 
 
 def test_dynamic_quiet_prints_no_progress(capsys):
