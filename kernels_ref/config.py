@@ -43,6 +43,16 @@ class LayerConfig:
         if self.num_experts and not (1 <= self.num_experts_per_token <= self.num_experts and self.moe_intermediate_size >= 1):
             raise ValueError("MoE needs 1 <= num_experts_per_token <= num_experts and moe_intermediate_size >= 1")
 
+    def weight_shapes(self) -> list[tuple[int, ...]]:
+        """Shapes of the weight tensors :class:`PrefillDecoderLayer` allocates (norms, fused QKV,
+        output projection, then the dense SwiGLU or the router and the stacked experts)."""
+        h, hd = self.hidden_size, self.head_dim
+        shapes = [(h,), (h,), (h, (self.num_q_heads + 2 * self.num_kv_heads) * hd), (self.num_q_heads * hd, h)]
+        if self.num_experts:
+            e, m = self.num_experts, self.moe_intermediate_size
+            return shapes + [(h, e), (e, h, 2 * m), (e, m, h)]
+        return shapes + [(h, 2 * self.intermediate_size), (self.intermediate_size, h)]
+
     def linear_flops_per_token(self) -> int:
         """``2 * active params`` of the layer [FLOP/token] (projections + MLP or top-k experts)."""
         h, hd = self.hidden_size, self.head_dim

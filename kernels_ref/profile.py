@@ -97,6 +97,41 @@ class ProfileConfig:
         if len(self.grid()) < 5:
             raise ValueError(f"the grid has {len(self.grid())} points; the fit of 5 coefficients needs at least 5")
 
+    def estimated_peak_bytes_per_rank(self) -> int:
+        """A rough upper estimate of one rank's peak memory [bytes]: the layers' weights in
+        ``dtype`` plus the largest weight once more in float64 (they are drawn in float64, then
+        cast), the KV of the longest prompt (``max(R) + max(P)`` tokens, every layer: the
+        all-gather holds it whole), and twice the activations of ``max(R)`` new tokens (residual,
+        QKV, attention output, the MLP's or the top-k experts' gate/up/down). Used to refuse a
+        grid that cannot fit before any rank starts (a ``--layers`` or ``--hidden`` typo ran out of
+        memory inside torch)."""
+        import math
+
+        elem = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}[self.dtype]
+        c = self.layer
+        shapes = c.weight_shapes()
+        weights = self.num_layers * sum(math.prod(s) for s in shapes) * elem + max(math.prod(s) for s in shapes) * 8
+        r, tokens = max(self.num_new_tokens), max(self.num_new_tokens) + max(self.num_cached_tokens)
+        kv = self.num_layers * tokens * 2 * c.num_kv_heads * c.head_dim * elem
+        width = c.num_experts_per_token * c.moe_intermediate_size + c.num_experts if c.num_experts else c.intermediate_size
+        act = 2 * r * (4 * c.hidden_size + (2 * c.num_q_heads + 2 * c.num_kv_heads) * c.head_dim + 3 * width) * elem
+        if self.impl == "matmul":  # score blocks of one query block against every key
+            act += 2 * min(self.block_tokens, r) * tokens * c.num_q_heads * elem
+        return int(weights + kv + act)
+
+    def check_memory(self, available_bytes: int, where: str) -> None:
+        """Raises ValueError, naming the flags that size the grid, if ``max(degrees)`` ranks of
+        :meth:`estimated_peak_bytes_per_rank` (CPU: every rank is a process of this host) or one
+        rank (CUDA: one GPU per rank) exceed ``available_bytes`` (``where``: what that is)."""
+        per_rank = self.estimated_peak_bytes_per_rank()
+        ranks = max(self.degrees) if self.device == "cpu" else 1
+        if per_rank * ranks > available_bytes:
+            gib = 2.0 ** 30
+            raise ValueError(f"the profile grid needs about {per_rank / gib:.3g} GiB per rank x {ranks} rank(s) = "
+                             f"{per_rank * ranks / gib:.3g} GiB, more than {where} ({available_bytes / gib:.3g} GiB); "
+                             "lower --layers, --hidden, --intermediate, --experts / --moe-intermediate, --q-heads / "
+                             "--kv-heads / --head-dim, --new-tokens or --cached-tokens")
+
     def grid(self) -> list[tuple[int, int, int]]:
         """``[(R, P, C), ...]`` in run order."""
         return [(r, p, c) for c in self.degrees for r in self.num_new_tokens for p in self.num_cached_tokens]
@@ -185,10 +220,12 @@ def run_profile(config: ProfileConfig) -> list[Sample]:
     """Measure every grid point (one spawned group of ``max(degrees)`` ranks).
 
     Raises:
-        ValueError: from :class:`ProfileConfig` / :func:`kernels_ref.dist.launch` (e.g. too few GPUs).
+        ValueError: from :class:`ProfileConfig` / :func:`kernels_ref.dist.launch` (e.g. too few GPUs),
+            or a grid whose estimated memory does not fit (:meth:`ProfileConfig.check_memory`).
     """
     from kernels_ref.dist import launch
 
+    config.check_memory(*_available_memory_bytes(config.device))
     per_rank = launch(_profile_worker, max(config.degrees), args=(config,), device=config.device, timeout_s=3600)
     samples = []
     for key in config.grid():
@@ -198,6 +235,18 @@ def run_profile(config: ProfileConfig) -> list[Sample]:
         step = [max(rank_runs[i] for rank_runs in runs) for i in range(config.repeats)]
         samples.append(Sample(r_tokens, p_tokens, c, max(rank_median), rank_median, step))
     return samples
+
+
+def _available_memory_bytes(device: str) -> tuple[int, str]:
+    """``(bytes, description)``: the host's physical memory for ``"cpu"``, GPU 0's for ``"cuda"``
+    (when CUDA is unavailable: unbounded; :func:`kernels_ref.dist.launch` reports that)."""
+    if device == "cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory, "the memory of GPU 0"
+        return 2 ** 62, "no GPU"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host's physical memory"
 
 
 def hardware_description(device: str) -> dict:

@@ -72,6 +72,33 @@ def test_a_cpu_degree_beyond_the_rank_limit_starts_nothing(argv, capsys, monkeyp
         launch(print, MAX_CPU_RANKS + 1)
 
 
+@pytest.mark.parametrize("flags", [["--layers", "100000000"], ["--hidden", "100000000"],
+                                   ["--experts", "100000", "--moe-intermediate", "100000"],
+                                   ["--new-tokens", "64,256,1024,2000000000"]])
+def test_a_profile_grid_beyond_memory_starts_nothing(flags, capsys, monkeypatch, tmp_path):
+    """``--layers 1e8`` ran until memory was exhausted; ``--hidden 1e8`` failed in torch's allocator."""
+    import torch.multiprocessing as mp
+
+    def no_start(*a, **k):
+        raise AssertionError("started rank processes")
+
+    monkeypatch.setattr(mp, "start_processes", no_start)
+    assert main(["kernels", "profile", "--out", str(tmp_path / "c.json"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the profile grid needs about" in err and "lower --layers, --hidden" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_the_memory_estimate_of_the_default_grid_is_modest():
+    from kernels_ref.profile import ProfileConfig
+
+    cfg = ProfileConfig()
+    assert 2 ** 20 < cfg.estimated_peak_bytes_per_rank() < 2 ** 30  # the default grid runs on any laptop
+    cfg.check_memory(2 ** 32, "4 GiB")
+    with pytest.raises(ValueError, match=r"x 4 rank\(s\) .* more than 1 MiB"):
+        cfg.check_memory(2 ** 20, "1 MiB")
+
+
 def test_calibrate_deepseek_v3_json_shows_the_weight_placement(capsys):
     """Done-when of the placement item: DeepSeek-V3 (671B FP8) on H20-3e needs a shard group of 8."""
     assert main(["kernels", "calibrate", "--model", "deepseek-v3", "--gpu", "h20-3e", "--format", "json"]) == 0
