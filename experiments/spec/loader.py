@@ -447,8 +447,9 @@ class _Loader:
         grid: list[tuple[str, tuple[Any, ...]]] = []
         if "rates" in data:
             rates = self.values_list("rates", data["rates"])
-            grid.append(("workload.target_rps", tuple(self.check_value(f"rates[{i}]", "workload.target_rps", r, False)[2]
-                                                      for i, r in enumerate(rates))))
+            canon = tuple(self.check_value(f"rates[{i}]", "workload.target_rps", r, False)[2] for i, r in enumerate(rates))
+            self._check_distinct_values("rates", canon)
+            grid.append(("workload.target_rps", canon))
         if not isinstance(grid_raw, Mapping):
             raise SpecError(self.path, "sweep.grid", f"got {type_name(grid_raw)}", "a mapping dotted.path -> [values]")
         for path, values in grid_raw.items():
@@ -456,6 +457,7 @@ class _Loader:
             self.classify(key, path, False)  # a bad path is reported before its values
             values = self.values_list(key, values)
             canon = tuple(self.check_value(f"{key}[{i}]", path, v, False)[2] for i, v in enumerate(values))
+            self._check_distinct_values(key, canon)
             norm = ALIASES.get(path, path)
             if any(p == norm for p, _ in grid):
                 raise SpecError(self.path, key, f"axis {norm!r} given twice ('rates' is the axis workload.target_rps)",
@@ -478,8 +480,19 @@ class _Loader:
                 if norm in grid_paths:
                     raise SpecError(self.path, f"{key}.{path}", "also a grid axis", "a path that is not swept by the grid")
                 items.append((norm, self.check_value(f"{key}.{path}", path, v, True)[2]))
+            if tuple(items) in listed:  # the same cell twice was merged into one without a word
+                raise SpecError(self.path, key, f"the same overrides as sweep.cells[{listed.index(tuple(items))}]",
+                                "distinct cells")
             listed.append(tuple(items))
         return tuple(listed)
+
+    def _check_distinct_values(self, key: str, values: tuple[Any, ...]) -> None:
+        """A value given twice on one axis was merged into one cell without a word (repeated seeds
+        and policies are errors too)."""
+        for i, v in enumerate(values):
+            if v in values[:i]:
+                raise SpecError(self.path, f"{key}[{i}]", f"{v!r} given twice (first at [{values.index(v)}])",
+                                "distinct values on one axis")
 
     # --- building
 

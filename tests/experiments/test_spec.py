@@ -134,6 +134,17 @@ def test_a_parameter_of_a_policy_no_cell_runs_is_an_error(tmp_path):
     assert [(c.policy, c.policy_params) for c in spec.resolve()] == [("vertumnus-router", (("beta", 2),))]
 
 
+def test_a_value_twice_on_one_axis_or_a_cell_listed_twice_is_an_error(tmp_path):
+    # they were merged into one cell without a word, while repeated seeds and policies are errors
+    e = _err(tmp_path, BASE + "rates: [20, 40, 20.0]\n")
+    assert e.key == "rates[2]" and "given twice (first at [0])" in e.problem
+    e = _err(tmp_path, BASE.replace("least-work", "vertumnus") + "sweep: {grid: {vertumnus.beta: [1, 2, 2]}}\n")
+    assert e.key == "sweep.grid.vertumnus.beta[2]" and e.expected == "distinct values on one axis"
+    e = _err(tmp_path, BASE.replace("least-work", "vertumnus")
+             + "sweep: {cells: [{vertumnus.beta: 2}, {vertumnus.beta: 3}, {vertumnus.beta: 2}]}\n")
+    assert e.key == "sweep.cells[2]" and "sweep.cells[0]" in e.problem
+
+
 def test_unknown_policy_and_workload(tmp_path):
     e = _err(tmp_path, "workload: {name: mixed-default}\npolicies: [least-work, nope]\n")
     assert e.key == "policies[1]" and "least-work" in e.expected

@@ -217,6 +217,7 @@ GOOD = _line(0, 1000, 10, [1, 2])
         (_line(0, 1000, 10**8, [1, 2]), "output_length", "<= 10,000,000"),
         (_line(0, "1000", 10, [1, 2]), "input_length", "integer"),
         (_line(-1, 1000, 10, [1, 2]), "timestamp", ">= 0"),
+        (_line(1e300, 1000, 10, [1, 2]), "timestamp", "at most 1e+12 ms"),  # the clock lost the TTFT: ~0
         ('{"timestamp": 0, "input_length": 1000, ', None, "malformed JSON"),
         ("[1, 2, 3]", None, "JSON object"),
     ],

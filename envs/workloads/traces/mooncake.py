@@ -136,11 +136,19 @@ def _reblock_mooncake(hashes: list[tuple[int, ...]], lengths: list[int], dst_bs:
     return out
 
 
+#: Largest accepted ``timestamp`` [ms]: 1e9 s. A double then still resolves ~0.1 µs, so TTFTs stay
+#: exact to well under a microsecond; a timestamp of 1e300 ms made that request's TTFT ~0.
+MAX_TIMESTAMP_MS = 1e12
+
+
 def _parse_mooncake_line(obj: Any, prev_ts: float | None) -> tuple[float, int, int, tuple[int, ...]]:
     if not isinstance(obj, dict):
         raise LineError(None, f"got a JSON {type_name(obj)}; "
                               "expected a JSON object with timestamp, input_length, output_length, hash_ids")
     ts = json_number(obj, "timestamp", "a number of milliseconds >= 0")
+    if ts > MAX_TIMESTAMP_MS:  # the simulator's float clock would lose TTFT resolution (1e300 gave TTFT ~0)
+        raise LineError("timestamp", f"got {obj['timestamp']}; expected at most {MAX_TIMESTAMP_MS:.0e} ms (~31.7 years: "
+                                     "beyond it the simulator's clock resolves less than a microsecond)")
     if prev_ts is not None and ts < prev_ts:
         raise LineError("timestamp", f"got {obj['timestamp']}, earlier than the previous request's {prev_ts:g}; "
                                      "expected non-decreasing timestamps [ms]")
