@@ -463,7 +463,9 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
             :data:`ROW_COLUMNS`; naming the row and field, on a value of those columns outside its
             range (:func:`_row_value_range`: a seed or window that is not an integer >= 0, a time
             that is not a finite number >= 0, a share outside [0, 1], a count that is not an
-            integer >= 0) or a second row of one episode.
+            integer >= 0) or a second row of one episode; on an empty ``policy``, a routing row in a
+            reconfig CSV or a ``best-fixed-in-hindsight`` row without its ``composition``
+            (:func:`_check_row_labels`).
     """
     import pandas as pd
 
@@ -481,6 +483,7 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     if df.empty:
         raise ValueError(f"{path}: no rows; expected the per-episode rows written by `cpgym evaluate --out`")
     key = ["policy", "seed", "window"] if kind == "routing" else ["policy", "seed"]
+    _check_row_labels(path, df, kind)
     for col in ROW_COLUMNS[kind][1:]:
         num = pd.to_numeric(df[col], errors="coerce")
         integer = col in key
@@ -499,6 +502,36 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
         raise ValueError(f"{path}, row {i + 1}: a second row of the episode ({episode}); expected one row per "
                          "episode (paired deltas and CIs would count it twice)")
     return kind, df.to_dict("records")
+
+
+def _check_row_labels(path: str, df, kind: str) -> None:
+    """The text columns of :func:`read_episode_rows`' rows: every ``policy`` a non-empty label (read as
+    text: a number-like label stays a label); in a reconfig CSV, no routing row (a ``window`` set:
+    the rows of two kinds of evaluation, concatenated, were aggregated as one), and a
+    ``composition`` on every ``best-fixed-in-hindsight`` row (the table lists the winners).
+
+    Raises:
+        ValueError: naming the file, the row and the field.
+    """
+    empty = df["policy"].isna() | (df["policy"].astype(str).str.strip() == "")
+    if empty.any():
+        raise ValueError(f"{path}, row {int(empty.to_numpy().argmax()) + 1}, field 'policy': empty; expected the policy "
+                         "label of the episode")
+    df["policy"] = df["policy"].astype(str)
+    if kind != "reconfig":
+        return
+    if "window" in df.columns and df["window"].notna().any():
+        i = int(df["window"].notna().to_numpy().argmax())
+        window = df["window"].tolist()[i]
+        raise ValueError(f"{path}, row {i + 1}: a routing evaluation's row (field 'window' {window!r}) among "
+                         "a reconfiguration evaluation's rows; expected the rows of one kind of evaluation")
+    best = (df["policy"] == "best-fixed-in-hindsight").to_numpy()
+    comp = df["composition"] if "composition" in df.columns else None
+    missing = best & (comp.isna().to_numpy() if comp is not None else True)
+    if missing.any():
+        raise ValueError(f"{path}, row {int(missing.argmax()) + 1}, field 'composition': "
+                         f"{'missing column' if comp is None else 'empty'}; expected the fixed composition that won "
+                         "the seed on a best-fixed-in-hindsight row (as `cpgym evaluate --out` writes it)")
 
 
 def _row_value_range(column: str, key: bool) -> tuple[float, float, bool, str]:

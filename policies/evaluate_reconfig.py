@@ -18,7 +18,7 @@ the worker composition:
 
 * ``joint:<routing checkpoint>`` (e.g. ``joint:shipped``): the learned controller with the
   routing checkpoint as its inner router (:mod:`policies.joint`, two timescales);
-* ``best-fixed-in-hindsight`` (added whenever two or more fixed compositions — ``vertumnus``
+* ``best-fixed-in-hindsight`` (added whenever two or more fixed compositions — ``vertumnus-router``
   and the ``fixed:`` ones — are evaluated): per seed, the evaluated fixed composition with the
   lowest mean TTFT on that seed (an oracle: it knows the outcome).
 
@@ -55,12 +55,52 @@ def is_reconfig_checkpoint(path: str) -> bool:
         return False
 
 
-def training_seeds(path: str) -> list[int]:
-    """The workload seeds a reconfiguration checkpoint was trained on (from ``train_config.json``)."""
+def _train_config(path: str) -> dict:
     p = checkpoint_path(path)
     d = p.parent if p.suffix == ".zip" else p
-    tc = json.loads((d / "train_config.json").read_text()).get("train_config") or {}
+    return json.loads((d / "train_config.json").read_text()).get("train_config") or {}
+
+
+def training_seeds(path: str) -> list[int]:
+    """The workload seeds a reconfiguration checkpoint was trained on (from ``train_config.json``)."""
+    tc = _train_config(path)
     return [int(x) for x in (tc.get("workload_seeds") or [tc.get("workload_seed", 0)])]
+
+
+def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[int]:
+    """Evaluation seeds against the data a reconfiguration checkpoint saw (its ``train_config.json``),
+    when ``workload`` is the one it was trained on (another workload's seed is other data).
+
+    Returns:
+        the evaluation seeds that are the checkpoint's validation seeds (model selection data: its
+        numbers are not a held-out result; the caller warns), sorted.
+
+    Raises:
+        ValueError: naming ``--seeds``, when a seed is one of its training seeds (the project's rule:
+            evaluation never touches training data), before any run.
+    """
+    if not checkpoint or checkpoint in ("none", "-"):
+        return []
+    tc = _train_config(checkpoint)
+    if (tc.get("workload") or "phases") != workload:
+        return []
+    train = sorted(set(seeds) & set(training_seeds(checkpoint)))
+    if train:
+        shown = _seed_ranges(training_seeds(checkpoint))
+        raise ValueError(f"--seeds {','.join(map(str, seeds))}: seed(s) {_seed_ranges(train)} of {workload} are training "
+                         f"seeds of {checkpoint} (trained on seeds {shown}); evaluate on held-out seeds (e.g. >= 1000)")
+    return sorted(set(seeds) & {int(x) for x in tc.get("validation_seeds") or ()})
+
+
+def _seed_ranges(seeds) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    out: list[str] = []
+    for s in sorted(set(seeds)):
+        if out and out[-1].split("-")[-1] == str(s - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ",".join(out)
 
 
 def env_kwargs_of(train_config: dict) -> dict:
@@ -240,16 +280,19 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             ``vertumnus-router`` (no reconfiguration), ``vertumnus`` (full system),
             ``fixed:<composition>`` and/or ``joint:<routing checkpoint>`` (needs ``checkpoint``).
         workload: named synthetic workload (generator seed = each seed).
-        seeds: workload and simulator seeds (hold out those used in training).
+        seeds: workload and simulator seeds; none of the checkpoint's training seeds when ``workload``
+            is its training workload (:func:`check_held_out_seeds`).
         tuned: tuned-controller JSON of ``vertumnus-adaptive-tuned`` (``policies.tune_controller``).
 
     Raises:
         ValueError: before any run: on an unknown policy, ``vertumnus-adaptive-tuned`` without (or
-            with a bad) ``tuned`` file, a ``fixed:`` composition the pool rejects, or a repeated seed.
+            with a bad) ``tuned`` file, a ``fixed:`` composition the pool rejects or that another label
+            runs too, a ``joint:`` checkpoint that is not a routing one, a repeated seed or a training seed.
     """
     from policies.evaluate import check_distinct
 
     check_distinct(list(seeds), "seeds")
+    check_held_out_seeds(checkpoint, list(seeds), workload)
     from baselines.capacity import CapacityCache
     from envs import workloads
     from envs.metrics import summarize
@@ -327,11 +370,15 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
             from policies.checkpoint import resolve_checkpoint
 
             try:
-                resolve_checkpoint(label.split(":", 1)[1])
+                _, meta = resolve_checkpoint(label.split(":", 1)[1])
             except (OSError, ValueError) as exc:
                 from experiments.common import error_text
 
                 raise ValueError(f"--against {label}: {error_text(exc)}") from None
+            if meta.get("kind", "routing") != "routing":  # a reconfiguration checkpoint failed as a torch traceback
+                raise ValueError(f"--against {label}: {label.split(':', 1)[1]} is a {meta['kind']} checkpoint "
+                                 f"(train_config.json kind {meta['kind']!r}); joint: takes a routing checkpoint "
+                                 "(e.g. joint:shipped), the controller is --policy")
     if TUNED_LABEL not in against:
         return None
     if not tuned:
@@ -347,7 +394,9 @@ def _check_against_pool(against: list[str], tuned_spec, tuned: str | None, pool)
     after the runs before them).
 
     Raises:
-        ValueError: naming the tuned file or the ``--against`` label.
+        ValueError: naming the tuned file or the ``--against`` label; also when two labels run one
+            composition (``fixed:cp4x9+cp2x2`` and ``fixed:cp2x2+cp4x9``, or ``vertumnus-router`` and the
+            ``fixed:`` of its initial composition).
     """
     from experiments.runner import policy_pool
 
@@ -356,12 +405,21 @@ def _check_against_pool(against: list[str], tuned_spec, tuned: str | None, pool)
             policy_pool(tuned_spec, pool)
         except ValueError as exc:
             raise ValueError(f"{tuned}: params: {exc}") from None
+    # a composition run under two labels (two fixed: spellings, or fixed: of the initial composition
+    # next to vertumnus-router) was run twice and made a best-fixed-in-hindsight row out of one composition
+    seen = {tuple(pool.placements()): "vertumnus-router"} if "vertumnus-router" in against else {}
     for label in against:
         if label.startswith("fixed:"):
             try:
-                replace(pool, composition=fixed_composition(label))
+                placements = tuple(replace(pool, composition=fixed_composition(label)).placements())
             except ValueError as exc:
                 raise ValueError(f"--against {label}: {exc}") from None
+            if placements in seen:
+                what = (f"is the initial composition {pool.composition} (--pool-composition), which vertumnus-router runs"
+                        if seen[placements] == "vertumnus-router" else f"is the same composition as {seen[placements]}")
+                raise ValueError(f"--against {label} {what}; expected each composition once (it would run twice and be "
+                                 "compared with itself in best-fixed-in-hindsight)")
+            seen[placements] = label
 
 
 def fixed_composition(label: str) -> str:

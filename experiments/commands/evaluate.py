@@ -78,11 +78,14 @@ def run(args: argparse.Namespace) -> int:
     if kind == "reconfig":
         cfg.check_reconfig_fields()  # before the training-seed warning
     if kind == "reconfig" and cfg.policy not in ("none", "-"):
-        from policies.evaluate_reconfig import training_seeds
+        from policies.evaluate import reconfig_workload
+        from policies.evaluate_reconfig import check_held_out_seeds
 
-        overlap = sorted(set(cfg.seeds) & set(training_seeds(cfg.policy)))
-        if overlap:
-            print(f"warning: seeds {overlap} were used in training (not held out)", file=sys.stderr)
+        # a training seed is refused (before any run); a validation seed is model selection, not a held-out result
+        validation = check_held_out_seeds(cfg.policy, list(cfg.seeds), reconfig_workload(cfg))
+        if validation:
+            print(f"warning: seeds {validation} are validation seeds of {cfg.policy} (model selection data, not held out)",
+                  file=sys.stderr)
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
     res = run_evaluation(cfg, config, log=log)

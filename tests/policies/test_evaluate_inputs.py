@@ -370,3 +370,131 @@ def test_from_csv_of_a_reconfig_evaluation_checks_its_counts(tmp_path):
     _set("num_committed_operations", -2, row=2)(pd.read_csv(path)).to_csv(path, index=False)
     with pytest.raises(ValueError, match=r"reconfig.csv, row 3, field 'num_committed_operations': got -2; expected a count"):
         read_episode_rows(str(path))
+
+
+# --- reconfiguration evaluation: comparisons, held-out seeds and --from-csv rows (evalreview) ---
+
+def _no_reconfig_runs(monkeypatch):
+    import experiments.runner as runner
+    import policies.evaluate_reconfig as ev
+
+    def fail(*a, **k):
+        raise AssertionError("ran or loaded before the input was checked")
+
+    monkeypatch.setattr(runner, "run_policy", fail)
+    monkeypatch.setattr(ev, "LearnedReconfig", fail)
+
+
+def test_a_reconfig_checkpoint_as_the_joint_router_is_one_line(capsys, monkeypatch):
+    """``--against joint:shipped-reconfig`` loaded the reconfiguration model as a router: a torch
+    AttributeError traceback ('CombinedExtractor' object has no attribute 'w_div')."""
+    _no_reconfig_runs(monkeypatch)
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against",
+                 "vertumnus-router,joint:shipped-reconfig", "--seeds", "1000", "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        "cpgym evaluate: error: --against joint:shipped-reconfig: shipped-reconfig is a reconfig checkpoint "
+        "(train_config.json kind 'reconfig'); joint: takes a routing checkpoint (e.g. joint:shipped), the controller "
+        "is --policy\n")
+
+
+@pytest.mark.parametrize("against, message", [
+    ("fixed:cp4x9+cp2x2,fixed:cp2x2+cp4x9", "--against fixed:cp2x2+cp4x9 is the same composition as fixed:cp4x9+cp2x2"),
+    ("vertumnus-router,fixed:cp4x6+cp2x8", "--against fixed:cp4x6+cp2x8 is the initial composition cp4x6,cp2x8 "
+                                           "(--pool-composition), which vertumnus-router runs"),
+])
+def test_one_composition_under_two_labels_is_refused_before_any_run(against, message, capsys, monkeypatch):
+    """Both labels ran, and best-fixed-in-hindsight was made of a single composition (a 'best of one')."""
+    _no_reconfig_runs(monkeypatch)
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "none", "--against", against, "--seeds", "1000",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym evaluate: error: {message}; expected each composition once") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("seeds", [["--seeds", "1,2,70"], []])
+def test_training_seeds_of_the_checkpoint_are_refused(seeds, capsys, monkeypatch):
+    """Seeds the checkpoint was trained on (the default 1,2,3 for shipped-reconfig, trained on 0-59)
+    were evaluated after a warning line: training-data numbers in the table."""
+    _no_reconfig_runs(monkeypatch)
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", *seeds, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    shown, overlap = ("1,2,70", "1-2") if seeds else ("1,2,3", "1-3")
+    assert err == (f"cpgym evaluate: error: --seeds {shown}: seed(s) {overlap} of matched-phases are training seeds of "
+                   "shipped-reconfig (trained on seeds 0-59); evaluate on held-out seeds (e.g. >= 1000)\n")
+
+
+def test_run_evaluation_refuses_training_seeds_too(monkeypatch):
+    from envs.sim import SimConfig
+    from policies.evaluate import EvaluationConfig, run_evaluation
+
+    _no_reconfig_runs(monkeypatch)
+    with pytest.raises(ValueError, match="training seeds of shipped-reconfig"):
+        run_evaluation(EvaluationConfig(policy="shipped-reconfig", kind="reconfig", seeds=(5,)), SimConfig())
+
+
+def _fake_reconfig_rows(monkeypatch, calls):
+    import policies.evaluate_reconfig as ev
+
+    def fake(checkpoint, against, workload, seeds, *a, **k):
+        calls.append((workload, list(seeds)))
+        return [{"policy": p, "seed": s, "wall_s": 0.0, "mean_ttft_s": 1.0, "p90_ttft_s": 2.0,
+                 "slo_attainment_token_weighted": 0.9, "num_operations": 0, "num_committed_operations": 0,
+                 "num_unfinished": 0} for s in seeds for p in ("shipped-reconfig", *against)]
+
+    monkeypatch.setattr(ev, "evaluate_reconfig", fake)
+
+
+def test_validation_seeds_are_named_in_a_warning_and_other_workloads_are_other_data(capsys, monkeypatch):
+    """Validation seeds (model selection) were evaluated without a word; a seed of another workload
+    than the checkpoint's is not its training data."""
+    calls = []
+    _fake_reconfig_rows(monkeypatch, calls)
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "vertumnus-router",
+                 "--seeds", "500,1000", "--quiet", "--format", "json"]) == 0
+    assert capsys.readouterr().err == ("warning: seeds [500] are validation seeds of shipped-reconfig (model selection "
+                                       "data, not held out)\n")
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "vertumnus-router",
+                 "--workload", "phases", "--seeds", "1", "--quiet", "--format", "json"]) == 0
+    assert capsys.readouterr().err == ""
+    assert calls == [("matched-phases", [500, 1000]), ("phases", [1])]
+
+
+def _reconfig_csv(tmp_path, extra=(), composition=True) -> Path:
+    rows = [{"policy": p, "seed": s, "wall_s": 0.0, "mean_ttft_s": t, "p90_ttft_s": 2 * t,
+             "slo_attainment_token_weighted": 0.9, "num_operations": 0, "num_committed_operations": 0,
+             "num_unfinished": 0, "composition": c}
+            for s in (1000, 1001) for p, t, c in (("vertumnus-router", 1.0, None), ("fixed:cp4x10", 0.9, None),
+                                                  ("best-fixed-in-hindsight", 0.9, "cp4x10"))]
+    df = pd.concat([pd.DataFrame(rows), pd.DataFrame(list(extra))])
+    path = tmp_path / "reconfig.csv"
+    (df if composition else df.drop(columns=["composition"])).to_csv(path, index=False)
+    return path
+
+
+ROUTING_ROW = {"policy": "least-work", "seed": 1000, "window": 0, "window_name": "w", "mean_ttft_s": 1.0,
+               "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.5, "prefix_hit_rate": 0.3, "num_unfinished": 0}
+
+
+@pytest.mark.parametrize("case, message", [
+    # a KeyError traceback in aggregate_reconfig
+    ("no composition column", "row 3, field 'composition': missing column; expected the fixed composition that won"),
+    ("empty composition", "row 3, field 'composition': empty; expected the fixed composition that won"),
+    # a rich MarkupError / TypeError traceback on the NaN label
+    ("empty policy", "row 2, field 'policy': empty; expected the policy label of the episode"),
+    # aggregated as a reconfiguration policy with one episode and a paired delta
+    ("routing row", "row 7: a routing evaluation's row (field 'window' 0.0) among a reconfiguration evaluation's rows"),
+])
+def test_from_csv_reconfig_rows_with_bad_labels_are_one_line(case, message, tmp_path, capsys):
+    path = _reconfig_csv(tmp_path, extra=[ROUTING_ROW] if case == "routing row" else (),
+                         composition=case != "no composition column")
+    df = pd.read_csv(path)
+    if case == "empty composition":
+        df.loc[2, "composition"] = None
+    if case == "empty policy":
+        df.loc[1, "policy"] = None
+    df.to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym evaluate: error: {path}, {message}") and err.count("\n") == 1, err
+    assert main(["evaluate", "--from-csv", str(_reconfig_csv(tmp_path)), "--format", "json"]) == 0  # the well-formed rows
+    capsys.readouterr()
