@@ -113,7 +113,8 @@ class ReproduceConfig:
         cache_dir: capacity cache folder, or ``None``.
 
     Raises:
-        ValueError: on empty lists, loads not increasing in (0, 2], a bad window, or a model
+        ValueError: on empty lists, a negative or repeated seed (``--seeds``, ``--cache-seeds``), loads
+            not increasing in (0, 2], a bad window, or a model
             entry whose calibration cannot be read, whose composition is not one of the pool or
             whose pool's CP degrees do not hold its weight shard group,
             or whose label (``default``: the calibration's model name) another entry has too
@@ -136,8 +137,13 @@ class ReproduceConfig:
     def __post_init__(self) -> None:
         if not self.workloads or not self.models or not self.seeds or not self.policies:
             raise ValueError("reproduce needs at least one workload, model, seed and policy")
-        if not self.cache_seeds or any(int(x) != x or x < 0 for x in self.cache_seeds):
-            raise ValueError(f"--cache-seeds must be integers >= 0, got {list(self.cache_seeds)}")
+        from policies.evaluate import check_distinct
+
+        for flag, seeds in (("--seeds", self.seeds), ("--cache-seeds", self.cache_seeds)):
+            if not seeds or any(int(x) != x or x < 0 for x in seeds):
+                raise ValueError(f"{flag} must be integers >= 0, got {list(seeds)}")
+            # a repeated seed is the same runs again: counted twice, a narrower, fake confidence interval
+            check_distinct(list(seeds), flag, expected="distinct seeds (each is one paired sample)")
         if not (self.cache_duration_s > 0 and math.isfinite(self.cache_duration_s)):
             raise ValueError(f"cache_duration_s must be > 0, got {self.cache_duration_s}")
         from dataclasses import fields

@@ -92,8 +92,9 @@ def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
     from experiments.reproduce import ReproduceConfig, WorkloadCase
 
     preset = QUICK if args.quick else FULL
-    seeds = tuple(parse_list(args.seeds or preset["seeds"], "--seeds", int))
-    loads = tuple(parse_list(args.loads or preset["loads"], "--loads", positive=True))
+    # an empty --seeds / --loads is an error (parse_list), not the preset
+    seeds = tuple(parse_list(preset["seeds"] if args.seeds is None else args.seeds, "--seeds", int))
+    loads = tuple(parse_list(preset["loads"] if args.loads is None else args.loads, "--loads", positive=True))
     window_s = args.window_s if args.window_s is not None else preset["window_s"]
     if args.quick and args.rel_tol == CapacityDefinition().rel_tol:  # the default tolerance: the quick one
         args.rel_tol = QUICK["rel_tol"]

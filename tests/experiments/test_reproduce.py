@@ -237,3 +237,23 @@ def test_reproduce_dynamic_params_are_typed_for_dynamic_phases():
         ["phase_duration_s=20", "capacity_cache_dir=5", "window_s=0,300", "rising_rate=false"]))
     assert dict(cfg.dynamic_params) == {"phase_duration_s": 20.0, "capacity_cache_dir": "5", "window_s": (0.0, 300.0),
                                         "rising_rate": False}
+
+
+@pytest.mark.parametrize("flags, message", [
+    # a repeated seed ran twice and was counted twice in the paired CI
+    (["--seeds", "0,0"], "--seeds lists 0 twice: '0,0'; expected distinct seeds"),
+    (["--cache-seeds", "3,4,3"], "--cache-seeds lists 3 twice: '3,4,3'; expected distinct seeds"),
+    (["--seeds", "-1"], "--seeds must be integers >= 0, got [-1]"),
+    # an empty value was read as "not given": the preset ran instead
+    (["--seeds", ""], "--seeds needs at least one value, got ''"),
+    (["--loads", ""], "--loads needs at least one value, got ''"),
+])
+def test_reproduce_bad_seeds_and_empty_lists_fail_before_any_run(flags, message, tmp_path, capsys, monkeypatch):
+    import experiments.reproduce as reproduce
+
+    monkeypatch.setattr(reproduce, "run_experiments", lambda *a, **k: pytest.fail("ran before the seeds were checked"))
+    out = tmp_path / "out"
+    assert main(["reproduce", "--quick", "--workloads", "tool-agent", "--quiet", "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym reproduce: error: {message}") and err.count("\n") == 1, err
+    assert not out.exists()
