@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if not (cfg.kind == "reconfig" and cfg.policy in ("none", "-")):
         check_policy_argument(cfg.policy)  # one line: a missing checkpoint path, or "did you mean"
     kind = cfg.resolved_kind()
+    cfg = cfg.with_default_seeds(kind)  # reconfig: held-out seeds by default, never a checkpoint's training seeds
     check_checkpoint_kind(cfg.policy, kind)  # a routing checkpoint with --kind reconfig, or the converse
     if kind == "reconfig":
         cfg.check_reconfig_fields()  # before the training-seed warning

@@ -411,16 +411,30 @@ def test_one_composition_under_two_labels_is_refused_before_any_run(against, mes
     assert err.startswith(f"cpgym evaluate: error: {message}; expected each composition once") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("seeds", [["--seeds", "1,2,70"], []])
-def test_training_seeds_of_the_checkpoint_are_refused(seeds, capsys, monkeypatch):
-    """Seeds the checkpoint was trained on (the default 1,2,3 for shipped-reconfig, trained on 0-59)
-    were evaluated after a warning line: training-data numbers in the table."""
+def test_training_seeds_of_the_checkpoint_are_refused(capsys, monkeypatch):
+    """Seeds the checkpoint was trained on (shipped-reconfig: 0-59) were evaluated after a warning
+    line: training-data numbers in the table."""
     _no_reconfig_runs(monkeypatch)
-    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", *seeds, "--quiet"]) == 2
-    err = capsys.readouterr().err
-    shown, overlap = ("1,2,70", "1-2") if seeds else ("1,2,3", "1-3")
-    assert err == (f"cpgym evaluate: error: --seeds {shown}: seed(s) {overlap} of matched-phases are training seeds of "
-                   "shipped-reconfig (trained on seeds 0-59); evaluate on held-out seeds (e.g. >= 1000)\n")
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--seeds", "1,2,70", "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        "cpgym evaluate: error: --seeds 1,2,70: seed(s) 1-2 of matched-phases are training seeds of "
+        "shipped-reconfig (trained on seeds 0-59); evaluate on held-out seeds (e.g. >= 1000)\n")
+
+
+def test_reconfig_evaluation_defaults_to_held_out_seeds(monkeypatch, capsys):
+    """The default --seeds were 1,2,3 for every kind: training seeds of shipped-reconfig, so the
+    issue's own command (no --seeds) evaluated the checkpoint on its training data."""
+    from policies.evaluate import DEFAULT_RECONFIG_SEEDS, DEFAULT_ROUTING_SEEDS, EvaluationConfig
+
+    calls = []
+    _fake_reconfig_rows(monkeypatch, calls)
+    assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "vertumnus-adaptive",
+                 "--format", "json", "--quiet"]) == 0
+    assert calls == [("matched-phases", [1000, 1001, 1002])] and DEFAULT_RECONFIG_SEEDS == (1000, 1001, 1002)
+    assert capsys.readouterr().err == ""  # no training or validation seed among them
+    cfg = EvaluationConfig(policy="least-work")
+    assert cfg.seeds is None and cfg.with_default_seeds("routing").seeds == DEFAULT_ROUTING_SEEDS == (1, 2, 3)
+    assert EvaluationConfig(policy="least-work", seeds=(7,)).with_default_seeds("reconfig").seeds == (7,)
 
 
 def test_run_evaluation_refuses_training_seeds_too(monkeypatch):
