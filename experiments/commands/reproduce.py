@@ -16,7 +16,9 @@ and metric, the paper's figure beside cpgym's with a 95 % CI over seeds. Definit
 * ``--format json``: one JSON array of rows ``{experiment, workload, model, metric,
   paper_value, cpgym_value, ci_low, ci_high, load_fraction, strongest_baseline}``.
 * ``--out DIR`` (default ``runs/reproduce``): ``rows.json``, ``KIND-runs.csv`` (every run),
-  ``KIND-capacities.csv`` (end-to-end, cache), ``end-to-end.png``, ``provenance.json``.
+  ``KIND-capacities.csv`` (end-to-end, cache), ``end-to-end.png``, ``provenance.json`` (written
+  first and after each experiment: its ``experiments``, the ``finished`` ones and the ``files``
+  this run wrote, so an interrupted run's folder says what is its own).
 * ``--models LABEL=CALIBRATION[@COMPOSITION];...``: models to run (default: the default calibration).
 """
 
@@ -185,20 +187,33 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     cfg = config_from_args(args, kinds)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    from experiments.provenance import write_provenance
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, finished, files = [], [], []
+
+    def record() -> None:
+        # written first and after each experiment: an interrupted run's folder says which experiments
+        # and files are this run's (a reused --out may still hold an earlier run's other files)
+        write_provenance(out, argv=getattr(args, "argv", None), experiments=list(kinds), finished=list(finished),
+                         files=sorted(set(files)))
+
+    record()
     for k, res in run_experiments(kinds, cfg, log, args.jobs):
         rows += res.rows
         pd.DataFrame(res.runs).to_csv(out / f"{k}-runs.csv", index=False)
+        files.append(f"{k}-runs.csv")
         if res.capacities:
             pd.DataFrame(res.capacities).to_csv(out / f"{k}-capacities.csv", index=False)
+            files.append(f"{k}-capacities.csv")
         if k == "end-to-end" and res.runs:
             plot_end_to_end(res.runs, out / "end-to-end.png")
+            files.append("end-to-end.png")
         (out / "rows.json").write_text(dumps_json(rows_as_dicts(rows)) + "\n")  # after each experiment
-    from experiments.provenance import write_provenance
-
-    write_provenance(out, argv=getattr(args, "argv", None))
+        files.append("rows.json")
+        finished.append(k)
+        record()
     if args.format == "json":
         print(dumps_json(rows_as_dicts(rows)))
     else:

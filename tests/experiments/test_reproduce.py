@@ -257,3 +257,24 @@ def test_reproduce_bad_seeds_and_empty_lists_fail_before_any_run(flags, message,
     err = capsys.readouterr().err
     assert err.startswith(f"cpgym reproduce: error: {message}") and err.count("\n") == 1, err
     assert not out.exists()
+
+
+def test_an_interrupted_reproduce_says_which_experiments_and_files_are_its_own(tmp_path, monkeypatch):
+    """provenance.json was written only at the end: an interrupted run in a reused --out left its
+    rows next to the previous run's provenance."""
+    import experiments.reproduce as reproduce
+    from experiments.cli import main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cache-runs.csv").write_text("an earlier run's file\n")
+
+    def two_then_interrupt(kinds, cfg, log=None, jobs=1):
+        yield "dynamic", reproduce.ExperimentResult([], [{"seed": 0}], [])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reproduce, "run_experiments", two_then_interrupt)
+    assert main(["reproduce", "--quick", "--experiments", "dynamic,reconfiguration", "--out", str(out), "--quiet"]) != 0
+    rec = json.loads((out / "provenance.json").read_text())
+    assert rec["experiments"] == ["dynamic", "reconfiguration"] and rec["finished"] == ["dynamic"]
+    assert rec["files"] == ["dynamic-runs.csv", "rows.json"]  # not the earlier run's cache-runs.csv
