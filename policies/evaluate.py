@@ -260,8 +260,9 @@ class EvaluationConfig:
     seeds: tuple[int, ...] | None = _opt(None, "workload and simulator seeds (none: routing 1,2,3; reconfig 1000,1001,1002, "
                                               "held out from the shipped reconfiguration checkpoints' training seeds "
                                               "0-59 and validation seeds 500-509)")
-    reference: str | None = _opt(None, "policy for the paired delta columns (none: routing: vertumnus if evaluated, "
-                                       "reconfig: vertumnus-adaptive; else the first compared policy)", metavar="LABEL")
+    reference: str | None = _opt(None, "policy for the paired delta columns (none: routing: vertumnus-router or "
+                                       "vertumnus if evaluated, else the first compared policy; "
+                                       "reconfig: vertumnus-adaptive if evaluated, else no deltas)", metavar="LABEL")
     loads: tuple[float, ...] = _opt((), "protocol evaluation (policies.protocol) at these fractions of capacity, "
                                         "e.g. 0.7,0.9: test windows, warm start, paired per-window CIs", metavar="F,F")
     protocol: bool = _opt(False, "protocol evaluation at --target-rps (implied by --loads)")
