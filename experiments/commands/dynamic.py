@@ -49,7 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--plot", metavar="PNG", help="write worker composition over time above TTFT over time")
     p.add_argument("--out-dir", metavar="DIR", help="also write dynamic.json, CSV tables (policies, phases, operations, "
-                                                    "controller windows, capacity profiles) and provenance.json to DIR")
+                                                    "controller windows, capacity profiles) and provenance.json to DIR "
+                                                    "(provenance.json first and policies.csv after each run: a run "
+                                                    "stopped midway keeps its finished runs)")
 
 
 def base_config_from_args(args: argparse.Namespace):
@@ -156,7 +158,13 @@ def run(args: argparse.Namespace) -> int:
     if cfg.capacity_cache_dir and (cfg.short_load is not None or cfg.long_load is not None):
         check_out_dir(cfg.capacity_cache_dir, "--capacity-cache-dir")
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    result = run_dynamic_phases(cfg, base, log=log)
+    on_row = None
+    if args.out_dir:
+        from experiments.provenance import write_provenance
+
+        write_provenance(args.out_dir, argv=getattr(args, "argv", None))  # first: a run stopped midway keeps it
+        on_row = lambda rows, kinds: _write_policies(args.out_dir, rows, kinds)  # noqa: E731 - after each run
+    result = run_dynamic_phases(cfg, base, log=log, on_policy_row=on_row)
     out = dict(result.summary)
     kinds, bounds = result.phase_kinds, result.phase_bounds_s
     if args.plot:
@@ -164,10 +172,7 @@ def run(args: argparse.Namespace) -> int:
         _plot(args.plot, result.runs["vertumnus-adaptive"], result.runs[f"fixed {best}"], best, bounds, kinds)
         out["plot"] = args.plot
     if args.out_dir:
-        from experiments.provenance import write_provenance
-
         _write_dir(args.out_dir, out, kinds)
-        write_provenance(args.out_dir, argv=getattr(args, "argv", None))
     if args.format == "json":
         print(dumps_json(out))
     else:
@@ -185,16 +190,27 @@ def _write_dir(path: str, out: dict, kinds: list[str]) -> None:
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
     (d / "dynamic.json").write_text(dumps_json(out) + "\n")
-    pol = []
-    for r in out["policies"]:
-        row = {k: v for k, v in r.items() if k != "phase_mean_ttft_s"}
-        row.update({f"phase{k}_{kind}_mean_ttft_s": v for k, (kind, v) in enumerate(zip(kinds, r["phase_mean_ttft_s"]))})
-        pol.append(row)
-    pd.DataFrame(pol).to_csv(d / "policies.csv", index=False)
+    _write_policies(path, out["policies"], kinds)
     pd.DataFrame(out["phases"]).to_csv(d / "phases.csv", index=False)
     pd.DataFrame(out["operations"]).to_csv(d / "operations.csv", index=False)
     pd.DataFrame(out["controller_windows"]).to_csv(d / "controller_windows.csv", index=False)
     pd.DataFrame(out["capacity_profiles"]).to_csv(d / "capacity_profiles.csv", index=False)
+
+
+def _write_policies(path: str, rows: list[dict], kinds: list[str]) -> None:
+    """``DIR/policies.csv``: one row per finished policy run, the per-phase mean TTFTs as
+    ``phase{i}_{kind}_mean_ttft_s`` columns (rewritten after each run and at the end)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    pol = []
+    for r in rows:
+        row = {k: v for k, v in r.items() if k != "phase_mean_ttft_s"}
+        row.update({f"phase{k}_{kind}_mean_ttft_s": v for k, (kind, v) in enumerate(zip(kinds, r["phase_mean_ttft_s"]))})
+        pol.append(row)
+    Path(path).mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(pol).to_csv(Path(path) / "policies.csv", index=False)
 
 
 def _print_tables(out: dict, kinds: list[str]) -> None:

@@ -569,7 +569,8 @@ def warn_short_phases(cfg: DynamicPhasesConfig) -> None:
                       DynamicPhasesWarning, stacklevel=2)
 
 
-def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=None) -> DynamicPhasesResult:
+def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=None,
+                       on_policy_row=None) -> DynamicPhasesResult:
     """Runs the adaptive policy and every fixed composition on the phases workload.
 
     Args:
@@ -580,6 +581,9 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
         on_controller: optional ``callable(ReconfigController)``, called with the adaptive run's
             controller when it is built (instrumentation, e.g. its look-ahead predictor after the
             run: ``experiments/scripts/lookahead_screening.py``).
+        on_policy_row: optional ``callable(rows, phase_kinds)``, called after each policy's run with
+            the ``summary["policies"]`` rows finished so far (``cpgym dynamic --out-dir`` writes
+            them, so a run that stops midway keeps its finished runs).
 
     Returns:
         :class:`DynamicPhasesResult`.
@@ -622,6 +626,8 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
                      "phase_mean_ttft_s": _phase_means(res.records["ttft_s"], phase, len(kinds)),
                      "num_unfinished": s["num_unfinished"], "wall_time_s": s["wall_time_s"]})
         results[label] = res
+        if on_policy_row is not None:
+            on_policy_row(list(rows), kinds)
     best, per_phase = _phase_comparisons(rows, kinds, bounds)
     ex = results["vertumnus-adaptive"].extras
     ops = [{k: o[k] for k in OPERATION_FIELDS} for o in ex.get("reconfig_operations", [])]

@@ -339,3 +339,31 @@ def test_dynamic_infinite_duration_window_or_rate_is_refused_naming_the_flag(fla
     assert main(["dynamic", flag, "inf", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "must be a finite number > 0, got inf" in err and f"({flag})" in err, err
+
+
+def test_dynamic_stopped_midway_keeps_its_provenance_and_finished_runs(tmp_path, capsys, monkeypatch):
+    """Everything was written at the end: a run that failed at its last fixed composition lost the
+    finished ones (paper runs take minutes per composition)."""
+    import pandas as pd
+
+    import experiments.runner as runner
+    from experiments.cli import main
+
+    real, calls = runner.run_policy, []
+
+    def fail_on_the_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(runner, "run_policy", fail_on_the_second)
+    out_dir = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="killed"):
+        main(["--traceback", "dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3",
+              "--window-s", "30", "90", "--supported-degrees", "2,4", "--compositions", "cp4x10", "--initial", "cp4x10",
+              "--quiet", "--out-dir", str(out_dir)])
+    assert json.loads((out_dir / "provenance.json").read_text())["argv"]
+    pol = pd.read_csv(out_dir / "policies.csv")
+    assert list(pol["policy"]) == ["vertumnus-adaptive"] and "phase0_short_mean_ttft_s" in pol.columns
+    assert not (out_dir / "dynamic.json").exists()  # written only by a finished run
