@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_arguments(p)
     add_config_arguments(p, CacheAblationConfig, title="cache ablation")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
-    p.add_argument("--out", metavar="DIR", help="also write results.csv and provenance.json under DIR")
+    p.add_argument("--out", metavar="DIR", help="also write results.csv and provenance.json under DIR (results.csv "
+                                                "after each run: a run stopped midway keeps its finished runs)")
 
 
 def plan(args: argparse.Namespace) -> list[tuple]:
@@ -53,14 +54,19 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(CacheAblationConfig, args)
     config = sim_config_from_args(args)
     check_out_dir(args.out)
-    rows = run_cache_ablation(cfg, config).rows
+    on_row = None
     if args.out:
         import pandas as pd
 
         from experiments.provenance import write_provenance
 
-        write_provenance(args.out, argv=getattr(args, "argv", None))
-        pd.DataFrame([{k: r[k] for k in JSON_KEYS} for r in rows]).to_csv(f"{args.out}/results.csv", index=False)
+        write_provenance(args.out, argv=getattr(args, "argv", None))  # first, and results.csv after each run:
+        # a run stopped midway keeps its finished runs
+
+        def on_row(rows):
+            pd.DataFrame([{k: r[k] for k in JSON_KEYS} for r in rows]).to_csv(f"{args.out}/results.csv", index=False)
+
+    rows = run_cache_ablation(cfg, config, on_row=on_row).rows
     if args.format == "json":
         print(dumps_json([{k: r[k] for k in JSON_KEYS} for r in rows]))
         return 0

@@ -240,8 +240,10 @@ def cache_ablation_plan(cfg: CacheAblationConfig, config) -> list[tuple]:
     return [(cfg.workload_source(rate), config, name) for rate in cfg.rates_rps for name in names]
 
 
-def run_cache_ablation(cfg: CacheAblationConfig, config) -> CacheAblationResult:
-    """Runs both policies at every rate of ``cfg`` on the simulator ``config`` (pool, seed, SLO).
+def run_cache_ablation(cfg: CacheAblationConfig, config, on_row=None) -> CacheAblationResult:
+    """Runs both policies at every rate of ``cfg`` on the simulator ``config`` (pool, seed, SLO);
+    ``on_row``: optional ``callable(rows)`` called after each run with the rows so far
+    (``cpgym cache-ablation --out`` writes them, so a run stopped midway keeps its finished runs).
 
     Raises:
         ValueError: on an unknown base policy or a composition the pool rejects.
@@ -255,4 +257,6 @@ def run_cache_ablation(cfg: CacheAblationConfig, config) -> CacheAblationResult:
             s["rate_rps"] = rate
             s["policy"] = spec.name
             rows.append(s)
+            if on_row is not None:
+                on_row(list(rows))
     return CacheAblationResult(rows=rows)

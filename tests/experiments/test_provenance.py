@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from experiments.cli import main
 from experiments.provenance import git_commit, provenance, write_provenance
 
@@ -32,6 +34,29 @@ def test_cache_ablation_writes_provenance(tmp_path, capsys):
                  "--pool-composition", "cp4x1,cp2x2", "--format", "json", "--out", str(out)]) == 0
     assert (out / "results.csv").is_file()
     assert json.loads((out / "provenance.json").read_text())["versions"]["simpy"]
+
+
+def test_cache_ablation_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
+    """results.csv was written at the end only: a run that failed at its last rate lost the others."""
+    import pandas as pd
+
+    import experiments.paper_experiments.cache_ablation as ablation
+
+    real, calls = ablation.run_one, []
+
+    def fail_on_the_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("killed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(ablation, "run_one", fail_on_the_third)
+    out = tmp_path / "ablation"
+    with pytest.raises(RuntimeError, match="killed"):
+        main(["--traceback", "cache-ablation", "--rates", "4,6", "--duration-s", "20", "--pool-gpus", "8",
+              "--pool-composition", "cp4x1,cp2x2", "--format", "json", "--out", str(out)])
+    assert json.loads((out / "provenance.json").read_text())["argv"]
+    assert list(pd.read_csv(out / "results.csv")["rate_rps"]) == [4.0, 4.0]  # both policies at the first rate
 
 
 def test_compare_writes_provenance(tmp_path, capsys):
