@@ -6,7 +6,6 @@ Every field has a unit in its name and a documented default with its rationale. 
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import asdict, dataclass, field
 
@@ -76,9 +75,9 @@ class LatencyConfig:
     def __post_init__(self) -> None:
         _check(is_finite_number(self.kv_handoff_bandwidth_bytes_per_s) and self.kv_handoff_bandwidth_bytes_per_s > 0,
                "latency.kv_handoff_bandwidth_bytes_per_s must be a finite number > 0, "
-               f"got {self.kv_handoff_bandwidth_bytes_per_s}")
+               f"got {self.kv_handoff_bandwidth_bytes_per_s!r}")
         _check(is_finite_number(self.first_decode_step_s) and self.first_decode_step_s >= 0,
-               f"latency.first_decode_step_s must be a finite number >= 0, got {self.first_decode_step_s}")
+               f"latency.first_decode_step_s must be a finite number >= 0, got {self.first_decode_step_s!r}")
 
 
 @dataclass(frozen=True)
@@ -96,10 +95,10 @@ class PredictionErrorConfig:
     degree_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
-        _check(self.bias > 0 and math.isfinite(self.bias),
-               f"prediction_error.bias must be a finite number > 0, got {self.bias}")
-        _check(self.noise_sigma >= 0 and math.isfinite(self.noise_sigma),
-               f"prediction_error.noise_sigma must be >= 0, got {self.noise_sigma}")
+        _check(is_finite_number(self.bias) and self.bias > 0,
+               f"prediction_error.bias must be a finite number > 0, got {self.bias!r}")
+        _check(is_finite_number(self.noise_sigma) and self.noise_sigma >= 0,
+               f"prediction_error.noise_sigma must be a finite number >= 0, got {self.noise_sigma!r}")
         for item in self.degree_bias:
             _check(len(item) == 2 and is_finite_number(item[1]) and item[1] > 0,
                    f"prediction_error.degree_bias entries must be (degree, finite factor > 0), got {item!r}")
@@ -134,11 +133,11 @@ class SLOConfig:
     def __post_init__(self) -> None:
         _check(self.kind in ("fixed", "scaled"), f"slo.kind must be 'fixed' or 'scaled', got {self.kind!r}")
         _check(is_finite_number(self.ttft_slo_s) and self.ttft_slo_s > 0,
-               f"slo.ttft_slo_s must be a finite number > 0, got {self.ttft_slo_s}")
+               f"slo.ttft_slo_s must be a finite number > 0, got {self.ttft_slo_s!r}")
         _check(is_finite_number(self.slo_scale) and self.slo_scale > 0,
-               f"slo.slo_scale must be a finite number > 0, got {self.slo_scale}")
+               f"slo.slo_scale must be a finite number > 0, got {self.slo_scale!r}")
         _check(is_finite_number(self.min_ttft_slo_s) and self.min_ttft_slo_s >= 0,
-               f"slo.min_ttft_slo_s must be a finite number >= 0, got {self.min_ttft_slo_s}")
+               f"slo.min_ttft_slo_s must be a finite number >= 0, got {self.min_ttft_slo_s!r}")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.sim import EngineConfig, PoolConfig, SimConfig
+from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig
 
 
 @pytest.mark.parametrize("make, match", [
@@ -39,3 +39,18 @@ def test_numpy_integers_are_accepted_and_stored_as_int():
     assert (cfg.seed, cfg.pool.num_gpus, cfg.pool.supported_degrees, cfg.engine.max_batch_tokens) == (3, 8, (2, 4), 1024)
     assert all(type(v) is int for v in (cfg.seed, cfg.pool.num_gpus, cfg.pool.gpus_per_node, *cfg.pool.supported_degrees,
                                         cfg.engine.max_batch_tokens))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: SLOConfig(ttft_slo_s="5"), "slo.ttft_slo_s must be a finite number > 0, got '5'"),
+    (lambda: LatencyConfig(first_decode_step_s="0.03"),
+     "latency.first_decode_step_s must be a finite number >= 0, got '0.03'"),
+    (lambda: PredictionErrorConfig(bias="1.1"), "prediction_error.bias must be a finite number > 0, got '1.1'"),
+    (lambda: PredictionErrorConfig(noise_sigma=[0.1]),
+     "prediction_error.noise_sigma must be a finite number >= 0, got [0.1]"),
+])
+def test_a_string_number_is_shown_as_a_string(make, message):
+    # the message printed "got 5" for the string '5' (or a TypeError came from inside the comparison)
+    with pytest.raises(ValueError) as e:
+        make()
+    assert str(e.value) == message
