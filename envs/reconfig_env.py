@@ -401,6 +401,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             raise ValueError(f"long_request_tokens must be an integer >= 0 [tokens], got {long_request_tokens!r}")
         if make_router is not None and not callable(make_router):
             raise ValueError(f"make_router must be a zero-argument factory of routers, got {make_router!r}")
+        if target_degrees is not None and not isinstance(target_degrees, (str, bytes)) and hasattr(target_degrees, "__iter__"):
+            target_degrees = tuple(target_degrees)  # a generator was used up by the check and then read as empty
         _check_action_mode(action_mode, capacity_features, target_degrees, max_operation_gpus_per_window)
         if workloads is None:
             from envs.workloads import build_workload
@@ -422,6 +424,12 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         n = self.max_num_workers
         self._w_high = np.array([b for _, b in RECONFIG_WORKER_FEATURES], dtype=np.float32)
         self.capacity_features = bool(capacity_features)
+        if capacity_table is not None:
+            from baselines.controller import CapacityTable
+
+            if not isinstance(capacity_table, CapacityTable):  # it failed only at the first capacity observation
+                raise ValueError(f"capacity_table must be a baselines.controller.CapacityTable or None, got "
+                                 f"{type(capacity_table).__name__} {capacity_table!r:.60}")
         self.capacity_table = capacity_table
         self.degrees = tuple(sorted(pool.supported_degrees))
         g_low = [0.0] * len(WINDOW_FEATURES)

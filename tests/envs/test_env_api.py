@@ -317,6 +317,9 @@ def test_shared_constructor_arguments_are_type_checked(cls, kwargs, match, toy_c
 def test_reconfig_capacity_features_must_be_a_bool(toy_cal):
     with pytest.raises(ValueError, match="capacity_features must be a bool, got 'yes'"):
         _make(PrefillReconfigEnv, toy_cal, capacity_features="yes")
+    # a table of another type failed only at the first capacity observation, inside the episode
+    with pytest.raises(ValueError, match="capacity_table must be a baselines.controller.CapacityTable or None, got int 3"):
+        _make(PrefillReconfigEnv, toy_cal, capacity_features=True, capacity_table=3)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -340,3 +343,11 @@ def test_reconfig_target_menu_arguments_are_type_checked(kwargs, match, toy_cal)
     # target_degrees="24" was read as the degrees 2 and 4; a string budget failed inside a comparison
     with pytest.raises(ValueError, match=match):
         _make(PrefillReconfigEnv, toy_cal, capacity_features=True, action_mode="target", **kwargs)
+
+
+def test_reconfig_target_degrees_may_be_any_iterable(toy_cal):
+    # a generator was used up by the type check and then read as an empty menu
+    from_list = _make(PrefillReconfigEnv, toy_cal, capacity_features=True, action_mode="target", target_degrees=[2, 4])
+    from_gen = _make(PrefillReconfigEnv, toy_cal, capacity_features=True, action_mode="target",
+                     target_degrees=(d for d in (2, 4)))
+    assert from_gen.target_compositions == from_list.target_compositions and from_list.target_compositions
