@@ -219,10 +219,12 @@ def _run_learned(checkpoint: str, wl, config):
     return res
 
 
-def run_fault_experiment(spec: FaultExperimentSpec, base_config, log=print) -> dict:
+def run_fault_experiment(spec: FaultExperimentSpec, base_config, log=print, on_row=None) -> dict:
     """Runs the experiment. Returns ``{"capacity_rps", "target_rps", "probes", "rows", "series"}``:
     ``rows`` one dict per (scenario, policy) (summary metrics + fault metrics), ``series``
-    ``{(scenario, policy): (arrival_s, ttft_s, faults)}`` for the plots."""
+    ``{(scenario, policy): (arrival_s, ttft_s, faults)}`` for the plots. ``on_row``: optional
+    ``callable(rows)`` called after each run with the rows so far (``cpgym faults`` writes them,
+    so a run stopped midway keeps its finished runs)."""
     from dataclasses import replace
 
     from envs.metrics import summarize
@@ -256,6 +258,8 @@ def run_fault_experiment(spec: FaultExperimentSpec, base_config, log=print) -> d
             row.update({k: f0.get(k, math.nan) for k in ("ttft_before_s", "ttft_after_s", "slo_attainment_before",
                                                           "slo_attainment_after")})
             rows.append(row)
+            if on_row is not None:
+                on_row(list(rows))
             series[(scen, name)] = (res.records["arrival_s"], res.records["ttft_s"], faults)
             log(f"{scen:14s} {name:22s} mean TTFT {s['mean_ttft_s']:.3f} s  SLO {s['slo_attainment_token_weighted']:.3f}  "
                 f"affected {row['num_fault_affected_requests']}")

@@ -28,7 +28,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_out_dir(args.out)  # a file, a path under a file or an unwritable folder: one line naming --out
     out.mkdir(parents=True, exist_ok=True)
-    result = run_fault_experiment(spec, SimConfig(), log=lambda m: print(m, file=sys.stderr))
+    command = f"cpgym faults {args.spec} --out {args.out}"
+    argv = ["cpgym", "faults", args.spec, "--out", args.out]
+    # provenance first and table.csv after each run: a run stopped midway keeps its finished runs
+    write_provenance(out, argv=argv, command=command, spec=spec.source)
+    result = run_fault_experiment(spec, SimConfig(), log=lambda m: print(m, file=sys.stderr),
+                                  on_row=lambda rows: pd.DataFrame(rows).to_csv(out / "table.csv", index=False))
     df = pd.DataFrame(result["rows"])
     df.to_csv(out / "table.csv", index=False)
     cols = ["scenario", "policy", "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "ttft_before_s",
@@ -42,11 +47,10 @@ def run(args: argparse.Namespace) -> int:
     for r in result["rows"]:
         md.append("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
     figs = plot_ttft_over_time(result, spec, out)
-    command = f"cpgym faults {args.spec} --out {args.out}"
     md += ["", *[f"![{f.stem}]({f.name})" for f in figs], "", f"Command: `{command}`"]
     (out / "table.md").write_text("\n".join(md) + "\n")
     capacity = {"capacity_rps": result["capacity_rps"], "probes": result["probes"]}
     (out / "capacity.json").write_text(json.dumps(capacity, indent=2) + "\n")
-    write_provenance(out, argv=["cpgym", "faults", args.spec, "--out", args.out], command=command, spec=spec.source)
+    write_provenance(out, argv=argv, command=command, spec=spec.source)
     print(df[cols].to_string(index=False))
     return 0

@@ -47,6 +47,32 @@ def test_cpgym_faults_writes_table_plots_and_provenance(tmp_path, capsys):
     assert prov["command"].startswith("cpgym faults") and prov["git_commit"]
 
 
+def test_cpgym_faults_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
+    """table.csv and provenance.json were written at the end only: a run that failed in its last
+    scenario lost the others."""
+    import experiments.runner as runner
+
+    real, calls = runner.run_policy, []
+
+    def fail_on_the_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("killed")
+        return real(*a, **k)
+
+    spec = _write(tmp_path)
+    out = tmp_path / "out"
+    from experiments import faults
+
+    monkeypatch.setattr(faults, "estimate_capacity_rps", lambda spec, config, log: (20.0, []))
+    monkeypatch.setattr(runner, "run_policy", fail_on_the_third)
+    with pytest.raises(RuntimeError, match="killed"):
+        main(["--traceback", "faults", str(spec), "--out", str(out)])
+    assert json.loads((out / "provenance.json").read_text())["command"].startswith("cpgym faults")
+    df = pd.read_csv(out / "table.csv")
+    assert list(zip(df["scenario"], df["policy"])) == [("none", "least-work"), ("none", "vertumnus-router")]
+
+
 @pytest.mark.parametrize("edit, match", [
     (lambda s: s + "colour: red\n", r"unknown key\(s\) \['colour'\]"),
     (lambda s: s + "name: again\n", r"spec.yaml:\d+:1: key 'name' given twice in one mapping"),
