@@ -176,7 +176,9 @@ TABLE_COLS = [("policy", "policy", "{}"), ("kv_tiers", "KV tiers", "{}"), ("evic
 
 
 def write_study(study: TierStudy, out_dir: str | Path, argv: list[str]) -> Path:
-    """Writes ``kv_tiers.json`` and ``tables.md`` under ``out_dir``; returns the folder."""
+    """Writes ``kv_tiers.json``, ``tables.md`` and ``provenance.json`` under ``out_dir``; returns
+    the folder (``cpgym kv-tiers --out`` also writes ``rows.csv`` after each run, and
+    ``provenance.json`` before the first)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     from experiments.common import dumps_json

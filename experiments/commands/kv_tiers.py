@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="two DRAM capacities per node of the eviction table [GB] (default 16,64)")
     p.add_argument("--eviction-policies", default="mooncake-ttft,dynamo-kv",
                    help="policies of the eviction table (default mooncake-ttft,dynamo-kv)")
-    p.add_argument("--out", metavar="DIR", help="write kv_tiers.json and tables.md under DIR")
+    p.add_argument("--out", metavar="DIR", help="write kv_tiers.json, tables.md and provenance.json under DIR (rows.csv "
+                                                "after each run: a run stopped midway keeps its finished runs)")
     p.add_argument("--plot-sweep", metavar="RUN_DIR", help="only plot the sweep in RUN_DIR (to --out or RUN_DIR)")
     add_sim_arguments(p)
 
@@ -97,8 +98,24 @@ def run(args: argparse.Namespace) -> int:
 
     for name in {args.capacity_policy, *policies, *ev_policies}:  # a baseline's own pool must fit the pool flags
         policy_pool(get_policy(name), config.pool)
+    progress = _progress
+    if args.out:  # provenance first and rows.csv after each run: a run stopped midway keeps its finished runs
+        from pathlib import Path
+
+        import pandas as pd
+
+        from experiments.provenance import write_provenance
+
+        write_provenance(args.out, sys.argv[1:])
+        done: list[dict] = []
+
+        def progress(row: dict) -> None:
+            _progress(row)
+            done.append(row)
+            pd.DataFrame(done).to_csv(Path(args.out) / "rows.csv", index=False)
+
     study = run_tier_study(trace, config, policies, tuple(args.window_s), args.load, args.capacity_policy, args.capacity_rps,
-                           tuple(gbs), ev_policies, progress=_progress)
+                           tuple(gbs), ev_policies, progress=progress)
     print(f"capacity {study.capacity['capacity_rps']:.2f} req/s; load {args.load:g} -> {study.rate_rps:.2f} req/s\n")
     print(markdown_table(study.tiers, TABLE_COLS) + "\n\n" + markdown_table(study.eviction, TABLE_COLS))
     if args.out:

@@ -93,3 +93,26 @@ def test_kv_tiers_capacity_flags_are_checked(flags, message, capsys, monkeypatch
     assert main(["kv-tiers", "--window-s", "0", "5", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"cpgym kv-tiers: error: {message}") and err.count("\n") == 1
+
+
+def test_kv_tiers_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
+    """kv_tiers.json, tables.md and provenance.json were written at the end only: a study that failed
+    in its eviction table lost the tier table."""
+    import json
+
+    import pandas as pd
+
+    import experiments.kv_tiers as kv_tiers
+    from experiments.cli import main
+
+    def two_runs_then_fail(*a, progress=None, **k):
+        for policy in ("least-work", "vertumnus"):
+            progress({"policy": policy, "kv_tiers": "hbm", "eviction": "-", "mean_ttft_s": 1.0, "prefix_hit_rate": 0.5})
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(kv_tiers, "run_tier_study", two_runs_then_fail)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="killed"):
+        main(["--traceback", "kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--out", str(out)])
+    assert json.loads((out / "provenance.json").read_text())["argv"]
+    assert list(pd.read_csv(out / "rows.csv")["policy"]) == ["least-work", "vertumnus"]
