@@ -42,15 +42,9 @@ def test_cache_ablation_stopped_midway_keeps_its_finished_runs(tmp_path, capsys,
 
     import experiments.paper_experiments.cache_ablation as ablation
 
-    real, calls = ablation.run_one, []
+    from tests.interrupt import fail_on_call
 
-    def fail_on_the_third(*a, **k):
-        calls.append(1)
-        if len(calls) == 3:
-            raise RuntimeError("killed")
-        return real(*a, **k)
-
-    monkeypatch.setattr(ablation, "run_one", fail_on_the_third)
+    monkeypatch.setattr(ablation, "run_one", fail_on_call(ablation.run_one, 3))
     out = tmp_path / "ablation"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "cache-ablation", "--rates", "4,6", "--duration-s", "20", "--pool-gpus", "8",

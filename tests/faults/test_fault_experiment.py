@@ -51,21 +51,14 @@ def test_cpgym_faults_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, m
     """table.csv and provenance.json were written at the end only: a run that failed in its last
     scenario lost the others."""
     import experiments.runner as runner
-
-    real, calls = runner.run_policy, []
-
-    def fail_on_the_third(*a, **k):
-        calls.append(1)
-        if len(calls) == 3:
-            raise RuntimeError("killed")
-        return real(*a, **k)
+    from tests.interrupt import fail_on_call
 
     spec = _write(tmp_path)
     out = tmp_path / "out"
     from experiments import faults
 
     monkeypatch.setattr(faults, "estimate_capacity_rps", lambda spec, config, log: (20.0, []))
-    monkeypatch.setattr(runner, "run_policy", fail_on_the_third)
+    monkeypatch.setattr(runner, "run_policy", fail_on_call(runner.run_policy, 3))
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "faults", str(spec), "--out", str(out)])
     assert json.loads((out / "provenance.json").read_text())["command"].startswith("cpgym faults")

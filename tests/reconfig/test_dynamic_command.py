@@ -349,15 +349,9 @@ def test_dynamic_stopped_midway_keeps_its_provenance_and_finished_runs(tmp_path,
     import experiments.runner as runner
     from experiments.cli import main
 
-    real, calls = runner.run_policy, []
+    from tests.interrupt import fail_on_call
 
-    def fail_on_the_second(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("killed")
-        return real(*a, **k)
-
-    monkeypatch.setattr(runner, "run_policy", fail_on_the_second)
+    monkeypatch.setattr(runner, "run_policy", fail_on_call(runner.run_policy, 2))
     out_dir = tmp_path / "out"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3",
