@@ -417,17 +417,13 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
     Raises:
         ValueError: when a trace is given (not supported for reconfiguration yet).
     """
-    import json
-
-    from policies.checkpoint import checkpoint_path
+    from policies.evaluate_reconfig import checkpoint_train_config
 
     if cfg.trace:
         raise ValueError("--kind reconfig evaluates named workloads (--workload); traces are not supported yet")
     workload = cfg.workload
     if workload is None and cfg.policy not in ("none", "-"):
-        p = checkpoint_path(cfg.policy)
-        d = p.parent if p.suffix == ".zip" else p
-        workload = (json.loads((d / "train_config.json").read_text()).get("train_config") or {}).get("workload")
+        workload = checkpoint_train_config(cfg.policy).get("workload")
     return workload or "phases"
 
 

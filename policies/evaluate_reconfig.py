@@ -55,7 +55,14 @@ def is_reconfig_checkpoint(path: str) -> bool:
         return False
 
 
-def _train_config(path: str) -> dict:
+def checkpoint_train_config(path: str) -> dict:
+    """The ``train_config`` entry of a checkpoint's ``train_config.json`` (a folder or its
+    ``model.zip``; ``{}`` without that entry): the one reader of the workload and seeds it was
+    trained on.
+
+    Raises:
+        OSError: when the checkpoint has no ``train_config.json``.
+    """
     p = checkpoint_path(path)
     d = p.parent if p.suffix == ".zip" else p
     return json.loads((d / "train_config.json").read_text()).get("train_config") or {}
@@ -63,7 +70,7 @@ def _train_config(path: str) -> dict:
 
 def training_seeds(path: str) -> list[int]:
     """The workload seeds a reconfiguration checkpoint was trained on (from ``train_config.json``)."""
-    tc = _train_config(path)
+    tc = checkpoint_train_config(path)
     return [int(x) for x in (tc.get("workload_seeds") or [tc.get("workload_seed", 0)])]
 
 
@@ -81,7 +88,7 @@ def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[i
     """
     if not checkpoint or checkpoint in ("none", "-"):
         return []
-    tc = _train_config(checkpoint)
+    tc = checkpoint_train_config(checkpoint)
     if (tc.get("workload") or "phases") != workload:
         return []
     train = sorted(set(seeds) & set(training_seeds(checkpoint)))
