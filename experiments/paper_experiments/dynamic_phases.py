@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from experiments.config_args import option as _opt
@@ -190,12 +190,10 @@ class DynamicPhasesConfig:
         self._check_window()
         self._check_controller()
 
-
     def _check_target_fields(self) -> None:
         if self.decision != "target":  # the paper rule has no look-ahead: these were ignored silently
-            given = [name for name in TARGET_DECISION_FIELDS
-                     if getattr(self, name) not in (None, False) and not (name == "target_sample"
-                                                                         and self.target_sample == "regime-start")]
+            defaults = {f.name: f.default for f in fields(self)}  # set away from the default (0.0 included)
+            given = [name for name in TARGET_DECISION_FIELDS if getattr(self, name) != defaults[name]]
             if given:
                 raise ValueError(f"dynamic: {' / '.join(given)} set the 'target' decision; decision "
                                  f"{self.decision!r} has none")

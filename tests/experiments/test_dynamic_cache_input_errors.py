@@ -51,6 +51,8 @@ def test_dynamic_settings_are_checked_before_the_capacity_search(flags, expected
 @pytest.mark.parametrize("flags, given", [
     (["--lookahead-replications", "3"], "lookahead_replications"),
     (["--lookahead-duration-s", "30", "--target-trend-min-t", "1"], "lookahead_duration_s / target_trend_min_t"),
+    (["--target-margin", "0"], "target_margin"),  # 0.0 == False: it passed a test against (None, False)
+    (["--target-sample", "latest"], "target_sample"),
 ])
 def test_paper_rule_refuses_target_decision_settings(flags, given, capsys, no_search):
     """The paper rule has no look-ahead: these flags were accepted and ignored."""
