@@ -12,7 +12,8 @@ Student-t 95 % interval (:func:`policies.evaluate.mean_ci95`; both NaN-free only
   lowest mean TTFT of that seed, chosen in hindsight), ``..._vs_homogeneous_cp2`` / ``_cp4``
   (vs the all-CP-2 / all-CP-4 pool), ``..._vs_initial`` (vs the adaptive run's own initial
   composition kept fixed); % of mean TTFT, negative = adaptive is faster. ``strongest_baseline``
-  names the best fixed composition (of seed 0).
+  names the best fixed composition of every seed (:func:`best_fixed_label`: one name when the
+  seeds agree, else each with its number of seeds).
 * ``experiment = "cache"`` (:func:`cache_rows`): ``mean_ttft_pct``, ``p90_ttft_pct`` (global
   manager vs local caches only, %) and ``hit_rate_pp`` (token-weighted prefix hit rate,
   percentage points), paired per seed.
@@ -30,6 +31,7 @@ the operation times (the notes give only the range).
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -124,10 +126,31 @@ def dynamic_rows(scenario: str, summaries: list[dict], model: str, num_gpus: int
     if not summaries:
         raise ValueError("dynamic_rows needs at least one seed's summary")
     per_seed = [dynamic_comparisons(s, num_gpus, degrees, phase_kind) for s in summaries]
-    best = per_seed[0]["best_fixed_composition"]
+    best = best_fixed_label([c["best_fixed_composition"] for c in per_seed])
     load = dynamic_load_fraction(summaries, phase_kind)
     return [_row("dynamic", scenario, model, m, None if m == "mean_ttft_pct_vs_best_fixed" else paper_value,
                  [c[m] for c in per_seed], load, strongest_baseline=best) for m in DYNAMIC_METRICS]
+
+
+def best_fixed_label(per_seed: list[str]) -> str:
+    """``strongest_baseline`` of a dynamic row: the best fixed composition of each seed.
+
+    One name when every seed has the same best composition (``"cp4x10"``); otherwise each
+    composition with the number of seeds it was best on, most seeds first, ties by name
+    (``"cp4x10 (2/3 seeds); cp2x20 (1/3 seeds)"``): the ``vs_best_fixed`` value compares each
+    seed with its own best, so naming one seed's would misstate the reference.
+
+    Raises:
+        ValueError: on an empty list.
+    """
+    if not per_seed:
+        raise ValueError("best_fixed_label needs at least one seed's best fixed composition")
+    counts = Counter(per_seed)
+    if len(counts) == 1:
+        return per_seed[0]
+    n = len(per_seed)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return "; ".join(f"{comp} ({k}/{n} seeds)" for comp, k in ranked)
 
 
 def dynamic_load_fraction(summaries: list[dict], phase_kind: str | None = None) -> float | None:

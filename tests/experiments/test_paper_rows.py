@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from experiments.paper_experiments.paper_rows import (cache_rows, dynamic_comparisons, dynamic_rows, operation_times_s,
+from experiments.paper_experiments.paper_rows import (best_fixed_label, cache_rows, dynamic_comparisons, dynamic_rows,
+                                                      operation_times_s,
                                                       reconfiguration_rows)
 
 KEYS = {"experiment", "workload", "model", "metric", "paper_value", "cpgym_value", "ci_low", "ci_high", "load_fraction",
@@ -41,6 +42,20 @@ def test_dynamic_comparisons_and_rows():
     with pytest.raises(ValueError, match="cp4x9"):
         dynamic_comparisons(_summary(0.9, initial="cp4x9,cp2x2"), 40, (2, 4))
     assert all(r["load_fraction"] is None for r in rows)  # absolute phase rates: no measured capacity
+
+
+def test_dynamic_rows_name_the_best_fixed_composition_of_every_seed():
+    # seed 1's best pool is all-CP-2: the row must not name seed 0's pool alone
+    other = _summary(1.1)
+    for r in other["policies"]:
+        if r["policy"] == "fixed cp2x20":
+            r["mean_ttft_s"] = 0.1
+    rows = dynamic_rows("rising-rates", [_summary(0.9), other, _summary(1.0)], "q")
+    assert {r["strongest_baseline"] for r in rows} == {"cp4x6,cp2x8 (2/3 seeds); cp2x20 (1/3 seeds)"}
+    assert best_fixed_label(["b", "a"]) == "a (1/2 seeds); b (1/2 seeds)"
+    assert best_fixed_label(["a", "a"]) == "a"
+    with pytest.raises(ValueError, match="at least one"):
+        best_fixed_label([])
 
 
 def test_dynamic_rows_state_the_load_relative_to_measured_capacity():
