@@ -521,6 +521,38 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     return kind, df.to_dict("records")
 
 
+def uneven_episodes(rows: list[dict], kind: str) -> str | None:
+    """A one-line description of the policies of ``rows`` (from :func:`read_episode_rows`) that lack
+    episodes other policies have, or ``None`` when every policy has the same episodes (a live
+    ``cpgym evaluate`` run always has; a concatenated or hand-edited CSV may not).
+
+    With uneven episodes a policy's mean columns average its own episodes while its paired
+    deltas use only those it shares with the reference, so its row is not comparable column by
+    column with the others.
+
+    Args:
+        rows: per-episode rows (``policy``, ``seed`` and, for ``kind="routing"``, ``window``).
+        kind: ``"routing"`` (episodes are (seed, window)) or ``"reconfig"`` (episodes are seeds).
+    """
+    key = (lambda r: (int(r["seed"]), int(r["window"]))) if kind == "routing" else (lambda r: int(r["seed"]))
+    per_policy: dict[str, set] = {}
+    for r in rows:
+        per_policy.setdefault(r["policy"], set()).add(key(r))
+    union = set().union(*per_policy.values()) if per_policy else set()
+    short = {p: sorted(union - eps) for p, eps in per_policy.items() if eps != union}
+    if not short:
+        return None
+    what = "(seed, window) episodes" if kind == "routing" else "seeds"
+
+    def listed(missing: list) -> str:
+        return ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+
+    return ("policies were evaluated on different episodes: " + "; ".join(
+        f"{p} lacks {what} {listed(m)}" for p, m in short.items())
+        + " (each mean column averages that policy's own episodes; a paired delta uses only the episodes it "
+          "shares with the reference)")
+
+
 def _check_row_labels(path: str, df, kind: str) -> None:
     """The text columns of :func:`read_episode_rows`' rows: every ``policy`` a non-empty label (read as
     text: a number-like label stays a label); in a reconfig CSV, no routing row (a ``window`` set:

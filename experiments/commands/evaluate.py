@@ -37,9 +37,10 @@ FROM_CSV_FIELDS = ("kind", "reference")
 def _run_from_csv(args: argparse.Namespace) -> int:
     """``--from-csv``: the CSV's rows aggregated and printed like a run's; a flag that only
     chooses what runs is an error (nothing runs)."""
+    import sys
     from dataclasses import fields
 
-    from policies.evaluate import EvaluationConfig, read_episode_rows
+    from policies.evaluate import EvaluationConfig, read_episode_rows, uneven_episodes
 
     for f in fields(EvaluationConfig):
         if f.name not in FROM_CSV_FIELDS and getattr(args, f.name, f.default) != f.default:
@@ -48,6 +49,9 @@ def _run_from_csv(args: argparse.Namespace) -> int:
     if args.out:
         raise ValueError("--out does not apply with --from-csv (the rows are already in a CSV)")
     kind, rows = read_episode_rows(args.from_csv, args.kind)
+    uneven = uneven_episodes(rows, kind)
+    if uneven:
+        print(f"warning: {args.from_csv}: {uneven}", file=sys.stderr)
     seeds = sorted({int(r["seed"]) for r in rows})
     if kind == "reconfig":
         return _print_reconfig(rows, args.from_csv, seeds, args.format, args.reference)

@@ -60,6 +60,26 @@ def test_from_csv_needs_no_policy_and_titles_the_csv_seeds(tmp_path, capsys):
     assert "least-work" in out and "round-robin" in out
 
 
+def test_from_csv_warns_when_policies_have_different_episodes(tmp_path, capsys):
+    path = _rows_csv(tmp_path)
+    assert main(["evaluate", "--from-csv", str(path)]) == 0
+    assert "different episodes" not in capsys.readouterr().err  # every policy on seeds 7, 9
+    df = pd.read_csv(path)
+    df[~((df["policy"] == "round-robin") & (df["seed"] == 9))].to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path), "--reference", "least-work"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "policies were evaluated on different episodes: round-robin lacks (seed, window) episodes (9, 0)" in err
+
+
+def test_uneven_episodes_of_a_reconfig_evaluation_name_the_missing_seeds():
+    from policies.evaluate import uneven_episodes
+
+    rows = [{"policy": p, "seed": s} for p in ("a", "b") for s in range(8)]
+    assert uneven_episodes(rows, "reconfig") is None
+    rows = [r for r in rows if not (r["policy"] == "b" and r["seed"] != 0)]
+    assert "b lacks seeds 1, 2, 3, 4, 5 and 2 more" in uneven_episodes(rows, "reconfig")
+
+
 @pytest.mark.parametrize("extra, message", [(["--policy", "shipped"], "--policy does not apply with --from-csv"),
                                             (["--seeds", "1"], "--seeds does not apply with --from-csv")])
 def test_from_csv_rejects_flags_that_choose_what_runs(tmp_path, capsys, extra, message):
