@@ -439,10 +439,68 @@ class LlmdRouter(Router):
         self.inflight.record(worker_id, request.num_prompt_tokens)
 
 
+class ActiveSequences:
+    """Per-worker KV blocks of the in-flight (queued + running) requests, each block counted once
+    however many in-flight requests share it: Dynamo's active-sequence tracking
+    (ai-dynamo/dynamo ``lib/llm/src/kv_router/sequence.rs`` ``ActiveSequences``, commit 581ee33:
+    ``unique_blocks`` with reference counts, ``active_blocks()`` = their number, ``new_blocks(seq)`` = the blocks
+    of ``seq`` not among them). Built from the router's own dispatches, dropped lazily as the
+    FCFS workers finish requests (as :class:`InflightTracker`).
+
+    Block hashes are prefix-chained (a hash identifies the whole prefix up to its block), so the
+    request's blocks already active on a worker are a leading run: ``new_blocks`` walks the
+    request's hashes to the first one not active (as Dynamo's later ``lib/kv-router`` crate does:
+    ``potential blocks = active_blocks + query_len - overlap_depth``).
+    """
+
+    def __init__(self) -> None:
+        self._q: dict[int, deque] = {}
+        self._ref: dict[int, dict[int, int]] = {}
+
+    def record(self, worker_id: int, block_hashes) -> None:
+        self._q.setdefault(worker_id, deque()).append(block_hashes)
+        ref = self._ref.setdefault(worker_id, {})
+        for h in block_hashes:
+            ref[h] = ref.get(h, 0) + 1
+
+    def _sync_worker(self, w: Worker) -> dict[int, int]:
+        wid = w.worker_id
+        dq = self._q.get(wid)
+        if dq is None:
+            self._q[wid] = deque()
+            ref = self._ref[wid] = {}
+            return ref
+        ref = self._ref[wid]
+        k = len(w.queue) + len(w.batch)
+        while len(dq) > k:
+            for h in dq.popleft():
+                n = ref[h] - 1
+                if n:
+                    ref[h] = n
+                else:
+                    del ref[h]
+        return ref
+
+    def active_blocks_of(self, w: Worker) -> int:
+        """Distinct KV blocks of ``w``'s in-flight requests [blocks]."""
+        return len(self._sync_worker(w))
+
+    def potential_blocks_of(self, w: Worker, block_hashes) -> int:
+        """Active blocks of ``w`` if a request with ``block_hashes`` were added [blocks]."""
+        ref = self._sync_worker(w)
+        depth = 0
+        for h in block_hashes:
+            if h not in ref:
+                break
+            depth += 1
+        return len(ref) + len(block_hashes) - depth
+
+
 @dataclass(frozen=True)
 class DynamoParams:
-    """Dynamo KV router parameters (``--kv-overlap-score-weight`` default 1,
-    ``--router-temperature`` default 0 = deterministic argmin).
+    """Dynamo KV router parameters (ai-dynamo/dynamo ``lib/kv-router/src/scheduling/config.rs``
+    ``KvRouterConfig``; CLI ``--kv-overlap-score-weight`` default 1, ``--router-temperature``
+    default 0 = the minimum-cost worker, no softmax sampling).
 
     Raises:
         ValueError: if the weight is negative.
@@ -456,15 +514,22 @@ class DynamoParams:
 
 
 class DynamoKVRouter(Router):
-    """Dynamo KV router cost (ai-dynamo/dynamo ``lib/llm/src/kv_router``; docs "KV Router"):
+    """Dynamo KV router, temperature 0 (ai-dynamo/dynamo ``lib/kv-router/src/scheduling/selector.rs``
+    ``DefaultWorkerSelector::select_worker``, commit ccd1706; earlier releases
+    ``lib/llm/src/kv_router/scheduler.rs``; docs "KV Router", cost function)::
 
-        cost_w = weight * max(0, (active prefill tokens_w + L) / block - overlap blocks_w)
-                 + decode blocks_w
+        logit_w = weight * prefill_tokens_w / block + potential_blocks_w
+        prefill_tokens_w   = active prefill tokens_w + max(0, L - overlap_w * block)
+        potential_blocks_w = distinct blocks of w's in-flight requests
+                             + blocks of the request not among them
 
-    active prefill tokens = new (uncached) tokens of w's queued and running requests; overlap
-    blocks = the request's ready prefix blocks on w (KV events keep Dynamo's index exact); decode
-    blocks = KV blocks held by w's in-flight requests plus the new request's blocks (its active
-    sequences). Minimum cost wins (temperature 0); ties: pool order.
+    active prefill tokens = new (uncached) tokens of w's queued and running requests (Dynamo adds
+    a request's ``isl - overlap * block`` at routing and removes it when its prefill completes);
+    overlap = the request's ready prefix blocks on w (KV events keep Dynamo's index exact);
+    potential blocks as :class:`ActiveSequences`. The minimum logit wins; ties: pool order.
+
+    Translation: cpgym's blocks include the request's partial last block (the Mooncake traces
+    hash it); Dynamo hashes full blocks only, so its logits differ by at most one block.
     """
 
     name = "dynamo-kv"
@@ -474,34 +539,45 @@ class DynamoKVRouter(Router):
 
     def reset(self, view: PoolView, rng: np.random.Generator) -> None:
         super().reset(view, rng)
-        self.inflight = InflightTracker()
+        self.active = ActiveSequences()
 
     def route(self, request: Request, view: PoolView) -> int:
-        bs = view.kv_block_size_tokens
-        w8 = self.params.overlap_score_weight
-        L = request.num_prompt_tokens
-        nb = len(request.block_hashes)
-        hashes = request.block_hashes
-        workers = view.workers
-        inflight = self.inflight.inflight_tokens_of
         tiers = view.kv_tiers
         if tiers is not None:  # KV-overlap over all tiers (baselines/tiered.py)
             from baselines.tiered import dynamo_pull_route
 
             return dynamo_pull_route(self, request, view, tiers)
-        best, best_cost = -1, math.inf
+        ties: list[int] = []
+        best_cost = math.inf
+        for wid, cost in self.logits(request, view):
+            if cost < best_cost:
+                best_cost, ties = cost, [wid]
+            elif cost == best_cost:
+                ties.append(wid)
+        return self.break_tie(ties, view)
+
+    def logits(self, request: Request, view: PoolView) -> list[tuple[int, float]]:
+        """``[(worker id, logit)]`` over the eligible workers, pool order (HBM overlap only)."""
+        bs = view.kv_block_size_tokens
+        w8 = self.params.overlap_score_weight
+        L = request.num_prompt_tokens
+        hashes = request.block_hashes
+        workers = view.workers
+        potential = self.active.potential_blocks_of
+        out = []
         for wid in view.eligible_worker_ids(request):
             w = workers[wid]
             active = w.num_queued_new_tokens + (view.num_running_new_tokens(wid) if w.batch else 0)
-            prefill_blocks = max(0.0, (active + L) / bs - w.cache.match_ready(hashes))
-            decode_blocks = -(-inflight(w) // bs) + nb
-            cost = w8 * prefill_blocks + decode_blocks
-            if cost < best_cost:
-                best, best_cost = wid, cost
-        return best
+            new = L - w.cache.match_ready(hashes) * bs
+            out.append((wid, w8 * (active + (new if new > 0 else 0)) / bs + potential(w, hashes)))
+        return out
+
+    def break_tie(self, ties: list[int], view: PoolView) -> int:
+        """Among equal minimum logits: pool order."""
+        return ties[0]
 
     def on_dispatch(self, request: Request, worker_id: int, view: PoolView) -> None:
-        self.inflight.record(worker_id, request.num_prompt_tokens)
+        self.active.record(worker_id, request.block_hashes)
 
 
 class MooncakeTTFTRouter(Router):
@@ -613,6 +689,6 @@ class StaticThresholdRouter(Router):
 
 __all__ = [
     "homogeneous_composition", "TensorParallelCostForm", "InflightTracker", "ApproxPrefixIndex", "SGLangParams",
-    "SGLangCacheAwareRouter", "LlmdParams", "LlmdRouter", "DynamoParams", "DynamoKVRouter", "MooncakeTTFTRouter",
-    "VllmDPRouter", "default_length_threshold_tokens", "StaticThresholdRouter",
+    "SGLangCacheAwareRouter", "LlmdParams", "LlmdRouter", "ActiveSequences", "DynamoParams", "DynamoKVRouter",
+    "MooncakeTTFTRouter", "VllmDPRouter", "default_length_threshold_tokens", "StaticThresholdRouter",
 ]

@@ -12,7 +12,8 @@ tiers the routers in :mod:`baselines.industry` and :mod:`baselines.vertumnus` ru
   ``TTFT_w = D_w + E_{C_w}(L - P'_w, P'_w)``.
 * Dynamo (ai-dynamo/dynamo KV router with the KV block manager's host/remote tiers): the
   overlap of the KV-overlap cost counts blocks of every tier the request will not recompute,
-  ``cost_w = weight * max(0, (active_w + L) / block - P'_w / block) + decode blocks_w``.
+  ``cost_w = weight * (active_w + max(0, L - overlap_w * block)) / block + potential blocks_w``
+  with ``overlap_w = max(HBM hit, ceil(P'_w / block))`` (:class:`baselines.industry.DynamoKVRouter`).
 * Vertumnus, **an extension beyond the paper** (its §5 cost knows only local HBM hits): the
   queue term becomes the tiered ready time and the service terms use the tiered hit,
   ``J = D_w + beta * s' + lambda * (C_w * s' - C_min * E_{C_min}(R', P'))`` with
@@ -74,24 +75,29 @@ def mooncake_pull_route(request: Request, view: PoolView, tiers) -> int:
 
 
 def dynamo_pull_route(router, request: Request, view: PoolView, tiers) -> int:
-    """Dynamo KV-overlap cost with the overlap over all tiers (module docstring)."""
+    """Dynamo KV-overlap cost with the overlap over all tiers (module docstring); ties as
+    :meth:`baselines.industry.DynamoKVRouter.break_tie`."""
     bs = view.kv_block_size_tokens
     w8 = router.params.overlap_score_weight
     L = request.num_prompt_tokens
-    nb = len(request.block_hashes)
+    hashes = request.block_hashes
     workers = view.workers
-    inflight = router.inflight.inflight_tokens_of
+    potential = router.active.potential_blocks_of
     now = view.now_s
-    best, best_cost = -1, math.inf
+    ties: list[int] = []
+    best_cost = math.inf
     for wid in view.eligible_worker_ids(request):
         w = workers[wid]
         p, _, hbm = pull_estimate(tiers, w, request, _q(w, now))
         overlap = max(hbm, -(-p // bs))
         active = w.num_queued_new_tokens + (view.num_running_new_tokens(wid) if w.batch else 0)
-        cost = w8 * max(0.0, (active + L) / bs - overlap) + (-(-inflight(w) // bs) + nb)
+        new = L - overlap * bs
+        cost = w8 * (active + (new if new > 0 else 0)) / bs + potential(w, hashes)
         if cost < best_cost:
-            best, best_cost = wid, cost
-    return best
+            best_cost, ties = cost, [wid]
+        elif cost == best_cost:
+            ties.append(wid)
+    return router.break_tie(ties, view)
 
 
 def vertumnus_pull_route(router, request: Request, view: PoolView, cands: list[Worker], c_min: int) -> tuple[int, float]:

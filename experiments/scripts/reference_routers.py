@@ -96,23 +96,32 @@ class RefLlmd(Router):
 
 
 class RefDynamo(Router):
+    """Dynamo's logit with the active blocks as a plain set of the in-flight requests' blocks
+    (Dynamo's older ``new_blocks``: the request's blocks not in that set)."""
+
     name = "ref-dynamo"
 
     def reset(self, view, rng):
         super().reset(view, rng)
-        self.inflight = _RefInflight()
+        self.q: dict[int, deque] = {}
+
+    def _active(self, view, w) -> set:
+        dq = self.q.setdefault(w, deque())
+        while len(dq) > view.num_inflight_requests(w):
+            dq.popleft()
+        return set().union(*dq)
 
     def route(self, request, view):
         bs = view.kv_block_size_tokens
         L = request.num_prompt_tokens
-        best, best_cost = -1, math.inf
+        costs = {}
         for w in view.eligible_worker_ids(request):
-            active = view.num_queued_new_tokens(w) + view.num_running_new_tokens(w)
-            prefill = max(0.0, (active + L) / bs - view.cached_blocks(w, request))
-            cost = prefill + -(-self.inflight.inflight(view, w) // bs) + len(request.block_hashes)
-            if cost < best_cost:
-                best, best_cost = w, cost
-        return best
+            active_tokens = view.num_queued_new_tokens(w) + view.num_running_new_tokens(w)
+            new_tokens = max(0, L - view.cached_blocks(w, request) * bs)
+            blocks = self._active(view, w)
+            potential = len(blocks) + sum(h not in blocks for h in request.block_hashes)
+            costs[w] = (active_tokens + new_tokens) / bs + potential
+        return min(costs, key=costs.get)  # ties: the first (pool order)
 
     def on_dispatch(self, request, worker_id, view):
-        self.inflight.record(worker_id, request.num_prompt_tokens)
+        self.q.setdefault(worker_id, deque()).append(tuple(request.block_hashes))

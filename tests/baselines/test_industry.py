@@ -82,30 +82,60 @@ def test_llmd_weighted_scores():
     assert w[0] != w[1]
 
 
-def test_dynamo_cost_values():
-    # worker 0 runs r0 (16 new tokens = 4 blocks, 4 active blocks); the cache fills only after
-    # the step, so r1 (same prefix, t=0) has overlap 0 everywhere:
-    #   w0: (16 + 16)/4 - 0 + (4 + 4) = 16 ; idle w: 16/4 + 4 = 8 -> r1 to worker 1.
-    wl = make_workload([(0.0, 16, (1, 2, 3, 4)), (0.0, 16, (1, 2, 3, 4)), (100.0, 16, (1, 2, 3, 4))])
-    costs = []
+POOL2 = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1x2", supported_degrees=(1,))
+
+
+def test_dynamo_logits_by_hand():
+    # Dynamo (lib/llm/src/kv_router/scheduler.rs, sequence.rs), block 4, weight 1:
+    #   logit = (active prefill tokens + max(0, L - overlap*4)) / 4 + distinct in-flight blocks
+    #           + request blocks not in flight
+    wl = make_workload([(0.0, 16, (1, 2, 3, 4)), (0.0, 14, (1, 2, 3, 9)),
+                        (100.0, 24, (1, 2, 3, 4, 5, 6)), (100.0, 14, (1, 2, 3, 4))])
+    logits = []
     router = DynamoKVRouter()
     sim = Simulator(wl, SimConfig(pool=POOL4), _cal())
+    res = _drive(sim, router, lambda req, wid: logits.append(dict(router.logits(req, sim.view))))
+    x, y = res.records["worker_id"].tolist()[:2]
+    # r1 while r0 (4 blocks) runs on x: (16 + 14)/4 + 4 + 1 (block 9 is new; 1-3 are in flight
+    # already) = 12.5 -- the old undeduplicated form gave (16+14)/4 + 4 + 4 = 15.5; idle: 14/4 + 4
+    assert logits[1][x] == pytest.approx(12.5)
+    assert all(logits[1][w] == pytest.approx(7.5) for w in range(4) if w != x)
+    assert y != x
+    # t=100: x holds 1-4, y holds 1-3 and 9. r2 extends x's prefix: (24 - 16)/4 + 6 = 8 -> x.
+    # r3 = r0's blocks while r2 runs on x: its full overlap (16 tokens > L = 14) leaves 0 new
+    # tokens (r2's 8 active ones stay): 8/4 + 6 + 0 = 8 (the old form: (8 + 14)/4 - 4 + 6 + 4 = 11.5)
+    assert res.records["worker_id"].tolist()[2] == x
+    assert logits[3][x] == pytest.approx(8.0)
+    assert logits[3][y] == pytest.approx((14 - 12) / 4 + 4)
+    assert all(logits[3][w] == pytest.approx(14 / 4 + 4) for w in range(4) if w not in (x, y))
+    assert res.records["worker_id"].tolist()[3] == y
 
-    def hook(req, wid):
-        bs = sim.view.kv_block_size_tokens
-        c = {}
-        for w in sim.view.worker_ids:
-            active = sim.view.num_queued_new_tokens(w) + sim.view.num_running_new_tokens(w)
-            c[w] = max(0.0, (active + req.num_prompt_tokens) / bs - sim.view.cached_blocks(w, req)) + \
-                -(-router.inflight.inflight_tokens(sim.view, w) // bs) + len(req.block_hashes)
-        costs.append(c)
 
-    res = _drive(sim, router, hook)
-    assert costs[1][0] == pytest.approx(16) and costs[1][1] == pytest.approx(8)
-    # at t=100 workers 0 and 1 are idle with the 4 blocks cached: 16/4 - 4 + 4 = 4; cold: 8
-    # -> worker 0 (pool order)
-    assert costs[2][0] == pytest.approx(4) and costs[2][2] == pytest.approx(8)
-    assert res.records["worker_id"].tolist() == [0, 1, 0]
+def test_dynamo_counts_shared_in_flight_blocks_once():
+    # two workers: r0 (4 blocks) runs on x, r1 (3 other blocks, 12 tokens) on y. r2 shares r0's
+    # first 3 blocks: x: (16 + 16)/4 + 4 + 1 = 13 < y: (12 + 16)/4 + 3 + 4 = 14 -> x (Dynamo's
+    # ActiveSequences count blocks shared by in-flight requests once; counted per request, as
+    # cpgym did, x would cost 16 and y win)
+    wl = make_workload([(0.0, 16, (1, 2, 3, 4)), (0.0, 12, (11, 12, 13)), (0.0, 16, (1, 2, 3, 9))])
+    res = Simulator(wl, SimConfig(pool=POOL2), _cal()).run(DynamoKVRouter())
+    w = res.records["worker_id"].tolist()
+    assert w[1] != w[0] and w[2] == w[0]
+
+
+def test_active_sequences_drop_finished_requests():
+    from baselines.industry import ActiveSequences
+    from envs.sim.cache import PrefixCache
+    from envs.sim.worker import Worker
+
+    w = Worker(0, 1, 0, 0, PrefixCache(10, 0), 100)
+    act = ActiveSequences()
+    act.record(0, (1, 2, 3))
+    act.record(0, (1, 2, 7))
+    w.queue.extend(["a", "b"])  # two in flight
+    assert act.active_blocks_of(w) == 4
+    assert act.potential_blocks_of(w, (1, 2, 8)) == 5
+    w.queue.popleft()  # the oldest finished
+    assert act.active_blocks_of(w) == 3 and act.potential_blocks_of(w, (1, 2, 3)) == 4
 
 
 def test_mooncake_minimises_queue_plus_cached_prefill():
