@@ -526,7 +526,10 @@ class DynamoKVRouter(Router):
     active prefill tokens = new (uncached) tokens of w's queued and running requests (Dynamo adds
     a request's ``isl - overlap * block`` at routing and removes it when its prefill completes);
     overlap = the request's ready prefix blocks on w (KV events keep Dynamo's index exact);
-    potential blocks as :class:`ActiveSequences`. The minimum logit wins; ties: pool order.
+    potential blocks as :class:`ActiveSequences`. The minimum logit wins; ties go to the worker
+    with the fewest cached blocks (Dynamo's tie-break on the indexer's per-worker tree size),
+    then to the run's seeded generator (Dynamo: random when the tree sizes are equal; an
+    arbitrary one of several smallest otherwise).
 
     Translation: cpgym's blocks include the request's partial last block (the Mooncake traces
     hash it); Dynamo hashes full blocks only, so its logits differ by at most one block.
@@ -573,8 +576,14 @@ class DynamoKVRouter(Router):
         return out
 
     def break_tie(self, ties: list[int], view: PoolView) -> int:
-        """Among equal minimum logits: pool order."""
-        return ties[0]
+        """Among equal minimum logits: fewest cached blocks, then the seeded generator."""
+        if len(ties) == 1:
+            return ties[0]
+        workers = view.workers
+        sizes = [len(workers[w].cache) for w in ties]
+        low = min(sizes)
+        ties = [w for w, n in zip(ties, sizes) if n == low]
+        return ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
 
     def on_dispatch(self, request: Request, worker_id: int, view: PoolView) -> None:
         self.active.record(worker_id, request.block_hashes)

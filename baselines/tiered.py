@@ -21,7 +21,8 @@ tiers the routers in :mod:`baselines.industry` and :mod:`baselines.vertumnus` ru
 
 Hot path: ``route_estimate`` is called only for candidates whose first block after the HBM hit
 is held by a lower tier reachable from their node (``TieredKV.lower_dicts``); for the others
-``P' = P`` and ``D = q_w``. Ties: pool order (the first minimum), as in the tier-less routers.
+``P' = P`` and ``D = q_w``. Ties: pool order (the first minimum), as in the tier-less routers;
+Dynamo's as its tier-less router (fewest cached blocks, then the seeded generator).
 """
 
 from __future__ import annotations

@@ -121,7 +121,11 @@ class RefDynamo(Router):
             blocks = self._active(view, w)
             potential = len(blocks) + sum(h not in blocks for h in request.block_hashes)
             costs[w] = (active_tokens + new_tokens) / bs + potential
-        return min(costs, key=costs.get)  # ties: the first (pool order)
+        low = min(costs.values())
+        ties = [w for w, c in costs.items() if c == low]
+        sizes = {w: len(view.workers[w].cache) for w in ties}
+        ties = [w for w in ties if sizes[w] == min(sizes.values())]
+        return ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
 
     def on_dispatch(self, request, worker_id, view):
         self.q.setdefault(worker_id, deque()).append(tuple(request.block_hashes))

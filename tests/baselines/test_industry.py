@@ -122,6 +122,21 @@ def test_dynamo_counts_shared_in_flight_blocks_once():
     assert w[1] != w[0] and w[2] == w[0]
 
 
+def test_dynamo_ties_go_to_the_worker_with_fewest_cached_blocks():
+    # Dynamo's selector.rs (temperature 0): equal minimum logits -> the smallest indexer tree
+    # size, random if those are equal too. r0: four idle empty workers tie -> seeded random x.
+    # r1 (t=100, unrelated, all idle): equal logits 8/4 + 2 everywhere; x holds r0's 4 blocks
+    # -> one of the other three (pool order would pick worker 0, i.e. x again)
+    wl = make_workload([(0.0, 16, (1, 2, 3, 4)), (100.0, 8, (11, 12))])
+    for seed in range(4):
+        res = Simulator(wl, SimConfig(pool=POOL4, seed=seed), _cal()).run(DynamoKVRouter())
+        w = res.records["worker_id"].tolist()
+        assert w[1] != w[0]
+    firsts = {Simulator(wl, SimConfig(pool=POOL4, seed=s), _cal()).run(DynamoKVRouter()).records["worker_id"][0]
+              for s in range(12)}
+    assert len(firsts) > 1  # seeded random among equal tree sizes, not pool order
+
+
 def test_active_sequences_drop_finished_requests():
     from baselines.industry import ActiveSequences
     from envs.sim.cache import PrefixCache

@@ -1,6 +1,7 @@
 """Routers with the KV pull path (baselines/tiered.py): with a prefix in one node's host DRAM,
 Mooncake, Dynamo and Vertumnus (tiered ready time) send the request to that node; without tiers
-they keep their tier-less choice (pool order on an idle pool)."""
+they keep their tier-less choice on an idle pool (pool order; Dynamo: seeded random among equal
+logits and equal cached-block counts)."""
 
 import pytest
 
@@ -33,5 +34,6 @@ def _route(policy, cal, tiers):
 
 @pytest.mark.parametrize("policy", ["mooncake-ttft", "dynamo-kv", "vertumnus"])
 def test_pull_path_routes_to_the_node_holding_the_prefix(policy, cal):
-    assert _route(policy, cal, TierConfig()) == (0, 0)
+    w, cached = _route(policy, cal, TierConfig())
+    assert cached == 0 and (w == 0 or policy == "dynamo-kv")
     assert _route(policy, cal, TierConfig(levels=("hbm", "dram"), store_lookup_latency_s=0.0)) == (1, 8 * 16)
