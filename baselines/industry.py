@@ -359,24 +359,35 @@ class SGLangCacheAwareRouter(Router):
 
 @dataclass(frozen=True)
 class LlmdParams:
-    """llm-d inference-scheduler weights and prefix-plugin settings (llm-d ``inference-scheduling``
-    well-lit path chart defaults: prefix-cache-scorer 3, queue-scorer 2,
-    kv-cache-utilization-scorer 2; gateway-api-inference-extension prefix plugin
-    ``lruCapacityPerServer`` 31,250 blocks of 64 tokens = 2,000,000 tokens per server).
+    """llm-d inference-scheduler weights and prefix-plugin settings.
 
-    ``lru_capacity_tokens`` is kept in tokens and converted to the workload's block size.
+    Weights: the llm-d ``inference-scheduling`` well-lit path (llm-d/llm-d
+    ``guides/inference-scheduling/scheduler/inference-scheduling.values.yaml``: queue-scorer 2,
+    kv-cache-utilization-scorer 2, prefix-cache-scorer 3, default max-score picker).
+
+    Prefix index capacity: the prefix-cache-scorer's default ``autoTune: true``
+    (kubernetes-sigs/gateway-api-inference-extension
+    ``pkg/epp/scheduling/framework/plugins/prefixcachescorer/plugin.go``, commit a172f54) sizes
+    each server's LRU to the server's own KV cache, ``CacheNumGPUBlocks`` entries of one KV block
+    each: ``lru_capacity_tokens=None`` (default) does the same with each worker's KV capacity
+    [blocks]. An integer is a fixed per-worker capacity [tokens], converted to the workload's
+    block size (upstream's fallback without the metric, ``lruCapacityPerServer`` 31,250 entries of
+    a 64-character, ~16-token block, is ~500,000 tokens).
+
+    Raises:
+        ValueError: on a negative weight or capacity.
     """
 
     prefix_weight: float = 3.0
     queue_weight: float = 2.0
     kv_utilization_weight: float = 2.0
-    lru_capacity_tokens: int = 2_000_000
+    lru_capacity_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("prefix_weight", "queue_weight", "kv_utilization_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"llm-d {name} must be >= 0, got {getattr(self, name)}")
-        if self.lru_capacity_tokens < 0:
+        if self.lru_capacity_tokens is not None and self.lru_capacity_tokens < 0:
             raise ValueError(f"llm-d lru_capacity_tokens must be >= 0, got {self.lru_capacity_tokens}")
 
 
@@ -387,7 +398,8 @@ class LlmdRouter(Router):
     as upstream's random tie-break):
 
     * prefix-cache-scorer: leading blocks of the request in the router's approximate per-server
-      LRU index (routing history) / blocks of the request;
+      LRU index (routing history; per-worker capacity as :class:`LlmdParams`) / blocks of the
+      request;
     * queue-scorer: ``(max_waiting - waiting) / (max_waiting - min_waiting)`` over the candidates
       (1 when all equal), waiting = queued (not yet running) requests;
     * kv-cache-utilization-scorer: ``1 - KV usage``, usage = KV of the running step's prompts /
@@ -402,7 +414,8 @@ class LlmdRouter(Router):
 
     def reset(self, view: PoolView, rng: np.random.Generator) -> None:
         super().reset(view, rng)
-        self.index = ApproxPrefixIndex(max(1, self.params.lru_capacity_tokens // view.kv_block_size_tokens))
+        cap = self.params.lru_capacity_tokens
+        self.index = ApproxPrefixIndex(None if cap is None else max(1, cap // view.kv_block_size_tokens))
         self.index.sync_workers(view)
         self._epoch = view.epoch
         self.inflight = InflightTracker()
@@ -436,6 +449,8 @@ class LlmdRouter(Router):
 
     def on_dispatch(self, request: Request, worker_id: int, view: PoolView) -> None:
         self.index.insert(worker_id, request.block_hashes, view.now_s)
+        if self.params.lru_capacity_tokens is None:  # autoTune: the worker's KV capacity
+            self.index.evict(worker_id, view.workers[worker_id].cache.capacity_blocks)
         self.inflight.record(worker_id, request.num_prompt_tokens)
 
 

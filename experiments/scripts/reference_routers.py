@@ -71,7 +71,7 @@ class RefLlmd(Router):
     def reset(self, view, rng):
         super().reset(view, rng)
         self.p = LlmdRouter().params
-        self.index = ApproxPrefixIndex(max(1, self.p.lru_capacity_tokens // view.kv_block_size_tokens))
+        self.index = ApproxPrefixIndex(None)
         self.inflight = _RefInflight()
 
     def route(self, request, view):
@@ -92,6 +92,7 @@ class RefLlmd(Router):
 
     def on_dispatch(self, request, worker_id, view):
         self.index.insert(worker_id, request.block_hashes, view.now_s)
+        self.index.evict(worker_id, view.kv_capacity_blocks(worker_id))  # autoTune
         self.inflight.record(worker_id, request.num_prompt_tokens)
 
 

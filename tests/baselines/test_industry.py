@@ -85,6 +85,30 @@ def test_llmd_weighted_scores():
 POOL2 = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1x2", supported_degrees=(1,))
 
 
+def test_llmd_prefix_index_holds_each_workers_kv_capacity():
+    # the prefix-cache-scorer's default autoTune sizes a server's LRU to its CacheNumGPUBlocks:
+    # 64 tokens of KV = 16 blocks of 4 tokens here. r0 (8 blocks) then r1 (12 other blocks) on
+    # the one worker: 20 > 16, so r0 keeps only 4 entries (the old fixed 2,000,000-token index
+    # kept all 8)
+    one = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+    cal = replace(_cal(), gpu_memory_bytes=64, max_prompt_tokens=64)
+    wl = make_workload([(0.0, 32, tuple(range(1, 9))), (1.0, 48, tuple(range(11, 23)))])
+    sim = Simulator(wl, SimConfig(pool=one), cal)
+    router = LlmdRouter()
+    _drive(sim, router)
+    assert sim.workers[0].cache.capacity_blocks == 16
+    assert router.index.size(0) == 16 and router.index.match(0, tuple(range(1, 9))) == 4
+    # a fixed capacity [tokens] still works: 200 tokens = 50 blocks, nothing evicted
+    from baselines.industry import LlmdParams
+
+    sim = Simulator(wl, SimConfig(pool=one), cal)
+    router = LlmdRouter(LlmdParams(lru_capacity_tokens=200))
+    _drive(sim, router)
+    assert router.index.size(0) == 20
+    with pytest.raises(ValueError, match="lru_capacity_tokens"):
+        LlmdParams(lru_capacity_tokens=-1)
+
+
 def test_dynamo_logits_by_hand():
     # Dynamo (lib/llm/src/kv_router/scheduler.rs, sequence.rs), block 4, weight 1:
     #   logit = (active prefill tokens + max(0, L - overlap*4)) / 4 + distinct in-flight blocks
