@@ -234,10 +234,29 @@ class ApproxPrefixIndex:
         wid = min(best_holders, key=lambda w: (-best_holders[w], w))
         return wid, depth
 
-    def insert(self, worker_id: int, block_hashes, now_s: float) -> None:
+    def match_counts(self, block_hashes) -> dict[int, int]:
+        """Worker -> matched blocks by the GAIE prefix scorer's rule (``matchLongestPrefix``):
+        walk the request's blocks while *some* worker holds the block, counting one for every
+        worker holding it (a worker that lost an early block to its LRU still counts the later
+        ones)."""
+        holders = self._holders
+        counts: dict[int, int] = {}
+        for h in block_hashes:
+            hs = holders.get(h)
+            if not hs:
+                break
+            for w in hs:
+                counts[w] = counts.get(w, 0) + 1
+        return counts
+
+    def insert(self, worker_id: int, block_hashes, now_s: float, head_first: bool = False) -> None:
+        """Records ``block_hashes`` for ``worker_id``. Default: tail first, so the head is the
+        most recent (radix-tree leaf eviction); ``head_first``: in prompt order, so the last
+        block is the most recent (a plain LRU ``Add`` per block, as GAIE's indexer)."""
         t = self._tenants.setdefault(worker_id, OrderedDict())
         holders = self._holders
-        for i in range(len(block_hashes) - 1, -1, -1):
+        order = range(len(block_hashes)) if head_first else range(len(block_hashes) - 1, -1, -1)
+        for i in order:
             h = block_hashes[i]
             t[h] = now_s
             t.move_to_end(h)
@@ -397,14 +416,21 @@ class LlmdRouter(Router):
     Scores in [0, 1], summed with weights, max-score picker (ties: the run's seeded generator,
     as upstream's random tie-break):
 
-    * prefix-cache-scorer: leading blocks of the request in the router's approximate per-server
-      LRU index (routing history; per-worker capacity as :class:`LlmdParams`) / blocks of the
-      request;
+    * prefix-cache-scorer (GAIE ``prefixcachescorer/plugin.go`` ``Score`` / ``matchLongestPrefix``,
+      ``indexer.go``): matched blocks / blocks of the request, over the router's approximate
+      per-server LRU index of its own routing history (capacity as :class:`LlmdParams`; each
+      dispatch adds the request's blocks in prompt order). Matched blocks: walking the request's
+      blocks while any server holds the block, one for each server holding it
+      (:meth:`ApproxPrefixIndex.match_counts`);
     * queue-scorer: ``(max_waiting - waiting) / (max_waiting - min_waiting)`` over the candidates
       (1 when all equal), waiting = queued (not yet running) requests;
     * kv-cache-utilization-scorer: ``1 - KV usage``, usage = KV of the running step's prompts /
       the worker's KV capacity (vLLM's ``gpu_cache_usage_perc`` counts blocks held by running
       requests; cached free blocks count as free).
+
+    Translation: the index keys are the workload's block hashes (with autoTune upstream hashes
+    one entry per KV block too); cpgym's blocks include the partial last block, which upstream
+    leaves unhashed, and upstream's cap of 256 blocks per prompt is not applied.
     """
 
     name = "llm-d"
@@ -433,12 +459,12 @@ class LlmdRouter(Router):
         hashes = request.block_hashes
         nb = len(hashes)
         bs = view.kv_block_size_tokens
-        match = self.index.match
+        matched = self.index.match_counts(hashes)
         running = self.inflight.running_tokens_of
         pw, qw, kw = p.prefix_weight, p.queue_weight, p.kv_utilization_weight
         scores = []
         for i, w in enumerate(ws):
-            prefix = match(w.worker_id, hashes) / nb
+            prefix = matched.get(w.worker_id, 0) / nb
             queue = 1.0 if hi == lo else (hi - waits[i]) / (hi - lo)
             cap = w.cache.capacity_blocks * bs
             usage = min(1.0, running(w) / cap) if cap else 1.0
@@ -448,7 +474,7 @@ class LlmdRouter(Router):
         return cands[best[0] if len(best) == 1 else best[int(self.rng.integers(len(best)))]]
 
     def on_dispatch(self, request: Request, worker_id: int, view: PoolView) -> None:
-        self.index.insert(worker_id, request.block_hashes, view.now_s)
+        self.index.insert(worker_id, request.block_hashes, view.now_s, head_first=True)
         if self.params.lru_capacity_tokens is None:  # autoTune: the worker's KV capacity
             self.index.evict(worker_id, view.workers[worker_id].cache.capacity_blocks)
         self.inflight.record(worker_id, request.num_prompt_tokens)

@@ -5,11 +5,11 @@ routers must make exactly their decisions) and the baselines of ``router_speed.p
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 
 import numpy as np
 
-from baselines.industry import ApproxPrefixIndex, LlmdRouter
+from baselines.industry import LlmdRouter
 from baselines.vertumnus import StaleLoadView, VertumnusParams
 from envs.sim.router import PoolView, Router
 
@@ -66,13 +66,27 @@ class _RefInflight:
 
 
 class RefLlmd(Router):
+    """llm-d's weighted scorers with the prefix index as plain per-worker LRU dicts (GAIE's
+    per-pod LRU, blocks added in prompt order, sized to the worker's KV capacity) and the
+    matched blocks counted position by position while any worker holds the block."""
+
     name = "ref-llm-d"
 
     def reset(self, view, rng):
         super().reset(view, rng)
         self.p = LlmdRouter().params
-        self.index = ApproxPrefixIndex(None)
+        self.lru: dict[int, OrderedDict] = {}
         self.inflight = _RefInflight()
+
+    def _matched(self, hashes) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for h in hashes:
+            holders = [w for w, lru in self.lru.items() if h in lru]
+            if not holders:
+                break
+            for w in holders:
+                out[w] = out.get(w, 0) + 1
+        return out
 
     def route(self, request, view):
         p = self.p
@@ -80,9 +94,10 @@ class RefLlmd(Router):
         waits = [view.num_queued_requests(w) for w in cands]
         lo, hi = min(waits), max(waits)
         nb = len(request.block_hashes)
+        matched = self._matched(request.block_hashes)
         scores = np.empty(len(cands))
         for i, w in enumerate(cands):
-            prefix = self.index.match(w, request.block_hashes) / nb
+            prefix = matched.get(w, 0) / nb
             queue = 1.0 if hi == lo else (hi - waits[i]) / (hi - lo)
             cap = view.kv_capacity_blocks(w) * view.kv_block_size_tokens
             usage = min(1.0, self.inflight.running(view, w) / cap) if cap else 1.0
@@ -91,8 +106,12 @@ class RefLlmd(Router):
         return cands[int(best[0] if len(best) == 1 else best[self.rng.integers(len(best))])]
 
     def on_dispatch(self, request, worker_id, view):
-        self.index.insert(worker_id, request.block_hashes, view.now_s)
-        self.index.evict(worker_id, view.kv_capacity_blocks(worker_id))  # autoTune
+        lru = self.lru.setdefault(worker_id, OrderedDict())
+        for h in request.block_hashes:
+            lru.pop(h, None)
+            lru[h] = None
+        while len(lru) > view.kv_capacity_blocks(worker_id):
+            lru.popitem(last=False)
         self.inflight.record(worker_id, request.num_prompt_tokens)
 
 

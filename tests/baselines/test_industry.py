@@ -67,6 +67,21 @@ def test_approx_index_lru_eviction_keeps_heads_and_longest_match():
     assert idx.match(0, (1,)) == 0 and idx.longest_match((1, 2, 3), {0, 1}) == (1, 2)
 
 
+def test_llmd_prefix_match_counts_every_held_block_while_any_server_holds_it():
+    # GAIE matchLongestPrefix: walk the blocks while some server holds the block; each holder
+    # counts it. Worker 1's LRU lost block 1 (added first, so least recent): it still matches 3
+    # of 4 (score 0.75), where a per-worker leading match gave it 0.
+    idx = ApproxPrefixIndex(None)
+    idx.insert(0, (1, 2, 3, 4), 0.0, head_first=True)
+    idx.insert(1, (1, 2, 3, 4), 0.0, head_first=True)
+    idx.evict(1, 3)
+    assert idx.match(1, (1, 2, 3, 4)) == 0
+    assert idx.match_counts((1, 2, 3, 4)) == {0: 4, 1: 3}
+    assert idx.match_counts((9, 2, 3)) == {}  # no server holds the first block: nothing matches
+    idx.remove_worker(0)
+    assert idx.match_counts((1, 2, 3, 4)) == {}
+
+
 def test_llmd_weighted_scores():
     # r0 -> worker 0 (all scores tie; seeded tie-break among all 4), r1 with the same prefix:
     # prefix score 3 on r0's worker beats queue/KV scores (<= 4 on the others) -> same worker.
@@ -89,7 +104,7 @@ def test_llmd_prefix_index_holds_each_workers_kv_capacity():
     # the prefix-cache-scorer's default autoTune sizes a server's LRU to its CacheNumGPUBlocks:
     # 64 tokens of KV = 16 blocks of 4 tokens here. r0 (8 blocks) then r1 (12 other blocks) on
     # the one worker: 20 > 16, so r0 keeps only 4 entries (the old fixed 2,000,000-token index
-    # kept all 8)
+    # kept all 8): its last 4, since GAIE adds a prompt's blocks in order (head least recent)
     one = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
     cal = replace(_cal(), gpu_memory_bytes=64, max_prompt_tokens=64)
     wl = make_workload([(0.0, 32, tuple(range(1, 9))), (1.0, 48, tuple(range(11, 23)))])
@@ -97,7 +112,8 @@ def test_llmd_prefix_index_holds_each_workers_kv_capacity():
     router = LlmdRouter()
     _drive(sim, router)
     assert sim.workers[0].cache.capacity_blocks == 16
-    assert router.index.size(0) == 16 and router.index.match(0, tuple(range(1, 9))) == 4
+    assert router.index.size(0) == 16
+    assert router.index.match(0, tuple(range(5, 9))) == 4 and router.index.match_counts(tuple(range(1, 9))) == {}
     # a fixed capacity [tokens] still works: 200 tokens = 50 blocks, nothing evicted
     from baselines.industry import LlmdParams
 

@@ -12,12 +12,13 @@ from envs.sim import PoolConfig, SimConfig, Simulator
 from experiments.scripts.reference_routers import RefDynamo, RefLlmd
 
 
+@pytest.mark.parametrize("cache_scale", [1.0, 0.01])  # 0.01: 26/52-block caches, the llm-d index evicts
 @pytest.mark.parametrize("fast,ref", [(LlmdRouter, RefLlmd), (DynamoKVRouter, RefDynamo)])
-def test_fast_industry_router_matches_reference(small_prefix_workload, fast, ref):
+def test_fast_industry_router_matches_reference(small_prefix_workload, fast, ref, cache_scale):
     from envs.workloads import scale_rate
 
     wl = scale_rate(small_prefix_workload, 4.0)
-    cfg = SimConfig(pool=PoolConfig(num_gpus=16, composition="cp4x2,cp2x4"), seed=5)
+    cfg = SimConfig(pool=PoolConfig(num_gpus=16, composition="cp4x2,cp2x4"), seed=5, cache_capacity_scale=cache_scale)
     a = Simulator(wl, cfg).run(fast())
     b = Simulator(wl, cfg).run(ref())
     assert np.array_equal(a.records["worker_id"], b.records["worker_id"])
