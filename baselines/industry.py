@@ -296,8 +296,10 @@ class ApproxPrefixIndex:
 @dataclass(frozen=True)
 class SGLangParams:
     """sgl-router ``cache_aware`` policy parameters: the router CLI defaults
-    (``sgl-model-gateway`` ``main.rs``: cache_threshold 0.3, balance_abs_threshold 64,
-    balance_rel_threshold 1.5, eviction_interval 120 s, max_tree_size 67,108,864 characters).
+    (sgl-project/sglang ``sgl-model-gateway/src/main.rs``: cache_threshold 0.3,
+    balance_abs_threshold 64, balance_rel_threshold 1.5, eviction_interval 120 s, max_tree_size
+    67,108,864 characters; ``max_tree_size`` bounds each tenant's character count,
+    ``tree.rs`` ``evict_tenant_by_size``).
 
     ``max_tree_size_blocks``: the character limit converted to KV blocks at 4 characters per
     token (typical BPE) and 512 tokens per block: 67,108,864 / 4 / 512 = 32,768 blocks.
@@ -324,8 +326,9 @@ class SGLangParams:
 
 
 class SGLangCacheAwareRouter(Router):
-    """SGLang router ``cache_aware`` policy (sgl-router / sgl-model-gateway
-    ``src/policies/cache_aware.rs``), on block hashes.
+    """SGLang router ``cache_aware`` policy (sgl-project/sglang
+    ``sgl-model-gateway/src/policies/cache_aware.rs`` ``select_worker``, commit b93974f; same rule in
+    ``sgl-router/src/policies/cache_aware.rs``), on block hashes.
 
     Load = in-flight requests per worker (routed, prefill not finished). Per request:
 
@@ -337,7 +340,22 @@ class SGLangCacheAwareRouter(Router):
     The chosen worker's tree gets the request's blocks (also in the imbalanced case). Every
     ``eviction_interval_s`` each worker's tree is trimmed to ``max_tree_size_blocks`` by LRU
     (checked lazily at the next decision). The tree never learns about real evictions, so it can
-    over-estimate hits, as upstream. Ties: pool order.
+    over-estimate hits, as upstream. Ties of least load: pool order (Rust ``min_by_key`` keeps
+    the first of the worker list).
+
+    Choices where upstream is loose or cpgym's abstraction differs:
+
+    * below the threshold the current code takes the least-loaded worker; the file's header
+      comment, and the first Rust router (``sgl-router/src/router.rs``, ``get_smallest_tenant``),
+      take the worker with the smallest tree instead. cpgym follows the current code.
+    * the deepest node's holder: upstream takes the first tenant of that node's hash map
+      (arbitrary); cpgym the most recently used holder, then the smaller id
+      (:meth:`ApproxPrefixIndex.longest_match`).
+    * min/max load and the match run over the eligible workers (upstream: all registered workers
+      for the load range, the whole tree for the match, falling back to the first healthy worker
+      when the matched one is unhealthy).
+    * load ends when the prefill ends (cpgym's pool has no decode phase; upstream decrements a
+      worker's load when the response completes).
     """
 
     name = "sglang-cache-aware"
@@ -636,7 +654,8 @@ class MooncakeTTFTRouter(Router):
     ``E_C(R, P)`` with the worker's own ready prefix hit (no remote-cache transfer in cpgym's
     per-worker caches). Equal to Vertumnus with beta = 1, lambda = 0. Ties: pool order.
     With KV tiers on, the predicted TTFT counts the pull of the prefix from host memory or the
-    store (Mooncake's transfer-aware selection, baselines/tiered.py)."""
+    store (Mooncake's transfer-aware selection, baselines/tiered.py). Not modelled: the paper's
+    early rejection of requests predicted to miss the TTFT/TBT SLO (cpgym serves every request)."""
 
     name = "mooncake-ttft"
 
@@ -655,9 +674,13 @@ class MooncakeTTFTRouter(Router):
 
 
 class VllmDPRouter(Router):
-    """vLLM data-parallel load balancer (``vllm/v1/engine/core_client.py`` ``DPLBAsyncMPClient``):
-    the engine with the least ``4 * waiting + running`` requests; not cache-aware (each engine
-    still reuses its own prefix cache). Ties: pool order."""
+    """vLLM data-parallel load balancer (vllm-project/vllm ``vllm/v1/engine/core_client.py``
+    ``DPLBAsyncMPClient.get_core_engine_for_request``): the engine with the least
+    ``4 * waiting + running`` requests; not cache-aware (each engine still reuses its own prefix
+    cache). Ties: pool order (upstream scans from ``eng_start_index``, 0 with one API server,
+    keeping the first minimum). Upstream reads the counts from the DP coordinator's ~100 ms
+    snapshots plus its own optimistic ``waiting += 1`` per routed request; cpgym reads the exact
+    counts (both agree between snapshots for a single front end)."""
 
     name = "vllm-dp"
 
