@@ -122,7 +122,8 @@ class TensorParallelCostForm:
 # ------------------------------------------------------------------------------------ helpers
 class InflightTracker:
     """Per-worker in-flight (queued + running) prompt tokens, tracked from the router's own
-    dispatches, as Dynamo's ``ActiveSequences`` / llm-d's metrics would see them.
+    dispatches. (The built-in routers count KV blocks instead: Dynamo with
+    :class:`ActiveSequences`, llm-d from the running step, :meth:`LlmdRouter.kv_usage`.)
 
     Workers run FCFS, so the in-flight requests of a worker are the last
     ``PoolView.num_inflight_requests`` dispatched to it; older entries are dropped lazily
@@ -442,9 +443,11 @@ class LlmdRouter(Router):
       (:meth:`ApproxPrefixIndex.match_counts`);
     * queue-scorer: ``(max_waiting - waiting) / (max_waiting - min_waiting)`` over the candidates
       (1 when all equal), waiting = queued (not yet running) requests;
-    * kv-cache-utilization-scorer: ``1 - KV usage``, usage = KV of the running step's prompts /
-      the worker's KV capacity (vLLM's ``gpu_cache_usage_perc`` counts blocks held by running
-      requests; cached free blocks count as free).
+    * kv-cache-utilization-scorer (GAIE ``kvcache_utilization.go``): ``1 - KV usage``, usage =
+      distinct KV blocks of the running step's requests / the worker's KV capacity [blocks]
+      (vLLM's ``kv_cache_usage_perc``, ``vllm/v1/core/block_pool.py`` ``get_usage``: one minus the
+      free share of the block pool; a block shared by running requests is held once, cached
+      blocks no request references count as free).
 
     Translation: the index keys are the workload's block hashes (with autoTune upstream hashes
     one entry per KV block too); cpgym's blocks include the partial last block, which upstream
@@ -462,7 +465,18 @@ class LlmdRouter(Router):
         self.index = ApproxPrefixIndex(None if cap is None else max(1, cap // view.kv_block_size_tokens))
         self.index.sync_workers(view)
         self._epoch = view.epoch
-        self.inflight = InflightTracker()
+
+    @staticmethod
+    def kv_usage(w: Worker) -> float:
+        """Distinct KV blocks of ``w``'s running requests / its KV capacity, in [0, 1]."""
+        cap = w.cache.capacity_blocks
+        if not cap:
+            return 1.0
+        batch = w.batch
+        if not batch:
+            return 0.0
+        used = len(batch[0].block_hashes) if len(batch) == 1 else len(set().union(*(r.block_hashes for r in batch)))
+        return used / cap if used < cap else 1.0
 
     def route(self, request: Request, view: PoolView) -> int:
         p = self.params
@@ -476,17 +490,14 @@ class LlmdRouter(Router):
         lo, hi = min(waits), max(waits)
         hashes = request.block_hashes
         nb = len(hashes)
-        bs = view.kv_block_size_tokens
         matched = self.index.match_counts(hashes)
-        running = self.inflight.running_tokens_of
+        usage = self.kv_usage
         pw, qw, kw = p.prefix_weight, p.queue_weight, p.kv_utilization_weight
         scores = []
         for i, w in enumerate(ws):
             prefix = matched.get(w.worker_id, 0) / nb
             queue = 1.0 if hi == lo else (hi - waits[i]) / (hi - lo)
-            cap = w.cache.capacity_blocks * bs
-            usage = min(1.0, running(w) / cap) if cap else 1.0
-            scores.append(pw * prefix + qw * queue + kw * (1.0 - usage))
+            scores.append(pw * prefix + qw * queue + kw * (1.0 - usage(w)))
         top = max(scores) - 1e-12
         best = [i for i, x in enumerate(scores) if x >= top]
         return cands[best[0] if len(best) == 1 else best[int(self.rng.integers(len(best)))]]
@@ -495,7 +506,6 @@ class LlmdRouter(Router):
         self.index.insert(worker_id, request.block_hashes, view.now_s, head_first=True)
         if self.params.lru_capacity_tokens is None:  # autoTune: the worker's KV capacity
             self.index.evict(worker_id, view.workers[worker_id].cache.capacity_blocks)
-        self.inflight.record(worker_id, request.num_prompt_tokens)
 
 
 class ActiveSequences:

@@ -43,28 +43,6 @@ class ReferenceVertumnus:
         return best
 
 
-class _RefInflight:
-    def __init__(self):
-        self.q: dict[int, deque] = {}
-
-    def record(self, wid, n):
-        self.q.setdefault(wid, deque()).append(n)
-
-    def _sync(self, view, wid):
-        dq = self.q.setdefault(wid, deque())
-        while len(dq) > view.num_inflight_requests(wid):
-            dq.popleft()
-        return dq
-
-    def inflight(self, view, wid):
-        return sum(self._sync(view, wid))
-
-    def running(self, view, wid):
-        dq = self._sync(view, wid)
-        n_run = view.num_inflight_requests(wid) - view.num_queued_requests(wid)
-        return sum(list(dq)[:n_run])
-
-
 class RefLlmd(Router):
     """llm-d's weighted scorers with the prefix index as plain per-worker LRU dicts (GAIE's
     per-pod LRU, blocks added in prompt order, sized to the worker's KV capacity) and the
@@ -76,7 +54,6 @@ class RefLlmd(Router):
         super().reset(view, rng)
         self.p = LlmdRouter().params
         self.lru: dict[int, OrderedDict] = {}
-        self.inflight = _RefInflight()
 
     def _matched(self, hashes) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -99,8 +76,11 @@ class RefLlmd(Router):
         for i, w in enumerate(cands):
             prefix = matched.get(w, 0) / nb
             queue = 1.0 if hi == lo else (hi - waits[i]) / (hi - lo)
-            cap = view.kv_capacity_blocks(w) * view.kv_block_size_tokens
-            usage = min(1.0, self.inflight.running(view, w) / cap) if cap else 1.0
+            cap = view.kv_capacity_blocks(w)
+            held = set()
+            for r in view.workers[w].batch:
+                held.update(r.block_hashes)
+            usage = min(1.0, len(held) / cap) if cap else 1.0
             scores[i] = p.prefix_weight * prefix + p.queue_weight * queue + p.kv_utilization_weight * (1.0 - usage)
         best = np.flatnonzero(scores >= scores.max() - 1e-12)
         return cands[int(best[0] if len(best) == 1 else best[self.rng.integers(len(best))])]
@@ -112,7 +92,6 @@ class RefLlmd(Router):
             lru[h] = None
         while len(lru) > view.kv_capacity_blocks(worker_id):
             lru.popitem(last=False)
-        self.inflight.record(worker_id, request.num_prompt_tokens)
 
 
 class RefDynamo(Router):

@@ -67,6 +67,31 @@ def test_approx_index_lru_eviction_keeps_heads_and_longest_match():
     assert idx.match(0, (1,)) == 0 and idx.longest_match((1, 2, 3), {0, 1}) == (1, 2)
 
 
+def test_llmd_kv_utilization_counts_distinct_blocks_of_running_requests():
+    # vLLM's kv_cache_usage_perc: blocks held by running requests, a shared block once. x runs
+    # r1 and r2 together (16 tokens each, sharing 3 of their 4 blocks: 5 blocks held), y runs
+    # r3 (24 tokens, 6 blocks). With the KV scorer alone the probe r4 goes to x (5 < 6 blocks;
+    # counting prompt tokens, 32 > 24, sent it to y).
+    from baselines.industry import LlmdParams
+
+    wl = make_workload([(0.0, 40, None), (0.0, 16, (1, 2, 3, 4)), (0.0, 16, (1, 2, 3, 5)), (0.4, 24, None),
+                        (0.5, 8, None)])
+    sim = Simulator(wl, SimConfig(pool=POOL2), _cal(c=0.01))
+    router = LlmdRouter(LlmdParams(prefix_weight=0.0, queue_weight=0.0))
+    router.reset(sim.view, sim.policy_rng)
+    script = {0: 0, 1: 0, 2: 0, 3: 1}
+    while (req := sim.run_until_decision()) is not None:
+        wid = script.get(req.request_id)
+        if wid is None:
+            assert [r.request_id for r in sim.workers[0].batch] == [1, 2]
+            assert [r.request_id for r in sim.workers[1].batch] == [3]
+            assert LlmdRouter.kv_usage(sim.workers[0]) * sim.workers[0].cache.capacity_blocks == pytest.approx(5)
+            wid = router.route(req, sim.view)
+            assert wid == 0
+        sim.decide(wid)
+        router.on_dispatch(req, wid, sim.view)
+
+
 def test_llmd_prefix_match_counts_every_held_block_while_any_server_holds_it():
     # GAIE matchLongestPrefix: walk the blocks while some server holds the block; each holder
     # counts it. Worker 1's LRU lost block 1 (added first, so least recent): it still matches 3
