@@ -328,8 +328,8 @@ class SGLangParams:
 
 class SGLangCacheAwareRouter(Router):
     """SGLang router ``cache_aware`` policy (sgl-project/sglang
-    ``sgl-model-gateway/src/policies/cache_aware.rs`` ``select_worker``, commit b93974f; same rule in
-    ``sgl-router/src/policies/cache_aware.rs``), on block hashes.
+    ``sgl-model-gateway/src/policies/cache_aware.rs`` ``select_worker``, commit b93974f), on block
+    hashes.
 
     Load = in-flight requests per worker (routed, prefill not finished). Per request:
 
@@ -347,8 +347,9 @@ class SGLangCacheAwareRouter(Router):
     Choices where upstream is loose or cpgym's abstraction differs:
 
     * below the threshold the current code takes the least-loaded worker; the file's header
-      comment, and the first Rust router (``sgl-router/src/router.rs``, ``get_smallest_tenant``),
-      take the worker with the smallest tree instead. cpgym follows the current code.
+      comment and earlier releases (``sgl-router/src/policies/cache_aware.rs`` at b6f2064,
+      ``sgl-router/src/router.rs``: ``get_smallest_tenant``) take the worker with the smallest
+      tree instead. cpgym follows the current code.
     * the deepest node's holder: upstream takes the first tenant of that node's hash map
       (arbitrary); cpgym the most recently used holder, then the smaller id
       (:meth:`ApproxPrefixIndex.longest_match`).
