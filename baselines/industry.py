@@ -615,33 +615,42 @@ class DynamoKVRouter(Router):
         self.active = ActiveSequences()
 
     def route(self, request: Request, view: PoolView) -> int:
-        tiers = view.kv_tiers
-        if tiers is not None:  # KV-overlap over all tiers (baselines/tiered.py)
-            from baselines.tiered import dynamo_pull_route
+        overlap = None
+        if view.kv_tiers is not None:  # KV-overlap over all tiers (baselines/tiered.py)
+            from baselines.tiered import dynamo_pull_overlap
 
-            return dynamo_pull_route(self, request, view, tiers)
+            overlap = dynamo_pull_overlap(request, view, view.kv_tiers)
         ties: list[int] = []
         best_cost = math.inf
-        for wid, cost in self.logits(request, view):
+        for wid, cost in self.logits(request, view, overlap):
             if cost < best_cost:
                 best_cost, ties = cost, [wid]
             elif cost == best_cost:
                 ties.append(wid)
         return self.break_tie(ties, view)
 
-    def logits(self, request: Request, view: PoolView) -> list[tuple[int, float]]:
-        """``[(worker id, logit)]`` over the eligible workers, pool order (HBM overlap only)."""
+    def logits(self, request: Request, view: PoolView, overlap_blocks=None) -> list[tuple[int, float]]:
+        """``[(worker id, logit)]`` over the eligible workers, pool order.
+
+        Args:
+            overlap_blocks: ``f(worker) -> int``, the request's prefix blocks the worker holds
+                [blocks]; default its ready HBM prefix (with KV tiers on, :meth:`route` passes
+                :func:`baselines.tiered.dynamo_pull_overlap`: every tier).
+        """
         bs = view.kv_block_size_tokens
         w8 = self.params.overlap_score_weight
         L = request.num_prompt_tokens
         hashes = request.block_hashes
         workers = view.workers
         potential = self.active.potential_blocks_of
+        if overlap_blocks is None:
+            def overlap_blocks(w: Worker) -> int:
+                return w.cache.match_ready(hashes)
         out = []
         for wid in view.eligible_worker_ids(request):
             w = workers[wid]
             active = w.num_queued_new_tokens + (view.num_running_new_tokens(wid) if w.batch else 0)
-            new = L - w.cache.match_ready(hashes) * bs
+            new = L - overlap_blocks(w) * bs
             out.append((wid, w8 * (active + (new if new > 0 else 0)) / bs + potential(w, hashes)))
         return out
 

@@ -75,30 +75,18 @@ def mooncake_pull_route(request: Request, view: PoolView, tiers) -> int:
     return best
 
 
-def dynamo_pull_route(router, request: Request, view: PoolView, tiers) -> int:
-    """Dynamo KV-overlap cost with the overlap over all tiers (module docstring); ties as
-    :meth:`baselines.industry.DynamoKVRouter.break_tie`."""
+def dynamo_pull_overlap(request: Request, view: PoolView, tiers):
+    """``overlap_blocks(worker) -> int`` of :meth:`baselines.industry.DynamoKVRouter.logits` with
+    the overlap over all tiers (module docstring): the larger of the worker's HBM prefix blocks
+    and the blocks of the prefix it could pull from host memory or the store [blocks]."""
     bs = view.kv_block_size_tokens
-    w8 = router.params.overlap_score_weight
-    L = request.num_prompt_tokens
-    hashes = request.block_hashes
-    workers = view.workers
-    potential = router.active.potential_blocks_of
     now = view.now_s
-    ties: list[int] = []
-    best_cost = math.inf
-    for wid in view.eligible_worker_ids(request):
-        w = workers[wid]
+
+    def overlap_blocks(w: Worker) -> int:
         p, _, hbm = pull_estimate(tiers, w, request, _q(w, now))
-        overlap = max(hbm, -(-p // bs))
-        active = w.num_queued_new_tokens + (view.num_running_new_tokens(wid) if w.batch else 0)
-        new = L - overlap * bs
-        cost = w8 * (active + (new if new > 0 else 0)) / bs + potential(w, hashes)
-        if cost < best_cost:
-            best_cost, ties = cost, [wid]
-        elif cost == best_cost:
-            ties.append(wid)
-    return router.break_tie(ties, view)
+        return max(hbm, -(-p // bs))
+
+    return overlap_blocks
 
 
 def vertumnus_pull_route(router, request: Request, view: PoolView, cands: list[Worker], c_min: int) -> tuple[int, float]:
@@ -132,4 +120,4 @@ def vertumnus_pull_route(router, request: Request, view: PoolView, cands: list[W
     return best, best_s
 
 
-__all__ = ["pull_estimate", "mooncake_pull_route", "dynamo_pull_route", "vertumnus_pull_route"]
+__all__ = ["pull_estimate", "mooncake_pull_route", "dynamo_pull_overlap", "vertumnus_pull_route"]
