@@ -391,6 +391,8 @@ class Reconfigurator:
             self._switch_start(flight)
 
     def _switch_start(self, flight: _InFlight) -> None:
+        if flight.aborted:  # a rank failed during the step-boundary sync: the survivors are ACTIVE again
+            return
         sim = self.sim
         flight.record.drain_end_s = sim.env.now
         for w in flight.workers:

@@ -121,6 +121,25 @@ def test_fault_during_split_aborts_the_operation(simple_calibration):
         (1, 2, WorkerState.ACTIVE), (1, 3, WorkerState.ACTIVE), (2, 0, WorkerState.ACTIVE)]
 
 
+def test_fault_during_the_step_boundary_sync_leaves_the_surviving_sibling_active(simple_calibration):
+    # merge(0, 2) of two idle CP-2 workers: the drain ends at once, the switch would start after
+    # drain_sync_s = 0.2 s. GPU 3 fails at 0.1, inside that sync: the merge aborts and worker 0
+    # resumes. The switch-start event still fired at 0.2 and made worker 0 SWITCHING for good
+    # (no switch end, no commit): two healthy GPUs out of service for the rest of the run.
+    from envs.sim.reconfig import Operation, get_reconfigurator
+
+    pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp2@0,cp2@2", supported_degrees=(1, 2, 4))
+    wl = make_workload([(1.0, 8, None), (2.0, 8, None), (3.0, 8, None)])
+    faults = FaultConfig(events=(FaultEvent("gpu_failure", 0.1, gpu=3),), detection_delay_s=1.0, rebuild_s=1.0, repair_s=100.0)
+    sim = Simulator(wl, SimConfig(pool=pool, faults=faults), simple_calibration)
+    get_reconfigurator(sim).apply(Operation.merge(0, 2))
+    res = sim.run(LeastWorkRouter())
+    assert sim.workers[0].state == WorkerState.ACTIVE and sim.workers[0].degree == 2
+    # r0 at 1.0 on worker 0 (E_2(8, 0) = 1.4 s), the only ACTIVE worker then
+    assert res.records["worker_id"][0] == 0 and res.records["finish_s"][0] == pytest.approx(2.4)
+    assert math.isnan(res.extras["reconfig_operations"][0]["drain_end_s"])
+
+
 def test_decompose_span_uses_split_placement_rules():
     pool = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp8@0", supported_degrees=(2, 4, 8))
     assert decompose_span(pool, 0, 8, {3}) == [(2, 0), (4, 4)]  # GPU 2 has no valid group: a spare
