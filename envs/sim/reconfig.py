@@ -244,6 +244,10 @@ class Reconfigurator:
         self._inflight: dict[int, _InFlight] = {}  # participating worker id -> operation
         # new worker id -> (source worker id or -1 for itself, source first GPU, record index)
         self._recon: dict[int, tuple[int, int, int]] = {}
+        # worker id -> block hash -> end [s] of the reconciliation transfer still bringing its
+        # missing bytes (the block is READY in the cache from the reservation on; a request admitted
+        # later must still wait for the bytes: one whose step the token budget closed, for instance)
+        self._arriving: dict[int, dict[int, float]] = {}
         self._committing: dict[int, _InFlight] = {}  # new worker id -> operation, switch end .. commit
         self.composition_series: list[dict] = []
         self.commit_listeners: list = []  # fn(sim, record) after every commit
@@ -425,6 +429,7 @@ class Reconfigurator:
             self._inflight.pop(w.worker_id, None)
             sim.reconcile_hooks.pop(w.worker_id, None)
             self._recon.pop(w.worker_id, None)
+            self._arriving.pop(w.worker_id, None)
         if flight.op.kind == SPLIT:
             C = rec.new_degree
             news = [sim.add_worker(C, rec.first_gpu), sim.add_worker(C, rec.first_gpu + C)]
@@ -525,6 +530,7 @@ class Reconfigurator:
     def forget_worker(self, worker_id: int) -> None:
         """Drops the reconciliation state of a worker removed after a fault."""
         self._recon.pop(worker_id, None)
+        self._arriving.pop(worker_id, None)
         self._committing.pop(worker_id, None)
 
     # ------------------------------------------------------------------ KV reconciliation
@@ -534,13 +540,16 @@ class Reconfigurator:
 
     def _reconcile(self, sim: Simulator, w: Worker, req, nhit: int) -> tuple[int, float]:
         """``Simulator.reconcile_hooks`` entry: extends the ready hit over pending blocks with a
-        valid source, transferring their missing bytes; returns (usable blocks, ready time)."""
+        valid source, transferring their missing bytes; returns (usable blocks, ready time): no
+        earlier than the end of any transfer still bringing one of the usable blocks."""
         now = sim.env.now
         hashes = req.block_hashes
         n = len(hashes)
         cache = w.cache
+        arriving = self._arriving.get(w.worker_id)
+        t_ready = _arrival_s(arriving, hashes, nhit, now) if arriving else now
         if nhit >= n or cache.state(hashes[nhit]) != PENDING:
-            return nhit, now
+            return nhit, t_ready
         src_wid, src_gpu, ridx = self._recon[w.worker_id]
         src = w
         if src_wid >= 0:
@@ -562,21 +571,39 @@ class Reconfigurator:
                 pending.append(h)
             k += 1
         if not pending:
-            return nhit, now
+            return nhit, t_ready
+        from envs.sim.simulator import EventPriority
+
         num_bytes = int(len(pending) * MISSING_FRACTION * sim.kv_block_bytes)
         _, end = sim.links.reserve(now, src.node, w.node, num_bytes)
         for h in pending:
             cache.set_state(h, READY)
+        if end > now:
+            arriving = self._arriving.setdefault(w.worker_id, {})
+            for h in pending:
+                arriving[h] = end
         if src is not w:
-            from envs.sim.simulator import EventPriority
-
             for h in pending:
                 src.cache.pin(h)
-            sim.schedule(end - now, EventPriority.TRANSFER_END, _unpin, (src.cache, pending))
+        sim.schedule(end - now, EventPriority.TRANSFER_END, self._transfer_end,
+                     (w.worker_id, src.cache if src is not w else None, pending, end))
         rec.reconciliation_bytes += num_bytes
         rec.num_reconciled_blocks += len(pending)
         sim._log(f"reconcile:w{w.worker_id}:b{len(pending)}")
-        return k, end
+        return k, (end if end > t_ready else t_ready)
+
+    def _transfer_end(self, payload) -> None:
+        """A reconciliation transfer ended: its source blocks are unpinned, its blocks' bytes are in."""
+        worker_id, src_cache, hashes, end = payload
+        if src_cache is not None:
+            _unpin((src_cache, hashes))
+        arriving = self._arriving.get(worker_id)
+        if arriving is not None:
+            for h in hashes:
+                if arriving.get(h) == end:
+                    del arriving[h]
+            if not arriving:
+                del self._arriving[worker_id]
 
     # ------------------------------------------------------------------ records
     def _snapshot(self) -> None:
@@ -602,6 +629,18 @@ class Reconfigurator:
         return {"reconfig_operations": [r.to_dict() for r in self.records],
                 "composition_series": list(self.composition_series),
                 "num_reconfigurations": sum(1 for r in self.records if r.committed)}
+
+
+def _arrival_s(arriving: dict[int, float], hashes, num_blocks: int, now_s: float) -> float:
+    """Latest end [s] (at least ``now_s``) of the transfers in ``arriving`` (block hash -> end)
+    that still bring bytes of the first ``num_blocks`` of ``hashes``; O(num_blocks)."""
+    t = now_s
+    get = arriving.get
+    for i in range(num_blocks):
+        e = get(hashes[i])
+        if e is not None and e > t:
+            t = e
+    return t
 
 
 def _unpin(payload) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from baselines.simple import LeastWorkRouter, PrefixAffinityRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
+from envs.sim.config import EngineConfig
 from envs.sim.cache import PENDING, READY
 from envs.sim.links import LinkConfig
 from envs.sim.reconfig import Operation, ReconfigConfig, apply_operation, eligible_operations, get_reconfigurator
@@ -131,6 +132,29 @@ def test_merge_combines_metadata_ready_if_both_pending_if_one(simple_calibration
     c = sim.workers[0].cache
     assert (c.state(1), c.state(2), c.state(3), c.state(9)) == (READY, READY, PENDING, PENDING)
     assert rec.pending_blocks_created == 2 and rec.ready_blocks_retained == 2
+
+
+def test_a_request_left_queued_by_the_token_budget_waits_for_the_reconciliation_made_for_it(simple_calibration):
+    # E_C(R,P) = 1 + 0.1 R / C. r0 (blocks 1,2) runs on CP-1@0 (0..1.8); merge(0, 1) at 2.0 commits
+    # at 3.11 with blocks 1,2 PENDING on the CP-2 worker (one block = 4 bytes, half missing).
+    # r1 runs 4.0..5.2; at 5.2 the step takes r2 (R = 4); r3 (blocks 1,2,3) is reconciled
+    # (2 blocks x 2 bytes at 1 B/s: 5.2..9.2, READY from the reservation on) but R = 4 more
+    # tokens exceed the budget of 6, so r3 stays queued. r2 ends at 6.4; r3's step must wait for
+    # the bytes until 9.2 and ends at 9.2 + 1 + 0.1*4/2 = 10.4. It used to start computing at 6.4
+    # on KV still in transit (ending at 7.6).
+    pool = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1@0,cp1@1", supported_degrees=(1, 2))
+    cfg = SimConfig(pool=pool, engine=EngineConfig(max_batch_tokens=6), record_events=True,
+                    links=LinkConfig(intra_node_bytes_per_s=1.0, inter_node_bytes_per_s=1.0))
+    wl = make_workload([(0.0, 8, (1, 2)), (4.0, 4, None), (4.1, 4, None), (4.2, 12, (1, 2, 3))])
+    sim = Simulator(wl, cfg, simple_calibration)
+    rc = get_reconfigurator(sim)
+    sim.schedule(2.0, EventPriority.CONTROL, lambda _: rc.apply(Operation.merge(0, 1)))
+    res = sim.run(LeastWorkRouter())
+    assert rc.records[0].commit_s == pytest.approx(3.11)
+    assert rc.records[0].reconciliation_bytes == 4
+    assert res.records["num_cached_tokens"].tolist() == [0, 0, 0, 8]
+    assert res.records["finish_s"].tolist() == pytest.approx([1.8, 5.2, 6.4, 10.4])
+    assert ("reconcile_wait:w0", pytest.approx(6.4)) in sim.trace
 
 
 def test_split_pending_with_lost_source_is_an_ordinary_miss(simple_calibration):
