@@ -89,8 +89,12 @@ class GlobalCacheManager:
             if wid not in self._caches:
                 self._caches[wid] = w.cache
                 self._degree[wid] = w.degree
-                w.cache.insert_listeners.append(self._on_insert)
-                w.cache.evict_listeners.append(self._on_evict)
+                # a worker made by a split/merge or a fault recovery already has the listeners
+                # (copied from the worker it replaces, so the trie saw its first blocks): once only
+                if self._on_insert not in w.cache.insert_listeners:
+                    w.cache.insert_listeners.append(self._on_insert)
+                if self._on_evict not in w.cache.evict_listeners:
+                    w.cache.evict_listeners.append(self._on_evict)
                 for h in w.cache.blocks():
                     self._on_insert(wid, h)
         self._seen_epoch = sim.epoch

@@ -204,6 +204,34 @@ def test_replica_dropped_if_destination_retired_during_transfer():
     _trie_matches_caches(sim, mgr)
 
 
+def test_each_cache_calls_the_manager_once_per_insert_after_many_reconfigurations():
+    # A split/merge copies the old cache's listeners to the new caches (so the trie sees their
+    # first, pending blocks); the manager's next sync appended its own listeners again, so after
+    # k operations on one GPU group each insert/eviction ran the trie update k + 1 times (per-event
+    # cost growing with the number of reconfigurations).
+    from envs.sim.reconfig import get_reconfigurator
+
+    pool = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp2@0", supported_degrees=(1, 2))
+    sim = Simulator(_workload([(float(t), (1, 2)) for t in range(0, 100, 5)]), SimConfig(pool=pool), _calibration())
+    mgr = GlobalCacheManager()
+    mgr.attach(sim)
+    reconfig = get_reconfigurator(sim)
+
+    def flip(_):
+        ops = reconfig.eligible_operations()
+        if ops:
+            reconfig.apply(ops[0])
+
+    for t in range(1, 100, 5):
+        sim.schedule(t + 0.5, EventPriority.CONTROL, flip)
+    sim.run(LeastWorkRouter())
+    assert sum(r.committed for r in reconfig.records) >= 10
+    for w in sim.workers.values():
+        assert w.cache.insert_listeners.count(mgr._on_insert) == 1
+        assert w.cache.evict_listeners.count(mgr._on_evict) == 1
+    _trie_matches_caches(sim, mgr)
+
+
 def test_missed_benefit_is_the_marginal_saving_without_double_counting():
     # worker 2 (cp1) holds 1-2-3; with lambda = 0 the preferred degree is 2 (faster), which has
     # no replica: the missed benefit along the path telescopes to E_2(L,0) - E_2(L-P, P)
