@@ -44,7 +44,8 @@ retained prefixes stay resident but are *pending reconciliation* — they are no
   on the merged worker (every byte already exists on the new worker's ranks; the re-addressing
   is local metadata). A block held by *one* sibling is PENDING: the other sibling's ranks lack
   their shards, i.e. a fraction ``1/2`` of the block's bytes, whose valid source is the holder's
-  ranks inside the merged worker itself (intra-node link).
+  ranks inside the merged worker itself (intra-node link; for a merge across two nodes,
+  ``PoolConfig.allow_cross_node``, the inter-node links from the holder's node to the other).
 * **split**: each half holds half of every block's shards. Prefixes are assigned by demand and
   capacity: each half retains, as PENDING, the most recently used blocks of the old worker that
   fit in its own (halved) capacity, so hot prefixes are retained on both halves and cold ones
@@ -248,6 +249,10 @@ class Reconfigurator:
         # missing bytes (the block is READY in the cache from the reservation on; a request admitted
         # later must still wait for the bytes: one whose step the token budget closed, for instance)
         self._arriving: dict[int, dict[int, float]] = {}
+        # merged worker id -> (node of the lower sibling, node of the upper one, blocks only the upper
+        # held) for a merge across nodes (allow_cross_node): a pending block's missing half then
+        # crosses the node boundary, from its holder's node to the other one
+        self._merge_sides: dict[int, tuple[int, int, set[int]]] = {}
         self._committing: dict[int, _InFlight] = {}  # new worker id -> operation, switch end .. commit
         self.composition_series: list[dict] = []
         self.commit_listeners: list = []  # fn(sim, record) after every commit
@@ -430,6 +435,7 @@ class Reconfigurator:
             sim.reconcile_hooks.pop(w.worker_id, None)
             self._recon.pop(w.worker_id, None)
             self._arriving.pop(w.worker_id, None)
+            self._merge_sides.pop(w.worker_id, None)
         if flight.op.kind == SPLIT:
             C = rec.new_degree
             news = [sim.add_worker(C, rec.first_gpu), sim.add_worker(C, rec.first_gpu + C)]
@@ -448,26 +454,32 @@ class Reconfigurator:
                 rec.pending_blocks_created += len(w.cache)
                 self._register(w, sib.worker_id, sib.first_gpu, rec.index)
         else:
-            w = news[0]
-            a, b = old_lru
-            in_b = set(b)
-            in_a = set(a)
-            # Interleave the two recency orders by relative rank (LRU first).
-            order = sorted([(i / len(a), 0, h) for i, h in enumerate(a)]
-                           + [(i / len(b), 1, h) for i, h in enumerate(b) if h not in in_a])
-            for _, _, h in order:
-                w.cache.insert((h,), READY if (h in in_a and h in in_b) else PENDING)
-            pend = sum(1 for h in w.cache.blocks() if w.cache.state(h) == PENDING)
-            rec.pending_blocks_created += pend
-            rec.ready_blocks_retained += len(w.cache) - pend
-            if pend:
-                self._register(w, -1, w.first_gpu, rec.index)
+            self._merge_kv(news[0], olds, old_lru, rec)
         ranks = sum(w.degree for w in news)
         for w in news:
             self._committing[w.worker_id] = flight
         sim._log(f"switch_end:{flight.op}")
         self._snapshot()
         sim.schedule(self.config.confirm_s_per_rank * ranks, EventPriority.RECONFIG, self._commit, (flight, news))
+
+    def _merge_kv(self, w: Worker, olds: list[Worker], old_lru: list[list[int]], rec: OperationRecord) -> None:
+        """KV state of the merged worker ``w``: a block both siblings held is READY, one held by one
+        sibling PENDING (module docstring)."""
+        a, b = old_lru
+        in_b = set(b)
+        in_a = set(a)
+        # Interleave the two recency orders by relative rank (LRU first).
+        order = sorted([(i / len(a), 0, h) for i, h in enumerate(a)]
+                       + [(i / len(b), 1, h) for i, h in enumerate(b) if h not in in_a])
+        for _, _, h in order:
+            w.cache.insert((h,), READY if (h in in_a and h in in_b) else PENDING)
+        pend = sum(1 for h in w.cache.blocks() if w.cache.state(h) == PENDING)
+        rec.pending_blocks_created += pend
+        rec.ready_blocks_retained += len(w.cache) - pend
+        if pend:
+            self._register(w, -1, w.first_gpu, rec.index)
+            if olds[0].node != olds[1].node:
+                self._merge_sides[w.worker_id] = (olds[0].node, olds[1].node, in_b - in_a)
 
     def _commit(self, payload) -> None:
         """Stage 5: every rank confirmed; new epoch; the new workers become schedulable."""
@@ -531,6 +543,7 @@ class Reconfigurator:
         """Drops the reconciliation state of a worker removed after a fault."""
         self._recon.pop(worker_id, None)
         self._arriving.pop(worker_id, None)
+        self._merge_sides.pop(worker_id, None)
         self._committing.pop(worker_id, None)
 
     # ------------------------------------------------------------------ KV reconciliation
@@ -574,8 +587,12 @@ class Reconfigurator:
             return nhit, t_ready
         from envs.sim.simulator import EventPriority
 
-        num_bytes = int(len(pending) * MISSING_FRACTION * sim.kv_block_bytes)
-        _, end = sim.links.reserve(now, src.node, w.node, num_bytes)
+        sides = self._merge_sides.get(w.worker_id) if src is w else None
+        if sides is None:
+            num_bytes = int(len(pending) * MISSING_FRACTION * sim.kv_block_bytes)
+            _, end = sim.links.reserve(now, src.node, w.node, num_bytes)
+        else:
+            num_bytes, end = self._reserve_across_nodes(sides, pending, now)
         for h in pending:
             cache.set_state(h, READY)
         if end > now:
@@ -591,6 +608,22 @@ class Reconfigurator:
         rec.num_reconciled_blocks += len(pending)
         sim._log(f"reconcile:w{w.worker_id}:b{len(pending)}")
         return k, (end if end > t_ready else t_ready)
+
+    def _reserve_across_nodes(self, sides: tuple[int, int, set[int]], pending: list[int], now: float) -> tuple[int, float]:
+        """Reconciliation of ``pending`` blocks on a worker merged across nodes: the missing half
+        of a block held by the lower sibling goes from its node to the upper sibling's node over
+        the inter-node links, and the other way round; returns (bytes, end of the later transfer)."""
+        node_a, node_b, only_b = sides
+        from_b = sum(1 for h in pending if h in only_b)
+        block_bytes = self.sim.kv_block_bytes
+        total, end = 0, now
+        for n, src, dst in ((len(pending) - from_b, node_a, node_b), (from_b, node_b, node_a)):
+            if n:
+                num_bytes = int(n * MISSING_FRACTION * block_bytes)
+                _, e = self.sim.links.reserve(now, src, dst, num_bytes)
+                total += num_bytes
+                end = e if e > end else end
+        return total, end
 
     def _transfer_end(self, payload) -> None:
         """A reconciliation transfer ended: its source blocks are unpinned, its blocks' bytes are in."""

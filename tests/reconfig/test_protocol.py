@@ -157,6 +157,27 @@ def test_a_request_left_queued_by_the_token_budget_waits_for_the_reconciliation_
     assert ("reconcile_wait:w0", pytest.approx(6.4)) in sim.trace
 
 
+def test_merge_across_nodes_reconciles_over_the_inter_node_links(simple_calibration):
+    # allow_cross_node: CP-4 workers on node 0 (GPUs 0-3) and node 1 (GPUs 4-7) merge into CP-8@0.
+    # Blocks 1,2 were computed by the node-1 worker (r1), so on the merged worker the ranks of
+    # node 0 lack their half: 2 blocks x 4 bytes x 1/2 = 4 bytes from node 1 to node 0 at the
+    # inter-node 10 B/s = 0.4 s (it went over node 0's intra-node fabric: 4 ms). r2 then runs
+    # 10.4 .. 10.4 + 1 + 0.1*4/8 = 11.45.
+    pool = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp4@0,cp4@4", supported_degrees=(4, 8),
+                      allow_cross_node=True)
+    cfg = SimConfig(pool=pool, links=LinkConfig(intra_node_bytes_per_s=1000.0, inter_node_bytes_per_s=10.0))
+    wl = make_workload([(0.0, 4, None), (0.0, 8, (1, 2)), (10.0, 12, (1, 2, 3))])
+    sim = Simulator(wl, cfg, simple_calibration)
+    rc = get_reconfigurator(sim)
+    sim.schedule(5.0, EventPriority.CONTROL, lambda _: rc.apply(Operation.merge(0, 1)))
+    res = sim.run(LeastWorkRouter())
+    assert res.records["worker_id"].tolist() == [0, 1, 0]
+    assert res.records["num_cached_tokens"].tolist() == [0, 0, 8]
+    assert sim.links.bytes_by_kind == {"intra": 0, "inter": 4}
+    assert rc.records[0].reconciliation_bytes == 4
+    assert res.records["finish_s"][2] == pytest.approx(11.45)
+
+
 def test_split_pending_with_lost_source_is_an_ordinary_miss(simple_calibration):
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
     wl = make_workload([(10.0, 12, (1, 2, 3))])
