@@ -20,7 +20,8 @@ from envs.sim.worker import Worker, WorkerState
 class Transfer:
     """One replication in flight: the prefix ``path`` (root .. ``node``) copied from worker ``src``
     to worker ``dst`` over ``[start_s, end_s]``; the first ``retained`` blocks were already ready at
-    the destination, ``num_blocks`` are copied (``num_bytes`` on the link)."""
+    the destination, ``num_blocks`` are copied (``num_bytes`` on the link). ``src_worker``: the
+    source worker object (a rank failure during the transfer, ``Worker.stopped``, loses the copy)."""
 
     path: list[int]
     node: int
@@ -35,6 +36,7 @@ class Transfer:
     start_s: float
     end_s: float
     kind: str
+    src_worker: Worker | None = None
 
 
 def reserve_blocks(cache: PrefixCache, num_blocks: int) -> bool:
@@ -142,7 +144,7 @@ class Replicator:
         start, end = sim.links.reserve(now, src_w.node, dst.node, num_bytes)
         t = Transfer(path=path, node=block_hash, degree=degree, src=src, dst=dst.worker_id, dst_cache=dcache,
                      src_cache=scache, num_blocks=n, num_bytes=num_bytes, retained=retained, start_s=start,
-                     end_s=end, kind=kind)
+                     end_s=end, kind=kind, src_worker=src_w)
         self._start(t, now)
         return True
 
@@ -161,7 +163,8 @@ class Replicator:
 
     def on_transfer_end(self, t: Transfer) -> None:
         """Transfer ``t`` finished: unpins, releases the reservation and installs the replica READY in
-        one call (dropped if the destination was retired meanwhile)."""
+        one call (dropped if the destination was retired meanwhile, or if a rank of the source or
+        the destination failed: the source's KV, or what was copied so far, is gone)."""
         sim = self.sim
         sim.num_events += 1
         self.transfers.remove(t)
@@ -179,7 +182,8 @@ class Replicator:
             dcache.unpin(h)
         dcache.capacity_blocks += t.num_blocks
         w = sim.workers.get(t.dst)
-        if w is None or w.cache is not dcache:
+        failed = (w is not None and w.stopped) or (t.src_worker is not None and t.src_worker.stopped)
+        if w is None or w.cache is not dcache or failed:
             self.counters["num_replicas_dropped"] += 1
             return
         dcache.insert(t.path, READY)  # all blocks at once: visible only when complete

@@ -232,6 +232,30 @@ def test_each_cache_calls_the_manager_once_per_insert_after_many_reconfiguration
     _trie_matches_caches(sim, mgr)
 
 
+@pytest.mark.parametrize("failed_gpu", [1, 2])  # a rank of the source (cp2 on GPUs 0-1), the destination (cp1 on 2)
+def test_replica_dropped_if_source_or_destination_fails_during_transfer(failed_gpu):
+    # Worker 0 -> worker 2, 3 blocks over the inter-node link, 0..12 s; a GPU fails at 1 s and is
+    # detected only at 51 s. The failed worker's KV is gone at 1 s, so the copy cannot complete:
+    # the replica used to be installed on worker 2 at 12 s (READY hits for data never copied).
+    from envs.sim.faults import FaultConfig, FaultEvent
+
+    faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.0, gpu=failed_gpu),), detection_delay_s=50.0)
+    sim = Simulator(_workload([(100.0, [90, 91])]), SimConfig(pool=POOL, links=LinkConfig(10000.0, 1000.0), faults=faults),
+                    _calibration(10))
+    mgr = GlobalCacheManager(CacheManagerConfig(scan_interval_s=50.0, max_replica_share=1.0))
+    mgr.attach(sim)
+    mgr.register_prefix((1, 2, 3))
+    sim.workers[0].cache.insert((1, 2, 3))
+    assert mgr.replicate(3, 1) and mgr.log[-1]["dst"] == 2
+    end = mgr.log[-1]["end_s"]
+    assert end == pytest.approx(12.0)
+    sim.env.run(until=end + 0.01)
+    assert mgr.counters["num_replicas_installed"] == 0 and mgr.counters["num_replicas_dropped"] == 1
+    assert sim.workers[2].cache.match_ready((1, 2, 3)) == 0
+    assert sim.workers[2].cache.capacity_blocks == 10 and not sim.workers[0].cache._pinned
+    _trie_matches_caches(sim, mgr)
+
+
 def test_missed_benefit_is_the_marginal_saving_without_double_counting():
     # worker 2 (cp1) holds 1-2-3; with lambda = 0 the preferred degree is 2 (faster), which has
     # no replica: the missed benefit along the path telescopes to E_2(L,0) - E_2(L-P, P)
