@@ -46,6 +46,9 @@ retained prefixes stay resident but are *pending reconciliation* — they are no
   their shards, i.e. a fraction ``1/2`` of the block's bytes, whose valid source is the holder's
   ranks inside the merged worker itself (intra-node link; for a merge across two nodes,
   ``PoolConfig.allow_cross_node``, the inter-node links from the holder's node to the other).
+  Exception: a sibling born of a split holds its PENDING blocks as half of the shards only, the
+  other half having been on the other sibling; if that one no longer holds the block, no valid
+  source is left and the block is not retained (counted in ``num_source_lost_blocks``).
 * **split**: each half holds half of every block's shards. Prefixes are assigned by demand and
   capacity: each half retains, as PENDING, the most recently used blocks of the old worker that
   fit in its own (halved) capacity, so hot prefixes are retained on both halves and cold ones
@@ -426,6 +429,8 @@ class Reconfigurator:
                 raise RuntimeError(f"worker {w.worker_id} has work at the switch of {flight.op}")
         listeners = (list(olds[0].cache.insert_listeners), list(olds[0].cache.evict_listeners))
         old_lru = [w.cache.blocks() for w in olds]  # LRU first
+        # participants born of a split: their PENDING blocks hold only their half of the shards
+        split_born = [self._recon.get(w.worker_id, (-1,))[0] >= 0 for w in olds]
         for w in olds:
             for h in old_lru[olds.index(w)]:
                 for fn in w.cache.evict_listeners:
@@ -454,7 +459,7 @@ class Reconfigurator:
                 rec.pending_blocks_created += len(w.cache)
                 self._register(w, sib.worker_id, sib.first_gpu, rec.index)
         else:
-            self._merge_kv(news[0], olds, old_lru, rec)
+            self._merge_kv(news[0], olds, old_lru, split_born, rec)
         ranks = sum(w.degree for w in news)
         for w in news:
             self._committing[w.worker_id] = flight
@@ -462,10 +467,22 @@ class Reconfigurator:
         self._snapshot()
         sim.schedule(self.config.confirm_s_per_rank * ranks, EventPriority.RECONFIG, self._commit, (flight, news))
 
-    def _merge_kv(self, w: Worker, olds: list[Worker], old_lru: list[list[int]], rec: OperationRecord) -> None:
+    def _merge_kv(self, w: Worker, olds: list[Worker], old_lru: list[list[int]], split_born: list[bool],
+                  rec: OperationRecord) -> None:
         """KV state of the merged worker ``w``: a block both siblings held is READY, one held by one
-        sibling PENDING (module docstring)."""
+        sibling PENDING (module docstring) — unless that sibling was born of a split of the merged
+        GPUs and holds the block PENDING: then its other half of the shards was on the sibling,
+        which dropped it, so no valid source is left and the block is not retained."""
         a, b = old_lru
+        in_b = set(b)
+        in_a = set(a)
+        for side, (mine, other) in enumerate(((a, in_b), (b, in_a))):
+            if split_born[side]:
+                cache = olds[side].cache
+                lost = {h for h in mine if h not in other and cache.state(h) == PENDING}
+                if lost:
+                    mine[:] = [h for h in mine if h not in lost]
+                    rec.num_source_lost_blocks += len(lost)
         in_b = set(b)
         in_a = set(a)
         # Interleave the two recency orders by relative rank (LRU first).

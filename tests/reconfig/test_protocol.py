@@ -178,6 +178,33 @@ def test_merge_across_nodes_reconciles_over_the_inter_node_links(simple_calibrat
     assert res.records["finish_s"][2] == pytest.approx(11.45)
 
 
+def test_merge_back_drops_a_split_half_s_pending_block_that_the_sibling_evicted(simple_calibration):
+    # split(0) of CP-4@0 leaves blocks 1,2,3 of r0 PENDING on both halves (each holds half of the
+    # shards). The half on GPUs 2-3 (worker 1) evicts them; merge(0, 1) puts the GPUs back together,
+    # but the shards that lived on GPUs 2-3 are gone: the blocks are an ordinary miss for r1. The
+    # merged worker kept them PENDING with itself as the source and "reconciled" them (6 bytes), so
+    # r1 hit 11 tokens of KV that no longer existed anywhere.
+    pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
+    wl = make_workload([(0.0, 12, (1, 2, 3)), (20.0, 12, (1, 2, 3))])
+    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    rc = get_reconfigurator(sim)
+    sim.schedule(2.0, EventPriority.CONTROL, lambda _: rc.apply(Operation.split(0)))
+
+    def evict_and_merge(_):
+        assert [sim.workers[0].cache.state(h) for h in (1, 2, 3)] == [PENDING] * 3
+        for h in (1, 2, 3):
+            sim.workers[1].cache.remove(h)
+        rc.apply(Operation.merge(0, 1))
+
+    sim.schedule(5.0, EventPriority.CONTROL, evict_and_merge)
+    res = sim.run(LeastWorkRouter())
+    merge = rc.records[1]
+    assert merge.committed and merge.pending_blocks_created == 0 and merge.num_source_lost_blocks == 3
+    assert merge.reconciliation_bytes == 0
+    assert res.records["num_cached_tokens"].tolist() == [0, 0]
+    assert all(sim.workers[0].cache.state(h) == READY for h in (1, 2, 3))  # recomputed by r1
+
+
 def test_split_pending_with_lost_source_is_an_ordinary_miss(simple_calibration):
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
     wl = make_workload([(10.0, 12, (1, 2, 3))])
