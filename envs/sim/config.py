@@ -99,9 +99,21 @@ class PredictionErrorConfig:
                f"prediction_error.bias must be a finite number > 0, got {self.bias!r}")
         _check(is_finite_number(self.noise_sigma) and self.noise_sigma >= 0,
                f"prediction_error.noise_sigma must be a finite number >= 0, got {self.noise_sigma!r}")
-        for item in self.degree_bias:
-            _check(len(item) == 2 and is_finite_number(item[1]) and item[1] > 0,
-                   f"prediction_error.degree_bias entries must be (degree, finite factor > 0), got {item!r}")
+        db = self.degree_bias
+        # a dict ({4: 1.15}) iterated its keys and failed inside len(); a degree named twice kept the
+        # last factor, a degree no pool can have (3, 4.5) was accepted and never applied
+        _check(isinstance(db, (tuple, list)), f"prediction_error.degree_bias must be a tuple of (degree, factor) pairs, "
+                                              f"got {type(db).__name__} {db!r:.60}")
+        seen: set[int] = set()
+        for item in db:
+            _check(isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], numbers.Integral)
+                   and not isinstance(item[0], bool) and item[0] >= 1 and not item[0] & (item[0] - 1)
+                   and is_finite_number(item[1]) and item[1] > 0,
+                   f"prediction_error.degree_bias entries must be (CP degree: a power of two >= 1, finite factor > 0), "
+                   f"got {item!r}")
+            _check(int(item[0]) not in seen, f"prediction_error.degree_bias names CP degree {item[0]} twice")
+            seen.add(int(item[0]))
+        object.__setattr__(self, "degree_bias", tuple((int(d), float(f)) for d, f in db))
 
     def factor_for(self, degree: int) -> float:
         return self.bias * dict(self.degree_bias).get(degree, 1.0)

@@ -54,3 +54,18 @@ def test_a_string_number_is_shown_as_a_string(make, message):
     with pytest.raises(ValueError) as e:
         make()
     assert str(e.value) == message
+
+
+@pytest.mark.parametrize("degree_bias, match", [
+    ({4: 1.15}, "prediction_error.degree_bias must be a tuple of"),  # iterated the keys: TypeError in len()
+    (((3, 1.1),), r"prediction_error.degree_bias entries must be \(CP degree"),  # accepted, never applied
+    (((4, 1.1), (4, 2.0)), "prediction_error.degree_bias names CP degree 4 twice"),  # the last one won silently
+])
+def test_degree_bias_refuses_what_it_would_not_apply_as_written(degree_bias, match):
+    with pytest.raises(ValueError, match=match):
+        PredictionErrorConfig(degree_bias=degree_bias)
+
+
+def test_degree_bias_pairs_are_stored_as_int_and_float_tuples():
+    cfg = PredictionErrorConfig(degree_bias=[[np.int64(4), 1], (2, 0.9)])
+    assert cfg.degree_bias == ((4, 1.0), (2, 0.9)) and cfg.factor_for(4) == 1.0 and cfg.factor_for(2) == 0.9
