@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from baselines.simple import LeastWorkRouter, RoundRobinRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.faults import FaultConfig, FaultEvent
-from envs.sim.reconfig import get_reconfigurator
+from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
+from envs.sim.simulator import EventPriority
 from envs.sim.worker import WorkerState
 from tests.sim.conftest import Calibration, CostCoefficients, make_workload
 
@@ -110,4 +111,40 @@ def test_random_fault_schedules_keep_the_invariants(events, ops, seed, router):
     assert len(inv.completions) == n and not np.isnan(res.records["finish_s"]).any()
     assert (res.records["finish_s"] >= res.records["arrival_s"]).all()
     assert _steps_on_stopped_workers(sim.trace) == []
+    inv.check_pool()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.tuples(st.floats(0, 30), st.floats(0, 1.5), st.integers(0, 7)), min_size=1, max_size=4),
+       events=st.lists(event, max_size=2), seed=st.integers(0, 5))
+def test_operations_started_at_any_instant_never_strand_a_worker(ops, events, seed):
+    # Operations start at arbitrary instants (controller windows), not only right after a routing
+    # decision, each followed within 1.5 s by a GPU failure, so faults land in the drain, the
+    # step-boundary sync (0.3 s), the switch (0.9 s) and the confirmation. At the end every worker
+    # is ACTIVE, REBUILDING, stopped, or part of an operation still uncommitted: a worker left
+    # DRAINING/SWITCHING by an aborted operation is out of service for good.
+    rng = np.random.default_rng(seed)
+    n = 40
+    wl = make_workload([(float(t), int(L), None) for t, L in zip(np.sort(rng.uniform(0, 40, n)), rng.integers(1, 60, n))])
+    op_times = [t for t, _, _ in ops]
+    events = [*events, *(FaultEvent("gpu_failure", t + dt, gpu=g) for t, dt, g in ops)]
+    faults = FaultConfig(events=tuple(events), detection_delay_s=1.5, rebuild_s=2.0, repair_s=5.0)
+    sim = Simulator(wl, SimConfig(pool=POOL, seed=seed, faults=faults), CAL)
+    inv = Invariants(sim)
+    reconf = get_reconfigurator(sim, ReconfigConfig(drain_sync_s=0.3))
+
+    def start(k: int) -> None:
+        eligible = reconf.eligible_operations()
+        if eligible:
+            reconf.apply(eligible[k % len(eligible)])
+
+    for k, t in enumerate(op_times):
+        sim.schedule(t, EventPriority.CONTROL, start, k)
+    res = sim.run(LeastWorkRouter())
+    assert all(v == 1 for v in inv.completions.values()), "a request completed twice"
+    assert len(inv.completions) == n and not np.isnan(res.records["finish_s"]).any()
+    busy = {wid for rec in reconf.uncommitted() for wid in (*rec.old_worker_ids, *rec.new_worker_ids)}
+    for w in sim.workers.values():
+        assert (w.state in (WorkerState.ACTIVE, WorkerState.REBUILDING) or w.stopped
+                or w.worker_id in busy), f"{w} stranded at {sim.env.now} s"
     inv.check_pool()
