@@ -170,7 +170,9 @@ class OperationRecord:
     (the paper's "drain + switch", 1.1-5.1 s in §9). ``pending_blocks_created``: blocks left
     PENDING on the new workers; ``reconciliation_bytes`` / ``num_reconciled_blocks``: traffic of
     their later first reuses (grows after the commit); ``expected_reconciliation_bytes``: the
-    upper bound used to rank operations (every pending block reconciled once).
+    upper bound used to rank operations (every pending block reconciled once);
+    ``num_source_lost_blocks``: pending blocks found without a valid source, at a first reuse or,
+    for a merge of two halves of a split, at the switch (not retained).
     """
 
     index: int
