@@ -294,7 +294,8 @@ def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibrat
         :class:`CapacityResult`.
 
     Raises:
-        ValueError: for an unknown policy or a window with fewer than 3 requests.
+        ValueError: for an unknown policy, a window with fewer than 3 requests or one whose requests all
+            arrive at the same instant (no rate to scale).
     """
     from dataclasses import replace
 
@@ -320,6 +321,10 @@ def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibrat
 
     native_wl = rated.at_scale(1.0)
     native = native_wl.mean_rate_rps
+    if native <= 0 and native_wl.num_requests >= 2:  # all arrivals at one instant: no rate to scale
+        raise ValueError(f"workload {rated.label!r} has no defined arrival rate ({native_wl.num_requests} request(s), "
+                         f"all arriving at {native_wl.requests[0].arrival_time_s:g} s); a capacity needs >= 2 "
+                         "requests with distinct arrival times")
     light = max(rated.min_rate_scale, min(1.0, definition.light_load_requests / max(1, native_wl.num_requests)))
     while light < 1.0 and rated.at_scale(light).num_requests < definition.light_load_requests:
         light = min(1.0, 2.0 * light)  # session workloads: requests are not proportional to the generated span

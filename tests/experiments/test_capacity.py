@@ -153,3 +153,18 @@ def test_capacity_of_a_short_trace_prints_the_span_it_has_and_warns(tmp_path, ca
     (row,) = json.loads(capsys.readouterr().out)
     assert 0 < row["arrival_span_s"] < 20.0 / row["rate_scale"] + 1e-9  # the trace's ~15-18 s, compressed by the factor
     assert f"{row['arrival_span_s']:8.1f}" in out.splitlines()[-1]
+
+
+def test_capacity_of_a_trace_arriving_at_one_instant_is_an_error(tmp_path, capsys):
+    """Three requests all at timestamp 0 have no arrival rate: the search reported a capacity of
+    0.000 req/s (growth NaN, 'overloaded' at its only probe) as if it were a measurement."""
+    from experiments.cli import main
+
+    trace = tmp_path / "same.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [i, 10 + i]})
+                             + "\n" for i in range(3)))
+    assert main(["capacity", "--trace", str(trace), "--policy", "round-robin", "--no-cache", "--quiet"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == ("cpgym capacity: error: workload 'same' has no defined arrival rate (3 request(s), all arriving at 0 s); "
+                   "a capacity needs >= 2 requests with distinct arrival times")
+
