@@ -53,9 +53,22 @@ def check_capacity_flags_unused(args: argparse.Namespace, why: str) -> None:
 
 
 def definition_from_args(args: argparse.Namespace):
+    """The :class:`experiments.capacity.CapacityDefinition` of ``--drain-ratio``,
+    ``--min-slo-attainment`` and ``--rel-tol``.
+
+    Raises:
+        ValueError: naming the flag (not the dataclass field) on an out-of-range value.
+    """
     from experiments.capacity import CapacityDefinition
 
-    return CapacityDefinition(drain_ratio=args.drain_ratio, min_slo_attainment=args.min_slo_attainment, rel_tol=args.rel_tol)
+    try:
+        return CapacityDefinition(drain_ratio=args.drain_ratio, min_slo_attainment=args.min_slo_attainment,
+                                  rel_tol=args.rel_tol)
+    except ValueError as e:
+        msg = str(e)
+        for field in ("drain_ratio", "min_slo_attainment", "rel_tol"):
+            msg = msg.replace(f"capacity.{field} ", "--" + field.replace("_", "-") + " ")
+        raise ValueError(msg) from None
 
 
 def cache_dir_from_args(args: argparse.Namespace) -> str | None:
@@ -114,12 +127,13 @@ def run(args: argparse.Namespace) -> int:
     if args.horizon_s is not None:  # experiments.capacity runs every probe to completion
         raise ValueError("--horizon-s does not apply to cpgym capacity: every probe runs until its requests finish")
     config = sim_config_from_args(args)
+    definition = definition_from_args(args)  # a bad threshold fails before the trace is read
     rated = rated_from_args(args)
     trace = rated.base is not None
     if trace:
         warn_short_trace(rated)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    caps = capacities(policies, rated, config, definition=definition_from_args(args),
+    caps = capacities(policies, rated, config, definition=definition,
                       cache_dir=cache_dir_from_args(args), log=log)
     rows = [{"policy": p, "workload": r.workload, "capacity_rps": r.capacity_rps, "native_rate_rps": r.native_rate_rps,
              "rate_scale": r.rate_scale, "num_simulations": len(r.probes), "cached": r.cached, "definition": r.definition}

@@ -120,6 +120,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
     from experiments.common import parse_list, sim_config_from_args
 
     loads = parse_list(args.loads, "--loads", positive=True) if args.loads is not None else None
+    definition = definition_from_args(args)  # a bad threshold fails before the traces are read
     rated = {}
     for seed in seeds:
         a = copy.copy(args)
@@ -127,7 +128,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
         a.target_rps = a.rate_scale = None
         rated[seed] = rated_from_args(a)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))  # stderr: any --format
-    res = capacities(names, rated[seeds[0]], sim_config_from_args(args, seed=seeds[0]), definition=definition_from_args(args),
+    res = capacities(names, rated[seeds[0]], sim_config_from_args(args, seed=seeds[0]), definition=definition,
                      cache_dir=cache_dir_from_args(args), log=log)
     caps: dict = {p: r.capacity_rps for p, r in res.items()}
     if loads is None:

@@ -168,3 +168,17 @@ def test_capacity_of_a_trace_arriving_at_one_instant_is_an_error(tmp_path, capsy
     assert err == ("cpgym capacity: error: workload 'same' has no defined arrival rate (3 request(s), all arriving at 0 s); "
                    "a capacity needs >= 2 requests with distinct arrival times")
 
+
+@pytest.mark.parametrize("command", ["capacity", "compare"])
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--drain-ratio", "1", "--drain-ratio must be a finite number > 1, got 1.0"),
+    ("--rel-tol", "0", "--rel-tol must be in (0, 1), got 0.0"),
+    ("--min-slo-attainment", "1.5", "--min-slo-attainment must be in [0, 1], got 1.5")])
+def test_capacity_thresholds_name_the_flag(command, flag, value, expected, capsys):
+    """A bad threshold names the flag the user typed (was the dataclass field, e.g.
+    'capacity.drain_ratio'), before any trace or workload is built."""
+    from experiments.cli import main
+
+    extra = ["--policy", "round-robin"] if command == "capacity" else ["--suite", "round-robin", "--loads", "0.5"]
+    assert main([command, "--trace", "/nonexistent/trace.jsonl", *extra, "--no-cache", flag, value]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"cpgym {command}: error: {expected}"
