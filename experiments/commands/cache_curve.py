@@ -27,6 +27,7 @@ second per capacity.
 from __future__ import annotations
 
 import argparse
+import math
 
 DEFAULT_CAPACITIES = "1000,2000,5000,10000,20000,50000"
 
@@ -159,8 +160,10 @@ def _load(args: argparse.Namespace):
     from envs.workloads import WorkloadSource
 
     if args.workload is not None:
-        if args.duration_s is not None and not args.duration_s > 0:
-            raise ValueError(f"--duration-s must be > 0, got {args.duration_s}")
+        if args.duration_s is not None and not (math.isfinite(args.duration_s) and args.duration_s > 0):
+            raise ValueError(f"--duration-s must be a finite number of seconds > 0, got {args.duration_s}")
+        if args.workload_seed is not None and args.workload_seed < 0:
+            raise ValueError(f"--workload-seed must be an integer >= 0, got {args.workload_seed}")
         params = () if args.duration_s is None else (("duration_s", args.duration_s),)
         seed = 0 if args.workload_seed is None else args.workload_seed
         return WorkloadSource(name=args.workload, seed=seed, params=params).build()

@@ -49,6 +49,17 @@ def test_cache_curve_refuses_a_workload_seed_with_a_trace(tmp_path, capsys):
     assert "--workload-seed applies to --workload only" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["--duration-s", "inf"], "--duration-s must be a finite number of seconds > 0, got inf"),
+    (["--duration-s", "nan"], "--duration-s must be a finite number of seconds > 0, got nan"),
+    (["--workload-seed", "-1"], "--workload-seed must be an integer >= 0, got -1")])
+def test_cache_curve_workload_flags_name_the_flag(argv, expected, capsys):
+    """--duration-s inf and --workload-seed -1 reached the generator, whose error named its own
+    fields ('duration_s must be ...', 'workload: seed must be ...'), not the flags."""
+    assert main(["cache-curve", "--workload", "tool-agent", *argv]) == 2
+    assert capsys.readouterr().err == f"cpgym cache-curve: error: {expected}\n"
+
+
 def test_cache_curve_on_a_synthetic_workload_with_reuse_statistics(capsys):
     argv = ["cache-curve", "--workload", "tool-agent", "--duration-s", "20", "--capacities", "100", "--format", "json"]
     assert main(argv) == 0
