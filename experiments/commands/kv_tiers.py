@@ -72,6 +72,12 @@ def run(args: argparse.Namespace) -> int:
         print(table)
         print(f"{len(points)} cells plotted to {out / 'kv_tiers_sweep.png'}; table in {out / 'sweep_table.md'}")
         return 0
+    start, end = args.window_s
+    if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
+        raise ValueError(f"--window-s START END needs finite 0 <= START < END, got {start:g} {end:g}")
+    if args.kv_tiers != "hbm":  # the study runs every tier level itself (levels replaced per row)
+        raise ValueError(f"--kv-tiers {args.kv_tiers} has no effect here: the tier table runs each policy with hbm, "
+                         "hbm,dram and hbm,dram,store, the eviction table with hbm,dram (the other KV-tier flags apply)")
     if not 0 < args.load <= 1.5:
         raise ValueError(f"--load must be in (0, 1.5], got {args.load}")
     if args.capacity_rps is not None and not (args.capacity_rps > 0 and math.isfinite(args.capacity_rps)):

@@ -95,6 +95,31 @@ def test_kv_tiers_capacity_flags_are_checked(flags, message, capsys, monkeypatch
     assert err.startswith(f"cpgym kv-tiers: error: {message}") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("window, message", [
+    # was "end_s must be > start_s, got start_s=10.0, end_s=5.0" (the function's argument names)
+    (["10", "5"], "--window-s START END needs finite 0 <= START < END, got 10 5"),
+    (["-5", "5"], "--window-s START END needs finite 0 <= START < END, got -5 5"),  # was run as if it began at 0
+    (["0", "nan"], "--window-s START END needs finite 0 <= START < END, got 0 nan")])
+def test_kv_tiers_window_names_the_flag(window, message, capsys, monkeypatch):
+    import experiments.kv_tiers as kv_tiers
+    from experiments.cli import main
+
+    monkeypatch.setattr(kv_tiers, "run_tier_study", lambda *a, **k: pytest.fail("ran the study with a bad --window-s"))
+    assert main(["kv-tiers", "--window-s", *window, "--capacity-rps", "10"]) == 2
+    assert capsys.readouterr().err == f"cpgym kv-tiers: error: {message}\n"
+
+
+def test_kv_tiers_refuses_kv_tiers_levels_it_would_replace(capsys, monkeypatch):
+    """--kv-tiers hbm,dram was accepted and ignored: every row's levels are set by the study."""
+    import experiments.kv_tiers as kv_tiers
+    from experiments.cli import main
+
+    monkeypatch.setattr(kv_tiers, "run_tier_study", lambda *a, **k: pytest.fail("ran the study with --kv-tiers"))
+    assert main(["kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--kv-tiers", "hbm,dram"]) == 2
+    assert capsys.readouterr().err.startswith("cpgym kv-tiers: error: --kv-tiers hbm,dram has no effect here: the tier "
+                                              "table runs each policy with hbm, hbm,dram and hbm,dram,store")
+
+
 def test_kv_tiers_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
     """kv_tiers.json, tables.md and provenance.json were written at the end only: a study that failed
     in its eviction table lost the tier table."""
