@@ -60,13 +60,14 @@ class FaultExperimentSpec:
         if not 0 < self.load_fraction <= 2:
             raise ValueError(f"{src}: load_fraction: expected a share in (0, 2], got {self.load_fraction}")
         lo, hi = self.capacity_search_rps
-        if not 0 < lo < hi:
-            raise ValueError(f"{src}: capacity_search_rps: expected [low, high] with 0 < low < high, "
-                             f"got {list(self.capacity_search_rps)}")
-        if isinstance(self.capacity_iterations, bool) or not isinstance(self.capacity_iterations, int):
+        if not 0 < lo < hi < math.inf:
+            raise ValueError(f"{src}: capacity_search_rps: expected [low, high] [requests/s] with 0 < low < high, "
+                             f"both finite, got {list(self.capacity_search_rps)}")
+        if (isinstance(self.capacity_iterations, bool) or not isinstance(self.capacity_iterations, int)
+                or self.capacity_iterations < 1):
             raise ValueError(f"{src}: capacity_iterations: expected an integer >= 1, got {self.capacity_iterations!r}")
-        if self.capacity_iterations < 1 or self.capacity_drain_s <= 0:
-            raise ValueError(f"{src}: capacity_iterations must be >= 1 and capacity_drain_s > 0")
+        if not 0 < self.capacity_drain_s < math.inf:  # NaN passed `<= 0` and made every probe 'overloaded'
+            raise ValueError(f"{src}: capacity_drain_s: expected seconds, a finite number > 0, got {self.capacity_drain_s}")
         if not self.policies or not self.scenarios:
             raise ValueError(f"{src}: policies and scenarios must each list at least one entry")
         if not (0 < self.plot_bin_s < math.inf):  # checked here: the plots come after every run
@@ -133,8 +134,12 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     policies = data["policies"]
     if not isinstance(policies, list) or not all(isinstance(x, str) for x in policies):
         raise ValueError(f"{p}: policies: expected a list of policy names")
-    for name in policies + [data.get("capacity_policy", "vertumnus-router")]:
-        get_policy(name)
+    for key, name in [*((f"policies[{i}]", x) for i, x in enumerate(policies)),
+                      ("capacity_policy", data.get("capacity_policy", "vertumnus-router"))]:
+        try:
+            get_policy(name)
+        except ValueError as exc:
+            raise ValueError(f"{p}: {key}: {exc}") from None
     kw = {k: data[k] for k in SPEC_KEYS if k in data and k not in ("trace", "scenarios", "policies")}
     _pairs(p, kw)
     spec = FaultExperimentSpec(trace=resolve("trace", data["trace"]), scenarios=resolved, policies=tuple(policies),

@@ -70,7 +70,9 @@ def test_cpgym_faults_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, m
     (lambda s: s + "colour: red\n", r"unknown key\(s\) \['colour'\]"),
     (lambda s: s + "name: again\n", r"spec.yaml:\d+:1: key 'name' given twice in one mapping"),
     (lambda s: s.replace("gpu: gpu.yaml", "gpu: missing.yaml"), r"scenarios.gpu: file .*missing.yaml does not exist"),
-    (lambda s: s.replace("least-work, vertumnus-router", "least-work, nonsense"), r"nonsense"),
+    # the unknown policy named neither the file nor the key
+    (lambda s: s.replace("least-work, vertumnus-router", "least-work, nonsense"),
+     r"spec.yaml: policies\[1\]: unknown policy 'nonsense'"),
     (lambda s: s.replace("window_s: [0, 40]", "window_s: [40, 0]"), r"window_s: expected \[start, end\]"),
 ])
 def test_spec_errors_name_the_key(tmp_path, edit, match):
@@ -88,6 +90,14 @@ def test_spec_errors_name_the_key(tmp_path, edit, match):
     ("plot_after_s: -1", r"spec.yaml: plot_after_s: expected seconds, a finite number >= 0, got -1"),
     ("seed: -1", r"spec.yaml: seed: expected an integer >= 0, got -1"),
     ("capacity_iterations: 2.5", r"spec.yaml: capacity_iterations: expected an integer >= 1, got 2.5"),
+    ("capacity_iterations: 0", r"spec.yaml: capacity_iterations: expected an integer >= 1, got 0"),
+    # NaN passed `<= 0`: the whole experiment ran with every capacity probe 'overloaded'
+    ("capacity_drain_s: .nan", r"spec.yaml: capacity_drain_s: expected seconds, a finite number > 0, got nan"),
+    ("capacity_drain_s: -1", r"spec.yaml: capacity_drain_s: expected seconds, a finite number > 0, got -1"),
+    # an infinite bound failed in the search as "target_rps must be finite, got inf", naming no file or key
+    ("capacity_search_rps: [4, .inf]", r"spec.yaml: capacity_search_rps: expected \[low, high\] \[requests/s\] with "
+                                       r"0 < low < high, both finite, got \[4.0, inf\]"),
+    ("capacity_policy: nonsense", r"spec.yaml: capacity_policy: unknown policy 'nonsense'"),
 ])
 def test_spec_fields_used_late_are_checked_at_load_time(tmp_path, line, match, capsys, monkeypatch):
     """``learned`` (used after the capacity search) and ``plot_bin_s`` (used after every run: NumPy's
