@@ -130,10 +130,37 @@ def efficiency_line(eff_table: dict, prompt_tokens=EFFICIENCY_PROMPT_TOKENS, deg
     return f"{head}vs CP-{base}, uncached {' / '.join(lengths)} tokens: {per_degree}{note}"
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Each numeric flag in its range, the error naming the flag (the roofline's own checks name
+    its fields, e.g. 'efficiency compute', 'overhead_s'; an infinite reserve was an OverflowError).
+
+    Raises:
+        ValueError: ``--FLAG must be ..., got VALUE``.
+    """
+    import math
+
+    from kernels_ref import roofline
+
+    for dest in ("efficiency", "compute_efficiency", "hbm_efficiency", "link_efficiency"):
+        v = getattr(args, dest)
+        if v is not None and not 0 < v <= 1:
+            raise ValueError(f"--{dest.replace('_', '-')} must be a fraction in (0, 1], got {v}")
+    if not 0 <= args.overhead_s < math.inf:
+        raise ValueError(f"--overhead-s must be a finite number of seconds >= 0, got {args.overhead_s}")
+    if not 0 <= args.cp_serial_fraction <= 1:
+        raise ValueError(f"--cp-serial-fraction must be a fraction in [0, 1], got {args.cp_serial_fraction}")
+    if args.activation_reserve_gb is not None and not 0 <= args.activation_reserve_gb < math.inf:
+        raise ValueError(f"--activation-reserve-gb must be a finite number of GB >= 0, got {args.activation_reserve_gb}")
+    if args.weight_shard_gpus is not None and args.weight_shard_gpus not in roofline.WEIGHT_SHARD_CHOICES:
+        raise ValueError(f"--weight-shard-gpus must be one of {', '.join(map(str, roofline.WEIGHT_SHARD_CHOICES))}, "
+                         f"got {args.weight_shard_gpus}")
+
+
 def run(args: argparse.Namespace) -> int:
     from envs.sim.cost_model import Calibration
     from kernels_ref import roofline
 
+    check_flags(args)
     model = roofline.get_model(args.model)
     gpu = roofline.get_gpu(args.gpu)
     base = roofline.DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency
@@ -142,8 +169,6 @@ def run(args: argparse.Namespace) -> int:
         hbm=base if args.hbm_efficiency is None else args.hbm_efficiency,
         link=base if args.link_efficiency is None else args.link_efficiency,
     )
-    if args.activation_reserve_gb is not None and not args.activation_reserve_gb >= 0:
-        raise ValueError(f"--activation-reserve-gb must be >= 0, got {args.activation_reserve_gb!r}")
     reserve = None if args.activation_reserve_gb is None else int(round(args.activation_reserve_gb * 1e9))
     data = roofline.build_calibration_dict(model, gpu, eff, overhead_s=args.overhead_s,
                                            cp_serial_fraction=args.cp_serial_fraction,

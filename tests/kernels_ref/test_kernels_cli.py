@@ -237,3 +237,17 @@ def test_profile_warns_when_the_fit_has_no_cost_per_token():
     assert warn_length_independent(flat, "prof.json", file=f)
     assert "prof.json" in f.getvalue() and "--new-tokens" in f.getvalue()
     assert not warn_length_independent({**flat, "c_s_per_token": 1e-6}, "prof.json", file=f)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--activation-reserve-gb", "inf"], "--activation-reserve-gb must be a finite number of GB >= 0, got inf"),  # traceback
+    (["--overhead-s", "nan"], "--overhead-s must be a finite number of seconds >= 0, got nan"),  # was 'overhead_s ...'
+    (["--overhead-s", "inf"], "--overhead-s must be a finite number of seconds >= 0, got inf"),  # was 'cost coefficient d_s'
+    (["--cp-serial-fraction", "1.5"], "--cp-serial-fraction must be a fraction in [0, 1], got 1.5"),
+    (["--efficiency", "0"], "--efficiency must be a fraction in (0, 1], got 0.0"),  # was 'efficiency compute ...'
+    (["--link-efficiency", "nan"], "--link-efficiency must be a fraction in (0, 1], got nan"),
+    (["--weight-shard-gpus", "3"], "--weight-shard-gpus must be one of 1, 2, 4, 8, got 3"),
+])
+def test_calibrate_bad_flags_name_the_flag(flags, message, capsys):
+    assert main(["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20", *flags]) == 2
+    assert capsys.readouterr().err == f"cpgym kernels calibrate: error: {message}\n"
