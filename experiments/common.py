@@ -183,6 +183,14 @@ def tier_config_from_args(args: argparse.Namespace):
             raise ValueError(f"{flag} has no effect with --kv-tiers {','.join(levels)}; it needs {tier}")
     if len(levels) == 1:
         return TierConfig()
+    for dest, mode_flag, mode_given in (("kv_prefetch_depth", "--kv-prefetch queue-head", args.kv_prefetch == "queue-head"),
+                                        ("kv_buffer_layers", "--kv-layerwise", args.kv_layerwise),
+                                        ("kv_num_layers", "--kv-layerwise", args.kv_layerwise)):
+        v = getattr(args, dest)
+        if v < 1:
+            raise ValueError(f"--{dest.replace('_', '-')} must be an integer >= 1, got {v}")
+        if v != defaults[dest] and not mode_given:  # read only in that mode: it would have no effect
+            raise ValueError(f"--{dest.replace('_', '-')} has no effect without {mode_flag}")
     for dest, lowest in TIER_FLAG_RANGES.items():  # in the flags' own units (TierConfig would name bytes)
         v = getattr(args, dest)
         if v is not None and not (math.isfinite(v) and (v > 0 if lowest == "> 0" else v >= 0)):

@@ -259,6 +259,11 @@ def test_bench_sim_help_and_default_agree(capsys):
     (["--kv-tiers", "hbm,dram", "--store-gb", "5"], "--store-gb has no effect with --kv-tiers hbm,dram"),
     (["--kv-layerwise"], "--kv-layerwise has no effect with --kv-tiers hbm"),
     (["--kv-eviction", "next-use"], "--kv-eviction has no effect with --kv-tiers hbm"),
+    # read only in queue-head / layer-wise mode: they were accepted and ignored
+    (["--kv-tiers", "hbm,dram", "--kv-prefetch-depth", "3"], "--kv-prefetch-depth has no effect without --kv-prefetch "
+                                                             "queue-head"),
+    (["--kv-tiers", "hbm,dram", "--kv-buffer-layers", "8"], "--kv-buffer-layers has no effect without --kv-layerwise"),
+    (["--kv-tiers", "hbm,dram", "--kv-num-layers", "8"], "--kv-num-layers has no effect without --kv-layerwise"),
 ])
 def test_shared_flags_without_effect_are_rejected(argv, expected, capsys):
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--quiet", *argv]) == 2
@@ -287,6 +292,12 @@ def test_shared_flags_with_effect_are_accepted():
     (["--kv-tiers", "hbm,dram,store", "--store-gb", "inf"], "--store-gb must be a finite number > 0, got inf"),
     (["--kv-tiers", "hbm,dram,store", "--store-lookup-ms", "-0.5"], "--store-lookup-ms must be a finite number >= 0"),
     (["--kv-tiers", "hbm,dram,store", "--store-gbps-per-node", "0"], "--store-gbps-per-node must be a finite number > 0"),
+    # these named TierConfig's fields (kv_tiers.prefetch_depth_requests must be an integer >= 1, got 0)
+    (["--kv-tiers", "hbm,dram", "--kv-prefetch", "queue-head", "--kv-prefetch-depth", "0"],
+     "--kv-prefetch-depth must be an integer >= 1, got 0"),
+    (["--kv-tiers", "hbm,dram", "--kv-layerwise", "--kv-buffer-layers", "0"],
+     "--kv-buffer-layers must be an integer >= 1, got 0"),
+    (["--kv-tiers", "hbm,dram", "--kv-layerwise", "--kv-num-layers", "-8"], "--kv-num-layers must be an integer >= 1, got -8"),
 ])
 def test_tier_flags_out_of_range_name_the_flag_in_its_units(argv, expected, capsys):
     # they used to name TierConfig's byte field (kv_tiers.dram_capacity_bytes_per_node ... got -1000000000.0)
