@@ -287,10 +287,13 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
         if args.slo_scale is not None:
             raise ValueError(f"--slo-scale applies to --slo scaled only; with a fixed --slo {args.slo} drop it")
         slo = SLOConfig(kind="fixed", ttft_slo_s=seconds)
+    degrees = tuple(parse_list(args.supported_degrees, '--supported-degrees', int))
+    if any(d < 1 or d & (d - 1) for d in degrees):  # PoolConfig's own error names its field pool.supported_degrees
+        raise ValueError(f"--supported-degrees must be powers of two >= 1 (CP degrees), got {args.supported_degrees!r}")
     cfg = SimConfig(
         pool=PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node,
                         composition=composition if composition is not None else args.pool_composition,
-                        supported_degrees=tuple(parse_list(args.supported_degrees, '--supported-degrees', int))),
+                        supported_degrees=degrees),
         engine=EngineConfig(max_batch_tokens=args.max_batch_tokens),
         latency=LatencyConfig(kv_handoff_bandwidth_bytes_per_s=args.kv_handoff_gbps * 1e9,
                               first_decode_step_s=args.first_decode_step_s),

@@ -612,3 +612,12 @@ def test_capacity_cache_dir_with_no_cache_is_an_error(tmp_path, capsys):
     f.write_text("x")
     assert main(["capacity", "--workload", "tool-agent", "--policy", "least-work", "--no-cache", "--cache-dir", str(f)]) == 2
     assert f"--cache-dir {f} is not used with --no-cache" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("degrees", ["3", "2,6", "0", "-2"])
+def test_supported_degrees_name_the_flag(degrees, capsys):
+    """Was 'pool.supported_degrees must be powers of two >= 1, got (3,)' (the PoolConfig field)."""
+    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--quiet",
+                 "--supported-degrees", degrees]) == 2
+    assert capsys.readouterr().err == (f"cpgym simulate: error: --supported-degrees must be powers of two >= 1 (CP degrees), "
+                                       f"got {degrees!r}\n")
