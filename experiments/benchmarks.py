@@ -176,15 +176,22 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
         ValueError: on an unknown heuristic or a window with no request; ``FileNotFoundError``
             on a missing checkpoint.
     """
+    from baselines.registry import get_policy
     from envs.routing_env import episode_windows
 
+    heuristics = [x.strip() for x in cfg.heuristics.split(",") if x.strip()]
+    for name in heuristics:  # names and checkpoint checked before anything is timed (they failed after the env runs)
+        get_policy(name)
+    if cfg.policy != "none":
+        from policies.checkpoint import resolve_checkpoint
+
+        resolve_checkpoint(cfg.policy)
     windows = episode_windows(workload, episode_window_s)
     raw, raw_resets = _raw_env(windows, config, cfg.steps)
     vec = _vec_env(windows, config, cfg.steps, cfg.n_envs)
     lat, sps = {}, {}
-    for name in (x.strip() for x in cfg.heuristics.split(",")):
-        if name:
-            lat[name], sps[name] = _heuristic_latency_us(name, windows[0], config)
+    for name in heuristics:
+        lat[name], sps[name] = _heuristic_latency_us(name, windows[0], config)
     if cfg.policy != "none":
         from policies.arm_selection import is_arm_checkpoint
         from policies.checkpoint import checkpoint_path

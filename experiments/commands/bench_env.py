@@ -43,7 +43,12 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import dumps_json, sim_config_from_args
     from experiments.config_args import config_from_args
 
+    import math
+
     cfg = config_from_args(EnvBenchConfig, args)
+    for flag, v in (("--target-rps", args.target_rps), ("--episode-window-s", args.episode_window_s)):
+        if not (math.isfinite(v) and v > 0):  # named the workload's / window's fields (target_rps, window_s)
+            raise ValueError(f"{flag} must be a finite number > 0, got {v}")
     trace = args.trace or str(default_traces_dir() / "conversation_trace.jsonl")
     wl = WorkloadSource(trace=trace, target_rps=args.target_rps).build()
     res = bench_routing_env(cfg, wl, args.episode_window_s, sim_config_from_args(args))

@@ -24,6 +24,25 @@ def test_bench_config_rejects_zero_steps():
         EnvBenchConfig(steps=0)
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--policy", "{tmp}/no-such-checkpoint"], "{tmp}/no-such-checkpoint: checkpoint path does not exist"),
+    (["--heuristics", "least-work,nosuch"], "unknown policy 'nosuch'"),
+    (["--target-rps", "0"], "--target-rps must be a finite number > 0, got 0.0"),  # was 'workload: target_rps ...'
+    (["--episode-window-s", "nan"], "--episode-window-s must be a finite number > 0, got nan"),  # was 'window_s ...'
+])
+def test_bench_env_bad_flags_fail_before_anything_is_timed(flags, message, tmp_path, capsys, monkeypatch):
+    """A missing checkpoint or an unknown heuristic failed only after the raw-env, DummyVecEnv and
+    heuristic measurements had run (tens of seconds at the default --steps)."""
+    import experiments.benchmarks as benchmarks
+    from experiments.cli import main
+
+    monkeypatch.setattr(benchmarks, "_raw_env", lambda *a, **k: pytest.fail("timed the env before checking the flags"))
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    assert main(["bench", "env", "--steps", "10", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cpgym bench env: error: " + message.format(tmp=tmp_path)) and err.count("\n") == 1
+
+
 @pytest.mark.slow
 def test_learned_latency_ab_against_this_checkout(capsys):
     """The side-by-side latency script compares two checkouts in one process; against itself the
