@@ -79,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(dumps_json({"workload": workload.name, "load_time_s": load_s, "results": rows}))
     else:
-        print(f"workload {workload.name}: {workload.num_requests} requests, load {load_s:.2f} s; "
+        print(f"workload {workload.name}: {workload.num_requests} requests (built in {load_s:.2f} s); "
               f"pool {config.pool.num_gpus} GPUs ({config.pool.composition}); median of {args.repeat} runs")
-        print(f"{'policy':22s} {'KV tiers':>16s} {'wall s':>8s} {'req/s':>10s} {'req/cpu-s':>10s} "
+        print(f"{'policy':22s} {'KV tiers':>16s} {'wall s':>8s} {'req/wall-s':>10s} {'req/cpu-s':>10s} "
               f"{'sim/wall':>10s} {'peak MiB':>9s}")
         for r in rows:
             print(f"{r['policy']:22s} {r['kv_tiers']:>16s} {r['wall_time_s']:8.3f} {r['requests_per_wall_s']:10.0f} "

@@ -58,3 +58,15 @@ def test_learned_latency_ab_against_this_checkout(capsys):
     assert out["bit_identical_logits_and_observations"] is True
     assert [r["side"] for r in out["rows"]] == ["baseline", "this checkout"]
     assert all(r["numpy_decision_us"] > 0 and r["observation_us"] > 0 and r["num_decisions"] > 100 for r in out["rows"])
+
+
+def test_bench_sim_table_says_what_its_rates_are(capsys):
+    """The header said 'load 0.02 s' (the time to build the workload, read as a load) and the
+    column 'req/s' (simulated requests per wall-second, read as the arrival rate)."""
+    from experiments.cli import main
+
+    assert main(["bench", "sim", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "round-robin",
+                 "--repeat", "1"]) == 0
+    head, cols = capsys.readouterr().out.splitlines()[:2]
+    assert " requests (built in " in head and ", load " not in head
+    assert cols.split() == ["policy", "KV", "tiers", "wall", "s", "req/wall-s", "req/cpu-s", "sim/wall", "peak", "MiB"]
