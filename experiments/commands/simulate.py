@@ -55,6 +55,18 @@ def print_table(rows: list[dict], title: str) -> None:
     Console(width=200).print(t)
 
 
+def rate_text(workload) -> str:
+    """The title's mean arrival rate: ``12.34 req/s``; ``3.4e+300 req/s`` from 1e6 on (the fixed
+    format printed 300 digits); ``rate undefined (...)`` for one request or when every request
+    arrives at one instant (was ``0.00 req/s``, read as an idle workload)."""
+    if workload.num_requests < 2:
+        return "rate undefined (one request)"
+    if workload.duration_s <= 0:
+        return f"rate undefined (every request arrives at {workload.requests[0].arrival_time_s:g} s)"
+    rate = workload.mean_rate_rps
+    return f"{rate:.2f} req/s" if rate < 1e6 else f"{rate:.3g} req/s"
+
+
 def run(args: argparse.Namespace) -> int:
     from baselines.registry import POLICIES, get_policy
     from envs.metrics import summarize
@@ -105,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
                           | {k: r[k] for k in (*TIER_SUMMARY_KEYS, "link_utilization") if k in r}
                           | {k: r[k] for k in extra} for r in rows]))
     else:
-        print_table(rows, f"{workload.name}: {workload.num_requests} requests, {workload.mean_rate_rps:.2f} req/s, "
+        print_table(rows, f"{workload.name}: {workload.num_requests} requests, {rate_text(workload)}, "
                           f"{config.pool.num_gpus} GPUs (pool flags: {config.pool.composition}; pool column: the "
                           f"composition each policy started on), seed {config.seed}")
     return 0

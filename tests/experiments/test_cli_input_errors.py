@@ -621,3 +621,21 @@ def test_supported_degrees_name_the_flag(degrees, capsys):
                  "--supported-degrees", degrees]) == 2
     assert capsys.readouterr().err == (f"cpgym simulate: error: --supported-degrees must be powers of two >= 1 (CP degrees), "
                                        f"got {degrees!r}\n")
+
+
+@pytest.mark.parametrize("timestamps, rate_scale, expected", [
+    ([0, 0, 0], None, "3 requests, rate undefined (every request arrives at 0 s),"),  # was "0.00 req/s"
+    ([0], None, "1 requests, rate undefined (one request),"),  # was "0.00 req/s"
+    ([0, 1000, 2000], "1e300", "3 requests, 1e+300 req/s,"),  # was a 300-digit number
+    ([0, 1000, 2000], None, "3 requests, 1.00 req/s,"),
+])
+def test_simulate_title_states_the_rate_it_has(timestamps, rate_scale, expected, tmp_path, capsys):
+    import json
+
+    trace = tmp_path / "t.jsonl"
+    lines = (json.dumps({"timestamp": t, "input_length": 600, "output_length": 5, "hash_ids": [2 * i, 2 * i + 1]})
+             for i, t in enumerate(timestamps))
+    trace.write_text("".join(line + "\n" for line in lines))
+    scale = ["--rate-scale", rate_scale] if rate_scale else []
+    assert main(["simulate", "--trace", str(trace), "--policy", "round-robin", "--quiet", *scale]) == 0
+    assert expected in " ".join(capsys.readouterr().out.split())
