@@ -120,6 +120,10 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
     from experiments.common import parse_list, sim_config_from_args
 
     loads = parse_list(args.loads, "--loads", positive=True) if args.loads is not None else None
+    if loads is not None:
+        from policies.evaluate import check_distinct
+
+        check_distinct(loads, "--loads", args.loads, "distinct loads (each is one row per policy)")
     definition = definition_from_args(args)  # a bad threshold fails before the traces are read
     rated = {}
     for seed in seeds:
@@ -189,6 +193,7 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
     from baselines.registry import get_policy
     from experiments.common import parse_list, sim_config_from_args, workload_source_from_args
     from experiments.runner import policy_pool
+    from policies.evaluate import check_distinct
 
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
@@ -202,6 +207,10 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
     seeds = parse_seeds(args)
     rates = parse_list(args.rates, "--rates", positive=True) if args.rates is not None else load_rates
     scales = parse_list(args.rate_scales, "--rate-scales", positive=True) if args.rate_scales is not None else None
+    for flag, values, text, what in (("--rates", rates, args.rates, "rates"),
+                                     ("--rate-scales", scales, args.rate_scales, "rate factors")):
+        if text is not None:  # a repeated rate was run and shown once
+            check_distinct(values, flag, text, f"distinct {what} (each is one row per policy)")
     base_config = sim_config_from_args(args, seed=seeds[0])
     for n in names:  # a baseline whose own pool does not fit the flags fails before any run
         policy_pool(get_policy(n), base_config.pool)

@@ -639,3 +639,18 @@ def test_simulate_title_states_the_rate_it_has(timestamps, rate_scale, expected,
     scale = ["--rate-scale", rate_scale] if rate_scale else []
     assert main(["simulate", "--trace", str(trace), "--policy", "round-robin", "--quiet", *scale]) == 0
     assert expected in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("flag, text, expected", [
+    ("--rates", "1,1", "--rates lists 1.0 twice: '1,1'; expected distinct rates (each is one row per policy)"),
+    ("--rate-scales", "2,2.0", "--rate-scales lists 2.0 twice: '2,2.0'; expected distinct rate factors (each is one row "
+                               "per policy)"),
+    ("--loads", "0.5,0.5", "--loads lists 0.5 twice: '0.5,0.5'; expected distinct loads (each is one row per policy)"),
+])
+def test_compare_refuses_a_repeated_rate(flag, text, expected, capsys, monkeypatch):
+    """A repeated rate was run once and shown once, silently (a repeated --seeds is refused)."""
+    import experiments.capacity
+
+    monkeypatch.setattr(experiments.capacity, "capacities", lambda *a, **k: pytest.fail("measured capacities"))
+    assert main(["compare", "--workload", "tool-agent", "--suite", "round-robin", "--quiet", flag, text]) == 2
+    assert capsys.readouterr().err == f"cpgym compare: error: {expected}\n"
