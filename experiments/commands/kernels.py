@@ -19,11 +19,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_degrees(text: str, device: str) -> tuple[int, ...]:
-    """``--degrees``: integers >= 1, on ``cpu`` at most :data:`kernels_ref.dist.MAX_CPU_RANKS`
+    """``--degrees``: distinct integers >= 1, on ``cpu`` at most :data:`kernels_ref.dist.MAX_CPU_RANKS`
     (one process per rank; checked before anything starts)."""
     from kernels_ref.dist import MAX_CPU_RANKS
 
     degrees = parse_int_list(text, "--degrees", minimum=1)
+    repeated = sorted({d for d in degrees if degrees.count(d) > 1})
+    if repeated:  # every case of that degree ran twice and counted twice in 'N/N passed'
+        raise ValueError(f"--degrees lists {repeated[0]} twice: {text!r}; expected distinct CP degrees")
     if device == "cpu" and max(degrees) > MAX_CPU_RANKS:
         raise ValueError(f"--degrees {max(degrees)} on --device cpu would start {max(degrees)} processes; "
                          f"expected CP degrees <= {MAX_CPU_RANKS} (one gloo rank per process)")

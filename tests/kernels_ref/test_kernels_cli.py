@@ -251,3 +251,13 @@ def test_profile_warns_when_the_fit_has_no_cost_per_token():
 def test_calibrate_bad_flags_name_the_flag(flags, message, capsys):
     assert main(["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20", *flags]) == 2
     assert capsys.readouterr().err == f"cpgym kernels calibrate: error: {message}\n"
+
+
+def test_kernels_check_refuses_a_repeated_degree(capsys, monkeypatch):
+    """--degrees 1,1 ran every CP-1 case twice and reported '30/30 passed' for 15 cases."""
+    import kernels_ref.check
+
+    monkeypatch.setattr(kernels_ref.check, "run_check_suite", lambda *a, **k: pytest.fail("ran the check"))
+    assert main(["kernels", "check", "--degrees", "1,2,1"]) == 2
+    assert capsys.readouterr().err == ("cpgym kernels check: error: --degrees lists 1 twice: '1,2,1'; "
+                                       "expected distinct CP degrees\n")
