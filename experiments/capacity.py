@@ -266,6 +266,25 @@ def isolated_ttft_s(config: SimConfig, calibration: Calibration, prompt_tokens: 
             + L * calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s + lat.first_decode_step_s)
 
 
+def sustainable(result, config: SimConfig, calibration: Calibration, definition: CapacityDefinition = CapacityDefinition(),
+                summary: dict | None = None) -> tuple[bool, float, float]:
+    """Whether one finished run is sustainable by the definition (module docstring: the backlog
+    drains, :func:`thirds_growth` <= ``drain_ratio``, and token-weighted SLO attainment >=
+    ``min_slo_attainment``) — the verdict of each capacity probe.
+
+    Returns:
+        ``(sustainable, growth, slo_attainment_token_weighted)``; growth is NaN (and the run not
+        sustainable) when a third of the arrival span has no finished request.
+    """
+    from envs.metrics import summarize
+
+    s = summary if summary is not None else summarize(result)
+    rec = result.records
+    growth = thirds_growth(rec["arrival_s"], rec["ttft_s"], isolated_ttft_s(config, calibration, rec["num_prompt_tokens"]))
+    slo = float(s["slo_attainment_token_weighted"])
+    return bool(growth <= definition.drain_ratio and slo >= definition.min_slo_attainment), float(growth), slo
+
+
 def _probe_run(run: Callable[[Workload], object], rated: RatedWorkload, scale: float) -> tuple[Workload, object]:
     wl = rated.at_scale(scale)
     if wl.num_requests < 3:
@@ -333,9 +352,7 @@ def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibrat
     def ok(scale: float) -> bool:
         wl, res = _probe_run(run, rated, scale)
         s = summarize(res)
-        rec = res.records
-        growth = thirds_growth(rec["arrival_s"], rec["ttft_s"], isolated_ttft_s(config, calibration, rec["num_prompt_tokens"]))
-        good = bool(growth <= definition.drain_ratio and s["slo_attainment_token_weighted"] >= definition.min_slo_attainment)
+        good, growth, _ = sustainable(res, config, calibration, definition, summary=s)
         probes.append(Probe(scale, wl.mean_rate_rps, float(growth), float(s["slo_attainment_token_weighted"]),
                             float(s["mean_ttft_s"]), good))
         if log is not None:

@@ -55,6 +55,30 @@ def print_table(rows: list[dict], title: str) -> None:
     Console(width=200).print(t)
 
 
+def warn_if_overloaded(policy: str, result, summary: dict, workload) -> bool:
+    """One stderr line when the run fails both parts of the sustainable-rate test of ``cpgym
+    capacity`` (:func:`experiments.capacity.sustainable`, default
+    :class:`~experiments.capacity.CapacityDefinition`): the backlog grows (the last third's mean
+    TTFT slowdown > 1.2x the first third's) *and* token-weighted SLO attainment < 0.9. Past
+    saturation the TTFTs measure how far the backlog grew in this window, not the policy, and the
+    table gave no sign of it. Both are required because one window of a non-stationary workload
+    (sessions building up, a split/merge controller moving) can show a growing slowdown at a
+    99 % SLO attainment. Returns whether it warned."""
+    from experiments.capacity import CapacityDefinition, sustainable
+
+    if workload.num_requests < 3 or workload.duration_s <= 0:
+        return False
+    d = CapacityDefinition()
+    _, growth, slo = sustainable(result, result.config, result.calibration, d, summary=summary)
+    if not (growth > d.drain_ratio and slo < d.min_slo_attainment):
+        return False
+    print(f"warning: {policy}: overloaded at {rate_text(workload)}: the last third's mean TTFT slowdown is {growth:.2f}x "
+          f"the first third's (> {d.drain_ratio:g}: the backlog grows) and token-weighted SLO attainment is {slo:.3f} "
+          f"(< {d.min_slo_attainment:g}); its TTFTs measure this window's backlog (sustainable rates: cpgym capacity)",
+          file=sys.stderr)
+    return True
+
+
 def rate_text(workload) -> str:
     """The title's mean arrival rate: ``12.34 req/s``; ``3.4e+300 req/s`` from 1e6 on (the fixed
     format printed 300 digits); ``rate undefined (...)`` for one request or when every request
@@ -106,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: {spec.name}: {summary['num_rejected']} request(s) are longer than any worker can hold "
                   f"(model limit {result.calibration.max_prompt_tokens} tokens or the workers' KV capacity); "
                   f"they are not served and count as unfinished SLO misses", file=sys.stderr)
+        warn_if_overloaded(spec.name, result, summary, workload)
         rows.append({"pool": result.config.pool.composition, **summary})  # a baseline's own pool, or the one chosen
         if args.out:
             write_run(args.out, result, summary, {"workload_source": workload.source, "argv": getattr(args, "argv", sys.argv)})

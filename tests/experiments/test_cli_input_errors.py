@@ -654,3 +654,17 @@ def test_compare_refuses_a_repeated_rate(flag, text, expected, capsys, monkeypat
     monkeypatch.setattr(experiments.capacity, "capacities", lambda *a, **k: pytest.fail("measured capacities"))
     assert main(["compare", "--workload", "tool-agent", "--suite", "round-robin", "--quiet", flag, text]) == 2
     assert capsys.readouterr().err == f"cpgym compare: error: {expected}\n"
+
+
+def test_simulate_warns_when_a_policy_is_past_saturation(capsys):
+    """150 req/s of tool-agent on 40 GPUs (capacity ~55 req/s): the table showed 47 s mean TTFT
+    with no sign that the backlog grew through the window; one stderr line per overloaded policy
+    now says so, by the `cpgym capacity` test. At 20 req/s nothing is said."""
+    argv = ["simulate", "--workload", "tool-agent", "--workload-param", "duration_s=60", "--policy", "round-robin", "--quiet"]
+    assert main([*argv, "--target-rps", "150"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: round-robin: overloaded at 150.00 req/s: the last third's mean "
+                                               "TTFT slowdown is ")
+    assert "(> 1.2: the backlog grows) and token-weighted SLO attainment is 0.0" in err[0]
+    assert main([*argv, "--target-rps", "20"]) == 0
+    assert capsys.readouterr().err == ""

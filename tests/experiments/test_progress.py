@@ -64,7 +64,8 @@ def test_simulate_piped_reports_progress_and_quiet_silences(capsys):
         done = [line for line in err.splitlines() if line.startswith(f"{policy}: ")]
         assert done and re.match(rf"{policy}: (\d+)/\1 req \(100%\)", done[-1]), err
     assert main(argv + ["--quiet"]) == 0
-    assert capsys.readouterr().err == ""
+    # only warnings are left (round-robin is past saturation in this window: one 'overloaded' line)
+    assert [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning: ")] == []
 
 
 def test_sweep_piped_reports_progress_lines(tmp_path, capsys):
