@@ -24,7 +24,8 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
   ``provenance.json``.
 * ``--jobs N``: runs in a process pool of N workers (default 1).
 * ``--beta B1,B2,...`` / ``--lambda L1,L2,...``: the beta/lambda sensitivity sweep of the
-  Vertumnus cost (paper §5): adds one policy ``vertumnus[beta=B,lambda=L]`` per grid point (a
+  Vertumnus cost (paper §5): adds one policy ``vertumnus-router[beta=B,lambda=L]`` (the router
+  alone, as ``vertumnus-router``; ``vertumnus`` is the full system) per grid point (a
   missing list = the registered default) to the suite, and prints each variant's change vs the
   strongest baseline per rate and averaged over the rates (``sweep.csv`` under ``--out``).
 """
@@ -74,9 +75,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no per-probe capacity progress lines on stderr (printed with --loads / --label-overload, in "
                         "either --format); the capacity the loads refer to is still stated")
     p.add_argument("--beta", metavar="B1,B2,...",
-                   help="sweep: add vertumnus[beta=B,lambda=L] variants for these beta values (>= 1)")
+                   help="sweep: add vertumnus-router[beta=B,lambda=L] variants (the router alone) for these beta "
+                        "values (>= 1)")
     p.add_argument("--lambda", dest="lambda_", metavar="L1,L2,...",
-                   help="sweep: add vertumnus[beta=B,lambda=L] variants for these lambda values (>= 0)")
+                   help="sweep: add vertumnus-router[beta=B,lambda=L] variants (the router alone) for these lambda "
+                        "values (>= 0)")
 
 
 def plot(summary, path, title: str) -> None:

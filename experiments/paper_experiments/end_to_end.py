@@ -47,17 +47,33 @@ class CompareResult:
     workload_name: str
 
 
-def _grid(text: str | None, flag: str, default: float) -> list[float]:
-    from experiments.common import parse_list
+def _grid(text: str | None, flag: str, default: float, lowest: float) -> list[float]:
+    """The values of ``flag`` (``[default]`` without it): finite, >= ``lowest``, distinct.
 
-    return [default] if text is None else parse_list(text, flag)
+    Raises:
+        ValueError: naming ``flag`` (VertumnusParams' own error named its field, e.g. ``lambda_``).
+    """
+    import math
+
+    from experiments.common import parse_list
+    from policies.evaluate import check_distinct
+
+    if text is None:
+        return [default]
+    values = parse_list(text, flag)
+    if not all(math.isfinite(v) and v >= lowest for v in values):
+        raise ValueError(f"{flag} values must be finite numbers >= {lowest:g} (paper §5), got {text!r}")
+    check_distinct(values, flag, text, "distinct values (each is one sweep variant)")
+    return values
 
 
 def vertumnus_variants(beta_text: str | None, lambda_text: str | None) -> list[tuple[str, float, float]]:
-    """``(name, beta, lambda)`` of the sweep grid of ``--beta`` / ``--lambda`` (empty if neither).
+    """``(name, beta, lambda)`` of the sweep grid of ``--beta`` / ``--lambda`` (empty if neither):
+    the Vertumnus router alone with those parameters, ``vertumnus-router[beta=B,lambda=L]``.
 
     Raises:
-        ValueError: on a malformed list or a value outside the paper's range (beta >= 1, lambda >= 0).
+        ValueError: naming the flag, on a malformed list, a repeated value or a value outside the
+            paper's range (beta >= 1, lambda >= 0).
     """
     from baselines.vertumnus import VertumnusParams
 
@@ -65,10 +81,11 @@ def vertumnus_variants(beta_text: str | None, lambda_text: str | None) -> list[t
         return []
     d = VertumnusParams()
     out = []
-    for b in _grid(beta_text, "--beta", d.beta):
-        for lam in _grid(lambda_text, "--lambda", d.lambda_):
+    for b in _grid(beta_text, "--beta", d.beta, 1.0):
+        for lam in _grid(lambda_text, "--lambda", d.lambda_, 0.0):
             VertumnusParams(beta=b, lambda_=lam)  # validates
-            out.append((f"vertumnus[beta={b:g},lambda={lam:g}]", b, lam))
+            # the router alone (VertumnusRouter), named so: `vertumnus` is the full system
+            out.append((f"vertumnus-router[beta={b:g},lambda={lam:g}]", b, lam))
     return out
 
 

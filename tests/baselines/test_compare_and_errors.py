@@ -92,9 +92,10 @@ def test_compare_beta_lambda_sweep(tmp_path, capsys, monkeypatch, small_prefix_w
                "--lambda", "0", "--out", str(tmp_path), "--format", "json"])
     assert rc == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["policy"] for r in rows] == ["least-work", "vertumnus[beta=1,lambda=0]", "vertumnus[beta=3,lambda=0]"]
+    assert [r["policy"] for r in rows] == ["least-work", "vertumnus-router[beta=1,lambda=0]",
+                                           "vertumnus-router[beta=3,lambda=0]"]
     sweep = pd.read_csv(tmp_path / "sweep.csv")
-    assert set(sweep["variant"]) == {"vertumnus[beta=1,lambda=0]", "vertumnus[beta=3,lambda=0]"}
+    assert set(sweep["variant"]) == {"vertumnus-router[beta=1,lambda=0]", "vertumnus-router[beta=3,lambda=0]"}
     assert set(sweep["baseline"]) == {"least-work", "mean over rates"}
     # beta=1, lambda=0 is exactly mooncake-ttft (q + s), so its change equals mooncake-ttft's
     from experiments.runner import run_policy
@@ -104,10 +105,31 @@ def test_compare_beta_lambda_sweep(tmp_path, capsys, monkeypatch, small_prefix_w
     wl = scale_to_rate(small_prefix_workload, 60)
     mk = summarize(run_policy("mooncake-ttft", wl, SimConfig()))["mean_ttft_s"]
     lw = summarize(run_policy("least-work", wl, SimConfig()))["mean_ttft_s"]
-    got = sweep[(sweep["variant"] == "vertumnus[beta=1,lambda=0]") & sweep["rate_rps"].notna()]["mean_ttft_change_pct"].item()
+    row = (sweep["variant"] == "vertumnus-router[beta=1,lambda=0]") & sweep["rate_rps"].notna()
+    got = sweep[row]["mean_ttft_change_pct"].item()
     assert got == pytest.approx(100 * (mk - lw) / lw)
     assert main(["compare", "--workload", "small", "--beta", "0.5"]) == 2
     assert "beta" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--beta", "nan"], "--beta values must be finite numbers >= 1 (paper §5), got 'nan'"),  # was 'vertumnus beta ...'
+    (["--lambda", "inf"], "--lambda values must be finite numbers >= 0 (paper §5), got 'inf'"),  # was 'vertumnus lambda_'
+    (["--beta", "1,1"], "--beta lists 1.0 twice: '1,1'; expected distinct values (each is one sweep variant)"),  # ran once
+])
+def test_compare_beta_lambda_flags_name_the_flag(flags, message, capsys):
+    assert main(["compare", "--workload", "tool-agent", "--suite", "round-robin", *flags]) == 2
+    assert capsys.readouterr().err == f"cpgym compare: error: {message}\n"
+
+
+def test_compare_beta_lambda_variants_are_named_for_the_router_they_run():
+    """They were 'vertumnus[beta=..]' while `vertumnus` names the full system: the variant with the
+    default (3, 1) matched `vertumnus-router`, not the `vertumnus` row beside it."""
+    from baselines.vertumnus import VertumnusParams
+    from experiments.paper_experiments.end_to_end import vertumnus_variants
+
+    d = VertumnusParams()
+    assert vertumnus_variants(None, "0") == [(f"vertumnus-router[beta={d.beta:g},lambda=0]", d.beta, 0.0)]
 
 
 def test_list_policies_tells_every_policy_apart(capsys):
