@@ -13,7 +13,9 @@ from pathlib import Path
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC",
                    help="fault experiment spec (YAML), e.g. experiments/specs/faults/conversation.yaml")
-    p.add_argument("--out", metavar="DIR", default="results/faults", help="output folder (default results/faults)")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="output folder (default runs/faults/<spec name>; the shipped results/faults was made with "
+                        "--out results/faults)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     from experiments.provenance import write_provenance
 
     spec = load_spec(args.spec)
+    if args.out is None:  # was results/faults: a run without --out overwrote the shipped results, part-way if stopped
+        args.out = str(Path("runs") / "faults" / spec.name)
     out = Path(args.out)
     check_out_dir(args.out)  # a file, a path under a file or an unwritable folder: one line naming --out
     out.mkdir(parents=True, exist_ok=True)

@@ -47,6 +47,20 @@ def test_cpgym_faults_writes_table_plots_and_provenance(tmp_path, capsys):
     assert prov["command"].startswith("cpgym faults") and prov["git_commit"]
 
 
+def test_cpgym_faults_without_out_writes_under_runs_not_results(tmp_path, capsys, monkeypatch):
+    """The default --out was results/faults: a run without --out overwrote the shipped results
+    (provenance.json at once, table.csv after the first run), part-way if it stopped."""
+    from experiments import faults
+
+    spec = _write(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(faults, "run_fault_experiment", lambda *a, **k: pytest.fail("stop after the provenance"))
+    with pytest.raises(pytest.fail.Exception):
+        main(["faults", str(spec)])
+    assert (tmp_path / "runs" / "faults" / "tiny-faults" / "provenance.json").is_file()
+    assert not (tmp_path / "results").exists()
+
+
 def test_cpgym_faults_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
     """table.csv and provenance.json were written at the end only: a run that failed in its last
     scenario lost the others."""
