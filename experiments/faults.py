@@ -99,12 +99,12 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     from envs.workloads import default_traces_dir
 
     p = Path(path)
-    from envs.yaml_keys import check_unique_keys
+    from envs.yaml_keys import check_unique_keys, compose, load
 
     try:
         text = p.read_text()
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
+        data = load(text)  # 1e9 is a number (PyYAML's safe_load read it as the string '1e9')
+        root = compose(text)
     except yaml.YAMLError as exc:
         raise ValueError(f"{p}: not valid YAML: {exc}") from None
     check_unique_keys(root, str(p))

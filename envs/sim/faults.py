@@ -262,8 +262,10 @@ def load_fault_config(path: str | Path) -> FaultConfig:
         raise IsADirectoryError(21, "is a folder, expected a fault schedule (.yaml/.json)", str(p))
     if not p.exists():
         raise FileNotFoundError(2, "fault schedule does not exist", str(p))
+    from envs.yaml_keys import compose
+
     try:
-        root = yaml.compose(p.read_text())
+        root = compose(p.read_text())  # 1e9 is a number (PyYAML's own resolver reads it as text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -284,9 +286,11 @@ def _err(src: str, node, where: str, msg: str) -> ValueError:
 def _scalar(node):
     import yaml
 
+    from envs.yaml_keys import load
+
     if not isinstance(node, yaml.ScalarNode):
         return node
-    return yaml.safe_load(yaml.serialize(node))
+    return load(yaml.serialize(node))
 
 
 def _config_from_node(root, src: str) -> FaultConfig:

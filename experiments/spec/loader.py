@@ -29,11 +29,11 @@ def _read(path: Path) -> dict:
     if suffix in (".yaml", ".yml"):
         import yaml
 
-        from envs.yaml_keys import duplicate_key
+        from envs.yaml_keys import compose, duplicate_key, load
 
         try:
-            data = yaml.safe_load(text)
-            dup = duplicate_key(yaml.compose(text))
+            data = load(text)  # 1e9 is a number (PyYAML's safe_load read it as the string '1e9')
+            dup = duplicate_key(compose(text))
         except yaml.YAMLError as exc:
             raise _syntax_error(path, "YAML", exc) from None
         if dup is not None:  # PyYAML keeps the last of two equal keys silently

@@ -378,3 +378,13 @@ def test_a_list_valued_static_policy_parameter_loads_as_a_tuple(tmp_path):
                                           "policy_params: {vertumnus-adaptive: {target_degrees: [2, 4]}}\n"))
     (cell,) = spec.resolve()
     assert dict(cell.policy_params) == {"target_degrees": (2, 4)}
+
+
+def test_exponent_numbers_are_numbers(tmp_path):
+    """`rates: [2e1]` (a number in YAML 1.2, JSON and TOML) was the string '2e1' to PyYAML's
+    safe_load and failed as "rates[0]: got str '2e1'; expected a number"."""
+    text = ("name: t\nworkload: {name: mixed-default, params: {duration_s: 6e1}}\npolicies: [least-work]\n"
+            "rates: [2e1, 4.0e+1]\n")
+    cells = load_spec(write_spec(tmp_path, text)).resolve()
+    assert {c.workload.target_rps for c in cells} == {20.0, 40.0}
+    assert dict(cells[0].workload.params)["duration_s"] == 60.0

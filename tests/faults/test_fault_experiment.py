@@ -133,6 +133,12 @@ def test_spec_fields_used_late_are_checked_at_load_time(tmp_path, line, match, c
     assert err.startswith("cpgym faults: error: ") and err.count("\n") == 1 and not out.exists()
 
 
+def test_spec_reads_exponent_numbers(tmp_path):
+    """`capacity_drain_s: 3e1` was the string '3e1' to PyYAML and failed as "expected a number"."""
+    spec = load_spec(_write(tmp_path, SPEC.replace("capacity_iterations: 2", "capacity_iterations: 2\ncapacity_drain_s: 3e1")))
+    assert spec.capacity_drain_s == 30.0
+
+
 def test_shipped_spec_loads():
     spec = load_spec("experiments/specs/faults/conversation.yaml")
     assert [s for s, _ in spec.scenarios] == ["gpu-failure", "straggler", "node-failure"]

@@ -247,3 +247,17 @@ def test_run_policy_progress_counts_a_rerouted_request_once(simple_calibration):
     res = run_policy("least-work", wl, SimConfig(pool=ONE_CP2, faults=faults), simple_calibration, progress=counted.append)
     assert res.records["num_routings"].tolist() == [2, 2, 1]  # two requests routed twice
     assert sum(counted) == wl.num_requests == 3
+
+
+def test_fault_schedule_reads_exponent_numbers(tmp_path):
+    """`time_s: 1e2` (a number in YAML 1.2 and JSON) was the string '1e2' to PyYAML and failed as
+    "expected a finite number >= 0, got '1e2'"; a quoted "1e2" stays text."""
+    from envs.sim.faults import load_fault_config
+
+    p = tmp_path / "f.yaml"
+    p.write_text("gpu_failure_rate_per_gpu_hour: 1e-3\nevents:\n  - {kind: gpu_failure, time_s: 1e2, gpu: 1}\n")
+    cfg = load_fault_config(p)
+    assert cfg.events[0].time_s == 100.0 and cfg.gpu_failure_rate_per_gpu_hour == 1e-3
+    p.write_text('events:\n  - {kind: gpu_failure, time_s: "1e2", gpu: 1}\n')
+    with pytest.raises(ValueError, match="time_s: expected a finite number >= 0, got '1e2'"):
+        load_fault_config(p)
