@@ -12,7 +12,10 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
   ``--window-s`` (default 0 600) is scaled to each rate); neither = the native rate.
 * Overload: with ``--loads`` (or ``--label-overload``) every policy's capacity is measured
   (cached on disk) and a rate above a policy's capacity is labelled ``overloaded`` in the table,
-  the JSON (``overloaded``) and the plot (open markers).
+  the JSON (``overloaded``) and the plot (open markers). Without them, a run past saturation by
+  both tests of ``cpgym capacity`` on that run alone (backlog grows and token-weighted SLO
+  attainment < 0.9, :func:`experiments.capacity.sustainable`) is labelled ``saturated`` in the
+  table (in any seed) and the JSON / results.csv (``saturated``).
 * ``--seeds 0,1,2``: each seed sets the run seed and offsets the synthetic generator seed
   (``--workload-seed + seed``); metrics are averaged over seeds in the table and JSON.
 * The strongest baseline at a rate is the non-Vertumnus policy (name not starting with
@@ -166,14 +169,22 @@ def _print_table(summary, changes, title: str) -> None:
     t = Table(title=title)
     for label in ("rate rps", "policy", "mean TTFT s", "P90 TTFT s", "SLO tok", "hit rate", "util", "unfinished"):
         t.add_column(label, justify="left" if label == "policy" else "right")
+    measured = "overloaded" in summary  # capacities measured (--loads / --label-overload): that label only
     for rate, g in summary.groupby("rate_rps", sort=True):
         for _, r in g.iterrows():
             ov = r.get("overloaded")
             label = escape(r["policy"]) + (" (overloaded)" if ov is not None and ov == ov and bool(ov) else "")
+            if not measured and bool(r.get("saturated", False)):
+                label += " (saturated)"
             t.add_row(f"{rate:g}", label, f"{r['mean_ttft_s']:.3f}", f"{r['p90_ttft_s']:.3f}",
                       f"{r['slo_attainment_token_weighted']:.3f}", f"{r['prefix_hit_rate']:.3f}", f"{r['utilization']:.3f}",
                       f"{r['num_unfinished']:.0f}")
         t.add_section()
+    if not measured and "saturated" in summary and bool(summary["saturated"].astype(bool).any()):
+        t.caption = ("(saturated): past this policy's saturation in this run (in any seed): the last third's mean TTFT "
+                     "slowdown > 1.2x the first third's and token-weighted SLO attainment < 0.9 (the two tests of "
+                     "cpgym capacity); its TTFTs measure the window's backlog. --label-overload measures each "
+                     "policy's capacity instead")
     con = Console(width=max(120, Console().width))
     con.print(t)
     if changes:
@@ -293,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         written += ["sweep.csv"] * (result.sweep is not None)
         print(f"wrote {', '.join(written + ['compare.png'])} under {out}", file=sys.stderr)
     if args.format == "json":
-        keys = JSON_KEYS + tuple(k for k in ("load_fraction", "capacity_rps", "overloaded") if k in summary)
+        keys = JSON_KEYS + tuple(k for k in ("saturated", "load_fraction", "capacity_rps", "overloaded") if k in summary)
         recs = [{k: (r[k].item() if hasattr(r[k], "item") else r[k]) for k in keys} for _, r in summary.iterrows()]
         print(dumps_json(recs))
     else:

@@ -134,8 +134,16 @@ def _run_task(task: tuple) -> dict:
     from envs.metrics import summarize
     from experiments.runner import run_policy
 
+    from experiments.capacity import CapacityDefinition, sustainable
+
     policy, workload, config, meta = task
-    row = summarize(run_policy(_policy(policy), workload, config))
+    result = run_policy(_policy(policy), workload, config)
+    row = summarize(result)
+    # past saturation by both tests of `cpgym capacity` (backlog grows and SLO < 0.9), from this run alone:
+    # without --loads / --label-overload nothing else marks a rate whose TTFTs measure the backlog
+    d = CapacityDefinition()
+    _, growth, slo = sustainable(result, result.config, result.calibration, d, summary=row)
+    row["saturated"] = bool(growth > d.drain_ratio and slo < d.min_slo_attainment)
     row.update(meta)
     return row
 
@@ -284,6 +292,8 @@ def run_compare(source, base_config, policies: list, rates_rps=None, rate_scales
     # one row per requested rate point and policy, averaged over seeds: each seed redraws the workload,
     # so without --rates the measured rate differs per seed (rate_rps = its mean over the seeds)
     agg = {"rate_rps": "mean", **{k: "mean" for k in METRICS if k in df}, "seed": "nunique"}
+    if "saturated" in df:  # saturated in any seed
+        agg["saturated"] = "max"
     summary = (df.groupby(["rate_point", "policy"], sort=False).agg(agg).reset_index()
                .rename(columns={"seed": "num_seeds"}).drop(columns="rate_point"))
     summary["_o"] = summary["policy"].map(order)

@@ -140,3 +140,17 @@ def test_list_policies_tells_every_policy_apart(capsys):
     assert len(lines) >= 20 and len(set(descriptions)) == len(descriptions)
     by_name = dict(line.split(None, 1) for line in lines)
     assert "20 s scan" in by_name["vertumnus-global-cache-20s"] and "5 s scan" in by_name["vertumnus-global-cache"]
+
+
+def test_compare_labels_a_saturated_rate_without_capacities(capsys):
+    """`--rates 20,150` of tool-agent (capacity ~55 req/s): the 150 rows showed 47 s mean TTFT
+    with no sign that the backlog grew (only --loads / --label-overload labelled anything)."""
+    argv = ["compare", "--workload", "tool-agent", "--workload-param", "duration_s=60", "--suite", "round-robin",
+            "--rates", "20,150"]
+    assert main([*argv, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["rate_rps"], r["saturated"]) for r in rows] == [(20.0, False), (150.0, True)]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "│ 150 │ round-robin (saturated) │" in out and "│ 20 │ round-robin │" in out
+    assert "(saturated): past this policy's saturation in this run" in out
