@@ -54,8 +54,8 @@ def print_table(rows: list[dict], title: str) -> None:
                        ("store_hit_rate", "store hit", "{:.3f}")]
     for _, label, _ in cols:
         t.add_column(label, justify="left" if label in ("policy", "pool") else "right")
-    for r in rows:
-        t.add_row(*[fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in cols])
+    for r in rows:  # no value (None, or NaN: e.g. TTFT of a run with no finished request) is '-', as null in the JSON
+        t.add_row(*["-" if r.get(k) is None or r[k] != r[k] else fmt.format(r[k]) for k, _, fmt in cols])
     Console(width=200).print(t)
 
 

@@ -680,3 +680,23 @@ def test_simulate_caption_says_ttft_columns_leave_unfinished_requests_out(capsys
     assert note in " ".join(capsys.readouterr().out.split())
     assert main(argv) == 0  # every request finished: no note
     assert "finished requests only" not in " ".join(capsys.readouterr().out.split())
+
+
+def test_simulate_table_shows_missing_values_as_the_json_does(tmp_path, capsys):
+    """Every request longer than any worker holds: the JSON has null TTFTs and hit rate, the table
+    printed 'nan'; it now prints '-'."""
+    import json
+
+    ids = list(range(400_000 // 512 + 1))
+    lines = (json.dumps({"timestamp": 1000 * i, "input_length": 400_000, "output_length": 5,
+                         "hash_ids": [x + 10**6 * i for x in ids]}) for i in range(3))
+    trace = tmp_path / "long.jsonl"
+    trace.write_text("".join(line + "\n" for line in lines))
+    argv = ["simulate", "--trace", str(trace), "--policy", "round-robin", "--quiet"]
+    assert main([*argv, "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["mean_ttft_s"] is None and row["prefix_hit_rate"] is None
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out
+    assert "│ round-robin │ cp4x6,cp2x8 │ 3 │ 3 │ - │ - │ - │ - │ 0.000 │ 0.000 │ - │" in " ".join(out.split())
