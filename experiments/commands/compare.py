@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
 
 from experiments.paper_experiments.end_to_end import (  # noqa: F401  (old import paths)
@@ -154,7 +155,13 @@ def _label_overload(summary, caps: dict, load_of: dict) -> None:
     from experiments.capacity import is_overloaded
 
     if load_of:
-        summary["load_fraction"] = summary["rate_rps"].map(load_of)
+        # the summary's rate is the mean over seeds of the measured rate: equal to the requested
+        # rate only up to rounding (the mean of three copies of 6.133497413308303 is
+        # 6.1334974133083024), so an exact lookup lost the load of some rates
+        def load_for(rate: float) -> float:
+            return next((f for r, f in load_of.items() if math.isclose(r, rate, rel_tol=1e-9)), math.nan)
+
+        summary["load_fraction"] = summary["rate_rps"].map(load_for)
     if caps:
         summary["capacity_rps"] = summary["policy"].map(caps)
         summary["overloaded"] = [is_overloaded(r, c) if c == c else None
