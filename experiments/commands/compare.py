@@ -20,7 +20,9 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
   (``--workload-seed + seed``); metrics are averaged over seeds in the table and JSON.
 * The strongest baseline at a rate is the non-Vertumnus policy (name not starting with
   ``vertumnus``) with the lowest mean TTFT; % change = ``(vertumnus - baseline) / baseline``
-  (P90 against the same baseline); SLO change in percentage points.
+  (P90 against the same baseline); SLO change in percentage points. The Vertumnus policy compared
+  is ``vertumnus`` (the full system), or ``vertumnus-router`` when the suite has only the router;
+  its name is in the table title and the ``vertumnus`` column.
 * ``--out DIR``: ``results.csv`` / ``results.parquet`` (one tidy row per policy, rate, seed),
   ``summary.csv`` (averaged over seeds), ``vertumnus_vs_strongest.csv`` (the % changes below),
   ``compare.png`` (mean and P90 TTFT vs rate), ``sweep.csv`` with ``--beta``/``--lambda``,
@@ -195,8 +197,8 @@ def _print_table(summary, changes, title: str) -> None:
     con = Console(width=max(120, Console().width))
     con.print(t)
     if changes:
-        c = Table(title="Vertumnus vs the strongest baseline (lowest mean TTFT among non-Vertumnus policies)",
-                  caption=CHANGE_CAPTION)
+        c = Table(title=escape(f"{changes[0]['vertumnus']} vs the strongest baseline (lowest mean TTFT among "
+                               f"non-Vertumnus policies)"), caption=CHANGE_CAPTION)
         for label in ("rate rps", "strongest baseline", "mean TTFT %", "P90 TTFT %", "SLO tok pp"):
             c.add_column(label, justify="right")
         for ch in changes:

@@ -148,17 +148,25 @@ def _run_task(task: tuple) -> dict:
     return row
 
 
-def strongest_baseline_changes(summary, vertumnus: str = VERTUMNUS):
+def strongest_baseline_changes(summary, vertumnus: str | None = None):
     """Per rate: the strongest non-Vertumnus baseline (lowest mean TTFT) and Vertumnus's change.
 
     Args:
         summary: DataFrame with ``policy, rate_rps, mean_ttft_s, p90_ttft_s,
             slo_attainment_token_weighted`` (one row per policy and rate).
+        vertumnus: the policy compared; default ``vertumnus`` (the full system) when the summary
+            has it, else ``vertumnus-router`` (the router alone), else none.
 
     Returns:
-        list of dicts ``rate_rps, baseline, mean_ttft_change_pct, p90_ttft_change_pct,
-        slo_change_pp`` (empty if Vertumnus or no baseline is present).
+        list of dicts ``rate_rps, vertumnus (the policy compared), baseline,
+        mean_ttft_change_pct, p90_ttft_change_pct, slo_change_pp`` (empty if no Vertumnus policy
+        or no baseline is present).
     """
+    if vertumnus is None:
+        present = set(summary["policy"])
+        vertumnus = next((p for p in (VERTUMNUS, "vertumnus-router") if p in present), None)
+        if vertumnus is None:
+            return []
     out = []
     for rate, g in summary.groupby("rate_rps", sort=True):
         v = g[g["policy"] == vertumnus]
@@ -168,7 +176,7 @@ def strongest_baseline_changes(summary, vertumnus: str = VERTUMNUS):
         best = b.loc[b["mean_ttft_s"].idxmin()]
         v = v.iloc[0]
         out.append({
-            "rate_rps": float(rate), "baseline": best["policy"],
+            "rate_rps": float(rate), "vertumnus": vertumnus, "baseline": best["policy"],
             "mean_ttft_change_pct": 100.0 * (v["mean_ttft_s"] - best["mean_ttft_s"]) / best["mean_ttft_s"],
             "p90_ttft_change_pct": 100.0 * (v["p90_ttft_s"] - best["p90_ttft_s"]) / best["p90_ttft_s"],
             "slo_change_pp": 100.0 * (v["slo_attainment_token_weighted"] - best["slo_attainment_token_weighted"]),
@@ -185,7 +193,8 @@ def sweep_table(summary, variants: list[str]):
     rows = []
     base = summary[~summary["policy"].str.startswith("vertumnus")]
     for v in variants:
-        ch = strongest_baseline_changes(pd.concat([base, summary[summary["policy"] == v].assign(policy=VERTUMNUS)]))
+        ch = strongest_baseline_changes(pd.concat([base, summary[summary["policy"] == v].assign(policy=VERTUMNUS)]),
+                                        VERTUMNUS)
         for c in ch:
             rows.append({"variant": v, **c})
         if ch:

@@ -38,19 +38,7 @@ for w in conversation tool-agent leval-like; do
   done
 done
 rm -rf "$SRC" "$CAP"
-python - "$OUT" "$BEFORE" <<'EOF'
-import sys
-import pandas as pd
-out, before = sys.argv[1], sys.argv[2]
-rows = []
-for w in ("conversation", "tool-agent", "leval-like"):
-    b = pd.read_csv(f"{out}/upstream-fixes/before/{w}/summary.csv")
-    a = pd.read_csv(f"{out}/upstream-fixes/after/{w}/summary.csv")
-    m = b.merge(a, on=["rate_rps", "policy"], suffixes=("_before", "_after"))
-    m.insert(0, "workload", w)
-    rows.append(m[["workload", "rate_rps", "policy", "mean_ttft_s_before", "mean_ttft_s_after", "p90_ttft_s_before",
-                   "p90_ttft_s_after", "slo_attainment_token_weighted_before", "slo_attainment_token_weighted_after",
-                   "prefix_hit_rate_before", "prefix_hit_rate_after"]])
-pd.concat(rows).to_csv(f"{out}/upstream-fixes/before_after.csv", index=False)
-print(f"wrote {out}/upstream-fixes/before_after.csv (before = {before})")
-EOF
+python -m experiments.scripts.before_after_table "$OUT/upstream-fixes/before" "$OUT/upstream-fixes/after" \
+    "$OUT/upstream-fixes/before_after.csv"
+# the compare folders' parquet copies repeat results.csv
+find "$OUT" -name "*.parquet" -delete

@@ -51,6 +51,20 @@ def test_strongest_baseline_change():
     assert ch["mean_ttft_change_pct"] == pytest.approx(-20.0)
     assert ch["p90_ttft_change_pct"] == pytest.approx(-50.0)
     assert ch["slo_change_pp"] == pytest.approx(10.0)
+    assert ch["vertumnus"] == "vertumnus"
+
+
+def test_strongest_baseline_change_of_a_suite_with_the_router_alone():
+    # a suite with vertumnus-router and no full system had no comparison at all (an empty
+    # vertumnus_vs_strongest.csv: results/kv-tiers, results/end-to-end/industry-routers)
+    s = pd.DataFrame({"policy": ["vertumnus-router", "a", "b"], "rate_rps": [10.0] * 3, "mean_ttft_s": [0.8, 1.0, 2.0],
+                      "p90_ttft_s": [1.0, 2.0, 1.0], "slo_attainment_token_weighted": [0.9, 0.8, 0.95]})
+    (ch,) = strongest_baseline_changes(s)
+    assert (ch["vertumnus"], ch["baseline"]) == ("vertumnus-router", "a")
+    assert ch["mean_ttft_change_pct"] == pytest.approx(-20.0)
+    both = pd.concat([s, s.iloc[:1].assign(policy="vertumnus", mean_ttft_s=0.5)])
+    assert strongest_baseline_changes(both)[0]["vertumnus"] == "vertumnus"  # the full system first
+    assert strongest_baseline_changes(s[s["policy"] != "vertumnus-router"]) == []
 
 
 def test_compare_cli_json_and_outputs(tmp_path, capsys, monkeypatch):
