@@ -336,7 +336,9 @@ class Simulator:
             self.schedule(max(0.0, reqs[nxt].arrival_time_s - self.env.now), EventPriority.ARRIVAL, self._on_arrival, nxt)
 
     def redirect(self, request: Request) -> None:
-        """Puts a queued request back in front of the decision queue (drain redirection, §6)."""
+        """Puts a queued request back on the decision queue (drain redirection, §6), at its back:
+        behind any request already awaiting a decision at this instant (an arrival of the same
+        time); requests redirected together keep their order."""
         self._decisions.append(request)
 
     @property
