@@ -122,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
 
     study = run_tier_study(trace, config, policies, tuple(args.window_s), args.load, args.capacity_policy, args.capacity_rps,
                            tuple(gbs), ev_policies, progress=progress)
-    print(f"capacity {study.capacity['capacity_rps']:.2f} req/s; load {args.load:g} -> {study.rate_rps:.2f} req/s\n")
+    # --load may be up to 1.5: above 1 the rate is past the capacity it refers to, so say so
+    over = (f" (overloaded: above {args.capacity_policy}'s capacity; every TTFT below includes a backlog that grows "
+            f"over the window)") if args.load > 1 else ""
+    print(f"capacity {study.capacity['capacity_rps']:.2f} req/s; load {args.load:g} -> {study.rate_rps:.2f} req/s{over}\n")
     print(markdown_table(study.tiers, TABLE_COLS) + "\n\n" + markdown_table(study.eviction, TABLE_COLS))
     if args.out:
         write_study(study, args.out, sys.argv[1:])

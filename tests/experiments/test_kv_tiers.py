@@ -141,3 +141,20 @@ def test_kv_tiers_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monke
         main(["--traceback", "kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--out", str(out)])
     assert json.loads((out / "provenance.json").read_text())["argv"]
     assert list(pd.read_csv(out / "rows.csv")["policy"]) == ["least-work", "vertumnus"]
+
+
+@pytest.mark.parametrize("load, overloaded", [("0.9", False), ("1.2", True)])
+def test_kv_tiers_labels_a_load_above_capacity_as_overloaded(load, overloaded, capsys, monkeypatch):
+    """--load accepts up to 1.5 of the measured capacity; a rate above it was printed like any other."""
+    import experiments.kv_tiers as kv_tiers
+    from experiments.cli import main
+
+    def study(trace, config, policies, window_s, load_fraction, capacity_policy, capacity_rps, *a, **k):
+        return kv_tiers.TierStudy(capacity={"capacity_rps": capacity_rps}, load_fraction=load_fraction,
+                                  rate_rps=load_fraction * capacity_rps)
+
+    monkeypatch.setattr(kv_tiers, "run_tier_study", study)
+    assert main(["kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--load", load]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"capacity 10.00 req/s; load {load} -> ")
+    assert ("overloaded: above vertumnus-router's capacity" in first) is overloaded
