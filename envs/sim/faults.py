@@ -306,6 +306,12 @@ def _config_from_node(root, src: str) -> FaultConfig:
             if not isinstance(vnode, yaml.SequenceNode):
                 raise _err(src, vnode, "events", "expected a list of fault events")
             events = [_event_from_node(n, src, i) for i, n in enumerate(vnode.value)]
+            first: dict[FaultEvent, int] = {}
+            for i, (ev, n) in enumerate(zip(events, vnode.value)):
+                if ev in first:  # most likely a copy-paste slip: one fault listed twice
+                    raise _err(src, n, f"events[{i}]", f"repeats events[{first[ev]}] (same kind, time, target and "
+                                                       "settings); expected each fault once")
+                first[ev] = i
         elif key in _TOP_KEYS:
             v = _scalar(vnode)
             if not is_finite_number(v):

@@ -217,6 +217,10 @@ def test_load_fault_config_yaml_and_json(tmp_path):
      r"f.yaml:3:1: key 'events' given twice in one mapping \(first on line 1\); expected each key once"),
     ("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 1, gpu: 3}\n", r"f.yaml:2:44: key 'gpu' given twice"),
     ("# no events yet\n", r"f.yaml:1: the file has no fault schedule \(empty\).*events: \[\]"),
+    # the same fault listed twice was accepted without a word
+    ("events:\n  - {kind: straggler, time_s: 5, gpu: 1, factor: 2, duration_s: 3}\n"
+     "  - {kind: gpu_failure, time_s: 5, gpu: 2}\n  - {kind: straggler, time_s: 5.0, gpu: 1, factor: 2, duration_s: 3}\n",
+     r"f.yaml:4: events\[2\]: repeats events\[0\] \(same kind, time, target and settings\); expected each fault once"),
 ])
 def test_load_fault_config_errors_name_file_line_field(tmp_path, text, match):
     p = tmp_path / "f.yaml"
