@@ -621,8 +621,9 @@ class Reconfigurator:
         if src is not w:
             for h in pending:
                 src.cache.pin(h)
-        sim.schedule(end - now, EventPriority.TRANSFER_END, self._transfer_end,
-                     (w.worker_id, src.cache if src is not w else None, pending, end))
+        if src is not w or end > now:  # something to unpin, or bytes still arriving
+            sim.schedule(end - now, EventPriority.TRANSFER_END, self._transfer_end,
+                         (w.worker_id, src.cache if src is not w else None, pending, end))
         rec.reconciliation_bytes += num_bytes
         rec.num_reconciled_blocks += len(pending)
         sim._log(f"reconcile:w{w.worker_id}:b{len(pending)}")
