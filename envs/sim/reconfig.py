@@ -604,8 +604,6 @@ class Reconfigurator:
             k += 1
         if not pending:
             return nhit, t_ready
-        from envs.sim.simulator import EventPriority
-
         sides = self._merge_sides.get(w.worker_id) if src is w else None
         if sides is None:
             num_bytes = int(len(pending) * MISSING_FRACTION * sim.kv_block_bytes)
@@ -614,16 +612,7 @@ class Reconfigurator:
             num_bytes, end = self._reserve_across_nodes(sides, pending, now)
         for h in pending:
             cache.set_state(h, READY)
-        if end > now:
-            arriving = self._arriving.setdefault(w.worker_id, {})
-            for h in pending:
-                arriving[h] = end
-        if src is not w:
-            for h in pending:
-                src.cache.pin(h)
-        if src is not w or end > now:  # something to unpin, or bytes still arriving
-            sim.schedule(end - now, EventPriority.TRANSFER_END, self._transfer_end,
-                         (w.worker_id, src.cache if src is not w else None, pending, end))
+        self._book_transfer(w, src, pending, now, end)
         rec.reconciliation_bytes += num_bytes
         rec.num_reconciled_blocks += len(pending)
         sim._log(f"reconcile:w{w.worker_id}:b{len(pending)}")
@@ -644,6 +633,23 @@ class Reconfigurator:
                 total += num_bytes
                 end = e if e > end else end
         return total, end
+
+    def _book_transfer(self, w: Worker, src: Worker, pending: list[int], now: float, end: float) -> None:
+        """Bookkeeping of a reconciliation transfer of ``pending`` blocks to ``w`` ending at ``end``
+        [s]: the blocks' arrival time (while bytes are in flight) and the source's pins, both
+        released by :meth:`_transfer_end` (no event when there is neither)."""
+        from envs.sim.simulator import EventPriority
+
+        if end > now:
+            arriving = self._arriving.setdefault(w.worker_id, {})
+            for h in pending:
+                arriving[h] = end
+        if src is not w:
+            for h in pending:
+                src.cache.pin(h)
+        if src is not w or end > now:
+            self.sim.schedule(end - now, EventPriority.TRANSFER_END, self._transfer_end,
+                              (w.worker_id, src.cache if src is not w else None, pending, end))
 
     def _transfer_end(self, payload) -> None:
         """A reconciliation transfer ended: its source blocks are unpinned, its blocks' bytes are in."""
