@@ -285,6 +285,22 @@ def sustainable(result, config: SimConfig, calibration: Calibration, definition:
     return bool(growth <= definition.drain_ratio and slo >= definition.min_slo_attainment), float(growth), slo
 
 
+def saturated(result, summary: dict | None = None,
+              definition: CapacityDefinition = CapacityDefinition()) -> tuple[bool, float, float]:
+    """Whether one finished run is past saturation by *both* tests of :func:`sustainable` (the
+    backlog grows, ``growth > drain_ratio``, and token-weighted SLO attainment <
+    ``min_slo_attainment``): the label of ``cpgym simulate``'s warning and ``cpgym compare``'s
+    ``saturated`` column, which have no measured capacity. Both are required because one window of
+    a non-stationary workload (sessions building up, a controller moving) can show a growing
+    slowdown at a 99 % SLO attainment.
+
+    Returns:
+        ``(saturated, growth, slo_attainment_token_weighted)`` (growth NaN: not saturated).
+    """
+    _, growth, slo = sustainable(result, result.config, result.calibration, definition, summary=summary)
+    return bool(growth > definition.drain_ratio and slo < definition.min_slo_attainment), growth, slo
+
+
 def _probe_run(run: Callable[[Workload], object], rated: RatedWorkload, scale: float) -> tuple[Workload, object]:
     wl = rated.at_scale(scale)
     if wl.num_requests < 3:
@@ -457,5 +473,6 @@ def is_overloaded(rate_rps: float, capacity_rps: float | None) -> bool:
 
 
 __all__ = ["DEFINITION_VERSION", "CapacityDefinition", "RatedWorkload", "CapacityResult", "Probe", "find_capacity",
-           "capacities", "static_baselines", "rates_for_loads", "is_overloaded", "thirds_growth", "cache_key",
+           "capacities", "static_baselines", "saturated", "sustainable", "rates_for_loads", "is_overloaded",
+           "thirds_growth", "cache_key",
            "workload_digest", "code_fingerprint"]

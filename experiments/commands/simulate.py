@@ -60,21 +60,18 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def warn_if_overloaded(policy: str, result, summary: dict, workload) -> bool:
-    """One stderr line when the run fails both parts of the sustainable-rate test of ``cpgym
-    capacity`` (:func:`experiments.capacity.sustainable`, default
-    :class:`~experiments.capacity.CapacityDefinition`): the backlog grows (the last third's mean
-    TTFT slowdown > 1.2x the first third's) *and* token-weighted SLO attainment < 0.9. Past
+    """One stderr line when the run is past saturation (:func:`experiments.capacity.saturated`,
+    default :class:`~experiments.capacity.CapacityDefinition`: the backlog grows, the last third's
+    mean TTFT slowdown > 1.2x the first third's, *and* token-weighted SLO attainment < 0.9). Past
     saturation the TTFTs measure how far the backlog grew in this window, not the policy, and the
-    table gave no sign of it. Both are required because one window of a non-stationary workload
-    (sessions building up, a split/merge controller moving) can show a growing slowdown at a
-    99 % SLO attainment. Returns whether it warned."""
-    from experiments.capacity import CapacityDefinition, sustainable
+    table gave no sign of it. Returns whether it warned."""
+    from experiments.capacity import CapacityDefinition, saturated
 
     if workload.num_requests < 3 or workload.duration_s <= 0:
         return False
     d = CapacityDefinition()
-    _, growth, slo = sustainable(result, result.config, result.calibration, d, summary=summary)
-    if not (growth > d.drain_ratio and slo < d.min_slo_attainment):
+    past, growth, slo = saturated(result, summary, d)
+    if not past:
         return False
     print(f"warning: {policy}: overloaded at {rate_text(workload)}: the last third's mean TTFT slowdown is {growth:.2f}x "
           f"the first third's (> {d.drain_ratio:g}: the backlog grows) and token-weighted SLO attainment is {slo:.3f} "

@@ -134,16 +134,13 @@ def _run_task(task: tuple) -> dict:
     from envs.metrics import summarize
     from experiments.runner import run_policy
 
-    from experiments.capacity import CapacityDefinition, sustainable
+    from experiments.capacity import saturated
 
     policy, workload, config, meta = task
     result = run_policy(_policy(policy), workload, config)
     row = summarize(result)
-    # past saturation by both tests of `cpgym capacity` (backlog grows and SLO < 0.9), from this run alone:
     # without --loads / --label-overload nothing else marks a rate whose TTFTs measure the backlog
-    d = CapacityDefinition()
-    _, growth, slo = sustainable(result, result.config, result.calibration, d, summary=row)
-    row["saturated"] = bool(growth > d.drain_ratio and slo < d.min_slo_attainment)
+    row["saturated"] = saturated(result, row)[0]
     row.update(meta)
     return row
 
