@@ -155,6 +155,10 @@ def resolve_composition(composition: str, pool: PoolConfig) -> list[tuple[int, i
         wanted: list[int] = []
         for s, m in zip(items, counts):
             degree, n = int(m.group(1)), int(m.group(2))
+            if n < 1:  # 'cp4x0' read as "no CP-4 workers", but failed later as an unsupported degree
+                rest = ",".join(i for i, c in zip(items, counts) if int(c.group(2)) > 0)
+                raise ValueError(f"composition item {s!r}: the worker count must be >= 1; leave out a degree with no "
+                                 f"workers" + (f" ({rest!r})" if rest else ""))
             if degree not in pool.supported_degrees:
                 raise ValueError(f"composition item {s!r}: CP degree {degree} is not supported; "
                                  f"supported degrees are {list(pool.supported_degrees)}")

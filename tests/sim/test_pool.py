@@ -28,6 +28,8 @@ def test_counts_composition_places_largest_first():
     ("", "composition is empty"),
     ("cp4x2,,cp4x2", "has an empty item"),  # was silently read as 'cp4x2,cp4x2'
     ("cp4x4,", "has an empty item"),
+    # was accepted, then failed late as "CP degree 4 is not supported"
+    ("cp4x0,cp2x8", "'cp4x0': the worker count must be >= 1; leave out a degree with no workers \\('cp2x8'\\)"),
 ])
 def test_invalid_compositions(composition, message):
     with pytest.raises(ValueError, match=message):
