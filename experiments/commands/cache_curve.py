@@ -51,11 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_capacities(text: str, flag: str = "--capacities") -> list[int]:
-    """``"1000,10000"`` -> ``[1000, 10000]`` (sorted, deduplicated).
+    """``"10000,1000"`` -> ``[1000, 10000]`` (sorted).
 
     Raises:
-        ValueError: naming ``flag``, on a non-integer or a capacity < 1.
+        ValueError: naming ``flag``, on a non-integer, a capacity < 1 or a repeated capacity.
     """
+    from policies.evaluate import check_distinct
+
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
@@ -69,7 +71,9 @@ def parse_capacities(text: str, flag: str = "--capacities") -> list[int]:
         out.append(v)
     if not out:
         raise ValueError(f"{flag} needs at least one capacity")
-    return sorted(set(out))
+    # a repeated capacity was replayed once and shown once, without a word
+    check_distinct(out, flag, text, "distinct capacities (each is one row)")
+    return sorted(out)
 
 
 def hit_rate_curve(workload, capacities: list[int | None]) -> list[dict]:

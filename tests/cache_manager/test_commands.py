@@ -41,6 +41,16 @@ def test_cache_curve_bad_capacities(tmp_path, capsys):
     assert "--capacities" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--capacities", "--dram-capacities"])
+def test_cache_curve_refuses_a_repeated_capacity(flag, tmp_path, capsys):
+    # was replayed and shown once, without a word
+    trace = tmp_path / "t.jsonl"
+    _write_trace(trace)
+    assert main(["cache-curve", "--trace", str(trace), flag, "3,1,3"]) == 2
+    assert capsys.readouterr().err == (f"cpgym cache-curve: error: {flag} lists 3 twice: '3,1,3'; "
+                                       "expected distinct capacities (each is one row)\n")
+
+
 def test_cache_curve_refuses_a_workload_seed_with_a_trace(tmp_path, capsys):
     # it was accepted and ignored: a trace is replayed in file order whatever the seed
     trace = tmp_path / "t.jsonl"
