@@ -15,13 +15,14 @@ class EnvBenchConfig:
     """What :func:`bench_routing_env` measures (one ``cpgym bench-env`` flag per field).
 
     Raises:
-        ValueError: naming the field, on ``steps``, ``n_envs`` or ``torch_threads`` < 1.
+        ValueError: naming the field, on ``steps``, ``n_envs`` or ``torch_threads`` < 1, and on a
+            ``heuristics`` list with an empty or repeated item (``"none"`` measures no heuristic).
     """
 
     steps: int = _opt(20_000, "env steps per measurement")
     n_envs: int = _opt(2, "DummyVecEnv size")
     heuristics: str = _opt("least-work,prefix-affinity,vertumnus,round-robin",
-                           "comma-separated heuristics whose decision latency is measured")
+                           "comma-separated heuristics whose decision latency is measured ('none' to skip)")
     policy: str = _opt("shipped", "learned checkpoint for the latency ('none' to skip)")
     torch_threads: int = _opt(1, "torch CPU threads for the learned policy")
 
@@ -29,6 +30,20 @@ class EnvBenchConfig:
         for name in ("steps", "n_envs", "torch_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"bench-env: {name} must be >= 1, got {getattr(self, name)}")
+        self.heuristic_names()
+
+    def heuristic_names(self) -> list[str]:
+        """``heuristics`` as a list (``"none"``: no heuristic). An empty item was skipped, so
+        ``--heuristics ""`` silently measured none, and a repeated name was timed twice.
+
+        Raises:
+            ValueError: naming the field, on an empty list or item or a repeated name.
+        """
+        from experiments.config_args import split_name_list
+
+        if self.heuristics.strip() == "none":
+            return []
+        return split_name_list(self.heuristics, "bench-env: heuristics")
 
 
 @dataclass(frozen=True)
@@ -179,7 +194,7 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
     from baselines.registry import get_policy
     from envs.routing_env import episode_windows
 
-    heuristics = [x.strip() for x in cfg.heuristics.split(",") if x.strip()]
+    heuristics = cfg.heuristic_names()
     for name in heuristics:  # names and checkpoint checked before anything is timed (they failed after the env runs)
         get_policy(name)
     if cfg.policy != "none":

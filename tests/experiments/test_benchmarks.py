@@ -17,6 +17,20 @@ def test_bench_routing_env_measures_every_part():
     assert set(res.decision_latency_us) == {"least-work"}
 
 
+@pytest.mark.parametrize("heuristics, message", [
+    ("", "needs at least one name"),  # was: silently measured no heuristic
+    ("least-work,least-work", "lists 'least-work' twice"),  # was: timed twice
+    ("least-work,,round-robin", "must be a comma-separated list of names"),
+])
+def test_bench_config_rejects_empty_or_repeated_heuristics(heuristics, message):
+    from experiments.benchmarks import EnvBenchConfig
+
+    with pytest.raises(ValueError, match=f"bench-env: heuristics {message}"):
+        EnvBenchConfig(heuristics=heuristics)
+    assert EnvBenchConfig(heuristics="none").heuristic_names() == []
+    assert EnvBenchConfig(heuristics="least-work, round-robin").heuristic_names() == ["least-work", "round-robin"]
+
+
 def test_bench_config_rejects_zero_steps():
     from experiments.benchmarks import EnvBenchConfig
 
