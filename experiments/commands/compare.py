@@ -189,11 +189,19 @@ def _print_table(summary, changes, title: str) -> None:
                       f"{r['slo_attainment_token_weighted']:.3f}", f"{r['prefix_hit_rate']:.3f}", f"{r['utilization']:.3f}",
                       f"{r['num_unfinished']:.0f}")
         t.add_section()
+    captions = []
     if not measured and "saturated" in summary and bool(summary["saturated"].astype(bool).any()):
-        t.caption = ("(saturated): past this policy's saturation in this run (in any seed): the last third's mean TTFT "
-                     "slowdown > 1.2x the first third's and token-weighted SLO attainment < 0.9 (the two tests of "
-                     "cpgym capacity); its TTFTs measure the window's backlog. --label-overload measures each "
-                     "policy's capacity instead")
+        captions.append("(saturated): past this policy's saturation in this run (in any seed): the last third's mean TTFT "
+                        "slowdown > 1.2x the first third's and token-weighted SLO attainment < 0.9 (the two tests of "
+                        "cpgym capacity); its TTFTs measure the window's backlog. --label-overload measures each "
+                        "policy's capacity instead")
+    if bool((summary["num_unfinished"] > 0).any()):  # e.g. cut by --horizon-s: the TTFT columns leave them out
+        from experiments.commands.simulate import UNFINISHED_CAPTION
+
+        captions.append(UNFINISHED_CAPTION.replace("mean / P50 / P90 / P99", "mean / P90")
+                        + "; a run whose last third of arrivals has no finished request is not judged saturated")
+    if captions:
+        t.caption = "\n".join(captions)
     con = Console(width=max(120, Console().width))
     con.print(t)
     if changes:

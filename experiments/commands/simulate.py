@@ -33,6 +33,10 @@ TABLE_CAPTION = ("SLO tok: token-weighted SLO attainment (share of prompt tokens
                  "SLO req: share of requests that met it; hit rate: cached share of the prompt tokens of started "
                  "requests; util: GPU busy time / (GPUs x simulated time)")
 
+#: Appended to a table's caption when a run has unfinished requests (e.g. cut by ``--horizon-s``).
+UNFINISHED_CAPTION = ("mean / P50 / P90 / P99 TTFT: finished requests only (the unfinished ones count as SLO misses, "
+                      "not in the TTFT columns)")
+
 
 def print_table(rows: list[dict], title: str) -> None:
     from rich.console import Console
@@ -40,8 +44,7 @@ def print_table(rows: list[dict], title: str) -> None:
 
     caption = TABLE_CAPTION
     if any(r.get("num_unfinished") for r in rows):  # the TTFT columns leave them out: say so where it matters
-        caption += ("; mean / P50 / P90 / P99 TTFT: finished requests only (the unfinished ones count as SLO misses, "
-                    "not in the TTFT columns)")
+        caption += "; " + UNFINISHED_CAPTION
     t = Table(title=title, caption=caption)
     cols = [("policy", "policy", "{}"), ("pool", "pool", "{}"), ("num_requests", "requests", "{:d}"),
             ("num_unfinished", "unfinished", "{:d}"),

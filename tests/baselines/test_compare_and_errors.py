@@ -170,6 +170,20 @@ def test_compare_labels_a_saturated_rate_without_capacities(capsys):
     assert "(saturated): past this policy's saturation in this run" in out
 
 
+def test_compare_says_its_ttft_columns_leave_out_unfinished_requests(capsys):
+    """`--horizon-s` shorter than the window: thousands of unfinished requests, the TTFT columns over
+    the finished ones only, and no saturation label (the last third never finished) — the caption
+    said none of it (cpgym simulate's did)."""
+    argv = ["compare", "--workload", "tool-agent", "--workload-param", "duration_s=20", "--suite", "round-robin",
+            "--rates", "10", "--horizon-s", "10"]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("mean / P90 TTFT: finished requests only (the unfinished ones count as SLO misses, not in the TTFT columns); "
+            "a run whose last third of arrivals has no finished request is not judged saturated") in out
+    assert main([*argv[:-2]]) == 0  # every request finished: no such caption
+    assert "finished requests only" not in capsys.readouterr().out
+
+
 def test_load_fraction_survives_the_mean_over_seeds_of_the_rate():
     # the 0.5 load of the conversation trace: 0.5 x 12.266994826616607 req/s, averaged over three
     # seeds by the summary, differs from the requested rate in the last digit; an exact lookup left
