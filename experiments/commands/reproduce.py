@@ -10,9 +10,10 @@ and metric, the paper's figure beside cpgym's with a 95 % CI over seeds. Definit
   measured capacity with local caches); default all four.
 * ``--quick``: a reduced run sized for 2 cores: end-to-end 3 seeds, 300 s windows, loads
   0.5,0.85,0.95, 3 % capacity tolerance; dynamic / reconfiguration 3 seeds with the full
-  ``cpgym dynamic`` defaults (4 x 150 s phases, every fixed composition: 8-30 s per seed on 2 cores, so
-  nothing is cut); cache 3 held-out seeds with 300 s of sessions (the manager sweep's length)
-  instead of 600 s. Explicit ``--seeds`` / ``--loads`` / ``--window-s`` / ``--cache-seeds`` win.
+  ``cpgym dynamic`` defaults (4 x 150 s phases, every fixed composition: 87-141 s per seed on 2
+  cores with the default look-ahead decision, so nothing is cut); cache 3 held-out seeds with 300 s
+  of sessions (the manager sweep's length) instead of 600 s. Explicit ``--seeds`` / ``--loads`` /
+  ``--window-s`` / ``--cache-seeds`` win.
 * ``--format json``: one JSON array of rows ``{experiment, workload, model, metric,
   paper_value, cpgym_value, ci_low, ci_high, load_fraction, strongest_baseline}``.
 * ``--out DIR`` (default ``runs/reproduce``): ``rows.json``, ``KIND-runs.csv`` (every run),
