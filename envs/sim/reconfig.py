@@ -57,13 +57,28 @@ retained prefixes stay resident but are *pending reconciliation* — they are no
   from the sibling half, which is a valid source while it still holds the block (ready or
   pending) — if the sibling evicted it or no longer exists, the source is gone.
 
-First reuse of a pending prefix (``Simulator.reconcile_hooks``): when an engine step admits a
-request whose leading blocks beyond the ready hit are pending, the missing bytes of that run
-(``num_pending_blocks x missing_fraction x kv_block_bytes``) are transferred over
-``sim.links.reserve`` (FIFO, contended links), the blocks become READY and count toward the
-request's cached prefix P, and the step starts computing only when the transfer ends. A pending
-block without a valid source ends the reusable run: it and everything after it is an ordinary
-miss (recomputed and re-inserted as READY after the prefill).
+Shard masks (chains of operations before a reconciliation). The fractions above hold for
+participants whose blocks are READY. A block is cut into ``K`` content slices (``K`` = the
+largest supported degree); a block READY on a worker of degree ``C`` from GPU ``f`` has
+``K/C`` slices on each rank (GPU ``f+j`` holds slices ``[j K/C, (j+1) K/C)``). Every PENDING
+block keeps, per rank of its worker, the slices that GPU still holds (``_shards``), and its
+*origin*: the span of the worker it was last READY on, widened to every span it has since been
+merged into — the GPUs its other slices can be on. Then, for a block on a worker of degree ``C``:
+
+* missing bytes = ``units / K x kv_block_bytes`` with ``units`` the larger of the slices its
+  ranks lack of their ``K/C`` shares (bytes a rank holds stay, re-addressing being metadata) and
+  the slices none of its ranks holds (those must come from outside): ``1/2`` after one split of
+  a READY block, ``1 - 2**-k`` after ``k`` splits with no reconciliation in between (``3/4``
+  for a CP-2 half of a CP-4 half of a CP-8 worker), ``1/2`` for the two quarter-holding halves
+  merged back, 0 (READY) where every rank holds its share;
+* sources: the slices none of its ranks holds come from the workers now on the other GPUs of
+  its origin span that hold them (READY: all slices; PENDING: their masks; a worker with a
+  failed rank: none) — the sibling *and*, after a split of a split, the first split's other
+  half (or, if that one was split too, its halves). If these do not hold every slice, the
+  block has no valid source: a split or merge does not retain it (``num_source_lost_blocks``),
+  a first reuse treats it and what follows as an ordinary miss;
+* a split half holding none of a block's slices (a merged worker's block that only the other
+  half's GPUs hold) does not retain it; one holding its whole share has it READY.
 
 Everything an operation did is kept in :class:`OperationRecord` and, with the composition time
 series, returned in ``SimResult.extras["reconfig"]``.
@@ -83,9 +98,11 @@ if TYPE_CHECKING:  # pragma: no cover
 SPLIT = "split"
 MERGE = "merge"
 
-#: Fraction of a pending block's bytes missing on the new geometry: after a split each half
-#: holds half of the shards; after a merge the non-holding sibling's ranks (half of the merged
-#: ranks) lack theirs.
+#: Fraction of a pending block's bytes missing after *one* split of a worker holding it READY (each
+#: half holds half of the shards) or after a merge of a holder with a sibling that lacks it (the
+#: sibling's ranks, half of the merged ranks, lack theirs). Chains of operations before the
+#: reconciliation give other fractions (``1 - 2**-k`` after ``k`` splits): the exact fraction of
+#: every pending block follows from its shard masks (module docstring, "Shard masks").
 MISSING_FRACTION = 0.5
 
 
@@ -168,11 +185,12 @@ class OperationRecord:
     ``drain_s = drain_end_s - start_s`` (redirect + in-flight steps + step-boundary sync), ``switch_s = switch_end_s
     - drain_end_s``, ``confirm_s = commit_s - switch_end_s``, ``total_s = commit_s - start_s``
     (the paper's "drain + switch", 1.1-5.1 s in §9). ``pending_blocks_created``: blocks left
-    PENDING on the new workers; ``reconciliation_bytes`` / ``num_reconciled_blocks``: traffic of
-    their later first reuses (grows after the commit); ``expected_reconciliation_bytes``: the
-    upper bound used to rank operations (every pending block reconciled once);
-    ``num_source_lost_blocks``: pending blocks found without a valid source, at a first reuse or,
-    for a merge of two halves of a split, at the switch (not retained).
+    PENDING on the new workers (``ready_blocks_retained``: READY ones); ``reconciliation_bytes``
+    [bytes] / ``num_reconciled_blocks``: traffic of their later first reuses (grows after the
+    commit); ``expected_reconciliation_bytes`` [bytes]: the upper bound used to rank operations
+    (every pending block reconciled once, for its missing fraction); ``num_source_lost_blocks``:
+    pending blocks found without a valid source, at a first reuse or, when a participant holds
+    partial (PENDING) blocks, at the switch (not retained).
     """
 
     index: int
@@ -248,16 +266,18 @@ class Reconfigurator:
         self.config = config or ReconfigConfig()
         self.records: list[OperationRecord] = []
         self._inflight: dict[int, _InFlight] = {}  # participating worker id -> operation
-        # new worker id -> (source worker id or -1 for itself, source first GPU, record index)
-        self._recon: dict[int, tuple[int, int, int]] = {}
+        self._recon: dict[int, int] = {}  # new worker holding PENDING blocks -> index of the record that made it
+        # worker id -> block hash -> shard info (masks, origin first GPU, origin degree) of its PENDING blocks
+        # (module docstring, "Shard masks"); an entry is dropped when its block is reconciled
+        self._shards: dict[int, dict[int, tuple]] = {}
+        pool = sim.config.pool
+        self._num_slices = max(pool.supported_degrees)  # K: content slices of a block
+        self._all_slices = (1 << self._num_slices) - 1
+        self._memo: dict = {}  # pure functions of shard masks / spans (few distinct keys)
         # worker id -> block hash -> end [s] of the reconciliation transfer still bringing its
         # missing bytes (the block is READY in the cache from the reservation on; a request admitted
         # later must still wait for the bytes: one whose step the token budget closed, for instance)
         self._arriving: dict[int, dict[int, float]] = {}
-        # merged worker id -> (node of the lower sibling, node of the upper one, blocks only the upper
-        # held) for a merge across nodes (allow_cross_node): a pending block's missing half then
-        # crosses the node boundary, from its holder's node to the other one
-        self._merge_sides: dict[int, tuple[int, int, set[int]]] = {}
         self._committing: dict[int, _InFlight] = {}  # new worker id -> operation, switch end .. commit
         self.composition_series: list[dict] = []
         self.commit_listeners: list = []  # fn(sim, record) after every commit
@@ -294,10 +314,25 @@ class Reconfigurator:
 
     def expected_reconciliation_bytes(self, op: Operation) -> int:
         """Upper bound of the KV-reconciliation traffic ``op`` creates [bytes]: every block it
-        leaves pending reconciled once (``MISSING_FRACTION`` of a block each)."""
-        return int(self._pending_blocks_after(op) * MISSING_FRACTION * self.sim.kv_block_bytes)
+        leaves pending reconciled once, each for its missing fraction (``MISSING_FRACTION`` of a
+        block after one split or merge of READY blocks; the exact fraction from the shard masks
+        when a participant holds PENDING blocks)."""
+        sim = self.sim
+        if not any(self._shards.get(wid) for wid in op.worker_ids):  # READY blocks only
+            return int(self._pending_blocks_after(op) * MISSING_FRACTION * sim.kv_block_bytes)
+        num_slices = self._num_slices
+        if op.kind == SPLIT:
+            w = sim.workers[op.worker_ids[0]]
+            cap = self._capacity_blocks(w.degree // 2)
+            kept, _ = self._plan_split(w, (cap, cap))
+        else:
+            kept, _ = self._plan_merge([sim.workers[i] for i in op.worker_ids])
+            kept = (kept,)
+        units = sum(self._units(info[0])[0] for blocks in kept for _, info in blocks if info is not None)
+        return int(units * sim.kv_block_bytes / num_slices)
 
     def _pending_blocks_after(self, op: Operation) -> int:
+        """Blocks ``op`` leaves PENDING when its participants hold READY blocks only."""
         sim = self.sim
         if op.kind == SPLIT:
             w = sim.workers[op.worker_ids[0]]
@@ -430,19 +465,22 @@ class Reconfigurator:
             if w.batch or w.queue:  # pragma: no cover - guarded by DRAINING/SWITCHING
                 raise RuntimeError(f"worker {w.worker_id} has work at the switch of {flight.op}")
         listeners = (list(olds[0].cache.insert_listeners), list(olds[0].cache.evict_listeners))
-        old_lru = [w.cache.blocks() for w in olds]  # LRU first
-        # participants born of a split: their PENDING blocks hold only their half of the shards
-        split_born = [self._recon.get(w.worker_id, (-1,))[0] >= 0 for w in olds]
+        if flight.op.kind == SPLIT:  # the new workers' KV state, from the old workers' (before they go)
+            C = rec.new_degree
+            caps = tuple(self._capacity_of(C, rec.first_gpu + i * C) for i in (0, 1))
+            kept, num_lost = self._plan_split(olds[0], caps)
+        else:
+            merged, num_lost = self._plan_merge(olds)
+            kept = (merged,)
+        rec.num_source_lost_blocks += num_lost
         for w in olds:
-            for h in old_lru[olds.index(w)]:
+            for h in w.cache.blocks():  # LRU first
                 for fn in w.cache.evict_listeners:
                     fn(w.worker_id, h)
             sim.retire_worker(w.worker_id)
             self._inflight.pop(w.worker_id, None)
             sim.reconcile_hooks.pop(w.worker_id, None)
-            self._recon.pop(w.worker_id, None)
-            self._arriving.pop(w.worker_id, None)
-            self._merge_sides.pop(w.worker_id, None)
+            self.forget_worker(w.worker_id)
         if flight.op.kind == SPLIT:
             C = rec.new_degree
             news = [sim.add_worker(C, rec.first_gpu), sim.add_worker(C, rec.first_gpu + C)]
@@ -453,15 +491,8 @@ class Reconfigurator:
             w.cache.insert_listeners.extend(listeners[0])
             w.cache.evict_listeners.extend(listeners[1])
         rec.new_worker_ids = tuple(w.worker_id for w in news)
-        if flight.op.kind == SPLIT:
-            for w, sib in ((news[0], news[1]), (news[1], news[0])):
-                mru_first = old_lru[0][::-1][: w.cache.capacity_blocks]
-                for h in reversed(mru_first):  # LRU first, so the MRU ends most recent
-                    w.cache.insert((h,), PENDING)
-                rec.pending_blocks_created += len(w.cache)
-                self._register(w, sib.worker_id, sib.first_gpu, rec.index)
-        else:
-            self._merge_kv(news[0], olds, old_lru, split_born, rec)
+        for w, blocks in zip(news, kept):
+            self._install(w, blocks, rec)
         ranks = sum(w.degree for w in news)
         for w in news:
             self._committing[w.worker_id] = flight
@@ -469,36 +500,191 @@ class Reconfigurator:
         self._snapshot()
         sim.schedule(self.config.confirm_s_per_rank * ranks, EventPriority.RECONFIG, self._commit, (flight, news))
 
-    def _merge_kv(self, w: Worker, olds: list[Worker], old_lru: list[list[int]], split_born: list[bool],
-                  rec: OperationRecord) -> None:
-        """KV state of the merged worker ``w``: a block both siblings held is READY, one held by one
-        sibling PENDING (module docstring) — unless that sibling was born of a split of the merged
-        GPUs and holds the block PENDING: then its other half of the shards was on the sibling,
-        which dropped it, so no valid source is left and the block is not retained."""
-        a, b = old_lru
-        in_b = set(b)
-        in_a = set(a)
-        for side, (mine, other) in enumerate(((a, in_b), (b, in_a))):
-            if split_born[side]:
-                cache = olds[side].cache
-                lost = {h for h in mine if h not in other and cache.state(h) == PENDING}
-                if lost:
-                    mine[:] = [h for h in mine if h not in lost]
-                    rec.num_source_lost_blocks += len(lost)
-        in_b = set(b)
-        in_a = set(a)
+    def _capacity_of(self, degree: int, first_gpu: int) -> int:
+        """KV capacity [blocks] of a worker of ``degree`` from ``first_gpu`` (its node's calibration, as
+        ``Simulator.add_worker``)."""
+        sim = self.sim
+        cal = sim.calibration_of_node(first_gpu // sim.config.pool.gpus_per_node)
+        return int(cal.kv_capacity_blocks(degree, sim.kv_block_size_tokens) * sim.config.cache_capacity_scale)
+
+    def _install(self, w: Worker, blocks: list[tuple[int, tuple | None]], rec: OperationRecord) -> None:
+        """Inserts ``blocks`` ((hash, shard info or None for READY), LRU first) into the new worker
+        ``w``, records their shard masks and counts them on ``rec``."""
+        pend: dict[int, tuple] = {}
+        for h, info in blocks:
+            w.cache.insert((h,), READY if info is None else PENDING)
+            if info is not None:
+                pend[h] = info
+        rec.pending_blocks_created += len(pend)
+        rec.ready_blocks_retained += len(blocks) - len(pend)
+        if pend:
+            self._shards[w.worker_id] = pend
+            self._register(w, rec.index)
+
+    # ------------------------------------------------------------------ shard masks
+    def _ready_info(self, first_gpu: int, degree: int) -> tuple:
+        """Shard info of a block READY on the worker of ``degree`` from ``first_gpu``: its GPU ``j``
+        holds content slices ``[j K/degree, (j+1) K/degree)``; the origin is the worker itself."""
+        key = ("ready", first_gpu, degree)
+        info = self._memo.get(key)
+        if info is None:
+            info = self._memo[key] = (_layout_masks(first_gpu, degree, first_gpu, degree, self._num_slices),
+                                      first_gpu, degree)
+        return info
+
+    def _info(self, w: Worker, h: int) -> tuple | None:
+        """Shard info (masks, origin first GPU, origin degree) of block ``h`` on ``w``; None if absent."""
+        st = w.cache.state(h)
+        if st is None:
+            return None
+        if st == READY:
+            return self._ready_info(w.first_gpu, w.degree)
+        return self._shards[w.worker_id][h]
+
+    def _units(self, masks: tuple[int, ...]) -> tuple[int, int]:
+        """(missing units, slices needed from outside) of a block held with ``masks`` by a worker of
+        ``len(masks)`` ranks, in content slices of ``1/K`` of a block (K = largest supported degree).
+
+        Every rank must end with ``K/C`` slices of the block; bytes a rank already holds stay where
+        they are (re-addressing is local metadata, paper §6.2): the ranks lack
+        ``sum(max(0, K/C - held))`` slices, and the slices none of them holds must come from outside
+        the worker. The missing units are the larger of the two (each is a lower bound on the bytes
+        moved): ``K/2`` after one split of a READY block (``MISSING_FRACTION``), ``K (1 - 2**-k)``
+        after ``k`` splits, ``K/2`` on a merge of a holder with a sibling lacking the block."""
+        out = self._memo.get(masks)
+        if out is None:
+            share = self._num_slices // len(masks)
+            deficit = 0
+            union = 0
+            for m in masks:
+                held = m.bit_count()
+                if held < share:
+                    deficit += share - held
+                union |= m
+            outside = self._all_slices & ~union
+            n_out = outside.bit_count()
+            out = self._memo[masks] = (deficit if deficit > n_out else n_out, outside)
+        return out
+
+    def _holders(self, first_gpu: int, degree: int, origin_first_gpu: int, origin_degree: int, h: int) -> list:
+        """[(worker, content slices of ``h`` it holds)] of the workers on the GPUs of the origin span
+        outside the span ``first_gpu .. first_gpu+degree-1``, GPU order; a worker with a failed rank
+        holds nothing. O(origin degree / smallest degree)."""
+        sim = self.sim
+        workers = sim.workers
+        step = sim.config.pool.min_degree
+        end = first_gpu + degree
+        g, origin_end = origin_first_gpu, origin_first_gpu + origin_degree
+        out = []
+        while g < origin_end:
+            if first_gpu <= g < end:
+                g = end
+                continue
+            o = workers.get(g // step)
+            if o is None or o.first_gpu != g:
+                g += step
+                continue
+            g += o.degree
+            st = o.cache.state(h)
+            if st is None or o.stopped:
+                continue
+            if st == READY:
+                out.append((o, self._all_slices))
+            else:
+                union = 0
+                for m in self._shards[o.worker_id][h][0]:
+                    union |= m
+                out.append((o, union))
+        return out
+
+    def _covered(self, outside: int, holders: list) -> bool:
+        for _, content in holders:
+            outside &= ~content
+        return not outside
+
+    def _plan_split(self, w: Worker, caps: tuple[int, int]) -> tuple[tuple[list, list], int]:
+        """KV state of the two halves of ``w`` after its split: per half, [(hash, shard info or None
+        for READY)], LRU first, at most ``caps[i]`` blocks; and the number of blocks not retained for
+        want of a valid source. Each half keeps its GPUs' shards of the most recently used blocks
+        that it holds any shard of; a block is READY on a half whose ranks hold their whole share,
+        and a block whose shards neither ``w`` nor the other workers of its origin span still hold
+        is not retained."""
+        C = w.degree // 2
+        memo: dict = {}
+        kept: tuple[list, list] = ([], [])
+        num_lost = 0
+        for h in reversed(w.cache.blocks()):  # MRU first
+            if len(kept[0]) >= caps[0] and len(kept[1]) >= caps[1]:
+                break
+            info = self._info(w, h)
+            out = memo.get(info)
+            if out is None:
+                out = memo[info] = self._split_info(info, C)
+            if out[2] and not self._covered(out[2], self._holders(w.first_gpu, w.degree, info[1], info[2], h)):
+                num_lost += 1
+                continue
+            for i in (0, 1):
+                if out[i] is not False and len(kept[i]) < caps[i]:
+                    kept[i].append((h, out[i]))
+        return (kept[0][::-1], kept[1][::-1]), num_lost
+
+    def _split_info(self, info: tuple, half_degree: int) -> tuple:
+        """(lower half's shard info, upper half's, slices ``w`` lacks) for a block of shard info ``info``
+        on a worker being split: a half's info is None if READY there, False if it holds no shard."""
+        masks, origin_first_gpu, origin_degree = info
+        out = []
+        for part in (masks[:half_degree], masks[half_degree:]):
+            if not any(part):
+                out.append(False)
+            elif self._units(part)[0] == 0:
+                out.append(None)
+            else:
+                out.append((part, origin_first_gpu, origin_degree))
+        union = 0
+        for m in masks:
+            union |= m
+        out.append(self._all_slices & ~union)
+        return tuple(out)
+
+    def _plan_merge(self, olds: list[Worker]) -> tuple[list, int]:
+        """KV state of the worker merged from the siblings ``olds`` (lower first GPU first):
+        [(hash, shard info or None for READY)], LRU first, and the number of blocks not retained for
+        want of a valid source. The masks of the two siblings are put side by side: a block is
+        READY if every rank holds its share (held by both siblings as READY, for instance),
+        PENDING otherwise; a block of which slices are on none of the merged ranks nor on the other
+        workers of its origin span (a split half's block whose sibling dropped it) is not retained."""
+        a_w, b_w = olds
+        C = a_w.degree
+        W_first, W_degree = a_w.first_gpu, 2 * C
+        a, b = a_w.cache.blocks(), b_w.cache.blocks()  # LRU first
+        in_a, in_b = set(a), set(b)
+        absent = (0,) * C
+        memo: dict = {}
+        state: dict[int, tuple | None] = {}
+        lost: set[int] = set()
+        for h in in_a | in_b:
+            ia = self._info(a_w, h) if h in in_a else None
+            ib = self._info(b_w, h) if h in in_b else None
+            key = (ia, ib)
+            out = memo.get(key)
+            if out is None:
+                masks = (ia[0] if ia else absent) + (ib[0] if ib else absent)
+                origin = max((o[2], o[1]) for o in (ia, ib, (None, W_first, W_degree)) if o)
+                units, outside = self._units(masks)
+                out = memo[key] = (None if units == 0 else (masks, origin[1], origin[0]), outside)
+            info, outside = out
+            if outside and not self._covered(outside, self._holders(W_first, W_degree, info[1], info[2], h)):
+                lost.add(h)
+            else:
+                state[h] = info
+        if lost:
+            a = [h for h in a if h not in lost]
+            b = [h for h in b if h not in lost]
+            in_a = set(a)
         # Interleave the two recency orders by relative rank (LRU first).
         order = sorted([(i / len(a), 0, h) for i, h in enumerate(a)]
                        + [(i / len(b), 1, h) for i, h in enumerate(b) if h not in in_a])
-        for _, _, h in order:
-            w.cache.insert((h,), READY if (h in in_a and h in in_b) else PENDING)
-        pend = sum(1 for h in w.cache.blocks() if w.cache.state(h) == PENDING)
-        rec.pending_blocks_created += pend
-        rec.ready_blocks_retained += len(w.cache) - pend
-        if pend:
-            self._register(w, -1, w.first_gpu, rec.index)
-            if olds[0].node != olds[1].node:
-                self._merge_sides[w.worker_id] = (olds[0].node, olds[1].node, in_b - in_a)
+        return [(h, state[h]) for _, _, h in order], len(lost)
 
     def _commit(self, payload) -> None:
         """Stage 5: every rank confirmed; new epoch; the new workers become schedulable."""
@@ -561,19 +747,25 @@ class Reconfigurator:
     def forget_worker(self, worker_id: int) -> None:
         """Drops the reconciliation state of a worker removed after a fault."""
         self._recon.pop(worker_id, None)
+        self._shards.pop(worker_id, None)
         self._arriving.pop(worker_id, None)
-        self._merge_sides.pop(worker_id, None)
         self._committing.pop(worker_id, None)
 
     # ------------------------------------------------------------------ KV reconciliation
-    def _register(self, w: Worker, source_wid: int, source_first_gpu: int, record_index: int) -> None:
-        self._recon[w.worker_id] = (source_wid, source_first_gpu, record_index)
+    def _register(self, w: Worker, record_index: int) -> None:
+        self._recon[w.worker_id] = record_index
         self.sim.reconcile_hooks[w.worker_id] = self._reconcile
 
     def _reconcile(self, sim: Simulator, w: Worker, req, nhit: int) -> tuple[int, float]:
         """``Simulator.reconcile_hooks`` entry: extends the ready hit over pending blocks with a
         valid source, transferring their missing bytes; returns (usable blocks, ready time): no
-        earlier than the end of any transfer still bringing one of the usable blocks."""
+        earlier than the end of any transfer still bringing one of the usable blocks.
+
+        A pending block's missing bytes are ``units / K x kv_block_bytes`` (:meth:`_units`); the
+        slices none of ``w``'s ranks holds come from the workers now on the other GPUs of the
+        block's origin span that still hold them (pinned until the transfer ends); if they do not
+        hold them all, the block has no valid source and ends the reusable run. O(run length x
+        origin degree), independent of the queue."""
         now = sim.env.now
         hashes = req.block_hashes
         n = len(hashes)
@@ -582,13 +774,10 @@ class Reconfigurator:
         t_ready = _arrival_s(arriving, hashes, nhit, now) if arriving else now
         if nhit >= n or cache.state(hashes[nhit]) != PENDING:
             return nhit, t_ready
-        src_wid, src_gpu, ridx = self._recon[w.worker_id]
-        src = w
-        if src_wid >= 0:
-            src = sim.workers.get(src_wid)
-            if src is not None and (src.first_gpu != src_gpu or src.stopped):  # gone, or its KV lost in a fault
-                src = None
-        rec = self.records[ridx]
+        rec = self.records[self._recon[w.worker_id]]
+        shards = self._shards[w.worker_id]
+        units_by_link: dict[tuple[int, int], int] = {}
+        pins: dict[int, tuple] = {}  # source worker id -> (its cache, blocks pinned)
         k = nhit
         pending: list[int] = []
         while k < n:
@@ -596,66 +785,130 @@ class Reconfigurator:
             st = cache.state(h)
             if st is None:
                 break
+            if st == PENDING and not self._plan_block(w, h, shards[h], units_by_link, pins):
+                rec.num_source_lost_blocks += 1
+                break
             if st == PENDING:
-                if src is not w and (src is None or h not in src.cache):
-                    rec.num_source_lost_blocks += 1
-                    break
                 pending.append(h)
             k += 1
         if not pending:
             return nhit, t_ready
-        sides = self._merge_sides.get(w.worker_id) if src is w else None
-        if sides is None:
-            num_bytes = int(len(pending) * MISSING_FRACTION * sim.kv_block_bytes)
-            _, end = sim.links.reserve(now, src.node, w.node, num_bytes)
-        else:
-            num_bytes, end = self._reserve_across_nodes(sides, pending, now)
+        block_bytes = sim.kv_block_bytes
+        num_slices = self._num_slices
+        num_bytes, end = 0, now
+        for (src_node, dst_node), units in sorted(units_by_link.items()):
+            b = int(units * block_bytes / num_slices)
+            _, e = sim.links.reserve(now, src_node, dst_node, b)
+            num_bytes += b
+            end = e if e > end else end
         for h in pending:
             cache.set_state(h, READY)
-        self._book_transfer(w, src, pending, now, end)
+            del shards[h]
+        self._book_transfer(w, list(pins.values()), pending, now, end)
         rec.reconciliation_bytes += num_bytes
         rec.num_reconciled_blocks += len(pending)
         sim._log(f"reconcile:w{w.worker_id}:b{len(pending)}")
         return k, (end if end > t_ready else t_ready)
 
-    def _reserve_across_nodes(self, sides: tuple[int, int, set[int]], pending: list[int], now: float) -> tuple[int, float]:
-        """Reconciliation of ``pending`` blocks on a worker merged across nodes: the missing half
-        of a block held by the lower sibling goes from its node to the upper sibling's node over
-        the inter-node links, and the other way round; returns (bytes, end of the later transfer)."""
-        node_a, node_b, only_b = sides
-        from_b = sum(1 for h in pending if h in only_b)
-        block_bytes = self.sim.kv_block_bytes
-        total, end = 0, now
-        for n, src, dst in ((len(pending) - from_b, node_a, node_b), (from_b, node_b, node_a)):
-            if n:
-                num_bytes = int(n * MISSING_FRACTION * block_bytes)
-                _, e = self.sim.links.reserve(now, src, dst, num_bytes)
-                total += num_bytes
-                end = e if e > end else end
-        return total, end
+    def _plan_block(self, w: Worker, h: int, info: tuple, units_by_link: dict, pins: dict) -> bool:
+        """Adds the reconciliation of pending block ``h`` (shard info ``info``) on ``w`` to
+        ``units_by_link`` ((source node, destination node) -> units) and its sources to ``pins``;
+        returns False (and adds nothing) when it has no valid source. Slices from outside ``w`` go
+        from their holder's node (holders on ``w``'s node first) to the node of ``w``'s ranks that
+        lack the most; the rest is redistribution among ``w``'s ranks (:meth:`_moves_within`)."""
+        masks = info[0]
+        units, outside = self._units(masks)
+        moves, dst_node = self._moves_within(w.first_gpu, masks)
+        if outside:
+            holders = self._holders(w.first_gpu, w.degree, info[1], info[2], h)
+            if not self._covered(outside, holders):
+                return False
+            holders.sort(key=lambda hc: hc[0].node != dst_node)  # stable: GPU order otherwise
+            for o, content in holders:
+                take = outside & content
+                if take:
+                    outside &= ~content
+                    key = (o.node, dst_node)
+                    units_by_link[key] = units_by_link.get(key, 0) + take.bit_count()
+                    p = pins.get(o.worker_id)
+                    if p is None:
+                        p = pins[o.worker_id] = (o.cache, [])
+                    p[1].append(h)
+                    if not outside:
+                        break
+        for key, u in moves:
+            units_by_link[key] = units_by_link.get(key, 0) + u
+        return True
 
-    def _book_transfer(self, w: Worker, src: Worker, pending: list[int], now: float, end: float) -> None:
+    def _moves_within(self, first_gpu: int, masks: tuple[int, ...]) -> tuple[tuple, int]:
+        """Redistribution of a pending block among the ranks of a worker from ``first_gpu`` holding it
+        with ``masks``: ((((source node, destination node), units), ...), node receiving the slices from
+        outside). The units beyond those from outside (:meth:`_units`) are lacked on each node by its
+        ranks; a node serves its own ranks from the distinct slices it holds beyond its ranks'
+        shares, the other nodes (in order) the rest. One node (the usual case): all on that node."""
+        key = ("moves", first_gpu, masks)
+        out = self._memo.get(key)
+        if out is not None:
+            return out
+        units, outside = self._units(masks)
+        internal = units - outside.bit_count()
+        per_node = self.sim.config.pool.gpus_per_node
+        share = self._num_slices // len(masks)
+        lack: dict[int, int] = {}
+        surplus: dict[int, int] = {}
+        union: dict[int, int] = {}
+        kept: dict[int, int] = {}
+        for j, m in enumerate(masks):
+            node = (first_gpu + j) // per_node
+            held = m.bit_count()
+            lack[node] = lack.get(node, 0) + (share - held if held < share else 0)
+            union[node] = union.get(node, 0) | m
+            kept[node] = kept.get(node, 0) + (held if held < share else share)
+        nodes = sorted(lack)
+        dst = max(nodes, key=lambda nd: (lack[nd], -nd))
+        for nd in nodes:
+            surplus[nd] = max(0, union[nd].bit_count() - kept[nd])
+        lack[dst] = max(0, lack[dst] - outside.bit_count())
+        moves: dict[tuple[int, int], int] = {}
+        for nd in nodes:
+            need = lack[nd]
+            for src in [nd] + [x for x in nodes if x != nd]:
+                if internal <= 0 or need <= 0:
+                    break
+                u = min(need, surplus[src], internal)
+                if u > 0:
+                    moves[(src, nd)] = moves.get((src, nd), 0) + u
+                    surplus[src] -= u
+                    need -= u
+                    internal -= u
+        if internal > 0:  # cannot happen with nested layouts; keep the total exact regardless
+            nd = nodes[0]
+            moves[(nd, nd)] = moves.get((nd, nd), 0) + internal
+        out = self._memo[key] = (tuple(moves.items()), dst)
+        return out
+
+    def _book_transfer(self, w: Worker, pins: list[tuple], pending: list[int], now: float, end: float) -> None:
         """Bookkeeping of a reconciliation transfer of ``pending`` blocks to ``w`` ending at ``end``
-        [s]: the blocks' arrival time (while bytes are in flight) and the source's pins, both
-        released by :meth:`_transfer_end` (no event when there is neither)."""
+        [s]: the blocks' arrival time (while bytes are in flight) and the pins of the source blocks
+        (``pins``: [(source cache, block hashes)]), both released by :meth:`_transfer_end` (no event
+        when there is neither)."""
         from envs.sim.simulator import EventPriority
 
         if end > now:
             arriving = self._arriving.setdefault(w.worker_id, {})
             for h in pending:
                 arriving[h] = end
-        if src is not w:
-            for h in pending:
-                src.cache.pin(h)
-        if src is not w or end > now:
-            self.sim.schedule(end - now, EventPriority.TRANSFER_END, self._transfer_end,
-                              (w.worker_id, src.cache if src is not w else None, pending, end))
+        for src_cache, hashes in pins:
+            for h in hashes:
+                src_cache.pin(h)
+        if pins or end > now:
+            self.sim.schedule(end - now, EventPriority.TRANSFER_END, self._transfer_end, (w.worker_id, pins, pending, end))
 
     def _transfer_end(self, payload) -> None:
         """A reconciliation transfer ended: its source blocks are unpinned, its blocks' bytes are in."""
-        worker_id, src_cache, hashes, end = payload
-        if src_cache is not None:
-            _unpin((src_cache, hashes))
+        worker_id, pins, hashes, end = payload
+        for p in pins:
+            _unpin(p)
         arriving = self._arriving.get(worker_id)
         if arriving is not None:
             for h in hashes:
@@ -743,3 +996,16 @@ def apply_operation(sim: Simulator, op: Operation) -> OperationRecord:
         ValueError: if ``op`` is not eligible now (names the reason).
     """
     return get_reconfigurator(sim).apply(op)
+
+
+def _layout_masks(first_gpu: int, degree: int, span_first_gpu: int, span_degree: int, num_slices: int) -> tuple[int, ...]:
+    """Content slices (bit ``i``: slice ``[i/K, (i+1)/K)`` of a block, ``K = num_slices``) that each
+    GPU of the span ``span_first_gpu ..`` holds of a block laid out READY on the worker of ``degree``
+    from ``first_gpu``: its ``j``-th GPU holds ``K/degree`` slices from ``j K/degree``, others none."""
+    width = num_slices // degree
+    one = (1 << width) - 1
+    out = []
+    for g in range(span_first_gpu, span_first_gpu + span_degree):
+        j = g - first_gpu
+        out.append(one << (j * width) if 0 <= j < degree else 0)
+    return tuple(out)

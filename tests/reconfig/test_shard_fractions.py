@@ -148,3 +148,21 @@ def test_split_before_reconciling_a_merge_keeps_whole_blocks_where_they_are(simp
     assert res.records["num_cached_tokens"].tolist() == [11]
     assert res.records["finish_s"].tolist() == pytest.approx([6.05])
     assert len(sim.workers[1].cache) == 0
+
+
+@pytest.mark.parametrize("seed", [1, 7, 23])
+def test_every_pending_block_has_masks_of_its_worker_and_something_missing(simple_calibration, seed):
+    # random splits and merges over a CP-4/2/1 pool (tests/reconfig/test_protocol.py): after the run,
+    # each PENDING block has one shard mask per rank of its worker and a non-zero missing fraction;
+    # a READY block is never described by masks with something missing
+    from tests.reconfig.test_protocol import _random_run
+
+    sim, rc, res, violations, _ = _random_run(seed, simple_calibration, 12)
+    assert violations == []
+    for w in sim.workers.values():
+        for h in w.cache.blocks():
+            if w.cache.state(h) == PENDING:
+                masks, origin_first_gpu, origin_degree = rc._shards[w.worker_id][h]
+                assert len(masks) == w.degree and rc._units(masks)[0] > 0
+                assert origin_first_gpu <= w.first_gpu and w.first_gpu + w.degree <= origin_first_gpu + origin_degree
+    assert sum(r.reconciliation_bytes for r in rc.records) >= 0
