@@ -65,7 +65,7 @@ block keeps, per rank of its worker, the slices that GPU still holds (``_shards`
 *origin*: the span of the worker it was last READY on, widened to every span it has since been
 merged into — the GPUs its other slices can be on. Then, for a block on a worker of degree ``C``:
 
-* missing bytes = ``units / K x kv_block_bytes`` with ``units`` the larger of the slices its
+* missing bytes = ``num_missing_slices / K x kv_block_bytes``, the larger of the slices its
   ranks lack of their ``K/C`` shares (bytes a rank holds stay, re-addressing being metadata) and
   the slices none of its ranks holds (those must come from outside): ``1/2`` after one split of
   a READY block, ``1 - 2**-k`` after ``k`` splits with no reconciliation in between (``3/4``
@@ -328,8 +328,8 @@ class Reconfigurator:
         else:
             kept, _ = self._plan_merge([sim.workers[i] for i in op.worker_ids])
             kept = (kept,)
-        units = sum(self._units(info[0])[0] for blocks in kept for _, info in blocks if info is not None)
-        return int(units * sim.kv_block_bytes / num_slices)
+        num_missing = sum(self._missing_slices(info[0])[0] for blocks in kept for _, info in blocks if info is not None)
+        return int(num_missing * sim.kv_block_bytes / num_slices)
 
     def _pending_blocks_after(self, op: Operation) -> int:
         """Blocks ``op`` leaves PENDING when its participants hold READY blocks only."""
@@ -541,14 +541,14 @@ class Reconfigurator:
             return self._ready_info(w.first_gpu, w.degree)
         return self._shards[w.worker_id][h]
 
-    def _units(self, masks: tuple[int, ...]) -> tuple[int, int]:
-        """(missing units, slices needed from outside) of a block held with ``masks`` by a worker of
+    def _missing_slices(self, masks: tuple[int, ...]) -> tuple[int, int]:
+        """(number of missing slices, mask of the slices needed from outside) of a block held with ``masks`` by a worker of
         ``len(masks)`` ranks, in content slices of ``1/K`` of a block (K = largest supported degree).
 
         Every rank must end with ``K/C`` slices of the block; bytes a rank already holds stay where
         they are (re-addressing is local metadata, paper §6.2): the ranks lack
         ``sum(max(0, K/C - held))`` slices, and the slices none of them holds must come from outside
-        the worker. The missing units are the larger of the two (each is a lower bound on the bytes
+        the worker. The missing slices are the larger of the two (each is a lower bound on the bytes
         moved): ``K/2`` after one split of a READY block (``MISSING_FRACTION``), ``K (1 - 2**-k)``
         after ``k`` splits, ``K/2`` on a merge of a holder with a sibling lacking the block."""
         out = self._memo.get(masks)
@@ -636,7 +636,7 @@ class Reconfigurator:
         for part in (masks[:half_degree], masks[half_degree:]):
             if not any(part):
                 out.append(False)
-            elif self._units(part)[0] == 0:
+            elif self._missing_slices(part)[0] == 0:
                 out.append(None)
             else:
                 out.append((part, origin_first_gpu, origin_degree))
@@ -670,8 +670,8 @@ class Reconfigurator:
             if out is None:
                 masks = (ia[0] if ia else absent) + (ib[0] if ib else absent)
                 origin = max((o[2], o[1]) for o in (ia, ib, (None, W_first, W_degree)) if o)
-                units, outside = self._units(masks)
-                out = memo[key] = (None if units == 0 else (masks, origin[1], origin[0]), outside)
+                num_missing, outside = self._missing_slices(masks)
+                out = memo[key] = (None if num_missing == 0 else (masks, origin[1], origin[0]), outside)
             info, outside = out
             if outside and not self._covered(outside, self._holders(W_first, W_degree, info[1], info[2], h)):
                 lost.add(h)
@@ -761,7 +761,7 @@ class Reconfigurator:
         valid source, transferring their missing bytes; returns (usable blocks, ready time): no
         earlier than the end of any transfer still bringing one of the usable blocks.
 
-        A pending block's missing bytes are ``units / K x kv_block_bytes`` (:meth:`_units`); the
+        A pending block's missing bytes are ``num_missing_slices / K x kv_block_bytes`` (:meth:`_missing_slices`); the
         slices none of ``w``'s ranks holds come from the workers now on the other GPUs of the
         block's origin span that still hold them (pinned until the transfer ends); if they do not
         hold them all, the block has no valid source and ends the reusable run. O(run length x
@@ -776,7 +776,7 @@ class Reconfigurator:
             return nhit, t_ready
         rec = self.records[self._recon[w.worker_id]]
         shards = self._shards[w.worker_id]
-        units_by_link: dict[tuple[int, int], int] = {}
+        num_slices_by_link: dict[tuple[int, int], int] = {}
         pins: dict[int, tuple] = {}  # source worker id -> (its cache, blocks pinned)
         k = nhit
         pending: list[int] = []
@@ -785,7 +785,7 @@ class Reconfigurator:
             st = cache.state(h)
             if st is None:
                 break
-            if st == PENDING and not self._plan_block(w, h, shards[h], units_by_link, pins):
+            if st == PENDING and not self._plan_block(w, h, shards[h], num_slices_by_link, pins):
                 rec.num_source_lost_blocks += 1
                 break
             if st == PENDING:
@@ -796,8 +796,8 @@ class Reconfigurator:
         block_bytes = sim.kv_block_bytes
         num_slices = self._num_slices
         num_bytes, end = 0, now
-        for (src_node, dst_node), units in sorted(units_by_link.items()):
-            b = int(units * block_bytes / num_slices)
+        for (src_node, dst_node), num in sorted(num_slices_by_link.items()):
+            b = int(num * block_bytes / num_slices)
             _, e = sim.links.reserve(now, src_node, dst_node, b)
             num_bytes += b
             end = e if e > end else end
@@ -810,14 +810,14 @@ class Reconfigurator:
         sim._log(f"reconcile:w{w.worker_id}:b{len(pending)}")
         return k, (end if end > t_ready else t_ready)
 
-    def _plan_block(self, w: Worker, h: int, info: tuple, units_by_link: dict, pins: dict) -> bool:
+    def _plan_block(self, w: Worker, h: int, info: tuple, num_slices_by_link: dict, pins: dict) -> bool:
         """Adds the reconciliation of pending block ``h`` (shard info ``info``) on ``w`` to
-        ``units_by_link`` ((source node, destination node) -> units) and its sources to ``pins``;
+        ``num_slices_by_link`` ((source node, destination node) -> slices) and its sources to ``pins``;
         returns False (and adds nothing) when it has no valid source. Slices from outside ``w`` go
         from their holder's node (holders on ``w``'s node first) to the node of ``w``'s ranks that
         lack the most; the rest is redistribution among ``w``'s ranks (:meth:`_moves_within`)."""
         masks = info[0]
-        units, outside = self._units(masks)
+        outside = self._missing_slices(masks)[1]
         moves, dst_node = self._moves_within(w.first_gpu, masks)
         if outside:
             holders = self._holders(w.first_gpu, w.degree, info[1], info[2], h)
@@ -829,7 +829,7 @@ class Reconfigurator:
                 if take:
                     outside &= ~content
                     key = (o.node, dst_node)
-                    units_by_link[key] = units_by_link.get(key, 0) + take.bit_count()
+                    num_slices_by_link[key] = num_slices_by_link.get(key, 0) + take.bit_count()
                     p = pins.get(o.worker_id)
                     if p is None:
                         p = pins[o.worker_id] = (o.cache, [])
@@ -837,21 +837,21 @@ class Reconfigurator:
                     if not outside:
                         break
         for key, u in moves:
-            units_by_link[key] = units_by_link.get(key, 0) + u
+            num_slices_by_link[key] = num_slices_by_link.get(key, 0) + u
         return True
 
     def _moves_within(self, first_gpu: int, masks: tuple[int, ...]) -> tuple[tuple, int]:
         """Redistribution of a pending block among the ranks of a worker from ``first_gpu`` holding it
-        with ``masks``: ((((source node, destination node), units), ...), node receiving the slices from
-        outside). The units beyond those from outside (:meth:`_units`) are lacked on each node by its
+        with ``masks``: ((((source node, destination node), slices), ...), node receiving the slices from
+        outside). The slices beyond those from outside (:meth:`_missing_slices`) are lacked on each node by its
         ranks; a node serves its own ranks from the distinct slices it holds beyond its ranks'
         shares, the other nodes (in order) the rest. One node (the usual case): all on that node."""
         key = ("moves", first_gpu, masks)
         out = self._memo.get(key)
         if out is not None:
             return out
-        units, outside = self._units(masks)
-        internal = units - outside.bit_count()
+        num_missing, outside = self._missing_slices(masks)
+        internal = num_missing - outside.bit_count()
         per_node = self.sim.config.pool.gpus_per_node
         share = self._num_slices // len(masks)
         lack: dict[int, int] = {}

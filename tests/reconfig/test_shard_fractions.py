@@ -163,6 +163,6 @@ def test_every_pending_block_has_masks_of_its_worker_and_something_missing(simpl
         for h in w.cache.blocks():
             if w.cache.state(h) == PENDING:
                 masks, origin_first_gpu, origin_degree = rc._shards[w.worker_id][h]
-                assert len(masks) == w.degree and rc._units(masks)[0] > 0
+                assert len(masks) == w.degree and rc._missing_slices(masks)[0] > 0
                 assert origin_first_gpu <= w.first_gpu and w.first_gpu + w.degree <= origin_first_gpu + origin_degree
     assert sum(r.reconciliation_bytes for r in rc.records) >= 0
