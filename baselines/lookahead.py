@@ -33,6 +33,35 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   regime at one rate level is simulated once; predictions are memoised per (sample, rate bucket,
   candidates) in the predictor (owned by one controller).
 * **Score**: mean TTFT [s] of the stream's requests (the quantity the experiment compares).
+* **Overload clip** (``"requests"`` source): a forecast rate above ``overload_rate_factor`` times
+  the candidates' throughput bound (:meth:`LookaheadPredictor.rate_cap_rps`: a rate that no
+  candidate can serve, from the GPU time each request of the sample needs at the least) is
+  simulated at that multiple, the *cap*, and the score is carried to the forecast rate along the
+  backlog's growth. Why: a stream has ``rate x duration_s`` requests, and a candidate that cannot
+  keep up queues nearly all of them, so without the clip the look-ahead's cost per window grew
+  with the rate (deep overload: ~95 % of a run's time, ``experiments/scripts/lookahead_overload_bench.py``).
+  At the cap every candidate is overloaded (at least ``overload_rate_factor`` times its bound),
+  its queue grows at ``rate - mu_c`` (``mu_c`` its throughput) and a request arriving ``t`` after
+  the stream's start waits about ``(rate / mu_c - 1) t`` longer than at no backlog; so the mean
+  TTFT grows with the rate by ``t_mean / mu_c`` per req/s (the *backlog slope*, measured in the
+  capped simulation: the scored requests' mean arrival time and the pool's throughput, the pool
+  being busy throughout), and the score at a forecast ``rate`` above the cap is the capped
+  simulation's mean TTFT plus ``(rate - cap) x slope`` (rates bucketed). Everything a candidate
+  does differently below saturation — routing, prefix hits, head-of-line blocking, the cold start
+  — is in the simulated part; only the extra backlog is extrapolated, linearly, as a fluid queue
+  grows. The capped simulation alone would overstate the differences between candidates (at the
+  cap the non-backlog part is a larger share of the TTFT): on the conversation trace at 10x its
+  capacity (first window, 142 req/s, cap 31.6) the capped scores were ~7x smaller than those
+  simulated at the forecast and the target's predicted gain 14 % against 2 %; extrapolated, the
+  scores of the 11 candidates lie within 6.4 % of the simulated ones (one stream; the spread
+  between the look-ahead's own streams is ~7 % there) and the gain is 6 %. Decisions above the
+  cap can therefore differ from the unclipped look-ahead's where candidates are within the noise
+  (there, a move after two windows where the unclipped gain, 2-3 %, stayed under
+  ``target_margin``). On the 16-GPU pool of ``tests/reconfig/test_lookahead_overload.py`` the
+  extrapolation is within 2-4 % at 1.5-6x the cap. Cost: the streams hold at most
+  ``overload_rate_factor x bound x span`` requests, and every forecast above the cap shares one
+  simulated bucket, so the windows of a sustained overload reuse the memo. Below the cap nothing
+  changes (the same rates, streams and scores).
 
 Why a simulation and not a closed form: a per-degree capacity sum ranks compositions only by how
 much load they carry (it is linear in the worker counts, so an extreme — all CP-2 or all CP-4 — always
@@ -117,6 +146,16 @@ class LookaheadConfig:
             arriving after this [s], in [0, stationary_duration_s); 0. Scoring 120 s streams after
             20 s gave the same decisions as from 0 s on steady seeds 1 and 2 (predicted gains
             8.2 / 10.9 % vs 7.7 / 8.6 %).
+        overload_rate_factor: ``"requests"``: a forecast rate above this multiple of the
+            candidates' throughput bound (:meth:`LookaheadPredictor.rate_cap_rps`) is simulated at
+            that multiple and its score extrapolated along the backlog's growth (module docstring,
+            "Overload clip"), > 1 (``inf``: never clip); 2.0: every candidate's queue grows at
+            least at half the simulated rate, so the backlog dominates its TTFT and the
+            extrapolation's fluid approximation holds. The bound is a hard one (no candidate
+            serves more), so a rate that some candidate can serve is never clipped; on the
+            conversation trace (40 GPUs, degrees 2 and 4) it is 15.8 req/s against a measured
+            capacity of 15.9 (the capacity counts the SLO, the bound takes every shared prefix as
+            a hit; the cap: 31.6 req/s).
         seed: seeds the prompts and arrivals (with the mix) and the look-ahead simulations.
 
     Raises:
@@ -133,6 +172,7 @@ class LookaheadConfig:
     warmup_s: float = 0.0
     stationary_duration_s: float = 60.0
     stationary_warmup_s: float = 0.0
+    overload_rate_factor: float = 2.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -158,6 +198,10 @@ class LookaheadConfig:
         if not (0 <= self.stationary_warmup_s < self.stationary_duration_s):
             raise ValueError(f"lookahead.stationary_warmup_s must be in [0, stationary_duration_s = "
                              f"{self.stationary_duration_s}), got {self.stationary_warmup_s!r}")
+        if not (isinstance(self.overload_rate_factor, (int, float)) and not isinstance(self.overload_rate_factor, bool)
+                and self.overload_rate_factor > 1):
+            raise ValueError(f"lookahead.overload_rate_factor must be a number > 1 (inf: never clip), "
+                             f"got {self.overload_rate_factor!r}")
         if not (isinstance(self.seed, int) and self.seed >= 0):
             raise ValueError(f"lookahead.seed must be an integer >= 0, got {self.seed!r}")
 
@@ -267,7 +311,7 @@ def screened_scores(compositions: list[str], rates: list[float], value, num_stre
 
     Args:
         compositions: candidates.
-        rates: rates to average over (duplicates weigh twice).
+        rates: rates to average over, items ``value`` accepts (duplicates weigh twice).
         value: ``(composition, rate, stream) -> predicted mean TTFT [s]``; called only for the
             (composition, rate, stream) triples the screening needs.
         num_streams: streams per rate, >= 1.
@@ -302,9 +346,15 @@ class LookaheadPredictor:
 
     Attributes:
         num_simulations: look-ahead simulations run (memo misses x candidates).
+        num_clipped_rates: forecast rates of :meth:`score_from_requests` calls simulated at
+            :meth:`rate_cap_rps` instead (module docstring, "Overload clip").
+        backlog_slopes: ``{stream_memo key: {composition: backlog slope [s per req/s]}}`` of
+            every ``"requests"`` simulation (:meth:`_simulate_stream`); a score at a clipped rate
+            is the memo's mean TTFT at the cap plus ``(rate - cap) x slope``.
         score_calls: ``(compositions, bucketed rates, key, keep, (duration_s, warmup_s))`` of every
             :meth:`score_from_requests` call (with the per-stream memo, enough to replay the
-            screening offline: ``experiments/scripts/lookahead_screening.py``).
+            screening offline: ``experiments/scripts/lookahead_screening.py``); the rates are the
+            simulated ones (the memo's), a clipped rate its cap's bucket.
         stream_memo: ``{(key, rate bucket, stream, (duration_s, warmup_s[, "replay"][, *transition])):
             {composition: predicted mean TTFT [s]}}`` of the ``"requests"`` source (``"replay"``:
             streams after the sample's replay; ``transition``: :meth:`TransitionPlan.memo_key`).
@@ -318,6 +368,11 @@ class LookaheadPredictor:
         self.stream_memo: dict[tuple, dict[str, float]] = {}  # (key, rate, stream, span) -> {composition: TTFT}
         self.num_simulations = 0
         self.score_calls: list[tuple] = []  # (compositions, rates, key, keep, span) per score_from_requests call
+        self.num_clipped_rates = 0  # forecast rates of score_from_requests calls above rate_cap_rps
+        self.backlog_slopes: dict[tuple, dict[str, float]] = {}  # stream_memo key -> {composition: d TTFT / d rate}
+        self._last_records: dict | None = None  # the records of the last look-ahead simulation
+        self._uncached_moments: dict[tuple, tuple[float, float]] = {}  # sample key -> (E[R], E[R (R + 1) / 2])
+        self._coefficients: tuple[float, float, float] | None = None  # (a, c, alpha): least over the pool's calibrations
 
     def stream(self, shares: np.ndarray, rate_rps: float) -> Workload:
         """The constant-rate Poisson stream of one prediction: ``max(min_requests, rate x
@@ -386,6 +441,79 @@ class LookaheadPredictor:
         L = min(request.num_prompt_tokens, self.table.calibration.max_prompt_tokens)
         return int(L), -(-L // kv_block_size_tokens)
 
+    def rate_cap_rps(self, compositions: list[str], sample: list[Request], kv_block_size_tokens: int, key: tuple,
+                     transition: TransitionPlan | None = None) -> float:
+        """The highest rate [req/s] a ``"requests"`` stream is simulated at: ``overload_rate_factor``
+        times the largest throughput bound of ``compositions`` (and ``transition.from_composition``,
+        where a transitioning stream starts) for streams resampled from ``sample`` (``inf`` with
+        ``overload_rate_factor = inf``). ``key`` identifies the sample (as in
+        :meth:`score_from_requests`; its moments are memoised).
+
+        The bound of a composition is a rate it cannot serve, under any router: its ``G`` GPUs
+        give ``G`` GPU-seconds per second, and a request of ``R`` uncached and ``P`` cached tokens
+        on a degree-``C`` worker occupies ``C`` GPUs for at least its marginal step time
+        ``f_C (a R + b P + (c R + alpha (R P + R (R + 1) / 2)) / C)`` (the step's fixed ``d`` is
+        shared by the batch; ``f_C`` the run's prediction bias of degree ``C``, a straggler only
+        slows a step), i.e. at least ``f (C_min a R + c R + alpha R (R + 1) / 2)`` GPU-seconds with
+        ``C_min`` the composition's smallest degree, ``f`` its least bias factor and ``a, c,
+        alpha`` the least over the pool's calibrations. ``R`` is at least the prompt (capped at the
+        model context) less its leading blocks shared in the sample: only those can hit in a
+        look-ahead stream (:meth:`resampled_stream` gives every other block a fresh hash), and
+        the bound takes them all as hits. So the bound is ``G / (f (C_min a E[R] + c E[R] + alpha
+        E[R (R + 1) / 2]))`` over the sample.
+        """
+        factor = self.config.overload_rate_factor
+        if not math.isfinite(factor):
+            return math.inf
+        key = tuple(int(x) for x in key)
+        moments = self._uncached_moments.get(key)
+        if moments is None:
+            moments = self._uncached_moments[key] = self._uncached_token_moments(sample, kv_block_size_tokens)
+        m1, m2 = moments
+        a, c, alpha = self._least_coefficients()
+        pool = self.table.config.pool
+        pe = self.table.config.prediction_error
+        bound = 0.0
+        comps = list(compositions) + ([transition.from_composition] if transition is not None else [])
+        for comp in comps:
+            counts = {d: n for d, n in degree_counts(comp, pool).items() if n}
+            gpus = sum(d * n for d, n in counts.items())
+            c_min = min(counts)
+            f = min(pe.factor_for(d) for d in counts)
+            gpu_s = f * (c_min * a * m1 + c * m1 + alpha * m2)
+            bound = max(bound, gpus / gpu_s if gpu_s > 0 else math.inf)
+        return factor * bound
+
+    def _uncached_token_moments(self, sample: list[Request], kv_block_size_tokens: int) -> tuple[float, float]:
+        """``(E[R], E[R (R + 1) / 2])`` over ``sample`` of the fewest uncached tokens ``R`` a
+        resampled copy of a request can have: its capped prompt less its leading shared blocks
+        (:meth:`rate_cap_rps`), at least one token (the simulator recomputes the last one)."""
+        counts: dict[int, int] = {}
+        for r in sample:
+            for h in set(r.block_hashes):
+                counts[h] = counts.get(h, 0) + 1
+        rs = np.empty(len(sample))
+        for i, r in enumerate(sample):
+            L, nb = self._capped(r, kv_block_size_tokens)
+            lead = 0
+            for h in r.block_hashes[:nb]:
+                if counts[h] < 2:
+                    break
+                lead += 1
+            rs[i] = L - min(L - 1, lead * kv_block_size_tokens)
+        return float(rs.mean()), float((rs * (rs + 1.0) * 0.5).mean())
+
+    def _least_coefficients(self) -> tuple[float, float, float]:
+        """``(a, c, alpha)`` of the cost model, each the least over the table's calibration and
+        the run's node calibrations (a heterogeneous pool: ``SimConfig.node_calibration_paths``)."""
+        if self._coefficients is None:
+            from envs.sim.cost_model import Calibration
+
+            cals = [self.table.calibration] + [Calibration.load(p) for p in self.table.config.node_calibration_paths if p]
+            cms = [cal.cost_model() for cal in cals]
+            self._coefficients = (min(cm.a for cm in cms), min(cm.c for cm in cms), min(cm.alpha for cm in cms))
+        return self._coefficients
+
     def after_replay(self, sample: list[Request], kv_block_size_tokens: int, stream: Workload) -> tuple[Workload, float]:
         """``stream`` preceded by ``sample`` itself: the observed requests replayed in arrival
         order at their observed gaps (first arrival at 0 s; prompts capped at the model context as
@@ -420,7 +548,9 @@ class LookaheadPredictor:
                             transition: TransitionPlan | None = None) -> dict[str, float]:
         """Score [s] of each composition: the mean over ``rates_rps`` of its predicted mean TTFT at
         that rate for streams resampled from the observed requests ``sample``
-        (:meth:`resampled_stream`), evaluated by successive screening (class docstring).
+        (:meth:`resampled_stream`), evaluated by successive screening (class docstring). A rate
+        above :meth:`rate_cap_rps` is simulated at that cap and its score carried to the rate
+        along the backlog's growth (module docstring, "Overload clip").
 
         Every composition runs on stream 0 at every rate; before each further stream ``r`` (up to
         ``num_replications``) the compositions whose score so far exceeds the best score so far by
@@ -435,7 +565,8 @@ class LookaheadPredictor:
             compositions: candidate compositions (counts form).
             sample: observed requests to resample, at least one.
             kv_block_size_tokens: the run's KV block size [tokens].
-            rates_rps: arrival rates [req/s], each > 0 (bucketed; duplicates weigh twice).
+            rates_rps: arrival rates [req/s], each > 0 (clipped at :meth:`rate_cap_rps`, then
+                bucketed; duplicates weigh twice).
             key: integers identifying ``sample``.
             keep: compositions evaluated on every stream regardless of the screening.
             stationary: the load is stationary: streams span ``stationary_duration_s`` and are
@@ -459,26 +590,38 @@ class LookaheadPredictor:
         if not rates_rps:
             raise ValueError("a look-ahead score needs at least one rate")
         cfg = self.config
-        rates = [cfg.bucket_rate(r) for r in rates_rps]
+        for r in rates_rps:
+            cfg.bucket_rate(r)  # validates every rate before the cap is computed
         key = tuple(int(x) for x in key)
+        if transition is not None:
+            transition.check_pool(self.table.config.pool)
+        cap = self.rate_cap_rps(compositions, sample, kv_block_size_tokens, key, transition)
+        self.num_clipped_rates += sum(r > cap for r in rates_rps)
+        # (forecast bucket, simulated bucket) per rate: the same below the cap
+        rates = [(cfg.bucket_rate(r), cfg.bucket_rate(min(r, cap))) for r in rates_rps]
         span = cfg.span(stationary)
         memo_span = span + ("replay",) if replay_sample else span
         if transition is not None:
-            transition.check_pool(self.table.config.pool)
             memo_span = memo_span + transition.memo_key()
-        self.score_calls.append((tuple(compositions), tuple(rates), key, tuple(keep), memo_span))
+        self.score_calls.append((tuple(compositions), tuple(sim for _, sim in rates), key, tuple(keep), memo_span))
         streams: dict[tuple[float, int], Workload] = {}  # generated once per call, on first use
 
-        def value(c: str, rate: float, rep: int) -> float:
-            memo = self.stream_memo.setdefault((key, rate, rep, memo_span), {})
+        def value(c: str, rate: tuple[float, float], rep: int) -> float:
+            forecast, simulated = rate
+            memo_key = (key, simulated, rep, memo_span)
+            memo = self.stream_memo.setdefault(memo_key, {})
             if c not in memo:
-                got = streams.get((rate, rep))
+                got = streams.get((simulated, rep))
                 if got is None:
-                    wl = self.resampled_stream(sample, kv_block_size_tokens, rate, key + ((rep,) if rep else ()), span[0])
-                    got = streams[(rate, rep)] = (self.after_replay(sample, kv_block_size_tokens, wl) if replay_sample
-                                                  else (wl, 0.0))
-                memo[c] = self._simulate(c, got[0], got[1] + span[1], transition, got[1] + span[1])
-            return memo[c]
+                    wl = self.resampled_stream(sample, kv_block_size_tokens, simulated, key + ((rep,) if rep else ()),
+                                               span[0])
+                    got = streams[(simulated, rep)] = (self.after_replay(sample, kv_block_size_tokens, wl)
+                                                       if replay_sample else (wl, 0.0))
+                memo[c], self.backlog_slopes.setdefault(memo_key, {})[c] = self._simulate_stream(
+                    c, got[0], got[1], got[1] + span[1], transition)
+            if forecast == simulated:
+                return memo[c]
+            return memo[c] + (forecast - simulated) * self.backlog_slopes[memo_key][c]  # clipped: backlog growth
 
         return screened_scores(compositions, rates, value, cfg.num_replications, cfg.screen_margin, keep)
 
@@ -524,12 +667,35 @@ class LookaheadPredictor:
         if transition is not None:
             self._schedule_transition(sim, degree_counts(composition, cfg.pool), transition, transition_at_s)
         res = sim.run(self.make_router())
+        self._last_records = res.records
         ttft = res.records["ttft_s"]
         warmup_s = self.config.warmup_s if warmup_s is None else warmup_s
         if warmup_s > 0:
             ttft = ttft[res.records["arrival_s"] >= warmup_s]
         ttft = ttft[np.isfinite(ttft)]
         return float(ttft.mean()) if ttft.size else math.inf
+
+    def _simulate_stream(self, composition: str, workload: Workload, stream_start_s: float, warmup_s: float,
+                         transition: TransitionPlan | None = None) -> tuple[float, float]:
+        """``(mean TTFT [s], backlog slope [s per req/s])`` of a ``"requests"`` stream starting at
+        ``stream_start_s`` (after a replay, else 0) and scored from ``warmup_s``
+        (:meth:`_simulate`; a transition starts at ``warmup_s``). The backlog slope is the
+        derivative of the mean TTFT in the stream's rate when the pool cannot keep up (module
+        docstring, "Overload clip"): the scored requests' mean arrival time since the stream
+        start over the pool's throughput, the requests finishing from the stream start to the
+        last finish per second (the pool is busy throughout when overloaded); ``inf`` when
+        nothing finishes."""
+        mean = self._simulate(composition, workload, warmup_s, transition, warmup_s)
+        rec = self._last_records
+        arr, fin, ttft = rec["arrival_s"], rec["finish_s"], rec["ttft_s"]
+        done = np.isfinite(fin)
+        t_end = float(fin[done].max()) if done.any() else -math.inf
+        served = int((fin[done] >= stream_start_s).sum())
+        scored = (arr >= warmup_s) & np.isfinite(ttft)
+        if t_end <= stream_start_s or not served or not scored.any():
+            return mean, math.inf
+        throughput = served / (t_end - stream_start_s)
+        return mean, float((arr[scored] - stream_start_s).mean()) / throughput
 
     @staticmethod
     def _schedule_transition(sim: Simulator, target: dict[int, int], plan: TransitionPlan, at_s: float) -> None:
