@@ -255,9 +255,14 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     previous window's rate and long share, the highest window rate and long share so far, elapsed
     time [s]; all since ``reset``, the previous window's entries 0 at ``reset``). Capacities come from a
     :class:`baselines.controller.CapacityTable` (paper §6 capacity profiling, by simulation
-    under the TTFT SLO) for the window's length mix net of the mean prefix hit; the table is
-    owned by the environment and reused across its episodes (pass ``capacity_table`` to share
-    one), so a mix is profiled once per environment. With ``action_mode="target"`` (which needs
+    under the TTFT SLO) for the window's length mix net of the mean prefix hit. Each episode
+    starts a new table (a table's reference mixes follow the order in which it met them, so a
+    table kept across episodes made ``reset(seed=s)`` observe other capacities after other
+    episodes); its profiles are memoised in the environment's ``capacity_cache``
+    (:class:`baselines.capacity.CapacityCache`, kept across episodes), so a mix is still profiled
+    once per environment. A ``capacity_table`` passed in is used as is by every episode (shared,
+    e.g. by the environments of one training run; its observations then depend on the episodes
+    it served before). With ``action_mode="target"`` (which needs
     the capacity observation) the ``"targets"`` key ``(K, 5)`` (``TARGET_FEATURES``) gives per
     menu composition its profiled capacity and load at the window's rate and mix, its GPU-level
     distance from the projected composition (``baselines.operation_plan.composition_distance``
@@ -332,8 +337,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             False: the observation of the v0 checkpoints).
         history_features: add the episode-so-far observation (see Observation Space; default
             False: the observation of the checkpoints trained before it).
-        capacity_table: the ``CapacityTable`` to profile with (default: a new one with
-            :func:`observation_profile_config`, created on first use).
+        capacity_table: the ``CapacityTable`` every episode profiles with, shared as is (default: a
+            new one per episode with :func:`observation_profile_config`, created on first use).
         action_mode: ``"operation"`` (no-op / one split / one merge; the v0 checkpoints) or
             ``"target"`` (a target composition; needs ``capacity_features``).
         target_degrees: CP degrees of the target menu (default :data:`DEFAULT_TARGET_DEGREES`,
@@ -372,6 +377,10 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     * v0 (cpgym 0.2): an episode whose run ends within ``reset``'s window earns that window's
       reward at its first (and last) step (it returned 0, losing ``-Σ TTFT``); the action of that
       step is ignored.
+    * v0 (cpgym 0.2): with ``capacity_features`` and no ``capacity_table`` argument each episode
+      profiles with a new table (profiles memoised across episodes in ``capacity_cache``), so
+      ``reset(seed=s)`` gives the same observations whatever episodes ran before (the table kept
+      across episodes made them depend on the mixes it had met).
     """
 
     metadata = {"render_modes": []}
@@ -431,6 +440,9 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
                 raise ValueError(f"capacity_table must be a baselines.controller.CapacityTable or None, got "
                                  f"{type(capacity_table).__name__} {capacity_table!r:.60}")
         self.capacity_table = capacity_table
+        self._own_tables = capacity_table is None  # a new table per episode (class docstring, Observation Space)
+        #: Memo of the capacity profiles of the episodes' own tables (created on first use).
+        self.capacity_cache = None
         self.degrees = tuple(sorted(pool.supported_degrees))
         g_low = [0.0] * len(WINDOW_FEATURES)
         g_high = [b for _, b in WINDOW_FEATURES]
@@ -518,6 +530,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             sim_seed = int(self.np_random.integers(2**31 - 1))
         wl = self.windows[idx]
         self.window_index = idx
+        if self._own_tables:
+            self.capacity_table = None  # the episode's own table, created on first use (_capacity_profiles)
         sim = Simulator(wl, replace(self.config, seed=sim_seed), self.calibration, policy_name="reconfig-env")
         self.sim = sim
         self.router = self.make_router()
@@ -714,9 +728,11 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         if not window_requests:
             return dict.fromkeys(self.degrees, 0.0)
         if self.capacity_table is None:
-            from baselines.controller import CapacityTable  # lazy: envs must not import baselines at import time
+            from baselines.capacity import CapacityCache  # lazy: envs must not import baselines at import time
 
-            self.capacity_table = CapacityTable(self.config, self.calibration, observation_profile_config())
+            if self.capacity_cache is None:
+                self.capacity_cache = CapacityCache()
+            self.capacity_table = self.capacity_cache.table(self.config, self.calibration, observation_profile_config())
         table = self.capacity_table
         mean_cached = self._fin_cached_tokens / self._fin_n if self._fin_n else 0.0
         shares = table.shares(np.array([r.num_prompt_tokens for r in window_requests], float), mean_cached)

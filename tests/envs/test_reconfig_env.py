@@ -123,9 +123,38 @@ def test_capacity_features_follow_the_profile_and_the_operations(toy_cal):
     assert 0.0 <= g["prefix_hit_share"] <= 1.0
     obs, *_ = env.step(0)
     assert dict(zip(names, obs["window"][base:]))["time_since_last_operation_s"] == pytest.approx(10.0)
-    table = env.capacity_table
-    env.reset(seed=2)
-    assert env.capacity_table is table  # profiles are reused across episodes
+    cache, computed = env.capacity_cache, env.capacity_cache.num_profiles_computed
+    env.reset(seed=1)
+    assert env.capacity_cache is cache and cache.num_profiles_computed == computed  # profiles reused across episodes
+
+
+def _mix_workload(name: str, long_share: float, seed: int):
+    """40 arrivals at 4 req/s of 200-token prompts, ``long_share`` of them 700 tokens (another
+    length class of the capacity profile), no shared prefixes."""
+    from envs.sim import Request, Workload
+
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(0.25, 40))
+    reqs, nxt = [], 0
+    for i in range(40):
+        L = 700 if rng.random() < long_share else 200
+        reqs.append(Request(i, float(t[i]), L, 1, tuple(range(nxt, nxt + L // 4))))
+        nxt += L // 4
+    return Workload(name, tuple(reqs), kv_block_size_tokens=4)
+
+
+def test_capacity_features_reset_with_a_seed_ignore_earlier_episodes(toy_cal):
+    # the table kept across episodes remembered the mixes it had met: a mix within the tolerance
+    # of an earlier episode's got that reference's rescaled profile, so reset(seed=5) observed
+    # other capacities after another episode than in a fresh environment
+    def make():
+        return PrefillReconfigEnv([_mix_workload("x", 0.25, 0), _mix_workload("y", 0.0, 1)], SimConfig(pool=SMALL_POOL),
+                                  toy_cal, window_s=2.0, capacity_features=True)
+
+    fresh = make().reset(seed=5, options={"window_index": 0})[0]["window"]
+    env = make()
+    env.reset(seed=1, options={"window_index": 1})
+    assert np.array_equal(env.reset(seed=5, options={"window_index": 0})[0]["window"], fresh)
 
 
 def test_capacity_features_pass_the_env_checker(toy_cal):
