@@ -386,7 +386,11 @@ class EvaluationResult:
 def routing_source(cfg: EvaluationConfig):
     """The routing episode source: the flags over the checkpoint's training source over the
     conversation trace (a checkpoint's trace path missing here is looked up by file name in the
-    shared trace folder)."""
+    shared trace folder). The checkpoint's source is the whole of it: its generator parameters
+    (``--workload-param``), rate (``--target-rps`` or ``--rate-scale``; ``cfg.target_rps``
+    replaces either), arrival window and ``skip_invalid`` (they were dropped: the held-out windows
+    came from another workload, e.g. a 40 s ``tool-agent`` training run was evaluated on the
+    generator's default duration); ``--trace`` / ``--workload`` replace all of it."""
     from pathlib import Path
 
     from envs.workloads import default_traces_dir
@@ -405,8 +409,13 @@ def routing_source(cfg: EvaluationConfig):
     trace = base.get("trace")
     if trace and not cfg.trace and not Path(trace).is_file():  # a checkpoint trained on another machine
         trace = str(default_traces_dir() / Path(trace).name)
+    arrival_window_s = base.get("arrival_window_s")
     return EpisodeSource(trace=trace, workload=base.get("workload"),
                          target_rps=cfg.target_rps if cfg.target_rps is not None else base.get("target_rps"),
+                         rate_scale=None if cfg.target_rps is not None else base.get("rate_scale"),
+                         arrival_window_s=tuple(arrival_window_s) if arrival_window_s is not None else None,
+                         skip_invalid=bool(base.get("skip_invalid", False)),
+                         params=tuple(tuple(kv) for kv in base.get("params") or ()),
                          window_s=cfg.episode_window_s or base.get("window_s", 60.0),
                          eval_every=cfg.eval_every or base.get("eval_every", 4))
 

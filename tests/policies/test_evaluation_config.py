@@ -107,3 +107,32 @@ def test_routing_only_flags_with_a_reconfig_checkpoint_are_errors(flag, value, c
     err = capsys.readouterr().err
     assert err.startswith("cpgym evaluate: error: evaluate: ") and "applies only to routing evaluation" in err \
         and f"(drop {flag})" in err and err.count("\n") == 1
+
+
+def _routing_checkpoint(tmp_path, source: dict):
+    """A checkpoint folder whose ``train_config.json`` has this episode source (``routing_source``
+    reads only the metadata; the model is never loaded)."""
+    import json
+
+    (tmp_path / "model.zip").write_bytes(b"")
+    (tmp_path / "train_config.json").write_text(json.dumps({"kind": "routing", "train_config": {"source": source}}))
+    return str(tmp_path)
+
+
+def test_routing_source_is_the_checkpoints_whole_training_source(tmp_path):
+    # the generator parameters, rate scale and arrival window of the training source were dropped:
+    # the "held-out" windows came from the generator's default workload (51,677 requests instead
+    # of the 3,699 of a 40 s tool-agent training run)
+    from policies.evaluate import EvaluationConfig, routing_source
+
+    ckpt = _routing_checkpoint(tmp_path, {"trace": None, "workload": "tool-agent", "workload_seed": 0, "target_rps": None,
+                                          "rate_scale": 2.0, "arrival_window_s": [0.0, 30.0], "skip_invalid": False,
+                                          "params": [["duration_s", 40]], "window_s": 10.0, "eval_every": 4})
+    src = routing_source(EvaluationConfig(policy=ckpt))
+    assert (src.workload, src.params, src.rate_scale, src.target_rps, src.arrival_window_s, src.window_s) == \
+        ("tool-agent", (("duration_s", 40),), 2.0, None, (0.0, 30.0), 10.0)
+    # --target-rps replaces the checkpoint's rate (either form); --workload replaces the whole source
+    src = routing_source(EvaluationConfig(policy=ckpt, target_rps=5.0))
+    assert (src.target_rps, src.rate_scale, src.params) == (5.0, None, (("duration_s", 40),))
+    src = routing_source(EvaluationConfig(policy=ckpt, workload="leval-like"))
+    assert (src.workload, src.params, src.rate_scale, src.arrival_window_s) == ("leval-like", (), None, None)
