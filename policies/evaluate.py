@@ -424,7 +424,9 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
     """The named workload of a reconfiguration evaluation: the flag, else the checkpoint's, else ``phases``.
 
     Raises:
-        ValueError: when a trace is given (not supported for reconfiguration yet).
+        ValueError: when a trace is given, or the checkpoint was trained on one and no
+            ``--workload`` is given (not supported for reconfiguration yet; such a checkpoint was
+            evaluated on ``phases`` without a word).
     """
     from policies.evaluate_reconfig import checkpoint_train_config
 
@@ -432,8 +434,32 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
         raise ValueError("--kind reconfig evaluates named workloads (--workload); traces are not supported yet")
     workload = cfg.workload
     if workload is None and cfg.policy not in ("none", "-"):
-        workload = checkpoint_train_config(cfg.policy).get("workload")
+        tc = checkpoint_train_config(cfg.policy)
+        if tc.get("trace"):
+            raise ValueError(f"--policy {cfg.policy} was trained on the trace {tc['trace']}; --kind reconfig evaluates "
+                             "named workloads only (traces are not supported yet): give --workload NAME")
+        workload = tc.get("workload")
     return workload or "phases"
+
+
+def reconfig_workload_fields(cfg: EvaluationConfig) -> dict:
+    """The :class:`envs.workloads.WorkloadSource` fields besides the name and seed of a
+    reconfiguration evaluation's episodes: ``target_rps`` from the flag; without ``--workload``
+    also the checkpoint's ``params`` (``--workload-param``), ``rate_scale`` (unless ``--target-rps``
+    replaces the rate) and arrival window — they were dropped, so a checkpoint trained on e.g.
+    ``--workload-param num_phases=2`` was evaluated on the generator's default workload."""
+    from policies.evaluate_reconfig import checkpoint_train_config
+
+    out = {"target_rps": cfg.target_rps}
+    if cfg.workload is not None or cfg.policy in ("none", "-"):
+        return out
+    tc = checkpoint_train_config(cfg.policy)
+    if cfg.target_rps is None:
+        out.update(target_rps=tc.get("target_rps"), rate_scale=tc.get("rate_scale"))
+    window = tc.get("arrival_window_s")
+    out.update(window_s=tuple(window) if window is not None else None,
+               params=tuple(tuple(kv) for kv in tc.get("params") or ()))
+    return out
 
 
 def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationResult:
@@ -455,8 +481,9 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
         ckpt = None if cfg.policy in ("none", "-") else cfg.policy
         against = split_name_list(cfg.against or DEFAULT_RECONFIG_AGAINST, "--against")
         workload = reconfig_workload(cfg)
-        rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=cfg.target_rps, log=log,
-                                 tuned=cfg.tuned)
+        fields_ = reconfig_workload_fields(cfg)
+        rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=fields_.pop("target_rps"),
+                                 log=log, tuned=cfg.tuned, workload_fields=fields_)
         return EvaluationResult(kind=kind, rows=rows, source=workload, part="all", seeds=cfg.seeds)
     if cfg.tuned is not None:  # the protocol (experiments/commands/evaluate.py) or reconfig (above) read it
         raise ValueError(f"evaluate: tuned (--tuned {cfg.tuned}) applies only to the protocol evaluation (add --loads or "

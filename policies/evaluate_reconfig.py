@@ -275,7 +275,8 @@ def operation_counts(result) -> tuple[int, int]:
 
 
 def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str, seeds: list[int], sim_config,
-                      target_rps: float | None = None, log=None, tuned: str | None = None) -> list[dict]:
+                      target_rps: float | None = None, log=None, tuned: str | None = None,
+                      workload_fields: dict | None = None) -> list[dict]:
     """One row per (policy, seed): ``policy, seed, wall_s`` plus :data:`METRICS` (the
     checkpoint's rows are labelled ``learned``, or ``shipped-reconfig`` for that alias), then
     the ``best-fixed-in-hindsight`` rows (see the module docstring; ``composition`` names the
@@ -290,6 +291,9 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
         seeds: workload and simulator seeds; none of the checkpoint's training seeds when ``workload``
             is its training workload (:func:`check_held_out_seeds`).
         tuned: tuned-controller JSON of ``vertumnus-adaptive-tuned`` (``policies.tune_controller``).
+        workload_fields: further :class:`envs.workloads.WorkloadSource` fields of every seed's
+            workload (``rate_scale``, ``window_s``, ``params``; the checkpoint's training source,
+            :func:`policies.evaluate.reconfig_workload_fields`).
 
     Raises:
         ValueError: before any run: on an unknown policy, ``vertumnus-adaptive-tuned`` without (or
@@ -320,7 +324,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     routers = {label: joint_router_factory(label.split(":", 1)[1]) for label in against if label.startswith("joint:")}
     rows = []
     for seed in seeds:
-        wl = workloads.build_workload(name=workload, seed=seed, target_rps=target_rps or None)
+        wl = workloads.build_workload(name=workload, seed=seed, target_rps=target_rps or None, **(workload_fields or {}))
         cfg = replace(sim_config, seed=seed)
         labels = (["learned"] if learned else []) + list(against)
         for label in labels:

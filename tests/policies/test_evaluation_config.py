@@ -136,3 +136,56 @@ def test_routing_source_is_the_checkpoints_whole_training_source(tmp_path):
     assert (src.target_rps, src.rate_scale, src.params) == (5.0, None, (("duration_s", 40),))
     src = routing_source(EvaluationConfig(policy=ckpt, workload="leval-like"))
     assert (src.workload, src.params, src.rate_scale, src.arrival_window_s) == ("leval-like", (), None, None)
+
+
+def _reconfig_checkpoint(tmp_path, **train_config):
+    import json
+
+    (tmp_path / "model.zip").write_bytes(b"")
+    tc = {"trace": None, "workload": "phases", "workload_seed": 0, "target_rps": None, "rate_scale": None,
+          "arrival_window_s": None, "params": [], "workload_seeds": [0], **train_config}
+    (tmp_path / "train_config.json").write_text(json.dumps({"kind": "reconfig", "train_config": tc}))
+    return str(tmp_path)
+
+
+def test_reconfig_episodes_are_the_checkpoints_training_workload(tmp_path, monkeypatch):
+    # only the workload name was read: a checkpoint trained with --workload-param num_phases=2
+    # (or --rate-scale, an arrival window) was evaluated on the generator's default workload
+    from envs import workloads
+    from envs.sim import SimConfig
+    from policies.evaluate import EvaluationConfig, reconfig_workload_fields, run_evaluation
+
+    ckpt = _reconfig_checkpoint(tmp_path, rate_scale=0.5, arrival_window_s=[0.0, 50.0],
+                                params=[["num_phases", 2], ["phase_duration_s", 30]])
+    cfg = EvaluationConfig(policy=ckpt, kind="reconfig", seeds=(1000,))
+    assert reconfig_workload_fields(cfg) == {"target_rps": None, "rate_scale": 0.5, "window_s": (0.0, 50.0),
+                                             "params": (("num_phases", 2), ("phase_duration_s", 30))}
+    # --target-rps replaces the checkpoint's rate; --workload replaces its whole source
+    assert reconfig_workload_fields(EvaluationConfig(policy=ckpt, kind="reconfig", target_rps=4.0)) == {
+        "target_rps": 4.0, "window_s": (0.0, 50.0), "params": (("num_phases", 2), ("phase_duration_s", 30))}
+    assert reconfig_workload_fields(EvaluationConfig(policy=ckpt, kind="reconfig", workload="phases")) == {"target_rps": None}
+
+    built = []
+
+    def build(**fields):
+        built.append(fields)
+        raise RuntimeError("built")  # stop before the model is needed
+
+    monkeypatch.setattr(workloads, "build_workload", build)
+    monkeypatch.setattr("policies.evaluate_reconfig.LearnedReconfig", lambda path: type("M", (), {
+        "check_pool": lambda self, pool: None})())
+    with pytest.raises(RuntimeError, match="built"):
+        run_evaluation(cfg, SimConfig())
+    assert built == [{"name": "phases", "seed": 1000, "target_rps": None, "rate_scale": 0.5, "window_s": (0.0, 50.0),
+                      "params": (("num_phases", 2), ("phase_duration_s", 30))}]
+
+
+def test_reconfig_checkpoint_trained_on_a_trace_needs_a_workload(tmp_path):
+    # it was evaluated on the phases workload without a word
+    from policies.evaluate import EvaluationConfig, reconfig_workload
+
+    ckpt = _reconfig_checkpoint(tmp_path, trace="/data/conversation_trace.jsonl", workload=None)
+    with pytest.raises(ValueError, match=r"was trained on the trace /data/conversation_trace.jsonl; --kind reconfig "
+                                         r"evaluates named workloads only .*give --workload NAME"):
+        reconfig_workload(EvaluationConfig(policy=ckpt, kind="reconfig"))
+    assert reconfig_workload(EvaluationConfig(policy=ckpt, kind="reconfig", workload="phases")) == "phases"
