@@ -281,6 +281,31 @@ def check_minibatch(n_steps: int, n_envs: int, batch_size: int) -> None:
         raise ValueError(f"batch_size must be in [2, n_steps x n_envs = {n_steps * n_envs}], got {batch_size}")
 
 
+def check_routing_setup(cfg: TrainConfig, sim_config) -> None:
+    """What ``cfg`` needs of the pool and the policy registry, checked before anything is simulated
+    or written to the output folder (both failed only after ``train_config.json``,
+    ``progress.csv`` and ``provenance.json`` were written, the behaviour-cloning policy after the
+    environments were built): ``bc_policy`` a registered heuristic, ``num_slots`` at least the
+    pool's ``max_num_workers``.
+
+    Raises:
+        ValueError: naming the field (``bc_policy``: the known policies; ``num_slots``: the pool's
+            number of worker slots).
+    """
+    if cfg.bc_policy is not None:
+        from baselines.registry import get_policy
+
+        try:
+            get_policy(cfg.bc_policy)
+        except ValueError as exc:
+            raise ValueError(f"bc_policy: {exc}") from None
+    pool = _sim_config(cfg, sim_config).pool
+    if cfg.num_slots is not None and cfg.num_slots < pool.max_num_workers:
+        raise ValueError(f"num_slots must be >= the pool's max_num_workers ({pool.max_num_workers}, pool of "
+                         f"{pool.num_gpus} GPUs over CP degrees {','.join(map(str, pool.supported_degrees))}), "
+                         f"got {cfg.num_slots}")
+
+
 def _sim_config(cfg: TrainConfig, base=None):
     from dataclasses import replace
 
@@ -350,6 +375,10 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
         sim_config: base :class:`~envs.sim.SimConfig` (pool, SLO, ...); default ``SimConfig()``.
         argv: the command line, stored in ``train_config.json``.
         progress: progress display on stderr (:class:`policies.callbacks.TrainingProgress`; ``"off"`` silences).
+
+    Raises:
+        ValueError: on an unknown ``cfg.bc_policy`` or a ``cfg.num_slots`` below the pool's
+            ``max_num_workers`` (:func:`check_routing_setup`), before ``out_dir`` is created.
     """
     import torch as th
     from sb3_contrib import MaskablePPO
@@ -358,6 +387,7 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
 
     from policies.extractor import WorkerSetPolicy
 
+    check_routing_setup(cfg, sim_config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     th.set_num_threads(cfg.torch_threads)

@@ -97,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
         check_target_menu(cfg, sim_config)  # these three before provenance.json is written to --out
         check_oracle_phase_ttft(cfg, sim_config)
         check_init_from(cfg)
+    else:
+        from policies.train import check_routing_setup
+
+        check_routing_setup(cfg, sim_config)  # --bc-policy, --num-slots: before provenance.json is written to --out
     # the first workload is built before anything is written to --out: a missing trace file or a
     # bad --workload-param (only checked by its generator) left provenance.json behind the error
     (cfg.source.workload_source() if args.kind == "routing" else cfg.workload_source(cfg.seeds[0])).build()

@@ -263,3 +263,17 @@ def test_train_bad_workload_fails_before_anything_is_written(kind, source, messa
     assert main(["train", kind, *source, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet"]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--bc-policy", "nope"], "bc_policy: unknown policy 'nope'; known policies: vertumnus, "),
+    (["--num-slots", "3"], "num_slots must be >= the pool's max_num_workers (40, pool of 40 GPUs over CP degrees 1,2,4,8), "
+                           "got 3"),
+])
+def test_train_routing_bad_bc_policy_or_num_slots_fails_before_anything_is_written(flags, message, tmp_path, capsys):
+    # both failed only inside the trainer: provenance.json, train_config.json and progress.csv
+    # were already in --out (the behaviour-cloning policy after the environments were built)
+    assert main(["train", "routing", "--workload", "tool-agent", "--workload-param", "duration_s=40", *flags,
+                 "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet", "--wandb", "disabled"]) == 2
+    assert capsys.readouterr().err.startswith(f"cpgym train: error: {message}")
+    assert not (tmp_path / "run").exists()
