@@ -136,7 +136,10 @@ class LearnedPolicy:
             ValueError: naming ``action_masks``, its shape and the expected one, on a mask of
                 another size (was a numpy ``IndexError`` or torch "shape '[1, 40]' is invalid");
                 naming the key, on an observation that is not a dict, lacks a key of the model or
-                has an array of another shape (:meth:`check_observation`).
+                has an array of another shape (:meth:`check_observation`); naming the slot counts,
+                on a call for the SB3 model (a batch, ``deterministic=False`` or ``backend="torch"``)
+                with another number of worker slots than the model's (it failed inside SB3 with
+                "cannot reshape array of size 384 into shape (40,12)").
         """
         import math
 
@@ -153,6 +156,11 @@ class LearnedPolicy:
                 action_masks = np.reshape(action_masks, expected)
         if self.actor is not None and deterministic and np.ndim(observation["workers"]) == 2:
             return np.int64(self.actor.act(observation, action_masks)), state
+        slots, model_slots = np.shape(observation["workers"])[-2], self.model.observation_space.spaces["workers"].shape[0]
+        if slots != model_slots:
+            raise ValueError(f"observation['workers'] has {slots} worker slots and the model {model_slots}: a batch, "
+                             "deterministic=False or backend='torch' run the SB3 model, which needs its training slot "
+                             "count; one observation with deterministic=True and backend='numpy' decides on any pool")
         obs = {k: observation[k] for k in self._keys}
         return self.model.predict(obs, state=state, episode_start=episode_start,
                                   deterministic=deterministic, action_masks=action_masks)

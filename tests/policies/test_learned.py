@@ -133,3 +133,23 @@ def test_learned_policy_names_a_malformed_observation(change, match, determinist
     pol = LearnedPolicy("shipped-residual")
     with pytest.raises(ValueError, match=match):
         pol.predict(change(obs), action_masks=env.action_masks(), deterministic=deterministic)
+
+
+@pytest.mark.parametrize("backend, deterministic, batch", [("numpy", False, False), ("numpy", True, True),
+                                                            ("torch", True, False)])
+def test_learned_policy_names_the_slot_count_the_sb3_model_needs(backend, deterministic, batch):
+    # an 8-slot observation for the 40-slot model's SB3 path failed inside SB3 ("cannot reshape array
+    # of size 96 into shape (40,12)", "Unexpected observation shape (8, 12) for Box environment")
+    from policies.checkpoint import LearnedPolicy
+
+    env = _env()
+    obs, _ = env.reset(seed=0)
+    mask = env.action_masks()
+    if batch:
+        obs, mask = {k: v[None] for k, v in obs.items()}, mask[None]
+    pol = LearnedPolicy("shipped-residual", backend=backend)
+    with pytest.raises(ValueError, match=r"observation\['workers'\] has 8 worker slots and the model 40: a batch, "
+                                         r"deterministic=False or backend='torch' run the SB3 model"):
+        pol.predict(obs, action_masks=mask, deterministic=deterministic)
+    a, _ = LearnedPolicy("shipped-residual").predict(env.reset(seed=0)[0], action_masks=env.action_masks())
+    assert env.action_masks()[a]  # the numpy path decides on any number of slots
