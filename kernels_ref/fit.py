@@ -12,6 +12,8 @@ of magnitude) and the solution is scaled back.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,19 +130,36 @@ def length_label(num_tokens: int, edges=DEFAULT_LENGTH_EDGES_TOKENS) -> str:
     return f">={edges[-1]}"
 
 
+def check_samples(samples: list[tuple[int, int, int, float]]) -> None:
+    """Raises ValueError naming the first sample that is not ``(R, P, C, time_s)`` with integers
+    ``R >= 1``, ``P >= 0``, ``C >= 1`` and a finite ``time_s > 0`` [s] (an infinite time gave a NaN
+    error table, C = 0 a ZeroDivisionError, a NaN time an error that did not say which sample)."""
+    def is_int(v) -> bool:
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+    for i, sample in enumerate(samples):
+        if len(sample) != 4:
+            raise ValueError(f"sample {i} must be (R, P, C, time_s), got {sample!r}")
+        r, p, c, t = sample
+        if not (is_int(r) and r >= 1 and is_int(p) and p >= 0 and is_int(c) and c >= 1):
+            raise ValueError(f"sample {i} {tuple(sample)!r}: R must be an integer >= 1, P an integer >= 0 "
+                             "and C an integer >= 1")
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not (math.isfinite(t) and t > 0):
+            raise ValueError(f"sample {i} (R={r}, P={p}, C={c}): time_s must be a finite number > 0, got {t!r}")
+
+
 def evaluate(coefficients: dict, samples: list[tuple[int, int, int, float]]) -> FitResult:
     """Errors of ``coefficients`` on ``samples`` = ``[(R, P, C, time_s), ...]``.
 
     Raises:
-        ValueError: on an empty sample list or a non-positive time.
+        ValueError: on an empty sample list or a bad sample (:func:`check_samples`).
     """
     if not samples:
         raise ValueError("no samples")
+    check_samples(samples)
     x = np.array([coefficients[k] for k in COEFFICIENT_NAMES])
     f = np.array([features(r, p, c) for r, p, c, _ in samples])
     y = np.array([t for *_, t in samples], dtype=np.float64)
-    if not (y > 0).all():
-        raise ValueError("sample times must be > 0")
     err = (f @ x - y) / y
     res = FitResult(coefficients=dict(coefficients), mape=float(np.abs(err).mean()), max_abs_rel_err=float(np.abs(err).max()),
                     rel_errors=[float(e) for e in err])
@@ -162,14 +181,13 @@ def fit_cost_model(samples: list[tuple[int, int, int, float]]) -> FitResult:
         :class:`FitResult` with the coefficients and the fit errors on the same samples.
 
     Raises:
-        ValueError: on fewer than 5 samples or a non-positive time.
+        ValueError: on fewer than 5 samples or a bad sample (:func:`check_samples`).
     """
     if len(samples) < len(COEFFICIENT_NAMES):
         raise ValueError(f"need at least {len(COEFFICIENT_NAMES)} samples to fit 5 coefficients, got {len(samples)}")
+    check_samples(samples)
     f = np.array([features(r, p, c) for r, p, c, _ in samples])
     y = np.array([t for *_, t in samples], dtype=np.float64)
-    if not (y > 0).all():
-        raise ValueError("sample times must be > 0")
     a = f / y[:, None]
     norms = np.linalg.norm(a, axis=0)
     norms[norms == 0] = 1.0

@@ -87,3 +87,24 @@ def test_bucket_labels():
 def test_fit_rejects_bad_samples(samples, match):
     with pytest.raises(ValueError, match=match):
         fit_cost_model(samples)
+
+
+GOOD = [(r, p, c, t) for r, p, c, t in _times(TRUE, GRID)]
+
+
+@pytest.mark.parametrize("bad, match", [
+    ((512, 0, 2, float("inf")), r"sample 3 \(R=512, P=0, C=2\): time_s must be a finite number > 0, got inf"),  # NaN MAPE
+    ((512, 0, 2, float("nan")), r"sample 3 \(R=512, P=0, C=2\): time_s must be a finite number > 0, got nan"),
+    ((512, 0, 0, 1.0), r"sample 3 \(512, 0, 0, 1.0\): .*C an integer >= 1"),  # was a ZeroDivisionError
+    ((0, 0, 2, 1.0), r"sample 3 .*R must be an integer >= 1"),
+    ((512, -5, 2, 1.0), r"sample 3 .*P an integer >= 0"),
+    ((512, 0, 2), r"sample 3 must be \(R, P, C, time_s\)"),
+])
+def test_fit_and_evaluate_name_the_bad_sample(bad, match):
+    """An infinite time was fitted (NaN error table, garbage coefficients), C = 0 raised ZeroDivisionError,
+    R = 0 and P < 0 were fitted silently, and a NaN time gave 'sample times must be > 0' without saying which."""
+    samples = GOOD[:3] + [bad] + GOOD[3:]
+    with pytest.raises(ValueError, match=match):
+        fit_cost_model(samples)
+    with pytest.raises(ValueError, match=match):
+        evaluate(TRUE, samples)
