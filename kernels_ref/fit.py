@@ -8,6 +8,13 @@ rows scaled by ``1/y_i``, Lawson & Hanson, "Solving Least Squares Problems", 197
 so that short and long prefills weigh alike, as the router's decisions depend on ratios of
 predicted times. Columns are scaled to unit norm before solving (the features span ~10 orders
 of magnitude) and the solution is scaled back.
+
+The five coefficients are determined only by samples with at least two distinct values of each of
+R, P and C (and features of full column rank, :func:`check_identifiable`): with one CP degree
+``a*R`` and ``c*R/C`` are the same column, with one P ``b*P`` is a constant (merged into ``d``),
+with one R ``a*R`` is. The fit then still reports an exact fit on the samples while the split
+between the collinear coefficients -- which decides how the time scales with C, i.e. what the
+simulator's router compares -- is arbitrary, so such samples are refused.
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ import numpy as np
 COEFFICIENT_NAMES = ("d_s", "a_s_per_token", "b_s_per_token", "c_s_per_token", "alpha_s_per_pair")
 DEFAULT_CACHE_RATIO_EDGES = (0.0, 0.5)
 DEFAULT_LENGTH_EDGES_TOKENS = (1024, 4096, 16384, 65536)
+#: Smallest accepted ratio of the smallest to the largest singular value of the column-scaled
+#: relative-error design matrix: legitimate grids are above 1e-2 (a 2 x 2 x 2 grid of R, P, C is
+#: about 0.035), collinear features are at rounding level (~1e-16).
+IDENTIFIABLE_RTOL = 1e-8
 
 
 def features(num_new_tokens: int, num_cached_tokens: int, degree: int) -> list[float]:
@@ -171,6 +182,21 @@ def evaluate(coefficients: dict, samples: list[tuple[int, int, int, float]]) -> 
     return res
 
 
+def check_identifiable(samples: list[tuple[int, int, int, float]]) -> None:
+    """Raises ValueError unless ``samples`` have at least two distinct CP degrees C, cached-token
+    counts P and new-token counts R, the ones missing named (module docstring: otherwise some
+    coefficients are collinear and their fitted split is arbitrary)."""
+    needs = ((2, "CP degrees C (to separate a, the per-token cost CP does not divide, from c, the one it divides)"),
+             (1, "cached-token counts P (to determine b)"), (0, "new-token counts R (to separate a from d)"))
+    missing = []
+    for j, what in needs:
+        values = sorted({s[j] for s in samples})
+        if len(values) < 2:
+            missing.append(f"at least 2 distinct {what}, got only {values[0] if values else 'none'}")
+    if missing:
+        raise ValueError("the samples do not determine the cost model's 5 coefficients: need " + "; ".join(missing))
+
+
 def fit_cost_model(samples: list[tuple[int, int, int, float]]) -> FitResult:
     """Non-negative relative-error least-squares fit of ``(d, a, b, c, alpha)``.
 
@@ -181,16 +207,21 @@ def fit_cost_model(samples: list[tuple[int, int, int, float]]) -> FitResult:
         :class:`FitResult` with the coefficients and the fit errors on the same samples.
 
     Raises:
-        ValueError: on fewer than 5 samples or a bad sample (:func:`check_samples`).
+        ValueError: on fewer than 5 samples, a bad sample (:func:`check_samples`), or samples that
+            do not determine the coefficients (:func:`check_identifiable`, or collinear features).
     """
     if len(samples) < len(COEFFICIENT_NAMES):
         raise ValueError(f"need at least {len(COEFFICIENT_NAMES)} samples to fit 5 coefficients, got {len(samples)}")
     check_samples(samples)
+    check_identifiable(samples)
     f = np.array([features(r, p, c) for r, p, c, _ in samples])
     y = np.array([t for *_, t in samples], dtype=np.float64)
     a = f / y[:, None]
     norms = np.linalg.norm(a, axis=0)
-    norms[norms == 0] = 1.0
+    sv = np.linalg.svd(a / norms, compute_uv=False)
+    if sv[-1] <= IDENTIFIABLE_RTOL * sv[0]:
+        raise ValueError(f"the samples do not determine the cost model's 5 coefficients: their features (1, R, P, R/C, W/C) "
+                         f"are collinear (singular value ratio {sv[-1] / sv[0]:.1e}); profile a full grid of R x P x C")
     x = nnls(a / norms, np.ones_like(y)) / norms
     return evaluate(dict(zip(COEFFICIENT_NAMES, (float(v) for v in x))), samples)
 

@@ -59,7 +59,9 @@ class ProfileConfig:
         seed: weights and inputs.
 
     Raises:
-        ValueError: on empty or non-positive grids, unknown algorithm/dtype/device, repeats < 1.
+        ValueError: on empty or non-positive grids, unknown algorithm/dtype/device, repeats < 1, or
+            a grid with fewer than 2 distinct values of R, P or C (the fit could not determine the
+            coefficients, :func:`kernels_ref.fit.check_identifiable`).
     """
 
     num_new_tokens: tuple[int, ...] = (64, 256, 1024, 2048)
@@ -96,6 +98,12 @@ class ProfileConfig:
             raise ValueError("num_layers, repeats and block_tokens must be >= 1 and warmup >= 0")
         if len(self.grid()) < 5:
             raise ValueError(f"the grid has {len(self.grid())} points; the fit of 5 coefficients needs at least 5")
+        for key, flag, why in (("degrees", "--degrees", "to separate a (not divided by CP) from c (divided by C)"),
+                               ("num_cached_tokens", "--cached-tokens", "to determine b"),
+                               ("num_new_tokens", "--new-tokens", "to separate a from d")):
+            if len(set(getattr(self, key))) < 2:  # kernels_ref.fit.check_identifiable, before any rank starts
+                raise ValueError(f"{key} ({flag}) needs at least 2 distinct values for the fit {why}, "
+                                 f"got {','.join(map(str, getattr(self, key)))}")
 
     def estimated_peak_bytes_per_rank(self) -> int:
         """A rough upper estimate of one rank's peak memory [bytes]: the layers' weights in

@@ -108,3 +108,35 @@ def test_fit_and_evaluate_name_the_bad_sample(bad, match):
         fit_cost_model(samples)
     with pytest.raises(ValueError, match=match):
         evaluate(TRUE, samples)
+
+
+@pytest.mark.parametrize("grid, match", [
+    ([(r, p, 1) for r in (128, 512, 2048, 8192) for p in (0, 2048, 16384)], "2 distinct CP degrees C .*got only 1"),
+    ([(r, 0, c) for r in (128, 512, 2048, 8192) for c in (1, 2, 4)], "2 distinct cached-token counts P .*got only 0"),
+    ([(512, p, c) for p in (0, 2048, 16384) for c in (1, 2, 4)], "2 distinct new-token counts R .*got only 512"),
+])
+def test_fit_refuses_samples_that_do_not_determine_the_coefficients(grid, match):
+    """A profile at one CP degree was 'fitted exactly' (MAPE 0) with the per-token cost put into a and c = 0:
+    the calibration then predicted no CP speed-up at all (CP-4, R = 8192: 0.71 s instead of 0.26 s). With P = 0
+    only, b was silently 0; with one R, d and a were confounded."""
+    with pytest.raises(ValueError, match="do not determine the cost model.*" + match):
+        fit_cost_model(_times(TRUE, grid))
+
+
+def test_fit_refuses_collinear_features_of_a_sparse_grid():
+    # two or more distinct values of each of R, P and C, but P = R on every sample: b and a are the same column
+    grid = [(r, r, c) for r in (64, 256, 1024) for c in (1, 2)]
+    with pytest.raises(ValueError, match="collinear"):
+        fit_cost_model(_times(TRUE, grid))
+    fit = fit_cost_model(_times(TRUE, [(r, p, c) for r in (1, 2) for p in (0, 1) for c in (1, 2)]))  # 2 x 2 x 2 suffices
+    assert fit.mape < 1e-8
+
+
+def test_profile_config_refuses_a_grid_the_fit_cannot_determine():
+    """`cpgym kernels profile --degrees 1` profiled for minutes and wrote a calibration with an arbitrary a / c split."""
+    from kernels_ref.profile import ProfileConfig
+
+    for kwargs, flag in (({"degrees": (1,)}, "--degrees"), ({"degrees": (2, 2)}, "--degrees"),
+                         ({"num_cached_tokens": (0,)}, "--cached-tokens"), ({"num_new_tokens": (64,) * 2}, "--new-tokens")):
+        with pytest.raises(ValueError, match=f"\\({flag}\\) needs at least 2 distinct values for the fit"):
+            ProfileConfig(**kwargs)
