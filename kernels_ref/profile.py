@@ -38,6 +38,9 @@ from kernels_ref.config import LayerConfig
 if TYPE_CHECKING:  # numpy and torch are imported where used, so the CLI can build its parser cheaply
     from kernels_ref.fit import FitResult
 
+#: dtypes a profile may run in, per device.
+PROFILE_DTYPES = {"cpu": ("float32", "float64"), "cuda": ("bfloat16", "float16", "float32")}
+
 DEFAULT_PROFILE_LAYER = LayerConfig(hidden_size=512, num_q_heads=8, num_kv_heads=2, head_dim=64, intermediate_size=1024)
 
 
@@ -91,7 +94,7 @@ class ProfileConfig:
             raise ValueError(f"impl must be 'matmul' or 'sdpa', got {self.impl!r}")
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
-        allowed = ("float32", "float64") if self.device == "cpu" else ("bfloat16", "float16", "float32")
+        allowed = PROFILE_DTYPES[self.device]
         if self.dtype not in allowed:
             raise ValueError(f"dtype on {self.device} must be one of {allowed}, got {self.dtype!r}")
         if self.num_layers < 1 or self.warmup < 0 or self.repeats < 1 or self.block_tokens < 1:

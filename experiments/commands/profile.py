@@ -63,11 +63,42 @@ def warn_length_independent(coefficients: dict, out: str, file=None) -> bool:
     return True
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Each integer flag of the layer geometry, the repeats and the dtype in its range, the error
+    naming the flag (they failed in ``LayerConfig`` / ``ProfileConfig`` with messages naming their
+    fields: ``--layers 0`` was 'num_layers, repeats and block_tokens must be >= 1 and warmup >= 0').
+
+    Raises:
+        ValueError: ``--FLAG must be ..., got VALUE``.
+    """
+    from kernels_ref.profile import PROFILE_DTYPES
+
+    for dest in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "repeats"):
+        if getattr(args, dest) < 1:
+            raise ValueError(f"--{dest.replace('_', '-')} must be an integer >= 1, got {getattr(args, dest)}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be an integer >= 0, got {args.warmup}")
+    if args.q_heads % args.kv_heads:
+        raise ValueError(f"--q-heads {args.q_heads} must be a multiple of --kv-heads {args.kv_heads} (GQA)")
+    if args.head_dim % 2:
+        raise ValueError(f"--head-dim must be even (rotate-half RoPE), got {args.head_dim}")
+    if args.experts < 0:
+        raise ValueError(f"--experts must be an integer >= 0 (0: dense MLP), got {args.experts}")
+    if args.experts and not 1 <= args.top_k <= args.experts:
+        raise ValueError(f"--top-k must be in [1, --experts = {args.experts}], got {args.top_k}")
+    if args.experts and args.moe_intermediate < 1:
+        raise ValueError(f"--moe-intermediate must be an integer >= 1 with --experts, got {args.moe_intermediate}")
+    allowed = PROFILE_DTYPES[args.device]
+    if args.dtype is not None and args.dtype not in allowed:
+        raise ValueError(f"--dtype on --device {args.device} must be one of {', '.join(allowed)}, got {args.dtype!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from experiments.commands.kernels import parse_degrees, parse_int_list
     from kernels_ref import roofline
     from kernels_ref.config import LayerConfig
 
+    check_flags(args)
     roofline.get_model(args.model), roofline.get_gpu(args.gpu)  # fail fast on a typo
     layer = LayerConfig(hidden_size=args.hidden, num_q_heads=args.q_heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
                         intermediate_size=args.intermediate, num_experts=args.experts,

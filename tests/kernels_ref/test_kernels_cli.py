@@ -261,3 +261,24 @@ def test_kernels_check_refuses_a_repeated_degree(capsys, monkeypatch):
     assert main(["kernels", "check", "--degrees", "1,2,1"]) == 2
     assert capsys.readouterr().err == ("cpgym kernels check: error: --degrees lists 1 twice: '1,2,1'; "
                                        "expected distinct CP degrees\n")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--layers", "0"], "--layers must be an integer >= 1, got 0"),  # was 'num_layers, repeats and block_tokens must be ...'
+    (["--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
+    (["--warmup", "-1"], "--warmup must be an integer >= 0, got -1"),
+    (["--hidden", "0"], "--hidden must be an integer >= 1, got 0"),  # was 'LayerConfig.hidden_size must be >= 1, got 0'
+    (["--kv-heads", "0"], "--kv-heads must be an integer >= 1, got 0"),
+    (["--q-heads", "3", "--kv-heads", "2"], "--q-heads 3 must be a multiple of --kv-heads 2 (GQA)"),
+    (["--head-dim", "7"], "--head-dim must be even (rotate-half RoPE), got 7"),
+    (["--experts", "-1"], "--experts must be an integer >= 0 (0: dense MLP), got -1"),  # was a message about MoE top-k
+    (["--experts", "4", "--top-k", "9"], "--top-k must be in [1, --experts = 4], got 9"),
+    (["--experts", "4", "--moe-intermediate", "0"], "--moe-intermediate must be an integer >= 1 with --experts, got 0"),
+    (["--dtype", "bfloat16"], "--dtype on --device cpu must be one of float32, float64, got 'bfloat16'"),
+])
+def test_profile_bad_flags_name_the_flag(flags, message, capsys, monkeypatch, tmp_path):
+    import torch.multiprocessing as mp
+
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: pytest.fail("started rank processes"))
+    assert main(["kernels", "profile", "--out", str(tmp_path / "c.json"), *flags]) == 2
+    assert capsys.readouterr().err == f"cpgym kernels profile: error: {message}\n"
