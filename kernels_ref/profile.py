@@ -62,7 +62,7 @@ class ProfileConfig:
         seed: weights and inputs.
 
     Raises:
-        ValueError: on empty or non-positive grids, unknown algorithm/dtype/device, repeats < 1, or
+        ValueError: on empty, non-positive or repeated grid values, unknown algorithm/dtype/device, repeats < 1, or
             a grid with fewer than 2 distinct values of R, P or C (the fit could not determine the
             coefficients, :func:`kernels_ref.fit.check_identifiable`).
     """
@@ -99,6 +99,13 @@ class ProfileConfig:
             raise ValueError(f"dtype on {self.device} must be one of {allowed}, got {self.dtype!r}")
         if self.num_layers < 1 or self.warmup < 0 or self.repeats < 1 or self.block_tokens < 1:
             raise ValueError("num_layers, repeats and block_tokens must be >= 1 and warmup >= 0")
+        grid_flags = (("num_new_tokens", "--new-tokens"), ("num_cached_tokens", "--cached-tokens"), ("degrees", "--degrees"))
+        for key, flag in grid_flags:
+            values = getattr(self, key)
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:  # the grid point was measured on two passes per repeat and counted twice in the fit
+                raise ValueError(f"{key} ({flag}) lists {repeated[0]} twice: {','.join(map(str, values))}; "
+                                 "expected distinct values")
         if len(self.grid()) < 5:
             raise ValueError(f"the grid has {len(self.grid())} points; the fit of 5 coefficients needs at least 5")
         for key, flag, why in (("degrees", "--degrees", "to separate a (not divided by CP) from c (divided by C)"),

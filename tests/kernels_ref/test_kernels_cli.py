@@ -282,3 +282,23 @@ def test_profile_bad_flags_name_the_flag(flags, message, capsys, monkeypatch, tm
     monkeypatch.setattr(mp, "start_processes", lambda *a, **k: pytest.fail("started rank processes"))
     assert main(["kernels", "profile", "--out", str(tmp_path / "c.json"), *flags]) == 2
     assert capsys.readouterr().err == f"cpgym kernels profile: error: {message}\n"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--new-tokens", "64,256,64,1024"], "num_new_tokens (--new-tokens) lists 64 twice: 64,256,64,1024; expected"),
+    (["--cached-tokens", "0,1024,1024"], "num_cached_tokens (--cached-tokens) lists 1024 twice: 0,1024,1024; expected"),
+])
+def test_profile_refuses_a_repeated_grid_value(flags, message, capsys, monkeypatch, tmp_path):
+    """--new-tokens 64,256,64 profiled (64, P, C) on two passes per repeat, and the fit and the calibration's sample
+    list counted it twice (as --degrees 1,1 did for `kernels check`)."""
+    import torch.multiprocessing as mp
+
+    from kernels_ref.profile import ProfileConfig
+
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: pytest.fail("started rank processes"))
+    assert main(["kernels", "profile", "--out", str(tmp_path / "c.json"), *flags]) == 2
+    assert capsys.readouterr().err.startswith(f"cpgym kernels profile: error: {message}")
+    with pytest.raises(ValueError, match=r"degrees \(--degrees\) lists 2 twice"):
+        ProfileConfig(degrees=(1, 2, 2))
+    grid = ProfileConfig().grid()
+    assert len(set(grid)) == len(grid)
