@@ -12,6 +12,7 @@ Used by ``cpgym kernels check`` and ``tests/kernels_ref``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -105,6 +106,13 @@ def default_cases(degrees: tuple[int, ...] = (1, 2, 4), device: str = "cpu") -> 
     return cases
 
 
+def _nanmax(values) -> float:
+    """``max`` that returns NaN if any value is NaN (Python's ``max(0.0, nan)`` is 0.0: a kernel
+    returning NaN was reported with ``max_abs_err`` 0)."""
+    values = [float(v) for v in values]
+    return math.nan if any(math.isnan(v) for v in values) else max(values, default=0.0)
+
+
 def _run_case(case: CheckCase, rank: int, group, device: str) -> dict:
     import torch
 
@@ -160,9 +168,9 @@ def _run_case(case: CheckCase, rank: int, group, device: str) -> dict:
         w_local = shard_new_tokens(w_full, layout, rank)[real]
         g_local = g_local[real].double()
         err = (g_local - w_local).abs()
-        max_abs = max(max_abs, float(err.max()) if err.numel() else 0.0)
+        max_abs = _nanmax([max_abs, err.max() if err.numel() else 0.0])
         rel = err / w_local.abs().clamp_min(1e-300)
-        max_rel = max(max_rel, float(rel.max()) if rel.numel() else 0.0)
+        max_rel = _nanmax([max_rel, rel.max() if rel.numel() else 0.0])
         ok = ok and bool((err <= atol + rtol * w_local.abs()).all())
     return {"max_abs_err": max_abs, "max_rel_err": max_rel, "ok": ok, "pairs": pairs}
 
@@ -202,7 +210,7 @@ def run_check_suite(cases: list[CheckCase] | None = None, device: str = "cpu") -
     for i, case in enumerate(cases):
         rows = [per_rank[r][i] for r in range(case.degree)]
         atol, rtol = TOLERANCES[case.dtype]
-        res = CheckResult(case, max(r["max_abs_err"] for r in rows), max(r["max_rel_err"] for r in rows), atol, rtol,
+        res = CheckResult(case, _nanmax(r["max_abs_err"] for r in rows), _nanmax(r["max_rel_err"] for r in rows), atol, rtol,
                           all(r["ok"] for r in rows))
         if case.kind == "attention":
             layout = ZigzagLayout(case.num_new_tokens, case.num_cached_tokens, case.degree)

@@ -76,3 +76,26 @@ def test_check_detects_a_small_error(monkeypatch):
     monkeypatch.setattr(cp, "zigzag_allgather_attention", perturbed)
     row = _run_case(case, 0, None, "cpu")
     assert not row["ok"] and 0.9e-9 < row["max_abs_err"] < 1.1e-9
+
+
+def test_check_reports_a_nan_output_as_nan(monkeypatch):
+    """A kernel returning NaN in one element (not the first compared tensor's first row) was reported with
+    max_abs_err 0.00e+00 and FAIL: Python's max(0.0, nan) is 0.0."""
+    import math
+
+    import kernels_ref.cp_attention as cp
+    from kernels_ref.check import _nanmax, _run_case
+
+    case = CheckCase("attention", "ring", "float64", 1, 9, 4, 4, 2, 8, seed=3)
+    real = cp.ring_attention
+
+    def with_nan(*args, **kwargs):
+        res = real(*args, **kwargs)
+        out = res.out.clone()
+        out[3, 1, 2] = float("nan")
+        return cp.CPAttentionResult(out, res.pairs)
+
+    monkeypatch.setattr(cp, "ring_attention", with_nan)
+    row = _run_case(case, 0, None, "cpu")
+    assert not row["ok"] and math.isnan(row["max_abs_err"]) and math.isnan(row["max_rel_err"])
+    assert math.isnan(_nanmax([1e-3, float("nan"), 0.0])) and _nanmax([1e-3, 2e-3]) == 2e-3 and _nanmax([]) == 0.0
