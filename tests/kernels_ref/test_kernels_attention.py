@@ -190,6 +190,27 @@ def test_single_rank_kernels_without_process_group(kernel, r, p):
     assert res.pairs == lay.total_pairs()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kernel", ["allgather", "allgather-sdpa", "ring"])
+def test_single_rank_kernels_in_half_precision_on_cpu(kernel, dtype):
+    """bf16 / fp16 inputs on CPU (MQA, a prefix not a multiple of anything, R odd): the output is in the input dtype
+    and within 2 units of roundoff of the float64 attention of the rounded inputs (matmul / ring: fp32 scores and
+    LSE merge, one final rounding; SDPA: computed in the input dtype). Unit roundoff u = 2^-8 (bf16), 2^-11 (fp16)."""
+    u = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}[dtype]
+    q, k, v = _qkv(37, 21, 4, 1, 16, seed=12, dtype=dtype)
+    lay = ZigzagLayout(37, 21, 1)
+    args = (shard_new_tokens(q, lay, 0), shard_new_tokens(k[21:], lay, 0), shard_new_tokens(v[21:], lay, 0),
+            shard_prefix(k[:21], lay, 0), shard_prefix(v[:21], lay, 0), lay)
+    if kernel == "ring":
+        res = ring_attention(*args, block_tokens=5)
+    else:
+        res = zigzag_allgather_attention(*args, impl="sdpa" if kernel.endswith("sdpa") else "matmul", block_tokens=5)
+    out = unshard_new_tokens([res.out], lay)
+    assert out.dtype == dtype
+    ref = reference_attention(q, k, v)
+    assert float(((out.double() - ref).abs() / (1 + ref.abs())).max()) <= 2 * u
+
+
 def test_kernel_rejects_mismatched_layout():
     q, k, v = _qkv(8, 0, 2, 2, 4, seed=8)
     lay = ZigzagLayout(8, 0, 2)
