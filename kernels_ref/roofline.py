@@ -45,7 +45,7 @@ The ``2 * params`` per token rule counts one multiply-add per weight (Kaplan et 
 "Scaling Laws for Neural Language Models", §2.1); the LM head is excluded (prefill computes
 logits for the last token only, a per-request constant folded into ``d``). The attention rule
 counts QK^T and PV: ``2 * qk_dim + 2 * v_dim`` FLOPs per head per causal query-key pair.
-With these rules the published figures are reproduced (tests/kernels_ref/test_roofline.py):
+With these rules the published figures are reproduced (tests/kernels_ref/test_kernels_roofline.py):
 Qwen3-8B BF16 KV = 144 KiB/token, 8192 tokens = 1.125 GiB, hand-off at 25 GB/s = 48.3 ms,
 8192-token prefill 0.856 s on A100 (312 TFLOP/s at 50 %) and 1.81 s on H20 (148 TFLOP/s at 50 %).
 
