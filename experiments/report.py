@@ -1,22 +1,25 @@
 """``cpgym report RUN_DIR``: figures and a Markdown summary of a folder of runs.
 
-``RUN_DIR`` may be a sweep's output folder, a parent of several sweeps, or a folder of
-``cpgym simulate --out`` runs: every run folder below it with a ``summary.json`` is read
-(``cell.json``, ``config.json``, ``extras.json``, ``requests.parquet`` when present). Runs are
-grouped by **workload** and **variant** (the settings that differ between runs besides policy,
-seed and rate: a sweep's other axes, the sweep's name when there are several sweeps — with its
-folder when sweeps of one name in several folders hold different cells under the same axes,
-policy and seed, e.g. a spec edited between two ``--out`` folders — and for plain runs the
-``sim_config`` fields that differ), then by request rate and policy; seeds are the repetitions.
-Two runs of the same cell (the same sweep cell key, or a plain run repeated with the same
-workload, settings, policy and seed) count once. A folder in which no run folder is found is
-refused with one line. So is a run folder with a broken file, naming the file and before
+``RUN_DIR`` may be a sweep's output folder, a parent of several sweeps, or a folder of ``cpgym
+simulate --out`` runs: every run folder below it with a ``summary.json`` is read (``cell.json``,
+``config.json``, ``extras.json``, ``requests.parquet`` when present). Runs are grouped by
+**workload** and **variant** (the settings that differ between runs besides policy, seed and
+rate: a sweep's other axes, the sweep's name when there are several sweeps — with its folder
+when sweeps of one name in several folders hold different cells under the same axes, policy and
+seed, e.g. a spec edited between two ``--out`` folders — and for plain runs the ``sim_config``
+fields that differ), then by request rate and policy; seeds are the repetitions. Two runs of the
+same cell (the same sweep cell key, or a plain run repeated with the same workload, settings,
+policy and seed) count once. A sweep folder's cells are those its ``manifest.json`` lists: cell
+folders of an earlier version of the spec, run into the same ``--out``, are left out with a note
+(they were pooled with the new cells as extra seeds). A folder in which no run folder is found
+is refused with one line. So is a run folder with a broken file, naming the file and before
 anything is written: ``summary.json`` whose ``policy`` is not a name, without ``mean_ttft_s``,
 or with a metric that is not a number in its range (null: not recorded); a ``requests.parquet``
 that is not a Parquet file with ``arrival_s`` and ``ttft_s``; any JSON file that is not a JSON
 object; a finished sweep cell (``cell.json`` with a key) without ``summary.json``. Such a run is
 not left out, since a table cell would then average fewer seeds than the sweep ran. (A
-``summary.json`` without a ``policy`` key is another tool's and is skipped.) Written into ``RUN_DIR/report/``:
+``summary.json`` without a ``policy`` key is another tool's and is skipped.) Written into
+``RUN_DIR/report/``:
 
 * ``ttft_vs_rate.png`` — mean and P90 TTFT [s] vs request rate [requests/s], one row of panels
   per workload/variant, one line per policy, 95% CI over seeds as error bars;
@@ -301,13 +304,20 @@ def _variants(rows: list[dict]) -> None:
 
 def _load_runs(run_dir: Path):
     """One row per distinct run under ``run_dir`` (see the module docstring); the DataFrame's
-    ``attrs["num_duplicates"]`` counts the runs left out as repeats of another."""
+    ``attrs["num_duplicates"]`` counts the runs left out as repeats of another, ``attrs["stale_runs"]``
+    lists the sweep cells left out as not in their folder's ``manifest.json``."""
     import pandas as pd
 
     rows, seen, num_dup = [], set(), 0
+    current: dict[Path, set | None] = {}  # sweep folder -> the cell keys of its manifest (None: no manifest)
+    stale: list[Path] = []
     for d in _run_dirs(run_dir):
+        key = _read_json(d / "cell.json").get("key")
+        if key and not _in_current_sweep(d, key, current):
+            stale.append(d)  # a cell of an earlier version of the spec, run into the same --out
+            continue
         if not (d / "summary.json").is_file():
-            if not _read_json(d / "cell.json").get("key"):
+            if not key:
                 continue  # some other tool's cell.json
             raise ValueError(f"{d / 'summary.json'}: missing, but cell.json marks {d.name} as a finished sweep cell; "
                              f"expected its summary.json (remove the folder and rerun the sweep to recompute the cell)")
@@ -333,6 +343,7 @@ def _load_runs(run_dir: Path):
         kept.append(r)
     df = pd.DataFrame(kept).drop(columns=["axes", "config_fields", "dedupe_key", "sweep_dir"], errors="ignore")
     df.attrs["num_duplicates"] = num_dup
+    df.attrs["stale_runs"] = stale
     if not df.empty and df["rate_rps"].isna().any():
         # x = the measured mean rate, averaged over the runs sharing workload, variant and rate-setting
         # axes (seeds draw different workloads, so their measured rates differ slightly)
@@ -340,6 +351,20 @@ def _load_runs(run_dir: Path):
         means = df[miss].groupby(["workload", "variant", "rate_group"])["measured_rate_rps"].transform("mean")
         df.loc[miss, "rate_rps"] = means.map(lambda r: float(f"{r:.3g}"))
     return df
+
+
+def _in_current_sweep(d: Path, key: str, current: dict[Path, set | None]) -> bool:
+    """Whether the sweep cell ``key`` in run folder ``d`` is a cell of the spec that last ran in
+    ``d``'s sweep folder: listed in its ``manifest.json`` (which ``cpgym sweep`` rewrites with the
+    cells of the spec it runs). A spec edited and run again into the same ``--out`` leaves the
+    old cells' folders there; they are not cells of the sweep any more. No manifest: every cell
+    counts."""
+    base = d.parent
+    if base not in current:
+        m = base / "manifest.json"
+        current[base] = set(_read_json(m).get("cells") or {}) if m.is_file() else None
+    keys = current[base]
+    return keys is None or key in keys
 
 
 def _is_rate_axis(path: str) -> bool:
@@ -629,7 +654,9 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
                                  f"or a folder of `cpgym simulate --out` runs")
     df = _load_runs(run_dir)
     if df.empty:
-        raise ValueError(f"no runs (folders with summary.json) under {run_dir}; give a sweep's --out folder "
+        stale = df.attrs.get("stale_runs") or []
+        why = f" ({len(stale)} folder(s) hold cells that their sweep's manifest.json no longer lists)" * bool(stale)
+        raise ValueError(f"no runs (folders with summary.json) under {run_dir}{why}; give a sweep's --out folder "
                          f"or a folder of `cpgym simulate --out` runs")
     out = Path(out_dir) if out_dir else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -657,6 +684,11 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
     if df.attrs.get("num_duplicates"):
         rep.notes.append(f"{df.attrs['num_duplicates']} run folder(s) repeat another run (same sweep cell, or the same "
                          f"workload, settings, policy and seed) and are counted once.")
+    stale = df.attrs.get("stale_runs") or []
+    if stale:
+        rep.notes.append(f"{len(stale)} run folder(s) hold cells that are not in their sweep's manifest.json (cells of "
+                         f"an earlier version of the spec run into the same folder, e.g. {stale[0].relative_to(run_dir)}) "
+                         f"and are left out.")
     agg.to_csv(out / "summary_by_cell_group.csv", index=False)
 
     sweeps, cells = _manifests(run_dir)

@@ -268,6 +268,9 @@ class SweepOutcome:
         num_done / num_failed: of those.
         wall_s: wall time of this run [s].
         failures: ``[(key, error)]``.
+        stale_dirs: run folders in ``out_dir`` holding finished cells that are not cells of the spec
+            (an earlier version of it run into the same folder): neither reused nor removed, and left
+            out by ``cpgym report`` (the manifest lists the spec's cells only).
     """
 
     out_dir: Path
@@ -278,6 +281,7 @@ class SweepOutcome:
     num_failed: int = 0
     wall_s: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)
+    stale_dirs: list[str] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------ backends
@@ -602,7 +606,8 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
     write_json_atomic(out / "sweep.json", {"name": spec.name, "description": spec.description, "spec_path": spec.path,
                                            "spec_text": spec_text, "cells": [c.to_dict() for c in cells]})
     todo = [c for c in cells if c.key not in finished]
-    outcome = SweepOutcome(out_dir=out, num_cells=len(cells), num_skipped=len(cells) - len(todo))
+    outcome = SweepOutcome(out_dir=out, num_cells=len(cells), num_skipped=len(cells) - len(todo),
+                           stale_dirs=sorted(d for k, d in finished.items() if k not in by_key))
     logger = WandbLogger(wandb_mode, project=wandb_project, group=spec.name, dir=out)
     if logger.enabled:  # cells finished by an earlier driver that never logged them (killed, or wandb was off)
         for key, e in entries.items():

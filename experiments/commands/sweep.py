@@ -29,7 +29,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output (same as --no-progress)")
 
 
+def stale_cells_note(num: int, example: str, out) -> str:
+    """The warning about finished cells in ``out`` that are not cells of the spec."""
+    return (f"warning: {num} finished cell folder(s) in {out} are not cells of this spec (an earlier version of it, "
+            f"e.g. {example}): not reused, left in place, and left out by cpgym report; use a new --out to keep "
+            f"the versions apart")
+
+
 def run(args: argparse.Namespace) -> int:
+    import sys
     from pathlib import Path
 
     from experiments.spec import load_spec
@@ -40,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         finished = scan_finished(out)
         print(f"sweep {spec.name}: {spec.num_cells} cells, {sum(c.key in finished for c in spec.resolve())} finished in {out}")
+        stale = sorted(d for k, d in finished.items() if k not in {c.key for c in spec.resolve()})
+        if stale:
+            print(stale_cells_note(len(stale), stale[0], out), file=sys.stderr)
         for c in spec.resolve():
             mark = "done" if c.key in finished else "todo"
             print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  workload_seed={c.workload.seed}  "
@@ -57,8 +68,6 @@ def run(args: argparse.Namespace) -> int:
                             wandb_project=args.wandb_project, progress=False if args.quiet else args.progress,
                             ray_address=args.ray_address)
     except KeyboardInterrupt:  # workers are stopped and the manifest saved by run_sweep
-        import sys
-
         num_done = len(scan_finished(out))
         print(f"cpgym sweep: interrupted; {num_done} of {spec.num_cells} cells finished in {out}; "
               f"run the same command again to resume", file=sys.stderr)
@@ -68,4 +77,6 @@ def run(args: argparse.Namespace) -> int:
           f"results in {out}")
     for key, err in outcome.failures:
         print(f"  failed {key}: {err}")
+    if outcome.stale_dirs:
+        print(stale_cells_note(len(outcome.stale_dirs), outcome.stale_dirs[0], out), file=sys.stderr)
     return 1 if outcome.num_failed else 0

@@ -258,6 +258,9 @@ def test_sweeps_of_one_name_with_different_cells_are_not_pooled_as_more_seeds(tw
         doc = json.loads(f.read_text())
         doc["key"] = "edited" + doc["key"][6:]
         f.write_text(json.dumps(doc))
+    manifest = json.loads((parent / "b" / "manifest.json").read_text())  # as the edited spec's sweep writes it
+    manifest["cells"] = {"edited" + k[6:]: v for k, v in manifest["cells"].items()}
+    (parent / "b" / "manifest.json").write_text(json.dumps(manifest))
     df = _load_runs(parent)
     # they were one group of 4 "seeds" (0, 1, 0, 1) mixing two configurations
     assert len(df) == 4 and sorted(df["variant"].unique()) == ["sweep=broken (a)", "sweep=broken (b)"]
@@ -268,3 +271,29 @@ def test_sweeps_of_one_name_with_different_cells_are_not_pooled_as_more_seeds(tw
     shutil.copytree(two_seed_sweep, same / "b")
     df = _load_runs(same)
     assert len(df) == 2 and set(df["variant"]) == {""}
+
+
+def test_cells_of_an_earlier_version_of_the_spec_in_the_same_folder_are_left_out(two_seed_sweep, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "sweep"
+    shutil.copytree(two_seed_sweep, out)
+    edited = load_spec(write_spec(tmp_path, """
+name: broken
+workload: {name: mixed-default, params: {duration_s: 4.0}}
+sim: {slo.slo_scale: 2.0}
+policies: [least-work]
+seeds: [0, 1]
+rates: [10]
+"""))  # the spec edited (another SLO) and run again into the same --out: two new cells beside the two old ones
+    outcome = run_sweep(edited, out, jobs=1, progress=False)
+    assert (outcome.num_skipped, outcome.num_done, len(outcome.stale_dirs)) == (0, 2, 2)
+    rep = make_report(out)
+    # the old cells were pooled with the new ones: "4 seeds" of least-work at 10 req/s, mixing two SLOs
+    assert rep.num_runs == 2 and any("2 run folder(s) hold cells that are not in their sweep's manifest.json" in n
+                                     for n in rep.notes)
+    import pandas as pd
+
+    assert list(pd.read_csv(out / "report" / "summary_by_cell_group.csv")["num_seeds"]) == [2]
+    assert main(["sweep", str(tmp_path / "spec.yaml"), "--out", str(out), "--dry-run"]) == 0
+    assert "warning: 2 finished cell folder(s) in" in capsys.readouterr().err
