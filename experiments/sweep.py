@@ -17,7 +17,8 @@ written completely under ``.tmp/<key>/`` and then moved into place by one ``os.r
 one file system), so an interrupted cell never looks finished; the manifest is rewritten
 atomically (tmp + rename) after every cell and rebuilt from the run folders on every start, so a
 lost or stale manifest loses nothing. A cell that raises is recorded as ``failed`` with its error
-and traceback; the other cells go on, and failed cells are retried on the next run.
+and traceback; the other cells go on (also when a cell's worker process dies: :func:`_run_local`),
+and failed cells are retried on the next run.
 
 Only the driver writes ``manifest.json`` and talks to wandb; cells write only their own folders.
 With Ray on several machines ``out_dir`` must be on a file system all of them share.
@@ -348,17 +349,21 @@ def _stop_workers(ex, grace_s: float = 2.0) -> None:
             p.join(1.0)
 
 
-def _run_local(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[dict]:
-    """A ``concurrent.futures`` process pool (spawned workers: the driver may hold threads).
+def _pool_results(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[tuple[Cell, dict | None]]:
+    """``(cell, result)`` of each cell run on a fresh ``concurrent.futures`` process pool (spawned
+    workers: the driver may hold threads); ``result`` is ``None`` for a cell that the pool could not
+    finish because a worker process died (the pool is then broken: every cell still in it ends so).
 
     Interrupted (Ctrl-C, an exception in the consumer, the generator closed early), it terminates
     its workers before returning; killed outright (SIGKILL), the workers die with it
-    (:func:`_pool_worker_init`). So no cell ever runs without a driver that records it.
+    (:func:`_pool_worker_init`).
     """
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
+    for c in cells:  # a cell's .tmp folder marks it started (execute_cell): none is left from an earlier driver
+        shutil.rmtree(Path(out_dir) / TMP_DIR / c.key, ignore_errors=True)
     ex = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
                              initializer=_pool_worker_init, initargs=(os.getpid(),))
     completed = False
@@ -368,15 +373,57 @@ def _run_local(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[dict]:
             c = futures[fut]
             try:
                 res = fut.result()
-            except (BrokenProcessPool, Exception) as exc:  # the worker process itself died
+            except BrokenProcessPool:  # a worker process died (this cell's or another's)
+                res = None
+            except Exception as exc:  # e.g. a result that cannot be sent back
                 res = {"key": c.key, "status": "failed", "run_dir": None, "wall_s": 0.0,
                        "error": f"{type(exc).__name__}: {exc}", "traceback": None, "summary": None}
-            yield res
+            yield c, res
         completed = True
     finally:
         if not completed:
             _stop_workers(ex)
         ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_local(cells: list[Cell], out_dir: str, jobs: int) -> Iterator[dict]:
+    """A local process pool of ``jobs`` workers; a cell whose worker process dies (killed by the
+    out-of-memory killer, a crash in native code, ``os._exit``) fails alone.
+
+    A dead worker breaks a ``concurrent.futures`` pool: every cell still queued or running in it
+    ends with ``BrokenProcessPool``. The cells that had not started go on in a fresh pool; those
+    that had (their ``.tmp`` folder exists, see :func:`execute_cell`) run again one at a time, each
+    in its own pool, and the one whose worker dies again fails with that error. (A cell in two
+    broken pools runs alone too, so a sweep always ends.) So no cell ever runs without a driver
+    that records it, and one crashing cell fails only itself.
+    """
+    pending, alone = list(cells), []
+    broken_pools: dict[str, int] = {}
+    while pending or alone:
+        isolated = bool(alone)
+        batch = [alone.pop(0)] if isolated else pending
+        pending = [] if not isolated else pending
+        gen = _pool_results(batch, out_dir, 1 if isolated else jobs)
+        try:
+            for c, res in gen:
+                if res is not None:
+                    yield res
+                    continue
+                tmp = Path(out_dir) / TMP_DIR / c.key
+                started = tmp.exists()
+                shutil.rmtree(tmp, ignore_errors=True)
+                broken_pools[c.key] = broken_pools.get(c.key, 0) + 1
+                if isolated:
+                    yield {"key": c.key, "status": "failed", "run_dir": None, "wall_s": 0.0,
+                           "error": "WorkerDied: the worker process running this cell ended abruptly (killed by a "
+                                    "signal, e.g. the out-of-memory killer, or a crash in native code)",
+                           "traceback": None, "summary": None}
+                elif started or broken_pools[c.key] >= 2:
+                    alone.append(c)
+                else:
+                    pending.append(c)
+        finally:
+            gen.close()
 
 
 # AF_UNIX socket paths are limited to 107 bytes (Linux sun_path); Ray puts its sockets at

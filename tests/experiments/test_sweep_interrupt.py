@@ -179,3 +179,25 @@ def test_second_driver_on_the_same_folder_is_refused(tmp_path):
     finally:
         held.close()
     _lock_out_dir(tmp_path).close()  # free again once the holder ends
+
+
+def test_a_worker_that_dies_fails_only_its_own_cell(tmp_path, monkeypatch):
+    """A dead worker broke the whole process pool: every cell still queued or running in it failed
+    with BrokenProcessPool (here 3 of 4 cells, two of them never started), on every resume."""
+    import experiments.sweep as sweep_mod
+    from tests.interrupt import execute_cell_or_die
+
+    monkeypatch.setattr(sweep_mod, "execute_cell", execute_cell_or_die)
+    spec = load_spec(write_spec(tmp_path, """
+name: dies
+workload: {name: mixed-default, params: {duration_s: 4.0}}
+policies: [round-robin, least-work]
+seeds: [0, 1]
+"""))
+    outcome = run_sweep(spec, tmp_path / "out", jobs=2, progress=False)
+    assert (outcome.num_done, outcome.num_failed) == (2, 2), outcome.failures
+    dead = {c.key for c in spec.resolve() if c.policy == "round-robin"}
+    assert {k for k, _ in outcome.failures} == dead
+    assert all(err.startswith("WorkerDied: the worker process running this cell ended") for _, err in outcome.failures)
+    assert set(scan_finished(tmp_path / "out")) == {c.key for c in spec.resolve()} - dead
+    assert not any((tmp_path / "out" / ".tmp").iterdir())
