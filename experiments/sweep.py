@@ -588,8 +588,9 @@ def check_sweep_target(spec: ExperimentSpec, out_dir: str | Path | None, backend
     that a caller can check before it writes into ``out_dir``, e.g. ``provenance.json``).
 
     Raises:
-        ValueError: an unknown backend, ``--backend ray`` without Ray installed, jobs < 1, or an
-            ``out_dir`` holding a different sweep.
+        ValueError: an unknown backend, ``--backend ray`` without Ray installed, jobs < 1, an
+            ``out_dir`` holding a different sweep, or one holding files that are not a sweep's
+            (:func:`_foreign_entries`).
     """
     if backend not in BACKENDS:
         raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -603,6 +604,26 @@ def check_sweep_target(spec: ExperimentSpec, out_dir: str | Path | None, backend
                              "pip install 'cpgym[ray]' (or 'ray[default]>=2.9'), or use --backend local") from None
     out = Path(out_dir) if out_dir is not None else default_out_dir(spec)
     _read_manifest(out / MANIFEST, spec.name)
+    foreign = _foreign_entries(out)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ValueError(f"{out} holds files that are not a sweep's ({shown}); choose a new or empty --out "
+                         f"(a sweep writes {MANIFEST}, sweep.json, provenance.json and one folder per cell there)")
+
+
+#: What a sweep writes directly in its folder besides the cell folders (``report``: ``cpgym report``).
+_SWEEP_ENTRIES = (MANIFEST, "sweep.json", "provenance.json", TMP_DIR, "wandb", "report")
+
+
+def _foreign_entries(out: Path) -> list[str]:
+    """Names in ``out`` that no sweep wrote, when ``out`` is not a sweep's folder (no manifest.json,
+    no sweep.json): a sweep there would overwrite e.g. another command's ``provenance.json`` and mix
+    its cells with whatever runs the folder holds. Hidden names (``.lock``, ``.ray``, temporary
+    files) and cell folders (a ``cell.json``: a sweep whose manifest was lost) are a sweep's."""
+    if not out.is_dir() or (out / MANIFEST).exists() or (out / "sweep.json").exists():
+        return []
+    return sorted(p.name for p in out.iterdir()
+                  if not (p.name in _SWEEP_ENTRIES or p.name.startswith(".") or (p / CELL_FILE).is_file()))
 
 
 def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: str = "local", jobs: int | None = None,

@@ -283,3 +283,28 @@ def test_folder_names_beside_a_long_trace_name_stay_within_the_file_name_limit()
     run = "t" * 200 + "__least-work__0__1796104903"
     c = cell_folder_name(run, SimpleNamespace(axes=(("cache_capacity_scale", 0.5), ("slo.slo_scale", 4.0))))
     assert len(c.encode()) <= MAX_FOLDER_NAME_BYTES and "~" in c
+
+
+def test_an_out_folder_holding_other_files_is_refused_before_anything_is_written(finished_sweep, tmp_path, tiny_spec,
+                                                                                  capsys):
+    import shutil
+
+    # e.g. a results folder given as --out by mistake: its provenance.json was overwritten with the
+    # sweep's and the cells were written among its files
+    other = tmp_path / "results"
+    other.mkdir()
+    (other / "README.md").write_text("numbers\n")
+    (other / "provenance.json").write_text('{"argv": ["cpgym", "compare"]}\n')
+    assert main(["sweep", str(tiny_spec), "--out", str(other), "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym sweep: error: {other} holds files that are not a sweep's (README.md); choose a new "
+                          "or empty --out")
+    assert sorted(p.name for p in other.iterdir()) == ["README.md", "provenance.json"]
+    assert (other / "provenance.json").read_text() == '{"argv": ["cpgym", "compare"]}\n'
+    # a sweep's own folder that lost its manifest.json and sweep.json still resumes (they are rebuilt)
+    spec, out, _, _ = finished_sweep
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "manifest.json").unlink()
+    (copy / "sweep.json").unlink()
+    assert run_sweep(spec, copy, jobs=1, progress=False).num_skipped == 8
