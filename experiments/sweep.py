@@ -137,6 +137,7 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
         (run_tmp / "extras.json").write_text(
             json.dumps(_json_safe({"initial_composition": initial, **extras}), indent=2) + "\n")
         cell_doc["wall_s"] = time.perf_counter() - t0
+        cell_doc["code_sha256"] = cell_code_fingerprint()
         (run_tmp / CELL_FILE).write_text(json.dumps(_json_safe(cell_doc), indent=2) + "\n")
         name = cell_folder_name(run_tmp.name, cell)
         final = out / name
@@ -160,6 +161,28 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         return {"key": cell.key, "status": "failed", "run_dir": None, "wall_s": time.perf_counter() - t0,
                 "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(), "summary": None}
+
+
+#: The sources a cell's numbers depend on besides its key (simulator, policies, the run path).
+CELL_CODE = ("envs", "baselines", "experiments/runner.py")
+
+
+def cell_code_fingerprint() -> str:
+    """SHA-256 of the sources of :data:`CELL_CODE` (``experiments.capacity.code_fingerprint``),
+    recorded in each ``cell.json`` as ``code_sha256``: not part of the cell key (a resumed sweep
+    reuses its cells), but compared on resume (:func:`outdated_cells`)."""
+    from experiments.capacity import code_fingerprint
+
+    return code_fingerprint(CELL_CODE)
+
+
+def outdated_cells(out_dir: str | Path, keys) -> list[str]:
+    """Run folders under ``out_dir`` of the finished cells among ``keys`` that other code computed
+    (their ``cell.json`` records another ``code_sha256``; a cell from before that field counts as
+    current), in folder order."""
+    code = cell_code_fingerprint()
+    keys = set(keys)
+    return [d.name for d, doc in finished_cells(out_dir) if doc["key"] in keys and doc.get("code_sha256") not in (None, code)]
 
 
 # axes already in the run name (workload name with its rate, policy, seed)
@@ -272,6 +295,8 @@ class SweepOutcome:
         stale_dirs: run folders in ``out_dir`` holding finished cells that are not cells of the spec
             (an earlier version of it run into the same folder): neither reused nor removed, and left
             out by ``cpgym report`` (the manifest lists the spec's cells only).
+        outdated_dirs: run folders of the reused cells that other simulator / policy code computed
+            (:func:`outdated_cells`): reused as they are (the code is not part of the cell key).
     """
 
     out_dir: Path
@@ -283,6 +308,7 @@ class SweepOutcome:
     wall_s: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)
     stale_dirs: list[str] = field(default_factory=list)
+    outdated_dirs: list[str] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------ backends
@@ -675,7 +701,8 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
                                            "spec_text": spec_text, "cells": [c.to_dict() for c in cells]})
     todo = [c for c in cells if c.key not in finished]
     outcome = SweepOutcome(out_dir=out, num_cells=len(cells), num_skipped=len(cells) - len(todo),
-                           stale_dirs=sorted(d for k, d in finished.items() if k not in by_key))
+                           stale_dirs=sorted(d for k, d in finished.items() if k not in by_key),
+                           outdated_dirs=outdated_cells(out, by_key))
     logger = WandbLogger(wandb_mode, project=wandb_project, group=spec.name, dir=out)
     if logger.enabled:  # cells finished by an earlier driver that never logged them (killed, or wandb was off)
         for key, e in entries.items():
@@ -720,5 +747,5 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
     return outcome
 
 
-__all__ = ["run_sweep", "check_sweep_target",
+__all__ = ["run_sweep", "check_sweep_target", "outdated_cells", "cell_code_fingerprint",
            "execute_cell", "scan_finished", "SweepOutcome", "write_json_atomic", "default_out_dir", "BACKENDS"]

@@ -36,12 +36,19 @@ def stale_cells_note(num: int, example: str, out) -> str:
             f"the versions apart")
 
 
+def outdated_cells_note(num: int, example: str, out) -> str:
+    """The warning about finished cells in ``out`` that other simulator / policy code computed."""
+    return (f"warning: {num} finished cell(s) in {out} were computed by other code (envs/, baselines/ or "
+            f"experiments/runner.py changed since, e.g. {example}) and are reused as they are; use a new --out "
+            f"to recompute them")
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
     from experiments.spec import load_spec
-    from experiments.sweep import check_sweep_target, default_out_dir, run_sweep, scan_finished
+    from experiments.sweep import check_sweep_target, default_out_dir, outdated_cells, run_sweep, scan_finished
 
     spec = load_spec(args.spec)  # every spec error is raised here, before anything runs
     out = Path(args.out) if args.out else default_out_dir(spec)
@@ -51,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
         stale = sorted(d for k, d in finished.items() if k not in {c.key for c in spec.resolve()})
         if stale:
             print(stale_cells_note(len(stale), stale[0], out), file=sys.stderr)
+        outdated = outdated_cells(out, [c.key for c in spec.resolve()])
+        if outdated:
+            print(outdated_cells_note(len(outdated), outdated[0], out), file=sys.stderr)
         for c in spec.resolve():
             mark = "done" if c.key in finished else "todo"
             print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  workload_seed={c.workload.seed}  "
@@ -79,4 +89,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  failed {key}: {err}")
     if outcome.stale_dirs:
         print(stale_cells_note(len(outcome.stale_dirs), outcome.stale_dirs[0], out), file=sys.stderr)
+    if outcome.outdated_dirs:
+        print(outdated_cells_note(len(outcome.outdated_dirs), outcome.outdated_dirs[0], out), file=sys.stderr)
     return 1 if outcome.num_failed else 0

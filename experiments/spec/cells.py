@@ -39,7 +39,8 @@ def cell_key(workload: WorkloadSpec, config: SimConfig, policy: str, policy_para
     workload spec, full SimConfig, policy and parameters, and the contents (SHA-256) of the trace
     and calibration files (the shipped default calibration when ``calibration_path`` is None), so
     an edited input file is a new cell. The sweep name is not part of it; neither is the code:
-    after changing the simulator or a policy, sweep into a new output folder."""
+    after changing the simulator or a policy, sweep into a new output folder (a resume warns about
+    cells of other code: ``experiments.sweep.outdated_cells``)."""
     doc = {"v": SPEC_VERSION, "workload": asdict(workload), "sim_config": config.to_dict(), "policy": policy,
            "policy_params": [list(p) for p in policy_params]}
     if workload.trace is not None:

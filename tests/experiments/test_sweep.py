@@ -308,3 +308,23 @@ def test_an_out_folder_holding_other_files_is_refused_before_anything_is_written
     (copy / "manifest.json").unlink()
     (copy / "sweep.json").unlink()
     assert run_sweep(spec, copy, jobs=1, progress=False).num_skipped == 8
+
+
+def test_a_resume_after_a_code_change_says_that_it_reuses_cells_of_the_old_code(finished_sweep, tmp_path, monkeypatch,
+                                                                                  capsys):
+    import shutil
+
+    import experiments.sweep as sweep_mod
+
+    spec, out, _, _ = finished_sweep
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    assert all(len(doc["code_sha256"]) == 64 for _, doc in sweep_mod.finished_cells(copy))
+    assert run_sweep(spec, copy, jobs=1, progress=False).outdated_dirs == []
+    # the simulator or a policy changed since: the cells are reused (the code is not in the key), without a word
+    monkeypatch.setattr(sweep_mod, "cell_code_fingerprint", lambda: "0" * 64)
+    again = run_sweep(spec, copy, jobs=1, progress=False)
+    assert again.num_skipped == 8 and len(again.outdated_dirs) == 8
+    assert main(["sweep", str(spec.path), "--out", str(copy), "--wandb", "disabled", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: 8 finished cell(s) in {copy} were computed by other code (envs/, baselines/ or" in err
