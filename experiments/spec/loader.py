@@ -536,5 +536,51 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         raise FileNotFoundError(f"spec file {str(p)!r} is a folder; expected a .yaml/.yml/.toml spec file")
     if not p.is_file():
         raise FileNotFoundError(f"spec file {str(p)!r} does not exist")
-    return _Loader(p).load()
+    try:
+        return _Loader(p).load()
+    except SpecError as exc:
+        line = _yaml_line(p, exc.key) if exc.file == str(p) and exc.key else None
+        if line is None:
+            raise
+        raise SpecError(f"{p}:{line}", exc.key, exc.problem, exc.expected) from None
+
+
+def _yaml_line(path: Path, key: str) -> int | None:
+    """The 1-based line of ``key`` (``rates[1]``, ``sweep.grid.slo.slo_scale[0]``, ``workload.colour``)
+    in a YAML spec: the deepest node the key reaches, matching dotted mapping keys (a grid path such
+    as ``slo.slo_scale`` is one key) and ``[i]`` list items. ``None`` for TOML, or a key that names no
+    node of the file (a cell: ``sweep (cell {...})``)."""
+    import re
+
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return None
+    from envs.yaml_keys import compose
+
+    try:
+        node = compose(path.read_text())
+    except Exception:  # noqa: BLE001 - the file loaded a moment ago; no line rather than another error
+        return None
+    parts = [p for p in re.split(r"\.|(\[\d+\])", key) if p]
+    found = None
+    while parts and node is not None:
+        if parts[0].startswith("[") and hasattr(node, "value") and isinstance(node.value, list) and node.tag.endswith("seq"):
+            i = int(parts.pop(0)[1:-1])
+            node = node.value[i] if i < len(node.value) else None
+            found = node or found
+            continue
+        if not node.tag.endswith("map"):
+            break
+        match = None
+        for n in range(len(parts), 0, -1):  # the longest dotted prefix that is one key of this mapping
+            if any(p.startswith("[") for p in parts[:n]):
+                continue
+            name = ".".join(parts[:n])
+            match = next(((k, v) for k, v in node.value if getattr(k, "value", None) == name), None)
+            if match is not None:
+                del parts[:n]
+                break
+        if match is None:
+            break
+        found, node = match[0] if not parts else match[1], match[1]
+    return None if found is None else found.start_mark.line + 1
 

@@ -388,3 +388,23 @@ def test_exponent_numbers_are_numbers(tmp_path):
     cells = load_spec(write_spec(tmp_path, text)).resolve()
     assert {c.workload.target_rps for c in cells} == {20.0, 40.0}
     assert dict(cells[0].workload.params)["duration_s"] == 60.0
+
+
+@pytest.mark.parametrize("text, where", [
+    ("name: v\nworkload: {name: mixed-default, colour: red}\npolicies: [least-work]\n", "2: workload.colour: unknown key"),
+    ("name: v\nworkload: {name: mixed-default}\npolicies:\n  - least-work\n  - nope\n", "5: policies[1]: unknown policy"),
+    ("name: v\nworkload: {name: mixed-default}\npolicies: [least-work]\nrates: [10, -2]\n", "4: rates[1]: workload."),
+    ("name: v\nworkload: {name: mixed-default}\npolicies: [least-work]\nsweep:\n  grid:\n    slo.slo_scale: 3\n",
+     "6: sweep.grid.slo.slo_scale: got int 3"),
+    ("name: v\nworkload: {name: mixed-default}\npolicies: [least-work]\nsweep:\n  grid:\n    pool.num_gpus:\n"
+     "      - 8\n      - x\n", "8: sweep.grid.pool.num_gpus[1]: got str 'x'"),
+    ("name: v\nworkload: {name: mixed-default}\nsim:\n  slo:\n    slo_scale: -1\npolicies: [least-work]\n",
+     "5: sim.slo.slo_scale:"),
+])
+def test_a_yaml_spec_error_names_the_line_of_its_key(tmp_path, text, where):
+    """Errors of a key's value named the file and the key but no line (only syntax errors had one)."""
+    p = tmp_path / "spec.yaml"
+    p.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(p)
+    assert str(info.value).startswith(f"{p}:{where}"), str(info.value)
