@@ -519,3 +519,29 @@ def dumps_json(obj) -> str:
         return x
 
     return json.dumps(clean(obj), indent=2)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Writes ``text`` to ``path`` through a temporary file beside it and ``os.replace``: a reader,
+    or a run stopped midway (an error, Ctrl-C), sees the previous complete file or the new one,
+    never half a file (the temporary file is removed if the write fails). Returns the path."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_rows_csv(path: str | os.PathLike, rows: list[dict]) -> Path:
+    """Writes ``rows`` as ``pandas.DataFrame(rows).to_csv(path, index=False)`` would (the same
+    bytes), atomically (:func:`write_text_atomic`). The per-unit writer of the commands that keep
+    their finished units when stopped midway: called with the rows so far after each finished
+    episode / run / cell, and once more at the end, so a partial file has the complete run's
+    format and columns of the rows it holds."""
+    import pandas as pd
+
+    return write_text_atomic(path, pd.DataFrame(rows).to_csv(index=False))

@@ -119,7 +119,7 @@ def check_distinct(values, flag: str, text=None, expected: str = "distinct value
 
 
 def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: str = "eval",
-             window_indices: list[int] | None = None, log=None) -> list[dict]:
+             window_indices: list[int] | None = None, log=None, on_row=None) -> list[dict]:
     """Runs every policy on every selected window of every seed.
 
     Args:
@@ -129,6 +129,8 @@ def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: st
         seeds: workload seeds (trace arrival spreading / generator) and simulator seeds.
         part: ``"eval"`` (held-out windows), ``"train"`` or ``"all"``.
         window_indices: positions inside the part (default: all of them).
+        on_row: optional ``callable(rows)`` called with the rows so far after each episode (e.g. to
+            save them: a run stopped midway keeps its finished episodes).
 
     Returns:
         One row per episode: ``policy, seed, window, window_name`` plus ``METRICS``.
@@ -185,6 +187,8 @@ def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: st
                        "num_requests": wl.num_requests, "wall_s": time.perf_counter() - t0}
                 row.update({k: s[k] for k in METRICS})
                 rows.append(row)
+                if on_row is not None:
+                    on_row(list(rows))
                 if log:
                     log(f"{row['policy']:28s} seed {seed} window {i:2d}: mean TTFT {row['mean_ttft_s']:.3f} s, "
                         f"SLO tok {row['slo_attainment_token_weighted']:.3f}")
@@ -462,11 +466,13 @@ def reconfig_workload_fields(cfg: EvaluationConfig) -> dict:
     return out
 
 
-def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationResult:
+def run_evaluation(cfg: EvaluationConfig, sim_config, log=None, on_row=None) -> EvaluationResult:
     """Evaluates ``cfg.policy`` against ``cfg.against`` on held-out episodes.
 
     Routing: every selected window of every seed of :func:`routing_source` (see :func:`evaluate`).
     Reconfig: one whole-workload episode per seed (``policies.evaluate_reconfig.evaluate_reconfig``).
+    ``on_row``: optional ``callable(rows)`` called with the per-episode rows so far after each
+    episode (the reconfig ``best-fixed-in-hindsight`` rows come only with the result).
 
     Raises:
         ValueError: on an unknown policy or comparison, or a window index out of range.
@@ -483,7 +489,7 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
         workload = reconfig_workload(cfg)
         fields_ = reconfig_workload_fields(cfg)
         rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=fields_.pop("target_rps"),
-                                 log=log, tuned=cfg.tuned, workload_fields=fields_)
+                                 log=log, tuned=cfg.tuned, workload_fields=fields_, on_row=on_row)
         return EvaluationResult(kind=kind, rows=rows, source=workload, part="all", seeds=cfg.seeds)
     if cfg.tuned is not None:  # the protocol (experiments/commands/evaluate.py) or reconfig (above) read it
         raise ValueError(f"evaluate: tuned (--tuned {cfg.tuned}) applies only to the protocol evaluation (add --loads or "
@@ -492,7 +498,8 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None) -> EvaluationRes
     policies = [cfg.policy] + [n for n in against if n != cfg.policy]
     part, idx = cfg.part_and_indices()
     source = routing_source(cfg)
-    rows = evaluate(policies, source, sim_config, list(cfg.seeds), part=part, window_indices=idx, log=log)
+    rows = evaluate(policies, source, sim_config, list(cfg.seeds), part=part, window_indices=idx, log=log,
+                    on_row=on_row)
     return EvaluationResult(kind=kind, rows=rows, source=source, part=part, seeds=cfg.seeds)
 
 

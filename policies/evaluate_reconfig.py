@@ -276,7 +276,7 @@ def operation_counts(result) -> tuple[int, int]:
 
 def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str, seeds: list[int], sim_config,
                       target_rps: float | None = None, log=None, tuned: str | None = None,
-                      workload_fields: dict | None = None) -> list[dict]:
+                      workload_fields: dict | None = None, on_row=None) -> list[dict]:
     """One row per (policy, seed): ``policy, seed, wall_s`` plus :data:`METRICS` (the
     checkpoint's rows are labelled ``learned``, or ``shipped-reconfig`` for that alias), then
     the ``best-fixed-in-hindsight`` rows (see the module docstring; ``composition`` names the
@@ -294,6 +294,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
         workload_fields: further :class:`envs.workloads.WorkloadSource` fields of every seed's
             workload (``rate_scale``, ``window_s``, ``params``; the checkpoint's training source,
             :func:`policies.evaluate.reconfig_workload_fields`).
+        on_row: optional ``callable(rows)`` called with the (policy, seed) rows so far after each
+            run (e.g. to save them: a run stopped midway keeps its finished runs).
 
     Raises:
         ValueError: before any run: on an unknown policy, ``vertumnus-adaptive-tuned`` without (or
@@ -353,6 +355,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             if label == "learned" and learned_label:
                 row["policy"] = learned_label
             rows.append(row)
+            if on_row is not None:
+                on_row(list(rows))
             if log:
                 log(f"{row['policy']:>22} seed {seed}: mean TTFT {row['mean_ttft_s']:.3f} s, P90 {row['p90_ttft_s']:.3f} s, "
                     f"SLO {row['slo_attainment_token_weighted']:.3f}, ops {n_ops} ({row['wall_s']:.0f} s)")

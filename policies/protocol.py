@@ -301,7 +301,8 @@ def spread_subset(windows: Sequence, max_windows: int | None) -> list:
 
 
 def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, part: str = "test",
-                      tuned: dict | None = None, log=None, max_windows: int | None = None) -> list[dict]:
+                      tuned: dict | None = None, log=None, max_windows: int | None = None,
+                      on_row: Callable[[list], None] | None = None) -> list[dict]:
     """Runs every policy on every ``part`` window of the scenario (paired: same windows); at most
     ``max_windows`` of them, evenly spread (:func:`spread_subset`).
 
@@ -310,6 +311,8 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
             here on the scenario's training windows) and checkpoints (``"shipped"``, paths; an
             arm-selection checkpoint, ``policies.arm_selection``, runs its router directly).
         tuned: ``{"beta", "lambda"}`` of ``vertumnus-tuned`` for this scenario.
+        on_row: optional ``callable(rows)`` called with this scenario's rows so far after each
+            window's run (e.g. to save them: a run stopped midway keeps its finished runs).
 
     Returns:
         One row per (policy, window): ``policy, workload, load_fraction, rate_rps, window`` plus
@@ -351,6 +354,8 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
             row = {"policy": p, "workload": workload, "load_fraction": scenario.load_fraction,
                    "rate_rps": scenario.rate_rps, "window": wl.metadata["window_index"], **fn(wl)}
             rows.append(row)
+            if on_row is not None:
+                on_row(list(rows))
             if log:
                 log(f"{scenario.key} {p:24s} window {row['window']:3d}: mean TTFT {row['mean_ttft_s']:.3f} s")
     return rows

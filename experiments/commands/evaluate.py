@@ -1,7 +1,12 @@
 """``cpgym evaluate``: compare a learned checkpoint (or any policy) with heuristics on held-out
 episode windows and seeds; table with 95% confidence intervals, or JSON. A thin wrapper over
 :func:`policies.evaluate.run_evaluation`; the evaluation flags are generated from
-:class:`policies.evaluate.EvaluationConfig`."""
+:class:`policies.evaluate.EvaluationConfig`.
+
+``--out CSV`` is written after each finished episode (routing windows, ``--kind reconfig`` runs
+and the ``--loads`` / ``--protocol`` cells alike): an evaluation that fails or is interrupted
+midway leaves the episodes it finished in the CSV, in the format of a complete run (a reconfig
+run's ``best-fixed-in-hindsight`` rows are added at the end only), and ``--from-csv`` reads it."""
 
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, EvaluationConfig, title="policies and episodes (default: the checkpoint's training source)")
     add_sim_arguments(p, seed=False)  # every episode's simulator seed is its --seeds entry
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
-    p.add_argument("--out", metavar="CSV", help="also write the per-episode rows to this CSV (and CSV.provenance.json)")
+    p.add_argument("--out", metavar="CSV", help="also write the per-episode rows to this CSV (and CSV.provenance.json); "
+                                                "the CSV is rewritten after each episode, so a run stopped midway keeps "
+                                                "its finished episodes (readable by --from-csv)")
     p.add_argument("--quiet", action="store_true", help="no per-episode progress lines on stderr")
     p.add_argument("--from-csv", metavar="CSV", help="re-aggregate per-episode rows written earlier by --out (runs nothing; "
                                                      "only --kind, --reference and --format apply)")
@@ -93,23 +100,42 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
-    res = run_evaluation(cfg, config, log=log)
+    save = episode_writer(args)
+    res = run_evaluation(cfg, config, log=log, on_row=save)
     rows, source, part = res.rows, res.source, res.part
-    if args.out:
-        from pathlib import Path
-
-        import pandas as pd
-
-        from experiments.provenance import write_provenance
-
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(rows).to_csv(out, index=False)
-        write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
+    if save is not None:
+        save(rows)  # every row (reconfig: with the best-fixed-in-hindsight rows)
     if kind == "reconfig":
         return _print_reconfig(rows, source or "phases", cfg.seeds, args.format, cfg.reference)
     where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
     return _print_routing(rows, cfg.reference, cfg.seeds, where + ",", args.format)
+
+
+def episode_writer(args: argparse.Namespace):
+    """``--out CSV``: a ``callable(rows)`` that writes the per-episode rows so far (called after each
+    episode and once at the end; ``None`` without ``--out``). The first call also writes
+    ``CSV.provenance.json``, so an earlier run's CSV and provenance stay a pair until this run has
+    an episode to replace them with; each write is atomic (``experiments.common.write_rows_csv``).
+    An evaluation stopped midway (an error, Ctrl-C) thus leaves its finished episodes in the CSV,
+    readable by ``--from-csv`` (which warns that the policies have uneven episodes)."""
+    if not args.out:
+        return None
+    from pathlib import Path
+
+    from experiments.common import write_rows_csv
+    from experiments.provenance import write_provenance
+
+    out = Path(args.out)
+    started = []
+
+    def save(rows: list[dict]) -> None:
+        if not started:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
+            started.append(True)
+        write_rows_csv(out, rows)
+
+    return save
 
 
 def _run_protocol(args: argparse.Namespace, cfg) -> int:
@@ -132,23 +158,17 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
     tuned_cells = load_tuned_cells(cfg.tuned) if cfg.tuned else {}
     rows = []
     window_s = cfg.episode_window_s or 10.0
+    save = episode_writer(args)
     for sc in scenarios(config, trace=cfg.trace, workload=cfg.workload, loads=cfg.loads,
                         target_rps=None if cfg.loads else cfg.target_rps, window_s=window_s, warmup_s=cfg.warmup_s, log=log):
         tuned = tuned_cells.get(sc.key)
         if cfg.tuned and "vertumnus-tuned" in policies and tuned is None:
             raise ValueError(f"--tuned {cfg.tuned} has no cell {sc.key!r}; cells: {sorted(tuned_cells)}")
-        rows += evaluate_scenario(policies, sc, config, part, tuned=tuned, log=log, max_windows=cfg.max_windows)
-    if args.out:
-        from pathlib import Path
-
-        import pandas as pd
-
-        from experiments.provenance import write_provenance
-
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(rows).to_csv(out, index=False)
-        write_provenance(out.parent, argv=getattr(args, "argv", None), name=f"{out.name}.provenance.json")
+        done = list(rows)  # the earlier cells' rows: each save writes them and this cell's so far
+        rows += evaluate_scenario(policies, sc, config, part, tuned=tuned, log=log, max_windows=cfg.max_windows,
+                                  on_row=None if save is None else (lambda rs, done=done: save(done + rs)))
+    if save is not None:
+        save(rows)
     reference = cfg.reference or ("vertumnus-tuned" if "vertumnus-tuned" in policies else
                                   VERTUMNUS_ROUTER if VERTUMNUS_ROUTER in policies else policies[-1])
     table = cell_table(rows, reference)
