@@ -235,6 +235,18 @@ class ExperimentResult:
     capacities: list[dict]
 
 
+#: ``on_partial`` of an experiment: called with an :class:`ExperimentResult` of the runs and
+#: capacities finished so far (no rows: those aggregate the finished experiment) after each
+#: finished task, so a caller can save them (``cpgym reproduce`` rewrites ``KIND-runs.csv`` /
+#: ``KIND-capacities.csv``: an experiment stopped midway keeps its finished runs).
+OnPartial = Callable[[ExperimentResult], None]
+
+
+def _partial(on_partial: OnPartial | None, runs: list[dict], capacities: list[dict]) -> None:
+    if on_partial is not None:
+        on_partial(ExperimentResult([], list(runs), list(capacities)))
+
+
 def _rated(case: WorkloadCase, window_s: float, seed: int):
     from envs import workloads
     from experiments.capacity import RatedWorkload
@@ -347,10 +359,11 @@ def _map(fn, tasks: list, jobs: int):
 
 
 def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
-               memo: dict | None = None) -> ExperimentResult:
+               memo: dict | None = None, on_partial: OnPartial | None = None) -> ExperimentResult:
     """The end-to-end experiment (module docstring). ``log`` gets progress lines; ``jobs``
     processes run the capacity searches and the runs (results do not depend on it); ``memo`` is
-    unused (the experiments' common signature)."""
+    unused (the experiments' common signature); ``on_partial``: :data:`OnPartial`, after each
+    capacity search and each (model, workload, seed) task."""
     from experiments.capacity import CapacityDefinition, CapacityResult, rates_for_loads, static_baselines
     from policies.evaluate import mean_ci95
 
@@ -364,6 +377,7 @@ def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, j
     caps_out = []
     for row in _map(_capacity_task, tasks, jobs):
         caps_out.append(row)
+        _partial(on_partial, [], caps_out)
         took = "cached" if row["cached"] else f"{row['wall_s']:.0f} s"
         say(f"[{row['model']} {row['workload']}] capacity {row['policy']}: {row['capacity_rps']:.3f} req/s ({took})")
     # 2. runs at the load fractions, every seed
@@ -383,6 +397,7 @@ def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, j
     runs: list[dict] = []
     for rows in _map(_runs_task, run_tasks, jobs):
         runs += rows
+        _partial(on_partial, runs, caps_out)
         say(f"[{rows[0]['model']} {rows[0]['workload']}] seed {rows[0]['seed']}: {len(rows)} runs done")
     # 3. rows: Vertumnus vs the strongest baseline at the highest load, paired by seed
     rows_out: list[Row] = []
@@ -425,10 +440,12 @@ def _dynamic_task(task: tuple) -> dict:
 
 
 def dynamic_summaries(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
-                      memo: dict | None = None) -> dict[str, list[dict]]:
+                      memo: dict | None = None,
+                      on_summary: Callable[[str, dict], None] | None = None) -> dict[str, list[dict]]:
     """Model label -> per-seed ``run_dynamic_phases`` summaries (workload seed = run seed =
     each of ``cfg.seeds``; ``DynamicPhasesConfig`` defaults apart from ``cfg.dynamic_params``).
-    Computed once per ``memo`` (shared by the dynamic and reconfiguration experiments)."""
+    Computed once per ``memo`` (shared by the dynamic and reconfiguration experiments);
+    ``on_summary(model, summary)`` is called after each seed's runs (not when ``memo`` has them)."""
     if memo is not None and "dynamic" in memo:
         return memo["dynamic"]
     say = log or (lambda _line: None)
@@ -437,6 +454,8 @@ def dynamic_summaries(cfg: ReproduceConfig, log: Callable[[str], None] | None = 
     out: dict[str, list[dict]] = {m: [] for m, _ in models}
     for (model, _), summary in zip(((m, s) for m, _ in models for s in cfg.seeds), _map(_dynamic_task, tasks, jobs)):
         out[model].append(summary)
+        if on_summary is not None:
+            on_summary(model, summary)
         say(f"[{model} phases] seed {summary['seed']}: {len(summary['policies'])} runs, "
             f"{len(summary['operations'])} reconfiguration operations ({summary['wall_s']:.0f} s)")
     if memo is not None:
@@ -444,53 +463,77 @@ def dynamic_summaries(cfg: ReproduceConfig, log: Callable[[str], None] | None = 
     return out
 
 
+def _dynamic_runs(model: str, s: dict) -> list[dict]:
+    """The ``dynamic`` runs rows of one seed's summary ``s``: one per policy."""
+    return [{"model": model, "seed": s["seed"], "initial_composition": s["initial_composition"],
+             **{k: v for k, v in r.items() if k != "phase_mean_ttft_s"},
+             **{f"phase{i}_{kind['kind']}_mean_ttft_s": x
+                for i, (kind, x) in enumerate(zip(s["phases"], r["phase_mean_ttft_s"]))}}
+            for r in s["policies"]]
+
+
 def dynamic(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
-            memo: dict | None = None) -> ExperimentResult:
+            memo: dict | None = None, on_partial: OnPartial | None = None) -> ExperimentResult:
     """The dynamic experiment (paper §9 "Worker Reconfiguration"): per scenario of
     :data:`~experiments.paper_experiments.paper_rows.DYNAMIC_SCENARIOS`, the adaptive system's
     mean TTFT vs the best fixed composition, the homogeneous CP-2 / CP-4 pools and its own initial
     composition (:func:`~experiments.paper_experiments.paper_rows.dynamic_rows`), over ``cfg.seeds``.
-    ``runs``: one row per seed and policy (fixed compositions and the adaptive run)."""
+    ``runs``: one row per seed and policy (fixed compositions and the adaptive run);
+    ``on_partial`` (:data:`OnPartial`) after each seed."""
     from experiments.paper_experiments.paper_rows import DYNAMIC_SCENARIOS, PAPER_DYNAMIC, dynamic_rows
+
+    done: list[dict] = []
+
+    def seed_done(model: str, s: dict) -> None:
+        done.extend(_dynamic_runs(model, s))
+        _partial(on_partial, done, [])
 
     rows: list[Row] = []
     runs: list[dict] = []
-    for model, summaries in dynamic_summaries(cfg, log, jobs, memo).items():
+    for model, summaries in dynamic_summaries(cfg, log, jobs, memo, seed_done).items():
         pool = summaries[0]["pool"]
         degrees = (min(pool["supported_degrees"]), max(pool["supported_degrees"]))
         for scenario, phase_kind in DYNAMIC_SCENARIOS.items():
             rows += [Row(**r) for r in dynamic_rows(scenario, summaries, model, int(pool["num_gpus"]), degrees,
                                                     PAPER_DYNAMIC.get(scenario), phase_kind)]
         for s in summaries:
-            runs += [{"model": model, "seed": s["seed"], "initial_composition": s["initial_composition"],
-                      **{k: v for k, v in r.items() if k != "phase_mean_ttft_s"},
-                      **{f"phase{i}_{kind['kind']}_mean_ttft_s": x
-                         for i, (kind, x) in enumerate(zip(s["phases"], r["phase_mean_ttft_s"]))}}
-                     for r in s["policies"]]
+            runs += _dynamic_runs(model, s)
     return ExperimentResult(rows, runs, [])
 
 
+def _operation_runs(model: str, s: dict) -> list[dict]:
+    """The ``reconfiguration`` runs rows of one seed's summary ``s``: one per operation."""
+    from experiments.paper_experiments.dynamic_phases import OPERATION_FIELDS
+
+    return [{"model": model, "seed": s["seed"], **{k: o[k] for k in OPERATION_FIELDS if k in o}} for o in s["operations"]]
+
+
 def reconfiguration(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
-                    memo: dict | None = None) -> ExperimentResult:
+                    memo: dict | None = None, on_partial: OnPartial | None = None) -> ExperimentResult:
     """The reconfiguration experiment (paper §9: each split or merge took 1.1-5.1 s): p10 / p90
     of drain + switch + confirm over the committed operations of each seed's adaptive run of the
     dynamic experiment (the same runs: shared through ``memo``); a seed without a committed
-    operation is left out (logged), a model without any gets no rows. ``runs``: one row per operation."""
-    from experiments.paper_experiments.dynamic_phases import OPERATION_FIELDS
+    operation is left out (logged), a model without any gets no rows. ``runs``: one row per operation;
+    ``on_partial`` (:data:`OnPartial`) after each seed (when the dynamic experiment has not run them)."""
     from experiments.paper_experiments.paper_rows import operation_times_s, reconfiguration_rows
+
+    done: list[dict] = []
+
+    def seed_done(model: str, s: dict) -> None:
+        done.extend(_operation_runs(model, s))
+        _partial(on_partial, done, [])
 
     say = log or (lambda _line: None)
     rows: list[Row] = []
     runs: list[dict] = []
-    for model, summaries in dynamic_summaries(cfg, log, jobs, memo).items():
+    for model, summaries in dynamic_summaries(cfg, log, jobs, memo, seed_done).items():
         times = [operation_times_s(s) for s in summaries]
         for s, t in zip(summaries, times):
             if not t:
                 say(f"[{model} phases] seed {s['seed']}: no committed reconfiguration operation (no p10 / p90 from it)")
         if any(times):
             rows += [Row(**r) for r in reconfiguration_rows([t for t in times if t], model)]
-        runs += [{"model": model, "seed": s["seed"], **{k: o[k] for k in OPERATION_FIELDS if k in o}}
-                 for s in summaries for o in s["operations"]]
+        runs += [r for s in summaries for r in _operation_runs(model, s)]
     return ExperimentResult(rows, runs, [])
 
 
@@ -523,7 +566,7 @@ def _cache_pair_task(task: tuple) -> list[dict]:
 
 
 def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
-          memo: dict | None = None) -> ExperimentResult:
+          memo: dict | None = None, on_partial: OnPartial | None = None) -> ExperimentResult:
     """The cache experiment (paper §9 "Prefix-Cache Ablation"): Vertumnus with the global
     prefix-cache manager (``CacheManagerConfig`` defaults) vs local caches only on the tool-agent
     workload of ``cpgym cache-ablation`` (``cfg.cache_duration_s`` s of sessions), paired per seed
@@ -533,7 +576,8 @@ def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: 
     bisection (:func:`~experiments.paper_experiments.cache_ablation.tool_agent_capacity`, the
     ``cpgym capacity`` definition); the run rate is ``cfg.loads[-1]`` (the highest tested load) x
     the lowest of them, so no seed runs above its capacity; ``load_fraction`` = that fraction.
-    ``runs``: one row per seed and policy; ``capacities``: one row per seed."""
+    ``runs``: one row per seed and policy; ``capacities``: one row per seed; ``on_partial``
+    (:data:`OnPartial`) after each capacity search and each seed's pair of runs."""
     from experiments.paper_experiments.paper_rows import cache_rows
 
     say = log or (lambda _line: None)
@@ -542,8 +586,10 @@ def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: 
 
         cfg = replace(cfg, capacity_definition=CapacityDefinition())
     models = _paper_models(cfg, "cache", say)
-    caps = list(_map(_cache_capacity_task, [(m, p, seed, cfg) for m, p in models for seed in cfg.cache_seeds], jobs))
-    for c in caps:
+    caps: list[dict] = []
+    for c in _map(_cache_capacity_task, [(m, p, seed, cfg) for m, p in models for seed in cfg.cache_seeds], jobs):
+        caps.append(c)
+        _partial(on_partial, [], caps)
         took = "cached" if c["cached"] else f"{c['wall_s']:.0f} s"
         say(f"[{c['model']} tool-agent] seed {c['seed']}: capacity with local caches {c['capacity_rps']:.2f} req/s ({took})")
     load = cfg.loads[-1]
@@ -551,7 +597,10 @@ def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: 
     for m, r in rates.items():
         say(f"[{m} tool-agent] cache runs at {r:.2f} req/s = {load:g} x the lowest capacity")
     pair_tasks = [(m, p, seed, rates[m], cfg) for m, p in models for seed in cfg.cache_seeds]
-    runs = [row for rows in _map(_cache_pair_task, pair_tasks, jobs) for row in rows]
+    runs: list[dict] = []
+    for rows in _map(_cache_pair_task, pair_tasks, jobs):
+        runs += rows
+        _partial(on_partial, runs, caps)
     out: list[Row] = []
     for m, _ in models:
         mine = [r for r in runs if r["model"] == m]
@@ -560,16 +609,18 @@ def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: 
     return ExperimentResult(out, runs, caps)
 
 
-#: Experiment kinds of ``cpgym reproduce``: name -> function(config, log, jobs, memo) -> ExperimentResult.
+#: Experiment kinds of ``cpgym reproduce``: name -> function(config, log, jobs, memo, on_partial) -> ExperimentResult.
 EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {"end-to-end": end_to_end, "dynamic": dynamic, "cache": cache,
                                                            "reconfiguration": reconfiguration}
 
 
 def run_experiments(kinds: list[str], cfg: ReproduceConfig, log: Callable[[str], None] | None = None,
-                    jobs: int = 1) -> Iterator[tuple[str, ExperimentResult]]:
+                    jobs: int = 1, on_partial: Callable[[str, ExperimentResult], None] | None = None
+                    ) -> Iterator[tuple[str, ExperimentResult]]:
     """Runs the named experiments of :data:`EXPERIMENTS` in order, yielding ``(kind, result)``
     as each finishes (so a caller can write it before the next starts); ``dynamic`` and
-    ``reconfiguration`` share one set of dynamic runs.
+    ``reconfiguration`` share one set of dynamic runs. ``on_partial(kind, result)``: the
+    experiment's finished runs and capacities so far, after each task (:data:`OnPartial`).
 
     Raises:
         ValueError: on an unknown experiment (names the known ones), before anything runs.
@@ -579,7 +630,8 @@ def run_experiments(kinds: list[str], cfg: ReproduceConfig, log: Callable[[str],
             raise ValueError(f"--experiments: unknown kind {k!r}; known: {', '.join(EXPERIMENTS)}")
     memo: dict = {}
     for k in kinds:
-        yield k, EXPERIMENTS[k](cfg, log, jobs, memo)
+        part = None if on_partial is None else (lambda res, k=k: on_partial(k, res))
+        yield k, EXPERIMENTS[k](cfg, log, jobs, memo, part)
 
 
 def rows_as_dicts(rows: list[Row]) -> list[dict]:

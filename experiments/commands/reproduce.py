@@ -19,7 +19,11 @@ and metric, the paper's figure beside cpgym's with a 95 % CI over seeds. Definit
 * ``--out DIR`` (default ``runs/reproduce``): ``rows.json``, ``KIND-runs.csv`` (every run),
   ``KIND-capacities.csv`` (end-to-end, cache), ``end-to-end.png``, ``provenance.json`` (written
   first and after each experiment: its ``experiments``, the ``finished`` ones and the ``files``
-  this run wrote, so an interrupted run's folder says what is its own).
+  this run wrote, so an interrupted run's folder says what is its own). ``KIND-runs.csv`` and
+  ``KIND-capacities.csv`` are rewritten after each finished task (a capacity search, a seed's
+  runs), so a run stopped midway (an error, Ctrl-C) keeps the runs and capacities it finished,
+  in the complete run's format; ``rows.json`` and the plot aggregate finished experiments only
+  (an experiment missing from ``finished`` whose files are listed stopped midway).
 * ``--models LABEL=CALIBRATION[@COMPOSITION];...``: models to run (default: the default calibration).
 """
 
@@ -71,7 +75,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "become the model's CP degrees; default: the --calibration / default calibration on the pool flags)")
     add_capacity_arguments(p)
     p.add_argument("--jobs", type=int, default=2, help="parallel processes (default 2; results do not depend on it)")
-    p.add_argument("--out", default="runs/reproduce", help="output folder (default runs/reproduce)")
+    p.add_argument("--out", default="runs/reproduce",
+                   help="output folder (default runs/reproduce); KIND-runs.csv and KIND-capacities.csv are rewritten after "
+                        "each finished capacity search or seed, so a run stopped midway keeps them (provenance.json lists "
+                        "its files and finished experiments)")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="stdout format: a table, or one JSON array of rows (default table)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -167,10 +174,24 @@ def _print_table(rows) -> None:
               f"{ci:>18s} {f(r.load_fraction, '{:.2f}'):>5s}  {r.strongest_baseline or '—'}")
 
 
+def _write_runs(out, kind: str, res, final: bool) -> list[str]:
+    """Writes ``KIND-runs.csv`` (a finished experiment's, even without runs; a partial one's once it
+    has a run) and ``KIND-capacities.csv`` (when there are capacities) of ``res`` under ``out``,
+    each atomically; returns the names written."""
+    from experiments.common import write_rows_csv
+
+    written = []
+    if final or res.runs:
+        write_rows_csv(out / f"{kind}-runs.csv", res.runs)
+        written.append(f"{kind}-runs.csv")
+    if res.capacities:
+        write_rows_csv(out / f"{kind}-capacities.csv", res.capacities)
+        written.append(f"{kind}-capacities.csv")
+    return written
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    import pandas as pd
 
     from experiments.common import check_out_dir, dumps_json
     from experiments.reproduce import EXPERIMENTS, plot_end_to_end, rows_as_dicts, run_experiments
@@ -200,14 +221,18 @@ def run(args: argparse.Namespace) -> int:
         write_provenance(out, argv=getattr(args, "argv", None), experiments=list(kinds), finished=list(finished),
                          files=sorted(set(files)))
 
+    def partial(k: str, res) -> None:
+        # after each finished task of an experiment: its runs and capacities so far, so an experiment
+        # stopped midway keeps them (listed in files; the experiment is not in finished)
+        new = [f for f in _write_runs(out, k, res, final=False) if f not in files]
+        if new:
+            files.extend(new)
+            record()
+
     record()
-    for k, res in run_experiments(kinds, cfg, log, args.jobs):
+    for k, res in run_experiments(kinds, cfg, log, args.jobs, on_partial=partial):
         rows += res.rows
-        pd.DataFrame(res.runs).to_csv(out / f"{k}-runs.csv", index=False)
-        files.append(f"{k}-runs.csv")
-        if res.capacities:
-            pd.DataFrame(res.capacities).to_csv(out / f"{k}-capacities.csv", index=False)
-            files.append(f"{k}-capacities.csv")
+        files.extend(f for f in _write_runs(out, k, res, final=True) if f not in files)
         if k == "end-to-end" and res.runs:
             plot_end_to_end(res.runs, out / "end-to-end.png")
             files.append("end-to-end.png")

@@ -269,7 +269,7 @@ def test_an_interrupted_reproduce_says_which_experiments_and_files_are_its_own(t
     out.mkdir()
     (out / "cache-runs.csv").write_text("an earlier run's file\n")
 
-    def two_then_interrupt(kinds, cfg, log=None, jobs=1):
+    def two_then_interrupt(kinds, cfg, log=None, jobs=1, on_partial=None):
         yield "dynamic", reproduce.ExperimentResult([], [{"seed": 0}], [])
         raise KeyboardInterrupt
 
@@ -278,3 +278,82 @@ def test_an_interrupted_reproduce_says_which_experiments_and_files_are_its_own(t
     rec = json.loads((out / "provenance.json").read_text())
     assert rec["experiments"] == ["dynamic", "reconfiguration"] and rec["finished"] == ["dynamic"]
     assert rec["files"] == ["dynamic-runs.csv", "rows.json"]  # not the earlier run's cache-runs.csv
+
+
+def _fake_end_to_end_tasks(monkeypatch, fail_on: int, exception=RuntimeError):
+    """End-to-end without simulations: every capacity 2 req/s, every run a fixed row; the
+    ``fail_on``-th (model, workload, seed) task raises ``exception``."""
+    import experiments.reproduce as reproduce
+    from tests.interrupt import fail_on_call
+
+    def capacity(task):
+        model, _, _, case, policy, _ = task
+        return {"model": model, "workload": case.key, "policy": policy, "capacity_rps": 2.0, "capacity_rate_scale": 1.0,
+                "native_rate_rps": 2.0, "num_simulations": 0, "cached": False, "wall_s": 0.0}
+
+    def runs(task):
+        model, _, _, case, seed, scales, _, strongest, cfg = task
+        return [{"model": model, "workload": case.key, "policy": p, "seed": seed, "load_fraction": load, "rate_rps": 2 * s,
+                 "rate_scale": s, "capacity_rps": 2.0, "capacity_rate_scale": 1.0, "overloaded": s > 1.0,
+                 "strongest_static_baseline": strongest, "num_requests": 10, "mean_ttft_s": 1.0 + seed + s, "p90_ttft_s": 2.0,
+                 "p99_ttft_s": 3.0, "slo_attainment_token_weighted": 0.9, "prefix_hit_rate": 0.1, "num_unfinished": 0,
+                 "wall_s": 0.0} for load, s in zip(cfg.loads, scales) for p in cfg.policies]
+
+    monkeypatch.setattr(reproduce, "_capacity_task", capacity)
+    monkeypatch.setattr(reproduce, "_runs_task", fail_on_call(runs, fail_on, exception=exception))
+
+
+def test_reproduce_stopped_midway_keeps_the_finished_runs_of_its_experiment(tmp_path, capsys, monkeypatch):
+    """KIND-runs.csv and KIND-capacities.csv were written when the experiment finished: a run that
+    failed at the last seed of end-to-end lost every capacity search and every other seed's runs."""
+    import pandas as pd
+
+    _fake_end_to_end_tasks(monkeypatch, fail_on=3)
+    out = tmp_path / "out"
+    argv = ["reproduce", "--experiments", "end-to-end", "--workloads", "leval-like", "--seeds", "0,1,2", "--loads", "0.5,0.9",
+            "--window-s", "40", "--no-cache", "--quiet", "--jobs", "1"]
+    with pytest.raises(RuntimeError, match="killed"):
+        main(["--traceback", *argv, "--out", str(out)])
+    runs = pd.read_csv(out / "end-to-end-runs.csv")
+    assert sorted(set(runs["seed"])) == [0, 1] and len(runs) == 2 * 2 * 6  # seeds x loads x policies
+    caps = pd.read_csv(out / "end-to-end-capacities.csv")
+    assert len(caps) == 6 and (caps["capacity_rps"] == 2.0).all()
+    rec = json.loads((out / "provenance.json").read_text())
+    assert rec["finished"] == [] and rec["files"] == ["end-to-end-capacities.csv", "end-to-end-runs.csv"]
+    assert not (out / "rows.json").exists()
+    # the complete run writes the same rows: the partial file is its first seeds
+    _fake_end_to_end_tasks(monkeypatch, fail_on=0)
+    full = tmp_path / "full"
+    assert main([*argv, "--out", str(full), "--format", "json"]) == 0
+    text = (full / "end-to-end-runs.csv").read_text().splitlines(keepends=True)
+    assert (out / "end-to-end-runs.csv").read_text() == "".join(text[:1 + len(runs)])
+    assert (out / "end-to-end-capacities.csv").read_text() == (full / "end-to-end-capacities.csv").read_text()
+    assert json.loads((full / "provenance.json").read_text())["finished"] == ["end-to-end"]
+
+
+def test_reproduce_interrupted_in_the_dynamic_runs_keeps_the_finished_seeds(tmp_path, capsys, monkeypatch):
+    """Ctrl-C at the second seed of the dynamic runs (shared by dynamic and reconfiguration): the
+    first seed's runs and operations are on disk."""
+    import pandas as pd
+
+    import experiments.reproduce as reproduce
+    from tests.interrupt import fail_on_call
+
+    def summary(task):
+        _, seed, _ = task
+        return {"seed": seed, "pool": {"num_gpus": 8, "supported_degrees": [2, 4]}, "initial_composition": "cp4x2",
+                "phases": [{"kind": "short"}, {"kind": "long"}],
+                "policies": [{"policy": p, "mean_ttft_s": 1.0, "phase_mean_ttft_s": [0.5, 1.5]}
+                             for p in ("vertumnus-adaptive", "cp2x4")],
+                "operations": [{"kind": "split", "drain_s": 1.0, "switch_s": 0.5, "confirm_s": 0.1, "total_s": 1.6}],
+                "wall_s": 0.0}
+
+    monkeypatch.setattr(reproduce, "_dynamic_task", fail_on_call(summary, 2, exception=KeyboardInterrupt))
+    out = tmp_path / "out"
+    assert main(["reproduce", "--experiments", "reconfiguration,dynamic", "--seeds", "0,1,2", "--quiet", "--jobs", "1",
+                 "--out", str(out)]) == 130
+    assert capsys.readouterr().err == "cpgym reproduce: interrupted\n"
+    ops = pd.read_csv(out / "reconfiguration-runs.csv")
+    assert list(ops["seed"]) == [0] and ops["total_s"].tolist() == [1.6]
+    rec = json.loads((out / "provenance.json").read_text())
+    assert rec["finished"] == [] and rec["files"] == ["reconfiguration-runs.csv"]
