@@ -1,6 +1,10 @@
 """``cpgym tune vertumnus``: grid search of the Vertumnus router's (beta, lambda) on the TRAINING
 windows (``policies.protocol``) of each (workload, load) cell; writes one JSON file that
-``cpgym evaluate --tuned FILE`` reads for ``vertumnus-tuned``."""
+``cpgym evaluate --tuned FILE`` reads for ``vertumnus-tuned``.
+
+The file is rewritten (atomically) after each tuned cell: a run stopped midway (an error, Ctrl-C)
+leaves the cells it finished, in the complete run's format (``cpgym evaluate --tuned`` reads it and
+names a missing cell)."""
 
 from __future__ import annotations
 
@@ -19,7 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-windows", type=int, metavar="N",
                    help="tune on at most N training windows per cell, evenly spread (policies.protocol.spread_subset; "
                         "default all)")
-    p.add_argument("--out", metavar="JSON", required=True, help="where to write the tuned parameters per cell")
+    p.add_argument("--out", metavar="JSON", required=True,
+                   help="where to write the tuned parameters per cell (rewritten after each cell: a run stopped midway "
+                        "keeps its finished cells)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -80,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from experiments.common import check_out_file, sim_config_from_args
+    from experiments.common import check_out_file, sim_config_from_args, write_text_atomic
     from policies.protocol import tune_vertumnus
 
     out = Path(args.out)
@@ -91,12 +97,17 @@ def run(args: argparse.Namespace) -> int:
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
     betas, lambdas = _grid(args)
     result = {"heuristic": args.heuristic, "argv": sys.argv[1:], "cells": {}}
+
+    def save(doc: dict) -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, json.dumps(doc, indent=2) + "\n")
+
     for sc in scenarios_from_args(args, config, log):
         t = tune_vertumnus(sc.windows("train", max_windows=args.max_windows), config, betas, lambdas, log=log)
         t.update(rate_rps=sc.rate_rps, load_fraction=sc.load_fraction, window_s=sc.window_s, warmup_s=sc.warmup_s)
         result["cells"][sc.key] = t
+        save(result)  # after each cell: a run stopped midway keeps its finished cells
         print(f"{sc.key}: beta {t['beta']:g}, lambda {t['lambda']:g} (mean TTFT {t['mean_ttft_s']:.4f} s on "
               f"{t['num_windows']} training windows at {sc.rate_rps:.2f} requests/s)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    save(result)
     return 0

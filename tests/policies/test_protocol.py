@@ -150,6 +150,30 @@ def test_tune_and_evaluate_commands_on_a_tiny_trace(tmp_path, capsys):
     assert by["least-work"]["mean_ttft_s"] != by["vertumnus-router"]["mean_ttft_s"]
 
 
+def test_tune_stopped_midway_keeps_its_finished_cells(tmp_path, capsys, monkeypatch):
+    """The JSON was written after the last cell only: a tuning run that failed or was interrupted
+    at its last load lost every cell already tuned."""
+    import types
+
+    import policies.protocol as protocol
+    from experiments.cli import main
+    from tests.interrupt import fail_on_call
+
+    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    monkeypatch.setattr(protocol, "capacity_rps", lambda *a, **k: types.SimpleNamespace(capacity_rps=10.0,
+                                                                                      policy="vertumnus-router", probes=[]))
+    monkeypatch.setattr(protocol, "tune_vertumnus", fail_on_call(protocol.tune_vertumnus, 2))
+    out = tmp_path / "tuned" / "tuned.json"
+    with pytest.raises(RuntimeError, match="killed"):
+        main(["--traceback", "tune", "vertumnus", "--trace", str(trace), "--loads", "0.4,0.6", "--episode-window-s", "4",
+              "--betas", "1,3", "--lambdas", "0", "--max-windows", "1", "--out", str(out), "--quiet", "--pool-gpus", "8",
+              "--pool-composition", "cp2x2,cp1x4", "--supported-degrees", "1,2"])
+    doc = json.loads(out.read_text())
+    assert doc["heuristic"] == "vertumnus" and list(doc["cells"]) == ["tiny@0.4"]
+    assert set(protocol.load_tuned_cells(str(out))) == {"tiny@0.4"}  # the reader of a complete file reads it
+    assert len(doc["cells"]["tiny@0.4"]["grid"]) == 2 and not list(out.parent.glob(".*.tmp"))
+
+
 def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
     """Residual training on the protocol's train windows: validation.csv has the warm start and
     periodic rows, model.zip is the best-validation model, episodes.csv has TTFT/SLO columns,
