@@ -26,7 +26,10 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
 * ``--out DIR``: ``results.csv`` / ``results.parquet`` (one tidy row per policy, rate, seed),
   ``summary.csv`` (averaged over seeds), ``vertumnus_vs_strongest.csv`` (the % changes below),
   ``compare.png`` (mean and P90 TTFT vs rate), ``sweep.csv`` with ``--beta``/``--lambda``,
-  ``provenance.json``.
+  ``provenance.json``. ``provenance.json`` is written first and ``results.csv`` (atomically) after
+  each finished run, so a compare stopped midway (an error, Ctrl-C) keeps the rows of its finished
+  runs in the complete run's format (with ``--jobs`` N, the runs finished in task order); the
+  other files aggregate every run and are written at the end.
 * ``--jobs N``: runs in a process pool of N workers (default 1).
 * ``--beta B1,B2,...`` / ``--lambda L1,L2,...``: the beta/lambda sensitivity sweep of the
   Vertumnus cost (paper §5): adds one policy ``vertumnus-router[beta=B,lambda=L]`` (the router
@@ -75,7 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=1, help="parallel simulation processes (default 1)")
     p.add_argument("--out", metavar="DIR", help="write under DIR: results.csv and results.parquet (one row per policy, rate "
                    "and seed), summary.csv (seed means), vertumnus_vs_strongest.csv, compare.png, provenance.json, and "
-                   "with --beta/--lambda sweep.csv")
+                   "with --beta/--lambda sweep.csv; provenance.json first and results.csv after each run, so a run "
+                   "stopped midway keeps its finished runs (the other files need every run)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--quiet", action="store_true",
                    help="no per-probe capacity progress lines on stderr (printed with --loads / --label-overload, in "
@@ -278,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from experiments.common import check_out_dir, dumps_json
+    from experiments.common import check_out_dir, dumps_json, write_rows_csv
     from experiments.paper_experiments.end_to_end import run_compare
 
     check_out_dir(args.out)  # before the capacity bisections of --loads / --label-overload
@@ -302,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
 
     def save(rows: list[dict]) -> None:  # nothing is lost: every finished run is on disk before the next one is awaited
         if out is not None:
-            pd.DataFrame(rows).to_csv(out / "results.csv", index=False)
+            write_rows_csv(out / "results.csv", rows)
 
     result = run_compare(**inputs, jobs=args.jobs, on_row=save)
     summary, changes = result.summary, result.changes

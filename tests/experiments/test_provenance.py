@@ -53,6 +53,29 @@ def test_cache_ablation_stopped_midway_keeps_its_finished_runs(tmp_path, capsys,
     assert list(pd.read_csv(out / "results.csv")["rate_rps"]) == [4.0, 4.0]  # both policies at the first rate
 
 
+def test_compare_interrupted_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
+    """results.csv is rewritten after each run: Ctrl-C at the second rate leaves the first rate's
+    runs, in the format of the complete run's results.csv."""
+    import pandas as pd
+
+    import experiments.paper_experiments.end_to_end as end_to_end
+
+    from tests.interrupt import fail_on_call
+
+    argv = ["compare", "--workload", "tool-agent", "--workload-param", "duration_s=20", "--rates", "4,6", "--suite",
+            "least-work,round-robin", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--format", "json"]
+    full = tmp_path / "full"
+    assert main([*argv, "--out", str(full)]) == 0
+    monkeypatch.setattr(end_to_end, "_run_task", fail_on_call(end_to_end._run_task, 3, exception=KeyboardInterrupt))
+    out = tmp_path / "compare"
+    assert main([*argv, "--out", str(out)]) == 130
+    assert json.loads((out / "provenance.json").read_text())["argv"][:2] == ["cpgym", "compare"]
+    df = pd.read_csv(out / "results.csv")
+    assert list(zip(df["policy"], df["rate_rps"])) == [("least-work", 4.0), ("round-robin", 4.0)]
+    assert list(df.columns) == list(pd.read_csv(full / "results.csv").columns)
+    assert not (out / "summary.csv").exists()
+
+
 def test_compare_writes_provenance(tmp_path, capsys):
     out = tmp_path / "compare"
     assert main(["compare", "--workload", "tool-agent", "--workload-param", "duration_s=20", "--rates", "5",
