@@ -124,6 +124,10 @@ class ReconfigTrainConfig:
     validate_every_steps: int = _opt(1024, "validate every STEPS steps with --validation-seeds; model.zip = the best "
                                            "validated model (lowest mean TTFT)", metavar="STEPS")
     seed: int = _opt(0, "seed of PPO and the environments", flag="--train-seed")
+    checkpoint_every_steps: int = _opt(1024, "environment steps (decision windows) between checkpoints: "
+                                             "checkpoints/reconfig_STEPS_model.zip and its reconfig_STEPS_vecnormalize.pkl "
+                                             "(an --init-from model), so a run stopped midway keeps what it learned",
+                                       flag="--checkpoint-every", metavar="STEPS")
     torch_threads: int = _opt(1, "torch CPU threads")
     wandb_mode: str = _opt("offline", "wandb mode", flag="--wandb", choices=("offline", "online", "disabled"))
 
@@ -131,7 +135,7 @@ class ReconfigTrainConfig:
         if self.trace is None and self.workload is None:
             raise ValueError("give trace or workload")
         for name in ("episode_window_s", "window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
-                     "torch_threads", "validate_every_steps", "bc_epochs", "bc_learning_rate"):
+                     "torch_threads", "validate_every_steps", "bc_epochs", "bc_learning_rate", "checkpoint_every_steps"):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
         if not self.window_s < self.episode_window_s:  # one decision at t = 0 on an empty window, then none
@@ -330,6 +334,31 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
                 self.validate()
 
     return _Validation()
+
+
+def checkpoint_callback(cfg: ReconfigTrainConfig, out: Path, venv):
+    """An SB3 callback that every ``cfg.checkpoint_every_steps`` environment steps saves the model
+    and ``venv``'s observation statistics as ``out/checkpoints/reconfig_STEPS_model.zip`` and
+    ``reconfig_STEPS_vecnormalize.pkl`` (the pair ``--init-from`` and
+    :func:`read_initial_model` read): before it, a reconfiguration training that failed or was
+    interrupted (Ctrl-C) midway kept no model at all unless it validated."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class _Checkpoints(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.last = 0
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps - self.last >= cfg.checkpoint_every_steps:
+                self.last = self.num_timesteps
+                d = out / "checkpoints"
+                d.mkdir(parents=True, exist_ok=True)
+                self.model.save(d / f"reconfig_{self.num_timesteps}_model.zip")
+                venv.save(str(d / f"reconfig_{self.num_timesteps}_vecnormalize.pkl"))
+            return True
+
+    return _Checkpoints()
 
 
 def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_config, capacity_table, log=print) -> dict:
@@ -534,7 +563,10 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
                    progress: str | bool | None = None) -> Path:
     """Trains; writes ``model.zip``, ``vecnormalize.pkl``, ``progress.csv``, ``train_config.json``
     (with ``validation_seeds`` also ``validation.csv``, ``last_model.zip`` and
-    ``last_vecnormalize.pkl``; ``model.zip`` / ``vecnormalize.pkl`` are then the best validated).
+    ``last_vecnormalize.pkl``; ``model.zip`` / ``vecnormalize.pkl`` are then the best validated)
+    and periodic checkpoints (:func:`checkpoint_callback`). A run stopped midway keeps
+    ``train_config.json`` (written first), ``progress.csv`` (one row per PPO update), the
+    checkpoints so far and, with validation, ``validation.csv`` and ``best_model.zip``.
 
     Raises:
         ValueError: on a bad ``cfg.oracle_phase_ttft`` file (:func:`check_oracle_phase_ttft`),
@@ -595,7 +627,7 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
         run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name, reinit="finish_previous",
                          quiet=progress == "off")
     t0 = time.perf_counter()
-    callbacks = [TrainingProgress(cfg.total_timesteps, progress)]
+    callbacks = [TrainingProgress(cfg.total_timesteps, progress), checkpoint_callback(cfg, out, venv)]
     val = validation_callback(cfg, out, venv, sc, table, log=log)
     if val is not None:
         callbacks.append(val)

@@ -18,6 +18,15 @@ DEFAULT_SOURCES = {
 }
 
 
+#: ``--out`` help per kind: the files, and what a run stopped midway (an error, Ctrl-C) keeps.
+OUT_HELP = {
+    "routing": "run folder (model.zip, checkpoints/ every --checkpoint-every steps, progress.csv, episodes.csv, "
+               "train_config.json, provenance.json; a run stopped midway keeps all but the final model files)",
+    "reconfig": "run folder (model.zip + vecnormalize.pkl, checkpoints/ every --checkpoint-every steps, progress.csv, "
+                "train_config.json, provenance.json; a run stopped midway keeps all but the final model files)",
+}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments, add_workload_arguments
     from experiments.config_args import add_config_arguments
@@ -40,8 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             add_config_arguments(k, TrainConfig, title="training")
         else:
             add_config_arguments(k, ReconfigTrainConfig, title="episodes and training")
-        k.add_argument("--out", metavar="DIR", required=True,
-                       help="run folder (model.zip, checkpoints/, progress.csv, episodes.csv, provenance.json)")
+        k.add_argument("--out", metavar="DIR", required=True, help=OUT_HELP[kind])
         k.add_argument("--quiet", action="store_true",
                        help="no progress output (default: a bar on a terminal, a line every 10 s otherwise, "
                             "with mean TTFT and SLO attainment of the last 20 episodes)")

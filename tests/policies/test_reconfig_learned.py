@@ -289,3 +289,25 @@ def test_shipped_reconfig_checkpoint_loads_and_acts_on_the_target_menu():
     result, actions = pol.run(wl, SimConfig(seed=1000), seed=1000)
     assert len(actions) >= 5 and all(0 <= a < 36 for a in actions)
     assert result.records["ttft_s"].size == wl.num_requests
+
+
+def test_train_reconfig_interrupted_midway_keeps_its_checkpoints(tmp_path, capsys, monkeypatch):
+    """model.zip and vecnormalize.pkl were written at the end only, and there were no periodic
+    checkpoints: a reconfiguration training stopped midway (without validation) kept no model.
+    Now checkpoints/reconfig_STEPS_model.zip + _vecnormalize.pkl every --checkpoint-every steps."""
+    from envs.reconfig_env import PrefillReconfigEnv
+    from policies.train_reconfig import read_initial_model
+    from tests.interrupt import fail_on_call
+
+    monkeypatch.setattr(PrefillReconfigEnv, "step", fail_on_call(PrefillReconfigEnv.step, 40, exception=KeyboardInterrupt))
+    out = tmp_path / "run"
+    assert main(["train", "reconfig", "--workload", "phases", "--workload-seeds", "0", "--episode-window-s", "100",
+                 "--timesteps", "64", "--n-steps", "16", "--batch-size", "16", "--n-epochs", "1", "--no-capacity-features",
+                 "--checkpoint-every", "16", "--wandb", "disabled", "--quiet", "--out", str(out)]) == 130
+    assert capsys.readouterr().err.endswith("cpgym train: interrupted\n")
+    assert not (out / "model.zip").exists()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "reconfig_16_model.zip", "reconfig_16_vecnormalize.pkl", "reconfig_32_model.zip", "reconfig_32_vecnormalize.pkl"]
+    model, stats = read_initial_model(str(out / "checkpoints" / "reconfig_32_model.zip"))  # an --init-from model
+    assert model.num_timesteps == 32 and stats.obs_rms is not None
+    assert json.loads((out / "train_config.json").read_text())["train_config"]["checkpoint_every_steps"] == 16
