@@ -110,6 +110,12 @@ class TrainingProgress(BaseCallback):
             self._bar.close()
             self._bar = None
 
+    def close(self) -> None:
+        """Ends the display without its final line (after Ctrl-C or an error; no-op once closed)."""
+        if self._bar is not None:
+            self._bar.close(final_line=False)
+            self._bar = None
+
 
 __all__ = ["EpisodeMetrics", "TrainingProgress", "monitored", "EPISODE_METRIC_KEYS"]
 

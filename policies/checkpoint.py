@@ -57,14 +57,37 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
         if not z.is_file() and (p / ARM_MODEL_FILE).is_file():  # policies.arm_selection checkpoint (no SB3 model)
             z = p / ARM_MODEL_FILE
         elif not z.is_file():
-            raise FileNotFoundError(2, "checkpoint folder has no model.zip; expected the folder written by "
-                                       "`cpgym train` (model.zip, train_config.json)", str(p))
+            raise missing_model_error(p)
     else:
         z = p
         meta_path = p.parent / "train_config.json"
         if not meta_path.exists() and p.parent.name == "checkpoints":
             meta_path = p.parent.parent / "train_config.json"
     return z, read_json_file(meta_path) if meta_path.is_file() else {}
+
+
+def missing_model_error(folder: Path) -> FileNotFoundError:
+    """The error for a checkpoint folder without ``model.zip``: for a ``cpgym train`` run that was
+    interrupted (``train_config.json`` marks it, :mod:`policies.run_end`) it says so and names the
+    zips to evaluate instead (``interrupted_model.zip``, ``best_model.zip``); for a run that
+    stopped otherwise, its periodic checkpoints."""
+    from policies.run_end import read_interrupted
+
+    folder = Path(folder)
+    interrupted = read_interrupted(folder)
+    if interrupted is not None and (folder / str(interrupted.get("model"))).is_file():
+        use = [f"{folder / interrupted['model']} (the model when it stopped)"]
+        if (folder / "best_model.zip").is_file():
+            use.append(f"{folder / 'best_model.zip'} (best validated so far)")
+        return FileNotFoundError(2, f"no model.zip: this training was interrupted at {interrupted.get('timesteps')} of "
+                                    f"{interrupted.get('total_timesteps')} steps; to use it anyway, give --policy "
+                                    + " or ".join(use), str(folder))
+    ckpts = sorted((folder / "checkpoints").glob("*.zip")) if (folder / "checkpoints").is_dir() else []
+    if (folder / "train_config.json").is_file() and ckpts:
+        return FileNotFoundError(2, f"no model.zip: this training did not finish; its latest periodic checkpoint is "
+                                    f"{ckpts[-1]} (give that zip as --policy)", str(folder))
+    return FileNotFoundError(2, "checkpoint folder has no model.zip; expected the folder written by "
+                                "`cpgym train` (model.zip, train_config.json)", str(folder))
 
 
 def read_json_file(path: Path) -> dict:

@@ -35,7 +35,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from policies.checkpoint import checkpoint_path, load_model_zip, load_vecnormalize, read_json_file, vecnormalize_path
+from policies.checkpoint import (checkpoint_path, load_model_zip, load_vecnormalize, missing_model_error, read_json_file,
+                                vecnormalize_path)
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
            "num_unfinished")
@@ -178,7 +179,9 @@ class LearnedReconfig:
         d = p.parent if p.suffix == ".zip" else p
         model_path = p if p.suffix == ".zip" else d / "model.zip"  # a named zip (e.g. last_model.zip) is the one loaded
         if not model_path.is_file():
-            raise FileNotFoundError(f"no model.zip in {d}" if model_path.parent == p else f"no such file: {model_path}")
+            if model_path.parent == p:  # a folder without model.zip (an interrupted run: names the zips to use)
+                raise missing_model_error(p)
+            raise FileNotFoundError(f"no such file: {model_path}")
         self.dir = d
         self.meta = read_json_file(d / "train_config.json")
         self.model = load_model_zip(MaskablePPO, model_path)

@@ -1,7 +1,8 @@
 """Training of learned routing policies (MaskablePPO + :class:`~policies.extractor.WorkerSetPolicy`).
 
 One entry point, :func:`train_routing`, behind ``cpgym train routing``. It writes under
-``out_dir``: ``model.zip`` (final SB3 checkpoint), ``checkpoints/`` (periodic), ``progress.csv``
+``out_dir``: ``model.zip`` (final SB3 checkpoint; after Ctrl-C ``interrupted_model.zip`` instead,
+see :mod:`policies.run_end`), ``checkpoints/`` (periodic), ``progress.csv``
 (SB3 CSV log of the training scalars), ``episodes.csv`` (one row per finished episode) and
 ``train_config.json`` (everything needed to rebuild the environment and reproduce the run),
 and logs the same scalars to wandb (offline by default; ``wandb_mode="disabled"`` in tests).
@@ -379,13 +380,18 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     Raises:
         ValueError: on an unknown ``cfg.bc_policy`` or a ``cfg.num_slots`` below the pool's
             ``max_num_workers`` (:func:`check_routing_setup`), before ``out_dir`` is created.
+        policies.run_end.TrainingInterrupted: on Ctrl-C (a ``KeyboardInterrupt``), after saving
+            the model at that moment as ``interrupted_model.zip`` (no ``model.zip``) and marking
+            ``train_config.json``; the environments are closed and the wandb run finished after
+            an error too (:class:`policies.run_end.TrainingRun`).
     """
     import torch as th
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, CallbackList
+    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.logger import configure
 
     from policies.extractor import WorkerSetPolicy
+    from policies.run_end import TrainingRun
 
     check_routing_setup(cfg, sim_config)
     out = Path(out_dir)
@@ -398,23 +404,61 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     venv, buffer_kw = _training_vec_env(cfg, windows, sc)
     meta = {"kind": "routing", "train_config": _jsonable(asdict(cfg)), "sim_config": _jsonable(asdict(sc)),
             "argv": argv, "num_train_windows": len(windows)}
-    (out / "train_config.json").write_text(json.dumps(meta, indent=2) + "\n")
-    model = MaskablePPO(WorkerSetPolicy, venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
-                        learning_rate=cfg.learning_rate, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
-                        ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, verbose=0,
-                        policy_kwargs=cfg.policy_kwargs, **buffer_kw)
-    if cfg.gamma_per_s is not None:
-        model.rollout_buffer.durations = venv
-    model.set_logger(configure(str(out), ["csv"]))
-    if cfg.bc_policy:
-        stats = behaviour_clone(model, cfg, windows, sc, log)
-        meta["bc"] = stats
-    run = None
-    if cfg.wandb_mode != "disabled":
-        from experiments.wandb_log import wandb_init  # keeps wandb's files under out/
 
-        run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name,
-                         reinit="finish_previous", quiet=progress == "off")
+    def write_meta(m: dict) -> None:
+        (out / "train_config.json").write_text(json.dumps(m, indent=2) + "\n")
+
+    write_meta(meta)
+    with TrainingRun(out, meta, write_meta, cfg.total_timesteps, venv) as tr:  # Ctrl-C, errors: policies.run_end
+        model = tr.model = MaskablePPO(
+            WorkerSetPolicy, venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
+            learning_rate=cfg.learning_rate, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, ent_coef=cfg.ent_coef,
+            clip_range=cfg.clip_range, seed=cfg.seed, verbose=0, policy_kwargs=cfg.policy_kwargs, **buffer_kw)
+        if cfg.gamma_per_s is not None:
+            model.rollout_buffer.durations = venv
+        model.set_logger(configure(str(out), ["csv"]))
+        if cfg.bc_policy:
+            stats = behaviour_clone(model, cfg, windows, sc, log)
+            meta["bc"] = stats
+        if cfg.wandb_mode != "disabled":
+            from experiments.wandb_log import wandb_init  # keeps wandb's files under out/
+
+            tr.run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name,
+                                reinit="finish_previous", quiet=progress == "off")
+        callbacks, validation = _routing_callbacks(cfg, out, sc, tr, progress, log)
+        t0 = time.perf_counter()
+        model.learn(cfg.total_timesteps, callback=CallbackList(callbacks), log_interval=1)
+        model.logger.dump(model.num_timesteps)  # the last update's train/* (SB3 dumps them only at the next rollout)
+        wall = time.perf_counter() - t0
+        path = out / "model.zip"
+        if validation is not None:
+            validation.validate(model)
+            model.save(out / "last_model.zip")
+            import shutil
+
+            shutil.copyfile(out / "best_model.zip", path)
+            meta["validation"] = validation.summary()
+            log(f"validation: best mean TTFT {validation.best_ttft_s:.4f} s at {validation.best_step} steps "
+                f"(warm start {validation.history[0][1]:.4f} s)")
+        else:
+            model.save(path)
+        meta["train_wall_s"] = wall
+        meta["timesteps"] = int(model.num_timesteps)
+        write_meta(meta)
+        log(f"trained {model.num_timesteps} steps in {wall:.0f} s -> {path}")
+    return path
+
+
+def _routing_callbacks(cfg: TrainConfig, out: Path, sim_config, tr, progress, log) -> tuple[list, Any]:
+    """``(callbacks, validation callback or None)`` of ``model.learn``: periodic checkpoints,
+    ``episodes.csv`` (+ wandb), progress and, with ``validate_every_steps``, validation. The
+    episode log and the progress display are added to ``tr.closers`` (closed after Ctrl-C or an
+    error too)."""
+    from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
+
+    from policies.callbacks import TrainingProgress
+
+    run = tr.run
 
     class _Episodes(BaseCallback):
         def __init__(self) -> None:
@@ -442,45 +486,25 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
             if run is not None and self.model.logger.name_to_value:
                 run.log({**{k: v for k, v in self.model.logger.name_to_value.items()}, "timesteps": self.num_timesteps})
 
-        def _on_training_end(self) -> None:
+        def close(self) -> None:
             self.fh.close()
+
+        def _on_training_end(self) -> None:
+            self.close()
 
     ckpt = CheckpointCallback(max(cfg.checkpoint_every_steps // cfg.n_envs, 1), str(out / "checkpoints"),
                               name_prefix="routing")
-    t0 = time.perf_counter()
-    from policies.callbacks import TrainingProgress
-
-    callbacks = [ckpt, _Episodes(), TrainingProgress(cfg.total_timesteps, progress)]
+    episodes, shown = _Episodes(), TrainingProgress(cfg.total_timesteps, progress)
+    tr.closers += [episodes.close, shown.close]
+    callbacks = [ckpt, episodes, shown]
     validation = None
     if cfg.validate_every_steps is not None:
         from policies.callbacks import ValidationCallback
 
-        validation = ValidationCallback(cfg.windows("validation")[: cfg.num_validation_windows], sc, out,
+        validation = ValidationCallback(cfg.windows("validation")[: cfg.num_validation_windows], sim_config, out,
                                         cfg.validate_every_steps, run, log)
         callbacks.append(validation)
-    model.learn(cfg.total_timesteps, callback=CallbackList(callbacks), log_interval=1)
-    model.logger.dump(model.num_timesteps)  # the last update's train/* (SB3 dumps them only at the next rollout)
-    wall = time.perf_counter() - t0
-    path = out / "model.zip"
-    if validation is not None:
-        validation.validate(model)
-        model.save(out / "last_model.zip")
-        import shutil
-
-        shutil.copyfile(out / "best_model.zip", path)
-        meta["validation"] = validation.summary()
-        log(f"validation: best mean TTFT {validation.best_ttft_s:.4f} s at {validation.best_step} steps "
-            f"(warm start {validation.history[0][1]:.4f} s)")
-    else:
-        model.save(path)
-    meta["train_wall_s"] = wall
-    meta["timesteps"] = int(model.num_timesteps)
-    (out / "train_config.json").write_text(json.dumps(meta, indent=2) + "\n")
-    log(f"trained {model.num_timesteps} steps in {wall:.0f} s -> {path}")
-    venv.close()
-    if run is not None:
-        run.finish()
-    return path
+    return callbacks, validation
 
 
 EPISODE_COLUMNS = ("timesteps", "wall_s", "env", "window_index", "episode_return", "episode_length", "num_invalid_actions",

@@ -571,9 +571,12 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     Raises:
         ValueError: on a bad ``cfg.oracle_phase_ttft`` file (:func:`check_oracle_phase_ttft`),
             before ``out_dir`` is created.
+        policies.run_end.TrainingInterrupted: on Ctrl-C (a ``KeyboardInterrupt``), after saving
+            the model and statistics at that moment as ``interrupted_model.zip`` /
+            ``interrupted_vecnormalize.pkl`` (no ``model.zip``) and marking ``train_config.json``;
+            the environments are closed and the wandb run finished after an error too
+            (:class:`policies.run_end.TrainingRun`).
     """
-    import shutil
-
     import torch as th
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import CallbackList
@@ -584,6 +587,7 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config
     from envs.sim import Calibration, SimConfig
     from policies.callbacks import TrainingProgress, monitored
+    from policies.run_end import TrainingRun
 
     sc = sim_config or SimConfig()
     check_target_menu(cfg, sc)
@@ -608,49 +612,64 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     venv = VecNormalize(DummyVecEnv([make(i) for i in range(cfg.n_envs)]), norm_obs=True, norm_reward=cfg.norm_reward,
                         gamma=cfg.gamma)
     meta = {"kind": "reconfig", "train_config": asdict(cfg), "sim_config": asdict(sc), "argv": argv}
-    (out / "train_config.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    model = MaskablePPO("MultiInputPolicy", venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
-                        learning_rate=cfg.learning_rate, gamma=cfg.gamma, ent_coef=cfg.ent_coef, seed=cfg.seed, verbose=0)
-    if cfg.noop_logit_bias:
-        with th.no_grad():
-            model.policy.action_net.bias[0] += cfg.noop_logit_bias  # action 0 = no-op (PrefillReconfigEnv)
-    if cfg.warm_start == "oracle":
-        meta["warm_start"] = oracle_warm_start(cfg, out, model, venv, sc, table, log)
-    if cfg.init_from is not None:
-        load_initial_model(cfg.init_from, model, venv)
-        log(f"initial policy and observation statistics from {cfg.init_from}")
-    model.set_logger(configure(str(out), ["csv"]))
-    run = None
-    if cfg.wandb_mode != "disabled":
-        from experiments.wandb_log import wandb_init  # keeps wandb's files under out/
 
-        run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name, reinit="finish_previous",
-                         quiet=progress == "off")
-    t0 = time.perf_counter()
-    callbacks = [TrainingProgress(cfg.total_timesteps, progress), checkpoint_callback(cfg, out, venv)]
-    val = validation_callback(cfg, out, venv, sc, table, log=log)
-    if val is not None:
-        callbacks.append(val)
-    model.learn(cfg.total_timesteps, callback=CallbackList(callbacks), log_interval=1)
+    def write_meta(m: dict) -> None:
+        (out / "train_config.json").write_text(json.dumps(m, indent=2, default=str) + "\n")
+
+    write_meta(meta)
+    # Ctrl-C: interrupted_model.zip + interrupted_vecnormalize.pkl; envs and wandb closed on any exit (policies.run_end)
+    with TrainingRun(out, meta, write_meta, cfg.total_timesteps, venv, vecnormalize=venv) as tr:
+        model = tr.model = MaskablePPO("MultiInputPolicy", venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
+                                       n_epochs=cfg.n_epochs, learning_rate=cfg.learning_rate, gamma=cfg.gamma,
+                                       ent_coef=cfg.ent_coef, seed=cfg.seed, verbose=0)
+        if cfg.noop_logit_bias:
+            with th.no_grad():
+                model.policy.action_net.bias[0] += cfg.noop_logit_bias  # action 0 = no-op (PrefillReconfigEnv)
+        if cfg.warm_start == "oracle":
+            meta["warm_start"] = oracle_warm_start(cfg, out, model, venv, sc, table, log)
+        if cfg.init_from is not None:
+            load_initial_model(cfg.init_from, model, venv)
+            log(f"initial policy and observation statistics from {cfg.init_from}")
+        model.set_logger(configure(str(out), ["csv"]))
+        if cfg.wandb_mode != "disabled":
+            from experiments.wandb_log import wandb_init  # keeps wandb's files under out/
+
+            tr.run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name,
+                                reinit="finish_previous", quiet=progress == "off")
+        t0 = time.perf_counter()
+        shown = TrainingProgress(cfg.total_timesteps, progress)
+        tr.closers.append(shown.close)
+        callbacks = [shown, checkpoint_callback(cfg, out, venv)]
+        val = validation_callback(cfg, out, venv, sc, table, log=log)
+        if val is not None:
+            callbacks.append(val)
+        model.learn(cfg.total_timesteps, callback=CallbackList(callbacks), log_interval=1)
+        _save_final(model, venv, out, val, meta, log)
+        meta["train_wall_s"] = time.perf_counter() - t0
+        meta["timesteps"] = int(model.num_timesteps)
+        write_meta(meta)
+        if tr.run is not None:
+            tr.run.log({"timesteps": model.num_timesteps, "train_wall_s": meta["train_wall_s"]})
+        log(f"trained {model.num_timesteps} steps in {meta['train_wall_s']:.0f} s -> {out / 'model.zip'}")
+    return out / "model.zip"
+
+
+def _save_final(model, venv, out: Path, val, meta: dict, log) -> None:
+    """``model.zip`` + ``vecnormalize.pkl`` of a finished run: the final model, or with validation
+    the best validated one (the final one as ``last_model.zip`` + ``last_vecnormalize.pkl``)."""
+    import shutil
+
     if val is None:
         model.save(out / "model.zip")
         venv.save(str(out / "vecnormalize.pkl"))
-    else:
-        model.save(out / "last_model.zip")
-        venv.save(str(out / "last_vecnormalize.pkl"))
-        shutil.copyfile(out / "best_model.zip", out / "model.zip")
-        shutil.copyfile(out / "best_vecnormalize.pkl", out / "vecnormalize.pkl")
-        best = min(val.rows, key=lambda r: r["mean_ttft_s"])
-        meta["best_validation"] = best
-        log(f"model.zip = the model validated at {best['timesteps']} steps (mean TTFT {best['mean_ttft_s']:.3f} s)")
-    meta["train_wall_s"] = time.perf_counter() - t0
-    meta["timesteps"] = int(model.num_timesteps)
-    (out / "train_config.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    if run is not None:
-        run.log({"timesteps": model.num_timesteps, "train_wall_s": meta["train_wall_s"]})
-        run.finish()
-    log(f"trained {model.num_timesteps} steps in {meta['train_wall_s']:.0f} s -> {out / 'model.zip'}")
-    return out / "model.zip"
+        return
+    model.save(out / "last_model.zip")
+    venv.save(str(out / "last_vecnormalize.pkl"))
+    shutil.copyfile(out / "best_model.zip", out / "model.zip")
+    shutil.copyfile(out / "best_vecnormalize.pkl", out / "vecnormalize.pkl")
+    best = min(val.rows, key=lambda r: r["mean_ttft_s"])
+    meta["best_validation"] = best
+    log(f"model.zip = the model validated at {best['timesteps']} steps (mean TTFT {best['mean_ttft_s']:.3f} s)")
 
 
 def main(argv=None) -> int:

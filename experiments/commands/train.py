@@ -21,9 +21,11 @@ DEFAULT_SOURCES = {
 #: ``--out`` help per kind: the files, and what a run stopped midway (an error, Ctrl-C) keeps.
 OUT_HELP = {
     "routing": "run folder (model.zip, checkpoints/ every --checkpoint-every steps, progress.csv, episodes.csv, "
-               "train_config.json, provenance.json; a run stopped midway keeps all but the final model files)",
+               "train_config.json, provenance.json; a run stopped midway keeps all but the final model files; Ctrl-C saves interrupted_model.zip instead "
+               "of model.zip)",
     "reconfig": "run folder (model.zip + vecnormalize.pkl, checkpoints/ every --checkpoint-every steps, progress.csv, "
-                "train_config.json, provenance.json; a run stopped midway keeps all but the final model files)",
+                "train_config.json, provenance.json; a run stopped midway keeps all but the final model files; Ctrl-C "
+                "saves interrupted_model.zip + interrupted_vecnormalize.pkl instead)",
 }
 
 
@@ -114,15 +116,18 @@ def run(args: argparse.Namespace) -> int:
     (cfg.source.workload_source() if args.kind == "routing" else cfg.workload_source(cfg.seeds[0])).build()
     write_provenance(args.out, argv=getattr(args, "argv", None))
     if args.kind == "reconfig":
-        from policies.train_reconfig import train_reconfig
+        from policies.train_reconfig import train_reconfig as train
+    else:
+        from policies.train import train_routing as train
+    from policies.run_end import TrainingInterrupted
 
-        train_reconfig(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None),
-                       progress="off" if args.quiet else None)
-        return 0
-    from policies.train import train_routing
+    try:
+        train(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None), progress="off" if args.quiet else None)
+    except TrainingInterrupted as exc:  # Ctrl-C: the model at that moment is saved (policies.run_end)
+        import sys
 
-    train_routing(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None),
-                  progress="off" if args.quiet else None)
+        print(f"cpgym train {args.kind}: {exc.describe()}", file=sys.stderr)
+        return 130
     return 0
 
 
