@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
 from collections import deque
 from pathlib import Path
 
@@ -128,6 +129,13 @@ class ValidationCallback(BaseCallback):
     routes every window of ``windows``; the mean over windows of the measured mean TTFT is written
     to ``out/validation.csv`` (``timesteps, mean_ttft_s, p90_ttft_s, slo_attainment_token_weighted``)
     and to wandb as ``validation/*``; the best model so far is saved as ``out/best_model.zip``.
+
+    A window without a finished measured request is left out of the means; a validation where
+    that holds for every window (mean TTFT NaN, e.g. a ``--horizon-s`` that ends the episodes
+    within the warm-up) is never the best. If that happens before any validation had a finite
+    mean TTFT — in ``cpgym train routing`` the first validation, before the first PPO update —
+    it raises ``ValueError`` (it used to go on and fail only at the end of training, with no
+    ``best_model.zip`` to copy to ``model.zip``).
     """
 
     def __init__(self, windows, sim_config, out: Path, every_steps: int, run=None, log=print) -> None:
@@ -174,8 +182,12 @@ class ValidationCallback(BaseCallback):
             res, _, _ = run_episode(env, _Act(), options={"window_index": 0, "sim_seed": self.sim_config.seed})
             s = measured_summary(res, wl.metadata.get("measure_from_s", 0.0))
             ms.append((s["mean_ttft_s"], s["p90_ttft_s"], s["slo_attainment_token_weighted"]))
-        m = np.nanmean(np.array(ms, dtype=float), axis=0)
+        with warnings.catch_warnings():  # a column without a finite value is NaN (checked below), not a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            m = np.nanmean(np.array(ms, dtype=float), axis=0)
         step = int(model.num_timesteps)
+        if not math.isfinite(m[0]) and self.best_step < 0:
+            self._no_finite_validation(step)
         self.history.append((step, float(m[0]), float(m[1]), float(m[2])))
         with open(self.out / "validation.csv", "a", newline="") as fh:
             csv.writer(fh).writerow(self.history[-1])
@@ -189,6 +201,15 @@ class ValidationCallback(BaseCallback):
         self.log(f"validation at {step} steps: mean TTFT {m[0]:.4f} s over {len(self.windows)} windows"
                  f"{' (best)' if self.best_step == step else ''}")
         return float(m[0])
+
+    def _no_finite_validation(self, step: int) -> None:
+        """Raises the error of a first validation without a finished request (see the class docstring)."""
+        horizon = self.sim_config.horizon_s
+        raise ValueError(
+            f"validation at {step} steps: no request of the {len(self.windows)} validation window(s) finished after its "
+            "warm-up (mean TTFT NaN), so validation cannot select a model (best_model.zip); "
+            + (f"--horizon-s {horizon:g} ends each episode before that; leave it out or raise it above --warmup-s "
+               "plus --episode-window-s" if horizon is not None else "check --warmup-s and --episode-window-s"))
 
     def summary(self) -> dict:
         return {"best_mean_ttft_s": self.best_ttft_s, "best_timesteps": self.best_step,

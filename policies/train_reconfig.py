@@ -274,7 +274,9 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
     policy competes). The model and statistics with the lowest mean TTFT over those episodes are
     saved as ``best_model.zip`` / ``best_vecnormalize.pkl``; one row per validation goes to
     ``validation.csv`` (``timesteps, mean_ttft_s, slo_attainment_token_weighted``, means over
-    the validation episodes) and the callback's ``rows``."""
+    the validation episodes) and the callback's ``rows``. A validation with an episode where no
+    request finished has a NaN mean TTFT and is never the best (its log line names the seeds);
+    if no validation is finite, :func:`train_reconfig` keeps the last model."""
     if not cfg.validation_seeds:
         return None
     import csv
@@ -317,8 +319,11 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
                 self.best = row["mean_ttft_s"]
                 self.model.save(out / "best_model.zip")
                 venv.save(str(out / "best_vecnormalize.pkl"))
+            nan_seeds = [seed for (seed, _), t in zip(workloads, ttft) if not math.isfinite(t)]
+            note = (f" (no request finished in the episode of seed(s) {nan_seeds}: not a candidate for model.zip)"
+                    if nan_seeds else "")
             log(f"validation at {self.num_timesteps} steps: mean TTFT {row['mean_ttft_s']:.3f} s, "
-                f"SLO {row['slo_attainment_token_weighted']:.3f}{' (best)' if better else ''}")
+                f"SLO {row['slo_attainment_token_weighted']:.3f}{' (best)' if better else ''}{note}")
 
         def _on_step(self) -> bool:
             if self.num_timesteps - self.last >= cfg.validate_every_steps:
@@ -656,7 +661,9 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
 
 def _save_final(model, venv, out: Path, val, meta: dict, log) -> None:
     """``model.zip`` + ``vecnormalize.pkl`` of a finished run: the final model, or with validation
-    the best validated one (the final one as ``last_model.zip`` + ``last_vecnormalize.pkl``)."""
+    the best validated one (the final one as ``last_model.zip`` + ``last_vecnormalize.pkl``); when
+    no validation had a finite mean TTFT (none could be the best: no ``best_model.zip``), the final
+    one, recorded as ``"model_selection"`` in ``train_config.json`` and logged as a warning."""
     import shutil
 
     if val is None:
@@ -665,9 +672,19 @@ def _save_final(model, venv, out: Path, val, meta: dict, log) -> None:
         return
     model.save(out / "last_model.zip")
     venv.save(str(out / "last_vecnormalize.pkl"))
+    finite = [r for r in val.rows if math.isfinite(r["mean_ttft_s"])]
+    if not finite:  # no best_model.zip: model.zip = the last model, said in the log and train_config.json
+        meta["best_validation"] = None
+        meta["model_selection"] = "last model: no validation had a finite mean TTFT"
+        shutil.copyfile(out / "last_model.zip", out / "model.zip")
+        shutil.copyfile(out / "last_vecnormalize.pkl", out / "vecnormalize.pkl")
+        log(f"warning: none of the {len(val.rows)} validations had a finite mean TTFT (no request finished in an "
+            f"episode of some validation seed, e.g. a --horizon-s that ends them first); model.zip = the last model "
+            f"(no model selection)")
+        return
     shutil.copyfile(out / "best_model.zip", out / "model.zip")
     shutil.copyfile(out / "best_vecnormalize.pkl", out / "vecnormalize.pkl")
-    best = min(val.rows, key=lambda r: r["mean_ttft_s"])
+    best = min(finite, key=lambda r: r["mean_ttft_s"])
     meta["best_validation"] = best
     log(f"model.zip = the model validated at {best['timesteps']} steps (mean TTFT {best['mean_ttft_s']:.3f} s)")
 
