@@ -90,6 +90,15 @@ def missing_model_error(folder: Path) -> FileNotFoundError:
                                 "`cpgym train` (model.zip, train_config.json)", str(folder))
 
 
+def learned_label(model_zip: Path) -> str:
+    """The table label of a learned checkpoint's model zip, for routing and reconfiguration alike:
+    ``learned:<folder name>`` for a folder's ``model.zip``, ``learned:<zip name without .zip>``
+    for another zip (``learned:best_model``, ``learned:interrupted_model``). ``cpgym evaluate
+    --kind reconfig --policy shipped-reconfig`` keeps the alias as its label."""
+    z = Path(model_zip)
+    return f"learned:{z.expanduser().resolve().parent.name if z.name == 'model.zip' else z.stem}"
+
+
 def read_json_file(path: Path) -> dict:
     """A JSON file's content.
 
@@ -137,7 +146,7 @@ class LearnedPolicy:
         self.path = z
         self.meta = meta
         self.model = load_model_zip(MaskablePPO, z, device)
-        self.name = name or f"learned:{z.parent.name if z.name == 'model.zip' else z.stem}"
+        self.name = name or learned_label(z)
         self.backend = backend
         self._keys = tuple(self.model.observation_space.spaces)
         # per key: (per worker slot?, shape of one slot / of the key) for check_observation

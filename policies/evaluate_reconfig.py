@@ -35,8 +35,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from policies.checkpoint import (checkpoint_path, load_model_zip, load_vecnormalize, missing_model_error, read_json_file,
-                                vecnormalize_path)
+from policies.checkpoint import (checkpoint_path, learned_label, load_model_zip, load_vecnormalize, missing_model_error,
+                                read_json_file, vecnormalize_path)
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
            "num_unfinished")
@@ -165,6 +165,8 @@ class LearnedReconfig:
 
     ``path``: the checkpoint folder, or a model zip in it (``model.zip``, ``last_model.zip``,
     ``best_model.zip``: that zip is loaded, with its statistics, :func:`policies.checkpoint.vecnormalize_path`).
+    ``name``: its label in tables and ``SimResult.policy`` (default ``shipped-reconfig`` for that
+    alias, else ``learned:<folder name>`` as for routing, :func:`policies.checkpoint.learned_label`).
 
     Raises:
         FileNotFoundError: when the model zip is missing.
@@ -172,7 +174,7 @@ class LearnedReconfig:
             cannot be read (:func:`policies.checkpoint.load_model_zip`, :func:`~policies.checkpoint.load_vecnormalize`).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, name: str | None = None) -> None:
         from sb3_contrib import MaskablePPO
 
         p = checkpoint_path(path)
@@ -183,6 +185,7 @@ class LearnedReconfig:
                 raise missing_model_error(p)
             raise FileNotFoundError(f"no such file: {model_path}")
         self.dir = d
+        self.name = name or (str(path) if str(path) == "shipped-reconfig" else learned_label(model_path))
         self.meta = read_json_file(d / "train_config.json")
         self.model = load_model_zip(MaskablePPO, model_path)
         vn = vecnormalize_path(model_path)
@@ -259,7 +262,7 @@ class LearnedReconfig:
         kw = {k: v for k, v in self.env_kwargs.items() if k != "capacity_features"}
         result, actions = rollout_reconfig(self.act, workload, config, seed, self.window_s, self.capacity_features,
                                            table, make_router, check_env=self.check_env, **kw)
-        result.policy = "learned"
+        result.policy = self.name
         return result, actions
 
 
@@ -281,7 +284,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                       target_rps: float | None = None, log=None, tuned: str | None = None,
                       workload_fields: dict | None = None, on_row=None) -> list[dict]:
     """One row per (policy, seed): ``policy, seed, wall_s`` plus :data:`METRICS` (the
-    checkpoint's rows are labelled ``learned``, or ``shipped-reconfig`` for that alias), then
+    checkpoint's rows are labelled ``learned:<folder name>``, as routing checkpoints are, or
+    ``shipped-reconfig`` for that alias: :attr:`LearnedReconfig.name`), then
     the ``best-fixed-in-hindsight`` rows (see the module docstring; ``composition`` names the
     winner).
 
@@ -322,7 +326,6 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     learned = LearnedReconfig(checkpoint) if checkpoint else None
     if learned is not None:
         learned.check_pool(sim_config.pool)
-    learned_label = checkpoint if checkpoint == "shipped-reconfig" else None
     from policies.joint import joint_router_factory
 
     # every joint: router loaded once, before the first run (a bad checkpoint fails before any simulation)
@@ -331,10 +334,10 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     for seed in seeds:
         wl = workloads.build_workload(name=workload, seed=seed, target_rps=target_rps or None, **(workload_fields or {}))
         cfg = replace(sim_config, seed=seed)
-        labels = (["learned"] if learned else []) + list(against)
+        labels = ([learned.name] if learned else []) + list(against)
         for label in labels:
             t0 = time.perf_counter()
-            if label == "learned":
+            if learned is not None and label == learned.name:
                 result, _ = learned.run(wl, cfg, seed)
             elif label.startswith("joint:"):
                 result, _ = learned.run(wl, cfg, seed, make_router=routers[label])
@@ -355,8 +358,6 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                    "slo_attainment_token_weighted": s["slo_attainment_token_weighted"],
                    "num_operations": n_ops, "num_committed_operations": n_commit,
                    "num_unfinished": s.get("num_unfinished", 0)}
-            if label == "learned" and learned_label:
-                row["policy"] = learned_label
             rows.append(row)
             if on_row is not None:
                 on_row(list(rows))

@@ -36,7 +36,8 @@ def test_evaluate_reconfig_checkpoint_through_cli(tiny_checkpoint, capsys):
                "--format", "json", "--quiet"])
     assert rc == 0
     table = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(table) == {"learned", "vertumnus-router"}
+    # labelled like a routing checkpoint (learned:<folder name>; it was "learned" alone)
+    assert set(table) == {f"learned:{tiny_checkpoint.name}", "vertumnus-router"}
     for r in table.values():
         assert r["num_episodes"] == 1
         assert r["mean_ttft_s"] > 0 and r["p90_ttft_s"] >= r["mean_ttft_s"] * 0.5
@@ -192,6 +193,23 @@ def test_target_mode_oracle_warm_start_trains_validates_and_loads(tmp_path):
     again, actions_again = after.run(wl, small, seed=9)
     assert actions_again == actions
     assert np.array_equal(again.records["ttft_s"], result.records["ttft_s"], equal_nan=True)
+
+
+def test_reconfig_checkpoint_labels_follow_the_routing_convention(tiny_checkpoint):
+    """``learned:<folder name>`` for a folder, ``learned:<zip stem>`` for another zip, as
+    ``LearnedPolicy`` labels routing checkpoints; the shipped alias keeps its own name (the
+    shipped results' rows are ``shipped-reconfig``), its folder path gets the folder name."""
+    from pathlib import Path
+
+    from policies.checkpoint import SHIPPED_RECONFIG, LearnedPolicy, learned_label
+    from policies.evaluate_reconfig import LearnedReconfig
+
+    assert LearnedReconfig(tiny_checkpoint).name == f"learned:{tiny_checkpoint.name}"
+    assert LearnedReconfig(tiny_checkpoint / "model.zip").name == f"learned:{tiny_checkpoint.name}"
+    assert LearnedReconfig("shipped-reconfig").name == "shipped-reconfig"
+    assert LearnedReconfig(SHIPPED_RECONFIG).name == f"learned:{SHIPPED_RECONFIG.name}"
+    assert learned_label(Path("runs/x/best_model.zip")) == "learned:best_model"
+    assert LearnedPolicy("shipped-residual").name == "learned:routing_conversation_residual"  # the routing convention
 
 
 def test_learned_reconfig_gives_each_episode_its_own_capacity_table(monkeypatch):
