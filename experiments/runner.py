@@ -121,6 +121,17 @@ def run_name(workload: str, policy: str, seed: int, when: float | None = None) -
     return f"{safe}__{policy}__{seed}__{int(when if when is not None else time.time())}"
 
 
+def unique_run_dir(base: str | Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``, ... if it exists: never an earlier run's folder that got
+    the same :func:`run_name` in the same second (the folder is not created)."""
+    base = Path(base)
+    d, k = base, 1
+    while d.exists():
+        k += 1
+        d = base.with_name(f"{base.name}-{k}")
+    return d
+
+
 def config_dict(config: SimConfig) -> dict:
     """``asdict(config)`` as written to ``config.json`` / ``cell.json``: the SLO block keeps only the
     fields its ``kind`` uses (``ttft_slo_s`` for ``"fixed"``; ``slo_scale`` and ``min_ttft_slo_s``
@@ -137,11 +148,7 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     ``config.json`` (the full resolved config, calibration included), ``prediction_errors.csv``
     and ``provenance.json`` (``experiments.provenance``; argv from ``extra_config["argv"]`` if
     given) under ``out_dir/<run name>/``. Returns that folder."""
-    base = Path(out_dir) / run_name(result.workload, result.policy, result.config.seed)
-    d, k = base, 1
-    while d.exists():  # never overwrite an earlier run that got the same name in the same second
-        k += 1
-        d = base.with_name(f"{base.name}-{k}")
+    d = unique_run_dir(Path(out_dir) / run_name(result.workload, result.policy, result.config.seed))
     d.mkdir(parents=True)
     request_table(result).to_parquet(d / "requests.parquet", index=False)
     (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
@@ -157,4 +164,4 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     return d
 
 
-__all__ = ["build_simulator", "run_policy", "run_name", "write_run", "config_dict", "summarize"]
+__all__ = ["build_simulator", "run_policy", "run_name", "unique_run_dir", "write_run", "config_dict", "summarize"]

@@ -5,11 +5,16 @@ The training flags are generated from the config dataclasses (``policies.train.T
 ``policies.train.EpisodeSource``, ``policies.train_reconfig.ReconfigTrainConfig``) by
 ``experiments.config_args``; the workload and simulator flags are the shared groups of
 ``experiments.common``. A flag a kind does not use is not declared for it (argparse rejects it).
+Without ``--out`` the run folder is ``runs/train/<run name>`` (:func:`default_out_dir`).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+#: Parent of the default run folders (``--out`` omitted): ``runs/train/<run name>``.
+DEFAULT_RUNS_DIR = "runs/train"
 
 #: Episode source when neither --trace nor --workload is given, per kind.
 DEFAULT_SOURCES = {
@@ -21,8 +26,8 @@ DEFAULT_SOURCES = {
 #: ``--out`` help per kind: the files, and what a run stopped midway (an error, Ctrl-C) keeps.
 OUT_HELP = {
     "routing": "run folder (model.zip, checkpoints/ every --checkpoint-every steps, progress.csv, episodes.csv, "
-               "train_config.json, provenance.json; a run stopped midway keeps all but the final model files; Ctrl-C saves interrupted_model.zip instead "
-               "of model.zip)",
+               "train_config.json, provenance.json; a run stopped midway keeps all but the final model files; Ctrl-C "
+               "saves interrupted_model.zip instead of model.zip)",
     "reconfig": "run folder (model.zip + vecnormalize.pkl, checkpoints/ every --checkpoint-every steps, progress.csv, "
                 "train_config.json, provenance.json; a run stopped midway keeps all but the final model files; Ctrl-C "
                 "saves interrupted_model.zip + interrupted_vecnormalize.pkl instead)",
@@ -51,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             add_config_arguments(k, TrainConfig, title="training")
         else:
             add_config_arguments(k, ReconfigTrainConfig, title="episodes and training")
-        k.add_argument("--out", metavar="DIR", required=True, help=OUT_HELP[kind])
+        k.add_argument("--out", metavar="DIR", help=OUT_HELP[kind] + f"; default "
+                       f"{DEFAULT_RUNS_DIR}/{{workload}}__{kind}__{{train seed}}__{{unix time}}")
         k.add_argument("--quiet", action="store_true",
                        help="no progress output (default: a bar on a terminal, a line every 10 s otherwise, "
                             "with mean TTFT and SLO attainment of the last 20 episodes)")
@@ -68,8 +74,9 @@ def _add_arms_parser(kinds) -> None:
     k = kinds.add_parser("arms", help=help_text, description=help_text)
     add_sim_arguments(k, seed=False)  # workload and simulator seed: --seed of the config
     add_config_arguments(k, ArmTrainConfig, title="cells, arms and model selection")
-    k.add_argument("--out", metavar="DIR", required=True,
-                   help="checkpoint folder (arm_model.json, train_config.json, validation.csv, costs.csv.gz, headroom.csv)")
+    k.add_argument("--out", metavar="DIR",
+                   help="checkpoint folder (arm_model.json, train_config.json, validation.csv, costs.csv.gz, headroom.csv); "
+                        f"default {DEFAULT_RUNS_DIR}/{{workloads}}__arms__{{seed}}__{{unix time}}")
     k.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -92,6 +99,31 @@ def configs_from_args(args: argparse.Namespace):
     return config_from_args(TrainConfig, args, source=config_from_args(EpisodeSource, args, **source_fields))
 
 
+def default_out_dir(kind: str, cfg, when: float | None = None) -> Path:
+    """The run folder of ``cpgym train KIND`` without ``--out``: ``runs/train/<run name>``, the
+    CleanRL run name ``{workload}__{kind}__{seed}__{unix time}`` of
+    :func:`experiments.runner.run_name` (as ``cpgym simulate --out`` names its runs), where the
+    workload is the episode source's label (routing: with ``@<rate>rps`` for ``--target-rps``;
+    arms: the workloads joined by ``+``) and the seed the training seed; ``-2``, ``-3``, ... if
+    that folder exists (:func:`experiments.runner.unique_run_dir`)."""
+    from experiments.runner import run_name, unique_run_dir
+
+    if kind == "routing":
+        workload = cfg.source.label
+    elif kind == "reconfig":
+        workload = cfg.workload_source(cfg.seeds[0]).label
+    else:
+        workload = "+".join(Path(s).name.split(".")[0] for s in cfg.source_list())
+    return unique_run_dir(Path(DEFAULT_RUNS_DIR) / run_name(workload, kind, cfg.seed, when))
+
+
+def _resolve_out(args: argparse.Namespace, cfg) -> None:
+    """Sets ``args.out`` to :func:`default_out_dir` when ``--out`` was not given, and says so."""
+    if args.out is None:
+        args.out = str(default_out_dir(args.kind, cfg))
+        print(f"cpgym train {args.kind}: run folder {args.out} (--out not given)", flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from experiments.common import check_out_dir, sim_config_from_args
     from experiments.provenance import write_provenance
@@ -100,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_arms(args)
     cfg = configs_from_args(args)
     sim_config = sim_config_from_args(args)
+    _resolve_out(args, cfg)
     check_out_dir(args.out)  # the same check as `train arms` (train_arms): before anything runs or is written
     if args.kind == "reconfig":
         from policies.train_reconfig import check_init_from, check_oracle_phase_ttft, check_target_menu
@@ -141,6 +174,7 @@ def _run_arms(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(ArmTrainConfig, args)
     sim_config = sim_config_from_args(args)
+    _resolve_out(args, cfg)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     train_arms(cfg, args.out, sim_config, argv=getattr(args, "argv", None), log=log)
     write_provenance(args.out, argv=getattr(args, "argv", None))

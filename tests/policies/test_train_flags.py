@@ -277,3 +277,40 @@ def test_train_routing_bad_bc_policy_or_num_slots_fails_before_anything_is_writt
                  "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet", "--wandb", "disabled"]) == 2
     assert capsys.readouterr().err.startswith(f"cpgym train: error: {message}")
     assert not (tmp_path / "run").exists()
+
+
+def test_train_without_out_writes_a_cleanrl_named_run_folder(tmp_path, monkeypatch, capsys):
+    """``--out`` omitted: ``runs/train/{workload}__{kind}__{train seed}__{unix time}`` (the run name
+    of ``experiments.runner.run_name``, as ``cpgym simulate`` names its runs; it was a required flag)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "reconfig", "--n-steps", "8", "--batch-size", "8", "--n-epochs", "1", "--timesteps", "8",
+                 "--episode-window-s", "100", "--no-capacity-features", "--train-seed", "3", "--wandb", "disabled",
+                 "--quiet"]) == 0
+    (run,) = (tmp_path / "runs" / "train").iterdir()
+    assert re.fullmatch(r"phases__reconfig__3__\d{10}", run.name), run.name
+    assert (run / "model.zip").is_file() and (run / "provenance.json").is_file()
+    assert f"run folder runs/train/{run.name} (--out not given)" in capsys.readouterr().out
+
+
+ARMS_WORKLOADS = "conversation_trace+leval-like+tool-agent"  # train arms' default --sources, file suffixes dropped
+
+
+def test_default_run_folder_names_of_every_kind(tmp_path, monkeypatch):
+    from experiments.cli import parse_args
+    from experiments.commands.train import configs_from_args, default_out_dir
+    from experiments.config_args import config_from_args
+    from policies.train_arms import ArmTrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    t = 1_700_000_000
+    routing = configs_from_args(parse_args(["train", "routing", "--target-rps", "12", "--train-seed", "2"]))
+    first = default_out_dir("routing", routing, when=t)
+    assert first.as_posix() == f"runs/train/conversation_trace-12rps__routing__2__{t}"
+    first.mkdir(parents=True)
+    assert default_out_dir("routing", routing, when=t).name == f"{first.name}-2"  # never an earlier run's folder
+    reconfig = configs_from_args(parse_args(["train", "reconfig", "--workload", "matched-phases"]))
+    assert default_out_dir("reconfig", reconfig, when=t).as_posix() == f"runs/train/matched-phases__reconfig__0__{t}"
+    arms = config_from_args(ArmTrainConfig, parse_args(["train", "arms", "--seed", "1"]))
+    assert default_out_dir("arms", arms, when=t).as_posix() == f"runs/train/{ARMS_WORKLOADS}__arms__1__{t}"
+    explicit = parse_args(["train", "routing", "--out", "mine"])
+    assert explicit.out == "mine"  # an explicit --out is kept as given
