@@ -359,10 +359,11 @@ def _in_current_sweep(d: Path, key: str, current: dict[Path, set | None]) -> boo
     cells of the spec it runs). A spec edited and run again into the same ``--out`` leaves the
     old cells' folders there; they are not cells of the sweep any more. No manifest: every cell
     counts."""
+    from experiments.sweep import manifest_cell_keys
+
     base = d.parent
     if base not in current:
-        m = base / "manifest.json"
-        current[base] = set(_read_json(m).get("cells") or {}) if m.is_file() else None
+        current[base] = manifest_cell_keys(base)
     keys = current[base]
     return keys is None or key in keys
 

@@ -241,14 +241,31 @@ def _effective_composition(cell: Cell) -> str:
     return comp or cell.config.pool.composition
 
 
-def finished_cells(out_dir: str | Path, strict: bool = False) -> Iterator[tuple[Path, dict]]:
+def manifest_cell_keys(out_dir: str | Path) -> set[str] | None:
+    """The cell keys that ``out_dir``'s ``manifest.json`` lists (``cpgym sweep`` rewrites it with
+    the cells of the spec it runs), or ``None`` when it has no readable manifest. A spec edited
+    and run again into the same ``--out`` leaves the old cells' folders there; they are not cells
+    of the sweep any more (``cpgym report`` and the sweep analyses leave them out)."""
+    m = Path(out_dir) / MANIFEST
+    if not m.is_file():
+        return None
+    try:
+        doc = json.loads(m.read_text())
+    except (ValueError, OSError):
+        return None
+    return set(doc.get("cells") or {}) if isinstance(doc, dict) else None
+
+
+def finished_cells(out_dir: str | Path, strict: bool = False, current_only: bool = False) -> Iterator[tuple[Path, dict]]:
     """``(run folder, cell document)`` of every finished cell directly under ``out_dir``, in
     folder-name order: the one reader of a sweep's output folder (``cell.json`` is written last,
     so its presence marks a finished cell; dot-folders are cells still running).
 
     A ``cell.json`` that is not a JSON object with a ``key`` is skipped (a stray file, not a cell
     of this harness; the sweep then runs that cell again), or with ``strict`` (analyses of the
-    results, which must not silently drop a run) an error. A missing ``out_dir`` yields nothing.
+    results, which must not silently drop a run) an error. With ``current_only`` (analyses) the
+    cells that the folder's manifest no longer lists (:func:`manifest_cell_keys`) are left out.
+    A missing ``out_dir`` yields nothing.
 
     Raises:
         ValueError: with ``strict``, naming the ``cell.json`` that is not a cell document.
@@ -256,6 +273,7 @@ def finished_cells(out_dir: str | Path, strict: bool = False) -> Iterator[tuple[
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
         return
+    keys = manifest_cell_keys(out_dir) if current_only else None
     for d in sorted(out_dir.iterdir()):
         if d.name.startswith(".") or not d.is_dir():
             continue
@@ -269,7 +287,8 @@ def finished_cells(out_dir: str | Path, strict: bool = False) -> Iterator[tuple[
                 raise ValueError(f"{f}: not a readable JSON cell document ({exc})") from None
             continue
         if isinstance(doc, dict) and "key" in doc:
-            yield d, doc
+            if keys is None or doc["key"] in keys:
+                yield d, doc
         elif strict:
             raise ValueError(f"{f}: expected a JSON object with a \"key\" (the cell document `cpgym sweep` writes)")
 

@@ -104,7 +104,8 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
     # min keeps the first of equal values; a NaN mean (a seed with no finished request) never wins
     # (NaN compares false both ways, so a NaN first in sorted order used to be kept as the minimum)
     best = min(grid, key=lambda row: (math.isnan(row[METRIC]), row[METRIC]))
-    workloads = sorted({str((cell.get("workload") or {}).get("name")) for d in dirs for _, cell in finished_cells(d)})
+    workloads = sorted({str((cell.get("workload") or {}).get("name"))
+                        for d in dirs for _, cell in finished_cells(d, current_only=True)})
     return {"heuristic": policy, "params": best["params"], "workload": ",".join(workloads), "seeds": seeds,
             "metric": METRIC, "grid": grid, "sweep": [str(d) for d in dirs]}
 

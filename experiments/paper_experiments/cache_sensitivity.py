@@ -6,7 +6,8 @@ Usage (after ``cpgym sweep``)::
 
     python -m experiments.paper_experiments.cache_sensitivity runs/sweeps/cache-manager-sweep
 
-Reads every finished run folder (``cell.json`` + ``summary.json``) below the sweep folder. The
+Reads every finished run folder (``cell.json`` + ``summary.json``) below the sweep folder that its
+``manifest.json`` lists (not the cells of an earlier version of the spec run into the same folder). The
 run of the policy without a manager (``local_policy``) with seed s is the reference of every
 manager run with seed s; a setting is the run's swept policy parameters (its ``cell.json``
 ``policy_params``). Per setting: mean over seeds of the paired % changes with the 95 % Student-t
@@ -37,7 +38,7 @@ def load_runs(sweep_dir: str | Path, metrics: tuple[str, ...] = METRICS) -> list
     from experiments.sweep import finished_cells
 
     runs = []
-    for run_dir, cell in finished_cells(sweep_dir, strict=True):
+    for run_dir, cell in finished_cells(sweep_dir, strict=True, current_only=True):  # not an edited spec's old cells
         policy, seed, params = cell.get("policy"), cell.get("seed"), cell.get("policy_params") or {}
         if not isinstance(policy, str) or not is_int(seed) or not isinstance(params, dict):
             raise ValueError(f"{run_dir / 'cell.json'}: expected \"policy\" (a string), \"seed\" (an integer) and "

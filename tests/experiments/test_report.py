@@ -297,3 +297,10 @@ rates: [10]
     assert list(pd.read_csv(out / "report" / "summary_by_cell_group.csv")["num_seeds"]) == [2]
     assert main(["sweep", str(tmp_path / "spec.yaml"), "--out", str(out), "--dry-run"]) == 0
     assert "warning: 2 finished cell folder(s) in" in capsys.readouterr().err
+    # the sweep analyses (cache sensitivity, controller tuning) read the same cells as the report
+    from experiments.paper_experiments.cache_sensitivity import load_runs
+    from experiments.sweep import finished_cells
+
+    assert len(list(finished_cells(out))) == 4  # the sweep's own reader (resume) still sees every finished cell
+    assert len(list(finished_cells(out, current_only=True))) == 2
+    assert sorted(r["seed"] for r in load_runs(out)) == [0, 1]  # was [0, 0, 1, 1]: two SLO settings as one
