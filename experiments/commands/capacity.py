@@ -88,22 +88,36 @@ def cache_dir_from_args(args: argparse.Namespace) -> str | None:
     return args.cache_dir
 
 
-def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0)):
+def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0), duration_param: bool = False):
     """A :class:`experiments.capacity.RatedWorkload` from the shared workload arguments
-    (``--target-rps`` / ``--rate-scale`` are refused: the rate is what is searched or set)."""
+    (``--target-rps`` / ``--rate-scale`` are refused: the rate is what is searched or set).
+    ``--workload-param`` overrides reach the named workload's generator, as in every other
+    command (they were dropped: the capacity was measured on the unmodified workload), except
+    ``duration_s``: the window sets the generated span, so it is refused unless
+    ``duration_param`` (``compare --loads``, whose runs use it) says to leave it to the runs."""
     from envs import workloads
     from experiments.capacity import RatedWorkload
-    from experiments.common import DEFAULT_WORKLOAD
+    from experiments.common import DEFAULT_WORKLOAD, parse_workload_params
 
     if getattr(args, "target_rps", None) is not None or getattr(args, "rate_scale", None) is not None:
         raise ValueError("--target-rps / --rate-scale do not apply here: rates are set as load fractions or searched")
     start, end = args.window_s or default_window
     if not 0 <= start < end:
         raise ValueError(f"--window-s START END needs 0 <= START < END, got {start:g} {end:g}")
+    params = dict(parse_workload_params(getattr(args, "workload_param", None) or []))
+    if params and args.trace:
+        raise ValueError("--workload-param overrides a named workload's generator; it does not apply to a trace")
+    if "duration_s" in params and not duration_param:
+        raise ValueError("--workload-param duration_s does not apply here: the capacity window (--window-s START END, "
+                         f"default {default_window[0]:g} {default_window[1]:g}) sets the generated span")
+    params.pop("duration_s", None)
     if args.trace:
         base = workloads.load_trace(args.trace, skip_invalid=args.skip_invalid, spread_seed=args.workload_seed)
         return RatedWorkload(window_s=end - start, base=base, start_s=start)
-    return RatedWorkload(window_s=end - start, name=args.workload or DEFAULT_WORKLOAD, seed=args.workload_seed, start_s=start)
+    name = args.workload or DEFAULT_WORKLOAD
+    if params:  # an unknown or bad parameter fails here, before any probe
+        workloads.get_workload(name, seed=args.workload_seed, **{**params, "duration_s": 1.0})
+    return RatedWorkload(window_s=end - start, name=name, seed=args.workload_seed, params=params, start_s=start)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -143,7 +143,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
         a = copy.copy(args)
         a.workload_seed = args.workload_seed + seed
         a.target_rps = a.rate_scale = None
-        rated[seed] = rated_from_args(a)
+        rated[seed] = rated_from_args(a, duration_param=True)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))  # stderr: any --format
     res = capacities(names, rated[seeds[0]], sim_config_from_args(args, seed=seeds[0]), definition=definition,
                      cache_dir=cache_dir_from_args(args), log=log)

@@ -182,3 +182,28 @@ def test_capacity_thresholds_name_the_flag(command, flag, value, expected, capsy
     extra = ["--policy", "round-robin"] if command == "capacity" else ["--suite", "round-robin", "--loads", "0.5"]
     assert main([command, "--trace", "/nonexistent/trace.jsonl", *extra, "--no-cache", flag, value]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"cpgym {command}: error: {expected}"
+
+
+def test_capacity_measures_the_workload_its_workload_params_make(tmp_path, capsys):
+    """--workload-param reaches the capacity's generator, as in every other command: it was
+    dropped, so a capacity (and compare --loads' rates) was silently that of the unmodified
+    workload, and a typo'd parameter ran without a word."""
+    from experiments.cli import main
+
+    base = ["capacity", "--workload", "leval-like", "--window-s", "0", "40", "--policy", "homogeneous-cp4",
+            "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--rel-tol", "0.2",
+            "--no-cache", "--format", "json", "--quiet"]
+    assert main(base) == 0
+    (plain,) = json.loads(capsys.readouterr().out)
+    assert main([*base, "--workload-param", "mean_questions_per_doc=1"]) == 0  # 7 -> 1 question per document
+    (slow,) = json.loads(capsys.readouterr().out)
+    assert slow["native_rate_rps"] < 0.8 * plain["native_rate_rps"]
+    assert main([*base, "--workload-param", "foo=1"]) == 2
+    assert "unknown parameter(s) ['foo']" in capsys.readouterr().err
+    assert main([*base, "--workload-param", "duration_s=60"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "cpgym capacity: error: --workload-param duration_s does not apply here: the capacity window "
+        "(--window-s START END, default 0 600) sets the generated span")
+    trace = ["capacity", "--trace", "/nonexistent/trace.jsonl", "--workload-param", "x=1", "--policy", "round-robin"]
+    assert main(trace) == 2
+    assert "does not apply to a trace" in capsys.readouterr().err
