@@ -115,9 +115,25 @@ def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0), durat
         base = workloads.load_trace(args.trace, skip_invalid=args.skip_invalid, spread_seed=args.workload_seed)
         return RatedWorkload(window_s=end - start, base=base, start_s=start)
     name = args.workload or DEFAULT_WORKLOAD
+    check_windowable(name)
     if params:  # an unknown or bad parameter fails here, before any probe
         workloads.get_workload(name, seed=args.workload_seed, **{**params, "duration_s": 1.0})
     return RatedWorkload(window_s=end - start, name=name, seed=args.workload_seed, params=params, start_s=start)
+
+
+def check_windowable(name: str) -> None:
+    """Raises ValueError unless the named workload can be generated for a window's span (a
+    ``duration_s`` parameter): ``phases`` is sized by its phases, and its capacity search failed
+    with "unknown parameter(s) ['duration_s']", a parameter the user never gave."""
+    import inspect
+
+    from envs.workloads import WORKLOADS
+
+    make = WORKLOADS.get(name)
+    if make is not None and "duration_s" not in inspect.signature(make.generator).parameters:
+        raise ValueError(f"workload {name!r} has no steady rate to measure a capacity of: its span is set by its phases "
+                         "(num_phases x phase_duration_s), not by a window; cpgym dynamic measures each phase mix's "
+                         "capacity (--short-load, --long-load)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

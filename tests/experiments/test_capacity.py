@@ -207,3 +207,16 @@ def test_capacity_measures_the_workload_its_workload_params_make(tmp_path, capsy
     trace = ["capacity", "--trace", "/nonexistent/trace.jsonl", "--workload-param", "x=1", "--policy", "round-robin"]
     assert main(trace) == 2
     assert "does not apply to a trace" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["capacity", "compare"])
+def test_capacity_of_the_phases_workload_says_why_not(command, capsys):
+    """The phases workload has no duration_s (its phases set its span): the search failed with
+    "unknown parameter(s) ['duration_s']", a parameter the user never gave."""
+    from experiments.cli import main
+
+    extra = ["--policy", "least-work"] if command == "capacity" else ["--suite", "least-work", "--loads", "0.5"]
+    assert main([command, "--workload", "phases", *extra, "--no-cache", "--quiet"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith(f"cpgym {command}: error: workload 'phases' has no steady rate to measure a capacity of")
+    assert "unknown parameter" not in err
