@@ -399,7 +399,8 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
 
     Raises:
         ValueError: if neither or both of ``loads`` and ``target_rps`` are given, or a load is
-            outside (0, 2].
+            outside (0, 2] or repeated (the same cell twice: its windows counted twice, a
+            narrower, fake confidence interval).
     """
     from envs import workloads
     from policies.train import EpisodeSource
@@ -413,6 +414,10 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
         return [Scenario(source, float(target_rps), None, window_s, warmup_s)]
     if any(not 0 < x <= 2 for x in loads):
         raise ValueError(f"loads are fractions of capacity in (0, 2], got {list(loads)}")
+    repeated = sorted({float(x) for x in loads if list(loads).count(x) > 1})
+    if repeated:
+        raise ValueError(f"--loads lists {repeated[0]:g} twice: {','.join(f'{x:g}' for x in loads)}; expected distinct "
+                         "loads (each is one cell of windows)")
     full = source.workload_obj()
     cap = capacity_rps(lambda r: workloads.scale_to_rate(full, r), sim_config, low_rps=0.5, high_rps=256.0)
     if log:
