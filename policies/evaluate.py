@@ -485,7 +485,7 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None, on_row=None) -> 
 
         cfg.check_reconfig_fields()
         ckpt = None if cfg.policy in ("none", "-") else cfg.policy
-        against = split_name_list(cfg.against or DEFAULT_RECONFIG_AGAINST, "--against")
+        against = split_name_list(DEFAULT_RECONFIG_AGAINST if cfg.against is None else cfg.against, "--against")
         workload = reconfig_workload(cfg)
         fields_ = reconfig_workload_fields(cfg)
         rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=fields_.pop("target_rps"),
@@ -494,7 +494,7 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None, on_row=None) -> 
     if cfg.tuned is not None:  # the protocol (experiments/commands/evaluate.py) or reconfig (above) read it
         raise ValueError(f"evaluate: tuned (--tuned {cfg.tuned}) applies only to the protocol evaluation (add --loads or "
                          "--protocol) or to a reconfiguration evaluation, or drop --tuned")
-    against = split_name_list(cfg.against or DEFAULT_ROUTING_AGAINST, "--against")
+    against = split_name_list(DEFAULT_ROUTING_AGAINST if cfg.against is None else cfg.against, "--against")
     policies = [cfg.policy] + [n for n in against if n != cfg.policy]
     part, idx = cfg.part_and_indices()
     source = routing_source(cfg)

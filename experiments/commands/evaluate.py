@@ -148,8 +148,8 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
 
     from experiments.config_args import split_name_list
 
-    policies = [cfg.policy] + [n for n in split_name_list(cfg.against or DEFAULT_ROUTING_AGAINST, "--against")
-                               if n != cfg.policy]
+    against = DEFAULT_ROUTING_AGAINST if cfg.against is None else cfg.against
+    policies = [cfg.policy] + [n for n in split_name_list(against, "--against") if n != cfg.policy]
     part = {"eval": "test"}.get(cfg.windows, cfg.windows)
     if part not in ("train", "validation", "test"):
         raise ValueError(f"--windows must be test, validation or train with --loads/--protocol, got {cfg.windows!r}")

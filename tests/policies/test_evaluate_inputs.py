@@ -532,3 +532,14 @@ def test_from_csv_reconfig_rows_with_bad_labels_are_one_line(case, message, tmp_
     assert err.startswith(f"cpgym evaluate: error: {path}, {message}") and err.count("\n") == 1, err
     assert main(["evaluate", "--from-csv", str(_reconfig_csv(tmp_path)), "--format", "json"]) == 0  # the well-formed rows
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("extra", [[], ["--kind", "reconfig", "--seeds", "1000"], ["--protocol", "--target-rps", "5"]])
+def test_an_empty_against_is_an_error_not_the_default_list(extra, capsys, monkeypatch):
+    """``--against ''`` ran the default comparison policies (an empty string read as 'not given')."""
+    import experiments.runner as runner
+
+    monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran with an empty --against"))
+    policy = "none" if "reconfig" in extra else "least-work"
+    assert main(["evaluate", "--policy", policy, "--against", "", *extra, "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "cpgym evaluate: error: --against needs at least one name, got ''"
