@@ -316,6 +316,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     from baselines.capacity import CapacityCache
     from envs import workloads
     from envs.metrics import summarize
+    from experiments.capacity import saturated
     from experiments.runner import run_policy
     from policies.tune_controller import TUNED_LABEL
 
@@ -357,7 +358,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
                    "mean_ttft_s": s["mean_ttft_s"], "p90_ttft_s": s["p90_ttft_s"],
                    "slo_attainment_token_weighted": s["slo_attainment_token_weighted"],
                    "num_operations": n_ops, "num_committed_operations": n_commit,
-                   "num_unfinished": s.get("num_unfinished", 0)}
+                   "num_unfinished": s.get("num_unfinished", 0), "saturated": saturated(result, s)[0]}
             rows.append(row)
             if on_row is not None:
                 on_row(list(rows))
@@ -439,6 +440,20 @@ def _check_against_pool(against: list[str], tuned_spec, tuned: str | None, pool)
                 raise ValueError(f"--against {label} {what}; expected each composition once (it would run twice and be "
                                  "compared with itself in best-fixed-in-hindsight)")
             seen[placements] = label
+
+
+def overload_warnings(rows: list[dict]) -> list[str]:
+    """One ``warning: POLICY: overloaded on seed(s) ...`` line per policy with a ``saturated`` row
+    (both tests of ``experiments.capacity.saturated``, as ``cpgym simulate`` warns): its TTFTs then
+    measure the episode's backlog, not the controller (the ``phases`` workload's default rates are
+    past the default pool's capacity, so every policy there reads 100+ s without this line)."""
+    seeds: dict[str, list] = {}
+    for r in rows:
+        if r.get("saturated") and r["policy"] != "best-fixed-in-hindsight":
+            seeds.setdefault(r["policy"], []).append(r["seed"])
+    return [f"warning: {policy}: overloaded on seed(s) {', '.join(map(str, ss))}: the last third's mean TTFT slowdown is "
+            "> 1.2x the first third's (the backlog grows) and token-weighted SLO attainment < 0.9; its TTFTs measure "
+            "the episode's backlog (sustainable rates: cpgym capacity)" for policy, ss in seeds.items()]
 
 
 def fixed_composition(label: str) -> str:

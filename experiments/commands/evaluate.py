@@ -106,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     if save is not None:
         save(rows)  # every row (reconfig: with the best-fixed-in-hindsight rows)
     if kind == "reconfig":
+        from policies.evaluate_reconfig import overload_warnings
+
+        for line in overload_warnings(rows):
+            print(line, file=sys.stderr)
         return _print_reconfig(rows, source or "phases", cfg.seeds, args.format, cfg.reference)
     where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
     return _print_routing(rows, cfg.reference, cfg.seeds, where + ",", args.format)

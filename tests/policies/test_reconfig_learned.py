@@ -329,3 +329,21 @@ def test_train_reconfig_interrupted_midway_keeps_its_checkpoints(tmp_path, capsy
     model, stats = read_initial_model(str(out / "checkpoints" / "reconfig_32_model.zip"))  # an --init-from model
     assert model.num_timesteps == 32 and stats.obs_rms is not None
     assert json.loads((out / "train_config.json").read_text())["train_config"]["checkpoint_every_steps"] == 16
+
+
+def test_a_reconfig_evaluation_past_saturation_says_so(capsys):
+    """The phases workload's default rates (90 / 18 req/s) are past the default pool's capacity:
+    every policy read 100+ s mean TTFT with no word that the TTFTs measure a growing backlog
+    (cpgym simulate warns there). Now one stderr line per overloaded policy names its seeds; a
+    matched-load episode gets none, and stdout stays pure JSON."""
+    args = ["evaluate", "--kind", "reconfig", "--policy", "none", "--against", "fixed:cp4x10", "--seeds", "1000",
+            "--format", "json", "--quiet"]
+    assert main([*args, "--workload", "phases"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["policy"] for r in json.loads(out)] == ["fixed:cp4x10"]
+    assert err.splitlines() == [
+        "warning: fixed:cp4x10: overloaded on seed(s) 1000: the last third's mean TTFT slowdown is > 1.2x the first "
+        "third's (the backlog grows) and token-weighted SLO attainment < 0.9; its TTFTs measure the episode's backlog "
+        "(sustainable rates: cpgym capacity)"]
+    assert main([*args, "--workload", "matched-phases"]) == 0
+    assert "overloaded" not in capsys.readouterr().err
