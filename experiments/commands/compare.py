@@ -137,6 +137,10 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
         from policies.evaluate import check_distinct
 
         check_distinct(loads, "--loads", args.loads, "distinct loads (each is one row per policy)")
+        if not static_baselines(names):  # before the bisections, not after them (minutes per policy)
+            raise ValueError(f"--loads are fractions of the strongest static baseline's capacity, but the suite "
+                             f"({', '.join(names)}) has none (Vertumnus variants and policies choosing their own pool "
+                             "are not static baselines); add one, e.g. homogeneous-cp4, or give absolute --rates")
     definition = definition_from_args(args)  # a bad threshold fails before the traces are read
     rated = {}
     for seed in seeds:

@@ -220,3 +220,19 @@ def test_capacity_of_the_phases_workload_says_why_not(command, capsys):
     err = capsys.readouterr().err.splitlines()[-1]
     assert err.startswith(f"cpgym {command}: error: workload 'phases' has no steady rate to measure a capacity of")
     assert "unknown parameter" not in err
+
+
+def test_compare_loads_without_a_static_baseline_fails_before_any_bisection(capsys, monkeypatch):
+    """--loads refer to the strongest static baseline's capacity: a suite of Vertumnus variants
+    only ran every policy's capacity bisection (minutes each) and then failed with 'no static
+    baseline with a positive capacity among []'."""
+    import experiments.capacity as capacity
+    from experiments.cli import main
+
+    monkeypatch.setattr(capacity, "find_capacity", lambda *a, **k: pytest.fail("bisection before the suite was checked"))
+    assert main(["compare", "--suite", "vertumnus-router,vertumnus", "--loads", "0.5", "--workload", "tool-agent",
+                 "--no-cache", "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "cpgym compare: error: --loads are fractions of the strongest static baseline's capacity, but the suite "
+        "(vertumnus-router, vertumnus) has none (Vertumnus variants and policies choosing their own pool are not static "
+        "baselines); add one, e.g. homogeneous-cp4, or give absolute --rates")
