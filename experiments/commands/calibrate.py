@@ -160,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
     from envs.sim.cost_model import Calibration
     from kernels_ref import roofline
 
+    from experiments.common import check_out_file
+
     check_flags(args)
+    check_out_file(args.out)  # '--out DIR is a folder', not 'DIR: Is a directory'
     model = roofline.get_model(args.model)
     gpu = roofline.get_gpu(args.gpu)
     base = roofline.DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency

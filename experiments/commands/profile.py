@@ -98,8 +98,11 @@ def run(args: argparse.Namespace) -> int:
     from kernels_ref import roofline
     from kernels_ref.config import LayerConfig
 
+    from experiments.common import check_out_file
+
     check_flags(args)
     roofline.get_model(args.model), roofline.get_gpu(args.gpu)  # fail fast on a typo
+    check_out_file(args.out)  # before the profiling grid (minutes), not when the file is written
     layer = LayerConfig(hidden_size=args.hidden, num_q_heads=args.q_heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
                         intermediate_size=args.intermediate, num_experts=args.experts,
                         num_experts_per_token=args.top_k if args.experts else 0,

@@ -302,3 +302,21 @@ def test_profile_refuses_a_repeated_grid_value(flags, message, capsys, monkeypat
         ProfileConfig(degrees=(1, 2, 2))
     grid = ProfileConfig().grid()
     assert len(set(grid)) == len(grid)
+
+
+@pytest.mark.parametrize("command", ["profile", "calibrate"])
+@pytest.mark.parametrize("where, message", [
+    ("folder", "--out {tmp} is a folder; expected a file path"),  # was '{tmp}: Is a directory'
+    ("under-file", "--out {tmp}/blocker/c.json cannot be created: {tmp}/blocker is not a folder"),  # 'Not a directory'
+])
+def test_an_unwritable_out_is_named_before_any_work(command, where, message, capsys, monkeypatch, tmp_path):
+    """`kernels profile --out DIR` ran the whole profiling grid (minutes) and only then failed
+    writing the file, with the OS error alone ('DIR: Is a directory'); calibrate likewise."""
+    import torch.multiprocessing as mp
+
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: pytest.fail("started rank processes"))
+    (tmp_path / "blocker").write_text("")
+    out = str(tmp_path) if where == "folder" else str(tmp_path / "blocker" / "c.json")
+    extra = ["--model", "Qwen3-8B", "--gpu", "H20"] if command == "calibrate" else []
+    assert main(["kernels", command, "--out", out, *extra]) == 2
+    assert capsys.readouterr().err == f"cpgym kernels {command}: error: {message.format(tmp=tmp_path)}\n"
