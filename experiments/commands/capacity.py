@@ -2,7 +2,8 @@
 rate at which a long window's backlog still drains and the SLOs hold (definition and search:
 :mod:`experiments.capacity`), cached on disk.
 
-* Workload: ``--trace PATH`` or ``--workload NAME`` (default ``mixed-default``); the window is
+* Workload: ``--trace PATH`` or ``--workload NAME`` (default ``mixed-default``; ``--workload-param``
+  overrides its generator, except ``duration_s``: the window sets the span); the window is
   ``--window-s START END`` (default 0 600) of the rate-scaled workload.
 * ``--policy``: comma-separated policies or suites (default ``paper``: Vertumnus and the §9
   baselines).
