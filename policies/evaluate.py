@@ -425,7 +425,9 @@ def routing_source(cfg: EvaluationConfig):
 
 
 def reconfig_workload(cfg: EvaluationConfig) -> str:
-    """The named workload of a reconfiguration evaluation: the flag, else the checkpoint's, else ``phases``.
+    """The named workload of a reconfiguration evaluation: the flag, else the checkpoint's (``phases``
+    for a checkpoint whose ``train_config.json`` names none: the old training default), else
+    :data:`policies.train_reconfig.DEFAULT_RECONFIG_WORKLOAD` (``matched-phases``).
 
     Raises:
         ValueError: when a trace is given, or the checkpoint was trained on one and no
@@ -433,6 +435,7 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
             evaluated on ``phases`` without a word).
     """
     from policies.evaluate_reconfig import checkpoint_train_config
+    from policies.train_reconfig import DEFAULT_RECONFIG_WORKLOAD, LEGACY_WORKLOAD
 
     if cfg.trace:
         raise ValueError("--kind reconfig evaluates named workloads (--workload); traces are not supported yet")
@@ -442,8 +445,8 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
         if tc.get("trace"):
             raise ValueError(f"--policy {cfg.policy} was trained on the trace {tc['trace']}; --kind reconfig evaluates "
                              "named workloads only (traces are not supported yet): give --workload NAME")
-        workload = tc.get("workload")
-    return workload or "phases"
+        workload = tc.get("workload") or LEGACY_WORKLOAD
+    return workload or DEFAULT_RECONFIG_WORKLOAD
 
 
 def reconfig_workload_fields(cfg: EvaluationConfig) -> dict:

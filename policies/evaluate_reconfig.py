@@ -90,7 +90,9 @@ def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[i
     if not checkpoint or checkpoint in ("none", "-"):
         return []
     tc = checkpoint_train_config(checkpoint)
-    if (tc.get("workload") or "phases") != workload:
+    from policies.train_reconfig import LEGACY_WORKLOAD
+
+    if (tc.get("workload") or LEGACY_WORKLOAD) != workload:
         return []
     train = sorted(set(seeds) & set(training_seeds(checkpoint)))
     if train:

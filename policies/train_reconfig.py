@@ -22,9 +22,21 @@ from policies.train import _opt, check_minibatch, check_train_seed
 
 
 #: Default reconfiguration episode window [s]: one full cycle of the ``phases`` workload
-#: (4 phases x 150 s), i.e. 30 decisions of 20 s; the shipped checkpoint
-#: (``policies/checkpoints/reconfig_phases``) was trained on it.
+#: (4 phases x 150 s), i.e. 30 decisions of 20 s, and the whole of a ``matched-phases`` workload
+#: (randomised phases, ~550 s); the shipped checkpoints (``policies/checkpoints/reconfig_phases``,
+#: ``reconfig_matched``, ``reconfig_target``) were trained on it.
 DEFAULT_RECONFIG_EPISODE_WINDOW_S = 600.0
+
+
+#: Named workload of a reconfiguration training (and of ``cpgym evaluate --kind reconfig``) given
+#: neither a trace nor a workload: the paper's dynamic scenarios below saturation (every phase at
+#: 0.4-0.8 of its mix's measured capacity; the shipped ``reconfig_target`` checkpoint's workload).
+#: It was ``phases``, whose default 90 / 18 req/s is past the default pool's capacity (100+ s TTFTs
+#: for every policy: the comparison measured backlog drain, issue #14); checkpoints whose
+#: ``train_config.json`` names no workload were trained on ``phases`` (:data:`LEGACY_WORKLOAD`).
+DEFAULT_RECONFIG_WORKLOAD = "matched-phases"
+#: The workload of a reconfiguration checkpoint whose ``train_config.json`` names none.
+LEGACY_WORKLOAD = "phases"
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,7 @@ class ReconfigTrainConfig:
     """
 
     trace: str | None = field(default=None, metadata={"cli": False})
-    workload: str | None = field(default="phases", metadata={"cli": False})
+    workload: str | None = field(default=DEFAULT_RECONFIG_WORKLOAD, metadata={"cli": False})
     workload_seed: int = field(default=0, metadata={"cli": False})
     target_rps: float | None = field(default=None, metadata={"cli": False})
     rate_scale: float | None = field(default=None, metadata={"cli": False})

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
         for line in overload_warnings(rows):
             print(line, file=sys.stderr)
-        return _print_reconfig(rows, source or "phases", cfg.seeds, args.format, cfg.reference)
+        return _print_reconfig(rows, source, cfg.seeds, args.format, cfg.reference)
     where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
     return _print_routing(rows, cfg.reference, cfg.seeds, where + ",", args.format)
 

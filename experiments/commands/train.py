@@ -19,7 +19,8 @@ DEFAULT_RUNS_DIR = "runs/train"
 #: Episode source when neither --trace nor --workload is given, per kind.
 DEFAULT_SOURCES = {
     "routing": "the Mooncake conversation trace",
-    "reconfig": "the phases workload (paper §9 dynamic test: short- vs long-request peaks)",
+    "reconfig": "the matched-phases workload (the paper's dynamic scenarios, every phase at 0.4-0.8 of its mix's "
+                "measured capacity: below saturation; 'phases' is past the default pool's capacity)",
 }
 
 
@@ -38,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments, add_workload_arguments
     from experiments.config_args import add_config_arguments
     from policies.train import EpisodeSource, TrainConfig
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.train_reconfig import DEFAULT_RECONFIG_WORKLOAD, ReconfigTrainConfig
 
     from envs.workloads import default_traces_dir
 
@@ -47,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for kind, help_text in (("routing", "learn which worker serves each request (one step per request)"),
                             ("reconfig", "learn split/merge operations (one step per decision window)")):
         k = kinds.add_parser(kind, help=help_text, description=help_text)
-        add_workload_arguments(k, default_text=DEFAULT_SOURCES[kind], default_workload="phases",
+        add_workload_arguments(k, default_text=DEFAULT_SOURCES[kind], default_workload=DEFAULT_RECONFIG_WORKLOAD,
                                default_trace=str(default_traces_dir() / "conversation_trace.jsonl")
                                if kind == "routing" else None)
         add_sim_arguments(k, seed=False)  # environments draw simulator seeds from --train-seed

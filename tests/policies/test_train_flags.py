@@ -139,7 +139,8 @@ _RECONFIG_TARGET_STAGE2 = _RECONFIG_TARGET_COMMON + [
     ("routing_conversation", ["routing", "--target-rps", "12", "--timesteps", "150000", "--checkpoint-every", "20000",
                               "--bc-policy", "vertumnus", "--bc-episodes", "13", "--bc-epochs", "20",
                               "--learning-rate", "1e-4", "--ent-coef", "0.001", "--wandb", "offline"]),
-    ("reconfig_phases", ["reconfig", "--workload-seeds", "0,1,2,3,4,5,6,7", "--episode-window-s", "600",
+    # trained on the then-default phases workload: the README command names it now (the default is matched-phases)
+    ("reconfig_phases", ["reconfig", "--workload", "phases", "--workload-seeds", "0,1,2,3,4,5,6,7", "--episode-window-s", "600",
                          "--timesteps", "6144", "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95",
                          "--ent-coef", "0.01", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
     ("reconfig_matched", ["reconfig", "--workload", "matched-phases", "--workload-seeds", "0,1,2,3,4,5,6,7,8,9,10,11",
@@ -287,7 +288,7 @@ def test_train_without_out_writes_a_cleanrl_named_run_folder(tmp_path, monkeypat
                  "--episode-window-s", "100", "--no-capacity-features", "--train-seed", "3", "--wandb", "disabled",
                  "--quiet"]) == 0
     (run,) = (tmp_path / "runs" / "train").iterdir()
-    assert re.fullmatch(r"phases__reconfig__3__\d{10}", run.name), run.name
+    assert re.fullmatch(r"matched-phases__reconfig__3__\d{10}", run.name), run.name  # the default workload
     assert (run / "model.zip").is_file() and (run / "provenance.json").is_file()
     assert f"run folder runs/train/{run.name} (--out not given)" in capsys.readouterr().out
 
