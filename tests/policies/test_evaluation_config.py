@@ -189,3 +189,15 @@ def test_reconfig_checkpoint_trained_on_a_trace_needs_a_workload(tmp_path):
                                          r"evaluates named workloads only .*give --workload NAME"):
         reconfig_workload(EvaluationConfig(policy=ckpt, kind="reconfig"))
     assert reconfig_workload(EvaluationConfig(policy=ckpt, kind="reconfig", workload="phases")) == "phases"
+
+
+def test_reconfig_default_workload_is_below_saturation_and_old_checkpoints_keep_phases(tmp_path):
+    # the default was phases, whose 90 / 18 req/s is past the default pool's capacity (every policy 100+ s)
+    from policies.evaluate import EvaluationConfig, reconfig_workload
+    from policies.train_reconfig import DEFAULT_RECONFIG_WORKLOAD, ReconfigTrainConfig
+
+    assert DEFAULT_RECONFIG_WORKLOAD == "matched-phases" == ReconfigTrainConfig().workload
+    assert reconfig_workload(EvaluationConfig(policy="none", kind="reconfig")) == "matched-phases"
+    # a checkpoint whose train_config names no workload was trained on the then-default phases
+    ckpt = _reconfig_checkpoint(tmp_path, workload=None)
+    assert reconfig_workload(EvaluationConfig(policy=ckpt, kind="reconfig")) == "phases"
