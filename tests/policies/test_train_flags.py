@@ -140,8 +140,9 @@ _RECONFIG_TARGET_STAGE2 = _RECONFIG_TARGET_COMMON + [
                               "--bc-policy", "vertumnus", "--bc-episodes", "13", "--bc-epochs", "20",
                               "--learning-rate", "1e-4", "--ent-coef", "0.001", "--wandb", "offline"]),
     # trained on the then-default phases workload: the README command names it now (the default is matched-phases)
-    ("reconfig_phases", ["reconfig", "--workload", "phases", "--workload-seeds", "0,1,2,3,4,5,6,7", "--episode-window-s", "600",
-                         "--timesteps", "6144", "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95",
+    ("reconfig_phases", ["reconfig", "--workload", "phases", "--workload-seeds", "0,1,2,3,4,5,6,7",
+                         "--episode-window-s", "600", "--timesteps", "6144", "--n-steps", "256", "--batch-size", "64",
+                         "--n-epochs", "4", "--gamma", "0.95",
                          "--ent-coef", "0.01", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
     ("reconfig_matched", ["reconfig", "--workload", "matched-phases", "--workload-seeds", "0,1,2,3,4,5,6,7,8,9,10,11",
                           "--validation-seeds", "500,501,502", "--validate-every-steps", "512", "--timesteps", "3072",
