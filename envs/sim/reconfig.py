@@ -323,8 +323,7 @@ class Reconfigurator:
         num_slices = self._num_slices
         if op.kind == SPLIT:
             w = sim.workers[op.worker_ids[0]]
-            cap = self._capacity_blocks(w.degree // 2)
-            kept, _ = self._plan_split(w, (cap, cap))
+            kept, _ = self._plan_split(w, self._half_capacities(w.degree // 2, w.first_gpu))
         else:
             kept, _ = self._plan_merge([sim.workers[i] for i in op.worker_ids])
             kept = (kept,)
@@ -336,15 +335,15 @@ class Reconfigurator:
         sim = self.sim
         if op.kind == SPLIT:
             w = sim.workers[op.worker_ids[0]]
-            cap = self._capacity_blocks(w.degree // 2)
-            return 2 * min(len(w.cache), cap)
+            return sum(min(len(w.cache), cap) for cap in self._half_capacities(w.degree // 2, w.first_gpu))
         a, b = (sim.workers[i].cache for i in op.worker_ids)
         common = sum(1 for h in a.blocks() if h in b)
         return len(a) + len(b) - 2 * common
 
-    def _capacity_blocks(self, degree: int) -> int:
-        sim = self.sim
-        return int(sim.calibration.kv_capacity_blocks(degree, sim.kv_block_size_tokens) * sim.config.cache_capacity_scale)
+    def _half_capacities(self, half_degree: int, first_gpu: int) -> tuple[int, int]:
+        """KV capacities [blocks] of the two halves of a split of the worker from ``first_gpu``
+        (``Simulator.kv_capacity_blocks``: each half's node calibration)."""
+        return tuple(self.sim.kv_capacity_blocks(half_degree, first_gpu + i * half_degree) for i in (0, 1))
 
     # ------------------------------------------------------------------ eligibility
     def eligible_operations(self) -> list[Operation]:
@@ -467,8 +466,7 @@ class Reconfigurator:
         listeners = (list(olds[0].cache.insert_listeners), list(olds[0].cache.evict_listeners))
         if flight.op.kind == SPLIT:  # the new workers' KV state, from the old workers' (before they go)
             C = rec.new_degree
-            caps = tuple(self._capacity_of(C, rec.first_gpu + i * C) for i in (0, 1))
-            kept, num_lost = self._plan_split(olds[0], caps)
+            kept, num_lost = self._plan_split(olds[0], self._half_capacities(C, rec.first_gpu))
         else:
             merged, num_lost = self._plan_merge(olds)
             kept = (merged,)
@@ -499,13 +497,6 @@ class Reconfigurator:
         sim._log(f"switch_end:{flight.op}")
         self._snapshot()
         sim.schedule(self.config.confirm_s_per_rank * ranks, EventPriority.RECONFIG, self._commit, (flight, news))
-
-    def _capacity_of(self, degree: int, first_gpu: int) -> int:
-        """KV capacity [blocks] of a worker of ``degree`` from ``first_gpu`` (its node's calibration, as
-        ``Simulator.add_worker``)."""
-        sim = self.sim
-        cal = sim.calibration_of_node(first_gpu // sim.config.pool.gpus_per_node)
-        return int(cal.kv_capacity_blocks(degree, sim.kv_block_size_tokens) * sim.config.cache_capacity_scale)
 
     def _install(self, w: Worker, blocks: list[tuple[int, tuple | None]], rec: OperationRecord) -> None:
         """Inserts ``blocks`` ((hash, shard info or None for READY), LRU first) into the new worker

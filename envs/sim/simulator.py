@@ -218,8 +218,7 @@ class Simulator:
             raise ValueError(f"worker id {wid} (GPU {first_gpu}) already exists")
         node = first_gpu // pool.gpus_per_node
         cal = self.calibration_of_node(node)
-        cap = int(cal.kv_capacity_blocks(degree, self.kv_block_size_tokens) * self.config.cache_capacity_scale)
-        w = Worker(wid, degree, first_gpu, node, PrefixCache(cap, wid),
+        w = Worker(wid, degree, first_gpu, node, PrefixCache(self.kv_capacity_blocks(degree, first_gpu), wid),
                    cal.kv_capacity_tokens(degree), epoch=self.epoch,
                    created_s=self.env.now if hasattr(self, "env") else 0.0)
         w.max_prompt_tokens = min(cal.max_prompt_tokens, w.kv_capacity_tokens)
@@ -231,6 +230,12 @@ class Simulator:
         self.worker_ids.append(wid)
         self.worker_ids.sort(key=lambda i: self.workers[i].first_gpu)
         return w
+
+    def kv_capacity_blocks(self, degree: int, first_gpu: int) -> int:
+        """Prefix-cache capacity [KV blocks] of a worker of ``degree`` GPUs from ``first_gpu``: its
+        node's calibration (``Calibration.kv_capacity_blocks``) times ``cache_capacity_scale``."""
+        cal = self.calibration_of_node(first_gpu // self.config.pool.gpus_per_node)
+        return int(cal.kv_capacity_blocks(degree, self.kv_block_size_tokens) * self.config.cache_capacity_scale)
 
     def calibration_of_node(self, node: int) -> Calibration:
         """The calibration of the GPUs of ``node`` (the run's one in a homogeneous pool)."""
