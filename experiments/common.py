@@ -526,7 +526,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     or a run stopped midway (an error, Ctrl-C), sees the previous complete file or the new one,
     never half a file (the temporary file is removed if the write fails). Returns the path."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # a process of its own per writer
     try:
         tmp.write_text(text)
         os.replace(tmp, path)

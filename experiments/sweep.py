@@ -76,10 +76,11 @@ def _json_safe(x):
 
 
 def write_json_atomic(path: Path, obj) -> None:
-    """Writes JSON to ``path`` via a temporary file and ``os.replace`` (readers never see half a file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_json_safe(obj), indent=2) + "\n")
-    os.replace(tmp, path)
+    """Writes JSON to ``path`` atomically (:func:`experiments.common.write_text_atomic`: readers never
+    see half a file)."""
+    from experiments.common import write_text_atomic
+
+    write_text_atomic(path, json.dumps(_json_safe(obj), indent=2) + "\n")
 
 
 def _policy_for(cell: Cell):
