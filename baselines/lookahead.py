@@ -370,7 +370,6 @@ class LookaheadPredictor:
         self.score_calls: list[tuple] = []  # (compositions, rates, key, keep, span) per score_from_requests call
         self.num_clipped_rates = 0  # forecast rates of score_from_requests calls above rate_cap_rps
         self.backlog_slopes: dict[tuple, dict[str, float]] = {}  # stream_memo key -> {composition: d TTFT / d rate}
-        self._last_records: dict | None = None  # the records of the last look-ahead simulation
         self._uncached_moments: dict[tuple, tuple[float, float]] = {}  # sample key -> (E[R], E[R (R + 1) / 2])
         self._coefficients: tuple[float, float, float] | None = None  # (a, c, alpha): least over the pool's calibrations
 
@@ -658,6 +657,12 @@ class LookaheadPredictor:
         pool starts on ``transition.from_composition`` and the move to ``composition`` starts at
         ``transition_at_s`` [s] (:meth:`_schedule_transition`). Raises ValueError on a composition
         the pool rejects."""
+        return _mean_ttft_s(self._run(composition, workload, transition, transition_at_s),
+                            self.config.warmup_s if warmup_s is None else warmup_s)
+
+    def _run(self, composition: str, workload: Workload, transition: TransitionPlan | None,
+             transition_at_s: float) -> dict:
+        """The records of one look-ahead simulation (:meth:`_simulate`)."""
         base = self.table.config
         start = composition if transition is None else transition.from_composition
         cfg = replace(base, pool=replace(base.pool, composition=start), horizon_s=None, record_events=False,
@@ -666,14 +671,7 @@ class LookaheadPredictor:
         sim = Simulator(workload, cfg, self.table.calibration)
         if transition is not None:
             self._schedule_transition(sim, degree_counts(composition, cfg.pool), transition, transition_at_s)
-        res = sim.run(self.make_router())
-        self._last_records = res.records
-        ttft = res.records["ttft_s"]
-        warmup_s = self.config.warmup_s if warmup_s is None else warmup_s
-        if warmup_s > 0:
-            ttft = ttft[res.records["arrival_s"] >= warmup_s]
-        ttft = ttft[np.isfinite(ttft)]
-        return float(ttft.mean()) if ttft.size else math.inf
+        return sim.run(self.make_router()).records
 
     def _simulate_stream(self, composition: str, workload: Workload, stream_start_s: float, warmup_s: float,
                          transition: TransitionPlan | None = None) -> tuple[float, float]:
@@ -685,8 +683,8 @@ class LookaheadPredictor:
         start over the pool's throughput, the requests finishing from the stream start to the
         last finish per second (the pool is busy throughout when overloaded); ``inf`` when
         nothing finishes."""
-        mean = self._simulate(composition, workload, warmup_s, transition, warmup_s)
-        rec = self._last_records
+        rec = self._run(composition, workload, transition, warmup_s)
+        mean = _mean_ttft_s(rec, warmup_s)
         arr, fin, ttft = rec["arrival_s"], rec["finish_s"], rec["ttft_s"]
         done = np.isfinite(fin)
         t_end = float(fin[done].max()) if done.any() else -math.inf
@@ -720,3 +718,13 @@ class LookaheadPredictor:
                 sim.schedule(plan.window_s, EventPriority.CONTROL, step)
 
         sim.schedule(at_s, EventPriority.CONTROL, step)
+
+
+def _mean_ttft_s(records: dict, warmup_s: float) -> float:
+    """Mean TTFT [s] of the finished requests of a simulation's ``records`` arriving at or after
+    ``warmup_s`` [s]; ``inf`` if none finished."""
+    ttft = records["ttft_s"]
+    if warmup_s > 0:
+        ttft = ttft[records["arrival_s"] >= warmup_s]
+    ttft = ttft[np.isfinite(ttft)]
+    return float(ttft.mean()) if ttft.size else math.inf

@@ -166,13 +166,13 @@ def _controller_run(rate_rps: float, duration_s: float, factor: float):
                                               lookahead=LookaheadConfig(num_replications=1, overload_rate_factor=factor)))
     ctl.attach(sim)
     sizes = ctl.sizes = []  # requests of every look-ahead simulation
-    run = ctl.predictor._simulate
+    run = ctl.predictor._run  # every look-ahead simulation goes through it
 
     def counted(composition, workload, *args, **kwargs):
         sizes.append(workload.num_requests)
         return run(composition, workload, *args, **kwargs)
 
-    ctl.predictor._simulate = counted
+    ctl.predictor._run = counted
     res = sim.run(LeastWorkRouter())
     return ctl, res
 
