@@ -260,25 +260,6 @@ class ControllerConfig:
             the latest sample + replay, +234 -> +4.1 %; on the ``phases`` scenarios about one
             point worse than without on every row (5 seeds: -0.8 vs -1.8 % against the best fixed
             composition), hence not the default. ``"requests"`` source only.
-        target_trust_ratio: a check of the look-ahead against the run (0 disables, the default;
-            else > 1): in a *checkable* window (a stationary look-ahead rate,
-            :meth:`ReconfigController.lookahead_rate`; no operation started in the last two
-            windows, so the pool is its target and has settled; a window with finished requests)
-            the controller records the ratio of the look-ahead's score of the current target to
-            the mean TTFT observed in the window (``WindowRecord.lookahead_ratio``). While each of
-            the last ``k_windows`` checkable windows of the mix regime has a ratio above this
-            value, the look-ahead is taken to over-predict the pool it can be checked against, and
-            the target changes only in the first window of a new mix regime (no sustained or
-            urgent move: ``WindowRecord.trust_gated``). Only over-prediction gates: a look-ahead
-            that under-predicts (a backlog the run has and the idle-start stream has not) still
-            moves, so capacity precedence holds. Why: on the Mooncake conversation trace at a
-            steady 12 req/s the look-ahead's cold-cache streams predict 1.4-4x the observed TTFT
-            of the target in settled windows and the moves they justify cost +47 % mean TTFT vs
-            the router alone (``results/dynamic-phases/lookahead-replay/README.md``), where on the
-            synthetic ``phases`` mixes the same ratio stays at 0.8-1.4
-            (``results/dynamic-phases/trust-gate/README.md``). An earlier check that held the
-            target on any two-sided 1.5x disagreement, measured on forecast rather than
-            stationary rates, blocked needed moves on the phases (``target-controller/README.md``).
         lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``
@@ -320,7 +301,6 @@ class ControllerConfig:
     target_sample: str = "regime-start"
     target_replay_sample: bool = False
     target_transition: bool = False
-    target_trust_ratio: float = 0.0
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
 
     def __post_init__(self) -> None:
@@ -395,12 +375,6 @@ class ControllerConfig:
               f"controller.target_transition scores the 'target' decision's look-ahead streams from the current "
               f"composition (lookahead.source 'requests'); decision {self.decision!r} with lookahead.source "
               f"{self.lookahead.source!r} has none (leave it false)")
-        check(self.target_trust_ratio == 0 or (self.target_trust_ratio > 1 and math.isfinite(self.target_trust_ratio)),
-              f"controller.target_trust_ratio must be 0 (off) or a finite number > 1 (predicted / observed TTFT), "
-              f"got {self.target_trust_ratio!r}")
-        check(not (self.target_trust_ratio and self.decision != "target"),
-              f"controller.target_trust_ratio checks the 'target' decision's look-ahead; the {self.decision!r} decision "
-              f"has none (leave it 0)")
         check(not (self.target_degrees and self.decision != "target"),
               f"controller.target_degrees {list(self.target_degrees)} sets the look-ahead's candidate menu of the "
               f"'target' decision; the {self.decision!r} decision has none (leave target_degrees empty)")
@@ -469,12 +443,6 @@ class WindowRecord:
             when none finished).
         predicted_target_ttft_s: ``"target"`` decision: the look-ahead's score of the target
             composition before this window's decision [s].
-        lookahead_ratio: ``"target"`` decision: ``predicted_target_ttft_s / observed_ttft_s`` in a
-            window the look-ahead can be checked in (``ControllerConfig.target_trust_ratio``),
-            else NaN.
-        trust_gated: ``"target"`` decision with ``target_trust_ratio``: the look-ahead
-            over-predicted the last ``k_windows`` checkable windows, so no sustained or urgent
-            target change was allowed in this window.
     """
 
     time_s: float
@@ -496,8 +464,6 @@ class WindowRecord:
     lookahead_slope_rps_per_s: float = math.nan
     observed_ttft_s: float = math.nan
     predicted_target_ttft_s: float = math.nan
-    lookahead_ratio: float = math.nan
-    trust_gated: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -556,7 +522,6 @@ class ReconfigController:
         self._above = self._below = self._long = 0
         self._rates: list[float] = []  # window rates [req/s] since the last regime change
         self._gpu_last_op: dict[int, tuple[float, str]] = {}  # GPU -> (start time [s], kind) of its last operation
-        self._last_op_start_s = -math.inf  # start of the controller's latest operation [s]
         self._regime_change = False
         self._regime_start = 0  # first request of the current mix regime (look-ahead sample)
         self._sample_size = 0  # requests in the last look-ahead sample
@@ -565,7 +530,6 @@ class ReconfigController:
         # per candidate: consecutive windows in which it beat the target by the margin (the sustained
         # condition holds for one candidate, not for "some candidate" each window: decide_target)
         self._num_better: dict[str, int] = {}
-        self._lookahead_ratios: list[float] = []  # target_trust_ratio: checkable windows of the regime, newest last
         self.candidates: list[str] = []  # the "target" decision's menu (the paper rule has none)
         if cfg.decision == "target":
             from baselines.vertumnus import VertumnusRouter
@@ -743,7 +707,6 @@ class ReconfigController:
         rate, slope, stationary = self.lookahead_rate(record.rate_rps)
         pred = self.predict(comps, [rate + slope * h for h in cfg.target_horizons_s], keep=(target,), stationary=stationary)
         record.lookahead_rate_rps, record.lookahead_slope_rps_per_s = rate, slope
-        gated = self.trust_gated(record, pred[target], stationary)
         best = min(comps, key=lambda c: pred[c])  # ties: the first (most large-degree workers)
         if not math.isfinite(pred[best]):
             gain = 0.0  # every candidate overloaded: nothing to rank
@@ -755,7 +718,7 @@ class ReconfigController:
         if best in better:
             settled = self._sample_size >= cfg.urgent_min_sample_requests or self._windows_since_regime <= cfg.k_windows
             urgent = gain > cfg.target_urgent_gain and settled
-            if record.regime_change or (not gated and (self._num_better[best] >= cfg.k_windows or urgent)):
+            if record.regime_change or self._num_better[best] >= cfg.k_windows or urgent:
                 self._target = degree_counts(best, self.sim.config.pool)
                 self._num_better = {}
                 if record.regime_change and cfg.regime_change_unlocks:
@@ -765,28 +728,6 @@ class ReconfigController:
         record.predicted_target_ttft_s = pred[target]
         record.target_composition = self.composition_text(self._target)
         return self._target
-
-    def trust_gated(self, record: WindowRecord, predicted_target_s: float, stationary: bool) -> bool:
-        """``target_trust_ratio`` (``ControllerConfig``): records the look-ahead's ratio of
-        predicted to observed mean TTFT of the target in a checkable window (a stationary
-        look-ahead rate, no operation started in the last two windows and the pool is the target,
-        finished requests) and returns True while the last ``k_windows`` checkable windows of the regime all have a ratio
-        above ``target_trust_ratio`` (False when it is 0). The ratios restart at a regime change."""
-        cfg = self.config
-        if not cfg.target_trust_ratio:
-            return False
-        if record.regime_change:
-            self._lookahead_ratios = []
-        now = self.sim.env.now
-        observed = record.observed_ttft_s
-        settled = (now - self._last_op_start_s >= 2 * cfg.window_s
-                   and projected_degree_counts(self.sim) == {d: n for d, n in self._target.items() if n})
-        if stationary and settled and observed > 0 and math.isfinite(observed) and math.isfinite(predicted_target_s):
-            record.lookahead_ratio = predicted_target_s / observed
-            self._lookahead_ratios = (self._lookahead_ratios + [record.lookahead_ratio])[-cfg.k_windows:]
-        recent = self._lookahead_ratios
-        record.trust_gated = len(recent) >= cfg.k_windows and all(r > cfg.target_trust_ratio for r in recent)
-        return record.trust_gated
 
     def predict(self, compositions: list[str], rates_rps: list[float], keep: tuple[str, ...] = (),
                 stationary: bool = False) -> dict[str, float]:
@@ -842,7 +783,6 @@ class ReconfigController:
             self.reconfig.apply(op)
             for g in gpus:
                 self._gpu_last_op[g] = (now, op.kind)
-            self._last_op_start_s = now
             started.append(str(op))
         if started:
             record.action = ";".join(started)
@@ -891,7 +831,6 @@ class ReconfigController:
             self.reconfig.apply(op)
             for g in gpus:
                 self._gpu_last_op[g] = (now, kind)
-            self._last_op_start_s = now
             gpu_budget -= len(gpus)
             started.append(str(op))
             cap = new_caps[op]

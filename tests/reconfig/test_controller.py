@@ -1,6 +1,5 @@
 """Capacity profiling, initial composition and the windowed controller (baselines/controller.py)."""
 
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -464,76 +463,3 @@ def test_target_sample_is_the_regimes_first_or_the_latest_requests(target_sample
         assert firsts[0] == 0 and len(set(firsts)) <= 2  # the regime's first requests (a regime change restarts it)
     else:  # the latest 64 arrivals: a later window samples later requests
         assert firsts == sorted(firsts) and len(set(firsts)) >= len(calls) - 1 and firsts[-1] > 64
-
-
-def test_trust_ratio_gates_moves_while_the_lookahead_over_predicts_the_settled_pool():
-    ctl, record = _attached_target_controller(target_margin=0.05, target_urgent_gain=0.5, urgent_min_sample_requests=0,
-                                              target_trust_ratio=1.5)
-    ctl._rates = [2.0, 2.0]  # a stationary look-ahead rate: the window is checkable
-
-    def window(values, observed_s=1.0, regime_change=False):
-        ctl.predict.values = values
-        rec = record(regime_change)
-        rec.observed_ttft_s = observed_s
-        target = ctl.composition_text(ctl.decide_target(rec))
-        return target, rec
-
-    # two checkable windows with the target predicted at 1.6x its observed TTFT (gains inside the margin)
-    for _ in range(2):
-        target, rec = window({"cp4x1,cp2x2": 1.6, "cp4x2": 1.58})
-        assert target == "cp4x1,cp2x2" and rec.lookahead_ratio == pytest.approx(1.6)
-    assert rec.trust_gated
-    # now an urgent gain (0.6 > 0.5) and then a sustained one: neither moves the target
-    for _ in range(3):
-        target, rec = window({"cp4x1,cp2x2": 1.6, "cp4x2": 1.0})
-        assert target == "cp4x1,cp2x2" and rec.trust_gated
-    # a new mix regime still moves it (and restarts the ratios)
-    target, rec = window({"cp4x1,cp2x2": 1.6, "cp4x2": 1.0}, regime_change=True)
-    assert target == "cp4x2" and not rec.trust_gated
-
-
-def test_trust_ratio_does_not_gate_under_prediction_unsettled_or_nonstationary_windows():
-    ctl, record = _attached_target_controller(target_margin=0.05, target_urgent_gain=0.5, urgent_min_sample_requests=0,
-                                              target_trust_ratio=1.5)
-    ctl._rates = [2.0, 2.0]
-    # the look-ahead under-predicts (a backlog the idle-start stream lacks): capacity precedence, it moves
-    ctl.predict.values = {"cp4x1,cp2x2": 0.5, "cp4x2": 0.45}  # a sustained gain (0.11), not urgent
-    for expected in ("cp4x1,cp2x2", "cp4x2"):
-        rec = record()
-        rec.observed_ttft_s = 1.0
-        assert ctl.composition_text(ctl.decide_target(rec)) == expected
-        assert rec.lookahead_ratio == pytest.approx(0.5) and not rec.trust_gated
-    # not checkable: the pool is not its target (a move is under way), a recent operation, a trend
-    rec = record()
-    rec.observed_ttft_s = 1.0
-    ctl.decide_target(rec)
-    assert math.isnan(rec.lookahead_ratio)
-    ctl2, record2 = _attached_target_controller(target_trust_ratio=1.5)
-    ctl2._rates = [2.0, 2.0]
-    ctl2._last_op_start_s = ctl2.sim.env.now - 20.0
-    rec = record2()
-    rec.observed_ttft_s = 1.0
-    ctl2.decide_target(rec)
-    assert math.isnan(rec.lookahead_ratio)
-    ctl2._last_op_start_s = -math.inf
-    ctl2._rates = [1.0, 3.0, 5.0]  # a significant trend: not stationary
-    rec = record2()
-    rec.observed_ttft_s = 1.0
-    ctl2.decide_target(rec)
-    assert math.isnan(rec.lookahead_ratio) and not rec.trust_gated
-
-
-def test_trust_ratio_validation_and_off_by_default():
-    assert ControllerConfig().target_trust_ratio == 0.0
-    for bad in (1.0, 0.5, -1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="controller.target_trust_ratio must be 0"):
-            ControllerConfig(target_trust_ratio=bad)
-    with pytest.raises(ValueError, match="target_trust_ratio checks the 'target' decision"):
-        ControllerConfig(decision="paper-rule", target_trust_ratio=1.5)
-    ctl, record = _attached_target_controller()
-    ctl._rates = [2.0, 2.0]
-    ctl.predict.values = {"cp4x1,cp2x2": 3.0, "cp4x2": 2.9}
-    rec = record()
-    rec.observed_ttft_s = 1.0
-    ctl.decide_target(rec)
-    assert math.isnan(rec.lookahead_ratio) and not rec.trust_gated  # off: nothing measured, nothing gated
