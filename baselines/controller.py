@@ -102,6 +102,7 @@ from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, Reconfi
                                eligible_operations, get_reconfigurator)
 
 __all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations", "DECISIONS", "TARGET_SAMPLES",
+           "TREND_NOISES",
            # re-exports (moved to baselines.capacity / baselines.composition)
            "CapacityCache", "CapacityProfile", "CapacityTable", "ProfileConfig", "reuse_prefix_tokens", "slo_for_lengths",
            "enumerate_compositions", "degree_counts", "composition_capacity_rps", "initial_composition",
@@ -260,6 +261,20 @@ class ControllerConfig:
             the latest sample + replay, +234 -> +4.1 %; on the ``phases`` scenarios about one
             point worse than without on every row (5 seeds: -0.8 vs -1.8 % against the best fixed
             composition), hence not the default. ``"requests"`` source only.
+        target_trend_noise: the noise of a window rate in ``target_trend_min_t``'s test:
+            ``"poisson"`` (default) the Poisson counting variance ``rate / window_s``;
+            ``"measured"``: that variance times the over-dispersion measured from the run's own
+            window rates (:meth:`ReconfigController.rate_dispersion`: squared second differences
+            of consecutive window rates inside a mix regime, which a linear ramp leaves at the
+            counting noise, each divided by its Poisson variance; pooled over the last
+            ``DISPERSION_MAX_TERMS`` windows and shrunk towards 1 with a prior weight of
+            ``DISPERSION_PRIOR_WINDOWS`` windows; at least 1). Why: a real trace's rate wanders
+            on the 20 s scale more than Poisson counts do (the Mooncake conversation trace at
+            12 req/s: variance / mean of 20 s arrival counts 2.4-2.6 over seeds 0-2, against 1.1-1.2
+            for 1 s counts), so the Poisson test reads wander as a trend, and the forecast along it
+            predicts overload (``results/dynamic-phases/target-controller/README.md``, the trust
+            check). The synthetic ``phases`` workloads are Poisson inside a phase, so their
+            ramps keep their trend.
         lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``
@@ -301,6 +316,7 @@ class ControllerConfig:
     target_sample: str = "regime-start"
     target_replay_sample: bool = False
     target_transition: bool = False
+    target_trend_noise: str = "poisson"
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
 
     def __post_init__(self) -> None:
@@ -375,6 +391,11 @@ class ControllerConfig:
               f"controller.target_transition scores the 'target' decision's look-ahead streams from the current "
               f"composition (lookahead.source 'requests'); decision {self.decision!r} with lookahead.source "
               f"{self.lookahead.source!r} has none (leave it false)")
+        check(self.target_trend_noise in TREND_NOISES,
+              f"controller.target_trend_noise must be one of {list(TREND_NOISES)}, got {self.target_trend_noise!r}")
+        check(self.decision == "target" or self.target_trend_noise == "poisson",
+              f"controller.target_trend_noise sets the 'target' decision's trend test; the {self.decision!r} decision "
+              f"has none (leave it 'poisson')")
         check(not (self.target_degrees and self.decision != "target"),
               f"controller.target_degrees {list(self.target_degrees)} sets the look-ahead's candidate menu of the "
               f"'target' decision; the {self.decision!r} decision has none (leave target_degrees empty)")
@@ -405,6 +426,12 @@ class ControllerConfig:
 DECISIONS = ("target", "paper-rule")
 #: The look-ahead samples of the ``"target"`` decision (``ControllerConfig.target_sample``).
 TARGET_SAMPLES = ("regime-start", "latest")
+#: The noise models of the trend test (``ControllerConfig.target_trend_noise``).
+TREND_NOISES = ("poisson", "measured")
+#: ``target_trend_noise="measured"``: windows pooled into the over-dispersion estimate, and the prior weight
+#: (in windows) that shrinks it towards the Poisson value 1 (so two or three windows cannot set it alone).
+DISPERSION_MAX_TERMS = 30
+DISPERSION_PRIOR_WINDOWS = 4.0
 
 
 # ---------------------------------------------------------------------------------- controller
@@ -521,6 +548,8 @@ class ReconfigController:
         self._shares: np.ndarray | None = None
         self._above = self._below = self._long = 0
         self._rates: list[float] = []  # window rates [req/s] since the last regime change
+        self._regime_tail: list[float] = []  # the regime's last three window rates (second differences)
+        self._dispersion_terms: list[float] = []  # squared second differences / their Poisson variance
         self._gpu_last_op: dict[int, tuple[float, str]] = {}  # GPU -> (start time [s], kind) of its last operation
         self._regime_change = False
         self._regime_start = 0  # first request of the current mix regime (look-ahead sample)
@@ -569,6 +598,7 @@ class ReconfigController:
             self._shares = s  # a regime change (e.g. a new phase): no smoothing across it
             self._regime_start = int(idx[0]) if len(idx) else 0  # the look-ahead's sample starts here
             self._rates = []  # nor a rate trend
+            self._regime_tail = []
         else:
             self._shares = (1.0 - a) * self._shares + a * s
         self.table.observe(self._shares)
@@ -652,6 +682,7 @@ class ReconfigController:
         profiles = self.profiles(idx, self._needed_degrees(counts))
         cap = composition_capacity_rps(counts, profiles)
         self._rates = (self._rates + [rate])[-(cfg.k_windows + 1):]
+        self._observe_dispersion(rate)
         forecast = rate + max(0.0, self.rate_slope()) * cfg.trend_horizon_s
         record.capacity_rps = cap
         record.forecast_rps = forecast
@@ -847,7 +878,8 @@ class ReconfigController:
         forecasts from (``target_trend_min_t``): the mean rate of the regime's recent windows (at
         most ``k_windows + 1``, at least 2), no trend and ``stationary`` when the least-squares
         slope of their rates is within ``target_trend_min_t`` standard errors of zero (each window
-        rate's variance ``rate / window_s``: Poisson counts); otherwise ``rate_rps`` (the last
+        rate's variance ``rate / window_s``: Poisson counts, times :meth:`rate_dispersion` with
+        ``target_trend_noise="measured"``); otherwise ``rate_rps`` (the last
         window's rate), the positive slope and not stationary. A stationary load gets the
         look-ahead's stationary stream span (``LookaheadConfig.stationary_duration_s``)."""
         slope = self.rate_slope()
@@ -856,10 +888,30 @@ class ReconfigController:
             return rate_rps, max(0.0, slope), False
         mean = float(np.mean(self._rates))
         x = np.arange(n, dtype=float) * self.config.window_s
-        se = math.sqrt(max(mean, 0.0) / self.config.window_s / float(((x - x.mean()) ** 2).sum()))
+        se = math.sqrt(self.rate_dispersion() * max(mean, 0.0) / self.config.window_s / float(((x - x.mean()) ** 2).sum()))
         if abs(slope) <= self.config.target_trend_min_t * se:
             return mean, 0.0, True
         return rate_rps, max(0.0, slope), False
+
+    def _observe_dispersion(self, rate_rps: float) -> None:
+        # one term per window with two earlier windows in its regime: (r2 - 2 r1 + r0)^2 has variance
+        # 6 sigma^2 for independent window rates of variance sigma^2 and is blind to a linear ramp
+        tail = self._regime_tail = (self._regime_tail + [rate_rps])[-3:]
+        mean = sum(tail) / len(tail)
+        if len(tail) == 3 and mean > 0:
+            d2 = tail[2] - 2.0 * tail[1] + tail[0]
+            term = d2 * d2 / (6.0 * mean / self.config.window_s)
+            self._dispersion_terms = (self._dispersion_terms + [term])[-DISPERSION_MAX_TERMS:]
+
+    def rate_dispersion(self) -> float:
+        """Over-dispersion of the window rates against Poisson counts (``target_trend_noise``):
+        ``max(1, (DISPERSION_PRIOR_WINDOWS + sum(terms)) / (DISPERSION_PRIOR_WINDOWS + len(terms)))``
+        over the last ``DISPERSION_MAX_TERMS`` terms (``ControllerConfig.target_trend_noise``); 1
+        with ``"poisson"``."""
+        if self.config.target_trend_noise == "poisson":
+            return 1.0
+        terms = self._dispersion_terms
+        return max(1.0, (DISPERSION_PRIOR_WINDOWS + sum(terms)) / (DISPERSION_PRIOR_WINDOWS + len(terms)))
 
     def rate_slope(self) -> float:
         """Least-squares slope [req/s per s] of the window rates since the last regime change

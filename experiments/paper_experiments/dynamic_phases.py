@@ -76,7 +76,7 @@ OPERATION_FIELDS = ("index", "kind", "old_worker_ids", "new_worker_ids", "old_de
 TARGET_DECISION_FIELDS = ("lookahead_replications", "lookahead_screen_margin", "lookahead_duration_s",
                           "lookahead_stationary_duration_s", "lookahead_stationary_warmup_s", "lookahead_warmup_s",
                           "target_trend_min_t", "target_margin", "target_urgent_gain", "target_sample",
-                          "target_replay_sample", "target_transition")
+                          "target_replay_sample", "target_transition", "target_trend_noise")
 #: The names the controller's checks use -> the :class:`DynamicPhasesConfig` field (and flag) that sets them.
 CONTROLLER_FIELD_NAMES = {"lookahead.num_replications": "lookahead_replications",
                           "lookahead.screen_margin": "lookahead_screen_margin",
@@ -158,6 +158,10 @@ class DynamicPhasesConfig:
     target_transition: bool = _opt(False, "target decision: score each candidate with the move to it from the current "
                                           "composition (drain, switch, lost caches); "
                                           "ControllerConfig.target_transition")
+    target_trend_noise: str = _opt("poisson", "target decision: noise of a window rate in the trend test, Poisson counts "
+                                              "('poisson') or Poisson times the over-dispersion measured from the run's "
+                                              "window rates ('measured'); ControllerConfig.target_trend_noise",
+                                   choices=("poisson", "measured"))
     switch_s: float = _opt(0.9, "switch time at the common step boundary [s] (envs.sim.reconfig.ReconfigConfig's; "
                                 "paper §9: < 1 s)")
 
@@ -342,7 +346,7 @@ def controller_config(cfg: DynamicPhasesConfig):
     extra = {k: v for k, v in (("target_trend_min_t", cfg.target_trend_min_t), ("target_margin", cfg.target_margin),
                                ("target_urgent_gain", cfg.target_urgent_gain)) if v is not None}
     extra.update(target_sample=cfg.target_sample, target_replay_sample=cfg.target_replay_sample,
-                 target_transition=cfg.target_transition)
+                 target_transition=cfg.target_transition, target_trend_noise=cfg.target_trend_noise)
     return ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s), **extra,
                             profile=ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10),
@@ -353,7 +357,8 @@ def _controller_summary(ccfg) -> dict:
     return {"decision": ccfg.decision, "target_margin": ccfg.target_margin, "target_urgent_gain": ccfg.target_urgent_gain,
             "target_horizons_s": list(ccfg.target_horizons_s), "target_trend_min_t": ccfg.target_trend_min_t,
             "target_sample": ccfg.target_sample, "target_replay_sample": ccfg.target_replay_sample,
-            "target_transition": ccfg.target_transition, "regime_change_unlocks": ccfg.regime_change_unlocks,
+            "target_transition": ccfg.target_transition, "target_trend_noise": ccfg.target_trend_noise,
+            "regime_change_unlocks": ccfg.regime_change_unlocks,
             "lookahead": {"source": ccfg.lookahead.source, "duration_s": ccfg.lookahead.duration_s,
                           "num_replications": ccfg.lookahead.num_replications,
                           "screen_margin": ccfg.lookahead.screen_margin, "warmup_s": ccfg.lookahead.warmup_s,

@@ -463,3 +463,53 @@ def test_target_sample_is_the_regimes_first_or_the_latest_requests(target_sample
         assert firsts[0] == 0 and len(set(firsts)) <= 2  # the regime's first requests (a regime change restarts it)
     else:  # the latest 64 arrivals: a later window samples later requests
         assert firsts == sorted(firsts) and len(set(firsts)) >= len(calls) - 1 and firsts[-1] > 64
+
+
+def test_measured_trend_noise_widens_the_trend_test_by_the_window_rates_over_dispersion():
+    from baselines.controller import DISPERSION_PRIOR_WINDOWS
+
+    ctl, _ = _attached_target_controller(target_trend_min_t=2.0, target_trend_noise="measured")
+    assert ctl.rate_dispersion() == 1.0  # no windows yet: the Poisson value
+    # a linear ramp's second differences are 0: the dispersion stays at its floor 1 and the ramp is a trend
+    for r in (30.0, 35.3, 40.6, 45.9):
+        ctl._rates = (ctl._rates + [r])[-3:]
+        ctl._observe_dispersion(r)
+    assert ctl.rate_dispersion() == 1.0
+    rate, slope, stationary = ctl.lookahead_rate(45.9)
+    assert not stationary and slope == pytest.approx(0.265)
+    # wandering rates (second differences of +-2.5 req/s at ~11 req/s: ~5.7x the Poisson variance 11 / 20)
+    ctl2, _ = _attached_target_controller(target_trend_min_t=2.0, target_trend_noise="measured")
+    rates = [11.0, 13.0, 10.0, 12.5, 9.5, 12.0, 10.0, 12.5]
+    terms = []
+    for i, r in enumerate(rates):
+        ctl2._rates = (ctl2._rates + [r])[-3:]
+        ctl2._observe_dispersion(r)
+        if i >= 2:
+            a, b, c = rates[i - 2:i + 1]
+            terms.append((c - 2 * b + a) ** 2 / (6 * (a + b + c) / 3 / 20.0))
+    prior = DISPERSION_PRIOR_WINDOWS
+    assert ctl2.rate_dispersion() == pytest.approx((prior + sum(terms)) / (prior + len(terms)))
+    assert ctl2.rate_dispersion() > 2.0
+    # a rise of 9.3 -> 11.8 req/s over three windows (the conversation trace's seed 1 at 60 s): a trend
+    # to the Poisson test (t = 2.4), noise once the measured over-dispersion widens it
+    ctl2._rates = [9.3, 10.4, 11.8]
+    assert ctl2.lookahead_rate(11.8)[2]
+    ctl._rates = [9.3, 10.4, 11.8]
+    assert not ctl.lookahead_rate(11.8)[2]
+    # a regime change restarts the second differences (a phase boundary is not noise)
+    ctl2._regime_tail = []
+    n = len(ctl2._dispersion_terms)
+    ctl2._observe_dispersion(40.0)
+    assert len(ctl2._dispersion_terms) == n
+
+
+def test_trend_noise_validation_and_poisson_default():
+    assert ControllerConfig().target_trend_noise == "poisson"
+    with pytest.raises(ValueError, match="controller.target_trend_noise must be one of"):
+        ControllerConfig(target_trend_noise="gamma")
+    with pytest.raises(ValueError, match="target_trend_noise sets the 'target' decision"):
+        ControllerConfig(decision="paper-rule", target_trend_noise="measured")
+    ctl, _ = _attached_target_controller()
+    for r in (11.0, 13.0, 10.0, 12.5, 9.5):
+        ctl._observe_dispersion(r)
+    assert ctl.rate_dispersion() == 1.0  # "poisson": the terms are kept but not used
