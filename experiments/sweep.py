@@ -12,7 +12,8 @@ Output layout (``out_dir``)::
         extras.json                 KV-transfer totals, final composition, any timelines
     .tmp/<key>/                     a cell in progress (never counted as finished)
 
-Resumability: a cell is finished iff a run folder holds a ``cell.json`` with its key. A cell is
+Resumability: a cell is finished iff a run folder holds a ``cell.json`` with its key (or, for a
+folder written before keys left out file paths, its ``legacy_key``: :func:`match_finished`). A cell is
 written completely under ``.tmp/<key>/`` and then moved into place by one ``os.rename`` (atomic on
 one file system), so an interrupted cell never looks finished; the manifest is rewritten
 atomically (tmp + rename) after every cell and rebuilt from the run folders on every start, so a
@@ -254,7 +255,12 @@ def manifest_cell_keys(out_dir: str | Path) -> set[str] | None:
         doc = json.loads(m.read_text())
     except (ValueError, OSError):
         return None
-    return set(doc.get("cells") or {}) if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return None
+    cells = doc.get("cells") or {}
+    # a cell found under its legacy key (match_finished): its cell.json holds that key
+    legacy = {e["legacy_key"] for e in cells.values() if isinstance(e, dict) and isinstance(e.get("legacy_key"), str)}
+    return set(cells) | legacy
 
 
 def finished_cells(out_dir: str | Path, strict: bool = False, current_only: bool = False) -> Iterator[tuple[Path, dict]]:
@@ -298,6 +304,22 @@ def scan_finished(out_dir: Path) -> dict[str, str]:
     """``{cell key: run folder name}`` of the finished cells under ``out_dir``
     (:func:`finished_cells`)."""
     return {doc["key"]: d.name for d, doc in finished_cells(out_dir)}
+
+
+def match_finished(cells: list[Cell], out_dir: str | Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The finished cells under ``out_dir`` as the cells of a spec see them: ``({key: run folder
+    name}, {cell key: legacy key})``. A folder written before cell keys left out file paths holds
+    the cell's :attr:`~experiments.spec.model.Cell.legacy_key` (hashed with this checkout's
+    absolute paths); it counts as that cell, under the cell's key, and the second mapping says
+    which cells were found so. The other keys of the first mapping are finished cells of no cell
+    (stale folders)."""
+    finished = scan_finished(Path(out_dir))
+    legacy: dict[str, str] = {}
+    for c in cells:
+        if c.key not in finished and c.legacy_key is not None and c.legacy_key in finished:
+            finished[c.key] = finished.pop(c.legacy_key)
+            legacy[c.key] = c.legacy_key
+    return finished, legacy
 
 
 @dataclass
@@ -602,17 +624,23 @@ def _read_manifest(path: Path, sweep: str) -> dict:
     return old
 
 
-def _initial_entries(cells: list[Cell], old: dict, finished: dict[str, str]) -> dict[str, dict]:
+def _initial_entries(cells: list[Cell], old: dict, finished: dict[str, str],
+                     legacy: dict[str, str] | None = None) -> dict[str, dict]:
     """Manifest entries at start: finished cells from the run folders (the source of truth), failed
-    ones from the old manifest (retried), the rest pending; wandb bookkeeping is carried over."""
+    ones from the old manifest (retried), the rest pending; wandb bookkeeping is carried over. A
+    cell found under its legacy key (``legacy``, :func:`match_finished`) records it as
+    ``legacy_key`` (what its ``cell.json`` holds, :func:`manifest_cell_keys`)."""
     entries: dict[str, dict] = {}
+    old_cells = old.get("cells") or {}
     for c in cells:
-        prev = (old.get("cells") or {}).get(c.key, {})
+        prev = old_cells.get(c.key) or old_cells.get(c.legacy_key) or {}
         base = {"axes": dict(c.axes), "policy": c.policy, "seed": c.config.seed, "workload": c.workload.label}
         if c.key in finished:
             logged = prev.get("wandb_logged", False) and prev.get("run_dir") == finished[c.key]
             entries[c.key] = {**base, "status": "done", "run_dir": finished[c.key], "error": None,
                               "wall_s": prev.get("wall_s"), "wandb_logged": bool(logged)}
+            if legacy and c.key in legacy:
+                entries[c.key]["legacy_key"] = legacy[c.key]
         elif prev.get("status") == "failed":
             entries[c.key] = {**base, "status": "failed", "run_dir": None, "error": prev.get("error"),
                               "wall_s": prev.get("wall_s")}
@@ -709,8 +737,8 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
     cells = spec.resolve()
     by_key = {c.key: c for c in cells}
     manifest_path = out / MANIFEST
-    finished = scan_finished(out)
-    entries = _initial_entries(cells, _read_manifest(manifest_path, spec.name), finished)
+    finished, legacy = match_finished(cells, out)
+    entries = _initial_entries(cells, _read_manifest(manifest_path, spec.name), finished, legacy)
 
     def save() -> None:
         write_json_atomic(manifest_path, {"sweep": spec.name, "spec_path": spec.path, "num_cells": len(cells),
@@ -722,7 +750,7 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
     todo = [c for c in cells if c.key not in finished]
     outcome = SweepOutcome(out_dir=out, num_cells=len(cells), num_skipped=len(cells) - len(todo),
                            stale_dirs=sorted(d for k, d in finished.items() if k not in by_key),
-                           outdated_dirs=outdated_cells(out, by_key))
+                           outdated_dirs=outdated_cells(out, [*by_key, *legacy.values()]))
     logger = WandbLogger(wandb_mode, project=wandb_project, group=spec.name, dir=out)
     if logger.enabled:  # cells finished by an earlier driver that never logged them (killed, or wandb was off)
         for key, e in entries.items():
@@ -767,5 +795,5 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
     return outcome
 
 
-__all__ = ["run_sweep", "check_sweep_target", "outdated_cells", "cell_code_fingerprint",
-           "execute_cell", "scan_finished", "SweepOutcome", "write_json_atomic", "default_out_dir", "BACKENDS"]
+__all__ = ["run_sweep", "check_sweep_target", "outdated_cells", "cell_code_fingerprint", "execute_cell", "scan_finished",
+           "match_finished", "SweepOutcome", "write_json_atomic", "default_out_dir", "BACKENDS"]

@@ -48,17 +48,18 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from experiments.spec import load_spec
-    from experiments.sweep import check_sweep_target, default_out_dir, outdated_cells, run_sweep, scan_finished
+    from experiments.sweep import (check_sweep_target, default_out_dir, match_finished, outdated_cells, run_sweep,
+                                   scan_finished)
 
     spec = load_spec(args.spec)  # every spec error is raised here, before anything runs
     out = Path(args.out) if args.out else default_out_dir(spec)
     if args.dry_run:
-        finished = scan_finished(out)
+        finished, legacy = match_finished(spec.resolve(), out)
         print(f"sweep {spec.name}: {spec.num_cells} cells, {sum(c.key in finished for c in spec.resolve())} finished in {out}")
         stale = sorted(d for k, d in finished.items() if k not in {c.key for c in spec.resolve()})
         if stale:
             print(stale_cells_note(len(stale), stale[0], out), file=sys.stderr)
-        outdated = outdated_cells(out, [c.key for c in spec.resolve()])
+        outdated = outdated_cells(out, [c.key for c in spec.resolve()] + list(legacy.values()))
         if outdated:
             print(outdated_cells_note(len(outdated), outdated[0], out), file=sys.stderr)
         for c in spec.resolve():

@@ -34,20 +34,42 @@ def _default_calibration_path() -> str:
     return str(resources.files("envs.sim").joinpath("calibrations", DEFAULT_CALIBRATION))
 
 
-def cell_key(workload: WorkloadSpec, config: SimConfig, policy: str, policy_params: tuple, hashes: dict[str, str]) -> str:
+def cell_key(workload: WorkloadSpec, config: SimConfig, policy: str, policy_params: tuple, hashes: dict[str, str],
+             legacy: bool = False) -> str:
     """Deterministic key of a resolved cell: SHA-256 (16 hex digits) of its canonical JSON —
     workload spec, full SimConfig, policy and parameters, and the contents (SHA-256) of the trace
     and calibration files (the shipped default calibration when ``calibration_path`` is None), so
     an edited input file is a new cell. The sweep name is not part of it; neither is the code:
     after changing the simulator or a policy, sweep into a new output folder (a resume warns about
-    cells of other code: ``experiments.sweep.outdated_cells``)."""
-    doc = {"v": SPEC_VERSION, "workload": asdict(workload), "sim_config": config.to_dict(), "policy": policy,
+    cells of other code: ``experiments.sweep.outdated_cells``).
+
+    Where the files live is not part of it either: the trace and calibration paths (absolute after
+    loading) are left out of the hashed document, their contents name them, so one spec keys its
+    cells alike from any checkout, working directory or traces folder. ``legacy`` gives the key as
+    it was before (with the absolute paths, :attr:`~experiments.spec.model.Cell.legacy_key`), which
+    a resume at the same location still recognises; a cell with neither a trace nor a calibration
+    path has one key either way."""
+    wl = asdict(workload)
+    sim = config.to_dict()
+    doc = {"v": SPEC_VERSION, "workload": wl, "sim_config": sim, "policy": policy,
            "policy_params": [list(p) for p in policy_params]}
     if workload.trace is not None:
         doc["trace_sha256"] = _file_sha256(workload.trace, hashes)
     doc["calibration_sha256"] = _file_sha256(config.calibration_path or _default_calibration_path(), hashes)
+    if not legacy:  # the contents above name the files; their paths depend on where the repo and traces are
+        wl["trace"] = None
+        sim["calibration_path"] = None
     text = json.dumps(doc, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _legacy_key(workload: WorkloadSpec, config: SimConfig, policy: str, policy_params: tuple,
+                hashes: dict[str, str]) -> str | None:
+    """The key that earlier versions gave a cell with a trace or calibration path (absolute paths
+    hashed), or ``None`` where it is the key itself."""
+    if workload.trace is None and config.calibration_path is None:
+        return None
+    return cell_key(workload, config, policy, policy_params, hashes, legacy=True)
 
 
 
@@ -127,5 +149,6 @@ def resolve_cells(file: str | Path, spec: ExperimentSpec, policy_names: Collecti
                                         f"{dict(axes)})", "distinct cells (remove the duplicate)")
                     seen[key] = axes
                     out.append(Cell(key=key, sweep=spec.name, workload=wl, config=cfg, policy=pol,
-                                    policy_params=params, axes=axes))
+                                    policy_params=params, axes=axes,
+                                    legacy_key=_legacy_key(wl, cfg, pol, params, hashes)))
     return out

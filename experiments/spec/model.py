@@ -105,6 +105,9 @@ class Cell:
         policy_params: ``((name, value), ...)`` passed to the policy (empty: registry defaults).
         axes: ``((dotted path, value), ...)`` of the swept values that define this cell
             (grid, listed overrides, ``policy``, ``seed``) — the report's grouping columns.
+        legacy_key: the key earlier versions gave this cell, with the absolute trace / calibration
+            paths of this checkout hashed (``experiments.spec.cells.cell_key``); ``None`` where it
+            equals ``key``. A resume counts a finished cell of that key as this cell.
     """
 
     key: str
@@ -114,6 +117,7 @@ class Cell:
     policy: str
     policy_params: tuple[tuple[str, Any], ...]
     axes: tuple[tuple[str, Any], ...]
+    legacy_key: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
         """JSON-able description (``cell.json``)."""

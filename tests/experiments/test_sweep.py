@@ -328,3 +328,78 @@ def test_a_resume_after_a_code_change_says_that_it_reuses_cells_of_the_old_code(
     assert main(["sweep", str(spec.path), "--out", str(copy), "--wandb", "disabled", "--quiet"]) == 0
     err = capsys.readouterr().err
     assert f"warning: 8 finished cell(s) in {copy} were computed by other code (envs/, baselines/ or" in err
+
+
+def _trace_sweep(folder, trace="traces/t.jsonl"):
+    """A one-cell trace sweep in ``folder`` (its own trace file; spec path relative to the spec)."""
+    (folder / "traces").mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"timestamp": 250 * i, "input_length": 600 + 10 * i, "output_length": 10,
+                         "hash_ids": [i % 3, 10 + i]}) for i in range(40)]
+    (folder / "traces" / "t.jsonl").write_text("\n".join(lines) + "\n")
+    return write_spec(folder, f"name: path-free\nworkload: {{trace: {trace}}}\npolicies: [least-work]\n")
+
+
+def test_cell_keys_do_not_depend_on_where_the_repo_and_the_traces_live(tmp_path, monkeypatch):
+    # the key hashed the trace's absolute path: the same spec moved (another checkout, the shipped
+    # results read elsewhere) keyed its cells anew, re-ran them and left the finished ones out
+    import shutil
+
+    import envs.workloads
+
+    a = load_spec(_trace_sweep(tmp_path / "a")).resolve()
+    b = load_spec(_trace_sweep(tmp_path / "b")).resolve()
+    assert [c.workload.trace for c in a] != [c.workload.trace for c in b]  # resolved: absolute paths
+    assert [c.key for c in a] == [c.key for c in b]
+    for where in ("x", "y"):  # @traces/ resolved from two checkouts
+        monkeypatch.setattr(envs.workloads, "default_traces_dir", lambda where=where: tmp_path / where / "traces")
+        spec = load_spec(_trace_sweep(tmp_path / where, "'@traces/t.jsonl'"))
+        assert [c.key for c in spec.resolve()] == [c.key for c in a]
+    # a calibration file: its content names it, not its path
+    from experiments.spec.cells import _default_calibration_path
+
+    for where in ("a", "b"):
+        shutil.copy(_default_calibration_path(), tmp_path / where / "calib.json")
+    keys = [c.key for w in ("a", "b") for c in load_spec(write_spec(
+        tmp_path / w, "name: c\nworkload: {trace: traces/t.jsonl}\npolicies: [least-work]\ncalibration: calib.json\n",
+        "c.yaml")).resolve()]
+    assert len(set(keys)) == 1
+
+    # a finished sweep moved elsewhere is resumed and reported with its cells
+    out = tmp_path / "a" / "out"
+    assert run_sweep(load_spec(tmp_path / "a" / "spec.yaml"), out, jobs=1, progress=False).num_done == 1
+    shutil.copytree(tmp_path / "a", tmp_path / "moved")
+    moved = tmp_path / "moved" / "out"
+    outcome = run_sweep(load_spec(tmp_path / "moved" / "spec.yaml"), moved, jobs=1, progress=False)
+    assert (outcome.num_skipped, outcome.num_run, outcome.stale_dirs) == (1, 0, [])
+    from experiments.sweep import finished_cells
+
+    assert [d.name for d, _ in finished_cells(moved, current_only=True)] == [d.name for d, _ in finished_cells(out)]
+
+
+def test_a_sweep_keyed_with_absolute_paths_still_resumes_at_its_location(tmp_path, capsys):
+    # folders written before keys left out the paths hold the path-hashed key: still the cell there
+    from experiments.sweep import finished_cells, manifest_cell_keys
+
+    spec_file = _trace_sweep(tmp_path)
+    spec = load_spec(spec_file)
+    (cell,) = spec.resolve()
+    assert cell.legacy_key not in (None, cell.key)
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=1, progress=False)
+    (d,) = [p for p in out.iterdir() if (p / "cell.json").is_file()]
+    doc = json.loads((d / "cell.json").read_text())
+    (d / "cell.json").write_text(json.dumps({**doc, "key": cell.legacy_key}))  # as the earlier version wrote it
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["cells"] = {cell.legacy_key: manifest["cells"][cell.key]}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["sweep", str(spec_file), "--out", str(out), "--dry-run"]) == 0
+    assert f"{cell.key}  done" in capsys.readouterr().out
+    outcome = run_sweep(spec, out, jobs=1, progress=False)
+    assert (outcome.num_skipped, outcome.num_run, outcome.stale_dirs) == (1, 0, [])
+    assert json.loads((out / "manifest.json").read_text())["cells"][cell.key]["legacy_key"] == cell.legacy_key
+    assert manifest_cell_keys(out) == {cell.key, cell.legacy_key}
+    assert [p.name for p, _ in finished_cells(out, current_only=True)] == [d.name]
+    # a named workload with the default calibration has one key either way
+    from tests.experiments.conftest import TINY
+
+    assert all(c.legacy_key is None for c in load_spec(write_spec(tmp_path, TINY, "tiny.yaml")).resolve())
