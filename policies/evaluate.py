@@ -506,16 +506,50 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None, on_row=None) -> 
     return EvaluationResult(kind=kind, rows=rows, source=source, part=part, seeds=cfg.seeds)
 
 
-#: Columns of the per-episode rows that :func:`aggregate` (routing) and
-#: ``policies.evaluate_reconfig.aggregate_reconfig`` (reconfig) read.
+#: Columns of the per-episode rows that :func:`aggregate` (routing),
+#: ``policies.evaluate_reconfig.aggregate_reconfig`` (reconfig) and ``policies.protocol.cell_table``
+#: (protocol: the per-window rows of ``--loads`` / ``--protocol``, one cell per workload and load) read.
 ROW_COLUMNS = {"routing": ("policy", "seed", "window", *METRICS),
                "reconfig": ("policy", "seed", "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted",
-                            "num_operations", "num_committed_operations", "num_unfinished")}
+                            "num_operations", "num_committed_operations", "num_unfinished"),
+               "protocol": ("policy", "workload", "load_fraction", "rate_rps", "window", "mean_ttft_s", "p90_ttft_s",
+                            "slo_attainment_token_weighted")}
+#: The episode key of each kind's rows (one row per key).
+_EPISODE_KEY = {"routing": ["policy", "seed", "window"], "reconfig": ["policy", "seed"],
+                "protocol": ["policy", "workload", "load_fraction", "rate_rps", "window"]}
+
+
+def is_protocol_csv(columns) -> bool:
+    """Whether CSV ``columns`` are those of the protocol evaluation's rows (``cpgym evaluate --loads``
+    / ``--protocol --out``: a cell's ``load_fraction`` and ``rate_rps``, no ``seed``)."""
+    return "seed" not in columns and {"load_fraction", "rate_rps", "window"} <= set(columns)
+
+
+def _csv_kind(path: str, columns, kind: str) -> str:
+    """The kind of rows of a per-episode CSV (:func:`read_episode_rows`): ``kind``, or with ``auto``
+    the one its columns tell; a protocol CSV read as ``routing`` is read as ``protocol`` (a
+    routing evaluation too).
+
+    Raises:
+        ValueError: a protocol CSV read as ``reconfig``.
+    """
+    if is_protocol_csv(columns):
+        if kind == "reconfig":
+            raise ValueError(f"{path}: the per-window rows of a protocol evaluation (`cpgym evaluate --loads/--protocol "
+                             "--out`: columns load_fraction, rate_rps, no seed); expected the per-episode rows of a "
+                             "reconfig evaluation (`cpgym evaluate --kind reconfig --out`); drop --kind reconfig")
+        return "protocol"
+    if kind == "auto":
+        return "reconfig" if "num_operations" in columns else "routing"
+    return kind
 
 
 def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     """``(kind, rows)`` of a per-episode CSV written by ``cpgym evaluate --out``; ``kind`` ``auto``
-    is told from the columns (``num_operations``: reconfig, else routing).
+    is told from the columns (``num_operations``: reconfig; ``load_fraction`` and ``rate_rps``
+    without ``seed``: ``protocol``, the per-window rows of ``--loads`` / ``--protocol``, also when
+    ``kind`` is ``routing``; else routing). A protocol row's empty ``load_fraction`` (an absolute
+    rate) is ``None``, as the run's rows have it.
 
     An empty metric cell is a metric the episode did not record (``--out`` writes NaN so); a
     written ``nan`` or ``inf`` is not a value cpgym writes.
@@ -537,23 +571,25 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a per-episode CSV ({' '.join(str(exc).split())}); "
                          f"expected the file written by `cpgym evaluate --out`") from None
-    if kind == "auto":
-        kind = "reconfig" if "num_operations" in df.columns else "routing"
+    kind = _csv_kind(path, df.columns, kind)
     missing = [c for c in ROW_COLUMNS[kind] if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; expected the per-episode rows of a {kind} "
                          f"evaluation written by `cpgym evaluate --out`")
     if df.empty:
         raise ValueError(f"{path}: no rows; expected the per-episode rows written by `cpgym evaluate --out`")
-    key = ["policy", "seed", "window"] if kind == "routing" else ["policy", "seed"]
+    key = _EPISODE_KEY[kind]
     _check_row_labels(path, df, kind)
     for col in ROW_COLUMNS[kind][1:]:
+        if col == "workload":  # a label (text: _check_row_labels)
+            continue
         num = pd.to_numeric(df[col], errors="coerce")
-        integer = col in key
+        integer = col in ("seed", "window")
         low, high, integral, what = _row_value_range(col, integer)
         finite = num.abs() < math.inf
         in_range = finite & (num >= low) & (num <= high) & ((num % 1 == 0) if integral else True)
-        bad = ~in_range if integer else ~in_range & df[col].notna()  # an empty metric cell: not recorded
+        required = integer or col == "rate_rps"  # else an empty cell: a metric not recorded, an absolute rate
+        bad = ~in_range if required else ~in_range & df[col].notna()
         if bad.any():
             i = int(bad.to_numpy().argmax())
             raise ValueError(f"{path}, row {i + 1}, field {col!r}: got {df[col].tolist()[i]!r}; expected {what}")
@@ -561,10 +597,16 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     dup = df.duplicated(key).to_numpy()
     if dup.any():
         i = int(dup.argmax())
-        episode = ", ".join(f"{k} {df[k].iloc[i]!r}" if k == "policy" else f"{k} {int(df[k].iloc[i])}" for k in key)
+        episode = ", ".join(f"{k} {df[k].iloc[i]!r}" if k in ("policy", "workload") else
+                            f"{k} {int(df[k].iloc[i])}" if k in ("seed", "window") else f"{k} {df[k].iloc[i]:g}"
+                            for k in key)
         raise ValueError(f"{path}, row {i + 1}: a second row of the episode ({episode}); expected one row per "
                          "episode (paired deltas and CIs would count it twice)")
-    return kind, df.to_dict("records")
+    rows = df.to_dict("records")
+    if kind == "protocol":  # an absolute rate's cell: None (NaN keys would make each row its own cell)
+        for r in rows:
+            r["load_fraction"] = None if r["load_fraction"] != r["load_fraction"] else r["load_fraction"]
+    return kind, rows
 
 
 def uneven_episodes(rows: list[dict], kind: str) -> str | None:
@@ -577,10 +619,18 @@ def uneven_episodes(rows: list[dict], kind: str) -> str | None:
     column with the others.
 
     Args:
-        rows: per-episode rows (``policy``, ``seed`` and, for ``kind="routing"``, ``window``).
-        kind: ``"routing"`` (episodes are (seed, window)) or ``"reconfig"`` (episodes are seeds).
+        rows: per-episode rows (``policy``, ``seed`` and, for ``kind="routing"``, ``window``; protocol
+            rows: ``workload``, ``load_fraction``, ``rate_rps``, ``window``).
+        kind: ``"routing"`` (episodes are (seed, window)), ``"reconfig"`` (episodes are seeds) or
+            ``"protocol"`` (episodes are (cell, window)).
     """
-    key = (lambda r: (int(r["seed"]), int(r["window"]))) if kind == "routing" else (lambda r: int(r["seed"]))
+    if kind == "protocol":  # (cell, window), the cell as policies.protocol.Scenario.key names it
+        def key(r):
+            lf = r["load_fraction"]
+            return (f"{r['workload']}@{lf:g}" if lf is not None else f"{r['workload']}@{r['rate_rps']:g}rps",
+                    int(r["window"]))
+    else:
+        key = (lambda r: (int(r["seed"]), int(r["window"]))) if kind == "routing" else (lambda r: int(r["seed"]))
     per_policy: dict[str, set] = {}
     for r in rows:
         per_policy.setdefault(r["policy"], set()).add(key(r))
@@ -588,10 +638,11 @@ def uneven_episodes(rows: list[dict], kind: str) -> str | None:
     short = {p: sorted(union - eps) for p, eps in per_policy.items() if eps != union}
     if not short:
         return None
-    what = "(seed, window) episodes" if kind == "routing" else "seeds"
+    what = {"routing": "(seed, window) episodes", "protocol": "windows"}.get(kind, "seeds")
 
     def listed(missing: list) -> str:
-        return ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        text = (lambda k: f"{k[0]} window {k[1]}") if kind == "protocol" else str
+        return ", ".join(map(text, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
 
     return ("policies were evaluated on different episodes: " + "; ".join(
         f"{p} lacks {what} {listed(m)}" for p, m in short.items())
@@ -600,19 +651,21 @@ def uneven_episodes(rows: list[dict], kind: str) -> str | None:
 
 
 def _check_row_labels(path: str, df, kind: str) -> None:
-    """The text columns of :func:`read_episode_rows`' rows: every ``policy`` a non-empty label (read as
-    text: a number-like label stays a label); in a reconfig CSV, no routing row (a ``window`` set:
-    the rows of two kinds of evaluation, concatenated, were aggregated as one), and a
+    """The text columns of :func:`read_episode_rows`' rows: every ``policy`` (and a protocol row's
+    ``workload``) a non-empty label (read as text: a number-like label stays a label); in a
+    reconfig CSV, no routing row (a ``window`` set: the rows of two kinds of evaluation,
+    concatenated, were aggregated as one), and a
     ``composition`` on every ``best-fixed-in-hindsight`` row (the table lists the winners).
 
     Raises:
         ValueError: naming the file, the row and the field.
     """
-    empty = df["policy"].isna() | (df["policy"].astype(str).str.strip() == "")
-    if empty.any():
-        raise ValueError(f"{path}, row {int(empty.to_numpy().argmax()) + 1}, field 'policy': empty; expected the policy "
-                         "label of the episode")
-    df["policy"] = df["policy"].astype(str)
+    for col in ("policy", "workload") if kind == "protocol" else ("policy",):
+        empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
+        if empty.any():
+            raise ValueError(f"{path}, row {int(empty.to_numpy().argmax()) + 1}, field {col!r}: empty; expected the {col} "
+                             "label of the episode")
+        df[col] = df[col].astype(str)
     if kind != "reconfig":
         return
     if "window" in df.columns and df["window"].notna().any():
@@ -635,6 +688,10 @@ def _row_value_range(column: str, key: bool) -> tuple[float, float, bool, str]:
     ``prefix_hit_rate``) in [0, 1], times (``*_s``) finite numbers >= 0."""
     if key:
         return 0, math.inf, True, "an integer >= 0"
+    if column == "load_fraction":
+        return math.nextafter(0.0, 1.0), 2, False, "a fraction of capacity in (0, 2] (or an empty cell: an absolute rate)"
+    if column == "rate_rps":
+        return math.nextafter(0.0, 1.0), math.inf, False, "a rate > 0 [requests/s]"
     if column.startswith("num_"):
         return 0, math.inf, True, "a count (an integer >= 0)"
     if column.startswith("slo_attainment") or column == "prefix_hit_rate":

@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                 "its finished episodes (readable by --from-csv)")
     p.add_argument("--quiet", action="store_true", help="no per-episode progress lines on stderr")
     p.add_argument("--from-csv", metavar="CSV", help="re-aggregate per-episode rows written earlier by --out (runs nothing; "
-                                                     "only --kind, --reference and --format apply)")
+                                                     "only --kind, --reference and --format apply): routing, --kind "
+                                                     "reconfig or --loads/--protocol rows (told from the columns), "
+                                                     "printed as that run's table")
     for action in p._actions:  # the CSV names its policies: --policy is required only when something runs
         if action.dest == "policy":
             action.required = False
@@ -59,6 +61,12 @@ def _run_from_csv(args: argparse.Namespace) -> int:
     uneven = uneven_episodes(rows, kind)
     if uneven:
         print(f"warning: {args.from_csv}: {uneven}", file=sys.stderr)
+    if kind == "protocol":
+        labels = list(dict.fromkeys(r["policy"] for r in rows))
+        if args.reference is not None and args.reference not in labels:
+            raise ValueError(f"--reference {args.reference!r} is not among the evaluated policies {labels}")
+        reference = protocol_reference(labels, args.reference)
+        return _print_protocol(rows, reference, f"{args.from_csv}: protocol windows", args.format)
     seeds = sorted({int(r["seed"]) for r in rows})
     if kind == "reconfig":
         return _print_reconfig(rows, args.from_csv, seeds, args.format, args.reference)
@@ -146,9 +154,9 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
     """``--loads`` / ``--protocol``: :mod:`policies.protocol` cells (test windows by default)."""
     import sys
 
-    from experiments.common import dumps_json, sim_config_from_args
+    from experiments.common import sim_config_from_args
     from policies.evaluate import DEFAULT_ROUTING_AGAINST
-    from policies.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, load_tuned_cells, scenarios
+    from policies.protocol import evaluate_scenario, load_tuned_cells, scenarios
 
     from experiments.config_args import split_name_list
 
@@ -173,16 +181,32 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
                                   on_row=None if save is None else (lambda rs, done=done: save(done + rs)))
     if save is not None:
         save(rows)
-    reference = cfg.reference or ("vertumnus-tuned" if "vertumnus-tuned" in policies else
-                                  VERTUMNUS_ROUTER if VERTUMNUS_ROUTER in policies else policies[-1])
+    return _print_protocol(rows, protocol_reference(policies, cfg.reference),
+                           f"{part} windows ({window_s:g} s, warm-up {cfg.warmup_s:g} s)", args.format)
+
+
+def protocol_reference(policies: list[str], reference: str | None) -> str:
+    """The reference of a protocol evaluation's paired deltas: ``reference``, else
+    ``vertumnus-tuned`` or ``vertumnus-router`` if evaluated, else the last policy."""
+    from policies.protocol import VERTUMNUS_ROUTER
+
+    return reference or ("vertumnus-tuned" if "vertumnus-tuned" in policies else
+                         VERTUMNUS_ROUTER if VERTUMNUS_ROUTER in policies else policies[-1])
+
+
+def _print_protocol(rows: list[dict], reference: str, what: str, fmt: str) -> int:
+    """Prints the protocol table of ``rows`` (``policies.protocol.cell_table``); ``what`` starts the
+    title (the windows, or the CSV they were read from)."""
+    from experiments.common import dumps_json
+    from policies.protocol import cell_table
+
     table = cell_table(rows, reference)
-    if args.format == "json":
+    if fmt == "json":
         print(dumps_json(table))
         return 0
     from rich.table import Table
 
-    t = Table(title=escape(f"{part} windows ({window_s:g} s, warm-up {cfg.warmup_s:g} s); mean over windows; "
-                           f"Δ paired per window vs {reference} with 95% CI"))
+    t = Table(title=escape(f"{what}; mean over windows; Δ paired per window vs {reference} with 95% CI"))
     for c in ("policy", "workload", "load", "rate rps", "windows", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)",
               f"Δ mean TTFT % vs {reference}", "95% CI"):
         t.add_column(escape(c), justify="left" if c in ("policy", "workload") else "right", overflow="fold")

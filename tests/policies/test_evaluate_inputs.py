@@ -543,3 +543,71 @@ def test_an_empty_against_is_an_error_not_the_default_list(extra, capsys, monkey
     policy = "none" if "reconfig" in extra else "least-work"
     assert main(["evaluate", "--policy", policy, "--against", "", *extra, "--quiet"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == "cpgym evaluate: error: --against needs at least one name, got ''"
+
+
+def test_from_csv_reads_the_rows_of_a_protocol_evaluation(tmp_path, capsys):
+    # --loads / --protocol --out writes per-window rows without seed (and prefix_hit_rate): --from-csv
+    # refused them ("missing column(s) seed, prefix_hit_rate"), though --out's help says it reads them
+    import json
+
+    from tests.policies.test_protocol import _tiny_trace
+
+    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    out = tmp_path / "protocol.csv"
+    run = ["evaluate", "--policy", "least-work", "--against", "vertumnus-router", "--trace", str(trace), "--target-rps", "6",
+           "--protocol", "--episode-window-s", "4", "--pool-gpus", "8", "--pool-composition", "cp2x2,cp1x4",
+           "--supported-degrees", "1,2", "--quiet"]
+    assert main([*run, "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert main(["evaluate", "--from-csv", str(out)]) == 0
+    again = capsys.readouterr()
+    assert again.err == ""
+    title = "test windows (4 s, warm-up 30 s)"
+    assert title in table and f"{out}: protocol windows" in " ".join(again.out.split())
+    def body(text):  # the table below its title (which may wrap)
+        return text[text.index("┏"):]
+
+    assert body(again.out) == body(table)  # the run's table
+    assert main([*run, "--format", "json"]) == 0
+    ran = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "--from-csv", str(out), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == ran and ran[0]["load_fraction"] is None
+    assert main(["evaluate", "--from-csv", str(out), "--format", "json", "--reference", "least-work"]) == 0
+    assert {r["reference"] for r in json.loads(capsys.readouterr().out)} == {"least-work"}
+    # --kind routing reads them as well; --kind reconfig is one line naming the file and the CSV it expects
+    assert main(["evaluate", "--from-csv", str(out), "--kind", "routing", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == ran
+    assert main(["evaluate", "--from-csv", str(out), "--kind", "reconfig"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cpgym evaluate: error: {out}: the per-window rows of a protocol evaluation") and \
+        "expected the per-episode rows of a reconfig evaluation" in err and len(err.splitlines()) == 1
+    assert main(["evaluate", "--from-csv", str(out), "--reference", "round-robin"]) == 2
+    assert "--reference 'round-robin' is not among the evaluated policies" in capsys.readouterr().err
+
+
+def test_from_csv_of_protocol_rows_checks_cells_and_windows(tmp_path, capsys):
+    rows = [{"policy": p, "workload": "conv", "load_fraction": lf, "rate_rps": 10.0 * lf, "window": w, "num_requests": 5,
+             "num_unfinished": 0, "mean_ttft_s": t * w + lf, "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.9}
+            for lf in (0.5, 0.9) for w in (1, 2, 3) for p, t in (("least-work", 1.0), ("vertumnus-router", 1.5))]
+    path = tmp_path / "p.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    from experiments.common import dumps_json
+    from policies.protocol import cell_table
+
+    assert main(["evaluate", "--from-csv", str(path), "--format", "json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out) == json.loads(dumps_json(cell_table(rows, "vertumnus-router")))
+    pd.DataFrame(rows[:-1]).to_csv(path, index=False)  # vertumnus-router lacks conv@0.9's window 3
+    assert main(["evaluate", "--from-csv", str(path)]) == 0
+    assert "vertumnus-router lacks windows conv@0.9 window 3" in capsys.readouterr().err
+    for edit, message in [({"load_fraction": 2.5}, "'load_fraction': got 2.5; expected a fraction of capacity in (0, 2]"),
+                          ({"rate_rps": None}, "'rate_rps': got nan; expected a rate > 0"),
+                          ({"workload": ""}, "'workload': empty")]:
+        pd.DataFrame([{**rows[0], **edit}] + rows[1:]).to_csv(path, index=False)
+        assert main(["evaluate", "--from-csv", str(path)]) == 2
+        assert f"{path}, row 1, field {message}" in capsys.readouterr().err
+    pd.DataFrame(rows + rows[:1]).to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path)]) == 2
+    assert "a second row of the episode (policy 'least-work', workload 'conv', load_fraction 0.5, rate_rps 5, window 1)" \
+        in capsys.readouterr().err
