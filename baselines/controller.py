@@ -270,11 +270,12 @@ class ControllerConfig:
             ``DISPERSION_MAX_TERMS`` windows and shrunk towards 1 with a prior weight of
             ``DISPERSION_PRIOR_WINDOWS`` windows; at least 1). Why: a real trace's rate wanders
             on the 20 s scale more than Poisson counts do (the Mooncake conversation trace at
-            12 req/s: variance / mean of 20 s arrival counts 2.1-2.3 over seeds 0-4, against 1.0-1.3
-            for 1 s counts, ``experiments/scripts/arrival_dispersion.py``), so the Poisson test reads wander as a trend, and the forecast along it
-            predicts overload (``results/dynamic-phases/target-controller/README.md``, the trust
-            check). The synthetic ``phases`` workloads are Poisson inside a phase, so their
-            ramps keep their trend. Measured (``results/dynamic-phases/trend-noise/README.md``):
+            12 req/s: variance / mean of 20 s arrival counts 2.1-2.3 over seeds 0-4, against
+            1.0-1.3 for 1 s counts, ``experiments/scripts/arrival_dispersion.py``), so the Poisson
+            test reads wander as a trend, and the forecast along it predicts overload
+            (``results/dynamic-phases/target-controller/README.md``, the trust check). The
+            synthetic ``phases`` workloads are Poisson inside a phase, so their ramps keep their
+            trend. Measured (``results/dynamic-phases/trend-noise/README.md``):
             on the conversation trace at 12 req/s -5.0 % [-9.4, -0.5] mean TTFT vs ``"poisson"``
             (5 seeds; still +40 % behind the router alone), on the ``cpgym reproduce --quick``
             phases rows the same rising-rates row and +0.8 / +0.2 points on the long-heavy /
