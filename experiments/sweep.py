@@ -312,14 +312,36 @@ def match_finished(cells: list[Cell], out_dir: str | Path) -> tuple[dict[str, st
     the cell's :attr:`~experiments.spec.model.Cell.legacy_key` (hashed with this checkout's
     absolute paths); it counts as that cell, under the cell's key, and the second mapping says
     which cells were found so. The other keys of the first mapping are finished cells of no cell
-    (stale folders)."""
+    (stale folders).
+
+    A folder's manifest remembers the legacy key under which a resume at the old location found a
+    cell (``legacy_key`` of its entry), so the folder moved later (another checkout or traces
+    folder: other absolute paths, another ``Cell.legacy_key``) still counts as that cell."""
     finished = scan_finished(Path(out_dir))
+    recorded = _manifest_legacy_keys(Path(out_dir))
     legacy: dict[str, str] = {}
     for c in cells:
-        if c.key not in finished and c.legacy_key is not None and c.legacy_key in finished:
-            finished[c.key] = finished.pop(c.legacy_key)
-            legacy[c.key] = c.legacy_key
+        if c.key in finished:
+            continue
+        for old in (c.legacy_key, recorded.get(c.key)):
+            if old is not None and old in finished:
+                finished[c.key] = finished.pop(old)
+                legacy[c.key] = old
+                break
     return finished, legacy
+
+
+def _manifest_legacy_keys(out_dir: Path) -> dict[str, str]:
+    """``{cell key: legacy key}`` of the cells that ``out_dir``'s manifest records as found under a
+    legacy key (:func:`match_finished`); ``{}`` without a readable manifest."""
+    try:
+        doc = json.loads((out_dir / MANIFEST).read_text())
+    except (ValueError, OSError):
+        return {}
+    cells = doc.get("cells") if isinstance(doc, dict) else None
+    if not isinstance(cells, dict):
+        return {}
+    return {k: e["legacy_key"] for k, e in cells.items() if isinstance(e, dict) and isinstance(e.get("legacy_key"), str)}
 
 
 @dataclass

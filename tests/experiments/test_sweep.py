@@ -403,3 +403,26 @@ def test_a_sweep_keyed_with_absolute_paths_still_resumes_at_its_location(tmp_pat
     from tests.experiments.conftest import TINY
 
     assert all(c.legacy_key is None for c in load_spec(write_spec(tmp_path, TINY, "tiny.yaml")).resolve())
+
+
+def test_a_sweep_keyed_with_absolute_paths_resumed_once_then_moved_still_resumes(tmp_path):
+    # a resume at the old location found the cell under its path-hashed key and recorded it in the
+    # manifest; the folder moved afterwards (other absolute paths, another legacy key) re-ran it
+    import shutil
+
+    spec = load_spec(_trace_sweep(tmp_path / "a"))
+    (cell,) = spec.resolve()
+    out = tmp_path / "a" / "out"
+    run_sweep(spec, out, jobs=1, progress=False)
+    (d,) = [p for p in out.iterdir() if (p / "cell.json").is_file()]
+    doc = json.loads((d / "cell.json").read_text())
+    (d / "cell.json").write_text(json.dumps({**doc, "key": cell.legacy_key}))  # as the earlier version wrote it
+    assert run_sweep(spec, out, jobs=1, progress=False).num_run == 0  # at its location: found, recorded
+    shutil.copytree(tmp_path / "a", tmp_path / "moved")
+    moved_spec = load_spec(tmp_path / "moved" / "spec.yaml")
+    assert moved_spec.resolve()[0].legacy_key != cell.legacy_key and moved_spec.resolve()[0].key == cell.key
+    moved = tmp_path / "moved" / "out"
+    assert main(["sweep", str(tmp_path / "moved" / "spec.yaml"), "--out", str(moved), "--dry-run"]) == 0
+    outcome = run_sweep(moved_spec, moved, jobs=1, progress=False)
+    assert (outcome.num_skipped, outcome.num_run, outcome.stale_dirs) == (1, 0, [])
+    assert json.loads((moved / "manifest.json").read_text())["cells"][cell.key]["legacy_key"] == cell.legacy_key
