@@ -310,6 +310,7 @@ def _load_runs(run_dir: Path):
 
     rows, seen, num_dup = [], set(), 0
     current: dict[Path, set | None] = {}  # sweep folder -> the cell keys of its manifest (None: no manifest)
+    listed: dict[Path, dict] = {}  # sweep folder -> {cell.json key: its manifest entry}
     stale: list[Path] = []
     for d in _run_dirs(run_dir):
         key = _read_json(d / "cell.json").get("key")
@@ -326,8 +327,13 @@ def _load_runs(run_dir: Path):
             continue  # some other tool's summary.json
         _check_requests(d / "requests.parquet")
         cell = _read_json(d / "cell.json")
+        entry = _manifest_entry(d, cell["key"], listed) if cell.get("key") else {}
+        if isinstance(entry.get("axes"), dict):
+            cell = {**cell, "axes": entry["axes"]}
+        label = entry.get("workload") if isinstance(entry.get("workload"), str) and entry.get("workload") else None
         row = _cell_row(d, summary, cell) if cell.get("key") else _plain_row(d, summary, _read_json(d / "config.json"))
-        row.update({"run_dir": str(d), "workload": _workload_label(cell, summary), "extras": _read_json(d / "extras.json"),
+        row.update({"run_dir": str(d), "workload": label or _workload_label(cell, summary),
+                    "extras": _read_json(d / "extras.json"),
                     **{k: v for k, v in summary.items() if k not in ("policy", "workload")}})
         if row["kind"] == "cell":
             row["sweep_dir"] = str(d.parent.relative_to(run_dir))  # "." for the folder itself
@@ -366,6 +372,23 @@ def _in_current_sweep(d: Path, key: str, current: dict[Path, set | None]) -> boo
         current[base] = manifest_cell_keys(base)
     keys = current[base]
     return keys is None or key in keys
+
+
+def _manifest_entry(d: Path, key: str, listed: dict[Path, dict]) -> dict:
+    """The entry of sweep cell ``key`` (run folder ``d``) in its sweep folder's ``manifest.json``
+    (``{}`` if none), whose ``axes`` and ``workload`` label the report uses: the cell key leaves
+    out where the trace and calibration files live, so a sweep folder resumed after a move holds
+    cells whose ``cell.json`` names the old paths (a ``calibration_path`` or ``workload.trace``
+    axis, the trace's file name) beside cells naming the new ones, while the manifest names them
+    all as the spec that ran last does."""
+    base = d.parent
+    if base not in listed:
+        cells = _read_json(base / "manifest.json").get("cells")
+        listed[base] = {}
+        for k, e in (cells.items() if isinstance(cells, dict) else ()):
+            if isinstance(e, dict):
+                listed[base].update({name: e for name in (k, e.get("legacy_key")) if isinstance(name, str)})
+    return listed[base].get(key) or {}
 
 
 def _is_rate_axis(path: str) -> bool:

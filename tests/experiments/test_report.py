@@ -304,3 +304,35 @@ rates: [10]
     assert len(list(finished_cells(out))) == 4  # the sweep's own reader (resume) still sees every finished cell
     assert len(list(finished_cells(out, current_only=True))) == 2
     assert sorted(r["seed"] for r in load_runs(out)) == [0, 1]  # was [0, 0, 1, 1]: two SLO settings as one
+
+
+def test_a_sweep_resumed_after_a_move_is_one_variant_not_one_per_file_location(tmp_path):
+    # the cell key leaves out file paths, so a sweep folder moved with its spec resumes its cells; the
+    # report grouped by the cells' own axes, so the cells run before the move (old calibration_path)
+    # and those run after it (new path) were two variants, each with only some of the policies
+    import shutil
+
+    import pandas as pd
+
+    from experiments.spec.cells import _default_calibration_path
+
+    spec = """
+name: moved
+workload: {name: mixed-default, params: {duration_s: 4.0}}
+policies: [POLICIES]
+seeds: [0]
+rates: [10]
+sweep: {grid: {calibration_path: [calib.json]}}
+"""
+    (tmp_path / "a").mkdir()
+    shutil.copy(_default_calibration_path(), tmp_path / "a" / "calib.json")
+    first = load_spec(write_spec(tmp_path / "a", spec.replace("POLICIES", "least-work")))
+    assert run_sweep(first, tmp_path / "a" / "out", jobs=1, progress=False).num_done == 1
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    moved = load_spec(write_spec(tmp_path / "b", spec.replace("POLICIES", "least-work, round-robin")))
+    outcome = run_sweep(moved, tmp_path / "b" / "out", jobs=1, progress=False)
+    assert (outcome.num_skipped, outcome.num_done) == (1, 1)
+    make_report(tmp_path / "b" / "out")
+    table = pd.read_csv(tmp_path / "b" / "out" / "report" / "summary_by_cell_group.csv")
+    assert sorted(table["policy"]) == ["least-work", "round-robin"]
+    assert list(table["variant"].unique()) == [f"calibration_path={tmp_path / 'b' / 'calib.json'}"]
