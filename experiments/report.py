@@ -259,11 +259,30 @@ def _plain_row(d: Path, summary: dict, config: dict) -> dict:
             "measured_rate_rps": _measured_rate(d, summary)}
 
 
+def _manifest_cells(path: Path) -> dict[str, dict]:
+    """The ``cells`` of a sweep's ``manifest.json`` (``{}`` when missing).
+
+    Raises:
+        ValueError: naming the file and field, when it is not the manifest ``cpgym sweep`` writes
+            (``cells`` not an object of objects, a ``run_dir`` that is not a folder name).
+    """
+    cells = _read_json(path).get("cells") or {}
+    if not isinstance(cells, dict):
+        raise ValueError(f"{path}: field 'cells': expected a JSON object {{cell key: entry}} (as `cpgym sweep` writes "
+                         f"it), got {type(cells).__name__}")
+    for k, e in cells.items():
+        if not isinstance(e, dict):
+            raise ValueError(f"{path}: cells[{k!r}]: expected a JSON object (the cell's entry), got {e!r}")
+        if e.get("run_dir") is not None and not isinstance(e["run_dir"], str):
+            raise ValueError(f"{path}: cells[{k!r}].run_dir: expected the cell's folder name, got {e['run_dir']!r}")
+    return cells
+
+
 def _run_dirs(run_dir: Path) -> list[Path]:
     manifest_dirs = set()
     for m in run_dir.rglob("manifest.json"):
         base = m.parent
-        for v in (_read_json(m).get("cells") or {}).values():
+        for v in _manifest_cells(m).values():
             if v.get("run_dir"):
                 manifest_dirs.add(base / v["run_dir"])
     dirs = set()
@@ -314,6 +333,9 @@ def _load_runs(run_dir: Path):
     stale: list[Path] = []
     for d in _run_dirs(run_dir):
         key = _read_json(d / "cell.json").get("key")
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"{d / 'cell.json'}: field 'key': expected the cell key (a string, as `cpgym sweep` writes "
+                             f"it), got {key!r}")
         if key and not _in_current_sweep(d, key, current):
             stale.append(d)  # a cell of an earlier version of the spec, run into the same --out
             continue
@@ -330,6 +352,9 @@ def _load_runs(run_dir: Path):
         entry = _manifest_entry(d, cell["key"], listed) if cell.get("key") else {}
         if isinstance(entry.get("axes"), dict):
             cell = {**cell, "axes": entry["axes"]}
+        if not isinstance(cell.get("axes", {}), dict):
+            raise ValueError(f"{d / 'cell.json'}: field 'axes': expected a JSON object {{axis: value}} (as `cpgym sweep` "
+                             f"writes it), got {cell['axes']!r}")
         label = entry.get("workload") if isinstance(entry.get("workload"), str) and entry.get("workload") else None
         row = _cell_row(d, summary, cell) if cell.get("key") else _plain_row(d, summary, _read_json(d / "config.json"))
         row.update({"run_dir": str(d), "workload": label or _workload_label(cell, summary),
@@ -383,11 +408,9 @@ def _manifest_entry(d: Path, key: str, listed: dict[Path, dict]) -> dict:
     all as the spec that ran last does."""
     base = d.parent
     if base not in listed:
-        cells = _read_json(base / "manifest.json").get("cells")
         listed[base] = {}
-        for k, e in (cells.items() if isinstance(cells, dict) else ()):
-            if isinstance(e, dict):
-                listed[base].update({name: e for name in (k, e.get("legacy_key")) if isinstance(name, str)})
+        for k, e in _manifest_cells(base / "manifest.json").items():
+            listed[base].update({name: e for name in (k, e.get("legacy_key")) if isinstance(name, str)})
     return listed[base].get(key) or {}
 
 
@@ -653,7 +676,7 @@ def _manifests(run_dir: Path) -> tuple[list[str], dict]:
             continue
         doc = _read_json(m)
         names.append(str(doc.get("sweep", m.parent.name)))
-        cells.update(doc.get("cells") or {})
+        cells.update(_manifest_cells(m))
     return names, cells
 
 

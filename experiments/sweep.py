@@ -258,6 +258,8 @@ def manifest_cell_keys(out_dir: str | Path) -> set[str] | None:
     if not isinstance(doc, dict):
         return None
     cells = doc.get("cells") or {}
+    if not isinstance(cells, dict):
+        return None
     # a cell found under its legacy key (match_finished): its cell.json holds that key
     legacy = {e["legacy_key"] for e in cells.values() if isinstance(e, dict) and isinstance(e.get("legacy_key"), str)}
     return set(cells) | legacy
@@ -268,7 +270,7 @@ def finished_cells(out_dir: str | Path, strict: bool = False, current_only: bool
     folder-name order: the one reader of a sweep's output folder (``cell.json`` is written last,
     so its presence marks a finished cell; dot-folders are cells still running).
 
-    A ``cell.json`` that is not a JSON object with a ``key`` is skipped (a stray file, not a cell
+    A ``cell.json`` that is not a JSON object with a ``key`` string is skipped (a stray file, not a cell
     of this harness; the sweep then runs that cell again), or with ``strict`` (analyses of the
     results, which must not silently drop a run) an error. With ``current_only`` (analyses) the
     cells that the folder's manifest no longer lists (:func:`manifest_cell_keys`) are left out.
@@ -293,11 +295,11 @@ def finished_cells(out_dir: str | Path, strict: bool = False, current_only: bool
             if strict:
                 raise ValueError(f"{f}: not a readable JSON cell document ({exc})") from None
             continue
-        if isinstance(doc, dict) and "key" in doc:
+        if isinstance(doc, dict) and isinstance(doc.get("key"), str) and doc["key"]:
             if keys is None or doc["key"] in keys:
                 yield d, doc
         elif strict:
-            raise ValueError(f"{f}: expected a JSON object with a \"key\" (the cell document `cpgym sweep` writes)")
+            raise ValueError(f"{f}: expected a JSON object with a \"key\" string (the cell document `cpgym sweep` writes)")
 
 
 def scan_finished(out_dir: Path) -> dict[str, str]:
@@ -630,7 +632,8 @@ def _lock_out_dir(out: Path):
 
 
 def _read_manifest(path: Path, sweep: str) -> dict:
-    """The previous manifest (``{}`` if missing or unreadable: it is rebuilt from the run folders).
+    """The previous manifest (``{}`` if missing or unreadable, e.g. not a JSON object: it is rebuilt
+    from the run folders); its ``cells`` entries that are not objects are left out.
 
     Raises:
         ValueError: it belongs to another sweep.
@@ -641,6 +644,10 @@ def _read_manifest(path: Path, sweep: str) -> dict:
         old = json.loads(path.read_text())
     except ValueError:
         return {}
+    if not isinstance(old, dict):
+        return {}
+    cells = old.get("cells")
+    old["cells"] = {k: e for k, e in cells.items() if isinstance(e, dict)} if isinstance(cells, dict) else {}
     if old.get("sweep") not in (None, sweep):
         raise ValueError(f"{path.parent} holds sweep {old.get('sweep')!r}, not {sweep!r}; choose another --out")
     return old

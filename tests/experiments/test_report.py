@@ -221,6 +221,8 @@ def _summary(**fields):
     ("summary.json", _summary(p90_ttft_s="abc"), "field 'p90_ttft_s': got 'abc'; expected null or a finite number >= 0"),
     # a finished cell (cell.json) without its summary.json was left out silently: "1 seed", 0 cells missing
     ("summary.json", lambda f: f.unlink(), "missing, but cell.json marks"),
+    # a TypeError traceback (unhashable type: 'list')
+    ("cell.json", _summary(key=[1]), "field 'key': expected the cell key (a string, as `cpgym sweep` writes it), got [1]"),
 ])
 def test_a_broken_run_file_is_one_line_naming_it_before_anything_is_written(two_seed_sweep, tmp_path, capsys,
                                                                               name, edit, message):
@@ -336,3 +338,43 @@ sweep: {grid: {calibration_path: [calib.json]}}
     table = pd.read_csv(tmp_path / "b" / "out" / "report" / "summary_by_cell_group.csv")
     assert sorted(table["policy"]) == ["least-work", "round-robin"]
     assert list(table["variant"].unique()) == [f"calibration_path={tmp_path / 'b' / 'calib.json'}"]
+
+
+@pytest.mark.parametrize("cells, message", [
+    (["a"], "field 'cells': expected a JSON object {cell key: entry} (as `cpgym sweep` writes it), got list"),
+    ("x", "field 'cells': expected a JSON object {cell key: entry} (as `cpgym sweep` writes it), got str"),
+    ({"k": 5}, "cells['k']: expected a JSON object (the cell's entry), got 5"),
+    ({"k": {"run_dir": 5}}, "cells['k'].run_dir: expected the cell's folder name, got 5"),
+])
+def test_a_broken_manifest_is_one_line_naming_it_and_the_sweep_rebuilds_it(two_seed_sweep, tmp_path, capsys, cells,
+                                                                            message):
+    # each was an AttributeError traceback ('list' object has no attribute 'values' / 'get'), in the
+    # report and in the sweep resuming the folder
+    import json
+    import shutil
+
+    out = tmp_path / "sweep"
+    shutil.copytree(two_seed_sweep, out)
+    (out / "manifest.json").write_text(json.dumps({"sweep": "broken", "cells": cells}))
+    assert main(["report", str(out)]) == 2
+    assert capsys.readouterr().err == f"cpgym report: error: {out / 'manifest.json'}: {message}\n"
+    assert not (out / "report").exists()
+    spec = write_spec(tmp_path, "name: broken\nworkload: {name: mixed-default, params: {duration_s: 4.0}}\n"
+                                "policies: [least-work]\nseeds: [0, 1]\nrates: [10]\n")
+    assert main(["sweep", str(spec), "--out", str(out), "--wandb", "disabled", "--quiet"]) == 0
+    assert "skipped 2 finished, ran 0" in capsys.readouterr().out
+    assert make_report(out).num_runs == 2  # rebuilt from the run folders
+
+
+def test_a_cell_document_with_broken_axes_is_one_line_naming_it(two_seed_sweep, tmp_path, capsys):
+    import json
+    import shutil
+
+    out = tmp_path / "sweep"
+    shutil.copytree(two_seed_sweep, out)
+    (out / "manifest.json").unlink()  # no manifest entry names the cell's axes
+    f = sorted(out.glob("*/cell.json"))[0]
+    f.write_text(json.dumps({**json.loads(f.read_text()), "axes": 3}))
+    assert main(["report", str(out)]) == 2
+    assert capsys.readouterr().err == (f"cpgym report: error: {f}: field 'axes': expected a JSON object {{axis: value}} "
+                                       "(as `cpgym sweep` writes it), got 3\n")

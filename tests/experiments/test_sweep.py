@@ -426,3 +426,19 @@ def test_a_sweep_keyed_with_absolute_paths_resumed_once_then_moved_still_resumes
     outcome = run_sweep(moved_spec, moved, jobs=1, progress=False)
     assert (outcome.num_skipped, outcome.num_run, outcome.stale_dirs) == (1, 0, [])
     assert json.loads((moved / "manifest.json").read_text())["cells"][cell.key]["legacy_key"] == cell.legacy_key
+
+
+def test_a_cell_document_whose_key_is_not_a_string_is_not_a_finished_cell(finished_sweep, tmp_path):
+    # scan_finished (every resume, --dry-run) was a TypeError traceback: unhashable type: 'list'
+    import shutil
+
+    from experiments.sweep import finished_cells
+
+    spec, out, _, _ = finished_sweep
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    f = sorted(copy.glob("*/cell.json"))[0]
+    f.write_text(json.dumps({**json.loads(f.read_text()), "key": ["not", "a", "key"]}))
+    assert len(scan_finished(copy)) == 7
+    with pytest.raises(ValueError, match=f"{f}: expected a JSON object with a \"key\" string"):
+        list(finished_cells(copy, strict=True))
