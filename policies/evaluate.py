@@ -521,8 +521,10 @@ _EPISODE_KEY = {"routing": ["policy", "seed", "window"], "reconfig": ["policy", 
 
 def is_protocol_csv(columns) -> bool:
     """Whether CSV ``columns`` are those of the protocol evaluation's rows (``cpgym evaluate --loads``
-    / ``--protocol --out``: a cell's ``load_fraction`` and ``rate_rps``, no ``seed``)."""
-    return "seed" not in columns and {"load_fraction", "rate_rps", "window"} <= set(columns)
+    / ``--protocol --out``: a cell's ``load_fraction`` and ``rate_rps``, no ``seed``). One of the two
+    is enough, so that such a CSV lacking a column (``window`` too) is named as a protocol CSV
+    lacking it, not as a routing CSV lacking ``seed``."""
+    return "seed" not in columns and bool({"load_fraction", "rate_rps"} & set(columns))
 
 
 def _csv_kind(path: str, columns, kind: str) -> str:

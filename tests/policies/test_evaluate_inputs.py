@@ -611,3 +611,16 @@ def test_from_csv_of_protocol_rows_checks_cells_and_windows(tmp_path, capsys):
     assert main(["evaluate", "--from-csv", str(path)]) == 2
     assert "a second row of the episode (policy 'least-work', workload 'conv', load_fraction 0.5, rate_rps 5, window 1)" \
         in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("column", ["window", "rate_rps", "load_fraction"])
+def test_from_csv_of_protocol_rows_lacking_a_column_names_that_column(column, tmp_path, capsys):
+    # a protocol CSV without its window column was read as a routing CSV: "missing column(s) seed,
+    # window, prefix_hit_rate; expected the per-episode rows of a routing evaluation"
+    rows = [{"policy": p, "workload": "conv", "load_fraction": 0.5, "rate_rps": 5.0, "window": w, "mean_ttft_s": 1.0,
+             "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.9} for w in (1, 2) for p in ("least-work", "round-robin")]
+    path = tmp_path / "p.csv"
+    pd.DataFrame(rows).drop(columns=[column]).to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path)]) == 2
+    assert capsys.readouterr().err == (f"cpgym evaluate: error: {path}: missing column(s) {column}; expected the per-episode "
+                                       "rows of a protocol evaluation written by `cpgym evaluate --out`\n")
