@@ -378,8 +378,8 @@ def cell_table(rows: Sequence[dict], reference: str) -> list[dict]:
             for m in ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted"):
                 row[m] = float(np.nanmean([r[m] for r in rs]))
             pairs = [(r["mean_ttft_s"], ref[r["window"]]["mean_ttft_s"]) for r in rs if r["window"] in ref]
-            if pairs and reference != p:
-                ref_mean = float(np.mean([b for _, b in pairs]))
+            ref_mean = float(np.mean([b for _, b in pairs])) if pairs else math.nan
+            if pairs and reference != p and ref_mean != 0:  # 0: no % of it (a hand-edited CSV, --from-csv)
                 d, lo, hi = paired_ci([100.0 * (a - b) / ref_mean for a, b in pairs])
                 row.update(delta_mean_ttft_pct_vs_ref=d, ci_low=lo, ci_high=hi)
             else:

@@ -624,3 +624,20 @@ def test_from_csv_of_protocol_rows_lacking_a_column_names_that_column(column, tm
     assert main(["evaluate", "--from-csv", str(path)]) == 2
     assert capsys.readouterr().err == (f"cpgym evaluate: error: {path}: missing column(s) {column}; expected the per-episode "
                                        "rows of a protocol evaluation written by `cpgym evaluate --out`\n")
+
+
+def test_from_csv_of_protocol_rows_with_a_zero_reference_ttft_has_no_delta(tmp_path, capsys):
+    # a reference mean TTFT of 0 in every window (a hand-edited CSV: 0 is a time >= 0) was a
+    # ZeroDivisionError traceback in policies.protocol.cell_table; a % of 0 has no value
+    import json
+
+    rows = [{"policy": p, "workload": "conv", "load_fraction": 0.5, "rate_rps": 5.0, "window": w,
+             "mean_ttft_s": 0.0 if p == "vertumnus-router" else 1.0, "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.9}
+            for w in (1, 2) for p in ("least-work", "vertumnus-router")]
+    path = tmp_path / "p.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path), "--format", "json"]) == 0
+    table = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    assert table["least-work"]["delta_mean_ttft_pct_vs_ref"] is None and table["least-work"]["mean_ttft_s"] == 1.0
+    assert table["vertumnus-router"]["delta_mean_ttft_pct_vs_ref"] == 0.0
+    assert main(["evaluate", "--from-csv", str(path)]) == 0
