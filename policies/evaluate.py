@@ -573,6 +573,7 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a per-episode CSV ({' '.join(str(exc).split())}); "
                          f"expected the file written by `cpgym evaluate --out`") from None
+    _check_row_lengths(path)
     kind = _csv_kind(path, df.columns, kind)
     missing = [c for c in ROW_COLUMNS[kind] if c not in df.columns]
     if missing:
@@ -609,6 +610,31 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
         for r in rows:
             r["load_fraction"] = None if r["load_fraction"] != r["load_fraction"] else r["load_fraction"]
     return kind, rows
+
+
+def _check_row_lengths(path: str) -> None:
+    """Every row of a per-episode CSV has as many fields as its header (``--out`` writes an empty
+    cell for a metric not recorded): pandas fills a short row's last columns with NaN, read as
+    metrics not recorded, and reads a row one field longer than the header as an index column,
+    shifting its values one column left.
+
+    Raises:
+        ValueError: naming the file and the row (numbered as :func:`read_episode_rows` numbers them).
+    """
+    import csv
+
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        lines = (fields for fields in csv.reader(f) if fields)  # blank lines: skipped, as pandas does
+        try:
+            header = next(lines, [])
+            for i, fields in enumerate(lines, 1):
+                if len(fields) != len(header):
+                    raise ValueError(f"{path}, row {i}: {len(fields)} fields, the header has {len(header)}; expected one "
+                                     "field per column (an empty one for a metric not recorded), as `cpgym evaluate "
+                                     "--out` writes them")
+        except csv.Error as exc:
+            raise ValueError(f"{path}: not a per-episode CSV ({exc}); expected the file written by `cpgym evaluate "
+                             "--out`") from None
 
 
 def uneven_episodes(rows: list[dict], kind: str) -> str | None:

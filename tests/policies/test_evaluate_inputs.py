@@ -641,3 +641,20 @@ def test_from_csv_of_protocol_rows_with_a_zero_reference_ttft_has_no_delta(tmp_p
     assert table["least-work"]["delta_mean_ttft_pct_vs_ref"] is None and table["least-work"]["mean_ttft_s"] == 1.0
     assert table["vertumnus-router"]["delta_mean_ttft_pct_vs_ref"] == 0.0
     assert main(["evaluate", "--from-csv", str(path)]) == 0
+
+
+@pytest.mark.parametrize("edit, fields", [
+    (lambda line: line.rsplit(",", 1)[0], 7),  # a truncated row: its SLO attainment was read as not recorded
+    (lambda line: line + ",", 9),  # a trailing comma: read as an index column, every value one column left
+])
+def test_from_csv_row_with_another_number_of_fields_than_the_header_is_one_line(edit, fields, tmp_path, capsys):
+    rows = [{"policy": p, "workload": "conv", "load_fraction": 0.5, "rate_rps": 5.0, "window": w, "mean_ttft_s": 1.0,
+             "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.9} for w in (1, 2) for p in ("least-work", "round-robin")]
+    path = tmp_path / "p.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], edit(lines[1]), *lines[2:]]) + "\n")
+    assert main(["evaluate", "--from-csv", str(path)]) == 2
+    assert capsys.readouterr().err == (f"cpgym evaluate: error: {path}, row 1: {fields} fields, the header has 8; expected "
+                                       "one field per column (an empty one for a metric not recorded), as `cpgym evaluate "
+                                       "--out` writes them\n")
