@@ -601,7 +601,8 @@ def read_episode_rows(path: str, kind: str = "auto") -> tuple[str, list[dict]]:
     if dup.any():
         i = int(dup.argmax())
         episode = ", ".join(f"{k} {df[k].iloc[i]!r}" if k in ("policy", "workload") else
-                            f"{k} {int(df[k].iloc[i])}" if k in ("seed", "window") else f"{k} {df[k].iloc[i]:g}"
+                            f"{k} {int(df[k].iloc[i])}" if k in ("seed", "window") else
+                            f"{k} {df[k].iloc[i]:g}" if df[k].notna().iloc[i] else f"{k} empty (an absolute rate)"
                             for k in key)
         raise ValueError(f"{path}, row {i + 1}: a second row of the episode ({episode}); expected one row per "
                          "episode (paired deltas and CIs would count it twice)")

@@ -658,3 +658,14 @@ def test_from_csv_row_with_another_number_of_fields_than_the_header_is_one_line(
     assert capsys.readouterr().err == (f"cpgym evaluate: error: {path}, row 1: {fields} fields, the header has 8; expected "
                                        "one field per column (an empty one for a metric not recorded), as `cpgym evaluate "
                                        "--out` writes them\n")
+
+
+def test_from_csv_second_row_of_an_absolute_rate_window_names_its_load_as_empty(tmp_path, capsys):
+    # the message read "load_fraction nan" for the empty cell of a --target-rps run
+    rows = [{"policy": p, "workload": "conv", "load_fraction": None, "rate_rps": 5.0, "window": w, "mean_ttft_s": 1.0,
+             "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.9} for w in (1, 2) for p in ("least-work", "round-robin")]
+    path = tmp_path / "p.csv"
+    pd.DataFrame(rows + rows[:1]).to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path)]) == 2
+    assert (f"{path}, row 5: a second row of the episode (policy 'least-work', workload 'conv', load_fraction empty (an "
+            "absolute rate), rate_rps 5, window 1)") in capsys.readouterr().err
