@@ -376,7 +376,8 @@ def cell_table(rows: Sequence[dict], reference: str) -> list[dict]:
             rs = [r for r in cell if r["policy"] == p]
             row = {"policy": p, "workload": wk, "load_fraction": lf, "rate_rps": rate, "num_windows": len(rs)}
             for m in ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted"):
-                row[m] = float(np.nanmean([r[m] for r in rs]))
+                recorded = [r[m] for r in rs if not math.isnan(r[m])]  # np.nanmean warns on none ("Mean of empty slice")
+                row[m] = float(np.mean(recorded)) if recorded else math.nan
             pairs = [(r["mean_ttft_s"], ref[r["window"]]["mean_ttft_s"]) for r in rs if r["window"] in ref]
             ref_mean = float(np.mean([b for _, b in pairs])) if pairs else math.nan
             if pairs and reference != p and ref_mean != 0:  # 0: no % of it (a hand-edited CSV, --from-csv)

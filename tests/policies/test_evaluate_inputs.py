@@ -669,3 +669,18 @@ def test_from_csv_second_row_of_an_absolute_rate_window_names_its_load_as_empty(
     assert main(["evaluate", "--from-csv", str(path)]) == 2
     assert (f"{path}, row 5: a second row of the episode (policy 'least-work', workload 'conv', load_fraction empty (an "
             "absolute rate), rate_rps 5, window 1)") in capsys.readouterr().err
+
+
+def test_from_csv_of_protocol_rows_with_a_metric_never_recorded_prints_no_numpy_warning(tmp_path, capsys, recwarn):
+    # "protocol.py:379: RuntimeWarning: Mean of empty slice" on stderr above the table
+    import json
+
+    rows = [{"policy": p, "workload": "conv", "load_fraction": 0.5, "rate_rps": 5.0, "window": w, "mean_ttft_s": 1.0,
+             "p90_ttft_s": None if p == "round-robin" else 2.0, "slo_attainment_token_weighted": 0.9}
+            for w in (1, 2) for p in ("least-work", "round-robin")]
+    path = tmp_path / "p.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    assert main(["evaluate", "--from-csv", str(path), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and [r["p90_ttft_s"] for r in json.loads(out)] == [2.0, None]
+    assert [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)] == []
