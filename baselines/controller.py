@@ -279,7 +279,8 @@ class ControllerConfig:
             on the conversation trace at 12 req/s -5.0 % [-9.4, -0.5] mean TTFT vs ``"poisson"``
             (5 seeds; still +40 % behind the router alone), on the ``cpgym reproduce --quick``
             phases rows the same rising-rates row and +0.8 / +0.2 points on the long-heavy /
-            whole-run rows; hence not the default.
+            whole-run rows; with ``target_transition`` and the replayed latest sample it does not
+            help (+1.5 % [-2.6, +5.6] on the conversation trace); hence not the default.
         lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``
