@@ -243,26 +243,32 @@ def _effective_composition(cell: Cell) -> str:
     return comp or cell.config.pool.composition
 
 
+def _manifest_cells(out_dir: str | Path) -> dict | None:
+    """The ``cells`` object of ``out_dir``'s ``manifest.json``, or ``None`` when it has no readable
+    manifest of that shape (a sweep rebuilds it from the run folders)."""
+    try:
+        doc = json.loads((Path(out_dir) / MANIFEST).read_text())
+    except (ValueError, OSError):
+        return None
+    cells = (doc.get("cells") or {}) if isinstance(doc, dict) else None
+    return cells if isinstance(cells, dict) else None
+
+
+def _manifest_legacy_keys(cells: dict) -> dict[str, str]:
+    """``{cell key: legacy key}`` of the manifest ``cells`` found under a legacy key (:func:`match_finished`)."""
+    return {k: e["legacy_key"] for k, e in cells.items() if isinstance(e, dict) and isinstance(e.get("legacy_key"), str)}
+
+
 def manifest_cell_keys(out_dir: str | Path) -> set[str] | None:
     """The cell keys that ``out_dir``'s ``manifest.json`` lists (``cpgym sweep`` rewrites it with
     the cells of the spec it runs), or ``None`` when it has no readable manifest. A spec edited
     and run again into the same ``--out`` leaves the old cells' folders there; they are not cells
-    of the sweep any more (``cpgym report`` and the sweep analyses leave them out)."""
-    m = Path(out_dir) / MANIFEST
-    if not m.is_file():
+    of the sweep any more (``cpgym report`` and the sweep analyses leave them out). A cell found
+    under its legacy key (:func:`match_finished`) is listed by that key too: its ``cell.json`` holds it."""
+    cells = _manifest_cells(out_dir)
+    if cells is None:
         return None
-    try:
-        doc = json.loads(m.read_text())
-    except (ValueError, OSError):
-        return None
-    if not isinstance(doc, dict):
-        return None
-    cells = doc.get("cells") or {}
-    if not isinstance(cells, dict):
-        return None
-    # a cell found under its legacy key (match_finished): its cell.json holds that key
-    legacy = {e["legacy_key"] for e in cells.values() if isinstance(e, dict) and isinstance(e.get("legacy_key"), str)}
-    return set(cells) | legacy
+    return set(cells) | set(_manifest_legacy_keys(cells).values())
 
 
 def finished_cells(out_dir: str | Path, strict: bool = False, current_only: bool = False) -> Iterator[tuple[Path, dict]]:
@@ -320,7 +326,7 @@ def match_finished(cells: list[Cell], out_dir: str | Path) -> tuple[dict[str, st
     cell (``legacy_key`` of its entry), so the folder moved later (another checkout or traces
     folder: other absolute paths, another ``Cell.legacy_key``) still counts as that cell."""
     finished = scan_finished(Path(out_dir))
-    recorded = _manifest_legacy_keys(Path(out_dir))
+    recorded = _manifest_legacy_keys(_manifest_cells(out_dir) or {})
     legacy: dict[str, str] = {}
     for c in cells:
         if c.key in finished:
@@ -331,19 +337,6 @@ def match_finished(cells: list[Cell], out_dir: str | Path) -> tuple[dict[str, st
                 legacy[c.key] = old
                 break
     return finished, legacy
-
-
-def _manifest_legacy_keys(out_dir: Path) -> dict[str, str]:
-    """``{cell key: legacy key}`` of the cells that ``out_dir``'s manifest records as found under a
-    legacy key (:func:`match_finished`); ``{}`` without a readable manifest."""
-    try:
-        doc = json.loads((out_dir / MANIFEST).read_text())
-    except (ValueError, OSError):
-        return {}
-    cells = doc.get("cells") if isinstance(doc, dict) else None
-    if not isinstance(cells, dict):
-        return {}
-    return {k: e["legacy_key"] for k, e in cells.items() if isinstance(e, dict) and isinstance(e.get("legacy_key"), str)}
 
 
 @dataclass

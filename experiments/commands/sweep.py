@@ -54,15 +54,16 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)  # every spec error is raised here, before anything runs
     out = Path(args.out) if args.out else default_out_dir(spec)
     if args.dry_run:
-        finished, legacy = match_finished(spec.resolve(), out)
-        print(f"sweep {spec.name}: {spec.num_cells} cells, {sum(c.key in finished for c in spec.resolve())} finished in {out}")
-        stale = sorted(d for k, d in finished.items() if k not in {c.key for c in spec.resolve()})
+        cells = spec.resolve()
+        finished, legacy = match_finished(cells, out)
+        print(f"sweep {spec.name}: {spec.num_cells} cells, {sum(c.key in finished for c in cells)} finished in {out}")
+        stale = sorted(d for k, d in finished.items() if k not in {c.key for c in cells})
         if stale:
             print(stale_cells_note(len(stale), stale[0], out), file=sys.stderr)
-        outdated = outdated_cells(out, [c.key for c in spec.resolve()] + list(legacy.values()))
+        outdated = outdated_cells(out, [c.key for c in cells] + list(legacy.values()))
         if outdated:
             print(outdated_cells_note(len(outdated), outdated[0], out), file=sys.stderr)
-        for c in spec.resolve():
+        for c in cells:
             mark = "done" if c.key in finished else "todo"
             print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  workload_seed={c.workload.seed}  "
                   + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
