@@ -654,10 +654,10 @@ def uneven_episodes(rows: list[dict], kind: str) -> str | None:
             ``"protocol"`` (episodes are (cell, window)).
     """
     if kind == "protocol":  # (cell, window), the cell as policies.protocol.Scenario.key names it
+        from policies.protocol import cell_name
+
         def key(r):
-            lf = r["load_fraction"]
-            return (f"{r['workload']}@{lf:g}" if lf is not None else f"{r['workload']}@{r['rate_rps']:g}rps",
-                    int(r["window"]))
+            return cell_name(r["workload"], r["load_fraction"], r["rate_rps"]), int(r["window"])
     else:
         key = (lambda r: (int(r["seed"]), int(r["window"]))) if kind == "routing" else (lambda r: int(r["seed"]))
     per_policy: dict[str, set] = {}

@@ -248,6 +248,12 @@ def tune_vertumnus(windows: Sequence, sim_config, betas: Sequence[float] = TUNE_
 # ------------------------------------------------------------------------------------------
 # cells and the evaluation table
 
+def cell_name(workload: str, load_fraction: float | None, rate_rps: float) -> str:
+    """A protocol cell's name: ``<workload>@<load>`` (``@0.9`` for a fraction of capacity,
+    ``@13.2rps`` for an absolute rate)."""
+    return f"{workload}@{load_fraction:g}" if load_fraction is not None else f"{workload}@{rate_rps:g}rps"
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One evaluation scenario: a workload source at one load.
@@ -272,8 +278,7 @@ class Scenario:
         from pathlib import Path
 
         s = self.source
-        name = Path(s.trace).stem if getattr(s, "trace", None) else s.workload
-        return f"{name}@{self.load_fraction:g}" if self.load_fraction is not None else f"{name}@{self.rate_rps:g}rps"
+        return cell_name(Path(s.trace).stem if getattr(s, "trace", None) else s.workload, self.load_fraction, self.rate_rps)
 
     def windows(self, part: str, seed: int = 0, max_windows: int | None = None) -> list:
         """The ``part`` windows at this cell's rate; at most ``max_windows`` of them, evenly
