@@ -59,7 +59,9 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
     g.add_argument("--pool-gpus", type=int, default=40, help="GPUs in the prefill pool (default 40, the paper's prefill pool)")
     g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per topology group (default 8)")
     if composition:
-        g.add_argument("--pool-composition", default=DEFAULT_COMPOSITION,
+        # default None, read as DEFAULT_COMPOSITION by sim_config_from_args, so that a command can tell
+        # an unset flag (cpgym evaluate --kind reconfig: the checkpoint's training composition)
+        g.add_argument("--pool-composition", default=None,
                        help="worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); "
                             f"default {DEFAULT_COMPOSITION}")
     g.add_argument("--supported-degrees", default=supported_degrees,
@@ -292,7 +294,8 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
         raise ValueError(f"--supported-degrees must be powers of two >= 1 (CP degrees), got {args.supported_degrees!r}")
     cfg = SimConfig(
         pool=PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node,
-                        composition=composition if composition is not None else args.pool_composition,
+                        composition=(composition if composition is not None
+                                     else DEFAULT_COMPOSITION if args.pool_composition is None else args.pool_composition),
                         supported_degrees=degrees),
         engine=EngineConfig(max_batch_tokens=args.max_batch_tokens),
         latency=LatencyConfig(kv_handoff_bandwidth_bytes_per_s=args.kv_handoff_gbps * 1e9,

@@ -69,6 +69,27 @@ def checkpoint_train_config(path: str) -> dict:
     return json.loads((d / "train_config.json").read_text()).get("train_config") or {}
 
 
+def checkpoint_pool_composition(path: str) -> str | None:
+    """The worker composition a reconfiguration checkpoint's training episodes started from (its
+    ``train_config.json`` ``sim_config.pool.composition``; ``None`` when not recorded): where
+    ``cpgym evaluate --kind reconfig`` starts every controller's episodes unless
+    ``--pool-composition`` is given, since a policy trained from one composition was otherwise
+    evaluated, silently, from the default one.
+
+    Raises:
+        OSError: when the checkpoint has no ``train_config.json``.
+        ValueError: naming the file, when the recorded composition is not a string.
+    """
+    p = checkpoint_path(path)
+    d = p.parent if p.suffix == ".zip" else p
+    pool = (json.loads((d / "train_config.json").read_text()).get("sim_config") or {}).get("pool") or {}
+    comp = pool.get("composition")
+    if comp is not None and not isinstance(comp, str):
+        raise ValueError(f"{d / 'train_config.json'}: sim_config.pool.composition must be a string such as "
+                         f"'cp4x6,cp2x8', got {comp!r}")
+    return comp
+
+
 def training_seeds(path: str) -> list[int]:
     """The workload seeds a reconfiguration checkpoint was trained on (from ``train_config.json``)."""
     tc = checkpoint_train_config(path)

@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
+    if kind == "reconfig" and cfg.policy not in ("none", "-") and args.pool_composition is None:
+        config = _checkpoint_start(cfg.policy, config, log)
     save = episode_writer(args)
     res = run_evaluation(cfg, config, log=log, on_row=save)
     rows, source, part = res.rows, res.source, res.part
@@ -121,6 +123,33 @@ def run(args: argparse.Namespace) -> int:
         return _print_reconfig(rows, source, cfg.seeds, args.format, cfg.reference)
     where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
     return _print_routing(rows, cfg.reference, cfg.seeds, where + ",", args.format)
+
+
+def _checkpoint_start(policy: str, config, log=None):
+    """``config`` starting from the composition the reconfiguration checkpoint ``policy`` was trained
+    from (:func:`policies.evaluate_reconfig.checkpoint_pool_composition`), when that is not already
+    its composition; says so through ``log``. Every controller and ``vertumnus-router`` start
+    there, so the comparison stays paired.
+
+    Raises:
+        ValueError: naming the checkpoint, when that composition does not fit the pool's flags.
+    """
+    from dataclasses import replace
+
+    from policies.evaluate_reconfig import checkpoint_pool_composition
+
+    comp = checkpoint_pool_composition(policy)
+    if comp is None or comp == config.pool.composition:
+        return config
+    try:
+        config = replace(config, pool=replace(config.pool, composition=comp))
+    except ValueError as exc:
+        raise ValueError(f"--policy {policy}: its training composition {comp!r} does not fit this pool ({exc}); "
+                         "give --pool-composition") from None
+    if log:
+        log(f"pool composition {comp}: the composition {policy} was trained from; every controller starts there "
+            "(--pool-composition overrides)")
+    return config
 
 
 def episode_writer(args: argparse.Namespace):

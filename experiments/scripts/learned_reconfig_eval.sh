@@ -1,6 +1,7 @@
 #!/bin/bash
 # The held-out evaluation of shipped-reconfig (policies/checkpoints/reconfig_target) on matched-phases:
-# the heuristic controller, no reconfiguration (initial cp4x6,cp2x8), cp1x40, every other composition of
+# the heuristic controller, no reconfiguration (the checkpoint's training composition, where every controller
+# starts), cp1x40, every other composition of
 # the 40-GPU pool over CP degrees {2, 4, 8} (the checkpoint's target menu), and the joint two-timescale
 # pair (the shipped routing checkpoint as the controller's inner router).
 #
@@ -23,10 +24,14 @@ if [ "${3:-}" = with-tuned ]; then
 elif [ -n "${3:-}" ]; then
   echo "learned_reconfig_eval.sh: the third argument must be 'with-tuned', got '$3'" >&2; exit 2
 fi
+# every composition of the menu but the one the episodes start from (the checkpoint's training composition,
+# which vertumnus-router runs)
 FIXED=$(python -c "
 from envs.sim import SimConfig
 from envs.reconfig_env import target_menu
-print(','.join('fixed:' + c.replace(',', '+') for c in target_menu(SimConfig().pool, (2, 4, 8)) if c != 'cp4x6,cp2x8'))")
+from policies.evaluate_reconfig import checkpoint_pool_composition
+start = checkpoint_pool_composition('shipped-reconfig') or SimConfig().pool.composition
+print(','.join('fixed:' + c.replace(',', '+') for c in target_menu(SimConfig().pool, (2, 4, 8)) if c != start))")
 python -m experiments.cli evaluate --kind reconfig --policy shipped-reconfig --workload matched-phases \
   --seeds "$SEEDS" \
   --against $AGAINST,vertumnus-router,joint:shipped,fixed:cp1x40,$FIXED "${TUNED[@]}" \

@@ -347,3 +347,49 @@ def test_a_reconfig_evaluation_past_saturation_says_so(capsys):
         "(sustainable rates: cpgym capacity)"]
     assert main([*args, "--workload", "matched-phases"]) == 0
     assert "overloaded" not in capsys.readouterr().err
+
+
+def _with_training_composition(checkpoint, tmp_path, composition):
+    """A copy of ``checkpoint`` whose train_config.json records ``composition`` as its training pool's."""
+    import shutil
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(checkpoint, copy)
+    meta = json.loads((copy / "train_config.json").read_text())
+    meta.setdefault("sim_config", {}).setdefault("pool", {})["composition"] = composition
+    (copy / "train_config.json").write_text(json.dumps(meta))
+    return copy
+
+
+def test_evaluation_starts_from_the_checkpoints_training_composition(tiny_checkpoint, tmp_path, capsys):
+    """Without --pool-composition every controller starts where the checkpoint was trained from
+    (it started, silently, from cp4x6,cp2x8): vertumnus-router then runs cp4x10, so fixed:cp4x10
+    is refused as a duplicate before any run; --pool-composition overrides."""
+    from policies.evaluate_reconfig import checkpoint_pool_composition
+
+    assert checkpoint_pool_composition(str(tiny_checkpoint)) == "cp4x6,cp2x8"
+    copy = _with_training_composition(tiny_checkpoint, tmp_path, "cp4x10")
+    assert checkpoint_pool_composition(str(copy)) == "cp4x10"
+    rc = main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router,fixed:cp4x10", "--seeds", "5"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "pool composition cp4x10: the composition" in err and "is the initial composition cp4x10" in err
+    rc = main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router,fixed:cp4x10", "--seeds", "5", "--quiet"])
+    assert rc == 2 and "pool composition cp4x10: the" not in capsys.readouterr().err  # --quiet: only the error
+    # the flag wins: from cp4x6,cp2x8, fixed:cp4x10 is another pool (refused here only for the unknown label)
+    rc = main(["evaluate", "--policy", str(copy), "--pool-composition", "cp4x6,cp2x8", "--against",
+               "vertumnus-router,fixed:cp4x10,no-such", "--seeds", "5", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no-such" in err and "pool composition cp4x10" not in err
+
+
+def test_a_bad_training_composition_is_named(tiny_checkpoint, tmp_path, capsys):
+    from policies.evaluate_reconfig import checkpoint_pool_composition
+
+    copy = _with_training_composition(tiny_checkpoint, tmp_path, 40)
+    with pytest.raises(ValueError, match=r"train_config.json: sim_config.pool.composition must be a string"):
+        checkpoint_pool_composition(str(copy))
+    copy2 = _with_training_composition(tiny_checkpoint, tmp_path / "b", "cp8x6")  # 48 GPUs: not this pool
+    rc = main(["evaluate", "--policy", str(copy2), "--against", "vertumnus-router", "--seeds", "5", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "training composition 'cp8x6' does not fit this pool" in err and "--pool-composition" in err
