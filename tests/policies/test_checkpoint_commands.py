@@ -29,6 +29,8 @@ CASES = [
     # reconfig_target predates --oracle-candidate-switch-costs (its default, none, is what it ran with)
     ("reconfig_target", 0, "stage1_train_config.json", {}, {}, False),
     ("reconfig_target", 1, "train_config.json", {}, {}, False),
+    ("reconfig_target_best_start", 0, "stage1_train_config.json", {}, {}, True),
+    ("reconfig_target_best_start", 1, "train_config.json", {}, {}, True),
     ("reconfig_matched", 0, "train_config.json", {}, {}, False),
     ("reconfig_phases", 0, "train_config.json", {}, {}, False),
     # the router heuristic was called `vertumnus` when this checkpoint was trained (now `vertumnus-router`);
@@ -120,6 +122,11 @@ def test_readme_command_parses_to_the_stored_config(name, index, config_file, re
     if exact:  # the stored config has every field: it must be reproduced as it is
         assert set(stored) == set(default)
     assert _by_name(_parsed_config(argv)) == _expected(stored, default, renamed, former)
+    # the pool is a simulator flag (not in train_config): the episodes' start composition
+    from envs.sim.pool import DEFAULT_COMPOSITION
+
+    composition = argv[argv.index("--pool-composition") + 1] if "--pool-composition" in argv else DEFAULT_COMPOSITION
+    assert meta["sim_config"]["pool"]["composition"] == composition
 
 
 @pytest.mark.parametrize("config_file", ["stage1_train_config.json", "train_config.json"])

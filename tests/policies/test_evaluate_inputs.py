@@ -241,7 +241,9 @@ def test_a_reconfig_checkpoint_on_a_pool_of_another_size_is_one_line(capsys):
                  "--seeds", "1000", "--pool-gpus", "32", "--pool-composition", "cp4x4,cp2x8", "--horizon-s", "1",
                  "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and "reconfig_target: the checkpoint observes targets (36, 5)" in err
+    from policies.checkpoint import SHIPPED_RECONFIG
+
+    assert len(err.splitlines()) == 1 and f"{SHIPPED_RECONFIG.name}: the checkpoint observes targets (36, 5)" in err
     assert "36 actions, this pool (32 GPUs, CP degrees 1,2,4,8) gives targets (25, 5)" in err
 
 
@@ -252,8 +254,11 @@ def test_a_reconfig_checkpoint_whose_menu_the_pool_cannot_make_names_the_checkpo
     assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "vertumnus-router",
                  "--seeds", "1000", "--supported-degrees", "2,4", "--horizon-s", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.endswith("reconfig_target: the checkpoint's target menu does not fit this pool: target_degrees [2, 4, 8]: "
-                        "expected a non-empty subset of the pool's supported degrees [2, 4]\n") and len(err.splitlines()) == 1
+    from policies.checkpoint import SHIPPED_RECONFIG
+
+    assert err.endswith(f"{SHIPPED_RECONFIG.name}: the checkpoint's target menu does not fit this pool: "
+                        "target_degrees [2, 4, 8]: expected a non-empty subset of the pool's supported degrees [2, 4]\n")
+    assert len(err.splitlines()) == 1
 
 
 def _junk_checkpoint(tmp_path, kind: str, junk: str = "model.zip") -> Path:

@@ -133,6 +133,15 @@ _RECONFIG_TARGET_STAGE1 = _RECONFIG_TARGET_COMMON + [
     "--train-seed", "0"]
 _RECONFIG_TARGET_STAGE2 = _RECONFIG_TARGET_COMMON + [
     "--timesteps", "1536", "--init-from", "/tmp/h42/c4_s60_bc20/last_model.zip", "--train-seed", "1"]
+#: ``policies/checkpoints/reconfig_target_best_start``: the same two stages from the best single composition
+#: of the training seeds (its README).
+_BEST_START = ["--pool-composition", "cp4x9,cp2x2"]
+_RECONFIG_BEST_START_STAGE1 = [a if a != "/tmp/h42/train_ttft_0_59.json" else
+                               "policies/checkpoints/reconfig_target/oracle_phase_ttft.json"
+                               for a in _RECONFIG_TARGET_STAGE1] + _BEST_START
+_RECONFIG_BEST_START_STAGE2 = [a if a != "/tmp/h42/c4_s60_bc20/last_model.zip" else
+                               "/tmp/s36/train/start49_a_s1/last_model.zip"
+                               for a in _RECONFIG_TARGET_STAGE2] + _BEST_START
 
 
 @pytest.mark.parametrize("checkpoint, argv", [
@@ -150,6 +159,8 @@ _RECONFIG_TARGET_STAGE2 = _RECONFIG_TARGET_COMMON + [
                           "--noop-logit-bias", "1.5", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
     ("reconfig_target/stage1_", _RECONFIG_TARGET_STAGE1),
     ("reconfig_target", _RECONFIG_TARGET_STAGE2),
+    ("reconfig_target_best_start/stage1_", _RECONFIG_BEST_START_STAGE1),
+    ("reconfig_target_best_start", _RECONFIG_BEST_START_STAGE2),
 ])
 def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, argv):
     """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``
@@ -168,7 +179,8 @@ def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, arg
         rec_src, cfg_src = rec.pop("source"), cfg.pop("source")
         assert {k: cfg_src[k] for k in rec_src} == rec_src
     assert {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if k in rec} == rec
-    assert recorded["sim_config"]["pool"]["composition"] == "cp4x6,cp2x8"
+    composition = argv[argv.index("--pool-composition") + 1] if "--pool-composition" in argv else "cp4x6,cp2x8"
+    assert recorded["sim_config"]["pool"]["composition"] == composition
 
 
 
