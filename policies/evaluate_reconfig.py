@@ -45,15 +45,20 @@ METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_op
 def is_reconfig_checkpoint(path: str) -> bool:
     """True when ``path`` (a folder or its ``model.zip``) has a ``train_config.json`` of kind
     ``"reconfig"``."""
-    p = checkpoint_path(path)
-    d = p.parent if p.suffix == ".zip" else p
-    f = d / "train_config.json"
+    f = train_config_file(path)
     if not f.is_file():
         return False
     try:
         return json.loads(f.read_text()).get("kind") == "reconfig"
     except (json.JSONDecodeError, OSError):
         return False
+
+
+def train_config_file(path: str) -> Path:
+    """The ``train_config.json`` of a checkpoint (a ``--policy`` value: a shipped alias, a folder
+    or a model zip in it)."""
+    p = checkpoint_path(path)
+    return (p.parent if p.suffix == ".zip" else p) / "train_config.json"
 
 
 def checkpoint_train_config(path: str) -> dict:
@@ -64,9 +69,7 @@ def checkpoint_train_config(path: str) -> dict:
     Raises:
         OSError: when the checkpoint has no ``train_config.json``.
     """
-    p = checkpoint_path(path)
-    d = p.parent if p.suffix == ".zip" else p
-    return json.loads((d / "train_config.json").read_text()).get("train_config") or {}
+    return json.loads(train_config_file(path).read_text()).get("train_config") or {}
 
 
 def checkpoint_pool_composition(path: str) -> str | None:
@@ -80,12 +83,11 @@ def checkpoint_pool_composition(path: str) -> str | None:
         OSError: when the checkpoint has no ``train_config.json``.
         ValueError: naming the file, when the recorded composition is not a string.
     """
-    p = checkpoint_path(path)
-    d = p.parent if p.suffix == ".zip" else p
-    pool = (json.loads((d / "train_config.json").read_text()).get("sim_config") or {}).get("pool") or {}
+    f = train_config_file(path)
+    pool = (json.loads(f.read_text()).get("sim_config") or {}).get("pool") or {}
     comp = pool.get("composition")
     if comp is not None and not isinstance(comp, str):
-        raise ValueError(f"{d / 'train_config.json'}: sim_config.pool.composition must be a string such as "
+        raise ValueError(f"{f}: sim_config.pool.composition must be a string such as "
                          f"'cp4x6,cp2x8', got {comp!r}")
     return comp
 
