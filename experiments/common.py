@@ -63,7 +63,8 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
         # an unset flag (cpgym evaluate --kind reconfig: the checkpoint's training composition)
         g.add_argument("--pool-composition", default=None,
                        help="worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); "
-                            f"default {DEFAULT_COMPOSITION}")
+                            f"default {DEFAULT_COMPOSITION} (evaluate --kind reconfig: the checkpoint's training "
+                            "composition)")
     g.add_argument("--supported-degrees", default=supported_degrees,
                    help=f"CP degrees a worker may have (default {supported_degrees}{supported_degrees_note})")
     g.add_argument("--calibration", metavar="FILE",

@@ -100,17 +100,21 @@ def learned_label(model_zip: Path) -> str:
 
 
 def read_json_file(path: Path) -> dict:
-    """A JSON file's content.
+    """A JSON file's content: a JSON object.
 
     Raises:
-        ValueError: naming the file (and line/column) if it is not UTF-8 or not valid JSON.
+        ValueError: naming the file (and line/column) if it is not UTF-8, not valid JSON or not an
+            object (a list read as metadata failed as an AttributeError traceback).
     """
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a JSON file") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object, got a JSON {type(doc).__name__}")
+    return doc
 
 
 class LearnedPolicy:

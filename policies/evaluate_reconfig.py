@@ -81,14 +81,21 @@ def checkpoint_pool_composition(path: str) -> str | None:
 
     Raises:
         OSError: when the checkpoint has no ``train_config.json``.
-        ValueError: naming the file, when the recorded composition is not a string.
+        ValueError: naming the file and field, when it is not JSON, ``sim_config`` or its ``pool`` is
+            not an object, or the recorded composition is not a string.
     """
     f = train_config_file(path)
-    pool = (json.loads(f.read_text()).get("sim_config") or {}).get("pool") or {}
-    comp = pool.get("composition")
-    if comp is not None and not isinstance(comp, str):
-        raise ValueError(f"{f}: sim_config.pool.composition must be a string such as "
-                         f"'cp4x6,cp2x8', got {comp!r}")
+    doc = read_json_file(f)
+    comp = None
+    for field in ("sim_config", "pool", "composition"):
+        comp = doc.get(field)
+        if comp is None:
+            return None
+        if field != "composition" and not isinstance(comp, dict):
+            raise ValueError(f"{f}: {'sim_config.pool' if field == 'pool' else field} must be an object, got {comp!r}")
+        doc = comp
+    if not isinstance(comp, str):
+        raise ValueError(f"{f}: sim_config.pool.composition must be a string such as 'cp4x6,cp2x8', got {comp!r}")
     return comp
 
 

@@ -106,10 +106,17 @@ def run(args: argparse.Namespace) -> int:
         if validation:
             print(f"warning: seeds {validation} are validation seeds of {cfg.policy} (model selection data, not held out)",
                   file=sys.stderr)
-    config = sim_config_from_args(args)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
+    start = None
     if kind == "reconfig" and cfg.policy not in ("none", "-") and args.pool_composition is None:
-        config = _checkpoint_start(cfg.policy, config, log)
+        start = _checkpoint_start(cfg.policy, log)
+    try:
+        config = sim_config_from_args(args, composition=start)
+    except ValueError as exc:
+        if start is None or "composition" not in str(exc):  # another flag's error stays as it is
+            raise
+        raise ValueError(f"--policy {cfg.policy}: its training composition {start!r} does not fit this pool ({exc}); "
+                         "give --pool-composition") from None
     save = episode_writer(args)
     res = run_evaluation(cfg, config, log=log, on_row=save)
     rows, source, part = res.rows, res.source, res.part
@@ -125,31 +132,24 @@ def run(args: argparse.Namespace) -> int:
     return _print_routing(rows, cfg.reference, cfg.seeds, where + ",", args.format)
 
 
-def _checkpoint_start(policy: str, config, log=None):
-    """``config`` starting from the composition the reconfiguration checkpoint ``policy`` was trained
-    from (:func:`policies.evaluate_reconfig.checkpoint_pool_composition`), when that is not already
-    its composition; says so through ``log``. Every controller and ``vertumnus-router`` start
-    there, so the comparison stays paired.
+def _checkpoint_start(policy: str, log=None) -> str | None:
+    """The composition the reconfiguration checkpoint ``policy`` was trained from
+    (:func:`policies.evaluate_reconfig.checkpoint_pool_composition`), where every controller and
+    ``vertumnus-router`` start when ``--pool-composition`` is not given, so that the comparison
+    stays paired; says so through ``log`` when it is not the default composition. ``None`` when the
+    checkpoint does not record one (the default then).
 
     Raises:
-        ValueError: naming the checkpoint, when that composition does not fit the pool's flags.
+        ValueError: naming the file and field, on an ill-typed record.
     """
-    from dataclasses import replace
-
+    from envs.sim.pool import DEFAULT_COMPOSITION
     from policies.evaluate_reconfig import checkpoint_pool_composition
 
     comp = checkpoint_pool_composition(policy)
-    if comp is None or comp == config.pool.composition:
-        return config
-    try:
-        config = replace(config, pool=replace(config.pool, composition=comp))
-    except ValueError as exc:
-        raise ValueError(f"--policy {policy}: its training composition {comp!r} does not fit this pool ({exc}); "
-                         "give --pool-composition") from None
-    if log:
+    if comp is not None and comp != DEFAULT_COMPOSITION and log:
         log(f"pool composition {comp}: the composition {policy} was trained from; every controller starts there "
             "(--pool-composition overrides)")
-    return config
+    return comp
 
 
 def episode_writer(args: argparse.Namespace):

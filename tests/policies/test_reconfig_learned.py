@@ -393,3 +393,36 @@ def test_a_bad_training_composition_is_named(tiny_checkpoint, tmp_path, capsys):
     rc = main(["evaluate", "--policy", str(copy2), "--against", "vertumnus-router", "--seeds", "5", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and "training composition 'cp8x6' does not fit this pool" in err and "--pool-composition" in err
+    # --pool-gpus: the error names the checkpoint's composition (it named the default cp4x6,cp2x8, never given)
+    rc = main(["evaluate", "--policy", str(copy2), "--against", "vertumnus-router", "--seeds", "5", "--quiet",
+               "--pool-gpus", "32"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'cp8x6' does not fit this pool (composition 'cp8x6' uses 48 GPUs but the pool has 32)" in err
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"kind": "reconfig", "sim_config": []}, "sim_config must be an object, got []"),
+    ({"kind": "reconfig", "sim_config": {"pool": "cp4x10"}}, "sim_config.pool must be an object, got 'cp4x10'"),
+])
+def test_an_ill_typed_training_pool_is_one_line(tiny_checkpoint, tmp_path, capsys, meta, message):
+    """These failed as AttributeError tracebacks."""
+    import shutil
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, copy)
+    stored = json.loads((copy / "train_config.json").read_text())
+    (copy / "train_config.json").write_text(json.dumps({**stored, **meta}))
+    assert main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router", "--seeds", "5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"train_config.json: {message}" in err
+
+
+def test_a_train_config_that_is_not_an_object_is_one_line(tiny_checkpoint, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, copy)
+    (copy / "train_config.json").write_text("[1, 2]")
+    assert main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router", "--seeds", "5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train_config.json: expected a JSON object, got a JSON list" in err
