@@ -9,8 +9,8 @@ in :mod:`envs.sim.reconfig`; this module only decides. The Gymnasium reconfigura
 environment uses the same mechanics (:func:`eligible_operations` / :func:`apply_operation`,
 re-exported here) with a learned decision instead of :class:`ReconfigController`.
 
-Capacity profiling lives in :mod:`baselines.capacity` and composition enumeration / the
-initial composition in :mod:`baselines.composition`; both are re-exported here (old import
+Capacity profiling lives in :mod:`envs.planning.capacity` and composition enumeration / the
+initial composition in :mod:`envs.planning.composition`; both are re-exported here (old import
 paths keep working).
 
 Paper rule (``decision="paper-rule"``; paper §6 "Runtime Reconfiguration"; DESIGN.md "Cluster-level controller"), every
@@ -78,7 +78,7 @@ the lockout). Load alone cannot say *which* composition serves a mix best. Every
    whole phase), which also lifts the dwell lockout (``regime_change_unlocks``). On stationary
    load the predictions of one (sample, rate bucket) are identical, so the target cannot flap;
 3. **bounded steps**: operations towards the target
-   (:func:`~baselines.operation_plan.operations_towards`: ranked as in the paper, shortest
+   (:func:`~envs.planning.operations.operations_towards`: ranked as in the paper, shortest
    predicted drain first) within ``max_gpu_share_per_window`` of the pool's GPUs and
    ``max_ops_per_window``, none against the dwell-time lockout; the drain / switch / epoch
    protocol (:mod:`envs.sim.reconfig`) is unchanged.
@@ -92,18 +92,18 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from baselines.capacity import (CapacityCache, CapacityProfile, CapacityTable, ProfileConfig, reuse_prefix_tokens,
+from envs.planning.capacity import (CapacityCache, CapacityProfile, CapacityTable, ProfileConfig, reuse_prefix_tokens,
                                 slo_for_lengths)
-from baselines.composition import (composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition,
+from envs.planning.composition import (composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition,
                                    pool_over_degrees)
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
-from baselines.operation_plan import covers_pool, operations_towards, projected_degree_counts, rank_operations
+from envs.planning.operations import covers_pool, operations_towards, projected_degree_counts, rank_operations
 from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
                                eligible_operations, get_reconfigurator)
 
 __all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations", "DECISIONS", "TARGET_SAMPLES",
            "TREND_NOISES",
-           # re-exports (moved to baselines.capacity / baselines.composition)
+           # re-exports (moved to envs.planning.capacity / envs.planning.composition)
            "CapacityCache", "CapacityProfile", "CapacityTable", "ProfileConfig", "reuse_prefix_tokens", "slo_for_lengths",
            "enumerate_compositions", "degree_counts", "composition_capacity_rps", "initial_composition",
            "Operation", "OperationRecord", "ReconfigConfig", "apply_operation", "eligible_operations"]
@@ -516,8 +516,8 @@ class ReconfigController:
     Args:
         config: :class:`ControllerConfig`.
         table: capacity profiles to share (e.g. with :func:`initial_composition`); default a
-            table of the run's :class:`~baselines.capacity.CapacityCache`
-            (``sim.attachments["capacity_cache"]``, set by ``experiments.runner.build_simulator``)
+            table of the run's :class:`~envs.planning.capacity.CapacityCache`
+            (``sim.attachments["capacity_cache"]``, set by ``baselines.runner.build_simulator``)
             or of a new cache, built at :meth:`attach`. A new table's reference mixes start from
             the run's workload mix (the history stand-in, :meth:`CapacityTable.seed_history`).
 
@@ -804,7 +804,7 @@ class ReconfigController:
                                                   replay_sample=cfg.target_replay_sample, transition=transition)
 
     def move_towards(self, target: dict[int, int], record: WindowRecord) -> list[str]:
-        """Starts the operations :func:`~baselines.operation_plan.operations_towards` plans
+        """Starts the operations :func:`~envs.planning.operations.operations_towards` plans
         towards ``target`` (ranked as in the paper, at most ``max_gpu_share_per_window`` of the
         pool's GPUs and ``max_ops_per_window`` operations, none against the dwell-time lockout);
         records them in ``record.action`` (``"target-locked"`` when only the lockout stopped a

@@ -15,7 +15,7 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   the candidate pool meets the scored requests with the prefix caches and queues that the observed
   traffic builds, not idle and cold: on a multi-turn trace a resampled later turn then finds its
   session's earlier turn cached, as in the run;
-* ``"histogram"``: the capacity profiler's machinery (:class:`baselines.capacity.CapacityTable`):
+* ``"histogram"``: the capacity profiler's machinery (:class:`envs.planning.capacity.CapacityTable`):
   the smoothed class histogram, prompts drawn class by share, length log-uniform inside the class,
   prefix hits as shorter uncached prompts, seeded by the mix itself. On ``cpgym dynamic`` seed 2
   its short-heavy reference mix ranked CP-2-heavy pools first near the ramp's peak, where the
@@ -78,9 +78,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from baselines.capacity import CapacityTable
-from baselines.composition import degree_counts
-from baselines.operation_plan import operations_towards, projected_degree_counts
+from envs.planning.capacity import CapacityTable
+from envs.planning.composition import degree_counts
+from envs.planning.operations import operations_towards, projected_degree_counts
 from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
 from envs.sim.request import Request, Workload
 from envs.sim.simulator import EventPriority, Simulator
@@ -230,7 +230,7 @@ class TransitionPlan:
     (1.1-5.1 s per operation, paper §9) and leaves the new workers' prefix caches empty. With a
     plan the stream starts on ``from_composition`` and, when its scored part begins, the
     controller's own move starts: every ``window_s`` the operations of
-    :func:`~baselines.operation_plan.operations_towards` (at most ``max_gpus_per_window`` GPUs and
+    :func:`~envs.planning.operations.operations_towards` (at most ``max_gpus_per_window`` GPUs and
     ``max_ops_per_window`` operations per window, ranked as in the paper) run through the
     simulator's :class:`~envs.sim.reconfig.Reconfigurator` with ``reconfig``, so the scored
     requests pay the drain, the switch and the lost caches, and staying put costs nothing.

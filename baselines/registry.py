@@ -10,12 +10,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from baselines.composition import workload_initial_pool
+from envs.planning.composition import workload_initial_pool
 from baselines.controller import ControllerConfig, ReconfigController
 from baselines.lookahead import LookaheadConfig
 from baselines.industry import (DynamoKVRouter, LlmdRouter, MooncakeTTFTRouter, SGLangCacheAwareRouter,
                                 StaticThresholdRouter, TensorParallelCostForm, VllmDPRouter, homogeneous_composition)
-from baselines.simple import LeastWorkRouter, PrefixAffinityRouter, RandomRouter, RoundRobinRouter
+from baselines.simple import PrefixAffinityRouter, RandomRouter, RoundRobinRouter
+from envs.sim.router import LeastWorkRouter
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig
@@ -49,10 +50,10 @@ class PolicySpec:
         choose_pool: ``f(pool, workload, config, calibration, capacity_cache) -> (PoolConfig,
             info)`` choosing the run's starting pool from the workload (the full Vertumnus
             system's initial composition from the capacity profile,
-            :func:`baselines.composition.workload_initial_pool`); applied after ``composition``.
+            :func:`envs.planning.composition.workload_initial_pool`); applied after ``composition``.
         check_pool: ``f(pool)`` raising ``ValueError`` when the policy's settings cannot run on
             ``pool`` (e.g. a controller's ``target_degrees`` the pool does not support); called by
-            ``experiments.runner.policy_pool`` before any run.
+            ``baselines.runner.policy_pool`` before any run.
     """
 
     name: str
@@ -118,7 +119,7 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
     ``vertumnus-adaptive.lookahead.duration_s`` in a sweep spec) are parameters.
 
     ``vertumnus-adaptive`` starts from the run's pool; with ``initial_pool`` the starting pool is
-    chosen from the capacity profile (:func:`baselines.composition.workload_initial_pool`), the
+    chosen from the capacity profile (:func:`envs.planning.composition.workload_initial_pool`), the
     full system's start (see :func:`full_system_spec`)."""
     controller_fields = [f.name for f in fields(ControllerConfig) if f.name != "lookahead"]
     lookahead_fields = [f.name for f in fields(LookaheadConfig)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from experiments.config_args import option as _opt
+from envs.sim.options import option as _opt
 
 
 
@@ -39,7 +39,7 @@ class EnvBenchConfig:
         Raises:
             ValueError: naming the field, on an empty list or item or a repeated name.
         """
-        from experiments.config_args import split_name_list
+        from envs.sim.options import split_name_list
 
         if self.heuristics.strip() == "none":
             return []
@@ -59,7 +59,7 @@ class EnvBenchResult:
             copies, masks fetched per step.
         decision_latency_us: policy -> mean decision latency [us/decision]: heuristics
             (``Router.route`` inside ``Simulator.run``) and a learned checkpoint, through its numpy
-            forward pass (``policies.numpy_policy``, what ``cpgym evaluate`` uses) and through SB3
+            forward pass (``policies.common.numpy_policy``, what ``cpgym evaluate`` uses) and through SB3
             ``model.predict`` (label suffix `` (torch)``), masks passed, batch 1; label suffix
             `` (observation + decision)``: the numpy decision plus building its observation (the
             feature work a heuristic's ``route`` does inside its own latency).
@@ -126,7 +126,7 @@ def _vec_env(wins, config, steps: int, n_envs: int) -> float:
 
 
 def _heuristic_latency_us(name: str, window, config) -> tuple[float, float]:
-    from experiments.runner import build_simulator
+    from baselines.runner import build_simulator
 
     sim, spec = build_simulator(name, window, config)
     router = spec.make_router()
@@ -152,8 +152,8 @@ def _learned_latency_us(checkpoint: str, window, config, torch_threads: int, bac
     import torch as th
 
     from envs.routing_env import PrefillRoutingEnv
-    from policies.arm_selection import ArmSelectionPolicy, is_arm_checkpoint
-    from policies.checkpoint import LearnedPolicy, checkpoint_path
+    from policies.routing.arm_selection import ArmSelectionPolicy, is_arm_checkpoint
+    from policies.common.checkpoint import LearnedPolicy, checkpoint_path
 
     th.set_num_threads(torch_threads)
     env = PrefillRoutingEnv([window], config)
@@ -198,7 +198,7 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
     for name in heuristics:  # names and checkpoint checked before anything is timed (they failed after the env runs)
         get_policy(name)
     if cfg.policy != "none":
-        from policies.checkpoint import resolve_checkpoint
+        from policies.common.checkpoint import resolve_checkpoint
 
         resolve_checkpoint(cfg.policy)
     windows = episode_windows(workload, episode_window_s)
@@ -208,8 +208,8 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
     for name in heuristics:
         lat[name], sps[name] = _heuristic_latency_us(name, windows[0], config)
     if cfg.policy != "none":
-        from policies.arm_selection import is_arm_checkpoint
-        from policies.checkpoint import checkpoint_path
+        from policies.routing.arm_selection import is_arm_checkpoint
+        from policies.common.checkpoint import checkpoint_path
 
         arm = is_arm_checkpoint(checkpoint_path(cfg.policy))  # a router: it reads the pool, not the observation
         for backend in ("numpy",) if arm else ("numpy", "torch"):

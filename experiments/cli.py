@@ -310,7 +310,7 @@ def _main(argv: list[str], entry: bool) -> int:
     except (ValueError, OSError, EOFError) as exc:
         if args.traceback or not _is_input_error(exc):
             raise  # a bug (or --traceback): Python prints the full traceback, exit status 1
-        from experiments.common import error_text
+        from envs.sim.options import error_text
 
         print(f"cpgym {args._command}: error: {error_text(exc)}", file=sys.stderr)
         return 2

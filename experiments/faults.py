@@ -99,7 +99,7 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     from envs.workloads import default_traces_dir
 
     p = Path(path)
-    from envs.yaml_keys import check_unique_keys, compose, load
+    from envs.sim.yaml_keys import check_unique_keys, compose, load
 
     try:
         text = p.read_text()
@@ -156,7 +156,7 @@ def _check_learned(p: Path, learned: str) -> None:
     """Raises ValueError ``<file>: learned: <path>: <problem>`` if ``learned`` is not a loadable
     checkpoint location (a shipped alias, a checkpoint folder or a model file; relative paths are
     relative to the working directory, as ``cpgym evaluate --policy``)."""
-    from policies.checkpoint import resolve_checkpoint
+    from policies.common.checkpoint import resolve_checkpoint
 
     try:
         resolve_checkpoint(learned)
@@ -190,7 +190,7 @@ def _workload(spec: FaultExperimentSpec, target_rps: float | None):
 def estimate_capacity_rps(spec: FaultExperimentSpec, config, log=print) -> tuple[float, list[dict]]:
     """Bisection over the target rate (module docstring). Returns the highest sustainable rate
     found [requests/s] and the probes ``[{target_rps, drain_s, sustainable}, ...]``."""
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     lo, hi = spec.capacity_search_rps
     probes = []
@@ -210,14 +210,14 @@ def estimate_capacity_rps(spec: FaultExperimentSpec, config, log=print) -> tuple
 def _run_learned(checkpoint: str, wl, config):
     import torch as th
 
-    from experiments.runner import run_policy
-    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
-    from policies.checkpoint import LearnedPolicy, checkpoint_path
-    from policies.heuristic import make_routing_env, run_episode
+    from baselines.runner import run_policy
+    from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
+    from policies.common.checkpoint import LearnedPolicy, checkpoint_path
+    from policies.common.heuristic import make_routing_env, run_episode
 
     if is_arm_checkpoint(checkpoint_path(checkpoint)):  # a router over the live pool: a plain run
         return run_policy(arm_policy_spec(checkpoint_path(checkpoint), name="learned"), wl, config)
-    th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest (as policies/evaluate.py)
+    th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest (as policies/routing/evaluate.py)
     env = make_routing_env(None, [wl], config)
     res, _, _ = run_episode(env, LearnedPolicy(checkpoint, name="learned"),
                             options={"window_index": 0, "sim_seed": config.seed})
@@ -234,7 +234,7 @@ def run_fault_experiment(spec: FaultExperimentSpec, base_config, log=print, on_r
 
     from envs.metrics import summarize
     from envs.sim.faults import load_fault_config
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     config = replace(base_config, seed=spec.seed)
     capacity, probes = estimate_capacity_rps(spec, config, log)

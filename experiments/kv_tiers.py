@@ -65,7 +65,7 @@ def estimate_capacity_rps(trace: str, config: SimConfig, policy: str, window_s: 
     Raises:
         ValueError: if ``start_rps`` <= 0 or the pool does not drain even at ``start_rps / 64``.
     """
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     if not start_rps > 0:
         raise ValueError(f"start_rps must be > 0, got {start_rps}")
@@ -117,7 +117,7 @@ def run_tier_study(trace: str, config: SimConfig, policies: list[str], window_s:
                    eviction_policies: tuple[str, ...] = ("mooncake-ttft", "dynamo-kv"), progress=None) -> TierStudy:
     """Runs the tier and eviction tables (module docstring) at ``load_fraction`` of capacity."""
     from envs.metrics import summarize
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     if capacity_rps is None:
         cap = estimate_capacity_rps(trace, config, capacity_policy, window_s)
@@ -189,7 +189,7 @@ def write_study(study: TierStudy, out_dir: str | Path, argv: list[str]) -> Path:
             f"## Tiers\n\n{markdown_table(study.tiers, TABLE_COLS)}\n\n"
             f"## Host-memory eviction\n\n{markdown_table(study.eviction, TABLE_COLS)}\n")
     (out / "tables.md").write_text(text)
-    from experiments.provenance import write_provenance
+    from envs.provenance import write_provenance
 
     write_provenance(out, argv)
     return out

@@ -12,7 +12,7 @@ plain functions in :data:`EXPERIMENTS` (name -> function returning :class:`Exper
 End-to-end (``experiment = "end-to-end"``, paper §9 "End-to-End Serving Performance"): for each
 model (calibration) and workload — L-Eval-like documents, Tool-Agent sessions, and the Mooncake
 conversation trace standing in for the paper's non-public production trace — the sustainable
-rate (:mod:`experiments.capacity`) of every static baseline of the paper suite is measured on
+rate (:mod:`baselines.capacity`) of every static baseline of the paper suite is measured on
 the first window (seed 0); the strongest (highest capacity) sets the loads: load fraction ``f``
 runs the window rate-scaled by ``f x`` the strongest baseline's capacity factor (arrival times
 divided by it; the realised rate is reported, ``rate_rps``), and a run is *overloaded* when its
@@ -27,7 +27,7 @@ the metrics are paired per seed:
   (percentage points, positive = higher attainment);
 
 ``cpgym_value`` is the mean over seeds and ``[ci_low, ci_high]`` its Student-t 95 % interval
-(:func:`policies.evaluate.mean_ci95`). Paper values: Qwen3-30B-A3B at its highest tested load
+(:func:`policies.routing.evaluate.mean_ci95`). Paper values: Qwen3-30B-A3B at its highest tested load
 (paper §9; ``/work/shared/paper`` notes): mean TTFT −13.9 / −21.0 / −28.1 %, P90 −17.8 / −55.0 /
 −29.5 %, SLO +0.9 / +13.3 / +1.1 pp on L-Eval / Tool-Agent / Production. The paper gives no
 per-workload DeepSeek figures in the notes available, so those rows carry ``paper_value`` null.
@@ -109,7 +109,7 @@ class ReproduceConfig:
         window_s: arrival window of every run and of the capacity search [s].
         policies: the full system first, then the baselines.
         sim: simulator settings (pool, SLO, ...); the calibration comes from ``models``.
-        capacity_definition: :class:`experiments.capacity.CapacityDefinition`.
+        capacity_definition: :class:`baselines.capacity.CapacityDefinition`.
         cache_dir: capacity cache folder, or ``None``.
 
     Raises:
@@ -137,7 +137,7 @@ class ReproduceConfig:
     def __post_init__(self) -> None:
         if not self.workloads or not self.models or not self.seeds or not self.policies:
             raise ValueError("reproduce needs at least one workload, model, seed and policy")
-        from policies.evaluate import check_distinct
+        from policies.routing.evaluate import check_distinct
 
         for flag, seeds in (("--seeds", self.seeds), ("--cache-seeds", self.cache_seeds)):
             if not seeds or any(int(x) != x or x < 0 for x in seeds):
@@ -178,7 +178,7 @@ class ReproduceConfig:
                 # the composition (validated against the pool) and the weight shard group against its degrees
                 _model_sim(self.sim, path, comp, 0).pool.check_weight_shard(calibration.weight_shard_gpus)
             except (OSError, ValueError) as exc:
-                from experiments.common import error_text
+                from envs.sim.options import error_text
 
                 raise ValueError(f"--models entry {label!r}: {error_text(exc)}") from None
             if model in labels:
@@ -249,7 +249,7 @@ def _partial(on_partial: OnPartial | None, runs: list[dict], capacities: list[di
 
 def _rated(case: WorkloadCase, window_s: float, seed: int):
     from envs import workloads
-    from experiments.capacity import RatedWorkload
+    from baselines.capacity import RatedWorkload
 
     if case.trace is not None:
         return RatedWorkload(window_s=window_s, base=workloads.load_trace(case.trace, spread_seed=seed))
@@ -258,7 +258,7 @@ def _rated(case: WorkloadCase, window_s: float, seed: int):
 
 def _model_sim(sim: SimConfig, cal_path: str | None, composition: str | None, seed: int) -> SimConfig:
     """The run settings of one model: its calibration, and its pool when it brings a composition."""
-    from baselines.composition import deployment_pool
+    from envs.planning.composition import deployment_pool
 
     if composition is not None:
         sim = replace(sim, pool=deployment_pool(replace(sim.pool, composition=composition,
@@ -303,7 +303,7 @@ def paired_changes(runs: list[dict], load: float, baselines: list[str]) -> tuple
 
 def _capacity_task(task: tuple) -> dict:
     """One policy's capacity on one workload (a process-pool task; returns a plain dict)."""
-    from experiments.capacity import find_capacity
+    from baselines.capacity import find_capacity
 
     model, cal_path, comp, case, policy, cfg = task
     t0 = time.perf_counter()
@@ -320,10 +320,10 @@ def _capacity_task(task: tuple) -> dict:
 def _runs_task(task: tuple) -> list[dict]:
     """Every load and policy of one (model, workload, seed) (a process-pool task): one summary
     row per run. Runs share one profile cache (profiles are pure functions of their key)."""
-    from baselines.capacity import CapacityCache
+    from envs.planning.capacity import CapacityCache
     from envs.metrics import summarize
-    from experiments.capacity import is_overloaded
-    from experiments.runner import run_policy
+    from baselines.capacity import is_overloaded
+    from baselines.runner import run_policy
 
     model, cal_path, comp, case, seed, scales, caps, strongest_static, cfg = task
     calibration = Calibration.resolve(cal_path)
@@ -364,8 +364,8 @@ def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, j
     processes run the capacity searches and the runs (results do not depend on it); ``memo`` is
     unused (the experiments' common signature); ``on_partial``: :data:`OnPartial`, after each
     capacity search and each (model, workload, seed) task."""
-    from experiments.capacity import CapacityDefinition, CapacityResult, rates_for_loads, static_baselines
-    from policies.evaluate import mean_ci95
+    from baselines.capacity import CapacityDefinition, CapacityResult, rates_for_loads, static_baselines
+    from policies.routing.evaluate import mean_ci95
 
     say = log or (lambda _line: None)
     if cfg.capacity_definition is None:
@@ -582,7 +582,7 @@ def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: 
 
     say = log or (lambda _line: None)
     if cfg.capacity_definition is None:
-        from experiments.capacity import CapacityDefinition
+        from baselines.capacity import CapacityDefinition
 
         cfg = replace(cfg, capacity_definition=CapacityDefinition())
     models = _paper_models(cfg, "cache", say)

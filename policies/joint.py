@@ -33,12 +33,12 @@ class LearnedRouter(Router):
         path: routing checkpoint folder or zip, or ``"shipped"``.
 
     Raises:
-        FileNotFoundError / ValueError: see :class:`policies.checkpoint.LearnedPolicy`.
+        FileNotFoundError / ValueError: see :class:`policies.common.checkpoint.LearnedPolicy`.
         RuntimeError: from :meth:`route` before :meth:`attach`.
     """
 
     def __init__(self, path: str | Path) -> None:
-        from policies.checkpoint import LearnedPolicy
+        from policies.common.checkpoint import LearnedPolicy
 
         self.policy = LearnedPolicy(path)
         self.name = self.policy.name
@@ -79,17 +79,17 @@ class LearnedRouter(Router):
 
 def joint_router_factory(path: str | Path):
     """``() -> Router`` for the controller's inner router from a routing checkpoint: an
-    arm-selection checkpoint (:mod:`policies.arm_selection`, e.g. ``"shipped"``) gives a fresh
-    :class:`~policies.arm_selection.ArmSelectingRouter` per run (it reads the live pool itself);
+    arm-selection checkpoint (:mod:`policies.routing.arm_selection`, e.g. ``"shipped"``) gives a fresh
+    :class:`~policies.routing.arm_selection.ArmSelectingRouter` per run (it reads the live pool itself);
     an SB3 routing checkpoint one :class:`LearnedRouter`, loaded once (``attach`` rebinds it per
     run).
 
     Raises:
-        FileNotFoundError / ValueError: see :class:`policies.checkpoint.LearnedPolicy` and
-            :func:`policies.arm_selection.load_arm_checkpoint`.
+        FileNotFoundError / ValueError: see :class:`policies.common.checkpoint.LearnedPolicy` and
+            :func:`policies.routing.arm_selection.load_arm_checkpoint`.
     """
-    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
-    from policies.checkpoint import checkpoint_path
+    from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
+    from policies.common.checkpoint import checkpoint_path
 
     if is_arm_checkpoint(checkpoint_path(path)):
         return arm_policy_spec(checkpoint_path(path)).make_router

@@ -262,7 +262,7 @@ def load_fault_config(path: str | Path) -> FaultConfig:
         raise IsADirectoryError(21, "is a folder, expected a fault schedule (.yaml/.json)", str(p))
     if not p.exists():
         raise FileNotFoundError(2, "fault schedule does not exist", str(p))
-    from envs.yaml_keys import compose
+    from envs.sim.yaml_keys import compose
 
     try:
         root = compose(p.read_text())  # 1e9 is a number (PyYAML's own resolver reads it as text)
@@ -270,7 +270,7 @@ def load_fault_config(path: str | Path) -> FaultConfig:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise ValueError(f"{p}:{line}: not valid YAML/JSON: {getattr(exc, 'problem', exc)}") from None
-    from envs.yaml_keys import check_unique_keys
+    from envs.sim.yaml_keys import check_unique_keys
 
     check_unique_keys(root, str(p))  # a second 'events:' silently replaced the first
     if root is None:  # an empty file is more likely a wrong path than a wish for no faults
@@ -286,7 +286,7 @@ def _err(src: str, node, where: str, msg: str) -> ValueError:
 def _scalar(node):
     import yaml
 
-    from envs.yaml_keys import load
+    from envs.sim.yaml_keys import load
 
     if not isinstance(node, yaml.ScalarNode):
         return node

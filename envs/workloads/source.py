@@ -3,7 +3,7 @@ workload) and the transforms applied to them (rate scaling, then an arrival wind
 
 Every entry point builds its workload here — experiment specs (``experiments.spec.WorkloadSpec``),
 the CLI's shared workload flags (``experiments.common.workload_from_args``), both trainers
-(``policies.train.EpisodeSource`` and ``policies.train_reconfig``), both environments' default
+(``policies.routing.train.EpisodeSource`` and ``policies.reconfig.train``), both environments' default
 episodes and the paper experiments (``experiments.paper_experiments``) — so the same settings
 give the same request list everywhere (tested in ``tests/workloads/test_workload_source.py``).
 """

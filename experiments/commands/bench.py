@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from baselines.registry import get_policy
     from envs.sim.tiers import TierConfig
     from experiments.common import dumps_json, sim_config_from_args, workload_from_args
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         variants = [("off", replace(config, kv_tiers=TierConfig())), ("on", config)]
     tiers_label = ",".join(config.kv_tiers.levels)
     rows = []
-    from experiments.config_args import split_name_list
+    from envs.sim.options import split_name_list
 
     for name in split_name_list(args.policy, "--policy"):
         spec = get_policy(name)

@@ -27,7 +27,7 @@ JSON_KEYS = ("policy", "rate_rps", "mean_ttft_s", "p90_ttft_s", "slo_attainment_
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments
-    from experiments.config_args import add_config_arguments
+    from envs.sim.options import add_config_arguments
     from experiments.paper_experiments.cache_ablation import CacheAblationConfig
 
     add_sim_arguments(p)
@@ -40,15 +40,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def plan(args: argparse.Namespace) -> list[tuple]:
     """The ``(WorkloadSource, SimConfig, policy)`` runs the flags ask for (nothing runs)."""
     from experiments.common import sim_config_from_args
-    from experiments.config_args import config_from_args
+    from envs.sim.options import config_from_args
     from experiments.paper_experiments.cache_ablation import CacheAblationConfig, cache_ablation_plan
 
     return cache_ablation_plan(config_from_args(CacheAblationConfig, args), sim_config_from_args(args))
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir, dumps_json, sim_config_from_args
-    from experiments.config_args import config_from_args
+    from experiments.common import dumps_json, sim_config_from_args
+    from envs.sim.options import check_out_dir
+    from envs.sim.options import config_from_args
     from experiments.paper_experiments.cache_ablation import CacheAblationConfig, run_cache_ablation
 
     cfg = config_from_args(CacheAblationConfig, args)
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         import pandas as pd
 
-        from experiments.provenance import write_provenance
+        from envs.provenance import write_provenance
 
         write_provenance(args.out, argv=getattr(args, "argv", None))  # first, and results.csv after each run:
         # a run stopped midway keeps its finished runs

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     from envs.sim.cost_model import Calibration
     from kernels_ref import roofline
 
-    from experiments.common import check_out_file
+    from envs.sim.options import check_out_file
 
     check_flags(args)
     check_out_file(args.out)  # '--out DIR is a folder', not 'DIR: Is a directory'

@@ -1,6 +1,6 @@
 """``cpgym capacity``: the sustainable rate per policy on one workload and pool — the highest
 rate at which a long window's backlog still drains and the SLOs hold (definition and search:
-:mod:`experiments.capacity`), cached on disk.
+:mod:`baselines.capacity`), cached on disk.
 
 * Workload: ``--trace PATH`` or ``--workload NAME`` (default ``mixed-default``; ``--workload-param``
   overrides its generator, except ``duration_s``: the window sets the span); the window is
@@ -24,7 +24,7 @@ DEFAULT_CACHE_DIR = ".cpgym-cache/capacity"
 
 def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     """The definition and cache options shared by ``capacity``, ``compare --loads`` and ``reproduce``."""
-    from experiments.capacity import CapacityDefinition
+    from baselines.capacity import CapacityDefinition
 
     d = CapacityDefinition()
     g = p.add_argument_group("capacity (sustainable rate)")
@@ -42,7 +42,7 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
 def check_capacity_flags_unused(args: argparse.Namespace, why: str) -> None:
     """For a command that measures no capacity in this run (``why`` says so): a capacity flag
     given away from its default would have no effect, so it is an error naming the flag."""
-    from experiments.capacity import CapacityDefinition
+    from baselines.capacity import CapacityDefinition
 
     d = CapacityDefinition()
     defaults = {"drain_ratio": d.drain_ratio, "min_slo_attainment": d.min_slo_attainment, "rel_tol": d.rel_tol,
@@ -54,13 +54,13 @@ def check_capacity_flags_unused(args: argparse.Namespace, why: str) -> None:
 
 
 def definition_from_args(args: argparse.Namespace):
-    """The :class:`experiments.capacity.CapacityDefinition` of ``--drain-ratio``,
+    """The :class:`baselines.capacity.CapacityDefinition` of ``--drain-ratio``,
     ``--min-slo-attainment`` and ``--rel-tol``.
 
     Raises:
         ValueError: naming the flag (not the dataclass field) on an out-of-range value.
     """
-    from experiments.capacity import CapacityDefinition
+    from baselines.capacity import CapacityDefinition
 
     try:
         return CapacityDefinition(drain_ratio=args.drain_ratio, min_slo_attainment=args.min_slo_attainment,
@@ -79,7 +79,7 @@ def cache_dir_from_args(args: argparse.Namespace) -> str | None:
         ValueError: naming ``--cache-dir`` if it is a file or cannot be created, or if it is given
             with ``--no-cache`` (which uses no cache folder).
     """
-    from experiments.common import check_out_dir
+    from envs.sim.options import check_out_dir
 
     if args.no_cache:
         if args.cache_dir != DEFAULT_CACHE_DIR:
@@ -90,14 +90,14 @@ def cache_dir_from_args(args: argparse.Namespace) -> str | None:
 
 
 def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0), duration_param: bool = False):
-    """A :class:`experiments.capacity.RatedWorkload` from the shared workload arguments
+    """A :class:`baselines.capacity.RatedWorkload` from the shared workload arguments
     (``--target-rps`` / ``--rate-scale`` are refused: the rate is what is searched or set).
     ``--workload-param`` overrides reach the named workload's generator, as in every other
     command (they were dropped: the capacity was measured on the unmodified workload), except
     ``duration_s``: the window sets the generated span, so it is refused unless
     ``duration_param`` (``compare --loads``, whose runs use it) says to leave it to the runs."""
     from envs import workloads
-    from experiments.capacity import RatedWorkload
+    from baselines.capacity import RatedWorkload
     from experiments.common import DEFAULT_WORKLOAD, parse_workload_params
 
     if getattr(args, "target_rps", None) is not None or getattr(args, "rate_scale", None) is not None:
@@ -150,12 +150,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.capacity import capacities
+    from baselines.capacity import capacities
     from experiments.commands.compare import resolve_suite
     from experiments.common import dumps_json, sim_config_from_args
 
     policies = resolve_suite(args.policy, "--policy")
-    if args.horizon_s is not None:  # experiments.capacity runs every probe to completion
+    if args.horizon_s is not None:  # baselines.capacity runs every probe to completion
         raise ValueError("--horizon-s does not apply to cpgym capacity: every probe runs until its requests finish")
     config = sim_config_from_args(args)
     definition = definition_from_args(args)  # a bad threshold fails before the trace is read

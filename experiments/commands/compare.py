@@ -14,7 +14,7 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
   (cached on disk) and a rate above a policy's capacity is labelled ``overloaded`` in the table,
   the JSON (``overloaded``) and the plot (open markers). Without them, a run past saturation by
   both tests of ``cpgym capacity`` on that run alone (backlog grows and token-weighted SLO
-  attainment < 0.9, :func:`experiments.capacity.sustainable`) is labelled ``saturated`` in the
+  attainment < 0.9, :func:`baselines.capacity.sustainable`) is labelled ``saturated`` in the
   table (in any seed) and the JSON / results.csv (``saturated``).
 * ``--seeds 0,1,2``: each seed sets the run seed and offsets the synthetic generator seed
   (``--workload-seed + seed``); metrics are averaged over seeds in the table and JSON.
@@ -123,18 +123,18 @@ def plot(summary, path, title: str) -> None:
 
 def _capacities_for(args, names: list[str], seeds: list[int]):
     """With ``--loads`` or ``--label-overload``: each policy's capacity on the window
-    (:mod:`experiments.capacity`, seed ``seeds[0]``), the window per seed, and for ``--loads``
+    (:mod:`baselines.capacity`, seed ``seeds[0]``), the window per seed, and for ``--loads``
     the absolute rates (``caps["_rates"]``) and rate -> load fraction (``caps["_load_of"]``).
     Otherwise ``({}, None, {})``."""
     if args.loads is None and not args.label_overload:
         return {}, None, {}
-    from experiments.capacity import capacities, rates_for_loads, static_baselines
+    from baselines.capacity import capacities, rates_for_loads, static_baselines
     from experiments.commands.capacity import cache_dir_from_args, definition_from_args, rated_from_args
     from experiments.common import parse_list, sim_config_from_args
 
     loads = parse_list(args.loads, "--loads", positive=True) if args.loads is not None else None
     if loads is not None:
-        from policies.evaluate import check_distinct
+        from policies.routing.evaluate import check_distinct
 
         check_distinct(loads, "--loads", args.loads, "distinct loads (each is one row per policy)")
         if not static_baselines(names):  # before the bisections, not after them (minutes per policy)
@@ -162,7 +162,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
 
 def _label_overload(summary, caps: dict, load_of: dict) -> None:
     """Adds ``capacity_rps`` / ``overloaded`` (and ``load_fraction``) columns when known."""
-    from experiments.capacity import is_overloaded
+    from baselines.capacity import is_overloaded
 
     if load_of:
         # the summary's rate is the mean over seeds of the measured rate: equal to the requested
@@ -231,8 +231,8 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
     """
     from baselines.registry import get_policy
     from experiments.common import parse_list, sim_config_from_args, workload_source_from_args
-    from experiments.runner import policy_pool
-    from policies.evaluate import check_distinct
+    from baselines.runner import policy_pool
+    from policies.routing.evaluate import check_distinct
 
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
@@ -265,7 +265,7 @@ def parse_seeds(args: argparse.Namespace) -> list[int]:
             run once but shown as given in the title).
     """
     from experiments.common import parse_list
-    from policies.evaluate import check_distinct
+    from policies.routing.evaluate import check_distinct
 
     seeds = parse_list(args.seeds, "--seeds", int)
     if any(s < 0 for s in seeds):
@@ -286,7 +286,8 @@ def run(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from experiments.common import check_out_dir, dumps_json, write_rows_csv
+    from experiments.common import dumps_json, write_rows_csv
+    from envs.sim.options import check_out_dir
     from experiments.paper_experiments.end_to_end import run_compare
 
     check_out_dir(args.out)  # before the capacity bisections of --loads / --label-overload
@@ -304,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     config0, seeds = inputs["base_config"], inputs["seeds"]
     out = Path(args.out) if args.out else None
     if out is not None:
-        from experiments.provenance import write_provenance
+        from envs.provenance import write_provenance
 
         write_provenance(out, argv=getattr(args, "argv", None))
 

@@ -34,7 +34,7 @@ PAPER_SUPPORTED_DEGREES = "2,4"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments
-    from experiments.config_args import add_config_arguments
+    from envs.sim.options import add_config_arguments
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
 
     add_config_arguments(p, DynamicPhasesConfig, title="workload (phases generator), controller and compared compositions")
@@ -99,7 +99,7 @@ def _placeable(args: argparse.Namespace, degrees: list[int], composition: str) -
 
 def plan(args: argparse.Namespace) -> list[tuple]:
     """The ``(WorkloadSource, SimConfig, policy)`` runs the flags ask for (nothing runs)."""
-    from experiments.config_args import config_from_args
+    from envs.sim.options import config_from_args
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, dynamic_plan
 
     return dynamic_plan(config_from_args(DynamicPhasesConfig, args), base_config_from_args(args))
@@ -109,7 +109,7 @@ def check_composition_count(cfg, base, max_compositions: int) -> None:
     """Raises ValueError (one line) when ``--compositions all`` would run more than
     ``max_compositions`` fixed compositions, or when a listed composition or ``--initial`` is not
     one of the pool (naming the flag; before any profiling or capacity search)."""
-    from experiments.config_args import with_flags
+    from envs.sim.options import with_flags
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, check_compositions, fixed_compositions
 
     if max_compositions < 1:
@@ -145,8 +145,9 @@ def check_load_replaces_rate(argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir, check_plot_file, dumps_json
-    from experiments.config_args import config_from_args
+    from experiments.common import check_plot_file, dumps_json
+    from envs.sim.options import check_out_dir
+    from envs.sim.options import config_from_args
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, run_dynamic_phases
 
     check_load_replaces_rate(getattr(args, "argv", None) or [])
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     on_row = None
     if args.out_dir:
-        from experiments.provenance import write_provenance
+        from envs.provenance import write_provenance
 
         write_provenance(args.out_dir, argv=getattr(args, "argv", None))  # first: a run stopped midway keeps it
         on_row = lambda rows, kinds: _write_policies(args.out_dir, rows, kinds)  # noqa: E731 - after each run

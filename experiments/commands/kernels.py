@@ -35,8 +35,8 @@ def parse_degrees(text: str, device: str) -> tuple[int, ...]:
 
 def parse_int_list(text: str, name: str, minimum: int = 0) -> tuple[int, ...]:
     """``"1,2,4" -> (1, 2, 4)``; raises ValueError naming the option on bad input (an empty item
-    included, :func:`experiments.config_args.split_number_list`)."""
-    from experiments.config_args import split_number_list
+    included, :func:`envs.sim.options.split_number_list`)."""
+    from envs.sim.options import split_number_list
 
     try:
         values = tuple(split_number_list(text, int))

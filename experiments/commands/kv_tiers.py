@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from baselines.registry import get_policy
-    from experiments.common import check_out_dir, parse_list, sim_config_from_args
+    from experiments.common import parse_list, sim_config_from_args
+    from envs.sim.options import check_out_dir
     from experiments.kv_tiers import SWEEP_COLS, TABLE_COLS, markdown_table, plot_tier_sweep, run_tier_study, write_study
 
     check_out_dir(args.out)
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         points = plot_tier_sweep(args.plot_sweep, out / "kv_tiers_sweep.png")
         table = markdown_table(points, SWEEP_COLS)
         (out / "sweep_table.md").write_text(table + "\n")
-        from experiments.provenance import write_provenance
+        from envs.provenance import write_provenance
 
         write_provenance(out, sys.argv[1:], name="provenance_sweep_plot.json")
         print(table)
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--load must be in (0, 1.5], got {args.load}")
     if args.capacity_rps is not None and not (args.capacity_rps > 0 and math.isfinite(args.capacity_rps)):
         raise ValueError(f"--capacity-rps must be a finite number > 0 [requests/s], got {args.capacity_rps}")
-    from experiments.config_args import split_name_list
+    from envs.sim.options import split_name_list
 
     policies = split_name_list(args.policies, "--policies")
     ev_policies = tuple(split_name_list(args.eviction_policies, "--eviction-policies"))
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
         trace = str(default_traces_dir() / "conversation_trace.jsonl")
     config = sim_config_from_args(args)
-    from experiments.runner import policy_pool
+    from baselines.runner import policy_pool
 
     for name in {args.capacity_policy, *policies, *ev_policies}:  # a baseline's own pool must fit the pool flags
         policy_pool(get_policy(name), config.pool)
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
         import pandas as pd
 
-        from experiments.provenance import write_provenance
+        from envs.provenance import write_provenance
 
         write_provenance(args.out, sys.argv[1:])
         done: list[dict] = []

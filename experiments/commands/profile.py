@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from kernels_ref import roofline
     from kernels_ref.config import LayerConfig
 
-    from experiments.common import check_out_file
+    from envs.sim.options import check_out_file
 
     check_flags(args)
     roofline.get_model(args.model), roofline.get_gpu(args.gpu)  # fail fast on a typo

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir
+    from envs.sim.options import check_out_dir
     from experiments.report import make_report
 
     check_out_dir(args.out)  # a file there: one line naming --out, not "PATH: File exists"

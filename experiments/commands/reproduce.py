@@ -95,10 +95,10 @@ def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
     from pathlib import Path
 
     from envs.workloads import default_traces_dir
-    from experiments.capacity import CapacityDefinition
+    from baselines.capacity import CapacityDefinition
     from experiments.commands.capacity import cache_dir_from_args, definition_from_args
     from experiments.common import parse_list, parse_workload_params, sim_config_from_args
-    from experiments.config_args import split_name_list
+    from envs.sim.options import split_name_list
     from experiments.reproduce import ReproduceConfig, WorkloadCase
 
     preset = QUICK if args.quick else FULL
@@ -193,10 +193,11 @@ def _write_runs(out, kind: str, res, final: bool) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from experiments.common import check_out_dir, dumps_json
+    from experiments.common import dumps_json
+    from envs.sim.options import check_out_dir
     from experiments.reproduce import EXPERIMENTS, plot_end_to_end, rows_as_dicts, run_experiments
 
-    from experiments.config_args import split_name_list
+    from envs.sim.options import split_name_list
 
     kinds = split_name_list(args.experiments, "--experiments")
     for k in kinds:
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     cfg = config_from_args(args, kinds)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    from experiments.provenance import write_provenance
+    from envs.provenance import write_provenance
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

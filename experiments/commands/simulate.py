@@ -63,12 +63,12 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def warn_if_overloaded(policy: str, result, summary: dict, workload) -> bool:
-    """One stderr line when the run is past saturation (:func:`experiments.capacity.saturated`,
-    default :class:`~experiments.capacity.CapacityDefinition`: the backlog grows, the last third's
+    """One stderr line when the run is past saturation (:func:`baselines.capacity.saturated`,
+    default :class:`~baselines.capacity.CapacityDefinition`: the backlog grows, the last third's
     mean TTFT slowdown > 1.2x the first third's, *and* token-weighted SLO attainment < 0.9). Past
     saturation the TTFTs measure how far the backlog grew in this window, not the policy, and the
     table gave no sign of it. Returns whether it warned."""
-    from experiments.capacity import CapacityDefinition, saturated
+    from baselines.capacity import CapacityDefinition, saturated
 
     if workload.num_requests < 3 or workload.duration_s <= 0:
         return False
@@ -99,19 +99,20 @@ def run(args: argparse.Namespace) -> int:
     from baselines.registry import POLICIES, get_policy
     from envs.metrics import summarize
     from envs.metrics.summary import FAULT_KEYS
-    from experiments.common import check_out_dir, dumps_json, sim_config_from_args, workload_from_args
-    from experiments.runner import policy_pool, run_policy, write_run
+    from experiments.common import dumps_json, sim_config_from_args, workload_from_args
+    from envs.sim.options import check_out_dir
+    from baselines.runner import policy_pool, run_policy, write_run
 
     if args.list_policies:
         for name, spec in POLICIES.items():
             print(f"{name:24s} {spec.description}  [{spec.source}]")
         return 0
-    from experiments.config_args import split_name_list
+    from envs.sim.options import split_name_list
 
     names = split_name_list(DEFAULT_POLICIES if args.policy is None else args.policy, "--policy")
     for n in names:  # a learned checkpoint is not a registered policy: say where it runs
         if n not in POLICIES:
-            from policies.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path
+            from policies.common.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path
 
             if n in SHIPPED_CHECKPOINTS or looks_like_path(n):
                 raise ValueError(f"--policy {n}: learned checkpoints run under `cpgym evaluate --policy {n}` (held-out "
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     for spec in specs:  # a baseline whose own pool does not fit the flags fails before any run
         policy_pool(spec, config.pool)
     workload = workload_from_args(args)
-    from experiments.progress import Progress, progress_mode
+    from envs.progress import Progress, progress_mode
 
     mode = progress_mode(args.progress, quiet=args.quiet)
     rows = []

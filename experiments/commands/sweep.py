@@ -39,7 +39,7 @@ def stale_cells_note(num: int, example: str, out) -> str:
 def outdated_cells_note(num: int, example: str, out) -> str:
     """The warning about finished cells in ``out`` that other simulator / policy code computed."""
     return (f"warning: {num} finished cell(s) in {out} were computed by other code (envs/, baselines/ or "
-            f"experiments/runner.py changed since, e.g. {example}) and are reused as they are; use a new --out "
+            f"baselines/runner.py changed since, e.g. {example}) and are reused as they are; use a new --out "
             f"to recompute them")
 
 
@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  workload_seed={c.workload.seed}  "
                   + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
         return 0
-    from experiments.common import check_out_dir
-    from experiments.provenance import write_provenance
+    from envs.sim.options import check_out_dir
+    from envs.provenance import write_provenance
 
     check_out_dir(str(out))  # a file there: one line naming --out, not "PATH: File exists"
     # a refused run writes nothing: no stray folder for --jobs 0, no other sweep's provenance.json overwritten

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from experiments.config_args import option as _opt
+from envs.sim.options import option as _opt
 
 DEFAULT_RATES_RPS = (20.0, 30.0, 40.0, 50.0, 55.0)
 
@@ -107,7 +107,7 @@ TOOL_AGENT_MIN_RATE_SCALE = 0.25
 
 
 def _rated_base():
-    from experiments.capacity import RatedWorkload
+    from baselines.capacity import RatedWorkload
 
     return RatedWorkload
 
@@ -115,10 +115,10 @@ def _rated_base():
 @dataclass(frozen=True)
 class ToolAgentRated(_rated_base()):
     """The cache ablation's tool-agent workload at any rate, for the capacity search
-    (:func:`experiments.capacity.find_capacity`, the machinery of ``cpgym capacity``): rate factor
+    (:func:`baselines.capacity.find_capacity`, the machinery of ``cpgym capacity``): rate factor
     ``x`` is :meth:`CacheAblationConfig.workload_source` at ``x * reference_rate_rps`` — sessions
     start ``x`` times as often and the calls keep their seconds-scale gaps (a plain
-    :class:`~experiments.capacity.RatedWorkload` of ``tool-agent`` would stretch the gaps by
+    :class:`~baselines.capacity.RatedWorkload` of ``tool-agent`` would stretch the gaps by
     ``1 / x``), so a capacity measured here is the capacity of the workload the ablation runs.
 
     The search starts at ``min_rate_scale`` (default :data:`TOOL_AGENT_MIN_RATE_SCALE`) instead of
@@ -132,7 +132,7 @@ class ToolAgentRated(_rated_base()):
         seed: workload seed.
         reference_rate_rps: the rate at factor 1 [requests/s] (default
             :data:`TOOL_AGENT_REFERENCE_RATE_RPS`), > 0.
-        min_rate_scale: lowest factor probed (:class:`~experiments.capacity.RatedWorkload`).
+        min_rate_scale: lowest factor probed (:class:`~baselines.capacity.RatedWorkload`).
 
     Raises:
         ValueError: on a bad window, ``start_s != 0`` or a reference rate <= 0.
@@ -161,18 +161,18 @@ class ToolAgentRated(_rated_base()):
 
 def tool_agent_capacity(config, duration_s: float = 300.0, seed: int = 0, base_policy: str = "vertumnus-router",
                         definition=None, cache_dir=None, log=None):
-    """Capacity (sustainable rate, :mod:`experiments.capacity`) of ``base_policy`` with local
+    """Capacity (sustainable rate, :mod:`baselines.capacity`) of ``base_policy`` with local
     caches only on the ablation's tool-agent workload (:class:`ToolAgentRated`, reference rate
     :data:`TOOL_AGENT_REFERENCE_RATE_RPS` x pool GPUs / 40), on ``config`` (pool, SLO; its seed is
     replaced by ``seed``).
 
     Returns:
-        :class:`experiments.capacity.CapacityResult`.
+        :class:`baselines.capacity.CapacityResult`.
 
     Raises:
         ValueError: on an unknown policy or a window with too few requests.
     """
-    from experiments.capacity import CapacityDefinition, find_capacity
+    from baselines.capacity import CapacityDefinition, find_capacity
 
     # the reference rate follows the pool size (the default 93 req/s is ~0.6 of the 40-GPU pool's
     # capacity), so the search's floor (TOOL_AGENT_MIN_RATE_SCALE) is the same share of any pool's
@@ -193,7 +193,7 @@ def run_one(spec, workload, config) -> dict:
     manager's counters (if attached)."""
     from baselines.cache_manager import GlobalCacheManager
     from envs.metrics import summarize
-    from experiments.runner import build_simulator
+    from baselines.runner import build_simulator
 
     sim, spec = build_simulator(spec, workload, config)
     managers: list[GlobalCacheManager] = []

@@ -34,7 +34,7 @@ def load_runs(sweep_dir: str | Path, metrics: tuple[str, ...] = METRICS) -> list
             a finished cell's ``summary.json`` is missing, not a JSON object or lacks a number for
             one of ``metrics`` (it used to count as 0: a best-looking setting).
     """
-    from experiments.spec.paths import is_int, is_number
+    from envs.sim.options import is_int, is_number
     from experiments.sweep import finished_cells
 
     runs = []

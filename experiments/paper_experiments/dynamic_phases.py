@@ -14,7 +14,7 @@ prints the capacity profile it used).
 Rates relative to capacity (``short_load`` / ``long_load``, ``cpgym dynamic --short-load X
 --long-load Y``): the mean rate of a phase kind is that fraction of the mix's *sustainable rate*
 (:func:`phase_capacities`: the ``cpgym capacity`` definition and bisection,
-:func:`experiments.capacity.find_capacity`, on one constant-rate phase of the mix from the
+:func:`baselines.capacity.find_capacity`, on one constant-rate phase of the mix from the
 history day, on the strongest homogeneous pool of the supported degrees, router
 ``vertumnus-router``; cached on disk under ``capacity_cache_dir``); with the rising rate the peak
 is 1.5x that. Measured (40 GPUs, {2, 4}, history day of workload seed 0): short-heavy mix
@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
-from experiments.config_args import option as _opt
+from envs.sim.options import option as _opt
 
 #: Mean phase rates [requests/s] (the ``phases`` generator's rising rate runs 0.5x -> 1.5x of
 #: them), chosen from the capacity profile (``CapacityTable`` mean over the history day's 20 s
@@ -114,7 +114,7 @@ class DynamicPhasesConfig:
     long_load: float | None = _opt(None, "mean rate of long-heavy phases as a fraction of the long-heavy mix's capacity "
                                          "(as --short-load; replaces --long-rate-rps)")
     capacity_cache_dir: str | None = _opt(".cpgym-cache/capacity", "disk cache of the phase capacities "
-                                                                  "(experiments.capacity); '' for none")
+                                                                  "(baselines.capacity); '' for none")
     rising_rate: bool = _opt(True, "rate rising 0.5x -> 1.5x inside each phase (--no-rising-rate: constant)")
     workload_seed: int = _opt(0, "seed of the workload; the history day uses seed + 1")
     window_s: tuple[float, float] | None = _opt(None, "keep arrivals in [START, END) s (the workload window)")
@@ -265,8 +265,8 @@ class DynamicPhasesResult:
 
 def reuse_prefix_tokens(workload) -> float:
     """Mean per-request prefix already seen earlier in ``workload`` [tokens]
-    (:func:`baselines.capacity.reuse_prefix_tokens`)."""
-    from baselines.capacity import reuse_prefix_tokens as reuse
+    (:func:`envs.planning.capacity.reuse_prefix_tokens`)."""
+    from envs.planning.capacity import reuse_prefix_tokens as reuse
 
     return reuse(workload)
 
@@ -466,13 +466,13 @@ def dynamic_plan(cfg: DynamicPhasesConfig, base) -> list[tuple]:
 
 
 def phase_mix_source(cfg: DynamicPhasesConfig, kind: str, history: bool = True):
-    """A :class:`~experiments.capacity.RatedWorkload` of one constant-rate phase of ``kind``
+    """A :class:`~baselines.capacity.RatedWorkload` of one constant-rate phase of ``kind``
     (``"short"`` / ``"long"``) of the ``phases`` generator, window ``phase_duration_s``, at the
     configured absolute rate (the capacity search rescales it), from the history day
     (``workload_seed + 1``) by default; generated 8 phase durations long so that the search's
     rate factors (up to about twice the capacity) still fill the window."""
     from envs.workloads import get_workload
-    from experiments.capacity import RatedWorkload
+    from baselines.capacity import RatedWorkload
 
     key = "short_phase_rate_rps" if kind == "short" else "long_phase_rate_rps"
     rate = cfg.short_rate_rps if kind == "short" else cfg.long_rate_rps
@@ -483,19 +483,19 @@ def phase_mix_source(cfg: DynamicPhasesConfig, kind: str, history: bool = True):
 
 def phase_capacities(cfg: DynamicPhasesConfig, base, calibration, log=None) -> dict:
     """Capacity [req/s] of each phase mix for which a load fraction is set: the sustainable rate
-    (``experiments.capacity.find_capacity``, the ``cpgym capacity`` definition and bisection,
+    (``baselines.capacity.find_capacity``, the ``cpgym capacity`` definition and bisection,
     cached under ``capacity_cache_dir``) of one constant-rate phase of the mix
     (:func:`phase_mix_source`) on the *strongest* fixed pool, router ``vertumnus-router``. The
     strongest pool is searched among the homogeneous pools of the supported degrees: the
     profiled capacity of a composition is linear in its worker counts
-    (:func:`baselines.composition.composition_capacity_rps`), so an extreme pool is the
+    (:func:`envs.planning.composition.composition_capacity_rps`), so an extreme pool is the
     strongest.
 
     Returns:
         ``{kind: {"capacity_rps", "strongest_pool", "per_pool_capacity_rps", "load"}}`` for the
         kinds with a load fraction.
     """
-    from experiments.capacity import find_capacity
+    from baselines.capacity import find_capacity
 
     out = {}
     pool = base.pool
@@ -598,7 +598,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
     from baselines.registry import PolicySpec, get_policy
     from envs.metrics import summarize
     from envs.sim import Calibration
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     calibration = Calibration.resolve(base.calibration_path)
     from experiments.common import check_has_requests

@@ -56,7 +56,7 @@ def _grid(text: str | None, flag: str, default: float, lowest: float) -> list[fl
     import math
 
     from experiments.common import parse_list
-    from policies.evaluate import check_distinct
+    from policies.routing.evaluate import check_distinct
 
     if text is None:
         return [default]
@@ -110,7 +110,7 @@ def resolve_suite(text: str, flag: str = "--suite") -> list[str]:
         ValueError: naming an unknown suite or policy, or an empty item.
     """
     from baselines.registry import POLICIES, SUITES
-    from experiments.config_args import split_name_list
+    from envs.sim.options import split_name_list
 
     names: list[str] = []
     for item in split_name_list(text, flag, allow_duplicates=True):  # suites overlap: each policy runs once
@@ -132,9 +132,9 @@ def resolve_suite(text: str, flag: str = "--suite") -> list[str]:
 def _run_task(task: tuple) -> dict:
     """Runs one (policy, workload, config) in a worker process and returns its summary row."""
     from envs.metrics import summarize
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
-    from experiments.capacity import saturated
+    from baselines.capacity import saturated
 
     policy, workload, config, meta = task
     result = run_policy(_policy(policy), workload, config)

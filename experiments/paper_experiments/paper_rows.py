@@ -5,7 +5,7 @@ strongest_baseline}``.
 
 Each builder takes per-seed results (one independent replication per seed: workload seed = run
 seed) and returns the rows; ``cpgym_value`` is the mean over seeds, ``[ci_low, ci_high]`` its
-Student-t 95 % interval (:func:`policies.evaluate.mean_ci95`; both NaN-free only for >= 2 seeds).
+Student-t 95 % interval (:func:`policies.routing.evaluate.mean_ci95`; both NaN-free only for >= 2 seeds).
 
 * ``experiment = "dynamic"`` (:func:`dynamic_rows`, from :func:`run_dynamic_phases` results):
   per scenario (``workload``), ``mean_ttft_pct_vs_best_fixed`` (vs the fixed composition with the
@@ -48,7 +48,7 @@ DYNAMIC_METRICS = ("mean_ttft_pct_vs_best_fixed", "mean_ttft_pct_vs_homogeneous_
 
 def _row(experiment: str, workload: str, model: str, metric: str, paper_value, values, load_fraction=None,
          strongest_baseline=None) -> dict:
-    from policies.evaluate import mean_ci95
+    from policies.routing.evaluate import mean_ci95
 
     mean, half = mean_ci95(list(values))
     lo, hi = (mean - half, mean + half) if not math.isnan(half) else (math.nan, math.nan)
@@ -194,7 +194,7 @@ def dynamic_load_fraction(summaries: list[dict], phase_kind: str | None = None) 
 
 
 def _finite_number(x) -> bool:
-    from experiments.spec.paths import is_number
+    from envs.sim.options import is_number
 
     return is_number(x) and math.isfinite(x)
 

@@ -6,7 +6,7 @@ For every workload folder ``W`` present under both ``BEFORE_DIR`` and ``AFTER_DI
 output has one row per workload, rate and policy: the seed means of mean / P90 TTFT [s], token-
 weighted SLO attainment and prefix hit rate before and after, and the per-seed change of mean TTFT
 ``100 (after / before - 1)`` [%] with its mean and 95 % Student-t CI over the seeds
-(:func:`policies.evaluate.mean_ci95`)::
+(:func:`policies.routing.evaluate.mean_ci95`)::
 
     python -m experiments.scripts.before_after_table BEFORE_DIR AFTER_DIR OUT.csv
 
@@ -43,7 +43,7 @@ def before_after(before_dir: Path, after_dir: Path):
     """The table (module docstring) as a DataFrame."""
     import pandas as pd
 
-    from policies.evaluate import mean_ci95
+    from policies.routing.evaluate import mean_ci95
 
     workloads = sorted(d.name for d in before_dir.iterdir() if d.is_dir() and (after_dir / d.name).is_dir())
     if not workloads:

@@ -4,7 +4,7 @@ Each run folder (``cpgym dynamic --out-dir DIR``) holds ``dynamic.json``; the tw
 in the order given (the same workload seed at the same position). Prints, as JSON, the
 per-seed mean TTFT [s] of ``vertumnus-adaptive`` in each set, the per-seed change ``100 x (b / a - 1)``
 [%] and its mean with the 95 % Student-t CI half-width over the pairs
-(:func:`policies.evaluate.mean_ci95`)::
+(:func:`policies.routing.evaluate.mean_ci95`)::
 
     python -m experiments.scripts.dynamic_paired \\
         --a results/dynamic-phases/target-controller/seed{0,1,2,3,4} \\

@@ -20,8 +20,8 @@ def main() -> int:
     from envs.metrics import summarize
     from envs.sim import SimConfig
     from envs.workloads.source import build_workload
-    from experiments.runner import run_policy
-    from policies.evaluate import mean_ci95
+    from baselines.runner import run_policy
+    from policies.routing.evaluate import mean_ci95
 
     class PoolOrderTies(DynamoKVRouter):
         def break_tie(self, ties, view):

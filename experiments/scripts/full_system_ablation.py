@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default=",".join(POLICIES + (TRANSITION_LABEL,)))
     p.add_argument("--out", required=True, help="output folder (runs.csv, table.md)")
     args = p.parse_args(argv)
-    from experiments.config_args import split_name_list, split_number_list
+    from envs.sim.options import split_name_list, split_number_list
 
     seeds = split_number_list(args.seeds, int)
     policies = split_name_list(args.policies, "--policies")
@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 def run(workload: str, load: float, scale: float, seeds: list[int], policies: list[str], runs_csv: Path) -> list[dict]:
     """Runs every policy on every seed's point (as ``cpgym reproduce``), appending each row to
     ``runs_csv`` as it finishes; returns the rows."""
-    from baselines.capacity import CapacityCache
+    from envs.planning.capacity import CapacityCache
     from envs.metrics import summarize
     from envs.sim import Calibration, SimConfig
     from experiments.reproduce import _model_sim, _rated
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     case = _workload_case(workload)
     calibration = Calibration.resolve(None)
@@ -137,7 +137,7 @@ def _workload_case(workload: str):
 def paired_table(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     """Markdown: per policy, mean TTFT per seed [s], SLO attainment (mean over seeds) and the
     paired change of mean TTFT vs :data:`REFERENCE` [%] with its 95 % Student-t CI."""
-    from policies.protocol import paired_ci
+    from policies.routing.protocol import paired_ci
 
     by = {(r["policy"], r["seed"]): r for r in rows}
     lines = [f"| policy | mean TTFT per seed {'/'.join(map(str, seeds))} [s] | SLO tok | reconfig ops | "

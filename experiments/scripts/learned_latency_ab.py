@@ -1,7 +1,7 @@
 """Per-decision cost of a learned router, this checkout vs another one, in ONE process.
 
 ``cpgym bench env`` run twice, once per checkout, is at the mercy of a shared machine's load
-between the two runs. This script loads ``policies/numpy_policy.py`` and ``envs/routing_env.py``
+between the two runs. This script loads ``policies/common/numpy_policy.py`` and ``envs/routing_env.py``
 of ``--baseline`` (another checkout, e.g. the main worktree) next to this checkout's, routes the
 same episode with both, alternating ``--repeats`` times, and reports per side the fastest mean
 over the episode of (a) the numpy decision (``NumpyWorkerSetActor.act``) and (b) building the
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from envs.routing_env import PrefillRoutingEnv, episode_windows
     from envs.sim import SimConfig
     from envs.workloads import WorkloadSource, default_traces_dir
-    from policies.checkpoint import LearnedPolicy
-    from policies.numpy_policy import NumpyWorkerSetActor
+    from policies.common.checkpoint import LearnedPolicy
+    from policies.common.numpy_policy import NumpyWorkerSetActor
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--baseline", required=True, help="root of the other checkout (holds envs/ and policies/)")

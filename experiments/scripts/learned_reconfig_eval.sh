@@ -29,7 +29,7 @@ fi
 FIXED=$(python -c "
 from envs.sim import SimConfig
 from envs.reconfig_env import target_menu
-from policies.evaluate_reconfig import checkpoint_pool_composition
+from policies.reconfig.evaluate import checkpoint_pool_composition
 start = checkpoint_pool_composition('shipped-reconfig') or SimConfig().pool.composition
 print(','.join('fixed:' + c.replace(',', '+') for c in target_menu(SimConfig().pool, (2, 4, 8)) if c != start))")
 python -m experiments.cli evaluate --kind reconfig --policy shipped-reconfig --workload matched-phases \

@@ -54,7 +54,7 @@ def measure(name: str, workload, config, profile_top: int = 0) -> dict:
     import io
     import pstats
 
-    from experiments.runner import build_simulator
+    from baselines.runner import build_simulator
 
     spec = _spec(name)
     prof = cProfile.Profile() if profile_top and name != "vertumnus-router" else None
@@ -107,7 +107,7 @@ def measure(name: str, workload, config, profile_top: int = 0) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from envs.sim import SimConfig
     from envs.workloads import build_workload, default_traces_dir
-    from experiments.config_args import split_name_list
+    from envs.sim.options import split_name_list
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", default=str(default_traces_dir() / "conversation_trace.jsonl"))

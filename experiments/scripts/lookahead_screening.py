@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
-    from experiments.provenance import write_provenance
+    from envs.provenance import write_provenance
 
     write_provenance(out.parent, argv=["python", "-m", "experiments.scripts.lookahead_screening", *(argv or sys.argv[1:])])
     return 0

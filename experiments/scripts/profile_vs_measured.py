@@ -1,6 +1,6 @@
-"""How far the full system's capacity profile (``baselines/capacity.py`` ``CapacityTable``, read
-by ``baselines/composition.py`` ``workload_initial_pool``) is from the measured capacity
-(``experiments/capacity.py``, ``cpgym capacity``) on the three ``cpgym reproduce`` workloads, and
+"""How far the full system's capacity profile (``envs/planning/capacity.py`` ``CapacityTable``, read
+by ``envs/planning/composition.py`` ``workload_initial_pool``) is from the measured capacity
+(``baselines/capacity.py``, ``cpgym capacity``) on the three ``cpgym reproduce`` workloads, and
 which of the profile's assumptions the gap comes from.
 
 For each workload (``production`` = the conversation trace with seed-0 spreading, ``tool-agent``,
@@ -10,7 +10,7 @@ For each workload (``production`` = the conversation trace with seed-0 spreading
    ``cp4x6,cp2x8`` (``Σ`` of the per-worker profiles ``workload_initial_pool`` computes on the
    window at the 0.85 and the 0.95 points of ``results/end-to-end/quick/end-to-end-runs.csv``)
    against the measured capacity of ``homogeneous-cp2``, ``homogeneous-cp4`` and
-   ``vertumnus-router`` (:func:`experiments.capacity.find_capacity`, no disk cache).
+   ``vertumnus-router`` (:func:`baselines.capacity.find_capacity`, no disk cache).
 2. **The ladder** (``--ladder``, homogeneous pools): the pool's capacity bisected (in the
    window's rate factor, ``--steps`` halvings of ``[0.4, 2.5]`` x the 1.0 point) after each
    cumulative change that turns the measurement into the profile:
@@ -63,7 +63,7 @@ LADDER = ("measured (capacity criterion)", "profile criterion", "hits as shorter
 
 def per_request_reuse(workload) -> np.ndarray:
     """Per-request prefix [tokens] already seen in an earlier request (whole KV blocks, capped at
-    ``L - 1``): the terms of :func:`baselines.capacity.reuse_prefix_tokens`."""
+    ``L - 1``): the terms of :func:`envs.planning.capacity.reuse_prefix_tokens`."""
     seen: set = set()
     out = np.zeros(workload.num_requests)
     for i, r in enumerate(workload.requests):
@@ -118,7 +118,7 @@ class Ladder:
         return self._windows[scale]
 
     def _run(self, wl, router: str):
-        from baselines.simple import LeastWorkRouter
+        from envs.sim.router import LeastWorkRouter
         from baselines.vertumnus import VertumnusParams, VertumnusRouter
         from envs.sim.simulator import Simulator
 
@@ -128,7 +128,7 @@ class Ladder:
     def variant(self, step: int, scale: float):
         """``(workload, router, SLO [s] per request, token weights)`` of ladder step 0-7 at a rate
         factor; the weights are the full prompts' up to step 3 and the shorter prompts' after."""
-        from baselines.capacity import slo_for_lengths
+        from envs.planning.capacity import slo_for_lengths
 
         wl = self.window(scale)
         L = np.array([r.num_prompt_tokens for r in wl.requests], float)
@@ -159,7 +159,7 @@ class Ladder:
         return float((weights * ok).sum() / weights.sum())
 
     def good(self, step: int, scale: float) -> bool:
-        from experiments.capacity import sustainable
+        from baselines.capacity import sustainable
 
         wl, router, slo, weights = self.variant(step, scale)
         res = self._run(wl, router)
@@ -188,8 +188,8 @@ class Ladder:
 
 def profiled(wl, config, calibration) -> dict[int, float]:
     """Per-worker profiled capacities ``workload_initial_pool`` computes for the window."""
-    from baselines.capacity import CapacityCache
-    from baselines.composition import workload_initial_pool
+    from envs.planning.capacity import CapacityCache
+    from envs.planning.composition import workload_initial_pool
 
     _, info = workload_initial_pool(config.pool, wl, config, calibration, CapacityCache())
     return info["profiles"]
@@ -198,8 +198,8 @@ def profiled(wl, config, calibration) -> dict[int, float]:
 def profile_noise(rated, scales, config, calibration, seeds=(0, 1, 2), durations=(60.0, 300.0)) -> list[str]:
     """Markdown rows: the spread of the profiled ``cp4x10`` and ``cp2x20`` capacities over profile
     seeds and windows (``scales``), per ``ProfileConfig.duration_s``: mean, sd and range [req/s]."""
-    from baselines.capacity import CapacityCache, ProfileConfig
-    from baselines.composition import workload_initial_pool
+    from envs.planning.capacity import CapacityCache, ProfileConfig
+    from envs.planning.composition import workload_initial_pool
 
     rows = []
     for dur in durations:
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-measured", action="store_true", help="skip the measured capacities (profiles only)")
     args = p.parse_args(argv)
     from envs.sim import Calibration, SimConfig
-    from experiments.capacity import find_capacity
+    from baselines.capacity import find_capacity
     from experiments.reproduce import _model_sim, _rated
     from experiments.scripts.full_system_ablation import _workload_case, rate_scale_of
 

@@ -1,7 +1,7 @@
 """Which single fixed composition would a user pick in advance for ``matched-phases``? Ranks the
-compositions of a per-phase TTFT cache (``policies.reconfig_oracle.save_phase_ttft``: the
+compositions of a per-phase TTFT cache (``policies.reconfig.oracle.save_phase_ttft``: the
 ``oracle_phase_ttft.json`` of ``policies/checkpoints/reconfig_target``, made on the training seeds)
-by their whole-workload mean TTFT [s] (:func:`policies.reconfig_oracle.fixed_mean_ttft`: the phase
+by their whole-workload mean TTFT [s] (:func:`policies.reconfig.oracle.fixed_mean_ttft`: the phase
 means weighted by the phase's requests, the same number as one whole-run simulation), averaged
 over the given seeds (default: every seed of the file). Prints the ``--top`` best, one per line::
 
@@ -23,10 +23,10 @@ def ranking(path: str, seeds: list[int] | None = None) -> tuple[list[tuple[str, 
     seeds averaged over (default: every seed of the file).
 
     Raises:
-        ValueError: naming the file, on a malformed cache (:func:`policies.reconfig_oracle.load_phase_ttft`),
+        ValueError: naming the file, on a malformed cache (:func:`policies.reconfig.oracle.load_phase_ttft`),
             a seed it does not hold, or no seed.
     """
-    from policies.reconfig_oracle import fixed_mean_ttft, load_phase_ttft
+    from policies.reconfig.oracle import fixed_mean_ttft, load_phase_ttft
 
     try:
         menu = json.loads(open(path).read())["compositions"]

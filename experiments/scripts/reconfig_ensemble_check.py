@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from policies.evaluate_reconfig import LearnedReconfig
+from policies.reconfig.evaluate import LearnedReconfig
 
 
 def action_probabilities(member: LearnedReconfig, obs: dict, mask) -> np.ndarray:
@@ -55,7 +55,7 @@ class ProbabilityEnsemble(LearnedReconfig):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from experiments.common import check_out_file
+    from envs.sim.options import check_out_file
     from experiments.scripts.reconfig_sustained_target import evaluate_and_report, parse_values
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -17,6 +17,7 @@ import sys
 from dataclasses import replace
 
 import numpy as np
+from baselines.envs import make_reconfig_env
 
 
 def phase_means(ttft_s: np.ndarray, phase: np.ndarray, num_phases: int) -> list[float]:
@@ -47,11 +48,10 @@ def target_runs(actions: list[int], phases: list[int], menu: list[str]) -> list[
 def main(argv: list[str]) -> int:
     from envs import workloads
     from envs.metrics import summarize
-    from envs.reconfig_env import PrefillReconfigEnv
     from envs.sim import SimConfig
-    from experiments.runner import run_policy
-    from policies.evaluate_reconfig import LearnedReconfig
-    from policies.reconfig_oracle import phase_at
+    from baselines.runner import run_policy
+    from policies.reconfig.evaluate import LearnedReconfig
+    from policies.reconfig.oracle import phase_at
 
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
         cfg = replace(sc, seed=seed)
         phase = np.asarray(wl.metadata["phase_of_request"])
         num_phases = len(wl.metadata["phase_boundaries_s"]) - 1
-        env = PrefillReconfigEnv([wl], cfg, window_s=ckpt.window_s, **ckpt.env_kwargs)  # own table per seed
+        env = make_reconfig_env([wl], cfg, window_s=ckpt.window_s, **ckpt.env_kwargs)  # own table per seed
         menu = env.target_compositions
         obs, _ = env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
         actions, phases, done, info = [], [], False, {}

@@ -1,6 +1,6 @@
 """How good is the warm start's oracle? Per workload seed of ``matched-phases``: the best fixed
 composition of the target menu in hindsight (one simulation each, Vertumnus router) and the mean
-TTFT of following the oracle schedule (``policies.reconfig_oracle.select_targets``: per phase
+TTFT of following the oracle schedule (``policies.reconfig.oracle.select_targets``: per phase
 within a tolerance, or by dynamic programming with a cost per GPU moved) in the target-mode
 environment (the settings of ``policies/checkpoints/reconfig_target``).
 
@@ -10,7 +10,7 @@ environment (the settings of ``policies/checkpoints/reconfig_target``).
 e.g. ``0,1,2,3,4,5`` (training seeds) or ``500,501,502`` (validation seeds); prints one line per
 seed and schedule, and the means. ``--switch-costs`` (request-seconds per GPU moved, 0 = the
 per-phase rule with TOLERANCE) evaluates several oracles on the same per-phase TTFTs;
-``--cache`` reads/writes those TTFTs (``policies.reconfig_oracle.save_phase_ttft``: the file
+``--cache`` reads/writes those TTFTs (``policies.reconfig.oracle.save_phase_ttft``: the file
 ``cpgym train reconfig --oracle-phase-ttft`` reads), so a second call simulates no fixed pool.
 ``--out-csv`` writes one per-episode row per seed and schedule (policy
 ``oracle-schedule:switch-cost-<C>``, the columns of ``cpgym evaluate --kind reconfig --out``),
@@ -28,6 +28,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+from baselines.envs import make_reconfig_env
 
 
 def rows_with(path: str | None, policies: str | None, seeds: list[int]) -> list[dict]:
@@ -38,7 +39,7 @@ def rows_with(path: str | None, policies: str | None, seeds: list[int]) -> list[
         ValueError: naming the file, when it is not a reconfiguration evaluation CSV, or a policy
             of ``policies`` has no row for one of ``seeds``.
     """
-    from policies.evaluate import read_episode_rows
+    from policies.routing.evaluate import read_episode_rows
 
     if path is None:
         if policies:
@@ -119,12 +120,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[int], list[flo
 
 
 def main(argv: list[str]) -> int:
-    from baselines.capacity import CapacityTable
-    from baselines.composition import degree_counts
+    from envs.planning.capacity import CapacityTable
+    from envs.planning.composition import degree_counts
     from envs import workloads
-    from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config
+    from envs.reconfig_env import observation_profile_config
     from envs.sim import Calibration, SimConfig
-    from policies.reconfig_oracle import (fixed_mean_ttft, follow_schedule, load_phase_ttft, phase_ttft, save_phase_ttft,
+    from policies.reconfig.oracle import (fixed_mean_ttft, follow_schedule, load_phase_ttft, phase_ttft, save_phase_ttft,
                                           select_targets)
 
     a, seeds, costs, out_rows = parse_args(argv)
@@ -136,7 +137,7 @@ def main(argv: list[str]) -> int:
     for seed in seeds:
         wl = workloads.build_workload(name="matched-phases", seed=seed)
         cfg = replace(sc, seed=seed)
-        env = PrefillReconfigEnv([wl], cfg, capacity_features=True, capacity_table=table, action_mode="target",
+        env = make_reconfig_env([wl], cfg, capacity_features=True, capacity_table=table, action_mode="target",
                                  target_degrees=(2, 4, 8), max_operation_gpus_per_window=a.gpus_per_window,
                                  window_s=a.window_s)
         if menu is None:

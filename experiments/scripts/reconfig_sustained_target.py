@@ -26,7 +26,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from policies.evaluate_reconfig import LearnedReconfig
+from policies.reconfig.evaluate import LearnedReconfig
 
 
 class SustainedTarget(LearnedReconfig):
@@ -125,7 +125,7 @@ def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str |
     from envs import workloads
     from envs.metrics import summarize
     from envs.sim import SimConfig
-    from policies.evaluate import mean_ci95
+    from policies.routing.evaluate import mean_ci95
 
     rows = []
     for name, pol in policies.items():
@@ -157,7 +157,7 @@ def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str |
 def parse_values(flag: str, text: str, kind: type) -> list:
     """The comma-separated ``kind`` values of ``flag``; ValueError naming the flag on a bad list or
     a value given twice (one policy per value: a repeat would silently be dropped)."""
-    from experiments.config_args import split_number_list
+    from envs.sim.options import split_number_list
 
     try:
         values = [kind(v) for v in split_number_list(text, kind)]
@@ -170,8 +170,8 @@ def parse_values(flag: str, text: str, kind: type) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from experiments.common import check_out_file
-    from policies.checkpoint import SHIPPED_RECONFIG
+    from envs.sim.options import check_out_file
+    from policies.common.checkpoint import SHIPPED_RECONFIG
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", default=SHIPPED_RECONFIG, help="target-menu checkpoint (default: shipped-reconfig)")

@@ -5,7 +5,7 @@ choose.
 
 * **Data.** Per training seed, rollouts of the target-mode environment (the checkpoint's settings:
   20 s windows, menu over CP {2, 4, 8}, 16 GPUs per window) that follow the switching-cost oracle
-  (``policies.reconfig_oracle.select_targets``, cost 5 request-s per GPU, as the checkpoint's warm
+  (``policies.reconfig.oracle.select_targets``, cost 5 request-s per GPU, as the checkpoint's warm
   start) with DART disturbances (the first rollout clean, the others executing a random menu
   composition with probability 0.5). Each decision whose last window lies inside one phase is a
   sample: its observation and, for every menu composition ``k``, the phase's mean TTFT on the
@@ -33,6 +33,7 @@ import sys
 from dataclasses import replace
 
 import numpy as np
+from baselines.envs import make_reconfig_env
 
 #: Window features the model reads (indices into the target-mode ``"window"`` observation:
 #: ``envs.reconfig_env.WINDOW_FEATURES`` then ``CAPACITY_WINDOW_FEATURES``).
@@ -45,7 +46,7 @@ ORACLE_SWITCH_COST_S_PER_GPU = 5.0
 
 def composition_gpu_shares(counts: list[dict], num_gpus: int) -> np.ndarray:
     """``(K, 3)`` share of the pool's GPUs in CP-2, CP-4 and CP-8 workers per composition
-    (``counts``: ``{degree: num_workers}`` as ``baselines.composition.degree_counts``)."""
+    (``counts``: ``{degree: num_workers}`` as ``envs.planning.composition.degree_counts``)."""
     return np.array([[d * c.get(d, 0) / num_gpus for d in MENU_DEGREES] for c in counts], np.float32)
 
 
@@ -120,7 +121,7 @@ def collect(make_env, seeds: list[int], tables: dict, counts: list[dict], initia
     """``(features, labels)`` stacked over the decisions of ``rollouts`` rollouts per seed (see the
     module docstring); decisions whose last window straddles a phase boundary are left out."""
     from envs import workloads
-    from policies.reconfig_oracle import phase_at, select_targets
+    from policies.reconfig.oracle import phase_at, select_targets
 
     feats, labels = [], []
     for seed in seeds:
@@ -167,12 +168,12 @@ def run_planner(env, predict, shares: np.ndarray, seed: int, switch_cost: float)
 def main(argv: list[str]) -> int:
     import torch
 
-    from baselines.capacity import CapacityTable
-    from baselines.composition import degree_counts
+    from envs.planning.capacity import CapacityTable
+    from envs.planning.composition import degree_counts
     from envs import workloads
-    from envs.reconfig_env import PrefillReconfigEnv, observation_profile_config, target_menu
+    from envs.reconfig_env import observation_profile_config, target_menu
     from envs.sim import Calibration, SimConfig
-    from policies.reconfig_oracle import fixed_mean_ttft, load_phase_ttft
+    from policies.reconfig.oracle import fixed_mean_ttft, load_phase_ttft
 
     ap = argparse.ArgumentParser(prog="reconfig_ttft_model", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -198,7 +199,7 @@ def main(argv: list[str]) -> int:
     table = CapacityTable(sc, Calibration.resolve(sc.calibration_path), observation_profile_config())
 
     def make_env(wl, seed):
-        return PrefillReconfigEnv([wl], replace(sc, seed=seed), capacity_features=True, capacity_table=table,
+        return make_reconfig_env([wl], replace(sc, seed=seed), capacity_features=True, capacity_table=table,
                                   action_mode="target", target_degrees=MENU_DEGREES, max_operation_gpus_per_window=16.0,
                                   window_s=20.0)
 

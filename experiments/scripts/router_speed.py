@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from baselines.industry import DynamoKVRouter, LlmdRouter
-from baselines.simple import LeastWorkRouter
+from envs.sim.router import LeastWorkRouter
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.sim import SimConfig, Simulator
 from envs.sim.router import Router

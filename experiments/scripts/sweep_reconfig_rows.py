@@ -25,7 +25,7 @@ from math import nan
 from pathlib import Path
 
 
-#: The ``summary.json`` numbers of a row (the rest of :data:`policies.evaluate.ROW_COLUMNS` ``["reconfig"]``).
+#: The ``summary.json`` numbers of a row (the rest of :data:`policies.routing.evaluate.ROW_COLUMNS` ``["reconfig"]``).
 SUMMARY_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
 
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweep_dir", help="output folder of `cpgym sweep`")
     p.add_argument("--out", required=True, help="CSV to write")
     args = p.parse_args(argv)
-    from experiments.common import check_out_file
+    from envs.sim.options import check_out_file
 
     try:
         check_out_file(args.out, "--out")

@@ -22,10 +22,10 @@ S3=${3:-runs/sweeps/controller-matched-phases-tuning-3}
 S4=${4:-runs/sweeps/controller-matched-phases-tuning-4}
 R=results/learned-reconfig/tuned-controller
 mkdir -p $R
-python -m policies.tune_controller "$S1" --out $R/round1.json > $R/round1.txt
-python -m policies.tune_controller "$S1" "$S2" --out $R/rounds1-2.json > $R/rounds1-2.txt
-python -m policies.tune_controller "$S1" "$S2" "$S3" --out $R/rounds1-3.json > $R/rounds1-3.txt
-python -m policies.tune_controller "$S1" "$S2" "$S3" "$S4" --out $R/tuned-controller-matched-phases.json > $R/rounds1-4.txt
+python -m experiments.tune_controller "$S1" --out $R/round1.json > $R/round1.txt
+python -m experiments.tune_controller "$S1" "$S2" --out $R/rounds1-2.json > $R/rounds1-2.txt
+python -m experiments.tune_controller "$S1" "$S2" "$S3" --out $R/rounds1-3.json > $R/rounds1-3.txt
+python -m experiments.tune_controller "$S1" "$S2" "$S3" "$S4" --out $R/tuned-controller-matched-phases.json > $R/rounds1-4.txt
 # context on the same training seeds: no reconfiguration and the two best single compositions of the held-out table
 python -m experiments.cli evaluate --kind reconfig --policy none --workload matched-phases --seeds 0,1,2,3,4,5,6,7,8,9 \
   --against vertumnus-router,fixed:cp4x9+cp2x2,fixed:cp4x10 --out $R/train_seeds_0_9_no_reconfiguration.csv \

@@ -15,7 +15,8 @@ from typing import Any
 from envs.sim import SimConfig
 from experiments.spec.cells import resolve_cells
 from experiments.spec.model import TRACES_PREFIX, ExperimentSpec, SpecError, WorkloadSpec, make_workload, materialize_param
-from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten, type_name
+from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten
+from envs.sim.options import type_name
 
 TOP_LEVEL_KEYS = ("name", "description", "workload", "sim", "calibration", "horizon_s", "policies", "policy_params",
                   "seeds", "seed_workload", "rates", "sweep")
@@ -29,7 +30,7 @@ def _read(path: Path) -> dict:
     if suffix in (".yaml", ".yml"):
         import yaml
 
-        from envs.yaml_keys import compose, duplicate_key, load
+        from envs.sim.yaml_keys import compose, duplicate_key, load
 
         try:
             data = load(text)  # 1e9 is a number (PyYAML's safe_load read it as the string '1e9')
@@ -327,9 +328,9 @@ class _Loader:
         """Validates what only a whole cell determines, without simulating: each distinct named
         workload with parameter overrides is generated once (its generator validates them), and
         each distinct policy with parameters is built (``PolicySpec.with_params``) and checked
-        against the cell's pool (``experiments.runner.policy_pool``)."""
+        against the cell's pool (``baselines.runner.policy_pool``)."""
         from envs.workloads import get_workload
-        from experiments.runner import policy_pool
+        from baselines.runner import policy_pool
 
         seen_workloads: set = set()
         seen_policies: set = set()
@@ -554,7 +555,7 @@ def _yaml_line(path: Path, key: str) -> int | None:
 
     if path.suffix.lower() not in (".yaml", ".yml"):
         return None
-    from envs.yaml_keys import compose
+    from envs.sim.yaml_keys import compose
 
     try:
         node = compose(path.read_text())

@@ -11,7 +11,7 @@ from baselines.prediction_error import COLUMNS, summarize_prediction_errors
 from envs.sim import PoolConfig, PredictionErrorConfig, SimConfig
 from experiments.cli import main
 from experiments.commands.compare import resolve_suite, strongest_baseline_changes
-from experiments.runner import run_policy, write_run
+from baselines.runner import run_policy, write_run
 from envs.metrics import summarize
 
 
@@ -112,7 +112,7 @@ def test_compare_beta_lambda_sweep(tmp_path, capsys, monkeypatch, small_prefix_w
     assert set(sweep["variant"]) == {"vertumnus-router[beta=1,lambda=0]", "vertumnus-router[beta=3,lambda=0]"}
     assert set(sweep["baseline"]) == {"least-work", "mean over rates"}
     # beta=1, lambda=0 is exactly mooncake-ttft (q + s), so its change equals mooncake-ttft's
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
     from envs.sim import SimConfig
     from envs.workloads import scale_to_rate
 

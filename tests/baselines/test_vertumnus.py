@@ -175,7 +175,7 @@ def test_length_only_picks_degree_by_length_and_least_work_within():
 
 
 def test_same_seed_same_result(small_prefix_workload):
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     wl = small_prefix_workload
     a = run_policy("vertumnus", wl, SimConfig(seed=1))

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from baselines.cache_manager import CacheManagerConfig, GlobalCacheManager, with_global_cache
 from baselines.registry import POLICIES
-from baselines.simple import LeastWorkRouter, PrefixAffinityRouter
+from baselines.simple import PrefixAffinityRouter
+from envs.sim.router import LeastWorkRouter
 from envs.sim import CostCoefficients, Calibration, EventPriority, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.links import LinkConfig
 
@@ -328,7 +329,7 @@ def test_registry_policy_and_same_seed_identical():
     cfg = CacheManagerConfig(scan_interval_s=1.0, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.5,
                              reclaim_threshold=0.2)
     custom = with_global_cache(POLICIES["vertumnus-router"], cfg, "vertumnus-global-cache")
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     a = run_policy(custom, wl, SimConfig(pool=POOL), _calibration(6))
     b = run_policy(custom, wl, SimConfig(pool=POOL), _calibration(6))

@@ -13,7 +13,7 @@ import pytest
 
 from envs import workloads
 from envs.sim.config import SimConfig
-from experiments.runner import run_policy
+from baselines.runner import run_policy
 
 RECORD_KEYS = ("ttft_s", "worker_id", "num_cached_tokens")
 

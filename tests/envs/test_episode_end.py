@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.reconfig_env import PrefillReconfigEnv
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import PoolConfig, Request, SimConfig, Workload
+from baselines.envs import make_reconfig_env
 
 ONE_CP2 = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp2x1", supported_degrees=(2,))
 
@@ -54,7 +54,7 @@ def test_routing_horizon_cut_with_unfinished_request_is_truncated():
 
 
 def _reconfig_episode(horizon_s, window_s):
-    env = PrefillReconfigEnv(_ten_requests(), SimConfig(pool=ONE_CP2, horizon_s=horizon_s), window_s=window_s)
+    env = make_reconfig_env(_ten_requests(), SimConfig(pool=ONE_CP2, horizon_s=horizon_s), window_s=window_s)
     env.reset(seed=0)
     steps = []
     while True:

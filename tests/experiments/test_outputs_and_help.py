@@ -65,7 +65,7 @@ def test_service_time_error_with_noise_off_comes_from_batching():
     from baselines.prediction_error import summarize_prediction_errors
     from envs import workloads
     from envs.sim import SimConfig
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     wl = workloads.scale_to_rate(workloads.get_workload("tool-agent", seed=0, duration_s=60.0), 20.0)
     base = SimConfig()

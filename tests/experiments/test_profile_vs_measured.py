@@ -16,7 +16,7 @@ def _workload():
 
 
 def test_per_request_reuse_sums_to_reuse_prefix_tokens():
-    from baselines.capacity import reuse_prefix_tokens
+    from envs.planning.capacity import reuse_prefix_tokens
     from experiments.scripts.profile_vs_measured import per_request_reuse
 
     wl = _workload()

@@ -7,7 +7,7 @@ import io
 import re
 
 from experiments.cli import main
-from experiments.progress import Progress, progress_mode
+from envs.progress import Progress, progress_mode
 
 
 class _Tty(io.StringIO):

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from experiments.cli import main
-from experiments.provenance import git_commit, provenance, write_provenance
+from envs.provenance import git_commit, provenance, write_provenance
 
 KEYS = {"python", "cpgym", "numpy", "simpy", "torch"}
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from baselines.envs import make_reconfig_env
 
 
 def test_phase_means_average_each_phase_and_skip_unfinished_requests():
@@ -33,18 +34,17 @@ def test_oracle_schedule_rows_are_evaluation_rows(tmp_path):
     import pandas as pd
     import pytest
 
-    from envs.reconfig_env import PrefillReconfigEnv
     from envs.sim import PoolConfig, SimConfig
     from envs.workloads import WorkloadSource
     from experiments.scripts.reconfig_oracle_schedule import rows_with, write_rows
-    from policies.reconfig_oracle import follow_schedule
-    from policies.evaluate import read_episode_rows
-    from policies.evaluate_reconfig import aggregate_reconfig
+    from policies.reconfig.oracle import follow_schedule
+    from policies.routing.evaluate import read_episode_rows
+    from policies.reconfig.evaluate import aggregate_reconfig
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
     wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
-    env = PrefillReconfigEnv([wl], small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
+    env = make_reconfig_env([wl], small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
     stay = follow_schedule(env, wl, 0, [1, 1])  # cp4x1,cp2x2: the initial composition
     move = follow_schedule(env, wl, 0, [2, 2])  # cp2x4: one split
     assert stay["num_operations"] == 0 and move["num_operations"] >= 1 and stay["mean_ttft_s"] > 0
@@ -187,7 +187,7 @@ def test_sustained_target_changes_only_after_k_consecutive_windows(monkeypatch):
     target only after ``k`` consecutive windows name it (an interrupted run starts again), and a
     held target that the mask refuses gives way to the checkpoint's choice."""
     from experiments.scripts.reconfig_sustained_target import SustainedTarget
-    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.reconfig.evaluate import LearnedReconfig
 
     choices = iter([3, 5, 5, 7, 5, 5, 5, 3, 3])
     monkeypatch.setattr(LearnedReconfig, "act", lambda self, obs, mask: next(choices))
@@ -228,7 +228,7 @@ def test_margin_gated_target_moves_only_for_a_clear_probability_gain(monkeypatch
 
 def test_operation_budget_variant_changes_only_the_deployed_budget():
     from experiments.scripts.reconfig_sustained_target import with_operation_budget
-    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.reconfig.evaluate import LearnedReconfig
 
     shipped = LearnedReconfig("shipped-reconfig")
     varied = with_operation_budget("shipped-reconfig", 24)
@@ -269,7 +269,7 @@ def test_probability_ensemble_of_one_checkpoint_acts_like_it(monkeypatch):
     probabilities is each member's deterministic action when the members are one checkpoint,
     and a mean of two different probability vectors picks the action they favour together."""
     from experiments.scripts import reconfig_ensemble_check as rec
-    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.reconfig.evaluate import LearnedReconfig
 
     policy = LearnedReconfig("shipped-reconfig")
     ens = rec.ProbabilityEnsemble(["shipped-reconfig", "shipped-reconfig"])
@@ -381,7 +381,7 @@ def test_best_single_composition_ranks_the_cache_by_whole_workload_mean(tmp_path
     import numpy as np
 
     from experiments.scripts.reconfig_best_single import main, ranking
-    from policies.reconfig_oracle import save_phase_ttft
+    from policies.reconfig.oracle import save_phase_ttft
 
     menu = ["cp4x2", "cp2x4"]
     path = tmp_path / "cache.json"

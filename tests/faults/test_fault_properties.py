@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from baselines.simple import LeastWorkRouter, RoundRobinRouter
+from baselines.simple import RoundRobinRouter
+from envs.sim.router import LeastWorkRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.faults import FaultConfig, FaultEvent
 from envs.sim.reconfig import ReconfigConfig, get_reconfigurator

@@ -52,7 +52,7 @@ def _expand_elided_list(token: str) -> str:
 
 def readme_train_commands(readme: Path) -> list[list[str]]:
     """The argv (``train KIND ...``) of every training command in the README's indented code
-    blocks: ``cpgym train ...`` or ``python -m policies.train_reconfig ...`` (the same command),
+    blocks: ``cpgym train ...`` or ``python -m policies.reconfig.train ...`` (the same command),
     continuation lines joined, ``# comments`` and leading ``VAR=value`` dropped, ``$VAR`` of an
     earlier ``VAR=value`` line substituted, elided lists (``0,1,2,...,59``) written out."""
     lines, buf = [], ""
@@ -74,7 +74,7 @@ def readme_train_commands(readme: Path) -> list[list[str]]:
         tokens = [variables.get(t[1:], t) if t.startswith("$") else t for t in tokens]
         if tokens[:2] == ["cpgym", "train"]:
             commands.append(tokens[1:])
-        elif tokens[:3] == ["python", "-m", "policies.train_reconfig"]:
+        elif tokens[:3] == ["python", "-m", "policies.reconfig.train"]:
             commands.append(["train", "reconfig", *tokens[3:]])
     return [[_expand_elided_list(t) for t in c] for c in commands]
 
@@ -165,7 +165,7 @@ def test_readme_command_reader():
         Prose `cpgym train reconfig --not-a-command` is skipped.
 
             T=../traces/x.jsonl
-            OMP_NUM_THREADS=1 python -m policies.train_reconfig --out A \\
+            OMP_NUM_THREADS=1 python -m policies.reconfig.train --out A \\
                 --workload-seeds 0,1,2,...,5 --target-rps 2   # comment
             cpgym train routing --trace $T --out B
         """)

@@ -1,5 +1,5 @@
 """Every registered heuristic gives exactly the same run through the Gymnasium environment as
-through ``experiments.runner.run_policy`` (the path of ``cpgym simulate``)."""
+through ``baselines.runner.run_policy`` (the path of ``cpgym simulate``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from baselines.registry import POLICIES
 from envs.metrics import summarize
 from envs.sim import SimConfig
-from experiments.runner import run_policy
-from policies.heuristic import heuristic_policy, make_routing_env, run_episode
+from baselines.runner import run_policy
+from policies.common.heuristic import heuristic_policy, make_routing_env, run_episode
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from experiments.cli import main
-from policies.checkpoint import LearnedPolicy, resolve_checkpoint
-from policies.evaluate import check_policy_argument
+from policies.common.checkpoint import LearnedPolicy, resolve_checkpoint
+from policies.routing.evaluate import check_policy_argument
 
 
 def _evaluate_error(capsys, policy: str) -> str:

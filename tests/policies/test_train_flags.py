@@ -19,9 +19,9 @@ def _cfg(*argv):
 
 @pytest.mark.parametrize("kind", ["routing", "reconfig"])
 def test_every_training_flag_reaches_the_config(kind):
-    from experiments.config_args import config_flags
-    from policies.train import TrainConfig
-    from policies.train_reconfig import ReconfigTrainConfig
+    from envs.sim.options import config_flags
+    from policies.routing.train import TrainConfig
+    from policies.reconfig.train import ReconfigTrainConfig
 
     cls = TrainConfig if kind == "routing" else ReconfigTrainConfig
     cfg = _cfg(kind)
@@ -247,8 +247,8 @@ def test_train_seed_out_of_range_fails_before_anything_is_written(kind, seed, tm
 
 @pytest.mark.parametrize("seed", [-1, 2**32, 1.5, True])
 def test_train_configs_reject_a_bad_seed_in_library_use(seed):
-    from policies.train import MAX_TRAIN_SEED, TrainConfig
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.routing.train import MAX_TRAIN_SEED, TrainConfig
+    from policies.reconfig.train import ReconfigTrainConfig
 
     assert MAX_TRAIN_SEED == 2**32 - 1
     for cls in (TrainConfig, ReconfigTrainConfig):
@@ -295,7 +295,7 @@ def test_train_routing_bad_bc_policy_or_num_slots_fails_before_anything_is_writt
 
 def test_train_without_out_writes_a_cleanrl_named_run_folder(tmp_path, monkeypatch, capsys):
     """``--out`` omitted: ``runs/train/{workload}__{kind}__{train seed}__{unix time}`` (the run name
-    of ``experiments.runner.run_name``, as ``cpgym simulate`` names its runs; it was a required flag)."""
+    of ``baselines.runner.run_name``, as ``cpgym simulate`` names its runs; it was a required flag)."""
     monkeypatch.chdir(tmp_path)
     assert main(["train", "reconfig", "--n-steps", "8", "--batch-size", "8", "--n-epochs", "1", "--timesteps", "8",
                  "--episode-window-s", "100", "--no-capacity-features", "--train-seed", "3", "--wandb", "disabled",
@@ -312,8 +312,8 @@ ARMS_WORKLOADS = "conversation_trace+leval-like+tool-agent"  # train arms' defau
 def test_default_run_folder_names_of_every_kind(tmp_path, monkeypatch):
     from experiments.cli import parse_args
     from experiments.commands.train import configs_from_args, default_out_dir
-    from experiments.config_args import config_from_args
-    from policies.train_arms import ArmTrainConfig
+    from envs.sim.options import config_from_args
+    from policies.routing.train_arms import ArmTrainConfig
 
     monkeypatch.chdir(tmp_path)
     t = 1_700_000_000

@@ -7,7 +7,7 @@ import pytest
 
 from baselines.controller import (CapacityTable, ControllerConfig, ProfileConfig, ReconfigController, composition_capacity_rps,
                                   enumerate_compositions, initial_composition)
-from baselines.simple import LeastWorkRouter
+from envs.sim.router import LeastWorkRouter
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
 
 POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))

@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import numpy as np
 
-from baselines.simple import LeastWorkRouter, PrefixAffinityRouter
+from baselines.simple import PrefixAffinityRouter
+from envs.sim.router import LeastWorkRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.config import EngineConfig
 from envs.sim.cache import PENDING, READY

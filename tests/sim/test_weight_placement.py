@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from baselines.simple import LeastWorkRouter
+from envs.sim.router import LeastWorkRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.cost_model import Calibration
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations, get_reconfigurator

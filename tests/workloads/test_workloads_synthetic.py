@@ -325,7 +325,7 @@ def test_mixed_default_sizing():
     """5 min of ~50 req/s, prompts ~500..~64k; on the default pool it loads but does not saturate."""
     from envs.metrics import summarize
     from envs.sim import SimConfig
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     w = get_workload("mixed-default")
     s = workload_stats(w)

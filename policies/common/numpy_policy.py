@@ -1,4 +1,4 @@
-"""Fast single-decision inference of a :class:`~policies.extractor.WorkerSetExtractor` in numpy.
+"""Fast single-decision inference of a :class:`~policies.common.extractor.WorkerSetExtractor` in numpy.
 
 A routing decision needs the actor logits of one observation. Running the SB3 policy for that
 costs ~1 ms (tensor conversion, distribution objects, autograd bookkeeping); the same forward pass
@@ -24,7 +24,7 @@ _Q_FIN = [_Q, _W["predicted_finish_s"]]
 
 
 class NumpyWorkerSetActor:
-    """The actor of a :class:`~policies.extractor.WorkerSetExtractor` as numpy arrays.
+    """The actor of a :class:`~policies.common.extractor.WorkerSetExtractor` as numpy arrays.
 
     Args:
         extractor: the trained torch extractor (weights are copied, float32).

@@ -12,7 +12,7 @@
   ``model.zip`` is *not* written: in a run folder it means "training finished" (RL Zoo saves the
   interrupted model under the final name; cpgym keeps the two apart so that a script or
   ``cpgym evaluate --policy DIR`` never mistakes a stopped run for a finished one;
-  :func:`policies.checkpoint.resolve_checkpoint` names the files to use instead).
+  :func:`policies.common.checkpoint.resolve_checkpoint` names the files to use instead).
 * **Any other exception**: it propagates unchanged after the cleanup below.
 
 Either way, and after a finished run, the vector environment is closed (a ``SubprocVecEnv``
@@ -105,7 +105,7 @@ class TrainingRun:
         path = self.out / INTERRUPTED_MODEL
         self.model.save(path)
         if self.vecnormalize is not None:
-            from policies.checkpoint import vecnormalize_path
+            from policies.common.checkpoint import vecnormalize_path
 
             self.vecnormalize.save(str(vecnormalize_path(path)))
         steps = int(self.model.num_timesteps)

@@ -6,10 +6,10 @@
   :func:`envs.metrics.summarize`) to the step that ends an episode. It reads the simulator before
   the vector env resets it, so it works under ``DummyVecEnv`` and ``SubprocVecEnv`` alike.
 * :class:`ValidationCallback` — periodic validation on the evaluation protocol's validation
-  windows with best-model selection (``policies.protocol``).
+  windows with best-model selection (``policies.routing.protocol``).
 * :class:`TrainingProgress` — an SB3 callback that shows steps done, steps/s, ETA and the mean
   TTFT and SLO attainment of the last finished episodes: a tqdm bar on a terminal, a line at
-  least every ``interval_s`` seconds otherwise (:class:`experiments.progress.Progress`), nothing
+  least every ``interval_s`` seconds otherwise (:class:`envs.progress.Progress`), nothing
   when ``mode="off"`` (``--quiet``).
 """
 
@@ -56,7 +56,7 @@ class TrainingProgress(BaseCallback):
     Args:
         total_timesteps: the ``learn`` budget (the display's 100 %).
         mode: ``None``/``"auto"`` (bar on a terminal, lines otherwise), ``"bar"``, ``"lines"`` or
-            ``"off"`` (see :func:`experiments.progress.progress_mode`).
+            ``"off"`` (see :func:`envs.progress.progress_mode`).
         interval_s: lines mode: the longest gap between two lines [s] (default 10).
         num_recent_episodes: episodes averaged in the TTFT / SLO fields (default 20).
         file: output stream (default ``sys.stderr``).
@@ -68,7 +68,7 @@ class TrainingProgress(BaseCallback):
     def __init__(self, total_timesteps: int, mode: str | bool | None = None, interval_s: float = 10.0,
                  num_recent_episodes: int = 20, file=None) -> None:
         super().__init__()
-        from experiments.progress import progress_mode
+        from envs.progress import progress_mode
 
         self.total_timesteps = int(total_timesteps)
         self.mode = progress_mode(mode, stream=file)
@@ -80,7 +80,7 @@ class TrainingProgress(BaseCallback):
         self._shown = 0
 
     def _on_training_start(self) -> None:
-        from experiments.progress import Progress
+        from envs.progress import Progress
 
         self._shown = self.num_timesteps
         self._bar = Progress(self.total_timesteps, "train", "step", mode=self.mode, interval_s=self.interval_s,
@@ -166,9 +166,9 @@ class ValidationCallback(BaseCallback):
         import numpy as np
 
         from envs.routing_env import PrefillRoutingEnv
-        from policies.heuristic import run_episode
-        from policies.numpy_policy import NumpyWorkerSetActor
-        from policies.protocol import measured_summary
+        from policies.common.heuristic import run_episode
+        from policies.common.numpy_policy import NumpyWorkerSetActor
+        from policies.routing.protocol import measured_summary
 
         actor = NumpyWorkerSetActor(model.policy.features_extractor)
 

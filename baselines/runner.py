@@ -43,12 +43,12 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     controllers / cache manager.
 
     Args:
-        capacity_cache: a :class:`baselines.capacity.CapacityCache` shared by the runs of an
+        capacity_cache: a :class:`envs.planning.capacity.CapacityCache` shared by the runs of an
             experiment (profiles are pure functions of their key, so sharing only skips work);
             default a new one owned by this run. Attachments find it as
             ``sim.attachments["capacity_cache"]``.
     """
-    from baselines.capacity import CapacityCache
+    from envs.planning.capacity import CapacityCache
 
     spec = get_policy(policy) if isinstance(policy, str) else policy
     config = replace(config, pool=policy_pool(spec, config.pool))
@@ -146,7 +146,7 @@ def config_dict(config: SimConfig) -> dict:
 def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_config: dict | None = None) -> Path:
     """Writes one run: ``requests.parquet`` (per-request table), ``summary.json``,
     ``config.json`` (the full resolved config, calibration included), ``prediction_errors.csv``
-    and ``provenance.json`` (``experiments.provenance``; argv from ``extra_config["argv"]`` if
+    and ``provenance.json`` (``envs.provenance``; argv from ``extra_config["argv"]`` if
     given) under ``out_dir/<run name>/``. Returns that folder."""
     d = unique_run_dir(Path(out_dir) / run_name(result.workload, result.policy, result.config.seed))
     d.mkdir(parents=True)
@@ -158,7 +158,7 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     from baselines.prediction_error import summarize_prediction_errors  # issue #3: per-bucket prediction errors
 
     summarize_prediction_errors(result).to_csv(d / "prediction_errors.csv", index=False)
-    from experiments.provenance import write_provenance
+    from envs.provenance import write_provenance
 
     write_provenance(d, argv=(extra_config or {}).get("argv"))
     return d

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from baselines.capacity import CapacityProfile, CapacityTable
+from envs.planning.capacity import CapacityProfile, CapacityTable
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig, resolve_composition
@@ -129,22 +129,22 @@ def workload_initial_pool(pool: PoolConfig, workload, config: SimConfig, calibra
     Initialization"): the deployment's degrees (:func:`deployment_pool`) and the composition
     :func:`initial_composition` chooses for the historical demand. The run's workload stands in
     for the history (its prompt-length mix, mean rate and the prefix reuse of an unbounded cache,
-    :func:`baselines.capacity.reuse_prefix_tokens`): the paper profiles a production history of
+    :func:`envs.planning.capacity.reuse_prefix_tokens`): the paper profiles a production history of
     the same service.
 
     Args:
         pool: the run's configured pool (its composition gives the degrees).
         workload: the run's :class:`~envs.sim.request.Workload` (non-empty).
         config, calibration: the run's settings and cost model.
-        cache: a :class:`~baselines.capacity.CapacityCache` to memoise profiles in (shared with
+        cache: a :class:`~envs.planning.capacity.CapacityCache` to memoise profiles in (shared with
             the run's controller), or ``None``.
         max_load: as in :func:`initial_composition`.
-        profile: :class:`~baselines.capacity.ProfileConfig` (default settings if ``None``).
+        profile: :class:`~envs.planning.capacity.ProfileConfig` (default settings if ``None``).
 
     Returns:
         ``(pool, info)``: the pool with the chosen composition, and :func:`initial_composition`'s info.
     """
-    from baselines.capacity import reuse_prefix_tokens
+    from envs.planning.capacity import reuse_prefix_tokens
 
     dep = deployment_pool(pool)
     cfg = replace(config, pool=dep)

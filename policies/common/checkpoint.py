@@ -7,17 +7,19 @@ import json
 import os
 from pathlib import Path
 
+#: Folder of the checkpoints shipped in the package (``policies/checkpoints/``).
+CHECKPOINTS_DIR = Path(__file__).resolve().parents[1] / "checkpoints"
 #: The shipped routing checkpoint (``--policy shipped``; see its ``README.md``): the arm-selection
-#: router (``policies.arm_selection``), the learned router that is fastest on the test windows of
+#: router (``policies.routing.arm_selection``), the learned router that is fastest on the test windows of
 #: every workload x load cell (``results/learned-routing/README.md``).
-SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_vertumnus_arms"
+SHIPPED_ROUTING = CHECKPOINTS_DIR / "routing_vertumnus_arms"
 #: The residual MaskablePPO routing checkpoint (``--policy shipped-residual``; ``shipped`` until the
 #: arm-selection router replaced it); the earlier behaviour-cloned one is ``checkpoints/routing_conversation``.
-SHIPPED_RESIDUAL = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation_residual"
+SHIPPED_RESIDUAL = CHECKPOINTS_DIR / "routing_conversation_residual"
 #: The shipped reconfiguration checkpoint (``--policy shipped-reconfig``; its README has the
 #: training command and evaluation).
-SHIPPED_RECONFIG = Path(__file__).resolve().parent / "checkpoints" / "reconfig_target"
-#: Model file of an arm-selection checkpoint (``policies.arm_selection.MODEL_FILE``; kept here
+SHIPPED_RECONFIG = CHECKPOINTS_DIR / "reconfig_target"
+#: Model file of an arm-selection checkpoint (``policies.routing.arm_selection.MODEL_FILE``; kept here
 #: so that resolving a checkpoint does not import the router).
 ARM_MODEL_FILE = "arm_model.json"
 #: ``--policy`` aliases of the shipped checkpoints.
@@ -38,7 +40,7 @@ def looks_like_path(name: str) -> bool:
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
     """``(zip path, metadata)`` of a checkpoint folder or zip; ``"shipped"`` = the shipped one.
-    For an arm-selection folder (``policies.arm_selection``: ``arm_model.json``, no
+    For an arm-selection folder (``policies.routing.arm_selection``: ``arm_model.json``, no
     ``model.zip``) the path is that of ``arm_model.json``.
 
     Raises:
@@ -54,7 +56,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
     if p.is_dir():
         z = p / "model.zip"
         meta_path = p / "train_config.json"
-        if not z.is_file() and (p / ARM_MODEL_FILE).is_file():  # policies.arm_selection checkpoint (no SB3 model)
+        if not z.is_file() and (p / ARM_MODEL_FILE).is_file():  # policies.routing.arm_selection checkpoint (no SB3 model)
             z = p / ARM_MODEL_FILE
         elif not z.is_file():
             raise missing_model_error(p)
@@ -68,10 +70,10 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
 
 def missing_model_error(folder: Path) -> FileNotFoundError:
     """The error for a checkpoint folder without ``model.zip``: for a ``cpgym train`` run that was
-    interrupted (``train_config.json`` marks it, :mod:`policies.run_end`) it says so and names the
+    interrupted (``train_config.json`` marks it, :mod:`policies.common.run_end`) it says so and names the
     zips to evaluate instead (``interrupted_model.zip``, ``best_model.zip``); for a run that
     stopped otherwise, its periodic checkpoints."""
-    from policies.run_end import read_interrupted
+    from policies.common.run_end import read_interrupted
 
     folder = Path(folder)
     interrupted = read_interrupted(folder)
@@ -121,7 +123,7 @@ class LearnedPolicy:
     """A trained MaskablePPO routing model with the SB3 ``predict`` interface and a name.
 
     Deterministic decisions on one (unbatched) observation use the numpy forward pass of
-    :class:`policies.numpy_policy.NumpyWorkerSetActor` (tens of microseconds, any number of worker
+    :class:`policies.common.numpy_policy.NumpyWorkerSetActor` (tens of microseconds, any number of worker
     slots: a 40-slot checkpoint decides on 32- or 64-worker pools); ``backend="torch"``, batched
     or stochastic calls use the SB3 model (which needs the training number of slots).
 
@@ -135,7 +137,7 @@ class LearnedPolicy:
     Raises:
         FileNotFoundError / ValueError: see :func:`resolve_checkpoint` and :func:`load_model_zip`;
             ValueError on an unknown backend, or naming the path for an arm-selection checkpoint
-            (no network; load it with :class:`policies.arm_selection.ArmSelectionPolicy`).
+            (no network; load it with :class:`policies.routing.arm_selection.ArmSelectionPolicy`).
     """
 
     def __init__(self, path: str | Path, name: str | None = None, device: str = "cpu", backend: str = "numpy") -> None:
@@ -146,7 +148,7 @@ class LearnedPolicy:
         z, meta = resolve_checkpoint(path)
         if z.name == ARM_MODEL_FILE:
             raise ValueError(f"{z.parent}: an arm-selection checkpoint ({ARM_MODEL_FILE}, no model.zip); load it with "
-                             "policies.arm_selection.ArmSelectionPolicy(path, env)")
+                             "policies.routing.arm_selection.ArmSelectionPolicy(path, env)")
         self.path = z
         self.meta = meta
         self.model = load_model_zip(MaskablePPO, z, device)
@@ -158,7 +160,7 @@ class LearnedPolicy:
                                  for k, sp in self.model.observation_space.spaces.items())
         self.actor = None
         if backend == "numpy":
-            from policies.numpy_policy import NumpyWorkerSetActor
+            from policies.common.numpy_policy import NumpyWorkerSetActor
 
             self.actor = NumpyWorkerSetActor(self.model.policy.features_extractor)
 

@@ -5,7 +5,7 @@ Each ``decision_window_s`` seconds of simulated time (at multiples of it from th
 run), :class:`ArmSelectingRouter` computes load and workload features from what a router
 observes — the requests it routed in the last ``history_s`` seconds and the pool's outstanding
 work — and picks the arm (a (beta, lambda) pair of the tuning grid,
-``policies.protocol.tune_vertumnus``) with the least predicted cost; between decisions it routes
+``policies.routing.protocol.tune_vertumnus``) with the least predicted cost; between decisions it routes
 exactly like :class:`~baselines.vertumnus.VertumnusRouter` with that arm.
 
 Features (:data:`FEATURE_NAMES`, computed by :class:`LoadObserver` over the arrivals of the last
@@ -24,7 +24,7 @@ Features (:data:`FEATURE_NAMES`, computed by :class:`LoadObserver` over the arri
 
 The model (:class:`ArmCostModel`) predicts, per arm, the log mean TTFT of a window relative to
 the window's mean over arms (ridge regression on standardised features, optionally with squares
-and pairwise products); it is fitted by ``policies.train_arms``.
+and pairwise products); it is fitted by ``policies.routing.train_arms``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.sim.request import Request
 from envs.sim.router import PoolView
-from policies.checkpoint import ARM_MODEL_FILE
+from policies.common.checkpoint import ARM_MODEL_FILE
 
 FEATURE_NAMES = ("offered_utilisation", "log_rate_per_gpu", "mean_log_prompt_tokens", "std_log_prompt_tokens",
                  "prefix_reuse_share", "backlog_s_per_worker")
@@ -126,7 +126,7 @@ class ArmCostModel:
         switch_margin: hysteresis of :meth:`choose` in the units of the prediction (relative log
             mean TTFT): a router keeps its current arm unless another arm's predicted cost is lower
             by more than this (0: always the arm predicted best). Selected by ``cpgym train arms``
-            on deployed validation runs (``policies.train_arms.deployed_validation``); a model
+            on deployed validation runs (``policies.routing.train_arms.deployed_validation``); a model
             file without the field loads with 0.
 
     Raises:
@@ -302,7 +302,7 @@ def load_arm_checkpoint(path) -> tuple[ArmCostModel, dict]:
         FileNotFoundError: naming the file if it is missing.
         ValueError: naming the file on invalid JSON or fields.
     """
-    from policies.checkpoint import read_json_file
+    from policies.common.checkpoint import read_json_file
 
     p = Path(path).expanduser()
     f = p / MODEL_FILE if p.is_dir() else p
@@ -320,15 +320,15 @@ def load_arm_checkpoint(path) -> tuple[ArmCostModel, dict]:
 
 def arm_policy_spec(path, name: str | None = None):
     """A :class:`~baselines.registry.PolicySpec` of the checkpoint's router (runs through
-    ``experiments.runner.run_policy`` like a heuristic; in a routing environment through
-    :class:`policies.heuristic.HeuristicPolicy`, see :class:`ArmSelectionPolicy`)."""
+    ``baselines.runner.run_policy`` like a heuristic; in a routing environment through
+    :class:`policies.common.heuristic.HeuristicPolicy`, see :class:`ArmSelectionPolicy`)."""
     from baselines.registry import PolicySpec
 
     model, router = load_arm_checkpoint(path)
     label = name or f"learned:{Path(path).expanduser().resolve().name}"
     return PolicySpec(label, lambda: ArmSelectingRouter(model, name=label, **router),
                       f"Vertumnus router with (beta, lambda) chosen per {router['decision_window_s']:g} s by a fitted model",
-                      "policies.arm_selection (cpgym train arms)")
+                      "policies.routing.arm_selection (cpgym train arms)")
 
 
 class ArmSelectionPolicy:
@@ -337,12 +337,12 @@ class ArmSelectionPolicy:
     Args:
         path: checkpoint folder.
         env: the :class:`~envs.routing_env.PrefillRoutingEnv` it acts in (the router reads the
-            live pool, like :class:`policies.heuristic.HeuristicPolicy`, which it wraps).
+            live pool, like :class:`policies.common.heuristic.HeuristicPolicy`, which it wraps).
         name: label for tables (default ``learned:<folder name>``).
     """
 
     def __init__(self, path, env, name: str | None = None) -> None:
-        from policies.heuristic import HeuristicPolicy
+        from policies.common.heuristic import HeuristicPolicy
 
         spec = arm_policy_spec(path, name)
         self.name = spec.name

@@ -1,10 +1,10 @@
-"""Fitting the arm-selection router (:mod:`policies.arm_selection`) behind ``cpgym train arms``.
+"""Fitting the arm-selection router (:mod:`policies.routing.arm_selection`) behind ``cpgym train arms``.
 
 1. **Per-window costs** (:func:`collect_cell`): on the training and validation windows of every
-   (workload, load) cell (``policies.protocol``: 10 s windows after 30 s of warm-up, loads as
+   (workload, load) cell (``policies.routing.protocol``: 10 s windows after 30 s of warm-up, loads as
    fractions of each workload's capacity by bisection), the Vertumnus router runs once per arm of
    the (beta, lambda) grid with that arm fixed; each run gives the window's measured mean TTFT
-   and SLO attainment, and the features of :data:`~policies.arm_selection.FEATURE_NAMES` at the
+   and SLO attainment, and the features of :data:`~policies.routing.arm_selection.FEATURE_NAMES` at the
    decision that starts the measured window. Results are cached as JSON per cell and part under
    ``cache_dir`` (keyed by everything that determines them), so refits are free.
 2. **Fit** (:func:`fit_model`): per arm, ridge regression of ``log TTFT(w, a) - mean_a log TTFT(w,
@@ -12,12 +12,12 @@
 3. **Model selection** (:func:`select_model`) on the validation windows only: every combination of
    feature set, degree, ridge alpha and row weighting is scored by the per-cell change of the
    validation mean TTFT of the chosen arms against the cell's tuned arm (the grid arm with the
-   least training mean TTFT of that cell, ``policies.protocol.tune_vertumnus``'s choice); the
+   least training mean TTFT of that cell, ``policies.routing.protocol.tune_vertumnus``'s choice); the
    score is ``selection`` (``"mean"`` or ``"max"``) over cells. This scores each validation
    window with the arm chosen at its start held for the whole window (warm-up included), from the
    cached fixed-arm costs.
 4. **Deployed validation** (:func:`deployed_validation`): the selected model runs as the router it
-   ships as (:class:`~policies.arm_selection.ArmSelectingRouter`: re-choosing the arm every
+   ships as (:class:`~policies.routing.arm_selection.ArmSelectingRouter`: re-choosing the arm every
    ``decision_window_s``, warm-up included, from the features it observes) on the same validation
    windows, once per hysteresis ``switch_margin`` of ``switch_margins``; each candidate is scored
    like step 3 against the cell's tuned arm on the same windows (its cached fixed-arm costs), with
@@ -43,9 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from policies.arm_selection import FEATURE_NAMES, ArmCostModel, constant_model
-from policies.protocol import TUNE_BETAS, TUNE_LAMBDAS
-from experiments.config_args import option as _opt
+from policies.routing.arm_selection import FEATURE_NAMES, ArmCostModel, constant_model
+from policies.routing.protocol import TUNE_BETAS, TUNE_LAMBDAS
+from envs.sim.options import option as _opt
 
 #: Feature sets tried in model selection (subsets of FEATURE_NAMES).
 FEATURE_SETS = {
@@ -72,7 +72,7 @@ class ArmTrainConfig:
     loads: tuple[float, ...] = _opt((0.7, 0.9), "loads as fractions of each workload's capacity (bisection)")
     betas: tuple[float, ...] = _opt(TUNE_BETAS + (8.0, 12.0), "beta grid of the arms")
     lambdas: tuple[float, ...] = _opt(TUNE_LAMBDAS + (3.0, 4.0), "lambda grid of the arms")
-    max_train_windows: int = _opt(48, "training windows per cell (evenly spread, policies.protocol.spread_subset)")
+    max_train_windows: int = _opt(48, "training windows per cell (evenly spread, policies.routing.protocol.spread_subset)")
     max_validation_windows: int = _opt(24, "validation windows per cell (evenly spread)")
     window_s: float = _opt(10.0, "window length [s]", flag="--episode-window-s")
     warmup_s: float = _opt(30.0, "warm-up before each window [s]")
@@ -124,10 +124,10 @@ class ArmTrainConfig:
 
 
 def episode_source(item: str):
-    """The :class:`policies.train.EpisodeSource` of one ``sources`` item (a trace file if it ends
+    """The :class:`policies.routing.train.EpisodeSource` of one ``sources`` item (a trace file if it ends
     in ``.jsonl``/``.csv`` or names an existing file, else a named workload)."""
     from envs.workloads import default_traces_dir
-    from policies.train import EpisodeSource
+    from policies.routing.train import EpisodeSource
 
     p = Path(item).expanduser()
     if p.suffix in (".jsonl", ".csv") or p.is_file():
@@ -150,10 +150,10 @@ def capacity_cache_file(cfg: ArmTrainConfig, source, sim_config) -> Path:
 
 
 def cell_scenarios(cfg: ArmTrainConfig, sim_config, log=None) -> list:
-    """The :class:`policies.protocol.Scenario` of every (source, load); capacities by bisection,
+    """The :class:`policies.routing.protocol.Scenario` of every (source, load); capacities by bisection,
     cached in ``cache_dir``."""
     from envs import workloads
-    from policies.protocol import Scenario, capacity_rps
+    from policies.routing.protocol import Scenario, capacity_rps
 
     out = []
     for item in cfg.source_list():
@@ -185,9 +185,9 @@ def collect_cell(scenario, part: str, cfg: ArmTrainConfig, sim_config, log=None)
     from dataclasses import replace
 
     from baselines.registry import PolicySpec
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
     from envs.metrics.summary import measured_summary
-    from policies.arm_selection import ArmSelectingRouter
+    from policies.routing.arm_selection import ArmSelectingRouter
 
     max_windows = cfg.max_train_windows if part == "train" else cfg.max_validation_windows
     ident = {"source": asdict(scenario.source), "rate_rps": scenario.rate_rps, "part": part, "max_windows": max_windows,
@@ -207,7 +207,7 @@ def collect_cell(scenario, part: str, cfg: ArmTrainConfig, sim_config, log=None)
         for i, wl in enumerate(wins):
             record: list = []
             spec = PolicySpec("arm", lambda record=record: ArmSelectingRouter(model, record=record, **cfg.router_settings()),
-                              "fixed arm", "policies.train_arms")
+                              "fixed arm", "policies.routing.train_arms")
             summary = measured_summary(run_policy(spec, wl, config), wl.metadata["measure_from_s"])
             ttft[i, a] = summary["mean_ttft_s"]
             slo[i, a] = summary["slo_attainment_token_weighted"]
@@ -281,7 +281,7 @@ def fit_model(cells: list[CellData], arms, feature_names: tuple[str, ...], degre
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale = np.where(scale > 1e-12, scale, 1.0)
-    from policies.arm_selection import design_matrix
+    from policies.routing.arm_selection import design_matrix
 
     d = design_matrix((x - mean) / scale, degree)
     sw = np.sqrt(w)[:, None]
@@ -356,7 +356,7 @@ def _score(cfg: ArmTrainConfig, pct: list[float]) -> float:
 
 
 def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config, log=None) -> dict:
-    """The router of ``model`` as deployed (:class:`~policies.arm_selection.ArmSelectingRouter`,
+    """The router of ``model`` as deployed (:class:`~policies.routing.arm_selection.ArmSelectingRouter`,
     re-choosing every ``decision_window_s`` from the start of each warm-up) on the validation
     windows of one cell (the windows of :func:`collect_cell`); cached under ``cache_dir``, keyed
     by the model and everything else that determines the runs.
@@ -367,9 +367,9 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
         run, warm-up included; arms: the arm index of every decision of the run, in time order).
     """
     from baselines.registry import PolicySpec
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
     from envs.metrics.summary import measured_summary
-    from policies.arm_selection import ArmSelectingRouter
+    from policies.routing.arm_selection import ArmSelectingRouter
 
     ident = {"source": asdict(scenario.source), "rate_rps": scenario.rate_rps, "part": "validation",
              "max_windows": cfg.max_validation_windows, "model": model.to_json(), "router": cfg.router_settings(),
@@ -383,7 +383,7 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
     for wl in scenario.windows("validation", seed=cfg.seed, max_windows=cfg.max_validation_windows):
         record: list = []
         spec = PolicySpec("deployed", lambda record=record: ArmSelectingRouter(model, record=record, **cfg.router_settings()),
-                          "deployed arm selection", "policies.train_arms")
+                          "deployed arm selection", "policies.routing.train_arms")
         summary = measured_summary(run_policy(spec, wl, config), wl.metadata["measure_from_s"])
         arms = [a for _, _, a in record]
         out["windows"].append(wl.metadata["window_index"])
@@ -443,7 +443,7 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
         ``(model with the selected switch_margin, rows, per-window rows)``; one row per margin:
         ``switch_margin, <cell>_pct, <cell>_ci_low, <cell>_ci_high, <cell>_arm_switches_per_window,
         score, score_standard_error, selected`` (the ``deployed_validation.csv`` columns; the CI is the paired 95 %
-        Student-t interval over windows of ``policies.protocol.cell_table``), per-window rows: ``cell, window, switch_margin,
+        Student-t interval over windows of ``policies.routing.protocol.cell_table``), per-window rows: ``cell, window, switch_margin,
         mean_ttft_s, slo_attainment, num_arm_switches, decisions, tuned_mean_ttft_s`` (decisions:
         the run's arms in time order as ``beta/lambda`` joined by spaces).
 
@@ -451,7 +451,7 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
         ValueError: if the cells do not line up or a deployed run's windows differ from the
             collected validation windows.
     """
-    from policies.protocol import paired_ci
+    from policies.routing.protocol import paired_ci
 
     if [s.key for s in scenarios] != [c.key for c in train] or [c.key for c in train] != [c.key for c in validation]:
         raise ValueError("deployed_validation: scenarios, train and validation cells must be the same cells in order")
@@ -533,7 +533,7 @@ def cells_from_costs_csv(path: str | Path) -> tuple[list[CellData], list[CellDat
                 cell["slo_attainment"][-1].append(float(row["slo_attainment"]))
             except (KeyError, ValueError) as exc:
                 raise ValueError(f"{path}:{line}: {exc!r}; expected the columns of "
-                                 "policies.train_arms.cost_table_rows") from None
+                                 "policies.routing.train_arms.cost_table_rows") from None
     return ([CellData.from_collected(c) for c in parts["train"].values()],
             [CellData.from_collected(c) for c in parts["validation"].values()])
 
@@ -559,8 +559,8 @@ def train_arms(cfg: ArmTrainConfig, out_dir: str | Path, sim_config, argv: list[
         ValueError: if ``out_dir`` already holds a model, or it or ``cfg.cache_dir`` is not a
             usable folder (:func:`experiments.common.check_out_dir`; all checked before any simulation).
     """
-    from experiments.common import check_out_dir
-    from policies.arm_selection import MODEL_FILE, write_model
+    from envs.sim.options import check_out_dir
+    from policies.routing.arm_selection import MODEL_FILE, write_model
 
     out = Path(out_dir)
     check_out_dir(out, "--out")

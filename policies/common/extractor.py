@@ -26,7 +26,7 @@ Observations with a ``"context"`` key (time to the window end, recent arrival ra
 ``phi`` and the critic; older checkpoints without it keep their input width.
 
 None of the weights depends on the number of worker slots N, so a checkpoint runs on any pool
-size (:mod:`policies.numpy_policy`, or a policy rebuilt for the new space).
+size (:mod:`policies.common.numpy_policy`, or a policy rebuilt for the new space).
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def capacity_rps(build_workload: Callable[[float], object], sim_config, policy: 
     Raises:
         ValueError: if ``low_rps`` is not sustainable or the bracket is empty.
     """
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     if not 0 < low_rps < high_rps:
         raise ValueError(f"need 0 < low_rps < high_rps, got {low_rps}, {high_rps}")
@@ -153,10 +153,10 @@ def capacity_rps(build_workload: Callable[[float], object], sim_config, policy: 
     return CapacityResult(lo, policy, tuple(probes))
 
 
-# two-sided 95% Student t quantiles are in policies.evaluate (one table)
+# two-sided 95% Student t quantiles are in policies.routing.evaluate (one table)
 def paired_ci(values: Sequence[float]) -> tuple[float, float, float]:
     """``(mean, ci_low, ci_high)`` of the 95% Student-t interval of the mean of paired differences."""
-    from policies.evaluate import mean_ci95
+    from policies.routing.evaluate import mean_ci95
 
     m, h = mean_ci95(list(values))
     return m, m - h, m + h
@@ -177,7 +177,7 @@ def tuned_spec(beta: float, lambda_: float, name: str = "vertumnus-tuned"):
     from baselines.vertumnus import VertumnusParams
 
     return vertumnus_spec(name, f"Vertumnus router tuned on training windows (beta {beta:g}, lambda {lambda_:g})",
-                          "cpgym tune vertumnus (policies.protocol.tune_vertumnus)",
+                          "cpgym tune vertumnus (policies.routing.protocol.tune_vertumnus)",
                           VertumnusParams(beta=beta, lambda_=lambda_))
 
 
@@ -192,7 +192,7 @@ def load_tuned_cells(path: str) -> dict[str, dict]:
     """
     from pathlib import Path
 
-    from policies.checkpoint import read_json_file
+    from policies.common.checkpoint import read_json_file
 
     expected = "expected the file written by `cpgym tune vertumnus --out`"
     doc = read_json_file(Path(path))
@@ -211,7 +211,7 @@ def load_tuned_cells(path: str) -> dict[str, dict]:
 
 def run_heuristic_window(policy, wl, sim_config) -> dict:
     """Runs a heuristic (name or spec) on one protocol window; :func:`measured_summary` of it."""
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     res = run_policy(policy, wl, sim_config)
     return measured_summary(res, wl.metadata.get("measure_from_s", 0.0))
@@ -259,7 +259,7 @@ class Scenario:
     """One evaluation scenario: a workload source at one load.
 
     Args:
-        source: ``policies.train.EpisodeSource``-like object with ``workload_obj(seed)`` and
+        source: ``policies.routing.train.EpisodeSource``-like object with ``workload_obj(seed)`` and
             ``label`` (its ``target_rps`` is ignored: the cell's rate is set here).
         rate_rps: the arrival rate [requests/s].
         load_fraction: ``rate_rps / capacity`` (``None`` for an absolute ``--target-rps``).
@@ -314,7 +314,7 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
     Args:
         policies: registered heuristics, ``"vertumnus-tuned"`` (parameters from ``tuned``, or tuned
             here on the scenario's training windows) and checkpoints (``"shipped"``, paths; an
-            arm-selection checkpoint, ``policies.arm_selection``, runs its router directly).
+            arm-selection checkpoint, ``policies.routing.arm_selection``, runs its router directly).
         tuned: ``{"beta", "lambda"}`` of ``vertumnus-tuned`` for this scenario.
         on_row: optional ``callable(rows)`` called with this scenario's rows so far after each
             window's run (e.g. to save them: a run stopped midway keeps its finished runs).
@@ -324,10 +324,10 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
         :func:`measured_summary`.
     """
     from envs.routing_env import PrefillRoutingEnv
-    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
-    from policies.checkpoint import LearnedPolicy, checkpoint_path
-    from policies.evaluate import check_policy_argument, is_checkpoint
-    from policies.heuristic import run_episode
+    from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
+    from policies.common.checkpoint import LearnedPolicy, checkpoint_path
+    from policies.routing.evaluate import check_policy_argument, is_checkpoint
+    from policies.common.heuristic import run_episode
 
     wins = scenario.windows(part, max_windows=max_windows)
     runners: dict[str, Callable] = {}
@@ -409,7 +409,7 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
             narrower, fake confidence interval).
     """
     from envs import workloads
-    from policies.train import EpisodeSource
+    from policies.routing.train import EpisodeSource
 
     if bool(loads) == (target_rps is not None):
         raise ValueError("give exactly one of loads (--loads, fractions of capacity) and target_rps (--target-rps)")

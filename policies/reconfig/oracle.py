@@ -61,7 +61,7 @@ def phase_ttft(workload, sim_config, compositions: list[str], router: str = "ver
     Raises:
         ValueError: when the workload has no ``phase_of_request`` metadata.
     """
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     phase = (workload.metadata or {}).get("phase_of_request")
     if phase is None:
@@ -135,7 +135,7 @@ def _phase_table(where: str, entry, num_compositions: int) -> tuple[np.ndarray, 
     (null TTFT: inf); raises ValueError naming ``where`` and the field."""
     if not isinstance(entry, dict) or not {"ttft_s", "num_requests"} <= set(entry):
         raise ValueError(f"{where}: expected an object with 'ttft_s' and 'num_requests'")
-    from experiments.spec.paths import is_int, is_number
+    from envs.sim.options import is_int, is_number
 
     num = entry["num_requests"]
     if not isinstance(num, list) or not all(is_int(n) and n >= 0 for n in num):
@@ -163,7 +163,7 @@ def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[di
 
     With ``switch_cost_s_per_gpu == 0`` (the per-phase rule): per phase, among the compositions
     within ``tolerance`` (a share: 0.03 = 3 %) of its lowest mean TTFT, the one closest
-    (``baselines.operation_plan.composition_distance``) to the previous phase's choice
+    (``envs.planning.operations.composition_distance``) to the previous phase's choice
     (``initial`` for the first phase): near-ties cost no reconfiguration; remaining ties go to
     the earlier composition.
 
@@ -180,14 +180,14 @@ def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[di
         ttft_s: ``(K, P)`` mean TTFT [s] per composition and phase (inf: no data; never chosen
             in a phase with requests where another composition has data).
         num_requests: ``(P,)`` requests per phase.
-        counts: ``K`` compositions as ``{degree: num_workers}`` (``baselines.composition.degree_counts``).
+        counts: ``K`` compositions as ``{degree: num_workers}`` (``envs.planning.composition.degree_counts``).
         initial: the pool's initial composition, same form.
 
     Raises:
         ValueError: on shapes that do not match, a negative tolerance, or a negative or
             non-finite switch cost.
     """
-    from baselines.operation_plan import composition_distance
+    from envs.planning.operations import composition_distance
 
     ttft_s = np.asarray(ttft_s, float)
     num_requests = np.asarray(num_requests, float)
@@ -233,7 +233,7 @@ def phase_targets(workload, sim_config, compositions: list[str], router: str = "
     Raises:
         ValueError: when the workload has no ``phase_of_request`` metadata.
     """
-    from baselines.composition import degree_counts
+    from envs.planning.composition import degree_counts
 
     ttft, num = phase_ttft(workload, sim_config, compositions, router)
     counts = [degree_counts(c, sim_config.pool) for c in compositions]
@@ -254,7 +254,7 @@ def follow_schedule(env, workload, seed: int, targets: list[int]) -> dict:
     import time
 
     from envs.metrics import summarize
-    from policies.evaluate_reconfig import operation_counts
+    from policies.reconfig.evaluate import operation_counts
 
     t0 = time.perf_counter()
     env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})

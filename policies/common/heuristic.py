@@ -93,14 +93,14 @@ class HeuristicPolicy:
 def make_routing_env(policy: str | None, workloads: Workload | Sequence[Workload], config: SimConfig, **env_kwargs):
     """A routing environment whose simulators are built for a named policy of
     ``baselines.registry`` exactly as ``cpgym simulate`` builds them
-    (``experiments.runner.build_simulator``: the policy's pool composition, calibration
+    (``baselines.runner.build_simulator``: the policy's pool composition, calibration
     transform and attachments). ``policy=None`` keeps the config's pool."""
     from envs.routing_env import PrefillRoutingEnv
 
     if policy is None:
         return PrefillRoutingEnv(workloads, config, **env_kwargs)
     # Lazy import (experiments sits above policies): one construction path for both runs.
-    from experiments.runner import build_simulator
+    from baselines.runner import build_simulator
 
     calibration = env_kwargs.pop("calibration", None)
 

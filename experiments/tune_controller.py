@@ -10,7 +10,7 @@ on training data as carefully as the learned policy):
 1. ``cpgym sweep experiments/specs/controller-matched-phases-tuning.yaml --out DIR`` runs every
    setting of the grid (``vertumnus-adaptive.<parameter>`` axes: ``ControllerConfig`` fields and
    ``lookahead.<field>``) on the training seeds (workload seed = run seed);
-2. ``python -m policies.tune_controller DIR [DIR2 ...] --out FILE`` picks the setting with the
+2. ``python -m experiments.tune_controller DIR [DIR2 ...] --out FILE`` picks the setting with the
    lowest mean over seeds of the episode's mean TTFT (every setting must have run on the same
    seeds: the comparison is paired; ties: the first setting in sorted order; several folders:
    rounds of a coordinate search, pooled) and writes ``FILE``;
@@ -32,27 +32,11 @@ import math
 import sys
 from pathlib import Path
 
-#: The heuristic whose parameters are tuned, and the label of the tuned one in evaluations.
-HEURISTIC = "vertumnus-adaptive"
-TUNED_LABEL = "vertumnus-adaptive-tuned"
+from baselines.tuned_controller import HEURISTIC, _default_params, _tunable_params
+
 METRIC = "mean_ttft_s"
 #: The ``summary.json`` numbers of each run the selection reads (and reports per setting).
 SELECTION_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted")
-
-
-def _tunable_params() -> dict:
-    """The tunable parameters of ``vertumnus-adaptive`` and their defaults: the registry's own
-    ``PolicySpec.params`` (``baselines/registry.py`` ``adaptive_spec``: every ``ControllerConfig``
-    field, the look-ahead's ``LookaheadConfig`` fields as ``lookahead.<field>``, and the router's
-    ``beta`` / ``lambda``), so this module keeps no second list of them."""
-    from baselines.registry import get_policy
-
-    return dict(get_policy(HEURISTIC).params)
-
-
-def _default_params(names) -> dict:
-    defaults = _tunable_params()
-    return {k: defaults[k] for k in names}
 
 
 def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURISTIC) -> dict:
@@ -110,53 +94,9 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
             "metric": METRIC, "grid": grid, "sweep": [str(d) for d in dirs]}
 
 
-def load_tuned_controller(path: str | Path) -> dict:
-    """The ``params`` of a tuned-controller file written by :func:`main`.
-
-    Raises:
-        ValueError: naming the file (and field), when it is missing, not JSON, not a
-            ``vertumnus-adaptive`` tuning, or its params are not that policy's parameters.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"--tuned {p}: no such file; expected the JSON written by `python -m policies.tune_controller`")
-    try:
-        doc = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{p}: not JSON ({exc}); expected the file written by `python -m policies.tune_controller`") from None
-    if not isinstance(doc, dict) or doc.get("heuristic") != HEURISTIC or not isinstance(doc.get("params"), dict):
-        raise ValueError(f"{p}: expected an object with \"heuristic\": \"{HEURISTIC}\" and a \"params\" object "
-                         "(the file written by `python -m policies.tune_controller`)")
-    unknown = sorted(set(doc["params"]) - set(_tunable_params()))
-    if unknown:
-        raise ValueError(f"{p}: params.{unknown[0]} is not a parameter of {HEURISTIC} (a ControllerConfig field, "
-                         f"lookahead.<LookaheadConfig field>, beta or lambda; baselines/registry.py)")
-    return dict(doc["params"])
-
-
-def tuned_controller_spec(path: str | Path):
-    """The ``vertumnus-adaptive`` policy with the tuned parameters of ``path``, named
-    ``vertumnus-adaptive-tuned`` (a :class:`baselines.registry.PolicySpec`).
-
-    Raises:
-        ValueError: as :func:`load_tuned_controller`, or naming the file when a value is out of
-            range (``ControllerConfig`` validation).
-    """
-    from dataclasses import replace
-
-    from baselines.registry import get_policy
-
-    params = {k: tuple(v) if isinstance(v, list) else v for k, v in load_tuned_controller(path).items()}  # JSON lists
-    try:
-        spec = get_policy(HEURISTIC).with_params(**params)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"{path}: params: {exc}") from None
-    return replace(spec, name=TUNED_LABEL)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m policies.tune_controller SWEEP_DIR --out FILE``: select and write (module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m policies.tune_controller",
+    """``python -m experiments.tune_controller SWEEP_DIR --out FILE``: select and write (module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m experiments.tune_controller",
                                  description="select the heuristic controller setting with the lowest mean TTFT "
                                              "from a `cpgym sweep` folder and write the tuned-controller JSON")
     ap.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="+",
@@ -179,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = select_controller_setting(args.sweep_dir, args.policy)
     except ValueError as exc:
         return fail(str(exc))
-    doc["argv"] = ["python", "-m", "policies.tune_controller", *(sys.argv[1:] if argv is None else argv)]
+    doc["argv"] = ["python", "-m", "experiments.tune_controller", *(sys.argv[1:] if argv is None else argv)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     for row in doc["grid"]:

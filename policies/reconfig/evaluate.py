@@ -8,7 +8,7 @@ the worker composition:
   deterministic actions (observations normalised with the saved ``VecNormalize`` statistics);
 * ``vertumnus-adaptive``: the heuristic split/merge controller (``baselines.controller``);
 * ``vertumnus-adaptive-tuned``: the same with the parameters selected on training seeds
-  (``--tuned FILE``, :mod:`policies.tune_controller`);
+  (``--tuned FILE``, :mod:`experiments.tune_controller`);
 * ``vertumnus-router``: no reconfiguration (the configured initial composition, default
   ``cp4x6,cp2x8``);
 * ``vertumnus``: the full system (initial composition from the capacity profile, controller,
@@ -22,10 +22,10 @@ the worker composition:
   and the ``fixed:`` ones — are evaluated): per seed, the evaluated fixed composition with the
   lowest mean TTFT on that seed (an oracle: it knows the outcome).
 
-The workload seed doubles as the simulator seed (as in :mod:`policies.evaluate`). Metrics are
+The workload seed doubles as the simulator seed (as in :mod:`policies.routing.evaluate`). Metrics are
 those of ``envs.metrics.summarize`` plus the number of operations started / committed; the
 table gives the mean over seeds with a 95% Student-t confidence interval
-(:func:`policies.evaluate.mean_ci95`), and deltas to a reference policy paired by seed.
+(:func:`policies.routing.evaluate.mean_ci95`), and deltas to a reference policy paired by seed.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from policies.checkpoint import (checkpoint_path, learned_label, load_model_zip, load_vecnormalize, missing_model_error,
+from policies.common.checkpoint import (checkpoint_path, learned_label, load_model_zip, load_vecnormalize, missing_model_error,
                                 read_json_file, vecnormalize_path)
+from baselines.envs import make_reconfig_env
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
            "num_unfinished")
@@ -120,7 +121,7 @@ def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[i
     if not checkpoint or checkpoint in ("none", "-"):
         return []
     tc = checkpoint_train_config(checkpoint)
-    from policies.train_reconfig import LEGACY_WORKLOAD
+    from policies.reconfig.train import LEGACY_WORKLOAD
 
     if (tc.get("workload") or LEGACY_WORKLOAD) != workload:
         return []
@@ -174,9 +175,8 @@ def rollout_reconfig(act, workload, config, seed: int, window_s: float, capacity
     seed ``seed``; further environment arguments in ``env_kwargs``, e.g. ``action_mode``) driven
     by ``act(raw observation, action mask) -> action``; ``check_env(env)`` (optional) may refuse the
     built environment before its episode; returns ``(SimResult, actions taken)``."""
-    from envs.reconfig_env import PrefillReconfigEnv
 
-    env = PrefillReconfigEnv([workload], config, window_s=window_s, capacity_features=capacity_features,
+    env = make_reconfig_env([workload], config, window_s=window_s, capacity_features=capacity_features,
                              capacity_table=capacity_table, make_router=make_router, **env_kwargs)
     if check_env is not None:
         check_env(env)
@@ -196,14 +196,14 @@ class LearnedReconfig:
     (observation statistics) and ``train_config.json``.
 
     ``path``: the checkpoint folder, or a model zip in it (``model.zip``, ``last_model.zip``,
-    ``best_model.zip``: that zip is loaded, with its statistics, :func:`policies.checkpoint.vecnormalize_path`).
+    ``best_model.zip``: that zip is loaded, with its statistics, :func:`policies.common.checkpoint.vecnormalize_path`).
     ``name``: its label in tables and ``SimResult.policy`` (default ``shipped-reconfig`` for that
-    alias, else ``learned:<folder name>`` as for routing, :func:`policies.checkpoint.learned_label`).
+    alias, else ``learned:<folder name>`` as for routing, :func:`policies.common.checkpoint.learned_label`).
 
     Raises:
         FileNotFoundError: when the model zip is missing.
         ValueError: naming the file, when ``train_config.json``, the model zip or the statistics
-            cannot be read (:func:`policies.checkpoint.load_model_zip`, :func:`~policies.checkpoint.load_vecnormalize`).
+            cannot be read (:func:`policies.common.checkpoint.load_model_zip`, :func:`~policies.common.checkpoint.load_vecnormalize`).
     """
 
     def __init__(self, path: str | Path, name: str | None = None) -> None:
@@ -284,7 +284,7 @@ class LearnedReconfig:
         returns ``(SimResult, actions taken)``."""
         table = None
         if self.capacity_features:
-            from baselines.capacity import CapacityCache
+            from envs.planning.capacity import CapacityCache
             from baselines.controller import CapacityTable
             from envs.reconfig_env import observation_profile_config
 
@@ -329,10 +329,10 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
         workload: named synthetic workload (generator seed = each seed).
         seeds: workload and simulator seeds; none of the checkpoint's training seeds when ``workload``
             is its training workload (:func:`check_held_out_seeds`).
-        tuned: tuned-controller JSON of ``vertumnus-adaptive-tuned`` (``policies.tune_controller``).
+        tuned: tuned-controller JSON of ``vertumnus-adaptive-tuned`` (``experiments.tune_controller``).
         workload_fields: further :class:`envs.workloads.WorkloadSource` fields of every seed's
             workload (``rate_scale``, ``window_s``, ``params``; the checkpoint's training source,
-            :func:`policies.evaluate.reconfig_workload_fields`).
+            :func:`policies.routing.evaluate.reconfig_workload_fields`).
         on_row: optional ``callable(rows)`` called with the (policy, seed) rows so far after each
             run (e.g. to save them: a run stopped midway keeps its finished runs).
 
@@ -341,16 +341,16 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             with a bad) ``tuned`` file, a ``fixed:`` composition the pool rejects or that another label
             runs too, a ``joint:`` checkpoint that is not a routing one, a repeated seed or a training seed.
     """
-    from policies.evaluate import check_distinct
+    from policies.routing.evaluate import check_distinct
 
     check_distinct(list(seeds), "seeds")
     check_held_out_seeds(checkpoint, list(seeds), workload)
-    from baselines.capacity import CapacityCache
+    from envs.planning.capacity import CapacityCache
     from envs import workloads
     from envs.metrics import summarize
-    from experiments.capacity import saturated
-    from experiments.runner import run_policy
-    from policies.tune_controller import TUNED_LABEL
+    from baselines.capacity import saturated
+    from baselines.runner import run_policy
+    from baselines.tuned_controller import TUNED_LABEL
 
     tuned_spec = _check_comparisons(against, checkpoint, tuned)
     _check_against_pool(against, tuned_spec, tuned, sim_config.pool)
@@ -408,7 +408,7 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
         ValueError: on an unknown label, ``joint:`` without ``checkpoint`` or with a routing
             checkpoint that does not exist, or the tuned label without (or with a bad) ``tuned`` file.
     """
-    from policies.tune_controller import TUNED_LABEL, tuned_controller_spec
+    from baselines.tuned_controller import TUNED_LABEL, tuned_controller_spec
 
     for label in against:
         if not (label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive", TUNED_LABEL)
@@ -419,12 +419,12 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
             raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; "
                              "give --policy")
         if label.startswith("joint:"):  # a missing routing checkpoint fails now, not after the learned runs
-            from policies.checkpoint import resolve_checkpoint
+            from policies.common.checkpoint import resolve_checkpoint
 
             try:
                 _, meta = resolve_checkpoint(label.split(":", 1)[1])
             except (OSError, ValueError) as exc:
-                from experiments.common import error_text
+                from envs.sim.options import error_text
 
                 raise ValueError(f"--against {label}: {error_text(exc)}") from None
             if meta.get("kind", "routing") != "routing":  # a reconfiguration checkpoint failed as a torch traceback
@@ -436,7 +436,7 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
     if not tuned:
         raise ValueError(f"{TUNED_LABEL} needs --tuned FILE: the controller settings selected on training seeds "
                          "(`cpgym sweep experiments/specs/controller-matched-phases-tuning.yaml`, then "
-                         "`python -m policies.tune_controller SWEEP_DIR --out FILE`)")
+                         "`python -m experiments.tune_controller SWEEP_DIR --out FILE`)")
     return tuned_controller_spec(tuned)
 
 
@@ -450,7 +450,7 @@ def _check_against_pool(against: list[str], tuned_spec, tuned: str | None, pool)
             composition (``fixed:cp4x9+cp2x2`` and ``fixed:cp2x2+cp4x9``, or ``vertumnus-router`` and the
             ``fixed:`` of its initial composition).
     """
-    from experiments.runner import policy_pool
+    from baselines.runner import policy_pool
 
     if tuned_spec is not None:
         try:
@@ -476,7 +476,7 @@ def _check_against_pool(against: list[str], tuned_spec, tuned: str | None, pool)
 
 def overload_warnings(rows: list[dict]) -> list[str]:
     """One ``warning: POLICY: overloaded on seed(s) ...`` line per policy with a ``saturated`` row
-    (both tests of ``experiments.capacity.saturated``, as ``cpgym simulate`` warns): its TTFTs then
+    (both tests of ``baselines.capacity.saturated``, as ``cpgym simulate`` warns): its TTFTs then
     measure the episode's backlog, not the controller (the ``phases`` workload's default rates are
     past the default pool's capacity, so every policy there reads 100+ s without this line)."""
     seeds: dict[str, list] = {}
@@ -535,7 +535,7 @@ def aggregate_reconfig(rows: list[dict], workload: str | None = None, reference:
     ``reference`` (:func:`choose_reconfig_reference`; deltas are NaN without one)."""
     import math
 
-    from policies.evaluate import mean_ci95
+    from policies.routing.evaluate import mean_ci95
 
     ref_label = choose_reconfig_reference(rows, reference)
     ref = {r["seed"]: r for r in rows if r["policy"] == ref_label}
