@@ -577,7 +577,7 @@ class ReconfigController:
                                              "controller_candidates": list(self.candidates)})
         sim.attachments["controller"] = self
         if len(reqs):
-            from envs.sim.simulator import EventPriority
+            from envs.sim.events import EventPriority
 
             self._priority = EventPriority.CONTROL
             sim.schedule(cfg.window_s, self._priority, self._on_window, None)

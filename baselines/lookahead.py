@@ -83,7 +83,8 @@ from envs.planning.composition import degree_counts
 from envs.planning.operations import operations_towards, projected_degree_counts
 from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
 from envs.sim.request import Request, Workload
-from envs.sim.simulator import EventPriority, Simulator
+from envs.sim.events import EventPriority
+from envs.sim.simulator import Simulator
 
 __all__ = ["LookaheadConfig", "LookaheadPredictor", "TransitionPlan", "screened_scores"]
 

@@ -55,28 +55,14 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from envs.metrics.stats import ci95_halfwidth
 
 RATE_AXIS = "workload.target_rps"
-# Student t quantiles t(0.975, df) for df = 1..30 (standard table); df > 30 uses the normal 1.96.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 SHARE_METRICS = ("slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "utilization")
 METRICS = ("mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "slo_attainment_requests",
            "prefix_hit_rate", "kv_transfer_bytes", "num_unfinished", "utilization")
 # sim_config fields that never make two plain runs different experiments
 _IGNORED_CONFIG = ("seed", "record_events")
-
-
-def ci95_halfwidth(values) -> float:
-    """Half-width of the 95% Student-t confidence interval of the mean; NaN for fewer than 2 values."""
-    import numpy as np
-
-    x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], dtype=float)
-    n = len(x)
-    if n < 2:
-        return math.nan
-    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-    return float(t * x.std(ddof=1) / math.sqrt(n))
 
 
 def metric_bounds(metric: str) -> tuple[float, float]:
@@ -783,4 +769,4 @@ def _markdown(run_dir: Path, df, agg, rep: Report, sweeps: list[str], cells: dic
     return lines
 
 
-__all__ = ["make_report", "Report", "ci95_halfwidth", "ci95_interval", "metric_bounds"]
+__all__ = ["make_report", "Report", "ci95_interval", "metric_bounds"]

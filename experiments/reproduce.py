@@ -137,7 +137,7 @@ class ReproduceConfig:
     def __post_init__(self) -> None:
         if not self.workloads or not self.models or not self.seeds or not self.policies:
             raise ValueError("reproduce needs at least one workload, model, seed and policy")
-        from policies.routing.evaluate import check_distinct
+        from policies.common.policy_args import check_distinct
 
         for flag, seeds in (("--seeds", self.seeds), ("--cache-seeds", self.cache_seeds)):
             if not seeds or any(int(x) != x or x < 0 for x in seeds):
@@ -365,7 +365,7 @@ def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, j
     unused (the experiments' common signature); ``on_partial``: :data:`OnPartial`, after each
     capacity search and each (model, workload, seed) task."""
     from baselines.capacity import CapacityDefinition, CapacityResult, rates_for_loads, static_baselines
-    from policies.routing.evaluate import mean_ci95
+    from envs.metrics.stats import mean_ci95
 
     say = log or (lambda _line: None)
     if cfg.capacity_definition is None:

@@ -51,7 +51,7 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
             a parameter of ``vertumnus-adaptive``, or the settings did not all run on the same seeds.
     """
     from experiments.paper_experiments.cache_sensitivity import load_runs
-    from experiments.report import ci95_halfwidth
+    from envs.metrics.stats import ci95_halfwidth
     from experiments.sweep import finished_cells
 
     dirs = [sweep_dir] if isinstance(sweep_dir, (str, Path)) else list(sweep_dir)

@@ -6,7 +6,8 @@ from envs.sim.cost_model import Calibration, CostCoefficients, CostModel, attent
 from envs.sim.pool import DEFAULT_COMPOSITION, PoolConfig
 from envs.sim.request import Request, Workload
 from envs.sim.router import PoolView, Router
-from envs.sim.simulator import EventPriority, SimResult, Simulator
+from envs.sim.events import EventPriority
+from envs.sim.simulator import SimResult, Simulator
 from envs.sim.worker import Worker, WorkerState
 
 __all__ = [

@@ -440,7 +440,7 @@ class FaultManager:
     """
 
     def __init__(self, sim: Simulator, config: FaultConfig) -> None:
-        from envs.sim.simulator import EventPriority
+        from envs.sim.events import EventPriority
 
         self.sim = sim
         self.config = config

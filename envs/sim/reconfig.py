@@ -432,7 +432,7 @@ class Reconfigurator:
         boundary and switch to the new groups."""
         sync_s = self.config.drain_sync_s
         if sync_s > 0:
-            from envs.sim.simulator import EventPriority
+            from envs.sim.events import EventPriority
 
             self.sim.schedule(sync_s, EventPriority.RECONFIG, self._switch_start, flight)
         else:
@@ -446,13 +446,13 @@ class Reconfigurator:
         for w in flight.workers:
             w.state = WorkerState.SWITCHING
         sim._log(f"switch_start:{flight.op}")
-        from envs.sim.simulator import EventPriority
+        from envs.sim.events import EventPriority
 
         sim.schedule(self.config.switch_s, EventPriority.RECONFIG, self._switch_end, flight)
 
     def _switch_end(self, flight: _InFlight) -> None:
         """Stage 4: old workers retired, new workers exist (SWITCHING) with their KV state."""
-        from envs.sim.simulator import EventPriority
+        from envs.sim.events import EventPriority
 
         if flight.aborted:
             return
@@ -883,7 +883,7 @@ class Reconfigurator:
         [s]: the blocks' arrival time (while bytes are in flight) and the pins of the source blocks
         (``pins``: [(source cache, block hashes)]), both released by :meth:`_transfer_end` (no event
         when there is neither)."""
-        from envs.sim.simulator import EventPriority
+        from envs.sim.events import EventPriority
 
         if end > now:
             arriving = self._arriving.setdefault(w.worker_id, {})

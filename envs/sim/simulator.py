@@ -24,7 +24,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 import numpy as np
 import simpy
@@ -33,20 +32,11 @@ from simpy.events import Event
 from envs.sim.cache import PrefixCache
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
+from envs.sim.events import EventPriority
 from envs.sim.links import KVLinks
 from envs.sim.request import Request, Workload
 from envs.sim.router import PoolView, Router
 from envs.sim.worker import Worker, WorkerState
-
-
-class EventPriority(IntEnum):
-    """Order of events at equal simulated time (lower first)."""
-
-    STEP_END = 0
-    TRANSFER_END = 1
-    RECONFIG = 2
-    ARRIVAL = 3
-    CONTROL = 4
 
 
 class _Call(Event):

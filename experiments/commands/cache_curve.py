@@ -56,7 +56,7 @@ def parse_capacities(text: str, flag: str = "--capacities") -> list[int]:
     Raises:
         ValueError: naming ``flag``, on a non-integer, a capacity < 1 or a repeated capacity.
     """
-    from policies.routing.evaluate import check_distinct
+    from policies.common.policy_args import check_distinct
 
     out = []
     for item in (s.strip() for s in text.split(",")):

@@ -151,7 +151,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from baselines.capacity import capacities
-    from experiments.commands.compare import resolve_suite
+    from experiments.paper_experiments.end_to_end import resolve_suite
     from experiments.common import dumps_json, sim_config_from_args
 
     policies = resolve_suite(args.policy, "--policy")

@@ -45,12 +45,9 @@ import copy
 import math
 import sys
 
-from experiments.paper_experiments.end_to_end import (  # noqa: F401  (old import paths)
-    METRICS,
+from experiments.paper_experiments.end_to_end import (
     VERTUMNUS,
     resolve_suite,
-    strongest_baseline_changes,
-    sweep_table,
     vertumnus_variants,
 )
 
@@ -134,7 +131,7 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
 
     loads = parse_list(args.loads, "--loads", positive=True) if args.loads is not None else None
     if loads is not None:
-        from policies.routing.evaluate import check_distinct
+        from policies.common.policy_args import check_distinct
 
         check_distinct(loads, "--loads", args.loads, "distinct loads (each is one row per policy)")
         if not static_baselines(names):  # before the bisections, not after them (minutes per policy)
@@ -232,7 +229,7 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
     from baselines.registry import get_policy
     from experiments.common import parse_list, sim_config_from_args, workload_source_from_args
     from baselines.runner import policy_pool
-    from policies.routing.evaluate import check_distinct
+    from policies.common.policy_args import check_distinct
 
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
@@ -265,7 +262,7 @@ def parse_seeds(args: argparse.Namespace) -> list[int]:
             run once but shown as given in the title).
     """
     from experiments.common import parse_list
-    from policies.routing.evaluate import check_distinct
+    from policies.common.policy_args import check_distinct
 
     seeds = parse_list(args.seeds, "--seeds", int)
     if any(s < 0 for s in seeds):

@@ -1,7 +1,7 @@
 """``cpgym evaluate``: compare a learned checkpoint (or any policy) with heuristics on held-out
 episode windows and seeds; table with 95% confidence intervals, or JSON. A thin wrapper over
-:func:`policies.routing.evaluate.run_evaluation`; the evaluation flags are generated from
-:class:`policies.routing.evaluate.EvaluationConfig`.
+:func:`policies.evaluate.run_evaluation`; the evaluation flags are generated from
+:class:`policies.evaluate.EvaluationConfig`.
 
 ``--out CSV`` is written after each finished episode (routing windows, ``--kind reconfig`` runs
 and the ``--loads`` / ``--protocol`` cells alike): an evaluation that fails or is interrupted
@@ -14,13 +14,12 @@ import argparse
 
 from rich.markup import escape
 
-from policies.routing.evaluate import DEFAULT_RECONFIG_AGAINST as RECONFIG_AGAINST  # noqa: F401  (old import path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments
     from envs.sim.options import add_config_arguments
-    from policies.routing.evaluate import EvaluationConfig
+    from policies.evaluate import EvaluationConfig
 
     add_config_arguments(p, EvaluationConfig, title="policies and episodes (default: the checkpoint's training source)")
     add_sim_arguments(p, seed=False)  # every episode's simulator seed is its --seeds entry
@@ -49,7 +48,8 @@ def _run_from_csv(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import fields
 
-    from policies.routing.evaluate import EvaluationConfig, read_episode_rows, uneven_episodes
+    from policies.episode_rows import read_episode_rows, uneven_episodes
+    from policies.evaluate import EvaluationConfig
 
     for f in fields(EvaluationConfig):
         if f.name not in FROM_CSV_FIELDS and getattr(args, f.name, f.default) != f.default:
@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     from experiments.common import sim_config_from_args
     from envs.sim.options import check_out_file
     from envs.sim.options import config_from_args
-    from policies.routing.evaluate import EvaluationConfig, check_checkpoint_kind, check_policy_argument, run_evaluation
+    from policies.evaluate import EvaluationConfig, run_evaluation
+    from policies.common.policy_args import check_checkpoint_kind, check_policy_argument
 
     if args.from_csv:
         return _run_from_csv(args)
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if kind == "reconfig":
         cfg.check_reconfig_fields()  # before the training-seed warning
     if kind == "reconfig" and cfg.policy not in ("none", "-"):
-        from policies.routing.evaluate import reconfig_workload
+        from policies.evaluate import reconfig_workload
         from policies.reconfig.evaluate import check_held_out_seeds
 
         # a training seed is refused (before any run); a validation seed is model selection, not a held-out result
@@ -185,7 +186,7 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
     import sys
 
     from experiments.common import sim_config_from_args
-    from policies.routing.evaluate import DEFAULT_ROUTING_AGAINST
+    from policies.evaluate import DEFAULT_ROUTING_AGAINST
     from policies.routing.protocol import evaluate_scenario, load_tuned_cells, scenarios
 
     from envs.sim.options import split_name_list
@@ -286,7 +287,8 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference:
 def _print_routing(rows: list[dict], reference: str | None, seeds, where: str, fmt: str) -> int:
     """Prints the routing table of ``rows``; ``where`` starts the title (the episodes' source)."""
     from experiments.common import dumps_json
-    from policies.routing.evaluate import aggregate, choose_reference
+    from policies.routing.evaluate import aggregate
+    from policies.episode_rows import choose_reference
 
     reference = choose_reference(rows, reference)
     table = aggregate(rows, reference)

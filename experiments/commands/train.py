@@ -38,8 +38,10 @@ OUT_HELP = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from experiments.common import add_sim_arguments, add_workload_arguments
     from envs.sim.options import add_config_arguments
-    from policies.routing.train import EpisodeSource, TrainConfig
-    from policies.reconfig.train import DEFAULT_RECONFIG_WORKLOAD, ReconfigTrainConfig
+    from policies.routing.train import TrainConfig
+    from policies.routing.episodes import EpisodeSource
+    from policies.reconfig.train import ReconfigTrainConfig
+    from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
 
     from envs.workloads import default_traces_dir
 
@@ -95,7 +97,8 @@ def configs_from_args(args: argparse.Namespace):
         from policies.reconfig.train import ReconfigTrainConfig
 
         return config_from_args(ReconfigTrainConfig, args, **source_fields)
-    from policies.routing.train import EpisodeSource, TrainConfig
+    from policies.routing.train import TrainConfig
+    from policies.routing.episodes import EpisodeSource
 
     return config_from_args(TrainConfig, args, source=config_from_args(EpisodeSource, args, **source_fields))
 

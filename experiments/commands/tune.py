@@ -64,7 +64,7 @@ def _grid(args: argparse.Namespace) -> tuple[list[float], list[float]]:
     import math
 
     from experiments.common import parse_list
-    from policies.routing.evaluate import check_distinct
+    from policies.common.policy_args import check_distinct
 
     grids = []
     for flag, text, low in (("--betas", args.betas, 1.0), ("--lambdas", args.lambdas, 0.0)):

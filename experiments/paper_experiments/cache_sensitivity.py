@@ -77,7 +77,7 @@ def sensitivity_rows(runs: list[dict], local_policy: str | None = None) -> list[
         ValueError: if there is no run of ``local_policy`` or a manager run has no local run with
             its seed.
     """
-    from experiments.report import ci95_halfwidth
+    from envs.metrics.stats import ci95_halfwidth
 
     if local_policy is None:
         plain = sorted({r["policy"] for r in runs if not any(k.startswith("cache_") for k in r["params"])})

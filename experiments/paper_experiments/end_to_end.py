@@ -56,7 +56,7 @@ def _grid(text: str | None, flag: str, default: float, lowest: float) -> list[fl
     import math
 
     from experiments.common import parse_list
-    from policies.routing.evaluate import check_distinct
+    from policies.common.policy_args import check_distinct
 
     if text is None:
         return [default]

@@ -48,7 +48,7 @@ DYNAMIC_METRICS = ("mean_ttft_pct_vs_best_fixed", "mean_ttft_pct_vs_homogeneous_
 
 def _row(experiment: str, workload: str, model: str, metric: str, paper_value, values, load_fraction=None,
          strongest_baseline=None) -> dict:
-    from policies.routing.evaluate import mean_ci95
+    from envs.metrics.stats import mean_ci95
 
     mean, half = mean_ci95(list(values))
     lo, hi = (mean - half, mean + half) if not math.isnan(half) else (math.nan, math.nan)

@@ -43,7 +43,7 @@ def before_after(before_dir: Path, after_dir: Path):
     """The table (module docstring) as a DataFrame."""
     import pandas as pd
 
-    from policies.routing.evaluate import mean_ci95
+    from envs.metrics.stats import mean_ci95
 
     workloads = sorted(d.name for d in before_dir.iterdir() if d.is_dir() and (after_dir / d.name).is_dir())
     if not workloads:

@@ -21,7 +21,7 @@ def main() -> int:
     from envs.sim import SimConfig
     from envs.workloads.source import build_workload
     from baselines.runner import run_policy
-    from policies.routing.evaluate import mean_ci95
+    from envs.metrics.stats import mean_ci95
 
     class PoolOrderTies(DynamoKVRouter):
         def break_tie(self, ties, view):

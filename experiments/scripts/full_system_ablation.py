@@ -137,7 +137,7 @@ def _workload_case(workload: str):
 def paired_table(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     """Markdown: per policy, mean TTFT per seed [s], SLO attainment (mean over seeds) and the
     paired change of mean TTFT vs :data:`REFERENCE` [%] with its 95 % Student-t CI."""
-    from policies.routing.protocol import paired_ci
+    from envs.metrics.stats import paired_ci
 
     by = {(r["policy"], r["seed"]): r for r in rows}
     lines = [f"| policy | mean TTFT per seed {'/'.join(map(str, seeds))} [s] | SLO tok | reconfig ops | "

@@ -15,7 +15,7 @@ def pct_change(a: list[float], b: list[float]) -> dict:
     """Per pair ``100 x (b / a - 1)`` [%] of the paired values ``a`` and ``b`` (same length, > 0)
     and their mean with the 95 % Student-t interval (:func:`policies.routing.protocol.paired_ci`):
     ``{"pct_change", "mean_pct_change", "ci_low", "ci_high"}``."""
-    from policies.routing.protocol import paired_ci
+    from envs.metrics.stats import paired_ci
 
     pct = [100.0 * (y / x - 1.0) for x, y in zip(a, b, strict=True)]
     mean, lo, hi = paired_ci(pct)

@@ -39,7 +39,7 @@ def rows_with(path: str | None, policies: str | None, seeds: list[int]) -> list[
         ValueError: naming the file, when it is not a reconfiguration evaluation CSV, or a policy
             of ``policies`` has no row for one of ``seeds``.
     """
-    from policies.routing.evaluate import read_episode_rows
+    from policies.episode_rows import read_episode_rows
 
     if path is None:
         if policies:

@@ -125,7 +125,7 @@ def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str |
     from envs import workloads
     from envs.metrics import summarize
     from envs.sim import SimConfig
-    from policies.routing.evaluate import mean_ci95
+    from envs.metrics.stats import mean_ci95
 
     rows = []
     for name, pol in policies.items():

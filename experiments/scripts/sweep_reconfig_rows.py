@@ -25,7 +25,7 @@ from math import nan
 from pathlib import Path
 
 
-#: The ``summary.json`` numbers of a row (the rest of :data:`policies.routing.evaluate.ROW_COLUMNS` ``["reconfig"]``).
+#: The ``summary.json`` numbers of a row (the rest of :data:`policies.episode_rows.ROW_COLUMNS` ``["reconfig"]``).
 SUMMARY_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
 
 

@@ -168,7 +168,7 @@ class ValidationCallback(BaseCallback):
         from envs.routing_env import PrefillRoutingEnv
         from policies.common.heuristic import run_episode
         from policies.common.numpy_policy import NumpyWorkerSetActor
-        from policies.routing.protocol import measured_summary
+        from envs.metrics.summary import measured_summary
 
         actor = NumpyWorkerSetActor(model.policy.features_extractor)
 

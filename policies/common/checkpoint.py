@@ -73,7 +73,7 @@ def missing_model_error(folder: Path) -> FileNotFoundError:
     interrupted (``train_config.json`` marks it, :mod:`policies.common.run_end`) it says so and names the
     zips to evaluate instead (``interrupted_model.zip``, ``best_model.zip``); for a run that
     stopped otherwise, its periodic checkpoints."""
-    from policies.common.run_end import read_interrupted
+    from policies.common.checkpoint import read_interrupted
 
     folder = Path(folder)
     interrupted = read_interrupted(folder)
@@ -296,3 +296,14 @@ def load_vecnormalize(path: Path):
         raise ValueError(f"{path}: not a readable VecNormalize pickle (holds a {type(obj).__name__}); "
                          "expected the vecnormalize.pkl written by `cpgym train reconfig`")
     return obj
+
+
+def read_interrupted(folder: Path) -> dict | None:
+    """The ``"interrupted"`` entry of ``folder/train_config.json`` (``None``: no such file, not
+    readable, or the run was not interrupted)."""
+    p = Path(folder) / "train_config.json"
+    try:
+        entry = json.loads(p.read_text(encoding="utf-8")).get("interrupted")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return entry if isinstance(entry, dict) else None

@@ -23,7 +23,6 @@ Ctrl-C, 1 after an error, so wandb marks it failed).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 #: File name of the model saved when training is interrupted (Ctrl-C).
@@ -128,15 +127,4 @@ class TrainingRun:
             self.run.finish(exit_code=exit_code)
 
 
-def read_interrupted(folder: Path) -> dict | None:
-    """The ``"interrupted"`` entry of ``folder/train_config.json`` (``None``: no such file, not
-    readable, or the run was not interrupted)."""
-    p = Path(folder) / "train_config.json"
-    try:
-        entry = json.loads(p.read_text(encoding="utf-8")).get("interrupted")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return entry if isinstance(entry, dict) else None
-
-
-__all__ = ["INTERRUPTED_MODEL", "TrainingInterrupted", "TrainingRun", "read_interrupted"]
+__all__ = ["INTERRUPTED_MODEL", "TrainingInterrupted", "TrainingRun"]

@@ -121,7 +121,7 @@ def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[i
     if not checkpoint or checkpoint in ("none", "-"):
         return []
     tc = checkpoint_train_config(checkpoint)
-    from policies.reconfig.train import LEGACY_WORKLOAD
+    from policies.reconfig.defaults import LEGACY_WORKLOAD
 
     if (tc.get("workload") or LEGACY_WORKLOAD) != workload:
         return []
@@ -203,7 +203,8 @@ class LearnedReconfig:
     Raises:
         FileNotFoundError: when the model zip is missing.
         ValueError: naming the file, when ``train_config.json``, the model zip or the statistics
-            cannot be read (:func:`policies.common.checkpoint.load_model_zip`, :func:`~policies.common.checkpoint.load_vecnormalize`).
+            cannot be read (:func:`policies.common.checkpoint.load_model_zip`,
+            :func:`~policies.common.checkpoint.load_vecnormalize`).
     """
 
     def __init__(self, path: str | Path, name: str | None = None) -> None:
@@ -314,7 +315,7 @@ def operation_counts(result) -> tuple[int, int]:
 
 def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str, seeds: list[int], sim_config,
                       target_rps: float | None = None, log=None, tuned: str | None = None,
-                      workload_fields: dict | None = None, on_row=None) -> list[dict]:
+                      workload_fields: dict | None = None, on_row=None, joint_router_factory=None) -> list[dict]:
     """One row per (policy, seed): ``policy, seed, wall_s`` plus :data:`METRICS` (the
     checkpoint's rows are labelled ``learned:<folder name>``, as routing checkpoints are, or
     ``shipped-reconfig`` for that alias: :attr:`LearnedReconfig.name`), then
@@ -332,16 +333,20 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
         tuned: tuned-controller JSON of ``vertumnus-adaptive-tuned`` (``experiments.tune_controller``).
         workload_fields: further :class:`envs.workloads.WorkloadSource` fields of every seed's
             workload (``rate_scale``, ``window_s``, ``params``; the checkpoint's training source,
-            :func:`policies.routing.evaluate.reconfig_workload_fields`).
+            :func:`policies.evaluate.reconfig_workload_fields`).
         on_row: optional ``callable(rows)`` called with the (policy, seed) rows so far after each
             run (e.g. to save them: a run stopped midway keeps its finished runs).
+        joint_router_factory: ``path -> (() -> Router)``, the inner router of each
+            ``joint:<routing checkpoint>`` comparison (``policies.joint.joint_router_factory``, given
+            by the dispatcher :func:`policies.evaluate.run_evaluation`: reconfiguration evaluation
+            imports no routing policy).
 
     Raises:
         ValueError: before any run: on an unknown policy, ``vertumnus-adaptive-tuned`` without (or
             with a bad) ``tuned`` file, a ``fixed:`` composition the pool rejects or that another label
             runs too, a ``joint:`` checkpoint that is not a routing one, a repeated seed or a training seed.
     """
-    from policies.routing.evaluate import check_distinct
+    from policies.common.policy_args import check_distinct
 
     check_distinct(list(seeds), "seeds")
     check_held_out_seeds(checkpoint, list(seeds), workload)
@@ -359,8 +364,9 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
     learned = LearnedReconfig(checkpoint) if checkpoint else None
     if learned is not None:
         learned.check_pool(sim_config.pool)
-    from policies.joint import joint_router_factory
-
+    joints = [label for label in against if label.startswith("joint:")]
+    if joints and joint_router_factory is None:
+        raise ValueError(f"{joints[0]}: a joint comparison needs joint_router_factory (policies.joint)")
     # every joint: router loaded once, before the first run (a bad checkpoint fails before any simulation)
     routers = {label: joint_router_factory(label.split(":", 1)[1]) for label in against if label.startswith("joint:")}
     rows = []
@@ -535,7 +541,7 @@ def aggregate_reconfig(rows: list[dict], workload: str | None = None, reference:
     ``reference`` (:func:`choose_reconfig_reference`; deltas are NaN without one)."""
     import math
 
-    from policies.routing.evaluate import mean_ci95
+    from envs.metrics.stats import mean_ci95
 
     ref_label = choose_reconfig_reference(rows, reference)
     ref = {r["seed"]: r for r in rows if r["policy"] == ref_label}

@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from policies.routing.train import _opt, check_minibatch, check_train_seed
+from envs.sim.options import option as _opt
+from policies.common.train_checks import check_minibatch, check_train_seed
 from baselines.envs import make_reconfig_env
+from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
 
 
 #: Default reconfiguration episode window [s]: one full cycle of the ``phases`` workload
@@ -27,17 +29,6 @@ from baselines.envs import make_reconfig_env
 #: (randomised phases, ~550 s); the shipped checkpoints (``policies/checkpoints/reconfig_phases``,
 #: ``reconfig_matched``, ``reconfig_target``) were trained on it.
 DEFAULT_RECONFIG_EPISODE_WINDOW_S = 600.0
-
-
-#: Named workload of a reconfiguration training (and of ``cpgym evaluate --kind reconfig``) given
-#: neither a trace nor a workload: the paper's dynamic scenarios below saturation (every phase at
-#: 0.4-0.8 of its mix's measured capacity; the shipped ``reconfig_target`` checkpoint's workload).
-#: It was ``phases``, whose default 90 / 18 req/s is past the default pool's capacity (100+ s TTFTs
-#: for every policy: the comparison measured backlog drain, issue #14); checkpoints whose
-#: ``train_config.json`` names no workload were trained on ``phases`` (:data:`LEGACY_WORKLOAD`).
-DEFAULT_RECONFIG_WORKLOAD = "matched-phases"
-#: The workload of a reconfiguration checkpoint whose ``train_config.json`` names none.
-LEGACY_WORKLOAD = "phases"
 
 
 @dataclass(frozen=True)

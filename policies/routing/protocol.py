@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from envs.metrics.summary import measured_summary  # noqa: F401  (part of the protocol's API)
+from envs.metrics.stats import paired_ci
 
 #: Windows of one split period: index j % PERIOD decides the part (module docstring).
 PERIOD = 4
@@ -151,15 +152,6 @@ def capacity_rps(build_workload: Callable[[float], object], sim_config, policy: 
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return CapacityResult(lo, policy, tuple(probes))
-
-
-# two-sided 95% Student t quantiles are in policies.routing.evaluate (one table)
-def paired_ci(values: Sequence[float]) -> tuple[float, float, float]:
-    """``(mean, ci_low, ci_high)`` of the 95% Student-t interval of the mean of paired differences."""
-    from policies.routing.evaluate import mean_ci95
-
-    m, h = mean_ci95(list(values))
-    return m, m - h, m + h
 
 
 # ------------------------------------------------------------------------------------------
@@ -326,7 +318,7 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
     from envs.routing_env import PrefillRoutingEnv
     from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
     from policies.common.checkpoint import LearnedPolicy, checkpoint_path
-    from policies.routing.evaluate import check_policy_argument, is_checkpoint
+    from policies.common.policy_args import check_policy_argument, is_checkpoint
     from policies.common.heuristic import run_episode
 
     wins = scenario.windows(part, max_windows=max_windows)
@@ -409,7 +401,7 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
             narrower, fake confidence interval).
     """
     from envs import workloads
-    from policies.routing.train import EpisodeSource
+    from policies.routing.episodes import EpisodeSource
 
     if bool(loads) == (target_rps is not None):
         raise ValueError("give exactly one of loads (--loads, fractions of capacity) and target_rps (--target-rps)")

@@ -127,7 +127,7 @@ def episode_source(item: str):
     """The :class:`policies.routing.train.EpisodeSource` of one ``sources`` item (a trace file if it ends
     in ``.jsonl``/``.csv`` or names an existing file, else a named workload)."""
     from envs.workloads import default_traces_dir
-    from policies.routing.train import EpisodeSource
+    from policies.routing.episodes import EpisodeSource
 
     p = Path(item).expanduser()
     if p.suffix in (".jsonl", ".csv") or p.is_file():
@@ -443,7 +443,8 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
         ``(model with the selected switch_margin, rows, per-window rows)``; one row per margin:
         ``switch_margin, <cell>_pct, <cell>_ci_low, <cell>_ci_high, <cell>_arm_switches_per_window,
         score, score_standard_error, selected`` (the ``deployed_validation.csv`` columns; the CI is the paired 95 %
-        Student-t interval over windows of ``policies.routing.protocol.cell_table``), per-window rows: ``cell, window, switch_margin,
+        Student-t interval over windows of ``policies.routing.protocol.cell_table``), per-window rows: ``cell, window,
+        switch_margin,
         mean_ttft_s, slo_attainment, num_arm_switches, decisions, tuned_mean_ttft_s`` (decisions:
         the run's arms in time order as ``beta/lambda`` joined by spaces).
 
@@ -451,7 +452,7 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
         ValueError: if the cells do not line up or a deployed run's windows differ from the
             collected validation windows.
     """
-    from policies.routing.protocol import paired_ci
+    from envs.metrics.stats import paired_ci
 
     if [s.key for s in scenarios] != [c.key for c in train] or [c.key for c in train] != [c.key for c in validation]:
         raise ValueError("deployed_validation: scenarios, train and validation cells must be the same cells in order")

@@ -10,7 +10,7 @@ import pytest
 from baselines.prediction_error import COLUMNS, summarize_prediction_errors
 from envs.sim import PoolConfig, PredictionErrorConfig, SimConfig
 from experiments.cli import main
-from experiments.commands.compare import resolve_suite, strongest_baseline_changes
+from experiments.paper_experiments.end_to_end import resolve_suite, strongest_baseline_changes
 from baselines.runner import run_policy, write_run
 from envs.metrics import summarize
 

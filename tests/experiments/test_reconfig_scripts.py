@@ -38,7 +38,7 @@ def test_oracle_schedule_rows_are_evaluation_rows(tmp_path):
     from envs.workloads import WorkloadSource
     from experiments.scripts.reconfig_oracle_schedule import rows_with, write_rows
     from policies.reconfig.oracle import follow_schedule
-    from policies.routing.evaluate import read_episode_rows
+    from policies.episode_rows import read_episode_rows
     from policies.reconfig.evaluate import aggregate_reconfig
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))

@@ -197,7 +197,7 @@ def _write_checkpoint(path, model):
 def test_checkpoint_round_trip_and_arguments(tmp_path):
     from policies.routing.arm_selection import is_arm_checkpoint, load_arm_checkpoint
     from policies.common.checkpoint import resolve_checkpoint
-    from policies.routing.evaluate import check_checkpoint_kind, check_policy_argument
+    from policies.common.policy_args import check_checkpoint_kind, check_policy_argument
 
     m = constant_model(ARMS, 2)
     _write_checkpoint(tmp_path / "ck", m)

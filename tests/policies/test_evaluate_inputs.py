@@ -36,7 +36,7 @@ def test_checkpoint_of_the_other_kind_is_one_line(ckpt, kind, trained, capsys, n
 
 def test_run_evaluation_checks_the_checkpoint_kind(no_model_loading):
     from envs.sim import SimConfig
-    from policies.routing.evaluate import EvaluationConfig, run_evaluation
+    from policies.evaluate import EvaluationConfig, run_evaluation
 
     cfg = EvaluationConfig(policy=str(CKPT / "routing_conversation"), kind="reconfig", seeds=(1,))
     with pytest.raises(ValueError, match="is a routing checkpoint"):
@@ -72,7 +72,7 @@ def test_from_csv_warns_when_policies_have_different_episodes(tmp_path, capsys):
 
 
 def test_uneven_episodes_of_a_reconfig_evaluation_name_the_missing_seeds():
-    from policies.routing.evaluate import uneven_episodes
+    from policies.episode_rows import uneven_episodes
 
     rows = [{"policy": p, "seed": s} for p in ("a", "b") for s in range(8)]
     assert uneven_episodes(rows, "reconfig") is None
@@ -150,7 +150,7 @@ def test_from_csv_reads_an_empty_metric_cell_as_not_recorded(tmp_path, capsys):
     import json
     import math
 
-    from policies.routing.evaluate import read_episode_rows
+    from policies.episode_rows import read_episode_rows
 
     path = _rows_csv(tmp_path)
     _set("prefix_hit_rate", None)(pd.read_csv(path)).to_csv(path, index=False)
@@ -373,7 +373,7 @@ def test_library_evaluations_reject_a_repeated_seed_or_window():
     from envs.sim import SimConfig
     from policies.routing.evaluate import evaluate
     from policies.reconfig.evaluate import evaluate_reconfig
-    from policies.routing.train import EpisodeSource
+    from policies.routing.episodes import EpisodeSource
 
     with pytest.raises(ValueError, match=r"^seeds lists 1 twice: '1,2,1'"):
         evaluate(["least-work"], EpisodeSource(), SimConfig(), [1, 2, 1])
@@ -384,7 +384,7 @@ def test_library_evaluations_reject_a_repeated_seed_or_window():
 
 
 def test_from_csv_of_a_reconfig_evaluation_checks_its_counts(tmp_path):
-    from policies.routing.evaluate import read_episode_rows
+    from policies.episode_rows import read_episode_rows
 
     rows = [{"policy": p, "seed": s, "mean_ttft_s": 1.0, "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.9,
              "num_operations": 3, "num_committed_operations": 2, "num_unfinished": 0}
@@ -449,7 +449,7 @@ def test_training_seeds_of_the_checkpoint_are_refused(capsys, monkeypatch):
 def test_reconfig_evaluation_defaults_to_held_out_seeds(monkeypatch, capsys):
     """The default --seeds were 1,2,3 for every kind: training seeds of shipped-reconfig, so the
     issue's own command (no --seeds) evaluated the checkpoint on its training data."""
-    from policies.routing.evaluate import DEFAULT_RECONFIG_SEEDS, DEFAULT_ROUTING_SEEDS, EvaluationConfig
+    from policies.evaluate import DEFAULT_RECONFIG_SEEDS, DEFAULT_ROUTING_SEEDS, EvaluationConfig
 
     calls = []
     _fake_reconfig_rows(monkeypatch, calls)
@@ -464,7 +464,7 @@ def test_reconfig_evaluation_defaults_to_held_out_seeds(monkeypatch, capsys):
 
 def test_run_evaluation_refuses_training_seeds_too(monkeypatch):
     from envs.sim import SimConfig
-    from policies.routing.evaluate import EvaluationConfig, run_evaluation
+    from policies.evaluate import EvaluationConfig, run_evaluation
 
     _no_reconfig_runs(monkeypatch)
     with pytest.raises(ValueError, match="training seeds of shipped-reconfig"):

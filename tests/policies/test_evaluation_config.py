@@ -9,7 +9,7 @@ from experiments.cli import build_parser
 
 def test_flags_generate_the_config():
     from envs.sim.options import config_from_args
-    from policies.routing.evaluate import EvaluationConfig
+    from policies.evaluate import EvaluationConfig
 
     args = build_parser().parse_args(["evaluate", "--policy", "least-work", "--seeds", "4,5", "--windows", "0,2",
                                       "--episode-window-s", "30", "--reference", "least-work"])
@@ -24,7 +24,7 @@ def test_flags_generate_the_config():
     ({"trace": "x", "workload": "phases"}, "not both"), ({"episode_window_s": 0.0}, "episode_window_s"),
 ])
 def test_config_rejects_bad_values(fields, match):
-    from policies.routing.evaluate import EvaluationConfig
+    from policies.evaluate import EvaluationConfig
 
     with pytest.raises(ValueError, match=match):
         EvaluationConfig(policy="least-work", **fields)
@@ -42,7 +42,7 @@ def test_policy_flag_is_required(capsys):
 
 def test_run_evaluation_as_a_library_call():
     from envs.sim import SimConfig
-    from policies.routing.evaluate import EvaluationConfig, run_evaluation
+    from policies.evaluate import EvaluationConfig, run_evaluation
 
     cfg = EvaluationConfig(policy="least-work", against="round-robin", workload="tool-agent", target_rps=10.0,
                            episode_window_s=20.0, windows="0", seeds=(1,))
@@ -55,7 +55,7 @@ def test_run_evaluation_as_a_library_call():
 def test_max_windows_without_the_protocol_says_what_to_add():
     """--max-windows 1 is a valid count; the error names the missing --loads/--protocol instead of
     reading as if 1 were below the minimum."""
-    from policies.routing.evaluate import EvaluationConfig
+    from policies.evaluate import EvaluationConfig
 
     with pytest.raises(ValueError, match="add --loads or --protocol") as err:
         EvaluationConfig(policy="least-work", max_windows=1, protocol=False)
@@ -74,7 +74,7 @@ def test_max_windows_without_the_protocol_says_what_to_add():
     ({"loads": (0.7,), "target_rps": 5.0}, r"give loads \(--loads, fractions of capacity\) or target_rps \(--target-rps 5\)"),
 ])
 def test_flags_the_chosen_mode_would_ignore_are_errors(fields, message):
-    from policies.routing.evaluate import EvaluationConfig
+    from policies.evaluate import EvaluationConfig
 
     with pytest.raises(ValueError, match=message):
         EvaluationConfig(policy="least-work", **fields)
@@ -85,7 +85,7 @@ def test_flags_the_chosen_mode_would_ignore_are_errors(fields, message):
 def test_tuned_file_of_a_per_seed_routing_evaluation_is_an_error(tmp_path):
     # --tuned is read by the protocol and by reconfiguration evaluations; routing episodes ignored it unread
     from envs.sim import SimConfig
-    from policies.routing.evaluate import EvaluationConfig, run_evaluation
+    from policies.evaluate import EvaluationConfig, run_evaluation
 
     cfg = EvaluationConfig(policy="least-work", against="round-robin", workload="tool-agent", target_rps=10.0,
                            windows="0", seeds=(1,), tuned=str(tmp_path / "t.json"))
@@ -123,7 +123,7 @@ def test_routing_source_is_the_checkpoints_whole_training_source(tmp_path):
     # the generator parameters, rate scale and arrival window of the training source were dropped:
     # the "held-out" windows came from the generator's default workload (51,677 requests instead
     # of the 3,699 of a 40 s tool-agent training run)
-    from policies.routing.evaluate import EvaluationConfig, routing_source
+    from policies.evaluate import EvaluationConfig, routing_source
 
     ckpt = _routing_checkpoint(tmp_path, {"trace": None, "workload": "tool-agent", "workload_seed": 0, "target_rps": None,
                                           "rate_scale": 2.0, "arrival_window_s": [0.0, 30.0], "skip_invalid": False,
@@ -153,7 +153,7 @@ def test_reconfig_episodes_are_the_checkpoints_training_workload(tmp_path, monke
     # (or --rate-scale, an arrival window) was evaluated on the generator's default workload
     from envs import workloads
     from envs.sim import SimConfig
-    from policies.routing.evaluate import EvaluationConfig, reconfig_workload_fields, run_evaluation
+    from policies.evaluate import EvaluationConfig, reconfig_workload_fields, run_evaluation
 
     ckpt = _reconfig_checkpoint(tmp_path, rate_scale=0.5, arrival_window_s=[0.0, 50.0],
                                 params=[["num_phases", 2], ["phase_duration_s", 30]])
@@ -182,7 +182,7 @@ def test_reconfig_episodes_are_the_checkpoints_training_workload(tmp_path, monke
 
 def test_reconfig_checkpoint_trained_on_a_trace_needs_a_workload(tmp_path):
     # it was evaluated on the phases workload without a word
-    from policies.routing.evaluate import EvaluationConfig, reconfig_workload
+    from policies.evaluate import EvaluationConfig, reconfig_workload
 
     ckpt = _reconfig_checkpoint(tmp_path, trace="/data/conversation_trace.jsonl", workload=None)
     with pytest.raises(ValueError, match=r"was trained on the trace /data/conversation_trace.jsonl; --kind reconfig "
@@ -193,8 +193,9 @@ def test_reconfig_checkpoint_trained_on_a_trace_needs_a_workload(tmp_path):
 
 def test_reconfig_default_workload_is_below_saturation_and_old_checkpoints_keep_phases(tmp_path):
     # the default was phases, whose 90 / 18 req/s is past the default pool's capacity (every policy 100+ s)
-    from policies.routing.evaluate import EvaluationConfig, reconfig_workload
-    from policies.reconfig.train import DEFAULT_RECONFIG_WORKLOAD, ReconfigTrainConfig
+    from policies.evaluate import EvaluationConfig, reconfig_workload
+    from policies.reconfig.train import ReconfigTrainConfig
+    from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
 
     assert DEFAULT_RECONFIG_WORKLOAD == "matched-phases" == ReconfigTrainConfig().workload
     assert reconfig_workload(EvaluationConfig(policy="none", kind="reconfig")) == "matched-phases"

@@ -7,7 +7,7 @@ import pytest
 
 from experiments.cli import main
 from policies.common.checkpoint import LearnedPolicy, resolve_checkpoint
-from policies.routing.evaluate import check_policy_argument
+from policies.common.policy_args import check_policy_argument
 
 
 def _evaluate_error(capsys, policy: str) -> str:

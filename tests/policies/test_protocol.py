@@ -183,7 +183,8 @@ def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
     import pandas as pd
 
     from envs.sim.pool import PoolConfig
-    from policies.routing.train import EpisodeSource, TrainConfig, train_routing
+    from policies.routing.train import TrainConfig, train_routing
+    from policies.routing.episodes import EpisodeSource
 
     trace = _tiny_trace(tmp_path / "tiny.jsonl", num_requests=300)
     src = EpisodeSource(trace=str(trace), workload=None, target_rps=6.0, window_s=4.0)
@@ -215,7 +216,7 @@ def test_spread_subset_keeps_evenly_spread_windows():
 
 
 def test_evaluate_max_windows_needs_the_protocol():
-    from policies.routing.evaluate import EvaluationConfig
+    from policies.evaluate import EvaluationConfig
 
     assert EvaluationConfig(policy="shipped", loads=(0.9,), max_windows=20).max_windows == 20
     with pytest.raises(ValueError, match="max_windows"):

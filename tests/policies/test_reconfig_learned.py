@@ -150,7 +150,7 @@ def test_aggregate_pairs_deltas_by_seed_and_adds_the_best_fixed_composition_in_h
 
 def test_shipped_reconfig_alias_names_the_shipped_checkpoint():
     from policies.common.checkpoint import SHIPPED_RECONFIG, checkpoint_path
-    from policies.routing.evaluate import is_checkpoint
+    from policies.common.policy_args import is_checkpoint
 
     assert checkpoint_path("shipped-reconfig") == SHIPPED_RECONFIG and is_checkpoint("shipped-reconfig")
 

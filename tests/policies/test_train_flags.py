@@ -247,7 +247,8 @@ def test_train_seed_out_of_range_fails_before_anything_is_written(kind, seed, tm
 
 @pytest.mark.parametrize("seed", [-1, 2**32, 1.5, True])
 def test_train_configs_reject_a_bad_seed_in_library_use(seed):
-    from policies.routing.train import MAX_TRAIN_SEED, TrainConfig
+    from policies.routing.train import TrainConfig
+    from policies.common.train_checks import MAX_TRAIN_SEED
     from policies.reconfig.train import ReconfigTrainConfig
 
     assert MAX_TRAIN_SEED == 2**32 - 1

@@ -6,7 +6,7 @@ from envs.planning.operations import composition_distance, operations_towards, p
 from envs.sim.router import LeastWorkRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.reconfig import MERGE, SPLIT, apply_operation
-from envs.sim.simulator import EventPriority
+from envs.sim.events import EventPriority
 
 from tests.sim.conftest import make_workload
 

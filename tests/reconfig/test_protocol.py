@@ -13,7 +13,7 @@ from envs.sim.config import EngineConfig
 from envs.sim.cache import PENDING, READY
 from envs.sim.links import LinkConfig
 from envs.sim.reconfig import Operation, ReconfigConfig, apply_operation, eligible_operations, get_reconfigurator
-from envs.sim.simulator import EventPriority
+from envs.sim.events import EventPriority
 from envs.sim.worker import WorkerState
 
 from tests.sim.conftest import make_workload

@@ -8,7 +8,7 @@ from baselines.registry import POLICIES
 from baselines.simple import PrefixAffinityRouter, RoundRobinRouter
 from envs.metrics import summarize
 from envs.sim import PoolConfig, PredictionErrorConfig, SimConfig, Simulator, SLOConfig
-from envs.sim.simulator import EventPriority
+from envs.sim.events import EventPriority
 
 from .conftest import make_workload
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from baselines.simple import RoundRobinRouter
-from envs.sim import PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, BlockTier, TierConfig, overlap_finish_s, parse_levels
-from kernels_ref.roofline import Efficiency, build_calibration, get_gpu, get_model
+from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
 
 BLOCK = 512
 ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
@@ -18,7 +18,7 @@ ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported
 
 @pytest.fixture(scope="module")
 def a100():
-    return build_calibration(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+    return Calibration.from_dict(build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5)))
 
 
 def _req(i, t, L, prefix=(), first_new=10**9):
