@@ -46,6 +46,11 @@ from pathlib import Path
 
 import numpy as np
 
+from baselines.registry import get_policy
+from baselines.runner import run_policy
+from envs import workloads
+from envs.metrics import summarize
+from envs.planning.capacity import CapacityCache
 from envs.sim import Calibration, SimConfig, Workload
 
 #: Bump when the definition of a sustainable rate changes (invalidates every cached result).
@@ -135,8 +140,6 @@ class RatedWorkload:
 
     def at_scale(self, rate_scale: float) -> Workload:
         """The window with arrivals scaled by ``rate_scale`` (> 0)."""
-        from envs import workloads
-
         end = self.start_s + self.window_s
         if self.base is not None:
             return workloads.window(workloads.scale_rate(self.base, rate_scale), self.start_s, end)
@@ -276,8 +279,6 @@ def sustainable(result, config: SimConfig, calibration: Calibration, definition:
         ``(sustainable, growth, slo_attainment_token_weighted)``; growth is NaN (and the run not
         sustainable) when a third of the arrival span has no finished request.
     """
-    from envs.metrics import summarize
-
     s = summary if summary is not None else summarize(result)
     rec = result.records
     growth = thirds_growth(rec["arrival_s"], rec["ttft_s"], isolated_ttft_s(config, calibration, rec["num_prompt_tokens"]))
@@ -333,11 +334,6 @@ def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibrat
             arrive at the same instant (no rate to scale).
     """
     from dataclasses import replace
-
-    from envs.planning.capacity import CapacityCache
-    from baselines.registry import get_policy
-    from envs.metrics import summarize
-    from baselines.runner import run_policy
 
     spec = get_policy(policy)
     if calibration is None:
@@ -415,8 +411,6 @@ def _bracket(ok: Callable[[float], bool], start: float, definition: CapacityDefi
 def cache_key(policy: str, rated: RatedWorkload, config: SimConfig, calibration: Calibration,
               definition: CapacityDefinition) -> str:
     """SHA-256 digest of everything a capacity depends on (module docstring)."""
-    from baselines.registry import get_policy
-
     spec = get_policy(policy)
     d = {"definition": {"version": DEFINITION_VERSION, **asdict(definition)}, "workload": rated.fingerprint(),
          "config": asdict(config), "calibration": calibration.to_dict(),
@@ -429,8 +423,6 @@ def capacities(policies: list[str], rated: RatedWorkload, config: SimConfig, cal
                definition: CapacityDefinition = CapacityDefinition(), cache_dir: str | Path | None = None,
                log: Callable[[str], None] | None = None) -> dict[str, CapacityResult]:
     """:func:`find_capacity` for each policy (one shared profile cache)."""
-    from envs.planning.capacity import CapacityCache
-
     cache = CapacityCache()
     return {p: find_capacity(p, rated, config, calibration, definition, cache_dir, cache, log) for p in policies}
 
@@ -438,8 +430,6 @@ def capacities(policies: list[str], rated: RatedWorkload, config: SimConfig, cal
 def static_baselines(policies: list[str]) -> list[str]:
     """The policies whose pool does not change during a run and that are not Vertumnus: the
     baselines a load fraction refers to (``cpgym compare --loads``)."""
-    from baselines.registry import get_policy
-
     out = []
     for p in policies:
         spec = get_policy(p)

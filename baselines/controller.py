@@ -92,14 +92,35 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from envs.planning.capacity import (CapacityCache, CapacityProfile, CapacityTable, ProfileConfig, reuse_prefix_tokens,
-                                slo_for_lengths)
-from envs.planning.composition import (composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition,
-                                   pool_over_degrees)
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
+from baselines.vertumnus import VertumnusRouter
+from envs.planning.capacity import (
+    CapacityCache,
+    CapacityProfile,
+    CapacityTable,
+    ProfileConfig,
+    reuse_prefix_tokens,
+    slo_for_lengths,
+)
+from envs.planning.composition import (
+    composition_capacity_rps,
+    degree_counts,
+    enumerate_compositions,
+    initial_composition,
+    pool_over_degrees,
+)
 from envs.planning.operations import covers_pool, operations_towards, projected_degree_counts, rank_operations
-from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
-                               eligible_operations, get_reconfigurator)
+from envs.sim.events import EventPriority
+from envs.sim.reconfig import (
+    MERGE,
+    SPLIT,
+    Operation,
+    OperationRecord,
+    ReconfigConfig,
+    apply_operation,
+    eligible_operations,
+    get_reconfigurator,
+)
 
 __all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations", "DECISIONS", "TARGET_SAMPLES",
            "TREND_NOISES",
@@ -567,8 +588,6 @@ class ReconfigController:
         self._num_better: dict[str, int] = {}
         self.candidates: list[str] = []  # the "target" decision's menu (the paper rule has none)
         if cfg.decision == "target":
-            from baselines.vertumnus import VertumnusRouter
-
             self.candidates = self.candidate_compositions(sim.config.pool)
             self.predictor = LookaheadPredictor(self.table, lambda: VertumnusRouter(name="vertumnus-lookahead"),
                                                 cfg.lookahead)
@@ -577,8 +596,6 @@ class ReconfigController:
                                              "controller_candidates": list(self.candidates)})
         sim.attachments["controller"] = self
         if len(reqs):
-            from envs.sim.events import EventPriority
-
             self._priority = EventPriority.CONTROL
             sim.schedule(cfg.window_s, self._priority, self._on_window, None)
 

@@ -8,10 +8,9 @@ environment takes its inner router as an argument; the registered id ``cpgym/Pre
 
 from __future__ import annotations
 
+from baselines.registry import get_policy
 from envs.reconfig_env import PrefillReconfigEnv
 from envs.sim.router import Router
-
-from baselines.registry import get_policy
 
 
 def vertumnus_inner_router() -> Router:

@@ -81,9 +81,10 @@ import numpy as np
 from envs.planning.capacity import CapacityTable
 from envs.planning.composition import degree_counts
 from envs.planning.operations import operations_towards, projected_degree_counts
+from envs.sim.cost_model import Calibration
+from envs.sim.events import EventPriority
 from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
 from envs.sim.request import Request, Workload
-from envs.sim.events import EventPriority
 from envs.sim.simulator import Simulator
 
 __all__ = ["LookaheadConfig", "LookaheadPredictor", "TransitionPlan", "screened_scores"]
@@ -507,8 +508,6 @@ class LookaheadPredictor:
         """``(a, c, alpha)`` of the cost model, each the least over the table's calibration and
         the run's node calibrations (a heterogeneous pool: ``SimConfig.node_calibration_paths``)."""
         if self._coefficients is None:
-            from envs.sim.cost_model import Calibration
-
             cals = [self.table.calibration] + [Calibration.load(p) for p in self.table.config.node_calibration_paths if p]
             cms = [cal.cost_model() for cal in cals]
             self._coefficients = (min(cm.a for cm in cms), min(cm.c for cm in cms), min(cm.alpha for cm in cms))

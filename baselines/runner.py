@@ -9,8 +9,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from baselines.prediction_error import summarize_prediction_errors
 from baselines.registry import PolicySpec, get_policy
 from envs.metrics import request_table, summarize
+from envs.planning.capacity import CapacityCache
+from envs.provenance import write_provenance
 from envs.sim import Calibration, SimConfig, Simulator, Workload
 from envs.sim.simulator import SimResult
 
@@ -48,8 +51,6 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
             default a new one owned by this run. Attachments find it as
             ``sim.attachments["capacity_cache"]``.
     """
-    from envs.planning.capacity import CapacityCache
-
     spec = get_policy(policy) if isinstance(policy, str) else policy
     config = replace(config, pool=policy_pool(spec, config.pool))
     if spec.kv_tiers is not None and not config.kv_tiers.enabled:  # the system's own KV tiers (pull path)
@@ -155,10 +156,8 @@ def write_run(out_dir: str | Path, result: SimResult, summary: dict, extra_confi
     config = {"sim_config": config_dict(result.config), "calibration": result.calibration.to_dict(),
               "policy": result.policy, "workload": result.workload, **(extra_config or {})}
     (d / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
-    from baselines.prediction_error import summarize_prediction_errors  # issue #3: per-bucket prediction errors
 
     summarize_prediction_errors(result).to_csv(d / "prediction_errors.csv", index=False)
-    from envs.provenance import write_provenance
 
     write_provenance(d, argv=(extra_config or {}).get("argv"))
     return d

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from baselines.tiered import vertumnus_pull_route
 from envs.sim.cost_model import CostModel
 from envs.sim.request import Request
 from envs.sim.router import PoolView, Router
@@ -230,7 +231,6 @@ class VertumnusRouter(Router):
         if not cands:
             raise RuntimeError(f"no eligible worker for request {request.request_id}")
         if view.kv_tiers is not None:  # extension beyond the paper: tiered ready time (baselines/tiered.py)
-            from baselines.tiered import vertumnus_pull_route
 
             best, self._last_s = vertumnus_pull_route(self, request, view, cands, c_min)
             return best

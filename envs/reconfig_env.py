@@ -15,10 +15,14 @@ from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
 from envs.episodes import PickleBeforeReset, check_env_arguments, nonempty_windows, reset_options
+from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
+from envs.planning.composition import degree_counts, enumerate_compositions, pool_over_degrees
+from envs.planning.operations import composition_distance, operations_towards, projected_degree_counts
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, check_render_mode, discrete_action
-from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
+from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, WorkerState, Workload
 from envs.sim.faults import fault_flags
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
+from envs.workloads import build_workload
 
 RECONFIG_WORKER_FEATURES: tuple[tuple[str, float], ...] = (
     ("present", 1.0),
@@ -93,8 +97,6 @@ def target_menu(pool: PoolConfig, degrees: Sequence[int]) -> list[str]:
         ValueError: when a degree is not supported by the pool or no composition exists.
     """
 
-    from envs.planning.composition import enumerate_compositions, pool_over_degrees
-
     degrees = tuple(sorted({int(d) for d in degrees}))
     bad = [d for d in degrees if d not in pool.supported_degrees]
     if not degrees or bad:
@@ -113,8 +115,6 @@ def observation_profile_config():
     7 bisection steps: 1 % of the throughput bound) so that a training run profiles a few dozen
     mixes instead of one per window; the observation is an input to a learned policy, not the
     controller's decision rule."""
-    from envs.planning.capacity import ProfileConfig
-
     return ProfileConfig(mix_tolerance=0.3, refine_max_mixes=0, num_bisection_steps=7)
 
 
@@ -161,8 +161,6 @@ def check_operation_budget(pool, compositions: list[str], max_operation_gpus_per
     Raises:
         ValueError: naming ``max_operation_gpus_per_window`` and the minimum [GPUs].
     """
-    from envs.planning.composition import degree_counts
-
     largest = max(d for c in (*compositions, pool.composition) for d, n in degree_counts(c, pool).items() if n > 0)
     if max_operation_gpus_per_window < largest:
         raise ValueError(f"max_operation_gpus_per_window must be >= {largest} (the GPUs of one split or merge of a "
@@ -407,8 +405,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             target_degrees = tuple(target_degrees)  # a generator was used up by the check and then read as empty
         _check_action_mode(action_mode, capacity_features, target_degrees, max_operation_gpus_per_window)
         if workloads is None:
-            from envs.workloads import build_workload
-
             workloads = [build_workload(name="phases", seed=0)]
         self.windows = nonempty_windows(workloads)
         self.config = config or SimConfig()
@@ -427,8 +423,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self._w_high = np.array([b for _, b in RECONFIG_WORKER_FEATURES], dtype=np.float32)
         self.capacity_features = bool(capacity_features)
         if capacity_table is not None:
-            from envs.planning.capacity import CapacityTable
-
             if not isinstance(capacity_table, CapacityTable):  # it failed only at the first capacity observation
                 raise ValueError(f"capacity_table must be an envs.planning.capacity.CapacityTable or None, got "
                                  f"{type(capacity_table).__name__} {capacity_table!r:.60}")
@@ -458,7 +452,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             if target_degrees is None:
                 target_degrees = [d for d in DEFAULT_TARGET_DEGREES if d in pool.supported_degrees]
             self.target_compositions = target_menu(pool, target_degrees)
-            from envs.planning.composition import degree_counts
 
             self._target_counts = [degree_counts(c, pool) for c in self.target_compositions]
             self.max_operation_gpus_per_window = float(max_operation_gpus_per_window or pool.num_gpus)
@@ -652,8 +645,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
 
     def _move_towards(self, k: int) -> None:
         """Starts the operations towards menu composition ``k`` (``action_mode="target"``)."""
-        from envs.planning.operations import operations_towards
-
         self._last_action = k
         for op in operations_towards(self.sim, self._target_counts[k], max_gpus=self.max_operation_gpus_per_window):
             apply_operation(self.sim, op)
@@ -721,8 +712,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         if not window_requests:
             return dict.fromkeys(self.degrees, 0.0)
         if self.capacity_table is None:
-            from envs.planning.capacity import CapacityCache
-
             if self.capacity_cache is None:
                 self.capacity_cache = CapacityCache()
             self.capacity_table = self.capacity_cache.table(self.config, self.calibration, observation_profile_config())
@@ -771,8 +760,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
 
     def _target_observation(self, lam: dict[int, float], rate_rps: float) -> np.ndarray:
         """The ``"targets"`` rows (``TARGET_FEATURES``, one per menu composition)."""
-        from envs.planning.operations import composition_distance, projected_degree_counts
-
         projected = projected_degree_counts(self.sim)
         gpus = self.config.pool.num_gpus
         T = np.zeros((len(self._target_counts), len(TARGET_FEATURES)), dtype=np.float32)

@@ -31,7 +31,8 @@ from envs.episodes import (  # noqa: F401  (re-exported: their historical import
     reset_options,
     split_windows,
 )
-from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, Workload, WorkerState
+from envs.metrics.summary import measured_summary
+from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, WorkerState, Workload
 from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
 
 #: Former name of :class:`envs.accounting.EpisodeAccounting` (kept importable from here).
@@ -515,8 +516,6 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
                 "invalid_action": bool(invalid), "worker_id": -1 if worker_id is None else int(worker_id),
                 "step_duration_s": float(step_duration_s)}
         if done:
-            from envs.metrics.summary import measured_summary
-
             info["episode_return"] = self._return
             md = self.windows[self.window_index].metadata or {}
             s = measured_summary(self.sim.result(), float(md.get("measure_from_s", 0.0)))

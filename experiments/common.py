@@ -11,8 +11,11 @@ from pathlib import Path
 
 from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
-from envs.sim.pool import DEFAULT_COMPOSITION
+from envs.sim.faults import load_fault_config
 from envs.sim.options import check_out_file, split_number_list
+from envs.sim.pool import DEFAULT_COMPOSITION
+from envs.sim.tiers import TierConfig, parse_levels
+from envs.workloads import WorkloadSource
 
 DEFAULT_WORKLOAD = "mixed-default"
 
@@ -103,8 +106,6 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
 
 def add_tier_arguments(p: argparse.ArgumentParser) -> None:
     """``--kv-tiers`` and its capacities/bandwidths (defaults and their sources: envs/sim/tiers.py)."""
-    from envs.sim.tiers import TierConfig
-
     d = TierConfig()
     g = p.add_argument_group("KV tiers (off unless --kv-tiers names a tier below hbm; envs/sim/tiers.py)")
     add = g.add_argument
@@ -153,8 +154,6 @@ TIER_FLAG_RANGES: dict[str, str] = {"dram_gb_per_node": "> 0", "dram_gbps_per_gp
 
 def _tier_flag_defaults() -> dict:
     """The parser default of each flag of :data:`TIER_FLAG_NEEDS` (as :func:`add_tier_arguments` sets them)."""
-    from envs.sim.tiers import TierConfig
-
     d = TierConfig()
     return {"dram_gb_per_node": d.dram_capacity_bytes_per_node / 1e9, "dram_gbps_per_gpu": d.dram_bytes_per_s_per_gpu / 1e9,
             "kv_eviction": d.eviction, "store_gb": d.store_capacity_bytes / 1e9, "store_gbps_per_node": None,
@@ -172,8 +171,6 @@ def tier_config_from_args(args: argparse.Namespace):
             that ``--kv-tiers`` does not enable (it would have no effect), or a capacity, bandwidth or
             latency flag out of range (naming the flag in its own units).
     """
-    from envs.sim.tiers import TierConfig, parse_levels
-
     levels = parse_levels(getattr(args, "kv_tiers", "hbm"))
     defaults = _tier_flag_defaults()
     for dest, needs in TIER_FLAG_NEEDS.items():
@@ -327,7 +324,6 @@ def _faults_from_args(args: argparse.Namespace):
     path = getattr(args, "faults", None)
     if not path:
         return None
-    from envs.sim.faults import load_fault_config
 
     return load_fault_config(path)
 
@@ -342,8 +338,6 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
     Raises:
         ValueError: naming the flag, on a bad seed, rate or window.
     """
-    from envs.workloads import WorkloadSource
-
     if args.workload_seed < 0:
         raise ValueError(f"--workload-seed must be an integer >= 0, got {args.workload_seed}")
     if args.window_s and not (0 <= args.window_s[0] < args.window_s[1]):

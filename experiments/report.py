@@ -55,7 +55,9 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from envs.metrics.stats import ci95_halfwidth
+from experiments.sweep import manifest_cell_keys
 
 RATE_AXIS = "workload.target_rps"
 SHARE_METRICS = ("slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "utilization")
@@ -376,8 +378,6 @@ def _in_current_sweep(d: Path, key: str, current: dict[Path, set | None]) -> boo
     cells of the spec it runs). A spec edited and run again into the same ``--out`` leaves the
     old cells' folders there; they are not cells of the sweep any more. No manifest: every cell
     counts."""
-    from experiments.sweep import manifest_cell_keys
-
     base = d.parent
     if base not in current:
         current[base] = manifest_cell_keys(base)

@@ -48,7 +48,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from baselines.capacity import code_fingerprint
+from baselines.registry import get_policy
+from baselines.runner import config_dict, run_policy, write_run
+from envs.metrics import summarize
+from envs.progress import Progress, progress_mode
+from experiments.common import write_text_atomic
 from experiments.spec import Cell, ExperimentSpec
+from policies.common.wandb_log import WandbLogger
 
 MANIFEST = "manifest.json"
 CELL_FILE = "cell.json"
@@ -79,16 +86,12 @@ def _json_safe(x):
 def write_json_atomic(path: Path, obj) -> None:
     """Writes JSON to ``path`` atomically (:func:`experiments.common.write_text_atomic`: readers never
     see half a file)."""
-    from experiments.common import write_text_atomic
-
     write_text_atomic(path, json.dumps(_json_safe(obj), indent=2) + "\n")
 
 
 def _policy_for(cell: Cell):
     """The registry's PolicySpec, with the cell's parameters applied when it has any (the registry
     declares them as ``PolicySpec.params`` and builds with ``PolicySpec.with_params(**kw)``)."""
-    from baselines.registry import get_policy
-
     spec = get_policy(cell.policy)
     if not cell.policy_params:
         return spec
@@ -106,9 +109,6 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
         ``{"key", "status": "done"|"failed", "run_dir" (folder name), "wall_s", "error",
         "traceback", "summary"}``.
     """
-    from envs.metrics import summarize
-    from baselines.runner import config_dict, write_run
-
     t0 = time.perf_counter()
     out = Path(out_dir)
     tmp = out / TMP_DIR / cell.key
@@ -117,7 +117,6 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         workload = cell.workload.build()
-        from baselines.runner import run_policy
 
         result = run_policy(_policy_for(cell), workload, cell.config)
         summary = summarize(result)
@@ -173,8 +172,6 @@ def cell_code_fingerprint() -> str:
     """SHA-256 of the sources of :data:`CELL_CODE` (``baselines.capacity.code_fingerprint``),
     recorded in each ``cell.json`` as ``code_sha256``: not part of the cell key (a resumed sweep
     reuses its cells), but compared on resume (:func:`outdated_cells`)."""
-    from baselines.capacity import code_fingerprint
-
     return code_fingerprint(CELL_CODE)
 
 
@@ -232,8 +229,6 @@ def _axis_value_text(v) -> str:
 
 
 def _effective_composition(cell: Cell) -> str:
-    from baselines.registry import get_policy
-
     try:
         spec = get_policy(cell.policy)
     except ValueError:
@@ -748,8 +743,6 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
             in flight stay unfinished and run again on resume).
     """
     check_sweep_target(spec, out_dir, backend, jobs)
-    from envs.progress import Progress, progress_mode
-    from policies.common.wandb_log import WandbLogger
 
     mode = progress_mode(progress)
     t0 = time.perf_counter()

@@ -33,6 +33,9 @@ import sys
 from pathlib import Path
 
 from baselines.tuned_controller import HEURISTIC, _default_params, _tunable_params
+from envs.metrics.stats import ci95_halfwidth
+from experiments.paper_experiments.cache_sensitivity import load_runs
+from experiments.sweep import finished_cells
 
 METRIC = "mean_ttft_s"
 #: The ``summary.json`` numbers of each run the selection reads (and reports per setting).
@@ -50,10 +53,6 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
         ValueError: naming the folder, when it has no run of ``policy``, a swept parameter is not
             a parameter of ``vertumnus-adaptive``, or the settings did not all run on the same seeds.
     """
-    from experiments.paper_experiments.cache_sensitivity import load_runs
-    from envs.metrics.stats import ci95_halfwidth
-    from experiments.sweep import finished_cells
-
     dirs = [sweep_dir] if isinstance(sweep_dir, (str, Path)) else list(sweep_dir)
     sweep_dir = ", ".join(map(str, dirs))
     runs = [r for d in dirs for r in load_runs(d, SELECTION_METRICS) if r["policy"] == policy]

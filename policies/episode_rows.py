@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from policies.routing.evaluate import METRICS
-
+from policies.routing.protocol import cell_name
 
 #: Columns of the per-episode rows that :func:`aggregate` (routing),
 #: ``policies.reconfig.evaluate.aggregate_reconfig`` (reconfig) and ``policies.routing.protocol.cell_table``
@@ -156,7 +156,6 @@ def uneven_episodes(rows: list[dict], kind: str) -> str | None:
             ``"protocol"`` (episodes are (cell, window)).
     """
     if kind == "protocol":  # (cell, window), the cell as policies.routing.protocol.Scenario.key names it
-        from policies.routing.protocol import cell_name
 
         def key(r):
             return cell_name(r["workload"], r["load_fraction"], r["rate_rps"]), int(r["window"])

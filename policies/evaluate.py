@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from baselines.registry import POLICIES
 from envs.sim.options import option as _opt
 from envs.sim.options import split_name_list
+from envs.workloads import default_traces_dir
+from policies.common.checkpoint import resolve_checkpoint
 from policies.common.policy_args import check_checkpoint_kind, check_distinct, is_checkpoint
 from policies.joint import joint_router_factory
+from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD, LEGACY_WORKLOAD
 from policies.routing.evaluate import evaluate
-
 
 #: Heuristics a routing checkpoint is compared with by default.
 DEFAULT_ROUTING_AGAINST = "least-work,prefix-affinity,round-robin"
@@ -126,7 +129,6 @@ class EvaluationConfig:
             name, flag, shown = hit
             raise ValueError(f"evaluate: {name} ({flag} {shown}) applies only to routing evaluation; "
                              f"a reconfiguration evaluation runs one whole-workload episode per seed (drop {flag})")
-        from baselines.registry import POLICIES
 
         if self.policy in POLICIES and not is_checkpoint(self.policy):  # it was read as a checkpoint folder
             raise ValueError(f"evaluate: --policy {self.policy} is a heuristic; a reconfiguration evaluation takes a "
@@ -145,7 +147,7 @@ class EvaluationConfig:
         """``"routing"`` or ``"reconfig"`` (``auto``: from the checkpoint's ``train_config.json``)."""
         if self.kind != "auto":
             return self.kind
-        from policies.reconfig.evaluate import is_reconfig_checkpoint
+        from policies.reconfig.evaluate import is_reconfig_checkpoint  # lazy: gymnasium (start-up of the CLI)
 
         return "reconfig" if is_reconfig_checkpoint(self.policy) else "routing"
 
@@ -190,13 +192,10 @@ def routing_source(cfg: EvaluationConfig):
     generator's default duration); ``--trace`` / ``--workload`` replace all of it."""
     from pathlib import Path
 
-    from envs.workloads import default_traces_dir
-    from policies.routing.episodes import EpisodeSource
+    from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
 
     base: dict = {}
     if is_checkpoint(cfg.policy):
-        from policies.common.checkpoint import resolve_checkpoint
-
         _, meta = resolve_checkpoint(cfg.policy)
         base = (meta.get("train_config") or {}).get("source") or {}
     if cfg.trace or cfg.workload:
@@ -227,8 +226,7 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
             ``--workload`` is given (not supported for reconfiguration yet; such a checkpoint was
             evaluated on ``phases`` without a word).
     """
-    from policies.reconfig.evaluate import checkpoint_train_config
-    from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD, LEGACY_WORKLOAD
+    from policies.reconfig.evaluate import checkpoint_train_config  # lazy: gymnasium (start-up of the CLI)
 
     if cfg.trace:
         raise ValueError("--kind reconfig evaluates named workloads (--workload); traces are not supported yet")
@@ -248,7 +246,7 @@ def reconfig_workload_fields(cfg: EvaluationConfig) -> dict:
     also the checkpoint's ``params`` (``--workload-param``), ``rate_scale`` (unless ``--target-rps``
     replaces the rate) and arrival window — they were dropped, so a checkpoint trained on e.g.
     ``--workload-param num_phases=2`` was evaluated on the generator's default workload."""
-    from policies.reconfig.evaluate import checkpoint_train_config
+    from policies.reconfig.evaluate import checkpoint_train_config  # lazy: gymnasium (start-up of the CLI)
 
     out = {"target_rps": cfg.target_rps}
     if cfg.workload is not None or cfg.policy in ("none", "-"):
@@ -277,7 +275,7 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None, on_row=None) -> 
     cfg = cfg.with_default_seeds(kind)
     check_checkpoint_kind(cfg.policy, kind)  # before loading a model of the other kind
     if kind == "reconfig":
-        from policies.reconfig.evaluate import evaluate_reconfig
+        from policies.reconfig.evaluate import evaluate_reconfig  # lazy: gymnasium (start-up of the CLI)
 
         cfg.check_reconfig_fields()
         ckpt = None if cfg.policy in ("none", "-") else cfg.policy

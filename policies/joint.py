@@ -18,7 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.accounting import EpisodeAccounting
 from envs.sim import Router
+from policies.common.checkpoint import LearnedPolicy, checkpoint_path
+from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
 
 class LearnedRouter(Router):
@@ -38,16 +41,13 @@ class LearnedRouter(Router):
     """
 
     def __init__(self, path: str | Path) -> None:
-        from policies.common.checkpoint import LearnedPolicy
-
         self.policy = LearnedPolicy(path)
         self.name = self.policy.name
         self._env = None
 
     def attach(self, sim) -> None:
         """Binds the router to a run's simulator (one observer env and request accounting per run)."""
-        from envs.accounting import EpisodeAccounting
-        from envs.routing_env import PrefillRoutingEnv
+        from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
 
         num_slots = self.policy.model.observation_space["workers"].shape[0]
         if sim.config.pool.max_num_workers > num_slots:
@@ -61,7 +61,7 @@ class LearnedRouter(Router):
         self._seen = bytearray(sim.workload.num_requests)
 
     def route(self, request, view) -> int:
-        from envs.routing_env import least_work_worker
+        from envs.routing_env import least_work_worker  # lazy: gymnasium (start-up of the CLI)
 
         env = self._env
         if env is None:
@@ -88,9 +88,6 @@ def joint_router_factory(path: str | Path):
         FileNotFoundError / ValueError: see :class:`policies.common.checkpoint.LearnedPolicy` and
             :func:`policies.routing.arm_selection.load_arm_checkpoint`.
     """
-    from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
-    from policies.common.checkpoint import checkpoint_path
-
     if is_arm_checkpoint(checkpoint_path(path)):
         return arm_policy_spec(checkpoint_path(path)).make_router
     router = LearnedRouter(path)

@@ -5,7 +5,6 @@ Reclamation", §8 asynchronous KV transfers)."""
 from __future__ import annotations
 
 import heapq
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 

@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from envs.sim.router import LeastWorkRouter
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig
 from envs.sim.request import Request, Workload
+from envs.sim.router import LeastWorkRouter
 from envs.sim.simulator import Simulator
 
 __all__ = ["ProfileConfig", "CapacityProfile", "CapacityTable", "CapacityCache", "slo_for_lengths", "reuse_prefix_tokens"]

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from envs.planning.capacity import CapacityProfile, CapacityTable
+from envs.planning.capacity import CapacityProfile, CapacityTable, reuse_prefix_tokens
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig, resolve_composition
@@ -144,8 +144,6 @@ def workload_initial_pool(pool: PoolConfig, workload, config: SimConfig, calibra
     Returns:
         ``(pool, info)``: the pool with the chosen composition, and :func:`initial_composition`'s info.
     """
-    from envs.planning.capacity import reuse_prefix_tokens
-
     dep = deployment_pool(pool)
     cfg = replace(config, pool=dep)
     table = CapacityTable(cfg, calibration, profile, cache=cache)

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 
+from envs.sim.options import add_config_arguments, config_from_args
+from envs.workloads import WorkloadSource, default_traces_dir
+from experiments.benchmarks import EnvBenchConfig, bench_routing_env
+from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.benchmarks import EnvBenchConfig
-    from experiments.common import add_sim_arguments
-    from envs.sim.options import add_config_arguments
-
     g = p.add_argument_group("episodes")
     g.add_argument("--trace", metavar="PATH", help="trace (default: the Mooncake conversation trace)")
     g.add_argument("--target-rps", type=float, default=12.0,
@@ -38,11 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envs.workloads import WorkloadSource, default_traces_dir
-    from experiments.benchmarks import EnvBenchConfig, bench_routing_env
-    from experiments.common import dumps_json, sim_config_from_args
-    from envs.sim.options import config_from_args
-
     import math
 
     cfg = config_from_args(EnvBenchConfig, args)

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import argparse
 
+from envs.provenance import write_provenance
+from envs.sim.options import check_out_dir
+from experiments.spec import load_spec
+from experiments.sweep import check_sweep_target, default_out_dir, match_finished, outdated_cells, run_sweep, scan_finished
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="experiment spec file (.yaml/.yml/.toml)")
@@ -47,10 +52,6 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from experiments.spec import load_spec
-    from experiments.sweep import (check_sweep_target, default_out_dir, match_finished, outdated_cells, run_sweep,
-                                   scan_finished)
-
     spec = load_spec(args.spec)  # every spec error is raised here, before anything runs
     out = Path(args.out) if args.out else default_out_dir(spec)
     if args.dry_run:
@@ -68,8 +69,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  workload_seed={c.workload.seed}  "
                   + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
         return 0
-    from envs.sim.options import check_out_dir
-    from envs.provenance import write_provenance
 
     check_out_dir(str(out))  # a file there: one line naming --out, not "PATH: File exists"
     # a refused run writes nothing: no stray folder for --jobs 0, no other sweep's provenance.json overwritten

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 
+from envs.sim.options import check_out_file
+from experiments.common import add_sim_arguments, parse_list, sim_config_from_args, write_text_atomic
+from policies.common.policy_args import check_distinct
+from policies.routing.protocol import TUNE_BETAS, TUNE_LAMBDAS, scenarios, tune_vertumnus
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments
-    from policies.routing.protocol import TUNE_BETAS, TUNE_LAMBDAS
-
     p.add_argument("heuristic", choices=("vertumnus",), help="the heuristic to tune (the Vertumnus router)")
     add_scenario_arguments(p)
     add_sim_arguments(p)
@@ -44,9 +46,6 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
 
 def scenarios_from_args(args: argparse.Namespace, config, log=None) -> list:
     """The :class:`policies.routing.protocol.Scenario` of each requested load (``policies.routing.protocol.scenarios``)."""
-    from experiments.common import parse_list
-    from policies.routing.protocol import scenarios
-
     loads = parse_list(args.loads, "--loads", float, positive=True) if args.loads else ()
     return scenarios(config, trace=args.trace, workload=args.workload, loads=loads, target_rps=args.target_rps,
                      window_s=10.0 if args.episode_window_s is None else args.episode_window_s,  # 0 is an error, not 10
@@ -62,9 +61,6 @@ def _grid(args: argparse.Namespace) -> tuple[list[float], list[float]]:
             repeated value, ``--episode-window-s`` <= 0 or ``--warmup-s`` < 0.
     """
     import math
-
-    from experiments.common import parse_list
-    from policies.common.policy_args import check_distinct
 
     grids = []
     for flag, text, low in (("--betas", args.betas, 1.0), ("--lambdas", args.lambdas, 0.0)):
@@ -85,10 +81,6 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
     from pathlib import Path
-
-    from experiments.common import sim_config_from_args, write_text_atomic
-    from envs.sim.options import check_out_file
-    from policies.routing.protocol import tune_vertumnus
 
     out = Path(args.out)
     if out.exists():

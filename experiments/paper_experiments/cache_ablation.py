@@ -21,15 +21,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+
+from baselines.cache_manager import CACHE_MANAGER_SETTINGS, GlobalCacheManager, with_global_cache
+from baselines.capacity import CapacityDefinition, RatedWorkload, find_capacity
+from baselines.registry import get_policy
+from baselines.runner import build_simulator
+from envs.metrics import summarize
 from envs.sim.options import option as _opt
+from envs.workloads import WorkloadSource
+from envs.workloads.arrivals import PoissonArrivals
+from envs.workloads.synthetic import tool_agent_sessions
 
 DEFAULT_RATES_RPS = (20.0, 30.0, 40.0, 50.0, 55.0)
 
 
 def _default_mean_calls() -> float:
     import inspect
-
-    from envs.workloads.synthetic import tool_agent_sessions
 
     return float(inspect.signature(tool_agent_sessions).parameters["mean_calls"].default)
 
@@ -66,7 +73,6 @@ class CacheAblationConfig:
             raise ValueError(f"cache-ablation: duration_s must be a finite number > 0, got {self.duration_s}")
         if self.workload_seed < 0:
             raise ValueError(f"cache-ablation: workload_seed must be >= 0, got {self.workload_seed}")
-        from baselines.cache_manager import CACHE_MANAGER_SETTINGS
 
         if self.manager_setting not in CACHE_MANAGER_SETTINGS:
             raise ValueError(f"cache-ablation: manager_setting must be one of {sorted(CACHE_MANAGER_SETTINGS)}, "
@@ -77,9 +83,6 @@ class CacheAblationConfig:
     def workload_source(self, rate_rps: float):
         """The :class:`~envs.workloads.WorkloadSource` at one rate: ``rate_rps / MEAN_CALLS_PER_SESSION`` sessions/s,
         time-scaled to exactly ``rate_rps``."""
-        from envs.workloads import WorkloadSource
-        from envs.workloads.arrivals import PoissonArrivals
-
         return WorkloadSource(name="tool-agent", seed=self.workload_seed, target_rps=rate_rps,
                               params=(("duration_s", self.duration_s),
                                       ("session_arrivals", PoissonArrivals(rate_rps / MEAN_CALLS_PER_SESSION))))
@@ -107,8 +110,6 @@ TOOL_AGENT_MIN_RATE_SCALE = 0.25
 
 
 def _rated_base():
-    from baselines.capacity import RatedWorkload
-
     return RatedWorkload
 
 
@@ -172,8 +173,6 @@ def tool_agent_capacity(config, duration_s: float = 300.0, seed: int = 0, base_p
     Raises:
         ValueError: on an unknown policy or a window with too few requests.
     """
-    from baselines.capacity import CapacityDefinition, find_capacity
-
     # the reference rate follows the pool size (the default 93 req/s is ~0.6 of the 40-GPU pool's
     # capacity), so the search's floor (TOOL_AGENT_MIN_RATE_SCALE) is the same share of any pool's
     reference = TOOL_AGENT_REFERENCE_RATE_RPS * config.pool.num_gpus / TOOL_AGENT_REFERENCE_NUM_GPUS
@@ -191,10 +190,6 @@ def tool_agent_at_rate(rate_rps: float, duration_s: float, seed: int):
 def run_one(spec, workload, config) -> dict:
     """Runs one policy; returns its summary plus transfer bytes, link utilisation and the
     manager's counters (if attached)."""
-    from baselines.cache_manager import GlobalCacheManager
-    from envs.metrics import summarize
-    from baselines.runner import build_simulator
-
     sim, spec = build_simulator(spec, workload, config)
     managers: list[GlobalCacheManager] = []
     for fn in sim.dispatch_listeners:
@@ -219,9 +214,6 @@ def policies(cfg: CacheAblationConfig):
     Raises:
         ValueError: on an unknown base policy.
     """
-    from baselines.cache_manager import CACHE_MANAGER_SETTINGS, with_global_cache
-    from baselines.registry import get_policy
-
     base = get_policy(cfg.base_policy)
     mgr_cfg = CACHE_MANAGER_SETTINGS[cfg.manager_setting]
     if cfg.scan_interval_s is not None:

@@ -40,7 +40,26 @@ import re
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
+
+from baselines.capacity import RatedWorkload, find_capacity
+from baselines.controller import (
+    CapacityTable,
+    ControllerConfig,
+    ProfileConfig,
+    ReconfigController,
+    enumerate_compositions,
+    initial_composition,
+)
+from baselines.lookahead import LookaheadConfig
+from baselines.registry import PolicySpec, get_policy
+from baselines.runner import run_policy
+from envs.metrics import summarize
+from envs.planning.capacity import reuse_prefix_tokens as reuse
+from envs.sim import Calibration, PoolConfig
 from envs.sim.options import option as _opt
+from envs.sim.reconfig import ReconfigConfig
+from envs.workloads import WorkloadSource, get_workload
+from experiments.common import check_has_requests
 
 #: Mean phase rates [requests/s] (the ``phases`` generator's rising rate runs 0.5x -> 1.5x of
 #: them), chosen from the capacity profile (``CapacityTable`` mean over the history day's 20 s
@@ -204,8 +223,6 @@ class DynamicPhasesConfig:
 
     def _check_window(self) -> None:
         if self.window_s is not None:
-            from envs.workloads import WorkloadSource
-
             try:  # the workload's own check, here before any capacity search (was after them)
                 window = WorkloadSource(name="phases", window_s=self.window_s).window_s
             except ValueError as exc:
@@ -233,8 +250,6 @@ class DynamicPhasesConfig:
 
     def workload_source(self, history: bool = False):
         """The run's :class:`~envs.workloads.WorkloadSource` (``history``: the next seed's day)."""
-        from envs.workloads import WorkloadSource
-
         return WorkloadSource(name="phases", seed=self.workload_seed + int(history), window_s=self.window_s,
                               params=tuple(self.workload_params().items()))
 
@@ -266,8 +281,6 @@ class DynamicPhasesResult:
 def reuse_prefix_tokens(workload) -> float:
     """Mean per-request prefix already seen earlier in ``workload`` [tokens]
     (:func:`envs.planning.capacity.reuse_prefix_tokens`)."""
-    from envs.planning.capacity import reuse_prefix_tokens as reuse
-
     return reuse(workload)
 
 
@@ -335,10 +348,6 @@ def controller_config(cfg: DynamicPhasesConfig):
     reference), the window, ``k_windows``, decision, switch time and look-ahead overrides."""
     from dataclasses import replace as dc_replace
 
-    from baselines.controller import ControllerConfig, ProfileConfig
-    from baselines.lookahead import LookaheadConfig
-    from envs.sim.reconfig import ReconfigConfig
-
     la = {k: v for k, v in (("num_replications", cfg.lookahead_replications), ("screen_margin", cfg.lookahead_screen_margin),
                             ("warmup_s", cfg.lookahead_warmup_s), ("duration_s", cfg.lookahead_duration_s),
                             ("stationary_duration_s", cfg.lookahead_stationary_duration_s),
@@ -393,8 +402,6 @@ def _phase_comparisons(rows: list[dict], kinds: list[str], bounds: list[float]) 
 
 def fixed_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
     """The fixed compositions compared: every composition of ``pool`` (``"all"``) or the listed ones."""
-    from baselines.controller import enumerate_compositions
-
     if cfg.compositions.strip() == "all":
         return enumerate_compositions(pool)
     return [c.strip() for c in cfg.compositions.split(";")]
@@ -412,8 +419,6 @@ def check_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
             the pool's reason; also on a composition listed twice (the same workers in another order
             included), which would run and report the same pool twice.
     """
-    from envs.sim import PoolConfig
-
     def placements(comp: str, field: str):
         try:
             return PoolConfig(num_gpus=pool.num_gpus, gpus_per_node=pool.gpus_per_node,
@@ -436,9 +441,6 @@ def check_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
 
 
 def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, history, ccfg):
-    from baselines.controller import initial_composition
-    from envs.sim import PoolConfig
-
     pool = base.pool
     fixed = fixed_compositions(cfg, pool)  # checked by run_dynamic_phases before the capacity searches
     hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
@@ -471,9 +473,6 @@ def phase_mix_source(cfg: DynamicPhasesConfig, kind: str, history: bool = True):
     configured absolute rate (the capacity search rescales it), from the history day
     (``workload_seed + 1``) by default; generated 8 phase durations long so that the search's
     rate factors (up to about twice the capacity) still fill the window."""
-    from envs.workloads import get_workload
-    from baselines.capacity import RatedWorkload
-
     key = "short_phase_rate_rps" if kind == "short" else "long_phase_rate_rps"
     rate = cfg.short_rate_rps if kind == "short" else cfg.long_rate_rps
     wl = get_workload("phases", seed=cfg.workload_seed + int(history), num_phases=1,
@@ -495,8 +494,6 @@ def phase_capacities(cfg: DynamicPhasesConfig, base, calibration, log=None) -> d
         ``{kind: {"capacity_rps", "strongest_pool", "per_pool_capacity_rps", "load"}}`` for the
         kinds with a load fraction.
     """
-    from baselines.capacity import find_capacity
-
     out = {}
     pool = base.pool
     for kind, load in (("short", cfg.short_load), ("long", cfg.long_load)):
@@ -594,14 +591,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
     Raises:
         ValueError: on a composition the pool rejects, or a window that keeps no request or overlaps no phase.
     """
-    from baselines.controller import CapacityTable, ReconfigController
-    from baselines.registry import PolicySpec, get_policy
-    from envs.metrics import summarize
-    from envs.sim import Calibration
-    from baselines.runner import run_policy
-
     calibration = Calibration.resolve(base.calibration_path)
-    from experiments.common import check_has_requests
 
     check_compositions(cfg, base.pool)  # before the capacity searches of --short-load / --long-load
     warn_short_phases(cfg)

@@ -17,11 +17,11 @@ POINTS = (("leval-like", 12.016294316898724), ("tool-agent", 27.55260885032882))
 def main() -> int:
     from baselines.industry import DynamoKVRouter
     from baselines.registry import PolicySpec
+    from baselines.runner import run_policy
     from envs.metrics import summarize
+    from envs.metrics.stats import mean_ci95
     from envs.sim import SimConfig
     from envs.workloads.source import build_workload
-    from baselines.runner import run_policy
-    from envs.metrics.stats import mean_ci95
 
     class PoolOrderTies(DynamoKVRouter):
         def break_tie(self, ties, view):

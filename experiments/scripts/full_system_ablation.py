@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 def run(workload: str, load: float, scale: float, seeds: list[int], policies: list[str], runs_csv: Path) -> list[dict]:
     """Runs every policy on every seed's point (as ``cpgym reproduce``), appending each row to
     ``runs_csv`` as it finishes; returns the rows."""
-    from envs.planning.capacity import CapacityCache
+    from baselines.runner import run_policy
     from envs.metrics import summarize
+    from envs.planning.capacity import CapacityCache
     from envs.sim import Calibration, SimConfig
     from experiments.reproduce import _model_sim, _rated
-    from baselines.runner import run_policy
 
     case = _workload_case(workload)
     calibration = Calibration.resolve(None)

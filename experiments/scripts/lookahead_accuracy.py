@@ -37,15 +37,15 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from envs.planning.capacity import CapacityTable, ProfileConfig, reuse_prefix_tokens
-    from envs.planning.composition import enumerate_compositions
     from baselines.lookahead import LookaheadConfig, LookaheadPredictor
     from baselines.registry import get_policy
+    from baselines.runner import run_policy
+    from envs.planning.capacity import CapacityTable, ProfileConfig, reuse_prefix_tokens
+    from envs.planning.composition import enumerate_compositions
     from envs.sim import Calibration
     from envs.workloads import get_workload
     from experiments.cli import build_parser
     from experiments.commands.dynamic import base_config_from_args
-    from baselines.runner import run_policy
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--short-rates", default="20,30,40,50,55,60", help="short-heavy mix rates [req/s]")

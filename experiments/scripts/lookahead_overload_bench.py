@@ -106,8 +106,8 @@ def measure(name: str, workload, config, profile_top: int = 0) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from envs.sim import SimConfig
-    from envs.workloads import build_workload, default_traces_dir
     from envs.sim.options import split_name_list
+    from envs.workloads import build_workload, default_traces_dir
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", default=str(default_traces_dir() / "conversation_trace.jsonl"))

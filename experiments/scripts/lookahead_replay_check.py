@@ -42,17 +42,17 @@ def _scored(res, scored_from_s: float) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
-    from envs.planning.capacity import CapacityTable, ProfileConfig
     from baselines.lookahead import LookaheadConfig, LookaheadPredictor
     from baselines.registry import get_policy
+    from baselines.runner import run_policy
     from baselines.vertumnus import VertumnusRouter
     from envs.metrics import summarize
+    from envs.planning.capacity import CapacityTable, ProfileConfig
+    from envs.provenance import write_provenance
     from envs.sim import Calibration, Simulator
+    from envs.sim.options import check_out_dir
     from experiments.cli import build_parser
     from experiments.common import sim_config_from_args, workload_from_args
-    from envs.sim.options import check_out_dir
-    from envs.provenance import write_provenance
-    from baselines.runner import run_policy
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", required=True, help="trace file (JSONL), as `cpgym simulate --trace`")

@@ -13,10 +13,10 @@ import sys
 import numpy as np
 
 from baselines.registry import get_policy
+from baselines.runner import build_simulator
 from envs.sim import SimConfig
 from envs.sim.cache import PrefixCache
 from experiments.paper_experiments.cache_ablation import tool_agent_at_rate
-from baselines.runner import build_simulator
 from experiments.scripts.ttft_breakdown import parse_rate_seed, request_arrays
 
 

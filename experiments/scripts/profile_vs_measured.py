@@ -118,8 +118,8 @@ class Ladder:
         return self._windows[scale]
 
     def _run(self, wl, router: str):
-        from envs.sim.router import LeastWorkRouter
         from baselines.vertumnus import VertumnusParams, VertumnusRouter
+        from envs.sim.router import LeastWorkRouter
         from envs.sim.simulator import Simulator
 
         r = LeastWorkRouter() if router == "least-work" else VertumnusRouter(VertumnusParams(beta=1.0), "homogeneous")
@@ -228,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also the profile's spread over profile seeds 0-2 x the 0.85/0.95 windows, 60 vs 300 s runs")
     p.add_argument("--no-measured", action="store_true", help="skip the measured capacities (profiles only)")
     args = p.parse_args(argv)
-    from envs.sim import Calibration, SimConfig
     from baselines.capacity import find_capacity
+    from envs.sim import Calibration, SimConfig
     from experiments.reproduce import _model_sim, _rated
     from experiments.scripts.full_system_ablation import _workload_case, rate_scale_of
 

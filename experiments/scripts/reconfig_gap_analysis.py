@@ -17,6 +17,7 @@ import sys
 from dataclasses import replace
 
 import numpy as np
+
 from baselines.envs import make_reconfig_env
 
 
@@ -46,10 +47,10 @@ def target_runs(actions: list[int], phases: list[int], menu: list[str]) -> list[
 
 
 def main(argv: list[str]) -> int:
+    from baselines.runner import run_policy
     from envs import workloads
     from envs.metrics import summarize
     from envs.sim import SimConfig
-    from baselines.runner import run_policy
     from policies.reconfig.evaluate import LearnedReconfig
     from policies.reconfig.oracle import phase_at
 

@@ -28,6 +28,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+
 from baselines.envs import make_reconfig_env
 
 
@@ -120,13 +121,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[int], list[flo
 
 
 def main(argv: list[str]) -> int:
+    from envs import workloads
     from envs.planning.capacity import CapacityTable
     from envs.planning.composition import degree_counts
-    from envs import workloads
     from envs.reconfig_env import observation_profile_config
     from envs.sim import Calibration, SimConfig
-    from policies.reconfig.oracle import (fixed_mean_ttft, follow_schedule, load_phase_ttft, phase_ttft, save_phase_ttft,
-                                          select_targets)
+    from policies.reconfig.oracle import (
+        fixed_mean_ttft,
+        follow_schedule,
+        load_phase_ttft,
+        phase_ttft,
+        save_phase_ttft,
+        select_targets,
+    )
 
     a, seeds, costs, out_rows = parse_args(argv)
     sc = SimConfig()

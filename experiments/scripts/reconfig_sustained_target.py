@@ -124,8 +124,8 @@ def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str |
     each policy's mean TTFT and its paired % difference to the first policy (95 % CI)."""
     from envs import workloads
     from envs.metrics import summarize
-    from envs.sim import SimConfig
     from envs.metrics.stats import mean_ci95
+    from envs.sim import SimConfig
 
     rows = []
     for name, pol in policies.items():
@@ -138,9 +138,9 @@ def evaluate_and_report(policies: dict, seeds: list[int], label: str, out: str |
                          "num_target_changes": sum(a != b for a, b in zip(actions, actions[1:]))})
             print(f"{label} {name} seed {seed}: mean TTFT {s['mean_ttft_s']:.4f} s", file=sys.stderr)
     if out:
-        import pandas as pd
-
         from pathlib import Path
+
+        import pandas as pd
 
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).to_csv(out, index=False)

@@ -33,6 +33,7 @@ import sys
 from dataclasses import replace
 
 import numpy as np
+
 from baselines.envs import make_reconfig_env
 
 #: Window features the model reads (indices into the target-mode ``"window"`` observation:
@@ -168,9 +169,9 @@ def run_planner(env, predict, shares: np.ndarray, seed: int, switch_cost: float)
 def main(argv: list[str]) -> int:
     import torch
 
+    from envs import workloads
     from envs.planning.capacity import CapacityTable
     from envs.planning.composition import degree_counts
-    from envs import workloads
     from envs.reconfig_env import observation_profile_config, target_menu
     from envs.sim import Calibration, SimConfig
     from policies.reconfig.oracle import fixed_mean_ttft, load_phase_ttft

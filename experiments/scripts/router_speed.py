@@ -7,12 +7,11 @@ from __future__ import annotations
 import time
 
 from baselines.industry import DynamoKVRouter, LlmdRouter
-from envs.sim.router import LeastWorkRouter
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.sim import SimConfig, Simulator
-from envs.sim.router import Router
+from envs.sim.router import LeastWorkRouter, Router
 from envs.workloads import build_workload
-from experiments.scripts.reference_routers import RefDynamo, RefLlmd, ReferenceVertumnus
+from experiments.scripts.reference_routers import RefDynamo, ReferenceVertumnus, RefLlmd
 
 
 class RefV(Router):

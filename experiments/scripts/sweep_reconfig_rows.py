@@ -24,7 +24,6 @@ import sys
 from math import nan
 from pathlib import Path
 
-
 #: The ``summary.json`` numbers of a row (the rest of :data:`policies.episode_rows.ROW_COLUMNS` ``["reconfig"]``).
 SUMMARY_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
 

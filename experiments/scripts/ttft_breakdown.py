@@ -10,10 +10,10 @@ import sys
 import numpy as np
 
 from baselines.registry import get_policy
+from baselines.runner import run_policy
 from envs.sim import SimConfig
 from envs.workloads import workload_stats
 from experiments.paper_experiments.cache_ablation import tool_agent_at_rate
-from baselines.runner import run_policy
 
 
 def request_arrays(records) -> dict[str, np.ndarray]:

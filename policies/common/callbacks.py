@@ -24,6 +24,11 @@ from pathlib import Path
 import gymnasium as gym
 from stable_baselines3.common.callbacks import BaseCallback
 
+from envs.metrics import summarize
+from envs.metrics.summary import measured_summary
+from envs.progress import Progress, progress_mode
+from policies.common.heuristic import run_episode
+
 EPISODE_METRIC_KEYS = ("mean_ttft_s", "slo_attainment_token_weighted", "num_requests", "num_unfinished")
 
 
@@ -35,8 +40,6 @@ class EpisodeMetrics(gym.Wrapper):
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
-            from envs.metrics import summarize
-
             summary = summarize(self.env.unwrapped.sim.result())
             info = {**info, "episode_metrics": {k: summary[k] for k in EPISODE_METRIC_KEYS}}
         return obs, reward, terminated, truncated, info
@@ -68,7 +71,6 @@ class TrainingProgress(BaseCallback):
     def __init__(self, total_timesteps: int, mode: str | bool | None = None, interval_s: float = 10.0,
                  num_recent_episodes: int = 20, file=None) -> None:
         super().__init__()
-        from envs.progress import progress_mode
 
         self.total_timesteps = int(total_timesteps)
         self.mode = progress_mode(mode, stream=file)
@@ -80,8 +82,6 @@ class TrainingProgress(BaseCallback):
         self._shown = 0
 
     def _on_training_start(self) -> None:
-        from envs.progress import Progress
-
         self._shown = self.num_timesteps
         self._bar = Progress(self.total_timesteps, "train", "step", mode=self.mode, interval_s=self.interval_s,
                              initial=self.num_timesteps, file=self.file)
@@ -165,10 +165,8 @@ class ValidationCallback(BaseCallback):
         """Runs the validation windows now; returns the mean TTFT [s] over them."""
         import numpy as np
 
-        from envs.routing_env import PrefillRoutingEnv
-        from policies.common.heuristic import run_episode
-        from policies.common.numpy_policy import NumpyWorkerSetActor
-        from envs.metrics.summary import measured_summary
+        from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
+        from policies.common.numpy_policy import NumpyWorkerSetActor  # lazy: gymnasium (start-up of the CLI)
 
         actor = NumpyWorkerSetActor(model.policy.features_extractor)
 

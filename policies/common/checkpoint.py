@@ -160,7 +160,7 @@ class LearnedPolicy:
                                  for k, sp in self.model.observation_space.spaces.items())
         self.actor = None
         if backend == "numpy":
-            from policies.common.numpy_policy import NumpyWorkerSetActor
+            from policies.common.numpy_policy import NumpyWorkerSetActor  # lazy: gymnasium (start-up of the CLI)
 
             self.actor = NumpyWorkerSetActor(self.model.policy.features_extractor)
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from baselines.registry import get_policy
+from baselines.runner import build_simulator
 from envs.sim import Router, SimConfig, Workload
 
 
@@ -95,12 +97,11 @@ def make_routing_env(policy: str | None, workloads: Workload | Sequence[Workload
     ``baselines.registry`` exactly as ``cpgym simulate`` builds them
     (``baselines.runner.build_simulator``: the policy's pool composition, calibration
     transform and attachments). ``policy=None`` keeps the config's pool."""
-    from envs.routing_env import PrefillRoutingEnv
+    from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
 
     if policy is None:
         return PrefillRoutingEnv(workloads, config, **env_kwargs)
     # Lazy import (experiments sits above policies): one construction path for both runs.
-    from baselines.runner import build_simulator
 
     calibration = env_kwargs.pop("calibration", None)
 
@@ -112,8 +113,6 @@ def make_routing_env(policy: str | None, workloads: Workload | Sequence[Workload
 
 def heuristic_policy(name: str, env) -> HeuristicPolicy:
     """The registered heuristic ``name`` as a :class:`HeuristicPolicy` acting in ``env``."""
-    from baselines.registry import get_policy
-
     spec = get_policy(name)
     return HeuristicPolicy(spec.make_router, env, name=spec.name)
 

@@ -3,12 +3,13 @@ a checkpoint path, a shipped name or a registered heuristic."""
 
 from __future__ import annotations
 
+from baselines.registry import POLICIES
+from policies.common.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path, resolve_checkpoint
+
 
 def is_checkpoint(name: str) -> bool:
     """Whether a ``--policy`` value names a checkpoint (``"shipped"``, a ``.zip`` or a folder)."""
     from pathlib import Path
-
-    from policies.common.checkpoint import SHIPPED_CHECKPOINTS
 
     return name in SHIPPED_CHECKPOINTS or name.endswith(".zip") or Path(name).expanduser().is_dir()
 
@@ -24,7 +25,6 @@ def check_checkpoint_kind(policy: str, kind: str) -> None:
     """
     if policy in ("none", "-") or not is_checkpoint(policy):
         return
-    from policies.common.checkpoint import resolve_checkpoint
 
     _, meta = resolve_checkpoint(policy)
     trained = meta.get("kind")
@@ -46,9 +46,6 @@ def check_policy_argument(name: str) -> None:
     """
     import difflib
 
-    from baselines.registry import POLICIES
-    from policies.common.checkpoint import looks_like_path, resolve_checkpoint
-
     if name in POLICIES:
         return
     if is_checkpoint(name) or looks_like_path(name):
@@ -57,7 +54,6 @@ def check_policy_argument(name: str) -> None:
             raise ValueError(f"{name}: not a checkpoint; expected a checkpoint folder holding model.zip, "
                              "a model .zip file, or 'shipped'")
         return
-    from policies.common.checkpoint import SHIPPED_CHECKPOINTS
 
     close = difflib.get_close_matches(name, [*SHIPPED_CHECKPOINTS, *POLICIES], n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from policies.common.checkpoint import vecnormalize_path
+
 #: File name of the model saved when training is interrupted (Ctrl-C).
 INTERRUPTED_MODEL = "interrupted_model.zip"
 
@@ -104,8 +106,6 @@ class TrainingRun:
         path = self.out / INTERRUPTED_MODEL
         self.model.save(path)
         if self.vecnormalize is not None:
-            from policies.common.checkpoint import vecnormalize_path
-
             self.vecnormalize.save(str(vecnormalize_path(path)))
         steps = int(self.model.num_timesteps)
         self.meta["interrupted"] = {"timesteps": steps, "total_timesteps": self.total_timesteps, "model": path.name}

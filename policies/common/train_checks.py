@@ -5,7 +5,6 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-
 #: Largest ``--train-seed``: SB3 seeds numpy's legacy global generator with it (``np.random.seed``
 #: takes ``[0, 2**32 - 1]``); the seeds derived from it (``seed * 1000 + rank`` of the environments,
 #: ``seed + episode`` of the simulator) go to ``numpy.random.SeedSequence``, which takes any integer >= 0.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 #: Named workload of a reconfiguration training (and of ``cpgym evaluate --kind reconfig``) given
 #: neither a trace nor a workload: the paper's dynamic scenarios below saturation (every phase at
 #: 0.4-0.8 of its mix's measured capacity; the shipped ``reconfig_target`` checkpoint's workload).

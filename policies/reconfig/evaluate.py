@@ -35,9 +35,29 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from policies.common.checkpoint import (checkpoint_path, learned_label, load_model_zip, load_vecnormalize, missing_model_error,
-                                read_json_file, vecnormalize_path)
+from baselines.capacity import saturated
+from baselines.controller import CapacityTable
 from baselines.envs import make_reconfig_env
+from baselines.runner import policy_pool, run_policy
+from baselines.tuned_controller import TUNED_LABEL, tuned_controller_spec
+from envs import workloads
+from envs.metrics import summarize
+from envs.metrics.stats import mean_ci95
+from envs.planning.capacity import CapacityCache
+from envs.sim import Calibration
+from envs.sim.options import error_text
+from policies.common.checkpoint import (
+    checkpoint_path,
+    learned_label,
+    load_model_zip,
+    load_vecnormalize,
+    missing_model_error,
+    read_json_file,
+    resolve_checkpoint,
+    vecnormalize_path,
+)
+from policies.common.policy_args import check_distinct
+from policies.reconfig.defaults import LEGACY_WORKLOAD
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
            "num_unfinished")
@@ -121,7 +141,6 @@ def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[i
     if not checkpoint or checkpoint in ("none", "-"):
         return []
     tc = checkpoint_train_config(checkpoint)
-    from policies.reconfig.defaults import LEGACY_WORKLOAD
 
     if (tc.get("workload") or LEGACY_WORKLOAD) != workload:
         return []
@@ -246,7 +265,7 @@ class LearnedReconfig:
         """
         if self.env_kwargs.get("action_mode") != "target":
             return
-        from envs.reconfig_env import target_menu
+        from envs.reconfig_env import target_menu  # lazy: gymnasium (start-up of the CLI)
 
         try:
             target_menu(pool, self.env_kwargs["target_degrees"])
@@ -285,9 +304,7 @@ class LearnedReconfig:
         returns ``(SimResult, actions taken)``."""
         table = None
         if self.capacity_features:
-            from envs.planning.capacity import CapacityCache
-            from baselines.controller import CapacityTable
-            from envs.reconfig_env import observation_profile_config
+            from envs.reconfig_env import observation_profile_config  # lazy: gymnasium (start-up of the CLI)
 
             if self.capacity_cache is None:
                 self.capacity_cache = CapacityCache()
@@ -301,8 +318,6 @@ class LearnedReconfig:
 
 def config_calibration(config):
     """The calibration a ``SimConfig`` resolves to (its ``calibration_path`` or the shipped one)."""
-    from envs.sim import Calibration
-
     return Calibration.resolve(config.calibration_path)
 
 
@@ -346,16 +361,8 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             with a bad) ``tuned`` file, a ``fixed:`` composition the pool rejects or that another label
             runs too, a ``joint:`` checkpoint that is not a routing one, a repeated seed or a training seed.
     """
-    from policies.common.policy_args import check_distinct
-
     check_distinct(list(seeds), "seeds")
     check_held_out_seeds(checkpoint, list(seeds), workload)
-    from envs.planning.capacity import CapacityCache
-    from envs import workloads
-    from envs.metrics import summarize
-    from baselines.capacity import saturated
-    from baselines.runner import run_policy
-    from baselines.tuned_controller import TUNED_LABEL
 
     tuned_spec = _check_comparisons(against, checkpoint, tuned)
     _check_against_pool(against, tuned_spec, tuned, sim_config.pool)
@@ -414,8 +421,6 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
         ValueError: on an unknown label, ``joint:`` without ``checkpoint`` or with a routing
             checkpoint that does not exist, or the tuned label without (or with a bad) ``tuned`` file.
     """
-    from baselines.tuned_controller import TUNED_LABEL, tuned_controller_spec
-
     for label in against:
         if not (label in ("vertumnus", "vertumnus-router", "vertumnus-adaptive", TUNED_LABEL)
                 or any(label.startswith(p) and len(label) > len(p) for p in ("fixed:", "joint:"))):
@@ -425,13 +430,10 @@ def _check_comparisons(against: list[str], checkpoint: str | None, tuned: str | 
             raise ValueError(f"{label!r} combines a routing checkpoint with the evaluated reconfiguration checkpoint; "
                              "give --policy")
         if label.startswith("joint:"):  # a missing routing checkpoint fails now, not after the learned runs
-            from policies.common.checkpoint import resolve_checkpoint
 
             try:
                 _, meta = resolve_checkpoint(label.split(":", 1)[1])
             except (OSError, ValueError) as exc:
-                from envs.sim.options import error_text
-
                 raise ValueError(f"--against {label}: {error_text(exc)}") from None
             if meta.get("kind", "routing") != "routing":  # a reconfiguration checkpoint failed as a torch traceback
                 raise ValueError(f"--against {label}: {label.split(':', 1)[1]} is a {meta['kind']} checkpoint "
@@ -456,8 +458,6 @@ def _check_against_pool(against: list[str], tuned_spec, tuned: str | None, pool)
             composition (``fixed:cp4x9+cp2x2`` and ``fixed:cp2x2+cp4x9``, or ``vertumnus-router`` and the
             ``fixed:`` of its initial composition).
     """
-    from baselines.runner import policy_pool
-
     if tuned_spec is not None:
         try:
             policy_pool(tuned_spec, pool)
@@ -540,8 +540,6 @@ def aggregate_reconfig(rows: list[dict], workload: str | None = None, reference:
     ``delta_slo_attainment`` (paired, absolute) with ``delta_slo_attainment_ci95``, and
     ``reference`` (:func:`choose_reconfig_reference`; deltas are NaN without one)."""
     import math
-
-    from envs.metrics.stats import mean_ci95
 
     ref_label = choose_reconfig_reference(rows, reference)
     ref = {r["seed"]: r for r in rows if r["policy"] == ref_label}

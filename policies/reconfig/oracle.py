@@ -28,6 +28,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from baselines.runner import run_policy
+from envs.metrics import summarize
+from envs.planning.composition import degree_counts
+from envs.planning.operations import composition_distance
+from envs.sim.options import is_int, is_number
+
 __all__ = ["phase_ttft", "save_phase_ttft", "load_phase_ttft", "select_targets", "phase_targets", "phase_at",
            "fixed_mean_ttft", "follow_schedule", "verified_targets", "collect_demonstrations", "collect_learner_states",
            "behaviour_clone"]
@@ -61,8 +67,6 @@ def phase_ttft(workload, sim_config, compositions: list[str], router: str = "ver
     Raises:
         ValueError: when the workload has no ``phase_of_request`` metadata.
     """
-    from baselines.runner import run_policy
-
     phase = (workload.metadata or {}).get("phase_of_request")
     if phase is None:
         raise ValueError(f"workload {workload.name!r} has no metadata['phase_of_request'] (expected a phased "
@@ -135,7 +139,6 @@ def _phase_table(where: str, entry, num_compositions: int) -> tuple[np.ndarray, 
     (null TTFT: inf); raises ValueError naming ``where`` and the field."""
     if not isinstance(entry, dict) or not {"ttft_s", "num_requests"} <= set(entry):
         raise ValueError(f"{where}: expected an object with 'ttft_s' and 'num_requests'")
-    from envs.sim.options import is_int, is_number
 
     num = entry["num_requests"]
     if not isinstance(num, list) or not all(is_int(n) and n >= 0 for n in num):
@@ -187,8 +190,6 @@ def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[di
         ValueError: on shapes that do not match, a negative tolerance, or a negative or
             non-finite switch cost.
     """
-    from envs.planning.operations import composition_distance
-
     ttft_s = np.asarray(ttft_s, float)
     num_requests = np.asarray(num_requests, float)
     K, P = ttft_s.shape if ttft_s.ndim == 2 else (-1, -1)
@@ -233,8 +234,6 @@ def phase_targets(workload, sim_config, compositions: list[str], router: str = "
     Raises:
         ValueError: when the workload has no ``phase_of_request`` metadata.
     """
-    from envs.planning.composition import degree_counts
-
     ttft, num = phase_ttft(workload, sim_config, compositions, router)
     counts = [degree_counts(c, sim_config.pool) for c in compositions]
     return select_targets(ttft, num, counts, degree_counts(sim_config.pool.composition, sim_config.pool),
@@ -253,8 +252,7 @@ def follow_schedule(env, workload, seed: int, targets: list[int]) -> dict:
     """
     import time
 
-    from envs.metrics import summarize
-    from policies.reconfig.evaluate import operation_counts
+    from policies.reconfig.evaluate import operation_counts  # lazy: gymnasium (start-up of the CLI)
 
     t0 = time.perf_counter()
     env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})

@@ -13,16 +13,32 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import replace
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from envs.sim.options import option as _opt
-from policies.common.train_checks import check_minibatch, check_train_seed
+from baselines.controller import CapacityTable
 from baselines.envs import make_reconfig_env
+from envs.metrics import summarize
+from envs.planning.composition import degree_counts
+from envs.sim import Calibration, SimConfig
+from envs.sim.options import option as _opt
+from envs.workloads import WorkloadSource
+from policies.common.checkpoint import load_model_zip, load_vecnormalize, vecnormalize_path
+from policies.common.run_end import TrainingRun
+from policies.common.train_checks import check_minibatch, check_train_seed
+from policies.common.wandb_log import wandb_init
 from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
-
+from policies.reconfig.oracle import (
+    behaviour_clone,
+    collect_demonstrations,
+    collect_learner_states,
+    load_phase_ttft,
+    phase_ttft,
+    save_phase_ttft,
+    select_targets,
+    verified_targets,
+)
 
 #: Default reconfiguration episode window [s]: one full cycle of the ``phases`` workload
 #: (4 phases x 150 s), i.e. 30 decisions of 20 s, and the whole of a ``matched-phases`` workload
@@ -239,7 +255,7 @@ class ReconfigTrainConfig:
     def env_kwargs(self) -> dict:
         """The :class:`envs.reconfig_env.PrefillReconfigEnv` arguments of this configuration
         (observation and action space; see :func:`policies.reconfig.evaluate.env_kwargs_of`)."""
-        from policies.reconfig.evaluate import env_kwargs_of
+        from policies.reconfig.evaluate import env_kwargs_of  # lazy: gymnasium (start-up of the CLI)
 
         return env_kwargs_of(asdict(self))
 
@@ -250,8 +266,6 @@ class ReconfigTrainConfig:
 
     def workload_source(self, seed: int):
         """The :class:`~envs.workloads.WorkloadSource` of one training seed."""
-        from envs.workloads import WorkloadSource
-
         return WorkloadSource(name=None if self.trace else self.workload, trace=self.trace, seed=seed,
                               target_rps=self.target_rps, rate_scale=self.rate_scale,
                               window_s=self.arrival_window_s, skip_invalid=self.skip_invalid,
@@ -259,7 +273,7 @@ class ReconfigTrainConfig:
 
     def episode_windows(self) -> list:
         """The training episode windows (see the class docstring), seed by seed."""
-        from envs.routing_env import episode_windows, split_windows
+        from envs.routing_env import episode_windows, split_windows  # lazy: gymnasium (start-up of the CLI)
 
         wins = []
         for s in self.seeds:
@@ -287,8 +301,7 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
 
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from envs.metrics import summarize
-    from policies.reconfig.evaluate import rollout_reconfig
+    from policies.reconfig.evaluate import rollout_reconfig  # lazy: gymnasium (start-up of the CLI)
 
     workloads = [(s, cfg.workload_source(s).build()) for s in cfg.validation_seeds]
 
@@ -395,10 +408,6 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
 
     import numpy as np
 
-    from envs.planning.composition import degree_counts
-    from policies.reconfig.oracle import (behaviour_clone, collect_demonstrations, collect_learner_states, load_phase_ttft,
-                                          phase_ttft, save_phase_ttft, select_targets, verified_targets)
-
     wls = [cfg.workload_source(s).build() for s in cfg.seeds]
     for s, wl in zip(cfg.seeds, wls):
         if wl.duration_s > 2 * cfg.episode_window_s:
@@ -502,8 +511,6 @@ def read_initial_model(path: str):
     """
     from sb3_contrib import MaskablePPO
 
-    from policies.common.checkpoint import load_model_zip, load_vecnormalize, vecnormalize_path
-
     zp = Path(path)
     stats = vecnormalize_path(zp)
     if not zp.is_file() or not zp.name.endswith("model.zip") or not stats.is_file():
@@ -533,7 +540,7 @@ def check_target_menu(cfg: ReconfigTrainConfig, sim_config) -> None:
     """
     if cfg.action_mode != "target":
         return
-    from envs.reconfig_env import target_menu
+    from envs.reconfig_env import target_menu  # lazy: gymnasium (start-up of the CLI)
 
     try:
         target_menu(sim_config.pool, cfg.target_degrees)
@@ -553,8 +560,7 @@ def check_oracle_phase_ttft(cfg: ReconfigTrainConfig, sim_config) -> None:
     """
     if cfg.oracle_phase_ttft is None:
         return
-    from envs.reconfig_env import target_menu
-    from policies.reconfig.oracle import load_phase_ttft
+    from envs.reconfig_env import target_menu  # lazy: gymnasium (start-up of the CLI)
 
     path = Path(cfg.oracle_phase_ttft)
     if not path.is_file():
@@ -591,11 +597,8 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from baselines.controller import CapacityTable
-    from envs.reconfig_env import observation_profile_config
-    from envs.sim import Calibration, SimConfig
-    from policies.common.callbacks import TrainingProgress, monitored
-    from policies.common.run_end import TrainingRun
+    from envs.reconfig_env import observation_profile_config  # lazy: gymnasium (start-up of the CLI)
+    from policies.common.callbacks import TrainingProgress, monitored  # lazy: torch (stable-baselines3)
 
     sc = sim_config or SimConfig()
     check_target_menu(cfg, sc)
@@ -640,8 +643,6 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
             log(f"initial policy and observation statistics from {cfg.init_from}")
         model.set_logger(configure(str(out), ["csv"]))
         if cfg.wandb_mode != "disabled":
-            from policies.common.wandb_log import wandb_init  # keeps wandb's files under out/
-
             tr.run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name,
                                 reinit="finish_previous", quiet=progress == "off")
         t0 = time.perf_counter()

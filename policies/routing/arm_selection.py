@@ -37,10 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
+from baselines.registry import PolicySpec
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.sim.request import Request
 from envs.sim.router import PoolView
-from policies.common.checkpoint import ARM_MODEL_FILE
+from policies.common.checkpoint import ARM_MODEL_FILE, read_json_file
+from policies.common.heuristic import HeuristicPolicy
 
 FEATURE_NAMES = ("offered_utilisation", "log_rate_per_gpu", "mean_log_prompt_tokens", "std_log_prompt_tokens",
                  "prefix_reuse_share", "backlog_s_per_worker")
@@ -302,8 +304,6 @@ def load_arm_checkpoint(path) -> tuple[ArmCostModel, dict]:
         FileNotFoundError: naming the file if it is missing.
         ValueError: naming the file on invalid JSON or fields.
     """
-    from policies.common.checkpoint import read_json_file
-
     p = Path(path).expanduser()
     f = p / MODEL_FILE if p.is_dir() else p
     if not f.is_file():
@@ -322,8 +322,6 @@ def arm_policy_spec(path, name: str | None = None):
     """A :class:`~baselines.registry.PolicySpec` of the checkpoint's router (runs through
     ``baselines.runner.run_policy`` like a heuristic; in a routing environment through
     :class:`policies.common.heuristic.HeuristicPolicy`, see :class:`ArmSelectionPolicy`)."""
-    from baselines.registry import PolicySpec
-
     model, router = load_arm_checkpoint(path)
     label = name or f"learned:{Path(path).expanduser().resolve().name}"
     return PolicySpec(label, lambda: ArmSelectingRouter(model, name=label, **router),
@@ -342,8 +340,6 @@ class ArmSelectionPolicy:
     """
 
     def __init__(self, path, env, name: str | None = None) -> None:
-        from policies.common.heuristic import HeuristicPolicy
-
         spec = arm_policy_spec(path, name)
         self.name = spec.name
         self._policy = HeuristicPolicy(spec.make_router, env, name=spec.name)

@@ -9,6 +9,7 @@ from typing import Any
 
 from envs.routing_env import DEFAULT_WINDOW_S
 from envs.sim.options import option as _opt
+from envs.workloads import WorkloadSource
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,6 @@ class EpisodeSource:
     def workload_source(self, seed: int | None = None):
         """The :class:`~envs.workloads.WorkloadSource` of the full workload; ``seed`` overrides
         ``workload_seed``."""
-        from envs.workloads import WorkloadSource
-
         return WorkloadSource(name=None if self.trace else self.workload, trace=self.trace,
                               seed=self.workload_seed if seed is None else seed, target_rps=self.target_rps,
                               rate_scale=self.rate_scale, window_s=self.arrival_window_s, skip_invalid=self.skip_invalid,
@@ -75,7 +74,7 @@ class EpisodeSource:
 
     def windows(self, part: str, seed: int | None = None):
         """Episode windows of a part (``"train"``, ``"eval"``, ``"all"``)."""
-        from envs.routing_env import episode_windows, split_windows
+        from envs.routing_env import episode_windows, split_windows  # lazy: gymnasium (start-up of the CLI)
 
         return split_windows(episode_windows(self.workload_obj(seed), self.window_s), part, self.eval_every)
 

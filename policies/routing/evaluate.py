@@ -13,8 +13,13 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from baselines.runner import run_policy
+from envs.metrics import summarize
 from envs.metrics.stats import mean_ci95
+from policies.common.checkpoint import LearnedPolicy, checkpoint_path
+from policies.common.heuristic import run_episode
 from policies.common.policy_args import check_distinct, check_policy_argument, is_checkpoint
+from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
 METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_unfinished")
 
@@ -44,19 +49,13 @@ def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: st
     check_distinct(list(seeds), "seeds")
     if window_indices is not None:
         check_distinct(list(window_indices), "window_indices")
-    from envs.metrics import summarize
-    from envs.routing_env import PrefillRoutingEnv
-    from baselines.runner import run_policy
-    from policies.common.checkpoint import LearnedPolicy
-    from policies.common.heuristic import run_episode
+    from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
 
     learned = {}
     if any(is_checkpoint(p) for p in policies):
         import torch as th
 
         th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest
-    from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
-    from policies.common.checkpoint import checkpoint_path
 
     arm_specs = {}
     for p in policies:

@@ -32,8 +32,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from envs.metrics.summary import measured_summary  # noqa: F401  (part of the protocol's API)
+from baselines.registry import vertumnus_spec
+from baselines.runner import run_policy
+from baselines.vertumnus import VertumnusParams
+from envs import workloads
 from envs.metrics.stats import paired_ci
+from envs.metrics.summary import measured_summary  # noqa: F401  (part of the protocol's API)
+from envs.workloads import transforms
+from policies.common.checkpoint import LearnedPolicy, checkpoint_path, read_json_file
+from policies.common.heuristic import run_episode
+from policies.common.policy_args import check_policy_argument, is_checkpoint
+from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
 #: Windows of one split period: index j % PERIOD decides the part (module docstring).
 PERIOD = 4
@@ -66,8 +75,6 @@ def protocol_windows(workload, window_s: float, part: str, warmup_s: float = 0.0
     Raises:
         ValueError: on an unknown part, ``window_s`` <= 0, ``warmup_s`` < 0, or no window.
     """
-    from envs.workloads import transforms
-
     if part not in (*PARTS, "all"):
         raise ValueError(f"part must be one of {(*PARTS, 'all')}, got {part!r}")
     if not window_s > 0 or not warmup_s >= 0:
@@ -126,8 +133,6 @@ def capacity_rps(build_workload: Callable[[float], object], sim_config, policy: 
     Raises:
         ValueError: if ``low_rps`` is not sustainable or the bracket is empty.
     """
-    from baselines.runner import run_policy
-
     if not 0 < low_rps < high_rps:
         raise ValueError(f"need 0 < low_rps < high_rps, got {low_rps}, {high_rps}")
     probes = []
@@ -165,9 +170,6 @@ TUNE_LAMBDAS = (0.0, 0.5, 1.0, 2.0)
 def tuned_spec(beta: float, lambda_: float, name: str = "vertumnus-tuned"):
     """A :class:`~baselines.registry.PolicySpec` of the Vertumnus router with these parameters,
     labelled ``name`` in results."""
-    from baselines.registry import vertumnus_spec
-    from baselines.vertumnus import VertumnusParams
-
     return vertumnus_spec(name, f"Vertumnus router tuned on training windows (beta {beta:g}, lambda {lambda_:g})",
                           "cpgym tune vertumnus (policies.routing.protocol.tune_vertumnus)",
                           VertumnusParams(beta=beta, lambda_=lambda_))
@@ -183,8 +185,6 @@ def load_tuned_cells(path: str) -> dict[str, dict]:
             lambda is not a finite number within the paper's bounds (beta >= 1, lambda >= 0, §5).
     """
     from pathlib import Path
-
-    from policies.common.checkpoint import read_json_file
 
     expected = "expected the file written by `cpgym tune vertumnus --out`"
     doc = read_json_file(Path(path))
@@ -203,8 +203,6 @@ def load_tuned_cells(path: str) -> dict[str, dict]:
 
 def run_heuristic_window(policy, wl, sim_config) -> dict:
     """Runs a heuristic (name or spec) on one protocol window; :func:`measured_summary` of it."""
-    from baselines.runner import run_policy
-
     res = run_policy(policy, wl, sim_config)
     return measured_summary(res, wl.metadata.get("measure_from_s", 0.0))
 
@@ -275,8 +273,6 @@ class Scenario:
     def windows(self, part: str, seed: int = 0, max_windows: int | None = None) -> list:
         """The ``part`` windows at this cell's rate; at most ``max_windows`` of them, evenly
         spread (:func:`spread_subset`)."""
-        from envs import workloads
-
         wl = workloads.scale_to_rate(replace(self.source, target_rps=None).workload_obj(seed), self.rate_rps)
         return spread_subset(protocol_windows(wl, self.window_s, part, self.warmup_s), max_windows)
 
@@ -315,11 +311,7 @@ def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, p
         One row per (policy, window): ``policy, workload, load_fraction, rate_rps, window`` plus
         :func:`measured_summary`.
     """
-    from envs.routing_env import PrefillRoutingEnv
-    from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
-    from policies.common.checkpoint import LearnedPolicy, checkpoint_path
-    from policies.common.policy_args import check_policy_argument, is_checkpoint
-    from policies.common.heuristic import run_episode
+    from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
 
     wins = scenario.windows(part, max_windows=max_windows)
     runners: dict[str, Callable] = {}
@@ -400,8 +392,7 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
             outside (0, 2] or repeated (the same cell twice: its windows counted twice, a
             narrower, fake confidence interval).
     """
-    from envs import workloads
-    from policies.routing.episodes import EpisodeSource
+    from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
 
     if bool(loads) == (target_rps is not None):
         raise ValueError("give exactly one of loads (--loads, fractions of capacity) and target_rps (--target-rps)")

@@ -18,9 +18,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from baselines.registry import get_policy
+from baselines.vertumnus import VertumnusParams
+from envs.sim import SimConfig
 from envs.sim.options import option as _opt
+from policies.common.heuristic import heuristic_policy
+from policies.common.run_end import TrainingRun
 from policies.common.train_checks import check_minibatch, check_train_seed
+from policies.common.wandb_log import wandb_init
 from policies.routing.episodes import EpisodeSource
+from policies.routing.protocol import protocol_windows
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,6 @@ class TrainConfig:
     def _check_residual_and_protocol(self) -> None:
         if self.residual_tau_s is not None and not (self.residual_tau_s > 0 and math.isfinite(self.residual_tau_s)):
             raise ValueError(f"residual_tau_s must be a finite number > 0, got {self.residual_tau_s}")  # inf: no prior
-        from baselines.vertumnus import VertumnusParams
 
         VertumnusParams(beta=self.residual_beta, lambda_=self.residual_lambda)  # ValueError naming the field
         if self.num_slots is not None and self.num_slots < 1:
@@ -176,7 +182,6 @@ class TrainConfig:
         with ``warmup_s``, else ``source.windows(part)`` (legacy ``"train"``/``"eval"``)."""
         if self.warmup_s is None:
             return self.source.windows(part)
-        from policies.routing.protocol import protocol_windows
 
         return protocol_windows(self.source.workload_obj(), self.source.window_s, part, self.warmup_s)
 
@@ -193,8 +198,6 @@ def check_routing_setup(cfg: TrainConfig, sim_config) -> None:
             number of worker slots).
     """
     if cfg.bc_policy is not None:
-        from baselines.registry import get_policy
-
         try:
             get_policy(cfg.bc_policy)
         except ValueError as exc:
@@ -208,8 +211,6 @@ def check_routing_setup(cfg: TrainConfig, sim_config) -> None:
 
 def _sim_config(cfg: TrainConfig, base=None):
     from dataclasses import replace
-
-    from envs.sim import SimConfig
 
     sc = base or SimConfig()
     if cfg.pool_composition:
@@ -231,14 +232,14 @@ def make_env_fn(cfg: TrainConfig, windows, sim_config, rank: int):
     """Picklable-enough factory of one training environment (for DummyVecEnv/SubprocVecEnv)."""
 
     def _make():
-        from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig
-        from policies.common.callbacks import monitored
+        from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig  # lazy: gymnasium (start-up of the CLI)
+        from policies.common.callbacks import monitored  # lazy: torch (stable-baselines3)
 
         env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(
             kind=cfg.reward, scale=cfg.reward_scale, invalid_action_penalty=cfg.invalid_action_penalty),
             num_slots=cfg.num_slots)
         if cfg.input_baseline:  # replicas: the same episodes in every environment
-            from policies.common.time_discount import ReplicaSeed
+            from policies.common.time_discount import ReplicaSeed  # lazy: torch (stable-baselines3)
 
             env = ReplicaSeed(monitored(env), cfg.seed * 1000)
             env.reset(seed=cfg.seed * 1000)
@@ -258,6 +259,8 @@ def _training_vec_env(cfg: TrainConfig, windows, sim_config):
     venv = SubprocVecEnv(fns) if cfg.vec_env == "subproc" else DummyVecEnv(fns)
     if cfg.gamma_per_s is None:
         return venv, {}
+    # lazy: torch (stable-baselines3)
+    # lazy: torch (stable-baselines3)
     from policies.common.time_discount import InputDrivenRolloutBuffer, StepDurationRecorder, TimeDiscountedRolloutBuffer
 
     buffer = InputDrivenRolloutBuffer if cfg.input_baseline else TimeDiscountedRolloutBuffer
@@ -289,8 +292,7 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.logger import configure
 
-    from policies.common.extractor import WorkerSetPolicy
-    from policies.common.run_end import TrainingRun
+    from policies.common.extractor import WorkerSetPolicy  # lazy: torch
 
     check_routing_setup(cfg, sim_config)
     out = Path(out_dir)
@@ -320,8 +322,6 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
             stats = behaviour_clone(model, cfg, windows, sc, log)
             meta["bc"] = stats
         if cfg.wandb_mode != "disabled":
-            from policies.common.wandb_log import wandb_init  # keeps wandb's files under out/
-
             tr.run = wandb_init(out, project="cpgym", mode=cfg.wandb_mode, config=meta, name=out.name,
                                 reinit="finish_previous", quiet=progress == "off")
         callbacks, validation = _routing_callbacks(cfg, out, sc, tr, progress, log)
@@ -355,7 +355,7 @@ def _routing_callbacks(cfg: TrainConfig, out: Path, sim_config, tr, progress, lo
     error too)."""
     from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
-    from policies.common.callbacks import TrainingProgress
+    from policies.common.callbacks import TrainingProgress  # lazy: torch (stable-baselines3)
 
     run = tr.run
 
@@ -398,7 +398,7 @@ def _routing_callbacks(cfg: TrainConfig, out: Path, sim_config, tr, progress, lo
     callbacks = [ckpt, episodes, shown]
     validation = None
     if cfg.validate_every_steps is not None:
-        from policies.common.callbacks import ValidationCallback
+        from policies.common.callbacks import ValidationCallback  # lazy: torch (stable-baselines3)
 
         validation = ValidationCallback(cfg.windows("validation")[: cfg.num_validation_windows], sim_config, out,
                                         cfg.validate_every_steps, run, log)
@@ -418,8 +418,7 @@ def behaviour_clone(model, cfg: TrainConfig, windows, sim_config, log=print) -> 
     import numpy as np
     import torch as th
 
-    from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig
-    from policies.common.heuristic import heuristic_policy
+    from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig  # lazy: gymnasium (start-up of the CLI)
 
     env = PrefillRoutingEnv(windows, sim_config, reward=RoutingRewardConfig(kind=cfg.reward, scale=cfg.reward_scale),
                             num_slots=cfg.num_slots)

@@ -43,9 +43,24 @@ from pathlib import Path
 
 import numpy as np
 
-from policies.routing.arm_selection import FEATURE_NAMES, ArmCostModel, constant_model
-from policies.routing.protocol import TUNE_BETAS, TUNE_LAMBDAS
+from baselines.registry import PolicySpec
+from baselines.runner import run_policy
+from envs import workloads
+from envs.metrics.stats import paired_ci
+from envs.metrics.summary import measured_summary
+from envs.sim.options import check_out_dir
 from envs.sim.options import option as _opt
+from envs.workloads import default_traces_dir
+from policies.routing.arm_selection import (
+    FEATURE_NAMES,
+    MODEL_FILE,
+    ArmCostModel,
+    ArmSelectingRouter,
+    constant_model,
+    design_matrix,
+    write_model,
+)
+from policies.routing.protocol import TUNE_BETAS, TUNE_LAMBDAS, Scenario, capacity_rps
 
 #: Feature sets tried in model selection (subsets of FEATURE_NAMES).
 FEATURE_SETS = {
@@ -126,8 +141,7 @@ class ArmTrainConfig:
 def episode_source(item: str):
     """The :class:`policies.routing.train.EpisodeSource` of one ``sources`` item (a trace file if it ends
     in ``.jsonl``/``.csv`` or names an existing file, else a named workload)."""
-    from envs.workloads import default_traces_dir
-    from policies.routing.episodes import EpisodeSource
+    from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
 
     p = Path(item).expanduser()
     if p.suffix in (".jsonl", ".csv") or p.is_file():
@@ -152,9 +166,6 @@ def capacity_cache_file(cfg: ArmTrainConfig, source, sim_config) -> Path:
 def cell_scenarios(cfg: ArmTrainConfig, sim_config, log=None) -> list:
     """The :class:`policies.routing.protocol.Scenario` of every (source, load); capacities by bisection,
     cached in ``cache_dir``."""
-    from envs import workloads
-    from policies.routing.protocol import Scenario, capacity_rps
-
     out = []
     for item in cfg.source_list():
         src = episode_source(item)
@@ -183,11 +194,6 @@ def collect_cell(scenario, part: str, cfg: ArmTrainConfig, sim_config, log=None)
         without history (the first window of the workload).
     """
     from dataclasses import replace
-
-    from baselines.registry import PolicySpec
-    from baselines.runner import run_policy
-    from envs.metrics.summary import measured_summary
-    from policies.routing.arm_selection import ArmSelectingRouter
 
     max_windows = cfg.max_train_windows if part == "train" else cfg.max_validation_windows
     ident = {"source": asdict(scenario.source), "rate_rps": scenario.rate_rps, "part": part, "max_windows": max_windows,
@@ -281,7 +287,6 @@ def fit_model(cells: list[CellData], arms, feature_names: tuple[str, ...], degre
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale = np.where(scale > 1e-12, scale, 1.0)
-    from policies.routing.arm_selection import design_matrix
 
     d = design_matrix((x - mean) / scale, degree)
     sw = np.sqrt(w)[:, None]
@@ -366,11 +371,6 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
         "arms"}`` (lists over windows; switches: arm changes between consecutive decisions of the
         run, warm-up included; arms: the arm index of every decision of the run, in time order).
     """
-    from baselines.registry import PolicySpec
-    from baselines.runner import run_policy
-    from envs.metrics.summary import measured_summary
-    from policies.routing.arm_selection import ArmSelectingRouter
-
     ident = {"source": asdict(scenario.source), "rate_rps": scenario.rate_rps, "part": "validation",
              "max_windows": cfg.max_validation_windows, "model": model.to_json(), "router": cfg.router_settings(),
              "window_s": cfg.window_s, "warmup_s": cfg.warmup_s, "seed": cfg.seed, "sim": repr(sim_config), "version": 1}
@@ -452,8 +452,6 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
         ValueError: if the cells do not line up or a deployed run's windows differ from the
             collected validation windows.
     """
-    from envs.metrics.stats import paired_ci
-
     if [s.key for s in scenarios] != [c.key for c in train] or [c.key for c in train] != [c.key for c in validation]:
         raise ValueError("deployed_validation: scenarios, train and validation cells must be the same cells in order")
     tuned = [tuned_arm(c) for c in train]
@@ -560,9 +558,6 @@ def train_arms(cfg: ArmTrainConfig, out_dir: str | Path, sim_config, argv: list[
         ValueError: if ``out_dir`` already holds a model, or it or ``cfg.cache_dir`` is not a
             usable folder (:func:`experiments.common.check_out_dir`; all checked before any simulation).
     """
-    from envs.sim.options import check_out_dir
-    from policies.routing.arm_selection import MODEL_FILE, write_model
-
     out = Path(out_dir)
     check_out_dir(out, "--out")
     check_out_dir(cfg.cache_dir, "--cache-dir")

@@ -3,7 +3,6 @@ implementations through the public PoolView methods (issue #3 follow-up)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

@@ -3,8 +3,8 @@
 import pytest
 
 from baselines.simple import PrefixAffinityRouter
-from envs.sim.router import LeastWorkRouter
 from envs.sim import Router, SimConfig, Simulator
+from envs.sim.router import LeastWorkRouter
 from envs.workloads import get_workload
 
 

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from baselines.vertumnus import StaleLoadView, VertumnusParams, VertumnusRouter, extra_gpu_time_s, placement_cost
 from envs.sim import Calibration, CostCoefficients, CostModel, PoolConfig, SimConfig, Simulator, WorkerState

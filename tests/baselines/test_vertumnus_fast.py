@@ -3,7 +3,6 @@ follow-up: speed without changing decisions), also under split/merge redirection
 
 from __future__ import annotations
 
-
 import pytest
 
 from baselines.vertumnus import VertumnusParams, VertumnusRouter

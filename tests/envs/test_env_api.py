@@ -8,12 +8,12 @@ import pickle
 import numpy as np
 import pytest
 
+from baselines.envs import make_reconfig_env
 from envs.reconfig_env import PrefillReconfigEnv
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
 
 from .conftest import SMALL_POOL, random_workload
-from baselines.envs import make_reconfig_env
 
 
 def _make(cls, cal, **kwargs):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from baselines.envs import make_reconfig_env
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import PoolConfig, Request, SimConfig, Workload
-from baselines.envs import make_reconfig_env
 
 ONE_CP2 = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp2x1", supported_degrees=(2,))
 

@@ -4,12 +4,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.sim.router import LeastWorkRouter
+from baselines.envs import make_reconfig_env
 from envs.reconfig_env import candidate_operations
 from envs.sim import PoolConfig, SimConfig
+from envs.sim.router import LeastWorkRouter
 
 from .conftest import SMALL_POOL, random_workload
-from baselines.envs import make_reconfig_env
 
 
 def _env(toy_cal, n=400, rate=6.0, seed=0, **kw):

@@ -1,16 +1,14 @@
 """Sustainable-rate search (baselines/capacity.py, ``cpgym capacity``)."""
 
-from dataclasses import replace
-
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
+from baselines.capacity import CapacityDefinition, RatedWorkload, find_capacity, is_overloaded, rates_for_loads, thirds_growth
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import CostCoefficients
-from baselines.capacity import (CapacityDefinition, RatedWorkload, find_capacity, is_overloaded, rates_for_loads,
-                                  thirds_growth)
 
 D_S = 0.5  # constant service time [s]
 L_TOKENS = 1000

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from envs.sim.options import check_out_dir
 from experiments.cli import main
 from experiments.common import parse_list
-from envs.sim.options import check_out_dir
 
 
 @pytest.mark.parametrize("text", ["2,,4", "2,", ",2", " , "])
@@ -146,8 +146,8 @@ def test_simulate_out_that_cannot_be_created_fails_before_simulating(tmp_path, c
 @pytest.fixture
 def no_training(monkeypatch):
     """``cpgym train routing|reconfig`` fails the test if training (any simulation) starts."""
-    import policies.routing.train as train
     import policies.reconfig.train as train_reconfig
+    import policies.routing.train as train
 
     def no_train(*a, **k):
         raise AssertionError("training started before checking --out")

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+
 from baselines.envs import make_reconfig_env
 
 
@@ -37,9 +38,9 @@ def test_oracle_schedule_rows_are_evaluation_rows(tmp_path):
     from envs.sim import PoolConfig, SimConfig
     from envs.workloads import WorkloadSource
     from experiments.scripts.reconfig_oracle_schedule import rows_with, write_rows
-    from policies.reconfig.oracle import follow_schedule
     from policies.episode_rows import read_episode_rows
     from policies.reconfig.evaluate import aggregate_reconfig
+    from policies.reconfig.oracle import follow_schedule
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))

@@ -7,12 +7,12 @@ import numpy as np
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from envs.sim.router import LeastWorkRouter
+from baselines.envs import make_reconfig_env
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
 from envs.sim.faults import FaultConfig, FaultEvent
+from envs.sim.router import LeastWorkRouter
 from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
-from baselines.envs import make_reconfig_env
 
 FAULTS = FaultConfig(events=(FaultEvent("straggler", 0.0, gpu=4, factor=2.0, duration_s=1000.0),
                              FaultEvent("gpu_failure", 2.0, gpu=0)),

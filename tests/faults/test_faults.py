@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from baselines.simple import RoundRobinRouter
-from envs.sim.router import LeastWorkRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.faults import LLAMA3_GPU_FAILURE_RATE_PER_GPU_HOUR, FaultConfig, FaultEvent, decompose_span, load_fault_config
+from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState
 from tests.sim.conftest import make_workload
 

@@ -19,9 +19,9 @@ ARGV = META["argv"][1:] if META["argv"][0] == "cpgym" else META["argv"]
 
 
 def _config_from_argv(argv: list[str], tmp_path: Path):
+    from envs.sim.options import config_from_args
     from experiments.cli import build_parser
     from experiments.common import sim_config_from_args
-    from envs.sim.options import config_from_args
     from policies.routing.train_arms import ArmTrainConfig
 
     argv = list(argv)

@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 
 from envs.sim import Request, SimConfig, Workload
-from policies.routing.arm_selection import (FEATURE_NAMES, ArmCostModel, ArmSelectingRouter, LoadObserver, constant_model,
-                                    design_matrix, num_terms)
+from policies.routing.arm_selection import (
+    FEATURE_NAMES,
+    ArmCostModel,
+    ArmSelectingRouter,
+    LoadObserver,
+    constant_model,
+    design_matrix,
+    num_terms,
+)
 from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
 
 ARMS = ((1.0, 0.0), (3.0, 1.0), (8.0, 4.0))
@@ -195,9 +202,9 @@ def _write_checkpoint(path, model):
 
 
 def test_checkpoint_round_trip_and_arguments(tmp_path):
-    from policies.routing.arm_selection import is_arm_checkpoint, load_arm_checkpoint
     from policies.common.checkpoint import resolve_checkpoint
     from policies.common.policy_args import check_checkpoint_kind, check_policy_argument
+    from policies.routing.arm_selection import is_arm_checkpoint, load_arm_checkpoint
 
     m = constant_model(ARMS, 2)
     _write_checkpoint(tmp_path / "ck", m)
@@ -218,8 +225,8 @@ def test_env_policy_equals_direct_run(tmp_path):
     """Through the routing environment (SB3 ``predict``) the checkpoint routes exactly as its
     router run directly."""
     from envs.routing_env import PrefillRoutingEnv
-    from policies.routing.arm_selection import ArmSelectionPolicy, arm_policy_spec
     from policies.common.heuristic import run_episode
+    from policies.routing.arm_selection import ArmSelectionPolicy, arm_policy_spec
 
     k = len(FEATURE_NAMES)
     coef = [[0.0] * (1 + k) for _ in ARMS]
@@ -271,8 +278,14 @@ def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_pat
     collected cost of its arm otherwise; the margin with the least score is selected and set."""
     from dataclasses import dataclass, replace
 
-    from policies.routing.train_arms import (ArmTrainConfig, CellData, change_pct, collect_cell, deployed_validation,
-                                     one_standard_error_choice)
+    from policies.routing.train_arms import (
+        ArmTrainConfig,
+        CellData,
+        change_pct,
+        collect_cell,
+        deployed_validation,
+        one_standard_error_choice,
+    )
 
     @dataclass(frozen=True)
     class Source:

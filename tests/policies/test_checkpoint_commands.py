@@ -158,7 +158,6 @@ def test_every_readme_training_command_is_checked():
 
 def test_readme_command_reader():
     import textwrap
-
     from tempfile import TemporaryDirectory
 
     text = textwrap.dedent("""\

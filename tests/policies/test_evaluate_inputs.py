@@ -371,9 +371,9 @@ def test_a_repeated_seed_or_window_is_an_error_before_anything_runs(flags, messa
 
 def test_library_evaluations_reject_a_repeated_seed_or_window():
     from envs.sim import SimConfig
-    from policies.routing.evaluate import evaluate
     from policies.reconfig.evaluate import evaluate_reconfig
     from policies.routing.episodes import EpisodeSource
+    from policies.routing.evaluate import evaluate
 
     with pytest.raises(ValueError, match=r"^seeds lists 1 twice: '1,2,1'"):
         evaluate(["least-work"], EpisodeSource(), SimConfig(), [1, 2, 1])

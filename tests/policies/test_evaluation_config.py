@@ -194,8 +194,8 @@ def test_reconfig_checkpoint_trained_on_a_trace_needs_a_workload(tmp_path):
 def test_reconfig_default_workload_is_below_saturation_and_old_checkpoints_keep_phases(tmp_path):
     # the default was phases, whose 90 / 18 req/s is past the default pool's capacity (every policy 100+ s)
     from policies.evaluate import EvaluationConfig, reconfig_workload
-    from policies.reconfig.train import ReconfigTrainConfig
     from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
+    from policies.reconfig.train import ReconfigTrainConfig
 
     assert DEFAULT_RECONFIG_WORKLOAD == "matched-phases" == ReconfigTrainConfig().workload
     assert reconfig_workload(EvaluationConfig(policy="none", kind="reconfig")) == "matched-phases"

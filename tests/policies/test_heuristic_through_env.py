@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from baselines.registry import POLICIES
+from baselines.runner import run_policy
 from envs.metrics import summarize
 from envs.sim import SimConfig
-from baselines.runner import run_policy
 from policies.common.heuristic import heuristic_policy, make_routing_env, run_episode
 
 

@@ -71,8 +71,8 @@ def test_joint_router_factory_arm_checkpoint_gives_a_fresh_router_per_run():
     routes a short run by itself; an SB3 checkpoint: one LearnedRouter reused (attach rebinds it)."""
     from envs.sim import SimConfig, Simulator
     from envs.workloads import get_workload
-    from policies.routing.arm_selection import ArmSelectingRouter
     from policies.joint import LearnedRouter, joint_router_factory
+    from policies.routing.arm_selection import ArmSelectingRouter
 
     make = joint_router_factory("shipped")
     a, b = make(), make()

@@ -41,8 +41,8 @@ def test_maskable_ppo_smoke_trains_saves_loads_and_evaluates(tmp_path):
     from envs.workloads import default_traces_dir
     from policies.common.checkpoint import LearnedPolicy
     from policies.common.heuristic import run_episode
-    from policies.routing.train import TrainConfig, train_routing
     from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, train_routing
 
     src = EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"),
                         workload=None, target_rps=12.0, window_s=10.0)
@@ -63,8 +63,8 @@ def test_maskable_ppo_smoke_trains_saves_loads_and_evaluates(tmp_path):
 
 
 def test_mean_ci95_and_aggregate():
-    from policies.routing.evaluate import aggregate
     from envs.metrics.stats import mean_ci95
+    from policies.routing.evaluate import aggregate
 
     m, ci = mean_ci95([1.0, 2.0, 3.0])
     assert m == 2.0 and ci == pytest.approx(4.303 * 1.0 / np.sqrt(3))

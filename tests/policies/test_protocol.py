@@ -183,8 +183,8 @@ def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
     import pandas as pd
 
     from envs.sim.pool import PoolConfig
-    from policies.routing.train import TrainConfig, train_routing
     from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, train_routing
 
     trace = _tiny_trace(tmp_path / "tiny.jsonl", num_requests=300)
     src = EpisodeSource(trace=str(trace), workload=None, target_rps=6.0, window_s=4.0)

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from policies.reconfig.oracle import load_phase_ttft, save_phase_ttft, select_targets
 from baselines.envs import make_reconfig_env
+from policies.reconfig.oracle import load_phase_ttft, save_phase_ttft, select_targets
 
 # Three compositions of a 8-GPU pool: A = {4: 2}, B = {4: 1, 2: 2}, C = {2: 4};
 # distance A-B = 4 GPUs (one CP-4 split), B-C = 4, A-C = 8.

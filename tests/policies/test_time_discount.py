@@ -104,8 +104,8 @@ def test_training_with_gamma_per_s_records_durations(tmp_path):
     discounts gamma_s ** dt) and with prediction noise in its training environments only."""
     from dataclasses import replace
 
-    from policies.routing.train import TrainConfig, training_sim_config
     from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, training_sim_config
 
     cfg = TrainConfig(source=EpisodeSource(workload="mixed-default", window_s=20.0), total_timesteps=64, n_steps=32,
                       batch_size=32, n_envs=2, gamma_per_s=0.8, wandb_mode="disabled", hidden_dim=8)
@@ -137,8 +137,8 @@ def test_training_with_gamma_per_s_records_durations(tmp_path):
 def test_prediction_noise_makes_simulator_seeds_matter():
     """With the training noise the same window routed the same way gives different TTFTs for
     different simulator seeds (without it, identical)."""
-    from policies.routing.train import TrainConfig, training_sim_config
     from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, training_sim_config
 
     wl = random_workload(80, rate_rps=8.0, seed=2)
     cfg = TrainConfig(source=EpisodeSource(workload="mixed-default"), wandb_mode="disabled")
@@ -206,8 +206,8 @@ def test_replica_environments_replay_the_same_episodes():
     though SB3 seeds VecEnv members with seed + index."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from policies.routing.train import TrainConfig, make_env_fn
     from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, make_env_fn
 
     wins = [random_workload(30, rate_rps=6.0, seed=s) for s in range(6)]
     cfg = TrainConfig(source=EpisodeSource(workload="mixed-default"), n_envs=3, gamma_per_s=0.9, input_baseline=True,

@@ -20,8 +20,8 @@ def _cfg(*argv):
 @pytest.mark.parametrize("kind", ["routing", "reconfig"])
 def test_every_training_flag_reaches_the_config(kind):
     from envs.sim.options import config_flags
-    from policies.routing.train import TrainConfig
     from policies.reconfig.train import ReconfigTrainConfig
+    from policies.routing.train import TrainConfig
 
     cls = TrainConfig if kind == "routing" else ReconfigTrainConfig
     cfg = _cfg(kind)
@@ -247,9 +247,9 @@ def test_train_seed_out_of_range_fails_before_anything_is_written(kind, seed, tm
 
 @pytest.mark.parametrize("seed", [-1, 2**32, 1.5, True])
 def test_train_configs_reject_a_bad_seed_in_library_use(seed):
-    from policies.routing.train import TrainConfig
     from policies.common.train_checks import MAX_TRAIN_SEED
     from policies.reconfig.train import ReconfigTrainConfig
+    from policies.routing.train import TrainConfig
 
     assert MAX_TRAIN_SEED == 2**32 - 1
     for cls in (TrainConfig, ReconfigTrainConfig):
@@ -311,9 +311,9 @@ ARMS_WORKLOADS = "conversation_trace+leval-like+tool-agent"  # train arms' defau
 
 
 def test_default_run_folder_names_of_every_kind(tmp_path, monkeypatch):
+    from envs.sim.options import config_from_args
     from experiments.cli import parse_args
     from experiments.commands.train import configs_from_args, default_out_dir
-    from envs.sim.options import config_from_args
     from policies.routing.train_arms import ArmTrainConfig
 
     monkeypatch.chdir(tmp_path)

@@ -106,8 +106,8 @@ def test_error_in_train_routing_closes_the_environments_and_finishes_wandb(tmp_p
 
 
 def test_ctrl_c_in_train_reconfig_saves_model_and_statistics(tmp_path, stopped_at):
-    from policies.reconfig.evaluate import LearnedReconfig
     from policies.common.run_end import TrainingInterrupted
+    from policies.reconfig.evaluate import LearnedReconfig
     from policies.reconfig.train import ReconfigTrainConfig, read_initial_model, train_reconfig
 
     run, closed = stopped_at(KeyboardInterrupt(), 8)

@@ -7,8 +7,13 @@ import json
 
 import pytest
 
-from experiments.tune_controller import (TUNED_LABEL, load_tuned_controller, main, select_controller_setting,
-                                      tuned_controller_spec)
+from experiments.tune_controller import (
+    TUNED_LABEL,
+    load_tuned_controller,
+    main,
+    select_controller_setting,
+    tuned_controller_spec,
+)
 
 
 def _write_run(root, name, seed, params, mean_ttft_s, policy="vertumnus-adaptive"):

@@ -4,11 +4,12 @@ router-only ablation (baselines/registry.py)."""
 import numpy as np
 import pytest
 
-from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
-from baselines.controller import CapacityTable as ReexportedTable, WindowRecord
+from baselines.controller import CapacityTable as ReexportedTable
+from baselines.controller import WindowRecord
 from baselines.registry import POLICIES, SUITES
-from envs.sim import Calibration, PoolConfig, Request, SimConfig, Workload
 from baselines.runner import build_simulator, run_policy
+from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
+from envs.sim import Calibration, PoolConfig, Request, SimConfig, Workload
 
 POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
 FAST = ProfileConfig(duration_s=20.0, num_bisection_steps=6)

@@ -287,8 +287,12 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
     import warnings
 
     from experiments.cli import main
-    from experiments.paper_experiments.dynamic_phases import (DynamicPhasesConfig, DynamicPhasesWarning, reaction_windows,
-                                                               warn_short_phases)
+    from experiments.paper_experiments.dynamic_phases import (
+        DynamicPhasesConfig,
+        DynamicPhasesWarning,
+        reaction_windows,
+        warn_short_phases,
+    )
 
     assert reaction_windows(2) == 3
     with warnings.catch_warnings():
@@ -348,7 +352,6 @@ def test_dynamic_stopped_midway_keeps_its_provenance_and_finished_runs(tmp_path,
 
     import baselines.runner as runner
     from experiments.cli import main
-
     from tests.interrupt import fail_on_call
 
     monkeypatch.setattr(runner, "run_policy", fail_on_call(runner.run_policy, 2))

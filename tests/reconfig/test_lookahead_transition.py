@@ -7,9 +7,9 @@ import pytest
 
 from baselines.controller import CapacityTable, ControllerConfig, ReconfigController
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
-from envs.sim.router import LeastWorkRouter
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator
 from envs.sim.reconfig import ReconfigConfig
+from envs.sim.router import LeastWorkRouter
 from tests.reconfig.test_controller import FAST, _poisson_workload
 
 POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4))

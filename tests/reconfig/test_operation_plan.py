@@ -3,11 +3,10 @@
 import pytest
 
 from envs.planning.operations import composition_distance, operations_towards, projected_degree_counts
-from envs.sim.router import LeastWorkRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
-from envs.sim.reconfig import MERGE, SPLIT, apply_operation
 from envs.sim.events import EventPriority
-
+from envs.sim.reconfig import MERGE, SPLIT, apply_operation
+from envs.sim.router import LeastWorkRouter
 from tests.sim.conftest import make_workload
 
 

@@ -18,7 +18,8 @@ ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported
 
 @pytest.fixture(scope="module")
 def a100():
-    return Calibration.from_dict(build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5)))
+    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+    return Calibration.from_dict(data)
 
 
 def _req(i, t, L, prefix=(), first_new=10**9):
