@@ -271,7 +271,7 @@ class ControllerConfig:
             ``DISPERSION_PRIOR_WINDOWS`` windows; at least 1). Why: a real trace's rate wanders
             on the 20 s scale more than Poisson counts do (the Mooncake conversation trace at
             12 req/s: variance / mean of 20 s arrival counts 2.1-2.3 over seeds 0-4, against
-            1.0-1.3 for 1 s counts, ``experiments/scripts/arrival_dispersion.py``), so the Poisson
+            1.0-1.3 for 1 s counts; ``results/README.md``, research log), so the Poisson
             test reads wander as a trend, and the forecast along it predicts overload
             (``results/dynamic-phases/target-controller/README.md``, the trust check). The
             synthetic ``phases`` workloads are Poisson inside a phase, so their ramps keep their

@@ -12,7 +12,7 @@ from pathlib import Path
 #: every workload x load cell (``results/learned-routing/README.md``).
 SHIPPED_ROUTING = Path(__file__).resolve().parent / "checkpoints" / "routing_vertumnus_arms"
 #: The residual MaskablePPO routing checkpoint (``--policy shipped-residual``; ``shipped`` until the
-#: arm-selection router replaced it); the earlier behaviour-cloned one is ``checkpoints/routing_conversation``.
+#: arm-selection router replaced it).
 SHIPPED_RESIDUAL = Path(__file__).resolve().parent / "checkpoints" / "routing_conversation_residual"
 #: The shipped reconfiguration checkpoint (``--policy shipped-reconfig``; its README has the
 #: training command and evaluation).

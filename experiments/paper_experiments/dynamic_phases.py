@@ -583,7 +583,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
         log: optional ``callable(str)`` for progress lines.
         on_controller: optional ``callable(ReconfigController)``, called with the adaptive run's
             controller when it is built (instrumentation, e.g. its look-ahead predictor after the
-            run: ``experiments/scripts/lookahead_screening.py``).
+            run).
         on_policy_row: optional ``callable(rows, phase_kinds)``, called after each policy's run with
             the ``summary["policies"]`` rows finished so far (``cpgym dynamic --out-dir`` writes
             them, so a run that stops midway keeps its finished runs).

@@ -10,7 +10,7 @@ import pytest
 
 import policies
 
-ROUTING = str(Path(policies.__file__).parent / "checkpoints" / "routing_conversation")  # used in the shipped evaluation
+ROUTING = str(Path(policies.__file__).parent / "checkpoints" / "routing_conversation_residual")  # an SB3 routing checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Direct (pre-optimisation) implementations of the Vertumnus, llm-d and Dynamo routers through
 the public ``PoolView`` methods: the oracles of ``tests/baselines/test_*_fast.py`` (the optimised
-routers must make exactly their decisions) and the baselines of ``router_speed.py``."""
+routers must make exactly their decisions)."""
 
 from __future__ import annotations
 
