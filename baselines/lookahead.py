@@ -116,8 +116,7 @@ class LookaheadConfig:
             are far from the best (CP-2-heavy pools at moderate load, all-CP-4 near capacity), and
             their extra streams only refine a score no decision uses. Replaying every look-ahead
             call of ``cpgym dynamic`` seeds 0-2 with the full evaluation's per-stream results
-            (a one-off replay, ``results/README.md`` research log;
-            ``results/dynamic-phases/target-controller/screening/``): 0.2 needs about two thirds
+            (a one-off replay, ``results/README.md`` research log): 0.2 needs about two thirds
             of the simulations and changes the best candidate or the hysteresis class in at most
             one window of 90; 0.1 and 0.05 save little more and change several (screening by rank,
             the best 2-4 candidates going on, changed more windows still in a development replay).
@@ -138,7 +137,7 @@ class LookaheadConfig:
             0 at 0 %), but made the main job (``cpgym simulate``: ``mixed-default``, whose rate
             drifts, so the two spans' memo entries alternate) take 32.8 s of CPU instead of 24.0 s, and the
             steady criterion (within 2 %) stayed missed on seeds 1 and 2 either way
-            (``results/dynamic-phases/target-controller/README.md``). 120 (with
+            (``results/README.md``, research log). 120 (with
             ``stationary_warmup_s`` 20) is the setting to use where steady-load accuracy matters
             more than speed.
         stationary_warmup_s: with ``stationary_duration_s``, the score counts only the requests

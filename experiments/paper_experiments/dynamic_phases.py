@@ -20,7 +20,7 @@ history day, on the strongest homogeneous pool of the supported degrees, router
 is 1.5x that. Measured (40 GPUs, {2, 4}, history day of workload seed 0): short-heavy mix
 ``cp2x20`` 64.4 req/s (``cp4x10`` 56.6), long-heavy ``cp2x20`` 9.42 req/s (``cp4x10`` 8.50), so
 the absolute defaults (40 / 4 req/s) are loads 0.62 / 0.42 (peaks 0.93 / 0.64: below saturation);
-``results/dynamic-phases/target-controller/README.md``. Absolute rates stay the default: the
+(first target-controller revision, research log of ``results/README.md``). Absolute rates stay the default: the
 capacity search costs four bisections per workload seed before the runs.
 
 Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
