@@ -197,7 +197,7 @@ class ControllerConfig:
         decision: ``"target"`` (look-ahead target composition) or ``"paper-rule"`` (the load
             regions above); ``"target"``: on ``cpgym dynamic`` it is 3.6 % ahead of the best fixed
             composition in hindsight (seeds 0-2; 3.4 % on held-out seeds 3-4) where the paper rule
-            is 10.6 % behind (``results/dynamic-phases/target-controller/``).
+            is 10.6 % behind (first revision; ``results/README.md``, research log).
         target_margin: predicted relative mean-TTFT gain over the current target a candidate
             needs for ``k_windows`` consecutive windows, >= 0; 0.05 (the look-ahead's regret on
             constant-rate full runs is 0-7 % at most rates, ``predictor/``; a smaller margin
@@ -292,9 +292,9 @@ class ControllerConfig:
             ``DISPERSION_PRIOR_WINDOWS`` windows; at least 1). Why: a real trace's rate wanders
             on the 20 s scale more than Poisson counts do (the Mooncake conversation trace at
             12 req/s: variance / mean of 20 s arrival counts 2.1-2.3 over seeds 0-4, against
-            1.0-1.3 for 1 s counts, ``experiments/scripts/arrival_dispersion.py``), so the Poisson
+            1.0-1.3 for 1 s counts; ``results/README.md``, research log), so the Poisson
             test reads wander as a trend, and the forecast along it predicts overload
-            (``results/dynamic-phases/target-controller/README.md``, the trust check). The
+            (``results/README.md``, research log: the trust check). The
             synthetic ``phases`` workloads are Poisson inside a phase, so their ramps keep their
             trend. Measured (``results/dynamic-phases/trend-noise/README.md``):
             on the conversation trace at 12 req/s -5.0 % [-9.4, -0.5] mean TTFT vs ``"poisson"``

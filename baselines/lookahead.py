@@ -39,7 +39,7 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   simulated at that multiple, the *cap*, and the score is carried to the forecast rate along the
   backlog's growth. Why: a stream has ``rate x duration_s`` requests, and a candidate that cannot
   keep up queues nearly all of them, so without the clip the look-ahead's cost per window grew
-  with the rate (deep overload: ~95 % of a run's time, ``experiments/scripts/lookahead_overload_bench.py``).
+  with the rate (deep overload: ~95 % of a run's time; ``results/README.md``, research log).
   At the cap every candidate is overloaded (at least ``overload_rate_factor`` times its bound),
   its queue grows at ``rate - mu_c`` (``mu_c`` its throughput) and a request arriving ``t`` after
   the stream's start waits about ``(rate / mu_c - 1) t`` longer than at no backlog; so the mean
@@ -67,8 +67,7 @@ Why a simulation and not a closed form: a per-degree capacity sum ranks composit
 much load they carry (it is linear in the worker counts, so an extreme — all CP-2 or all CP-4 — always
 wins), while the measured best composition of a short-heavy mix is a mixed pool at every load (the
 router's length split), see ``results/dynamic-phases/README.md``. The ranking accuracy of this
-predictor against full constant-rate runs is measured by
-``experiments/scripts/lookahead_accuracy.py`` (``results/dynamic-phases/target-controller/``).
+predictor against full constant-rate runs was measured once (``results/README.md``, research log).
 """
 
 from __future__ import annotations
@@ -119,8 +118,7 @@ class LookaheadConfig:
             are far from the best (CP-2-heavy pools at moderate load, all-CP-4 near capacity), and
             their extra streams only refine a score no decision uses. Replaying every look-ahead
             call of ``cpgym dynamic`` seeds 0-2 with the full evaluation's per-stream results
-            (``experiments/scripts/lookahead_screening.py``,
-            ``results/dynamic-phases/target-controller/screening/``): 0.2 needs about two thirds
+            (a one-off replay, ``results/README.md`` research log): 0.2 needs about two thirds
             of the simulations and changes the best candidate or the hysteresis class in at most
             one window of 90; 0.1 and 0.05 save little more and change several (screening by rank,
             the best 2-4 candidates going on, changed more windows still in a development replay).
@@ -141,7 +139,7 @@ class LookaheadConfig:
             0 at 0 %), but made the main job (``cpgym simulate``: ``mixed-default``, whose rate
             drifts, so the two spans' memo entries alternate) take 32.8 s of CPU instead of 24.0 s, and the
             steady criterion (within 2 %) stayed missed on seeds 1 and 2 either way
-            (``results/dynamic-phases/target-controller/README.md``). 120 (with
+            (``results/README.md``, research log). 120 (with
             ``stationary_warmup_s`` 20) is the setting to use where steady-load accuracy matters
             more than speed.
         stationary_warmup_s: with ``stationary_duration_s``, the score counts only the requests
@@ -355,7 +353,7 @@ class LookaheadPredictor:
             is the memo's mean TTFT at the cap plus ``(rate - cap) x slope``.
         score_calls: ``(compositions, bucketed rates, key, keep, (duration_s, warmup_s))`` of every
             :meth:`score_from_requests` call (with the per-stream memo, enough to replay the
-            screening offline: ``experiments/scripts/lookahead_screening.py``); the rates are the
+            screening offline); the rates are the
             simulated ones (the memo's), a clipped rate its cap's bucket.
         stream_memo: ``{(key, rate bucket, stream, (duration_s, warmup_s[, "replay"][, *transition])):
             {composition: predicted mean TTFT [s]}}`` of the ``"requests"`` source (``"replay"``:

@@ -20,7 +20,7 @@ history day, on the strongest homogeneous pool of the supported degrees, router
 is 1.5x that. Measured (40 GPUs, {2, 4}, history day of workload seed 0): short-heavy mix
 ``cp2x20`` 64.4 req/s (``cp4x10`` 56.6), long-heavy ``cp2x20`` 9.42 req/s (``cp4x10`` 8.50), so
 the absolute defaults (40 / 4 req/s) are loads 0.62 / 0.42 (peaks 0.93 / 0.64: below saturation);
-``results/dynamic-phases/target-controller/README.md``. Absolute rates stay the default: the
+(first target-controller revision, research log of ``results/README.md``). Absolute rates stay the default: the
 capacity search costs four bisections per workload seed before the runs.
 
 Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
@@ -580,7 +580,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
         log: optional ``callable(str)`` for progress lines.
         on_controller: optional ``callable(ReconfigController)``, called with the adaptive run's
             controller when it is built (instrumentation, e.g. its look-ahead predictor after the
-            run: ``experiments/scripts/lookahead_screening.py``).
+            run).
         on_policy_row: optional ``callable(rows, phase_kinds)``, called after each policy's run with
             the ``summary["policies"]`` rows finished so far (``cpgym dynamic --out-dir`` writes
             them, so a run that stops midway keeps its finished runs).

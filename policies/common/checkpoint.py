@@ -14,7 +14,7 @@ CHECKPOINTS_DIR = Path(__file__).resolve().parents[1] / "checkpoints"
 #: every workload x load cell (``results/learned-routing/README.md``).
 SHIPPED_ROUTING = CHECKPOINTS_DIR / "routing_vertumnus_arms"
 #: The residual MaskablePPO routing checkpoint (``--policy shipped-residual``; ``shipped`` until the
-#: arm-selection router replaced it); the earlier behaviour-cloned one is ``checkpoints/routing_conversation``.
+#: arm-selection router replaced it).
 SHIPPED_RESIDUAL = CHECKPOINTS_DIR / "routing_conversation_residual"
 #: The shipped reconfiguration checkpoint (``--policy shipped-reconfig``; its README has the
 #: training command and evaluation).

@@ -1,8 +1,8 @@
 """Oracle labels and behaviour cloning for the target-composition reconfiguration policy
 (``cpgym train reconfig --action-mode target --warm-start oracle``).
 
-Per-operation PPO from the no-op never found a profitable schedule on ``matched-phases`` (the
-``reconfig_matched`` README): every operation drains workers, and reaching a good composition
+Per-operation PPO from the no-op never found a profitable schedule on ``matched-phases``
+(``results/README.md``, research log): every operation drains workers, and reaching a good composition
 takes many operations. With ``action_mode="target"`` one action names a composition; this module
 gives the policy a starting point that already reconfigures:
 

@@ -42,8 +42,8 @@ from policies.reconfig.oracle import (
 
 #: Default reconfiguration episode window [s]: one full cycle of the ``phases`` workload
 #: (4 phases x 150 s), i.e. 30 decisions of 20 s, and the whole of a ``matched-phases`` workload
-#: (randomised phases, ~550 s); the shipped checkpoints (``policies/checkpoints/reconfig_phases``,
-#: ``reconfig_matched``, ``reconfig_target``) were trained on it.
+#: (randomised phases, ~550 s); the shipped checkpoint (``policies/checkpoints/reconfig_target``)
+#: was trained on it.
 DEFAULT_RECONFIG_EPISODE_WINDOW_S = 600.0
 
 
@@ -122,8 +122,7 @@ class ReconfigTrainConfig:
                                                                 "and label with the fastest (none: no simulation)",
                                                             metavar="COSTS")
     oracle_phase_ttft: str | None = _opt(None, "reuse the per-phase fixed-composition TTFTs of this file (an "
-                                               "oracle_phase_ttft.json of an earlier run or of "
-                                               "experiments/scripts/reconfig_oracle_schedule.py --cache) for the "
+                                               "oracle_phase_ttft.json of an earlier run) for the "
                                                "seeds it holds (--warm-start oracle)", metavar="JSON")
     oracle_noisy_rollouts: int = _opt(0, "demonstrations: per training seed, this many more rollouts of the oracle "
                                          "that execute a random composition with probability --oracle-action-noise "

@@ -514,7 +514,7 @@ def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command,
         "CP degree 4 is not supported; supported degrees are [2]\n")
 
 
-@pytest.mark.parametrize("name", ["shipped", "shipped-residual", "policies/checkpoints/routing_conversation"])
+@pytest.mark.parametrize("name", ["shipped", "shipped-residual", "policies/checkpoints/routing_conversation_residual"])
 def test_simulate_with_a_checkpoint_points_to_evaluate(name, capsys):
     # the README's `--policy shipped` read as "unknown policy 'shipped'; known policies: ..." under simulate
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--quiet",

@@ -29,14 +29,7 @@ CASES = [
     # reconfig_target predates --oracle-candidate-switch-costs (its default, none, is what it ran with)
     ("reconfig_target", 0, "stage1_train_config.json", {}, {}, False),
     ("reconfig_target", 1, "train_config.json", {}, {}, False),
-    ("reconfig_target_best_start", 0, "stage1_train_config.json", {}, {}, True),
-    ("reconfig_target_best_start", 1, "train_config.json", {}, {}, True),
-    ("reconfig_matched", 0, "train_config.json", {}, {}, False),
-    ("reconfig_phases", 0, "train_config.json", {}, {}, False),
-    # the router heuristic was called `vertumnus` when this checkpoint was trained (now `vertumnus-router`);
-    # both routing runs predate --train-prediction-noise (no noise then; the default is now 0.1)
-    ("routing_conversation", 0, "train_config.json", {"bc_policy": {"vertumnus": "vertumnus-router"}},
-     {"train_prediction_noise": 0.0}, False),
+    # predates --train-prediction-noise (no noise then; the default is now 0.1)
     ("routing_conversation_residual", 0, "train_config.json", {}, {"train_prediction_noise": 0.0}, False),
 ]
 

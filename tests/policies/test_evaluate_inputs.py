@@ -24,8 +24,8 @@ def no_model_loading(monkeypatch):
         monkeypatch.setattr(module, "load_model_zip", fail)
 
 
-@pytest.mark.parametrize("ckpt, kind, trained", [("routing_conversation", "reconfig", "routing"),
-                                                 ("reconfig_phases", "routing", "reconfig")])
+@pytest.mark.parametrize("ckpt, kind, trained", [("routing_conversation_residual", "reconfig", "routing"),
+                                                 ("reconfig_target", "routing", "reconfig")])
 def test_checkpoint_of_the_other_kind_is_one_line(ckpt, kind, trained, capsys, no_model_loading):
     path = str(CKPT / ckpt)
     assert main(["evaluate", "--policy", path, "--kind", kind, "--seeds", "1", "--quiet"]) == 2
@@ -38,7 +38,7 @@ def test_run_evaluation_checks_the_checkpoint_kind(no_model_loading):
     from envs.sim import SimConfig
     from policies.evaluate import EvaluationConfig, run_evaluation
 
-    cfg = EvaluationConfig(policy=str(CKPT / "routing_conversation"), kind="reconfig", seeds=(1,))
+    cfg = EvaluationConfig(policy=str(CKPT / "routing_conversation_residual"), kind="reconfig", seeds=(1,))
     with pytest.raises(ValueError, match="is a routing checkpoint"):
         run_evaluation(cfg, SimConfig())
 

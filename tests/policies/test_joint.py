@@ -11,7 +11,7 @@ import pytest
 import policies
 from baselines.envs import make_reconfig_env
 
-ROUTING = str(Path(policies.__file__).parent / "checkpoints" / "routing_conversation")  # used in the shipped evaluation
+ROUTING = str(Path(policies.__file__).parent / "checkpoints" / "routing_conversation_residual")  # an SB3 routing checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ def test_unknown_against_name_suggests(capsys):
 
 
 def test_check_policy_argument_accepts_valid_forms():
-    for name in ("least-work", "vertumnus-adaptive", "shipped", "policies/checkpoints/routing_conversation"):
+    for name in ("least-work", "vertumnus-adaptive", "shipped", "policies/checkpoints/routing_conversation_residual"):
         check_policy_argument(name)
     with pytest.raises(ValueError, match="unknown policy 'zzz'; expected"):
         check_policy_argument("zzz")
