@@ -25,6 +25,9 @@ import sys
 from math import nan
 from pathlib import Path
 
+from envs.sim.options import check_out_file
+from experiments.paper_experiments.cache_sensitivity import load_runs
+
 #: The ``summary.json`` numbers of a row (the rest of :data:`policies.episode_rows.ROW_COLUMNS` ``["reconfig"]``).
 SUMMARY_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
 
@@ -47,8 +50,6 @@ def sweep_rows(sweep_dir: str | Path) -> list[dict]:
             lists more cells), or two cells share a (label, seed); naming the file, on a malformed
             cell.
     """
-    from experiments.paper_experiments.cache_sensitivity import load_runs
-
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise ValueError(f"{sweep_dir}: {'not a folder' if sweep_dir.exists() else 'no such folder'} "
@@ -85,7 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweep_dir", help="output folder of `cpgym sweep`")
     p.add_argument("--out", required=True, help="CSV to write")
     args = p.parse_args(argv)
-    from envs.sim.options import check_out_file
 
     try:
         check_out_file(args.out, "--out")

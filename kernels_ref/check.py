@@ -123,6 +123,7 @@ def _run_case(case: CheckCase, rank: int, group, device: str) -> dict:
 
     # lazy: torch
     # lazy: torch
+    # lazy: torch
     from kernels_ref.cp_attention import ring_attention, shard_new_tokens, shard_prefix, zigzag_allgather_attention
     from kernels_ref.layer import LayerConfig, PrefillDecoderLayer  # lazy: torch
 

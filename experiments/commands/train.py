@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kind == "reconfig":
         # lazy: gymnasium (start-up of the CLI)
         # lazy: gymnasium (start-up of the CLI)
+        # lazy: gymnasium (start-up of the CLI)
         from policies.reconfig.train import check_init_from, check_oracle_phase_ttft, check_target_menu
 
         check_target_menu(cfg, sim_config)  # these three before provenance.json is written to --out

@@ -261,6 +261,7 @@ def _training_vec_env(cfg: TrainConfig, windows, sim_config):
         return venv, {}
     # lazy: torch (stable-baselines3)
     # lazy: torch (stable-baselines3)
+    # lazy: torch (stable-baselines3)
     from policies.common.time_discount import InputDrivenRolloutBuffer, StepDurationRecorder, TimeDiscountedRolloutBuffer
 
     buffer = InputDrivenRolloutBuffer if cfg.input_baseline else TimeDiscountedRolloutBuffer
