@@ -44,8 +44,9 @@ staging area); the engine step that admits the request starts no earlier than it
 Fetched KV waits in the worker's staging area (its activation reserve) and enters the HBM
 prefix cache with the rest of the prompt's blocks at the end of the step.
 
-Host-memory eviction rules (``eviction``): ``"lru"`` (baseline), or ``"next-use"``: blocks that
-a queued, not yet fetched request still needs are kept; blocks no queued request needs go first
+Eviction rules of the DRAM tiers and the store (``eviction``): ``"lru"`` (baseline), or
+``"next-use"``: blocks (in either tier) that a queued, not yet fetched request still needs are
+kept; blocks no queued request needs go first
 (LRU among them: their next use is unknown, so later than any known one), then the needed block
 whose earliest needing request was dispatched last (the block whose next use is latest; Belady's
 rule with the queues as the oracle). Blocks that are the source of an in-flight fetch are pinned.
@@ -594,15 +595,21 @@ class TieredKV:
         self._plans[rid] = plan
         if not self.queue_head or len(w.queue) < self.depth:  # its queue index is len(queue)
             self._start(plan, rid, now)
-        elif d_blocks:
-            self.dram[w.node].need(d_blocks)
+        elif d_blocks or s_blocks:  # next-use rule: the blocks its deferred fetch will read, in either tier
+            if d_blocks:
+                self.dram[w.node].need(d_blocks)
+            if s_blocks:
+                self.store.need(s_blocks)
             plan.needs_registered = True
         p = k * bs
         return p if p < cap else cap
 
     def _release(self, plan: _Plan) -> None:
         if plan.needs_registered:
-            self.dram[plan.worker.node].release(plan.dram_blocks)
+            if plan.dram_blocks:
+                self.dram[plan.worker.node].release(plan.dram_blocks)
+            if plan.store_blocks:
+                self.store.release(plan.store_blocks)
             plan.needs_registered = False
 
     def _start(self, plan: _Plan, rid: int, now_s: float) -> None:
