@@ -517,7 +517,7 @@ class TieredKV:
     def _best(self, w: Worker, L: int, k0: int, chain: tuple, q_s: float, now_s: float) -> tuple[int, float, float]:
         """Chooses among recompute / DRAM-only run / whole run: ``(num hit blocks, ready_s, finish_s)``."""
         k_dram, k, d_blocks, s_blocks = chain
-        cm = self.sim.cost_model
+        cm = w.cost_model  # the worker's node's GPU type (heterogeneous pools)
         bs = self.bs
         C = w.degree
         cap = L - 1
@@ -559,7 +559,7 @@ class TieredKV:
             return (p if p < cap else cap), q_s
         k, ready, finish = self._best(w, L, hbm_blocks, chain, now + q_s, now)
         p = min(k * self.bs, cap)
-        compute = self.sim.cost_model.service_time_s(w.degree, L - p, p)
+        compute = w.cost_model.service_time_s(w.degree, L - p, p)
         return p, finish - compute - now
 
     # ------------------------------------------------------------------ simulator hooks

@@ -2,12 +2,14 @@
 models in heterogeneous pools, the fetch wait recorded apart from the service time, and the
 next-use rule in the store (issue #43 items 2, 3, 8, 12)."""
 
+import dataclasses
+
 import pytest
 
 from baselines.simple import RoundRobinRouter
-from envs.sim import PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import CostCoefficients, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.config import PredictionErrorConfig
-from envs.sim.tiers import TierConfig
+from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, TierConfig
 from kernels_ref.roofline import Efficiency, build_calibration, get_gpu, get_model
 
 BLOCK = 512
@@ -21,6 +23,14 @@ def a100():
     return build_calibration(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
 
 
+def _scaled(cal, speed: float):
+    """``cal`` on a GPU ``speed`` times as fast (every cost coefficient divided by ``speed``)."""
+    co = cal.coefficients
+    return dataclasses.replace(cal, gpu_type=f"x{speed:g}", coefficients=CostCoefficients(
+        co.d_s / speed, co.a_s_per_token / speed, co.b_s_per_token / speed, co.c_s_per_token / speed,
+        co.alpha_s_per_pair / speed))
+
+
 def _req(i, t, L, prefix=(), first_new=10**9):
     n = -(-L // BLOCK)
     return Request(i, t, L, 1, tuple(prefix) + tuple(range(first_new, first_new + n - len(prefix))))
@@ -31,6 +41,36 @@ def _sim(reqs, cal, node_cal=None, pool=ONE_GPU, prediction_error=None, seed=0, 
     cfg = SimConfig(pool=pool, kv_tiers=tiers, seed=seed, prediction_error=prediction_error or PredictionErrorConfig())
     wl = Workload("t", tuple(reqs), kv_block_size_tokens=BLOCK)
     return Simulator(wl, cfg, cal, node_calibrations=None if node_cal is None else [node_cal])
+
+
+# ---------------------------------------------------------------------------------- item 3
+def test_fetch_or_recompute_uses_the_workers_own_cost_model(a100):
+    # A node 20x faster than the run's calibration produces the prefix's KV 20x faster: a link
+    # that beats recomputing on the run's calibration loses on that node (it used to fetch).
+    L = PREFIX_TOKENS + 1
+    fast = _scaled(a100, 20.0)
+
+    def production_rate(cal):  # bytes/s at which one GPU produces the prefix's KV (test_tiers.py)
+        cm = cal.cost_model()
+        return PREFIX_TOKENS * cal.kv_bytes_per_token / (cm.service_time_s(1, L, 0) - cm.service_time_s(1, 1, PREFIX_TOKENS))
+
+    bw = 2.0 * production_rate(a100)
+    assert bw < production_rate(fast)
+    for node_cal, decision in ((None, FETCH_PULL), (fast, FETCH_RECOMPUTE)):
+        sim = _sim([_req(0, 0.0, L, PREFIX)], a100, node_cal, dram_bytes_per_s_per_gpu=bw)
+        sim.kv_tiers.dram[0].put(PREFIX, 0.0)
+        req = sim.run_until_decision()
+        w = sim.workers[0]
+        p, delay = sim.kv_tiers.route_estimate(w, req, 0, 0.0)  # what the tiered routers see
+        r = sim.run(RoundRobinRouter()).records
+        assert r["kv_fetch_decision"][0] == decision
+        cm = (node_cal or a100).cost_model()
+        expected = cm.service_time_s(1, L, 0) if decision == FETCH_RECOMPUTE else \
+            PREFIX_TOKENS * a100.kv_bytes_per_token / bw + cm.service_time_s(1, 1, PREFIX_TOKENS)
+        assert r["finish_s"][0] == pytest.approx(expected, rel=1e-9)
+        assert p == (0 if decision == FETCH_RECOMPUTE else PREFIX_TOKENS)
+        assert delay + w.cost_model.service_time_s(1, L - p, p) == pytest.approx(expected, rel=1e-9)
+
 
 
 # ---------------------------------------------------------------------------------- item 12
