@@ -40,7 +40,10 @@ the rate at which the GPU produces that KV, ``bytes(P) / (E_C(L, 0) - E_C(L - P,
 
 The fetch starts at routing time (``prefetch="routing"``) or when the request enters the first
 ``prefetch_depth_requests`` positions of its worker's queue (``"queue-head"``, a bounded HBM
-staging area); the engine step that admits the request starts no earlier than its ready time.
+staging area); the engine step that admits the request starts no earlier than its ready time
+(whole-prefix loading) or, layer-wise, than the bound above with C the step's *actual* compute
+time (the batch's, prediction error included: :meth:`TieredKV.step_ready_s`), so that no layer
+is computed before it arrived, however the step's time compares with its prediction.
 Fetched KV waits in the worker's staging area (its activation reserve) and enters the HBM
 prefix cache with the rest of the prompt's blocks at the end of the step.
 
@@ -659,16 +662,16 @@ class TieredKV:
         plan.fetch_start_s = now_s
         plan.ready_s = ready
 
-    def on_admit(self, w: Worker, request: Request, hbm_blocks: int) -> tuple[int, float]:
-        """Called when an engine step admits ``request``: returns ``(usable hit blocks, time
-        the step must not start before)`` and records the hit per tier and the hidden/exposed
-        fetch time."""
+    def on_admit(self, w: Worker, request: Request, hbm_blocks: int) -> tuple[int, tuple[float, float] | None]:
+        """Called when an engine step admits ``request``: returns ``(usable hit blocks, fetch)``,
+        ``fetch`` the ``(start_s, ready_s)`` of the fetch its hit relies on (``None`` when it
+        relies on none), and records the hit per tier. How long the step waits for the fetch
+        depends on the step's actual duration (layer-wise loading): :meth:`step_ready_s`."""
         rid = request.request_id
         now = self.sim.env.now
         rec = self.rec
         plan = self._plans.get(rid)  # kept until the step starts: a request over the token budget is retried
-        L = request.num_prompt_tokens
-        cap = L - 1
+        cap = request.num_prompt_tokens - 1
         bs = self.bs
         if plan is not None and plan.worker is w and plan.hbm_blocks <= hbm_blocks < plan.num_blocks and not plan.started:
             self._start(plan, rid, now)
@@ -676,7 +679,7 @@ class TieredKV:
             p = hbm_blocks * bs
             rec["hbm_hit_tokens"][rid] = p if p < cap else cap
             rec["dram_hit_tokens"][rid] = rec["store_hit_tokens"][rid] = 0
-            return hbm_blocks, now
+            return hbm_blocks, None
         # hit per tier in chain order; the L-1 cap trims the last blocks
         p_total = min(plan.num_blocks * bs, cap)
         p_hbm = min(hbm_blocks * bs, p_total)
@@ -685,19 +688,56 @@ class TieredKV:
         rec["dram_hit_tokens"][rid] = p_dram
         rec["store_hit_tokens"][rid] = p_total - p_hbm - p_dram
         t0, ready = plan.fetch_start_s, plan.ready_s
-        if self.layer_fraction < 1.0:
-            compute = self.sim.cost_model.service_time_s(w.degree, L - p_total, p_total)
-            f = self.layer_fraction
-            eff = max(ready - compute * (1.0 - f), t0 + (ready - t0) * f)
-        else:
-            eff = ready
-        exposed = eff - now if eff > now else 0.0
         rec["fetch_start_s"][rid] = t0
         rec["fetch_ready_s"][rid] = ready
+        # exposed / hidden as if the request ran alone as predicted; the step that reads the fetch
+        # sets them from its actual duration (step_ready_s)
+        compute = w.cost_model.service_time_s(w.degree, cap + 1 - p_total, p_total) if self.layer_fraction < 1.0 else 0.0
+        self._record_exposure(rid, t0, ready, compute, now)
+        return plan.num_blocks, (t0, ready)
+
+    def _eff_ready_s(self, t0: float, ready: float, step_s: float) -> float:
+        """Earliest start [s] of a step of ``step_s`` that reads a fetch from ``t0`` to ``ready``
+        (:meth:`step_ready_s`)."""
+        f = self.layer_fraction
+        if f >= 1.0:
+            return ready
+        a = ready - step_s * (1.0 - f)
+        b = t0 + (ready - t0) * f
+        return a if a > b else b
+
+    def _record_exposure(self, rid: int, t0: float, ready: float, step_s: float, now_s: float) -> float:
+        eff = self._eff_ready_s(t0, ready, step_s)
+        rec = self.rec
+        exposed = eff - now_s if eff > now_s else 0.0
         rec["fetch_exposed_s"][rid] = exposed
         hidden = (ready - t0) - exposed
         rec["fetch_hidden_s"][rid] = hidden if hidden > 0.0 else 0.0
-        return plan.num_blocks, eff
+        return eff
+
+    def step_ready_s(self, fetches: list[tuple[int, float, float]], step_s: float, now_s: float,
+                     record: bool = True) -> float:
+        """The earliest start [s] of an engine step that takes ``step_s`` and reads the fetched
+        KV of ``fetches`` (``(request id, fetch start, fetch ready)`` each, from :meth:`on_admit`).
+
+        Whole-prefix loading: the last fetch's ready time. Layer-wise loading (chunks of B of N
+        layers, ``f = B / N``, each layer ``step_s / N`` of compute, the fetch streaming its
+        bytes evenly): chunk j's compute may start only once chunk j is loaded, so a step
+        starting at S ends at ``S + step_s >= max(t0 + T*f + step_s, R + f*step_s)`` for every
+        fetch (T = R - t0; the chunks in between lie on the line through those two, and a short
+        last chunk only loosens the second bound), i.e. ``S >= max(t0 + T*f, R - (1 - f)*step_s)``.
+        ``step_s`` must be the step's *actual* duration: with the predicted one, a step faster than
+        predicted would compute its last layers before they arrived.
+
+        With ``record``, records each request's exposed (``S_r - now``, its own bound) and hidden
+        (the rest of its fetch) time.
+        """
+        start = now_s
+        for rid, t0, ready in fetches:
+            eff = self._record_exposure(rid, t0, ready, step_s, now_s) if record else self._eff_ready_s(t0, ready, step_s)
+            if eff > start:
+                start = eff
+        return start
 
     def on_step_started(self, w: Worker) -> None:
         """Drops the plans of the step's requests; queue-head prefetch: starts the deferred
