@@ -384,6 +384,17 @@ class BlockTier:
         self.num_evicted += len(out)
         return out
 
+    def clear(self) -> int:
+        """Drops every block, need and pin (the memory is lost: a node failure); returns how many
+        blocks it held. The membership dicts stay the same objects (:meth:`dicts`)."""
+        n = len(self)
+        self._lru.clear()
+        self._needed.clear()
+        self._pinned_until.clear()
+        self._pins_end_s = -math.inf
+        self._num_deleted = 0
+        return n
+
     def dicts(self) -> tuple[dict, ...]:
         """The membership dicts (``h in d`` for any of them <=> ``h in self``), for routers' hot loops."""
         return (self._lru, self._needed) if self.queue_aware else (self._lru,)
@@ -756,6 +767,15 @@ class TieredKV:
             plan = plans.get(rid)
             if plan is not None and not plan.started and plan.worker is w:
                 self._start(plan, rid, now)
+
+    def on_node_failure(self, node: int) -> int:
+        """A node failed (``envs/sim/faults.py``): its host memory is lost, so its DRAM tier
+        empties (blocks, next-use needs and fetch pins; the plans of the requests queued on its
+        stopped workers are replaced when they are re-routed, and releasing a need the tier no
+        longer holds is a no-op). Its links' pending transfers are cancelled by the fault manager
+        (:meth:`envs.sim.links.KVLinks.cancel`). The pool-wide store is a separate service and keeps
+        its blocks. Returns the number of DRAM blocks lost."""
+        return self.dram[node].clear() if self.dram is not None else 0
 
     # ------------------------------------------------------------------ results
     def request_records(self) -> dict:
