@@ -4,11 +4,11 @@ transfers pending on its links; a GPU failure keeps the host memory (issue #43 i
 import pytest
 
 from baselines.simple import RoundRobinRouter
-from envs.sim import PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.faults import FaultConfig, FaultEvent
 from envs.sim.simulator import EventPriority
 from envs.sim.tiers import FETCH_NONE, FETCH_PULL, TierConfig
-from kernels_ref.roofline import Efficiency, build_calibration, get_gpu, get_model
+from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
 
 BLOCK = 512
 PREFIX = tuple(range(1, 33))  # 32 blocks, fetched in 32 s
@@ -17,7 +17,8 @@ PREFIX2 = (101, 102)  # 2 blocks, fetched in 2 s
 
 @pytest.fixture(scope="module")
 def a100():
-    return build_calibration(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+    return Calibration.from_dict(data)
 
 
 def _req(i, t, prefix, num_new_tokens, first_new):

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from baselines.prediction_error import summarize_prediction_errors
 from baselines.simple import RoundRobinRouter
-from envs.sim import CostCoefficients, PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import Calibration, CostCoefficients, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.config import PredictionErrorConfig
 from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, TierConfig
-from kernels_ref.roofline import Efficiency, build_calibration, get_gpu, get_model
+from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
 
 BLOCK = 512
 ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
@@ -25,7 +25,8 @@ PREFIX_TOKENS = len(PREFIX) * BLOCK
 
 @pytest.fixture(scope="module")
 def a100():
-    return build_calibration(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+    return Calibration.from_dict(data)
 
 
 def _scaled(cal, speed: float):

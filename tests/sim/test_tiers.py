@@ -226,15 +226,15 @@ def test_tiers_on_records_are_unchanged_by_the_block_tier_speedups(a100):
     # eviction + queue-head prefetch + layer-wise loading; store only), computed with the
     # OrderedDict-based BlockTier before the plain-dict rewrite (commit fd42d57). Four policies
     # since dynamo-kv's rule was corrected (recomputed without it on the commit before that).
+    from experiments.runner import run_policy
+
+    bb = a100.kv_bytes_per_token * 512
+    small = {"dram_capacity_bytes_per_node": 40 * bb, "store_capacity_bytes": 120 * bb}
     # Re-pinned for issue #43: actual_service_s no longer includes the step's wait for fetched KV
     # (now kv_fetch_wait_s, not hashed; new actual + wait = old actual), and a layer-wise step
     # waits by its actual batch compute time, not each request's predicted one (27 requests of
     # mooncake-ttft in the layer-wise variant finish up to 0.14 ms earlier); every other record
     # array and the totals were checked equal to the code before.
-    from experiments.runner import run_policy
-
-    bb = a100.kv_bytes_per_token * 512
-    small = {"dram_capacity_bytes_per_node": 40 * bb, "store_capacity_bytes": 120 * bb}
     variants = {
         "lru": ({"levels": ("hbm", "dram", "store")}, "18af8fa927b96ba4dae98c13046abb123a2e12b675daf1f12cba4dcfaf9a91ee"),
         "small-lru": ({"levels": ("hbm", "dram", "store"), **small},
