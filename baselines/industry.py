@@ -121,65 +121,6 @@ class TensorParallelCostForm:
 
 
 # ------------------------------------------------------------------------------------ helpers
-class InflightTracker:
-    """Per-worker in-flight (queued + running) prompt tokens, tracked from the router's own
-    dispatches. (The built-in routers count KV blocks instead: Dynamo with
-    :class:`ActiveSequences`, llm-d from the running step, :meth:`LlmdRouter.kv_usage`.)
-
-    Workers run FCFS, so the in-flight requests of a worker are the last
-    ``PoolView.num_inflight_requests`` dispatched to it; older entries are dropped lazily
-    (amortised O(1)). The running ones are the oldest ``inflight - queued`` (O(batch)).
-    Under drain redirections (paper §6) the counts stay exact for every *eligible* worker: a
-    drained worker is no longer a candidate, a redirected request is recorded again at its new
-    dispatch, and a new worker reusing a retired worker's id only gets entries after the old ones
-    (which the lazy drop discards). Per-decision cost is independent of queue lengths.
-    """
-
-    def __init__(self) -> None:
-        self._q: dict[int, deque[int]] = {}
-        self._sum: dict[int, int] = {}
-
-    def record(self, worker_id: int, num_tokens: int) -> None:
-        self._q.setdefault(worker_id, deque()).append(num_tokens)
-        self._sum[worker_id] = self._sum.get(worker_id, 0) + num_tokens
-
-    def _sync(self, view: PoolView, worker_id: int) -> deque[int]:
-        return self._sync_worker(view.workers[worker_id])
-
-    def _sync_worker(self, w: Worker) -> deque[int]:
-        wid = w.worker_id
-        dq = self._q.get(wid)
-        if dq is None:
-            dq = self._q[wid] = deque()
-            self._sum[wid] = 0
-        k = len(w.queue) + len(w.batch)
-        if len(dq) > k:
-            total = self._sum[wid]
-            while len(dq) > k:
-                total -= dq.popleft()
-            self._sum[wid] = total
-        return dq
-
-    def inflight_tokens(self, view: PoolView, worker_id: int) -> int:
-        return self.inflight_tokens_of(view.workers[worker_id])
-
-    def inflight_tokens_of(self, w: Worker) -> int:
-        """Prompt tokens of ``w``'s queued and running requests [tokens]."""
-        self._sync_worker(w)
-        return self._sum[w.worker_id]
-
-    def running_tokens(self, view: PoolView, worker_id: int) -> int:
-        return self.running_tokens_of(view.workers[worker_id])
-
-    def running_tokens_of(self, w: Worker) -> int:
-        """Prompt tokens of ``w``'s running step [tokens] (the oldest in-flight entries)."""
-        dq = self._sync_worker(w)
-        n_run = len(w.batch)
-        if not n_run:
-            return 0
-        return sum(islice(dq, min(n_run, len(dq))))
-
-
 class ApproxPrefixIndex:
     """Router-side approximate prefix index over KV block hashes, built only from the router's
     own routing history (no feedback from the workers' real caches).
@@ -516,7 +457,11 @@ class ActiveSequences:
     (ai-dynamo/dynamo ``lib/llm/src/kv_router/sequence.rs`` ``ActiveSequences``, commit 581ee33:
     ``unique_blocks`` with reference counts, ``active_blocks()`` = their number, ``new_blocks(seq)`` = the blocks
     of ``seq`` not among them). Built from the router's own dispatches, dropped lazily as the
-    FCFS workers finish requests (as :class:`InflightTracker`).
+    FCFS workers finish requests: the in-flight requests of a worker are taken to be the last
+    ``len(queue) + len(batch)`` dispatched to it. A drain's redirection of the queued requests
+    breaks that for the draining worker until its running step ends (it is no candidate
+    meanwhile, unless a fault aborts the operation and makes it ACTIVE again; no built-in policy
+    runs this router with the split/merge controller).
 
     Block hashes are prefix-chained (a hash identifies the whole prefix up to its block), so the
     request's blocks already active on a worker are a leading run: ``new_blocks`` walks the
@@ -779,7 +724,7 @@ class StaticThresholdRouter(Router):
 
 
 __all__ = [
-    "homogeneous_composition", "TensorParallelCostForm", "InflightTracker", "ApproxPrefixIndex", "SGLangParams",
+    "homogeneous_composition", "TensorParallelCostForm", "ApproxPrefixIndex", "SGLangParams",
     "SGLangCacheAwareRouter", "LlmdParams", "LlmdRouter", "ActiveSequences", "DynamoParams", "DynamoKVRouter",
     "MooncakeTTFTRouter", "VllmDPRouter", "default_length_threshold_tokens", "StaticThresholdRouter",
 ]

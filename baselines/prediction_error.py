@@ -4,8 +4,10 @@ real waiting, bucketed by CP degree, cache ratio and request length").
 Per request (from ``SimResult.records``):
 
 * service: predicted ``predicted_service_s`` (router's ``E_C(R, P)`` at routing, with the hit
-  seen at routing) vs actual ``actual_service_s`` (duration of the engine step that ran it; in a
-  batched step this includes its batch-mates' work, so batching shows up as under-prediction);
+  seen at routing) vs actual ``actual_service_s`` (compute time of the engine step that ran it; in
+  a batched step this includes its batch-mates' work, so batching shows up as under-prediction;
+  the step's wait for fetched or reconciled KV is not in it but in ``kv_fetch_wait_s``, which
+  neither prediction covers);
 * wait: predicted ``predicted_wait_s`` (``q_w`` at routing) vs actual ``start_s -
   first_dispatch_s`` (time from the last routing to the step start; equals queueing for requests
   routed once).

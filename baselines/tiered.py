@@ -19,6 +19,9 @@ tiers the routers in :mod:`baselines.industry` and :mod:`baselines.vertumnus` ru
   ``J = D_w + beta * s' + lambda * (C_w * s' - C_min * E_{C_min}(R', P'))`` with
   ``s' = E_{C_w}(L - P'_w, P'_w)``.
 
+In a heterogeneous pool every estimate (fetch or recompute, ready time, ``E_{C_w}``) uses the
+worker's own cost model (``Worker.cost_model``, its node's GPU type), as the tier-less routers.
+
 Hot path: ``route_estimate`` is called only for candidates whose first block after the HBM hit
 is held by a lower tier reachable from their node (``TieredKV.lower_dicts``); for the others
 ``P' = P`` and ``D = q_w``. Ties: pool order (the first minimum), as in the tier-less routers;
@@ -62,14 +65,13 @@ def _q(w: Worker, now_s: float) -> float:
 def mooncake_pull_route(request: Request, view: PoolView, tiers) -> int:
     """Least predicted TTFT with the pull path (module docstring)."""
     workers = view.workers
-    cm = view.cost_model
     L = request.num_prompt_tokens
     now = view.now_s
     best, best_t = -1, math.inf
     for wid in view.eligible_worker_ids(request):
         w = workers[wid]
         p, delay, _ = pull_estimate(tiers, w, request, _q(w, now))
-        t = delay + cm.service_time_s(w.degree, L - p, p)
+        t = delay + w.cost_model.service_time_s(w.degree, L - p, p)  # the worker's own GPU type
         if t < best_t:
             best, best_t = wid, t
     return best
@@ -93,8 +95,8 @@ def vertumnus_pull_route(router, request: Request, view: PoolView, cands: list[W
     """Vertumnus cost with the tiered ready time (an extension beyond the paper; module
     docstring). Returns ``(worker id, s' of the chosen worker)``."""
     tiers = view.kv_tiers
-    cm = view.cost_model
-    d, a, b, c, alpha = cm.d, cm.a, cm.b, cm.c, cm.alpha
+    cm = None  # each worker's own cost model (heterogeneous pools), as the tier-less router
+    d = a = b = c = alpha = 0.0
     L = request.num_prompt_tokens
     beta = router.params.beta
     lam = router.params.lambda_
@@ -106,7 +108,11 @@ def vertumnus_pull_route(router, request: Request, view: PoolView, cands: list[W
     for w in cands:
         q = _q(w, now) if stale is None else stale.worker_load_s(w, now)
         p, delay, _ = pull_estimate(tiers, w, request, q)
-        if p != last_p:
+        wcm = w.cost_model
+        if p != last_p or wcm is not cm:
+            if wcm is not cm:
+                cm = wcm
+                d, a, b, c, alpha = cm.d, cm.a, cm.b, cm.c, cm.alpha
             r = L - p
             A = d + a * r + b * p
             B = c * r + alpha * (r * p + r * (r + 1) * 0.5)

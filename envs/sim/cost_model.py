@@ -225,7 +225,7 @@ class Calibration:
                 raise ValueError(f"{source}: field 'coefficients.{key}' must be a number, got {coeff[key]!r}")
         for key in ("format_version", "kv_bytes_per_token", "gpu_memory_bytes", "weight_bytes_per_gpu",
                     "activation_reserve_bytes", "max_prompt_tokens", "weight_shard_gpus"):
-            if key in data and not isinstance(data[key], int) or isinstance(data[key], bool):
+            if key in data and (not isinstance(data[key], int) or isinstance(data[key], bool)):
                 raise ValueError(f"{source}: field {key!r} must be an integer, got {data[key]!r}")
         try:
             return cls(

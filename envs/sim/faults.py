@@ -13,7 +13,9 @@ Fault kinds:
   failure is *not yet known*: until the detection delay has passed the worker still looks ACTIVE
   to routers (a hung NCCL group looks like a slow worker), so requests may still be dispatched to
   it; they wait there.
-* ``node_failure`` (``node``): every GPU of the node fails at once.
+* ``node_failure`` (``node``): every GPU of the node fails at once, and the node's host memory
+  is lost: its KV DRAM tier (``envs/sim/tiers.py``) empties and the transfers pending on its
+  links end (the pool-wide KV store keeps its blocks). A ``gpu_failure`` keeps the host memory.
 * ``straggler`` (``gpu``, ``factor``, ``duration_s``): engine steps of the worker holding the GPU
   that *start* in ``[time_s, time_s + duration_s)`` take ``factor`` times as long (the slowest
   rank sets the pace of a synchronous group). Routers are not told (their predictions keep the
@@ -539,7 +541,9 @@ class FaultManager:
             self._fail(rec, [e.gpu])
         elif e.kind == NODE_FAILURE:
             g0 = e.node * sim.config.pool.gpus_per_node
-            self._fail(rec, list(range(g0, min(g0 + sim.config.pool.gpus_per_node, sim.config.pool.num_gpus))))
+            gpus = list(range(g0, min(g0 + sim.config.pool.gpus_per_node, sim.config.pool.num_gpus)))
+            self._fail(rec, gpus)
+            self._lose_node_memory(e.node, gpus)
         elif e.kind == STRAGGLER:
             rec.gpus = (e.gpu,)
             rec.end_s = e.end_s
@@ -550,6 +554,15 @@ class FaultManager:
         else:
             rec.end_s = e.end_s
             sim.links.set_fault(parse_link(e.link), sim.env.now, e.end_s, 0.0 if e.kind == LINK_FAILURE else e.factor)
+
+    def _lose_node_memory(self, node: int, gpus: list[int]) -> None:
+        """A node failure (unlike a GPU failure) takes the node's host memory with it: its KV
+        DRAM tier empties (``TieredKV.on_node_failure``) and the transfers pending on its links
+        (host-to-GPU PCIe, NIC, intra-node fabric) end now."""
+        sim = self.sim
+        if sim.kv_tiers is not None:
+            sim.kv_tiers.on_node_failure(node)
+        sim.links.cancel([("pcie", g) for g in gpus] + [("intra", node), ("in", node), ("out", node)], sim.env.now)
 
     def _refresh_factor(self, gpu: int) -> None:
         fs = self._straggler_factors[gpu]

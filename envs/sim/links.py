@@ -109,6 +109,20 @@ class KVLinks:
         self.num_transfers += 1
         return start, end
 
+    def cancel(self, keys, now_s: float) -> None:
+        """Ends every transfer reserved on ``keys`` at ``now_s`` (an endpoint failed, e.g. a node
+        failure, ``envs/sim/faults.py``): the links are free from then on and the busy time reserved
+        after ``now_s`` is not counted. A transfer that also held another node's link keeps that
+        one reserved to its planned end (transfers are not tracked one by one)."""
+        free_at = self._free_at
+        busy = self.busy_s
+        for k in keys:
+            t = free_at.get(k)
+            if t is not None and t > now_s:
+                free_at[k] = now_s
+                b = busy.get(k, 0.0) - (t - now_s)
+                busy[k] = b if b > 0.0 else 0.0
+
     def free_at_s(self, key: tuple[str, int]) -> float:
         """Time [s] at which link ``key`` finishes its reserved transfers (0 if never used)."""
         return self._free_at.get(key, 0.0)

@@ -77,10 +77,13 @@ class SimResult:
         first decode - arrival); ttft_slo_s [s]; worker_id, degree (of the worker that ran it);
         num_prompt_tokens, num_cached_tokens, num_new_tokens [tokens];
         routed_cached_tokens [tokens] (ready hit seen at routing); predicted_service_s [s]
-        (router's ``E_C(R,P)`` at routing); actual_service_s [s] (duration of the engine step
-        that ran it); predicted_wait_s [s] (``q_w`` at routing); num_routings. With KV tiers on
-        also the columns of ``envs.sim.tiers.RECORD_KEYS`` (fetch decision, hit tokens and fetched
-        bytes per tier, fetch start / ready / hidden / exposed times).
+        (router's ``E_C(R,P)`` at routing); actual_service_s [s] (compute time of the engine step
+        that ran it, without its KV wait, so that it compares with ``predicted_service_s``);
+        kv_fetch_wait_s [s] (time that step waited, once formed, for KV it reads: fetched from
+        host memory / the store, or pending reconciliation transfers; 0 when none);
+        predicted_wait_s [s] (``q_w`` at routing); num_routings. With KV tiers on also the columns
+        of ``envs.sim.tiers.RECORD_KEYS`` (fetch decision, hit tokens and fetched bytes per tier,
+        fetch start / ready / hidden / exposed times).
     """
 
     policy: str
@@ -280,6 +283,7 @@ class Simulator:
         self._routed_cached = [0] * n
         self._pred_service = [nan] * n
         self._actual_service = [nan] * n
+        self._fetch_wait = [nan] * n
         self._pred_wait = [nan] * n
         self._num_routings = [0] * n
         self._slo = self._slo_per_request()
@@ -463,6 +467,8 @@ class Simulator:
         pred_service = self._pred_service
         recon = self.reconcile_hooks.get(w.worker_id) if self.reconcile_hooks else None
         tiers = self.kv_tiers
+        fetches: list[tuple[int, float, float]] = []  # (request id, fetch start, ready) of fetched KV the step reads
+        fetch = None
         ready_at = now
         t_ready = now
         while q and len(batch) < max_req:
@@ -472,10 +478,8 @@ class Simulator:
             if recon is not None:
                 nhit, t_ready = recon(self, w, req, nhit)
             num_resident = nhit  # blocks in the HBM cache (fetched ones enter it at the step end)
-            if tiers is not None:  # fetched KV from DRAM / the store: ready no earlier than its fetch
-                nhit, t_fetch = tiers.on_admit(w, req, nhit)
-                if t_fetch > t_ready:
-                    t_ready = t_fetch
+            if tiers is not None:  # fetched KV from DRAM / the store: the step waits for it (below)
+                nhit, fetch = tiers.on_admit(w, req, nhit)
             P = nhit * bs
             if P > L - 1:
                 P = L - 1
@@ -493,6 +497,8 @@ class Simulator:
             self._num_new[rid] = R
             self._degree[rid] = C
             self._worker[rid] = w.worker_id
+            if fetch is not None:
+                fetches.append((rid, fetch[0], fetch[1]))
             pred += a * R + b * P + (c * R + alpha * (R * P + R * (R + 1) * 0.5)) / C
             tokens += R
             batch.append(req)
@@ -504,15 +510,32 @@ class Simulator:
         if tiers is not None:
             tiers.on_step_started(w)
         actual = self._actual_step_s(w, pred)
-        # A step whose requests reuse pending blocks waits for their reconciliation transfers.
+        # A step whose requests reuse pending blocks waits for their reconciliation transfers, and
+        # for the KV it fetches from DRAM / the store: with layer-wise loading, for as long as the
+        # step's *actual* duration needs (each layer computed only after it arrived); the predicted
+        # end uses the predicted duration.
+        pred_ready_at, ready_at = self._fetch_ready_s(fetches, pred, actual, ready_at) if fetches else (ready_at, ready_at)
         wait = ready_at - now
+        fetch_wait = self._fetch_wait
+        for req in batch:
+            fetch_wait[req.request_id] = wait
         w.step_start_s = now
-        w.step_predicted_end_s = now + wait + pred
+        w.step_predicted_end_s = now + (pred_ready_at - now) + pred
         if self.trace is not None:
             if wait > 0.0:
                 self.trace.append((f"reconcile_wait:w{w.worker_id}", now))
             self.trace.append((f"step_start:w{w.worker_id}:n{len(batch)}", now))
         w.step_event = self.schedule(wait + actual, EventPriority.STEP_END, self._on_step_end, w)
+
+    def _fetch_ready_s(self, fetches: list[tuple[int, float, float]], predicted_step_s: float, actual_step_s: float,
+                       ready_at_s: float) -> tuple[float, float]:
+        """``(predicted, actual)`` earliest start [s] of a step that reads fetched KV
+        (:meth:`envs.sim.tiers.TieredKV.step_ready_s`), no earlier than ``ready_at_s``; records the
+        fetches' exposed / hidden time under the actual one."""
+        now = self.env.now
+        t_pred = self.kv_tiers.step_ready_s(fetches, predicted_step_s, now, record=False)
+        t_actual = self.kv_tiers.step_ready_s(fetches, actual_step_s, now)
+        return (t_pred if t_pred > ready_at_s else ready_at_s), (t_actual if t_actual > ready_at_s else ready_at_s)
 
     def _actual_step_s(self, w: Worker, predicted_step_s: float) -> float:
         """Simulated (actual) duration [s] of a step of ``w`` predicted to take ``predicted_step_s``:
@@ -540,11 +563,12 @@ class Simulator:
         arrival = self._arrival
         batch = w.batch
         w.batch = []
+        fetch_wait = self._fetch_wait
         for req in batch:
             rid = req.request_id
             insert(req.block_hashes)
             self._finish[rid] = now
-            self._actual_service[rid] = duration
+            self._actual_service[rid] = duration - fetch_wait[rid]  # the engine step's compute
             self._ttft[rid] = now - arrival[rid] + req.num_prompt_tokens * handoff + first_decode
         if self.finish_listeners:
             for fn in self.finish_listeners:
@@ -607,6 +631,7 @@ class Simulator:
             "routed_cached_tokens": f(self._routed_cached, dtype=np.int64),
             "predicted_service_s": f(self._pred_service, dtype=float),
             "actual_service_s": f(self._actual_service, dtype=float),
+            "kv_fetch_wait_s": f(self._fetch_wait, dtype=float),
             "predicted_wait_s": f(self._pred_wait, dtype=float),
             "num_routings": f(self._num_routings, dtype=np.int64),
         }

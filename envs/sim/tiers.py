@@ -40,12 +40,16 @@ the rate at which the GPU produces that KV, ``bytes(P) / (E_C(L, 0) - E_C(L - P,
 
 The fetch starts at routing time (``prefetch="routing"``) or when the request enters the first
 ``prefetch_depth_requests`` positions of its worker's queue (``"queue-head"``, a bounded HBM
-staging area); the engine step that admits the request starts no earlier than its ready time.
+staging area); the engine step that admits the request starts no earlier than its ready time
+(whole-prefix loading) or, layer-wise, than the bound above with C the step's *actual* compute
+time (the batch's, prediction error included: :meth:`TieredKV.step_ready_s`), so that no layer
+is computed before it arrived, however the step's time compares with its prediction.
 Fetched KV waits in the worker's staging area (its activation reserve) and enters the HBM
 prefix cache with the rest of the prompt's blocks at the end of the step.
 
-Host-memory eviction rules (``eviction``): ``"lru"`` (baseline), or ``"next-use"``: blocks that
-a queued, not yet fetched request still needs are kept; blocks no queued request needs go first
+Eviction rules of the DRAM tiers and the store (``eviction``): ``"lru"`` (baseline), or
+``"next-use"``: blocks (in either tier) that a queued, not yet fetched request still needs are
+kept; blocks no queued request needs go first
 (LRU among them: their next use is unknown, so later than any known one), then the needed block
 whose earliest needing request was dispatched last (the block whose next use is latest; Belady's
 rule with the queues as the oracle). Blocks that are the source of an in-flight fetch are pinned.
@@ -380,6 +384,17 @@ class BlockTier:
         self.num_evicted += len(out)
         return out
 
+    def clear(self) -> int:
+        """Drops every block, need and pin (the memory is lost: a node failure); returns how many
+        blocks it held. The membership dicts stay the same objects (:meth:`dicts`)."""
+        n = len(self)
+        self._lru.clear()
+        self._needed.clear()
+        self._pinned_until.clear()
+        self._pins_end_s = -math.inf
+        self._num_deleted = 0
+        return n
+
     def dicts(self) -> tuple[dict, ...]:
         """The membership dicts (``h in d`` for any of them <=> ``h in self``), for routers' hot loops."""
         return (self._lru, self._needed) if self.queue_aware else (self._lru,)
@@ -516,7 +531,7 @@ class TieredKV:
     def _best(self, w: Worker, L: int, k0: int, chain: tuple, q_s: float, now_s: float) -> tuple[int, float, float]:
         """Chooses among recompute / DRAM-only run / whole run: ``(num hit blocks, ready_s, finish_s)``."""
         k_dram, k, d_blocks, s_blocks = chain
-        cm = self.sim.cost_model
+        cm = w.cost_model  # the worker's node's GPU type (heterogeneous pools)
         bs = self.bs
         C = w.degree
         cap = L - 1
@@ -558,7 +573,7 @@ class TieredKV:
             return (p if p < cap else cap), q_s
         k, ready, finish = self._best(w, L, hbm_blocks, chain, now + q_s, now)
         p = min(k * self.bs, cap)
-        compute = self.sim.cost_model.service_time_s(w.degree, L - p, p)
+        compute = w.cost_model.service_time_s(w.degree, L - p, p)
         return p, finish - compute - now
 
     # ------------------------------------------------------------------ simulator hooks
@@ -594,15 +609,21 @@ class TieredKV:
         self._plans[rid] = plan
         if not self.queue_head or len(w.queue) < self.depth:  # its queue index is len(queue)
             self._start(plan, rid, now)
-        elif d_blocks:
-            self.dram[w.node].need(d_blocks)
+        elif d_blocks or s_blocks:  # next-use rule: the blocks its deferred fetch will read, in either tier
+            if d_blocks:
+                self.dram[w.node].need(d_blocks)
+            if s_blocks:
+                self.store.need(s_blocks)
             plan.needs_registered = True
         p = k * bs
         return p if p < cap else cap
 
     def _release(self, plan: _Plan) -> None:
         if plan.needs_registered:
-            self.dram[plan.worker.node].release(plan.dram_blocks)
+            if plan.dram_blocks:
+                self.dram[plan.worker.node].release(plan.dram_blocks)
+            if plan.store_blocks:
+                self.store.release(plan.store_blocks)
             plan.needs_registered = False
 
     def _start(self, plan: _Plan, rid: int, now_s: float) -> None:
@@ -652,16 +673,16 @@ class TieredKV:
         plan.fetch_start_s = now_s
         plan.ready_s = ready
 
-    def on_admit(self, w: Worker, request: Request, hbm_blocks: int) -> tuple[int, float]:
-        """Called when an engine step admits ``request``: returns ``(usable hit blocks, time
-        the step must not start before)`` and records the hit per tier and the hidden/exposed
-        fetch time."""
+    def on_admit(self, w: Worker, request: Request, hbm_blocks: int) -> tuple[int, tuple[float, float] | None]:
+        """Called when an engine step admits ``request``: returns ``(usable hit blocks, fetch)``,
+        ``fetch`` the ``(start_s, ready_s)`` of the fetch its hit relies on (``None`` when it
+        relies on none), and records the hit per tier. How long the step waits for the fetch
+        depends on the step's actual duration (layer-wise loading): :meth:`step_ready_s`."""
         rid = request.request_id
         now = self.sim.env.now
         rec = self.rec
         plan = self._plans.get(rid)  # kept until the step starts: a request over the token budget is retried
-        L = request.num_prompt_tokens
-        cap = L - 1
+        cap = request.num_prompt_tokens - 1
         bs = self.bs
         if plan is not None and plan.worker is w and plan.hbm_blocks <= hbm_blocks < plan.num_blocks and not plan.started:
             self._start(plan, rid, now)
@@ -669,7 +690,7 @@ class TieredKV:
             p = hbm_blocks * bs
             rec["hbm_hit_tokens"][rid] = p if p < cap else cap
             rec["dram_hit_tokens"][rid] = rec["store_hit_tokens"][rid] = 0
-            return hbm_blocks, now
+            return hbm_blocks, None
         # hit per tier in chain order; the L-1 cap trims the last blocks
         p_total = min(plan.num_blocks * bs, cap)
         p_hbm = min(hbm_blocks * bs, p_total)
@@ -678,19 +699,56 @@ class TieredKV:
         rec["dram_hit_tokens"][rid] = p_dram
         rec["store_hit_tokens"][rid] = p_total - p_hbm - p_dram
         t0, ready = plan.fetch_start_s, plan.ready_s
-        if self.layer_fraction < 1.0:
-            compute = self.sim.cost_model.service_time_s(w.degree, L - p_total, p_total)
-            f = self.layer_fraction
-            eff = max(ready - compute * (1.0 - f), t0 + (ready - t0) * f)
-        else:
-            eff = ready
-        exposed = eff - now if eff > now else 0.0
         rec["fetch_start_s"][rid] = t0
         rec["fetch_ready_s"][rid] = ready
+        # exposed / hidden as if the request ran alone as predicted; the step that reads the fetch
+        # sets them from its actual duration (step_ready_s)
+        compute = w.cost_model.service_time_s(w.degree, cap + 1 - p_total, p_total) if self.layer_fraction < 1.0 else 0.0
+        self._record_exposure(rid, t0, ready, compute, now)
+        return plan.num_blocks, (t0, ready)
+
+    def _eff_ready_s(self, t0: float, ready: float, step_s: float) -> float:
+        """Earliest start [s] of a step of ``step_s`` that reads a fetch from ``t0`` to ``ready``
+        (:meth:`step_ready_s`)."""
+        f = self.layer_fraction
+        if f >= 1.0:
+            return ready
+        a = ready - step_s * (1.0 - f)
+        b = t0 + (ready - t0) * f
+        return a if a > b else b
+
+    def _record_exposure(self, rid: int, t0: float, ready: float, step_s: float, now_s: float) -> float:
+        eff = self._eff_ready_s(t0, ready, step_s)
+        rec = self.rec
+        exposed = eff - now_s if eff > now_s else 0.0
         rec["fetch_exposed_s"][rid] = exposed
         hidden = (ready - t0) - exposed
         rec["fetch_hidden_s"][rid] = hidden if hidden > 0.0 else 0.0
-        return plan.num_blocks, eff
+        return eff
+
+    def step_ready_s(self, fetches: list[tuple[int, float, float]], step_s: float, now_s: float,
+                     record: bool = True) -> float:
+        """The earliest start [s] of an engine step that takes ``step_s`` and reads the fetched
+        KV of ``fetches`` (``(request id, fetch start, fetch ready)`` each, from :meth:`on_admit`).
+
+        Whole-prefix loading: the last fetch's ready time. Layer-wise loading (chunks of B of N
+        layers, ``f = B / N``, each layer ``step_s / N`` of compute, the fetch streaming its
+        bytes evenly): chunk j's compute may start only once chunk j is loaded, so a step
+        starting at S ends at ``S + step_s >= max(t0 + T*f + step_s, R + f*step_s)`` for every
+        fetch (T = R - t0; the chunks in between lie on the line through those two, and a short
+        last chunk only loosens the second bound), i.e. ``S >= max(t0 + T*f, R - (1 - f)*step_s)``.
+        ``step_s`` must be the step's *actual* duration: with the predicted one, a step faster than
+        predicted would compute its last layers before they arrived.
+
+        With ``record``, records each request's exposed (``S_r - now``, its own bound) and hidden
+        (the rest of its fetch) time.
+        """
+        start = now_s
+        for rid, t0, ready in fetches:
+            eff = self._record_exposure(rid, t0, ready, step_s, now_s) if record else self._eff_ready_s(t0, ready, step_s)
+            if eff > start:
+                start = eff
+        return start
 
     def on_step_started(self, w: Worker) -> None:
         """Drops the plans of the step's requests; queue-head prefetch: starts the deferred
@@ -709,6 +767,15 @@ class TieredKV:
             plan = plans.get(rid)
             if plan is not None and not plan.started and plan.worker is w:
                 self._start(plan, rid, now)
+
+    def on_node_failure(self, node: int) -> int:
+        """A node failed (``envs/sim/faults.py``): its host memory is lost, so its DRAM tier
+        empties (blocks, next-use needs and fetch pins; the plans of the requests queued on its
+        stopped workers are replaced when they are re-routed, and releasing a need the tier no
+        longer holds is a no-op). Its links' pending transfers are cancelled by the fault manager
+        (:meth:`envs.sim.links.KVLinks.cancel`). The pool-wide store is a separate service and keeps
+        its blocks. Returns the number of DRAM blocks lost."""
+        return self.dram[node].clear() if self.dram is not None else 0
 
     # ------------------------------------------------------------------ results
     def request_records(self) -> dict:

@@ -77,14 +77,19 @@ def test_h20_3e_nodes_have_their_own_kv_capacity(tmp_path, h20):
     assert by_node[1].cache.capacity_blocks > by_node[0].cache.capacity_blocks
 
 
+@pytest.mark.parametrize("tiers", [False, True])
 @pytest.mark.parametrize("policy", ["vertumnus-router", "mooncake-ttft"])
-def test_cost_based_routers_prefer_the_faster_gpu_type(tmp_path, h20, policy):
+def test_cost_based_routers_prefer_the_faster_gpu_type(tmp_path, h20, policy, tiers):
     # one request, all workers idle: equal degree, equal hit -> the faster node's worker wins,
-    # although the slower node's worker comes first in the tie-break order
+    # although the slower node's worker comes first in the tie-break order. With KV tiers the
+    # routers take their pull-path rules (baselines/tiered.py), which used the run's cost model.
+    from envs.sim.tiers import TierConfig
+
     pool = PoolConfig(num_gpus=4, gpus_per_node=2, composition="cp2@0,cp2@2", supported_degrees=(2,))
     paths = (_write(tmp_path, h20, "h20.json"), _write(tmp_path, _fast(h20), "fast.json"))
     wl = window(get_workload("mixed-default", seed=0), 0.0, 1.0)
-    sim, spec = build_simulator(policy, wl, SimConfig(pool=pool, node_calibration_paths=paths))
+    kv_tiers = TierConfig(levels=("hbm", "dram")) if tiers else TierConfig()
+    sim, spec = build_simulator(policy, wl, SimConfig(pool=pool, node_calibration_paths=paths, kv_tiers=kv_tiers))
     router = spec.make_router()
     router.reset(sim.view, sim.policy_rng)
     req = sim.run_until_decision()

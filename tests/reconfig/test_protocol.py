@@ -155,6 +155,9 @@ def test_a_request_left_queued_by_the_token_budget_waits_for_the_reconciliation_
     assert res.records["num_cached_tokens"].tolist() == [0, 0, 0, 8]
     assert res.records["finish_s"].tolist() == pytest.approx([1.8, 5.2, 6.4, 10.4])
     assert ("reconcile_wait:w0", pytest.approx(6.4)) in sim.trace
+    # the wait for the bytes is kv_fetch_wait_s, not service time (actual_service_s was 4.0)
+    assert res.records["kv_fetch_wait_s"].tolist() == pytest.approx([0.0, 0.0, 0.0, 2.8])
+    assert res.records["actual_service_s"].tolist() == pytest.approx([1.8, 1.2, 1.2, 1.2])
 
 
 def test_merge_across_nodes_reconciles_over_the_inter_node_links(simple_calibration):

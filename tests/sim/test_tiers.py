@@ -35,6 +35,8 @@ def _sim(reqs, cal, **tier_kw):
 
 
 PREFIX = tuple(range(1, 17))  # 16 blocks = 8192 tokens
+# record columns added after the digests below were pinned (not hashed; tested on their own)
+NEW_RECORD_KEYS = ("kv_fetch_wait_s",)
 
 
 def _production_rate(cal, L):
@@ -182,6 +184,8 @@ def test_runs_without_tiers_are_identical_to_before_tiers_existed(a100):
     for pol in ("round-robin", "least-work", "vertumnus-router", "mooncake-ttft", "vertumnus-global-cache"):
         r = run_policy(pol, _golden_workload(), cfg, a100)
         for k in sorted(r.records):
+            if k in NEW_RECORD_KEYS:
+                continue
             h.update(k.encode())
             h.update(np.ascontiguousarray(r.records[k]).tobytes())
     assert h.hexdigest() == "406633ac052ddd6bdd5e325186f0b2219966f10ac4db701a613e073b0f688371"
@@ -227,15 +231,20 @@ def test_tiers_on_records_are_unchanged_by_the_block_tier_speedups(a100):
 
     bb = a100.kv_bytes_per_token * 512
     small = {"dram_capacity_bytes_per_node": 40 * bb, "store_capacity_bytes": 120 * bb}
+    # Re-pinned for issue #43: actual_service_s no longer includes the step's wait for fetched KV
+    # (now kv_fetch_wait_s, not hashed; new actual + wait = old actual), and a layer-wise step
+    # waits by its actual batch compute time, not each request's predicted one (27 requests of
+    # mooncake-ttft in the layer-wise variant finish up to 0.14 ms earlier); every other record
+    # array and the totals were checked equal to the code before.
     variants = {
-        "lru": ({"levels": ("hbm", "dram", "store")}, "35b2839bad859420356c770d0810b110f907f39c88d1f2bf1be45d46bef114aa"),
+        "lru": ({"levels": ("hbm", "dram", "store")}, "18af8fa927b96ba4dae98c13046abb123a2e12b675daf1f12cba4dcfaf9a91ee"),
         "small-lru": ({"levels": ("hbm", "dram", "store"), **small},
-                      "78b6104211a885409a2634acfeec3458690aa7535a8e524f98f5a9116d5b1e9d"),
+                      "f8c80ad911b0f226ee46ee12ea4c316d8921cf1764c9d812813b6e67c19b52b1"),
         "small-next-use-queue-head": ({"levels": ("hbm", "dram", "store"), **small, "eviction": "next-use",
                                        "prefetch": "queue-head", "layerwise": True, "num_layers": 36},
-                                      "4e705a90a2fcea737f825f3fd27b4bd63f6e16a313a9125a13319d95770313a2"),
+                                      "ee2ae661cc1f92eeeec99f441042181f55bfc5abf1729e3e8bdc9e24c61d07b3"),
         "store-only": ({"levels": ("hbm", "store"), "store_capacity_bytes": 60 * bb, "fetch_policy": "always"},
-                       "2f0edc7e5c5e41f209cacd0fe07dca9c5f76bcd8a507c1a2b235f4e43f7135f5"),
+                       "df1ca7edae8f88fc74c17a2eb08e3809f64185ecf79adddb49e099e2b43a7951"),
     }
     pool = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2x2,cp1x4", supported_degrees=(1, 2))
     for name, (kw, expected) in variants.items():
@@ -244,6 +253,8 @@ def test_tiers_on_records_are_unchanged_by_the_block_tier_speedups(a100):
         for pol in ("round-robin", "least-work", "vertumnus-router", "mooncake-ttft"):
             r = run_policy(pol, _golden_workload(), cfg, a100)
             for k in sorted(r.records):
+                if k in NEW_RECORD_KEYS:
+                    continue
                 h.update(k.encode())
                 h.update(np.ascontiguousarray(r.records[k]).tobytes())
             h.update(repr(sorted(r.extras.get("kv_tiers", {}).items())).encode())
