@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
-from itertools import islice
 
 import numpy as np
 
