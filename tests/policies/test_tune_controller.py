@@ -7,13 +7,8 @@ import json
 
 import pytest
 
-from experiments.tune_controller import (
-    TUNED_LABEL,
-    load_tuned_controller,
-    main,
-    select_controller_setting,
-    tuned_controller_spec,
-)
+from baselines.tuned_controller import TUNED_LABEL, load_tuned_controller, tuned_controller_spec
+from experiments.tune_controller import main, select_controller_setting
 
 
 def _write_run(root, name, seed, params, mean_ttft_s, policy="vertumnus-adaptive"):
@@ -227,7 +222,7 @@ def test_a_setting_whose_runs_finished_nothing_is_never_selected(tmp_path):
 def test_lookahead_parameters_are_tunable(tmp_path):
     # vertumnus-adaptive's look-ahead settings are flat parameters (lookahead.<field>); the
     # selection fills their defaults and the tuned file builds the policy with them
-    from experiments.tune_controller import _default_params, _tunable_params, tuned_controller_spec
+    from baselines.tuned_controller import _default_params, _tunable_params, tuned_controller_spec
 
     assert "lookahead.duration_s" in _tunable_params() and "lookahead" not in _tunable_params()
     assert _default_params(["lookahead.duration_s", "target_margin"]) == {"lookahead.duration_s": 60.0,
