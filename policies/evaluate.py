@@ -27,15 +27,30 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 
 
 def mean_ci95(values) -> tuple[float, float]:
-    """``(mean, half-width of the 95% CI)`` of the mean (Student t; NaN half-width for n < 2)."""
+    """``(mean, half-width of the 95% CI)`` of the mean (Student t; NaN half-width for n < 2).
+
+    The one Student-t interval of cpgym (reports, evaluate tables, paired deltas, scripts). Values
+    that are all equal give exactly that value and a half-width of exactly 0 (the float mean and
+    standard deviation gave e.g. 6.8e-16, printed as ``1.528 [1.528, 1.528]``)."""
     x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], dtype=float)
     n = len(x)
     if n == 0:
         return math.nan, math.nan
     if n < 2:
         return float(x.mean()), math.nan
+    if (x == x[0]).all():
+        return float(x[0]), 0.0
     t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
     return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(n))
+
+
+def ci_text(value: float, half_width: float, fmt: str = "{:.3f}") -> str:
+    """``value ± half_width`` in ``fmt``; the value alone when there is no interval (one episode,
+    NaN) or it has zero width (every episode gave the same value); ``-`` for a NaN value."""
+    if value != value:
+        return "-"
+    s = fmt.format(value)
+    return s if half_width != half_width or half_width == 0 else s + " ± " + fmt.replace("+", "").format(half_width)
 
 
 def is_checkpoint(name: str) -> bool:

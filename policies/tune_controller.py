@@ -182,9 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     doc["argv"] = ["python", "-m", "policies.tune_controller", *(sys.argv[1:] if argv is None else argv)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
+    from policies.evaluate import ci_text
+
     for row in doc["grid"]:
         delta = row.get("delta_mean_ttft_pct_vs_default")
-        extra = "" if delta is None else f"  {delta:+.1f} % ± {row['delta_mean_ttft_pct_vs_default_ci95']:.1f} vs default"
+        half = row.get("delta_mean_ttft_pct_vs_default_ci95")
+        extra = "" if delta is None else f"  {ci_text(delta, half, '{:+.1f}')} % vs default"
         print(f"{json.dumps(row['params'], sort_keys=True)}  mean TTFT {row['mean_ttft_s']:.3f} s{extra}")
     print(f"selected: {json.dumps(doc['params'], sort_keys=True)} -> {out}")
     return 0
