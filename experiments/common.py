@@ -31,8 +31,11 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None 
     g = p.add_argument_group("workload")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="PATH", help="trace file: Mooncake JSONL, Azure 2023 CSV or the L-Eval lengths CSV")
+    from envs.workloads.registry import WORKLOADS
+
     src.add_argument("--workload", metavar="NAME",
-                     help=f"named synthetic workload (default, without --trace or --workload: {default_text})")
+                     help=f"named synthetic workload: {', '.join(sorted(WORKLOADS))} (default, without --trace or "
+                          f"--workload: {default_text})")
     rate = g.add_mutually_exclusive_group()
     rate.add_argument("--target-rps", type=float, metavar="X", help="time-scale arrivals to this mean rate [requests/s]")
     rate.add_argument("--rate-scale", type=float, metavar="X", help="multiply the arrival rate by X")

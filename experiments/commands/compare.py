@@ -63,7 +63,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_workload_arguments(p)
     add_sim_arguments(p, seed=False)  # the run seeds are --seeds
-    p.add_argument("--suite", default="paper", help="'paper', 'all', or comma-separated suite/policy names (default paper)")
+    from baselines.registry import SUITES
+
+    suites = "; ".join(f"{k}: {', '.join(v)}" for k, v in SUITES.items())
+    p.add_argument("--suite", default="paper",
+                   help=f"a suite, or comma-separated suite/policy names (default paper); suites: all (every policy of "
+                        f"cpgym simulate --list-policies); {suites}")
     rates = p.add_mutually_exclusive_group()
     rates.add_argument("--rates", metavar="R1,R2,...", help="target mean request rates [requests/s], e.g. 10,20,40")
     rates.add_argument("--rate-scales", metavar="X1,X2,...", help="multiply the workload's native rate by each factor")

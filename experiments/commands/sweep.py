@@ -13,7 +13,11 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="SPEC", help="experiment spec file (.yaml/.yml/.toml)")
+    from envs.workloads.registry import WORKLOADS
+
+    p.add_argument("spec", metavar="SPEC",
+                   help=f"experiment spec file (.yaml/.yml/.toml); its workload.name is one of {', '.join(sorted(WORKLOADS))} "
+                        "(or workload.trace: a trace file), its policies those of cpgym simulate --list-policies")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local process pool (default) or Ray (a local instance unless --ray-address)")
     p.add_argument("--jobs", type=int, default=None, help="cells in parallel (default: CPU count)")
