@@ -31,15 +31,17 @@ def mean_ci95(values) -> tuple[float, float]:
 
     The one Student-t interval of cpgym (reports, evaluate tables, paired deltas, scripts). Values
     that are all equal give exactly that value and a half-width of exactly 0 (the float mean and
-    standard deviation gave e.g. 6.8e-16, printed as ``1.528 [1.528, 1.528]``)."""
+    standard deviation gave e.g. 6.8e-16, printed as ``1.528 [1.528, 1.528]``); so do values apart
+    by float rounding only (16 ulps of the largest: e.g. one ratio computed two ways)."""
     x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], dtype=float)
     n = len(x)
     if n == 0:
         return math.nan, math.nan
     if n < 2:
         return float(x.mean()), math.nan
-    if (x == x[0]).all():
-        return float(x[0]), 0.0
+    spread = float(x.max() - x.min())
+    if spread <= 16 * np.finfo(float).eps * float(np.abs(x).max()):  # equal, or apart by float rounding only
+        return (float(x[0]) if spread == 0 else float(x.mean())), 0.0
     t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
     return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(n))
 

@@ -111,14 +111,17 @@ def sensitivity_rows(runs: list[dict], local_policy: str | None = None) -> list[
 
 def to_markdown(rows: list[dict]) -> str:
     """The rows as a Markdown table (one column per swept parameter)."""
+    from policies.evaluate import ci_text
+
     keys = sorted({k for r in rows for k in r["params"]})
     head = [k.removeprefix("cache_") for k in keys] + ["seeds", "mean TTFT %", "P90 TTFT %", "hit rate pp", "min SLO tok",
                                                         "transfer GB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"{r['params'].get(k, '')}" for k in keys]
-        cells += [str(r["num_seeds"]), f"{r['mean_ttft_pct']:+.1f} ± {r['mean_ttft_pct_ci']:.1f}",
-                  f"{r['p90_ttft_pct']:+.1f} ± {r['p90_ttft_pct_ci']:.1f}", f"{r['hit_rate_pp']:+.2f}",
+        # no interval for one seed or a zero-width one, as in cpgym report (was '± nan', '± 0.0')
+        cells += [str(r["num_seeds"]), ci_text(r["mean_ttft_pct"], r["mean_ttft_pct_ci"], "{:+.1f}"),
+                  ci_text(r["p90_ttft_pct"], r["p90_ttft_pct_ci"], "{:+.1f}"), f"{r['hit_rate_pp']:+.2f}",
                   f"{r['min_slo_attainment']:.3f}", f"{r['kv_transfer_gb']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -59,3 +59,13 @@ def test_evaluate_cells_print_no_interval_for_equal_episodes():
     assert ci_text(*mean_ci95([1.0, 2.0, 3.0])) == "2.000 ± 2.484"
     assert ci_text(*mean_ci95([0.5])) == "0.500"
     assert ci_text(math.nan, math.nan) == "-"
+
+
+def test_values_apart_by_rounding_only_give_a_zero_half_width():
+    from policies.evaluate import mean_ci95
+
+    a, b = 0.1 + 0.2, 0.3  # one share computed two ways: 5.6e-17 apart
+    assert a != b
+    m, h = mean_ci95([a, b, a])
+    assert h == 0.0 and m == pytest.approx(0.3)
+    assert mean_ci95([0.3, 0.3 + 1e-9])[1] > 0  # a real (if small) spread keeps its interval
