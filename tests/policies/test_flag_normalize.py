@@ -152,3 +152,19 @@ def test_the_measurement_script_passes_only_the_flags_of_stored_statistics():
         assert (a[key][..., other] == b[key][..., other]).all()
         assert (a[key][..., list(cols)] != obs[key][..., list(cols)]).any()
     assert (a["window"] == b["window"]).all()
+
+
+def test_routing_flags_and_mask_stay_0_or_1_in_the_policy_normalisation():
+    """Routing has no running statistics (``policies.extractor`` scales fixed): its flags and its
+    action mask (``eligible``) enter the network as 0 / 1 (a guard: this already held)."""
+    import torch as th
+
+    from envs.routing_env import WORKER_FEATURES
+    from policies.extractor import _normalise, _scales
+
+    div, use_log, lin = _scales(WORKER_FEATURES)
+    names = [n for n, _ in WORKER_FEATURES]
+    x = th.ones((1, len(names)))
+    y = _normalise(x, div, use_log, lin)
+    for flag in ("present", "eligible", "is_reconfiguring"):
+        assert y[0, names.index(flag)].item() == 1.0, flag
