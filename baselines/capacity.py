@@ -1,20 +1,38 @@
-"""Capacity profiling of the Vertumnus controller (paper §6 "Capacity Profiling and
-Initialization": capacity is *profiled under the TTFT SLO*, not counted in GPUs).
+"""Sustainable rate (capacity) of a policy on a workload and pool, found by bisection over the
+arrival rate and cached on disk; the library behind ``cpgym capacity`` and the load fractions of
+``cpgym compare --loads`` and ``cpgym reproduce``.
 
-:class:`CapacityTable` simulates a homogeneous pool of degree-C workers of the real simulator
-(batching, pooling, head-of-line blocking included) on a reference length mix and bisects the
-largest arrival rate keeping token-weighted SLO attainment at least ``target_attainment`` (0.9)
-of its zero-load value. A composition's capacity is ``Σ_w λ_{C_w}`` (per-worker capacities).
+Definition (version :data:`DEFINITION_VERSION`): the window of ``window_s`` seconds of the
+workload, rate-scaled by a factor ``x`` (arrival times divided by ``x``: a trace is scaled, then
+cut to ``[0, window_s)``; a synthetic workload is generated for ``window_s * x`` seconds and then
+scaled, so every rate has a full window), is simulated to completion (no horizon: every request
+finishes). Its requests are split into thirds by arrival time (first third: arrivals in the
+first third of the span from the first to the last arrival; last third likewise). The rate —
+the scaled window's mean arrival rate ``(n - 1) / (last - first arrival)`` [requests/s] — is
+**sustainable** when both hold:
 
-Speed (one profile is ``1 + num_bisection_steps`` simulations, ~0.3-1 s): a run profiles each
-*regime* once, not each window. Window mixes within ``mix_tolerance`` of a reference mix reuse
-its simulated profile, rescaled analytically by the mixes' mean batching work (see
-:meth:`CapacityTable.shares_profile`); a run's reference mixes start from its history (the
-whole workload's mix stands in for the history when none is given, :meth:`CapacityTable.seed_history`);
-profiles are memoised in a :class:`CapacityCache` keyed by everything they depend on (engine,
-latency, SLO and prediction-error settings, pool size and topology, calibration, profile
-settings, degree, reference mix), which an experiment may share across its runs (no global
-state: the cache is an object the run or experiment owns).
+1. **the backlog drains**: ``growth <= drain_ratio`` (1.2), where ``growth`` is the mean TTFT
+   *slowdown* of the last third over that of the first third; a request's slowdown is its TTFT
+   over its isolated TTFT (uncached prompt alone on one GPU: ``E_1(L, 0)`` + KV hand-off + first
+   decode step, the base of the scaled SLO). Dividing by the isolated TTFT removes the window's
+   own mix difference between its thirds (a third holding longer prompts has longer TTFTs at
+   any load; a ratio of raw mean TTFTs swings by +-50 % between thirds of a light-load window of
+   the conversation trace), so ``growth`` stays near 1 until a queue builds up, and grows with
+   the window length when the backlog does not drain.
+2. **the SLOs hold**: token-weighted SLO attainment ``>= min_slo_attainment`` (0.9; the paper's
+   highest load keeps a high attainment: its SLO gains are +0.9 to +13.3 pp).
+
+The **capacity** is the highest sustainable rate: the factor is bracketed by doubling from the
+light load (so no probe is deeper than twice the capacity), then bisected (in ``log x``) until the bracket's width is at most
+``rel_tol`` (1 %) of its lower end; the reported capacity is the bracket's lower end (a
+sustainable rate). Sustainability is assumed monotone in the rate (more load never drains
+faster).
+
+Results are cached as JSON under ``cache_dir`` keyed by a SHA-256 digest of everything that
+determines them: the definition (version and thresholds), the workload (its contents, or its
+name, seed and parameters), the window, the simulator settings (pool, engine, SLO, seed, ...),
+the calibration's contents, the policy (name and parameters) and a fingerprint of the
+simulator/policy source code (``envs/``, ``baselines/``), so a cached value is never stale.
 """
 
 from __future__ import annotations
@@ -22,467 +40,429 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from baselines.simple import LeastWorkRouter
-from envs.sim.config import SimConfig
-from envs.sim.cost_model import Calibration
-from envs.sim.pool import PoolConfig
-from envs.sim.request import Request, Workload
-from envs.sim.simulator import Simulator
+from baselines.registry import get_policy
+from baselines.runner import run_policy
+from envs import workloads
+from envs.metrics import summarize
+from envs.planning.capacity import CapacityCache
+from envs.sim import Calibration, SimConfig, Workload
 
-__all__ = ["ProfileConfig", "CapacityProfile", "CapacityTable", "CapacityCache", "slo_for_lengths", "reuse_prefix_tokens"]
-
-def slo_for_lengths(config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray) -> np.ndarray:
-    """TTFT SLO of prompts of the given lengths [s], the rule of ``Simulator`` (``SLOConfig``)."""
-    L = np.asarray(prompt_tokens, dtype=float)
-    slo = config.slo
-    if slo.kind == "fixed":
-        return np.full(L.shape, slo.ttft_slo_s)
-    cm = calibration.cost_model()
-    lat = config.latency
-    iso = (cm.d + cm.a * L + cm.c * L + cm.alpha * L * (L + 1) * 0.5
-           + L * calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s + lat.first_decode_step_s)
-    return np.maximum(slo.min_ttft_slo_s, slo.slo_scale * iso)
+#: Bump when the definition of a sustainable rate changes (invalidates every cached result).
+DEFINITION_VERSION = 2
 
 
 @dataclass(frozen=True)
-class ProfileConfig:
-    """How :class:`CapacityTable` profiles capacity by simulation (see its docstring).
+class CapacityDefinition:
+    """Thresholds and search settings of the sustainable rate (module docstring).
 
     Args:
-        length_bin_edges_tokens: increasing prompt-length class edges [tokens] of the mix
-            histogram (class j holds ``[edge_j, edge_{j+1})``; shorter prompts fall in the first
-            class, longer ones in the last). Default: powers of two from 512 to 128k plus a first
-            class from 128 (9 classes up to the model's 131,072-token context).
-        mix_tolerance: a mix reuses the (analytically rescaled) profile of a reference mix whose
-            class histogram is within this total-variation distance, in [0, 1); 0.3, the
-            controller's regime-change distance (``ControllerConfig.mix_change_distance``):
-            windows of one phase of the ``phases`` workload differ by ~0.02-0.06 and a
-            short-heavy and a long-heavy phase by ~0.6; on the Mooncake conversation trace the
-            smoothed 20 s window mixes lie within 0.07 (median) / 0.11 (p90) of the whole
-            trace's mix at a fixed hit, and the measured per-window prefix hit (0.5k-4.8k
-            tokens) moves them further: 0.3 profiles 2 references there (0.2: 4). 0 profiles
-            every distinct histogram.
-        num_requests: minimum requests per profiling simulation; 300.
-        duration_s: simulated span of a profiling run near capacity [s]: a run gets
-            ``max(num_requests, ceil(0.75 x bound x duration_s))`` requests, ``bound`` the
-            batching throughput bound; 60 s (three 20 s windows: the capacity is the rate the
-            pool sustains over a few windows — shorter runs never build the backlog of a rate
-            near capacity and over-state it).
-        num_bisection_steps: halvings of the rate interval ``[0, k / mean(E_C - d)]``; 7
-            (resolution 0.8 % of the batching throughput bound: well inside the +-17 % spread of
-            one window's profiled capacity, and 8 instead of 11 simulations per profile).
-        target_attainment: the capacity is the largest rate keeping token-weighted SLO
-            attainment at least this share of its zero-load value, in (0, 1]; 0.9.
-        refine_max_mixes: a reference mix is the running mean of the window mixes
-            :meth:`CapacityTable.observe` assigned to it; when their number reaches 2, 4, 8, ...
-            up to this, the reference takes the mean and is re-profiled (lazily). 0 keeps the
-            first window's mix. 16. Why: a 20 s window of a short-heavy phase holds ~20 long
-            prompts, and the profiled capacity of one window's histogram varies by +-17 % (sd)
-            around the profile of the whole phase's mix (40 GPUs, roofline calibration:
-            all-CP-4 43-73 req/s per window vs 57 for the phase); the mean of 16 windows should
-            cut that about four-fold (1/sqrt(16)), at 4 re-profiles (~2 s each) per regime.
-            Default 0: references are seeded from the history's mix
-            (:meth:`CapacityTable.seed_history`) and window mixes are rescaled analytically, so
-            refinement is rarely needed; ``cpgym dynamic`` keeps 16.
-        seed: seeds the profile prompts and arrivals, and the profile simulations (whose
-            prediction noise, if any, does not follow the run's seed: a profile is shared by
-            every run seed).
+        drain_ratio: the last third's mean TTFT slowdown may be at most this multiple of the
+            first third's; > 1; 1.2.
+        min_slo_attainment: token-weighted SLO attainment at least this, in [0, 1]; 0.9.
+        rel_tol: stop when the bracket's width is at most this share of its lower end; in
+            (0, 1); 0.01.
+        max_bracket_steps: doublings from the light load before giving up; 24.
+        light_load_requests: the search starts from the window scaled to about this many
+            requests (factor ``min(1, light_load_requests / native requests)``, doubled until
+            the window holds that many); >= 10; 100 (e.g. 0.1 x the native rate of a 300 s
+            window of the conversation trace, ~0.03 of its capacity).
 
     Raises:
-        ValueError: naming the field, on non-increasing edges or out-of-range values.
+        ValueError: naming the field, on an out-of-range value.
     """
 
-    length_bin_edges_tokens: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
-    mix_tolerance: float = 0.3
-    num_requests: int = 300
-    duration_s: float = 60.0
-    num_bisection_steps: int = 7
-    target_attainment: float = 0.9
-    refine_max_mixes: int = 0
-    seed: int = 0
+    drain_ratio: float = 1.2
+    min_slo_attainment: float = 0.9
+    rel_tol: float = 0.01
+    max_bracket_steps: int = 24
+    light_load_requests: int = 100
 
     def __post_init__(self) -> None:
-        e = self.length_bin_edges_tokens
-        if len(e) < 2 or any(not (isinstance(x, int) and x >= 1) for x in e) or any(b <= a for a, b in zip(e, e[1:])):
-            raise ValueError(f"profile.length_bin_edges_tokens must be >= 2 increasing integers >= 1, got {e!r}")
-        if not 0.0 <= self.mix_tolerance < 1.0:
-            raise ValueError(f"profile.mix_tolerance must be in [0, 1), got {self.mix_tolerance}")
-        if not (isinstance(self.num_requests, int) and self.num_requests >= 10):
-            raise ValueError(f"profile.num_requests must be an integer >= 10, got {self.num_requests!r}")
-        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
-            raise ValueError(f"profile.duration_s must be a finite number > 0, got {self.duration_s!r}")
-        if not (isinstance(self.num_bisection_steps, int) and self.num_bisection_steps >= 1):
-            raise ValueError(f"profile.num_bisection_steps must be an integer >= 1, got {self.num_bisection_steps!r}")
-        if not 0.0 < self.target_attainment <= 1.0:
-            raise ValueError(f"profile.target_attainment must be in (0, 1], got {self.target_attainment}")
-        if not (isinstance(self.refine_max_mixes, int) and self.refine_max_mixes >= 0):
-            raise ValueError(f"profile.refine_max_mixes must be an integer >= 0, got {self.refine_max_mixes!r}")
-        if not (isinstance(self.seed, int) and self.seed >= 0):
-            raise ValueError(f"profile.seed must be an integer >= 0, got {self.seed!r}")
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.length_bin_edges_tokens) - 1
+        if not (self.drain_ratio > 1.0 and math.isfinite(self.drain_ratio)):
+            raise ValueError(f"capacity.drain_ratio must be a finite number > 1, got {self.drain_ratio}")
+        if not 0.0 <= self.min_slo_attainment <= 1.0:
+            raise ValueError(f"capacity.min_slo_attainment must be in [0, 1], got {self.min_slo_attainment}")
+        if not 0.0 < self.rel_tol < 1.0:
+            raise ValueError(f"capacity.rel_tol must be in (0, 1), got {self.rel_tol}")
+        if not (isinstance(self.max_bracket_steps, int) and self.max_bracket_steps >= 1):
+            raise ValueError(f"capacity.max_bracket_steps must be an integer >= 1, got {self.max_bracket_steps}")
+        if not (isinstance(self.light_load_requests, int) and self.light_load_requests >= 10):
+            raise ValueError(f"capacity.light_load_requests must be an integer >= 10, got {self.light_load_requests!r}")
 
 
 @dataclass(frozen=True)
-class CapacityProfile:
-    """Profiled capacity of one degree-C worker for one length mix.
+class RatedWorkload:
+    """A workload at any rate over a fixed window (module docstring): a trace (``base``) or a
+    synthetic generator (``name``, ``seed``, ``params``).
 
-    Attributes:
-        degree: CP degree C.
-        capacity_rps: sustainable arrival rate under the SLO rule [requests/s per worker].
-        capacity_tokens_per_s: ``capacity_rps x mean prompt length`` [prompt tokens/s per worker].
-        mean_prompt_tokens: mean (effective, after prefix hits) prompt length of the mix [tokens].
-        zero_load_attainment: token-weighted SLO attainment at (near) zero load, in [0, 1].
-        reference: index of the reference mix in :attr:`CapacityTable.references`.
+    Args:
+        window_s: window length [s], > 0.
+        base: a loaded workload (a trace); its arrivals are scaled, then cut to the window.
+        name, seed, params: a named synthetic workload (``envs.workloads.get_workload``),
+            generated for ``window_s * x`` seconds at factor ``x``, then scaled.
+        start_s: the window's start in the scaled workload [s]; 0.
+        min_rate_scale: the lowest factor the search probes (its light-load start is at least
+            this); 0 = no floor. For a workload whose structure thins out with the rate (e.g.
+            sessions started ``x`` times as often, so a light load holds a handful of sessions and
+            the thirds' slowdowns differ by their sessions' cache hits, not by a backlog).
+
+    Raises:
+        ValueError: if neither or both of ``base`` and ``name`` are given, or on a bad window.
     """
 
-    degree: int
-    capacity_rps: float
-    capacity_tokens_per_s: float
-    mean_prompt_tokens: float
-    zero_load_attainment: float
-    reference: int = -1
+    window_s: float
+    base: Workload | None = None
+    name: str | None = None
+    seed: int = 0
+    params: dict = field(default_factory=dict)
+    start_s: float = 0.0
+    min_rate_scale: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.min_rate_scale < math.inf):
+            raise ValueError(f"min_rate_scale must be a finite number >= 0, got {self.min_rate_scale}")
+        if (self.base is None) == (self.name is None):
+            raise ValueError("a rated workload needs exactly one of a trace (base) or a synthetic workload name")
+        if not (self.window_s > 0 and math.isfinite(self.window_s)):
+            raise ValueError(f"window_s must be a finite number > 0, got {self.window_s}")
+        if not (self.start_s >= 0 and math.isfinite(self.start_s)):
+            raise ValueError(f"start_s must be a finite number >= 0, got {self.start_s}")
+
+    @property
+    def label(self) -> str:
+        return self.base.name if self.base is not None else self.name
+
+    def at_scale(self, rate_scale: float) -> Workload:
+        """The window with arrivals scaled by ``rate_scale`` (> 0)."""
+        end = self.start_s + self.window_s
+        if self.base is not None:
+            return workloads.window(workloads.scale_rate(self.base, rate_scale), self.start_s, end)
+        wl = workloads.get_workload(self.name, seed=self.seed, **{**self.params, "duration_s": end * rate_scale})
+        return workloads.window(workloads.scale_rate(wl, rate_scale), self.start_s, end)
+
+    def native_rate_rps(self) -> float:
+        """Mean arrival rate of the unscaled window [requests/s]."""
+        return self.at_scale(1.0).mean_rate_rps
+
+    def at_rate(self, rate_rps: float) -> Workload:
+        """The window scaled so that its mean rate is about ``rate_rps`` (the factor is
+        ``rate_rps / native rate``; a trace window's realised rate can differ slightly because
+        the window's content changes with the factor)."""
+        return self.at_scale(rate_rps / self.native_rate_rps())
+
+    def fingerprint(self) -> dict:
+        """What identifies this workload in the cache key."""
+        floor = {"min_rate_scale": self.min_rate_scale} if self.min_rate_scale else {}  # old keys stay valid
+        if self.base is None:
+            return {"name": self.name, "seed": self.seed, "params": self.params, "window_s": self.window_s,
+                    "start_s": self.start_s, **floor}
+        return {"trace": workload_digest(self.base), "window_s": self.window_s, "start_s": self.start_s, **floor}
+
+
+def workload_digest(workload: Workload) -> str:
+    """SHA-256 of a workload's contents (arrivals, lengths, outputs, block hashes, block size)."""
+    h = hashlib.sha256()
+    h.update(f"{workload.kv_block_size_tokens}|{workload.num_requests}".encode())
+    for r in workload.requests:
+        h.update(f"{r.arrival_time_s!r},{r.num_prompt_tokens},{r.num_output_tokens};".encode())
+        h.update(np.asarray(r.block_hashes, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def code_fingerprint(packages: tuple[str, ...] = ("envs", "baselines", "baselines/capacity.py",
+                                                 "baselines/runner.py")) -> str:
+    """SHA-256 of the Python sources of ``packages`` (folders or files; paths and contents,
+    sorted): part of every cache key, so a change to the simulator, a policy or this definition
+    never reuses an old result."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for pkg in packages:
+        path = root / pkg
+        for p in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
 
 
 @dataclass
-class _ReferenceMix:
-    shares: np.ndarray  # class histogram, shape (num_classes,), sums to 1
-    sum_shares: np.ndarray | None = None  # sum of the observed window mixes assigned to it
-    num_mixes: int = 0  # observed window mixes assigned to it
+class Probe:
+    """One simulated rate of the search."""
+
+    rate_scale: float
+    rate_rps: float
+    growth: float
+    slo_attainment_token_weighted: float
+    mean_ttft_s: float
+    sustainable: bool
 
 
-def reuse_prefix_tokens(workload: Workload) -> float:
-    """Mean per-request prefix (whole KV blocks) already seen in an earlier request of
-    ``workload`` [tokens]: the prefix hit of an unbounded, perfectly placed cache (an upper
-    bound of a run's hit; on ``phases`` the shared system prompts, ~0.9k tokens). Hits are capped
-    at ``L - 1`` (the simulator's rule)."""
-    seen: set = set()
-    total = 0
-    for r in workload.requests:
-        n = 0
-        for h in r.block_hashes:
-            if h not in seen:
-                break
-            n += 1
-        total += min(n * workload.kv_block_size_tokens, max(0, r.num_prompt_tokens - 1))
-        seen.update(r.block_hashes)
-    return total / max(1, workload.num_requests)
-
-
-def _config_key(config: SimConfig, calibration: Calibration, profile: ProfileConfig) -> str:
-    """Digest of everything a profile depends on: the run's settings except the pool's
-    composition, the horizon, event recording, the run seed and the calibration path (the
-    profile pool is homogeneous, runs to the end, and is seeded by ``profile.seed``), plus the
-    calibration's contents and the profile settings."""
-    d = asdict(config)
-    d["pool"].pop("composition", None)
-    for k in ("horizon_s", "record_events", "seed", "calibration_path"):
-        d.pop(k, None)
-    text = json.dumps({"config": d, "calibration": calibration.to_dict(), "profile": asdict(profile)},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class CapacityCache:
-    """Memo of simulated capacity profiles, shareable by the runs of one experiment (e.g. every
-    seed and load of ``cpgym reproduce``): a profile is a pure function of its key — the
-    :func:`_config_key` digest (settings, calibration, profile settings), the CP degree and the
-    reference mix's class histogram — so sharing never changes a result, only skips work.
-    A plain object owned by whoever creates it (a run, by default; no global state).
+@dataclass
+class CapacityResult:
+    """The sustainable rate of one policy (module docstring).
 
     Attributes:
-        num_profiles_computed: profiles simulated (not found in the memo).
-        num_simulations: profiling simulations run.
+        policy: policy name.
+        workload: workload label.
+        capacity_rps: highest sustainable rate found [requests/s] (0 if even the lowest probed
+            rate was not sustainable).
+        rate_scale: its factor on the native rate.
+        native_rate_rps: the unscaled window's mean rate [requests/s].
+        probes: every simulated rate, in search order.
+        definition: the :class:`CapacityDefinition` as a dict, plus ``version``.
+        cached: whether the result came from the disk cache.
     """
 
-    def __init__(self) -> None:
-        self._profiles: dict[tuple, tuple[float, float, float]] = {}
-        self._samples: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self.num_profiles_computed = 0
-        self.num_simulations = 0
+    policy: str
+    workload: str
+    capacity_rps: float
+    rate_scale: float
+    native_rate_rps: float
+    probes: list[Probe]
+    definition: dict
+    cached: bool = False
 
-    def table(self, config: SimConfig, calibration: Calibration, profile: ProfileConfig | None = None) -> CapacityTable:
-        """A new :class:`CapacityTable` (its own reference mixes) that memoises profiles here."""
-        return CapacityTable(config, calibration, profile, cache=self)
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["num_simulations"] = len(self.probes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CapacityResult:
+        d = {k: v for k, v in d.items() if k != "num_simulations"}
+        d["probes"] = [Probe(**p) for p in d["probes"]]
+        return cls(**d)
 
 
-def _log_uniform_moments(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """E[L] and E[L^2] of L log-uniform on [lo, hi) (elementwise)."""
-    r = np.log(hi / lo)
-    return (hi - lo) / r, (hi * hi - lo * lo) / (2.0 * r)
+def thirds_growth(arrival_s: np.ndarray, ttft_s: np.ndarray, isolated_ttft_s: np.ndarray | None = None) -> float:
+    """Mean TTFT slowdown (TTFT / isolated TTFT; plain TTFT if ``isolated_ttft_s`` is None) of
+    the last third of arrivals over that of the first third (thirds of the span from the first
+    to the last arrival); NaN if a third is empty. Shapes (n,); seconds."""
+    t = np.asarray(arrival_s, float)
+    y = np.asarray(ttft_s, float)
+    if isolated_ttft_s is not None:
+        y = y / np.asarray(isolated_ttft_s, float)
+    if t.size < 3:
+        return math.nan
+    t0, t1 = float(t.min()), float(t.max())
+    span = t1 - t0
+    first = y[(t < t0 + span / 3.0) & np.isfinite(y)]  # unservable prompts (NaN TTFT at every rate) left out
+    last = y[(t >= t0 + 2.0 * span / 3.0) & np.isfinite(y)]
+    if first.size == 0 or last.size == 0:
+        return math.nan
+    return float(np.mean(last) / np.mean(first))
 
 
-class CapacityTable:
-    """Per-CP-degree capacity under the TTFT SLO for length mixes, profiled by simulation and
-    cached (paper §6: capacity is profiled under the TTFT SLO, not counted in GPUs).
+def isolated_ttft_s(config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray) -> np.ndarray:
+    """TTFT of uncached prompts alone on one GPU [s], shape like ``prompt_tokens``: ``E_1(L, 0)``
+    + KV hand-off (L x KV bytes per token / hand-off bandwidth) + first decode step — the base of
+    the scaled TTFT SLO (``envs.sim.config.SLOConfig``)."""
+    cm = calibration.cost_model()
+    L = np.asarray(prompt_tokens, float)
+    lat = config.latency
+    return (cm.d + (cm.a + cm.c) * L + cm.alpha * L * (L + 1) * 0.5
+            + L * calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s + lat.first_decode_step_s)
 
-    Profile of degree C for a reference mix: a *homogeneous* pool of ``k = num_gpus // C``
-    degree-C workers of the real :class:`Simulator` (the run's engine, latency, SLO and
-    prediction-error settings — token-budget batching with step time ``d + Σ(E_C - d)``, FCFS
-    head-of-line blocking, short requests stuck behind long ones — are all included) under the
-    least-outstanding-work router receives ``max(num_requests, 0.75 x bound x duration_s)``
-    uncached prompts drawn (seeded by the mix) from the mix's class histogram (class by its
-    share, length log-uniform inside the class), as a Poisson stream (unit-rate gaps scaled by
-    1/λ: common random numbers over λ). The pool capacity is the largest λ (bisection on
-    ``[0, k / mean(E_C - d)]``, the batching throughput bound) whose token-weighted SLO
-    attainment is at least ``target_attainment`` times the zero-load attainment (a simulation
-    at 1e-3 of the bound); if that is 0 (a fixed SLO below the isolated prefill) the criterion
-    is a mean TTFT at most twice the zero-load mean. The per-worker capacity ``λ_C`` is the pool
-    capacity / k, and a composition's capacity is ``Σ_w λ_{C_w}``.
 
-    A window mix within ``mix_tolerance`` (total variation) of a reference mix gets the
-    reference's profile rescaled by mean batching work: ``λ_C(mix) = λ_C(ref) x W_C(ref) /
-    W_C(mix)`` with ``W_C = Σ_j s_j E[E_C(L, 0) - d | class j]`` (class j log-uniform, closed
-    form) — the sustainable utilisation of the profile is kept and the work per request
-    follows the window (first-order; identical histograms give the reference's profile
-    unchanged). A farther mix becomes a new reference (a new regime, one profile per degree).
+def sustainable(result, config: SimConfig, calibration: Calibration, definition: CapacityDefinition = CapacityDefinition(),
+                summary: dict | None = None) -> tuple[bool, float, float]:
+    """Whether one finished run is sustainable by the definition (module docstring: the backlog
+    drains, :func:`thirds_growth` <= ``drain_ratio``, and token-weighted SLO attainment >=
+    ``min_slo_attainment``) — the verdict of each capacity probe.
 
-    Prefix hits enter as shorter prompts: with a mean prefix hit of P̄ tokens per request a
-    prompt of L tokens counts as ``max(1, L - P̄)`` (a shared-system-prompt model: the hit is
-    about the same number of tokens for short and long prompts; scaling L by a token-weighted
-    hit ratio instead shrank the long prompts' quadratic cost and over-stated a 5 %-long mix's
-    capacity by ~45 %; the SLO of the shorter prompt is used: slightly pessimistic).
+    Returns:
+        ``(sustainable, growth, slo_attainment_token_weighted)``; growth is NaN (and the run not
+        sustainable) when a third of the arrival span has no finished request.
+    """
+    s = summary if summary is not None else summarize(result)
+    rec = result.records
+    growth = thirds_growth(rec["arrival_s"], rec["ttft_s"], isolated_ttft_s(config, calibration, rec["num_prompt_tokens"]))
+    slo = float(s["slo_attainment_token_weighted"])
+    return bool(growth <= definition.drain_ratio and slo >= definition.min_slo_attainment), float(growth), slo
 
-    Why simulation rather than a closed form: the earlier M/G/k (Allen-Cunneen) model treated a
-    worker as serving one request at a time and found no composition of the 40-GPU pool with
-    enough capacity for the phases workload; a per-length-class table combined by time sharing
-    missed the head-of-line blocking of short requests behind the few long ones (it over-stated
-    the capacity of a 5 %-long mix by ~25 %).
+
+def saturated(result, summary: dict | None = None,
+              definition: CapacityDefinition = CapacityDefinition()) -> tuple[bool, float, float]:
+    """Whether one finished run is past saturation by *both* tests of :func:`sustainable` (the
+    backlog grows, ``growth > drain_ratio``, and token-weighted SLO attainment <
+    ``min_slo_attainment``): the label of ``cpgym simulate``'s warning and ``cpgym compare``'s
+    ``saturated`` column, which have no measured capacity. Both are required because one window of
+    a non-stationary workload (sessions building up, a controller moving) can show a growing
+    slowdown at a 99 % SLO attainment.
+
+    Returns:
+        ``(saturated, growth, slo_attainment_token_weighted)`` (growth NaN: not saturated).
+    """
+    _, growth, slo = sustainable(result, result.config, result.calibration, definition, summary=summary)
+    return bool(growth > definition.drain_ratio and slo < definition.min_slo_attainment), growth, slo
+
+
+def _probe_run(run: Callable[[Workload], object], rated: RatedWorkload, scale: float) -> tuple[Workload, object]:
+    wl = rated.at_scale(scale)
+    if wl.num_requests < 3:
+        raise ValueError(f"workload {rated.label!r} has only {wl.num_requests} requests in its {rated.window_s:g} s window "
+                         f"at rate factor {scale:g}; use a longer window")
+    return wl, run(wl)
+
+
+def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibration: Calibration | None = None,
+                  definition: CapacityDefinition = CapacityDefinition(), cache_dir: str | Path | None = None,
+                  capacity_cache=None, log: Callable[[str], None] | None = None) -> CapacityResult:
+    """The sustainable rate of ``policy`` (module docstring), from the disk cache if present.
 
     Args:
-        config: the run's :class:`SimConfig` (its pool supplies ``num_gpus``; the profile pool
-            is homogeneous).
-        calibration: cost model and memory figures.
-        profile: :class:`ProfileConfig`.
-        cache: :class:`CapacityCache` memoising profiles (shared by an experiment's runs);
-            default a new one owned by this table.
+        policy: a registered policy name.
+        rated: the workload and window.
+        config: simulator settings (pool, SLO, seed, ...); its horizon is ignored (runs finish).
+        calibration: cost model (default: the config's).
+        definition: thresholds and search settings.
+        cache_dir: folder of cached results (created if missing); ``None`` = no disk cache.
+        capacity_cache: a :class:`envs.planning.capacity.CapacityCache` shared by the probes'
+            controllers (the full system's capacity profiles), or ``None``.
+        log: optional progress callback (one line per probe).
+
+    Returns:
+        :class:`CapacityResult`.
+
+    Raises:
+        ValueError: for an unknown policy, a window with fewer than 3 requests or one whose requests all
+            arrive at the same instant (no rate to scale).
     """
+    from dataclasses import replace
 
-    def __init__(self, config: SimConfig, calibration: Calibration, profile: ProfileConfig | None = None,
-                 cache: CapacityCache | None = None) -> None:
-        self.config = config
-        self.calibration = calibration
-        self.profile = profile or ProfileConfig()
-        self.cache = cache if cache is not None else CapacityCache()
-        self._key = _config_key(config, calibration, self.profile)
-        self._edges = np.asarray(self.profile.length_bin_edges_tokens, float)
-        self.references: list[_ReferenceMix] = []
-        self.num_simulations = 0
-        self._class_moments = _log_uniform_moments(self._edges[:-1], self._edges[1:])
+    spec = get_policy(policy)
+    if calibration is None:
+        calibration = Calibration.resolve(config.calibration_path)
+    config = replace(config, horizon_s=None)
+    key = cache_key(policy, rated, config, calibration, definition)
+    path = Path(cache_dir) / f"{key}.json" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        res = CapacityResult.from_dict(json.loads(path.read_text())["result"])
+        res.cached = True
+        return res
+    cache = capacity_cache if capacity_cache is not None else CapacityCache()
 
-    def length_class(self, prompt_tokens: np.ndarray) -> np.ndarray:
-        """Class index of each prompt length, shape like ``prompt_tokens``."""
-        j = np.searchsorted(self._edges, np.asarray(prompt_tokens, float), side="right") - 1
-        return np.clip(j, 0, self.profile.num_classes - 1)
+    def run(wl: Workload):
+        return run_policy(spec, wl, config, calibration, capacity_cache=cache)
 
-    def shares(self, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> np.ndarray:
-        """Class histogram (request shares, shape ``(num_classes,)``) of a mix whose requests
-        hit ``mean_cached_tokens`` prefix tokens on average (prompt ``L`` counts as
-        ``max(1, L - mean_cached_tokens)``).
+    native_wl = rated.at_scale(1.0)
+    native = native_wl.mean_rate_rps
+    if native <= 0 and native_wl.num_requests >= 2:  # all arrivals at one instant: no rate to scale
+        raise ValueError(f"workload {rated.label!r} has no defined arrival rate ({native_wl.num_requests} request(s), "
+                         f"all arriving at {native_wl.requests[0].arrival_time_s:g} s); a capacity needs >= 2 "
+                         "requests with distinct arrival times")
+    light = max(rated.min_rate_scale, min(1.0, definition.light_load_requests / max(1, native_wl.num_requests)))
+    while light < 1.0 and rated.at_scale(light).num_requests < definition.light_load_requests:
+        light = min(1.0, 2.0 * light)  # session workloads: requests are not proportional to the generated span
+    probes: list[Probe] = []
 
-        Raises:
-            ValueError: on an empty mix or a negative ``mean_cached_tokens``.
-        """
-        L = np.asarray(prompt_tokens, float)
-        if L.size == 0:
-            raise ValueError("a capacity profile needs a non-empty length mix")
-        if not (mean_cached_tokens >= 0.0 and math.isfinite(mean_cached_tokens)):
-            raise ValueError(f"mean_cached_tokens must be a finite number >= 0, got {mean_cached_tokens}")
-        Le = np.maximum(1.0, np.floor(L - mean_cached_tokens))
-        return np.bincount(self.length_class(Le), minlength=self.profile.num_classes) / L.size
+    def ok(scale: float) -> bool:
+        wl, res = _probe_run(run, rated, scale)
+        s = summarize(res)
+        good, growth, _ = sustainable(res, config, calibration, definition, summary=s)
+        probes.append(Probe(scale, wl.mean_rate_rps, float(growth), float(s["slo_attainment_token_weighted"]),
+                            float(s["mean_ttft_s"]), good))
+        if log is not None:
+            log(f"  {policy}: {wl.mean_rate_rps:8.3f} req/s  growth {growth:6.3f}  "
+                f"SLO {s['slo_attainment_token_weighted']:.3f}  {'sustainable' if good else 'overloaded'}")
+        return good
 
-    def _reference(self, shares: np.ndarray) -> int:
-        best, best_d = -1, math.inf
-        for i, ref in enumerate(self.references):
-            d = 0.5 * float(np.abs(ref.shares - shares).sum())
-            if d < best_d:
-                best, best_d = i, d
-        if best >= 0 and best_d <= self.profile.mix_tolerance:
-            return best
-        self.references.append(_ReferenceMix(np.asarray(shares, float).copy()))
-        return len(self.references) - 1
-
-    def observe(self, shares: np.ndarray) -> int:
-        """Assign one observed window mix (class histogram, shape ``(num_classes,)``) to its
-        reference mix (a new one if none is within ``mix_tolerance``) and refine the reference
-        (see ``ProfileConfig.refine_max_mixes``); returns the reference index. Call once per
-        window; :meth:`shares_profile` only looks references up."""
-        shares = np.asarray(shares, float)
-        i = self._reference(shares)
-        ref = self.references[i]
-        ref.sum_shares = shares.copy() if ref.sum_shares is None else ref.sum_shares + shares
-        ref.num_mixes += 1
-        n = ref.num_mixes
-        if 2 <= n <= self.profile.refine_max_mixes and n & (n - 1) == 0:
-            mean = ref.sum_shares / n
-            if 0.5 * float(np.abs(mean - ref.shares).sum()) > 1e-9:
-                ref.shares = mean  # re-profiled on demand (a new memo key)
-        return i
-
-    def seed_history(self, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> int:
-        """Make the mix of a history (paper §6: capacity is profiled from historical demand) a
-        reference mix, if no reference is within ``mix_tolerance`` of it; returns its index.
-
-        Args:
-            prompt_tokens: shape (n,), the history's prompt lengths [tokens].
-            mean_cached_tokens: the history's mean prefix hit per request [tokens].
-        """
-        return self._reference(self.shares(prompt_tokens, mean_cached_tokens))
-
-    def mix_profile(self, degree: int, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> CapacityProfile:
-        """Capacity of one degree-C worker (in a homogeneous pool of the run's GPUs) for a mix.
-
-        Args:
-            degree: CP degree C, >= 1 and at most the pool's GPUs.
-            prompt_tokens: shape (n,), prompt lengths of the mix [tokens], n >= 1.
-            mean_cached_tokens: mean prefix hit per request [tokens], >= 0.
-
-        Raises:
-            ValueError: on an empty mix, a bad degree or a negative ``mean_cached_tokens``.
-        """
-        return self.shares_profile(degree, self.shares(prompt_tokens, mean_cached_tokens))
-
-    def mean_work_s(self, degree: int, shares: np.ndarray) -> float:
-        """Mean batching work ``E[E_C(L, 0) - d]`` [s] of a mix (class histogram; lengths
-        log-uniform inside each class), the analytic scale between a mix and its reference."""
-        cm = self.calibration.cost_model()
-        m1, m2 = self._class_moments
-        work = cm.a * m1 + (cm.c * m1 + cm.alpha * 0.5 * (m2 + m1)) / degree
-        return float(np.dot(np.asarray(shares, float), work))
-
-    def _mean_tokens(self, shares: np.ndarray) -> float:
-        return float(np.dot(np.asarray(shares, float), self._class_moments[0]))
-
-    def shares_profile(self, degree: int, shares: np.ndarray) -> CapacityProfile:
-        """Capacity of one degree-C worker for a mix given by its class histogram: the profile
-        of its reference mix, rescaled by mean batching work (class docstring).
-
-        Args:
-            degree: CP degree C, >= 1 and at most the pool's GPUs.
-            shares: shape ``(num_classes,)``, request shares per length class, sum 1.
-
-        Raises:
-            ValueError: on a bad degree or histogram.
-        """
-        if not 1 <= degree <= self.config.pool.num_gpus:
-            raise ValueError(f"degree must be in [1, {self.config.pool.num_gpus}], got {degree}")
-        shares = np.asarray(shares, float)
-        if shares.shape != (self.profile.num_classes,) or np.any(shares < 0) or abs(shares.sum() - 1.0) > 1e-6:
-            raise ValueError(f"shares must be {self.profile.num_classes} non-negative request shares summing to 1")
-        i = self._reference(shares)
-        ref_shares = self.references[i].shares
-        cap, mean_tokens, a0 = self._profile(degree, ref_shares)
-        if not np.array_equal(shares, ref_shares):
-            cap *= self.mean_work_s(degree, ref_shares) / self.mean_work_s(degree, shares)
-            mean_tokens *= self._mean_tokens(shares) / self._mean_tokens(ref_shares)
-        return CapacityProfile(degree, cap, cap * mean_tokens, mean_tokens, a0, i)
-
-    def profiles(self, degrees, prompt_tokens: np.ndarray, mean_cached_tokens: float = 0.0) -> dict[int, CapacityProfile]:
-        """:meth:`mix_profile` for each degree in ``degrees``."""
-        return {d: self.mix_profile(d, prompt_tokens, mean_cached_tokens) for d in degrees}
-
-    def profiled(self) -> list[CapacityProfile]:
-        """The reference profiles memoised so far for this table's reference mixes, by
-        reference then degree."""
-        out = []
-        for i, ref in enumerate(self.references):
-            for d in range(1, self.config.pool.num_gpus + 1):
-                got = self.cache._profiles.get((self._key, d, ref.shares.tobytes()))
-                if got is not None:
-                    out.append(CapacityProfile(d, got[0], got[0] * got[1], got[1], got[2], i))
-        return out
-
-    def _sample(self, shares: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
-        cls = rng.choice(len(shares), size=n, p=shares / shares.sum())
-        lo, hi = np.log(self._edges[cls]), np.log(self._edges[cls + 1])
-        return np.exp(rng.uniform(lo, hi)).astype(np.int64)
-
-    def _num_requests(self, degree: int, mix: np.ndarray) -> int:
-        cm = self.calibration.cost_model()
-        k = max(1, self.config.pool.num_gpus // degree)
-        work = cm.a * mix + (cm.c * mix + cm.alpha * mix * (mix + 1) * 0.5) / degree  # E_C(L, 0) - d
-        return max(self.profile.num_requests, math.ceil(0.75 * k / float(work.mean()) * self.profile.duration_s))
-
-    def _reference_sample(self, shares: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Profile prompts [tokens], cumulative unit-rate Poisson arrival times and the pilot
-        sample sizing the runs, for a reference mix: seeded by ``profile.seed`` and the
-        histogram itself (a pure function of the mix), long enough for CP-1 (which needs the
-        most requests); degree C uses the first n_C (common random numbers across degrees)."""
-        key = (self._key, shares.tobytes())
-        got = self.cache._samples.get(key)
-        if got is None:
-            entropy = [self.profile.seed, *np.round(shares * 1e9).astype(np.int64).tolist()]
-            rng = np.random.default_rng(np.random.SeedSequence(entropy))
-            mix = self._sample(shares, rng, 2000).astype(float)
-            n_max = self._num_requests(1, mix)
-            got = self.cache._samples[key] = (self._sample(shares, rng, n_max), np.cumsum(rng.exponential(1.0, n_max)), mix)
-        return got
-
-    def _profile(self, degree: int, shares: np.ndarray) -> tuple[float, float, float]:
-        """``(capacity_rps per worker, mean prompt tokens, zero-load attainment)`` of a reference
-        mix, memoised in the cache."""
-        key = (self._key, degree, shares.tobytes())
-        got = self.cache._profiles.get(key)
-        if got is None:
-            got = self.cache._profiles[key] = self._simulate_profile(degree, shares)
-            self.cache.num_profiles_computed += 1
-        return got
-
-    def _simulate_profile(self, degree: int, shares: np.ndarray) -> tuple[float, float, float]:
-        pc = self.profile
-        pool0 = self.config.pool
-        k = max(1, pool0.num_gpus // degree)  # workers of a homogeneous degree-C pool
-        cal = self.calibration
-        cm = cal.cost_model()
-        lengths, arrivals, mix = self._reference_sample(shares)
-        n = min(self._num_requests(degree, mix), lengths.size)
-        L = lengths[:n]
-        gaps = arrivals[:n]
-        # uncached prompts: one KV block per prompt (the block size is the longest prompt) keeps
-        # the cache bookkeeping of the profile runs at one entry per request (no hit either way)
-        bs = max(512, int(L.max()))
-        hashes = [(i,) for i in range(L.size)]
-        gpn = max(degree, pool0.gpus_per_node - pool0.gpus_per_node % degree)
-        pool = PoolConfig(num_gpus=k * degree, gpus_per_node=gpn, composition=f"cp{degree}x{k}", supported_degrees=(degree,),
-                          allow_cross_node=True)
-        cfg = replace(self.config, pool=pool, horizon_s=None, record_events=False, seed=pc.seed)
-        Lf = L.astype(float)
-        if int(L.max()) > min(cal.max_prompt_tokens, cal.kv_capacity_tokens(degree)):
-            return 0.0, float(Lf.mean()), 0.0
-        work = cm.a * Lf + (cm.c * Lf + cm.alpha * Lf * (Lf + 1) * 0.5) / degree  # E_C(L, 0) - d
-        bound = k / float(work.mean())
-        weights = Lf / Lf.sum()
-
-        def simulate(lam: float) -> tuple[float, float]:
-            self.num_simulations += 1
-            self.cache.num_simulations += 1
-            arrivals = zip((gaps / lam).tolist(), L.tolist(), hashes)
-            reqs = tuple(Request(i, float(t), int(x), 1, hs) for i, (t, x, hs) in enumerate(arrivals))
-            res = Simulator(Workload("capacity-profile", reqs, kv_block_size_tokens=bs), cfg, cal).run(LeastWorkRouter())
-            ttft = res.records["ttft_s"]
-            ok = ttft <= res.records["ttft_slo_s"]
-            return float((weights * ok).sum()), float(np.nanmean(ttft))
-
-        a0, t0 = simulate(1e-3 * bound)
-        if a0 > 0.0:
-            goal = pc.target_attainment * a0
-
-            def good(lam: float) -> bool:
-                return simulate(lam)[0] >= goal
+    lo, hi = _bracket(ok, light, definition)
+    while lo > 0 and hi / lo - 1.0 > definition.rel_tol:
+        mid = math.sqrt(lo * hi)
+        if ok(mid):
+            lo = mid
         else:
-            def good(lam: float) -> bool:
-                return simulate(lam)[1] <= 2.0 * t0
-        lo_r, hi_r = 0.0, bound
-        for _ in range(pc.num_bisection_steps):
-            mid = 0.5 * (lo_r + hi_r)
-            if good(mid):
-                lo_r = mid
-            else:
-                hi_r = mid
-        return lo_r / k, float(Lf.mean()), a0
+            hi = mid
+    rate = next((p.rate_rps for p in probes if p.rate_scale == lo), 0.0) if lo > 0 else 0.0
+    result = CapacityResult(policy, rated.label, rate, lo, native, probes,
+                            {"version": DEFINITION_VERSION, **asdict(definition)})
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "result": result.to_dict()}, indent=2, default=float) + "\n")
+        tmp.replace(path)
+    return result
+
+
+def _bracket(ok: Callable[[float], bool], start: float, definition: CapacityDefinition) -> tuple[float, float]:
+    """``(lo, hi)`` rate factors with ``ok(lo)`` and not ``ok(hi)``, doubling from ``start`` (the
+    light load: every probe but the last is sustainable, so a search costs about twice its final
+    window, never a deep overload); ``lo`` = 0 if ``start`` itself is not sustainable.
+
+    Raises:
+        ValueError: if no overloaded rate is found within ``max_bracket_steps`` doublings.
+    """
+    if not ok(start):
+        return 0.0, start
+    lo = start
+    for _ in range(definition.max_bracket_steps):
+        if not ok(2.0 * lo):
+            return lo, 2.0 * lo
+        lo *= 2.0
+    raise ValueError(f"no overloaded rate up to {lo:g}x the native rate; is the pool too large for the workload?")
+
+
+def cache_key(policy: str, rated: RatedWorkload, config: SimConfig, calibration: Calibration,
+              definition: CapacityDefinition) -> str:
+    """SHA-256 digest of everything a capacity depends on (module docstring)."""
+    spec = get_policy(policy)
+    d = {"definition": {"version": DEFINITION_VERSION, **asdict(definition)}, "workload": rated.fingerprint(),
+         "config": asdict(config), "calibration": calibration.to_dict(),
+         "policy": {"name": policy, "params": {k: repr(v) for k, v in spec.params.items()}},
+         "code": code_fingerprint()}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def capacities(policies: list[str], rated: RatedWorkload, config: SimConfig, calibration: Calibration | None = None,
+               definition: CapacityDefinition = CapacityDefinition(), cache_dir: str | Path | None = None,
+               log: Callable[[str], None] | None = None) -> dict[str, CapacityResult]:
+    """:func:`find_capacity` for each policy (one shared profile cache)."""
+    cache = CapacityCache()
+    return {p: find_capacity(p, rated, config, calibration, definition, cache_dir, cache, log) for p in policies}
+
+
+def static_baselines(policies: list[str]) -> list[str]:
+    """The policies whose pool does not change during a run and that are not Vertumnus: the
+    baselines a load fraction refers to (``cpgym compare --loads``)."""
+    out = []
+    for p in policies:
+        spec = get_policy(p)
+        if p.startswith("vertumnus") or spec.choose_pool is not None:
+            continue
+        out.append(p)
+    return out
+
+
+def rates_for_loads(loads: list[float], caps: dict[str, CapacityResult],
+                    baselines: list[str]) -> tuple[list[float], str, float]:
+    """Absolute rates [requests/s] for load fractions of the strongest static baseline's
+    capacity. Returns ``(rates, strongest baseline, its capacity)``.
+
+    Raises:
+        ValueError: if no baseline has a positive capacity, or a load is not in (0, 2].
+    """
+    for x in loads:
+        if not 0.0 < x <= 2.0:
+            raise ValueError(f"--loads values must be fractions of capacity in (0, 2], got {x}")
+    cands = [(caps[b].capacity_rps, b) for b in baselines if b in caps]
+    if not cands or max(cands)[0] <= 0:
+        raise ValueError(f"no static baseline with a positive capacity among {baselines}")
+    cap, best = max(cands)
+    return [x * cap for x in loads], best, cap
+
+
+def is_overloaded(rate_rps: float, capacity_rps: float | None) -> bool:
+    """True if ``rate_rps`` exceeds a known capacity (the "overloaded" label of tables and plots)."""
+    return capacity_rps is not None and math.isfinite(capacity_rps) and rate_rps > capacity_rps * (1.0 + 1e-9)
+
+
+__all__ = ["DEFINITION_VERSION", "CapacityDefinition", "RatedWorkload", "CapacityResult", "Probe", "find_capacity",
+           "capacities", "static_baselines", "saturated", "sustainable", "rates_for_loads", "is_overloaded",
+           "thirds_growth", "cache_key",
+           "workload_digest", "code_fingerprint"]

@@ -9,8 +9,8 @@ in :mod:`envs.sim.reconfig`; this module only decides. The Gymnasium reconfigura
 environment uses the same mechanics (:func:`eligible_operations` / :func:`apply_operation`,
 re-exported here) with a learned decision instead of :class:`ReconfigController`.
 
-Capacity profiling lives in :mod:`baselines.capacity` and composition enumeration / the
-initial composition in :mod:`baselines.composition`; both are re-exported here (old import
+Capacity profiling lives in :mod:`envs.planning.capacity` and composition enumeration / the
+initial composition in :mod:`envs.planning.composition`; both are re-exported here (old import
 paths keep working).
 
 Paper rule (``decision="paper-rule"``; paper §6 "Runtime Reconfiguration"; DESIGN.md "Cluster-level controller"), every
@@ -78,7 +78,7 @@ the lockout). Load alone cannot say *which* composition serves a mix best. Every
    whole phase), which also lifts the dwell lockout (``regime_change_unlocks``). On stationary
    load the predictions of one (sample, rate bucket) are identical, so the target cannot flap;
 3. **bounded steps**: operations towards the target
-   (:func:`~baselines.operation_plan.operations_towards`: ranked as in the paper, shortest
+   (:func:`~envs.planning.operations.operations_towards`: ranked as in the paper, shortest
    predicted drain first) within ``max_gpu_share_per_window`` of the pool's GPUs and
    ``max_ops_per_window``, none against the dwell-time lockout; the drain / switch / epoch
    protocol (:mod:`envs.sim.reconfig`) is unchanged.
@@ -92,18 +92,39 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from baselines.capacity import (CapacityCache, CapacityProfile, CapacityTable, ProfileConfig, reuse_prefix_tokens,
-                                slo_for_lengths)
-from baselines.composition import (composition_capacity_rps, degree_counts, enumerate_compositions, initial_composition,
-                                   pool_over_degrees)
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
-from baselines.operation_plan import covers_pool, operations_towards, projected_degree_counts, rank_operations
-from envs.sim.reconfig import (MERGE, SPLIT, Operation, OperationRecord, ReconfigConfig, apply_operation,
-                               eligible_operations, get_reconfigurator)
+from baselines.vertumnus import VertumnusRouter
+from envs.planning.capacity import (
+    CapacityCache,
+    CapacityProfile,
+    CapacityTable,
+    ProfileConfig,
+    reuse_prefix_tokens,
+    slo_for_lengths,
+)
+from envs.planning.composition import (
+    composition_capacity_rps,
+    degree_counts,
+    enumerate_compositions,
+    initial_composition,
+    pool_over_degrees,
+)
+from envs.planning.operations import covers_pool, operations_towards, projected_degree_counts, rank_operations
+from envs.sim.events import EventPriority
+from envs.sim.reconfig import (
+    MERGE,
+    SPLIT,
+    Operation,
+    OperationRecord,
+    ReconfigConfig,
+    apply_operation,
+    eligible_operations,
+    get_reconfigurator,
+)
 
 __all__ = ["ControllerConfig", "WindowRecord", "ReconfigController", "rank_operations", "DECISIONS", "TARGET_SAMPLES",
            "TREND_NOISES",
-           # re-exports (moved to baselines.capacity / baselines.composition)
+           # re-exports (moved to envs.planning.capacity / envs.planning.composition)
            "CapacityCache", "CapacityProfile", "CapacityTable", "ProfileConfig", "reuse_prefix_tokens", "slo_for_lengths",
            "enumerate_compositions", "degree_counts", "composition_capacity_rps", "initial_composition",
            "Operation", "OperationRecord", "ReconfigConfig", "apply_operation", "eligible_operations"]
@@ -176,7 +197,7 @@ class ControllerConfig:
         decision: ``"target"`` (look-ahead target composition) or ``"paper-rule"`` (the load
             regions above); ``"target"``: on ``cpgym dynamic`` it is 3.6 % ahead of the best fixed
             composition in hindsight (seeds 0-2; 3.4 % on held-out seeds 3-4) where the paper rule
-            is 10.6 % behind (``results/dynamic-phases/target-controller/``).
+            is 10.6 % behind (first revision; ``results/README.md``, research log).
         target_margin: predicted relative mean-TTFT gain over the current target a candidate
             needs for ``k_windows`` consecutive windows, >= 0; 0.05 (the look-ahead's regret on
             constant-rate full runs is 0-7 % at most rates, ``predictor/``; a smaller margin
@@ -271,9 +292,9 @@ class ControllerConfig:
             ``DISPERSION_PRIOR_WINDOWS`` windows; at least 1). Why: a real trace's rate wanders
             on the 20 s scale more than Poisson counts do (the Mooncake conversation trace at
             12 req/s: variance / mean of 20 s arrival counts 2.1-2.3 over seeds 0-4, against
-            1.0-1.3 for 1 s counts, ``experiments/scripts/arrival_dispersion.py``), so the Poisson
+            1.0-1.3 for 1 s counts; ``results/README.md``, research log), so the Poisson
             test reads wander as a trend, and the forecast along it predicts overload
-            (``results/dynamic-phases/target-controller/README.md``, the trust check). The
+            (``results/README.md``, research log: the trust check). The
             synthetic ``phases`` workloads are Poisson inside a phase, so their ramps keep their
             trend. Measured (``results/dynamic-phases/trend-noise/README.md``):
             on the conversation trace at 12 req/s -5.0 % [-9.4, -0.5] mean TTFT vs ``"poisson"``
@@ -516,8 +537,8 @@ class ReconfigController:
     Args:
         config: :class:`ControllerConfig`.
         table: capacity profiles to share (e.g. with :func:`initial_composition`); default a
-            table of the run's :class:`~baselines.capacity.CapacityCache`
-            (``sim.attachments["capacity_cache"]``, set by ``experiments.runner.build_simulator``)
+            table of the run's :class:`~envs.planning.capacity.CapacityCache`
+            (``sim.attachments["capacity_cache"]``, set by ``baselines.runner.build_simulator``)
             or of a new cache, built at :meth:`attach`. A new table's reference mixes start from
             the run's workload mix (the history stand-in, :meth:`CapacityTable.seed_history`).
 
@@ -567,8 +588,6 @@ class ReconfigController:
         self._num_better: dict[str, int] = {}
         self.candidates: list[str] = []  # the "target" decision's menu (the paper rule has none)
         if cfg.decision == "target":
-            from baselines.vertumnus import VertumnusRouter
-
             self.candidates = self.candidate_compositions(sim.config.pool)
             self.predictor = LookaheadPredictor(self.table, lambda: VertumnusRouter(name="vertumnus-lookahead"),
                                                 cfg.lookahead)
@@ -577,8 +596,6 @@ class ReconfigController:
                                              "controller_candidates": list(self.candidates)})
         sim.attachments["controller"] = self
         if len(reqs):
-            from envs.sim.simulator import EventPriority
-
             self._priority = EventPriority.CONTROL
             sim.schedule(cfg.window_s, self._priority, self._on_window, None)
 
@@ -804,7 +821,7 @@ class ReconfigController:
                                                   replay_sample=cfg.target_replay_sample, transition=transition)
 
     def move_towards(self, target: dict[int, int], record: WindowRecord) -> list[str]:
-        """Starts the operations :func:`~baselines.operation_plan.operations_towards` plans
+        """Starts the operations :func:`~envs.planning.operations.operations_towards` plans
         towards ``target`` (ranked as in the paper, at most ``max_gpu_share_per_window`` of the
         pool's GPUs and ``max_ops_per_window`` operations, none against the dwell-time lockout);
         records them in ``record.action`` (``"target-locked"`` when only the lockout stopped a

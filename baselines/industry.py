@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from itertools import islice
 from dataclasses import dataclass, replace
+from itertools import islice
 
 import numpy as np
 
+from baselines.tiered import dynamo_pull_overlap, mooncake_pull_route
 from envs.sim.cost_model import Calibration, CostCoefficients, CostModel
 from envs.sim.pool import PoolConfig
 from envs.sim.request import Request
@@ -617,7 +618,6 @@ class DynamoKVRouter(Router):
     def route(self, request: Request, view: PoolView) -> int:
         overlap = None
         if view.kv_tiers is not None:  # KV-overlap over all tiers (baselines/tiered.py)
-            from baselines.tiered import dynamo_pull_overlap
 
             overlap = dynamo_pull_overlap(request, view, view.kv_tiers)
         ties: list[int] = []
@@ -682,8 +682,6 @@ class MooncakeTTFTRouter(Router):
     def route(self, request: Request, view: PoolView) -> int:
         tiers = view.kv_tiers
         if tiers is not None:
-            from baselines.tiered import mooncake_pull_route
-
             return mooncake_pull_route(request, view, tiers)
         best, best_t = -1, math.inf
         for w in view.eligible_worker_ids(request):

@@ -15,7 +15,7 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   the candidate pool meets the scored requests with the prefix caches and queues that the observed
   traffic builds, not idle and cold: on a multi-turn trace a resampled later turn then finds its
   session's earlier turn cached, as in the run;
-* ``"histogram"``: the capacity profiler's machinery (:class:`baselines.capacity.CapacityTable`):
+* ``"histogram"``: the capacity profiler's machinery (:class:`envs.planning.capacity.CapacityTable`):
   the smoothed class histogram, prompts drawn class by share, length log-uniform inside the class,
   prefix hits as shorter uncached prompts, seeded by the mix itself. On ``cpgym dynamic`` seed 2
   its short-heavy reference mix ranked CP-2-heavy pools first near the ramp's peak, where the
@@ -39,7 +39,7 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   simulated at that multiple, the *cap*, and the score is carried to the forecast rate along the
   backlog's growth. Why: a stream has ``rate x duration_s`` requests, and a candidate that cannot
   keep up queues nearly all of them, so without the clip the look-ahead's cost per window grew
-  with the rate (deep overload: ~95 % of a run's time, ``experiments/scripts/lookahead_overload_bench.py``).
+  with the rate (deep overload: ~95 % of a run's time; ``results/README.md``, research log).
   At the cap every candidate is overloaded (at least ``overload_rate_factor`` times its bound),
   its queue grows at ``rate - mu_c`` (``mu_c`` its throughput) and a request arriving ``t`` after
   the stream's start waits about ``(rate / mu_c - 1) t`` longer than at no backlog; so the mean
@@ -67,8 +67,7 @@ Why a simulation and not a closed form: a per-degree capacity sum ranks composit
 much load they carry (it is linear in the worker counts, so an extreme — all CP-2 or all CP-4 — always
 wins), while the measured best composition of a short-heavy mix is a mixed pool at every load (the
 router's length split), see ``results/dynamic-phases/README.md``. The ranking accuracy of this
-predictor against full constant-rate runs is measured by
-``experiments/scripts/lookahead_accuracy.py`` (``results/dynamic-phases/target-controller/``).
+predictor against full constant-rate runs was measured once (``results/README.md``, research log).
 """
 
 from __future__ import annotations
@@ -78,12 +77,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from baselines.capacity import CapacityTable
-from baselines.composition import degree_counts
-from baselines.operation_plan import operations_towards, projected_degree_counts
+from envs.planning.capacity import CapacityTable
+from envs.planning.composition import degree_counts
+from envs.planning.operations import operations_towards, projected_degree_counts
+from envs.sim.cost_model import Calibration
+from envs.sim.events import EventPriority
 from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
 from envs.sim.request import Request, Workload
-from envs.sim.simulator import EventPriority, Simulator
+from envs.sim.simulator import Simulator
 
 __all__ = ["LookaheadConfig", "LookaheadPredictor", "TransitionPlan", "screened_scores"]
 
@@ -117,8 +118,7 @@ class LookaheadConfig:
             are far from the best (CP-2-heavy pools at moderate load, all-CP-4 near capacity), and
             their extra streams only refine a score no decision uses. Replaying every look-ahead
             call of ``cpgym dynamic`` seeds 0-2 with the full evaluation's per-stream results
-            (``experiments/scripts/lookahead_screening.py``,
-            ``results/dynamic-phases/target-controller/screening/``): 0.2 needs about two thirds
+            (a one-off replay, ``results/README.md`` research log): 0.2 needs about two thirds
             of the simulations and changes the best candidate or the hysteresis class in at most
             one window of 90; 0.1 and 0.05 save little more and change several (screening by rank,
             the best 2-4 candidates going on, changed more windows still in a development replay).
@@ -139,7 +139,7 @@ class LookaheadConfig:
             0 at 0 %), but made the main job (``cpgym simulate``: ``mixed-default``, whose rate
             drifts, so the two spans' memo entries alternate) take 32.8 s of CPU instead of 24.0 s, and the
             steady criterion (within 2 %) stayed missed on seeds 1 and 2 either way
-            (``results/dynamic-phases/target-controller/README.md``). 120 (with
+            (``results/README.md``, research log). 120 (with
             ``stationary_warmup_s`` 20) is the setting to use where steady-load accuracy matters
             more than speed.
         stationary_warmup_s: with ``stationary_duration_s``, the score counts only the requests
@@ -230,7 +230,7 @@ class TransitionPlan:
     (1.1-5.1 s per operation, paper §9) and leaves the new workers' prefix caches empty. With a
     plan the stream starts on ``from_composition`` and, when its scored part begins, the
     controller's own move starts: every ``window_s`` the operations of
-    :func:`~baselines.operation_plan.operations_towards` (at most ``max_gpus_per_window`` GPUs and
+    :func:`~envs.planning.operations.operations_towards` (at most ``max_gpus_per_window`` GPUs and
     ``max_ops_per_window`` operations per window, ranked as in the paper) run through the
     simulator's :class:`~envs.sim.reconfig.Reconfigurator` with ``reconfig``, so the scored
     requests pay the drain, the switch and the lost caches, and staying put costs nothing.
@@ -353,7 +353,7 @@ class LookaheadPredictor:
             is the memo's mean TTFT at the cap plus ``(rate - cap) x slope``.
         score_calls: ``(compositions, bucketed rates, key, keep, (duration_s, warmup_s))`` of every
             :meth:`score_from_requests` call (with the per-stream memo, enough to replay the
-            screening offline: ``experiments/scripts/lookahead_screening.py``); the rates are the
+            screening offline); the rates are the
             simulated ones (the memo's), a clipped rate its cap's bucket.
         stream_memo: ``{(key, rate bucket, stream, (duration_s, warmup_s[, "replay"][, *transition])):
             {composition: predicted mean TTFT [s]}}`` of the ``"requests"`` source (``"replay"``:
@@ -506,8 +506,6 @@ class LookaheadPredictor:
         """``(a, c, alpha)`` of the cost model, each the least over the table's calibration and
         the run's node calibrations (a heterogeneous pool: ``SimConfig.node_calibration_paths``)."""
         if self._coefficients is None:
-            from envs.sim.cost_model import Calibration
-
             cals = [self.table.calibration] + [Calibration.load(p) for p in self.table.config.node_calibration_paths if p]
             cms = [cal.cost_model() for cal in cals]
             self._coefficients = (min(cm.a for cm in cms), min(cm.c for cm in cms), min(cm.alpha for cm in cms))

@@ -10,16 +10,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from baselines.composition import workload_initial_pool
 from baselines.controller import ControllerConfig, ReconfigController
+from baselines.industry import (
+    DynamoKVRouter,
+    LlmdRouter,
+    MooncakeTTFTRouter,
+    SGLangCacheAwareRouter,
+    StaticThresholdRouter,
+    TensorParallelCostForm,
+    VllmDPRouter,
+    homogeneous_composition,
+)
 from baselines.lookahead import LookaheadConfig
-from baselines.industry import (DynamoKVRouter, LlmdRouter, MooncakeTTFTRouter, SGLangCacheAwareRouter,
-                                StaticThresholdRouter, TensorParallelCostForm, VllmDPRouter, homogeneous_composition)
-from baselines.simple import LeastWorkRouter, PrefixAffinityRouter, RandomRouter, RoundRobinRouter
+from baselines.simple import PrefixAffinityRouter, RandomRouter, RoundRobinRouter
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
+from envs.planning.composition import workload_initial_pool
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig
-from envs.sim.router import Router
+from envs.sim.router import LeastWorkRouter, Router
 from envs.sim.tiers import TierConfig
 
 
@@ -49,10 +57,10 @@ class PolicySpec:
         choose_pool: ``f(pool, workload, config, calibration, capacity_cache) -> (PoolConfig,
             info)`` choosing the run's starting pool from the workload (the full Vertumnus
             system's initial composition from the capacity profile,
-            :func:`baselines.composition.workload_initial_pool`); applied after ``composition``.
+            :func:`envs.planning.composition.workload_initial_pool`); applied after ``composition``.
         check_pool: ``f(pool)`` raising ``ValueError`` when the policy's settings cannot run on
             ``pool`` (e.g. a controller's ``target_degrees`` the pool does not support); called by
-            ``experiments.runner.policy_pool`` before any run.
+            ``baselines.runner.policy_pool`` before any run.
     """
 
     name: str
@@ -118,7 +126,7 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
     ``vertumnus-adaptive.lookahead.duration_s`` in a sweep spec) are parameters.
 
     ``vertumnus-adaptive`` starts from the run's pool; with ``initial_pool`` the starting pool is
-    chosen from the capacity profile (:func:`baselines.composition.workload_initial_pool`), the
+    chosen from the capacity profile (:func:`envs.planning.composition.workload_initial_pool`), the
     full system's start (see :func:`full_system_spec`)."""
     controller_fields = [f.name for f in fields(ControllerConfig) if f.name != "lookahead"]
     lookahead_fields = [f.name for f in fields(LookaheadConfig)]
@@ -152,8 +160,6 @@ def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: st
     ``vertumnus`` uses the controller's default decision (``"target"``: look-ahead target
     composition); ``vertumnus-paper-rule`` is the same system with the paper's §6 load rule
     (``decision="paper-rule"``), about 10x cheaper to simulate (no look-ahead runs)."""
-    from baselines.cache_manager import with_global_cache
-
     base = adaptive_spec(controller=controller, name=name, initial_pool=True)
     spec = with_global_cache(base, name=name)
     return replace(spec, description=f"full system: Vertumnus router + initial composition from the capacity profile "
@@ -223,6 +229,7 @@ POLICIES: dict[str, PolicySpec] = {
 
 # --- Vertumnus router + global prefix-cache manager (paper §7; the cache ablation), and the full system
 from baselines.cache_manager import CACHE_MANAGER_SETTINGS, with_global_cache  # noqa: E402
+
 POLICIES["vertumnus-global-cache"] = with_global_cache(POLICIES["vertumnus-router"], name="vertumnus-global-cache")
 POLICIES["vertumnus-global-cache-20s"] = with_global_cache(
     POLICIES["vertumnus-router"],

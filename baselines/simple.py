@@ -43,30 +43,6 @@ class RandomRouter(Router):
         return cands[int(self.rng.integers(len(cands)))]
 
 
-class LeastWorkRouter(Router):
-    """Least predicted outstanding work ``q_w`` (ties: fewer queued requests, then pool order)."""
-
-    name = "least-work"
-
-    def route(self, request: Request, view: PoolView) -> int:
-        # hot path: reads the workers directly (same q_w as PoolView.outstanding_work_s)
-        best = -1
-        best_key = None
-        L = request.num_prompt_tokens
-        now = view.now_s
-        workers = view.workers
-        active = WorkerState.ACTIVE
-        for wid in view.worker_ids:
-            w = workers[wid]
-            if w.state != active or L > w.max_prompt_tokens:
-                continue
-            rem = w.step_predicted_end_s - now if w.batch else 0.0
-            key = (w.queued_predicted_s + (rem if rem > 0.0 else 0.0), len(w.queue))
-            if best_key is None or key < best_key:
-                best, best_key = wid, key
-        return best
-
-
 class PrefixAffinityRouter(Router):
     """Longest ready prefix hit; ties (including no hit anywhere) go to less outstanding work."""
 

@@ -30,10 +30,10 @@ Defaults ``beta = 3``, ``lambda = 1`` (the paper's copies give no numbers; paper
 ``beta >= 1``, ``lambda >= 0``). Chosen with the current default calibration (roofline with
 ``cp_serial_fraction`` 0.15, so CP costs GPU time) by the sweep below: 15 (beta, lambda) points on
 three workloads at two loads each (6 points), ranked by the mean over the points of the mean-TTFT
-change vs the strongest non-Vertumnus baseline (``results/end-to-end/beta-lambda-sweep/``, README there)::
+change vs the strongest non-Vertumnus baseline (``results/README.md``, research log; the folder is at commit ``ea84fd9``)::
 
     cpgym compare --workload mixed-default --rate-scales 1,1.5 --beta 1,2,3 --lambda 0,0.25,0.5,1,2 \
-        --suite paper,industry --jobs 2 --out results/end-to-end/beta-lambda-sweep/mixed-default
+        --suite paper,industry --jobs 2 --out runs/beta-lambda-sweep/mixed-default
     (same for --workload tool-agent / leval-like with --window-s 0 120)
 
 * ``lambda = 1`` [s of cost per GPU-s]: one extra GPU-second of the CP surplus ``(C_w - C_min)*A``
@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from baselines.tiered import vertumnus_pull_route
 from envs.sim.cost_model import CostModel
 from envs.sim.request import Request
 from envs.sim.router import PoolView, Router
@@ -230,7 +231,6 @@ class VertumnusRouter(Router):
         if not cands:
             raise RuntimeError(f"no eligible worker for request {request.request_id}")
         if view.kv_tiers is not None:  # extension beyond the paper: tiered ready time (baselines/tiered.py)
-            from baselines.tiered import vertumnus_pull_route
 
             best, self._last_s = vertumnus_pull_route(self, request, view, cands, c_min)
             return best

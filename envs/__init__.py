@@ -12,7 +12,7 @@ Gymnasium ids ``cpgym/PrefillRouting-v0`` and ``cpgym/PrefillReconfig-v0`` are r
 
 def register_envs() -> list[str]:
     """Registers the cpgym Gymnasium ids (imports gymnasium); returns them."""
-    from envs.registration import register_envs as _register
+    from envs.registration import register_envs as _register  # lazy: gymnasium (start-up of the CLI)
 
     return _register()
 

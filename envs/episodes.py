@@ -10,7 +10,8 @@ import copy
 import numbers
 from collections.abc import Mapping, Sequence
 
-from envs.sim import Workload
+from envs import workloads
+from envs.sim import Calibration, SimConfig, Workload
 
 #: Default scenario of the registered routing id: conversation trace at this rate [requests/s].
 DEFAULT_TARGET_RPS = 12.0
@@ -60,8 +61,6 @@ def episode_windows(workload: Workload, window_s: float) -> list[Workload]:
     Raises:
         ValueError: if ``window_s`` <= 0 or no window holds a request.
     """
-    from envs import workloads
-
     if not window_s > 0:
         raise ValueError(f"window_s must be > 0, got {window_s}")
     wins = [w for w in workloads.windows(workload, window_s) if w.num_requests > 0]
@@ -135,8 +134,6 @@ def check_env_arguments(config, calibration, **flags) -> None:
     """
     import numpy as np
 
-    from envs.sim import Calibration, SimConfig
-
     if config is not None and not isinstance(config, SimConfig):
         raise ValueError(f"config must be an envs.sim.SimConfig or None, got {_short_repr(config)}")
     if calibration is not None and not isinstance(calibration, Calibration):
@@ -152,8 +149,6 @@ def default_routing_windows() -> list[Workload]:
     training windows (:func:`split_windows`) of :data:`DEFAULT_WINDOW_S`-second windows of the
     Mooncake conversation trace time-scaled to :data:`DEFAULT_TARGET_RPS` requests/s, where the
     40-GPU default pool is loaded (~0.9 utilisation under least-work) and the heuristics differ."""
-    from envs import workloads
-
     wl = workloads.build_workload(trace=workloads.default_traces_dir() / "conversation_trace.jsonl",
                                   target_rps=DEFAULT_TARGET_RPS)
     return split_windows(episode_windows(wl, DEFAULT_WINDOW_S), "train")

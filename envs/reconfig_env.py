@@ -15,10 +15,14 @@ from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
 from envs.episodes import PickleBeforeReset, check_env_arguments, nonempty_windows, reset_options
+from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
+from envs.planning.composition import degree_counts, enumerate_compositions, pool_over_degrees
+from envs.planning.operations import composition_distance, operations_towards, projected_degree_counts
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, check_render_mode, discrete_action
-from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, Workload, WorkerState
-from envs.sim.faults import fault_flags
+from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, WorkerState, Workload
+from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
+from envs.workloads import build_workload
 
 RECONFIG_WORKER_FEATURES: tuple[tuple[str, float], ...] = (
     ("present", 1.0),
@@ -78,7 +82,7 @@ TARGET_FEATURES: tuple[tuple[str, float], ...] = (
     ("is_projected", 1.0),               # the pool is (or will be, once in-flight operations commit) this composition
     ("is_last_action", 1.0),             # the previous step chose this composition
 )
-#: 0/1 flags of the observation, per key: never normalised (``policies.flag_normalize``).
+#: 0/1 flags of the observation, per key: never normalised (``policies.reconfig.flag_normalize``).
 OBSERVATION_FLAGS: dict[str, tuple[str, ...]] = {
     "workers": ("present", "is_active", "is_reconfiguring"),
     "targets": ("is_projected", "is_last_action"),
@@ -89,8 +93,6 @@ def observation_flag_columns(observation_space) -> dict[str, tuple[int, ...]]:
     """``{key: last-axis column indices}`` of the 0/1 flags in a :class:`PrefillReconfigEnv`
     observation space (:data:`OBSERVATION_FLAGS`, and every column of ``"faults"``), for the keys
     it has."""
-    from envs.sim.faults import FAULT_OBSERVATION_FEATURES
-
     names = {"workers": [n for n, _ in RECONFIG_WORKER_FEATURES], "targets": [n for n, _ in TARGET_FEATURES],
              "faults": list(FAULT_OBSERVATION_FEATURES)}
     flags = {**OBSERVATION_FLAGS, "faults": tuple(FAULT_OBSERVATION_FEATURES)}
@@ -104,15 +106,13 @@ DEFAULT_TARGET_DEGREES: tuple[int, ...] = (2, 4, 8)
 
 def target_menu(pool: PoolConfig, degrees: Sequence[int]) -> list[str]:
     """The target compositions of ``action_mode="target"``: every composition of ``pool``'s GPUs
-    over ``degrees`` that fits its topology (``baselines.composition.enumerate_compositions``),
+    over ``degrees`` that fits its topology (``envs.planning.composition.enumerate_compositions``),
     most large-degree workers first; e.g. 40 GPUs in nodes of 8 over (2, 4): ``cp4x10``,
     ``cp4x9,cp2x2``, ..., ``cp2x20`` (11), over (2, 4, 8): 36.
 
     Raises:
         ValueError: when a degree is not supported by the pool or no composition exists.
     """
-    # lazy: envs must not import baselines at import time
-    from baselines.composition import enumerate_compositions, pool_over_degrees
 
     degrees = tuple(sorted({int(d) for d in degrees}))
     bad = [d for d in degrees if d not in pool.supported_degrees]
@@ -132,8 +132,6 @@ def observation_profile_config():
     7 bisection steps: 1 % of the throughput bound) so that a training run profiles a few dozen
     mixes instead of one per window; the observation is an input to a learned policy, not the
     controller's decision rule."""
-    from baselines.controller import ProfileConfig  # lazy: envs must not import baselines at import time
-
     return ProfileConfig(mix_tolerance=0.3, refine_max_mixes=0, num_bisection_steps=7)
 
 
@@ -180,22 +178,11 @@ def check_operation_budget(pool, compositions: list[str], max_operation_gpus_per
     Raises:
         ValueError: naming ``max_operation_gpus_per_window`` and the minimum [GPUs].
     """
-    from baselines.composition import degree_counts  # lazy: envs must not import baselines at import time
-
     largest = max(d for c in (*compositions, pool.composition) for d, n in degree_counts(c, pool).items() if n > 0)
     if max_operation_gpus_per_window < largest:
         raise ValueError(f"max_operation_gpus_per_window must be >= {largest} (the GPUs of one split or merge of a "
                          f"CP-{largest} worker, the largest degree of the target menu and the initial composition), "
                          f"got {max_operation_gpus_per_window:g}; a smaller budget can never start those operations")
-
-
-def default_inner_router():
-    """A fresh router of the registered ``"vertumnus-router"`` policy: the default inner router
-    (a module-level function, so that an environment keeps pickling; the registry's factory is
-    a lambda)."""
-    from baselines.registry import get_policy  # lazy: envs must not import baselines at import time
-
-    return get_policy("vertumnus-router").make_router()
 
 
 def candidate_operations(pool: PoolConfig) -> list[tuple[str, int, int]]:
@@ -244,7 +231,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     With ``action_mode="target"``: ``Discrete(K)`` over :func:`target_menu` (every composition of
     the pool over ``target_degrees``, listed in :attr:`target_compositions`). Each step the
     environment plans the operations towards the chosen composition with
-    ``baselines.operation_plan.operations_towards`` (paper §6 ranking: shortest predicted drain,
+    ``envs.planning.operations.operations_towards`` (paper §6 ranking: shortest predicted drain,
     then least KV-reconciliation traffic; in-flight operations counted as done) within
     ``max_operation_gpus_per_window`` GPUs and starts them; choosing the composition the pool
     already is (or is heading to) starts nothing, so "go to X and stay" is one repeated action.
@@ -278,13 +265,13 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     starts a new table (a table's reference mixes follow the order in which it met them, so a
     table kept across episodes made ``reset(seed=s)`` observe other capacities after other
     episodes); its profiles are memoised in the environment's ``capacity_cache``
-    (:class:`baselines.capacity.CapacityCache`, kept across episodes), so a mix is still profiled
+    (:class:`envs.planning.capacity.CapacityCache`, kept across episodes), so a mix is still profiled
     once per environment. A ``capacity_table`` passed in is used as is by every episode (shared,
     e.g. by the environments of one training run; its observations then depend on the episodes
     it served before). With ``action_mode="target"`` (which needs
     the capacity observation) the ``"targets"`` key ``(K, 5)`` (``TARGET_FEATURES``) gives per
     menu composition its profiled capacity and load at the window's rate and mix, its GPU-level
-    distance from the projected composition (``baselines.operation_plan.composition_distance``
+    distance from the projected composition (``envs.planning.operations.composition_distance``
     over the pool's GPUs), whether the pool is (heading to) it and whether the last step chose it.
     With ``observe_faults=True`` the ``"faults"`` key ``(max_num_workers, 3)`` adds per worker slot
     the flags (down, degraded, rebuilding) in ``{0, 1}`` of ``PrefillRoutingEnv``
@@ -339,8 +326,9 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         workloads: episode windows (default: the ``phases`` synthetic workload, seed 0).
         config: simulator configuration (default ``SimConfig()``).
         calibration: cost model (default: the config's or the shipped one).
-        make_router: zero-argument factory of the inner :class:`~envs.sim.Router` (default:
-            the registered ``"vertumnus-router"`` policy's router); a router with an ``attach(sim)``
+        make_router: zero-argument factory of the inner :class:`~envs.sim.Router`, required
+            (``gymnasium.make("cpgym/PrefillReconfig-v0")`` and :func:`baselines.envs.make_reconfig_env`
+            give the Vertumnus router, ``baselines.envs.vertumnus_inner_router``); a router with an ``attach(sim)``
             method gets each episode's simulator before ``reset`` (e.g.
             :class:`policies.joint.LearnedRouter`).
         window_s: observation window [s] (paper §6: 20 s).
@@ -427,19 +415,18 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         if isinstance(long_request_tokens, bool) or not isinstance(long_request_tokens, numbers.Integral) \
                 or long_request_tokens < 0:
             raise ValueError(f"long_request_tokens must be an integer >= 0 [tokens], got {long_request_tokens!r}")
-        if make_router is not None and not callable(make_router):
-            raise ValueError(f"make_router must be a zero-argument factory of routers, got {make_router!r}")
+        if not callable(make_router):  # envs imports no baselines: the inner router is given
+            raise ValueError(f"make_router must be a zero-argument factory of routers (e.g. "
+                             f"baselines.envs.vertumnus_inner_router), got {make_router!r}")
         if target_degrees is not None and not isinstance(target_degrees, (str, bytes)) and hasattr(target_degrees, "__iter__"):
             target_degrees = tuple(target_degrees)  # a generator was used up by the check and then read as empty
         _check_action_mode(action_mode, capacity_features, target_degrees, max_operation_gpus_per_window)
         if workloads is None:
-            from envs.workloads import build_workload
-
             workloads = [build_workload(name="phases", seed=0)]
         self.windows = nonempty_windows(workloads)
         self.config = config or SimConfig()
         self.calibration = calibration or Calibration.resolve(self.config.calibration_path)
-        self.make_router = make_router if make_router is not None else default_inner_router
+        self.make_router = make_router
         self.window_s = float(window_s)
         self.reward_kind = reward
         self.reward_scale = float(reward_scale)
@@ -453,10 +440,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self._w_high = np.array([b for _, b in RECONFIG_WORKER_FEATURES], dtype=np.float32)
         self.capacity_features = bool(capacity_features)
         if capacity_table is not None:
-            from baselines.controller import CapacityTable
-
             if not isinstance(capacity_table, CapacityTable):  # it failed only at the first capacity observation
-                raise ValueError(f"capacity_table must be a baselines.controller.CapacityTable or None, got "
+                raise ValueError(f"capacity_table must be an envs.planning.capacity.CapacityTable or None, got "
                                  f"{type(capacity_table).__name__} {capacity_table!r:.60}")
         self.capacity_table = capacity_table
         self._own_tables = capacity_table is None  # a new table per episode (class docstring, Observation Space)
@@ -484,7 +469,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             if target_degrees is None:
                 target_degrees = [d for d in DEFAULT_TARGET_DEGREES if d in pool.supported_degrees]
             self.target_compositions = target_menu(pool, target_degrees)
-            from baselines.composition import degree_counts  # lazy: envs must not import baselines at import time
 
             self._target_counts = [degree_counts(c, pool) for c in self.target_compositions]
             self.max_operation_gpus_per_window = float(max_operation_gpus_per_window or pool.num_gpus)
@@ -678,8 +662,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
 
     def _move_towards(self, k: int) -> None:
         """Starts the operations towards menu composition ``k`` (``action_mode="target"``)."""
-        from baselines.operation_plan import operations_towards  # lazy: envs must not import baselines at import time
-
         self._last_action = k
         for op in operations_towards(self.sim, self._target_counts[k], max_gpus=self.max_operation_gpus_per_window):
             apply_operation(self.sim, op)
@@ -747,8 +729,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         if not window_requests:
             return dict.fromkeys(self.degrees, 0.0)
         if self.capacity_table is None:
-            from baselines.capacity import CapacityCache  # lazy: envs must not import baselines at import time
-
             if self.capacity_cache is None:
                 self.capacity_cache = CapacityCache()
             self.capacity_table = self.capacity_cache.table(self.config, self.calibration, observation_profile_config())
@@ -797,8 +777,6 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
 
     def _target_observation(self, lam: dict[int, float], rate_rps: float) -> np.ndarray:
         """The ``"targets"`` rows (``TARGET_FEATURES``, one per menu composition)."""
-        from baselines.operation_plan import composition_distance, projected_degree_counts  # lazy (see above)
-
         projected = projected_degree_counts(self.sim)
         gpus = self.config.pool.num_gpus
         T = np.zeros((len(self._target_counts), len(TARGET_FEATURES)), dtype=np.float32)

@@ -3,7 +3,8 @@
 Ids (string entry points, so registering does not import the environment modules):
 
 * ``cpgym/PrefillRouting-v0`` -> :class:`envs.routing_env.PrefillRoutingEnv`
-* ``cpgym/PrefillReconfig-v0`` -> :class:`envs.reconfig_env.PrefillReconfigEnv`
+* ``cpgym/PrefillReconfig-v0`` -> :func:`baselines.envs.make_reconfig_env` (the environment
+  :class:`envs.reconfig_env.PrefillReconfigEnv` with the Vertumnus router as its default inner router)
 
 Importing this module registers them (so ``gymnasium.make("envs.registration:cpgym/...")``
 works); :func:`register_envs` does the same explicitly and is idempotent. Gymnasium >= 1.0 no
@@ -16,7 +17,7 @@ import gymnasium as gym
 
 ENV_IDS: dict[str, str] = {
     "cpgym/PrefillRouting-v0": "envs.routing_env:PrefillRoutingEnv",
-    "cpgym/PrefillReconfig-v0": "envs.reconfig_env:PrefillReconfigEnv",
+    "cpgym/PrefillReconfig-v0": "baselines.envs:make_reconfig_env",
 }
 
 

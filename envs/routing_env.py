@@ -31,7 +31,8 @@ from envs.episodes import (  # noqa: F401  (re-exported: their historical import
     reset_options,
     split_windows,
 )
-from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, Workload, WorkerState
+from envs.metrics.summary import measured_summary
+from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, WorkerState, Workload
 from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
 
 #: Former name of :class:`envs.accounting.EpisodeAccounting` (kept importable from here).
@@ -222,7 +223,7 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
     (``present`` = 0, never eligible), so pools of different sizes share one space. Everything the
     Vertumnus router uses is there: ``q_w``, the ready hit ``P_{i,w}``, the degree ``C_w``, the
     worker state, the predicted service time ``E_{C_w}(R_{i,w}, P_{i,w})`` and the request length
-    ``L``. Normalisation is left to the policy (``policies.extractor`` scales logarithmically).
+    ``L``. Normalisation is left to the policy (``policies.common.extractor`` scales logarithmically).
     With ``observe_faults=True`` the ``"faults"`` key of shape ``(max_num_workers, 3)`` adds per
     worker slot the flags ``FAULT_OBSERVATION_FEATURES`` = (down, degraded, rebuilding) in
     ``{0, 1}``: a *detected* failure of the slot's first GPU, a straggler GPU, a REBUILDING worker
@@ -271,10 +272,10 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
     is a no-op that repeats these flags. The last step's ``info`` holds ``episode_return`` and
     ``episode_mean_ttft_s``, ``episode_p90_ttft_s``, ``episode_slo_attainment_token_weighted`` of
     the requests arriving at or after the window's ``metadata["measure_from_s"]`` (0 by default;
-    a warm-started protocol window, ``policies.protocol``, excludes its warm-up). Every step's
+    a warm-started protocol window, ``policies.routing.protocol``, excludes its warm-up). Every step's
     ``info["step_duration_s"]`` is the simulated time from this decision to the next one (to the
     end of the simulation on the last step) [s], for discounting per second
-    (``policies.time_discount``).
+    (``policies.common.time_discount``).
 
     ## Info
 
@@ -301,7 +302,7 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
         make_attachments: optional factory of objects with ``attach(sim)`` (e.g. a cluster
             controller) attached to every episode's simulator.
         make_simulator: optional ``(workload, config) -> Simulator`` replacing the plain
-            ``Simulator(workload, config, calibration)`` (e.g. ``experiments.runner.build_simulator``
+            ``Simulator(workload, config, calibration)`` (e.g. ``baselines.runner.build_simulator``
             of a named policy, which applies its composition, calibration transform and
             attachments); the pool's ``max_num_workers`` must match ``config``'s.
         num_slots: number of worker slots of the observation and action spaces (default: the
@@ -504,7 +505,7 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
             reward -= rc.invalid_action_penalty
         self._return += reward
         done = nxt is None
-        # step_duration_s: simulated time to the next decision (policies.time_discount)
+        # step_duration_s: simulated time to the next decision (policies.common.time_discount)
         info = self._info(done, wid, invalid, sim.env.now - now)
         return self._observe(nxt), float(reward), terminated, truncated, info
 
@@ -515,8 +516,6 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
                 "invalid_action": bool(invalid), "worker_id": -1 if worker_id is None else int(worker_id),
                 "step_duration_s": float(step_duration_s)}
         if done:
-            from envs.metrics.summary import measured_summary
-
             info["episode_return"] = self._return
             md = self.windows[self.window_index].metadata or {}
             s = measured_summary(self.sim.result(), float(md.get("measure_from_s", 0.0)))

@@ -6,8 +6,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from experiments.config_args import option as _opt
-
+from baselines.registry import get_policy
+from baselines.runner import build_simulator
+from envs.sim.options import option as _opt
+from envs.sim.options import split_name_list
+from policies.common.checkpoint import LearnedPolicy, checkpoint_path, resolve_checkpoint
+from policies.routing.arm_selection import ArmSelectionPolicy, is_arm_checkpoint
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,6 @@ class EnvBenchConfig:
         Raises:
             ValueError: naming the field, on an empty list or item or a repeated name.
         """
-        from experiments.config_args import split_name_list
-
         if self.heuristics.strip() == "none":
             return []
         return split_name_list(self.heuristics, "bench-env: heuristics")
@@ -60,7 +62,7 @@ class EnvBenchResult:
             copies, masks fetched per step.
         decision_latency_us: policy -> mean decision latency [us/decision]: heuristics
             (``Router.route`` inside ``Simulator.run``) and a learned checkpoint, through its numpy
-            forward pass (``policies.numpy_policy``, what ``cpgym evaluate`` uses) and through SB3
+            forward pass (``policies.common.numpy_policy``, what ``cpgym evaluate`` uses) and through SB3
             ``model.predict`` (label suffix `` (torch)``), masks passed, batch 1; label suffix
             `` (observation + decision)``: the numpy decision plus building its observation (the
             feature work a heuristic's ``route`` does inside its own latency).
@@ -90,7 +92,7 @@ class EnvBenchResult:
 
 
 def _raw_env(wins, config, steps: int) -> tuple[float, float]:
-    from envs.routing_env import PrefillRoutingEnv
+    from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
 
     env = PrefillRoutingEnv(wins, config)
     env.reset(seed=0)
@@ -113,7 +115,7 @@ def _vec_env(wins, config, steps: int, n_envs: int) -> float:
     import numpy as np
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from envs.routing_env import PrefillRoutingEnv
+    from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
 
     venv = DummyVecEnv([(lambda: PrefillRoutingEnv(wins, config)) for _ in range(n_envs)])
     venv.seed(0)
@@ -132,15 +134,11 @@ def heuristic_label(name: str) -> str:
     ``vertumnus (route; loop incl. ReconfigController, GlobalCacheManager)``: its decision latency
     is ``route`` alone, its decide-and-step loop runs the attachments too (113 steps/s read as the
     router's when the row said only ``vertumnus``)."""
-    from baselines.registry import get_policy
-
     attached = [type(a).__name__ for a in get_policy(name).make_attachments()]
     return f"{name} (route; loop incl. {', '.join(attached)})" if attached else name
 
 
 def _heuristic_latency_us(name: str, window, config) -> tuple[float, float]:
-    from experiments.runner import build_simulator
-
     sim, spec = build_simulator(name, window, config)
     router = spec.make_router()
     view = sim.view
@@ -164,9 +162,7 @@ def _learned_latency_us(checkpoint: str, window, config, torch_threads: int, bac
     returning it), so ``decision + observation`` is what a deployed learned router pays per request."""
     import torch as th
 
-    from envs.routing_env import PrefillRoutingEnv
-    from policies.arm_selection import ArmSelectionPolicy, is_arm_checkpoint
-    from policies.checkpoint import LearnedPolicy, checkpoint_path
+    from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
 
     th.set_num_threads(torch_threads)
     env = PrefillRoutingEnv([window], config)
@@ -204,15 +200,12 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
         ValueError: on an unknown heuristic or a window with no request; ``FileNotFoundError``
             on a missing checkpoint.
     """
-    from baselines.registry import get_policy
-    from envs.routing_env import episode_windows
+    from envs.routing_env import episode_windows  # lazy: gymnasium (start-up of the CLI)
 
     heuristics = cfg.heuristic_names()
     for name in heuristics:  # names and checkpoint checked before anything is timed (they failed after the env runs)
         get_policy(name)
     if cfg.policy != "none":
-        from policies.checkpoint import resolve_checkpoint
-
         resolve_checkpoint(cfg.policy)
     windows = episode_windows(workload, episode_window_s)
     raw, raw_resets = _raw_env(windows, config, cfg.steps)
@@ -222,9 +215,6 @@ def bench_routing_env(cfg: EnvBenchConfig, workload, episode_window_s: float, co
         label = heuristic_label(name)
         lat[label], sps[label] = _heuristic_latency_us(name, windows[0], config)
     if cfg.policy != "none":
-        from policies.arm_selection import is_arm_checkpoint
-        from policies.checkpoint import checkpoint_path
-
         arm = is_arm_checkpoint(checkpoint_path(cfg.policy))  # a router: it reads the pool, not the observation
         for backend in ("numpy",) if arm else ("numpy", "torch"):
             name, lat_us, steps, obs_us = _learned_latency_us(cfg.policy, windows[0], config, cfg.torch_threads, backend)

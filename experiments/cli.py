@@ -24,6 +24,8 @@ import re
 import sys
 from pathlib import Path
 
+from envs.sim.options import error_text
+
 # name -> (module, one-line help) for a command, or name -> (group help, {sub-name: (module, help)})
 # for a group of commands. Plain registry; add a line to add a command.
 COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = {
@@ -315,7 +317,6 @@ def _main(argv: list[str], entry: bool) -> int:
     except (ValueError, OSError, EOFError) as exc:
         if args.traceback or not _is_input_error(exc):
             raise  # a bug (or --traceback): Python prints the full traceback, exit status 1
-        from experiments.common import error_text
 
         print(f"cpgym {args._command}: error: {error_text(exc)}", file=sys.stderr)
         return 2

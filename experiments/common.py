@@ -11,8 +11,12 @@ from pathlib import Path
 
 from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
+from envs.sim.faults import load_fault_config
+from envs.sim.options import check_out_file, split_number_list
 from envs.sim.pool import DEFAULT_COMPOSITION
-from experiments.config_args import split_number_list
+from envs.sim.tiers import TierConfig, parse_levels
+from envs.workloads import WorkloadSource
+from envs.workloads.registry import WORKLOADS
 
 DEFAULT_WORKLOAD = "mixed-default"
 
@@ -31,8 +35,6 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None 
     g = p.add_argument_group("workload")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="PATH", help="trace file: Mooncake JSONL, Azure 2023 CSV or the L-Eval lengths CSV")
-    from envs.workloads.registry import WORKLOADS
-
     src.add_argument("--workload", metavar="NAME",
                      help=f"named synthetic workload: {', '.join(sorted(WORKLOADS))} (default, without --trace or "
                           f"--workload: {default_text})")
@@ -106,8 +108,6 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
 
 def add_tier_arguments(p: argparse.ArgumentParser) -> None:
     """``--kv-tiers`` and its capacities/bandwidths (defaults and their sources: envs/sim/tiers.py)."""
-    from envs.sim.tiers import TierConfig
-
     d = TierConfig()
     g = p.add_argument_group("KV tiers (off unless --kv-tiers names a tier below hbm; envs/sim/tiers.py)")
     add = g.add_argument
@@ -156,8 +156,6 @@ TIER_FLAG_RANGES: dict[str, str] = {"dram_gb_per_node": "> 0", "dram_gbps_per_gp
 
 def _tier_flag_defaults() -> dict:
     """The parser default of each flag of :data:`TIER_FLAG_NEEDS` (as :func:`add_tier_arguments` sets them)."""
-    from envs.sim.tiers import TierConfig
-
     d = TierConfig()
     return {"dram_gb_per_node": d.dram_capacity_bytes_per_node / 1e9, "dram_gbps_per_gpu": d.dram_bytes_per_s_per_gpu / 1e9,
             "kv_eviction": d.eviction, "store_gb": d.store_capacity_bytes / 1e9, "store_gbps_per_node": None,
@@ -175,8 +173,6 @@ def tier_config_from_args(args: argparse.Namespace):
             that ``--kv-tiers`` does not enable (it would have no effect), or a capacity, bandwidth or
             latency flag out of range (naming the flag in its own units).
     """
-    from envs.sim.tiers import TierConfig, parse_levels
-
     levels = parse_levels(getattr(args, "kv_tiers", "hbm"))
     defaults = _tier_flag_defaults()
     for dest, needs in TIER_FLAG_NEEDS.items():
@@ -330,7 +326,6 @@ def _faults_from_args(args: argparse.Namespace):
     path = getattr(args, "faults", None)
     if not path:
         return None
-    from envs.sim.faults import load_fault_config
 
     return load_fault_config(path)
 
@@ -345,8 +340,6 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
     Raises:
         ValueError: naming the flag, on a bad seed, rate or window.
     """
-    from envs.workloads import WorkloadSource
-
     if args.workload_seed < 0:
         raise ValueError(f"--workload-seed must be an integer >= 0, got {args.workload_seed}")
     if args.window_s and not (0 <= args.window_s[0] < args.window_s[1]):
@@ -418,69 +411,6 @@ def check_has_requests(wl: Workload) -> Workload:
     return wl
 
 
-def check_out_dir(path: str | os.PathLike | None, flag: str = "--out") -> None:
-    """Fails early (before any simulation or any file is written) unless ``path`` is a writable
-    folder or can be created: it must not be (or lie under) a file, an existing folder must be
-    writable, and a missing one is created and removed again (with the parents it needed).
-
-    The one check of every output-folder flag (``--out``, ``--cache-dir``, ...).
-
-    Raises:
-        ValueError: naming ``flag`` and ``path``, with the reason (the blocking file, the error).
-    """
-    from pathlib import Path
-
-    if path is None:
-        return
-    if not str(path).strip():  # Path("") is the working folder, and `if args.out:` skipped the writing
-        raise ValueError(f"{flag} is empty; expected a folder path")
-    out = Path(path)
-    blocker = _first_file(out, *out.parents)
-    if blocker == out:
-        raise ValueError(f"{flag} {path} exists and is not a folder; expected a folder (new or existing)")
-    if blocker is not None:
-        raise ValueError(f"{flag} {path} cannot be created: {blocker} is not a folder")
-    if out.exists():
-        if not os.access(out, os.W_OK | os.X_OK):
-            raise ValueError(f"{flag} {path} is not writable; expected a folder this user can write into")
-        return
-    missing = [out, *(p for p in out.parents if not p.exists())]
-    try:
-        out.mkdir(parents=True)
-    except OSError as exc:
-        raise ValueError(f"{flag} {path} cannot be created: {exc.strerror or exc}") from None
-    for p in missing:  # innermost first
-        p.rmdir()
-
-
-def _first_file(*paths):
-    """The first of ``paths`` that exists and is not a folder (it blocks a folder there), else ``None``."""
-    return next((p for p in paths if p.exists() and not p.is_dir()), None)
-
-
-def check_out_file(path: str | None, flag: str = "--out") -> None:
-    """Fails early (before any simulation) if the output file ``path`` is an existing folder or
-    its folder exists as a file or cannot be created (:func:`check_out_dir`); the writer then
-    creates that folder.
-
-    Raises:
-        ValueError: naming ``flag`` and ``path``, with the reason.
-    """
-    from pathlib import Path
-
-    if path is None:
-        return
-    if not str(path).strip():  # was "--plot  is a folder" (Path("") is the working folder)
-        raise ValueError(f"{flag} is empty; expected a file path")
-    out = Path(path)
-    if out.is_dir():
-        raise ValueError(f"{flag} {path} is a folder; expected a file path")
-    blocker = _first_file(*out.parents)
-    if blocker is not None:  # named with the file's path (check_out_dir would name its folder)
-        raise ValueError(f"{flag} {path} cannot be created: {blocker} is not a folder")
-    check_out_dir(str(out.parent), flag)
-
-
 def check_plot_file(path: str | None, flag: str = "--plot") -> None:
     """:func:`check_out_file` for a figure, plus its format: the file name must end in a format
     matplotlib writes (``.png``, ``.pdf``, ``.svg``, ...). ``savefig`` refused ``x.txt`` only after
@@ -501,16 +431,6 @@ def check_plot_file(path: str | None, flag: str = "--plot") -> None:
     if suffix not in formats:
         raise ValueError(f"{flag} {path} needs a file name ending in one of "
                          f"{', '.join('.' + f for f in formats)} (the figure format)")
-
-
-def error_text(exc: BaseException) -> str:
-    """The one-line text of an input error: ``FILE: reason`` for an ``OSError`` that names a file
-    (``[Errno 2] No such file or directory: 'x'`` reads as ``x: No such file or directory``),
-    else ``str(exc)``. ``cpgym``'s error line and the checks that re-raise an error naming their
-    flag use it."""
-    if isinstance(exc, OSError) and getattr(exc, "filename", None) and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}"
-    return str(exc)
 
 
 def dumps_json(obj) -> str:

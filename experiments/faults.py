@@ -21,6 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
+from baselines.registry import get_policy
+from baselines.runner import run_policy
+from envs.metrics import summarize
+from envs.sim.faults import load_fault_config
+from envs.sim.yaml_keys import check_unique_keys, compose, load
+from envs.workloads import default_traces_dir, load_trace, scale_to_rate, window
+from policies.common.checkpoint import LearnedPolicy, checkpoint_path, resolve_checkpoint
+from policies.common.heuristic import make_routing_env, run_episode
+from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
+
 SPEC_KEYS = ("name", "description", "trace", "window_s", "load_fraction", "capacity_policy", "capacity_search_rps",
              "capacity_iterations", "capacity_drain_s", "policies", "learned", "scenarios", "seed", "plot_bin_s",
              "plot_before_s", "plot_after_s")
@@ -94,12 +104,7 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     """
     import yaml
 
-    from baselines.registry import get_policy
-    from envs.sim.faults import load_fault_config
-    from envs.workloads import default_traces_dir
-
     p = Path(path)
-    from envs.yaml_keys import check_unique_keys, compose, load
 
     try:
         text = p.read_text()
@@ -156,8 +161,6 @@ def _check_learned(p: Path, learned: str) -> None:
     """Raises ValueError ``<file>: learned: <path>: <problem>`` if ``learned`` is not a loadable
     checkpoint location (a shipped alias, a checkpoint folder or a model file; relative paths are
     relative to the working directory, as ``cpgym evaluate --policy``)."""
-    from policies.checkpoint import resolve_checkpoint
-
     try:
         resolve_checkpoint(learned)
     except FileNotFoundError as exc:
@@ -179,8 +182,6 @@ def _pairs(p: Path, kw: dict) -> None:
 
 
 def _workload(spec: FaultExperimentSpec, target_rps: float | None):
-    from envs.workloads import load_trace, scale_to_rate, window
-
     wl = load_trace(spec.trace, spread_seed=spec.seed)
     if target_rps is not None:
         wl = scale_to_rate(wl, target_rps)
@@ -190,8 +191,6 @@ def _workload(spec: FaultExperimentSpec, target_rps: float | None):
 def estimate_capacity_rps(spec: FaultExperimentSpec, config, log=print) -> tuple[float, list[dict]]:
     """Bisection over the target rate (module docstring). Returns the highest sustainable rate
     found [requests/s] and the probes ``[{target_rps, drain_s, sustainable}, ...]``."""
-    from experiments.runner import run_policy
-
     lo, hi = spec.capacity_search_rps
     probes = []
     for _ in range(spec.capacity_iterations):
@@ -210,14 +209,9 @@ def estimate_capacity_rps(spec: FaultExperimentSpec, config, log=print) -> tuple
 def _run_learned(checkpoint: str, wl, config):
     import torch as th
 
-    from experiments.runner import run_policy
-    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
-    from policies.checkpoint import LearnedPolicy, checkpoint_path
-    from policies.heuristic import make_routing_env, run_episode
-
     if is_arm_checkpoint(checkpoint_path(checkpoint)):  # a router over the live pool: a plain run
         return run_policy(arm_policy_spec(checkpoint_path(checkpoint), name="learned"), wl, config)
-    th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest (as policies/evaluate.py)
+    th.set_num_threads(1)  # batch-1 inference of a small net: one thread is fastest (as policies/routing/evaluate.py)
     env = make_routing_env(None, [wl], config)
     res, _, _ = run_episode(env, LearnedPolicy(checkpoint, name="learned"),
                             options={"window_index": 0, "sim_seed": config.seed})
@@ -231,10 +225,6 @@ def run_fault_experiment(spec: FaultExperimentSpec, base_config, log=print, on_r
     ``callable(rows)`` called after each run with the rows so far (``cpgym faults`` writes them,
     so a run stopped midway keeps its finished runs)."""
     from dataclasses import replace
-
-    from envs.metrics import summarize
-    from envs.sim.faults import load_fault_config
-    from experiments.runner import run_policy
 
     config = replace(base_config, seed=spec.seed)
     capacity, probes = estimate_capacity_rps(spec, config, log)

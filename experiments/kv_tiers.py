@@ -24,8 +24,13 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from baselines.runner import run_policy
+from envs import workloads
+from envs.metrics import summarize
+from envs.provenance import write_provenance
 from envs.sim import SimConfig, Workload
 from envs.sim.tiers import TierConfig
+from experiments.common import dumps_json
 
 TIER_VARIANTS: dict[str, tuple[str, ...]] = {"hbm": ("hbm",), "hbm,dram": ("hbm", "dram"),
                                               "hbm,dram,store": ("hbm", "dram", "store")}
@@ -37,8 +42,6 @@ ROW_KEYS = ("policy", "kv_tiers", "eviction", "dram_capacity_gb_per_node", "rate
 
 def trace_window(trace: str, rate_rps: float, window_s: tuple[float, float], seed: int = 0) -> Workload:
     """The trace time-scaled to ``rate_rps`` [requests/s], arrivals in ``[start, end)`` s."""
-    from envs import workloads
-
     wl = workloads.load_trace(trace, spread_seed=seed)
     return workloads.window(workloads.scale_to_rate(wl, rate_rps), *window_s)
 
@@ -65,8 +68,6 @@ def estimate_capacity_rps(trace: str, config: SimConfig, policy: str, window_s: 
     Raises:
         ValueError: if ``start_rps`` <= 0 or the pool does not drain even at ``start_rps / 64``.
     """
-    from experiments.runner import run_policy
-
     if not start_rps > 0:
         raise ValueError(f"start_rps must be > 0, got {start_rps}")
     probes: list[tuple[float, bool]] = []
@@ -116,9 +117,6 @@ def run_tier_study(trace: str, config: SimConfig, policies: list[str], window_s:
                    eviction_capacities_gb: tuple[float, float] = (16.0, 64.0),
                    eviction_policies: tuple[str, ...] = ("mooncake-ttft", "dynamo-kv"), progress=None) -> TierStudy:
     """Runs the tier and eviction tables (module docstring) at ``load_fraction`` of capacity."""
-    from envs.metrics import summarize
-    from experiments.runner import run_policy
-
     if capacity_rps is None:
         cap = estimate_capacity_rps(trace, config, capacity_policy, window_s)
     else:
@@ -181,7 +179,6 @@ def write_study(study: TierStudy, out_dir: str | Path, argv: list[str]) -> Path:
     ``provenance.json`` before the first)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from experiments.common import dumps_json
 
     (out / "kv_tiers.json").write_text(dumps_json({**asdict(study), "argv": argv}) + "\n")
     text = (f"Capacity {study.capacity['capacity_rps']:.2f} req/s ({study.capacity['policy']}); "
@@ -189,7 +186,6 @@ def write_study(study: TierStudy, out_dir: str | Path, argv: list[str]) -> Path:
             f"## Tiers\n\n{markdown_table(study.tiers, TABLE_COLS)}\n\n"
             f"## Host-memory eviction\n\n{markdown_table(study.eviction, TABLE_COLS)}\n")
     (out / "tables.md").write_text(text)
-    from experiments.provenance import write_provenance
 
     write_provenance(out, argv)
     return out

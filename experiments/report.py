@@ -40,7 +40,7 @@ the workload, variant and rate-setting axes (``workload.rate_scale``, arrival-pr
 parameters).
 
 95% CI: the Student-t interval of the mean over seeds, ``mean ± t(0.975, n-1) · s / sqrt(n)``
-(:func:`policies.evaluate.mean_ci95`; no CI for n = 1, and none printed when every seed gave
+(:func:`envs.metrics.stats.mean_ci95`; no CI for n = 1, and none printed when every seed gave
 the same value: a zero-width interval), **clipped to the quantity's range**: shares (SLO
 attainment, prefix hit rate, utilisation) to [0, 1], times, volumes and counts to [0, ∞). With
 few seeds the t interval of a bounded quantity can reach past its bound (t(0.975, 1) = 12.7);
@@ -58,6 +58,9 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envs.metrics.stats import ci95_halfwidth, mean_ci95
+from experiments.sweep import manifest_cell_keys
+
 RATE_AXIS = "workload.target_rps"
 #: Follows a table's CI bound that clipping to the quantity's range moved (the t interval reached past it).
 CLIPPED_MARK = "†"
@@ -66,14 +69,6 @@ METRICS = ("mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weig
            "prefix_hit_rate", "kv_transfer_bytes", "num_unfinished", "utilization")
 # sim_config fields that never make two plain runs different experiments
 _IGNORED_CONFIG = ("seed", "record_events")
-
-
-def ci95_halfwidth(values) -> float:
-    """Half-width of the 95% Student-t confidence interval of the mean (:func:`policies.evaluate.mean_ci95`,
-    the one implementation): NaN for fewer than 2 values, exactly 0 when they are all equal."""
-    from policies.evaluate import mean_ci95
-
-    return mean_ci95(values)[1]
 
 
 def metric_bounds(metric: str) -> tuple[float, float]:
@@ -87,8 +82,6 @@ def ci95_interval(values, lower: float = -math.inf, upper: float = math.inf) -> 
     Returns:
         ``(low, high)``; ``(nan, nan)`` for fewer than 2 values.
     """
-    from policies.evaluate import mean_ci95
-
     m, hw = mean_ci95(values)
     if math.isnan(hw):
         return math.nan, math.nan
@@ -385,8 +378,6 @@ def _in_current_sweep(d: Path, key: str, current: dict[Path, set | None]) -> boo
     cells of the spec it runs). A spec edited and run again into the same ``--out`` leaves the
     old cells' folders there; they are not cells of the sweep any more. No manifest: every cell
     counts."""
-    from experiments.sweep import manifest_cell_keys
-
     base = d.parent
     if base not in current:
         current[base] = manifest_cell_keys(base)
@@ -784,4 +775,4 @@ def _markdown(run_dir: Path, df, agg, rep: Report, sweeps: list[str], cells: dic
     return lines
 
 
-__all__ = ["make_report", "Report", "ci95_halfwidth", "ci95_interval", "metric_bounds"]
+__all__ = ["make_report", "Report", "ci95_interval", "metric_bounds"]

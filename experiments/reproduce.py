@@ -12,7 +12,7 @@ plain functions in :data:`EXPERIMENTS` (name -> function returning :class:`Exper
 End-to-end (``experiment = "end-to-end"``, paper §9 "End-to-End Serving Performance"): for each
 model (calibration) and workload — L-Eval-like documents, Tool-Agent sessions, and the Mooncake
 conversation trace standing in for the paper's non-public production trace — the sustainable
-rate (:mod:`experiments.capacity`) of every static baseline of the paper suite is measured on
+rate (:mod:`baselines.capacity`) of every static baseline of the paper suite is measured on
 the first window (seed 0); the strongest (highest capacity) sets the loads: load fraction ``f``
 runs the window rate-scaled by ``f x`` the strongest baseline's capacity factor (arrival times
 divided by it; the realised rate is reported, ``rate_rps``), and a run is *overloaded* when its
@@ -27,7 +27,7 @@ the metrics are paired per seed:
   (percentage points, positive = higher attainment);
 
 ``cpgym_value`` is the mean over seeds and ``[ci_low, ci_high]`` its Student-t 95 % interval
-(:func:`policies.evaluate.mean_ci95`). Paper values: Qwen3-30B-A3B at its highest tested load
+(:func:`policies.routing.evaluate.mean_ci95`). Paper values: Qwen3-30B-A3B at its highest tested load
 (paper §9; ``/work/shared/paper`` notes): mean TTFT −13.9 / −21.0 / −28.1 %, P90 −17.8 / −55.0 /
 −29.5 %, SLO +0.9 / +13.3 / +1.1 pp on L-Eval / Tool-Agent / Production. The paper gives no
 per-workload DeepSeek figures in the notes available, so those rows carry ``paper_value`` null.
@@ -42,7 +42,40 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from baselines.capacity import (
+    CapacityDefinition,
+    CapacityResult,
+    RatedWorkload,
+    find_capacity,
+    is_overloaded,
+    rates_for_loads,
+    static_baselines,
+)
+from baselines.runner import run_policy
+from envs import workloads
+from envs.metrics import summarize
+from envs.metrics.stats import mean_ci95
+from envs.planning.capacity import CapacityCache
+from envs.planning.composition import deployment_pool
 from envs.sim import Calibration, SimConfig
+from envs.sim.options import error_text
+from experiments.paper_experiments.cache_ablation import tool_agent_capacity
+from experiments.paper_experiments.dynamic_phases import (
+    OPERATION_FIELDS,
+    DynamicPhasesConfig,
+    check_compositions,
+    run_dynamic_phases,
+)
+from experiments.paper_experiments.paper_rows import (
+    DYNAMIC_SCENARIOS,
+    PAPER_DYNAMIC,
+    cache_rows,
+    dynamic_rows,
+    operation_times_s,
+    reconfiguration_rows,
+    run_cache_pairs,
+)
+from policies.common.policy_args import check_distinct
 
 #: Paper §9, Qwen3-30B-A3B, highest tested load, Vertumnus vs the strongest baseline.
 PAPER_END_TO_END: dict[tuple[str, str], float] = {
@@ -109,7 +142,7 @@ class ReproduceConfig:
         window_s: arrival window of every run and of the capacity search [s].
         policies: the full system first, then the baselines.
         sim: simulator settings (pool, SLO, ...); the calibration comes from ``models``.
-        capacity_definition: :class:`experiments.capacity.CapacityDefinition`.
+        capacity_definition: :class:`baselines.capacity.CapacityDefinition`.
         cache_dir: capacity cache folder, or ``None``.
 
     Raises:
@@ -137,7 +170,6 @@ class ReproduceConfig:
     def __post_init__(self) -> None:
         if not self.workloads or not self.models or not self.seeds or not self.policies:
             raise ValueError("reproduce needs at least one workload, model, seed and policy")
-        from policies.evaluate import check_distinct
 
         for flag, seeds in (("--seeds", self.seeds), ("--cache-seeds", self.cache_seeds)):
             if not seeds or any(int(x) != x or x < 0 for x in seeds):
@@ -148,8 +180,6 @@ class ReproduceConfig:
             raise ValueError(f"cache_duration_s must be > 0, got {self.cache_duration_s}")
         from dataclasses import fields
 
-        from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
-
         known = {f.name for f in fields(DynamicPhasesConfig)} - {"workload_seed"}
         object.__setattr__(self, "dynamic_params", tuple((str(k), v) for k, v in dict(self.dynamic_params).items()))
         bad = [k for k, _ in self.dynamic_params if k not in known]
@@ -157,7 +187,6 @@ class ReproduceConfig:
             raise ValueError(f"dynamic_params: unknown DynamicPhasesConfig field(s) {bad}; known: {sorted(known)} "
                              "(the workload seed is the run seed)")
         object.__setattr__(self, "dynamic_params", _typed_dynamic_params(self.dynamic_params))
-        from experiments.paper_experiments.dynamic_phases import check_compositions
 
         # its own checks and its compositions against the pool, before any run
         check_compositions(DynamicPhasesConfig(**dict(self.dynamic_params)), self.sim.pool)
@@ -178,8 +207,6 @@ class ReproduceConfig:
                 # the composition (validated against the pool) and the weight shard group against its degrees
                 _model_sim(self.sim, path, comp, 0).pool.check_weight_shard(calibration.weight_shard_gpus)
             except (OSError, ValueError) as exc:
-                from experiments.common import error_text
-
                 raise ValueError(f"--models entry {label!r}: {error_text(exc)}") from None
             if model in labels:
                 raise ValueError(f"--models: entries {labels[model]!r} and {label!r} are both labelled {model!r}; "
@@ -195,8 +222,6 @@ def _typed_dynamic_params(params: tuple[tuple[str, object], ...]) -> tuple[tuple
         ValueError: naming ``--dynamic-param NAME`` and the expected type.
     """
     import typing
-
-    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
 
     hints = typing.get_type_hints(DynamicPhasesConfig)
     out = []
@@ -248,9 +273,6 @@ def _partial(on_partial: OnPartial | None, runs: list[dict], capacities: list[di
 
 
 def _rated(case: WorkloadCase, window_s: float, seed: int):
-    from envs import workloads
-    from experiments.capacity import RatedWorkload
-
     if case.trace is not None:
         return RatedWorkload(window_s=window_s, base=workloads.load_trace(case.trace, spread_seed=seed))
     return RatedWorkload(window_s=window_s, name=case.name, seed=seed, params=dict(case.params))
@@ -258,8 +280,6 @@ def _rated(case: WorkloadCase, window_s: float, seed: int):
 
 def _model_sim(sim: SimConfig, cal_path: str | None, composition: str | None, seed: int) -> SimConfig:
     """The run settings of one model: its calibration, and its pool when it brings a composition."""
-    from baselines.composition import deployment_pool
-
     if composition is not None:
         sim = replace(sim, pool=deployment_pool(replace(sim.pool, composition=composition,
                                                         supported_degrees=sim.pool.supported_degrees + (1, 2, 4, 8))))
@@ -303,8 +323,6 @@ def paired_changes(runs: list[dict], load: float, baselines: list[str]) -> tuple
 
 def _capacity_task(task: tuple) -> dict:
     """One policy's capacity on one workload (a process-pool task; returns a plain dict)."""
-    from experiments.capacity import find_capacity
-
     model, cal_path, comp, case, policy, cfg = task
     t0 = time.perf_counter()
     calibration = Calibration.resolve(cal_path)
@@ -320,11 +338,6 @@ def _capacity_task(task: tuple) -> dict:
 def _runs_task(task: tuple) -> list[dict]:
     """Every load and policy of one (model, workload, seed) (a process-pool task): one summary
     row per run. Runs share one profile cache (profiles are pure functions of their key)."""
-    from baselines.capacity import CapacityCache
-    from envs.metrics import summarize
-    from experiments.capacity import is_overloaded
-    from experiments.runner import run_policy
-
     model, cal_path, comp, case, seed, scales, caps, strongest_static, cfg = task
     calibration = Calibration.resolve(cal_path)
     sim = _model_sim(cfg.sim, cal_path, comp, seed)
@@ -364,9 +377,6 @@ def end_to_end(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, j
     processes run the capacity searches and the runs (results do not depend on it); ``memo`` is
     unused (the experiments' common signature); ``on_partial``: :data:`OnPartial`, after each
     capacity search and each (model, workload, seed) task."""
-    from experiments.capacity import CapacityDefinition, CapacityResult, rates_for_loads, static_baselines
-    from policies.evaluate import mean_ci95
-
     say = log or (lambda _line: None)
     if cfg.capacity_definition is None:
         cfg = replace(cfg, capacity_definition=CapacityDefinition())
@@ -430,8 +440,6 @@ def _paper_models(cfg: ReproduceConfig, kind: str, say: Callable[[str], None]) -
 
 def _dynamic_task(task: tuple) -> dict:
     """One seed of the dynamic-phases experiment (a process-pool task): its JSON-ready summary."""
-    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, run_dynamic_phases
-
     path, seed, cfg = task
     t0 = time.perf_counter()
     dcfg = DynamicPhasesConfig(**{**dict(cfg.dynamic_params), "workload_seed": seed})
@@ -480,8 +488,6 @@ def dynamic(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs
     composition (:func:`~experiments.paper_experiments.paper_rows.dynamic_rows`), over ``cfg.seeds``.
     ``runs``: one row per seed and policy (fixed compositions and the adaptive run);
     ``on_partial`` (:data:`OnPartial`) after each seed."""
-    from experiments.paper_experiments.paper_rows import DYNAMIC_SCENARIOS, PAPER_DYNAMIC, dynamic_rows
-
     done: list[dict] = []
 
     def seed_done(model: str, s: dict) -> None:
@@ -503,8 +509,6 @@ def dynamic(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs
 
 def _operation_runs(model: str, s: dict) -> list[dict]:
     """The ``reconfiguration`` runs rows of one seed's summary ``s``: one per operation."""
-    from experiments.paper_experiments.dynamic_phases import OPERATION_FIELDS
-
     return [{"model": model, "seed": s["seed"], **{k: o[k] for k in OPERATION_FIELDS if k in o}} for o in s["operations"]]
 
 
@@ -515,8 +519,6 @@ def reconfiguration(cfg: ReproduceConfig, log: Callable[[str], None] | None = No
     dynamic experiment (the same runs: shared through ``memo``); a seed without a committed
     operation is left out (logged), a model without any gets no rows. ``runs``: one row per operation;
     ``on_partial`` (:data:`OnPartial`) after each seed (when the dynamic experiment has not run them)."""
-    from experiments.paper_experiments.paper_rows import operation_times_s, reconfiguration_rows
-
     done: list[dict] = []
 
     def seed_done(model: str, s: dict) -> None:
@@ -539,8 +541,6 @@ def reconfiguration(cfg: ReproduceConfig, log: Callable[[str], None] | None = No
 
 def _cache_capacity_task(task: tuple) -> dict:
     """Capacity of local caches only on the cache experiment's tool-agent workload, one seed."""
-    from experiments.paper_experiments.cache_ablation import tool_agent_capacity
-
     model, path, seed, cfg = task
     t0 = time.perf_counter()
     res = tool_agent_capacity(_model_sim(cfg.sim, path, None, seed), cfg.cache_duration_s, seed,
@@ -552,8 +552,6 @@ def _cache_capacity_task(task: tuple) -> dict:
 
 def _cache_pair_task(task: tuple) -> list[dict]:
     """Local caches only and the global manager at one rate, one seed (``run_cache_pairs``)."""
-    from experiments.paper_experiments.paper_rows import run_cache_pairs
-
     model, path, seed, rate, cfg = task
     t0 = time.perf_counter()
     (local, managed), = run_cache_pairs(rate, (seed,), _model_sim(cfg.sim, path, None, seed), cfg.cache_duration_s)
@@ -578,12 +576,8 @@ def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: 
     the lowest of them, so no seed runs above its capacity; ``load_fraction`` = that fraction.
     ``runs``: one row per seed and policy; ``capacities``: one row per seed; ``on_partial``
     (:data:`OnPartial`) after each capacity search and each seed's pair of runs."""
-    from experiments.paper_experiments.paper_rows import cache_rows
-
     say = log or (lambda _line: None)
     if cfg.capacity_definition is None:
-        from experiments.capacity import CapacityDefinition
-
         cfg = replace(cfg, capacity_definition=CapacityDefinition())
     models = _paper_models(cfg, "cache", say)
     caps: list[dict] = []

@@ -7,7 +7,7 @@ Output layout (``out_dir``)::
     manifest.json                   cell key -> status (done / failed), run folder, error, wall time
     {workload}[-{grid values}]__{policy}__{seed}__{time}/   one folder per finished cell (cell_folder_name,
                                     e.g. mixed-default-10rps-cache_capacity_scale=0.5__least-work__0__1796044908):
-        requests.parquet, summary.json, config.json   (experiments.runner.write_run)
+        requests.parquet, summary.json, config.json   (baselines.runner.write_run)
         cell.json                   cell key, axes, resolved config (written last)
         extras.json                 KV-transfer totals, final composition, any timelines
     .tmp/<key>/                     a cell in progress (never counted as finished)
@@ -30,7 +30,7 @@ with it (``PR_SET_PDEATHSIG`` on Linux, a parent-pid watch elsewhere), so no cel
 a driver to record it. One driver per folder (``.lock``). A resume runs each unfinished cell
 once and logs to wandb the finished cells that an earlier driver never logged.
 
-Side effects: wandb files stay under ``out_dir/wandb`` (:mod:`experiments.wandb_log`); a local
+Side effects: wandb files stay under ``out_dir/wandb`` (:mod:`policies.common.wandb_log`); a local
 Ray instance keeps its session folder under ``out_dir/.ray`` (:func:`_ray_temp_dir`) and its
 auth token in the environment of this process only.
 """
@@ -48,7 +48,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from baselines.capacity import code_fingerprint
+from baselines.registry import get_policy
+from baselines.runner import config_dict, run_policy, write_run
+from envs.metrics import summarize
+from envs.progress import Progress, progress_mode
+from experiments.common import write_text_atomic
 from experiments.spec import Cell, ExperimentSpec
+from policies.common.wandb_log import WandbLogger
 
 MANIFEST = "manifest.json"
 CELL_FILE = "cell.json"
@@ -79,16 +86,12 @@ def _json_safe(x):
 def write_json_atomic(path: Path, obj) -> None:
     """Writes JSON to ``path`` atomically (:func:`experiments.common.write_text_atomic`: readers never
     see half a file)."""
-    from experiments.common import write_text_atomic
-
     write_text_atomic(path, json.dumps(_json_safe(obj), indent=2) + "\n")
 
 
 def _policy_for(cell: Cell):
     """The registry's PolicySpec, with the cell's parameters applied when it has any (the registry
     declares them as ``PolicySpec.params`` and builds with ``PolicySpec.with_params(**kw)``)."""
-    from baselines.registry import get_policy
-
     spec = get_policy(cell.policy)
     if not cell.policy_params:
         return spec
@@ -106,9 +109,6 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
         ``{"key", "status": "done"|"failed", "run_dir" (folder name), "wall_s", "error",
         "traceback", "summary"}``.
     """
-    from envs.metrics import summarize
-    from experiments.runner import config_dict, write_run
-
     t0 = time.perf_counter()
     out = Path(out_dir)
     tmp = out / TMP_DIR / cell.key
@@ -117,7 +117,6 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         workload = cell.workload.build()
-        from experiments.runner import run_policy
 
         result = run_policy(_policy_for(cell), workload, cell.config)
         summary = summarize(result)
@@ -166,15 +165,13 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
 
 
 #: The sources a cell's numbers depend on besides its key (simulator, policies, the run path).
-CELL_CODE = ("envs", "baselines", "experiments/runner.py")
+CELL_CODE = ("envs", "baselines", "baselines/runner.py")
 
 
 def cell_code_fingerprint() -> str:
-    """SHA-256 of the sources of :data:`CELL_CODE` (``experiments.capacity.code_fingerprint``),
+    """SHA-256 of the sources of :data:`CELL_CODE` (``baselines.capacity.code_fingerprint``),
     recorded in each ``cell.json`` as ``code_sha256``: not part of the cell key (a resumed sweep
     reuses its cells), but compared on resume (:func:`outdated_cells`)."""
-    from experiments.capacity import code_fingerprint
-
     return code_fingerprint(CELL_CODE)
 
 
@@ -232,8 +229,6 @@ def _axis_value_text(v) -> str:
 
 
 def _effective_composition(cell: Cell) -> str:
-    from baselines.registry import get_policy
-
     try:
         spec = get_policy(cell.policy)
     except ValueError:
@@ -733,7 +728,7 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
         jobs: parallel cells (default: CPU count, at most the number of cells to run).
         wandb_mode: ``"disabled"``, ``"offline"`` or ``"online"`` (one wandb run per cell, grouped by
             sweep). Finished cells not yet logged (e.g. by a driver that was killed) are logged first.
-        progress: progress on stderr, see :func:`experiments.progress.progress_mode` (default: a bar on
+        progress: progress on stderr, see :func:`envs.progress.progress_mode` (default: a bar on
             a terminal, a line every 10 s otherwise; ``False`` = silent).
         ray_address: Ray cluster address; ``None`` starts a local instance.
         on_result: called with each cell's result dict as it arrives (tests).
@@ -748,8 +743,6 @@ def run_sweep(spec: ExperimentSpec, out_dir: str | Path | None = None, backend: 
             in flight stay unfinished and run again on resume).
     """
     check_sweep_target(spec, out_dir, backend, jobs)
-    from experiments.progress import Progress, progress_mode
-    from experiments.wandb_log import WandbLogger
 
     mode = progress_mode(progress)
     t0 = time.perf_counter()

@@ -15,6 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from kernels_ref.dist import launch
+from kernels_ref.layout import ZigzagLayout
+
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-12, 1e-12),
     "float32": (1e-5, 1e-5),
@@ -116,10 +119,13 @@ def _nanmax(values) -> float:
 def _run_case(case: CheckCase, rank: int, group, device: str) -> dict:
     import torch
 
+    from kernels_ref.attention import reference_attention  # lazy: torch
+
+    # lazy: torch
+    # lazy: torch
+    # lazy: torch
     from kernels_ref.cp_attention import ring_attention, shard_new_tokens, shard_prefix, zigzag_allgather_attention
-    from kernels_ref.attention import reference_attention
-    from kernels_ref.layer import LayerConfig, PrefillDecoderLayer
-    from kernels_ref.layout import ZigzagLayout
+    from kernels_ref.layer import LayerConfig, PrefillDecoderLayer  # lazy: torch
 
     dtype = getattr(torch, case.dtype)
     layout = ZigzagLayout(case.num_new_tokens, case.num_cached_tokens, case.degree)
@@ -193,9 +199,6 @@ def run_check_suite(cases: list[CheckCase] | None = None, device: str = "cpu") -
     Raises:
         ValueError: on an unknown dtype / device, or not enough GPUs for ``device="cuda"``.
     """
-    from kernels_ref.dist import launch
-    from kernels_ref.layout import ZigzagLayout
-
     cases = default_cases(device=device) if cases is None else list(cases)
     if not cases:
         return []

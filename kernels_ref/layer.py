@@ -128,7 +128,7 @@ class PrefillDecoderLayer(torch.nn.Module):
         Raises:
             ValueError: on an unknown algorithm or mismatched shapes.
         """
-        from kernels_ref.cp_attention import new_token_positions
+        from kernels_ref.cp_attention import new_token_positions  # lazy: torch
 
         q, k, v = self.qkv(x, new_token_positions(layout, rank, device=x.device))
         if algorithm == "allgather":

@@ -30,10 +30,13 @@ import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-
 from typing import TYPE_CHECKING
 
+from kernels_ref import roofline
 from kernels_ref.config import LayerConfig
+from kernels_ref.dist import launch
+from kernels_ref.fit import fit_cost_model
+from kernels_ref.layout import ZigzagLayout
 
 if TYPE_CHECKING:  # numpy and torch are imported where used, so the CLI can build its parser cheaply
     from kernels_ref.fit import FitResult
@@ -177,9 +180,8 @@ def _profile_worker(rank: int, world_size: int, config: ProfileConfig) -> dict:
     import torch
     import torch.distributed as dist
 
-    from kernels_ref.cp_attention import shard_new_tokens, shard_prefix
-    from kernels_ref.layer import PrefillDecoderLayer
-    from kernels_ref.layout import ZigzagLayout
+    from kernels_ref.cp_attention import shard_new_tokens, shard_prefix  # lazy: torch
+    from kernels_ref.layer import PrefillDecoderLayer  # lazy: torch
 
     device = torch.device(f"cuda:{rank}") if config.device == "cuda" else torch.device("cpu")
     dtype = getattr(torch, config.dtype)
@@ -241,8 +243,6 @@ def run_profile(config: ProfileConfig) -> list[Sample]:
         ValueError: from :class:`ProfileConfig` / :func:`kernels_ref.dist.launch` (e.g. too few GPUs),
             or a grid whose estimated memory does not fit (:meth:`ProfileConfig.check_memory`).
     """
-    from kernels_ref.dist import launch
-
     config.check_memory(*_available_memory_bytes(config.device))
     per_rank = launch(_profile_worker, max(config.degrees), args=(config,), device=config.device, timeout_s=3600)
     samples = []
@@ -290,8 +290,6 @@ def build_profile_calibration(samples: list[Sample], fit: FitResult, config: Pro
     Raises:
         ValueError: on an unknown preset name or weights that do not fit the GPU.
     """
-    from kernels_ref import roofline
-
     model_spec, gpu_spec = roofline.get_model(model), roofline.get_gpu(gpu)
     memory = roofline.memory_fields(model_spec, gpu_spec)
     timing = "CUDA-event wall time per rank" if config.device == "cuda" else "per-rank CPU time (time.process_time)"
@@ -334,7 +332,5 @@ def samples_for_fit(samples: list[Sample]) -> list[tuple[int, int, int, float]]:
 
 def profile_and_fit(config: ProfileConfig) -> tuple[list[Sample], FitResult]:
     """:func:`run_profile` then :func:`kernels_ref.fit.fit_cost_model`."""
-    from kernels_ref.fit import fit_cost_model
-
     samples = run_profile(config)
     return samples, fit_cost_model(samples_for_fit(samples))

@@ -837,10 +837,3 @@ def build_calibration_dict(model: ModelSpec, gpu: GpuSpec, efficiency: Efficienc
         "provenance": provenance,
     }
 
-
-def build_calibration(model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency = Efficiency(), **kwargs):
-    """Like :func:`build_calibration_dict` but returns a validated ``envs.sim.cost_model.Calibration``."""
-    from envs.sim.cost_model import Calibration  # lazy: envs.sim may import this module
-
-    data = build_calibration_dict(model, gpu, efficiency, **kwargs)
-    return Calibration.from_dict(data, source=f"roofline {model.name}/{gpu.name}")

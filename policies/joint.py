@@ -18,7 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.accounting import EpisodeAccounting
 from envs.sim import Router
+from policies.common.checkpoint import LearnedPolicy, checkpoint_path
+from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
 
 class LearnedRouter(Router):
@@ -33,21 +36,18 @@ class LearnedRouter(Router):
         path: routing checkpoint folder or zip, or ``"shipped"``.
 
     Raises:
-        FileNotFoundError / ValueError: see :class:`policies.checkpoint.LearnedPolicy`.
+        FileNotFoundError / ValueError: see :class:`policies.common.checkpoint.LearnedPolicy`.
         RuntimeError: from :meth:`route` before :meth:`attach`.
     """
 
     def __init__(self, path: str | Path) -> None:
-        from policies.checkpoint import LearnedPolicy
-
         self.policy = LearnedPolicy(path)
         self.name = self.policy.name
         self._env = None
 
     def attach(self, sim) -> None:
         """Binds the router to a run's simulator (one observer env and request accounting per run)."""
-        from envs.accounting import EpisodeAccounting
-        from envs.routing_env import PrefillRoutingEnv
+        from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
 
         num_slots = self.policy.model.observation_space["workers"].shape[0]
         if sim.config.pool.max_num_workers > num_slots:
@@ -61,7 +61,7 @@ class LearnedRouter(Router):
         self._seen = bytearray(sim.workload.num_requests)
 
     def route(self, request, view) -> int:
-        from envs.routing_env import least_work_worker
+        from envs.routing_env import least_work_worker  # lazy: gymnasium (start-up of the CLI)
 
         env = self._env
         if env is None:
@@ -79,18 +79,15 @@ class LearnedRouter(Router):
 
 def joint_router_factory(path: str | Path):
     """``() -> Router`` for the controller's inner router from a routing checkpoint: an
-    arm-selection checkpoint (:mod:`policies.arm_selection`, e.g. ``"shipped"``) gives a fresh
-    :class:`~policies.arm_selection.ArmSelectingRouter` per run (it reads the live pool itself);
+    arm-selection checkpoint (:mod:`policies.routing.arm_selection`, e.g. ``"shipped"``) gives a fresh
+    :class:`~policies.routing.arm_selection.ArmSelectingRouter` per run (it reads the live pool itself);
     an SB3 routing checkpoint one :class:`LearnedRouter`, loaded once (``attach`` rebinds it per
     run).
 
     Raises:
-        FileNotFoundError / ValueError: see :class:`policies.checkpoint.LearnedPolicy` and
-            :func:`policies.arm_selection.load_arm_checkpoint`.
+        FileNotFoundError / ValueError: see :class:`policies.common.checkpoint.LearnedPolicy` and
+            :func:`policies.routing.arm_selection.load_arm_checkpoint`.
     """
-    from policies.arm_selection import arm_policy_spec, is_arm_checkpoint
-    from policies.checkpoint import checkpoint_path
-
     if is_arm_checkpoint(checkpoint_path(path)):
         return arm_policy_spec(checkpoint_path(path)).make_router
     router = LearnedRouter(path)

@@ -10,8 +10,9 @@ from baselines.cache_manager.replication import Replicator, Transfer
 from baselines.cache_manager.statistics import DemandStatistics
 from baselines.cache_manager.trie import PrefixTrie, TrieNode
 from envs.sim.cache import PrefixCache
+from envs.sim.events import EventPriority
 from envs.sim.request import Request
-from envs.sim.simulator import EventPriority, Simulator
+from envs.sim.simulator import Simulator
 from envs.sim.worker import Worker, WorkerState
 
 

@@ -5,14 +5,14 @@ Reclamation", §8 asynchronous KV transfers)."""
 from __future__ import annotations
 
 import heapq
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from baselines.cache_manager.config import CacheManagerConfig
 from baselines.cache_manager.trie import PrefixTrie, TrieNode
 from envs.sim.cache import READY, PrefixCache
-from envs.sim.simulator import EventPriority, Simulator
+from envs.sim.events import EventPriority
+from envs.sim.simulator import Simulator
 from envs.sim.worker import Worker, WorkerState
 
 

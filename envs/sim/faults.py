@@ -72,6 +72,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from envs.sim.events import EventPriority
+from envs.sim.worker import WorkerState
+from envs.sim.yaml_keys import check_unique_keys, compose, load
+
 if TYPE_CHECKING:  # pragma: no cover
     from envs.sim.simulator import Simulator
     from envs.sim.worker import Worker
@@ -262,7 +266,6 @@ def load_fault_config(path: str | Path) -> FaultConfig:
         raise IsADirectoryError(21, "is a folder, expected a fault schedule (.yaml/.json)", str(p))
     if not p.exists():
         raise FileNotFoundError(2, "fault schedule does not exist", str(p))
-    from envs.yaml_keys import compose
 
     try:
         root = compose(p.read_text())  # 1e9 is a number (PyYAML's own resolver reads it as text)
@@ -270,7 +273,6 @@ def load_fault_config(path: str | Path) -> FaultConfig:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise ValueError(f"{p}:{line}: not valid YAML/JSON: {getattr(exc, 'problem', exc)}") from None
-    from envs.yaml_keys import check_unique_keys
 
     check_unique_keys(root, str(p))  # a second 'events:' silently replaced the first
     if root is None:  # an empty file is more likely a wrong path than a wish for no faults
@@ -285,8 +287,6 @@ def _err(src: str, node, where: str, msg: str) -> ValueError:
 
 def _scalar(node):
     import yaml
-
-    from envs.yaml_keys import load
 
     if not isinstance(node, yaml.ScalarNode):
         return node
@@ -440,8 +440,6 @@ class FaultManager:
     """
 
     def __init__(self, sim: Simulator, config: FaultConfig) -> None:
-        from envs.sim.simulator import EventPriority
-
         self.sim = sim
         self.config = config
         pool = sim.config.pool
@@ -521,8 +519,6 @@ class FaultManager:
         """``num_healthy_gpus`` (in a serving worker, a spare, or a surviving rank of a stopped
         worker awaiting detection), ``num_failed_gpus``, ``num_rebuilding_gpus`` (in a
         REBUILDING worker that is not stopped); they sum to the pool size."""
-        from envs.sim.worker import WorkerState
-
         rebuilding = sum(w.degree for w in self.sim.workers.values() if w.state == WorkerState.REBUILDING and not w.stopped)
         failed = len(self.failed)
         return {"num_healthy_gpus": self.sim.config.pool.num_gpus - failed - rebuilding,
@@ -652,8 +648,6 @@ class FaultManager:
     def _form(self, span: tuple[int, int], listeners) -> tuple[list[Worker], int]:
         """REBUILDING workers on the free healthy GPUs of ``span``; returns them and the number
         of free healthy GPUs of the span left as spares (in no valid group)."""
-        from envs.sim.worker import WorkerState
-
         sim = self.sim
         first, degree = span
         busy = set(self.failed)
@@ -672,8 +666,6 @@ class FaultManager:
 
     def _rebuilt(self, payload) -> None:
         """Rebuild done: a new epoch; the re-formed workers become ACTIVE (schedulable)."""
-        from envs.sim.worker import WorkerState
-
         rec, news, stamp = payload
         sim = self.sim
         live = [w for w in news if sim.workers.get(w.worker_id) is w and not w.stopped and w.state == WorkerState.REBUILDING]
@@ -771,8 +763,6 @@ def fault_flags(sim: Simulator, max_num_workers: int) -> np.ndarray:
 
     All zeros without a fault model.
     """
-    from envs.sim.worker import WorkerState
-
     out = np.zeros((max_num_workers, len(FAULT_OBSERVATION_FEATURES)), dtype=np.float32)
     fm = sim.attachments.get("faults")
     if fm is None:

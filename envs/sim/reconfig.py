@@ -90,6 +90,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from envs.sim.cache import PENDING, READY
+from envs.sim.events import EventPriority
 from envs.sim.worker import Worker, WorkerState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -432,8 +433,6 @@ class Reconfigurator:
         boundary and switch to the new groups."""
         sync_s = self.config.drain_sync_s
         if sync_s > 0:
-            from envs.sim.simulator import EventPriority
-
             self.sim.schedule(sync_s, EventPriority.RECONFIG, self._switch_start, flight)
         else:
             self._switch_start(flight)
@@ -446,14 +445,11 @@ class Reconfigurator:
         for w in flight.workers:
             w.state = WorkerState.SWITCHING
         sim._log(f"switch_start:{flight.op}")
-        from envs.sim.simulator import EventPriority
 
         sim.schedule(self.config.switch_s, EventPriority.RECONFIG, self._switch_end, flight)
 
     def _switch_end(self, flight: _InFlight) -> None:
         """Stage 4: old workers retired, new workers exist (SWITCHING) with their KV state."""
-        from envs.sim.simulator import EventPriority
-
         if flight.aborted:
             return
         sim = self.sim
@@ -883,8 +879,6 @@ class Reconfigurator:
         [s]: the blocks' arrival time (while bytes are in flight) and the pins of the source blocks
         (``pins``: [(source cache, block hashes)]), both released by :meth:`_transfer_end` (no event
         when there is neither)."""
-        from envs.sim.simulator import EventPriority
-
         if end > now:
             arriving = self._arriving.setdefault(w.worker_id, {})
             for h in pending:

@@ -24,7 +24,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 import numpy as np
 import simpy
@@ -33,20 +32,13 @@ from simpy.events import Event
 from envs.sim.cache import PrefixCache
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
+from envs.sim.events import EventPriority
+from envs.sim.faults import FaultManager
 from envs.sim.links import KVLinks
 from envs.sim.request import Request, Workload
 from envs.sim.router import PoolView, Router
+from envs.sim.tiers import TieredKV
 from envs.sim.worker import Worker, WorkerState
-
-
-class EventPriority(IntEnum):
-    """Order of events at equal simulated time (lower first)."""
-
-    STEP_END = 0
-    TRANSFER_END = 1
-    RECONFIG = 2
-    ARRIVAL = 3
-    CONTROL = 4
 
 
 class _Call(Event):
@@ -189,8 +181,6 @@ class Simulator:
         self._handoff_s_per_token = calibration.kv_bytes_per_token / config.latency.kv_handoff_bandwidth_bytes_per_s
         self._first_decode_s = config.latency.first_decode_step_s
         if config.kv_tiers.enabled:
-            from envs.sim.tiers import TieredKV
-
             self.kv_tiers = TieredKV(self, config.kv_tiers)
             self.extras_providers.append(self.kv_tiers.extras)
         self._next_arrival = 0
@@ -201,8 +191,6 @@ class Simulator:
         # largest KV capacity [tokens] of a worker that failed GPUs will form again after repair
         self.returning_kv_capacity_tokens = 0
         if config.faults is not None:
-            from envs.sim.faults import FaultManager
-
             FaultManager(self, config.faults)
         if workload.requests:
             self.schedule(workload.requests[0].arrival_time_s, EventPriority.ARRIVAL, self._on_arrival, 0)

@@ -59,8 +59,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import filterfalse, islice, repeat
 from dataclasses import dataclass
+from itertools import filterfalse, islice, repeat
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -29,6 +29,27 @@ from .arrivals import (
     PoissonArrivals,
     inter_arrival_cv,
 )
+from .distributions import LEVAL_DOC_TOKENS, TruncatedLogNormal
+from .prefix import BlockHasher, PromptContext
+from .registry import WORKLOADS, get_workload
+from .source import WorkloadSource, build_workload
+from .stats import (
+    REFERENCE_GPU_PREFILL_TOKENS_PER_S,
+    REFERENCE_POOL_NUM_GPUS,
+    ideal_prefix_reuse_per_request,
+    prefix_reuse_stats,
+    workload_stats,
+)
+from .synthetic import (
+    long_document_questions,
+    matched_load_phases,
+    mixed_capacity_rps,
+    mixed_workload,
+    multi_turn_sessions,
+    phase_changes,
+    system_prompt_requests,
+    tool_agent_sessions,
+)
 from .traces import (
     DEFAULT_LEVAL_MEAN_QUERY_GAP_S,
     DEFAULT_LEVAL_RATE_RPS,
@@ -42,28 +63,8 @@ from .traces import (
     load_trace,
     spread_quantised_timestamps,
 )
-from .prefix import BlockHasher, PromptContext
-from .stats import (
-    REFERENCE_GPU_PREFILL_TOKENS_PER_S,
-    REFERENCE_POOL_NUM_GPUS,
-    ideal_prefix_reuse_per_request,
-    prefix_reuse_stats,
-    workload_stats,
-)
-from .distributions import LEVAL_DOC_TOKENS, TruncatedLogNormal
-from .registry import WORKLOADS, get_workload
-from .synthetic import (
-    long_document_questions,
-    matched_load_phases,
-    mixed_capacity_rps,
-    mixed_workload,
-    multi_turn_sessions,
-    phase_changes,
-    system_prompt_requests,
-    tool_agent_sessions,
-)
-from .source import WorkloadSource, build_workload
 from .transforms import merge, scale_rate, scale_to_rate, split, window, windows
+
 
 def default_traces_dir() -> Path:
     """The shared trace directory ``<repo>/../shared/data/traces`` (pass explicit paths to use others).

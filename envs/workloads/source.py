@@ -3,7 +3,7 @@ workload) and the transforms applied to them (rate scaling, then an arrival wind
 
 Every entry point builds its workload here — experiment specs (``experiments.spec.WorkloadSpec``),
 the CLI's shared workload flags (``experiments.common.workload_from_args``), both trainers
-(``policies.train.EpisodeSource`` and ``policies.train_reconfig``), both environments' default
+(``policies.routing.train.EpisodeSource`` and ``policies.reconfig.train``), both environments' default
 episodes and the paper experiments (``experiments.paper_experiments``) — so the same settings
 give the same request list everywhere (tested in ``tests/workloads/test_workload_source.py``).
 """
@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from envs.sim.request import Workload
+from envs.workloads.registry import WORKLOADS, get_workload
+from envs.workloads.traces import load_trace
+from envs.workloads.transforms import scale_rate, scale_to_rate, window
 
 __all__ = ["WorkloadSource", "build_workload"]
 
@@ -56,8 +59,6 @@ class WorkloadSource:
         if (self.name is None) == (self.trace is None):
             raise ValueError("workload: exactly one of a named workload and a trace file must be set")
         if self.name is not None:
-            from envs.workloads.registry import WORKLOADS
-
             if not isinstance(self.name, str) or self.name not in WORKLOADS:
                 # an unknown name failed only at build(): after a trainer had written to its --out
                 raise ValueError(f"unknown workload {self.name!r}; known workloads: {', '.join(sorted(WORKLOADS))}")
@@ -108,23 +109,19 @@ class WorkloadSource:
 
     def load(self) -> Workload:
         """The untransformed workload: the trace as loaded, or the generator's output."""
-        from envs import workloads
-
         if self.trace is not None:
-            return workloads.load_trace(self.trace, skip_invalid=self.skip_invalid, spread_seed=self.seed)
-        return workloads.get_workload(self.name, seed=self.seed, **dict(self.params))
+            return load_trace(self.trace, skip_invalid=self.skip_invalid, spread_seed=self.seed)
+        return get_workload(self.name, seed=self.seed, **dict(self.params))
 
     def transform(self, wl: Workload) -> Workload:
         """Applies this source's rate scaling, then its arrival window, to ``wl`` (the output of
         :meth:`load`; lets a caller load once and sweep rates with ``dataclasses.replace``)."""
-        from envs import workloads
-
         if self.target_rps is not None:
-            wl = workloads.scale_to_rate(wl, self.target_rps)
+            wl = scale_to_rate(wl, self.target_rps)
         elif self.rate_scale is not None:
-            wl = workloads.scale_rate(wl, self.rate_scale)
+            wl = scale_rate(wl, self.rate_scale)
         if self.window_s is not None:
-            wl = workloads.window(wl, self.window_s[0], self.window_s[1])
+            wl = window(wl, self.window_s[0], self.window_s[1])
         return wl
 
 

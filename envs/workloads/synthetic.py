@@ -754,13 +754,3 @@ def mixed_workload(
                                **overrides.get("tool_agent", {})}, seed=children[3]),
     ]
     return merge(parts, name=name, source=f"synthetic:mixed_workload(seed={seed})", metadata={"generator": "mixed_workload"})
-
-
-def __getattr__(name: str):
-    """Old import path of the registry (``from envs.workloads.synthetic import WORKLOADS``):
-    resolved lazily, because :mod:`envs.workloads.registry` imports this module."""
-    if name in ("WORKLOADS", "get_workload"):
-        from . import registry
-
-        return getattr(registry, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

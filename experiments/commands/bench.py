@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import argparse
 
+from baselines.registry import get_policy
+from baselines.runner import run_policy
+from envs.sim.options import split_name_list
+from envs.sim.tiers import TierConfig
+from envs.workloads import default_traces_dir
+from experiments.common import add_sim_arguments, add_workload_arguments, dumps_json, sim_config_from_args, workload_from_args
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from envs.workloads import default_traces_dir
-    from experiments.common import add_sim_arguments, add_workload_arguments
-
     # the benchmark's default: the full conversation trace
     add_workload_arguments(p, default_trace=str(default_traces_dir() / "conversation_trace.jsonl"))
     add_sim_arguments(p, horizon=False)  # every run simulates every request (--horizon-s refused below)
@@ -26,13 +30,7 @@ def run(args: argparse.Namespace) -> int:
     import statistics
     import time
     import tracemalloc
-
     from dataclasses import replace
-
-    from baselines.registry import get_policy
-    from envs.sim.tiers import TierConfig
-    from experiments.common import dumps_json, sim_config_from_args, workload_from_args
-    from experiments.runner import run_policy
 
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
@@ -50,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
         variants = [("off", replace(config, kv_tiers=TierConfig())), ("on", config)]
     tiers_label = ",".join(config.kv_tiers.levels)
     rows = []
-    from experiments.config_args import split_name_list
 
     for name in split_name_list(args.policy, "--policy"):
         spec = get_policy(name)

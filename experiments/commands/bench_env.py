@@ -7,7 +7,7 @@ Measures, on the default 40-GPU pool (or the configured one) and episode windows
   outside the timed region), including observation building and reward accounting;
 * steps/s under SB3 ``DummyVecEnv`` (``--n-envs`` copies, masks fetched per step);
 * decision latency [us/decision] of heuristics (``Router.route`` inside ``Simulator.run``) and of
-  a learned checkpoint: its numpy forward pass (``policies.numpy_policy``, what ``cpgym evaluate``
+  a learned checkpoint: its numpy forward pass (``policies.common.numpy_policy``, what ``cpgym evaluate``
   uses) and SB3 ``model.predict`` (batch 1, ``--torch-threads`` threads), with the steps/s of each
   policy's decide-and-step loop; ``(observation + decision)`` adds the time to build the
   observation the numpy forward pass reads (a heuristic's latency includes its own feature work).
@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import argparse
 
+from envs.sim.options import add_config_arguments, config_from_args
+from envs.workloads import WorkloadSource, default_traces_dir
+from experiments.benchmarks import EnvBenchConfig, bench_routing_env
+from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.benchmarks import EnvBenchConfig
-    from experiments.common import add_sim_arguments
-    from experiments.config_args import add_config_arguments
-
     g = p.add_argument_group("episodes")
     g.add_argument("--trace", metavar="PATH", help="trace (default: the Mooncake conversation trace)")
     g.add_argument("--target-rps", type=float, default=12.0,
@@ -42,11 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envs.workloads import WorkloadSource, default_traces_dir
-    from experiments.benchmarks import EnvBenchConfig, bench_routing_env
-    from experiments.common import dumps_json, sim_config_from_args
-    from experiments.config_args import config_from_args
-
     import math
 
     cfg = config_from_args(EnvBenchConfig, args)

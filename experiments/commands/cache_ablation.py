@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import argparse
 
+from envs.provenance import write_provenance
+from envs.sim.options import add_config_arguments, check_out_dir, config_from_args
+from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args
 from experiments.paper_experiments.cache_ablation import (  # noqa: F401  (old import path)
     MEAN_CALLS_PER_SESSION,
+    CacheAblationConfig,
+    cache_ablation_plan,
+    run_cache_ablation,
     run_one,
     tool_agent_at_rate,
 )
@@ -26,10 +32,6 @@ JSON_KEYS = ("policy", "rate_rps", "mean_ttft_s", "p90_ttft_s", "slo_attainment_
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments
-    from experiments.config_args import add_config_arguments
-    from experiments.paper_experiments.cache_ablation import CacheAblationConfig
-
     add_sim_arguments(p)
     add_config_arguments(p, CacheAblationConfig, title="cache ablation")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
@@ -39,26 +41,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan(args: argparse.Namespace) -> list[tuple]:
     """The ``(WorkloadSource, SimConfig, policy)`` runs the flags ask for (nothing runs)."""
-    from experiments.common import sim_config_from_args
-    from experiments.config_args import config_from_args
-    from experiments.paper_experiments.cache_ablation import CacheAblationConfig, cache_ablation_plan
-
     return cache_ablation_plan(config_from_args(CacheAblationConfig, args), sim_config_from_args(args))
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir, dumps_json, sim_config_from_args
-    from experiments.config_args import config_from_args
-    from experiments.paper_experiments.cache_ablation import CacheAblationConfig, run_cache_ablation
-
     cfg = config_from_args(CacheAblationConfig, args)
     config = sim_config_from_args(args)
     check_out_dir(args.out)
     on_row = None
     if args.out:
         import pandas as pd
-
-        from experiments.provenance import write_provenance
 
         write_provenance(args.out, argv=getattr(args, "argv", None))  # first, and results.csv after each run:
         # a run stopped midway keeps its finished runs

@@ -29,6 +29,12 @@ from __future__ import annotations
 import argparse
 import math
 
+from envs.sim.cache import PrefixCache
+from envs.sim.tiers import BlockTier
+from envs.workloads import WorkloadSource, prefix_reuse_stats
+from experiments.common import dumps_json
+from policies.common.policy_args import check_distinct
+
 DEFAULT_CAPACITIES = "1000,2000,5000,10000,20000,50000"
 
 
@@ -56,8 +62,6 @@ def parse_capacities(text: str, flag: str = "--capacities") -> list[int]:
     Raises:
         ValueError: naming ``flag``, on a non-integer, a capacity < 1 or a repeated capacity.
     """
-    from policies.evaluate import check_distinct
-
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
@@ -86,8 +90,6 @@ def hit_rate_curve(workload, capacities: list[int | None]) -> list[dict]:
     Returns:
         ``[{"capacity_blocks": N or None, "hit_rate": share in [0, 1]}, ...]`` in input order.
     """
-    from envs.sim.cache import PrefixCache
-
     reqs = workload.requests
     bs = workload.kv_block_size_tokens
     total_tokens = sum(r.num_prompt_tokens for r in reqs)
@@ -115,9 +117,6 @@ def tiered_hit_rate_curve(workload, hbm_capacities: list[int], dram_capacities: 
     Returns:
         ``[{"capacity_blocks", "dram_capacity_blocks", "hbm_hit_rate", "dram_hit_rate", "hit_rate"}, ...]``.
     """
-    from envs.sim.cache import PrefixCache
-    from envs.sim.tiers import BlockTier
-
     reqs = workload.requests
     bs = workload.kv_block_size_tokens
     total_tokens = sum(r.num_prompt_tokens for r in reqs) or 1
@@ -161,8 +160,6 @@ def _print_tiered(wl, rows: list[dict]) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from envs.workloads import WorkloadSource
-
     if args.workload is not None:
         if args.duration_s is not None and not (math.isfinite(args.duration_s) and args.duration_s > 0):
             raise ValueError(f"--duration-s must be a finite number of seconds > 0, got {args.duration_s}")
@@ -184,9 +181,6 @@ def _load(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from envs.workloads import prefix_reuse_stats
-    from experiments.common import dumps_json
-
     caps: list[int | None] = [*parse_capacities(args.capacities), None]
     dram_caps = parse_capacities(args.dram_capacities, "--dram-capacities") if args.dram_capacities else None
     wl = _load(args)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from envs.sim.cost_model import Calibration
+from envs.sim.options import check_out_file
+from kernels_ref import roofline
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from kernels_ref import roofline
-
     p.add_argument("--model", required=True, help=f"model preset: {', '.join(roofline.MODELS)}")
     p.add_argument("--gpu", required=True, help=f"GPU preset: {', '.join(roofline.GPUS)}")
     p.add_argument("--efficiency", type=float, default=None,
@@ -50,8 +52,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def command_line(args: argparse.Namespace, model: str, gpu: str) -> str:
     """The canonical command recorded in the provenance (non-default options only)."""
-    from kernels_ref import roofline
-
     parts = ["cpgym kernels calibrate", f"--model {model}", f"--gpu {gpu}"]
     for flag, value in (("--efficiency", args.efficiency), ("--compute-efficiency", args.compute_efficiency),
                         ("--hbm-efficiency", args.hbm_efficiency), ("--link-efficiency", args.link_efficiency)):
@@ -139,8 +139,6 @@ def check_flags(args: argparse.Namespace) -> None:
     """
     import math
 
-    from kernels_ref import roofline
-
     for dest in ("efficiency", "compute_efficiency", "hbm_efficiency", "link_efficiency"):
         v = getattr(args, dest)
         if v is not None and not 0 < v <= 1:
@@ -157,11 +155,6 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envs.sim.cost_model import Calibration
-    from kernels_ref import roofline
-
-    from experiments.common import check_out_file
-
     check_flags(args)
     check_out_file(args.out)  # '--out DIR is a folder', not 'DIR: Is a directory'
     model = roofline.get_model(args.model)

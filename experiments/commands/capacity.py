@@ -1,6 +1,6 @@
 """``cpgym capacity``: the sustainable rate per policy on one workload and pool — the highest
 rate at which a long window's backlog still drains and the SLOs hold (definition and search:
-:mod:`experiments.capacity`), cached on disk.
+:mod:`baselines.capacity`), cached on disk.
 
 * Workload: ``--trace PATH`` or ``--workload NAME`` (default ``mixed-default``; ``--workload-param``
   overrides its generator, except ``duration_s``: the window sets the span); the window is
@@ -19,13 +19,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+from baselines.capacity import CapacityDefinition, RatedWorkload, capacities
+from envs import workloads
+from envs.sim.options import check_out_dir
+from envs.workloads import WORKLOADS
+from experiments.common import (
+    DEFAULT_WORKLOAD,
+    add_sim_arguments,
+    add_workload_arguments,
+    dumps_json,
+    parse_workload_params,
+    sim_config_from_args,
+)
+from experiments.paper_experiments.end_to_end import resolve_suite
+
 DEFAULT_CACHE_DIR = ".cpgym-cache/capacity"
 
 
 def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     """The definition and cache options shared by ``capacity``, ``compare --loads`` and ``reproduce``."""
-    from experiments.capacity import CapacityDefinition
-
     d = CapacityDefinition()
     g = p.add_argument_group("capacity (sustainable rate)")
     g.add_argument("--drain-ratio", type=float, default=d.drain_ratio,
@@ -42,8 +54,6 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
 def check_capacity_flags_unused(args: argparse.Namespace, why: str) -> None:
     """For a command that measures no capacity in this run (``why`` says so): a capacity flag
     given away from its default would have no effect, so it is an error naming the flag."""
-    from experiments.capacity import CapacityDefinition
-
     d = CapacityDefinition()
     defaults = {"drain_ratio": d.drain_ratio, "min_slo_attainment": d.min_slo_attainment, "rel_tol": d.rel_tol,
                 "cache_dir": DEFAULT_CACHE_DIR, "no_cache": False}
@@ -54,14 +64,12 @@ def check_capacity_flags_unused(args: argparse.Namespace, why: str) -> None:
 
 
 def definition_from_args(args: argparse.Namespace):
-    """The :class:`experiments.capacity.CapacityDefinition` of ``--drain-ratio``,
+    """The :class:`baselines.capacity.CapacityDefinition` of ``--drain-ratio``,
     ``--min-slo-attainment`` and ``--rel-tol``.
 
     Raises:
         ValueError: naming the flag (not the dataclass field) on an out-of-range value.
     """
-    from experiments.capacity import CapacityDefinition
-
     try:
         return CapacityDefinition(drain_ratio=args.drain_ratio, min_slo_attainment=args.min_slo_attainment,
                                   rel_tol=args.rel_tol)
@@ -79,8 +87,6 @@ def cache_dir_from_args(args: argparse.Namespace) -> str | None:
         ValueError: naming ``--cache-dir`` if it is a file or cannot be created, or if it is given
             with ``--no-cache`` (which uses no cache folder).
     """
-    from experiments.common import check_out_dir
-
     if args.no_cache:
         if args.cache_dir != DEFAULT_CACHE_DIR:
             raise ValueError(f"--cache-dir {args.cache_dir} is not used with --no-cache; give one of them")
@@ -90,16 +96,12 @@ def cache_dir_from_args(args: argparse.Namespace) -> str | None:
 
 
 def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0), duration_param: bool = False):
-    """A :class:`experiments.capacity.RatedWorkload` from the shared workload arguments
+    """A :class:`baselines.capacity.RatedWorkload` from the shared workload arguments
     (``--target-rps`` / ``--rate-scale`` are refused: the rate is what is searched or set).
     ``--workload-param`` overrides reach the named workload's generator, as in every other
     command (they were dropped: the capacity was measured on the unmodified workload), except
     ``duration_s``: the window sets the generated span, so it is refused unless
     ``duration_param`` (``compare --loads``, whose runs use it) says to leave it to the runs."""
-    from envs import workloads
-    from experiments.capacity import RatedWorkload
-    from experiments.common import DEFAULT_WORKLOAD, parse_workload_params
-
     if getattr(args, "target_rps", None) is not None or getattr(args, "rate_scale", None) is not None:
         raise ValueError("--target-rps / --rate-scale do not apply here: rates are set as load fractions or searched")
     start, end = args.window_s or default_window
@@ -128,8 +130,6 @@ def check_windowable(name: str) -> None:
     with "unknown parameter(s) ['duration_s']", a parameter the user never gave."""
     import inspect
 
-    from envs.workloads import WORKLOADS
-
     make = WORKLOADS.get(name)
     if make is not None and "duration_s" not in inspect.signature(make.generator).parameters:
         raise ValueError(f"workload {name!r} has no steady rate to measure a capacity of: its span is set by its phases "
@@ -138,8 +138,6 @@ def check_windowable(name: str) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments, add_workload_arguments
-
     add_workload_arguments(p)
     add_sim_arguments(p, horizon=False)  # every probe runs until its requests finish (--horizon-s refused below)
     p.add_argument("--policy", default="paper", help="comma-separated policies or suites (default paper)")
@@ -150,12 +148,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.capacity import capacities
-    from experiments.commands.compare import resolve_suite
-    from experiments.common import dumps_json, sim_config_from_args
-
     policies = resolve_suite(args.policy, "--policy")
-    if args.horizon_s is not None:  # experiments.capacity runs every probe to completion
+    if args.horizon_s is not None:  # baselines.capacity runs every probe to completion
         raise ValueError("--horizon-s does not apply to cpgym capacity: every probe runs until its requests finish")
     config = sim_config_from_args(args)
     definition = definition_from_args(args)  # a bad threshold fails before the trace is read

@@ -14,7 +14,7 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
   (cached on disk) and a rate above a policy's capacity is labelled ``overloaded`` in the table,
   the JSON (``overloaded``) and the plot (open markers). Without them, a run past saturation by
   both tests of ``cpgym capacity`` on that run alone (backlog grows and token-weighted SLO
-  attainment < 0.9, :func:`experiments.capacity.sustainable`) is labelled ``saturated`` in the
+  attainment < 0.9, :func:`baselines.capacity.sustainable`) is labelled ``saturated`` in the
   table (in any seed) and the JSON / results.csv (``saturated``).
 * ``--seeds 0,1,2``: each seed sets the run seed and offsets the synthetic generator seed
   (``--workload-seed + seed``); metrics are averaged over seeds in the table and JSON.
@@ -45,26 +45,44 @@ import copy
 import math
 import sys
 
-from experiments.paper_experiments.end_to_end import (  # noqa: F401  (old import paths)
-    METRICS,
+from baselines.capacity import capacities, is_overloaded, rates_for_loads, static_baselines
+from baselines.registry import SUITES, get_policy
+from baselines.runner import policy_pool
+from envs.provenance import write_provenance
+from envs.sim.options import check_out_dir
+from experiments.commands.capacity import (
+    add_capacity_arguments,
+    cache_dir_from_args,
+    check_capacity_flags_unused,
+    definition_from_args,
+    rated_from_args,
+)
+from experiments.commands.simulate import UNFINISHED_CAPTION
+from experiments.common import (
+    add_sim_arguments,
+    add_workload_arguments,
+    dumps_json,
+    parse_list,
+    sim_config_from_args,
+    workload_source_from_args,
+    write_rows_csv,
+)
+from experiments.paper_experiments.end_to_end import (
     VERTUMNUS,
+    compare_plan,
     resolve_suite,
-    strongest_baseline_changes,
-    sweep_table,
+    run_compare,
     vertumnus_variants,
 )
+from policies.common.policy_args import check_distinct
 
 JSON_KEYS = ("policy", "rate_rps", "mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted",
              "slo_attainment_requests", "prefix_hit_rate", "utilization", "num_unfinished", "num_requests", "num_seeds")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments, add_workload_arguments
-
     add_workload_arguments(p)
     add_sim_arguments(p, seed=False)  # the run seeds are --seeds
-    from baselines.registry import SUITES
-
     suites = "; ".join(f"{k}: {', '.join(v)}" for k, v in SUITES.items())
     p.add_argument("--suite", default="paper",
                    help=f"a suite, or comma-separated suite/policy names (default paper); suites: all (every policy of "
@@ -76,7 +94,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="fractions of the strongest static baseline's capacity, e.g. 0.5,0.7,0.85,0.95")
     p.add_argument("--label-overload", action="store_true",
                    help="measure each policy's capacity and label rates above it 'overloaded'")
-    from experiments.commands.capacity import add_capacity_arguments
 
     add_capacity_arguments(p)
     p.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
@@ -128,19 +145,14 @@ def plot(summary, path, title: str) -> None:
 
 def _capacities_for(args, names: list[str], seeds: list[int]):
     """With ``--loads`` or ``--label-overload``: each policy's capacity on the window
-    (:mod:`experiments.capacity`, seed ``seeds[0]``), the window per seed, and for ``--loads``
+    (:mod:`baselines.capacity`, seed ``seeds[0]``), the window per seed, and for ``--loads``
     the absolute rates (``caps["_rates"]``) and rate -> load fraction (``caps["_load_of"]``).
     Otherwise ``({}, None, {})``."""
     if args.loads is None and not args.label_overload:
         return {}, None, {}
-    from experiments.capacity import capacities, rates_for_loads, static_baselines
-    from experiments.commands.capacity import cache_dir_from_args, definition_from_args, rated_from_args
-    from experiments.common import parse_list, sim_config_from_args
 
     loads = parse_list(args.loads, "--loads", positive=True) if args.loads is not None else None
     if loads is not None:
-        from policies.evaluate import check_distinct
-
         check_distinct(loads, "--loads", args.loads, "distinct loads (each is one row per policy)")
         if not static_baselines(names):  # before the bisections, not after them (minutes per policy)
             raise ValueError(f"--loads are fractions of the strongest static baseline's capacity, but the suite "
@@ -167,8 +179,6 @@ def _capacities_for(args, names: list[str], seeds: list[int]):
 
 def _label_overload(summary, caps: dict, load_of: dict) -> None:
     """Adds ``capacity_rps`` / ``overloaded`` (and ``load_fraction``) columns when known."""
-    from experiments.capacity import is_overloaded
-
     if load_of:
         # the summary's rate is the mean over seeds of the measured rate: equal to the requested
         # rate only up to rounding (the mean of three copies of 6.133497413308303 is
@@ -209,7 +219,6 @@ def _print_table(summary, changes, title: str) -> None:
                         "cpgym capacity); its TTFTs measure the window's backlog. --label-overload measures each "
                         "policy's capacity instead")
     if bool((summary["num_unfinished"] > 0).any()):  # e.g. cut by --horizon-s: the TTFT columns leave them out
-        from experiments.commands.simulate import UNFINISHED_CAPTION
 
         captions.append(UNFINISHED_CAPTION.replace("mean / P50 / P90 / P99", "mean / P90")
                         + "; a run whose last third of arrivals has no finished request is not judged saturated")
@@ -234,11 +243,6 @@ def _inputs(args: argparse.Namespace, load_rates: list[float] | None = None) -> 
     Raises:
         ValueError: naming the flag, on a bad suite, rate list, seed list or --jobs.
     """
-    from baselines.registry import get_policy
-    from experiments.common import parse_list, sim_config_from_args, workload_source_from_args
-    from experiments.runner import policy_pool
-    from policies.evaluate import check_distinct
-
     if args.target_rps is not None or args.rate_scale is not None:
         raise ValueError("compare takes --rates or --rate-scales (lists), not --target-rps / --rate-scale")
     if args.jobs < 1:
@@ -269,9 +273,6 @@ def parse_seeds(args: argparse.Namespace) -> list[int]:
         ValueError: naming ``--seeds``, on a malformed list, a negative seed or a repeated one (was
             run once but shown as given in the title).
     """
-    from experiments.common import parse_list
-    from policies.evaluate import check_distinct
-
     seeds = parse_list(args.seeds, "--seeds", int)
     if any(s < 0 for s in seeds):
         raise ValueError(f"--seeds needs integers >= 0, got {args.seeds!r}")
@@ -281,8 +282,6 @@ def parse_seeds(args: argparse.Namespace) -> list[int]:
 
 def plan(args: argparse.Namespace) -> list[tuple]:
     """The ``(WorkloadSource, SimConfig, policy)`` runs the flags ask for (nothing runs)."""
-    from experiments.paper_experiments.end_to_end import compare_plan
-
     return compare_plan(**_inputs(args))
 
 
@@ -291,9 +290,6 @@ def run(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from experiments.common import check_out_dir, dumps_json, write_rows_csv
-    from experiments.paper_experiments.end_to_end import run_compare
-
     check_out_dir(args.out)  # before the capacity bisections of --loads / --label-overload
     if args.loads is not None or args.label_overload:
         seeds0 = parse_seeds(args)
@@ -301,16 +297,12 @@ def run(args: argparse.Namespace) -> int:
         load_rates = caps.pop("_rates", None)
         load_of = caps.pop("_load_of", load_of)
     else:
-        from experiments.commands.capacity import check_capacity_flags_unused
-
         check_capacity_flags_unused(args, "capacities are measured only with --loads or --label-overload")
         caps, load_of, load_rates = {}, {}, None
     inputs = _inputs(args, load_rates)
     config0, seeds = inputs["base_config"], inputs["seeds"]
     out = Path(args.out) if args.out else None
     if out is not None:
-        from experiments.provenance import write_provenance
-
         write_provenance(out, argv=getattr(args, "argv", None))
 
     def save(rows: list[dict]) -> None:  # nothing is lost: every finished run is on disk before the next one is awaited

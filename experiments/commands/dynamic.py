@@ -19,12 +19,22 @@ from __future__ import annotations
 import argparse
 import sys
 
+from envs.provenance import write_provenance
+from envs.sim import PoolConfig
+from envs.sim.options import add_config_arguments, check_out_dir, config_from_args, with_flags
+from envs.sim.pool import composition_counts
+from experiments.common import add_sim_arguments, check_plot_file, dumps_json, parse_list, sim_config_from_args
 from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-exported defaults)
     DEFAULT_LONG_RATE_RPS,
     DEFAULT_RATE_SCALE,
     DEFAULT_SHORT_RATE_RPS,
+    DynamicPhasesConfig,
+    _phase_means,
+    check_compositions,
+    dynamic_plan,
+    fixed_compositions,
+    run_dynamic_phases,
 )
-
 
 #: The most fixed compositions ``--compositions all`` runs unless ``--max-compositions`` is raised.
 MAX_COMPOSITIONS = 32
@@ -33,10 +43,6 @@ PAPER_SUPPORTED_DEGREES = "2,4"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments
-    from experiments.config_args import add_config_arguments
-    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
-
     add_config_arguments(p, DynamicPhasesConfig, title="workload (phases generator), controller and compared compositions")
     add_sim_arguments(p, composition=False,  # each run sets its own composition
                       supported_degrees=PAPER_SUPPORTED_DEGREES, supported_degrees_note=": the paper's §9 run, Qwen3")
@@ -64,8 +70,6 @@ def base_config_from_args(args: argparse.Namespace):
             degree gives a pool (was ``composition 'cp16x2' cannot be placed``, a composition the
             user never typed).
     """
-    from experiments.common import parse_list, sim_config_from_args
-
     degrees = parse_list(args.supported_degrees, "--supported-degrees", int, positive=True)
     d = max(degrees)
     if args.pool_gpus % d:
@@ -87,8 +91,6 @@ def base_config_from_args(args: argparse.Namespace):
 
 
 def _placeable(args: argparse.Namespace, degrees: list[int], composition: str) -> bool:
-    from envs.sim import PoolConfig
-
     try:
         PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node, supported_degrees=tuple(degrees),
                    composition=composition)
@@ -99,9 +101,6 @@ def _placeable(args: argparse.Namespace, degrees: list[int], composition: str) -
 
 def plan(args: argparse.Namespace) -> list[tuple]:
     """The ``(WorkloadSource, SimConfig, policy)`` runs the flags ask for (nothing runs)."""
-    from experiments.config_args import config_from_args
-    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, dynamic_plan
-
     return dynamic_plan(config_from_args(DynamicPhasesConfig, args), base_config_from_args(args))
 
 
@@ -109,9 +108,6 @@ def check_composition_count(cfg, base, max_compositions: int) -> None:
     """Raises ValueError (one line) when ``--compositions all`` would run more than
     ``max_compositions`` fixed compositions, or when a listed composition or ``--initial`` is not
     one of the pool (naming the flag; before any profiling or capacity search)."""
-    from experiments.config_args import with_flags
-    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, check_compositions, fixed_compositions
-
     if max_compositions < 1:
         raise ValueError(f"--max-compositions must be >= 1, got {max_compositions}")
     try:
@@ -145,10 +141,6 @@ def check_load_replaces_rate(argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir, check_plot_file, dumps_json
-    from experiments.config_args import config_from_args
-    from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, run_dynamic_phases
-
     check_load_replaces_rate(getattr(args, "argv", None) or [])
     cfg = config_from_args(DynamicPhasesConfig, args)
     base = base_config_from_args(args)
@@ -160,8 +152,6 @@ def run(args: argparse.Namespace) -> int:
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     on_row = None
     if args.out_dir:
-        from experiments.provenance import write_provenance
-
         write_provenance(args.out_dir, argv=getattr(args, "argv", None))  # first: a run stopped midway keeps it
         on_row = lambda rows, kinds: _write_policies(args.out_dir, rows, kinds)  # noqa: E731 - after each run
     result = run_dynamic_phases(cfg, base, log=log, on_policy_row=on_row)
@@ -184,8 +174,6 @@ def _write_dir(path: str, out: dict, kinds: list[str]) -> None:
     from pathlib import Path
 
     import pandas as pd
-
-    from experiments.common import dumps_json
 
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
@@ -217,8 +205,6 @@ def _print_tables(out: dict, kinds: list[str]) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
-
-    from envs.sim.pool import composition_counts
 
     con = Console(width=140)
     pk = out["phase_peak_rates_rps"]
@@ -280,8 +266,6 @@ def _plot(path: str, adaptive, best, best_comp: str, bounds: list[float], kinds:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from experiments.paper_experiments.dynamic_phases import _phase_means
 
     series = adaptive.extras.get("composition_series", [])
     end = bounds[-1]

@@ -14,14 +14,19 @@ import argparse
 
 from rich.markup import escape
 
-from policies.evaluate import DEFAULT_RECONFIG_AGAINST as RECONFIG_AGAINST  # noqa: F401  (old import path)
+from envs.metrics.stats import ci_text
+from envs.provenance import write_provenance
+from envs.sim.options import add_config_arguments, check_out_file, config_from_args, split_name_list
+from envs.sim.pool import DEFAULT_COMPOSITION
+from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args, write_rows_csv
+from policies.common.policy_args import check_checkpoint_kind, check_policy_argument
+from policies.episode_rows import choose_reference, read_episode_rows, uneven_episodes
+from policies.evaluate import DEFAULT_ROUTING_AGAINST, EvaluationConfig, reconfig_workload, run_evaluation
+from policies.routing.evaluate import aggregate
+from policies.routing.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, load_tuned_cells, scenarios
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments
-    from experiments.config_args import add_config_arguments
-    from policies.evaluate import EvaluationConfig
-
     add_config_arguments(p, EvaluationConfig, title="policies and episodes (default: the checkpoint's training source)")
     add_sim_arguments(p, seed=False)  # every episode's simulator seed is its --seeds entry
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
@@ -49,8 +54,6 @@ def _run_from_csv(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import fields
 
-    from policies.evaluate import EvaluationConfig, read_episode_rows, uneven_episodes
-
     for f in fields(EvaluationConfig):
         if f.name not in FROM_CSV_FIELDS and getattr(args, f.name, f.default) != f.default:
             raise ValueError(f"--{f.name.replace('_', '-')} does not apply with --from-csv (it re-aggregates the CSV's "
@@ -76,10 +79,6 @@ def _run_from_csv(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from experiments.common import check_out_file, sim_config_from_args
-    from experiments.config_args import config_from_args
-    from policies.evaluate import EvaluationConfig, check_checkpoint_kind, check_policy_argument, run_evaluation
-
     if args.from_csv:
         return _run_from_csv(args)
     if args.policy is None:
@@ -98,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if kind == "reconfig":
         cfg.check_reconfig_fields()  # before the training-seed warning
     if kind == "reconfig" and cfg.policy not in ("none", "-"):
-        from policies.evaluate import reconfig_workload
-        from policies.evaluate_reconfig import check_held_out_seeds
+        from policies.reconfig.evaluate import check_held_out_seeds  # lazy: gymnasium (start-up of the CLI)
 
         # a training seed is refused (before any run); a validation seed is model selection, not a held-out result
         validation = check_held_out_seeds(cfg.policy, list(cfg.seeds), reconfig_workload(cfg))
@@ -123,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if save is not None:
         save(rows)  # every row (reconfig: with the best-fixed-in-hindsight rows)
     if kind == "reconfig":
-        from policies.evaluate_reconfig import overload_warnings
+        from policies.reconfig.evaluate import overload_warnings  # lazy: gymnasium (start-up of the CLI)
 
         for line in overload_warnings(rows):
             print(line, file=sys.stderr)
@@ -134,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _checkpoint_start(policy: str, log=None) -> str | None:
     """The composition the reconfiguration checkpoint ``policy`` was trained from
-    (:func:`policies.evaluate_reconfig.checkpoint_pool_composition`), where every controller and
+    (:func:`policies.reconfig.evaluate.checkpoint_pool_composition`), where every controller and
     ``vertumnus-router`` start when ``--pool-composition`` is not given, so that the comparison
     stays paired; says so through ``log`` when it is not the default composition. ``None`` when the
     checkpoint does not record one (the default then).
@@ -142,8 +140,7 @@ def _checkpoint_start(policy: str, log=None) -> str | None:
     Raises:
         ValueError: naming the file and field, on an ill-typed record.
     """
-    from envs.sim.pool import DEFAULT_COMPOSITION
-    from policies.evaluate_reconfig import checkpoint_pool_composition
+    from policies.reconfig.evaluate import checkpoint_pool_composition  # lazy: gymnasium (start-up of the CLI)
 
     comp = checkpoint_pool_composition(policy)
     if comp is not None and comp != DEFAULT_COMPOSITION and log:
@@ -163,9 +160,6 @@ def episode_writer(args: argparse.Namespace):
         return None
     from pathlib import Path
 
-    from experiments.common import write_rows_csv
-    from experiments.provenance import write_provenance
-
     out = Path(args.out)
     started = []
 
@@ -180,14 +174,8 @@ def episode_writer(args: argparse.Namespace):
 
 
 def _run_protocol(args: argparse.Namespace, cfg) -> int:
-    """``--loads`` / ``--protocol``: :mod:`policies.protocol` cells (test windows by default)."""
+    """``--loads`` / ``--protocol``: :mod:`policies.routing.protocol` cells (test windows by default)."""
     import sys
-
-    from experiments.common import sim_config_from_args
-    from policies.evaluate import DEFAULT_ROUTING_AGAINST
-    from policies.protocol import evaluate_scenario, load_tuned_cells, scenarios
-
-    from experiments.config_args import split_name_list
 
     against = DEFAULT_ROUTING_AGAINST if cfg.against is None else cfg.against
     policies = [cfg.policy] + [n for n in split_name_list(against, "--against") if n != cfg.policy]
@@ -217,18 +205,13 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
 def protocol_reference(policies: list[str], reference: str | None) -> str:
     """The reference of a protocol evaluation's paired deltas: ``reference``, else
     ``vertumnus-tuned`` or ``vertumnus-router`` if evaluated, else the last policy."""
-    from policies.protocol import VERTUMNUS_ROUTER
-
     return reference or ("vertumnus-tuned" if "vertumnus-tuned" in policies else
                          VERTUMNUS_ROUTER if VERTUMNUS_ROUTER in policies else policies[-1])
 
 
 def _print_protocol(rows: list[dict], reference: str, what: str, fmt: str) -> int:
-    """Prints the protocol table of ``rows`` (``policies.protocol.cell_table``); ``what`` starts the
+    """Prints the protocol table of ``rows`` (``policies.routing.protocol.cell_table``); ``what`` starts the
     title (the windows, or the CSV they were read from)."""
-    from experiments.common import dumps_json
-    from policies.protocol import cell_table
-
     table = cell_table(rows, reference)
     if fmt == "json":
         print(dumps_json(table))
@@ -252,8 +235,7 @@ def _print_protocol(rows: list[dict], reference: str, what: str, fmt: str) -> in
 
 
 def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference: str | None = None) -> int:
-    from experiments.common import dumps_json
-    from policies.evaluate_reconfig import aggregate_reconfig
+    from policies.reconfig.evaluate import aggregate_reconfig  # lazy: gymnasium (start-up of the CLI)
 
     table = aggregate_reconfig(rows, workload, reference)
     ref = table[0]["reference"] if table else None
@@ -269,8 +251,6 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference:
         cols += [f"Δ mean TTFT % vs {ref} (paired 95% CI)", "Δ SLO att."]
     for c in cols:
         t.add_column(escape(c), justify="left" if c == "policy" else "right", overflow="fold")
-    from policies.evaluate import ci_text
-
     for r in table:
         def f(m, fmt):
             return ci_text(r[m], r[m + "_ci95"], fmt)
@@ -287,9 +267,6 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference:
 
 def _print_routing(rows: list[dict], reference: str | None, seeds, where: str, fmt: str) -> int:
     """Prints the routing table of ``rows``; ``where`` starts the title (the episodes' source)."""
-    from experiments.common import dumps_json
-    from policies.evaluate import aggregate, choose_reference
-
     reference = choose_reference(rows, reference)
     table = aggregate(rows, reference)
     if fmt == "json":
@@ -304,8 +281,6 @@ def _print_routing(rows: list[dict], reference: str | None, seeds, where: str, f
         cols += [f"Δ mean TTFT s vs {reference} (paired)", "Δ SLO att."]
     for c in cols:
         t.add_column(escape(c), justify="left" if c == "policy" else "right", overflow="fold")
-    from policies.evaluate import ci_text
-
     for r in table:
         def f(m, fmt):
             return ci_text(r[m], r[m + "_ci95"], fmt)

@@ -9,6 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+from envs.provenance import write_provenance
+from envs.sim import SimConfig
+from envs.sim.options import check_out_dir
+from experiments.faults import load_spec, plot_ttft_over_time, run_fault_experiment
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC",
@@ -20,11 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
-
-    from envs.sim import SimConfig
-    from experiments.common import check_out_dir
-    from experiments.faults import load_spec, plot_ttft_over_time, run_fault_experiment
-    from experiments.provenance import write_provenance
 
     spec = load_spec(args.spec)
     if args.out is None:  # was results/faults: a run without --out overwrote the shipped results, part-way if stopped

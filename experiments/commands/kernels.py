@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from envs.sim.options import split_number_list
+from kernels_ref.check import default_cases, format_table, run_check_suite
+from kernels_ref.dist import MAX_CPU_RANKS
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--degrees", default="1,2,4", help="comma-separated CP degrees (default 1,2,4)")
@@ -21,8 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def parse_degrees(text: str, device: str) -> tuple[int, ...]:
     """``--degrees``: distinct integers >= 1, on ``cpu`` at most :data:`kernels_ref.dist.MAX_CPU_RANKS`
     (one process per rank; checked before anything starts)."""
-    from kernels_ref.dist import MAX_CPU_RANKS
-
     degrees = parse_int_list(text, "--degrees", minimum=1)
     repeated = sorted({d for d in degrees if degrees.count(d) > 1})
     if repeated:  # every case of that degree ran twice and counted twice in 'N/N passed'
@@ -35,9 +37,7 @@ def parse_degrees(text: str, device: str) -> tuple[int, ...]:
 
 def parse_int_list(text: str, name: str, minimum: int = 0) -> tuple[int, ...]:
     """``"1,2,4" -> (1, 2, 4)``; raises ValueError naming the option on bad input (an empty item
-    included, :func:`experiments.config_args.split_number_list`)."""
-    from experiments.config_args import split_number_list
-
+    included, :func:`envs.sim.options.split_number_list`)."""
     try:
         values = tuple(split_number_list(text, int))
     except ValueError as e:
@@ -49,8 +49,6 @@ def parse_int_list(text: str, name: str, minimum: int = 0) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     import time
-
-    from kernels_ref.check import default_cases, format_table, run_check_suite
 
     degrees = parse_degrees(args.degrees, args.device)
     t0 = time.perf_counter()

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import argparse
 
+from baselines.registry import get_policy
+from baselines.runner import policy_pool
+from envs.provenance import write_provenance
+from envs.sim.options import check_out_dir, split_name_list
+from envs.workloads import default_traces_dir
+from experiments.common import add_sim_arguments, parse_list, sim_config_from_args
+from experiments.kv_tiers import SWEEP_COLS, TABLE_COLS, markdown_table, plot_tier_sweep, run_tier_study, write_study
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments
-
     p.add_argument("--trace", metavar="PATH", help="trace (default: the shared conversation trace)")
     p.add_argument("--window-s", type=float, nargs=2, default=(0.0, 300.0), metavar=("START", "END"),
                    help="arrival window after rate scaling [s] (default 0 300)")
@@ -33,8 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_policy_names(flag: str, names) -> None:
     """Raises ValueError ``FLAG: unknown policy ...`` (:func:`baselines.registry.get_policy`) if a
     name of ``names`` is not a registered policy."""
-    from baselines.registry import get_policy
-
     for name in names:
         try:
             get_policy(name)
@@ -53,10 +57,6 @@ def run(args: argparse.Namespace) -> int:
     import math
     import sys
 
-    from baselines.registry import get_policy
-    from experiments.common import check_out_dir, parse_list, sim_config_from_args
-    from experiments.kv_tiers import SWEEP_COLS, TABLE_COLS, markdown_table, plot_tier_sweep, run_tier_study, write_study
-
     check_out_dir(args.out)
     if args.plot_sweep:
         from pathlib import Path
@@ -66,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
         points = plot_tier_sweep(args.plot_sweep, out / "kv_tiers_sweep.png")
         table = markdown_table(points, SWEEP_COLS)
         (out / "sweep_table.md").write_text(table + "\n")
-        from experiments.provenance import write_provenance
 
         write_provenance(out, sys.argv[1:], name="provenance_sweep_plot.json")
         print(table)
@@ -82,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--load must be in (0, 1.5], got {args.load}")
     if args.capacity_rps is not None and not (args.capacity_rps > 0 and math.isfinite(args.capacity_rps)):
         raise ValueError(f"--capacity-rps must be a finite number > 0 [requests/s], got {args.capacity_rps}")
-    from experiments.config_args import split_name_list
 
     policies = split_name_list(args.policies, "--policies")
     ev_policies = tuple(split_name_list(args.eviction_policies, "--eviction-policies"))
@@ -96,11 +94,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--eviction-dram-gb needs two capacities, got {args.eviction_dram_gb!r}")
     trace = args.trace
     if trace is None:
-        from envs.workloads import default_traces_dir
-
         trace = str(default_traces_dir() / "conversation_trace.jsonl")
     config = sim_config_from_args(args)
-    from experiments.runner import policy_pool
 
     for name in {args.capacity_policy, *policies, *ev_policies}:  # a baseline's own pool must fit the pool flags
         policy_pool(get_policy(name), config.pool)
@@ -109,8 +104,6 @@ def run(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         import pandas as pd
-
-        from experiments.provenance import write_provenance
 
         write_provenance(args.out, sys.argv[1:])
         done: list[dict] = []

@@ -13,11 +13,17 @@ import argparse
 import json
 import sys
 
+from envs.sim.cost_model import Calibration
+from envs.sim.options import check_out_file
+from experiments.commands.kernels import parse_degrees, parse_int_list
+from kernels_ref import roofline
+from kernels_ref.config import LayerConfig
+from kernels_ref.fit import format_fit_table
+from kernels_ref.profile import DEFAULT_PROFILE_LAYER as L
+from kernels_ref.profile import PROFILE_DTYPES, ProfileConfig, build_profile_calibration, profile_and_fit
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from kernels_ref import roofline
-    from kernels_ref.profile import DEFAULT_PROFILE_LAYER as L, ProfileConfig
-
     d = ProfileConfig()
     ints = lambda v: ",".join(str(x) for x in v)  # noqa: E731
     p.add_argument("--out", metavar="FILE", required=True, help="write the fitted calibration JSON file")
@@ -71,8 +77,6 @@ def check_flags(args: argparse.Namespace) -> None:
     Raises:
         ValueError: ``--FLAG must be ..., got VALUE``.
     """
-    from kernels_ref.profile import PROFILE_DTYPES
-
     for dest in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "repeats"):
         if getattr(args, dest) < 1:
             raise ValueError(f"--{dest.replace('_', '-')} must be an integer >= 1, got {getattr(args, dest)}")
@@ -94,12 +98,6 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.commands.kernels import parse_degrees, parse_int_list
-    from kernels_ref import roofline
-    from kernels_ref.config import LayerConfig
-
-    from experiments.common import check_out_file
-
     check_flags(args)
     roofline.get_model(args.model), roofline.get_gpu(args.gpu)  # fail fast on a typo
     check_out_file(args.out)  # before the profiling grid (minutes), not when the file is written
@@ -107,7 +105,6 @@ def run(args: argparse.Namespace) -> int:
                         intermediate_size=args.intermediate, num_experts=args.experts,
                         num_experts_per_token=args.top_k if args.experts else 0,
                         moe_intermediate_size=args.moe_intermediate if args.experts else 0)
-    from kernels_ref.profile import ProfileConfig, build_profile_calibration, profile_and_fit
 
     config = ProfileConfig(
         num_new_tokens=parse_int_list(args.new_tokens, "--new-tokens", 1),
@@ -116,8 +113,6 @@ def run(args: argparse.Namespace) -> int:
         layer=layer, num_layers=args.layers, algorithm=args.algorithm, impl=args.impl,
         dtype=args.dtype or ("bfloat16" if args.device == "cuda" else "float32"), device=args.device,
         warmup=args.warmup, repeats=args.repeats, seed=args.seed)
-    from envs.sim.cost_model import Calibration
-    from kernels_ref.fit import format_fit_table
 
     samples, fit = profile_and_fit(config)
     command = _command_line(sys.argv)

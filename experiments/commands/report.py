@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import argparse
 
+from envs.sim.options import check_out_dir
+from experiments.report import make_report
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR",
@@ -17,9 +20,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir
-    from experiments.report import make_report
-
     check_out_dir(args.out)  # a file there: one line naming --out, not "PATH: File exists"
     rep = make_report(args.run_dir, args.out)
     print(f"report of {rep.num_runs} runs ({rep.num_cells_missing} cells missing) -> {rep.markdown_path}")

@@ -32,15 +32,35 @@ from __future__ import annotations
 import argparse
 import sys
 
+from baselines.capacity import CapacityDefinition
+from envs.provenance import write_provenance
+from envs.sim.options import check_out_dir, split_name_list
+from envs.workloads import default_traces_dir
+from experiments.commands.capacity import add_capacity_arguments, cache_dir_from_args, definition_from_args
+from experiments.common import (
+    add_sim_arguments,
+    dumps_json,
+    parse_list,
+    parse_workload_params,
+    sim_config_from_args,
+    write_rows_csv,
+)
+from experiments.reproduce import (
+    CACHE_HELD_OUT_SEEDS,
+    EXPERIMENTS,
+    ReproduceConfig,
+    WorkloadCase,
+    plot_end_to_end,
+    rows_as_dicts,
+    run_experiments,
+)
+
 QUICK = {"seeds": "0,1,2", "window_s": 300.0, "loads": "0.5,0.85,0.95", "rel_tol": 0.03, "cache_duration_s": 300.0}
 FULL = {"seeds": "0,1,2", "window_s": 600.0, "loads": "0.5,0.7,0.85,0.95", "cache_duration_s": 600.0}
 ALL_EXPERIMENTS = "end-to-end,dynamic,cache,reconfiguration"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.commands.capacity import add_capacity_arguments
-    from experiments.common import add_sim_arguments
-
     # run seeds come from --seeds (no --seed); the paper's CP degrees for Qwen3 (§9)
     add_sim_arguments(p, seed=False, supported_degrees="2,4", supported_degrees_note=": the paper's Qwen3 degrees, §9")
     p.add_argument("--experiments", default=ALL_EXPERIMENTS,
@@ -53,7 +73,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    f"quick {QUICK['loads']})")
     p.add_argument("--window-s", type=float,
                    help=f"arrival window of each run [s] (default {FULL['window_s']:g}; quick {QUICK['window_s']:g})")
-    from experiments.reproduce import CACHE_HELD_OUT_SEEDS
 
     held_out = ",".join(map(str, CACHE_HELD_OUT_SEEDS))
     p.add_argument("--cache-seeds", default=held_out,
@@ -93,13 +112,6 @@ def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
             that is missing, not a folder, or lacks a trace the chosen experiments replay.
     """
     from pathlib import Path
-
-    from envs.workloads import default_traces_dir
-    from experiments.capacity import CapacityDefinition
-    from experiments.commands.capacity import cache_dir_from_args, definition_from_args
-    from experiments.common import parse_list, parse_workload_params, sim_config_from_args
-    from experiments.config_args import split_name_list
-    from experiments.reproduce import ReproduceConfig, WorkloadCase
 
     preset = QUICK if args.quick else FULL
     # an empty --seeds / --loads is an error (parse_list), not the preset
@@ -179,8 +191,6 @@ def _write_runs(out, kind: str, res, final: bool) -> list[str]:
     """Writes ``KIND-runs.csv`` (a finished experiment's, even without runs; a partial one's once it
     has a run) and ``KIND-capacities.csv`` (when there are capacities) of ``res`` under ``out``,
     each atomically; returns the names written."""
-    from experiments.common import write_rows_csv
-
     written = []
     if final or res.runs:
         write_rows_csv(out / f"{kind}-runs.csv", res.runs)
@@ -194,11 +204,6 @@ def _write_runs(out, kind: str, res, final: bool) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from experiments.common import check_out_dir, dumps_json
-    from experiments.reproduce import EXPERIMENTS, plot_end_to_end, rows_as_dicts, run_experiments
-
-    from experiments.config_args import split_name_list
-
     kinds = split_name_list(args.experiments, "--experiments")
     for k in kinds:
         if k not in EXPERIMENTS:
@@ -210,7 +215,6 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     cfg = config_from_args(args, kinds)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    from experiments.provenance import write_provenance
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from baselines.capacity import CapacityDefinition, saturated
+from baselines.registry import POLICIES, get_policy
+from baselines.runner import policy_pool, run_policy, write_run
+from envs.metrics import summarize
+from envs.metrics.summary import FAULT_KEYS, TIER_SUMMARY_KEYS
+from envs.progress import Progress, progress_mode
+from envs.sim.options import check_out_dir, split_name_list
+from experiments.common import add_sim_arguments, add_workload_arguments, dumps_json, sim_config_from_args, workload_from_args
+from policies.common.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path
+
 DEFAULT_POLICIES = "round-robin,least-work,prefix-affinity,sglang-cache-aware,llm-d,dynamo-kv,mooncake-ttft,vertumnus"
 
 #: ``num_unfinished`` counts every request without a TTFT, the ``num_rejected`` ones (longer than any
@@ -16,8 +26,6 @@ JSON_KEYS = ("policy", "pool", "num_requests", "num_unfinished", "num_rejected",
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments, add_workload_arguments
-
     add_workload_arguments(p)
     add_sim_arguments(p)
     p.add_argument("--policy", default=None,
@@ -65,13 +73,11 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def warn_if_overloaded(policy: str, result, summary: dict, workload) -> bool:
-    """One stderr line when the run is past saturation (:func:`experiments.capacity.saturated`,
-    default :class:`~experiments.capacity.CapacityDefinition`: the backlog grows, the last third's
+    """One stderr line when the run is past saturation (:func:`baselines.capacity.saturated`,
+    default :class:`~baselines.capacity.CapacityDefinition`: the backlog grows, the last third's
     mean TTFT slowdown > 1.2x the first third's, *and* token-weighted SLO attainment < 0.9). Past
     saturation the TTFTs measure how far the backlog grew in this window, not the policy, and the
     table gave no sign of it. Returns whether it warned."""
-    from experiments.capacity import CapacityDefinition, saturated
-
     if workload.num_requests < 3 or workload.duration_s <= 0:
         return False
     d = CapacityDefinition()
@@ -98,23 +104,14 @@ def rate_text(workload) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from baselines.registry import POLICIES, get_policy
-    from envs.metrics import summarize
-    from envs.metrics.summary import FAULT_KEYS
-    from experiments.common import check_out_dir, dumps_json, sim_config_from_args, workload_from_args
-    from experiments.runner import policy_pool, run_policy, write_run
-
     if args.list_policies:
         for name, spec in POLICIES.items():
             print(f"{name:24s} {spec.description}  [{spec.source}]")
         return 0
-    from experiments.config_args import split_name_list
 
     names = split_name_list(DEFAULT_POLICIES if args.policy is None else args.policy, "--policy")
     for n in names:  # a learned checkpoint is not a registered policy: say where it runs
         if n not in POLICIES:
-            from policies.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path
-
             if n in SHIPPED_CHECKPOINTS or looks_like_path(n):
                 raise ValueError(f"--policy {n}: learned checkpoints run under `cpgym evaluate --policy {n}` (held-out "
                                  "windows, paired CIs); cpgym simulate runs the registered policies of --list-policies")
@@ -124,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
     for spec in specs:  # a baseline whose own pool does not fit the flags fails before any run
         policy_pool(spec, config.pool)
     workload = workload_from_args(args)
-    from experiments.progress import Progress, progress_mode
 
     mode = progress_mode(args.progress, quiet=args.quiet)
     rows = []
@@ -141,8 +137,6 @@ def run(args: argparse.Namespace) -> int:
         if args.out:
             write_run(args.out, result, summary, {"workload_source": workload.source, "argv": getattr(args, "argv", sys.argv)})
     if args.format == "json":
-        from envs.metrics.summary import TIER_SUMMARY_KEYS
-
         extra = FAULT_KEYS if config.faults is not None else ()
         print(dumps_json([{k: r[k] for k in JSON_KEYS} | {"utilization": r["utilization"], "num_gpus": r["num_gpus"]}
                           | {k: r[k] for k in (*TIER_SUMMARY_KEYS, "link_utilization") if k in r}

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import argparse
 
+from envs.provenance import write_provenance
+from envs.sim.options import check_out_dir
+from envs.workloads.registry import WORKLOADS
+from experiments.spec import load_spec
+from experiments.sweep import check_sweep_target, default_out_dir, match_finished, outdated_cells, run_sweep, scan_finished
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from envs.workloads.registry import WORKLOADS
-
     p.add_argument("spec", metavar="SPEC",
                    help=f"experiment spec file (.yaml/.yml/.toml); its workload.name is one of {', '.join(sorted(WORKLOADS))} "
                         "(or workload.trace: a trace file), its policies those of cpgym simulate --list-policies")
@@ -43,17 +47,13 @@ def stale_cells_note(num: int, example: str, out) -> str:
 def outdated_cells_note(num: int, example: str, out) -> str:
     """The warning about finished cells in ``out`` that other simulator / policy code computed."""
     return (f"warning: {num} finished cell(s) in {out} were computed by other code (envs/, baselines/ or "
-            f"experiments/runner.py changed since, e.g. {example}) and are reused as they are; use a new --out "
+            f"baselines/runner.py changed since, e.g. {example}) and are reused as they are; use a new --out "
             f"to recompute them")
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
-
-    from experiments.spec import load_spec
-    from experiments.sweep import (check_sweep_target, default_out_dir, match_finished, outdated_cells, run_sweep,
-                                   scan_finished)
 
     spec = load_spec(args.spec)  # every spec error is raised here, before anything runs
     out = Path(args.out) if args.out else default_out_dir(spec)
@@ -72,8 +72,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {c.key}  {mark}  {c.workload.label}  {c.policy}  seed={c.config.seed}  workload_seed={c.workload.seed}  "
                   + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
         return 0
-    from experiments.common import check_out_dir
-    from experiments.provenance import write_provenance
 
     check_out_dir(str(out))  # a file there: one line naming --out, not "PATH: File exists"
     # a refused run writes nothing: no stray folder for --jobs 0, no other sweep's provenance.json overwritten

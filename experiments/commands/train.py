@@ -1,9 +1,9 @@
 """``cpgym train routing|reconfig``: train a learned policy (MaskablePPO) on episode windows of a
 trace or synthetic workload; writes checkpoints, CSV logs and (offline) wandb logs.
 
-The training flags are generated from the config dataclasses (``policies.train.TrainConfig``,
-``policies.train.EpisodeSource``, ``policies.train_reconfig.ReconfigTrainConfig``) by
-``experiments.config_args``; the workload and simulator flags are the shared groups of
+The training flags are generated from the config dataclasses (``policies.routing.train.TrainConfig``,
+``policies.routing.train.EpisodeSource``, ``policies.reconfig.train.ReconfigTrainConfig``) by
+``envs.sim.options``; the workload and simulator flags are the shared groups of
 ``experiments.common``. A flag a kind does not use is not declared for it (argparse rejects it).
 Without ``--out`` the run folder is ``runs/train/<run name>`` (:func:`default_out_dir`).
 """
@@ -12,6 +12,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from baselines.runner import run_name, unique_run_dir
+from envs.provenance import write_provenance
+from envs.sim.options import add_config_arguments, check_out_dir, config_from_args
+from envs.workloads import default_traces_dir
+from experiments.common import add_sim_arguments, add_workload_arguments, sim_config_from_args, workload_source_from_args
+from policies.common.run_end import TrainingInterrupted
+from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
+from policies.routing.train_arms import ArmTrainConfig, train_arms
 
 #: Parent of the default run folders (``--out`` omitted): ``runs/train/<run name>``.
 DEFAULT_RUNS_DIR = "runs/train"
@@ -36,12 +45,9 @@ OUT_HELP = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments, add_workload_arguments
-    from experiments.config_args import add_config_arguments
-    from policies.train import EpisodeSource, TrainConfig
-    from policies.train_reconfig import DEFAULT_RECONFIG_WORKLOAD, ReconfigTrainConfig
-
-    from envs.workloads import default_traces_dir
+    from policies.reconfig.train import ReconfigTrainConfig  # lazy: gymnasium (start-up of the CLI)
+    from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
+    from policies.routing.train import TrainConfig  # lazy: gymnasium (start-up of the CLI)
 
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     _add_arms_parser(kinds)
@@ -65,11 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_arms_parser(kinds) -> None:
-    """``cpgym train arms``: the arm-selection router (``policies.train_arms``; no RL)."""
-    from experiments.common import add_sim_arguments
-    from experiments.config_args import add_config_arguments
-    from policies.train_arms import ArmTrainConfig
-
+    """``cpgym train arms``: the arm-selection router (``policies.routing.train_arms``; no RL)."""
     help_text = ("fit the Vertumnus router's (beta, lambda) choice per decision window from load/workload features "
                  "(per-window costs of every grid arm on training windows; model selection on validation windows)")
     k = kinds.add_parser("arms", help=help_text, description=help_text)
@@ -84,18 +86,16 @@ def _add_arms_parser(kinds) -> None:
 def configs_from_args(args: argparse.Namespace):
     """The training config of the parsed flags: ``TrainConfig`` (routing) or
     ``ReconfigTrainConfig`` (reconfig). Raises ValueError naming the field on bad values."""
-    from experiments.common import workload_source_from_args
-    from experiments.config_args import config_from_args
-
     ws = workload_source_from_args(args)  # the kind's default source (DEFAULT_SOURCES), set by add_arguments
     source_fields = {"trace": ws.trace, "workload": ws.name, "workload_seed": ws.seed, "target_rps": ws.target_rps,
                      "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid,
                      "params": ws.params}
     if args.kind == "reconfig":
-        from policies.train_reconfig import ReconfigTrainConfig
+        from policies.reconfig.train import ReconfigTrainConfig  # lazy: gymnasium (start-up of the CLI)
 
         return config_from_args(ReconfigTrainConfig, args, **source_fields)
-    from policies.train import EpisodeSource, TrainConfig
+    from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
+    from policies.routing.train import TrainConfig  # lazy: gymnasium (start-up of the CLI)
 
     return config_from_args(TrainConfig, args, source=config_from_args(EpisodeSource, args, **source_fields))
 
@@ -103,12 +103,10 @@ def configs_from_args(args: argparse.Namespace):
 def default_out_dir(kind: str, cfg, when: float | None = None) -> Path:
     """The run folder of ``cpgym train KIND`` without ``--out``: ``runs/train/<run name>``, the
     CleanRL run name ``{workload}__{kind}__{seed}__{unix time}`` of
-    :func:`experiments.runner.run_name` (as ``cpgym simulate --out`` names its runs), where the
+    :func:`baselines.runner.run_name` (as ``cpgym simulate --out`` names its runs), where the
     workload is the episode source's label (routing: with ``@<rate>rps`` for ``--target-rps``;
     arms: the workloads joined by ``+``) and the seed the training seed; ``-2``, ``-3``, ... if
-    that folder exists (:func:`experiments.runner.unique_run_dir`)."""
-    from experiments.runner import run_name, unique_run_dir
-
+    that folder exists (:func:`baselines.runner.unique_run_dir`)."""
     if kind == "routing":
         workload = cfg.source.label
     elif kind == "reconfig":
@@ -126,9 +124,6 @@ def _resolve_out(args: argparse.Namespace, cfg) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.common import check_out_dir, sim_config_from_args
-    from experiments.provenance import write_provenance
-
     if args.kind == "arms":
         return _run_arms(args)
     cfg = configs_from_args(args)
@@ -136,13 +131,16 @@ def run(args: argparse.Namespace) -> int:
     _resolve_out(args, cfg)
     check_out_dir(args.out)  # the same check as `train arms` (train_arms): before anything runs or is written
     if args.kind == "reconfig":
-        from policies.train_reconfig import check_init_from, check_oracle_phase_ttft, check_target_menu
+        # lazy: gymnasium (start-up of the CLI)
+        # lazy: gymnasium (start-up of the CLI)
+        # lazy: gymnasium (start-up of the CLI)
+        from policies.reconfig.train import check_init_from, check_oracle_phase_ttft, check_target_menu
 
         check_target_menu(cfg, sim_config)  # these three before provenance.json is written to --out
         check_oracle_phase_ttft(cfg, sim_config)
         check_init_from(cfg)
     else:
-        from policies.train import check_routing_setup
+        from policies.routing.train import check_routing_setup  # lazy: gymnasium (start-up of the CLI)
 
         check_routing_setup(cfg, sim_config)  # --bc-policy, --num-slots: before provenance.json is written to --out
     # the first workload is built before anything is written to --out: a missing trace file or a
@@ -150,14 +148,13 @@ def run(args: argparse.Namespace) -> int:
     (cfg.source.workload_source() if args.kind == "routing" else cfg.workload_source(cfg.seeds[0])).build()
     write_provenance(args.out, argv=getattr(args, "argv", None))
     if args.kind == "reconfig":
-        from policies.train_reconfig import train_reconfig as train
+        from policies.reconfig.train import train_reconfig as train  # lazy: gymnasium (start-up of the CLI)
     else:
-        from policies.train import train_routing as train
-    from policies.run_end import TrainingInterrupted
+        from policies.routing.train import train_routing as train  # lazy: gymnasium (start-up of the CLI)
 
     try:
         train(cfg, args.out, sim_config=sim_config, argv=getattr(args, "argv", None), progress="off" if args.quiet else None)
-    except TrainingInterrupted as exc:  # Ctrl-C: the model at that moment is saved (policies.run_end)
+    except TrainingInterrupted as exc:  # Ctrl-C: the model at that moment is saved (policies.common.run_end)
         import sys
 
         print(f"cpgym train {args.kind}: {exc.describe()}", file=sys.stderr)
@@ -167,11 +164,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_arms(args: argparse.Namespace) -> int:
     import sys
-
-    from experiments.common import sim_config_from_args
-    from experiments.config_args import config_from_args
-    from experiments.provenance import write_provenance
-    from policies.train_arms import ArmTrainConfig, train_arms
 
     cfg = config_from_args(ArmTrainConfig, args)
     sim_config = sim_config_from_args(args)

@@ -1,5 +1,5 @@
 """``cpgym tune vertumnus``: grid search of the Vertumnus router's (beta, lambda) on the TRAINING
-windows (``policies.protocol``) of each (workload, load) cell; writes one JSON file that
+windows (``policies.routing.protocol``) of each (workload, load) cell; writes one JSON file that
 ``cpgym evaluate --tuned FILE`` reads for ``vertumnus-tuned``.
 
 The file is rewritten (atomically) after each tuned cell: a run stopped midway (an error, Ctrl-C)
@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import argparse
 
+from envs.sim.options import check_out_file
+from experiments.common import add_sim_arguments, parse_list, sim_config_from_args, write_text_atomic
+from policies.common.policy_args import check_distinct
+from policies.routing.protocol import TUNE_BETAS, TUNE_LAMBDAS, scenarios, tune_vertumnus
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from experiments.common import add_sim_arguments
-    from policies.protocol import TUNE_BETAS, TUNE_LAMBDAS
-
     p.add_argument("heuristic", choices=("vertumnus",), help="the heuristic to tune (the Vertumnus router)")
     add_scenario_arguments(p)
     add_sim_arguments(p)
     p.add_argument("--betas", default=",".join(f"{b:g}" for b in TUNE_BETAS), help="beta grid (comma-separated, >= 1)")
     p.add_argument("--lambdas", default=",".join(f"{x:g}" for x in TUNE_LAMBDAS), help="lambda grid (comma-separated, >= 0)")
     p.add_argument("--max-windows", type=int, metavar="N",
-                   help="tune on at most N training windows per cell, evenly spread (policies.protocol.spread_subset; "
+                   help="tune on at most N training windows per cell, evenly spread (policies.routing.protocol.spread_subset; "
                         "default all)")
     p.add_argument("--out", metavar="JSON", required=True,
                    help="where to write the tuned parameters per cell (rewritten after each cell: a run stopped midway "
@@ -31,22 +33,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     """Workload, load and window flags shared by ``tune`` and ``evaluate`` (protocol mode)."""
-    g = p.add_argument_group("scenario (policies.protocol: train/validation/test windows)")
+    g = p.add_argument_group("scenario (policies.routing.protocol: train/validation/test windows)")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="PATH", help="trace file (default: the Mooncake conversation trace)")
     src.add_argument("--workload", metavar="NAME", help="named synthetic workload")
     g.add_argument("--loads", metavar="F,F",
-                   help="loads as fractions of capacity (policies.protocol.capacity_rps), e.g. 0.7,0.9")
+                   help="loads as fractions of capacity (policies.routing.protocol.capacity_rps), e.g. 0.7,0.9")
     g.add_argument("--target-rps", type=float, help="absolute arrival rate [requests/s] instead of --loads")
     g.add_argument("--episode-window-s", type=float, help="window length [s] (protocol default 10)")
     g.add_argument("--warmup-s", type=float, default=30.0, help="warm-up trace before each window [s] (default 30)")
 
 
 def scenarios_from_args(args: argparse.Namespace, config, log=None) -> list:
-    """The :class:`policies.protocol.Scenario` of each requested load (``policies.protocol.scenarios``)."""
-    from experiments.common import parse_list
-    from policies.protocol import scenarios
-
+    """The :class:`policies.routing.protocol.Scenario` of each requested load (``policies.routing.protocol.scenarios``)."""
     loads = parse_list(args.loads, "--loads", float, positive=True) if args.loads else ()
     return scenarios(config, trace=args.trace, workload=args.workload, loads=loads, target_rps=args.target_rps,
                      window_s=10.0 if args.episode_window_s is None else args.episode_window_s,  # 0 is an error, not 10
@@ -62,9 +61,6 @@ def _grid(args: argparse.Namespace) -> tuple[list[float], list[float]]:
             repeated value, ``--episode-window-s`` <= 0 or ``--warmup-s`` < 0.
     """
     import math
-
-    from experiments.common import parse_list
-    from policies.evaluate import check_distinct
 
     grids = []
     for flag, text, low in (("--betas", args.betas, 1.0), ("--lambdas", args.lambdas, 0.0)):
@@ -85,9 +81,6 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
     from pathlib import Path
-
-    from experiments.common import check_out_file, sim_config_from_args, write_text_atomic
-    from policies.protocol import tune_vertumnus
 
     out = Path(args.out)
     if out.exists():

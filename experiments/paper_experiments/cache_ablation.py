@@ -21,15 +21,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from experiments.config_args import option as _opt
+
+from baselines.cache_manager import CACHE_MANAGER_SETTINGS, GlobalCacheManager, with_global_cache
+from baselines.capacity import CapacityDefinition, RatedWorkload, find_capacity
+from baselines.registry import get_policy
+from baselines.runner import build_simulator
+from envs.metrics import summarize
+from envs.sim.options import option as _opt
+from envs.workloads import WorkloadSource
+from envs.workloads.arrivals import PoissonArrivals
+from envs.workloads.synthetic import tool_agent_sessions
 
 DEFAULT_RATES_RPS = (20.0, 30.0, 40.0, 50.0, 55.0)
 
 
 def _default_mean_calls() -> float:
     import inspect
-
-    from envs.workloads.synthetic import tool_agent_sessions
 
     return float(inspect.signature(tool_agent_sessions).parameters["mean_calls"].default)
 
@@ -66,7 +73,6 @@ class CacheAblationConfig:
             raise ValueError(f"cache-ablation: duration_s must be a finite number > 0, got {self.duration_s}")
         if self.workload_seed < 0:
             raise ValueError(f"cache-ablation: workload_seed must be >= 0, got {self.workload_seed}")
-        from baselines.cache_manager import CACHE_MANAGER_SETTINGS
 
         if self.manager_setting not in CACHE_MANAGER_SETTINGS:
             raise ValueError(f"cache-ablation: manager_setting must be one of {sorted(CACHE_MANAGER_SETTINGS)}, "
@@ -77,9 +83,6 @@ class CacheAblationConfig:
     def workload_source(self, rate_rps: float):
         """The :class:`~envs.workloads.WorkloadSource` at one rate: ``rate_rps / MEAN_CALLS_PER_SESSION`` sessions/s,
         time-scaled to exactly ``rate_rps``."""
-        from envs.workloads import WorkloadSource
-        from envs.workloads.arrivals import PoissonArrivals
-
         return WorkloadSource(name="tool-agent", seed=self.workload_seed, target_rps=rate_rps,
                               params=(("duration_s", self.duration_s),
                                       ("session_arrivals", PoissonArrivals(rate_rps / MEAN_CALLS_PER_SESSION))))
@@ -107,18 +110,16 @@ TOOL_AGENT_MIN_RATE_SCALE = 0.25
 
 
 def _rated_base():
-    from experiments.capacity import RatedWorkload
-
     return RatedWorkload
 
 
 @dataclass(frozen=True)
 class ToolAgentRated(_rated_base()):
     """The cache ablation's tool-agent workload at any rate, for the capacity search
-    (:func:`experiments.capacity.find_capacity`, the machinery of ``cpgym capacity``): rate factor
+    (:func:`baselines.capacity.find_capacity`, the machinery of ``cpgym capacity``): rate factor
     ``x`` is :meth:`CacheAblationConfig.workload_source` at ``x * reference_rate_rps`` — sessions
     start ``x`` times as often and the calls keep their seconds-scale gaps (a plain
-    :class:`~experiments.capacity.RatedWorkload` of ``tool-agent`` would stretch the gaps by
+    :class:`~baselines.capacity.RatedWorkload` of ``tool-agent`` would stretch the gaps by
     ``1 / x``), so a capacity measured here is the capacity of the workload the ablation runs.
 
     The search starts at ``min_rate_scale`` (default :data:`TOOL_AGENT_MIN_RATE_SCALE`) instead of
@@ -132,7 +133,7 @@ class ToolAgentRated(_rated_base()):
         seed: workload seed.
         reference_rate_rps: the rate at factor 1 [requests/s] (default
             :data:`TOOL_AGENT_REFERENCE_RATE_RPS`), > 0.
-        min_rate_scale: lowest factor probed (:class:`~experiments.capacity.RatedWorkload`).
+        min_rate_scale: lowest factor probed (:class:`~baselines.capacity.RatedWorkload`).
 
     Raises:
         ValueError: on a bad window, ``start_s != 0`` or a reference rate <= 0.
@@ -161,19 +162,17 @@ class ToolAgentRated(_rated_base()):
 
 def tool_agent_capacity(config, duration_s: float = 300.0, seed: int = 0, base_policy: str = "vertumnus-router",
                         definition=None, cache_dir=None, log=None):
-    """Capacity (sustainable rate, :mod:`experiments.capacity`) of ``base_policy`` with local
+    """Capacity (sustainable rate, :mod:`baselines.capacity`) of ``base_policy`` with local
     caches only on the ablation's tool-agent workload (:class:`ToolAgentRated`, reference rate
     :data:`TOOL_AGENT_REFERENCE_RATE_RPS` x pool GPUs / 40), on ``config`` (pool, SLO; its seed is
     replaced by ``seed``).
 
     Returns:
-        :class:`experiments.capacity.CapacityResult`.
+        :class:`baselines.capacity.CapacityResult`.
 
     Raises:
         ValueError: on an unknown policy or a window with too few requests.
     """
-    from experiments.capacity import CapacityDefinition, find_capacity
-
     # the reference rate follows the pool size (the default 93 req/s is ~0.6 of the 40-GPU pool's
     # capacity), so the search's floor (TOOL_AGENT_MIN_RATE_SCALE) is the same share of any pool's
     reference = TOOL_AGENT_REFERENCE_RATE_RPS * config.pool.num_gpus / TOOL_AGENT_REFERENCE_NUM_GPUS
@@ -191,10 +190,6 @@ def tool_agent_at_rate(rate_rps: float, duration_s: float, seed: int):
 def run_one(spec, workload, config) -> dict:
     """Runs one policy; returns its summary plus transfer bytes, link utilisation and the
     manager's counters (if attached)."""
-    from baselines.cache_manager import GlobalCacheManager
-    from envs.metrics import summarize
-    from experiments.runner import build_simulator
-
     sim, spec = build_simulator(spec, workload, config)
     managers: list[GlobalCacheManager] = []
     for fn in sim.dispatch_listeners:
@@ -219,9 +214,6 @@ def policies(cfg: CacheAblationConfig):
     Raises:
         ValueError: on an unknown base policy.
     """
-    from baselines.cache_manager import CACHE_MANAGER_SETTINGS, with_global_cache
-    from baselines.registry import get_policy
-
     base = get_policy(cfg.base_policy)
     mgr_cfg = CACHE_MANAGER_SETTINGS[cfg.manager_setting]
     if cfg.scan_interval_s is not None:

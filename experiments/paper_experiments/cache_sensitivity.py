@@ -20,6 +20,10 @@ import json
 import sys
 from pathlib import Path
 
+from envs.metrics.stats import ci95_halfwidth, ci_text
+from envs.sim.options import is_int, is_number
+from experiments.sweep import finished_cells
+
 METRICS = ("mean_ttft_s", "p90_ttft_s", "prefix_hit_rate", "slo_attainment_token_weighted", "kv_transfer_bytes")
 
 
@@ -34,9 +38,6 @@ def load_runs(sweep_dir: str | Path, metrics: tuple[str, ...] = METRICS) -> list
             a finished cell's ``summary.json`` is missing, not a JSON object or lacks a number for
             one of ``metrics`` (it used to count as 0: a best-looking setting).
     """
-    from experiments.spec.paths import is_int, is_number
-    from experiments.sweep import finished_cells
-
     runs = []
     for run_dir, cell in finished_cells(sweep_dir, strict=True, current_only=True):  # not an edited spec's old cells
         policy, seed, params = cell.get("policy"), cell.get("seed"), cell.get("policy_params") or {}
@@ -77,8 +78,6 @@ def sensitivity_rows(runs: list[dict], local_policy: str | None = None) -> list[
         ValueError: if there is no run of ``local_policy`` or a manager run has no local run with
             its seed.
     """
-    from experiments.report import ci95_halfwidth
-
     if local_policy is None:
         plain = sorted({r["policy"] for r in runs if not any(k.startswith("cache_") for k in r["params"])})
         local_policy = plain[0] if len(plain) == 1 else "vertumnus-router"
@@ -111,8 +110,6 @@ def sensitivity_rows(runs: list[dict], local_policy: str | None = None) -> list[
 
 def to_markdown(rows: list[dict]) -> str:
     """The rows as a Markdown table (one column per swept parameter)."""
-    from policies.evaluate import ci_text
-
     keys = sorted({k for r in rows for k in r["params"]})
     head = [k.removeprefix("cache_") for k in keys] + ["seeds", "mean TTFT %", "P90 TTFT %", "hit rate pp", "min SLO tok",
                                                         "transfer GB"]

@@ -14,13 +14,13 @@ prints the capacity profile it used).
 Rates relative to capacity (``short_load`` / ``long_load``, ``cpgym dynamic --short-load X
 --long-load Y``): the mean rate of a phase kind is that fraction of the mix's *sustainable rate*
 (:func:`phase_capacities`: the ``cpgym capacity`` definition and bisection,
-:func:`experiments.capacity.find_capacity`, on one constant-rate phase of the mix from the
+:func:`baselines.capacity.find_capacity`, on one constant-rate phase of the mix from the
 history day, on the strongest homogeneous pool of the supported degrees, router
 ``vertumnus-router``; cached on disk under ``capacity_cache_dir``); with the rising rate the peak
 is 1.5x that. Measured (40 GPUs, {2, 4}, history day of workload seed 0): short-heavy mix
 ``cp2x20`` 64.4 req/s (``cp4x10`` 56.6), long-heavy ``cp2x20`` 9.42 req/s (``cp4x10`` 8.50), so
 the absolute defaults (40 / 4 req/s) are loads 0.62 / 0.42 (peaks 0.93 / 0.64: below saturation);
-``results/dynamic-phases/target-controller/README.md``. Absolute rates stay the default: the
+(first target-controller revision, research log of ``results/README.md``). Absolute rates stay the default: the
 capacity search costs four bisections per workload seed before the runs.
 
 Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
@@ -40,7 +40,26 @@ import re
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
-from experiments.config_args import option as _opt
+
+from baselines.capacity import RatedWorkload, find_capacity
+from baselines.controller import (
+    CapacityTable,
+    ControllerConfig,
+    ProfileConfig,
+    ReconfigController,
+    enumerate_compositions,
+    initial_composition,
+)
+from baselines.lookahead import LookaheadConfig
+from baselines.registry import PolicySpec, get_policy
+from baselines.runner import run_policy
+from envs.metrics import summarize
+from envs.planning.capacity import reuse_prefix_tokens as reuse
+from envs.sim import Calibration, PoolConfig
+from envs.sim.options import option as _opt
+from envs.sim.reconfig import ReconfigConfig
+from envs.workloads import WorkloadSource, get_workload
+from experiments.common import check_has_requests
 
 #: Mean phase rates [requests/s] (the ``phases`` generator's rising rate runs 0.5x -> 1.5x of
 #: them), chosen from the capacity profile (``CapacityTable`` mean over the history day's 20 s
@@ -114,7 +133,7 @@ class DynamicPhasesConfig:
     long_load: float | None = _opt(None, "mean rate of long-heavy phases as a fraction of the long-heavy mix's capacity "
                                          "(as --short-load; replaces --long-rate-rps)")
     capacity_cache_dir: str | None = _opt(".cpgym-cache/capacity", "disk cache of the phase capacities "
-                                                                  "(experiments.capacity); '' for none")
+                                                                  "(baselines.capacity); '' for none")
     rising_rate: bool = _opt(True, "rate rising 0.5x -> 1.5x inside each phase (--no-rising-rate: constant)")
     workload_seed: int = _opt(0, "seed of the workload; the history day uses seed + 1")
     window_s: tuple[float, float] | None = _opt(None, "keep arrivals in [START, END) s (the workload window)")
@@ -204,8 +223,6 @@ class DynamicPhasesConfig:
 
     def _check_window(self) -> None:
         if self.window_s is not None:
-            from envs.workloads import WorkloadSource
-
             try:  # the workload's own check, here before any capacity search (was after them)
                 window = WorkloadSource(name="phases", window_s=self.window_s).window_s
             except ValueError as exc:
@@ -233,8 +250,6 @@ class DynamicPhasesConfig:
 
     def workload_source(self, history: bool = False):
         """The run's :class:`~envs.workloads.WorkloadSource` (``history``: the next seed's day)."""
-        from envs.workloads import WorkloadSource
-
         return WorkloadSource(name="phases", seed=self.workload_seed + int(history), window_s=self.window_s,
                               params=tuple(self.workload_params().items()))
 
@@ -265,9 +280,7 @@ class DynamicPhasesResult:
 
 def reuse_prefix_tokens(workload) -> float:
     """Mean per-request prefix already seen earlier in ``workload`` [tokens]
-    (:func:`baselines.capacity.reuse_prefix_tokens`)."""
-    from baselines.capacity import reuse_prefix_tokens as reuse
-
+    (:func:`envs.planning.capacity.reuse_prefix_tokens`)."""
     return reuse(workload)
 
 
@@ -335,10 +348,6 @@ def controller_config(cfg: DynamicPhasesConfig):
     reference), the window, ``k_windows``, decision, switch time and look-ahead overrides."""
     from dataclasses import replace as dc_replace
 
-    from baselines.controller import ControllerConfig, ProfileConfig
-    from baselines.lookahead import LookaheadConfig
-    from envs.sim.reconfig import ReconfigConfig
-
     la = {k: v for k, v in (("num_replications", cfg.lookahead_replications), ("screen_margin", cfg.lookahead_screen_margin),
                             ("warmup_s", cfg.lookahead_warmup_s), ("duration_s", cfg.lookahead_duration_s),
                             ("stationary_duration_s", cfg.lookahead_stationary_duration_s),
@@ -393,8 +402,6 @@ def _phase_comparisons(rows: list[dict], kinds: list[str], bounds: list[float]) 
 
 def fixed_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
     """The fixed compositions compared: every composition of ``pool`` (``"all"``) or the listed ones."""
-    from baselines.controller import enumerate_compositions
-
     if cfg.compositions.strip() == "all":
         return enumerate_compositions(pool)
     return [c.strip() for c in cfg.compositions.split(";")]
@@ -412,8 +419,6 @@ def check_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
             the pool's reason; also on a composition listed twice (the same workers in another order
             included), which would run and report the same pool twice.
     """
-    from envs.sim import PoolConfig
-
     def placements(comp: str, field: str):
         try:
             return PoolConfig(num_gpus=pool.num_gpus, gpus_per_node=pool.gpus_per_node,
@@ -436,9 +441,6 @@ def check_compositions(cfg: DynamicPhasesConfig, pool) -> list[str]:
 
 
 def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, history, ccfg):
-    from baselines.controller import initial_composition
-    from envs.sim import PoolConfig
-
     pool = base.pool
     fixed = fixed_compositions(cfg, pool)  # checked by run_dynamic_phases before the capacity searches
     hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
@@ -466,14 +468,11 @@ def dynamic_plan(cfg: DynamicPhasesConfig, base) -> list[tuple]:
 
 
 def phase_mix_source(cfg: DynamicPhasesConfig, kind: str, history: bool = True):
-    """A :class:`~experiments.capacity.RatedWorkload` of one constant-rate phase of ``kind``
+    """A :class:`~baselines.capacity.RatedWorkload` of one constant-rate phase of ``kind``
     (``"short"`` / ``"long"``) of the ``phases`` generator, window ``phase_duration_s``, at the
     configured absolute rate (the capacity search rescales it), from the history day
     (``workload_seed + 1``) by default; generated 8 phase durations long so that the search's
     rate factors (up to about twice the capacity) still fill the window."""
-    from envs.workloads import get_workload
-    from experiments.capacity import RatedWorkload
-
     key = "short_phase_rate_rps" if kind == "short" else "long_phase_rate_rps"
     rate = cfg.short_rate_rps if kind == "short" else cfg.long_rate_rps
     wl = get_workload("phases", seed=cfg.workload_seed + int(history), num_phases=1,
@@ -483,20 +482,18 @@ def phase_mix_source(cfg: DynamicPhasesConfig, kind: str, history: bool = True):
 
 def phase_capacities(cfg: DynamicPhasesConfig, base, calibration, log=None) -> dict:
     """Capacity [req/s] of each phase mix for which a load fraction is set: the sustainable rate
-    (``experiments.capacity.find_capacity``, the ``cpgym capacity`` definition and bisection,
+    (``baselines.capacity.find_capacity``, the ``cpgym capacity`` definition and bisection,
     cached under ``capacity_cache_dir``) of one constant-rate phase of the mix
     (:func:`phase_mix_source`) on the *strongest* fixed pool, router ``vertumnus-router``. The
     strongest pool is searched among the homogeneous pools of the supported degrees: the
     profiled capacity of a composition is linear in its worker counts
-    (:func:`baselines.composition.composition_capacity_rps`), so an extreme pool is the
+    (:func:`envs.planning.composition.composition_capacity_rps`), so an extreme pool is the
     strongest.
 
     Returns:
         ``{kind: {"capacity_rps", "strongest_pool", "per_pool_capacity_rps", "load"}}`` for the
         kinds with a load fraction.
     """
-    from experiments.capacity import find_capacity
-
     out = {}
     pool = base.pool
     for kind, load in (("short", cfg.short_load), ("long", cfg.long_load)):
@@ -583,7 +580,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
         log: optional ``callable(str)`` for progress lines.
         on_controller: optional ``callable(ReconfigController)``, called with the adaptive run's
             controller when it is built (instrumentation, e.g. its look-ahead predictor after the
-            run: ``experiments/scripts/lookahead_screening.py``).
+            run).
         on_policy_row: optional ``callable(rows, phase_kinds)``, called after each policy's run with
             the ``summary["policies"]`` rows finished so far (``cpgym dynamic --out-dir`` writes
             them, so a run that stops midway keeps its finished runs).
@@ -594,14 +591,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
     Raises:
         ValueError: on a composition the pool rejects, or a window that keeps no request or overlaps no phase.
     """
-    from baselines.controller import CapacityTable, ReconfigController
-    from baselines.registry import PolicySpec, get_policy
-    from envs.metrics import summarize
-    from envs.sim import Calibration
-    from experiments.runner import run_policy
-
     calibration = Calibration.resolve(base.calibration_path)
-    from experiments.common import check_has_requests
 
     check_compositions(cfg, base.pool)  # before the capacity searches of --short-load / --long-load
     warn_short_phases(cfg)

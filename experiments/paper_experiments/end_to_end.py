@@ -18,6 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from baselines.capacity import saturated
+from baselines.registry import POLICIES, SUITES, PolicySpec
+from baselines.runner import run_policy
+from baselines.vertumnus import VertumnusParams, VertumnusRouter
+from envs.metrics import summarize
+from envs.sim.options import split_name_list
+from experiments.common import parse_list
+from policies.common.policy_args import check_distinct
+
 METRICS = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted",
            "slo_attainment_requests", "prefix_hit_rate", "utilization", "mean_queueing_delay_s", "gpu_time_s",
            "num_unfinished", "num_requests", "wall_time_s")
@@ -55,9 +64,6 @@ def _grid(text: str | None, flag: str, default: float, lowest: float) -> list[fl
     """
     import math
 
-    from experiments.common import parse_list
-    from policies.evaluate import check_distinct
-
     if text is None:
         return [default]
     values = parse_list(text, flag)
@@ -75,8 +81,6 @@ def vertumnus_variants(beta_text: str | None, lambda_text: str | None) -> list[t
         ValueError: naming the flag, on a malformed list, a repeated value or a value outside the
             paper's range (beta >= 1, lambda >= 0).
     """
-    from baselines.vertumnus import VertumnusParams
-
     if beta_text is None and lambda_text is None:
         return []
     d = VertumnusParams()
@@ -94,8 +98,6 @@ def _policy(policy):
     (variants are built inside the worker process: PolicySpec factories do not pickle)."""
     if isinstance(policy, str):
         return policy
-    from baselines.registry import PolicySpec
-    from baselines.vertumnus import VertumnusParams, VertumnusRouter
 
     name, beta, lam = policy
     return PolicySpec(name, lambda: VertumnusRouter(VertumnusParams(beta=beta, lambda_=lam), name),
@@ -109,9 +111,6 @@ def resolve_suite(text: str, flag: str = "--suite") -> list[str]:
     Raises:
         ValueError: naming an unknown suite or policy, or an empty item.
     """
-    from baselines.registry import POLICIES, SUITES
-    from experiments.config_args import split_name_list
-
     names: list[str] = []
     for item in split_name_list(text, flag, allow_duplicates=True):  # suites overlap: each policy runs once
         if item == "all":
@@ -135,11 +134,6 @@ def resolve_suite(text: str, flag: str = "--suite") -> list[str]:
 
 def _run_task(task: tuple) -> dict:
     """Runs one (policy, workload, config) in a worker process and returns its summary row."""
-    from envs.metrics import summarize
-    from experiments.runner import run_policy
-
-    from experiments.capacity import saturated
-
     policy, workload, config, meta = task
     result = run_policy(_policy(policy), workload, config)
     row = summarize(result)

@@ -5,7 +5,7 @@ strongest_baseline}``.
 
 Each builder takes per-seed results (one independent replication per seed: workload seed = run
 seed) and returns the rows; ``cpgym_value`` is the mean over seeds, ``[ci_low, ci_high]`` its
-Student-t 95 % interval (:func:`policies.evaluate.mean_ci95`; both NaN-free only for >= 2 seeds).
+Student-t 95 % interval (:func:`policies.routing.evaluate.mean_ci95`; both NaN-free only for >= 2 seeds).
 
 * ``experiment = "dynamic"`` (:func:`dynamic_rows`, from :func:`run_dynamic_phases` results):
   per scenario (``workload``), ``mean_ttft_pct_vs_best_fixed`` (vs the fixed composition with the
@@ -35,6 +35,14 @@ from collections import Counter
 
 import numpy as np
 
+from baselines.cache_manager import CACHE_MANAGER_SETTINGS
+from baselines.cache_manager.manager import SWEEPABLE_FIELDS
+from envs.metrics.stats import mean_ci95
+from envs.sim import Calibration, SimConfig
+from envs.sim.options import is_number
+from experiments.common import dumps_json
+from experiments.paper_experiments.cache_ablation import CacheAblationConfig, policies, run_one
+
 PAPER_DYNAMIC = {"rising-rates": -19.6, "long-heavy": -14.5}
 #: Scenario -> phases of the ``phases`` run it covers: the short-heavy phases (rates rising inside
 #: each phase: the paper's "rising request rates"), the long-heavy ones (the paper's later
@@ -48,8 +56,6 @@ DYNAMIC_METRICS = ("mean_ttft_pct_vs_best_fixed", "mean_ttft_pct_vs_homogeneous_
 
 def _row(experiment: str, workload: str, model: str, metric: str, paper_value, values, load_fraction=None,
          strongest_baseline=None) -> dict:
-    from policies.evaluate import mean_ci95
-
     mean, half = mean_ci95(list(values))
     lo, hi = (mean - half, mean + half) if not math.isnan(half) else (math.nan, math.nan)
     return {"experiment": experiment, "workload": workload, "model": model, "metric": metric, "paper_value": paper_value,
@@ -194,8 +200,6 @@ def dynamic_load_fraction(summaries: list[dict], phase_kind: str | None = None) 
 
 
 def _finite_number(x) -> bool:
-    from experiments.spec.paths import is_number
-
     return is_number(x) and math.isfinite(x)
 
 
@@ -255,8 +259,6 @@ def run_cache_pairs(rate_rps: float, seeds: tuple[int, ...], config, duration_s:
     """
     from dataclasses import replace
 
-    from experiments.paper_experiments.cache_ablation import CacheAblationConfig, policies, run_one
-
     if not seeds:
         raise ValueError("run_cache_pairs needs at least one seed")
     out = []
@@ -284,8 +286,6 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     from dataclasses import asdict
 
-    from experiments.common import dumps_json
-
     argv = sys.argv[1:] if argv is None else argv
     usage = ("usage: python -m experiments.paper_experiments.paper_rows cache RATE SEEDS [SETTING] | "
              "reconfiguration DYNAMIC_JSON... | dynamic DYNAMIC_JSON...")
@@ -294,9 +294,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kind, rest = argv[0], argv[1:]
     if kind == "cache":
-        from baselines.cache_manager import CACHE_MANAGER_SETTINGS
-        from envs.sim import SimConfig
-
         setting = CACHE_MANAGER_SETTINGS[rest[2] if len(rest) > 2 else "default"]
         params = {f"cache_{k}": v for k, v in asdict(setting).items() if k not in ("beta", "lambda_")}
         params = {k: v for k, v in params.items() if k[len("cache_"):] in _sweepable()}
@@ -343,14 +340,10 @@ def summaries_model(summaries: list[dict], paths: list[str]) -> str:
 
 
 def _sweepable() -> tuple[str, ...]:
-    from baselines.cache_manager.manager import SWEEPABLE_FIELDS
-
     return SWEEPABLE_FIELDS
 
 
 def _model() -> str:
-    from envs.sim import Calibration
-
     cal = Calibration.resolve(None)
     return str(getattr(cal, "model", "default"))
 

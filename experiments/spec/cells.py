@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from envs.sim import SimConfig
+from envs.sim.cost_model import DEFAULT_CALIBRATION
 from experiments.spec.model import SPEC_VERSION, Cell, ExperimentSpec, SpecError, WorkloadSpec, make_workload
 from experiments.spec.paths import SIM_PATHS, WORKLOAD_PATHS, apply_sims
+
 
 def _file_sha256(path: str, cache: dict[str, str]) -> str:
     if path not in cache:
@@ -28,8 +30,6 @@ def _file_sha256(path: str, cache: dict[str, str]) -> str:
 def _default_calibration_path() -> str:
     """The shipped calibration file that ``calibration_path=None`` means (envs.sim.cost_model)."""
     from importlib import resources
-
-    from envs.sim.cost_model import DEFAULT_CALIBRATION
 
     return str(resources.files("envs.sim").joinpath("calibrations", DEFAULT_CALIBRATION))
 

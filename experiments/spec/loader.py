@@ -12,10 +12,17 @@ from dataclasses import is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from baselines.registry import POLICIES
+from baselines.runner import policy_pool
+from envs import workloads
 from envs.sim import SimConfig
+from envs.sim.cost_model import Calibration
+from envs.sim.options import type_name
+from envs.sim.yaml_keys import compose, duplicate_key, load
+from envs.workloads import TraceWarning, default_traces_dir, get_workload, load_trace
 from experiments.spec.cells import resolve_cells
 from experiments.spec.model import TRACES_PREFIX, ExperimentSpec, SpecError, WorkloadSpec, make_workload, materialize_param
-from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten, type_name
+from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten
 
 TOP_LEVEL_KEYS = ("name", "description", "workload", "sim", "calibration", "horizon_s", "policies", "policy_params",
                   "seeds", "seed_workload", "rates", "sweep")
@@ -28,8 +35,6 @@ def _read(path: Path) -> dict:
     text = path.read_text()
     if suffix in (".yaml", ".yml"):
         import yaml
-
-        from envs.yaml_keys import compose, duplicate_key, load
 
         try:
             data = load(text)  # 1e9 is a number (PyYAML's safe_load read it as the string '1e9')
@@ -99,7 +104,6 @@ class _Loader:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.base_dir = path.resolve().parent
-        from baselines.registry import POLICIES
 
         self.policies = POLICIES
         # policy-parameter values invalid with the policy's other parameters at their defaults,
@@ -118,8 +122,6 @@ class _Loader:
         if not isinstance(value, str) or not value:
             raise self.err(key)(f"got {type_name(value)} {value!r}", "a file path (string)")
         if value.startswith(TRACES_PREFIX):
-            from envs.workloads import default_traces_dir
-
             p = Path(default_traces_dir()) / value[len(TRACES_PREFIX):]
         else:
             p = Path(value).expanduser()
@@ -140,13 +142,9 @@ class _Loader:
             return
         try:
             if kind == "calibration":
-                from envs.sim.cost_model import Calibration
-
                 Calibration.load(path)
             else:
                 import warnings
-
-                from envs.workloads import TraceWarning, load_trace
 
                 with warnings.catch_warnings():  # invalid lines: _check_cells, by each cell's skip_invalid
                     warnings.simplefilter("ignore", TraceWarning)
@@ -269,8 +267,6 @@ class _Loader:
     def _check_trace_lines(self, path: str, key: str) -> None:
         """A trace that a cell reads without ``skip_invalid`` has no invalid line (it would fail
         every such cell at run time)."""
-        from envs.workloads import load_trace
-
         try:
             load_trace(path, skip_invalid=False)
         except ValueError as exc:
@@ -327,10 +323,7 @@ class _Loader:
         """Validates what only a whole cell determines, without simulating: each distinct named
         workload with parameter overrides is generated once (its generator validates them), and
         each distinct policy with parameters is built (``PolicySpec.with_params``) and checked
-        against the cell's pool (``experiments.runner.policy_pool``)."""
-        from envs.workloads import get_workload
-        from experiments.runner import policy_pool
-
+        against the cell's pool (``baselines.runner.policy_pool``)."""
         seen_workloads: set = set()
         seen_policies: set = set()
         for cell in cells:
@@ -499,7 +492,6 @@ class _Loader:
     def _check_workload_name(self, wl: WorkloadSpec, key: str) -> None:
         if wl.name is None:
             return
-        from envs import workloads
 
         known = getattr(workloads, "WORKLOADS", None)
         if known is not None and wl.name not in known:
@@ -554,7 +546,6 @@ def _yaml_line(path: Path, key: str) -> int | None:
 
     if path.suffix.lower() not in (".yaml", ".yml"):
         return None
-    from envs.yaml_keys import compose
 
     try:
         node = compose(path.read_text())

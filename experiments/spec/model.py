@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from envs.sim import SimConfig
+from envs.workloads import arrivals
+from envs.workloads.source import build_workload
 
 SPEC_VERSION = 1  # part of every cell key; bump when the meaning of a resolved cell changes
 TRACES_PREFIX = "@traces/"
@@ -98,8 +100,6 @@ class WorkloadSpec:
         Raises:
             ValueError / FileNotFoundError: from the loaders and transforms.
         """
-        from envs.workloads.source import build_workload
-
         return build_workload(name=self.name, trace=self.trace, seed=self.seed, target_rps=self.target_rps,
                               rate_scale=self.rate_scale, window_s=self.window_s, skip_invalid=self.skip_invalid,
                               params=tuple((k, materialize_param(v)) for k, v in self.params))
@@ -185,7 +185,6 @@ def materialize_param(value: Any) -> Any:
     """Turns an arrival-process parameter (see :func:`experiments.spec.loader.check_arrivals`) into its object."""
     if isinstance(value, tuple) and value and all(isinstance(x, tuple) and len(x) == 2 for x in value):
         d = dict(value)
-        from envs.workloads import arrivals
 
         if set(d) == {"poisson_rps"}:
             return arrivals.PoissonArrivals(d["poisson_rps"])

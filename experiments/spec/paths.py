@@ -18,25 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from envs.sim import SimConfig
+from envs.sim.options import is_int, is_number, type_name
 from experiments.spec.model import SpecError, WorkloadSpec
 
 # err(problem, expected) -> the exception to raise (a SpecError naming file and key)
 ErrorFactory = Callable[..., Exception]
-
-
-def type_name(v: Any) -> str:
-    """The file-level name of ``v``'s type (``null`` for None) for error messages."""
-    return "null" if v is None else type(v).__name__
-
-
-def is_int(v: Any) -> bool:
-    """An integer read from a file (JSON / YAML), not a bool."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def is_number(v: Any) -> bool:
-    """An int or float read from a file (JSON / YAML), not a bool."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 # scalar annotation -> (check, canonical form, expected form). bool is not an int or a number here.

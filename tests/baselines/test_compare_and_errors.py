@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 from baselines.prediction_error import COLUMNS, summarize_prediction_errors
+from baselines.runner import run_policy, write_run
+from envs.metrics import summarize
 from envs.sim import PoolConfig, PredictionErrorConfig, SimConfig
 from experiments.cli import main
-from experiments.commands.compare import resolve_suite, strongest_baseline_changes
-from experiments.runner import run_policy, write_run
-from envs.metrics import summarize
+from experiments.paper_experiments.end_to_end import resolve_suite, strongest_baseline_changes
 
 
 def test_prediction_errors_by_bucket(small_prefix_workload, tmp_path):
@@ -69,7 +69,6 @@ def test_strongest_baseline_change_of_a_suite_with_the_router_alone():
 
 def test_compare_cli_json_and_outputs(tmp_path, capsys, monkeypatch):
     import envs.workloads as W
-
     from tests.baselines.conftest import small_prefix_workload as fx
 
     wl = fx.__wrapped__() if hasattr(fx, "__wrapped__") else None
@@ -112,7 +111,7 @@ def test_compare_beta_lambda_sweep(tmp_path, capsys, monkeypatch, small_prefix_w
     assert set(sweep["variant"]) == {"vertumnus-router[beta=1,lambda=0]", "vertumnus-router[beta=3,lambda=0]"}
     assert set(sweep["baseline"]) == {"least-work", "mean over rates"}
     # beta=1, lambda=0 is exactly mooncake-ttft (q + s), so its change equals mooncake-ttft's
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
     from envs.sim import SimConfig
     from envs.workloads import scale_to_rate
 

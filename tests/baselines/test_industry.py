@@ -8,12 +8,21 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from baselines.industry import (ApproxPrefixIndex, DynamoKVRouter, LlmdRouter, MooncakeTTFTRouter, SGLangCacheAwareRouter,
-                                SGLangParams, StaticThresholdRouter, TensorParallelCostForm, default_length_threshold_tokens,
-                                homogeneous_composition)
+from baselines.industry import (
+    ApproxPrefixIndex,
+    DynamoKVRouter,
+    LlmdRouter,
+    MooncakeTTFTRouter,
+    SGLangCacheAwareRouter,
+    SGLangParams,
+    StaticThresholdRouter,
+    TensorParallelCostForm,
+    default_length_threshold_tokens,
+    homogeneous_composition,
+)
 from baselines.registry import POLICIES, SUITES, get_policy
+from baselines.runner import build_simulator, run_policy
 from envs.sim import Calibration, CostCoefficients, PoolConfig, SimConfig, Simulator
-from experiments.runner import build_simulator, run_policy
 from tests.sim.conftest import make_workload
 
 POOL4 = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp1x4", supported_degrees=(1,))

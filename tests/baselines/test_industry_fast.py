@@ -3,13 +3,12 @@ implementations through the public PoolView methods (issue #3 follow-up)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from baselines.industry import ApproxPrefixIndex, DynamoKVRouter, LlmdRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
-from experiments.scripts.reference_routers import RefDynamo, RefLlmd
+from tests.baselines.reference_routers import RefDynamo, RefLlmd
 
 
 @pytest.mark.parametrize("cache_scale", [1.0, 0.01])  # 0.01: 26/52-block caches, the llm-d index evicts

@@ -2,8 +2,9 @@
 
 import pytest
 
-from baselines.simple import LeastWorkRouter, PrefixAffinityRouter
+from baselines.simple import PrefixAffinityRouter
 from envs.sim import Router, SimConfig, Simulator
+from envs.sim.router import LeastWorkRouter
 from envs.workloads import get_workload
 
 

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from baselines.vertumnus import StaleLoadView, VertumnusParams, VertumnusRouter, extra_gpu_time_s, placement_cost
 from envs.sim import Calibration, CostCoefficients, CostModel, PoolConfig, SimConfig, Simulator, WorkerState
@@ -175,7 +176,7 @@ def test_length_only_picks_degree_by_length_and_least_work_within():
 
 
 def test_same_seed_same_result(small_prefix_workload):
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     wl = small_prefix_workload
     a = run_policy("vertumnus", wl, SimConfig(seed=1))

@@ -3,12 +3,11 @@ follow-up: speed without changing decisions), also under split/merge redirection
 
 from __future__ import annotations
 
-
 import pytest
 
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
-from experiments.scripts.reference_routers import ReferenceVertumnus
+from tests.baselines.reference_routers import ReferenceVertumnus
 
 
 def _drive(wl, config, params, reconfigure_at=()):

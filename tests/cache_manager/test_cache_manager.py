@@ -4,13 +4,15 @@ missed-benefit accounting, scan replication/reclamation, determinism."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from baselines.cache_manager import CacheManagerConfig, GlobalCacheManager, with_global_cache
 from baselines.registry import POLICIES
-from baselines.simple import LeastWorkRouter, PrefixAffinityRouter
-from envs.sim import CostCoefficients, Calibration, EventPriority, PoolConfig, Request, SimConfig, Simulator, Workload
+from baselines.simple import PrefixAffinityRouter
+from envs.sim import Calibration, CostCoefficients, EventPriority, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.links import LinkConfig
+from envs.sim.router import LeastWorkRouter
 
 # 4 GPUs on two nodes: cp2 on GPUs 0-1 (node 0), cp1 on 2 and 3 (node 1)
 POOL = PoolConfig(num_gpus=4, gpus_per_node=2, composition="cp2@0,cp1@2,cp1@3", supported_degrees=(1, 2))
@@ -328,7 +330,7 @@ def test_registry_policy_and_same_seed_identical():
     cfg = CacheManagerConfig(scan_interval_s=1.0, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.5,
                              reclaim_threshold=0.2)
     custom = with_global_cache(POLICIES["vertumnus-router"], cfg, "vertumnus-global-cache")
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     a = run_policy(custom, wl, SimConfig(pool=POOL), _calibration(6))
     b = run_policy(custom, wl, SimConfig(pool=POOL), _calibration(6))

@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
+from baselines.runner import run_policy
 from envs import workloads
 from envs.sim.config import SimConfig
-from experiments.runner import run_policy
 
 RECORD_KEYS = ("ttft_s", "worker_id", "num_cached_tokens")
 

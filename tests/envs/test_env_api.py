@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
+from baselines.envs import make_reconfig_env
 from envs.reconfig_env import PrefillReconfigEnv
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
@@ -105,7 +106,7 @@ def test_reconfig_constructor_arguments_are_checked(kwargs, match, toy_cal):
     # infinite rewards, long_request_tokens=2.5 was truncated to 2, make_router=3 failed at reset
     kwargs = {"window_s": 2.0, **kwargs}
     with pytest.raises(ValueError, match=match):
-        PrefillReconfigEnv([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, **kwargs)
+        make_reconfig_env([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, **kwargs)
 
 
 @pytest.mark.parametrize("cls", ENVS)

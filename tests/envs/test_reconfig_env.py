@@ -4,16 +4,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from baselines.simple import LeastWorkRouter
-from envs.reconfig_env import PrefillReconfigEnv, candidate_operations
+from baselines.envs import make_reconfig_env
+from envs.reconfig_env import candidate_operations
 from envs.sim import PoolConfig, SimConfig
+from envs.sim.router import LeastWorkRouter
 
 from .conftest import SMALL_POOL, random_workload
 
 
 def _env(toy_cal, n=400, rate=6.0, seed=0, **kw):
     wins = [random_workload(n, rate_rps=rate, seed=seed + s) for s in range(2)]
-    return PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, window_s=5.0, **kw)
+    return make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, window_s=5.0, **kw)
 
 
 def test_candidate_operations_follow_topology():
@@ -85,11 +86,11 @@ def test_check_env_registered_reconfig(toy_cal):
 
 def test_default_inner_router_is_vertumnus(toy_cal):
     wins = [random_workload(60, rate_rps=6.0, seed=0)]
-    env = PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=5.0)
+    env = make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=5.0)
     env.reset(seed=0)
     assert env.router.name == "vertumnus-router"
     with pytest.raises(ValueError, match="window_s"):
-        PrefillReconfigEnv(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=0)
+        make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=0)
 
 
 def test_capacity_features_follow_the_profile_and_the_operations(toy_cal):
@@ -148,7 +149,7 @@ def test_capacity_features_reset_with_a_seed_ignore_earlier_episodes(toy_cal):
     # of an earlier episode's got that reference's rescaled profile, so reset(seed=5) observed
     # other capacities after another episode than in a fresh environment
     def make():
-        return PrefillReconfigEnv([_mix_workload("x", 0.25, 0), _mix_workload("y", 0.0, 1)], SimConfig(pool=SMALL_POOL),
+        return make_reconfig_env([_mix_workload("x", 0.25, 0), _mix_workload("y", 0.0, 1)], SimConfig(pool=SMALL_POOL),
                                   toy_cal, window_s=2.0, capacity_features=True)
 
     fresh = make().reset(seed=5, options={"window_index": 0})[0]["window"]
@@ -207,8 +208,8 @@ def test_history_features_accumulate_the_episode_so_far(toy_cal):
 def test_history_features_pass_the_env_checker_and_reach_the_checkpoint_arguments(toy_cal):
     from gymnasium.utils.env_checker import check_env
 
-    from policies.evaluate_reconfig import env_kwargs_of
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.reconfig.evaluate import env_kwargs_of
+    from policies.reconfig.train import ReconfigTrainConfig
 
     check_env(_env(toy_cal, n=120, capacity_features=True, history_features=True), skip_render_check=True)
     assert env_kwargs_of({"capacity_features": True}) == {"capacity_features": True}  # older checkpoints: off
@@ -292,7 +293,7 @@ def test_episode_ending_in_the_first_window_keeps_its_reward(reward, toy_cal):
     from .conftest import SMALL_POOL, random_workload
 
     config = SimConfig(pool=SMALL_POOL, slo=SLOConfig(kind="fixed", ttft_slo_s=1.5))  # some requests miss it
-    env = PrefillReconfigEnv([random_workload(10, 5.0, 0)], config, toy_cal, window_s=100.0, reward=reward,
+    env = make_reconfig_env([random_workload(10, 5.0, 0)], config, toy_cal, window_s=100.0, reward=reward,
                              reward_scale=1.0)
     env.reset(seed=0)
     assert env.sim.done

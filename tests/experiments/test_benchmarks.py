@@ -57,23 +57,6 @@ def test_bench_env_bad_flags_fail_before_anything_is_timed(flags, message, tmp_p
     assert err.startswith("cpgym bench env: error: " + message.format(tmp=tmp_path)) and err.count("\n") == 1
 
 
-@pytest.mark.slow
-def test_learned_latency_ab_against_this_checkout(capsys):
-    """The side-by-side latency script compares two checkouts in one process; against itself the
-    logits and observations are bit-identical and both sides report positive costs."""
-    import json
-    from pathlib import Path
-
-    from experiments.scripts.learned_latency_ab import main
-
-    root = Path(__file__).resolve().parents[2]
-    assert main(["--baseline", str(root), "--repeats", "1"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["bit_identical_logits_and_observations"] is True
-    assert [r["side"] for r in out["rows"]] == ["baseline", "this checkout"]
-    assert all(r["numpy_decision_us"] > 0 and r["observation_us"] > 0 and r["num_decisions"] > 100 for r in out["rows"])
-
-
 def test_bench_sim_table_says_what_its_rates_are(capsys):
     """The header said 'load 0.02 s' (the time to build the workload, read as a load) and the
     column 'req/s' (simulated requests per wall-second, read as the arrival rate)."""

@@ -1,16 +1,14 @@
-"""Sustainable-rate search (experiments/capacity.py, ``cpgym capacity``)."""
-
-from dataclasses import replace
+"""Sustainable-rate search (baselines/capacity.py, ``cpgym capacity``)."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
+from baselines.capacity import CapacityDefinition, RatedWorkload, find_capacity, is_overloaded, rates_for_loads, thirds_growth
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import CostCoefficients
-from experiments.capacity import (CapacityDefinition, RatedWorkload, find_capacity, is_overloaded, rates_for_loads,
-                                  thirds_growth)
 
 D_S = 0.5  # constant service time [s]
 L_TOKENS = 1000
@@ -67,7 +65,7 @@ def test_thirds_growth_and_labels():
 
 
 def test_rates_for_loads_use_the_strongest_static_baseline():
-    from experiments.capacity import CapacityResult
+    from baselines.capacity import CapacityResult
 
     caps = {p: CapacityResult(p, "w", c, 1.0, 1.0, [], {}) for p, c in (("a", 10.0), ("b", 20.0), ("vertumnus", 40.0))}
     rates, best, cap = rates_for_loads([0.5, 0.95], caps, ["a", "b"])
@@ -226,7 +224,7 @@ def test_compare_loads_without_a_static_baseline_fails_before_any_bisection(caps
     """--loads refer to the strongest static baseline's capacity: a suite of Vertumnus variants
     only ran every policy's capacity bisection (minutes each) and then failed with 'no static
     baseline with a positive capacity among []'."""
-    import experiments.capacity as capacity
+    import baselines.capacity as capacity
     from experiments.cli import main
 
     monkeypatch.setattr(capacity, "find_capacity", lambda *a, **k: pytest.fail("bisection before the suite was checked"))

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
+from envs.sim.options import check_out_dir
 from experiments.cli import main
-from experiments.common import check_out_dir, parse_list
+from experiments.common import parse_list
 
 
 @pytest.mark.parametrize("text", ["2,,4", "2,", ",2", " , "])
@@ -134,7 +135,7 @@ def _forbid_runs(monkeypatch, tmp_path, targets, what: str):
 
 
 def test_simulate_out_that_cannot_be_created_fails_before_simulating(tmp_path, capsys, monkeypatch):
-    import experiments.runner as runner
+    import baselines.runner as runner
 
     blocker = _forbid_runs(monkeypatch, tmp_path, [(runner, "run_policy")], "--out")
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",
@@ -145,8 +146,8 @@ def test_simulate_out_that_cannot_be_created_fails_before_simulating(tmp_path, c
 @pytest.fixture
 def no_training(monkeypatch):
     """``cpgym train routing|reconfig`` fails the test if training (any simulation) starts."""
-    import policies.train as train
-    import policies.train_reconfig as train_reconfig
+    import policies.reconfig.train as train_reconfig
+    import policies.routing.train as train
 
     def no_train(*a, **k):
         raise AssertionError("training started before checking --out")
@@ -338,7 +339,7 @@ def test_infinite_simulator_numbers_are_one_error_line(flag, expected, capsys):
     (["--node-calibrations", "/,,,,"], "--node-calibrations: / is a folder; expected a calibration JSON file"),
 ])
 def test_simulator_flags_name_the_flag_and_the_value_typed(argv, expected, capsys, monkeypatch, tmp_path):
-    import experiments.runner as runner
+    import baselines.runner as runner
 
     _forbid_runs(monkeypatch, tmp_path, [(runner, "run_policy")], argv[0])
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
@@ -374,7 +375,7 @@ def test_compare_nan_rate_names_the_flag(capsys):
 
 
 def test_out_file_check(tmp_path):
-    from experiments.common import check_out_file
+    from envs.sim.options import check_out_file
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -393,8 +394,8 @@ def test_out_file_check(tmp_path):
     ["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6"],
 ])
 def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, monkeypatch):
-    import policies.evaluate as evaluate
-    import policies.protocol as protocol
+    import policies.routing.evaluate as evaluate
+    import policies.routing.protocol as protocol
 
     blocker = _forbid_runs(monkeypatch, tmp_path, [(evaluate, "run_evaluation"), (protocol, "scenarios")], "--out")
     assert main(command + ["--quiet", "--out", str(blocker / "rows.csv")]) == 2
@@ -427,7 +428,7 @@ def test_tune_episode_window_of_zero_is_an_error_not_the_default(tmp_path, capsy
 def test_tune_grid_and_window_errors_name_the_flag_before_any_run(flags, message, tmp_path, capsys, monkeypatch):
     # the router's own check named its field ("vertumnus lambda_"), the protocol's named no flag, and
     # a repeated grid value was run twice
-    import policies.protocol as protocol
+    import policies.routing.protocol as protocol
 
     monkeypatch.setattr(protocol, "scenarios", lambda *a, **k: pytest.fail("a scenario was built"))
     assert main(["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6", *flags, "--quiet",
@@ -442,7 +443,7 @@ def test_tune_grid_and_window_errors_name_the_flag_before_any_run(flags, message
     ["reproduce", "--quick", "--experiments", "end-to-end", "--quiet"],
 ])
 def test_capacity_cache_dir_under_a_file_fails_before_any_bisection(command, tmp_path, capsys, monkeypatch):
-    import experiments.capacity as capacity
+    import baselines.capacity as capacity
     import experiments.reproduce as reproduce
 
     blocker = _forbid_runs(monkeypatch, tmp_path, [(capacity, "capacities"), (reproduce, "run_experiments")],
@@ -454,7 +455,7 @@ def test_capacity_cache_dir_under_a_file_fails_before_any_bisection(command, tmp
 
 
 def test_compare_out_is_checked_before_the_capacity_bisection(tmp_path, capsys, monkeypatch):
-    import experiments.capacity as capacity
+    import baselines.capacity as capacity
 
     blocker = _forbid_runs(monkeypatch, tmp_path, [(capacity, "capacities")], "--out")
     assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--loads", "0.5", "--out", str(blocker)]) == 2
@@ -500,7 +501,7 @@ def test_skip_invalid_without_a_trace_is_an_error(workload, capsys):
 ])
 def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command, capsys, monkeypatch):
     # was "composition item 'cp4x10': CP degree 4 is not supported ..." after the policies before it had run
-    import experiments.runner as runner
+    import baselines.runner as runner
 
     def no_run(*a, **k):
         raise AssertionError("simulated before checking every policy's pool")
@@ -513,7 +514,7 @@ def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command,
         "CP degree 4 is not supported; supported degrees are [2]\n")
 
 
-@pytest.mark.parametrize("name", ["shipped", "shipped-residual", "policies/checkpoints/routing_conversation"])
+@pytest.mark.parametrize("name", ["shipped", "shipped-residual", "policies/checkpoints/routing_conversation_residual"])
 def test_simulate_with_a_checkpoint_points_to_evaluate(name, capsys):
     # the README's `--policy shipped` read as "unknown policy 'shipped'; known policies: ..." under simulate
     assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--quiet",
@@ -533,7 +534,7 @@ def test_config_errors_name_the_flag_of_the_field(capsys):
 def test_flags_named_in_matches_whole_field_names_only():
     import dataclasses
 
-    from experiments.config_args import _flags_named_in
+    from envs.sim.options import _flags_named_in
 
     @dataclasses.dataclass(frozen=True)
     class C:
@@ -565,7 +566,7 @@ _EMPTY_ITEM = "must be a comma-separated list of names, got {!r} (an empty item:
 def test_name_lists_refuse_empty_and_repeated_items(argv, flag, value, problem, capsys, monkeypatch):
     """An empty item was silently dropped (the flag ran fewer policies / workloads than typed); a
     repeated workload or comparison ran twice and was averaged twice (narrower CIs)."""
-    import experiments.runner as runner
+    import baselines.runner as runner
 
     def no_run(*a, **k):
         raise AssertionError("ran before the list was checked")
@@ -649,9 +650,9 @@ def test_simulate_title_states_the_rate_it_has(timestamps, rate_scale, expected,
 ])
 def test_compare_refuses_a_repeated_rate(flag, text, expected, capsys, monkeypatch):
     """A repeated rate was run once and shown once, silently (a repeated --seeds is refused)."""
-    import experiments.capacity
+    import baselines.capacity
 
-    monkeypatch.setattr(experiments.capacity, "capacities", lambda *a, **k: pytest.fail("measured capacities"))
+    monkeypatch.setattr(baselines.capacity, "capacities", lambda *a, **k: pytest.fail("measured capacities"))
     assert main(["compare", "--workload", "tool-agent", "--suite", "round-robin", "--quiet", flag, text]) == 2
     assert capsys.readouterr().err == f"cpgym compare: error: {expected}\n"
 

@@ -21,7 +21,7 @@ def no_search(monkeypatch):
         pytest.fail("a capacity search or a run started")
 
     monkeypatch.setattr(dynamic_phases, "phase_capacities", boom)
-    monkeypatch.setattr("experiments.runner.run_policy", boom)
+    monkeypatch.setattr("baselines.runner.run_policy", boom)
 
 
 def _error(capsys) -> str:

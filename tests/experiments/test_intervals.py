@@ -11,8 +11,8 @@ import pytest
 
 @pytest.mark.parametrize("value", [1.528, 0.1, 1057.789, 0.7])
 def test_equal_values_give_an_exact_zero_half_width(value):
+    from envs.metrics.stats import mean_ci95
     from experiments.report import ci95_halfwidth, ci95_interval
-    from policies.evaluate import mean_ci95
 
     for n in (2, 3, 5, 10):
         assert mean_ci95([value] * n) == (value, 0.0)
@@ -22,8 +22,8 @@ def test_equal_values_give_an_exact_zero_half_width(value):
 
 
 def test_report_and_evaluate_share_one_interval():
+    from envs.metrics.stats import mean_ci95
     from experiments import report
-    from policies.evaluate import mean_ci95
 
     vals = [1.0, 2.5, 2.0, 7.0]
     assert report.ci95_halfwidth(vals) == mean_ci95(vals)[1]
@@ -53,7 +53,7 @@ def test_report_cells_print_no_interval_for_equal_seeds_and_mark_clipped_bounds(
 
 
 def test_evaluate_cells_print_no_interval_for_equal_episodes():
-    from policies.evaluate import ci_text, mean_ci95
+    from envs.metrics.stats import ci_text, mean_ci95
 
     assert ci_text(*mean_ci95([1.528] * 4)) == "1.528"
     assert ci_text(*mean_ci95([1.0, 2.0, 3.0])) == "2.000 ± 2.484"
@@ -62,7 +62,7 @@ def test_evaluate_cells_print_no_interval_for_equal_episodes():
 
 
 def test_values_apart_by_rounding_only_give_a_zero_half_width():
-    from policies.evaluate import mean_ci95
+    from envs.metrics.stats import mean_ci95
 
     a, b = 0.1 + 0.2, 0.3  # one share computed two ways: 5.6e-17 apart
     assert a != b

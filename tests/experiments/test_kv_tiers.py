@@ -56,10 +56,10 @@ def test_tiers_with_reconfiguration_and_the_global_cache_manager():
     # workers created by split/merge demote to DRAM too; per-tier hits always add up
     import numpy as np
 
+    from baselines.runner import run_policy
     from envs import workloads
     from envs.sim import SimConfig
     from envs.sim.tiers import TierConfig
-    from experiments.runner import run_policy
 
     wl = workloads.window(workloads.get_workload("tool-agent", seed=0), 0, 60)
     cfg = SimConfig(cache_capacity_scale=0.02, kv_tiers=TierConfig(levels=("hbm", "dram", "store"), eviction="next-use",

@@ -63,9 +63,9 @@ def test_service_time_error_with_noise_off_comes_from_batching():
     """The README's explanation of prediction_errors.csv: with noise off the error is the
     batch-mates' work; one request per step makes it vanish."""
     from baselines.prediction_error import summarize_prediction_errors
+    from baselines.runner import run_policy
     from envs import workloads
     from envs.sim import SimConfig
-    from experiments.runner import run_policy
 
     wl = workloads.scale_to_rate(workloads.get_workload("tool-agent", seed=0, duration_s=60.0), 20.0)
     base = SimConfig()

@@ -6,9 +6,14 @@ import math
 
 import pytest
 
-from experiments.paper_experiments.paper_rows import (best_fixed_label, cache_rows, dynamic_comparisons, dynamic_rows,
-                                                      operation_times_s,
-                                                      reconfiguration_rows)
+from experiments.paper_experiments.paper_rows import (
+    best_fixed_label,
+    cache_rows,
+    dynamic_comparisons,
+    dynamic_rows,
+    operation_times_s,
+    reconfiguration_rows,
+)
 
 KEYS = {"experiment", "workload", "model", "metric", "paper_value", "cpgym_value", "ci_low", "ci_high", "load_fraction",
         "strongest_baseline"}

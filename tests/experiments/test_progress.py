@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 import re
 
+from envs.progress import Progress, progress_mode
 from experiments.cli import main
-from experiments.progress import Progress, progress_mode
 
 
 class _Tty(io.StringIO):

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
+from envs.provenance import git_commit, provenance, write_provenance
 from experiments.cli import main
-from experiments.provenance import git_commit, provenance, write_provenance
 
 KEYS = {"python", "cpgym", "numpy", "simpy", "torch"}
 
@@ -41,7 +41,6 @@ def test_cache_ablation_stopped_midway_keeps_its_finished_runs(tmp_path, capsys,
     import pandas as pd
 
     import experiments.paper_experiments.cache_ablation as ablation
-
     from tests.interrupt import fail_on_call
 
     monkeypatch.setattr(ablation, "run_one", fail_on_call(ablation.run_one, 3))
@@ -59,7 +58,6 @@ def test_compare_interrupted_midway_keeps_its_finished_runs(tmp_path, capsys, mo
     import pandas as pd
 
     import experiments.paper_experiments.end_to_end as end_to_end
-
     from tests.interrupt import fail_on_call
 
     argv = ["compare", "--workload", "tool-agent", "--workload-param", "duration_s=20", "--rates", "4,6", "--suite",

@@ -6,8 +6,9 @@ import math
 
 import pytest
 
+from envs.metrics.stats import ci95_halfwidth
 from experiments.cli import main
-from experiments.report import ci95_halfwidth, make_report
+from experiments.report import make_report
 from experiments.spec import load_spec
 from experiments.sweep import run_sweep
 from tests.experiments.conftest import write_spec

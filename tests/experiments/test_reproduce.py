@@ -182,10 +182,13 @@ def test_cache_load_is_a_fraction_of_the_measured_capacity():
 def test_cache_capacity_search_starts_at_the_session_floor():
     # the definition's ~100-request light load holds a handful of sessions, whose prefix hits alone
     # made the thirds differ 1.4x (judged overloaded at 0.34 req/s); the search starts at the floor
+    from baselines.capacity import RatedWorkload
     from envs.sim import PoolConfig, SimConfig
-    from experiments.capacity import RatedWorkload
-    from experiments.paper_experiments.cache_ablation import (TOOL_AGENT_MIN_RATE_SCALE, TOOL_AGENT_REFERENCE_RATE_RPS,
-                                                              tool_agent_capacity)
+    from experiments.paper_experiments.cache_ablation import (
+        TOOL_AGENT_MIN_RATE_SCALE,
+        TOOL_AGENT_REFERENCE_RATE_RPS,
+        tool_agent_capacity,
+    )
 
     sim = SimConfig(pool=PoolConfig(num_gpus=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4)))
     res = tool_agent_capacity(sim, duration_s=30.0, seed=3)

@@ -7,11 +7,11 @@ import numpy as np
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from baselines.simple import LeastWorkRouter
-from envs.reconfig_env import PrefillReconfigEnv
+from baselines.envs import make_reconfig_env
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
 from envs.sim.faults import FaultConfig, FaultEvent
+from envs.sim.router import LeastWorkRouter
 from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
 
 FAULTS = FaultConfig(events=(FaultEvent("straggler", 0.0, gpu=4, factor=2.0, duration_s=1000.0),
@@ -66,7 +66,7 @@ def test_default_observation_space_unchanged_by_a_fault_model():
 
 
 def test_reconfig_env_with_faults():
-    env = PrefillReconfigEnv([random_workload(120, rate_rps=6.0, seed=s) for s in range(2)],
+    env = make_reconfig_env([random_workload(120, rate_rps=6.0, seed=s) for s in range(2)],
                              SimConfig(pool=SMALL_POOL, faults=FAULTS), toy_calibration(), make_router=LeastWorkRouter,
                              window_s=2.0, observe_faults=True)
     gym_check_env(env, skip_render_check=True)

@@ -64,7 +64,7 @@ def test_cpgym_faults_without_out_writes_under_runs_not_results(tmp_path, capsys
 def test_cpgym_faults_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
     """table.csv and provenance.json were written at the end only: a run that failed in its last
     scenario lost the others."""
-    import experiments.runner as runner
+    import baselines.runner as runner
     from tests.interrupt import fail_on_call
 
     spec = _write(tmp_path)

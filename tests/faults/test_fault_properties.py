@@ -6,11 +6,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from baselines.simple import LeastWorkRouter, RoundRobinRouter
+from baselines.simple import RoundRobinRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
+from envs.sim.events import EventPriority
 from envs.sim.faults import FaultConfig, FaultEvent
 from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
-from envs.sim.simulator import EventPriority
+from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState
 from tests.sim.conftest import Calibration, CostCoefficients, make_workload
 

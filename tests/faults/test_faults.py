@@ -5,9 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from baselines.simple import LeastWorkRouter, RoundRobinRouter
+from baselines.simple import RoundRobinRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.faults import LLAMA3_GPU_FAILURE_RATE_PER_GPU_HOUR, FaultConfig, FaultEvent, decompose_span, load_fault_config
+from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState
 from tests.sim.conftest import make_workload
 
@@ -243,7 +244,7 @@ def test_run_policy_progress_counts_a_rerouted_request_once(simple_calibration):
     """``cpgym simulate``'s progress: requests re-routed at fault detection (or by a
     reconfiguration) were counted again, so the bar ended past its total (``15003/?`` for
     ``vertumnus`` on the default workload)."""
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     wl = make_workload([(0.0, 20, None), (2.0, 4, None), (30.0, 4, None)])
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.5, gpu=1),), detection_delay_s=3.0, rebuild_s=10.0, repair_s=5.0)

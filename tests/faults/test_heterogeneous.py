@@ -10,9 +10,9 @@ import pytest
 
 import envs.sim
 from baselines.registry import POLICIES
+from baselines.runner import build_simulator, run_policy
 from envs.sim import Calibration, CostCoefficients, PoolConfig, SimConfig
 from envs.workloads import get_workload, window
-from experiments.runner import build_simulator, run_policy
 
 POOL = PoolConfig(num_gpus=16, gpus_per_node=8, composition="cp4@0,cp2@4,cp2@6,cp4@8,cp2@12,cp2@14",
                   supported_degrees=(1, 2, 4, 8))

@@ -10,10 +10,22 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels_ref.attention import (INVALID_POSITION, attention_with_lse, bottom_right_causal_mask, expand_kv_heads,
-                                   masked_attention, merge_partials, reference_attention)
-from kernels_ref.cp_attention import (ring_attention, shard_new_tokens, shard_prefix, unshard_new_tokens,
-                                      zigzag_allgather_attention)
+from kernels_ref.attention import (
+    INVALID_POSITION,
+    attention_with_lse,
+    bottom_right_causal_mask,
+    expand_kv_heads,
+    masked_attention,
+    merge_partials,
+    reference_attention,
+)
+from kernels_ref.cp_attention import (
+    ring_attention,
+    shard_new_tokens,
+    shard_prefix,
+    unshard_new_tokens,
+    zigzag_allgather_attention,
+)
 from kernels_ref.layer import LayerConfig, PrefillDecoderLayer
 from kernels_ref.layout import ZigzagLayout
 

@@ -9,6 +9,7 @@ from importlib import resources
 
 import pytest
 
+from envs.sim import Calibration
 from kernels_ref import roofline
 from kernels_ref.roofline import Efficiency, get_gpu, get_model
 
@@ -105,7 +106,7 @@ def test_memory_fields_and_capacity():
     assert mem["weight_bytes_per_gpu"] == m.total_params() * 2
     assert mem["activation_reserve_bytes"] == 13_440 * 2**20  # SGLang: 512 + 1.5 * 8192 + 2 * 256 + 1/8 * 1024 MiB
     assert mem["max_prompt_tokens"] == 131072
-    cal = roofline.build_calibration(m, g)
+    cal = Calibration.from_dict(roofline.build_calibration_dict(m, g))
     # 141 - 61.06 - 14.09 = 65.84 GB of KV per rank at 96 KiB/token: 1,308 blocks of 512 tokens, C times that per worker
     assert cal.kv_bytes_per_gpu == 141_000_000_000 - 61_064_245_248 - 14_092_861_440
     assert cal.kv_capacity_blocks(1, 512) == 1308
@@ -127,7 +128,7 @@ def test_activation_reserve_is_sglangs_absolute_default():
 def test_placement_arithmetic(model, gpu, g):
     """Per rank: replicated weights + routed experts / G + activation reserve + KV = HBM."""
     m, spec = get_model(model), get_gpu(gpu)
-    cal = roofline.build_calibration(m, spec)
+    cal = Calibration.from_dict(roofline.build_calibration_dict(m, spec))
     assert cal.weight_shard_gpus == g == roofline.default_weight_shard_gpus(m, spec)
     experts = m.routed_expert_params() * m.dtype_bytes
     replicated = m.total_params() * m.dtype_bytes - experts

@@ -19,10 +19,10 @@ ARGV = META["argv"][1:] if META["argv"][0] == "cpgym" else META["argv"]
 
 
 def _config_from_argv(argv: list[str], tmp_path: Path):
+    from envs.sim.options import config_from_args
     from experiments.cli import build_parser
     from experiments.common import sim_config_from_args
-    from experiments.config_args import config_from_args
-    from policies.train_arms import ArmTrainConfig
+    from policies.routing.train_arms import ArmTrainConfig
 
     argv = list(argv)
     argv[argv.index("--out") + 1] = str(tmp_path / "run")
@@ -50,8 +50,8 @@ def test_refit_on_stored_costs_gives_the_stored_model(tmp_path):
     """Model selection on the checkpoint's costs.csv (no simulation) gives arm_model.json and
     validation.csv (coefficients to BLAS rounding); the switch margin is deployed_validation.csv's
     one-standard-error choice."""
-    from policies.arm_selection import load_arm_checkpoint
-    from policies.train_arms import cells_from_costs_csv, one_standard_error_choice, select_model
+    from policies.routing.arm_selection import load_arm_checkpoint
+    from policies.routing.train_arms import cells_from_costs_csv, one_standard_error_choice, select_model
 
     cfg, _ = _config_from_argv(ARGV, tmp_path)
     train, validation = cells_from_costs_csv(CHECKPOINT / "costs.csv.gz")
@@ -82,7 +82,7 @@ def test_tiny_resimulation_matches_the_stored_costs(tmp_path):
     import csv
     import gzip
 
-    from policies.train_arms import capacity_cache_file, cell_scenarios, collect_cell, cost_table_rows, episode_source
+    from policies.routing.train_arms import capacity_cache_file, cell_scenarios, collect_cell, cost_table_rows, episode_source
 
     cfg, sim_config = _config_from_argv(ARGV, tmp_path)
     item = cfg.source_list()[0]
@@ -111,9 +111,9 @@ def test_tiny_deployed_resimulation_matches_the_stored_runs(tmp_path):
     deployed_validation.csv score of the selected margin is its mean over all windows."""
     import numpy as np
 
-    from policies.arm_selection import load_arm_checkpoint
-    from policies.protocol import Scenario
-    from policies.train_arms import deployed_cell, episode_source
+    from policies.routing.arm_selection import load_arm_checkpoint
+    from policies.routing.protocol import Scenario
+    from policies.routing.train_arms import deployed_cell, episode_source
 
     cfg, sim_config = _config_from_argv(ARGV, tmp_path)
     item = cfg.source_list()[0]
@@ -138,7 +138,7 @@ def test_tiny_deployed_resimulation_matches_the_stored_runs(tmp_path):
 def test_train_arms_rejects_a_file_as_out_or_cache_dir_before_simulating(tmp_path, flag):
     """A file given as --out / --cache-dir fails at once with the flag named (sim_config=None:
     any simulation would crash first), not after the cost collection with a bare OSError."""
-    from policies.train_arms import ArmTrainConfig, train_arms
+    from policies.routing.train_arms import ArmTrainConfig, train_arms
 
     afile = tmp_path / "afile"
     afile.write_text("")
@@ -152,7 +152,7 @@ def test_train_arms_rejects_a_file_as_out_or_cache_dir_before_simulating(tmp_pat
 def test_train_arms_rejects_a_path_under_a_file_before_simulating(tmp_path, flag):
     """--out / --cache-dir inside a file (``afile/sub``) fails at once naming the flag and the file,
     not after the cost collection (sim_config=None: any simulation would crash first)."""
-    from policies.train_arms import ArmTrainConfig, train_arms
+    from policies.routing.train_arms import ArmTrainConfig, train_arms
 
     afile = tmp_path / "afile"
     afile.write_text("")
@@ -170,7 +170,7 @@ def test_train_arms_rejects_a_path_under_a_file_before_simulating(tmp_path, flag
 def test_train_config_rejects_non_finite_values(field, value):
     """NaN / infinite grid values and durations fail in the config (before the capacity bisection
     that used to run first), naming the field."""
-    from policies.train_arms import ArmTrainConfig
+    from policies.routing.train_arms import ArmTrainConfig
 
     with pytest.raises(ValueError, match=f"^{field} must be"):
         ArmTrainConfig(**{field: value})

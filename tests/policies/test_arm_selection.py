@@ -1,4 +1,4 @@
-"""Arm-selection router (policies.arm_selection): features, model, per-window switching, fit,
+"""Arm-selection router (policies.routing.arm_selection): features, model, per-window switching, fit,
 checkpoints and evaluation through the protocol and the routing environment."""
 
 from __future__ import annotations
@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 
 from envs.sim import Request, SimConfig, Workload
-from policies.arm_selection import (FEATURE_NAMES, ArmCostModel, ArmSelectingRouter, LoadObserver, constant_model,
-                                    design_matrix, num_terms)
+from policies.routing.arm_selection import (
+    FEATURE_NAMES,
+    ArmCostModel,
+    ArmSelectingRouter,
+    LoadObserver,
+    constant_model,
+    design_matrix,
+    num_terms,
+)
 from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
 
 ARMS = ((1.0, 0.0), (3.0, 1.0), (8.0, 4.0))
@@ -24,7 +31,7 @@ def _spec(router_factory, name="arm-test"):
 
 
 def _run(router_factory, wl, config=None):
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     return run_policy(_spec(router_factory), wl, config or SimConfig(pool=SMALL_POOL), toy_calibration())
 
@@ -158,7 +165,7 @@ def test_router_switches_arms_at_decision_boundaries():
 
 
 def test_fit_model_recovers_a_feature_dependent_best_arm():
-    from policies.train_arms import CellData, chosen_arms, fit_model
+    from policies.routing.train_arms import CellData, chosen_arms, fit_model
 
     rng = np.random.default_rng(0)
     n = 200
@@ -176,7 +183,7 @@ def test_fit_model_recovers_a_feature_dependent_best_arm():
 
 
 def test_headroom_and_change_pct_by_hand():
-    from policies.train_arms import CellData, change_pct, headroom
+    from policies.routing.train_arms import CellData, change_pct, headroom
 
     a = CellData("a", np.zeros((2, len(FEATURE_NAMES))), np.array([[1.5, 2.0, 4.0], [3.0, 2.0, 4.0]]), np.ones((2, 3)))
     b = CellData("b", np.zeros((2, len(FEATURE_NAMES))), np.array([[4.0, 4.0, 1.0], [4.0, 4.0, 3.0]]), np.ones((2, 3)))
@@ -188,16 +195,16 @@ def test_headroom_and_change_pct_by_hand():
 
 
 def _write_checkpoint(path, model):
-    from policies.arm_selection import write_model
+    from policies.routing.arm_selection import write_model
 
     write_model(path, model, {"decision_window_s": 10.0, "history_s": 30.0, "prefix_memory_s": 60.0})
     (path / "train_config.json").write_text(json.dumps({"kind": "routing", "policy_type": "vertumnus-arms"}))
 
 
 def test_checkpoint_round_trip_and_arguments(tmp_path):
-    from policies.arm_selection import is_arm_checkpoint, load_arm_checkpoint
-    from policies.checkpoint import resolve_checkpoint
-    from policies.evaluate import check_checkpoint_kind, check_policy_argument
+    from policies.common.checkpoint import resolve_checkpoint
+    from policies.common.policy_args import check_checkpoint_kind, check_policy_argument
+    from policies.routing.arm_selection import is_arm_checkpoint, load_arm_checkpoint
 
     m = constant_model(ARMS, 2)
     _write_checkpoint(tmp_path / "ck", m)
@@ -218,8 +225,8 @@ def test_env_policy_equals_direct_run(tmp_path):
     """Through the routing environment (SB3 ``predict``) the checkpoint routes exactly as its
     router run directly."""
     from envs.routing_env import PrefillRoutingEnv
-    from policies.arm_selection import ArmSelectionPolicy, arm_policy_spec
-    from policies.heuristic import run_episode
+    from policies.common.heuristic import run_episode
+    from policies.routing.arm_selection import ArmSelectionPolicy, arm_policy_spec
 
     k = len(FEATURE_NAMES)
     coef = [[0.0] * (1 + k) for _ in ARMS]
@@ -236,14 +243,14 @@ def test_env_policy_equals_direct_run(tmp_path):
 
 
 class _StubScenario:
-    """A protocol scenario over a small random workload (``policies.protocol.Scenario`` API)."""
+    """A protocol scenario over a small random workload (``policies.routing.protocol.Scenario`` API)."""
 
     key = "rand@0.9"
     load_fraction = 0.9
     rate_rps = 8.0
 
     def windows(self, part, seed=0, max_windows=None):
-        from policies.protocol import protocol_windows
+        from policies.routing.protocol import protocol_windows
 
         return protocol_windows(random_workload(1000, rate_rps=8.0, seed=seed), 10.0, part, warmup_s=10.0)[:3]
 
@@ -251,8 +258,8 @@ class _StubScenario:
 def test_protocol_and_seed_evaluation_run_an_arm_checkpoint(tmp_path):
     """``cpgym evaluate``'s protocol path (``evaluate_scenario``) and seed path (``evaluate``)
     run the checkpoint's router: a constant model gives the rows of the tuned router with its arm."""
-    from policies.evaluate import evaluate
-    from policies.protocol import evaluate_scenario
+    from policies.routing.evaluate import evaluate
+    from policies.routing.protocol import evaluate_scenario
 
     _write_checkpoint(tmp_path / "ck", constant_model(ARMS, 2))
     ck = str(tmp_path / "ck")
@@ -271,8 +278,14 @@ def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_pat
     collected cost of its arm otherwise; the margin with the least score is selected and set."""
     from dataclasses import dataclass, replace
 
-    from policies.train_arms import (ArmTrainConfig, CellData, change_pct, collect_cell, deployed_validation,
-                                     one_standard_error_choice)
+    from policies.routing.train_arms import (
+        ArmTrainConfig,
+        CellData,
+        change_pct,
+        collect_cell,
+        deployed_validation,
+        one_standard_error_choice,
+    )
 
     @dataclass(frozen=True)
     class Source:
@@ -314,7 +327,7 @@ def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_pat
 
 def test_one_standard_error_rule_by_hand():
     """The least complex candidate within one standard error of the least score (ESL §7.10)."""
-    from policies.train_arms import one_standard_error_choice
+    from policies.routing.train_arms import one_standard_error_choice
 
     margins = [0.0, 0.01, 0.1]
     assert one_standard_error_choice([2.41, 2.19, 3.0], [3.0, 3.3, 1.0], margins) == 0  # 2.41 <= 2.19 + 3.3
@@ -329,7 +342,7 @@ def test_one_standard_error_rule_by_hand():
 def test_checkpoint_with_bad_switch_margin_names_the_file_and_field(tmp_path, margin):
     """A hand-edited ``arm_model.json`` whose ``switch_margin`` is negative, NaN or not a JSON number
     fails to load with one error naming the file and the field (no silent string/bool coercion)."""
-    from policies.arm_selection import load_arm_checkpoint
+    from policies.routing.arm_selection import load_arm_checkpoint
 
     _write_checkpoint(tmp_path, constant_model(ARMS, 1))
     data = json.loads((tmp_path / "arm_model.json").read_text())

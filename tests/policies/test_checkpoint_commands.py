@@ -29,14 +29,7 @@ CASES = [
     # reconfig_target predates --oracle-candidate-switch-costs (its default, none, is what it ran with)
     ("reconfig_target", 0, "stage1_train_config.json", {}, {}, False),
     ("reconfig_target", 1, "train_config.json", {}, {}, False),
-    ("reconfig_target_best_start", 0, "stage1_train_config.json", {}, {}, True),
-    ("reconfig_target_best_start", 1, "train_config.json", {}, {}, True),
-    ("reconfig_matched", 0, "train_config.json", {}, {}, False),
-    ("reconfig_phases", 0, "train_config.json", {}, {}, False),
-    # the router heuristic was called `vertumnus` when this checkpoint was trained (now `vertumnus-router`);
-    # both routing runs predate --train-prediction-noise (no noise then; the default is now 0.1)
-    ("routing_conversation", 0, "train_config.json", {"bc_policy": {"vertumnus": "vertumnus-router"}},
-     {"train_prediction_noise": 0.0}, False),
+    # predates --train-prediction-noise (no noise then; the default is now 0.1)
     ("routing_conversation_residual", 0, "train_config.json", {}, {"train_prediction_noise": 0.0}, False),
 ]
 
@@ -52,7 +45,7 @@ def _expand_elided_list(token: str) -> str:
 
 def readme_train_commands(readme: Path) -> list[list[str]]:
     """The argv (``train KIND ...``) of every training command in the README's indented code
-    blocks: ``cpgym train ...`` or ``python -m policies.train_reconfig ...`` (the same command),
+    blocks: ``cpgym train ...`` or ``python -m policies.reconfig.train ...`` (the same command),
     continuation lines joined, ``# comments`` and leading ``VAR=value`` dropped, ``$VAR`` of an
     earlier ``VAR=value`` line substituted, elided lists (``0,1,2,...,59``) written out."""
     lines, buf = [], ""
@@ -74,7 +67,7 @@ def readme_train_commands(readme: Path) -> list[list[str]]:
         tokens = [variables.get(t[1:], t) if t.startswith("$") else t for t in tokens]
         if tokens[:2] == ["cpgym", "train"]:
             commands.append(tokens[1:])
-        elif tokens[:3] == ["python", "-m", "policies.train_reconfig"]:
+        elif tokens[:3] == ["python", "-m", "policies.reconfig.train"]:
             commands.append(["train", "reconfig", *tokens[3:]])
     return [[_expand_elided_list(t) for t in c] for c in commands]
 
@@ -158,14 +151,13 @@ def test_every_readme_training_command_is_checked():
 
 def test_readme_command_reader():
     import textwrap
-
     from tempfile import TemporaryDirectory
 
     text = textwrap.dedent("""\
         Prose `cpgym train reconfig --not-a-command` is skipped.
 
             T=../traces/x.jsonl
-            OMP_NUM_THREADS=1 python -m policies.train_reconfig --out A \\
+            OMP_NUM_THREADS=1 python -m policies.reconfig.train --out A \\
                 --workload-seeds 0,1,2,...,5 --target-rps 2   # comment
             cpgym train routing --trace $T --out B
         """)

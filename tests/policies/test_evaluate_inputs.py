@@ -14,8 +14,8 @@ CKPT = Path(__file__).resolve().parents[2] / "policies" / "checkpoints"
 
 @pytest.fixture
 def no_model_loading(monkeypatch):
-    import policies.checkpoint as checkpoint
-    import policies.evaluate_reconfig as evaluate_reconfig
+    import policies.common.checkpoint as checkpoint
+    import policies.reconfig.evaluate as evaluate_reconfig
 
     def fail(*a, **k):
         raise AssertionError("loaded a model before checking the checkpoint's kind")
@@ -24,8 +24,8 @@ def no_model_loading(monkeypatch):
         monkeypatch.setattr(module, "load_model_zip", fail)
 
 
-@pytest.mark.parametrize("ckpt, kind, trained", [("routing_conversation", "reconfig", "routing"),
-                                                 ("reconfig_phases", "routing", "reconfig")])
+@pytest.mark.parametrize("ckpt, kind, trained", [("routing_conversation_residual", "reconfig", "routing"),
+                                                 ("reconfig_target", "routing", "reconfig")])
 def test_checkpoint_of_the_other_kind_is_one_line(ckpt, kind, trained, capsys, no_model_loading):
     path = str(CKPT / ckpt)
     assert main(["evaluate", "--policy", path, "--kind", kind, "--seeds", "1", "--quiet"]) == 2
@@ -38,7 +38,7 @@ def test_run_evaluation_checks_the_checkpoint_kind(no_model_loading):
     from envs.sim import SimConfig
     from policies.evaluate import EvaluationConfig, run_evaluation
 
-    cfg = EvaluationConfig(policy=str(CKPT / "routing_conversation"), kind="reconfig", seeds=(1,))
+    cfg = EvaluationConfig(policy=str(CKPT / "routing_conversation_residual"), kind="reconfig", seeds=(1,))
     with pytest.raises(ValueError, match="is a routing checkpoint"):
         run_evaluation(cfg, SimConfig())
 
@@ -72,7 +72,7 @@ def test_from_csv_warns_when_policies_have_different_episodes(tmp_path, capsys):
 
 
 def test_uneven_episodes_of_a_reconfig_evaluation_name_the_missing_seeds():
-    from policies.evaluate import uneven_episodes
+    from policies.episode_rows import uneven_episodes
 
     rows = [{"policy": p, "seed": s} for p in ("a", "b") for s in range(8)]
     assert uneven_episodes(rows, "reconfig") is None
@@ -150,7 +150,7 @@ def test_from_csv_reads_an_empty_metric_cell_as_not_recorded(tmp_path, capsys):
     import json
     import math
 
-    from policies.evaluate import read_episode_rows
+    from policies.episode_rows import read_episode_rows
 
     path = _rows_csv(tmp_path)
     _set("prefix_hit_rate", None)(pd.read_csv(path)).to_csv(path, index=False)
@@ -177,7 +177,7 @@ def test_policy_is_required_when_something_runs(capsys):
 def test_tuned_file_that_is_not_a_tune_output_is_one_line(tmp_path, capsys, monkeypatch, content, message):
     import re
 
-    import policies.protocol as protocol
+    import policies.routing.protocol as protocol
 
     def no_run(*a, **k):
         raise AssertionError("built scenarios before reading --tuned")
@@ -212,7 +212,7 @@ def test_a_heuristic_as_the_reconfig_policy_is_one_line(capsys):
 def test_a_fixed_composition_the_pool_rejects_is_named_before_any_run(capsys, monkeypatch):
     """``--against vertumnus-router,fixed:cp4x5`` on 8 GPUs ran vertumnus-router first, then failed
     with the pool's message alone."""
-    import experiments.runner as runner
+    import baselines.runner as runner
 
     monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran before the fixed composition was checked"))
     assert main(["evaluate", "--kind", "reconfig", "--policy", "none", "--against", "vertumnus-router,fixed:cp4x5",
@@ -224,7 +224,7 @@ def test_a_fixed_composition_the_pool_rejects_is_named_before_any_run(capsys, mo
 
 def test_a_missing_joint_routing_checkpoint_is_named_before_any_run(capsys, monkeypatch):
     # it was loaded only when its turn came, after the learned controller's runs
-    import policies.evaluate_reconfig as ev
+    import policies.reconfig.evaluate as ev
 
     monkeypatch.setattr(ev, "LearnedReconfig", lambda *a, **k: pytest.fail("loaded before --against was checked"))
     assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "joint:/nonexistent/ckpt",
@@ -241,20 +241,20 @@ def test_a_reconfig_checkpoint_on_a_pool_of_another_size_is_one_line(capsys):
                  "--seeds", "1000", "--pool-gpus", "32", "--pool-composition", "cp4x4,cp2x8", "--horizon-s", "1",
                  "--quiet"]) == 2
     err = capsys.readouterr().err
-    from policies.checkpoint import SHIPPED_RECONFIG
+    from policies.common.checkpoint import SHIPPED_RECONFIG
 
     assert len(err.splitlines()) == 1 and f"{SHIPPED_RECONFIG.name}: the checkpoint observes targets (36, 5)" in err
     assert "36 actions, this pool (32 GPUs, CP degrees 1,2,4,8) gives targets (25, 5)" in err
 
 
 def test_a_reconfig_checkpoint_whose_menu_the_pool_cannot_make_names_the_checkpoint(capsys, monkeypatch):
-    import experiments.runner as runner
+    import baselines.runner as runner
 
     monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran before the checkpoint's menu was checked"))
     assert main(["evaluate", "--kind", "reconfig", "--policy", "shipped-reconfig", "--against", "vertumnus-router",
                  "--seeds", "1000", "--supported-degrees", "2,4", "--horizon-s", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
-    from policies.checkpoint import SHIPPED_RECONFIG
+    from policies.common.checkpoint import SHIPPED_RECONFIG
 
     assert err.endswith(f"{SHIPPED_RECONFIG.name}: the checkpoint's target menu does not fit this pool: "
                         "target_degrees [2, 4, 8]: expected a non-empty subset of the pool's supported degrees [2, 4]\n")
@@ -299,7 +299,7 @@ def test_a_corrupt_reconfig_checkpoint_is_one_line_naming_the_file(tmp_path, cap
 
 def test_a_corrupt_joint_routing_checkpoint_fails_before_any_run(tmp_path, capsys, monkeypatch):
     # it was loaded at its turn, after the learned controller's run of the first seed, as a traceback
-    import policies.evaluate_reconfig as ev
+    import policies.reconfig.evaluate as ev
 
     monkeypatch.setattr(ev.LearnedReconfig, "run", lambda *a, **k: pytest.fail("ran before joint: was loaded"))
     d = _junk_checkpoint(tmp_path, "routing")
@@ -324,7 +324,7 @@ def test_load_model_zip_names_a_zip_sb3_cannot_read(tmp_path):
 
     from sb3_contrib import MaskablePPO
 
-    from policies.checkpoint import load_model_zip
+    from policies.common.checkpoint import load_model_zip
 
     for members in ({"notes.txt": "x"}, {"data": "{not json", "policy.pth": "x"}):
         path = tmp_path / "m.zip"
@@ -340,7 +340,7 @@ def test_a_reconfig_checkpoint_zip_path_loads_that_zip(tmp_path):
     """``--policy DIR/last_model.zip`` loaded ``DIR/model.zip`` (the best validated model) instead."""
     import os
 
-    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.reconfig.evaluate import LearnedReconfig
 
     d = _junk_checkpoint(tmp_path, "reconfig", "model.zip")
     os.symlink(CKPT / "reconfig_target" / "model.zip", d / "last_model.zip")
@@ -359,7 +359,7 @@ def test_a_reconfig_checkpoint_zip_path_loads_that_zip(tmp_path):
 ])
 def test_a_repeated_seed_or_window_is_an_error_before_anything_runs(flags, message, capsys, monkeypatch):
     # each copy was counted as another episode: a zero-width, fake confidence interval
-    import experiments.runner as runner
+    import baselines.runner as runner
 
     monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran an episode"))
     argv = ["evaluate", "--policy", "least-work", "--against", "round-robin", *flags, "--quiet"]
@@ -371,9 +371,9 @@ def test_a_repeated_seed_or_window_is_an_error_before_anything_runs(flags, messa
 
 def test_library_evaluations_reject_a_repeated_seed_or_window():
     from envs.sim import SimConfig
-    from policies.evaluate import evaluate
-    from policies.evaluate_reconfig import evaluate_reconfig
-    from policies.train import EpisodeSource
+    from policies.reconfig.evaluate import evaluate_reconfig
+    from policies.routing.episodes import EpisodeSource
+    from policies.routing.evaluate import evaluate
 
     with pytest.raises(ValueError, match=r"^seeds lists 1 twice: '1,2,1'"):
         evaluate(["least-work"], EpisodeSource(), SimConfig(), [1, 2, 1])
@@ -384,7 +384,7 @@ def test_library_evaluations_reject_a_repeated_seed_or_window():
 
 
 def test_from_csv_of_a_reconfig_evaluation_checks_its_counts(tmp_path):
-    from policies.evaluate import read_episode_rows
+    from policies.episode_rows import read_episode_rows
 
     rows = [{"policy": p, "seed": s, "mean_ttft_s": 1.0, "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.9,
              "num_operations": 3, "num_committed_operations": 2, "num_unfinished": 0}
@@ -400,8 +400,8 @@ def test_from_csv_of_a_reconfig_evaluation_checks_its_counts(tmp_path):
 # --- reconfiguration evaluation: comparisons, held-out seeds and --from-csv rows (evalreview) ---
 
 def _no_reconfig_runs(monkeypatch):
-    import experiments.runner as runner
-    import policies.evaluate_reconfig as ev
+    import baselines.runner as runner
+    import policies.reconfig.evaluate as ev
 
     def fail(*a, **k):
         raise AssertionError("ran or loaded before the input was checked")
@@ -472,7 +472,7 @@ def test_run_evaluation_refuses_training_seeds_too(monkeypatch):
 
 
 def _fake_reconfig_rows(monkeypatch, calls):
-    import policies.evaluate_reconfig as ev
+    import policies.reconfig.evaluate as ev
 
     def fake(checkpoint, against, workload, seeds, *a, **k):
         calls.append((workload, list(seeds)))
@@ -542,7 +542,7 @@ def test_from_csv_reconfig_rows_with_bad_labels_are_one_line(case, message, tmp_
 @pytest.mark.parametrize("extra", [[], ["--kind", "reconfig", "--seeds", "1000"], ["--protocol", "--target-rps", "5"]])
 def test_an_empty_against_is_an_error_not_the_default_list(extra, capsys, monkeypatch):
     """``--against ''`` ran the default comparison policies (an empty string read as 'not given')."""
-    import experiments.runner as runner
+    import baselines.runner as runner
 
     monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran with an empty --against"))
     policy = "none" if "reconfig" in extra else "least-work"
@@ -597,7 +597,7 @@ def test_from_csv_of_protocol_rows_checks_cells_and_windows(tmp_path, capsys):
     path = tmp_path / "p.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     from experiments.common import dumps_json
-    from policies.protocol import cell_table
+    from policies.routing.protocol import cell_table
 
     assert main(["evaluate", "--from-csv", str(path), "--format", "json"]) == 0
     import json
@@ -633,7 +633,7 @@ def test_from_csv_of_protocol_rows_lacking_a_column_names_that_column(column, tm
 
 def test_from_csv_of_protocol_rows_with_a_zero_reference_ttft_has_no_delta(tmp_path, capsys):
     # a reference mean TTFT of 0 in every window (a hand-edited CSV: 0 is a time >= 0) was a
-    # ZeroDivisionError traceback in policies.protocol.cell_table; a % of 0 has no value
+    # ZeroDivisionError traceback in policies.routing.protocol.cell_table; a % of 0 has no value
     import json
 
     rows = [{"policy": p, "workload": "conv", "load_fraction": 0.5, "rate_rps": 5.0, "window": w,

@@ -16,7 +16,7 @@ POOL = ["--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2"]
 
 
 def test_routing_evaluation_stopped_midway_keeps_its_finished_episodes(tmp_path, capsys, monkeypatch):
-    import experiments.runner as runner
+    import baselines.runner as runner
     from tests.policies.test_protocol import _tiny_trace
 
     trace = _tiny_trace(tmp_path / "tiny.jsonl")
@@ -39,7 +39,7 @@ def test_routing_evaluation_stopped_midway_keeps_its_finished_episodes(tmp_path,
 def test_reconfig_evaluation_interrupted_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
     """Ctrl-C in the second seed: the first seed's runs are in the CSV (no best-fixed-in-hindsight
     rows: those come with a finished run) and --from-csv aggregates them."""
-    import experiments.runner as runner
+    import baselines.runner as runner
     from envs.workloads import window
 
     real = runner.run_policy
@@ -61,7 +61,7 @@ def test_reconfig_evaluation_interrupted_midway_keeps_its_finished_runs(tmp_path
 
 
 def test_protocol_evaluation_stopped_midway_keeps_its_finished_windows(tmp_path, capsys, monkeypatch):
-    import policies.protocol as protocol
+    import policies.routing.protocol as protocol
     from tests.policies.test_protocol import _tiny_trace
 
     trace = _tiny_trace(tmp_path / "tiny.jsonl")

@@ -8,7 +8,7 @@ from experiments.cli import build_parser
 
 
 def test_flags_generate_the_config():
-    from experiments.config_args import config_from_args
+    from envs.sim.options import config_from_args
     from policies.evaluate import EvaluationConfig
 
     args = build_parser().parse_args(["evaluate", "--policy", "least-work", "--seeds", "4,5", "--windows", "0,2",
@@ -172,7 +172,7 @@ def test_reconfig_episodes_are_the_checkpoints_training_workload(tmp_path, monke
         raise RuntimeError("built")  # stop before the model is needed
 
     monkeypatch.setattr(workloads, "build_workload", build)
-    monkeypatch.setattr("policies.evaluate_reconfig.LearnedReconfig", lambda path: type("M", (), {
+    monkeypatch.setattr("policies.reconfig.evaluate.LearnedReconfig", lambda path: type("M", (), {
         "check_pool": lambda self, pool: None})())
     with pytest.raises(RuntimeError, match="built"):
         run_evaluation(cfg, SimConfig())
@@ -194,7 +194,8 @@ def test_reconfig_checkpoint_trained_on_a_trace_needs_a_workload(tmp_path):
 def test_reconfig_default_workload_is_below_saturation_and_old_checkpoints_keep_phases(tmp_path):
     # the default was phases, whose 90 / 18 req/s is past the default pool's capacity (every policy 100+ s)
     from policies.evaluate import EvaluationConfig, reconfig_workload
-    from policies.train_reconfig import DEFAULT_RECONFIG_WORKLOAD, ReconfigTrainConfig
+    from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
+    from policies.reconfig.train import ReconfigTrainConfig
 
     assert DEFAULT_RECONFIG_WORKLOAD == "matched-phases" == ReconfigTrainConfig().workload
     assert reconfig_workload(EvaluationConfig(policy="none", kind="reconfig")) == "matched-phases"

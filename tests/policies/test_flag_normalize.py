@@ -24,12 +24,13 @@ def _small_pool_config():
 def _venv(cls, **kw):
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from envs.reconfig_env import PrefillReconfigEnv, observation_flag_columns
+    from baselines.envs import make_reconfig_env
+    from envs.reconfig_env import observation_flag_columns
     from envs.workloads import WorkloadSource
 
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
     wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
-    envs = DummyVecEnv([lambda: PrefillReconfigEnv([wl], _small_pool_config(), capacity_features=True,
+    envs = DummyVecEnv([lambda: make_reconfig_env([wl], _small_pool_config(), capacity_features=True,
                                                   action_mode="target", target_degrees=(2, 4))])
     if cls.__name__ == "VecNormalize":
         return cls(envs, **kw)
@@ -56,7 +57,7 @@ def _as_in_the_shipped_stats(venv) -> dict:
 def test_flags_pass_through_and_the_rest_is_normalised():
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from policies.flag_normalize import FlagPreservingVecNormalize
+    from policies.reconfig.flag_normalize import FlagPreservingVecNormalize
 
     plain = _venv(VecNormalize, norm_reward=False)
     obs = _as_in_the_shipped_stats(plain)
@@ -79,14 +80,15 @@ def test_flags_pass_through_and_the_rest_is_normalised():
 
 
 def test_flag_columns_are_checked():
-    from policies.flag_normalize import FlagPreservingVecNormalize
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from envs.reconfig_env import PrefillReconfigEnv, observation_flag_columns
+    from baselines.envs import make_reconfig_env
+    from envs.reconfig_env import observation_flag_columns
     from envs.workloads import WorkloadSource
+    from policies.reconfig.flag_normalize import FlagPreservingVecNormalize
 
     wl = WorkloadSource(name="matched-phases", seed=0, params=(("duration_s", 60.0),)).build()
-    envs = DummyVecEnv([lambda: PrefillReconfigEnv([wl], _small_pool_config())])
+    envs = DummyVecEnv([lambda: make_reconfig_env([wl], _small_pool_config())])
     assert observation_flag_columns(envs.observation_space) == {"workers": (0, 2, 3)}  # no targets in operation mode
     with pytest.raises(ValueError, match="no such observation key"):
         FlagPreservingVecNormalize(envs, {"targets": (3,)})
@@ -95,8 +97,8 @@ def test_flag_columns_are_checked():
 
 
 def test_a_trained_checkpoint_keeps_its_flags_unnormalised(tmp_path):
-    from policies.checkpoint import load_vecnormalize
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.common.checkpoint import load_vecnormalize
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
     cfg = ReconfigTrainConfig(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
@@ -118,7 +120,7 @@ def test_old_checkpoints_load_and_normalise_as_they_were_trained():
     trained on normalised flags, so it is evaluated on them."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from policies.checkpoint import SHIPPED_RECONFIG, load_vecnormalize
+    from policies.common.checkpoint import SHIPPED_RECONFIG, load_vecnormalize
 
     stats = load_vecnormalize(SHIPPED_RECONFIG / "vecnormalize.pkl")
     assert type(stats) is VecNormalize
@@ -131,18 +133,18 @@ def test_old_checkpoints_load_and_normalise_as_they_were_trained():
     assert (stats.normalize_obs(obs)["workers"][..., col] == 10.0).all()
 
 
-def test_the_measurement_script_passes_only_the_flags_of_stored_statistics():
-    """``experiments.scripts.reconfig_flag_normalization`` compares a checkpoint with its stored
-    statistics and with the same statistics passing the flags: everything else must be equal."""
+def test_old_statistics_can_be_measured_with_their_flags_passed_through():
+    """``FlagPreservingVecNormalize.from_stats`` (measuring a checkpoint trained on normalised flags
+    with the flags left as they are) changes the flag columns and nothing else."""
     from envs.reconfig_env import observation_flag_columns
-    from experiments.scripts.reconfig_flag_normalization import passing_flags
-    from policies.checkpoint import SHIPPED_RECONFIG, load_vecnormalize
+    from policies.common.checkpoint import SHIPPED_RECONFIG, load_vecnormalize
+    from policies.reconfig.flag_normalize import FlagPreservingVecNormalize
 
     stats = load_vecnormalize(SHIPPED_RECONFIG / "vecnormalize.pkl")
     stats.training = False
     flags = observation_flag_columns(stats.observation_space)
     assert flags == {"workers": (0, 2, 3), "targets": (3, 4)}
-    raw = passing_flags(stats, flags)
+    raw = FlagPreservingVecNormalize.from_stats(stats, flags)
     rng = np.random.default_rng(0)
     obs = {k: rng.integers(0, 2, (1, *r.mean.shape)).astype(np.float32) for k, r in stats.obs_rms.items()}
     a, b = stats.normalize_obs(obs), raw.normalize_obs(obs)
@@ -160,7 +162,7 @@ def test_routing_flags_and_mask_stay_0_or_1_in_the_policy_normalisation():
     import torch as th
 
     from envs.routing_env import WORKER_FEATURES
-    from policies.extractor import _normalise, _scales
+    from policies.common.extractor import _normalise, _scales
 
     div, use_log, lin = _scales(WORKER_FEATURES)
     names = [n for n, _ in WORKER_FEATURES]

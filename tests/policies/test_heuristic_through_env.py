@@ -1,5 +1,5 @@
 """Every registered heuristic gives exactly the same run through the Gymnasium environment as
-through ``experiments.runner.run_policy`` (the path of ``cpgym simulate``)."""
+through ``baselines.runner.run_policy`` (the path of ``cpgym simulate``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from baselines.registry import POLICIES
+from baselines.runner import run_policy
 from envs.metrics import summarize
 from envs.sim import SimConfig
-from experiments.runner import run_policy
-from policies.heuristic import heuristic_policy, make_routing_env, run_episode
+from policies.common.heuristic import heuristic_policy, make_routing_env, run_episode
 
 
 @pytest.fixture(scope="module")

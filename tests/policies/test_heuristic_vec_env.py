@@ -8,7 +8,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from baselines.registry import get_policy
 from envs.sim import SimConfig
-from policies.heuristic import HeuristicPolicy, make_routing_env
+from policies.common.heuristic import HeuristicPolicy, make_routing_env
 
 SEED = 3
 CASES = [("vertumnus-lambda0", {}), ("vertumnus-no-reservation", {}), ("homogeneous-cp2", {}),

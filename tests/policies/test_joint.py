@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import policies
+from baselines.envs import make_reconfig_env
 
-ROUTING = str(Path(policies.__file__).parent / "checkpoints" / "routing_conversation")  # used in the shipped evaluation
+ROUTING = str(Path(policies.__file__).parent / "checkpoints" / "routing_conversation_residual")  # an SB3 routing checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,6 @@ def short_workloads():
 def test_joint_env_passes_the_env_checker_and_routes_with_the_learned_router(short_workloads):
     from gymnasium.utils.env_checker import check_env
 
-    from envs.reconfig_env import PrefillReconfigEnv
     from envs.sim import SimConfig
     from policies.joint import LearnedRouter
 
@@ -39,7 +39,7 @@ def test_joint_env_passes_the_env_checker_and_routes_with_the_learned_router(sho
         return wid
 
     router.route = counting_route
-    env = PrefillReconfigEnv(short_workloads, SimConfig(), make_router=lambda: router, window_s=10.0)
+    env = make_reconfig_env(short_workloads, SimConfig(), make_router=lambda: router, window_s=10.0)
     check_env(env, skip_render_check=True)
     calls.clear()
     env.reset(seed=0, options={"window_index": 0})
@@ -71,8 +71,8 @@ def test_joint_router_factory_arm_checkpoint_gives_a_fresh_router_per_run():
     routes a short run by itself; an SB3 checkpoint: one LearnedRouter reused (attach rebinds it)."""
     from envs.sim import SimConfig, Simulator
     from envs.workloads import get_workload
-    from policies.arm_selection import ArmSelectingRouter
     from policies.joint import LearnedRouter, joint_router_factory
+    from policies.routing.arm_selection import ArmSelectingRouter
 
     make = joint_router_factory("shipped")
     a, b = make(), make()

@@ -17,7 +17,7 @@ def _env(n=60, seed=0):
 
 
 def test_extractor_is_permutation_equivariant():
-    from policies.extractor import WorkerSetExtractor
+    from policies.common.extractor import WorkerSetExtractor
 
     env = _env()
     obs, _ = env.reset(seed=0)
@@ -39,9 +39,10 @@ def test_maskable_ppo_smoke_trains_saves_loads_and_evaluates(tmp_path):
     """A few thousand steps of the real training entry point (wandb disabled), then the
     checkpoint loads and acts through the environment without invalid actions."""
     from envs.workloads import default_traces_dir
-    from policies.checkpoint import LearnedPolicy
-    from policies.heuristic import run_episode
-    from policies.train import EpisodeSource, TrainConfig, train_routing
+    from policies.common.checkpoint import LearnedPolicy
+    from policies.common.heuristic import run_episode
+    from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, train_routing
 
     src = EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"),
                         workload=None, target_rps=12.0, window_s=10.0)
@@ -62,7 +63,8 @@ def test_maskable_ppo_smoke_trains_saves_loads_and_evaluates(tmp_path):
 
 
 def test_mean_ci95_and_aggregate():
-    from policies.evaluate import aggregate, mean_ci95
+    from envs.metrics.stats import mean_ci95
+    from policies.routing.evaluate import aggregate
 
     m, ci = mean_ci95([1.0, 2.0, 3.0])
     assert m == 2.0 and ci == pytest.approx(4.303 * 1.0 / np.sqrt(3))
@@ -76,8 +78,8 @@ def test_mean_ci95_and_aggregate():
 def test_heuristic_policy_under_dummy_vec_env():
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from baselines.simple import LeastWorkRouter
-    from policies.heuristic import HeuristicPolicy
+    from envs.sim.router import LeastWorkRouter
+    from policies.common.heuristic import HeuristicPolicy
 
     venv = DummyVecEnv([lambda: _env(), lambda: _env(seed=5)])
     pol = HeuristicPolicy(LeastWorkRouter(), venv)
@@ -93,7 +95,7 @@ def test_heuristic_policy_under_dummy_vec_env():
 def test_learned_policy_names_a_wrong_shape_action_mask(backend, deterministic):
     # a 5-entry mask on an 8-slot observation was a numpy IndexError (boolean index did not match)
     # or torch "RuntimeError: shape '[1, 8]' is invalid for input of size 5"
-    from policies.checkpoint import LearnedPolicy
+    from policies.common.checkpoint import LearnedPolicy
 
     env = _env()
     obs, _ = env.reset(seed=0)
@@ -126,7 +128,7 @@ def test_learned_policy_names_a_wrong_shape_action_mask(backend, deterministic):
 def test_learned_policy_names_a_malformed_observation(change, match, deterministic):
     # a missing key was a KeyError, a wrong shape a numpy broadcasting error inside the forward pass
     # ("operands could not be broadcast together with shapes (40,5) (12,)")
-    from policies.checkpoint import LearnedPolicy
+    from policies.common.checkpoint import LearnedPolicy
 
     env = _env()
     obs, _ = env.reset(seed=0)
@@ -140,7 +142,7 @@ def test_learned_policy_names_a_malformed_observation(change, match, determinist
 def test_learned_policy_names_the_slot_count_the_sb3_model_needs(backend, deterministic, batch):
     # an 8-slot observation for the 40-slot model's SB3 path failed inside SB3 ("cannot reshape array
     # of size 96 into shape (40,12)", "Unexpected observation shape (8, 12) for Box environment")
-    from policies.checkpoint import LearnedPolicy
+    from policies.common.checkpoint import LearnedPolicy
 
     env = _env()
     obs, _ = env.reset(seed=0)

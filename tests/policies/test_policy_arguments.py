@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from experiments.cli import main
-from policies.checkpoint import LearnedPolicy, resolve_checkpoint
-from policies.evaluate import check_policy_argument
+from policies.common.checkpoint import LearnedPolicy, resolve_checkpoint
+from policies.common.policy_args import check_policy_argument
 
 
 def _evaluate_error(capsys, policy: str) -> str:
@@ -45,7 +45,7 @@ def test_unknown_against_name_suggests(capsys):
 
 
 def test_check_policy_argument_accepts_valid_forms():
-    for name in ("least-work", "vertumnus-adaptive", "shipped", "policies/checkpoints/routing_conversation"):
+    for name in ("least-work", "vertumnus-adaptive", "shipped", "policies/checkpoints/routing_conversation_residual"):
         check_policy_argument(name)
     with pytest.raises(ValueError, match="unknown policy 'zzz'; expected"):
         check_policy_argument("zzz")

@@ -28,7 +28,7 @@ def _tiny_trace(path, num_requests=240, rate_rps=4.0, seed=0):
 
 
 def test_protocol_windows_are_disjoint_and_warm_started():
-    from policies.protocol import part_of, protocol_windows
+    from policies.routing.protocol import part_of, protocol_windows
 
     wl = random_workload(400, rate_rps=4.0, seed=0)
     parts = {p: protocol_windows(wl, 5.0, p, warmup_s=3.0) for p in ("train", "validation", "test")}
@@ -51,8 +51,8 @@ def test_protocol_windows_are_disjoint_and_warm_started():
 
 
 def test_measured_summary_counts_only_the_window():
-    from experiments.runner import run_policy
-    from policies.protocol import measured_summary, protocol_windows
+    from baselines.runner import run_policy
+    from policies.routing.protocol import measured_summary, protocol_windows
 
     cfg = SimConfig(pool=SMALL_POOL, calibration_path=None)
     wl = protocol_windows(random_workload(300, rate_rps=4.0, seed=1), 10.0, "test", warmup_s=5.0)[0]
@@ -64,7 +64,7 @@ def test_measured_summary_counts_only_the_window():
 
 
 def test_tune_vertumnus_picks_grid_argmin_on_training_windows():
-    from policies.protocol import protocol_windows, run_heuristic_window, tune_vertumnus, tuned_spec
+    from policies.routing.protocol import protocol_windows, run_heuristic_window, tune_vertumnus, tuned_spec
 
     cfg = SimConfig(pool=SMALL_POOL)
     wl = random_workload(300, rate_rps=6.0, seed=2)
@@ -81,7 +81,7 @@ def test_tune_vertumnus_picks_grid_argmin_on_training_windows():
 
 def test_capacity_bisection_brackets_the_overload_point(tmp_path):
     from envs import workloads
-    from policies.protocol import capacity_rps
+    from policies.routing.protocol import capacity_rps
 
     cfg = SimConfig(pool=SMALL_POOL)
     base = workloads.load_trace(_tiny_trace(tmp_path / "t.jsonl", num_requests=3000))
@@ -93,7 +93,7 @@ def test_capacity_bisection_brackets_the_overload_point(tmp_path):
 
 
 def test_cell_table_paired_delta_and_ci():
-    from policies.protocol import cell_table
+    from policies.routing.protocol import cell_table
 
     rows = []
     for w, (a, b) in enumerate([(1.0, 2.0), (2.0, 2.0), (1.5, 2.0)]):
@@ -132,7 +132,7 @@ def test_tune_and_evaluate_commands_on_a_tiny_trace(tmp_path, capsys):
     from envs.routing_env import PrefillRoutingEnv
     from envs.sim.pool import PoolConfig
     from envs.workloads import load_trace, windows
-    from policies.extractor import WorkerSetPolicy
+    from policies.common.extractor import WorkerSetPolicy
 
     pool_cfg = PoolConfig(num_gpus=8, composition="cp2x2,cp1x4", supported_degrees=(1, 2))
     env = PrefillRoutingEnv(windows(load_trace(trace), 20.0), SimConfig(pool=pool_cfg))
@@ -155,7 +155,7 @@ def test_tune_stopped_midway_keeps_its_finished_cells(tmp_path, capsys, monkeypa
     at its last load lost every cell already tuned."""
     import types
 
-    import policies.protocol as protocol
+    import policies.routing.protocol as protocol
     from experiments.cli import main
     from tests.interrupt import fail_on_call
 
@@ -183,7 +183,8 @@ def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
     import pandas as pd
 
     from envs.sim.pool import PoolConfig
-    from policies.train import EpisodeSource, TrainConfig, train_routing
+    from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, train_routing
 
     trace = _tiny_trace(tmp_path / "tiny.jsonl", num_requests=300)
     src = EpisodeSource(trace=str(trace), workload=None, target_rps=6.0, window_s=4.0)
@@ -203,7 +204,7 @@ def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
 
 
 def test_spread_subset_keeps_evenly_spread_windows():
-    from policies.protocol import spread_subset
+    from policies.routing.protocol import spread_subset
 
     wins = list(range(100))
     assert spread_subset(wins, None) == wins and spread_subset(wins, 200) == wins

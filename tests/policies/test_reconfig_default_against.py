@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-
 H = "vertumnus-adaptive,vertumnus-router,"
 
 
@@ -28,17 +27,17 @@ def test_default_comparisons_follow_the_pool(pool, expected):
 
 
 def test_reconfig_evaluation_on_an_8_gpu_pool_runs_without_against(monkeypatch, capsys):
-    import experiments.runner as runner
+    import policies.reconfig.evaluate as reconfig_evaluate
     from experiments.cli import main
 
-    real, ran = runner.run_policy, []
+    real, ran = reconfig_evaluate.run_policy, []
 
     def run_policy(policy, workload, config, **kw):
         ran.append((policy if isinstance(policy, str) else policy.name, config.pool.composition))
         # vertumnus-adaptive's capacity profiling takes minutes; this test is about the comparison list
         return real("vertumnus-router" if policy == "vertumnus-adaptive" else policy, workload, config, **kw)
 
-    monkeypatch.setattr(runner, "run_policy", run_policy)
+    monkeypatch.setattr(reconfig_evaluate, "run_policy", run_policy)
     assert main(["evaluate", "--kind", "reconfig", "--policy", "none", "--pool-gpus", "8", "--pool-composition", "cp4x2",
                  "--seeds", "1000", "--workload", "tool-agent", "--target-rps", "2", "--quiet", "--format", "json"]) == 0
     out = capsys.readouterr()

@@ -1,5 +1,5 @@
 """A tiny trained reconfiguration checkpoint loads and evaluates through ``cpgym evaluate``
-(``--kind`` auto-detected from ``train_config.json``) and ``policies.evaluate_reconfig``."""
+(``--kind`` auto-detected from ``train_config.json``) and ``policies.reconfig.evaluate``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from experiments.cli import main
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     out = tmp_path_factory.mktemp("reconfig_ckpt")
     cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), episode_window_s=100.0, total_timesteps=16,
@@ -23,7 +23,7 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 def test_train_config_records_kind_and_seeds(tiny_checkpoint):
-    from policies.evaluate_reconfig import is_reconfig_checkpoint, training_seeds
+    from policies.reconfig.evaluate import is_reconfig_checkpoint, training_seeds
 
     meta = json.loads((tiny_checkpoint / "train_config.json").read_text())
     assert meta["kind"] == "reconfig" and meta["timesteps"] >= 16
@@ -49,7 +49,7 @@ def test_evaluate_reconfig_checkpoint_through_cli(tiny_checkpoint, capsys):
 def test_learned_run_is_seed_deterministic(tiny_checkpoint):
     from envs import workloads
     from envs.sim import SimConfig
-    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.reconfig.evaluate import LearnedReconfig
 
     pol = LearnedReconfig(tiny_checkpoint)
     wl = workloads.window(workloads.get_workload("phases", seed=5), 0.0, 200.0)
@@ -69,8 +69,8 @@ def test_validation_keeps_the_best_model_and_capacity_features_reach_the_checkpo
     import csv
 
     from envs.sim import PoolConfig, SimConfig
-    from policies.evaluate_reconfig import LearnedReconfig
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.evaluate import LearnedReconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
@@ -95,8 +95,8 @@ def test_history_features_reach_the_checkpoint_and_its_evaluation(tmp_path):
     from envs import workloads
     from envs.reconfig_env import CAPACITY_WINDOW_FEATURES, HISTORY_WINDOW_FEATURES, WINDOW_FEATURES
     from envs.sim import PoolConfig, SimConfig
-    from policies.evaluate_reconfig import LearnedReconfig
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.evaluate import LearnedReconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
@@ -113,14 +113,14 @@ def test_history_features_reach_the_checkpoint_and_its_evaluation(tmp_path):
 
 
 def test_validation_seeds_must_differ_from_training_seeds():
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.reconfig.train import ReconfigTrainConfig
 
     with pytest.raises(ValueError, match="validation_seeds must be disjoint"):
         ReconfigTrainConfig(workload="matched-phases", workload_seeds=(0, 1), validation_seeds=(1, 5))
 
 
 def test_aggregate_pairs_deltas_by_seed_and_adds_the_best_fixed_composition_in_hindsight():
-    from policies.evaluate_reconfig import METRICS, aggregate_reconfig, best_fixed_in_hindsight
+    from policies.reconfig.evaluate import METRICS, aggregate_reconfig, best_fixed_in_hindsight
 
     def row(policy, seed, ttft, slo=1.0):
         return {"policy": policy, "seed": seed, **dict.fromkeys(METRICS, 0.0), "mean_ttft_s": ttft,
@@ -149,8 +149,8 @@ def test_aggregate_pairs_deltas_by_seed_and_adds_the_best_fixed_composition_in_h
 
 
 def test_shipped_reconfig_alias_names_the_shipped_checkpoint():
-    from policies.checkpoint import SHIPPED_RECONFIG, checkpoint_path
-    from policies.evaluate import is_checkpoint
+    from policies.common.checkpoint import SHIPPED_RECONFIG, checkpoint_path
+    from policies.common.policy_args import is_checkpoint
 
     assert checkpoint_path("shipped-reconfig") == SHIPPED_RECONFIG and is_checkpoint("shipped-reconfig")
 
@@ -159,8 +159,8 @@ def test_target_mode_oracle_warm_start_trains_validates_and_loads(tmp_path):
     import csv
 
     from envs.sim import PoolConfig, SimConfig
-    from policies.evaluate_reconfig import LearnedReconfig
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.evaluate import LearnedReconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
@@ -201,8 +201,8 @@ def test_reconfig_checkpoint_labels_follow_the_routing_convention(tiny_checkpoin
     shipped results' rows are ``shipped-reconfig``), its folder path gets the folder name."""
     from pathlib import Path
 
-    from policies.checkpoint import SHIPPED_RECONFIG, LearnedPolicy, learned_label
-    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.common.checkpoint import SHIPPED_RECONFIG, LearnedPolicy, learned_label
+    from policies.reconfig.evaluate import LearnedReconfig
 
     assert LearnedReconfig(tiny_checkpoint).name == f"learned:{tiny_checkpoint.name}"
     assert LearnedReconfig(tiny_checkpoint / "model.zip").name == f"learned:{tiny_checkpoint.name}"
@@ -217,7 +217,7 @@ def test_learned_reconfig_gives_each_episode_its_own_capacity_table(monkeypatch)
     table's reference mixes follow the order in which it met them (a table shared across seeds
     changed seed 1001 of the matched-phases evaluation from 0.384 s alone to 0.427 s after seed
     1000), so each episode gets a new table; only the pure profile cache is shared."""
-    import policies.evaluate_reconfig as er
+    import policies.reconfig.evaluate as er
     from envs.sim import SimConfig
 
     seen = []
@@ -238,7 +238,7 @@ def test_behaviour_cloning_fits_the_demonstrated_actions():
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    from policies.reconfig_oracle import behaviour_clone
+    from policies.reconfig.oracle import behaviour_clone
 
     class Env(gym.Env):  # a minimal Dict-observation env for the model's spaces: BC never steps it
         observation_space = spaces.Dict({"x": spaces.Box(-1.0, 1.0, (2,), np.float32)})
@@ -263,7 +263,7 @@ def test_behaviour_cloning_fits_the_demonstrated_actions():
 
 
 def test_fixed_label_plus_stands_for_comma_in_mixed_compositions():
-    from policies.evaluate_reconfig import fixed_composition
+    from policies.reconfig.evaluate import fixed_composition
 
     assert fixed_composition("fixed:cp8x2+cp4x5+cp2x2") == "cp8x2,cp4x5,cp2x2"
     assert fixed_composition("fixed:cp4x10") == "cp4x10"
@@ -273,7 +273,7 @@ def test_init_from_starts_from_the_given_model_and_rejects_another_space(tiny_ch
     import torch as th
     from sb3_contrib import MaskablePPO
 
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     base = dict(workload="phases", workload_seeds=(0,), episode_window_s=100.0, total_timesteps=16, n_steps=16,
                 batch_size=16, n_epochs=1, wandb_mode="disabled", capacity_features=False)
@@ -298,7 +298,7 @@ def test_init_from_starts_from_the_given_model_and_rejects_another_space(tiny_ch
 def test_shipped_reconfig_checkpoint_loads_and_acts_on_the_target_menu():
     from envs import workloads
     from envs.sim import SimConfig
-    from policies.evaluate_reconfig import LearnedReconfig
+    from policies.reconfig.evaluate import LearnedReconfig
 
     pol = LearnedReconfig("shipped-reconfig")
     assert pol.env_kwargs == {"capacity_features": True, "action_mode": "target", "target_degrees": (2, 4, 8),
@@ -314,7 +314,7 @@ def test_train_reconfig_interrupted_midway_keeps_its_checkpoints(tmp_path, capsy
     checkpoints: a reconfiguration training stopped midway (without validation) kept no model.
     Now checkpoints/reconfig_STEPS_model.zip + _vecnormalize.pkl every --checkpoint-every steps."""
     from envs.reconfig_env import PrefillReconfigEnv
-    from policies.train_reconfig import read_initial_model
+    from policies.reconfig.train import read_initial_model
     from tests.interrupt import fail_on_call
 
     monkeypatch.setattr(PrefillReconfigEnv, "step", fail_on_call(PrefillReconfigEnv.step, 40, exception=KeyboardInterrupt))
@@ -365,7 +365,7 @@ def test_evaluation_starts_from_the_checkpoints_training_composition(tiny_checkp
     """Without --pool-composition every controller starts where the checkpoint was trained from
     (it started, silently, from cp4x6,cp2x8): vertumnus-router then runs cp4x10, so fixed:cp4x10
     is refused as a duplicate before any run; --pool-composition overrides."""
-    from policies.evaluate_reconfig import checkpoint_pool_composition
+    from policies.reconfig.evaluate import checkpoint_pool_composition
 
     assert checkpoint_pool_composition(str(tiny_checkpoint)) == "cp4x6,cp2x8"
     copy = _with_training_composition(tiny_checkpoint, tmp_path, "cp4x10")
@@ -384,7 +384,7 @@ def test_evaluation_starts_from_the_checkpoints_training_composition(tiny_checkp
 
 
 def test_a_bad_training_composition_is_named(tiny_checkpoint, tmp_path, capsys):
-    from policies.evaluate_reconfig import checkpoint_pool_composition
+    from policies.reconfig.evaluate import checkpoint_pool_composition
 
     copy = _with_training_composition(tiny_checkpoint, tmp_path, 40)
     with pytest.raises(ValueError, match=r"train_config.json: sim_config.pool.composition must be a string"):

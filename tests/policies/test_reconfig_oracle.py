@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from policies.reconfig_oracle import load_phase_ttft, save_phase_ttft, select_targets
+from baselines.envs import make_reconfig_env
+from policies.reconfig.oracle import load_phase_ttft, save_phase_ttft, select_targets
 
 # Three compositions of a 8-GPU pool: A = {4: 2}, B = {4: 1, 2: 2}, C = {2: 4};
 # distance A-B = 4 GPUs (one CP-4 split), B-C = 4, A-C = 8.
@@ -47,7 +48,7 @@ def test_switching_cost_dynamic_programming_trades_phase_gains_against_gpus_move
 def test_dynamic_programming_is_exact_on_random_instances():
     from itertools import product
 
-    from baselines.operation_plan import composition_distance
+    from envs.planning.operations import composition_distance
 
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -95,7 +96,7 @@ def test_phase_ttft_file_round_trips_and_checks_the_menu(tmp_path):
 
 
 def test_oracle_flags_need_the_oracle_warm_start():
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.reconfig.train import ReconfigTrainConfig
 
     base = dict(workload="phases", action_mode="target", wandb_mode="disabled")
     ReconfigTrainConfig(**base, warm_start="oracle", oracle_switch_cost_s_per_gpu=10.0)
@@ -123,7 +124,7 @@ def _tiny_oracle_training(bc_epochs: int):
 
 
 def test_warm_start_reuses_the_phase_ttft_file_and_applies_the_switching_cost(tmp_path):
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     small, base = _tiny_oracle_training(bc_epochs=1)
     train_reconfig(ReconfigTrainConfig(**base), tmp_path / "a", sim_config=small, log=lambda s: None)
@@ -143,7 +144,6 @@ def test_warm_start_reuses_the_phase_ttft_file_and_applies_the_switching_cost(tm
 
 def _small_matched_phases():
     """(workload, make_env): a 2-phase matched-phases workload on an 8-GPU pool, target actions over CP {2, 4}."""
-    from envs.reconfig_env import PrefillReconfigEnv
     from envs.sim import PoolConfig, SimConfig
     from envs.workloads import WorkloadSource
 
@@ -152,13 +152,13 @@ def _small_matched_phases():
     wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
 
     def make_env(w):
-        return PrefillReconfigEnv(w, small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
+        return make_reconfig_env(w, small, capacity_features=True, action_mode="target", target_degrees=(2, 4))
 
     return wl, make_env
 
 
 def test_noisy_demonstrations_keep_the_oracle_labels_and_visit_other_compositions():
-    from policies.reconfig_oracle import collect_demonstrations
+    from policies.reconfig.oracle import collect_demonstrations
 
     wl, make_env = _small_matched_phases()
 
@@ -179,7 +179,7 @@ def test_noisy_demonstrations_keep_the_oracle_labels_and_visit_other_composition
 
 
 def test_noisy_rollout_flags_go_together():
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.reconfig.train import ReconfigTrainConfig
 
     base = dict(workload="phases", action_mode="target", warm_start="oracle", wandb_mode="disabled")
     ReconfigTrainConfig(**base, oracle_noisy_rollouts=2, oracle_action_noise=0.3)
@@ -190,7 +190,7 @@ def test_noisy_rollout_flags_go_together():
 
 
 def test_learner_states_execute_the_learners_choice_and_keep_the_oracle_labels():
-    from policies.reconfig_oracle import collect_demonstrations, collect_learner_states
+    from policies.reconfig.oracle import collect_demonstrations, collect_learner_states
 
     wl, make_env = _small_matched_phases()
 
@@ -203,7 +203,7 @@ def test_learner_states_execute_the_learners_choice_and_keep_the_oracle_labels()
 
 
 def test_dagger_rounds_add_the_cloned_policys_states_to_the_demonstrations(tmp_path):
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     small, base = _tiny_oracle_training(bc_epochs=2)
     train_reconfig(ReconfigTrainConfig(**base), tmp_path / "a", sim_config=small, log=lambda s: None)
@@ -225,7 +225,7 @@ def test_dagger_rounds_add_the_cloned_policys_states_to_the_demonstrations(tmp_p
 def _default_menu() -> list[str]:
     from envs.reconfig_env import target_menu
     from envs.sim import SimConfig
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.reconfig.train import ReconfigTrainConfig
 
     return target_menu(SimConfig().pool, ReconfigTrainConfig.target_degrees)
 
@@ -262,7 +262,7 @@ def test_bad_phase_ttft_file_fails_before_anything_is_written(text, message, tmp
     """``cpgym train reconfig --oracle-phase-ttft F``: a missing or malformed F is one error line
     naming the flag, the file and the field, before --out is created (it used to fail after
     train_config.json, provenance.json and the first simulations)."""
-    import policies.train_reconfig as train_reconfig
+    import policies.reconfig.train as train_reconfig
     from experiments.cli import main
 
     def no_train(*a, **k):
@@ -284,7 +284,7 @@ def test_bad_phase_ttft_file_fails_before_anything_is_written(text, message, tmp
 
 def test_train_reconfig_checks_the_phase_ttft_file_before_creating_out(tmp_path):
     """The Python API checks the file too (train_reconfig), before ``out_dir`` exists."""
-    from policies.train_reconfig import ReconfigTrainConfig, check_oracle_phase_ttft, train_reconfig
+    from policies.reconfig.train import ReconfigTrainConfig, check_oracle_phase_ttft, train_reconfig
 
     small, base = _tiny_oracle_training(bc_epochs=1)
     fake = tmp_path / "fake.json"
@@ -301,7 +301,7 @@ def test_verified_targets_labels_with_the_schedule_fastest_in_simulation(monkeyp
     """The DP schedule that looks cheapest on fixed-pool TTFTs loses when its simulated run (drains,
     backlog) is slower than holding the best fixed composition; each distinct schedule is simulated
     once, and ties go to the earlier candidate."""
-    import policies.reconfig_oracle as ro
+    import policies.reconfig.oracle as ro
 
     ttft = np.array([[1.0, 1.2, 1.0],
                      [1.1, 1.0, 1.1],
@@ -332,7 +332,7 @@ def test_verified_targets_labels_with_the_schedule_fastest_in_simulation(monkeyp
 
 
 def test_candidate_switch_cost_flag_is_validated_and_needs_the_oracle_warm_start():
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.reconfig.train import ReconfigTrainConfig
 
     base = dict(workload="matched-phases", wandb_mode="disabled", action_mode="target")
     cfg = ReconfigTrainConfig(**base, warm_start="oracle", oracle_candidate_switch_costs=(10, "20"))
@@ -346,7 +346,7 @@ def test_candidate_switch_cost_flag_is_validated_and_needs_the_oracle_warm_start
 
 
 def test_warm_start_with_candidate_costs_records_every_candidate(tmp_path):
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     small, base = _tiny_oracle_training(bc_epochs=1)
     train_reconfig(ReconfigTrainConfig(**base, oracle_switch_cost_s_per_gpu=5.0, oracle_candidate_switch_costs=(1e6,)),
@@ -363,7 +363,7 @@ def test_verified_targets_keeps_distinct_costs_apart_and_never_picks_a_nan_score
     overwritten); a candidate whose simulation finished no request (mean TTFT NaN) won when it came
     first (``min`` never replaces a NaN); a bad shape raised IndexError, not select_targets'
     ValueError."""
-    import policies.reconfig_oracle as ro
+    import policies.reconfig.oracle as ro
 
     ttft = np.array([[1.0, 1.2, 1.0], [1.1, 1.0, 1.1], [2.0, 2.0, 2.0]])
     num = np.array([100, 100, 100])
@@ -383,7 +383,7 @@ def test_switching_cost_schedule_never_picks_a_composition_without_data_in_a_pha
     the cheapest-looking schedule moved to the composition that served that phase worst; the
     per-phase rule never picks it. An inf switching cost gave NaN costs (inf x 0 GPUs moved) and
     a schedule away from ``initial``; it is refused, as in the training config."""
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.reconfig.train import ReconfigTrainConfig
 
     ttft = np.array([[1.0, 5.0, 1.0],
                      [1.1, np.inf, 1.1],
@@ -405,7 +405,7 @@ def test_switching_cost_schedule_never_picks_a_composition_without_data_in_a_pha
 def test_verified_targets_ranks_unfinished_requests_before_mean_ttft(monkeypatch):
     """Under a horizon, a schedule that leaves requests unfinished looks fast on the mean TTFT of
     the ones it finished: it must not win."""
-    import policies.reconfig_oracle as ro
+    import policies.reconfig.oracle as ro
 
     ttft = np.array([[1.0, 1.2, 1.0], [1.1, 1.0, 1.1], [2.0, 2.0, 2.0]])
     num = np.array([100, 100, 100])  # cost 1: [A, B, A]; cost 3 and best fixed: [A, A, A]
@@ -416,8 +416,8 @@ def test_verified_targets_ranks_unfinished_requests_before_mean_ttft(monkeypatch
 
 
 def test_candidate_record_is_strict_json_when_a_candidate_finished_nothing(tmp_path, monkeypatch):
-    import policies.reconfig_oracle as ro
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    import policies.reconfig.oracle as ro
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     def nan_scores(env, wl, seed, ttft, num, counts, initial, costs, tolerance):
         return [1, 1], "switch-cost-5", {"switch-cost-5": 0.5, "best-fixed": float("nan")}
@@ -432,7 +432,7 @@ def test_candidate_record_is_strict_json_when_a_candidate_finished_nothing(tmp_p
 
 
 def test_fixed_mean_ttft_weights_phases_by_their_requests():
-    from policies.reconfig_oracle import fixed_mean_ttft
+    from policies.reconfig.oracle import fixed_mean_ttft
 
     ttft = np.array([[1.0, 3.0, 9.0], [2.0, np.inf, 0.5]])
     assert fixed_mean_ttft(ttft, np.array([1, 3, 0])).tolist() == [2.5, np.inf]  # the empty phase is skipped

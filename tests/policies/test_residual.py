@@ -19,7 +19,7 @@ def _windows(n=80, k=2):
 def _model(env, **fe):
     from sb3_contrib import MaskablePPO
 
-    from policies.extractor import WorkerSetPolicy
+    from policies.common.extractor import WorkerSetPolicy
 
     return MaskablePPO(WorkerSetPolicy, env, n_steps=64, batch_size=32, seed=0, verbose=0,
                        policy_kwargs={"features_extractor_kwargs": {"hidden_dim": 16, **fe}})
@@ -27,7 +27,7 @@ def _model(env, **fe):
 
 def _agreement_with_vertumnus(env, actor_fn, beta=3.0, lambda_=1.0, num_episodes=2):
     from baselines.vertumnus import VertumnusParams, VertumnusRouter
-    from policies.heuristic import HeuristicPolicy
+    from policies.common.heuristic import HeuristicPolicy
 
     heur = HeuristicPolicy(VertumnusRouter(VertumnusParams(beta=beta, lambda_=lambda_)), env)
     same = total = 0
@@ -47,7 +47,7 @@ def _agreement_with_vertumnus(env, actor_fn, beta=3.0, lambda_=1.0, num_episodes
 def test_untrained_residual_policy_is_vertumnus(beta, lambda_):
     """logits = -J/tau + f with f's last layer zero: the most likely action is Vertumnus's choice
     (the same (beta, lambda)), through torch and through the numpy forward."""
-    from policies.numpy_policy import NumpyWorkerSetActor
+    from policies.common.numpy_policy import NumpyWorkerSetActor
 
     env = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration())
     model = _model(env, residual_tau_s=0.1, residual_beta=beta, residual_lambda=lambda_)
@@ -65,7 +65,7 @@ def test_untrained_residual_policy_is_vertumnus(beta, lambda_):
 
 def test_plain_policy_is_not_vertumnus():
     """Control for the test above: without the prior the untrained policy disagrees often."""
-    from policies.numpy_policy import NumpyWorkerSetActor
+    from policies.common.numpy_policy import NumpyWorkerSetActor
 
     env = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration())
     actor = NumpyWorkerSetActor(_model(env).policy.features_extractor)
@@ -77,7 +77,7 @@ def test_plain_policy_is_not_vertumnus():
 def test_numpy_forward_matches_torch(residual):
     """Same logits (masked slots aside) and the same actions as the torch extractor, with
     non-zero weights everywhere (the residual layer perturbed as after training)."""
-    from policies.numpy_policy import NumpyWorkerSetActor
+    from policies.common.numpy_policy import NumpyWorkerSetActor
 
     env = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration(), num_slots=12)
     model = _model(env, **({} if residual is None else {"residual_tau_s": residual}))
@@ -144,8 +144,8 @@ def test_40_gpu_checkpoint_runs_on_other_pool_sizes(tmp_path, num_gpus):
     """A checkpoint built for the 40-GPU default pool (40 slots) decides on 32- and 64-GPU pools
     through LearnedPolicy (the error was "Unexpected observation shape (32, 12)")."""
     from envs import workloads
-    from policies.checkpoint import LearnedPolicy
-    from policies.heuristic import run_episode
+    from policies.common.checkpoint import LearnedPolicy
+    from policies.common.heuristic import run_episode
 
     trace = workloads.default_traces_dir() / "conversation_trace.jsonl"
     wins = workloads.windows(workloads.scale_to_rate(workloads.load_trace(trace), 12.0), 5.0)[:2]
@@ -196,7 +196,7 @@ def test_bench_env_arm_selection_checkpoint(capsys):
 def test_numpy_actor_reused_buffers_across_slot_counts():
     """The actor reuses its input buffer between calls: alternating 12- and 16-slot observations
     give exactly the logits of a fresh actor per call (no state leaks from the previous call)."""
-    from policies.numpy_policy import NumpyWorkerSetActor
+    from policies.common.numpy_policy import NumpyWorkerSetActor
 
     env12 = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration(), num_slots=12)
     env16 = PrefillRoutingEnv(_windows(), SimConfig(pool=SMALL_POOL), toy_calibration(), num_slots=16)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.checkpoint import SHIPPED_RESIDUAL
+from policies.common.checkpoint import SHIPPED_RESIDUAL
 
 META = json.loads((SHIPPED_RESIDUAL / "train_config.json").read_text())
 
@@ -37,7 +37,7 @@ def _comparable(train_config: dict, keys: dict) -> dict:
 
 
 def test_readme_command_gives_the_shipped_train_config(tmp_path):
-    from policies.train import _jsonable
+    from policies.routing.train import _jsonable
 
     assert f"cpgym {' '.join(META['argv'][:2])}" in (SHIPPED_RESIDUAL / "README.md").read_text()
     cfg, sc = _config_from_argv(META["argv"], tmp_path)
@@ -53,7 +53,7 @@ def test_tiny_retrain_is_deterministic(tmp_path):
     import torch as th
     from sb3_contrib import MaskablePPO
 
-    from policies.train import train_routing
+    from policies.routing.train import train_routing
 
     cfg, sc = _config_from_argv(META["argv"], tmp_path)
     tiny = replace(cfg, total_timesteps=256, n_steps=128, batch_size=128, validate_every_steps=256, num_validation_windows=1)
@@ -71,7 +71,7 @@ def test_warm_start_validation_matches_the_shipped_log(tmp_path):
     shipped run's first validation row exactly."""
     import pandas as pd
 
-    from policies.train import train_routing
+    from policies.routing.train import train_routing
 
     cfg, sc = _config_from_argv(META["argv"], tmp_path)
     tiny = replace(cfg, total_timesteps=16, n_steps=16, batch_size=16, validate_every_steps=10**6)

@@ -1,4 +1,4 @@
-"""Discounting per simulated second (policies.time_discount) and prediction noise in training."""
+"""Discounting per simulated second (policies.common.time_discount) and prediction noise in training."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _fill(buf, rewards, values, starts, durations) -> _Durations:
 
 
 def _buffer(n, **kw):
-    from policies.time_discount import TimeDiscountedRolloutBuffer
+    from policies.common.time_discount import TimeDiscountedRolloutBuffer
 
     return TimeDiscountedRolloutBuffer(n, _OBS, spaces.Discrete(3), device="cpu", n_envs=2, **kw)
 
@@ -104,7 +104,8 @@ def test_training_with_gamma_per_s_records_durations(tmp_path):
     discounts gamma_s ** dt) and with prediction noise in its training environments only."""
     from dataclasses import replace
 
-    from policies.train import EpisodeSource, TrainConfig, training_sim_config
+    from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, training_sim_config
 
     cfg = TrainConfig(source=EpisodeSource(workload="mixed-default", window_s=20.0), total_timesteps=64, n_steps=32,
                       batch_size=32, n_envs=2, gamma_per_s=0.8, wandb_mode="disabled", hidden_dim=8)
@@ -136,7 +137,8 @@ def test_training_with_gamma_per_s_records_durations(tmp_path):
 def test_prediction_noise_makes_simulator_seeds_matter():
     """With the training noise the same window routed the same way gives different TTFTs for
     different simulator seeds (without it, identical)."""
-    from policies.train import EpisodeSource, TrainConfig, training_sim_config
+    from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, training_sim_config
 
     wl = random_workload(80, rate_rps=8.0, seed=2)
     cfg = TrainConfig(source=EpisodeSource(workload="mixed-default"), wandb_mode="disabled")
@@ -172,7 +174,7 @@ def test_input_driven_baseline_is_the_other_replicas_return_to_go():
     """Two replicas of one episode: the baseline of a step is the other replica's discounted
     return-to-go from its first decision at or after the same time; where the other replica has
     no decision left in the rollout the critic's value is the baseline."""
-    from policies.time_discount import InputDrivenRolloutBuffer
+    from policies.common.time_discount import InputDrivenRolloutBuffer
 
     buf = InputDrivenRolloutBuffer(3, _OBS, spaces.Discrete(3), device="cpu", n_envs=2, gamma_per_s=0.5)
     rec = _Recorder(2)
@@ -204,7 +206,8 @@ def test_replica_environments_replay_the_same_episodes():
     though SB3 seeds VecEnv members with seed + index."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from policies.train import EpisodeSource, TrainConfig, make_env_fn
+    from policies.routing.episodes import EpisodeSource
+    from policies.routing.train import TrainConfig, make_env_fn
 
     wins = [random_workload(30, rate_rps=6.0, seed=s) for s in range(6)]
     cfg = TrainConfig(source=EpisodeSource(workload="mixed-default"), n_envs=3, gamma_per_s=0.9, input_baseline=True,

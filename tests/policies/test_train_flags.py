@@ -19,9 +19,9 @@ def _cfg(*argv):
 
 @pytest.mark.parametrize("kind", ["routing", "reconfig"])
 def test_every_training_flag_reaches_the_config(kind):
-    from experiments.config_args import config_flags
-    from policies.train import TrainConfig
-    from policies.train_reconfig import ReconfigTrainConfig
+    from envs.sim.options import config_flags
+    from policies.reconfig.train import ReconfigTrainConfig
+    from policies.routing.train import TrainConfig
 
     cls = TrainConfig if kind == "routing" else ReconfigTrainConfig
     cfg = _cfg(kind)
@@ -121,69 +121,6 @@ def test_shared_workload_flags_reach_the_episode_source():
     assert _cfg("routing", "--trace", "t.jsonl", "--skip-invalid").source.skip_invalid  # a trace-only flag
 
 
-#: The two training commands of ``policies/checkpoints/reconfig_target`` (its README).
-_RECONFIG_TARGET_COMMON = ["reconfig", "--workload", "matched-phases", "--workload-seeds", ",".join(map(str, range(60))),
-                           "--validation-seeds", "500,501,502,503,504,505,506,507,508,509", "--validate-every-steps", "512",
-                           "--n-steps", "512", "--batch-size", "64", "--n-epochs", "4", "--learning-rate", "1e-4", "--gamma",
-                           "0.95", "--ent-coef", "0.001", "--norm-reward", "--action-mode", "target", "--target-degrees",
-                           "2,4,8", "--max-operation-gpus-per-window", "16", "--wandb", "disabled"]
-_RECONFIG_TARGET_STAGE1 = _RECONFIG_TARGET_COMMON + [
-    "--timesteps", "512", "--warm-start", "oracle", "--oracle-switch-cost-s-per-gpu", "5", "--oracle-phase-ttft",
-    "/tmp/h42/train_ttft_0_59.json", "--oracle-noisy-rollouts", "4", "--oracle-action-noise", "0.5", "--bc-epochs", "20",
-    "--train-seed", "0"]
-_RECONFIG_TARGET_STAGE2 = _RECONFIG_TARGET_COMMON + [
-    "--timesteps", "1536", "--init-from", "/tmp/h42/c4_s60_bc20/last_model.zip", "--train-seed", "1"]
-#: ``policies/checkpoints/reconfig_target_best_start``: the same two stages from the best single composition
-#: of the training seeds (its README).
-_BEST_START = ["--pool-composition", "cp4x9,cp2x2"]
-_RECONFIG_BEST_START_STAGE1 = [a if a != "/tmp/h42/train_ttft_0_59.json" else
-                               "policies/checkpoints/reconfig_target/oracle_phase_ttft.json"
-                               for a in _RECONFIG_TARGET_STAGE1] + _BEST_START
-_RECONFIG_BEST_START_STAGE2 = [a if a != "/tmp/h42/c4_s60_bc20/last_model.zip" else
-                               "/tmp/s36/train/start49_a_s1/last_model.zip"
-                               for a in _RECONFIG_TARGET_STAGE2] + _BEST_START
-
-
-@pytest.mark.parametrize("checkpoint, argv", [
-    ("routing_conversation", ["routing", "--target-rps", "12", "--timesteps", "150000", "--checkpoint-every", "20000",
-                              "--bc-policy", "vertumnus", "--bc-episodes", "13", "--bc-epochs", "20",
-                              "--learning-rate", "1e-4", "--ent-coef", "0.001", "--wandb", "offline"]),
-    # trained on the then-default phases workload: the README command names it now (the default is matched-phases)
-    ("reconfig_phases", ["reconfig", "--workload", "phases", "--workload-seeds", "0,1,2,3,4,5,6,7",
-                         "--episode-window-s", "600", "--timesteps", "6144", "--n-steps", "256", "--batch-size", "64",
-                         "--n-epochs", "4", "--gamma", "0.95",
-                         "--ent-coef", "0.01", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
-    ("reconfig_matched", ["reconfig", "--workload", "matched-phases", "--workload-seeds", "0,1,2,3,4,5,6,7,8,9,10,11",
-                          "--validation-seeds", "500,501,502", "--validate-every-steps", "512", "--timesteps", "3072",
-                          "--n-steps", "256", "--batch-size", "64", "--n-epochs", "4", "--gamma", "0.95", "--ent-coef", "0.01",
-                          "--noop-logit-bias", "1.5", "--norm-reward", "--train-seed", "0", "--wandb", "disabled"]),
-    ("reconfig_target/stage1_", _RECONFIG_TARGET_STAGE1),
-    ("reconfig_target", _RECONFIG_TARGET_STAGE2),
-    ("reconfig_target_best_start/stage1_", _RECONFIG_BEST_START_STAGE1),
-    ("reconfig_target_best_start", _RECONFIG_BEST_START_STAGE2),
-])
-def test_shipped_checkpoint_commands_give_their_recorded_configs(checkpoint, argv):
-    """The commands in the shipped checkpoints' READMEs reproduce their ``train_config.json``
-    (``folder/prefix_``: the ``prefix_train_config.json`` of one training stage)."""
-    import json
-    from pathlib import Path
-
-    import policies
-
-    folder, _, prefix = checkpoint.partition("/")
-    recorded = json.loads((Path(policies.__file__).parent / "checkpoints" / folder / f"{prefix}train_config.json").read_text())
-    rec = recorded["train_config"]
-    cfg = dataclasses.asdict(_cfg(*argv))
-    if checkpoint == "routing_conversation":
-        assert Path(cfg["source"].pop("trace")).name == Path(rec["source"].pop("trace")).name
-        rec_src, cfg_src = rec.pop("source"), cfg.pop("source")
-        assert {k: cfg_src[k] for k in rec_src} == rec_src
-    assert {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if k in rec} == rec
-    composition = argv[argv.index("--pool-composition") + 1] if "--pool-composition" in argv else "cp4x6,cp2x8"
-    assert recorded["sim_config"]["pool"]["composition"] == composition
-
-
-
 @pytest.mark.parametrize("kind, flag", [("routing", "--ent-coef"), ("routing", "--learning-rate"), ("routing", "--clip-range"),
                                         ("reconfig", "--ent-coef"), ("reconfig", "--learning-rate")])
 def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, tmp_path, capsys):
@@ -247,8 +184,9 @@ def test_train_seed_out_of_range_fails_before_anything_is_written(kind, seed, tm
 
 @pytest.mark.parametrize("seed", [-1, 2**32, 1.5, True])
 def test_train_configs_reject_a_bad_seed_in_library_use(seed):
-    from policies.train import MAX_TRAIN_SEED, TrainConfig
-    from policies.train_reconfig import ReconfigTrainConfig
+    from policies.common.train_checks import MAX_TRAIN_SEED
+    from policies.reconfig.train import ReconfigTrainConfig
+    from policies.routing.train import TrainConfig
 
     assert MAX_TRAIN_SEED == 2**32 - 1
     for cls in (TrainConfig, ReconfigTrainConfig):
@@ -295,7 +233,7 @@ def test_train_routing_bad_bc_policy_or_num_slots_fails_before_anything_is_writt
 
 def test_train_without_out_writes_a_cleanrl_named_run_folder(tmp_path, monkeypatch, capsys):
     """``--out`` omitted: ``runs/train/{workload}__{kind}__{train seed}__{unix time}`` (the run name
-    of ``experiments.runner.run_name``, as ``cpgym simulate`` names its runs; it was a required flag)."""
+    of ``baselines.runner.run_name``, as ``cpgym simulate`` names its runs; it was a required flag)."""
     monkeypatch.chdir(tmp_path)
     assert main(["train", "reconfig", "--n-steps", "8", "--batch-size", "8", "--n-epochs", "1", "--timesteps", "8",
                  "--episode-window-s", "100", "--no-capacity-features", "--train-seed", "3", "--wandb", "disabled",
@@ -310,10 +248,10 @@ ARMS_WORKLOADS = "conversation_trace+leval-like+tool-agent"  # train arms' defau
 
 
 def test_default_run_folder_names_of_every_kind(tmp_path, monkeypatch):
+    from envs.sim.options import config_from_args
     from experiments.cli import parse_args
     from experiments.commands.train import configs_from_args, default_out_dir
-    from experiments.config_args import config_from_args
-    from policies.train_arms import ArmTrainConfig
+    from policies.routing.train_arms import ArmTrainConfig
 
     monkeypatch.chdir(tmp_path)
     t = 1_700_000_000

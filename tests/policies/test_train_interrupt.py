@@ -1,4 +1,4 @@
-"""A ``cpgym train`` run that is stopped leaves a usable folder (``policies.run_end``): Ctrl-C saves
+"""A ``cpgym train`` run that is stopped leaves a usable folder (``policies.common.run_end``): Ctrl-C saves
 the model at that moment as ``interrupted_model.zip`` (never ``model.zip``), marks
 ``train_config.json``, exits 130 with one line naming the files, and ``cpgym evaluate --policy
 DIR`` names the zips to use; after Ctrl-C or an error the environments are closed and the wandb
@@ -36,11 +36,11 @@ def stopped_at(monkeypatch):
     the fake wandb run and the list of closed vector environments."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    import experiments.wandb_log
-    from policies.callbacks import TrainingProgress
+    import policies.common.wandb_log
+    from policies.common.callbacks import TrainingProgress
 
     run, closed = _FakeRun(), []
-    monkeypatch.setattr(experiments.wandb_log, "wandb_init", lambda *a, **k: run)
+    monkeypatch.setattr(policies.common.wandb_log, "wandb_init", lambda *a, **k: run)
     real_close = DummyVecEnv.close
     monkeypatch.setattr(DummyVecEnv, "close", lambda self: closed.append(self) or real_close(self))
 
@@ -85,7 +85,7 @@ def test_ctrl_c_in_train_routing_saves_the_model_and_evaluate_names_it(tmp_path,
     msg = capsys.readouterr().err
     assert "interrupted at 64 of 256 steps" in msg and str(out / "interrupted_model.zip") in msg
     assert str(out / "best_model.zip") in msg
-    from policies.checkpoint import LearnedPolicy
+    from policies.common.checkpoint import LearnedPolicy
 
     pol = LearnedPolicy(out / "interrupted_model.zip")  # the named zip loads with the run's train_config.json
     assert pol.name == "learned:interrupted_model" and pol.meta["interrupted"]["timesteps"] == 64
@@ -94,7 +94,7 @@ def test_ctrl_c_in_train_routing_saves_the_model_and_evaluate_names_it(tmp_path,
 def test_error_in_train_routing_closes_the_environments_and_finishes_wandb(tmp_path, stopped_at):
     from experiments.cli import parse_args
     from experiments.commands.train import configs_from_args
-    from policies.train import train_routing
+    from policies.routing.train import train_routing
 
     run, closed = stopped_at(RuntimeError("boom"), 32)
     out = tmp_path / "run"
@@ -106,9 +106,9 @@ def test_error_in_train_routing_closes_the_environments_and_finishes_wandb(tmp_p
 
 
 def test_ctrl_c_in_train_reconfig_saves_model_and_statistics(tmp_path, stopped_at):
-    from policies.evaluate_reconfig import LearnedReconfig
-    from policies.run_end import TrainingInterrupted
-    from policies.train_reconfig import ReconfigTrainConfig, read_initial_model, train_reconfig
+    from policies.common.run_end import TrainingInterrupted
+    from policies.reconfig.evaluate import LearnedReconfig
+    from policies.reconfig.train import ReconfigTrainConfig, read_initial_model, train_reconfig
 
     run, closed = stopped_at(KeyboardInterrupt(), 8)
     cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), episode_window_s=100.0, total_timesteps=32,

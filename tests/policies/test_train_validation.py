@@ -32,7 +32,7 @@ def test_routing_validation_without_a_finished_request_fails_before_training(tmp
 
 def test_reconfig_validation_without_a_finished_request_keeps_the_last_model(tmp_path):
     from envs.sim import SimConfig
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), params=(("phase_duration_s", 15.0),),
                               episode_window_s=60.0, total_timesteps=8, n_steps=8, batch_size=8, n_epochs=1,

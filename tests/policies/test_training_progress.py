@@ -12,13 +12,13 @@ import pytest
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
 from envs.workloads import default_traces_dir
-from policies.callbacks import EPISODE_METRIC_KEYS, EpisodeMetrics
+from policies.common.callbacks import EPISODE_METRIC_KEYS, EpisodeMetrics
 
 PROGRESS = re.compile(r"train: (\d+)/(\d+) step .*episodes=(\d+), mean_ttft_s=([0-9.]+), slo_attainment=([0-9.]+)")
 
 
 def _source():
-    from policies.train import EpisodeSource
+    from policies.routing.episodes import EpisodeSource
 
     return EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"), workload=None, target_rps=12.0,
                          window_s=10.0)
@@ -43,7 +43,7 @@ def test_episode_metrics_equal_the_simulator_summary():
 
 
 def test_train_routing_prints_ttft_and_slo_attainment(tmp_path, capsys):
-    from policies.train import TrainConfig, train_routing
+    from policies.routing.train import TrainConfig, train_routing
 
     cfg = TrainConfig(source=_source(), total_timesteps=512, n_envs=2, n_steps=256, batch_size=256, n_epochs=1,
                       wandb_mode="disabled", checkpoint_every_steps=1024)
@@ -60,8 +60,8 @@ def test_progress_callback_lines_every_interval(tmp_path):
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from policies.callbacks import TrainingProgress, monitored
-    from policies.extractor import WorkerSetPolicy
+    from policies.common.callbacks import TrainingProgress, monitored
+    from policies.common.extractor import WorkerSetPolicy
 
     wins = _source().windows("train")[:2]
     venv = DummyVecEnv([lambda: monitored(PrefillRoutingEnv(wins, SimConfig()))])
@@ -78,7 +78,7 @@ def test_progress_callback_lines_every_interval(tmp_path):
 def test_train_reconfig_progress(tmp_path, capfd, quiet):
     """Progress lines on stderr, none with ``--quiet``; wandb on (offline) is silenced too (its
     banner and sync hint went to stderr)."""
-    from policies.train_reconfig import ReconfigTrainConfig, train_reconfig
+    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), episode_window_s=60.0, total_timesteps=8,
                               n_steps=8, batch_size=8, n_epochs=1, wandb_mode="offline")

@@ -1,4 +1,4 @@
-"""The tuned heuristic controller (``policies.tune_controller``): selection from a sweep folder,
+"""The tuned heuristic controller (``experiments.tune_controller``): selection from a sweep folder,
 the tuned file's validation, and ``vertumnus-adaptive-tuned`` in ``cpgym evaluate --kind reconfig``."""
 
 from __future__ import annotations
@@ -7,8 +7,13 @@ import json
 
 import pytest
 
-from policies.tune_controller import (TUNED_LABEL, load_tuned_controller, main, select_controller_setting,
-                                      tuned_controller_spec)
+from experiments.tune_controller import (
+    TUNED_LABEL,
+    load_tuned_controller,
+    main,
+    select_controller_setting,
+    tuned_controller_spec,
+)
 
 
 def _write_run(root, name, seed, params, mean_ttft_s, policy="vertumnus-adaptive"):
@@ -94,7 +99,7 @@ def test_tuned_target_degrees_the_pool_cannot_use_fail_before_any_run(target_deg
                                                                       capsys):
     """A tuned file's target_degrees outside the pool's degrees failed only when the tuned run
     started, after every other compared policy had run; ``true`` passed as degree 1."""
-    import experiments.runner as runner
+    import baselines.runner as runner
     from experiments.cli import main as cli
 
     monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran before the tuned file was checked"))
@@ -200,14 +205,14 @@ def test_a_malformed_cell_is_one_line_naming_its_file(sweep_dir, tmp_path, capsy
     (d / "summary.json").write_text(summary or '{"mean_ttft_s": 0.1, "p90_ttft_s": 0.2, "slo_attainment_token_weighted": 1}')
     assert main([str(sweep_dir), "--out", str(tmp_path / "t.json")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("python -m policies.tune_controller: error: ") and len(err.splitlines()) == 1, err
+    assert err.startswith("python -m experiments.tune_controller: error: ") and len(err.splitlines()) == 1, err
     assert re.search(message, err), err
     assert not (tmp_path / "t.json").exists()
 
 
 def test_an_empty_folder_is_one_line(tmp_path, capsys):
     assert main([str(tmp_path), "--out", str(tmp_path / "t.json")]) == 2
-    assert capsys.readouterr().err == (f"python -m policies.tune_controller: error: {tmp_path}: no finished sweep cell "
+    assert capsys.readouterr().err == (f"python -m experiments.tune_controller: error: {tmp_path}: no finished sweep cell "
                                        "(no */cell.json); run `cpgym sweep` first\n")
 
 
@@ -222,7 +227,7 @@ def test_a_setting_whose_runs_finished_nothing_is_never_selected(tmp_path):
 def test_lookahead_parameters_are_tunable(tmp_path):
     # vertumnus-adaptive's look-ahead settings are flat parameters (lookahead.<field>); the
     # selection fills their defaults and the tuned file builds the policy with them
-    from policies.tune_controller import _default_params, _tunable_params, tuned_controller_spec
+    from experiments.tune_controller import _default_params, _tunable_params, tuned_controller_spec
 
     assert "lookahead.duration_s" in _tunable_params() and "lookahead" not in _tunable_params()
     assert _default_params(["lookahead.duration_s", "target_margin"]) == {"lookahead.duration_s": 60.0,

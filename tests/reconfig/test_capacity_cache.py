@@ -1,14 +1,15 @@
-"""Profile memoisation (baselines/capacity.py CapacityCache), the full Vertumnus system and its
+"""Profile memoisation (envs/planning/capacity.py CapacityCache), the full Vertumnus system and its
 router-only ablation (baselines/registry.py)."""
 
 import numpy as np
 import pytest
 
-from baselines.capacity import CapacityCache, CapacityTable, ProfileConfig
-from baselines.controller import CapacityTable as ReexportedTable, WindowRecord
+from baselines.controller import CapacityTable as ReexportedTable
+from baselines.controller import WindowRecord
 from baselines.registry import POLICIES, SUITES
+from baselines.runner import build_simulator, run_policy
+from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Workload
-from experiments.runner import build_simulator, run_policy
 
 POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
 FAST = ProfileConfig(duration_s=20.0, num_bisection_steps=6)

@@ -5,10 +5,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from baselines.controller import (CapacityTable, ControllerConfig, ProfileConfig, ReconfigController, composition_capacity_rps,
-                                  enumerate_compositions, initial_composition)
-from baselines.simple import LeastWorkRouter
+from baselines.controller import (
+    CapacityTable,
+    ControllerConfig,
+    ProfileConfig,
+    ReconfigController,
+    composition_capacity_rps,
+    enumerate_compositions,
+    initial_composition,
+)
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim.router import LeastWorkRouter
 
 POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
 

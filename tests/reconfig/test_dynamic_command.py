@@ -79,7 +79,7 @@ def test_dynamic_default_is_the_paper_set_and_all_is_bounded(capsys):
 
 
 def _cfg(args):
-    from experiments.config_args import config_from_args
+    from envs.sim.options import config_from_args
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
 
     return config_from_args(DynamicPhasesConfig, args)
@@ -154,7 +154,7 @@ def test_dynamic_quiet_help_says_what_goes_where(capsys):
 def test_phase_rates_as_fractions_of_capacity(monkeypatch):
     # the capacity search is replaced by fixed sustainable rates per (mix, pool): the phase rate is
     # load x the strongest pool's capacity, and the summary keeps what was used
-    import experiments.capacity as capacity
+    import baselines.capacity as capacity
     from experiments.commands.dynamic import base_config_from_args
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, resolve_rates
 
@@ -234,7 +234,7 @@ def test_dynamic_bad_composition_names_its_flag_before_any_capacity_search(argv,
     """A composition of the wrong GPU count or degree used to fail only after the capacity
     searches of --short-load (minutes), with the pool's message alone (no flag); a duplicate ran
     and reported the same pool twice."""
-    import experiments.capacity as capacity
+    import baselines.capacity as capacity
     from experiments.cli import main
 
     def no_search(*a, **k):
@@ -287,8 +287,12 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
     import warnings
 
     from experiments.cli import main
-    from experiments.paper_experiments.dynamic_phases import (DynamicPhasesConfig, DynamicPhasesWarning, reaction_windows,
-                                                               warn_short_phases)
+    from experiments.paper_experiments.dynamic_phases import (
+        DynamicPhasesConfig,
+        DynamicPhasesWarning,
+        reaction_windows,
+        warn_short_phases,
+    )
 
     assert reaction_windows(2) == 3
     with warnings.catch_warnings():
@@ -346,9 +350,8 @@ def test_dynamic_stopped_midway_keeps_its_provenance_and_finished_runs(tmp_path,
     finished ones (paper runs take minutes per composition)."""
     import pandas as pd
 
-    import experiments.runner as runner
+    import baselines.runner as runner
     from experiments.cli import main
-
     from tests.interrupt import fail_on_call
 
     monkeypatch.setattr(runner, "run_policy", fail_on_call(runner.run_policy, 2))

@@ -7,12 +7,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from baselines.capacity import CapacityTable, ProfileConfig
-from baselines.composition import enumerate_compositions
 from baselines.controller import ControllerConfig, ReconfigController
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor
-from baselines.simple import LeastWorkRouter
+from envs.planning.capacity import CapacityTable, ProfileConfig
+from envs.planning.composition import enumerate_compositions
 from envs.sim import Calibration, PoolConfig, PredictionErrorConfig, Request, SimConfig, Simulator, Workload
+from envs.sim.router import LeastWorkRouter
 
 POOL = PoolConfig(num_gpus=16, gpus_per_node=8, composition="cp4x4", supported_degrees=(2, 4))
 FAST = ProfileConfig(duration_s=40.0, num_bisection_steps=5)

@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from baselines.capacity import CapacityTable, ProfileConfig
-from baselines.composition import enumerate_compositions
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor, screened_scores
-from baselines.simple import LeastWorkRouter
+from envs.planning.capacity import CapacityTable, ProfileConfig
+from envs.planning.composition import enumerate_compositions
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator
+from envs.sim.router import LeastWorkRouter
 
 POOL = PoolConfig(num_gpus=16, gpus_per_node=8, composition="cp4x4", supported_degrees=(2, 4))
 FAST = ProfileConfig(duration_s=40.0, num_bisection_steps=5)

@@ -7,9 +7,9 @@ import pytest
 
 from baselines.controller import CapacityTable, ControllerConfig, ReconfigController
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
-from baselines.simple import LeastWorkRouter
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator
 from envs.sim.reconfig import ReconfigConfig
+from envs.sim.router import LeastWorkRouter
 from tests.reconfig.test_controller import FAST, _poisson_workload
 
 POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4))
@@ -212,8 +212,8 @@ def test_target_decision_on_a_pool_degraded_by_a_fault(transition):
     # workers hold 7 of the 8 GPUs. The look-ahead simulates whole-pool compositions: the target
     # starts from the configured composition, and no move is simulated from the degraded pool
     # (this used to raise "composition 'cp2x3,cp1x1' uses 7 GPUs but the pool has 8").
-    from baselines.composition import degree_counts
-    from baselines.operation_plan import covers_pool
+    from envs.planning.composition import degree_counts
+    from envs.planning.operations import covers_pool
     from envs.sim.faults import FaultConfig, FaultEvent
 
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 5.0, gpu=1),), detection_delay_s=1.0, rebuild_s=3.0,

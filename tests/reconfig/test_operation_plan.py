@@ -1,13 +1,12 @@
-"""Planning operations towards a target composition (baselines/operation_plan.py)."""
+"""Planning operations towards a target composition (envs/planning/operations.py)."""
 
 import pytest
 
-from baselines.operation_plan import composition_distance, operations_towards, projected_degree_counts
-from baselines.simple import LeastWorkRouter
+from envs.planning.operations import composition_distance, operations_towards, projected_degree_counts
 from envs.sim import PoolConfig, SimConfig, Simulator
+from envs.sim.events import EventPriority
 from envs.sim.reconfig import MERGE, SPLIT, apply_operation
-from envs.sim.simulator import EventPriority
-
+from envs.sim.router import LeastWorkRouter
 from tests.sim.conftest import make_workload
 
 

@@ -1,20 +1,20 @@
 """Reconfiguration protocol mechanics (envs/sim/reconfig.py): exact split trace, KV states,
 invariants under random operations."""
 
-import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from baselines.simple import LeastWorkRouter, PrefixAffinityRouter
+from baselines.simple import PrefixAffinityRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
-from envs.sim.config import EngineConfig
 from envs.sim.cache import PENDING, READY
+from envs.sim.config import EngineConfig
+from envs.sim.events import EventPriority
 from envs.sim.links import LinkConfig
 from envs.sim.reconfig import Operation, ReconfigConfig, apply_operation, eligible_operations, get_reconfigurator
-from envs.sim.simulator import EventPriority
+from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState
-
 from tests.sim.conftest import make_workload
 
 

@@ -12,11 +12,10 @@ import pytest
 
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.cache import PENDING, READY
+from envs.sim.events import EventPriority
 from envs.sim.links import LinkConfig
 from envs.sim.reconfig import Operation, ReconfigConfig, get_reconfigurator
 from envs.sim.router import Router
-from envs.sim.simulator import EventPriority
-
 from tests.sim.conftest import make_workload
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.sim import CostCoefficients, Calibration, Request, Workload
+from envs.sim import Calibration, CostCoefficients, Request, Workload
 
 
 def make_workload(specs, block=4, name="tiny") -> Workload:

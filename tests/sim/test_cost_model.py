@@ -1,7 +1,8 @@
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from envs.sim import Calibration, CostCoefficients, CostModel, attention_pairs
 

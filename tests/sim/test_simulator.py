@@ -2,13 +2,14 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from baselines.registry import POLICIES
 from baselines.simple import PrefixAffinityRouter, RoundRobinRouter
 from envs.metrics import summarize
 from envs.sim import PoolConfig, PredictionErrorConfig, SimConfig, Simulator, SLOConfig
-from envs.sim.simulator import EventPriority
+from envs.sim.events import EventPriority
 
 from .conftest import make_workload
 
@@ -180,9 +181,8 @@ def test_no_module_level_state_between_runs(simple_calibration):
 def test_equal_arrival_times_one_ulp_behind_the_clock_do_not_fail(simple_calibration):
     # 0.3333333333333333 is reached as 0.03 + (0.3333333333333333 - 0.03) = 0.33333333333333337 > the
     # next arrival's time: the next arrival is scheduled with delay 0, not a negative one.
-    from baselines.simple import LeastWorkRouter
     from envs.sim import PoolConfig, SimConfig, Simulator
-
+    from envs.sim.router import LeastWorkRouter
     from tests.sim.conftest import make_workload
 
     wl = make_workload([(0.03, 10, None), (1 / 3, 10, None), (1 / 3, 10, None)])

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from baselines.simple import RoundRobinRouter
-from envs.sim import PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, BlockTier, TierConfig, overlap_finish_s, parse_levels
-from kernels_ref.roofline import Efficiency, build_calibration, get_gpu, get_model
+from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
 
 BLOCK = 512
 ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
@@ -18,7 +18,8 @@ ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported
 
 @pytest.fixture(scope="module")
 def a100():
-    return build_calibration(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
+    return Calibration.from_dict(data)
 
 
 def _req(i, t, L, prefix=(), first_new=10**9):
@@ -173,7 +174,7 @@ def test_runs_without_tiers_are_identical_to_before_tiers_existed(a100):
     # existed (commit 4b4555e) by this same function: tiers off must not change one byte.
     # (dynamo-kv was a sixth until its rule was corrected to Dynamo's, after which the old code
     # cannot vouch for it; the digest was recomputed without it on the commit before that change.)
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     cfg = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2x2,cp1x4", supported_degrees=(1, 2)),
                     cache_capacity_scale=0.002)
@@ -187,7 +188,7 @@ def test_runs_without_tiers_are_identical_to_before_tiers_existed(a100):
 
 
 def test_dram_tier_raises_hit_rate_and_reports_it_per_tier(a100):
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     cfg = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2x2,cp1x4", supported_degrees=(1, 2)),
                     cache_capacity_scale=0.002)
@@ -222,7 +223,7 @@ def test_tiers_on_records_are_unchanged_by_the_block_tier_speedups(a100):
     # eviction + queue-head prefetch + layer-wise loading; store only), computed with the
     # OrderedDict-based BlockTier before the plain-dict rewrite (commit fd42d57). Four policies
     # since dynamo-kv's rule was corrected (recomputed without it on the commit before that).
-    from experiments.runner import run_policy
+    from baselines.runner import run_policy
 
     bb = a100.kv_bytes_per_token * 512
     small = {"dram_capacity_bytes_per_node": 40 * bb, "store_capacity_bytes": 120 * bb}

@@ -6,12 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from baselines.simple import LeastWorkRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.cost_model import Calibration
+from envs.sim.events import EventPriority
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations, get_reconfigurator
-from envs.sim.simulator import EventPriority
-
+from envs.sim.router import LeastWorkRouter
 from tests.sim.conftest import make_workload
 
 

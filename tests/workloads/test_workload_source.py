@@ -68,8 +68,8 @@ def test_source_seed_is_stored_as_an_int():
 
 def test_trainer_episode_defaults_are_single_sourced():
     from envs.routing_env import DEFAULT_WINDOW_S
-    from policies.train import EpisodeSource
-    from policies.train_reconfig import DEFAULT_RECONFIG_EPISODE_WINDOW_S, ReconfigTrainConfig
+    from policies.reconfig.train import DEFAULT_RECONFIG_EPISODE_WINDOW_S, ReconfigTrainConfig
+    from policies.routing.episodes import EpisodeSource
 
     assert EpisodeSource().window_s == DEFAULT_WINDOW_S
     assert ReconfigTrainConfig().episode_window_s == DEFAULT_RECONFIG_EPISODE_WINDOW_S

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import assert_prefix_consistent
 
 from envs.workloads import (
     TraceFormatError,
@@ -19,8 +20,6 @@ from envs.workloads import (
     spread_quantised_timestamps,
     workload_stats,
 )
-
-from conftest import assert_prefix_consistent
 
 # (file, requests, duration first->last arrival [s] or None) from SOURCES.md
 REAL_TRACES = [

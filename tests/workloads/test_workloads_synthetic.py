@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import assert_prefix_consistent, assert_prefix_consistent_pairwise
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,8 +27,6 @@ from envs.workloads import (
     windows,
     workload_stats,
 )
-
-from conftest import assert_prefix_consistent, assert_prefix_consistent_pairwise
 
 # small, fast configurations of every generator (seed is passed separately)
 SMALL = {
@@ -323,9 +322,9 @@ def test_registry_short_runs(name):
 
 def test_mixed_default_sizing():
     """5 min of ~50 req/s, prompts ~500..~64k; on the default pool it loads but does not saturate."""
+    from baselines.runner import run_policy
     from envs.metrics import summarize
     from envs.sim import SimConfig
-    from experiments.runner import run_policy
 
     w = get_workload("mixed-default")
     s = workload_stats(w)

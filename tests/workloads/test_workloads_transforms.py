@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import assert_prefix_consistent
 
 from envs.sim.request import Request, Workload
 from envs.workloads import (
@@ -17,8 +18,6 @@ from envs.workloads import (
     window,
     windows,
 )
-
-from conftest import assert_prefix_consistent
 
 
 def _toy(n=50, gap_s=1.0, name="toy", session=-1) -> Workload:

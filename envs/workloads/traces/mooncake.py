@@ -27,9 +27,9 @@ from .common import (
     Skipper,
     TraceFormatError,
     iter_raw_lines,
-    json_tokens,
     json_loads,
     json_number,
+    json_tokens,
     trace_name,
     type_name,
 )

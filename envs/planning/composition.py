@@ -1,0 +1,155 @@
+"""Pool compositions (paper §6): enumeration of the compositions of a pool with its supported
+degrees, their profiled capacity, and the initial composition chosen from historical demand.
+
+Initial composition (paper §6): among all compositions of the pool with the supported degrees
+whose load ``rate / capacity`` is at most ``max_load``, favour more large-degree workers
+(lexicographically most workers of the largest degree, then the next); if none has enough
+capacity, the one with the largest capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from envs.planning.capacity import CapacityProfile, CapacityTable, reuse_prefix_tokens
+from envs.sim.config import SimConfig
+from envs.sim.cost_model import Calibration
+from envs.sim.pool import PoolConfig, resolve_composition
+
+__all__ = ["enumerate_compositions", "pool_over_degrees", "degree_counts", "composition_capacity_rps", "initial_composition",
+           "deployment_pool", "workload_initial_pool"]
+
+
+def enumerate_compositions(pool: PoolConfig) -> list[str]:
+    """Every composition (counts form, largest degree first) of ``pool``'s GPUs with its
+    supported degrees that can be placed on aligned groups, from most large-degree workers to
+    fewest; e.g. 40 GPUs in nodes of 8 with {2, 4}: ``cp4x10``, ``cp4x9,cp2x2``, ..., ``cp2x20``."""
+    degrees = sorted(pool.supported_degrees, reverse=True)
+    out: list[tuple[tuple[int, ...], str]] = []
+
+    def rec(i: int, left: int, counts: list[int]) -> None:
+        if i == len(degrees):
+            if left == 0:
+                text = ",".join(f"cp{d}x{n}" for d, n in zip(degrees, counts) if n)
+                try:
+                    resolve_composition(text, pool)
+                except ValueError:
+                    return
+                out.append((tuple(counts), text))
+            return
+        d = degrees[i]
+        for n in range(left // d, -1, -1):
+            rec(i + 1, left - n * d, counts + [n])
+
+    rec(0, pool.num_gpus, [])
+    out.sort(key=lambda x: x[0], reverse=True)
+    return [t for _, t in out]
+
+
+def pool_over_degrees(pool: PoolConfig, degrees) -> PoolConfig | None:
+    """``pool`` restricted to CP ``degrees`` (a subset of its ``supported_degrees``), whose
+    compositions (:func:`enumerate_compositions`) use only those degrees; ``None`` when no
+    composition of its GPUs over them fits its topology. The restriction behind both target
+    menus: the learned controller's (``envs.reconfig_env.target_menu``) and the heuristic's
+    (``ControllerConfig.target_degrees``).
+
+    The restricted pool's own composition is the homogeneous smallest-degree one: degrees are
+    powers of two, so the smallest divides every composition's GPU count, and it fits if any does.
+    """
+    degrees = tuple(sorted(set(degrees)))
+    d_min = degrees[0]
+    if pool.num_gpus % d_min:
+        return None
+    try:
+        return replace(pool, supported_degrees=degrees, composition=f"cp{d_min}x{pool.num_gpus // d_min}")
+    except ValueError:  # even the homogeneous smallest-degree pool does not fit the topology
+        return None
+
+
+def degree_counts(composition: str, pool: PoolConfig) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for d, _ in resolve_composition(composition, pool):
+        counts[d] = counts.get(d, 0) + 1
+    return counts
+
+
+def composition_capacity_rps(counts: dict[int, int], profiles: dict[int, CapacityProfile]) -> float:
+    """Pool capacity ``Σ_C n_C λ_C`` [requests/s] of a composition given per-degree profiles."""
+    return sum(n * profiles[d].capacity_rps for d, n in counts.items())
+
+
+def initial_composition(pool: PoolConfig, config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray,
+                        rate_rps: float, mean_cached_tokens: float = 0.0, max_load: float = 0.8,
+                        table: CapacityTable | None = None) -> tuple[str, dict]:
+    """Initial composition from historical demand (paper §6); see the module docstring.
+
+    Args:
+        pool: GPUs, topology and supported degrees (its ``composition`` is ignored).
+        config, calibration: engine, SLO rule and cost model (used by a new ``table``).
+        prompt_tokens: shape (n,), historical prompt lengths [tokens].
+        rate_rps: historical arrival rate [requests/s].
+        mean_cached_tokens: historical mean prefix hit per request [tokens] (0: unknown, pessimistic).
+        max_load: a composition has enough capacity if ``rate / capacity <= max_load``; 0.8
+            (below the controller's split region, so the start does not trigger a split).
+        table: capacity profiles to use (and fill); default a new :class:`CapacityTable`.
+
+    Returns:
+        ``(composition, info)`` with ``info`` = ``{"capacity_rps", "load", "feasible",
+        "profiles": {degree: capacity_rps per worker for the mix}}``.
+    """
+    table = table or CapacityTable(config, calibration)
+    profiles = table.profiles(pool.supported_degrees, prompt_tokens, mean_cached_tokens)
+    info_profiles = {d: p.capacity_rps for d, p in profiles.items()}
+    best, best_cap = None, -1.0
+    for comp in enumerate_compositions(pool):  # most large-degree workers first
+        cap = composition_capacity_rps(degree_counts(comp, pool), profiles)
+        if cap > 0 and rate_rps / cap <= max_load:
+            return comp, {"capacity_rps": cap, "load": rate_rps / cap, "feasible": True, "profiles": info_profiles}
+        if cap > best_cap:
+            best, best_cap = comp, cap
+    return best, {"capacity_rps": best_cap, "load": rate_rps / best_cap if best_cap > 0 else math.inf, "feasible": False,
+                  "profiles": info_profiles}
+
+
+
+def deployment_pool(pool: PoolConfig) -> PoolConfig:
+    """``pool`` with its supported degrees narrowed to the degrees of its configured composition
+    (the deployment's CP degrees: the default ``cp4x6,cp2x8`` gives {2, 4}, the paper's degrees
+    for Qwen3, §9), so that a full-system run chooses and reconfigures among those only."""
+    degrees = tuple(sorted({d for d, _ in resolve_composition(pool.composition, pool)}))
+    return replace(pool, supported_degrees=degrees)
+
+
+def workload_initial_pool(pool: PoolConfig, workload, config: SimConfig, calibration: Calibration, cache=None,
+                          max_load: float = 0.8, profile=None) -> tuple[PoolConfig, dict]:
+    """The full Vertumnus system's starting pool (paper §6 "Capacity Profiling and
+    Initialization"): the deployment's degrees (:func:`deployment_pool`) and the composition
+    :func:`initial_composition` chooses for the historical demand. The run's workload stands in
+    for the history (its prompt-length mix, mean rate and the prefix reuse of an unbounded cache,
+    :func:`envs.planning.capacity.reuse_prefix_tokens`): the paper profiles a production history of
+    the same service.
+
+    Args:
+        pool: the run's configured pool (its composition gives the degrees).
+        workload: the run's :class:`~envs.sim.request.Workload` (non-empty).
+        config, calibration: the run's settings and cost model.
+        cache: a :class:`~envs.planning.capacity.CapacityCache` to memoise profiles in (shared with
+            the run's controller), or ``None``.
+        max_load: as in :func:`initial_composition`.
+        profile: :class:`~envs.planning.capacity.ProfileConfig` (default settings if ``None``).
+
+    Returns:
+        ``(pool, info)``: the pool with the chosen composition, and :func:`initial_composition`'s info.
+    """
+    dep = deployment_pool(pool)
+    cfg = replace(config, pool=dep)
+    table = CapacityTable(cfg, calibration, profile, cache=cache)
+    L = np.array([r.num_prompt_tokens for r in workload.requests], float)
+    hit = reuse_prefix_tokens(workload)
+    table.seed_history(L, hit)
+    comp, info = initial_composition(dep, cfg, calibration, L, workload.mean_rate_rps, mean_cached_tokens=hit,
+                                     max_load=max_load, table=table)
+    return replace(dep, composition=comp), info

@@ -1,1 +1,0 @@
-"""Scripts that produced or check results in ``results/`` (run with ``python -m experiments.scripts.NAME``)."""

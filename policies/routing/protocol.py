@@ -1,0 +1,415 @@
+"""Evaluation protocol for learned vs heuristic routing (``../shared/DESIGN.md``, "Learned vs
+heuristic"): disjoint train / validation / test windows, warm-started windows, loads as
+fractions of capacity, paired window-level confidence intervals.
+
+Windows. A (workload, rate) is cut into consecutive windows of ``window_s`` seconds
+(``envs.workloads.windows``); window ``j`` belongs to
+
+* ``test``       if ``j % 4 == 3`` (the windows ``split_windows(..., "eval")`` always held out, so
+  checkpoints trained on the legacy ``"train"`` part never saw them),
+* ``validation`` if ``j % 4 == 1`` (model selection and early stopping only),
+* ``train``      otherwise (``j % 4`` in {0, 2}; heuristic tuning and training).
+
+Warm start. Each window is preceded by ``warmup_s`` seconds of the trace (less for the first
+windows): those requests are routed by the evaluated policy too, so the pool and caches are in
+steady state when the window starts, but only requests arriving inside the window are measured
+(:func:`measured_summary`). Requests of the window are followed until they finish (no horizon).
+
+Loads. ``load_fraction x capacity``, with the capacity of the workload on the pool from
+:func:`capacity_rps` (the highest rate at which the backlog of the whole workload drains under the
+reference router, by bisection).
+
+Statistics. Every policy runs on the same windows; the table reports per cell the mean over
+windows of each window's metric and, against a reference policy, the paired difference of mean
+TTFT in % of the reference's mean with a 95% Student-t interval over the per-window differences.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from baselines.registry import vertumnus_spec
+from baselines.runner import run_policy
+from baselines.vertumnus import VertumnusParams
+from envs import workloads
+from envs.metrics.stats import paired_ci
+from envs.metrics.summary import measured_summary  # noqa: F401  (part of the protocol's API)
+from envs.workloads import transforms
+from policies.common.checkpoint import LearnedPolicy, checkpoint_path, read_json_file
+from policies.common.heuristic import run_episode
+from policies.common.policy_args import check_policy_argument, is_checkpoint
+from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
+
+#: Windows of one split period: index j % PERIOD decides the part (module docstring).
+PERIOD = 4
+PARTS = {"train": (0, 2), "validation": (1,), "test": (3,)}
+#: The registry name of the router-only Vertumnus policy (the routing environment's reference).
+VERTUMNUS_ROUTER = "vertumnus-router"
+
+
+def part_of(window_index: int) -> str:
+    """``"train"``, ``"validation"`` or ``"test"`` for window ``window_index`` (module docstring)."""
+    r = window_index % PERIOD
+    return next(p for p, rs in PARTS.items() if r in rs)
+
+
+def protocol_windows(workload, window_s: float, part: str, warmup_s: float = 0.0) -> list:
+    """The windows of ``part`` with their warm-up prefixes.
+
+    Args:
+        workload: the full (rate-scaled) workload.
+        window_s: window length [s].
+        part: ``"train"``, ``"validation"``, ``"test"`` or ``"all"``.
+        warmup_s: seconds of the preceding trace prepended to each window [s].
+
+    Returns:
+        Workloads re-based to the warm-up start; ``metadata`` holds ``window_index``,
+        ``part`` and ``measure_from_s`` (the window start on the re-based time axis [s]), and
+        ``window_start_s`` / ``window_end_s`` (the window on the re-based axis, for the
+        environment's time-to-window-end feature).
+
+    Raises:
+        ValueError: on an unknown part, ``window_s`` <= 0, ``warmup_s`` < 0, or no window.
+    """
+    if part not in (*PARTS, "all"):
+        raise ValueError(f"part must be one of {(*PARTS, 'all')}, got {part!r}")
+    if not window_s > 0 or not warmup_s >= 0:
+        raise ValueError(f"window_s must be > 0 and warmup_s >= 0, got {window_s}, {warmup_s}")
+    if workload.num_requests == 0:
+        raise ValueError(f"workload {workload.name!r} is empty")
+    num = int(workload.requests[-1].arrival_time_s // window_s) + 1
+    out = []
+    for j in range(num):
+        if part != "all" and part_of(j) != part:
+            continue
+        start = j * window_s
+        warm = min(warmup_s, start)
+        wl = transforms.window(workload, start - warm, start + window_s)
+        if not any(r.arrival_time_s >= warm for r in wl.requests):
+            continue
+        wl.metadata.update(window_index=j, part=part_of(j), measure_from_s=warm, window_start_s=0.0,
+                           window_end_s=warm + window_s)
+        out.append(replace(wl, name=f"{workload.name}[w{j}]"))
+    if not out:
+        raise ValueError(f"no {part} window of {window_s:g} s in workload {workload.name!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """Capacity of a workload on a pool under a reference router.
+
+    Attributes:
+        capacity_rps: highest sustainable rate found [requests/s].
+        policy: the reference router.
+        probes: ``(rate_rps, last-quarter mean queueing delay [s], sustainable)`` per probe.
+    """
+
+    capacity_rps: float
+    policy: str
+    probes: tuple[tuple[float, float, bool], ...]
+
+
+def capacity_rps(build_workload: Callable[[float], object], sim_config, policy: str = VERTUMNUS_ROUTER,
+                 low_rps: float = 1.0, high_rps: float = 64.0, max_queueing_delay_s: float = 5.0,
+                 num_iterations: int = 7) -> CapacityResult:
+    """Sustainable rate by bisection (DESIGN.md, "Loads relative to capacity": the highest rate
+    at which a long window's backlog drains).
+
+    A rate is sustainable when, with the whole workload time-scaled to it, the requests arriving
+    in the last quarter of the arrival span wait on average at most ``max_queueing_delay_s``
+    before their prefill starts (an overloaded pool's wait grows with time instead).
+
+    Args:
+        build_workload: ``rate_rps -> Workload`` (the full workload at that mean rate).
+        sim_config: the pool and engine.
+        policy: the reference router (registry name).
+        low_rps, high_rps: bracket [requests/s]; ``high_rps`` is returned if it is sustainable.
+
+    Raises:
+        ValueError: if ``low_rps`` is not sustainable or the bracket is empty.
+    """
+    if not 0 < low_rps < high_rps:
+        raise ValueError(f"need 0 < low_rps < high_rps, got {low_rps}, {high_rps}")
+    probes = []
+
+    def ok(rate: float) -> bool:
+        res = run_policy(policy, build_workload(rate), sim_config)
+        r = res.records
+        t_end = float(np.max(r["arrival_s"]))
+        last = r["arrival_s"] >= 0.75 * t_end
+        wait = r["start_s"][last] - r["arrival_s"][last]
+        wait = np.where(np.isnan(wait), np.inf, wait)
+        delay = float(wait.mean())
+        probes.append((rate, delay, delay <= max_queueing_delay_s))
+        return delay <= max_queueing_delay_s
+
+    if not ok(low_rps):
+        raise ValueError(f"capacity: {low_rps} requests/s is already overloaded under {policy}")
+    if ok(high_rps):
+        return CapacityResult(high_rps, policy, tuple(probes))
+    lo, hi = low_rps, high_rps
+    for _ in range(num_iterations):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return CapacityResult(lo, policy, tuple(probes))
+
+
+# ------------------------------------------------------------------------------------------
+# (beta, lambda) tuning of the Vertumnus router on training windows
+
+#: Default tuning grid (24 points; paper §5 bounds beta >= 1, lambda >= 0).
+TUNE_BETAS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+TUNE_LAMBDAS = (0.0, 0.5, 1.0, 2.0)
+
+
+def tuned_spec(beta: float, lambda_: float, name: str = "vertumnus-tuned"):
+    """A :class:`~baselines.registry.PolicySpec` of the Vertumnus router with these parameters,
+    labelled ``name`` in results."""
+    return vertumnus_spec(name, f"Vertumnus router tuned on training windows (beta {beta:g}, lambda {lambda_:g})",
+                          "cpgym tune vertumnus (policies.routing.protocol.tune_vertumnus)",
+                          VertumnusParams(beta=beta, lambda_=lambda_))
+
+
+def load_tuned_cells(path: str) -> dict[str, dict]:
+    """The per-cell ``{"beta", "lambda", ...}`` of a ``cpgym tune vertumnus --out`` file
+    (``{"cells": {cell key: {"beta": b, "lambda": l, ...}}}``, see :func:`tune_vertumnus`).
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the file (and the cell and field) if it is not that JSON, or a beta /
+            lambda is not a finite number within the paper's bounds (beta >= 1, lambda >= 0, §5).
+    """
+    from pathlib import Path
+
+    expected = "expected the file written by `cpgym tune vertumnus --out`"
+    doc = read_json_file(Path(path))
+    cells = doc.get("cells") if isinstance(doc, dict) else None
+    if not isinstance(cells, dict):
+        raise ValueError(f"{path}: no 'cells' object; {expected}")
+    for key, cell in cells.items():
+        if not isinstance(cell, dict):
+            raise ValueError(f"{path}: cell {key!r} is a {type(cell).__name__}; {expected}")
+        for field, low in (("beta", 1.0), ("lambda", 0.0)):
+            v = cell.get(field)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
+                raise ValueError(f"{path}: cell {key!r}, field {field!r}: got {v!r}; expected a finite number >= {low:g}")
+    return cells
+
+
+def run_heuristic_window(policy, wl, sim_config) -> dict:
+    """Runs a heuristic (name or spec) on one protocol window; :func:`measured_summary` of it."""
+    res = run_policy(policy, wl, sim_config)
+    return measured_summary(res, wl.metadata.get("measure_from_s", 0.0))
+
+
+def tune_vertumnus(windows: Sequence, sim_config, betas: Sequence[float] = TUNE_BETAS,
+                   lambdas: Sequence[float] = TUNE_LAMBDAS, log=None) -> dict:
+    """Grid search of the Vertumnus router's (beta, lambda) minimising the mean over ``windows``
+    (the training windows of a scenario) of the measured mean TTFT.
+
+    Returns:
+        ``{"beta", "lambda", "mean_ttft_s", "num_windows", "grid": [{"beta", "lambda",
+        "mean_ttft_s"}, ...]}`` (ties: first in grid order, betas outer).
+
+    Raises:
+        ValueError: on an empty grid or a parameter outside the paper's bounds.
+    """
+    if not betas or not lambdas or not windows:
+        raise ValueError("tune_vertumnus: empty grid or no window")
+    grid = []
+    for b in betas:
+        for lam in lambdas:
+            spec = tuned_spec(float(b), float(lam))
+            vals = [run_heuristic_window(spec, wl, sim_config)["mean_ttft_s"] for wl in windows]
+            m = float(np.nanmean(vals))
+            grid.append({"beta": float(b), "lambda": float(lam), "mean_ttft_s": m})
+            if log:
+                log(f"tune: beta {b:g} lambda {lam:g}: mean TTFT {m:.4f} s over {len(windows)} windows")
+    best = min(grid, key=lambda g: g["mean_ttft_s"])
+    return {"beta": best["beta"], "lambda": best["lambda"], "mean_ttft_s": best["mean_ttft_s"],
+            "num_windows": len(windows), "grid": grid}
+
+
+# ------------------------------------------------------------------------------------------
+# cells and the evaluation table
+
+def cell_name(workload: str, load_fraction: float | None, rate_rps: float) -> str:
+    """A protocol cell's name: ``<workload>@<load>`` (``@0.9`` for a fraction of capacity,
+    ``@13.2rps`` for an absolute rate)."""
+    return f"{workload}@{load_fraction:g}" if load_fraction is not None else f"{workload}@{rate_rps:g}rps"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One evaluation scenario: a workload source at one load.
+
+    Args:
+        source: ``policies.routing.train.EpisodeSource``-like object with ``workload_obj(seed)`` and
+            ``label`` (its ``target_rps`` is ignored: the cell's rate is set here).
+        rate_rps: the arrival rate [requests/s].
+        load_fraction: ``rate_rps / capacity`` (``None`` for an absolute ``--target-rps``).
+        window_s, warmup_s: see :func:`protocol_windows`.
+    """
+
+    source: object
+    rate_rps: float
+    load_fraction: float | None
+    window_s: float = 10.0
+    warmup_s: float = 30.0
+
+    @property
+    def key(self) -> str:
+        """``<workload label>@<load>`` (``@0.9`` for a fraction, ``@13.2rps`` absolute)."""
+        from pathlib import Path
+
+        s = self.source
+        return cell_name(Path(s.trace).stem if getattr(s, "trace", None) else s.workload, self.load_fraction, self.rate_rps)
+
+    def windows(self, part: str, seed: int = 0, max_windows: int | None = None) -> list:
+        """The ``part`` windows at this cell's rate; at most ``max_windows`` of them, evenly
+        spread (:func:`spread_subset`)."""
+        wl = workloads.scale_to_rate(replace(self.source, target_rps=None).workload_obj(seed), self.rate_rps)
+        return spread_subset(protocol_windows(wl, self.window_s, part, self.warmup_s), max_windows)
+
+
+def spread_subset(windows: Sequence, max_windows: int | None) -> list:
+    """At most ``max_windows`` of ``windows``, evenly spread over the sequence (first and last
+    included; indices ``round(linspace(0, n - 1, max_windows))``), so a long workload's cell keeps
+    windows from its whole time span; all of them when ``max_windows`` is None or >= their number.
+
+    Raises:
+        ValueError: if ``max_windows`` < 1.
+    """
+    if max_windows is None or max_windows >= len(windows):
+        return list(windows)
+    if max_windows < 1:
+        raise ValueError(f"max_windows must be >= 1, got {max_windows}")
+    idx = np.unique(np.round(np.linspace(0, len(windows) - 1, max_windows)).astype(int))
+    return [windows[i] for i in idx]
+
+
+def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, part: str = "test",
+                      tuned: dict | None = None, log=None, max_windows: int | None = None,
+                      on_row: Callable[[list], None] | None = None) -> list[dict]:
+    """Runs every policy on every ``part`` window of the scenario (paired: same windows); at most
+    ``max_windows`` of them, evenly spread (:func:`spread_subset`).
+
+    Args:
+        policies: registered heuristics, ``"vertumnus-tuned"`` (parameters from ``tuned``, or tuned
+            here on the scenario's training windows) and checkpoints (``"shipped"``, paths; an
+            arm-selection checkpoint, ``policies.routing.arm_selection``, runs its router directly).
+        tuned: ``{"beta", "lambda"}`` of ``vertumnus-tuned`` for this scenario.
+        on_row: optional ``callable(rows)`` called with this scenario's rows so far after each
+            window's run (e.g. to save them: a run stopped midway keeps its finished runs).
+
+    Returns:
+        One row per (policy, window): ``policy, workload, load_fraction, rate_rps, window`` plus
+        :func:`measured_summary`.
+    """
+    from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
+
+    wins = scenario.windows(part, max_windows=max_windows)
+    runners: dict[str, Callable] = {}
+    for p in policies:
+        if p == "vertumnus-tuned":
+            if tuned is None:
+                tuned = tune_vertumnus(scenario.windows("train"), sim_config, log=log)
+            spec = tuned_spec(tuned["beta"], tuned["lambda"])
+            runners[p] = lambda wl, spec=spec: run_heuristic_window(spec, wl, sim_config)
+        elif is_checkpoint(p) and is_arm_checkpoint(checkpoint_path(p)):
+            spec = arm_policy_spec(checkpoint_path(p))
+            runners[p] = lambda wl, spec=spec: run_heuristic_window(spec, wl, sim_config)
+        elif is_checkpoint(p):
+            pol = LearnedPolicy(p)
+
+            def run_learned(wl, pol=pol):
+                env = PrefillRoutingEnv([wl], sim_config)
+                res, _, _ = run_episode(env, pol, options={"window_index": 0, "sim_seed": sim_config.seed})
+                return measured_summary(res, wl.metadata["measure_from_s"])
+
+            runners[p] = run_learned
+        else:
+            check_policy_argument(p)
+            runners[p] = lambda wl, p=p: run_heuristic_window(p, wl, sim_config)
+    rows = []
+    workload = scenario.key.rsplit("@", 1)[0]
+    for wl in wins:
+        for p, fn in runners.items():
+            row = {"policy": p, "workload": workload, "load_fraction": scenario.load_fraction,
+                   "rate_rps": scenario.rate_rps, "window": wl.metadata["window_index"], **fn(wl)}
+            rows.append(row)
+            if on_row is not None:
+                on_row(list(rows))
+            if log:
+                log(f"{scenario.key} {p:24s} window {row['window']:3d}: mean TTFT {row['mean_ttft_s']:.3f} s")
+    return rows
+
+
+def cell_table(rows: Sequence[dict], reference: str) -> list[dict]:
+    """Per (policy, workload, load) cell: ``{policy, workload, load_fraction, num_windows,
+    mean_ttft_s, p90_ttft_s, slo_attainment_token_weighted, delta_mean_ttft_pct_vs_ref, ci_low,
+    ci_high, reference}``; the metrics are means over windows, the delta is the mean over windows
+    of the paired difference of mean TTFT in % of the reference's mean over the same windows
+    (negative = faster than the reference), with its 95% Student-t interval."""
+    out = []
+    cells = dict.fromkeys((r["workload"], r["load_fraction"], r["rate_rps"]) for r in rows)
+    for wk, lf, rate in cells:
+        cell = [r for r in rows if (r["workload"], r["load_fraction"], r["rate_rps"]) == (wk, lf, rate)]
+        ref = {r["window"]: r for r in cell if r["policy"] == reference}
+        for p in dict.fromkeys(r["policy"] for r in cell):
+            rs = [r for r in cell if r["policy"] == p]
+            row = {"policy": p, "workload": wk, "load_fraction": lf, "rate_rps": rate, "num_windows": len(rs)}
+            for m in ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted"):
+                recorded = [r[m] for r in rs if not math.isnan(r[m])]  # np.nanmean warns on none ("Mean of empty slice")
+                row[m] = float(np.mean(recorded)) if recorded else math.nan
+            pairs = [(r["mean_ttft_s"], ref[r["window"]]["mean_ttft_s"]) for r in rs if r["window"] in ref]
+            ref_mean = float(np.mean([b for _, b in pairs])) if pairs else math.nan
+            if pairs and reference != p and ref_mean != 0:  # 0: no % of it (a hand-edited CSV, --from-csv)
+                d, lo, hi = paired_ci([100.0 * (a - b) / ref_mean for a, b in pairs])
+                row.update(delta_mean_ttft_pct_vs_ref=d, ci_low=lo, ci_high=hi)
+            else:
+                row.update(delta_mean_ttft_pct_vs_ref=0.0 if p == reference else math.nan, ci_low=math.nan, ci_high=math.nan)
+            row["reference"] = reference
+            out.append(row)
+    return out
+
+
+def scenarios(sim_config, *, trace: str | None = None, workload: str | None = None, loads: Sequence[float] = (),
+              target_rps: float | None = None, window_s: float = 10.0, warmup_s: float = 30.0, log=None) -> list[Scenario]:
+    """The :class:`Scenario` of each load (capacity by bisection once) or of ``target_rps``.
+
+    Args:
+        trace / workload: the source (neither: the Mooncake conversation trace).
+        loads: fractions of capacity in (0, 2]; exclusive with ``target_rps`` [requests/s].
+
+    Raises:
+        ValueError: if neither or both of ``loads`` and ``target_rps`` are given, or a load is
+            outside (0, 2] or repeated (the same cell twice: its windows counted twice, a
+            narrower, fake confidence interval).
+    """
+    from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
+
+    if bool(loads) == (target_rps is not None):
+        raise ValueError("give exactly one of loads (--loads, fractions of capacity) and target_rps (--target-rps)")
+    if trace is None and workload is None:
+        trace = str(workloads.default_traces_dir() / "conversation_trace.jsonl")
+    source = EpisodeSource(trace=trace, workload=None if trace else workload)
+    if target_rps is not None:
+        return [Scenario(source, float(target_rps), None, window_s, warmup_s)]
+    if any(not 0 < x <= 2 for x in loads):
+        raise ValueError(f"loads are fractions of capacity in (0, 2], got {list(loads)}")
+    repeated = sorted({float(x) for x in loads if list(loads).count(x) > 1})
+    if repeated:
+        raise ValueError(f"--loads lists {repeated[0]:g} twice: {','.join(f'{x:g}' for x in loads)}; expected distinct "
+                         "loads (each is one cell of windows)")
+    full = source.workload_obj()
+    cap = capacity_rps(lambda r: workloads.scale_to_rate(full, r), sim_config, low_rps=0.5, high_rps=256.0)
+    if log:
+        log(f"capacity of {source.label} on the pool: {cap.capacity_rps:.2f} requests/s "
+            f"({cap.policy}, {len(cap.probes)} probes)")
+    return [Scenario(source, f * cap.capacity_rps, f, window_s, warmup_s) for f in loads]
