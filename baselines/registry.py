@@ -272,4 +272,8 @@ def get_policy(name: str) -> PolicySpec:
     try:
         return POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None
+        import difflib
+
+        close = difflib.get_close_matches(name, list(POLICIES), n=3, cutoff=0.6)  # as cpgym evaluate's
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise ValueError(f"unknown policy {name!r}; {hint}known policies: {', '.join(POLICIES)}") from None

@@ -20,7 +20,7 @@ from envs.planning.composition import degree_counts, enumerate_compositions, poo
 from envs.planning.operations import composition_distance, operations_towards, projected_degree_counts
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, check_render_mode, discrete_action
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, WorkerState, Workload
-from envs.sim.faults import fault_flags
+from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
 from envs.workloads import build_workload
 
@@ -82,6 +82,23 @@ TARGET_FEATURES: tuple[tuple[str, float], ...] = (
     ("is_projected", 1.0),               # the pool is (or will be, once in-flight operations commit) this composition
     ("is_last_action", 1.0),             # the previous step chose this composition
 )
+#: 0/1 flags of the observation, per key: never normalised (``policies.reconfig.flag_normalize``).
+OBSERVATION_FLAGS: dict[str, tuple[str, ...]] = {
+    "workers": ("present", "is_active", "is_reconfiguring"),
+    "targets": ("is_projected", "is_last_action"),
+}
+
+
+def observation_flag_columns(observation_space) -> dict[str, tuple[int, ...]]:
+    """``{key: last-axis column indices}`` of the 0/1 flags in a :class:`PrefillReconfigEnv`
+    observation space (:data:`OBSERVATION_FLAGS`, and every column of ``"faults"``), for the keys
+    it has."""
+    names = {"workers": [n for n, _ in RECONFIG_WORKER_FEATURES], "targets": [n for n, _ in TARGET_FEATURES],
+             "faults": list(FAULT_OBSERVATION_FEATURES)}
+    flags = {**OBSERVATION_FLAGS, "faults": tuple(FAULT_OBSERVATION_FEATURES)}
+    return {key: tuple(names[key].index(f) for f in flags[key]) for key in observation_space.spaces if key in flags}
+
+
 #: Default CP degrees of the target-composition menu: every composition of the pool over them
 #: (40 GPUs in nodes of 8: 36 compositions).
 DEFAULT_TARGET_DEGREES: tuple[int, ...] = (2, 4, 8)

@@ -257,14 +257,18 @@ def _exit_interrupted(command: str):
     return handler
 
 
-def _exit_now(status: int) -> None:
-    """Ends the process with ``status`` once the command is done, skipping the interpreter's
-    teardown: the atexit callbacks run (wandb, multiprocessing, logging), streams are flushed, then
-    ``os._exit``. Python restores the default SIGINT disposition early in its teardown, so a
-    Ctrl-C while it frees the run's objects would otherwise kill the process silently; until
-    ``os._exit`` the :func:`_exit_interrupted` handler answers it with the one line. Returns
-    (normal exit) when other threads are alive, which the teardown would join."""
+def _finish_entry() -> None:
+    """Readies the process for the interpreter's normal exit once the command is done: the atexit
+    callbacks run (wandb, multiprocessing, logging) while the :func:`_exit_interrupted` handler
+    still answers a Ctrl-C with the one line, the streams are flushed, then SIGINT is ignored.
+    Python replaces its own signal handlers by the default disposition early in its teardown, so
+    a Ctrl-C while it frees the run's objects killed the process silently; an ignored SIGINT stays
+    ignored, and the process ends with the command's status. (This used to end with ``os._exit``,
+    which also skipped what runs after ``main`` returns: ``python -m cProfile -o F`` never wrote
+    ``F``.) Does nothing when other threads are alive: the teardown joins them before the atexit
+    callbacks, and a Ctrl-C then gets the handler's line."""
     import atexit
+    import signal
     import threading
 
     if threading.active_count() > 1:
@@ -275,17 +279,18 @@ def _exit_now(status: int) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(status)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the ``cpgym`` command of ``argv`` (default ``sys.argv[1:]``) and returns its exit status.
     As the program's entry (``argv`` None) a Ctrl-C after the command returned still prints the
-    one ``interrupted`` line (exit 130), and the process ends without the interpreter's teardown
-    (:func:`_exit_now`)."""
+    one ``interrupted`` line (exit 130) until the atexit callbacks are done, and is ignored in the
+    interpreter's teardown (:func:`_finish_entry`); the process exits normally, so a profiler or
+    other code after ``main`` (``python -m cProfile -o F``) still runs."""
     if argv is None:
         status = _main(sys.argv[1:], entry=True)
-        _exit_now(status)
+        _finish_entry()
         return status
     return _main(list(argv), entry=False)
 

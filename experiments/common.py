@@ -16,6 +16,7 @@ from envs.sim.options import check_out_file, split_number_list
 from envs.sim.pool import DEFAULT_COMPOSITION
 from envs.sim.tiers import TierConfig, parse_levels
 from envs.workloads import WorkloadSource
+from envs.workloads.registry import WORKLOADS
 
 DEFAULT_WORKLOAD = "mixed-default"
 
@@ -35,7 +36,8 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None 
     src = g.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="PATH", help="trace file: Mooncake JSONL, Azure 2023 CSV or the L-Eval lengths CSV")
     src.add_argument("--workload", metavar="NAME",
-                     help=f"named synthetic workload (default, without --trace or --workload: {default_text})")
+                     help=f"named synthetic workload: {', '.join(sorted(WORKLOADS))} (default, without --trace or "
+                          f"--workload: {default_text})")
     rate = g.add_mutually_exclusive_group()
     rate.add_argument("--target-rps", type=float, metavar="X", help="time-scale arrivals to this mean rate [requests/s]")
     rate.add_argument("--rate-scale", type=float, metavar="X", help="multiply the arrival rate by X")

@@ -40,11 +40,13 @@ the workload, variant and rate-setting axes (``workload.rate_scale``, arrival-pr
 parameters).
 
 95% CI: the Student-t interval of the mean over seeds, ``mean ± t(0.975, n-1) · s / sqrt(n)``
-(no CI for n = 1), **clipped to the quantity's range**: shares (SLO attainment, prefix hit
-rate, utilisation) to [0, 1], times, volumes and counts to [0, ∞). With few seeds the t
-interval of a bounded quantity can reach past its bound (t(0.975, 1) = 12.7); clipping keeps
-the interval's true coverage (the mean cannot lie outside the range) and reports it as an
-asymmetric ``[low, high]``. ``*_ci95`` in the CSV is the unclipped half-width,
+(:func:`envs.metrics.stats.mean_ci95`; no CI for n = 1, and none printed when every seed gave
+the same value: a zero-width interval), **clipped to the quantity's range**: shares (SLO
+attainment, prefix hit rate, utilisation) to [0, 1], times, volumes and counts to [0, ∞). With
+few seeds the t interval of a bounded quantity can reach past its bound (t(0.975, 1) = 12.7);
+clipping keeps the interval's true coverage (the mean cannot lie outside the range) and reports
+it as an asymmetric ``[low, high]``; a clipped bound is marked ``†`` in the tables (e.g.
+``1057.789 [0.000†, 4576.191]``). ``*_ci95`` in the CSV is the unclipped half-width,
 ``*_ci95_low`` / ``*_ci95_high`` the clipped bounds.
 """
 
@@ -56,10 +58,12 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.metrics.stats import ci95_halfwidth
+from envs.metrics.stats import ci95_halfwidth, mean_ci95
 from experiments.sweep import manifest_cell_keys
 
 RATE_AXIS = "workload.target_rps"
+#: Follows a table's CI bound that clipping to the quantity's range moved (the t interval reached past it).
+CLIPPED_MARK = "†"
 SHARE_METRICS = ("slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "utilization")
 METRICS = ("mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "slo_attainment_requests",
            "prefix_hit_rate", "kv_transfer_bytes", "num_unfinished", "utilization")
@@ -78,13 +82,9 @@ def ci95_interval(values, lower: float = -math.inf, upper: float = math.inf) -> 
     Returns:
         ``(low, high)``; ``(nan, nan)`` for fewer than 2 values.
     """
-    import numpy as np
-
-    x = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    hw = ci95_halfwidth(x)
+    m, hw = mean_ci95(values)
     if math.isnan(hw):
         return math.nan, math.nan
-    m = float(np.mean(x))
     return max(m - hw, lower), min(m + hw, upper)
 
 
@@ -629,15 +629,20 @@ def _fig_composition(df, out: Path) -> tuple[Path | None, bool]:
 
 # ------------------------------------------------------------------------------------ report
 def _fmt(r, m: str, scale: float = 1.0, digits: int = 3) -> str:
-    """``mean [low, high]`` (clipped 95% CI); ``mean`` alone for one seed or when every seed gave
-    the same value (a zero-width interval); ``-`` when the runs did not record the metric."""
+    """``mean [low, high]`` (clipped 95% CI, a bound that clipping moved marked ``†``); ``mean``
+    alone for one seed or when every seed gave the same value (a zero-width interval); ``-`` when
+    the runs did not record the metric."""
     v = r[m]
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     s = f"{v * scale:.{digits}f}"
     lo, hi = r[m + "_ci95_low"], r[m + "_ci95_high"]
     if not (math.isnan(lo) or math.isnan(hi) or lo == hi):
-        s += f" [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}]"
+        half = r.get(m + "_ci95", math.nan)  # unclipped half-width: was a bound moved to the range's end?
+        lower, upper = metric_bounds(m)
+        lo_mark = CLIPPED_MARK if lo == lower and v - half < lower else ""
+        hi_mark = CLIPPED_MARK if hi == upper and v + half > upper else ""
+        s += f" [{lo * scale:.{digits}f}{lo_mark}, {hi * scale:.{digits}f}{hi_mark}]"
     return s
 
 
@@ -745,8 +750,9 @@ def _markdown(run_dir: Path, df, agg, rep: Report, sweeps: list[str], cells: dic
         lines.append(f"Sweep cells: {len(cells)} ({len(cells) - rep.num_cells_missing} finished, {len(failed)} failed, "
                      f"{len(pending)} not run).")
     lines += ["", "Values are means over seeds with the 95% Student-t confidence interval of the mean in brackets, "
-                  "clipped to the quantity's range ([0, 100] % for shares, >= 0 otherwise); no interval when there is "
-                  "one seed. TTFT in seconds; SLO attainment and hit rate in %; KV transfer in GB.", ""]
+                  f"clipped to the quantity's range ([0, 100] % for shares, >= 0 otherwise; a clipped bound is marked "
+                  f"{CLIPPED_MARK}); no interval when there is one seed or every seed gave the same value. TTFT in "
+                  "seconds; SLO attainment and hit rate in %; KV transfer in GB.", ""]
     lines += [f"_{n}_" for n in rep.notes] + [""] * bool(rep.notes)
     for group in _groups(agg):
         lines += [f"## {_group_label(*group)}", ""] + _table(_in_group(agg, group))

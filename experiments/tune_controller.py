@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from baselines.tuned_controller import HEURISTIC, _default_params, _tunable_params
-from envs.metrics.stats import ci95_halfwidth
+from envs.metrics.stats import ci95_halfwidth, ci_text
 from experiments.paper_experiments.cache_sensitivity import load_runs
 from experiments.sweep import finished_cells
 
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(doc, indent=2) + "\n")
     for row in doc["grid"]:
         delta = row.get("delta_mean_ttft_pct_vs_default")
-        extra = "" if delta is None else f"  {delta:+.1f} % ± {row['delta_mean_ttft_pct_vs_default_ci95']:.1f} vs default"
+        half = row.get("delta_mean_ttft_pct_vs_default_ci95")
+        extra = "" if delta is None else f"  {ci_text(delta, half, '{:+.1f}')} % vs default"
         print(f"{json.dumps(row['params'], sort_keys=True)}  mean TTFT {row['mean_ttft_s']:.3f} s{extra}")
     print(f"selected: {json.dumps(doc['params'], sort_keys=True)} -> {out}")
     return 0

@@ -19,8 +19,31 @@ from policies.routing.evaluate import evaluate
 
 #: Heuristics a routing checkpoint is compared with by default.
 DEFAULT_ROUTING_AGAINST = "least-work,prefix-affinity,round-robin"
-#: Comparisons of a reconfiguration checkpoint by default (all routed by the Vertumnus router).
+#: Comparisons of a reconfiguration checkpoint by default on the default 40-GPU pool (all routed by
+#: the Vertumnus router); on another pool :func:`default_reconfig_against`.
 DEFAULT_RECONFIG_AGAINST = "vertumnus-adaptive,vertumnus-router,fixed:cp1x40,fixed:cp2x20,fixed:cp4x10,fixed:cp8x5"
+
+
+def default_reconfig_against(pool) -> str:
+    """The default comparisons of a reconfiguration evaluation on ``pool`` (``PoolConfig``):
+    ``vertumnus-adaptive``, ``vertumnus-router`` and ``fixed:cpDxN`` of every supported degree D
+    whose homogeneous composition (N = GPUs / D workers) fits the pool's nodes, except the pool's
+    own start composition (``vertumnus-router`` runs it); :data:`DEFAULT_RECONFIG_AGAINST` on the
+    default pool. (The fixed list named the 40-GPU pool's compositions on every pool: an 8-GPU
+    pool failed on ``fixed:cp1x40`` without ``--against``.)"""
+    labels = ["vertumnus-adaptive", "vertumnus-router"]
+    start = tuple(pool.placements())
+    for degree in pool.supported_degrees:
+        if pool.num_gpus % degree:
+            continue
+        composition = f"cp{degree}x{pool.num_gpus // degree}"
+        try:
+            placements = tuple(replace(pool, composition=composition).placements())
+        except ValueError:  # e.g. a CP-8 worker on nodes of 4 GPUs
+            continue
+        if placements != start:
+            labels.append(f"fixed:{composition}")
+    return ",".join(labels)
 
 
 #: Default ``--seeds`` of a routing evaluation (arrival-spreading and simulator seeds of the held-out windows).
@@ -47,7 +70,9 @@ class EvaluationConfig:
                              "reconfig 'none' runs only the --against policies)",
                        metavar="CHECKPOINT|NAME", required=True)
     against: str | None = _opt(None, f"comma-separated policies to compare with (none: {DEFAULT_ROUTING_AGAINST}; "
-                                     f"reconfig: {DEFAULT_RECONFIG_AGAINST})", metavar="P1,P2,...")
+                                     f"reconfig: vertumnus-adaptive, vertumnus-router and fixed:cpDxN of each supported "
+                                     f"degree D that fills the pool, the start composition left out; default pool: "
+                                     f"{DEFAULT_RECONFIG_AGAINST})", metavar="P1,P2,...")
     kind: str = _opt("auto", "routing or reconfiguration checkpoint (auto: the checkpoint's train_config.json 'kind'); "
                              "reconfig: whole-workload episodes per seed", choices=("auto", "routing", "reconfig"))
     trace: str | None = _opt(None, "episode trace file (none: the checkpoint's training source)", metavar="PATH")
@@ -279,7 +304,8 @@ def run_evaluation(cfg: EvaluationConfig, sim_config, log=None, on_row=None) -> 
 
         cfg.check_reconfig_fields()
         ckpt = None if cfg.policy in ("none", "-") else cfg.policy
-        against = split_name_list(DEFAULT_RECONFIG_AGAINST if cfg.against is None else cfg.against, "--against")
+        against = split_name_list(default_reconfig_against(sim_config.pool) if cfg.against is None else cfg.against,
+                                  "--against")
         workload = reconfig_workload(cfg)
         fields_ = reconfig_workload_fields(cfg)
         rows = evaluate_reconfig(ckpt, against, workload, list(cfg.seeds), sim_config, target_rps=fields_.pop("target_rps"),

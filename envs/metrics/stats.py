@@ -30,14 +30,30 @@ def finite_values(values) -> np.ndarray:
 
 def mean_ci95(values) -> tuple[float, float]:
     """``(mean, half-width of the 95 % CI)`` of the mean (Student t over the ``n`` finite values;
-    NaN half-width for ``n < 2``; NaN mean for ``n == 0``)."""
+    NaN half-width for ``n < 2``; NaN mean for ``n == 0``).
+
+    Values that are all equal give exactly that value and a half-width of exactly 0 (the float
+    mean and standard deviation gave e.g. 6.8e-16, printed as ``1.528 [1.528, 1.528]``); so do
+    values apart by float rounding only (16 ulps of the largest: e.g. one ratio computed two ways)."""
     x = finite_values(values)
     n = len(x)
     if n == 0:
         return math.nan, math.nan
     if n < 2:
         return float(x.mean()), math.nan
+    spread = float(x.max() - x.min())
+    if spread <= 16 * np.finfo(float).eps * float(np.abs(x).max()):  # equal, or apart by float rounding only
+        return (float(x[0]) if spread == 0 else float(x.mean())), 0.0
     return float(x.mean()), float(t975(n - 1) * x.std(ddof=1) / math.sqrt(n))
+
+
+def ci_text(value: float, half_width: float, fmt: str = "{:.3f}") -> str:
+    """``value ± half_width`` in ``fmt``; the value alone when there is no interval (one value,
+    NaN) or it has zero width (every value the same); ``-`` for a NaN value."""
+    if value != value:
+        return "-"
+    s = fmt.format(value)
+    return s if half_width != half_width or half_width == 0 else s + " ± " + fmt.replace("+", "").format(half_width)
 
 
 def ci95_halfwidth(values) -> float:
@@ -51,4 +67,4 @@ def paired_ci(values: Sequence[float]) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
-__all__ = ["NORMAL_Q975", "T975", "ci95_halfwidth", "finite_values", "mean_ci95", "paired_ci", "t975"]
+__all__ = ["NORMAL_Q975", "T975", "ci95_halfwidth", "ci_text", "finite_values", "mean_ci95", "paired_ci", "t975"]

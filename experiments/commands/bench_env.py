@@ -12,6 +12,10 @@ Measures, on the default 40-GPU pool (or the configured one) and episode windows
   policy's decide-and-step loop; ``(observation + decision)`` adds the time to build the
   observation the numpy forward pass reads (a heuristic's latency includes its own feature work).
 
+The default heuristics are routers alone (``vertumnus-router``, not the full ``vertumnus``
+system); a policy with a controller or cache manager is labelled with them
+(:func:`experiments.benchmarks.heuristic_label`).
+
 ``--format json`` prints one row per measurement: ``{policy, decision_latency_us,
 env_steps_per_s}`` (``decision_latency_us`` null for the raw env and DummyVecEnv rows).
 """

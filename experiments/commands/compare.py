@@ -46,7 +46,7 @@ import math
 import sys
 
 from baselines.capacity import capacities, is_overloaded, rates_for_loads, static_baselines
-from baselines.registry import get_policy
+from baselines.registry import SUITES, get_policy
 from baselines.runner import policy_pool
 from envs.provenance import write_provenance
 from envs.sim.options import check_out_dir
@@ -83,7 +83,10 @@ JSON_KEYS = ("policy", "rate_rps", "mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "s
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_workload_arguments(p)
     add_sim_arguments(p, seed=False)  # the run seeds are --seeds
-    p.add_argument("--suite", default="paper", help="'paper', 'all', or comma-separated suite/policy names (default paper)")
+    suites = "; ".join(f"{k}: {', '.join(v)}" for k, v in SUITES.items())
+    p.add_argument("--suite", default="paper",
+                   help=f"a suite, or comma-separated suite/policy names (default paper); suites: all (every policy of "
+                        f"cpgym simulate --list-policies); {suites}")
     rates = p.add_mutually_exclusive_group()
     rates.add_argument("--rates", metavar="R1,R2,...", help="target mean request rates [requests/s], e.g. 10,20,40")
     rates.add_argument("--rate-scales", metavar="X1,X2,...", help="multiply the workload's native rate by each factor")

@@ -14,6 +14,7 @@ import argparse
 
 from rich.markup import escape
 
+from envs.metrics.stats import ci_text
 from envs.provenance import write_provenance
 from envs.sim.options import add_config_arguments, check_out_file, config_from_args, split_name_list
 from envs.sim.pool import DEFAULT_COMPOSITION
@@ -223,7 +224,8 @@ def _print_protocol(rows: list[dict], reference: str, what: str, fmt: str) -> in
         t.add_column(escape(c), justify="left" if c in ("policy", "workload") else "right", overflow="fold")
     for r in table:
         lf = "-" if r["load_fraction"] is None else f"{r['load_fraction']:g}"
-        ci = "-" if r["ci_low"] != r["ci_low"] else f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]"
+        # no interval: one window, or zero width (every window gave the same change)
+        ci = "-" if r["ci_low"] != r["ci_low"] or r["ci_low"] == r["ci_high"] else f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]"
         t.add_row(escape(r["policy"]), escape(r["workload"]), lf, f"{r['rate_rps']:.2f}", str(r["num_windows"]),
                   f"{r['mean_ttft_s']:.3f}",
                   f"{r['p90_ttft_s']:.3f}", f"{r['slo_attainment_token_weighted']:.4f}",
@@ -243,7 +245,7 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference:
     from rich.table import Table
 
     t = Table(title=escape(f"{workload}: whole-workload episodes, seeds {list(seeds)}; Vertumnus router; "
-                           f"mean ± 95% CI over seeds"))
+                           f"mean ± 95% CI over seeds (none: one seed or a zero-width interval)"))
     cols = ["policy", "episodes", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)", "ops started", "ops committed", "unfinished"]
     if ref:
         cols += [f"Δ mean TTFT % vs {ref} (paired 95% CI)", "Δ SLO att."]
@@ -251,10 +253,10 @@ def _print_reconfig(rows: list[dict], workload: str, seeds, fmt: str, reference:
         t.add_column(escape(c), justify="left" if c == "policy" else "right", overflow="fold")
     for r in table:
         def f(m, fmt):
-            v, ci = r[m], r[m + "_ci95"]
-            return "-" if v != v else (fmt.format(v) + ("" if ci != ci else " ± " + fmt.replace("+", "").format(ci)))
+            return ci_text(r[m], r[m + "_ci95"], fmt)
         d = r["delta_mean_ttft_pct_vs_ref"]
-        delta = ["-" if d != d else f"{d:+.1f} [{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]",
+        no_interval = r["ci_low"] != r["ci_low"] or r["ci_low"] == r["ci_high"]  # one seed, or zero width
+        delta = ["-" if d != d else f"{d:+.1f}" if no_interval else f"{d:+.1f} [{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]",
                  f("delta_slo_attainment", "{:+.3f}")]
         t.add_row(escape(r["policy"]), str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
                   f("slo_attainment_token_weighted", "{:.3f}"), f("num_operations", "{:.1f}"),
@@ -272,7 +274,8 @@ def _print_routing(rows: list[dict], reference: str | None, seeds, where: str, f
         return 0
     from rich.table import Table
 
-    t = Table(title=escape(f"{where} seeds {list(seeds)}; mean ± 95% CI over episodes"))
+    t = Table(title=escape(f"{where} seeds {list(seeds)}; mean ± 95% CI over episodes (none: one episode or a zero-width "
+                           "interval)"))
     cols = ["policy", "episodes", "mean TTFT s", "P90 TTFT s", "SLO att. (tok)", "hit rate", "unfinished"]
     if reference:
         cols += [f"Δ mean TTFT s vs {reference} (paired)", "Δ SLO att."]
@@ -280,8 +283,7 @@ def _print_routing(rows: list[dict], reference: str | None, seeds, where: str, f
         t.add_column(escape(c), justify="left" if c == "policy" else "right", overflow="fold")
     for r in table:
         def f(m, fmt):
-            v, ci = r[m], r[m + "_ci95"]
-            return "-" if v != v else (fmt.format(v) + ("" if ci != ci else " ± " + fmt.replace("+", "").format(ci)))
+            return ci_text(r[m], r[m + "_ci95"], fmt)
         t.add_row(escape(r["policy"]), str(r["num_episodes"]), f("mean_ttft_s", "{:.3f}"), f("p90_ttft_s", "{:.3f}"),
                   f("slo_attainment_token_weighted", "{:.3f}"), f("prefix_hit_rate", "{:.3f}"), f("num_unfinished", "{:.1f}"),
                   *([f("delta_mean_ttft_s", "{:+.3f}"), f("delta_slo_attainment", "{:+.3f}")] if reference else []))

@@ -180,7 +180,8 @@ def _print_table(rows) -> None:
     print(f"{'experiment':15s} {'workload':12s} {'model':15s} {'metric':{wm}s} {'paper':>7s} {'cpgym':>8s} {'95% CI':>18s} "
           f"{'load':>5s}  strongest baseline")
     for r in rows:
-        ci = f"[{f(r.ci_low)}, {f(r.ci_high)}]"
+        # no interval (—) for one seed or a zero-width one (every seed gave the same change), as cpgym report
+        ci = "—" if r.ci_low is None or r.ci_low != r.ci_low or r.ci_low == r.ci_high else f"[{f(r.ci_low)}, {f(r.ci_high)}]"
         print(f"{r.experiment:15s} {r.workload:12s} {r.model:15s} {r.metric:{wm}s} "
               f"{f(r.paper_value):>7s} {f(r.cpgym_value):>8s} "
               f"{ci:>18s} {f(r.load_fraction, '{:.2f}'):>5s}  {r.strongest_baseline or '—'}")

@@ -18,9 +18,11 @@ from policies.common.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path
 
 DEFAULT_POLICIES = "round-robin,least-work,prefix-affinity,sglang-cache-aware,llm-d,dynamo-kv,mooncake-ttft,vertumnus"
 
-JSON_KEYS = ("policy", "pool", "num_requests", "num_unfinished", "mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s",
-             "slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "gpu_time_s", "sim_time_s",
-             "wall_time_s")
+#: ``num_unfinished`` counts every request without a TTFT, the ``num_rejected`` ones (longer than any
+#: worker holds, never served) included: ``num_requests`` = finished + ``num_unfinished``.
+JSON_KEYS = ("policy", "pool", "num_requests", "num_unfinished", "num_rejected", "mean_ttft_s", "p50_ttft_s",
+             "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate",
+             "gpu_time_s", "sim_time_s", "wall_time_s")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,12 +13,15 @@ import argparse
 
 from envs.provenance import write_provenance
 from envs.sim.options import check_out_dir
+from envs.workloads.registry import WORKLOADS
 from experiments.spec import load_spec
 from experiments.sweep import check_sweep_target, default_out_dir, match_finished, outdated_cells, run_sweep, scan_finished
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="SPEC", help="experiment spec file (.yaml/.yml/.toml)")
+    p.add_argument("spec", metavar="SPEC",
+                   help=f"experiment spec file (.yaml/.yml/.toml); its workload.name is one of {', '.join(sorted(WORKLOADS))} "
+                        "(or workload.trace: a trace file), its policies those of cpgym simulate --list-policies")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local process pool (default) or Ray (a local instance unless --ray-address)")
     p.add_argument("--jobs", type=int, default=None, help="cells in parallel (default: CPU count)")

@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from envs.metrics.stats import ci95_halfwidth
+from envs.metrics.stats import ci95_halfwidth, ci_text
 from envs.sim.options import is_int, is_number
 from experiments.sweep import finished_cells
 
@@ -116,8 +116,9 @@ def to_markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"{r['params'].get(k, '')}" for k in keys]
-        cells += [str(r["num_seeds"]), f"{r['mean_ttft_pct']:+.1f} ± {r['mean_ttft_pct_ci']:.1f}",
-                  f"{r['p90_ttft_pct']:+.1f} ± {r['p90_ttft_pct_ci']:.1f}", f"{r['hit_rate_pp']:+.2f}",
+        # no interval for one seed or a zero-width one, as in cpgym report (was '± nan', '± 0.0')
+        cells += [str(r["num_seeds"]), ci_text(r["mean_ttft_pct"], r["mean_ttft_pct_ci"], "{:+.1f}"),
+                  ci_text(r["p90_ttft_pct"], r["p90_ttft_pct_ci"], "{:+.1f}"), f"{r['hit_rate_pp']:+.2f}",
                   f"{r['min_slo_attainment']:.3f}", f"{r['kv_transfer_gb']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -120,7 +120,11 @@ def resolve_suite(text: str, flag: str = "--suite") -> list[str]:
         elif item in POLICIES:
             add = [item]
         else:
-            raise ValueError(f"unknown suite or policy {item!r}; suites: all, {', '.join(SUITES)}; "
+            import difflib
+
+            close = difflib.get_close_matches(item, ["all", *SUITES, *POLICIES], n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+            raise ValueError(f"unknown suite or policy {item!r}; {hint}suites: all, {', '.join(SUITES)}; "
                              f"policies: {', '.join(POLICIES)}")
         names += [n for n in add if n not in names]
     if not names:

@@ -28,6 +28,15 @@ class SpecError(ValueError):
         super().__init__(f"{file}: {key + ': ' if key else ''}{problem}; expected {expected}")
 
 
+class WorkloadValueError(ValueError):
+    """A bad :class:`WorkloadSpec` value: the problem (``str``) and the ``expected`` values, for a
+    :class:`SpecError` (was "expected a valid workload (see experiments/spec/model.py)")."""
+
+    def __init__(self, problem: str, expected: str) -> None:
+        super().__init__(problem)
+        self.expected = expected
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     """Where a cell's requests come from and how they are transformed.
@@ -58,20 +67,24 @@ class WorkloadSpec:
 
     def __post_init__(self) -> None:
         if (self.name is None) == (self.trace is None):
-            raise ValueError("exactly one of workload.name (named workload) and workload.trace (trace file) must be set")
+            raise WorkloadValueError("exactly one of workload.name (named workload) and workload.trace (trace file) must "
+                                     "be set", "workload.name (a named workload) or workload.trace (a trace file)")
         if self.trace is not None and self.params:
-            raise ValueError(f"workload.params {sorted(k for k, _ in self.params)} override a named workload's generator, "
-                             "not a trace (a trace keeps its own requests; use target_rps, rate_scale or window_s)")
+            raise WorkloadValueError(f"workload.params {sorted(k for k, _ in self.params)} override a named workload's "
+                                     "generator, not a trace (a trace keeps its own requests; use target_rps, rate_scale "
+                                     "or window_s)", "workload.params only with workload.name")
         if self.target_rps is not None and self.rate_scale is not None:
-            raise ValueError("workload.target_rps and workload.rate_scale are exclusive")
+            raise WorkloadValueError("workload.target_rps and workload.rate_scale are exclusive",
+                                     "one of workload.target_rps and workload.rate_scale")
         for key in ("target_rps", "rate_scale"):
             v = getattr(self, key)
             if v is not None and not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"workload.{key} must be a finite number > 0, got {v!r}")
+                raise WorkloadValueError(f"workload.{key} must be a finite number > 0, got {v!r}", "a finite number > 0")
         if self.window_s is not None and not (self.window_s[1] > self.window_s[0] >= 0):
-            raise ValueError(f"workload.window_s must be [start, end) with 0 <= start < end, got {list(self.window_s)}")
+            raise WorkloadValueError(f"workload.window_s must be [start, end) with 0 <= start < end, got "
+                                     f"{list(self.window_s)}", "[start, end] [s] with 0 <= start < end")
         if self.seed < 0:
-            raise ValueError(f"workload.seed must be >= 0, got {self.seed}")
+            raise WorkloadValueError(f"workload.seed must be >= 0, got {self.seed}", "an integer >= 0")
 
     @property
     def label(self) -> str:
@@ -185,4 +198,8 @@ def make_workload(file: str | Path, kwargs: dict, key: str) -> WorkloadSpec:
     try:
         return WorkloadSpec(**kwargs)
     except (ValueError, TypeError) as exc:
-        raise SpecError(file, key, str(exc), "a valid workload (see experiments/spec/model.py)") from None
+        from dataclasses import fields
+
+        expected = getattr(exc, "expected", None) or ("a workload mapping with the keys "
+                                                      + ", ".join(f.name for f in fields(WorkloadSpec)))
+        raise SpecError(file, key, str(exc), expected) from None

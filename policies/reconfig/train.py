@@ -1,6 +1,7 @@
 """Training of a learned reconfiguration policy (``cpgym train reconfig``): MaskablePPO on
 :class:`envs.reconfig_env.PrefillReconfigEnv` (one step per 20 s observation window; the inner
-router is Vertumnus). Observations are normalised by SB3 ``VecNormalize`` (running mean/std,
+router is Vertumnus). Observations are normalised by SB3 ``VecNormalize`` (running mean/std; the
+0/1 flags are left as they are, :class:`policies.reconfig.flag_normalize.FlagPreservingVecNormalize`;
 saved next to the model as ``vecnormalize.pkl``; rewards too with ``norm_reward``); the policy is sb3-contrib's
 ``MultiInputPolicy`` (the reconfiguration action is a pool-level choice, so no per-worker head).
 
@@ -594,10 +595,11 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.logger import configure
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+    from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from envs.reconfig_env import observation_profile_config  # lazy: gymnasium (start-up of the CLI)
+    from envs.reconfig_env import observation_flag_columns, observation_profile_config  # lazy: gymnasium (start-up of the CLI)
     from policies.common.callbacks import TrainingProgress, monitored  # lazy: torch (stable-baselines3)
+    from policies.reconfig.flag_normalize import FlagPreservingVecNormalize  # lazy: torch (stable-baselines3)
 
     sc = sim_config or SimConfig()
     check_target_menu(cfg, sc)
@@ -619,8 +621,11 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
             return monitored(env)
         return _m
 
-    venv = VecNormalize(DummyVecEnv([make(i) for i in range(cfg.n_envs)]), norm_obs=True, norm_reward=cfg.norm_reward,
-                        gamma=cfg.gamma)
+    # the 0/1 flags (present, is_active, is_reconfiguring, target flags) are never normalised: a flag
+    # constant in training (variance ~1e-8) read as the clip value 10 when it first became 1
+    envs = DummyVecEnv([make(i) for i in range(cfg.n_envs)])
+    venv = FlagPreservingVecNormalize(envs, observation_flag_columns(envs.observation_space), norm_obs=True,
+                                      norm_reward=cfg.norm_reward, gamma=cfg.gamma)
     meta = {"kind": "reconfig", "train_config": asdict(cfg), "sim_config": asdict(sc), "argv": argv}
 
     def write_meta(m: dict) -> None:
