@@ -11,10 +11,10 @@ from pathlib import Path
 
 from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
-from envs.sim.faults import load_fault_config
+from envs.sim.fault_config import load_fault_config
 from envs.sim.options import check_out_file, split_number_list
 from envs.sim.pool import DEFAULT_COMPOSITION
-from envs.sim.tiers import TierConfig, parse_levels
+from envs.sim.tier_config import TierConfig, parse_levels
 from envs.workloads import WorkloadSource
 
 DEFAULT_WORKLOAD = "mixed-default"

@@ -9,10 +9,11 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass, field
 
-from envs.sim.faults import FaultConfig, is_finite_number
+from envs.sim.checks import is_finite_number
+from envs.sim.fault_config import FaultConfig
 from envs.sim.links import LinkConfig
 from envs.sim.pool import PoolConfig
-from envs.sim.tiers import TierConfig
+from envs.sim.tier_config import TierConfig
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -164,7 +165,7 @@ class SimConfig:
         slo: TTFT SLO rule.
         links: KV-transfer link bandwidths (replication, reconciliation).
         kv_tiers: KV tiers below HBM (host DRAM per node, remote store) and the fetch path;
-            off by default (``envs/sim/tiers.py``).
+            off by default (``envs/sim/tier_config.py``).
         cache_capacity_scale: multiplies every worker's prefix-cache capacity (the blocks kept
             for reuse; an ablation knob: e.g. 0.5 for a smaller HBM share, >1 to emulate a
             host-memory cache tier, 0 = no prefix reuse); the KV capacity a prompt's own
@@ -175,7 +176,7 @@ class SimConfig:
         horizon_s: stop simulating at this time [s]; ``None`` runs until every request finished.
             Requests unfinished at the horizon count as SLO misses.
         record_events: keep the ``(name, time_s)`` event trace (tests, debugging).
-        faults: fault model (``envs/sim/faults.py``); ``None`` (default) = no faults.
+        faults: fault model (``envs/sim/fault_config.py``); ``None`` (default) = no faults.
         node_calibration_paths: heterogeneous pool: one calibration JSON per node (``""`` = the
             run's calibration), e.g. H20 and H20-3e nodes. Each worker's cost model, KV capacity
             and prompt limit come from its node's calibration, and routers see each worker's own
