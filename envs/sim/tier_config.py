@@ -1,6 +1,7 @@
 """Configuration of the KV tiers below HBM (host DRAM per node, a pool-wide store) and of the
 fetch path: :class:`TierConfig`, its validation, and the ``--kv-tiers`` list syntax
-(:func:`parse_levels`). The model and its formulas are in ``envs/sim/tiers.py``
+(:func:`parse_levels`). The fields' ``option`` metadata makes the ``--kv-*`` flags of the CLI
+(``envs/sim/options.py``). The model and its formulas are in ``envs/sim/tiers.py``
 (:class:`envs.sim.tiers.TieredKV`)."""
 
 from __future__ import annotations
@@ -8,13 +9,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from envs.sim.options import option
+
 TIER_NAMES = ("hbm", "dram", "store")
 EVICTION_RULES = ("lru", "next-use")
 PREFETCH_MODES = ("routing", "queue-head")
 FETCH_POLICIES = ("predicted", "always", "never")
 
-def parse_levels(text: str) -> tuple[str, ...]:
-    """``"hbm,dram,store"`` -> ``("hbm", "dram", "store")``.
+def parse_levels(text: str, flag: str = "--kv-tiers") -> tuple[str, ...]:
+    """``"hbm,dram,store"`` -> ``("hbm", "dram", "store")`` (the text of ``flag``).
 
     Raises:
         ValueError: unless the list starts with ``hbm`` and names known tiers in order
@@ -23,9 +26,9 @@ def parse_levels(text: str) -> tuple[str, ...]:
     """
     levels = tuple(x.strip() for x in text.split(","))
     if "" in levels and levels != ("",):
-        raise ValueError(f"--kv-tiers {text!r}: an empty item (doubled, leading or trailing comma); "
+        raise ValueError(f"{flag} {text!r}: an empty item (doubled, leading or trailing comma); "
                          "expected e.g. hbm,dram,store")
-    _check_levels(tuple(x for x in levels if x), f"--kv-tiers {text!r}")
+    _check_levels(tuple(x for x in levels if x), f"{flag} {text!r}")
     return levels
 
 
@@ -76,19 +79,28 @@ class TierConfig:
         ValueError: on an invalid tier list, a non-positive capacity/bandwidth, or an unknown rule.
     """
 
-    levels: tuple[str, ...] = ("hbm",)
-    dram_capacity_bytes_per_node: float = 1.0e12
-    dram_bytes_per_s_per_gpu: float = 50e9
-    store_capacity_bytes: float = 8.0e12
-    store_bytes_per_s_per_node: float | None = None
-    store_lookup_latency_s: float = 0.0005
-    eviction: str = "lru"
-    prefetch: str = "routing"
-    prefetch_depth_requests: int = 2
-    layerwise: bool = False
-    layerwise_buffer_layers: int = 4
-    num_layers: int = 48
-    fetch_policy: str = "predicted"
+    levels: tuple[str, ...] = option(
+        ("hbm",), "KV tiers: hbm (GPU caches only), hbm,dram (host memory per node), hbm,dram,store (plus a "
+                  "pool-wide KV store)", flag="--kv-tiers", metavar="hbm[,dram][,store]", parse=parse_levels)
+    dram_capacity_bytes_per_node: float = option(1.0e12, "host DRAM per node for KV [GB], half of a 2 TB HGX node",
+                                                 flag="--dram-gb-per-node", scale=1e9)
+    dram_bytes_per_s_per_gpu: float = option(50e9, "host->GPU bandwidth per GPU [GB/s], PCIe Gen5 x16",
+                                             flag="--dram-gbps-per-gpu", scale=1e9)
+    store_capacity_bytes: float = option(8.0e12, "remote KV store capacity [GB]", flag="--store-gb", scale=1e9)
+    store_bytes_per_s_per_node: float | None = option(
+        None, "store read bandwidth into a node [GB/s] (default: the inter-node KV link, 25)", flag="--store-gbps-per-node",
+        scale=1e9)
+    store_lookup_latency_s: float = option(0.0005, "store metadata lookup latency [ms]", flag="--store-lookup-ms", scale=1e-3)
+    eviction: str = option("lru", "host-memory eviction rule", flag="--kv-eviction", choices=EVICTION_RULES)
+    prefetch: str = option("routing", "when a fetch starts: at routing or near the head of the worker's queue",
+                           flag="--kv-prefetch", choices=PREFETCH_MODES)
+    prefetch_depth_requests: int = option(2, "queue positions prefetched in queue-head mode", flag="--kv-prefetch-depth")
+    layerwise: bool = option(False, "layer-wise KV loading (compute overlaps the read of later layers)",
+                             flag="--kv-layerwise", negatable=False)
+    layerwise_buffer_layers: int = option(4, "layers per layer-wise loading chunk", flag="--kv-buffer-layers")
+    num_layers: int = option(48, "model layers for layer-wise loading (Qwen3-30B-A3B's by default)", flag="--kv-num-layers")
+    fetch_policy: str = option("predicted", "fetch or recompute: by predicted time, always fetch, never fetch",
+                               flag="--kv-fetch-policy", choices=FETCH_POLICIES)
 
     def __post_init__(self) -> None:
         _check_levels(tuple(self.levels), "kv_tiers.levels")
@@ -113,5 +125,6 @@ class TierConfig:
     def enabled(self) -> bool:
         """True when a tier below HBM is configured."""
         return len(self.levels) > 1
+
 
 __all__ = ["TierConfig", "parse_levels", "TIER_NAMES", "EVICTION_RULES", "PREFETCH_MODES", "FETCH_POLICIES"]
