@@ -189,8 +189,10 @@ def check_sim_flags(args: argparse.Namespace) -> None:
 
 
 def sim_config_from_args(args: argparse.Namespace, composition: str | None = None, **overrides) -> SimConfig:
-    """Builds the validated :class:`SimConfig` of the shared arguments; ``composition`` replaces
-    ``--pool-composition`` (required when the parser has no such flag).
+    """Builds the validated :class:`SimConfig` of the shared arguments (:func:`add_sim_arguments`:
+    the flags in their own units converted to the fields, a flag left out at the field default);
+    ``composition`` replaces ``--pool-composition`` (:class:`PoolConfig`'s default when neither is
+    given); ``overrides`` replace whole fields of the result.
 
     Raises:
         ValueError: naming the flag (:func:`check_sim_flags`), or from the config's own checks.

@@ -323,14 +323,14 @@ def _values(cls: type, args: argparse.Namespace, exclude: tuple[str, ...], prefi
     return kwargs
 
 
-def flag_defaults(cls: type, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+def flag_defaults(cls: type, exclude: tuple[str, ...] = (), _prefix: str = "") -> dict[str, Any]:
     """Flag dest -> parser default of every flag :func:`add_config_arguments` adds for ``cls``
-    (nested configs included), in the flags' own units and forms."""
+    (nested configs included; ``exclude`` as there), in the flags' own units and forms."""
     hints = typing.get_type_hints(cls)
     out: dict[str, Any] = {}
-    for f in _cli_fields(cls, exclude):
+    for f in _cli_fields(cls, exclude, _prefix):
         if f.metadata.get("nested"):
-            out.update(flag_defaults(hints[f.name]))
+            out.update(flag_defaults(hints[f.name], exclude, _prefix + f.name + "."))
         else:
             out[_dest(f)] = _parser_default(f, _default(f))
     return out
