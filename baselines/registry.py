@@ -28,7 +28,7 @@ from envs.planning.composition import workload_initial_pool
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig
 from envs.sim.router import LeastWorkRouter, Router
-from envs.sim.tiers import TierConfig
+from envs.sim.tier_config import TierConfig
 
 
 @dataclass(frozen=True)

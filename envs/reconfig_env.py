@@ -15,12 +15,12 @@ from gymnasium import spaces
 
 from envs.accounting import EpisodeAccounting
 from envs.episodes import PickleBeforeReset, check_env_arguments, nonempty_windows, reset_options
+from envs.fault_features import FAULT_OBSERVATION_FEATURES, fault_flags
 from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
 from envs.planning.composition import degree_counts, enumerate_compositions, pool_over_degrees
 from envs.planning.operations import composition_distance, operations_towards, projected_degree_counts
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, check_render_mode, discrete_action
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, WorkerState, Workload
-from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations
 from envs.workloads import build_workload
 
@@ -275,7 +275,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     over the pool's GPUs), whether the pool is (heading to) it and whether the last step chose it.
     With ``observe_faults=True`` the ``"faults"`` key ``(max_num_workers, 3)`` adds per worker slot
     the flags (down, degraded, rebuilding) in ``{0, 1}`` of ``PrefillRoutingEnv``
-    (:func:`envs.sim.faults.fault_flags`); absent by default.
+    (:func:`envs.fault_features.fault_flags`); absent by default.
 
     ## Rewards
 
@@ -404,7 +404,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         check_env_arguments(config, calibration, observe_faults=observe_faults, capacity_features=capacity_features,
                             history_features=history_features)
         self.render_mode = render_mode
-        self.observe_faults = bool(observe_faults)  # adds the "faults" key (envs.sim.faults.fault_flags)
+        self.observe_faults = bool(observe_faults)  # adds the "faults" key (envs.fault_features.fault_flags)
         # finite numbers: an infinite window ended every episode at reset with zero rates; an
         # infinite scale or penalty gave infinite rewards
         _check_number("window_s", window_s, 0.0, strict=True)

@@ -31,9 +31,9 @@ from envs.episodes import (  # noqa: F401  (re-exported: their historical import
     reset_options,
     split_windows,
 )
+from envs.fault_features import FAULT_OBSERVATION_FEATURES, fault_flags
 from envs.metrics.summary import measured_summary
 from envs.sim import PENDING, Calibration, PoolView, Request, SimConfig, Simulator, WorkerState, Workload
-from envs.sim.faults import FAULT_OBSERVATION_FEATURES, fault_flags
 
 #: Former name of :class:`envs.accounting.EpisodeAccounting` (kept importable from here).
 _Accounting = EpisodeAccounting
@@ -227,7 +227,7 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
     With ``observe_faults=True`` the ``"faults"`` key of shape ``(max_num_workers, 3)`` adds per
     worker slot the flags ``FAULT_OBSERVATION_FEATURES`` = (down, degraded, rebuilding) in
     ``{0, 1}``: a *detected* failure of the slot's first GPU, a straggler GPU, a REBUILDING worker
-    (:func:`envs.sim.faults.fault_flags`; all zeros without a fault model); absent by default.
+    (:func:`envs.fault_features.fault_flags`; all zeros without a fault model); absent by default.
 
     ## Rewards
 
@@ -347,7 +347,7 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
         check_render_mode(render_mode, self.metadata["render_modes"])
         check_env_arguments(config, calibration, observe_faults=observe_faults)
         self.render_mode = render_mode
-        self.observe_faults = bool(observe_faults)  # adds the "faults" key (envs.sim.faults.fault_flags)
+        self.observe_faults = bool(observe_faults)  # adds the "faults" key (envs.fault_features.fault_flags)
         self.windows = nonempty_windows(workloads if workloads is not None else default_routing_windows())
         self.config = config or SimConfig()
         self.calibration = calibration or Calibration.resolve(self.config.calibration_path)
@@ -646,7 +646,7 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
 
 def _fault_space(max_num_workers: int, observe_faults: bool) -> dict:
     """The optional ``"faults"`` observation entry: per worker slot (down, degraded, rebuilding)
-    flags in {0, 1} (``envs.sim.faults.fault_flags``); absent unless ``observe_faults``, so the
+    flags in {0, 1} (``envs.fault_features.fault_flags``); absent unless ``observe_faults``, so the
     default observation space (and checkpoints trained on it) is unchanged."""
     if not observe_faults:
         return {}

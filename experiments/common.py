@@ -9,12 +9,9 @@ import math
 import os
 from pathlib import Path
 
-from envs.sim import EngineConfig, LatencyConfig, PoolConfig, PredictionErrorConfig, SimConfig, SLOConfig, Workload
-from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
-from envs.sim.faults import load_fault_config
-from envs.sim.options import check_out_file, split_number_list
-from envs.sim.pool import DEFAULT_COMPOSITION
-from envs.sim.tiers import TierConfig, parse_levels
+from envs.sim import PoolConfig, SimConfig, SLOConfig, Workload
+from envs.sim.options import add_config_arguments, build_config, check_out_file, flag_defaults, split_number_list
+from envs.sim.tier_config import TierConfig, parse_levels
 from envs.workloads import WorkloadSource
 from envs.workloads.registry import WORKLOADS
 
@@ -52,89 +49,28 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None 
 
 
 def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition: bool = True,
-                      supported_degrees: str = "1,2,4,8", supported_degrees_note: str = "", horizon: bool = True) -> None:
-    """The shared pool and simulator flags (read by :func:`sim_config_from_args`); ``seed=False``
-    leaves out ``--seed`` for commands that draw simulator seeds themselves (training),
-    ``composition=False`` leaves out ``--pool-composition`` for commands that set the composition
-    of each run themselves (``cpgym dynamic``); ``supported_degrees`` is the command's default of
-    ``--supported-degrees`` (``supported_degrees_note`` says where it comes from in the help);
-    ``horizon=False`` hides ``--horizon-s`` from the help of a command that refuses it (it stays
-    parsed, so that the command can say why)."""
-    g = p.add_argument_group("pool and simulator")
-    g.add_argument("--pool-gpus", type=int, default=40, help="GPUs in the prefill pool (default 40, the paper's prefill pool)")
-    g.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per topology group (default 8)")
-    if composition:
-        # default None, read as DEFAULT_COMPOSITION by sim_config_from_args, so that a command can tell
-        # an unset flag (cpgym evaluate --kind reconfig: the checkpoint's training composition)
-        g.add_argument("--pool-composition", default=None,
-                       help="worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' (placements); "
-                            f"default {DEFAULT_COMPOSITION} (evaluate --kind reconfig: the checkpoint's training "
-                            "composition)")
-    g.add_argument("--supported-degrees", default=supported_degrees,
-                   help=f"CP degrees a worker may have (default {supported_degrees}{supported_degrees_note})")
-    g.add_argument("--calibration", metavar="FILE",
-                   help=f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})")
-    if seed:
-        g.add_argument("--seed", type=int, default=0, help="seed of the run (execution noise, randomised policies); default 0")
-    g.add_argument("--horizon-s", type=float,
-                   help="stop at this simulated time [s], a finite number > 0; unfinished requests count as SLO "
-                        "misses (default: run until every request finished)" if horizon else argparse.SUPPRESS)
-    g.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens,
-                   help="engine step token budget (default 16384)")
-    g.add_argument("--slo", default="scaled", metavar="SECONDS|scaled",
-                   help="TTFT SLO: a fixed number of seconds, or 'scaled' (default): "
-                        "max(1 s, slo-scale x isolated single-GPU TTFT)")
-    g.add_argument("--slo-scale", type=float, default=None,
-                   help=f"scale of the 'scaled' SLO rule (default {SLOConfig.slo_scale:g}; only with --slo scaled)")
-    g.add_argument("--prediction-bias", type=float, default=1.0, help="actual/predicted execution time factor (default 1.0)")
-    g.add_argument("--prediction-noise", type=float, default=0.0,
-                   help="log-normal sigma of actual/predicted per step (default 0)")
-    g.add_argument("--cache-capacity-scale", type=float, default=1.0,
-                   help="multiply every worker's prefix-cache capacity [blocks kept for reuse by later requests]; "
-                        "0 = no prefix reuse; >= 0; the KV memory a prompt's own computation gets, and so the longest "
-                        "servable prompt, is unchanged (default 1.0)")
-    g.add_argument("--first-decode-step-s", type=float, default=LatencyConfig.first_decode_step_s,
-                   help=f"first decode step added to TTFT [s] (default {LatencyConfig.first_decode_step_s:g})")
-    g.add_argument("--node-calibrations", metavar="FILE,FILE,...",
-                   help="heterogeneous pool: one calibration JSON per node, comma-separated ('' = --calibration), "
-                        "e.g. H20 and H20-3e nodes; default: every node uses --calibration")
-    g.add_argument("--faults", metavar="FILE",
-                   help="fault schedule (YAML/JSON: GPU/node failures, stragglers, KV link faults; "
-                        "envs/sim/faults.py); default none")
-    g.add_argument("--kv-handoff-gbps", type=float, default=LatencyConfig.kv_handoff_bandwidth_bytes_per_s / 1e9,
-                   help="prefill->decode KV hand-off bandwidth [GB/s] (default 25)")
-    add_tier_arguments(p)
+                      supported_degrees: tuple[int, ...] | None = None, supported_degrees_note: str = "",
+                      horizon: bool = True) -> None:
+    """The shared pool, simulator and KV-tier flags (read by :func:`sim_config_from_args`),
+    generated from the :class:`SimConfig` field metadata (``envs/sim/options.py``: each default
+    is the dataclass's). ``seed=False`` leaves out ``--seed`` for commands that
+    draw simulator seeds themselves (training), ``composition=False`` leaves out
+    ``--pool-composition`` for commands that set the composition of each run themselves
+    (``cpgym dynamic``); ``supported_degrees`` is the command's default of ``--supported-degrees``
+    (``None``: :class:`PoolConfig`'s; ``supported_degrees_note`` says where it comes from in the
+    help); ``horizon=False`` hides ``--horizon-s`` from the help of a command that refuses it (it
+    stays parsed, so that the command can say why)."""
+    exclude = (() if seed else ("seed",)) + (() if composition else ("pool.composition",))
+    defaults = {} if supported_degrees is None else {"pool.supported_degrees": tuple(supported_degrees)}
+    notes = {"pool.composition": "evaluate --kind reconfig: the checkpoint's training composition"} if composition else {}
+    if supported_degrees_note:
+        notes["pool.supported_degrees"] = supported_degrees_note
+    add_config_arguments(p, SimConfig, title=SIM_GROUP, exclude=exclude, defaults=defaults, notes=notes,
+                         hidden=() if horizon else ("horizon_s",))
 
 
-def add_tier_arguments(p: argparse.ArgumentParser) -> None:
-    """``--kv-tiers`` and its capacities/bandwidths (defaults and their sources: envs/sim/tiers.py)."""
-    d = TierConfig()
-    g = p.add_argument_group("KV tiers (off unless --kv-tiers names a tier below hbm; envs/sim/tiers.py)")
-    add = g.add_argument
-    add("--kv-tiers", default="hbm", metavar="hbm[,dram][,store]",
-        help="KV tiers: hbm (default, GPU caches only), hbm,dram (host memory per node), "
-             "hbm,dram,store (plus a pool-wide KV store)")
-    add("--dram-gb-per-node", type=float, default=d.dram_capacity_bytes_per_node / 1e9,
-        help="host DRAM per node for KV [GB] (default 1000: half of a 2 TB HGX node)")
-    add("--dram-gbps-per-gpu", type=float, default=d.dram_bytes_per_s_per_gpu / 1e9,
-        help="host->GPU bandwidth per GPU [GB/s] (default 50: PCIe Gen5 x16)")
-    add("--store-gb", type=float, default=d.store_capacity_bytes / 1e9, help="remote KV store capacity [GB] (default 8000)")
-    add("--store-gbps-per-node", type=float, default=None,
-        help="store read bandwidth into a node [GB/s] (default: the inter-node KV link, 25)")
-    add("--store-lookup-ms", type=float, default=d.store_lookup_latency_s * 1e3,
-        help="store metadata lookup latency [ms] (default 0.5)")
-    add("--kv-eviction", choices=("lru", "next-use"), default=d.eviction, help="host-memory eviction rule (default lru)")
-    add("--kv-prefetch", choices=("routing", "queue-head"), default=d.prefetch,
-        help="when a fetch starts: at routing (default) or near the head of the worker's queue")
-    add("--kv-prefetch-depth", type=int, default=d.prefetch_depth_requests,
-        help="queue positions prefetched in queue-head mode (default 2)")
-    add("--kv-layerwise", action="store_true", help="layer-wise KV loading (compute overlaps the read of later layers)")
-    add("--kv-buffer-layers", type=int, default=d.layerwise_buffer_layers,
-        help="layers per layer-wise loading chunk (default 4)")
-    add("--kv-num-layers", type=int, default=d.num_layers,
-        help="model layers for layer-wise loading (default 48, Qwen3-30B-A3B)")
-    add("--kv-fetch-policy", choices=("predicted", "always", "never"), default=d.fetch_policy,
-        help="fetch or recompute: by predicted time (default), always fetch, never fetch")
+#: ``--help`` title of the pool and simulator flags.
+SIM_GROUP = "pool and simulator"
 
 
 #: The ``--kv-*`` flags that configure a tier below HBM: flag dest -> the tier it needs (``None``:
@@ -154,18 +90,8 @@ TIER_FLAG_RANGES: dict[str, str] = {"dram_gb_per_node": "> 0", "dram_gbps_per_gp
                                     "store_gbps_per_node": "> 0", "store_lookup_ms": ">= 0"}
 
 
-def _tier_flag_defaults() -> dict:
-    """The parser default of each flag of :data:`TIER_FLAG_NEEDS` (as :func:`add_tier_arguments` sets them)."""
-    d = TierConfig()
-    return {"dram_gb_per_node": d.dram_capacity_bytes_per_node / 1e9, "dram_gbps_per_gpu": d.dram_bytes_per_s_per_gpu / 1e9,
-            "kv_eviction": d.eviction, "store_gb": d.store_capacity_bytes / 1e9, "store_gbps_per_node": None,
-            "store_lookup_ms": d.store_lookup_latency_s * 1e3, "kv_prefetch": d.prefetch,
-            "kv_prefetch_depth": d.prefetch_depth_requests, "kv_layerwise": False,
-            "kv_buffer_layers": d.layerwise_buffer_layers, "kv_num_layers": d.num_layers, "kv_fetch_policy": d.fetch_policy}
-
-
 def tier_config_from_args(args: argparse.Namespace):
-    """The :class:`envs.sim.tiers.TierConfig` of the ``--kv-*`` arguments (the default, tiers
+    """The :class:`envs.sim.tier_config.TierConfig` of the ``--kv-*`` arguments (the default, tiers
     off, when ``--kv-tiers`` is ``hbm``).
 
     Raises:
@@ -174,7 +100,7 @@ def tier_config_from_args(args: argparse.Namespace):
             latency flag out of range (naming the flag in its own units).
     """
     levels = parse_levels(getattr(args, "kv_tiers", "hbm"))
-    defaults = _tier_flag_defaults()
+    defaults = flag_defaults(TierConfig)
     for dest, needs in TIER_FLAG_NEEDS.items():
         if not hasattr(args, dest) or getattr(args, dest) == defaults[dest]:
             continue
@@ -197,14 +123,7 @@ def tier_config_from_args(args: argparse.Namespace):
         v = getattr(args, dest)
         if v is not None and not (math.isfinite(v) and (v > 0 if lowest == "> 0" else v >= 0)):
             raise ValueError(f"--{dest.replace('_', '-')} must be a finite number {lowest}, got {v!r}")
-    store_gbps = args.store_gbps_per_node
-    return TierConfig(
-        levels=levels, dram_capacity_bytes_per_node=args.dram_gb_per_node * 1e9,
-        dram_bytes_per_s_per_gpu=args.dram_gbps_per_gpu * 1e9, store_capacity_bytes=args.store_gb * 1e9,
-        store_bytes_per_s_per_node=None if store_gbps is None else store_gbps * 1e9,
-        store_lookup_latency_s=args.store_lookup_ms / 1e3, eviction=args.kv_eviction, prefetch=args.kv_prefetch,
-        prefetch_depth_requests=args.kv_prefetch_depth, layerwise=args.kv_layerwise,
-        layerwise_buffer_layers=args.kv_buffer_layers, num_layers=args.kv_num_layers, fetch_policy=args.kv_fetch_policy)
+    return build_config(TierConfig, args)
 
 
 def parse_list(text: str, flag: str, kind: type = float, positive: bool = False) -> list:
@@ -272,15 +191,17 @@ def check_sim_flags(args: argparse.Namespace) -> None:
 
 
 def sim_config_from_args(args: argparse.Namespace, composition: str | None = None, **overrides) -> SimConfig:
-    """Builds the validated :class:`SimConfig` of the shared arguments; ``composition`` replaces
-    ``--pool-composition`` (required when the parser has no such flag).
+    """Builds the validated :class:`SimConfig` of the shared arguments (:func:`add_sim_arguments`:
+    the flags in their own units converted to the fields, a flag left out at the field default);
+    ``composition`` replaces ``--pool-composition`` (:class:`PoolConfig`'s default when neither is
+    given); ``overrides`` replace whole fields of the result.
 
     Raises:
         ValueError: naming the flag (:func:`check_sim_flags`), or from the config's own checks.
     """
     check_sim_flags(args)
     if args.slo == "scaled":
-        slo = SLOConfig(kind="scaled", slo_scale=SLOConfig.slo_scale if args.slo_scale is None else args.slo_scale)
+        slo = SLOConfig(kind="scaled", **({} if args.slo_scale is None else {"slo_scale": args.slo_scale}))
     else:
         try:
             seconds = float(args.slo)
@@ -289,27 +210,11 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
         if args.slo_scale is not None:
             raise ValueError(f"--slo-scale applies to --slo scaled only; with a fixed --slo {args.slo} drop it")
         slo = SLOConfig(kind="fixed", ttft_slo_s=seconds)
-    degrees = tuple(parse_list(args.supported_degrees, '--supported-degrees', int))
-    if any(d < 1 or d & (d - 1) for d in degrees):  # PoolConfig's own error names its field pool.supported_degrees
-        raise ValueError(f"--supported-degrees must be powers of two >= 1 (CP degrees), got {args.supported_degrees!r}")
-    cfg = SimConfig(
-        pool=PoolConfig(num_gpus=args.pool_gpus, gpus_per_node=args.gpus_per_node,
-                        composition=(composition if composition is not None
-                                     else DEFAULT_COMPOSITION if args.pool_composition is None else args.pool_composition),
-                        supported_degrees=degrees),
-        engine=EngineConfig(max_batch_tokens=args.max_batch_tokens),
-        latency=LatencyConfig(kv_handoff_bandwidth_bytes_per_s=args.kv_handoff_gbps * 1e9,
-                              first_decode_step_s=args.first_decode_step_s),
-        prediction_error=PredictionErrorConfig(bias=args.prediction_bias, noise_sigma=args.prediction_noise),
-        slo=slo,
-        calibration_path=args.calibration,
-        seed=getattr(args, "seed", 0),
-        horizon_s=args.horizon_s,
-        cache_capacity_scale=args.cache_capacity_scale,
-        kv_tiers=tier_config_from_args(args),
-        faults=_faults_from_args(args),
-        node_calibration_paths=_node_calibrations_from_args(args),
-    )
+    given = {} if composition is None else {"composition": composition}  # else --pool-composition (PoolConfig's if left out)
+    pool = build_config(PoolConfig, args, exclude=("composition",) if given or not hasattr(args, "pool_composition") else (),
+                        **given)
+    cfg = build_config(SimConfig, args, exclude=() if hasattr(args, "seed") else ("seed",), pool=pool, slo=slo,
+                       kv_tiers=tier_config_from_args(args))
     if overrides:
         from dataclasses import replace
 
@@ -320,14 +225,6 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
 def _node_calibrations_from_args(args: argparse.Namespace) -> tuple[str, ...]:
     text = getattr(args, "node_calibrations", None)
     return tuple(p.strip() for p in text.split(",")) if text else ()
-
-
-def _faults_from_args(args: argparse.Namespace):
-    path = getattr(args, "faults", None)
-    if not path:
-        return None
-
-    return load_fault_config(path)
 
 
 def workload_source_from_args(args: argparse.Namespace, default_workload: str | None = None,

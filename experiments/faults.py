@@ -2,7 +2,7 @@
 
 A spec (YAML, ``experiments/specs/faults/conversation.yaml``) names a trace window, a load as a
 fraction of capacity, the policies and the fault scenarios (fault schedule files,
-``envs/sim/faults.py``). :func:`run_fault_experiment`:
+``envs/sim/fault_config.py``). :func:`run_fault_experiment`:
 
 1. estimates the capacity of ``capacity_policy`` on the window (:func:`estimate_capacity_rps`):
    bisection over the target rate; a rate is *sustainable* when the backlog drains — the last
@@ -24,7 +24,7 @@ import numpy as np
 from baselines.registry import get_policy
 from baselines.runner import run_policy
 from envs.metrics import summarize
-from envs.sim.faults import load_fault_config
+from envs.sim.fault_config import load_fault_config
 from envs.sim.yaml_keys import check_unique_keys, compose, load
 from envs.workloads import default_traces_dir, load_trace, scale_to_rate, window
 from policies.common.checkpoint import LearnedPolicy, checkpoint_path, resolve_checkpoint

@@ -29,7 +29,7 @@ from envs import workloads
 from envs.metrics import summarize
 from envs.provenance import write_provenance
 from envs.sim import SimConfig, Workload
-from envs.sim.tiers import TierConfig
+from envs.sim.tier_config import TierConfig
 from experiments.common import dumps_json
 
 TIER_VARIANTS: dict[str, tuple[str, ...]] = {"hbm": ("hbm",), "hbm,dram": ("hbm", "dram"),

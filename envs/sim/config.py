@@ -2,6 +2,9 @@
 
 Every field has a unit in its name and a documented default with its rationale. A
 :class:`SimConfig` plus a workload and a policy fully determine a run (with ``seed``).
+
+The fields' ``option`` metadata (``envs/sim/options.py``) makes the simulator, pool and KV-tier
+flags of the CLI (``experiments.common.add_sim_arguments``): each default is defined here once.
 """
 
 from __future__ import annotations
@@ -9,10 +12,13 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass, field
 
-from envs.sim.faults import FaultConfig, is_finite_number
+from envs.sim.checks import is_finite_number
+from envs.sim.cost_model import DEFAULT_CALIBRATION, DEFAULT_CALIBRATION_DESCRIPTION
+from envs.sim.fault_config import FaultConfig, load_fault_config
 from envs.sim.links import LinkConfig
+from envs.sim.options import nested, option
 from envs.sim.pool import PoolConfig
-from envs.sim.tiers import TierConfig
+from envs.sim.tier_config import TierConfig
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -49,8 +55,8 @@ class EngineConfig:
         max_batch_requests: at most this many requests per step.
     """
 
-    max_batch_tokens: int = 16384
-    max_batch_requests: int = 64
+    max_batch_tokens: int = option(16384, "engine step token budget [new tokens]")
+    max_batch_requests: int = field(default=64, metadata={"cli": False})
 
     def __post_init__(self) -> None:
         # integers: 1.5 and inf were accepted, a string failed inside a comparison
@@ -69,8 +75,9 @@ class LatencyConfig:
             30 ms is a typical decode iteration of a 30B-class MoE model at moderate batch.
     """
 
-    kv_handoff_bandwidth_bytes_per_s: float = 25e9
-    first_decode_step_s: float = 0.030
+    kv_handoff_bandwidth_bytes_per_s: float = option(25e9, "prefill->decode KV hand-off bandwidth [GB/s]",
+                                                     flag="--kv-handoff-gbps", scale=1e9)
+    first_decode_step_s: float = option(0.030, "first decode step added to TTFT [s]")
 
     def __post_init__(self) -> None:
         _check(is_finite_number(self.kv_handoff_bandwidth_bytes_per_s) and self.kv_handoff_bandwidth_bytes_per_s > 0,
@@ -90,9 +97,9 @@ class PredictionErrorConfig:
     communication that the fitted model under-predicts by 15%.
     """
 
-    bias: float = 1.0
-    noise_sigma: float = 0.0
-    degree_bias: tuple[tuple[int, float], ...] = ()
+    bias: float = option(1.0, "actual/predicted execution time factor", flag="--prediction-bias")
+    noise_sigma: float = option(0.0, "log-normal sigma of actual/predicted per step", flag="--prediction-noise")
+    degree_bias: tuple[tuple[int, float], ...] = field(default=(), metadata={"cli": False})
 
     def __post_init__(self) -> None:
         _check(is_finite_number(self.bias) and self.bias > 0,
@@ -119,6 +126,10 @@ class PredictionErrorConfig:
         return self.bias * dict(self.degree_bias).get(degree, 1.0)
 
 
+#: Default floor of the 'scaled' SLO rule [s] (:class:`SLOConfig`; named in its ``--slo`` help).
+_MIN_TTFT_SLO_S = 1.0
+
+
 @dataclass(frozen=True)
 class SLOConfig:
     """TTFT SLO per request.
@@ -137,10 +148,14 @@ class SLOConfig:
       at an interactive bound rather than a few hundred milliseconds.
     """
 
-    kind: str = "scaled"
-    ttft_slo_s: float = 5.0
-    slo_scale: float = 3.0
-    min_ttft_slo_s: float = 1.0
+    # --slo SECONDS|scaled sets kind and, with SECONDS, ttft_slo_s (experiments.common.sim_config_from_args)
+    kind: str = option("scaled", "TTFT SLO: a fixed number of seconds, or 'scaled': "
+                                 f"max({_MIN_TTFT_SLO_S:g} s, slo-scale x isolated single-GPU TTFT)",
+                       flag="--slo", metavar="SECONDS|scaled")
+    ttft_slo_s: float = field(default=5.0, metadata={"cli": False})
+    # unset: given with a fixed --slo it is an error (it would have no effect)
+    slo_scale: float = option(3.0, "scale of the 'scaled' SLO rule, only with --slo scaled", unset=True)
+    min_ttft_slo_s: float = field(default=_MIN_TTFT_SLO_S, metadata={"cli": False})
 
     def __post_init__(self) -> None:
         _check(self.kind in ("fixed", "scaled"), f"slo.kind must be 'fixed' or 'scaled', got {self.kind!r}")
@@ -150,6 +165,10 @@ class SLOConfig:
                f"slo.slo_scale must be a finite number > 0, got {self.slo_scale!r}")
         _check(is_finite_number(self.min_ttft_slo_s) and self.min_ttft_slo_s >= 0,
                f"slo.min_ttft_slo_s must be a finite number >= 0, got {self.min_ttft_slo_s!r}")
+
+
+#: ``--help`` title of the KV tier flags (:attr:`SimConfig.kv_tiers`).
+KV_TIERS_GROUP = "KV tiers (off unless --kv-tiers names a tier below hbm; envs/sim/tier_config.py)"
 
 
 @dataclass(frozen=True)
@@ -164,7 +183,7 @@ class SimConfig:
         slo: TTFT SLO rule.
         links: KV-transfer link bandwidths (replication, reconciliation).
         kv_tiers: KV tiers below HBM (host DRAM per node, remote store) and the fetch path;
-            off by default (``envs/sim/tiers.py``).
+            off by default (``envs/sim/tier_config.py``).
         cache_capacity_scale: multiplies every worker's prefix-cache capacity (the blocks kept
             for reuse; an ablation knob: e.g. 0.5 for a smaller HBM share, >1 to emulate a
             host-memory cache tier, 0 = no prefix reuse); the KV capacity a prompt's own
@@ -175,7 +194,7 @@ class SimConfig:
         horizon_s: stop simulating at this time [s]; ``None`` runs until every request finished.
             Requests unfinished at the horizon count as SLO misses.
         record_events: keep the ``(name, time_s)`` event trace (tests, debugging).
-        faults: fault model (``envs/sim/faults.py``); ``None`` (default) = no faults.
+        faults: fault model (``envs/sim/fault_config.py``); ``None`` (default) = no faults.
         node_calibration_paths: heterogeneous pool: one calibration JSON per node (``""`` = the
             run's calibration), e.g. H20 and H20-3e nodes. Each worker's cost model, KV capacity
             and prompt limit come from its node's calibration, and routers see each worker's own
@@ -184,20 +203,31 @@ class SimConfig:
             so every policy is judged against the same SLOs. Empty (default): homogeneous.
     """
 
-    pool: PoolConfig = field(default_factory=PoolConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    latency: LatencyConfig = field(default_factory=LatencyConfig)
-    prediction_error: PredictionErrorConfig = field(default_factory=PredictionErrorConfig)
-    slo: SLOConfig = field(default_factory=SLOConfig)
-    links: LinkConfig = field(default_factory=LinkConfig)
-    kv_tiers: TierConfig = field(default_factory=TierConfig)
-    cache_capacity_scale: float = 1.0
-    calibration_path: str | None = None
-    seed: int = 0
-    horizon_s: float | None = None
-    record_events: bool = False
-    faults: FaultConfig | None = None
-    node_calibration_paths: tuple[str, ...] = ()
+    pool: PoolConfig = nested(PoolConfig)
+    engine: EngineConfig = nested(EngineConfig)
+    latency: LatencyConfig = nested(LatencyConfig)
+    prediction_error: PredictionErrorConfig = nested(PredictionErrorConfig)
+    slo: SLOConfig = nested(SLOConfig)
+    links: LinkConfig = nested(LinkConfig, cli=False)
+    kv_tiers: TierConfig = nested(TierConfig, group=KV_TIERS_GROUP)
+    cache_capacity_scale: float = option(
+        1.0, "multiply every worker's prefix-cache capacity [blocks kept for reuse by later requests]; 0 = no prefix "
+             "reuse; >= 0; the KV memory a prompt's own computation gets, and so the longest servable prompt, is unchanged")
+    calibration_path: str | None = option(
+        None, f"calibration JSON (default: shipped {DEFAULT_CALIBRATION}, {DEFAULT_CALIBRATION_DESCRIPTION})",
+        flag="--calibration", metavar="FILE")
+    seed: int = option(0, "seed of the run (execution noise, randomised policies)")
+    horizon_s: float | None = option(
+        None, "stop at this simulated time [s], a finite number > 0; unfinished requests count as SLO misses "
+              "(default: run until every request finished)")
+    record_events: bool = field(default=False, metadata={"cli": False})
+    faults: FaultConfig | None = option(
+        None, "fault schedule (YAML/JSON: GPU/node failures, stragglers, KV link faults; envs/sim/fault_config.py); "
+              "default none", metavar="FILE", parse=lambda text, flag: load_fault_config(text) if text else None)
+    node_calibration_paths: tuple[str, ...] = option(
+        (), "heterogeneous pool: one calibration JSON per node, comma-separated ('' = --calibration), e.g. H20 and "
+            "H20-3e nodes; default: every node uses --calibration", flag="--node-calibrations", metavar="FILE,FILE,...",
+        parse=lambda text, flag: tuple(p.strip() for p in text.split(",")), unset=True)
 
     def __post_init__(self) -> None:
         # the sub-configs by type: a dict (engine={...}) was accepted and failed mid-run

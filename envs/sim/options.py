@@ -8,7 +8,18 @@ A field becomes ``--field-name`` with the field's type and default. Field metada
 * ``choices``: allowed values;
 * ``metavar``: the value's placeholder in ``--help``;
 * ``required``: ``True`` for a flag that must be given (its default is not shown);
-* ``cli``: ``False`` to leave the field out of the CLI (set from other flags, or API only).
+* ``cli``: ``False`` to leave the field out of the CLI (set from other flags, or API only);
+* ``scale``: the flag is in other units: field value = flag value x ``scale`` (a power of ten,
+  e.g. ``1e9`` for a ``[GB]`` flag of a bytes field, ``1e-3`` for ``[ms]`` of seconds); the
+  default shown and used is the field default / ``scale``;
+* ``parse``: ``parse(text, flag) -> value``: the flag is text (the parsed namespace keeps it) and
+  ``parse`` turns it into the field value when the config is built (e.g. ``"hbm,dram"`` -> a
+  tuple); its default is the text of the field default (``",".join`` of a tuple);
+* ``unset``: ``True`` for a flag whose parser default is ``None`` ("not given": the field keeps
+  its dataclass default, and a command can tell that the flag was left out);
+* ``negatable``: ``False`` for a ``bool`` flag that is ``--flag`` alone (``store_true``);
+* ``nested`` (set by :func:`nested`): the field is a config dataclass whose own CLI fields
+  become flags too (in the argument group ``group``, if given).
 
 Supported types: ``int``, ``float``, ``str``, ``bool`` (``--flag/--no-flag``), ``X | None`` of
 those, ``tuple[int, ...]`` / ``tuple[float, ...]`` (comma-separated) and ``tuple[float, float]``
@@ -26,8 +37,8 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["add_config_arguments", "check_out_dir", "check_out_file", "config_from_args", "config_flags", "error_text",
-           "is_int", "is_number", "split_number_list", "type_name"]
+__all__ = ["add_config_arguments", "build_config", "check_out_dir", "check_out_file", "config_from_args", "config_flags",
+           "error_text", "flag_defaults", "is_int", "is_number", "nested", "option", "split_number_list", "type_name"]
 
 
 def option(default: Any, help: str, **meta: Any) -> Any:
@@ -42,6 +53,13 @@ def option(default: Any, help: str, **meta: Any) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
+def nested(cls: type, group: str | None = None, cli: bool = True) -> Any:
+    """A config dataclass field holding another config dataclass (default ``cls()``) whose CLI fields
+    become flags as well (in the argument group titled ``group``, else the parent's group);
+    ``cli=False`` leaves them all out."""
+    return dataclasses.field(default_factory=cls, metadata={"nested": True, "group": group, "cli": cli})
+
+
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
@@ -50,8 +68,8 @@ def _dest(f: dataclasses.Field) -> str:
     return _flag(f).lstrip("-").replace("-", "_")
 
 
-def _cli_fields(cls: type, exclude: tuple[str, ...]) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True) and f.name not in exclude]
+def _cli_fields(cls: type, exclude: tuple[str, ...], prefix: str = "") -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True) and prefix + f.name not in exclude]
 
 
 def _unwrap_optional(tp: Any) -> Any:
@@ -126,8 +144,14 @@ class _CommaList:
 
 def _type_kwargs(cls: type, f: dataclasses.Field, tp: Any) -> dict[str, Any]:
     tp = _unwrap_optional(tp)
+    if "parse" in f.metadata:
+        return {"type": str}
+    if "scale" in f.metadata:
+        if tp is not float:
+            raise TypeError(f"{cls.__name__}.{f.name}: 'scale' needs a float field, got {tp!r}")
+        return {"type": float}
     if tp is bool:
-        return {"action": argparse.BooleanOptionalAction}
+        return {"action": "store_true" if f.metadata.get("negatable", True) is False else argparse.BooleanOptionalAction}
     if tp in (int, float, str):
         return {"type": tp}
     if typing.get_origin(tp) is tuple:
@@ -147,45 +171,99 @@ def _default(f: dataclasses.Field) -> Any:
     return None
 
 
+def _to_field(v: float, scale: float) -> float:
+    """A flag value in the flag's units -> the field's (``v * scale``; ``v / 1000`` for 1e-3, so
+    that the result is the one a division by the power of ten gives)."""
+    return v * scale if scale >= 1 else v / round(1 / scale)
+
+
+def _to_flag(v: float, scale: float) -> float:
+    return v / scale if scale >= 1 else v * round(1 / scale)
+
+
+def _text(v: Any) -> str | None:
+    """The flag text of a field value (the default of a ``parse`` flag)."""
+    if v is None:
+        return None
+    return ",".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+
+
+def _parser_default(f: dataclasses.Field, default: Any) -> Any:
+    """The parser default of the flag of ``f`` whose field default is ``default`` (``None`` for
+    an ``unset`` flag)."""
+    return None if f.metadata.get("unset") else _flag_form(f, default)
+
+
+def _flag_form(f: dataclasses.Field, default: Any) -> Any:
+    """The field value ``default`` as the flag of ``f`` reads it (its text, its units)."""
+    if "parse" in f.metadata:
+        return _text(default)
+    if "scale" in f.metadata and default is not None:
+        return _to_flag(default, f.metadata["scale"])
+    return default
+
+
 def _show(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:  # 25.0 GB/s reads as 25
+        return str(int(v))
     if isinstance(v, tuple):
         return ",".join(str(x) for x in v) or "none"
     return "none" if v is None else str(v)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, title: str | None = None,
-                         exclude: tuple[str, ...] = (), defaults: dict[str, Any] | None = None) -> None:
-    """Adds one flag per CLI field of the dataclass ``cls`` (see the module docstring).
+                         exclude: tuple[str, ...] = (), defaults: dict[str, Any] | None = None,
+                         notes: dict[str, str] | None = None, hidden: tuple[str, ...] = ()) -> None:
+    """Adds one flag per CLI field of the dataclass ``cls`` (see the module docstring), and those
+    of its :func:`nested` config fields, in field order.
 
     Args:
         parser: parser (or sub-parser) to extend.
         cls: the config dataclass.
         title: argument-group title in ``--help`` (``None``: no group).
-        exclude: field names to leave out (the caller fills them in :func:`config_from_args`).
-        defaults: field name -> default shown and used instead of the dataclass default.
+        exclude: fields to leave out (the caller fills them in :func:`config_from_args`); a field
+            of a nested config by its dotted path (``"pool.composition"``).
+        defaults: field (dotted path) -> default shown and used instead of the dataclass default.
+        notes: field (dotted path) -> a note appended to the default in the help text
+            (``(default: 2,4; the paper's degrees)``).
+        hidden: fields (dotted paths) whose flags are parsed but left out of ``--help``.
 
     Raises:
         TypeError: when a CLI field has no ``help`` metadata or an unsupported type.
     """
-    hints = typing.get_type_hints(cls)
     target = parser.add_argument_group(title) if title else parser
-    defaults = defaults or {}
-    for f in _cli_fields(cls, exclude):
+    _add_fields(parser, target, cls, "", exclude, defaults or {}, notes or {}, hidden)
+
+
+def _add_fields(parser: argparse.ArgumentParser, target, cls: type, prefix: str, exclude: tuple[str, ...],
+                defaults: dict[str, Any], notes: dict[str, str], hidden: tuple[str, ...]) -> None:
+    hints = typing.get_type_hints(cls)
+    for f in _cli_fields(cls, exclude, prefix):
+        path = prefix + f.name
+        if f.metadata.get("nested"):
+            group = parser.add_argument_group(f.metadata["group"]) if f.metadata.get("group") else target
+            _add_fields(parser, group, hints[f.name], path + ".", exclude, defaults, notes, hidden)
+            continue
         if "help" not in f.metadata:
             raise TypeError(f"{cls.__name__}.{f.name} has no help text (field metadata 'help')")
         kw = _type_kwargs(cls, f, hints[f.name])
-        default = defaults.get(f.name, _default(f))
+        field_default = defaults.get(path, _default(f))
+        default = _parser_default(f, field_default)
         for key in ("choices", "metavar"):
             if key in f.metadata:
                 kw[key] = f.metadata[key]
+        note = f"; {notes[path]}" if path in notes else ""
         if f.metadata.get("required"):
             kw["required"] = True
             help_text = f.metadata["help"]
-        elif _STATES_DEFAULT.search(f.metadata["help"]):  # "(default: LookaheadConfig's)": not again as "(default: none)"
-            help_text = f.metadata["help"]
+        elif _STATES_DEFAULT.search(f.metadata["help"]) or kw.get("action") == "store_true":
+            help_text = f.metadata["help"]  # "(default: LookaheadConfig's)": not again as "(default: none)"; off unless given
         else:
-            help_text = f"{f.metadata['help']} (default: {_show(default)})"
-        target.add_argument(_flag(f), dest=_dest(f), default=default, help=help_text.replace("%", "%%"), **kw)
+            help_text = f"{f.metadata['help']} (default: {_show(_flag_form(f, field_default))}{note})"
+        if kw.get("action") == "store_true":
+            default = bool(default)
+        target.add_argument(_flag(f), dest=_dest(f), default=default,
+                            help=argparse.SUPPRESS if path in hidden else help_text.replace("%", "%%"), **kw)
 
 
 #: A help text that already says what its default means: ``(default ...`` or ``; default ...``.
@@ -194,17 +272,14 @@ _STATES_DEFAULT = re.compile(r"\(default\b|;\s*default\b")
 
 def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ...] = (), **values: Any):
     """Builds ``cls`` from the flags :func:`add_config_arguments` added, plus ``values`` for the
-    excluded / non-CLI fields.
+    excluded / non-CLI fields (:func:`build_config`).
 
     Raises:
         ValueError: what ``cls.__post_init__`` raises, with the flags of the fields it names
             appended (``... window_s must be > 0, got 0 (--episode-window-s)``).
     """
-    kwargs = {f.name: getattr(args, _dest(f)) for f in _cli_fields(cls, exclude)}
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}  # nargs=2 -> tuple
-    kwargs.update(values)
     try:
-        return cls(**kwargs)
+        return build_config(cls, args, exclude, **values)
     except ValueError as exc:
         named = with_flags(cls, exc, exclude)
         if named is exc:
@@ -212,11 +287,60 @@ def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ..
         raise named from None
 
 
+def build_config(cls: type, args: argparse.Namespace, exclude: tuple[str, ...] = (), **values: Any):
+    """``cls`` built from the flags :func:`add_config_arguments` added (converted: ``scale``,
+    ``parse``; an ``unset`` flag left out keeps the field default; a :func:`nested` config is
+    built from its own flags), plus ``values`` for the excluded / non-CLI fields or in place of a
+    nested config. The flags of a nested config's excluded fields (dotted paths) must come in
+    ``values`` as the whole nested config.
+
+    Raises:
+        ValueError: what a ``parse`` function or a ``__post_init__`` raises, as it is.
+    """
+    return cls(**_values(cls, args, exclude, "", values))
+
+
+def _values(cls: type, args: argparse.Namespace, exclude: tuple[str, ...], prefix: str,
+            values: dict[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls) if any(f.metadata.get("nested") for f in dataclasses.fields(cls)) else {}
+    kwargs: dict[str, Any] = {}
+    for f in _cli_fields(cls, exclude, prefix):
+        if f.name in values:
+            continue
+        if f.metadata.get("nested"):
+            sub = hints[f.name]
+            kwargs[f.name] = sub(**_values(sub, args, exclude, prefix + f.name + ".", {}))
+            continue
+        v = getattr(args, _dest(f))
+        if v is None and f.metadata.get("unset"):
+            continue  # not given: the dataclass default
+        if v is not None and "parse" in f.metadata:
+            v = f.metadata["parse"](v, _flag(f))
+        elif v is not None and "scale" in f.metadata:
+            v = _to_field(v, f.metadata["scale"])
+        kwargs[f.name] = tuple(v) if isinstance(v, list) else v  # nargs=2 -> tuple
+    kwargs.update(values)
+    return kwargs
+
+
+def flag_defaults(cls: type, exclude: tuple[str, ...] = (), _prefix: str = "") -> dict[str, Any]:
+    """Flag dest -> parser default of every flag :func:`add_config_arguments` adds for ``cls``
+    (nested configs included; ``exclude`` as there), in the flags' own units and forms."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in _cli_fields(cls, exclude, _prefix):
+        if f.metadata.get("nested"):
+            out.update(flag_defaults(hints[f.name], exclude, _prefix + f.name + "."))
+        else:
+            out[_dest(f)] = _parser_default(f, _default(f))
+    return out
+
+
 def with_flags(cls: type, exc: ValueError, exclude: tuple[str, ...] = ()) -> ValueError:
     """``exc`` with the flags of the fields of ``cls`` that its message names appended (as
     :func:`config_from_args` does), for checks of a built config that run later (e.g. against
     the pool); ``exc`` itself when it names none."""
-    flags = _flags_named_in(str(exc), _cli_fields(cls, exclude))
+    flags = _flags_named_in(str(exc), [f for f in _cli_fields(cls, exclude) if not f.metadata.get("nested")])
     return ValueError(f"{exc} ({', '.join(flags)})") if flags else exc
 
 
@@ -232,8 +356,8 @@ def _flags_named_in(message: str, cli_fields: list[dataclasses.Field]) -> list[s
 
 
 def config_flags(cls: type, exclude: tuple[str, ...] = ()) -> dict[str, str]:
-    """Field name -> flag of every CLI field (for docs and tests)."""
-    return {f.name: _flag(f) for f in _cli_fields(cls, exclude)}
+    """Field name -> flag of every CLI field (for docs and tests); nested configs are left out."""
+    return {f.name: _flag(f) for f in _cli_fields(cls, exclude) if not f.metadata.get("nested")}
 
 
 def check_out_dir(path: str | os.PathLike | None, flag: str = "--out") -> None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from envs.sim.options import option, split_number_list
 
 # Paper §9: 40 of the 64 H20-3e GPUs form the prefill pool, 8 GPUs per node; Qwen3 uses CP {2, 4},
 # DeepSeek {4, 8} (its weights are sharded over a group of GPUs: PoolConfig.check_weight_shard).
@@ -30,6 +32,21 @@ DEFAULT_COMPOSITION = "cp4x6,cp2x8"
 
 _COUNT_RE = re.compile(r"^cp(\d+)x(\d+)$")
 _PLACE_RE = re.compile(r"^cp(\d+)@(\d+)$")
+
+
+def parse_degrees(text: str, flag: str = "--supported-degrees") -> tuple[int, ...]:
+    """``"2,4"`` -> ``(2, 4)``: the CP degrees given with ``flag``.
+
+    Raises:
+        ValueError: naming ``flag``, unless ``text`` is a comma-separated list of powers of two >= 1.
+    """
+    try:
+        degrees = split_number_list(text, int)
+    except ValueError as exc:
+        raise ValueError(f"{flag} {exc}") from None
+    if any(d < 1 or d & (d - 1) for d in degrees):  # PoolConfig's own error names its field pool.supported_degrees
+        raise ValueError(f"{flag} must be powers of two >= 1 (CP degrees), got {text!r}")
+    return tuple(degrees)
 
 
 @dataclass(frozen=True)
@@ -49,12 +66,14 @@ class PoolConfig:
             crossing a node, or a composition whose GPU count differs from ``num_gpus``.
     """
 
-    num_gpus: int = 40
-    gpus_per_node: int = 8
-    composition: str = DEFAULT_COMPOSITION
-    supported_degrees: tuple[int, ...] = (1, 2, 4, 8)
-    allow_cross_node: bool = False
-    gpu_type: str = "H20-3e"
+    num_gpus: int = option(40, "GPUs in the prefill pool (as in the paper's §9 pool)", flag="--pool-gpus")
+    gpus_per_node: int = option(8, "GPUs per topology group")
+    # unset: a command can tell a composition left out (evaluate --kind reconfig: the checkpoint's)
+    composition: str = option(DEFAULT_COMPOSITION, "worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' "
+                                                   "(placements)", flag="--pool-composition", unset=True)
+    supported_degrees: tuple[int, ...] = option((1, 2, 4, 8), "CP degrees a worker may have", parse=parse_degrees)
+    allow_cross_node: bool = field(default=False, metadata={"cli": False})
+    gpu_type: str = field(default="H20-3e", metadata={"cli": False})
 
     def __post_init__(self) -> None:
         # integers (numpy ones included, stored as int): a string failed inside a comparison, 40.5

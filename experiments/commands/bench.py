@@ -11,7 +11,7 @@ import argparse
 from baselines.registry import get_policy
 from baselines.runner import run_policy
 from envs.sim.options import split_name_list
-from envs.sim.tiers import TierConfig
+from envs.sim.tier_config import TierConfig
 from envs.workloads import default_traces_dir
 from experiments.common import add_sim_arguments, add_workload_arguments, dumps_json, sim_config_from_args, workload_from_args
 

@@ -39,13 +39,13 @@ from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-ex
 #: The most fixed compositions ``--compositions all`` runs unless ``--max-compositions`` is raised.
 MAX_COMPOSITIONS = 32
 #: The paper's CP degrees for the dynamic test (Qwen3, paper §9): the command's default.
-PAPER_SUPPORTED_DEGREES = "2,4"
+PAPER_SUPPORTED_DEGREES = (2, 4)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, DynamicPhasesConfig, title="workload (phases generator), controller and compared compositions")
     add_sim_arguments(p, composition=False,  # each run sets its own composition
-                      supported_degrees=PAPER_SUPPORTED_DEGREES, supported_degrees_note=": the paper's §9 run, Qwen3")
+                      supported_degrees=PAPER_SUPPORTED_DEGREES, supported_degrees_note="the paper's §9 run, Qwen3")
     p.add_argument("--max-compositions", type=int, default=MAX_COMPOSITIONS,
                    help=f"refuse --compositions all when the supported degrees give more fixed compositions than this "
                         f"(default {MAX_COMPOSITIONS}; each is one full simulation)")
@@ -121,8 +121,8 @@ def check_composition_count(cfg, base, max_compositions: int) -> None:
         degrees = ",".join(map(str, base.pool.supported_degrees))
         raise ValueError(f"--compositions all is {n} fixed compositions of CP degrees {degrees} on {base.pool.num_gpus} GPUs "
                          f"(more than --max-compositions {max_compositions}); use the paper's --supported-degrees "
-                         f"{PAPER_SUPPORTED_DEGREES}, list compositions with --compositions 'cp4x10;cp2x20', "
-                         f"or raise --max-compositions")
+                         f"{','.join(map(str, PAPER_SUPPORTED_DEGREES))}, list compositions with --compositions "
+                         f"'cp4x10;cp2x20', or raise --max-compositions")
 
 
 def check_load_replaces_rate(argv: list[str]) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from baselines.registry import get_policy
 from envs.sim import Calibration, CostCoefficients, PoolConfig, Request, SimConfig, Simulator, Workload
-from envs.sim.tiers import TierConfig
+from envs.sim.tier_config import TierConfig
 
 TWO_NODES = PoolConfig(num_gpus=2, gpus_per_node=1, composition="cp1@0,cp1@1", supported_degrees=(1,))
 PREFIX = tuple(range(1, 9))

@@ -239,7 +239,7 @@ def test_replica_dropped_if_source_or_destination_fails_during_transfer(failed_g
     # Worker 0 -> worker 2, 3 blocks over the inter-node link, 0..12 s; a GPU fails at 1 s and is
     # detected only at 51 s. The failed worker's KV is gone at 1 s, so the copy cannot complete:
     # the replica used to be installed on worker 2 at 12 s (READY hits for data never copied).
-    from envs.sim.faults import FaultConfig, FaultEvent
+    from envs.sim.fault_config import FaultConfig, FaultEvent
 
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.0, gpu=failed_gpu),), detection_delay_s=50.0)
     sim = Simulator(_workload([(100.0, [90, 91])]), SimConfig(pool=POOL, links=LinkConfig(10000.0, 1000.0), faults=faults),

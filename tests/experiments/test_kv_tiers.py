@@ -59,7 +59,7 @@ def test_tiers_with_reconfiguration_and_the_global_cache_manager():
     from baselines.runner import run_policy
     from envs import workloads
     from envs.sim import SimConfig
-    from envs.sim.tiers import TierConfig
+    from envs.sim.tier_config import TierConfig
 
     wl = workloads.window(workloads.get_workload("tool-agent", seed=0), 0, 60)
     cfg = SimConfig(cache_capacity_scale=0.02, kv_tiers=TierConfig(levels=("hbm", "dram", "store"), eviction="next-use",

@@ -182,7 +182,7 @@ def test_the_commands_with_supported_degrees_are_found():
 def test_supported_degrees_help_states_the_default_in_use(command):
     """``cpgym reproduce --help`` said "default 1,2,4,8" while it ran with 2,4 (set_defaults)."""
     parser = _subcommands()[command]
-    assert f"(default {parser.get_default('supported_degrees')}" in _degrees_action(parser).help
+    assert f"(default: {parser.get_default('supported_degrees')}" in _degrees_action(parser).help
 
 
 def test_reproduce_has_no_seed_flag_it_would_ignore():

@@ -10,7 +10,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from baselines.envs import make_reconfig_env
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
-from envs.sim.faults import FaultConfig, FaultEvent
+from envs.sim.fault_config import FaultConfig, FaultEvent
 from envs.sim.router import LeastWorkRouter
 from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from baselines.simple import RoundRobinRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.events import EventPriority
-from envs.sim.faults import FaultConfig, FaultEvent
+from envs.sim.fault_config import FaultConfig, FaultEvent
 from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
 from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState

@@ -7,7 +7,8 @@ import pytest
 
 from baselines.simple import RoundRobinRouter
 from envs.sim import PoolConfig, SimConfig, Simulator
-from envs.sim.faults import LLAMA3_GPU_FAILURE_RATE_PER_GPU_HOUR, FaultConfig, FaultEvent, decompose_span, load_fault_config
+from envs.sim.fault_config import LLAMA3_GPU_FAILURE_RATE_PER_GPU_HOUR, FaultConfig, FaultEvent, load_fault_config
+from envs.sim.faults import decompose_span
 from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState
 from tests.sim.conftest import make_workload
@@ -257,7 +258,7 @@ def test_run_policy_progress_counts_a_rerouted_request_once(simple_calibration):
 def test_fault_schedule_reads_exponent_numbers(tmp_path):
     """`time_s: 1e2` (a number in YAML 1.2 and JSON) was the string '1e2' to PyYAML and failed as
     "expected a finite number >= 0, got '1e2'"; a quoted "1e2" stays text."""
-    from envs.sim.faults import load_fault_config
+    from envs.sim.fault_config import load_fault_config
 
     p = tmp_path / "f.yaml"
     p.write_text("gpu_failure_rate_per_gpu_hour: 1e-3\nevents:\n  - {kind: gpu_failure, time_s: 1e2, gpu: 1}\n")

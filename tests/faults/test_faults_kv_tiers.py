@@ -5,9 +5,10 @@ import pytest
 
 from baselines.simple import RoundRobinRouter
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
-from envs.sim.faults import FaultConfig, FaultEvent
+from envs.sim.fault_config import FaultConfig, FaultEvent
 from envs.sim.simulator import EventPriority
-from envs.sim.tiers import FETCH_NONE, FETCH_PULL, TierConfig
+from envs.sim.tier_config import TierConfig
+from envs.sim.tiers import FETCH_NONE, FETCH_PULL
 from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
 
 BLOCK = 512

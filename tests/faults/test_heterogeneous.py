@@ -83,7 +83,7 @@ def test_cost_based_routers_prefer_the_faster_gpu_type(tmp_path, h20, policy, ti
     # one request, all workers idle: equal degree, equal hit -> the faster node's worker wins,
     # although the slower node's worker comes first in the tie-break order. With KV tiers the
     # routers take their pull-path rules (baselines/tiered.py), which used the run's cost model.
-    from envs.sim.tiers import TierConfig
+    from envs.sim.tier_config import TierConfig
 
     pool = PoolConfig(num_gpus=4, gpus_per_node=2, composition="cp2@0,cp2@2", supported_degrees=(2,))
     paths = (_write(tmp_path, h20, "h20.json"), _write(tmp_path, _fast(h20), "fast.json"))

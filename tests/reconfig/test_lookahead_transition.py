@@ -214,7 +214,7 @@ def test_target_decision_on_a_pool_degraded_by_a_fault(transition):
     # (this used to raise "composition 'cp2x3,cp1x1' uses 7 GPUs but the pool has 8").
     from envs.planning.composition import degree_counts
     from envs.planning.operations import covers_pool
-    from envs.sim.faults import FaultConfig, FaultEvent
+    from envs.sim.fault_config import FaultConfig, FaultEvent
 
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 5.0, gpu=1),), detection_delay_s=1.0, rebuild_s=3.0,
                          repair_s=1000.0)

@@ -14,7 +14,8 @@ from baselines.prediction_error import summarize_prediction_errors
 from baselines.simple import RoundRobinRouter
 from envs.sim import Calibration, CostCoefficients, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.config import PredictionErrorConfig
-from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, TierConfig
+from envs.sim.tier_config import TierConfig
+from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE
 from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
 
 BLOCK = 512

@@ -9,7 +9,8 @@ import pytest
 
 from baselines.simple import RoundRobinRouter
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
-from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, BlockTier, TierConfig, overlap_finish_s, parse_levels
+from envs.sim.tier_config import TierConfig, parse_levels
+from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, BlockTier, overlap_finish_s
 from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
 
 BLOCK = 512
