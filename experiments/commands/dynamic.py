@@ -28,6 +28,7 @@ from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-ex
     DEFAULT_LONG_RATE_RPS,
     DEFAULT_RATE_SCALE,
     DEFAULT_SHORT_RATE_RPS,
+    PAPER_SUPPORTED_DEGREES,
     DynamicPhasesConfig,
     _phase_means,
     check_compositions,
@@ -38,14 +39,14 @@ from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-ex
 
 #: The most fixed compositions ``--compositions all`` runs unless ``--max-compositions`` is raised.
 MAX_COMPOSITIONS = 32
-#: The paper's CP degrees for the dynamic test (Qwen3, paper §9): the command's default.
-PAPER_SUPPORTED_DEGREES = "2,4"
+#: ``--supported-degrees`` default: the paper's CP degrees for the dynamic test (Qwen3, paper §9).
+PAPER_SUPPORTED_DEGREES_TEXT = ",".join(map(str, PAPER_SUPPORTED_DEGREES))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, DynamicPhasesConfig, title="workload (phases generator), controller and compared compositions")
     add_sim_arguments(p, composition=False,  # each run sets its own composition
-                      supported_degrees=PAPER_SUPPORTED_DEGREES, supported_degrees_note=": the paper's §9 run, Qwen3")
+                      supported_degrees=PAPER_SUPPORTED_DEGREES_TEXT, supported_degrees_note=": the paper's §9 run, Qwen3")
     p.add_argument("--max-compositions", type=int, default=MAX_COMPOSITIONS,
                    help=f"refuse --compositions all when the supported degrees give more fixed compositions than this "
                         f"(default {MAX_COMPOSITIONS}; each is one full simulation)")
@@ -121,7 +122,7 @@ def check_composition_count(cfg, base, max_compositions: int) -> None:
         degrees = ",".join(map(str, base.pool.supported_degrees))
         raise ValueError(f"--compositions all is {n} fixed compositions of CP degrees {degrees} on {base.pool.num_gpus} GPUs "
                          f"(more than --max-compositions {max_compositions}); use the paper's --supported-degrees "
-                         f"{PAPER_SUPPORTED_DEGREES}, list compositions with --compositions 'cp4x10;cp2x20', "
+                         f"{PAPER_SUPPORTED_DEGREES_TEXT}, list compositions with --compositions 'cp4x10;cp2x20', "
                          f"or raise --max-compositions")
 
 

@@ -77,9 +77,9 @@ from experiments.common import check_has_requests
 DEFAULT_SHORT_RATE_RPS = 40.0
 DEFAULT_LONG_RATE_RPS = 4.0
 DEFAULT_RATE_SCALE = 1.0
-#: CP degrees of the paper's run (Qwen3 uses {2, 4}, paper §9); ``cpgym dynamic`` takes the shared
-#: ``--supported-degrees`` (default 1,2,4,8), so the paper run passes ``--supported-degrees 2,4``.
-PAPER_SUPPORTED_DEGREES = (2, 4)
+#: CP degrees of the paper's runs (Qwen3 uses {2, 4}, paper §9): the default ``--supported-degrees`` of
+#: ``cpgym dynamic`` and ``cpgym reproduce`` and the degree pair of the paper-table rows.
+PAPER_SUPPORTED_DEGREES: tuple[int, ...] = (2, 4)
 #: Operation fields reported per reconfiguration operation.
 OPERATION_FIELDS = ("index", "kind", "old_worker_ids", "new_worker_ids", "old_degree", "new_degree", "first_gpu", "start_s",
                     "drain_end_s", "switch_end_s", "commit_s", "drain_s", "switch_s", "confirm_s", "total_s", "epoch",
