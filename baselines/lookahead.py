@@ -1,5 +1,8 @@
 """Look-ahead TTFT prediction of pool compositions: the predictor behind the controller's
-``"target"`` decision (:mod:`baselines.controller`).
+``"target"`` decision (:mod:`baselines.controller.target_rule`).
+
+"Look-ahead README" below is ``results/dynamic-phases/README.md``, section "Look-ahead defaults:
+the measurements behind them": the measured numbers behind the defaults and design choices here.
 
 :class:`LookaheadPredictor` scores each candidate composition of the pool by a short simulation of
 the *real* simulator (the run's engine, latency, SLO and calibration settings; the mixed pool of the
@@ -17,9 +20,9 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   session's earlier turn cached, as in the run;
 * ``"histogram"``: the capacity profiler's machinery (:class:`envs.planning.capacity.CapacityTable`):
   the smoothed class histogram, prompts drawn class by share, length log-uniform inside the class,
-  prefix hits as shorter uncached prompts, seeded by the mix itself. On ``cpgym dynamic`` seed 2
-  its short-heavy reference mix ranked CP-2-heavy pools first near the ramp's peak, where the
-  measured best is ``cp4x6,cp2x8``: the class histogram loses the hit structure and the tail.
+  prefix hits as shorter uncached prompts, seeded by the mix itself. The class histogram loses
+  the hit structure and the tail, and ranked the wrong pools first near a ramp's peak
+  (look-ahead README).
 
 * **Transition** (``"requests"`` source, opt-in): with a :class:`TransitionPlan`
   (``ControllerConfig.target_transition``) each stream starts on the pool's current composition
@@ -39,7 +42,7 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   simulated at that multiple, the *cap*, and the score is carried to the forecast rate along the
   backlog's growth. Why: a stream has ``rate x duration_s`` requests, and a candidate that cannot
   keep up queues nearly all of them, so without the clip the look-ahead's cost per window grew
-  with the rate (deep overload: ~95 % of a run's time; ``results/README.md``, research log).
+  with the rate (in deep overload it took most of a run's time: look-ahead README).
   At the cap every candidate is overloaded (at least ``overload_rate_factor`` times its bound),
   its queue grows at ``rate - mu_c`` (``mu_c`` its throughput) and a request arriving ``t`` after
   the stream's start waits about ``(rate / mu_c - 1) t`` longer than at no backlog; so the mean
@@ -50,15 +53,11 @@ high-degree workers) fed a constant-rate Poisson stream at the forecast rate. Tw
   does differently below saturation — routing, prefix hits, head-of-line blocking, the cold start
   — is in the simulated part; only the extra backlog is extrapolated, linearly, as a fluid queue
   grows. The capped simulation alone would overstate the differences between candidates (at the
-  cap the non-backlog part is a larger share of the TTFT): on the conversation trace at 10x its
-  capacity (first window, 142 req/s, cap 31.6) the capped scores were ~7x smaller than those
-  simulated at the forecast and the target's predicted gain 14 % against 2 %; extrapolated, the
-  scores of the 11 candidates lie within 6.4 % of the simulated ones (one stream; the spread
-  between the look-ahead's own streams is ~7 % there) and the gain is 6 %. Decisions above the
-  cap can therefore differ from the unclipped look-ahead's where candidates are within the noise
-  (there, a move after two windows where the unclipped gain, 2-3 %, stayed under
-  ``target_margin``). On the 16-GPU pool of ``tests/reconfig/test_lookahead_overload.py`` the
-  extrapolation is within 2-4 % at 1.5-6x the cap. Cost: the streams hold at most
+  cap the non-backlog part is a larger share of the TTFT); the extrapolated scores stay within
+  about the spread between the look-ahead's own streams of the simulated ones, so decisions above
+  the cap can differ from the unclipped look-ahead's only where candidates are within the noise
+  (accuracy measured on the conversation trace and on the 16-GPU pool of
+  ``tests/reconfig/test_lookahead_overload.py``: look-ahead README). Cost: the streams hold at most
   ``overload_rate_factor x bound x span`` requests, and every forecast above the cap shares one
   simulated bucket, so the windows of a sustained overload reuse the memo. Below the cap nothing
   changes (the same rates, streams and scores).
@@ -103,25 +102,19 @@ class LookaheadConfig:
         source: ``"requests"`` (resample the regime's observed requests) or ``"histogram"`` (the
             capacity profiler's class-histogram prompts); module docstring.
         max_sample_requests: ``"requests"``: at most this many observed requests (the regime's
-            first ones, a power of two) are resampled; 1024 (a short-heavy 20 s window holds
-            400-1200 requests, a long-heavy phase ~600: the sample covers ~50 long prompts either way).
+            first ones, a power of two) are resampled; 1024 (about one short-heavy window, or a
+            long-heavy phase: enough long prompts either way, look-ahead README).
         num_replications: ``"requests"``: independent resampled streams per prediction (each
             shared by every candidate), whose mean TTFTs are averaged; 3 (near a mix's capacity one
-            60 s stream's ranking is noisy: on the short-heavy mix at 55 req/s one stream's regret
-            against full runs was 22.5 % (workload seed 0), three streams' 6.5 %; ``cpgym dynamic``
-            seeds 0-2: -2.5 % vs best fixed with 1, -3.6 % with 3; ``results/dynamic-phases/
-            target-controller/README.md``).
+            60 s stream's ranking is noisy; three cut the regret against full runs: look-ahead README).
         screen_margin: ``"requests"``: successive screening (:meth:`LookaheadPredictor.score_from_requests`):
             before each stream after the first, a candidate whose mean predicted TTFT so far exceeds
             the best one's by more than this share is dropped (it keeps its score from the streams
             it ran), >= 0 (``inf``: every candidate on every stream); 0.2. Why: most candidates
             are far from the best (CP-2-heavy pools at moderate load, all-CP-4 near capacity), and
-            their extra streams only refine a score no decision uses. Replaying every look-ahead
-            call of ``cpgym dynamic`` seeds 0-2 with the full evaluation's per-stream results
-            (a one-off replay, ``results/README.md`` research log): 0.2 needs about two thirds
-            of the simulations and changes the best candidate or the hysteresis class in at most
-            one window of 90; 0.1 and 0.05 save little more and change several (screening by rank,
-            the best 2-4 candidates going on, changed more windows still in a development replay).
+            their extra streams only refine a score no decision uses; 0.2 saves about a third of
+            the simulations and almost never changes a decision, smaller margins save little more
+            and change several (look-ahead README).
         warmup_s: the score (mean TTFT) counts only the requests arriving at or after this time
             of the stream [s], in [0, duration_s); 0.
         stationary_duration_s: ``"requests"``: span of a stream [s] when the caller marks the load
@@ -129,33 +122,21 @@ class LookaheadConfig:
             ``ControllerConfig.target_trend_min_t``), >= ``duration_s``; 60 (= ``duration_s``:
             the same streams, and memo entries, as a trending load). Longer streams resolve
             steady loads better but cost more: a stream starts from an idle pool with cold caches,
-            and at a steady load near the knee of all-CP-4 (40 req/s of the short-heavy mix, ~0.7
-            of its capacity) the differences between compositions come from queueing excursions
-            that a 60 s stream rarely has. At a steady 40 req/s (``cpgym dynamic --num-phases 1
-            --no-rising-rate``, seed 2) 60 s streams predicted all-CP-4 2-3 % behind
-            ``cp4x8,cp2x4`` with 3 or 6 streams, where the full runs differ by 11 % (12 % to the
-            best, ``cp4x7,cp2x6``); 120 s streams predicted 8 % and moved to ``cp4x7,cp2x6``
-            (adaptive +12.3 % -> +5.2 % vs the best fixed pool; seed 1 unchanged at +4.2 %, seed
-            0 at 0 %), but made the main job (``cpgym simulate``: ``mixed-default``, whose rate
-            drifts, so the two spans' memo entries alternate) take 32.8 s of CPU instead of 24.0 s, and the
-            steady criterion (within 2 %) stayed missed on seeds 1 and 2 either way
-            (``results/README.md``, research log). 120 (with
+            and at a steady load near the knee of all-CP-4 the differences between compositions
+            come from queueing excursions that a 60 s stream rarely has. 120 (with
             ``stationary_warmup_s`` 20) is the setting to use where steady-load accuracy matters
-            more than speed.
+            more than speed (its gain and cost: look-ahead README).
         stationary_warmup_s: with ``stationary_duration_s``, the score counts only the requests
-            arriving after this [s], in [0, stationary_duration_s); 0. Scoring 120 s streams after
-            20 s gave the same decisions as from 0 s on steady seeds 1 and 2 (predicted gains
-            8.2 / 10.9 % vs 7.7 / 8.6 %).
+            arriving after this [s], in [0, stationary_duration_s); 0 (20 with 120 s streams gave
+            the same decisions as 0: look-ahead README).
         overload_rate_factor: ``"requests"``: a forecast rate above this multiple of the
             candidates' throughput bound (:meth:`LookaheadPredictor.rate_cap_rps`) is simulated at
             that multiple and its score extrapolated along the backlog's growth (module docstring,
             "Overload clip"), > 1 (``inf``: never clip); 2.0: every candidate's queue grows at
             least at half the simulated rate, so the backlog dominates its TTFT and the
             extrapolation's fluid approximation holds. The bound is a hard one (no candidate
-            serves more), so a rate that some candidate can serve is never clipped; on the
-            conversation trace (40 GPUs, degrees 2 and 4) it is 15.8 req/s against a measured
-            capacity of 15.9 (the capacity counts the SLO, the bound takes every shared prefix as
-            a hit; the cap: 31.6 req/s).
+            serves more), so a rate that some candidate can serve is never clipped (on the
+            conversation trace it lies just under the measured capacity: look-ahead README).
         seed: seeds the prompts and arrivals (with the mix) and the look-ahead simulations.
 
     Raises:
@@ -406,10 +387,8 @@ class LookaheadPredictor:
         value per request), so the stream at a higher rate is the same requests in the same order
         with every gap divided by the rate, and a longer stream extends a shorter one. With
         independent draws per rate, neighbouring rate buckets of a heavy-tailed mix ranked the
-        candidates in opposite ways (conversation trace at a steady 12 req/s, ``cpgym simulate
-        --trace conversation_trace.jsonl --target-rps 12 --window-s 0 600``: the target flapped
-        between ``cp2x20`` and ``cp4x4,cp2x9,cp1x6`` every window on predicted gains of 29 % and
-        47 %)."""
+        candidates in opposite ways and the target flapped every window
+        (look-ahead README)."""
         cfg = self.config
         n = max(cfg.min_requests, math.ceil(rate_rps * (cfg.duration_s if duration_s is None else duration_s)))
         counts: dict[int, int] = {}

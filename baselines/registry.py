@@ -143,7 +143,7 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
     where = "initial composition from the capacity profile" if initial_pool else "the run's pool"
     return PolicySpec(name, lambda: VertumnusRouter(router_params, name),
                       f"Vertumnus router + split/merge controller (20 s windows) on {where}",
-                      "paper §5-§6; baselines/controller.py",
+                      "paper §5-§6; baselines/controller/",
                       make_attachments=lambda: [ReconfigController(controller)],
                       params={"beta": router_params.beta, "lambda": router_params.lambda_,
                               **{k: getattr(controller, k) for k in controller_fields},

@@ -18,6 +18,7 @@ from envs.episodes import PickleBeforeReset, check_env_arguments, nonempty_windo
 from envs.fault_features import FAULT_OBSERVATION_FEATURES, fault_flags
 from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
 from envs.planning.composition import degree_counts, enumerate_compositions, pool_over_degrees
+from envs.planning.defaults import DECISION_WINDOW_S, DEFAULT_TARGET_DEGREES
 from envs.planning.operations import composition_distance, operations_towards, projected_degree_counts
 from envs.routing_env import COUNT_BOUND, TIME_BOUND_S, TOKEN_BOUND, _fault_space, check_render_mode, discrete_action
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator, WorkerState, Workload
@@ -99,10 +100,6 @@ def observation_flag_columns(observation_space) -> dict[str, tuple[int, ...]]:
     return {key: tuple(names[key].index(f) for f in flags[key]) for key in observation_space.spaces if key in flags}
 
 
-#: Default CP degrees of the target-composition menu: every composition of the pool over them
-#: (40 GPUs in nodes of 8: 36 compositions).
-DEFAULT_TARGET_DEGREES: tuple[int, ...] = (2, 4, 8)
-
 
 def target_menu(pool: PoolConfig, degrees: Sequence[int]) -> list[str]:
     """The target compositions of ``action_mode="target"``: every composition of ``pool``'s GPUs
@@ -127,7 +124,7 @@ def target_menu(pool: PoolConfig, degrees: Sequence[int]) -> list[str]:
 
 
 def observation_profile_config():
-    """The ``baselines.controller.ProfileConfig`` of the capacity observation: coarser than the
+    """The ``envs.planning.capacity.ProfileConfig`` of the capacity observation: coarser than the
     controller's (mixes within total-variation distance 0.3 share a profile, no re-profiling,
     7 bisection steps: 1 % of the throughput bound) so that a training run profiles a few dozen
     mixes instead of one per window; the observation is an input to a learned policy, not the
@@ -260,7 +257,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     (episode-so-far arrival rate [req/s], long-request share and token rate [tokens/s], the
     previous window's rate and long share, the highest window rate and long share so far, elapsed
     time [s]; all since ``reset``, the previous window's entries 0 at ``reset``). Capacities come from a
-    :class:`baselines.controller.CapacityTable` (paper §6 capacity profiling, by simulation
+    :class:`envs.planning.capacity.CapacityTable` (paper §6 capacity profiling, by simulation
     under the TTFT SLO) for the window's length mix net of the mean prefix hit. Each episode
     starts a new table (a table's reference mixes follow the order in which it met them, so a
     table kept across episodes made ``reset(seed=s)`` observe other capacities after other
@@ -331,7 +328,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             give the Vertumnus router, ``baselines.envs.vertumnus_inner_router``); a router with an ``attach(sim)``
             method gets each episode's simulator before ``reset`` (e.g.
             :class:`policies.joint.LearnedRouter`).
-        window_s: observation window [s] (paper §6: 20 s).
+        window_s: observation window [s] (default :data:`envs.planning.defaults.DECISION_WINDOW_S`, paper §6: 20 s).
         reward: ``"time_in_system"`` or ``"slo_miss_tokens"``.
         reward_scale: multiplies the reward (default 0.01: an episode is thousands of
             request-seconds).
@@ -348,7 +345,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             new one per episode with :func:`observation_profile_config`, created on first use).
         action_mode: ``"operation"`` (no-op / one split / one merge; the v0 checkpoints) or
             ``"target"`` (a target composition; needs ``capacity_features``).
-        target_degrees: CP degrees of the target menu (default :data:`DEFAULT_TARGET_DEGREES`,
+        target_degrees: CP degrees of the target menu (default :data:`envs.planning.defaults.DEFAULT_TARGET_DEGREES`,
             restricted to the pool's supported degrees); ``action_mode="target"`` only.
         max_operation_gpus_per_window: GPU budget of the operations started in one step of
             ``action_mode="target"`` (default: the whole pool); ``action_mode="target"`` only; at
@@ -393,7 +390,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, workloads: Workload | Sequence[Workload] | None = None, config: SimConfig | None = None,
-                 calibration: Calibration | None = None, make_router: Callable | None = None, window_s: float = 20.0,
+                 calibration: Calibration | None = None, make_router: Callable | None = None,
+                 window_s: float = DECISION_WINDOW_S,
                  reward: str = "time_in_system", reward_scale: float = 0.01, invalid_action_penalty: float = 1.0,
                  long_request_tokens: int = 8192, observe_faults: bool = False, capacity_features: bool = False,
                  history_features: bool = False, capacity_table=None, action_mode: str = "operation",

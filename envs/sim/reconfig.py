@@ -1,7 +1,7 @@
 """Split/merge reconfiguration of CP workers inside the simulator (paper §6, §6.2, §8).
 
 This module holds the *mechanics* of a reconfiguration; the decision rule (when to split or
-merge which worker) lives in ``baselines/controller.py`` and the Gymnasium reconfiguration
+merge which worker) lives in ``baselines/controller/`` and the Gymnasium reconfiguration
 environment calls the same two functions: :func:`eligible_operations` (what may be applied now,
 for action masks) and :func:`apply_operation` (start one).
 

@@ -28,6 +28,7 @@ from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-ex
     DEFAULT_LONG_RATE_RPS,
     DEFAULT_RATE_SCALE,
     DEFAULT_SHORT_RATE_RPS,
+    PAPER_SUPPORTED_DEGREES,
     DynamicPhasesConfig,
     _phase_means,
     check_compositions,
@@ -38,8 +39,6 @@ from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-ex
 
 #: The most fixed compositions ``--compositions all`` runs unless ``--max-compositions`` is raised.
 MAX_COMPOSITIONS = 32
-#: The paper's CP degrees for the dynamic test (Qwen3, paper §9): the command's default.
-PAPER_SUPPORTED_DEGREES = (2, 4)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -45,6 +45,7 @@ from experiments.common import (
     sim_config_from_args,
     write_rows_csv,
 )
+from experiments.paper_experiments.dynamic_phases import PAPER_SUPPORTED_DEGREES
 from experiments.reproduce import (
     CACHE_HELD_OUT_SEEDS,
     EXPERIMENTS,
@@ -62,7 +63,8 @@ ALL_EXPERIMENTS = "end-to-end,dynamic,cache,reconfiguration"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # run seeds come from --seeds (no --seed); the paper's CP degrees for Qwen3 (§9)
-    add_sim_arguments(p, seed=False, supported_degrees=(2, 4), supported_degrees_note="the paper's Qwen3 degrees, §9")
+    add_sim_arguments(p, seed=False, supported_degrees=PAPER_SUPPORTED_DEGREES,
+                      supported_degrees_note="the paper's Qwen3 degrees, §9")
     p.add_argument("--experiments", default=ALL_EXPERIMENTS,
                    help=f"comma-separated experiment kinds (default all: {ALL_EXPERIMENTS})")
     p.add_argument("--quick", action="store_true",

@@ -25,7 +25,7 @@ capacity search costs four bisections per workload seed before the runs.
 
 Policies, all on the same GPUs and with the same Vertumnus router (paper §5):
 
-* ``vertumnus-adaptive``: the §6 controller (``baselines/controller.py``) starting from the
+* ``vertumnus-adaptive``: the §6 controller (``baselines/controller/``) starting from the
   initial composition chosen from *historical* demand — the same generator with the next
   workload seed (another "day"): its length mix and mean rate;
 * every fixed composition of the pool with the supported degrees (paper: 40 GPUs, nodes of 8,
@@ -42,19 +42,15 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from baselines.capacity import RatedWorkload, find_capacity
-from baselines.controller import (
-    CapacityTable,
-    ControllerConfig,
-    ProfileConfig,
-    ReconfigController,
-    enumerate_compositions,
-    initial_composition,
-)
+from baselines.controller import DECISIONS, ControllerConfig, ReconfigController
 from baselines.lookahead import LookaheadConfig
 from baselines.registry import PolicySpec, get_policy
 from baselines.runner import run_policy
 from envs.metrics import summarize
+from envs.planning.capacity import CapacityTable, ProfileConfig
 from envs.planning.capacity import reuse_prefix_tokens as reuse
+from envs.planning.composition import enumerate_compositions, initial_composition
+from envs.planning.defaults import DECISION_WINDOW_S
 from envs.sim import Calibration, PoolConfig
 from envs.sim.options import option as _opt
 from envs.sim.reconfig import ReconfigConfig
@@ -81,9 +77,9 @@ from experiments.common import check_has_requests
 DEFAULT_SHORT_RATE_RPS = 40.0
 DEFAULT_LONG_RATE_RPS = 4.0
 DEFAULT_RATE_SCALE = 1.0
-#: CP degrees of the paper's run (Qwen3 uses {2, 4}, paper §9); ``cpgym dynamic`` takes the shared
-#: ``--supported-degrees`` (default 1,2,4,8), so the paper run passes ``--supported-degrees 2,4``.
-PAPER_SUPPORTED_DEGREES = (2, 4)
+#: CP degrees of the paper's runs (Qwen3 uses {2, 4}, paper §9): the default ``--supported-degrees`` of
+#: ``cpgym dynamic`` and ``cpgym reproduce`` and the degree pair of the paper-table rows.
+PAPER_SUPPORTED_DEGREES: tuple[int, ...] = (2, 4)
 #: Operation fields reported per reconfiguration operation.
 OPERATION_FIELDS = ("index", "kind", "old_worker_ids", "new_worker_ids", "old_degree", "new_degree", "first_gpu", "start_s",
                     "drain_end_s", "switch_end_s", "commit_s", "drain_s", "switch_s", "confirm_s", "total_s", "epoch",
@@ -140,11 +136,11 @@ class DynamicPhasesConfig:
     initial: str = _opt("auto", "initial composition of the adaptive policy: 'auto' (from historical demand) or a composition")
     compositions: str = _opt("all", "fixed compositions to compare, ';'-separated, or 'all' (every composition of "
                                     "the supported degrees: 11 on 40 GPUs with 2,4; 286 with 1,2,4,8)")
-    controller_window_s: float = _opt(20.0, "controller observation window [s] (paper §6)")
+    controller_window_s: float = _opt(DECISION_WINDOW_S, "controller observation window [s] (paper §6)")
     k_windows: int = _opt(2, "consecutive windows before a change")
     decision: str = _opt("target", "controller decision: 'target' (look-ahead target composition) or 'paper-rule' "
                                    "(the paper's split/merge load regions); baselines.controller.ControllerConfig.decision",
-                         choices=("target", "paper-rule"))
+                         choices=DECISIONS)
     lookahead_replications: int | None = _opt(None, "target decision: resampled look-ahead streams per prediction "
                                                     "(default: baselines.lookahead.LookaheadConfig's)")
     lookahead_screen_margin: float | None = _opt(None, "target decision: drop a candidate from further look-ahead streams "

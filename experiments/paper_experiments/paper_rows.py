@@ -42,6 +42,7 @@ from envs.sim import Calibration, SimConfig
 from envs.sim.options import is_number
 from experiments.common import dumps_json
 from experiments.paper_experiments.cache_ablation import CacheAblationConfig, policies, run_one
+from experiments.paper_experiments.dynamic_phases import PAPER_SUPPORTED_DEGREES
 
 PAPER_DYNAMIC = {"rising-rates": -19.6, "long-heavy": -14.5}
 #: Scenario -> phases of the ``phases`` run it covers: the short-heavy phases (rates rising inside
@@ -115,7 +116,8 @@ def dynamic_comparisons(summary: dict, num_gpus: int, degrees: tuple[int, int],
 
 
 def dynamic_rows(scenario: str, summaries: list[dict], model: str, num_gpus: int = 40,
-                 degrees: tuple[int, int] = (2, 4), paper_value: float | None = None,
+                 degrees: tuple[int, int] = (min(PAPER_SUPPORTED_DEGREES), max(PAPER_SUPPORTED_DEGREES)),
+                 paper_value: float | None = None,
                  phase_kind: str | None = None) -> list[dict]:
     """Rows of one dynamic scenario from per-seed ``run_dynamic_phases`` summaries (the whole run,
     or only its phases of ``phase_kind``: see :func:`dynamic_comparisons`).

@@ -36,14 +36,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from baselines.capacity import saturated
-from baselines.controller import CapacityTable
 from baselines.envs import make_reconfig_env
 from baselines.runner import policy_pool, run_policy
 from baselines.tuned_controller import TUNED_LABEL, tuned_controller_spec
 from envs import workloads
 from envs.metrics import summarize
 from envs.metrics.stats import mean_ci95
-from envs.planning.capacity import CapacityCache
+from envs.planning.capacity import CapacityCache, CapacityTable
+from envs.planning.defaults import DECISION_WINDOW_S
 from envs.sim import Calibration
 from envs.sim.options import error_text
 from policies.common.checkpoint import (
@@ -246,7 +246,7 @@ class LearnedReconfig:
             self.vecnormalize = load_vecnormalize(vn)  # saved without its venv: only the statistics
             self.vecnormalize.training = False
         tc = self.meta.get("train_config") or {}
-        self.window_s = float(tc.get("window_s", 20.0))
+        self.window_s = float(tc.get("window_s", DECISION_WINDOW_S))
         try:
             self.env_kwargs = env_kwargs_of(tc)
         except ValueError as exc:

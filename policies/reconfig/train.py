@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from baselines.controller import CapacityTable
 from baselines.envs import make_reconfig_env
 from envs.metrics import summarize
+from envs.planning.capacity import CapacityTable
 from envs.planning.composition import degree_counts
+from envs.planning.defaults import DECISION_WINDOW_S, DEFAULT_TARGET_DEGREES
 from envs.sim import Calibration, SimConfig
 from envs.sim.options import option as _opt
 from envs.workloads import WorkloadSource
@@ -84,7 +85,8 @@ class ReconfigTrainConfig:
     workload_seeds: tuple[int, ...] = _opt((), "train on the workloads of each of these generator seeds "
                                                "(none: --workload-seed alone)")
     episode_window_s: float = _opt(DEFAULT_RECONFIG_EPISODE_WINDOW_S, "episode window length [s]")
-    window_s: float = _opt(20.0, "observation / decision window [s] (paper §6: 20 s)", flag="--controller-window-s")
+    window_s: float = _opt(DECISION_WINDOW_S, "observation / decision window [s] (paper §6: 20 s)",
+                           flag="--controller-window-s")
     total_timesteps: int = _opt(2_000, "environment steps (decision windows) to train for, rounded up to whole "
                                        "rollouts of n_steps x n_envs steps", flag="--timesteps")
     n_envs: int = _opt(1, "parallel environments")
@@ -105,7 +107,8 @@ class ReconfigTrainConfig:
     action_mode: str = _opt("operation", "'operation': no-op / one split / one merge per window; 'target': a target "
                                          "composition per window, planned into operations by the environment",
                             choices=("operation", "target"))
-    target_degrees: tuple[int, ...] = _opt((2, 4, 8), "CP degrees of the target-composition menu (--action-mode target)")
+    target_degrees: tuple[int, ...] = _opt(DEFAULT_TARGET_DEGREES,
+                                           "CP degrees of the target-composition menu (--action-mode target)")
     max_operation_gpus_per_window: float | None = _opt(None, "GPU budget of the operations started per window "
                                                              "(--action-mode target; none: the whole pool)")
     warm_start: str = _opt("none", "'oracle': behaviour-clone the per-phase best fixed composition of each training "

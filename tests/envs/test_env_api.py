@@ -319,7 +319,7 @@ def test_reconfig_capacity_features_must_be_a_bool(toy_cal):
     with pytest.raises(ValueError, match="capacity_features must be a bool, got 'yes'"):
         _make(PrefillReconfigEnv, toy_cal, capacity_features="yes")
     # a table of another type failed only at the first capacity observation, inside the episode
-    with pytest.raises(ValueError, match="capacity_table must be a baselines.controller.CapacityTable or None, got int 3"):
+    with pytest.raises(ValueError, match="capacity_table must be an envs.planning.capacity.CapacityTable or None, got int 3"):
         _make(PrefillReconfigEnv, toy_cal, capacity_features=True, capacity_table=3)
 
 

@@ -4,11 +4,11 @@ router-only ablation (baselines/registry.py)."""
 import numpy as np
 import pytest
 
-from baselines.controller import CapacityTable as ReexportedTable
 from baselines.controller import WindowRecord
 from baselines.registry import POLICIES, SUITES
 from baselines.runner import build_simulator, run_policy
 from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
+from envs.planning.composition import enumerate_compositions
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Workload
 
 POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
@@ -28,10 +28,6 @@ def _workload(rate_rps: float = 4.0, duration_s: float = 120.0, seed: int = 0) -
         h += nb
         reqs.append(Request(i, float(x), int(n), 8, shared + own))
     return Workload("cache-test", tuple(reqs), kv_block_size_tokens=512)
-
-
-def test_old_import_paths_reexport_the_split_modules():
-    assert ReexportedTable is CapacityTable
 
 
 def test_shared_cache_computes_each_profile_once_and_never_changes_results():
@@ -95,8 +91,6 @@ def test_full_system_and_router_ablation():
     # light load: the initial composition favours large-degree workers among the pool's degrees {2, 4}
     assert init["composition"] == "cp4x2" and init["feasible"]
     assert "controller_windows" in res.extras and "reconfig_operations" in res.extras
-    from baselines.controller import enumerate_compositions
-
     # the look-ahead's candidate menu is recorded: every composition of the pool's degrees {2, 4}
     assert sorted(res.extras["controller_candidates"]) == sorted(enumerate_compositions(POOL))
     # the global prefix-cache manager is attached

@@ -1,19 +1,13 @@
-"""Capacity profiling, initial composition and the windowed controller (baselines/controller.py)."""
+"""Capacity profiling, initial composition and the windowed controller (baselines/controller/)."""
 
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from baselines.controller import (
-    CapacityTable,
-    ControllerConfig,
-    ProfileConfig,
-    ReconfigController,
-    composition_capacity_rps,
-    enumerate_compositions,
-    initial_composition,
-)
+from baselines.controller import ControllerConfig, ReconfigController
+from envs.planning.capacity import CapacityTable, ProfileConfig
+from envs.planning.composition import composition_capacity_rps, enumerate_compositions, initial_composition
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.router import LeastWorkRouter
 
@@ -473,7 +467,7 @@ def test_target_sample_is_the_regimes_first_or_the_latest_requests(target_sample
 
 
 def test_measured_trend_noise_widens_the_trend_test_by_the_window_rates_over_dispersion():
-    from baselines.controller import DISPERSION_PRIOR_WINDOWS
+    from baselines.controller.measurement import DISPERSION_PRIOR_WINDOWS
 
     ctl, _ = _attached_target_controller(target_trend_min_t=2.0, target_trend_noise="measured")
     assert ctl.rate_dispersion() == 1.0  # no windows yet: the Poisson value

@@ -86,13 +86,13 @@ def _cfg(args):
 
 
 def test_dynamic_empty_window_is_reported_before_profiling(capsys, monkeypatch):
-    import baselines.controller as controller
+    import baselines.controller.measurement as measurement
     from experiments.cli import main
 
     def no_profile(*a, **k):
         raise AssertionError("profiled capacities of an empty window")
 
-    monkeypatch.setattr(controller, "CapacityTable", no_profile)
+    monkeypatch.setattr(measurement, "CapacityTable", no_profile)
     assert main(["dynamic", "--window-s", "5000", "6000", "--quiet"]) == 2
     assert capsys.readouterr().err == (  # checked with the settings, before the history day and its profile
         "cpgym dynamic: error: dynamic: window_s [5000, 6000) starts after the last phase (num_phases x "

@@ -5,8 +5,9 @@ moves to it through the simulator's own split/merge protocol."""
 import numpy as np
 import pytest
 
-from baselines.controller import CapacityTable, ControllerConfig, ReconfigController
+from baselines.controller import ControllerConfig, ReconfigController
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor, TransitionPlan
+from envs.planning.capacity import CapacityTable
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator
 from envs.sim.reconfig import ReconfigConfig
 from envs.sim.router import LeastWorkRouter
