@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envs.metrics.stats import ci95_halfwidth
-from experiments.sweep import manifest_cell_keys
+from experiments.sweep.manifest import manifest_cell_keys
 
 RATE_AXIS = "workload.target_rps"
 SHARE_METRICS = ("slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "utilization")

@@ -35,7 +35,7 @@ from pathlib import Path
 from baselines.tuned_controller import HEURISTIC, _default_params, _tunable_params
 from envs.metrics.stats import ci95_halfwidth
 from experiments.paper_experiments.cache_sensitivity import load_runs
-from experiments.sweep import finished_cells
+from experiments.sweep.manifest import finished_cells
 
 METRIC = "mean_ttft_s"
 #: The ``summary.json`` numbers of each run the selection reads (and reports per setting).
