@@ -16,8 +16,12 @@ from pathlib import Path
 from baselines.registry import get_policy
 from baselines.runner import config_dict, run_policy, write_run
 from envs.metrics import summarize
+from envs.metrics.table import metric_names
 from experiments.spec import Cell
 from experiments.sweep.manifest import CELL_FILE, TMP_DIR, _json_safe, cell_code_fingerprint
+
+#: The summary numbers of a cell's result dict (:func:`execute_cell`; names of :mod:`envs.metrics.table`).
+RESULT_METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_requests")
 
 
 def _policy_for(cell: Cell):
@@ -86,9 +90,8 @@ def execute_cell(cell: Cell, out_dir: str) -> dict:
         else:
             raise FileExistsError(f"{out}: no free run folder name {name}[-N]")
         shutil.rmtree(tmp, ignore_errors=True)
-        keep = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_requests")
         return {"key": cell.key, "status": "done", "run_dir": final.name, "wall_s": time.perf_counter() - t0,
-                "error": None, "traceback": None, "summary": {k: summary.get(k) for k in keep}}
+                "error": None, "traceback": None, "summary": {k: summary.get(k) for k in RESULT_METRICS}}
     except Exception as exc:  # a failed cell is reported and does not stop the others
         shutil.rmtree(tmp, ignore_errors=True)
         return {"key": cell.key, "status": "failed", "run_dir": None, "wall_s": time.perf_counter() - t0,

@@ -43,6 +43,7 @@ from baselines.tuned_controller import TUNED_LABEL, tuned_controller_spec
 from envs import workloads
 from envs.metrics import summarize
 from envs.metrics.stats import mean_ci95
+from envs.metrics.table import metric_names
 from envs.planning.capacity import CapacityCache
 from envs.sim import Calibration
 from envs.sim.options import error_text
@@ -59,8 +60,9 @@ from policies.common.checkpoint import (
 from policies.common.policy_args import check_distinct
 from policies.reconfig.defaults import LEGACY_WORKLOAD
 
-METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
-           "num_unfinished")
+#: The metrics of a reconfiguration episode row (names of :mod:`envs.metrics.table`).
+METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations",
+                       "num_committed_operations", "num_unfinished")
 
 
 def is_reconfig_checkpoint(path: str) -> bool:
