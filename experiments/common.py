@@ -15,9 +15,7 @@ from envs.sim.faults import load_fault_config
 from envs.sim.options import check_out_file, split_number_list
 from envs.sim.pool import DEFAULT_COMPOSITION
 from envs.sim.tiers import TierConfig, parse_levels
-from envs.workloads import WorkloadSource
-
-DEFAULT_WORKLOAD = "mixed-default"
+from envs.workloads import DEFAULT_WORKLOAD, WorkloadSource
 
 
 def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None = None,

@@ -346,14 +346,14 @@ def test_cell_keys_do_not_depend_on_where_the_repo_and_the_traces_live(tmp_path,
     # results read elsewhere) keyed its cells anew, re-ran them and left the finished ones out
     import shutil
 
-    import envs.workloads
+    import experiments.spec.loader
 
     a = load_spec(_trace_sweep(tmp_path / "a")).resolve()
     b = load_spec(_trace_sweep(tmp_path / "b")).resolve()
     assert [c.workload.trace for c in a] != [c.workload.trace for c in b]  # resolved: absolute paths
     assert [c.key for c in a] == [c.key for c in b]
     for where in ("x", "y"):  # @traces/ resolved from two checkouts
-        monkeypatch.setattr(envs.workloads, "default_traces_dir", lambda where=where: tmp_path / where / "traces")
+        monkeypatch.setattr(experiments.spec.loader, "default_traces_dir", lambda where=where: tmp_path / where / "traces")
         spec = load_spec(_trace_sweep(tmp_path / where, "'@traces/t.jsonl'"))
         assert [c.key for c in spec.resolve()] == [c.key for c in a]
     # a calibration file: its content names it, not its path
