@@ -149,8 +149,7 @@ def default_routing_windows() -> list[Workload]:
     training windows (:func:`split_windows`) of :data:`DEFAULT_WINDOW_S`-second windows of the
     Mooncake conversation trace time-scaled to :data:`DEFAULT_TARGET_RPS` requests/s, where the
     40-GPU default pool is loaded (~0.9 utilisation under least-work) and the heuristics differ."""
-    wl = workloads.build_workload(trace=workloads.default_traces_dir() / "conversation_trace.jsonl",
-                                  target_rps=DEFAULT_TARGET_RPS)
+    wl = workloads.build_workload(trace=workloads.default_trace_path(), target_rps=DEFAULT_TARGET_RPS)
     return split_windows(episode_windows(wl, DEFAULT_WINDOW_S), "train")
 
 

@@ -12,10 +12,8 @@ from pathlib import Path
 from envs.sim import PoolConfig, SimConfig, SLOConfig, Workload
 from envs.sim.options import add_config_arguments, build_config, check_out_file, flag_defaults, split_number_list
 from envs.sim.tier_config import TierConfig, parse_levels
-from envs.workloads import WorkloadSource
+from envs.workloads import DEFAULT_WORKLOAD, WorkloadSource
 from envs.workloads.registry import WORKLOADS
-
-DEFAULT_WORKLOAD = "mixed-default"
 
 
 def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None = None,

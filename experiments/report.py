@@ -59,21 +59,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envs.metrics.stats import ci95_halfwidth, mean_ci95
-from experiments.sweep import manifest_cell_keys
+from envs.metrics.table import metric, metric_names
+from experiments.sweep.manifest import manifest_cell_keys
 
 RATE_AXIS = "workload.target_rps"
 #: Follows a table's CI bound that clipping to the quantity's range moved (the t interval reached past it).
 CLIPPED_MARK = "†"
-SHARE_METRICS = ("slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate", "utilization")
-METRICS = ("mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "slo_attainment_requests",
-           "prefix_hit_rate", "kv_transfer_bytes", "num_unfinished", "utilization")
+#: The metrics a report aggregates (names of :mod:`envs.metrics.table`).
+METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted",
+                       "slo_attainment_requests", "prefix_hit_rate", "kv_transfer_bytes", "num_unfinished", "utilization")
 # sim_config fields that never make two plain runs different experiments
 _IGNORED_CONFIG = ("seed", "record_events")
 
 
-def metric_bounds(metric: str) -> tuple[float, float]:
-    """The range of a summary metric: [0, 1] for shares, [0, inf) for the rest (times, bytes, counts)."""
-    return (0.0, 1.0) if metric in SHARE_METRICS else (0.0, math.inf)
+def metric_bounds(name: str) -> tuple[float, float]:
+    """The range of a summary metric (:attr:`envs.metrics.table.Metric.bounds`): [0, 1] for shares,
+    [0, inf) for the rest (times, bytes, counts).
+
+    Raises:
+        KeyError: ``name`` is not in :mod:`envs.metrics.table`.
+    """
+    return metric(name).bounds
 
 
 def ci95_interval(values, lower: float = -math.inf, upper: float = math.inf) -> tuple[float, float]:
@@ -702,8 +708,9 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
     rep = Report(out_dir=out, markdown_path=out / "report.md", num_runs=len(df))
     figures = [
         _fig_rows(agg, out, "ttft_vs_rate.png", [
-            _Panel("mean_ttft_s", 1.0, "mean TTFT [s]", "mean TTFT vs request rate (95% CI over seeds)", log_y=True),
-            _Panel("p90_ttft_s", 1.0, "P90 TTFT [s]", "P90 TTFT vs request rate", log_y=True)]),
+            _Panel("mean_ttft_s", 1.0, metric("mean_ttft_s").label, "mean TTFT vs request rate (95% CI over seeds)",
+                   log_y=True),
+            _Panel("p90_ttft_s", 1.0, metric("p90_ttft_s").label, "P90 TTFT vs request rate", log_y=True)]),
         _fig_cdf(df, out),
         _fig_rows(agg, out, "slo_vs_rate.png", [
             _Panel("slo_attainment_token_weighted", 100.0, "token-weighted SLO attainment [%]",

@@ -25,11 +25,12 @@ import sys
 from math import nan
 from pathlib import Path
 
+from envs.metrics.table import metric_names
 from envs.sim.options import check_out_file
 from experiments.paper_experiments.cache_sensitivity import load_runs
 
 #: The ``summary.json`` numbers of a row (the rest of :data:`policies.episode_rows.ROW_COLUMNS` ``["reconfig"]``).
-SUMMARY_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
+SUMMARY_METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
 
 
 def cell_label(policy: str, params: dict) -> str:

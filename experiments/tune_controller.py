@@ -34,12 +34,13 @@ from pathlib import Path
 
 from baselines.tuned_controller import HEURISTIC, _default_params, _tunable_params
 from envs.metrics.stats import ci95_halfwidth, ci_text
+from envs.metrics.table import metric_names
 from experiments.paper_experiments.cache_sensitivity import load_runs
-from experiments.sweep import finished_cells
+from experiments.sweep.manifest import finished_cells
 
 METRIC = "mean_ttft_s"
 #: The ``summary.json`` numbers of each run the selection reads (and reports per setting).
-SELECTION_METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted")
+SELECTION_METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted")
 
 
 def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURISTIC) -> dict:

@@ -10,7 +10,7 @@ from typing import Any
 from baselines.registry import POLICIES
 from envs.sim.options import option as _opt
 from envs.sim.options import split_name_list
-from envs.workloads import default_traces_dir
+from envs.workloads import default_trace_path, default_traces_dir
 from policies.common.checkpoint import resolve_checkpoint
 from policies.common.policy_args import check_checkpoint_kind, check_distinct, is_checkpoint
 from policies.joint import joint_router_factory
@@ -226,7 +226,7 @@ def routing_source(cfg: EvaluationConfig):
     if cfg.trace or cfg.workload:
         base = {"trace": cfg.trace, "workload": cfg.workload, "target_rps": None}
     if not base:
-        base = {"trace": str(default_traces_dir() / "conversation_trace.jsonl"), "workload": None}
+        base = {"trace": str(default_trace_path()), "workload": None}
     trace = base.get("trace")
     if trace and not cfg.trace and not Path(trace).is_file():  # a checkpoint trained on another machine
         trace = str(default_traces_dir() / Path(trace).name)

@@ -20,13 +20,14 @@ def fail_on_call(real, n: int, message: str = "killed", exception: type[BaseExce
 
 
 def execute_cell_or_die(cell, out_dir: str) -> dict:
-    """``experiments.sweep.execute_cell``, except that a cell of the policy ``round-robin`` ends its
+    """``experiments.sweep.execute.execute_cell``, except that a cell of the policy ``round-robin`` ends its
     worker process abruptly (``os._exit``, as the out-of-memory killer would) after it started (its
     ``.tmp`` folder exists). Module-level, so that a spawned pool worker can unpickle it."""
     import os
     from pathlib import Path
 
-    from experiments.sweep import TMP_DIR, execute_cell
+    from experiments.sweep.execute import execute_cell
+    from experiments.sweep.manifest import TMP_DIR
 
     if cell.policy == "round-robin":
         (Path(out_dir) / TMP_DIR / cell.key).mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,14 @@ from .traces import (
 )
 from .transforms import merge, scale_rate, scale_to_rate, split, window, windows
 
+#: The named synthetic workload of a run given neither a trace nor a workload: of ``cpgym
+#: simulate`` and the other simulation commands (``experiments.common.add_workload_arguments``) and
+#: of a ``policies.routing.episodes.EpisodeSource`` built in code without a source.
+DEFAULT_WORKLOAD = "mixed-default"
+
+#: File name, in :func:`default_traces_dir`, of the default trace (:func:`default_trace_path`).
+DEFAULT_TRACE_FILE = "conversation_trace.jsonl"
+
 
 def default_traces_dir() -> Path:
     """The shared trace directory ``<repo>/../shared/data/traces`` (pass explicit paths to use others).
@@ -74,6 +82,14 @@ def default_traces_dir() -> Path:
     """
     repo = Path(__file__).resolve().parents[2]
     return (repo / ".." / "shared" / "data" / "traces").resolve()
+
+
+def default_trace_path() -> Path:
+    """The default trace: the Mooncake conversation trace (:data:`DEFAULT_TRACE_FILE` in
+    :func:`default_traces_dir`), the episode source of routing training and evaluation given
+    neither ``--trace`` nor ``--workload``, of the registered routing environment and the routing
+    protocol, and the default trace of ``cpgym bench``, ``bench-env`` and ``kv-tiers``."""
+    return default_traces_dir() / DEFAULT_TRACE_FILE
 
 
 __all__ = [
@@ -96,6 +112,9 @@ __all__ = [
     "WORKLOADS",
     "WorkloadSource",
     "build_workload",
+    "DEFAULT_TRACE_FILE",
+    "DEFAULT_WORKLOAD",
+    "default_trace_path",
     "default_traces_dir",
     "detect_timestamp_bucket_ms",
     "get_workload",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 
 from envs.sim.options import add_config_arguments, config_from_args
-from envs.workloads import WorkloadSource, default_traces_dir
+from envs.workloads import WorkloadSource, default_trace_path
 from experiments.benchmarks import EnvBenchConfig, bench_routing_env
 from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, v in (("--target-rps", args.target_rps), ("--episode-window-s", args.episode_window_s)):
         if not (math.isfinite(v) and v > 0):  # named the workload's / window's fields (target_rps, window_s)
             raise ValueError(f"{flag} must be a finite number > 0, got {v}")
-    trace = args.trace or str(default_traces_dir() / "conversation_trace.jsonl")
+    trace = args.trace or str(default_trace_path())
     wl = WorkloadSource(trace=trace, target_rps=args.target_rps).build()
     res = bench_routing_env(cfg, wl, args.episode_window_s, sim_config_from_args(args))
     if args.format == "json":

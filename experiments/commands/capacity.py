@@ -22,9 +22,8 @@ import sys
 from baselines.capacity import CapacityDefinition, RatedWorkload, capacities
 from envs import workloads
 from envs.sim.options import check_out_dir
-from envs.workloads import WORKLOADS
+from envs.workloads import DEFAULT_WORKLOAD, WORKLOADS
 from experiments.common import (
-    DEFAULT_WORKLOAD,
     add_sim_arguments,
     add_workload_arguments,
     dumps_json,

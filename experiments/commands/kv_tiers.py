@@ -11,7 +11,7 @@ from baselines.registry import get_policy
 from baselines.runner import policy_pool
 from envs.provenance import write_provenance
 from envs.sim.options import check_out_dir, split_name_list
-from envs.workloads import default_traces_dir
+from envs.workloads import default_trace_path
 from experiments.common import add_sim_arguments, parse_list, sim_config_from_args
 from experiments.kv_tiers import SWEEP_COLS, TABLE_COLS, markdown_table, plot_tier_sweep, run_tier_study, write_study
 
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--eviction-dram-gb needs two capacities, got {args.eviction_dram_gb!r}")
     trace = args.trace
     if trace is None:
-        trace = str(default_traces_dir() / "conversation_trace.jsonl")
+        trace = str(default_trace_path())
     config = sim_config_from_args(args)
 
     for name in {args.capacity_policy, *policies, *ev_policies}:  # a baseline's own pool must fit the pool flags

@@ -35,7 +35,7 @@ import sys
 from baselines.capacity import CapacityDefinition
 from envs.provenance import write_provenance
 from envs.sim.options import check_out_dir, split_name_list
-from envs.workloads import default_traces_dir
+from envs.workloads import DEFAULT_TRACE_FILE, default_traces_dir
 from experiments.commands.capacity import add_capacity_arguments, cache_dir_from_args, definition_from_args
 from experiments.common import (
     add_sim_arguments,
@@ -88,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default: its defaults, as `cpgym dynamic`)")
     p.add_argument("--workloads", default="leval-like,tool-agent,production",
                    help="comma-separated subset of leval-like,tool-agent,production (default all three)")
-    p.add_argument("--traces-dir", help="folder holding conversation_trace.jsonl (default ../shared/data/traces)")
+    p.add_argument("--traces-dir", help=f"folder holding {DEFAULT_TRACE_FILE} (default ../shared/data/traces)")
     p.add_argument("--models",
                    help="semicolon-separated LABEL=CALIBRATION_FILE[@COMPOSITION], e.g. "
                         "'Qwen3-30B-A3B=envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json;DeepSeek-V4-Flash="
@@ -125,7 +125,7 @@ def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
     traces = Path(args.traces_dir) if args.traces_dir else default_traces_dir()
     known = {"leval-like": WorkloadCase("leval-like", name="leval-like"),
              "tool-agent": WorkloadCase("tool-agent", name="tool-agent"),
-             "production": WorkloadCase("production", trace=str(traces / "conversation_trace.jsonl"))}
+             "production": WorkloadCase("production", trace=str(traces / DEFAULT_TRACE_FILE))}
     cases = []
     for w in split_name_list(args.workloads, "--workloads"):
         if w not in known:
@@ -165,9 +165,9 @@ def check_traces_dir(given: str | None, traces, needs: set[str]) -> None:
     """
     what = f"--traces-dir {given}" if given is not None else f"the default traces folder {traces} (--traces-dir)"
     if given is not None and not traces.exists():
-        raise ValueError(f"{what} does not exist; expected a folder holding conversation_trace.jsonl")
+        raise ValueError(f"{what} does not exist; expected a folder holding {DEFAULT_TRACE_FILE}")
     if given is not None and not traces.is_dir():
-        raise ValueError(f"{what} is not a folder; expected a folder holding conversation_trace.jsonl")
+        raise ValueError(f"{what} is not a folder; expected a folder holding {DEFAULT_TRACE_FILE}")
     missing = sorted(n for n in needs if not (traces / n).is_file())
     if missing:
         raise ValueError(f"{what} has no {', '.join(missing)}; the end-to-end experiment's production workload replays "

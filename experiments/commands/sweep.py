@@ -15,7 +15,8 @@ from envs.provenance import write_provenance
 from envs.sim.options import check_out_dir
 from envs.workloads.registry import WORKLOADS
 from experiments.spec import load_spec
-from experiments.sweep import check_sweep_target, default_out_dir, match_finished, outdated_cells, run_sweep, scan_finished
+from experiments.sweep.manifest import match_finished, outdated_cells, scan_finished
+from experiments.sweep.run import check_sweep_target, default_out_dir, run_sweep
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from baselines.runner import run_name, unique_run_dir
 from envs.provenance import write_provenance
 from envs.sim.options import add_config_arguments, check_out_dir, config_from_args
-from envs.workloads import default_traces_dir
+from envs.workloads import default_trace_path
 from experiments.common import add_sim_arguments, add_workload_arguments, sim_config_from_args, workload_source_from_args
 from policies.common.run_end import TrainingInterrupted
 from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             ("reconfig", "learn split/merge operations (one step per decision window)")):
         k = kinds.add_parser(kind, help=help_text, description=help_text)
         add_workload_arguments(k, default_text=DEFAULT_SOURCES[kind], default_workload=DEFAULT_RECONFIG_WORKLOAD,
-                               default_trace=str(default_traces_dir() / "conversation_trace.jsonl")
+                               default_trace=str(default_trace_path())
                                if kind == "routing" else None)
         add_sim_arguments(k, seed=False)  # environments draw simulator seeds from --train-seed
         if kind == "routing":

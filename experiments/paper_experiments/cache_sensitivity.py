@@ -21,15 +21,17 @@ import sys
 from pathlib import Path
 
 from envs.metrics.stats import ci95_halfwidth, ci_text
+from envs.metrics.table import metric_names
 from envs.sim.options import is_int, is_number
-from experiments.sweep import finished_cells
+from experiments.sweep.manifest import finished_cells
 
-METRICS = ("mean_ttft_s", "p90_ttft_s", "prefix_hit_rate", "slo_attainment_token_weighted", "kv_transfer_bytes")
+#: The ``summary.json`` numbers a cache-sensitivity run reads by default (names of :mod:`envs.metrics.table`).
+METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "prefix_hit_rate", "slo_attainment_token_weighted", "kv_transfer_bytes")
 
 
 def load_runs(sweep_dir: str | Path, metrics: tuple[str, ...] = METRICS) -> list[dict]:
     """``[{policy, seed, params (dict), run_dir (Path), **metrics}]`` of the finished cells under ``sweep_dir``
-    (:func:`experiments.sweep.finished_cells`); ``metrics``: the ``summary.json`` numbers read
+    (:func:`experiments.sweep.manifest.finished_cells`); ``metrics``: the ``summary.json`` numbers read
     (default :data:`METRICS`).
 
     Raises:

@@ -23,13 +23,15 @@ from baselines.registry import POLICIES, SUITES, PolicySpec
 from baselines.runner import run_policy
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
 from envs.metrics import summarize
+from envs.metrics.table import metric_names
 from envs.sim.options import split_name_list
 from experiments.common import parse_list
 from policies.common.policy_args import check_distinct
 
-METRICS = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted",
-           "slo_attainment_requests", "prefix_hit_rate", "utilization", "mean_queueing_delay_s", "gpu_time_s",
-           "num_unfinished", "num_requests", "wall_time_s")
+#: The metrics an end-to-end run aggregates (names of :mod:`envs.metrics.table`).
+METRICS = metric_names("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted",
+                       "slo_attainment_requests", "prefix_hit_rate", "utilization", "mean_queueing_delay_s", "gpu_time_s",
+                       "num_unfinished", "num_requests", "wall_time_s")
 VERTUMNUS = "vertumnus"
 CHANGE_KEYS = ("mean_ttft_change_pct", "p90_ttft_change_pct", "slo_change_pp")
 

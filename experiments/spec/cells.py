@@ -41,7 +41,7 @@ def cell_key(workload: WorkloadSpec, config: SimConfig, policy: str, policy_para
     and calibration files (the shipped default calibration when ``calibration_path`` is None), so
     an edited input file is a new cell. The sweep name is not part of it; neither is the code:
     after changing the simulator or a policy, sweep into a new output folder (a resume warns about
-    cells of other code: ``experiments.sweep.outdated_cells``).
+    cells of other code: ``experiments.sweep.manifest.outdated_cells``).
 
     Where the files live is not part of it either: the trace and calibration paths (absolute after
     loading) are left out of the hashed document, their contents name them, so one spec keys its

@@ -42,6 +42,7 @@ from baselines.tuned_controller import TUNED_LABEL, tuned_controller_spec
 from envs import workloads
 from envs.metrics import summarize
 from envs.metrics.stats import mean_ci95
+from envs.metrics.table import metric_names
 from envs.planning.capacity import CapacityCache, CapacityTable
 from envs.planning.defaults import DECISION_WINDOW_S
 from envs.sim import Calibration
@@ -59,8 +60,9 @@ from policies.common.checkpoint import (
 from policies.common.policy_args import check_distinct
 from policies.reconfig.defaults import LEGACY_WORKLOAD
 
-METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations", "num_committed_operations",
-           "num_unfinished")
+#: The metrics of a reconfiguration episode row (names of :mod:`envs.metrics.table`).
+METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_operations",
+                       "num_committed_operations", "num_unfinished")
 
 
 def is_reconfig_checkpoint(path: str) -> bool:

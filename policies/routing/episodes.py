@@ -9,7 +9,7 @@ from typing import Any
 
 from envs.routing_env import DEFAULT_WINDOW_S
 from envs.sim.options import option as _opt
-from envs.workloads import WorkloadSource
+from envs.workloads import DEFAULT_WORKLOAD, WorkloadSource
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class EpisodeSource:
     """
 
     trace: str | None = field(default=None, metadata={"cli": False})
-    workload: str | None = field(default="mixed-default", metadata={"cli": False})
+    workload: str | None = field(default=DEFAULT_WORKLOAD, metadata={"cli": False})
     workload_seed: int = field(default=0, metadata={"cli": False})
     target_rps: float | None = field(default=None, metadata={"cli": False})
     rate_scale: float | None = field(default=None, metadata={"cli": False})

@@ -16,12 +16,14 @@ from dataclasses import replace
 from baselines.runner import run_policy
 from envs.metrics import summarize
 from envs.metrics.stats import mean_ci95
+from envs.metrics.table import metric_names
 from policies.common.checkpoint import LearnedPolicy, checkpoint_path
 from policies.common.heuristic import run_episode
 from policies.common.policy_args import check_distinct, check_policy_argument, is_checkpoint
 from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
-METRICS = ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_unfinished")
+#: The metrics of a routing episode row (names of :mod:`envs.metrics.table`).
+METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate", "num_unfinished")
 
 
 def evaluate(policies: list[str], source, sim_config, seeds: list[int], part: str = "eval",

@@ -397,7 +397,7 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
     if bool(loads) == (target_rps is not None):
         raise ValueError("give exactly one of loads (--loads, fractions of capacity) and target_rps (--target-rps)")
     if trace is None and workload is None:
-        trace = str(workloads.default_traces_dir() / "conversation_trace.jsonl")
+        trace = str(workloads.default_trace_path())
     source = EpisodeSource(trace=trace, workload=None if trace else workload)
     if target_rps is not None:
         return [Scenario(source, float(target_rps), None, window_s, warmup_s)]

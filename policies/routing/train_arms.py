@@ -50,7 +50,7 @@ from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary
 from envs.sim.options import check_out_dir
 from envs.sim.options import option as _opt
-from envs.workloads import default_traces_dir
+from envs.workloads import DEFAULT_TRACE_FILE, default_traces_dir
 from policies.routing.arm_selection import (
     FEATURE_NAMES,
     MODEL_FILE,
@@ -81,7 +81,7 @@ class ArmTrainConfig:
             outside the paper's bounds (beta >= 1, lambda >= 0), a bad count or an unknown option.
     """
 
-    sources: str = _opt("conversation_trace.jsonl,leval-like,tool-agent",
+    sources: str = _opt(f"{DEFAULT_TRACE_FILE},leval-like,tool-agent",
                         "comma-separated workloads: named synthetic workloads or trace files (a bare file name is looked "
                         "up in the shared trace folder)")
     loads: tuple[float, ...] = _opt((0.7, 0.9), "loads as fractions of each workload's capacity (bisection)")

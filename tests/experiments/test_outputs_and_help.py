@@ -15,7 +15,7 @@ import pytest
 
 from experiments.cli import build_parser, main
 from experiments.spec import load_spec
-from experiments.sweep import run_sweep
+from experiments.sweep.run import run_sweep
 from tests.experiments.conftest import write_spec
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -145,7 +145,7 @@ def test_readme_has_commands_to_parse():
 def test_sweep_folder_names_cut_long_grid_parts_but_stay_distinct():
     from types import SimpleNamespace
 
-    from experiments.sweep import cell_folder_name
+    from experiments.sweep.execute import cell_folder_name
 
     long = [("vertumnus-adaptive.target_margin", 0.12), ("vertumnus-adaptive.regime_change_unlocks", False),
             ("vertumnus-adaptive.target_urgent_gain", 1.0), ("vertumnus-adaptive.target_horizons_s", (0.0,)),
@@ -234,7 +234,7 @@ def test_sweep_folder_names_show_tuple_axes_as_their_items():
     # (2, 4) was written "-2,-4-" (brackets and spaces made dashes), read as negative numbers
     from types import SimpleNamespace
 
-    from experiments.sweep import cell_folder_name
+    from experiments.sweep.execute import cell_folder_name
 
     run = "matched-phases__vertumnus-adaptive__0__1796102215"
     axes = (("vertumnus-adaptive.target_degrees", (2, 4)), ("vertumnus-adaptive.target_horizons_s", (0.0,)))

@@ -70,7 +70,7 @@ def test_simulate_piped_reports_progress_and_quiet_silences(capsys):
 
 def test_sweep_piped_reports_progress_lines(tmp_path, capsys):
     from experiments.spec import load_spec
-    from experiments.sweep import run_sweep
+    from experiments.sweep.run import run_sweep
     from tests.experiments.conftest import write_spec
 
     spec = load_spec(write_spec(tmp_path, """

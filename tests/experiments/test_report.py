@@ -10,7 +10,7 @@ from envs.metrics.stats import ci95_halfwidth
 from experiments.cli import main
 from experiments.report import make_report
 from experiments.spec import load_spec
-from experiments.sweep import run_sweep
+from experiments.sweep.run import run_sweep
 from tests.experiments.conftest import write_spec
 
 
@@ -302,7 +302,7 @@ rates: [10]
     assert "warning: 2 finished cell folder(s) in" in capsys.readouterr().err
     # the sweep analyses (cache sensitivity, controller tuning) read the same cells as the report
     from experiments.paper_experiments.cache_sensitivity import load_runs
-    from experiments.sweep import finished_cells
+    from experiments.sweep.manifest import finished_cells
 
     assert len(list(finished_cells(out))) == 4  # the sweep's own reader (resume) still sees every finished cell
     assert len(list(finished_cells(out, current_only=True))) == 2

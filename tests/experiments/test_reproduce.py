@@ -122,12 +122,12 @@ def test_registry_has_the_four_experiments():
 
 
 def test_reproduce_dynamic_cache_and_reconfiguration_rows(tmp_path, capsys, monkeypatch):
-    import experiments.paper_experiments.dynamic_phases as dp
+    import experiments.reproduce as reproduce
     from experiments.paper_experiments.paper_rows import DYNAMIC_METRICS, DYNAMIC_SCENARIOS
 
     calls = []
-    real = dp.run_dynamic_phases
-    monkeypatch.setattr(dp, "run_dynamic_phases",
+    real = reproduce.run_dynamic_phases
+    monkeypatch.setattr(reproduce, "run_dynamic_phases",
                         lambda cfg, base, log=None: calls.append(cfg.workload_seed) or real(cfg, base))
     out = tmp_path / "out"
     rc = main(["reproduce", "--experiments", "dynamic,cache,reconfiguration", *TINY, "--no-cache", "--out", str(out),
@@ -265,6 +265,7 @@ def test_reproduce_bad_seeds_and_empty_lists_fail_before_any_run(flags, message,
 def test_an_interrupted_reproduce_says_which_experiments_and_files_are_its_own(tmp_path, monkeypatch):
     """provenance.json was written only at the end: an interrupted run in a reused --out left its
     rows next to the previous run's provenance."""
+    import experiments.commands.reproduce as reproduce_command
     import experiments.reproduce as reproduce
     from experiments.cli import main
 
@@ -276,7 +277,7 @@ def test_an_interrupted_reproduce_says_which_experiments_and_files_are_its_own(t
         yield "dynamic", reproduce.ExperimentResult([], [{"seed": 0}], [])
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(reproduce, "run_experiments", two_then_interrupt)
+    monkeypatch.setattr(reproduce_command, "run_experiments", two_then_interrupt)
     assert main(["reproduce", "--quick", "--experiments", "dynamic,reconfiguration", "--out", str(out), "--quiet"]) != 0
     rec = json.loads((out / "provenance.json").read_text())
     assert rec["experiments"] == ["dynamic", "reconfiguration"] and rec["finished"] == ["dynamic"]

@@ -65,7 +65,7 @@ def test_ray_temp_dir_inside_the_output_folder_when_the_path_allows(tmp_path):
     import shutil
     import tempfile
 
-    from experiments.sweep import _ray_temp_dir
+    from experiments.sweep.backends import _ray_temp_dir
 
     short = Path(tempfile.mkdtemp(prefix="cg", dir="/tmp"))
     try:

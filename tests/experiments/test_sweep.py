@@ -10,7 +10,9 @@ import pytest
 from baselines.registry import POLICIES, PolicySpec
 from experiments.cli import main
 from experiments.spec import load_spec
-from experiments.sweep import TMP_DIR, execute_cell, run_sweep, scan_finished
+from experiments.sweep.execute import execute_cell
+from experiments.sweep.manifest import TMP_DIR, scan_finished
+from experiments.sweep.run import run_sweep
 from tests.experiments.conftest import write_spec
 
 
@@ -257,24 +259,24 @@ def test_a_run_folder_that_cannot_be_created_fails_the_cell_instead_of_losing_it
     import errno
     import os
 
-    import experiments.sweep as sweep
+    import experiments.sweep.execute as sweep_execute
 
     spec, _, _, _ = finished_sweep
 
     def too_long(src, dst):
         raise OSError(errno.ENAMETOOLONG, "File name too long", str(dst))
 
-    monkeypatch.setattr(sweep.os, "rename", too_long)
+    monkeypatch.setattr(sweep_execute.os, "rename", too_long)
     res = execute_cell(spec.resolve()[0], str(tmp_path))
     assert res["status"] == "failed" and "File name too long" in res["error"]
-    monkeypatch.setattr(sweep.os, "rename", os.rename)
+    monkeypatch.setattr(sweep_execute.os, "rename", os.rename)
     assert scan_finished(tmp_path) == {}
 
 
 def test_folder_names_beside_a_long_trace_name_stay_within_the_file_name_limit():
     from types import SimpleNamespace
 
-    from experiments.sweep import MAX_FOLDER_NAME_BYTES, cell_folder_name
+    from experiments.sweep.execute import MAX_FOLDER_NAME_BYTES, cell_folder_name
 
     run = "t" * 215 + "__least-work__0__1796104903"
     a = cell_folder_name(run, SimpleNamespace(axes=(("cache_capacity_scale", 0.5),)))
@@ -314,15 +316,15 @@ def test_a_resume_after_a_code_change_says_that_it_reuses_cells_of_the_old_code(
                                                                                   capsys):
     import shutil
 
-    import experiments.sweep as sweep_mod
+    import experiments.sweep.manifest as sweep_manifest
 
     spec, out, _, _ = finished_sweep
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
-    assert all(len(doc["code_sha256"]) == 64 for _, doc in sweep_mod.finished_cells(copy))
+    assert all(len(doc["code_sha256"]) == 64 for _, doc in sweep_manifest.finished_cells(copy))
     assert run_sweep(spec, copy, jobs=1, progress=False).outdated_dirs == []
     # the simulator or a policy changed since: the cells are reused (the code is not in the key), without a word
-    monkeypatch.setattr(sweep_mod, "cell_code_fingerprint", lambda: "0" * 64)
+    monkeypatch.setattr(sweep_manifest, "cell_code_fingerprint", lambda: "0" * 64)
     again = run_sweep(spec, copy, jobs=1, progress=False)
     assert again.num_skipped == 8 and len(again.outdated_dirs) == 8
     assert main(["sweep", str(spec.path), "--out", str(copy), "--wandb", "disabled", "--quiet"]) == 0
@@ -344,14 +346,14 @@ def test_cell_keys_do_not_depend_on_where_the_repo_and_the_traces_live(tmp_path,
     # results read elsewhere) keyed its cells anew, re-ran them and left the finished ones out
     import shutil
 
-    import envs.workloads
+    import experiments.spec.loader
 
     a = load_spec(_trace_sweep(tmp_path / "a")).resolve()
     b = load_spec(_trace_sweep(tmp_path / "b")).resolve()
     assert [c.workload.trace for c in a] != [c.workload.trace for c in b]  # resolved: absolute paths
     assert [c.key for c in a] == [c.key for c in b]
     for where in ("x", "y"):  # @traces/ resolved from two checkouts
-        monkeypatch.setattr(envs.workloads, "default_traces_dir", lambda where=where: tmp_path / where / "traces")
+        monkeypatch.setattr(experiments.spec.loader, "default_traces_dir", lambda where=where: tmp_path / where / "traces")
         spec = load_spec(_trace_sweep(tmp_path / where, "'@traces/t.jsonl'"))
         assert [c.key for c in spec.resolve()] == [c.key for c in a]
     # a calibration file: its content names it, not its path
@@ -371,14 +373,14 @@ def test_cell_keys_do_not_depend_on_where_the_repo_and_the_traces_live(tmp_path,
     moved = tmp_path / "moved" / "out"
     outcome = run_sweep(load_spec(tmp_path / "moved" / "spec.yaml"), moved, jobs=1, progress=False)
     assert (outcome.num_skipped, outcome.num_run, outcome.stale_dirs) == (1, 0, [])
-    from experiments.sweep import finished_cells
+    from experiments.sweep.manifest import finished_cells
 
     assert [d.name for d, _ in finished_cells(moved, current_only=True)] == [d.name for d, _ in finished_cells(out)]
 
 
 def test_a_sweep_keyed_with_absolute_paths_still_resumes_at_its_location(tmp_path, capsys):
     # folders written before keys left out the paths hold the path-hashed key: still the cell there
-    from experiments.sweep import finished_cells, manifest_cell_keys
+    from experiments.sweep.manifest import finished_cells, manifest_cell_keys
 
     spec_file = _trace_sweep(tmp_path)
     spec = load_spec(spec_file)
@@ -432,7 +434,7 @@ def test_a_cell_document_whose_key_is_not_a_string_is_not_a_finished_cell(finish
     # scan_finished (every resume, --dry-run) was a TypeError traceback: unhashable type: 'list'
     import shutil
 
-    from experiments.sweep import finished_cells
+    from experiments.sweep.manifest import finished_cells
 
     spec, out, _, _ = finished_sweep
     copy = tmp_path / "out"

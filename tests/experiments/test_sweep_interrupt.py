@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from experiments.spec import load_spec
-from experiments.sweep import run_sweep, scan_finished
+from experiments.sweep.manifest import scan_finished
+from experiments.sweep.run import run_sweep
 from tests.experiments.conftest import write_spec
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -145,7 +146,7 @@ def test_sigkill_of_driver_takes_workers_with_it_and_resume_finishes(tmp_path):
 
 def test_finished_cells_of_a_killed_driver_are_logged_to_wandb_on_resume(tmp_path, monkeypatch):
     """A cell that finished but was never logged (its driver died first) is logged on the next start."""
-    from experiments import wandb_log
+    from policies.common import wandb_log
 
     spec_path = write_spec(tmp_path, """
 name: backlog
@@ -170,24 +171,24 @@ seeds: [0]
 
 
 def test_second_driver_on_the_same_folder_is_refused(tmp_path):
-    from experiments.sweep import _lock_out_dir
+    from experiments.sweep.manifest import lock_out_dir
 
-    held = _lock_out_dir(tmp_path)
+    held = lock_out_dir(tmp_path)
     try:
         with pytest.raises(ValueError, match="in use by another sweep driver"):
-            _lock_out_dir(tmp_path)
+            lock_out_dir(tmp_path)
     finally:
         held.close()
-    _lock_out_dir(tmp_path).close()  # free again once the holder ends
+    lock_out_dir(tmp_path).close()  # free again once the holder ends
 
 
 def test_a_worker_that_dies_fails_only_its_own_cell(tmp_path, monkeypatch):
     """A dead worker broke the whole process pool: every cell still queued or running in it failed
     with BrokenProcessPool (here 3 of 4 cells, two of them never started), on every resume."""
-    import experiments.sweep as sweep_mod
+    import experiments.sweep.backends as sweep_backends
     from tests.interrupt import execute_cell_or_die
 
-    monkeypatch.setattr(sweep_mod, "execute_cell", execute_cell_or_die)
+    monkeypatch.setattr(sweep_backends, "execute_cell", execute_cell_or_die)
     spec = load_spec(write_spec(tmp_path, """
 name: dies
 workload: {name: mixed-default, params: {duration_s: 4.0}}
