@@ -9,13 +9,14 @@ On a rate-scaled window of a trace, at a fraction of the pool's capacity:
    with queue-head prefetch of depth 1 (where the rule matters: requests behind the head of a
    queue need their DRAM blocks until their fetch starts), next to routing-time fetch with LRU.
 
-Capacity (:func:`estimate_capacity_rps`): no ``cpgym capacity`` command exists, so a short rate
-search: the highest target rate at which the reference policy, tiers off, keeps its backlog
-from growing over the window — every request finishes and the mean queueing delay of the last
-quarter of the window's arrivals stays within ``queue_delay_bound_s`` (1 s; a growing backlog
-makes it grow with the window) — by bisection between a stable and an unstable rate (the
-``kv-tiers-queueing-delay`` definition of ``envs.planning.capacity_definitions``). The plot
-helper :func:`plot_tier_sweep` draws the DRAM-capacity x link-bandwidth sweep of ``experiments/specs/kv-tiers-sweep.yaml``.
+Capacity (:func:`estimate_capacity_rps`): a short rate search of its own (it predates
+``cpgym capacity``, whose ``sustainable-slo`` definition it does not use): the highest target
+rate at which the reference policy, tiers off, keeps its backlog from growing over the window —
+every request finishes and the mean queueing delay of the last quarter of the window's arrivals
+stays within ``queue_delay_bound_s`` (1 s; a growing backlog makes it grow with the window) — by
+bisection between a stable and an unstable rate (the ``kv-tiers-queueing-delay`` definition of
+``envs.planning.capacity_definitions``). The plot helper :func:`plot_tier_sweep` draws the
+DRAM-capacity x link-bandwidth sweep of ``experiments/specs/kv-tiers-sweep.yaml``.
 """
 
 from __future__ import annotations
