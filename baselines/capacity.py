@@ -1,6 +1,9 @@
 """Sustainable rate (capacity) of a policy on a workload and pool, found by bisection over the
 arrival rate and cached on disk; the library behind ``cpgym capacity`` and the load fractions of
-``cpgym compare --loads`` and ``cpgym reproduce``.
+``cpgym compare --loads`` and ``cpgym reproduce``. The criterion and the search are the
+``sustainable-slo`` definition of ``envs.planning.capacity_definitions`` (the one module that
+defines every capacity of cpgym: :class:`CapacityDefinition`, :func:`search_capacity`); this
+module runs its probes with a registered policy (``baselines.runner.run_policy``) and caches them.
 
 Definition (version :data:`DEFINITION_VERSION`): the window of ``window_s`` seconds of the
 workload, rate-scaled by a factor ``x`` (arrival times divided by ``x``: a trace is scaled, then
@@ -51,49 +54,16 @@ from baselines.runner import run_policy
 from envs import workloads
 from envs.metrics import summarize
 from envs.planning.capacity import CapacityCache
+from envs.planning.capacity_definitions import (
+    CapacityBracketError,
+    CapacityDefinition,
+    search_capacity,
+    thirds_growth,
+)
 from envs.sim import Calibration, SimConfig, Workload
 
 #: Bump when the definition of a sustainable rate changes (invalidates every cached result).
 DEFINITION_VERSION = 2
-
-
-@dataclass(frozen=True)
-class CapacityDefinition:
-    """Thresholds and search settings of the sustainable rate (module docstring).
-
-    Args:
-        drain_ratio: the last third's mean TTFT slowdown may be at most this multiple of the
-            first third's; > 1; 1.2.
-        min_slo_attainment: token-weighted SLO attainment at least this, in [0, 1]; 0.9.
-        rel_tol: stop when the bracket's width is at most this share of its lower end; in
-            (0, 1); 0.01.
-        max_bracket_steps: doublings from the light load before giving up; 24.
-        light_load_requests: the search starts from the window scaled to about this many
-            requests (factor ``min(1, light_load_requests / native requests)``, doubled until
-            the window holds that many); >= 10; 100 (e.g. 0.1 x the native rate of a 300 s
-            window of the conversation trace, ~0.03 of its capacity).
-
-    Raises:
-        ValueError: naming the field, on an out-of-range value.
-    """
-
-    drain_ratio: float = 1.2
-    min_slo_attainment: float = 0.9
-    rel_tol: float = 0.01
-    max_bracket_steps: int = 24
-    light_load_requests: int = 100
-
-    def __post_init__(self) -> None:
-        if not (self.drain_ratio > 1.0 and math.isfinite(self.drain_ratio)):
-            raise ValueError(f"capacity.drain_ratio must be a finite number > 1, got {self.drain_ratio}")
-        if not 0.0 <= self.min_slo_attainment <= 1.0:
-            raise ValueError(f"capacity.min_slo_attainment must be in [0, 1], got {self.min_slo_attainment}")
-        if not 0.0 < self.rel_tol < 1.0:
-            raise ValueError(f"capacity.rel_tol must be in (0, 1), got {self.rel_tol}")
-        if not (isinstance(self.max_bracket_steps, int) and self.max_bracket_steps >= 1):
-            raise ValueError(f"capacity.max_bracket_steps must be an integer >= 1, got {self.max_bracket_steps}")
-        if not (isinstance(self.light_load_requests, int) and self.light_load_requests >= 10):
-            raise ValueError(f"capacity.light_load_requests must be an integer >= 10, got {self.light_load_requests!r}")
 
 
 @dataclass(frozen=True)
@@ -239,36 +209,6 @@ class CapacityResult:
         return cls(**d)
 
 
-def thirds_growth(arrival_s: np.ndarray, ttft_s: np.ndarray, isolated_ttft_s: np.ndarray | None = None) -> float:
-    """Mean TTFT slowdown (TTFT / isolated TTFT; plain TTFT if ``isolated_ttft_s`` is None) of
-    the last third of arrivals over that of the first third (thirds of the span from the first
-    to the last arrival); NaN if a third is empty. Shapes (n,); seconds."""
-    t = np.asarray(arrival_s, float)
-    y = np.asarray(ttft_s, float)
-    if isolated_ttft_s is not None:
-        y = y / np.asarray(isolated_ttft_s, float)
-    if t.size < 3:
-        return math.nan
-    t0, t1 = float(t.min()), float(t.max())
-    span = t1 - t0
-    first = y[(t < t0 + span / 3.0) & np.isfinite(y)]  # unservable prompts (NaN TTFT at every rate) left out
-    last = y[(t >= t0 + 2.0 * span / 3.0) & np.isfinite(y)]
-    if first.size == 0 or last.size == 0:
-        return math.nan
-    return float(np.mean(last) / np.mean(first))
-
-
-def isolated_ttft_s(config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray) -> np.ndarray:
-    """TTFT of uncached prompts alone on one GPU [s], shape like ``prompt_tokens``: ``E_1(L, 0)``
-    + KV hand-off (L x KV bytes per token / hand-off bandwidth) + first decode step — the base of
-    the scaled TTFT SLO (``envs.sim.config.SLOConfig``)."""
-    cm = calibration.cost_model()
-    L = np.asarray(prompt_tokens, float)
-    lat = config.latency
-    return (cm.d + (cm.a + cm.c) * L + cm.alpha * L * (L + 1) * 0.5
-            + L * calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s + lat.first_decode_step_s)
-
-
 def sustainable(result, config: SimConfig, calibration: Calibration, definition: CapacityDefinition = CapacityDefinition(),
                 summary: dict | None = None) -> tuple[bool, float, float]:
     """Whether one finished run is sustainable by the definition (module docstring: the backlog
@@ -279,11 +219,7 @@ def sustainable(result, config: SimConfig, calibration: Calibration, definition:
         ``(sustainable, growth, slo_attainment_token_weighted)``; growth is NaN (and the run not
         sustainable) when a third of the arrival span has no finished request.
     """
-    s = summary if summary is not None else summarize(result)
-    rec = result.records
-    growth = thirds_growth(rec["arrival_s"], rec["ttft_s"], isolated_ttft_s(config, calibration, rec["num_prompt_tokens"]))
-    slo = float(s["slo_attainment_token_weighted"])
-    return bool(growth <= definition.drain_ratio and slo >= definition.min_slo_attainment), float(growth), slo
+    return definition.verdict(result, config, calibration, summary)
 
 
 def saturated(result, summary: dict | None = None,
@@ -372,13 +308,11 @@ def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibrat
                 f"SLO {s['slo_attainment_token_weighted']:.3f}  {'sustainable' if good else 'overloaded'}")
         return good
 
-    lo, hi = _bracket(ok, light, definition)
-    while lo > 0 and hi / lo - 1.0 > definition.rel_tol:
-        mid = math.sqrt(lo * hi)
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
+    try:
+        lo, _ = search_capacity(ok, definition.search, light)
+    except CapacityBracketError as exc:
+        raise ValueError(f"no overloaded rate up to {exc.rate:g}x the native rate; is the pool too large for the "
+                         "workload?") from None
     rate = next((p.rate_rps for p in probes if p.rate_scale == lo), 0.0) if lo > 0 else 0.0
     result = CapacityResult(policy, rated.label, rate, lo, native, probes,
                             {"version": DEFINITION_VERSION, **asdict(definition)})
@@ -388,24 +322,6 @@ def find_capacity(policy: str, rated: RatedWorkload, config: SimConfig, calibrat
         tmp.write_text(json.dumps({"key": key, "result": result.to_dict()}, indent=2, default=float) + "\n")
         tmp.replace(path)
     return result
-
-
-def _bracket(ok: Callable[[float], bool], start: float, definition: CapacityDefinition) -> tuple[float, float]:
-    """``(lo, hi)`` rate factors with ``ok(lo)`` and not ``ok(hi)``, doubling from ``start`` (the
-    light load: every probe but the last is sustainable, so a search costs about twice its final
-    window, never a deep overload); ``lo`` = 0 if ``start`` itself is not sustainable.
-
-    Raises:
-        ValueError: if no overloaded rate is found within ``max_bracket_steps`` doublings.
-    """
-    if not ok(start):
-        return 0.0, start
-    lo = start
-    for _ in range(definition.max_bracket_steps):
-        if not ok(2.0 * lo):
-            return lo, 2.0 * lo
-        lo *= 2.0
-    raise ValueError(f"no overloaded rate up to {lo:g}x the native rate; is the pool too large for the workload?")
 
 
 def cache_key(policy: str, rated: RatedWorkload, config: SimConfig, calibration: Calibration,

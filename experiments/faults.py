@@ -24,6 +24,7 @@ import numpy as np
 from baselines.registry import get_policy
 from baselines.runner import run_policy
 from envs.metrics import summarize
+from envs.planning.capacity_definitions import FaultDrainDefinition, search_capacity
 from envs.sim.fault_config import load_fault_config
 from envs.sim.yaml_keys import check_unique_keys, compose, load
 from envs.workloads import default_traces_dir, load_trace, scale_to_rate, window
@@ -189,20 +190,20 @@ def _workload(spec: FaultExperimentSpec, target_rps: float | None):
 
 
 def estimate_capacity_rps(spec: FaultExperimentSpec, config, log=print) -> tuple[float, list[dict]]:
-    """Bisection over the target rate (module docstring). Returns the highest sustainable rate
-    found [requests/s] and the probes ``[{target_rps, drain_s, sustainable}, ...]``."""
-    lo, hi = spec.capacity_search_rps
+    """Bisection over the target rate (module docstring; the ``fault-drain-time`` definition of
+    ``envs.planning.capacity_definitions``). Returns the highest sustainable rate found
+    [requests/s] and the probes ``[{target_rps, drain_s, sustainable}, ...]``."""
+    definition = FaultDrainDefinition(capacity_drain_s=spec.capacity_drain_s, capacity_iterations=spec.capacity_iterations)
     probes = []
-    for _ in range(spec.capacity_iterations):
-        mid = 0.5 * (lo + hi)
-        wl = _workload(spec, mid)
-        res = run_policy(spec.capacity_policy, wl, config)
-        finish = res.records["finish_s"]
-        drain = (float(np.nanmax(finish)) - wl.requests[-1].arrival_time_s) if np.isfinite(finish).all() else math.inf
-        ok = drain <= spec.capacity_drain_s
-        probes.append({"target_rps": mid, "drain_s": drain, "sustainable": ok})
-        log(f"capacity probe {mid:.2f} req/s: backlog drains in {drain:.1f} s -> {'sustainable' if ok else 'overloaded'}")
-        lo, hi = (mid, hi) if ok else (lo, mid)
+
+    def ok(rate: float) -> bool:
+        wl = _workload(spec, rate)
+        passes, drain = definition.verdict(run_policy(spec.capacity_policy, wl, config), wl.requests[-1].arrival_time_s)
+        probes.append({"target_rps": rate, "drain_s": drain, "sustainable": passes})
+        log(f"capacity probe {rate:.2f} req/s: backlog drains in {drain:.1f} s -> {'sustainable' if passes else 'overloaded'}")
+        return passes
+
+    lo, _ = search_capacity(ok, definition.search, *spec.capacity_search_rps)
     return lo, probes
 
 

@@ -9,12 +9,14 @@ On a rate-scaled window of a trace, at a fraction of the pool's capacity:
    with queue-head prefetch of depth 1 (where the rule matters: requests behind the head of a
    queue need their DRAM blocks until their fetch starts), next to routing-time fetch with LRU.
 
-Capacity (:func:`estimate_capacity_rps`): no ``cpgym capacity`` command exists, so a short rate
-search: the highest target rate at which the reference policy, tiers off, keeps its backlog
-from growing over the window — every request finishes and the mean queueing delay of the last
-quarter of the window's arrivals stays within ``queue_delay_bound_s`` (1 s; a growing backlog
-makes it grow with the window) — by bisection between a stable and an unstable rate. The plot
-helper :func:`plot_tier_sweep` draws the DRAM-capacity x link-bandwidth sweep of ``experiments/specs/kv-tiers-sweep.yaml``.
+Capacity (:func:`estimate_capacity_rps`): a short rate search of its own (it predates
+``cpgym capacity``, whose ``sustainable-slo`` definition it does not use): the highest target
+rate at which the reference policy, tiers off, keeps its backlog from growing over the window —
+every request finishes and the mean queueing delay of the last quarter of the window's arrivals
+stays within ``queue_delay_bound_s`` (1 s; a growing backlog makes it grow with the window) — by
+bisection between a stable and an unstable rate (the ``kv-tiers-queueing-delay`` definition of
+``envs.planning.capacity_definitions``). The plot helper :func:`plot_tier_sweep` draws the
+DRAM-capacity x link-bandwidth sweep of ``experiments/specs/kv-tiers-sweep.yaml``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from baselines.runner import run_policy
 from envs import workloads
 from envs.metrics import summarize
+from envs.planning.capacity_definitions import CapacityBracketError, KVTiersQueueingDefinition, search_capacity
 from envs.provenance import write_provenance
 from envs.sim import SimConfig, Workload
 from envs.sim.tier_config import TierConfig
@@ -46,18 +49,6 @@ def trace_window(trace: str, rate_rps: float, window_s: tuple[float, float], see
     return workloads.window(workloads.scale_to_rate(wl, rate_rps), *window_s)
 
 
-def drains(result, queue_delay_bound_s: float) -> bool:
-    """Every request finished and the mean queueing delay of the last quarter of arrivals is at
-    most ``queue_delay_bound_s`` [s] (the backlog does not grow over the window)."""
-    import numpy as np
-
-    r = result.records
-    if not len(r["finish_s"]) or np.isnan(r["finish_s"]).any():
-        return False
-    tail = slice(3 * len(r["arrival_s"]) // 4, None)
-    return bool(float(np.mean(r["start_s"][tail] - r["arrival_s"][tail])) <= queue_delay_bound_s)
-
-
 def estimate_capacity_rps(trace: str, config: SimConfig, policy: str, window_s: tuple[float, float],
                           start_rps: float = 4.0, queue_delay_bound_s: float = 1.0, iterations: int = 6) -> dict:
     """Capacity [requests/s] by a short rate search (module docstring).
@@ -70,27 +61,18 @@ def estimate_capacity_rps(trace: str, config: SimConfig, policy: str, window_s: 
     """
     if not start_rps > 0:
         raise ValueError(f"start_rps must be > 0, got {start_rps}")
+    definition = KVTiersQueueingDefinition(queue_delay_bound_s=queue_delay_bound_s, iterations=iterations)
     probes: list[tuple[float, bool]] = []
 
     def ok(rate: float) -> bool:
-        res = run_policy(policy, trace_window(trace, rate, window_s), config)
-        d = drains(res, queue_delay_bound_s)
+        d = definition.verdict(run_policy(policy, trace_window(trace, rate, window_s), config))
         probes.append((rate, d))
         return d
 
-    lo, hi = 0.0, start_rps
-    while ok(hi):  # grow until it no longer drains
-        lo, hi = hi, hi * 2.0
-    if lo == 0.0:
-        lo = hi / 64.0
-        if not ok(lo):
-            raise ValueError(f"{policy} does not drain the window even at {lo:g} requests/s")
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
+    try:
+        lo, _ = search_capacity(ok, definition.search, start_rps)
+    except CapacityBracketError as exc:
+        raise ValueError(f"{policy} does not drain the window even at {exc.rate:g} requests/s") from None
     return {"capacity_rps": lo, "policy": policy, "queue_delay_bound_s": queue_delay_bound_s, "probes": probes}
 
 

@@ -4,7 +4,9 @@ Initialization": capacity is *profiled under the TTFT SLO*, not counted in GPUs)
 :class:`CapacityTable` simulates a homogeneous pool of degree-C workers of the real simulator
 (batching, pooling, head-of-line blocking included) on a reference length mix and bisects the
 largest arrival rate keeping token-weighted SLO attainment at least ``target_attainment`` (0.9)
-of its zero-load value. A composition's capacity is ``Σ_w λ_{C_w}`` (per-worker capacities).
+of its zero-load value (the ``profiled-slo-per-degree`` definition of
+``envs.planning.capacity_definitions``, which holds the criterion and the bisection). A
+composition's capacity is ``Σ_w λ_{C_w}`` (per-worker capacities).
 
 Speed (one profile is ``1 + num_bisection_steps`` simulations, ~0.3-1 s): a run profiles each
 *regime* once, not each window. Window mixes within ``mix_tolerance`` of a reference mix reuse
@@ -26,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from envs.planning.capacity_definitions import ProfiledSLODefinition, search_capacity
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig
@@ -127,6 +130,12 @@ class ProfileConfig:
     @property
     def num_classes(self) -> int:
         return len(self.length_bin_edges_tokens) - 1
+
+    @property
+    def definition(self) -> ProfiledSLODefinition:
+        """The ``profiled-slo-per-degree`` capacity definition of these settings
+        (``envs.planning.capacity_definitions``: the criterion and the bisection)."""
+        return ProfiledSLODefinition(target_attainment=self.target_attainment, num_bisection_steps=self.num_bisection_steps)
 
 
 @dataclass(frozen=True)
@@ -275,6 +284,7 @@ class CapacityTable:
         self.references: list[_ReferenceMix] = []
         self.num_simulations = 0
         self._class_moments = _log_uniform_moments(self._edges[:-1], self._edges[1:])
+        self.definition = self.profile.definition
 
     def length_class(self, prompt_tokens: np.ndarray) -> np.ndarray:
         """Class index of each prompt length, shape like ``prompt_tokens``."""
@@ -469,20 +479,12 @@ class CapacityTable:
             ok = ttft <= res.records["ttft_slo_s"]
             return float((weights * ok).sum()), float(np.nanmean(ttft))
 
-        a0, t0 = simulate(1e-3 * bound)
-        if a0 > 0.0:
-            goal = pc.target_attainment * a0
+        definition = self.definition
+        a0, t0 = simulate(definition.zero_load_fraction * bound)
 
-            def good(lam: float) -> bool:
-                return simulate(lam)[0] >= goal
-        else:
-            def good(lam: float) -> bool:
-                return simulate(lam)[1] <= 2.0 * t0
-        lo_r, hi_r = 0.0, bound
-        for _ in range(pc.num_bisection_steps):
-            mid = 0.5 * (lo_r + hi_r)
-            if good(mid):
-                lo_r = mid
-            else:
-                hi_r = mid
+        def good(lam: float) -> bool:
+            attainment, mean_ttft_s = simulate(lam)
+            return definition.accepts(attainment, mean_ttft_s, a0, t0)
+
+        lo_r, _ = search_capacity(good, definition.search, 0.0, bound)
         return lo_r / k, float(Lf.mean()), a0

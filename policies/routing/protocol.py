@@ -38,6 +38,7 @@ from baselines.vertumnus import VertumnusParams
 from envs import workloads
 from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary  # noqa: F401  (part of the protocol's API)
+from envs.planning.capacity_definitions import CapacityBracketError, ProtocolQueueingDefinition, search_capacity
 from envs.workloads import transforms
 from policies.common.checkpoint import LearnedPolicy, checkpoint_path, read_json_file
 from policies.common.heuristic import run_episode
@@ -118,7 +119,8 @@ def capacity_rps(build_workload: Callable[[float], object], sim_config, policy: 
                  low_rps: float = 1.0, high_rps: float = 64.0, max_queueing_delay_s: float = 5.0,
                  num_iterations: int = 7) -> CapacityResult:
     """Sustainable rate by bisection (DESIGN.md, "Loads relative to capacity": the highest rate
-    at which a long window's backlog drains).
+    at which a long window's backlog drains): the ``protocol-queueing-delay`` definition of
+    ``envs.planning.capacity_definitions`` (criterion and search), probed with ``policy``.
 
     A rate is sustainable when, with the whole workload time-scaled to it, the requests arriving
     in the last quarter of the arrival span wait on average at most ``max_queueing_delay_s``
@@ -135,27 +137,18 @@ def capacity_rps(build_workload: Callable[[float], object], sim_config, policy: 
     """
     if not 0 < low_rps < high_rps:
         raise ValueError(f"need 0 < low_rps < high_rps, got {low_rps}, {high_rps}")
+    definition = ProtocolQueueingDefinition(max_queueing_delay_s=max_queueing_delay_s, num_iterations=num_iterations)
     probes = []
 
     def ok(rate: float) -> bool:
-        res = run_policy(policy, build_workload(rate), sim_config)
-        r = res.records
-        t_end = float(np.max(r["arrival_s"]))
-        last = r["arrival_s"] >= 0.75 * t_end
-        wait = r["start_s"][last] - r["arrival_s"][last]
-        wait = np.where(np.isnan(wait), np.inf, wait)
-        delay = float(wait.mean())
-        probes.append((rate, delay, delay <= max_queueing_delay_s))
-        return delay <= max_queueing_delay_s
+        passes, delay = definition.verdict(run_policy(policy, build_workload(rate), sim_config))
+        probes.append((rate, delay, passes))
+        return passes
 
-    if not ok(low_rps):
-        raise ValueError(f"capacity: {low_rps} requests/s is already overloaded under {policy}")
-    if ok(high_rps):
-        return CapacityResult(high_rps, policy, tuple(probes))
-    lo, hi = low_rps, high_rps
-    for _ in range(num_iterations):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    try:
+        lo, _ = search_capacity(ok, definition.search, low_rps, high_rps)
+    except CapacityBracketError:
+        raise ValueError(f"capacity: {low_rps} requests/s is already overloaded under {policy}") from None
     return CapacityResult(lo, policy, tuple(probes))
 
 
