@@ -33,3 +33,17 @@ def execute_cell_or_die(cell, out_dir: str) -> dict:
         (Path(out_dir) / TMP_DIR / cell.key).mkdir(parents=True, exist_ok=True)
         os._exit(9)
     return execute_cell(cell, out_dir)
+
+
+def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
+    """``monkeypatch.setattr(module, name, replacement)``, and the same in every loaded module that
+    bound the original object under ``name`` at import (``from module import name``): project modules
+    import what they use at module level, so patching the defining module alone would not reach them."""
+    import sys
+
+    original = getattr(module, name)
+    monkeypatch.setattr(module, name, replacement)
+    for other in list(sys.modules.values()):
+        if other is not module and getattr(other, "__name__", "").split(".")[0] in (
+                "envs", "baselines", "policies", "experiments", "kernels_ref") and getattr(other, name, None) is original:
+            monkeypatch.setattr(other, name, replacement)

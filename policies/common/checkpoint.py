@@ -255,7 +255,7 @@ def load_model_zip(algorithm, path: Path, device: str = "cpu"):
         raise ValueError(f"{path}: not a readable SB3 checkpoint zip (not a zip archive); "
                          "expected the model.zip written by `cpgym train`")
     try:
-        return algorithm.load(path, device=device)
+        return algorithm.load(path, device=device, custom_objects=moved_classes(path))
     # an archive without SB3's members fails its `assert data is not None` or a member lookup; a
     # corrupt member fails in zipfile, json (ValueError), pickle or torch.load (RuntimeError)
     except (zipfile.BadZipFile, EOFError, KeyError, AssertionError, ValueError, RuntimeError,
@@ -263,6 +263,34 @@ def load_model_zip(algorithm, path: Path, device: str = "cpu"):
         detail = " ".join(str(exc).split())[:200]
         raise ValueError(f"{path}: not a readable SB3 checkpoint zip ({type(exc).__name__}: {detail}); "
                          "expected the model.zip written by `cpgym train`") from None
+
+
+#: Modules of policy classes that moved since a checkpoint could have been saved: ``{old module:
+#: (new module, class name)}``. SB3 pickles the policy class by module path, so a zip saved before
+#: the move names a module that no longer exists (``policies.extractor`` became
+#: ``policies.common.extractor`` when ``policies/`` was split into common/routing/reconfig).
+MOVED_POLICY_MODULES = {"policies.extractor": ("policies.common.extractor", "WorkerSetPolicy")}
+
+
+def moved_classes(path: Path) -> dict:
+    """SB3 ``custom_objects`` for a checkpoint zip whose pickled ``policy_class`` names a module of
+    :data:`MOVED_POLICY_MODULES`: ``{"policy_class": the class at its new path}``; ``{}`` otherwise
+    (or when the zip's ``data`` member cannot be read: SB3's own load then reports it)."""
+    import base64
+    import importlib
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            data = json.loads(zf.read("data"))
+        blob = base64.b64decode(data["policy_class"][":serialized:"])
+    except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile):
+        return {}
+    for old, (new, name) in MOVED_POLICY_MODULES.items():
+        if old.encode() in blob and (old + "_").encode() not in blob:
+            module = importlib.import_module(new)  # lazy: torch (the policy class)
+            return {"policy_class": getattr(module, name)}
+    return {}
 
 
 def vecnormalize_path(model_zip: Path) -> Path:

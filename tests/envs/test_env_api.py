@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from baselines.envs import make_reconfig_env
+from baselines.envs import make_reconfig_env, vertumnus_inner_router
 from envs.reconfig_env import PrefillReconfigEnv
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
@@ -17,7 +17,11 @@ from .conftest import SMALL_POOL, random_workload
 
 
 def _make(cls, cal, **kwargs):
-    extra = {"window_s": 2.0} if cls is PrefillReconfigEnv else {}
+    # the reconfiguration environment takes its inner router (envs imports no baselines)
+    extra = {"window_s": 2.0, "make_router": vertumnus_inner_router} if cls is PrefillReconfigEnv else {}
+    if cls is PrefillReconfigEnv:
+        kwargs = {**extra, **kwargs}
+        extra = {}
     return cls([random_workload(20, 5.0, s) for s in range(2)], SimConfig(pool=SMALL_POOL), cal, **extra, **kwargs)
 
 
@@ -99,7 +103,8 @@ def test_routing_constructor_arguments_are_checked(kwargs, match, toy_cal):
     ({"invalid_action_penalty": float("inf")}, "invalid_action_penalty must be a finite number >= 0, got inf"),
     ({"long_request_tokens": -5}, r"long_request_tokens must be an integer >= 0 \[tokens\], got -5"),
     ({"long_request_tokens": 2.5}, "long_request_tokens must be an integer >= 0"),
-    ({"make_router": 3}, "make_router must be a zero-argument factory of routers, got 3"),
+    ({"make_router": 3}, r"make_router must be a zero-argument factory of routers \(e.g. "
+                         r"baselines.envs.vertumnus_inner_router\), got 3"),
 ])
 def test_reconfig_constructor_arguments_are_checked(kwargs, match, toy_cal):
     # window_s=inf ended every episode at reset with zero rates, an infinite scale / penalty gave
@@ -107,6 +112,13 @@ def test_reconfig_constructor_arguments_are_checked(kwargs, match, toy_cal):
     kwargs = {"window_s": 2.0, **kwargs}
     with pytest.raises(ValueError, match=match):
         make_reconfig_env([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, **kwargs)
+
+
+def test_the_reconfig_env_needs_its_inner_router(toy_cal):
+    """envs imports no baselines: constructed directly, the environment names the missing router
+    (the registered id and baselines.envs.make_reconfig_env give the Vertumnus router)."""
+    with pytest.raises(ValueError, match="make_router must be a zero-argument factory of routers"):
+        PrefillReconfigEnv([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, window_s=2.0)
 
 
 @pytest.mark.parametrize("cls", ENVS)
@@ -310,7 +322,7 @@ def test_shared_constructor_arguments_are_type_checked(cls, kwargs, match, toy_c
     # "'dict'/'str' object has no attribute ...", a calibration file name failed only at reset, and
     # observe_faults="no" added the faults key
     args = {"workloads": [random_workload(20, 5.0, 0)], "config": SimConfig(pool=SMALL_POOL), "calibration": toy_cal,
-            **({"window_s": 2.0} if cls is PrefillReconfigEnv else {}), **kwargs}
+            **({"window_s": 2.0, "make_router": vertumnus_inner_router} if cls is PrefillReconfigEnv else {}), **kwargs}
     with pytest.raises(ValueError, match=match):
         cls(**args)
 

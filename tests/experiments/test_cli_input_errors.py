@@ -9,6 +9,7 @@ import pytest
 from envs.sim.options import check_out_dir
 from experiments.cli import main
 from experiments.common import parse_list
+from tests.interrupt import patch_everywhere
 
 
 @pytest.mark.parametrize("text", ["2,,4", "2,", ",2", " , "])
@@ -128,7 +129,7 @@ def _forbid_runs(monkeypatch, tmp_path, targets, what: str):
         raise AssertionError(f"ran before checking {what}")
 
     for module, name in targets:
-        monkeypatch.setattr(module, name, no_run)
+        patch_everywhere(monkeypatch, module, name, no_run)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     return blocker
@@ -152,8 +153,8 @@ def no_training(monkeypatch):
     def no_train(*a, **k):
         raise AssertionError("training started before checking --out")
 
-    monkeypatch.setattr(train_reconfig, "train_reconfig", no_train)
-    monkeypatch.setattr(train, "train_routing", no_train)
+    patch_everywhere(monkeypatch, train_reconfig, "train_reconfig", no_train)
+    patch_everywhere(monkeypatch, train, "train_routing", no_train)
 
 
 @pytest.mark.parametrize("kind", ["reconfig", "routing"])
@@ -176,7 +177,7 @@ def test_train_out_that_is_not_writable_names_the_flag(tmp_path, capsys, no_trai
     anywhere, so the test fakes it) fails before training, naming --out."""
     import experiments.common as common
 
-    monkeypatch.setattr(common.os, "access", lambda path, mode: False)
+    patch_everywhere(monkeypatch, common.os, "access", lambda path, mode: False)
     assert main(["train", "reconfig", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"cpgym train: error: --out {tmp_path} is not writable; expected a folder " \
                                       "this user can write into\n"
@@ -394,7 +395,7 @@ def test_out_file_check(tmp_path):
     ["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6"],
 ])
 def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, monkeypatch):
-    import policies.routing.evaluate as evaluate
+    import policies.evaluate as evaluate
     import policies.routing.protocol as protocol
 
     blocker = _forbid_runs(monkeypatch, tmp_path, [(evaluate, "run_evaluation"), (protocol, "scenarios")], "--out")
@@ -430,7 +431,7 @@ def test_tune_grid_and_window_errors_name_the_flag_before_any_run(flags, message
     # a repeated grid value was run twice
     import policies.routing.protocol as protocol
 
-    monkeypatch.setattr(protocol, "scenarios", lambda *a, **k: pytest.fail("a scenario was built"))
+    patch_everywhere(monkeypatch, protocol, "scenarios", lambda *a, **k: pytest.fail("a scenario was built"))
     assert main(["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6", *flags, "--quiet",
                  "--out", str(tmp_path / "t.json")]) == 2
     assert message in capsys.readouterr().err
@@ -481,7 +482,7 @@ def test_compare_capacity_flags_without_a_capacity_measurement_are_errors(flag, 
     def no_run(*a, **k):
         raise AssertionError(f"ran with {flag[0]}, which has no effect without --loads")
 
-    monkeypatch.setattr(end_to_end, "run_compare", no_run)
+    patch_everywhere(monkeypatch, end_to_end, "run_compare", no_run)
     assert main(["compare", "--workload", "tool-agent", "--suite", "least-work", "--rates", "10", *flag]) == 2
     assert capsys.readouterr().err == f"cpgym compare: error: {flag[0]} has no effect here: capacities are measured " \
                                       "only with --loads or --label-overload\n"
@@ -506,8 +507,8 @@ def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command,
     def no_run(*a, **k):
         raise AssertionError("simulated before checking every policy's pool")
 
-    monkeypatch.setattr(runner, "run_policy", no_run)
-    monkeypatch.setattr(runner, "build_simulator", no_run)
+    patch_everywhere(monkeypatch, runner, "run_policy", no_run)
+    patch_everywhere(monkeypatch, runner, "build_simulator", no_run)
     assert main(command + ["--supported-degrees", "2", "--pool-composition", "cp2x20"]) == 2
     assert capsys.readouterr().err.endswith(
         "error: policy 'homogeneous-cp4' runs on its own pool, which these pool flags reject: composition item 'cp4x10': "
@@ -571,8 +572,8 @@ def test_name_lists_refuse_empty_and_repeated_items(argv, flag, value, problem, 
     def no_run(*a, **k):
         raise AssertionError("ran before the list was checked")
 
-    monkeypatch.setattr(runner, "run_policy", no_run)
-    monkeypatch.setattr(runner, "build_simulator", no_run)
+    patch_everywhere(monkeypatch, runner, "run_policy", no_run)
+    patch_everywhere(monkeypatch, runner, "build_simulator", no_run)
     assert main([*argv, flag, value, "--quiet"] if argv[0] not in ("kv-tiers", "bench") else [*argv, flag, value]) == 2
     err = capsys.readouterr().err
     want = _EMPTY_ITEM.format(value) if problem == "empty" else f"lists {value.split(',')[0]!r} twice: {value!r}"
@@ -652,7 +653,7 @@ def test_compare_refuses_a_repeated_rate(flag, text, expected, capsys, monkeypat
     """A repeated rate was run once and shown once, silently (a repeated --seeds is refused)."""
     import baselines.capacity
 
-    monkeypatch.setattr(baselines.capacity, "capacities", lambda *a, **k: pytest.fail("measured capacities"))
+    patch_everywhere(monkeypatch, baselines.capacity, "capacities", lambda *a, **k: pytest.fail("measured capacities"))
     assert main(["compare", "--workload", "tool-agent", "--suite", "round-robin", "--quiet", flag, text]) == 2
     assert capsys.readouterr().err == f"cpgym compare: error: {expected}\n"
 

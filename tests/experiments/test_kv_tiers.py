@@ -7,6 +7,7 @@ import pytest
 from envs.sim import Request, Workload
 from experiments.cli import main
 from experiments.commands.cache_curve import hit_rate_curve, tiered_hit_rate_curve
+from tests.interrupt import patch_everywhere
 
 
 def _workload():
@@ -89,7 +90,7 @@ def test_kv_tiers_capacity_flags_are_checked(flags, message, capsys, monkeypatch
     def no_run(*a, **k):
         raise AssertionError("ran the study with a bad capacity flag")
 
-    monkeypatch.setattr(kv_tiers, "run_tier_study", no_run)
+    patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", no_run)
     assert main(["kv-tiers", "--window-s", "0", "5", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"cpgym kv-tiers: error: {message}") and err.count("\n") == 1
@@ -104,7 +105,8 @@ def test_kv_tiers_window_names_the_flag(window, message, capsys, monkeypatch):
     import experiments.kv_tiers as kv_tiers
     from experiments.cli import main
 
-    monkeypatch.setattr(kv_tiers, "run_tier_study", lambda *a, **k: pytest.fail("ran the study with a bad --window-s"))
+    patch_everywhere(monkeypatch, kv_tiers, "run_tier_study",
+                     lambda *a, **k: pytest.fail("ran the study with a bad --window-s"))
     assert main(["kv-tiers", "--window-s", *window, "--capacity-rps", "10"]) == 2
     assert capsys.readouterr().err == f"cpgym kv-tiers: error: {message}\n"
 
@@ -114,7 +116,7 @@ def test_kv_tiers_refuses_kv_tiers_levels_it_would_replace(capsys, monkeypatch):
     import experiments.kv_tiers as kv_tiers
     from experiments.cli import main
 
-    monkeypatch.setattr(kv_tiers, "run_tier_study", lambda *a, **k: pytest.fail("ran the study with --kv-tiers"))
+    patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", lambda *a, **k: pytest.fail("ran the study with --kv-tiers"))
     assert main(["kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--kv-tiers", "hbm,dram"]) == 2
     assert capsys.readouterr().err.startswith("cpgym kv-tiers: error: --kv-tiers hbm,dram has no effect here: the tier "
                                               "table runs each policy with hbm, hbm,dram and hbm,dram,store")
@@ -135,7 +137,7 @@ def test_kv_tiers_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monke
             progress({"policy": policy, "kv_tiers": "hbm", "eviction": "-", "mean_ttft_s": 1.0, "prefix_hit_rate": 0.5})
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(kv_tiers, "run_tier_study", two_runs_then_fail)
+    patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", two_runs_then_fail)
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--out", str(out)])
@@ -153,7 +155,7 @@ def test_kv_tiers_labels_a_load_above_capacity_as_overloaded(load, overloaded, c
         return kv_tiers.TierStudy(capacity={"capacity_rps": capacity_rps}, load_fraction=load_fraction,
                                   rate_rps=load_fraction * capacity_rps)
 
-    monkeypatch.setattr(kv_tiers, "run_tier_study", study)
+    patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", study)
     assert main(["kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--load", load]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"capacity 10.00 req/s; load {load} -> ")

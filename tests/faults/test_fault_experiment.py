@@ -8,6 +8,7 @@ import pytest
 
 from experiments.cli import main
 from experiments.faults import load_spec
+from tests.interrupt import patch_everywhere
 
 SPEC = """name: tiny-faults
 trace: "@traces/conversation_trace.jsonl"
@@ -54,7 +55,7 @@ def test_cpgym_faults_without_out_writes_under_runs_not_results(tmp_path, capsys
 
     spec = _write(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(faults, "run_fault_experiment", lambda *a, **k: pytest.fail("stop after the provenance"))
+    patch_everywhere(monkeypatch, faults, "run_fault_experiment", lambda *a, **k: pytest.fail("stop after the provenance"))
     with pytest.raises(pytest.fail.Exception):
         main(["faults", str(spec)])
     assert (tmp_path / "runs" / "faults" / "tiny-faults" / "provenance.json").is_file()
@@ -71,8 +72,8 @@ def test_cpgym_faults_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, m
     out = tmp_path / "out"
     from experiments import faults
 
-    monkeypatch.setattr(faults, "estimate_capacity_rps", lambda spec, config, log: (20.0, []))
-    monkeypatch.setattr(runner, "run_policy", fail_on_call(runner.run_policy, 3))
+    patch_everywhere(monkeypatch, faults, "estimate_capacity_rps", lambda spec, config, log: (20.0, []))
+    patch_everywhere(monkeypatch, runner, "run_policy", fail_on_call(runner.run_policy, 3))
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "faults", str(spec), "--out", str(out)])
     assert json.loads((out / "provenance.json").read_text())["command"].startswith("cpgym faults")
@@ -122,7 +123,7 @@ def test_spec_fields_used_late_are_checked_at_load_time(tmp_path, line, match, c
     def no_run(*a, **k):
         raise AssertionError("ran before checking the spec")
 
-    monkeypatch.setattr(faults, "run_fault_experiment", no_run)
+    patch_everywhere(monkeypatch, faults, "run_fault_experiment", no_run)
     key = line.split(":")[0]  # the field replaces the spec's own (a repeated key is an error)
     p = _write(tmp_path, "".join(x for x in SPEC.splitlines(True) if not x.startswith(key + ":")) + line + "\n")
     with pytest.raises(ValueError, match=match):
@@ -164,7 +165,7 @@ def test_cpgym_faults_out_under_a_file_names_the_flag_before_running(tmp_path, c
     def no_run(*a, **k):
         raise AssertionError("ran before checking --out")
 
-    monkeypatch.setattr(faults, "run_fault_experiment", no_run)
+    patch_everywhere(monkeypatch, faults, "run_fault_experiment", no_run)
     spec = _write(tmp_path)
     assert main(["faults", str(spec), "--out", str(spec / "out")]) == 2
     assert capsys.readouterr().err == f"cpgym faults: error: --out {spec / 'out'} cannot be created: {spec} is not a folder\n"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from experiments.cli import main
-from tests.interrupt import fail_on_call
+from tests.interrupt import fail_on_call, patch_everywhere
 
 POOL = ["--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2"]
 
@@ -20,7 +20,7 @@ def test_routing_evaluation_stopped_midway_keeps_its_finished_episodes(tmp_path,
     from tests.policies.test_protocol import _tiny_trace
 
     trace = _tiny_trace(tmp_path / "tiny.jsonl")
-    monkeypatch.setattr(runner, "run_policy", fail_on_call(runner.run_policy, 3))  # seed 2's first episode
+    patch_everywhere(monkeypatch, runner, "run_policy", fail_on_call(runner.run_policy, 3))  # seed 2's first episode
     out = tmp_path / "eval" / "rows.csv"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "evaluate", "--policy", "least-work", "--against", "round-robin", "--trace", str(trace),
@@ -47,7 +47,7 @@ def test_reconfig_evaluation_interrupted_midway_keeps_its_finished_runs(tmp_path
     def short(policy, wl, config, *a, **k):  # 20 s of the workload: a quick whole-workload episode
         return real(policy, window(wl, 0.0, 20.0), config, *a, **k)
 
-    monkeypatch.setattr(runner, "run_policy", fail_on_call(short, 3, exception=KeyboardInterrupt))
+    patch_everywhere(monkeypatch, runner, "run_policy", fail_on_call(short, 3, exception=KeyboardInterrupt))
     out = tmp_path / "reconfig.csv"
     assert main(["evaluate", "--kind", "reconfig", "--policy", "none", "--against", "vertumnus-router,fixed:cp2x4",
                  "--workload", "tool-agent", "--target-rps", "2", "--seeds", "1000,1001", "--pool-gpus", "8",
@@ -70,7 +70,7 @@ def test_protocol_evaluation_stopped_midway_keeps_its_finished_windows(tmp_path,
             "cp2x2,cp1x4", "--supported-degrees", "1,2", "--quiet", "--format", "json"]
     full = tmp_path / "full.csv"
     assert main([*argv, "--out", str(full)]) == 0
-    monkeypatch.setattr(protocol, "run_heuristic_window", fail_on_call(protocol.run_heuristic_window, 3))
+    patch_everywhere(monkeypatch, protocol, "run_heuristic_window", fail_on_call(protocol.run_heuristic_window, 3))
     out = tmp_path / "partial.csv"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", *argv, "--out", str(out)])

@@ -10,6 +10,7 @@ import pytest
 
 from envs.sim import SimConfig
 from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.interrupt import patch_everywhere
 
 
 def _tiny_trace(path, num_requests=240, rate_rps=4.0, seed=0):
@@ -160,9 +161,9 @@ def test_tune_stopped_midway_keeps_its_finished_cells(tmp_path, capsys, monkeypa
     from tests.interrupt import fail_on_call
 
     trace = _tiny_trace(tmp_path / "tiny.jsonl")
-    monkeypatch.setattr(protocol, "capacity_rps", lambda *a, **k: types.SimpleNamespace(capacity_rps=10.0,
+    patch_everywhere(monkeypatch, protocol, "capacity_rps", lambda *a, **k: types.SimpleNamespace(capacity_rps=10.0,
                                                                                       policy="vertumnus-router", probes=[]))
-    monkeypatch.setattr(protocol, "tune_vertumnus", fail_on_call(protocol.tune_vertumnus, 2))
+    patch_everywhere(monkeypatch, protocol, "tune_vertumnus", fail_on_call(protocol.tune_vertumnus, 2))
     out = tmp_path / "tuned" / "tuned.json"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "tune", "vertumnus", "--trace", str(trace), "--loads", "0.4,0.6", "--episode-window-s", "4",

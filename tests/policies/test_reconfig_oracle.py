@@ -11,6 +11,7 @@ import pytest
 
 from baselines.envs import make_reconfig_env
 from policies.reconfig.oracle import load_phase_ttft, save_phase_ttft, select_targets
+from tests.interrupt import patch_everywhere
 
 # Three compositions of a 8-GPU pool: A = {4: 2}, B = {4: 1, 2: 2}, C = {2: 4};
 # distance A-B = 4 GPUs (one CP-4 split), B-C = 4, A-C = 8.
@@ -422,7 +423,7 @@ def test_candidate_record_is_strict_json_when_a_candidate_finished_nothing(tmp_p
     def nan_scores(env, wl, seed, ttft, num, counts, initial, costs, tolerance):
         return [1, 1], "switch-cost-5", {"switch-cost-5": 0.5, "best-fixed": float("nan")}
 
-    monkeypatch.setattr(ro, "verified_targets", nan_scores)
+    patch_everywhere(monkeypatch, ro, "verified_targets", nan_scores)
     small, base = _tiny_oracle_training(bc_epochs=1)
     train_reconfig(ReconfigTrainConfig(**base, oracle_switch_cost_s_per_gpu=5.0, oracle_candidate_switch_costs=(9.0,)),
                    tmp_path / "n", sim_config=small, log=lambda s: None)

@@ -168,12 +168,12 @@ def test_bench_env_json_rows(capsys):
 
     from experiments.cli import main
 
-    assert main(["bench", "env", "--steps", "30", "--heuristics", "vertumnus", "--policy", "shipped-residual",
+    assert main(["bench", "env", "--steps", "30", "--heuristics", "vertumnus-router", "--policy", "shipped-residual",
                  "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert all(set(r) == {"policy", "decision_latency_us", "env_steps_per_s"} for r in rows)
     names = [r["policy"] for r in rows]
-    assert "vertumnus" in names and "learned:routing_conversation_residual" in names
+    assert "vertumnus-router" in names and "learned:routing_conversation_residual" in names
     assert "learned:routing_conversation_residual (torch)" in names
     assert "learned:routing_conversation_residual (observation + decision)" in names
     assert all(r["env_steps_per_s"] > 0 for r in rows)

@@ -114,7 +114,7 @@ def test_training_with_gamma_per_s_records_durations(tmp_path):
     assert training_sim_config(replace(cfg, train_prediction_noise=None), SimConfig()) == SimConfig()
     from sb3_contrib import MaskablePPO
 
-    from policies import train as train_mod
+    from policies.routing import train as train_mod
 
     seen = {}
     orig = MaskablePPO.learn

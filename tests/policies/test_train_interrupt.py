@@ -13,6 +13,7 @@ import pytest
 
 from envs.workloads import default_traces_dir
 from experiments.cli import main
+from tests.interrupt import patch_everywhere
 
 TRACE = str(default_traces_dir() / "conversation_trace.jsonl")
 
@@ -40,9 +41,9 @@ def stopped_at(monkeypatch):
     from policies.common.callbacks import TrainingProgress
 
     run, closed = _FakeRun(), []
-    monkeypatch.setattr(policies.common.wandb_log, "wandb_init", lambda *a, **k: run)
+    patch_everywhere(monkeypatch, policies.common.wandb_log, "wandb_init", lambda *a, **k: run)
     real_close = DummyVecEnv.close
-    monkeypatch.setattr(DummyVecEnv, "close", lambda self: closed.append(self) or real_close(self))
+    patch_everywhere(monkeypatch, DummyVecEnv, "close", lambda self: closed.append(self) or real_close(self))
 
     def stop(exc: BaseException, steps: int):
         real_step = TrainingProgress._on_step
@@ -52,7 +53,7 @@ def stopped_at(monkeypatch):
                 raise exc
             return real_step(self)
 
-        monkeypatch.setattr(TrainingProgress, "_on_step", on_step)
+        patch_everywhere(monkeypatch, TrainingProgress, "_on_step", on_step)
         return run, closed
 
     return stop

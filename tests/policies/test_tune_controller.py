@@ -159,26 +159,6 @@ def test_rounds_of_a_coordinate_search_pool_into_one_grid(sweep_dir, tmp_path):
     assert load_tuned_controller(tmp_path / "t.json") == {"k_windows": 3, "target_margin": 0.2}
 
 
-def test_committed_tuned_controller_is_the_selection_of_its_committed_sweeps():
-    from pathlib import Path
-
-    r = Path(__file__).resolve().parents[2] / "results" / "learned-reconfig" / "tuned-controller"
-    rounds = [r / "sweeps" / f"controller-matched-phases-tuning{suffix}" for suffix in ("", "-2", "-3", "-4")]
-    doc = select_controller_setting(rounds)
-    shipped = json.loads((r / "tuned-controller-matched-phases.json").read_text())
-    assert doc["params"] == shipped["params"] and doc["grid"] == shipped["grid"] and doc["seeds"] == list(range(10))
-    assert len(doc["grid"]) == 22  # 6 + 4 + 2 + 12 settings; rounds 1-2 and rounds 3-4 share one each
-    assert doc["params"]["target_degrees"] == [2, 4]  # round 3: the look-ahead's menu over the paper's degrees
-    for num_rounds, name in ((2, "rounds1-2.json"), (3, "rounds1-3.json")):  # the selections before rounds 3 and 4
-        before = select_controller_setting(rounds[:num_rounds])
-        assert before["params"] == json.loads((r / name).read_text())["params"]
-    # round 5 (the transition-aware look-ahead) selects the same setting, with its default filled in
-    five = select_controller_setting(rounds + [r / "sweeps" / "controller-matched-phases-tuning-5"])
-    assert five["params"] == {**shipped["params"], "target_transition": False}
-    assert five["params"] == json.loads((r / "rounds1-5.json").read_text())["params"]
-    assert len(five["grid"]) == 25 and sum(g["params"]["target_transition"] for g in five["grid"]) == 3
-
-
 @pytest.mark.parametrize("cell, summary, message", [
     ('{"key": "x", "policy": "vertumnus-adaptive", "seed": 0, "policy_params": {"target_margin": 0.5}}',
      '{"p90_ttft_s": 1.0, "slo_attainment_token_weighted": 1.0}',

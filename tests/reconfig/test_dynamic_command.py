@@ -7,6 +7,7 @@ import pytest
 
 from envs.sim.reconfig import ReconfigConfig
 from experiments.commands import dynamic
+from tests.interrupt import patch_everywhere
 
 
 def test_dynamic_json_and_plot(tmp_path, capsys):
@@ -92,7 +93,7 @@ def test_dynamic_empty_window_is_reported_before_profiling(capsys, monkeypatch):
     def no_profile(*a, **k):
         raise AssertionError("profiled capacities of an empty window")
 
-    monkeypatch.setattr(measurement, "CapacityTable", no_profile)
+    patch_everywhere(monkeypatch, measurement, "CapacityTable", no_profile)
     assert main(["dynamic", "--window-s", "5000", "6000", "--quiet"]) == 2
     assert capsys.readouterr().err == (  # checked with the settings, before the history day and its profile
         "cpgym dynamic: error: dynamic: window_s [5000, 6000) starts after the last phase (num_phases x "
@@ -165,7 +166,7 @@ def test_phase_rates_as_fractions_of_capacity(monkeypatch):
         assert policy == "vertumnus-router" and rated.window_s == 150.0 and not rated.base.metadata["rising_rate"]
         return capacity.CapacityResult(policy, "phases", caps[(kind, config.pool.composition)], 1.0, 1.0, [], {})
 
-    monkeypatch.setattr(capacity, "find_capacity", fake_find_capacity)
+    patch_everywhere(monkeypatch, capacity, "find_capacity", fake_find_capacity)
     p = argparse.ArgumentParser()
     dynamic.add_arguments(p)
     base = base_config_from_args(p.parse_args(["--supported-degrees", "2,4"]))
@@ -203,7 +204,7 @@ def test_dynamic_output_paths_are_checked_before_running(flags, message, tmp_pat
     def no_run(*a, **k):
         raise AssertionError("ran before checking the output paths")
 
-    monkeypatch.setattr(dynamic_phases, "run_dynamic_phases", no_run)
+    patch_everywhere(monkeypatch, dynamic_phases, "run_dynamic_phases", no_run)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     flags = [f.format(blocker=blocker, tmp=tmp_path) for f in flags]
@@ -240,7 +241,7 @@ def test_dynamic_bad_composition_names_its_flag_before_any_capacity_search(argv,
     def no_search(*a, **k):
         raise AssertionError("capacity search before the compositions were checked")
 
-    monkeypatch.setattr(capacity, "find_capacity", no_search)
+    patch_everywhere(monkeypatch, capacity, "find_capacity", no_search)
     assert main(["dynamic", "--pool-gpus", "8", "--short-load", "0.5", "--quiet", *argv]) == 2
     err = capsys.readouterr().err
     flag = "--initial" if "--initial" in argv else "--compositions"
@@ -276,7 +277,7 @@ def test_dynamic_load_with_its_rate_flag_is_refused_even_at_the_default_rate(arg
     def no_run(*a, **k):
         raise AssertionError("ran despite the conflicting flags")
 
-    monkeypatch.setattr(dynamic_phases, "run_dynamic_phases", no_run)
+    patch_everywhere(monkeypatch, dynamic_phases, "run_dynamic_phases", no_run)
     assert main(["dynamic", *argv, "--quiet"]) == 2
     assert flag in capsys.readouterr().err
 
@@ -339,7 +340,7 @@ def test_dynamic_infinite_duration_window_or_rate_is_refused_naming_the_flag(fla
     def no_run(*a, **k):
         raise AssertionError("ran despite the infinite value")
 
-    monkeypatch.setattr(dynamic_phases, "run_dynamic_phases", no_run)
+    patch_everywhere(monkeypatch, dynamic_phases, "run_dynamic_phases", no_run)
     assert main(["dynamic", flag, "inf", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "must be a finite number > 0, got inf" in err and f"({flag})" in err, err
@@ -354,7 +355,7 @@ def test_dynamic_stopped_midway_keeps_its_provenance_and_finished_runs(tmp_path,
     from experiments.cli import main
     from tests.interrupt import fail_on_call
 
-    monkeypatch.setattr(runner, "run_policy", fail_on_call(runner.run_policy, 2))
+    patch_everywhere(monkeypatch, runner, "run_policy", fail_on_call(runner.run_policy, 2))
     out_dir = tmp_path / "out"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3",
