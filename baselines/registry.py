@@ -208,7 +208,7 @@ POLICIES: dict[str, PolicySpec] = {
                                    "else smallest; least work within", "paper §9 static-threshold baseline"),
     "vllm-tp4": PolicySpec("vllm-tp4", _named(VllmDPRouter, "vllm-tp4"),
                            "homogeneous TP-4 workers (TP cost form), vLLM DP balancer 4*waiting+running",
-                           "paper §9 vLLM baseline; vllm DPLBAsyncMPClient; TP form: baselines/industry.py",
+                           "paper §9 vLLM baseline; vllm DPLBAsyncMPClient; TP form: baselines/industry/vllm.py",
                            composition=homogeneous_composition(4), calibration_transform=TensorParallelCostForm()),
     "sglang-cache-aware": PolicySpec("sglang-cache-aware", _named(SGLangCacheAwareRouter, "sglang-cache-aware"),
                                      "CP-4 workers, SGLang router cache_aware (approx tree, threshold 0.3, balance 64/1.5)",
