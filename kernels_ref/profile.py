@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from kernels_ref import roofline
+from kernels_ref import roofline, specs
 from kernels_ref.config import LayerConfig
 from kernels_ref.dist import launch
 from kernels_ref.fit import fit_cost_model
@@ -290,7 +290,7 @@ def build_profile_calibration(samples: list[Sample], fit: FitResult, config: Pro
     Raises:
         ValueError: on an unknown preset name or weights that do not fit the GPU.
     """
-    model_spec, gpu_spec = roofline.get_model(model), roofline.get_gpu(gpu)
+    model_spec, gpu_spec = specs.get_model(model), specs.get_gpu(gpu)
     memory = roofline.memory_fields(model_spec, gpu_spec)
     timing = "CUDA-event wall time per rank" if config.device == "cuda" else "per-rank CPU time (time.process_time)"
     provenance = {

@@ -22,12 +22,12 @@ import json
 
 from envs.sim.cost_model import Calibration
 from envs.sim.options import check_out_file
-from kernels_ref import roofline
+from kernels_ref import roofline, specs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help=f"model preset: {', '.join(roofline.MODELS)}")
-    p.add_argument("--gpu", required=True, help=f"GPU preset: {', '.join(roofline.GPUS)}")
+    p.add_argument("--model", required=True, help=f"model preset: {', '.join(specs.MODELS)}")
+    p.add_argument("--gpu", required=True, help=f"GPU preset: {', '.join(specs.GPUS)}")
     p.add_argument("--efficiency", type=float, default=None,
                    help="fraction of the datasheet peaks reached, for compute, HBM and link "
                         f"(default {roofline.DEFAULT_EFFICIENCY})")
@@ -149,16 +149,16 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--cp-serial-fraction must be a fraction in [0, 1], got {args.cp_serial_fraction}")
     if args.activation_reserve_gb is not None and not 0 <= args.activation_reserve_gb < math.inf:
         raise ValueError(f"--activation-reserve-gb must be a finite number of GB >= 0, got {args.activation_reserve_gb}")
-    if args.weight_shard_gpus is not None and args.weight_shard_gpus not in roofline.WEIGHT_SHARD_CHOICES:
-        raise ValueError(f"--weight-shard-gpus must be one of {', '.join(map(str, roofline.WEIGHT_SHARD_CHOICES))}, "
+    if args.weight_shard_gpus is not None and args.weight_shard_gpus not in specs.WEIGHT_SHARD_CHOICES:
+        raise ValueError(f"--weight-shard-gpus must be one of {', '.join(map(str, specs.WEIGHT_SHARD_CHOICES))}, "
                          f"got {args.weight_shard_gpus}")
 
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)
     check_out_file(args.out)  # '--out DIR is a folder', not 'DIR: Is a directory'
-    model = roofline.get_model(args.model)
-    gpu = roofline.get_gpu(args.gpu)
+    model = specs.get_model(args.model)
+    gpu = specs.get_gpu(args.gpu)
     base = roofline.DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency
     eff = roofline.Efficiency(
         compute=base if args.compute_efficiency is None else args.compute_efficiency,

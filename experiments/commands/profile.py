@@ -16,7 +16,7 @@ import sys
 from envs.sim.cost_model import Calibration
 from envs.sim.options import check_out_file
 from experiments.commands.kernels import parse_degrees, parse_int_list
-from kernels_ref import roofline
+from kernels_ref import specs
 from kernels_ref.config import LayerConfig
 from kernels_ref.fit import format_fit_table
 from kernels_ref.profile import DEFAULT_PROFILE_LAYER as L
@@ -49,10 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=d.warmup, help=f"untimed runs per point (default {d.warmup})")
     p.add_argument("--repeats", type=int, default=d.repeats, help=f"timed runs per point (default {d.repeats})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"weights/inputs seed (default {d.seed})")
-    p.add_argument("--model", default=roofline.DEFAULT_MODEL,
-                   help=f"roofline model preset for the memory fields (default {roofline.DEFAULT_MODEL})")
-    p.add_argument("--gpu", default=roofline.DEFAULT_GPU,
-                   help=f"roofline GPU preset for the memory fields (default {roofline.DEFAULT_GPU})")
+    p.add_argument("--model", default=specs.DEFAULT_MODEL,
+                   help=f"roofline model preset for the memory fields (default {specs.DEFAULT_MODEL})")
+    p.add_argument("--gpu", default=specs.DEFAULT_GPU,
+                   help=f"roofline GPU preset for the memory fields (default {specs.DEFAULT_GPU})")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
 
 
@@ -99,7 +99,7 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)
-    roofline.get_model(args.model), roofline.get_gpu(args.gpu)  # fail fast on a typo
+    specs.get_model(args.model), specs.get_gpu(args.gpu)  # fail fast on a typo
     check_out_file(args.out)  # before the profiling grid (minutes), not when the file is written
     layer = LayerConfig(hidden_size=args.hidden, num_q_heads=args.q_heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
                         intermediate_size=args.intermediate, num_experts=args.experts,

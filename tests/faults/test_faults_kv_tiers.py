@@ -9,7 +9,8 @@ from envs.sim.fault_config import FaultConfig, FaultEvent
 from envs.sim.simulator import EventPriority
 from envs.sim.tier_config import TierConfig
 from envs.sim.tiers import FETCH_NONE, FETCH_PULL
-from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
+from kernels_ref.roofline import Efficiency, build_calibration_dict
+from kernels_ref.specs import get_gpu, get_model
 
 BLOCK = 512
 PREFIX = tuple(range(1, 33))  # 32 blocks, fetched in 32 s

@@ -8,7 +8,7 @@ import pytest
 
 from envs.sim.cost_model import Calibration
 from experiments.cli import main
-from kernels_ref import roofline
+from kernels_ref import roofline, specs
 
 
 def test_calibrate_json_reports_published_figures(capsys):
@@ -104,7 +104,7 @@ def test_calibrate_deepseek_v3_json_shows_the_weight_placement(capsys):
     assert main(["kernels", "calibrate", "--model", "deepseek-v3", "--gpu", "h20-3e", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     pl = out["placement"]
-    m = roofline.get_model("DeepSeek-V3")
+    m = specs.get_model("DeepSeek-V3")
     # G = 4 would need 17.1 GB replicated + 653.9 GB / 4 of experts = 180 GB per rank > 141 GB
     assert pl["weight_shard_gpus"] == 8 and pl["min_worker_degree"] == 8
     assert pl["weight_bytes_per_rank"] == pl["replicated_weight_bytes"] + pl["routed_expert_weight_bytes"] // 8
@@ -148,7 +148,7 @@ def test_profile_cli_tiny_grid_writes_calibration(tmp_path, capsys):
     assert set(prov["fit_error"]["by_degree"]) == {"C=1", "C=2"}
     assert set(prov["fit_error"]["by_cache_ratio"]) == {"0", "(0.5,1)", "(0,0.5]"}
     # memory fields come from the roofline presets
-    assert cal.kv_bytes_per_token == 98304 and prov["memory_fields_from"]["gpu"] == roofline.DEFAULT_GPU
+    assert cal.kv_bytes_per_token == 98304 and prov["memory_fields_from"]["gpu"] == specs.DEFAULT_GPU
 
 
 @pytest.mark.slow
@@ -199,8 +199,8 @@ def test_calibrate_cp_efficiency_leaves_out_prompts_the_base_worker_cannot_hold(
     model limit)."""
     from experiments.commands.calibrate import cp_parallel_efficiency
 
-    cal = Calibration.from_dict(roofline.build_calibration_dict(roofline.get_model("Qwen3-30B-A3B"),
-                                                                roofline.get_gpu("H100")))
+    cal = Calibration.from_dict(roofline.build_calibration_dict(specs.get_model("Qwen3-30B-A3B"),
+                                                                specs.get_gpu("H100")))
     assert cal.kv_capacity_tokens(1) == 49264 < 65536 <= cal.max_prompt_tokens
     rep = cp_parallel_efficiency(cal)
     assert rep["base_max_prompt_tokens"] == 49264 and list(rep["efficiency"]) == ["8192", "24576"]

@@ -10,8 +10,9 @@ from importlib import resources
 import pytest
 
 from envs.sim import Calibration
-from kernels_ref import roofline
-from kernels_ref.roofline import Efficiency, get_gpu, get_model
+from kernels_ref import roofline, specs
+from kernels_ref.roofline import Efficiency
+from kernels_ref.specs import get_gpu, get_model
 
 SHIPPED = [("Qwen3-30B-A3B", "H20-3e"), ("Qwen3-30B-A3B", "H20"), ("DeepSeek-V3", "H20-3e"),
            ("DeepSeek-V4-Flash-FP8", "H20-3e")]
@@ -194,10 +195,10 @@ def test_v4_flash_compressed_attention_work_term():
 
 def test_attention_kind_without_a_work_term_is_refused():
     with pytest.raises(ValueError, match="not modelled.*W\\(R, P\\)"):
-        roofline.ModelSpec(name="nsa-model", num_layers=2, hidden_size=64, num_q_heads=4, num_kv_heads=4, head_dim=16,
+        specs.ModelSpec(name="nsa-model", num_layers=2, hidden_size=64, num_q_heads=4, num_kv_heads=4, head_dim=16,
                            intermediate_size=128, vocab_size=100, max_prompt_tokens=1024, source="test", attention="nsa")
     with pytest.raises(ValueError, match="compress_ratios"):
-        roofline.ModelSpec(name="bad-v4", num_layers=3, hidden_size=64, num_q_heads=4, num_kv_heads=1, head_dim=16,
+        specs.ModelSpec(name="bad-v4", num_layers=3, hidden_size=64, num_q_heads=4, num_kv_heads=1, head_dim=16,
                            intermediate_size=0, vocab_size=100, max_prompt_tokens=1024, source="test", attention="csa_hca",
                            compress_ratios=(0, 4), sliding_window=8, index_topk=4, index_n_heads=2, index_head_dim=8,
                            o_lora_rank=8, o_groups=2, q_lora_rank=8)
@@ -210,7 +211,7 @@ def test_attention_kind_without_a_work_term_is_refused():
     (lambda: roofline.roofline_coefficients(get_model("Qwen3-8B"), get_gpu("H20"), overhead_s=-1), "overhead_s"),
     (lambda: roofline.memory_fields(get_model("Qwen3-8B"), get_gpu("H20"), activation_reserve_bytes=-1),
      "activation_reserve_bytes"),
-    (lambda: roofline.default_activation_reserve_bytes(roofline.GpuSpec("small", 1e12, 1e12, 40_000_000_000, 1e11, "t")),
+    (lambda: roofline.default_activation_reserve_bytes(specs.GpuSpec("small", 1e12, 1e12, 40_000_000_000, 1e11, "t")),
      "60 GiB"),
 ])
 def test_bad_input_raises_value_error(call, match):
@@ -232,9 +233,9 @@ def test_shipped_calibrations_equal_roofline_output(model, gpu):
 def test_default_calibration_is_the_paper_model_on_the_paper_gpu():
     from envs.sim.cost_model import DEFAULT_CALIBRATION
 
-    default = roofline.calibration_file_name(get_model(roofline.DEFAULT_MODEL), get_gpu(roofline.DEFAULT_GPU))
+    default = roofline.calibration_file_name(get_model(specs.DEFAULT_MODEL), get_gpu(specs.DEFAULT_GPU))
     assert DEFAULT_CALIBRATION == default
-    assert (roofline.DEFAULT_MODEL, roofline.DEFAULT_GPU) == ("Qwen3-30B-A3B", "H20-3e")
+    assert (specs.DEFAULT_MODEL, specs.DEFAULT_GPU) == ("Qwen3-30B-A3B", "H20-3e")
 
 
 def test_roofline_and_calibrate_command_do_not_import_torch():
@@ -253,5 +254,5 @@ def test_pair_count_agrees_with_the_simulator():
     from envs.sim.cost_model import attention_pairs as sim_pairs
 
     for r, p in ((1, 0), (2, 6), (8, 0), (4097, 12345)):
-        assert roofline.attention_pairs(r, p) == sim_pairs(r, p)
-    assert roofline.attention_pairs(2, 6) == 15  # paper §2.2 worked example (L=8, P=6)
+        assert specs.attention_pairs(r, p) == sim_pairs(r, p)
+    assert specs.attention_pairs(2, 6) == 15  # paper §2.2 worked example (L=8, P=6)

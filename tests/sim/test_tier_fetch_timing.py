@@ -16,7 +16,8 @@ from envs.sim import Calibration, CostCoefficients, PoolConfig, Request, SimConf
 from envs.sim.config import PredictionErrorConfig
 from envs.sim.tier_config import TierConfig
 from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE
-from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
+from kernels_ref.roofline import Efficiency, build_calibration_dict
+from kernels_ref.specs import get_gpu, get_model
 
 BLOCK = 512
 ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))

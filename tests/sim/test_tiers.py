@@ -11,7 +11,8 @@ from baselines.simple import RoundRobinRouter
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.tier_config import TierConfig, parse_levels
 from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, BlockTier, overlap_finish_s
-from kernels_ref.roofline import Efficiency, build_calibration_dict, get_gpu, get_model
+from kernels_ref.roofline import Efficiency, build_calibration_dict
+from kernels_ref.specs import get_gpu, get_model
 
 BLOCK = 512
 ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
