@@ -53,7 +53,7 @@ def test_shares_are_bounded_by_one_and_the_rest_only_below():
 
 
 def test_report_bounds_read_the_table():
-    from experiments.report import metric_bounds
+    from experiments.report_runs import metric_bounds
 
     assert all(metric_bounds(m.name) == m.bounds for m in METRIC_ROWS)
     with pytest.raises(KeyError):

@@ -32,7 +32,8 @@ def test_report_and_evaluate_share_one_interval():
 
 def _row(values, metric="mean_ttft_s"):
     """A report table row of ``values`` over seeds (as :func:`experiments.report._aggregate` builds it)."""
-    from experiments.report import ci95_halfwidth, ci95_interval, metric_bounds
+    from experiments.report import ci95_halfwidth, ci95_interval
+    from experiments.report_runs import metric_bounds
 
     row = {metric: sum(values) / len(values), metric + "_ci95": ci95_halfwidth(values)}
     row[metric + "_ci95_low"], row[metric + "_ci95_high"] = ci95_interval(values, *metric_bounds(metric))

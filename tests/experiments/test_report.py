@@ -77,9 +77,10 @@ sweep:
 """))
     out = tmp_path / "out"
     assert run_sweep(spec, out, jobs=1, progress=False).num_done == 4
-    from experiments.report import _aggregate, _load_runs
+    from experiments.report import _aggregate
+    from experiments.report_runs import load_runs
 
-    agg = _aggregate(_load_runs(out))  # the tables behind the figures (rendering is tested above)
+    agg = _aggregate(load_runs(out))  # the tables behind the figures (rendering is tested above)
     assert len(agg) == 2 and set(agg["num_seeds"]) == {2}
     lo, hi = sorted(agg["rate_rps"])
     assert 2.0 < lo < 9.0 and 14.0 < hi < 30.0  # Poisson 5 and 20 req/s over 5 s
@@ -137,7 +138,8 @@ rates: [10]
 
 
 def test_intervals_of_bounded_quantities_stay_in_range():
-    from experiments.report import ci95_interval, metric_bounds
+    from experiments.report import ci95_interval
+    from experiments.report_runs import metric_bounds
 
     # hit rate 5 % and 68 % over two seeds: the t interval 36.5 ± 400 pp is clipped to [0, 1]
     lo, hi = ci95_interval([0.05, 0.68], *metric_bounds("prefix_hit_rate"))
@@ -155,7 +157,7 @@ def test_panel_titles_are_wrapped_to_the_panel():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.report import _title
+    from experiments.report_figures import _title
 
     fig, ax = plt.subplots()
     _title(ax, "mixed-default — cache_capacity_scale=1.0, max_batch_tokens=16384, pool.composition=cp4x6,cp2x8\n"
@@ -167,11 +169,11 @@ def test_panel_titles_are_wrapped_to_the_panel():
 def test_table_cells_show_a_zero_width_interval_as_the_value():
     from experiments.report import _fmt
 
-    row = {"m": 0.0, "m_ci95_low": 0.0, "m_ci95_high": 0.0}
-    assert _fmt(row, "m", 1e-9, 2) == "0.00"
-    row = {"m": 2.0, "m_ci95_low": 1.0, "m_ci95_high": 3.0}
-    assert _fmt(row, "m") == "2.000 [1.000, 3.000]"
-    assert _fmt({"m": math.nan, "m_ci95_low": math.nan, "m_ci95_high": math.nan}, "m") == "-"
+    row = {"mean_ttft_s": 0.0, "mean_ttft_s_ci95_low": 0.0, "mean_ttft_s_ci95_high": 0.0}
+    assert _fmt(row, "mean_ttft_s", 1e-9, 2) == "0.00"
+    row = {"mean_ttft_s": 2.0, "mean_ttft_s_ci95_low": 1.0, "mean_ttft_s_ci95_high": 3.0}
+    assert _fmt(row, "mean_ttft_s") == "2.000 [1.000, 3.000]"
+    assert _fmt({"mean_ttft_s": math.nan, "mean_ttft_s_ci95_low": math.nan, "mean_ttft_s_ci95_high": math.nan}, "mean_ttft_s") == "-"
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +254,7 @@ def test_sweeps_of_one_name_with_different_cells_are_not_pooled_as_more_seeds(tw
     import json
     import shutil
 
-    from experiments.report import _load_runs
+    from experiments.report_runs import load_runs
 
     parent = tmp_path / "sweeps"
     shutil.copytree(two_seed_sweep, parent / "a")
@@ -264,7 +266,7 @@ def test_sweeps_of_one_name_with_different_cells_are_not_pooled_as_more_seeds(tw
     manifest = json.loads((parent / "b" / "manifest.json").read_text())  # as the edited spec's sweep writes it
     manifest["cells"] = {"edited" + k[6:]: v for k, v in manifest["cells"].items()}
     (parent / "b" / "manifest.json").write_text(json.dumps(manifest))
-    df = _load_runs(parent)
+    df = load_runs(parent)
     # they were one group of 4 "seeds" (0, 1, 0, 1) mixing two configurations
     assert len(df) == 4 and sorted(df["variant"].unique()) == ["sweep=broken (a)", "sweep=broken (b)"]
     assert all(sorted(g["seed"]) == [0, 1] for _, g in df.groupby("variant"))
@@ -272,7 +274,7 @@ def test_sweeps_of_one_name_with_different_cells_are_not_pooled_as_more_seeds(tw
     same = tmp_path / "same"
     shutil.copytree(two_seed_sweep, same / "a")
     shutil.copytree(two_seed_sweep, same / "b")
-    df = _load_runs(same)
+    df = load_runs(same)
     assert len(df) == 2 and set(df["variant"]) == {""}
 
 
