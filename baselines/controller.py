@@ -302,7 +302,8 @@ class ControllerConfig:
             phases rows the same rising-rates row and +0.8 / +0.2 points on the long-heavy /
             whole-run rows; with ``target_transition`` and the replayed latest sample it does not
             help (+1.5 % [-2.6, +5.6] on the conversation trace); hence not the default.
-        lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
+        lookahead: the look-ahead's settings
+            (:class:`~baselines.lookahead.LookaheadConfig`).
 
     These thresholds are not given in the paper's copies; they were tuned on the ``phases``
     workload with the roofline calibration (``results/dynamic-phases/README.md``): the split and merge
