@@ -609,6 +609,14 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self._ended = sim.done
 
     def step(self, action):
+        """Applies ``action`` (the no-op or a split/merge operation; with ``action_mode="target"``
+        a target composition, approached with planned operations), runs one observation window
+        and returns Gymnasium's ``(obs, reward, terminated, truncated, info)`` (reward: class
+        docstring). After the episode ended a step is a no-op repeating the end flags.
+
+        Raises:
+            RuntimeError: before the first :meth:`reset`.
+        """
         if self.sim is None:
             raise RuntimeError("call reset() before step()")
         k = discrete_action(action, self.action_space.n)

@@ -459,6 +459,14 @@ class PrefillRoutingEnv(PickleBeforeReset, gym.Env):
         return self._req
 
     def step(self, action):
+        """Routes the pending request to worker slot ``action`` (an ineligible slot goes to the
+        least-work worker and is counted in ``info``), runs the simulator to the next decision
+        and returns Gymnasium's ``(obs, reward, terminated, truncated, info)`` (reward: class
+        docstring). After the episode ended a step is a no-op repeating the end flags.
+
+        Raises:
+            RuntimeError: before the first :meth:`reset`.
+        """
         sim = self.sim
         if sim is None:
             raise RuntimeError("call reset() before step()")

@@ -93,8 +93,8 @@ class FitResult:
 
     Attributes:
         coefficients: ``{d_s, a_s_per_token, b_s_per_token, c_s_per_token, alpha_s_per_pair}`` >= 0.
-        mape: mean |relative error| (a fraction, 0.05 = 5 %).
-        max_abs_rel_err: max |relative error|.
+        mape: mean ``|relative error|`` (a fraction, 0.05 = 5 %).
+        max_abs_rel_err: max ``|relative error|``.
         by_degree / by_cache_ratio / by_length: bucket label -> ``{"n", "mape", "max", "bias"}``
             (bias = mean signed relative error; > 0 means over-prediction).
         rel_errors: per-sample signed relative errors ``(pred - y) / y``.

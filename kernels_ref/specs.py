@@ -100,11 +100,11 @@ class ModelSpec:
         tie_word_embeddings: LM head shares the embedding matrix.
         qk_norm: per-head RMSNorm on q and k (Qwen3).
         attention: one of :data:`ATTENTION_KINDS` (module docstring): ``"gqa"``, ``"mla"``
-            (DeepSeek multi-head latent attention) or ``"csa_hca"`` (DeepSeek-V4 hybrid
-            compressed/sparse attention). Any other kind raises ValueError.
+        (DeepSeek multi-head latent attention) or ``"csa_hca"`` (DeepSeek-V4 hybrid
+        compressed/sparse attention). Any other kind raises ValueError.
         kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank: MLA geometry
-            (``q_lora_rank == 0``: uncompressed q projection); ``csa_hca`` uses q_lora_rank and
-            qk_rope_head_dim.
+        (``q_lora_rank == 0``: uncompressed q projection); ``csa_hca`` uses q_lora_rank and
+        qk_rope_head_dim.
         compress_ratios [compress_ratios]: ``csa_hca`` per-layer compression ratio r (0 = window only).
         csa_compress_ratio: the ratio of the CSA (indexer + top-k) layers; other r > 0 are HCA.
         sliding_window [sliding_window], index_topk, index_n_heads, index_head_dim,

@@ -38,7 +38,9 @@ def test_ci_installs_the_tested_torch_first():
     ci = (REPO / ".ci" / "run").read_text()
     assert re.search(r"pip install torch==2\.13\.0 && pip install -e", ci)
     readme = (REPO / "README.md").read_text()
-    assert "download.pytorch.org/whl/cpu" in readme and "Choosing the torch build" in readme
+    install = (REPO / "docs" / "install.md").read_text()
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "download.pytorch.org/whl/cpu" in install and "Choosing the torch build" in install
 
 
 @pytest.mark.slow

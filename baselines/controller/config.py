@@ -166,7 +166,8 @@ class ControllerConfig:
             trend; the synthetic ``phases`` workloads are Poisson inside a phase. Not the default:
             it helps on the conversation trace only without the transition look-ahead
             (``results/dynamic-phases/trend-noise/README.md``).
-        lookahead: :class:`~baselines.lookahead.LookaheadConfig`.
+        lookahead: the look-ahead's settings
+            (:class:`~baselines.lookahead.LookaheadConfig`).
 
     The split and merge regions are separated by a band of 0.35 load, and neither a merge nor a
     split can land in the other's region (projected loads), so the controller cannot flap on

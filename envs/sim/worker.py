@@ -30,7 +30,9 @@ class WorkerState(IntEnum):
 class Worker:
     """A CP worker with its FCFS queue, current engine step and prefix cache.
 
-    Attributes (read-only for policies; the simulator mutates them):
+    The attributes are read-only for policies; the simulator mutates them.
+
+    Attributes:
         worker_id: stable id (first GPU // smallest supported degree).
         degree: CP degree C (number of GPUs / ranks).
         first_gpu: index of its first GPU; it owns ``first_gpu .. first_gpu + C - 1``.

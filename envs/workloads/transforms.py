@@ -106,7 +106,8 @@ def split(workload: Workload, eval_fraction: float | None = None, *,
     Give exactly one of:
         eval_fraction: fraction of the requests (0 < f < 1) that go to eval — the last
             ``round(f × n)`` requests (at least one request on each side);
-        split_time_s: requests arriving before it go to train, the others to eval [s].
+        split_time_s: requests arriving before it go to train, the others to eval
+            [s].
 
     Train keeps its time origin; eval is re-based so that the split instant (``split_time_s``,
     or the first eval request's arrival for ``eval_fraction``) is 0 s. Both parts must be

@@ -18,7 +18,9 @@ from experiments.spec import load_spec
 from experiments.sweep.run import run_sweep
 from tests.experiments.conftest import write_spec
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+# The user documentation: the README and the docs/ pages (the prose moved from the README to docs/).
+_REPO = Path(__file__).resolve().parents[2]
+README = "\n".join(p.read_text() for p in [_REPO / "README.md", *sorted((_REPO / "docs").rglob("*.md"))])
 
 
 @pytest.mark.parametrize("slo, present, absent", [

@@ -1,6 +1,6 @@
 """Trace loaders, one module per format: Mooncake FAST'25 JSONL (:mod:`.mooncake`), Azure LLM
 inference 2023 CSV (:mod:`.azure`), L-Eval derived lengths CSV (:mod:`.leval`); shared error
-types, file access and checks in :mod:`.common`.
+types, file access and checks in :mod:`envs.workloads.traces.common`.
 
 Entry point :func:`load_trace` (:mod:`.load`) picks the loader from the file type. All loaders
 return an :class:`envs.sim.request.Workload` whose arrival times are in seconds from the first
