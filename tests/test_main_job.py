@@ -97,6 +97,7 @@ def test_every_command_has_working_help(capsys):
     assert "simulate" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_out_must_be_a_folder_and_runs_are_never_overwritten(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")

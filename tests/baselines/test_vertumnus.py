@@ -175,6 +175,7 @@ def test_length_only_picks_degree_by_length_and_least_work_within():
     assert 1 in full.records["degree"].tolist()
 
 
+@pytest.mark.slow
 def test_same_seed_same_result(small_prefix_workload):
     from baselines.runner import run_policy
 

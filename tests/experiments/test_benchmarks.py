@@ -69,6 +69,7 @@ def test_bench_sim_table_says_what_its_rates_are(capsys):
     assert cols.split() == ["policy", "KV", "tiers", "wall", "s", "req/wall-s", "req/cpu-s", "sim/wall", "peak", "MiB"]
 
 
+@pytest.mark.slow
 def test_bench_env_defaults_to_the_vertumnus_router_and_labels_the_full_system():
     """``vertumnus`` names the full system (its loop runs the controller: 113 steps/s), so the
     default row read as the router's; the default list now times ``vertumnus-router``, and a

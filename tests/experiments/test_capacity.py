@@ -77,6 +77,7 @@ def test_rates_for_loads_use_the_strongest_static_baseline():
                       _single_worker()[0])
 
 
+@pytest.mark.slow
 def test_compare_loads_are_fractions_of_the_strongest_static_capacity(tmp_path, capsys):
     from experiments.cli import main
 
@@ -113,6 +114,7 @@ def test_capacity_cli_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("quiet", [False, True])
 @pytest.mark.parametrize("fmt", ["table", "json"])
+@pytest.mark.slow
 def test_compare_quiet_drops_the_capacity_probe_lines(quiet, fmt, tmp_path, capsys):
     """Only --quiet silences the probe lines: with --format json they were dropped too, so a long
     --loads run in JSON showed nothing for minutes (capacity, dynamic and reproduce log in both formats)."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 #: what the ``cpgym`` console script runs
 ENTRY = "import sys\nfrom experiments.cli import main\nsys.exit(main())\n"
@@ -19,6 +21,7 @@ def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
 
 
+@pytest.mark.slow
 def test_profiling_a_command_writes_the_profile(tmp_path):
     script = tmp_path / "cpgym"
     script.write_text(ENTRY)

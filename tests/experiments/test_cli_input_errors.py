@@ -404,6 +404,7 @@ def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, m
                                             f"{blocker} is not a folder\n")
 
 
+@pytest.mark.slow
 def test_evaluate_out_creates_its_folder(tmp_path, capsys):
     out = tmp_path / "new" / "sub" / "rows.csv"
     assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--workload", "tool-agent",

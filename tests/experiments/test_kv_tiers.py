@@ -30,6 +30,7 @@ def test_cache_curve_per_tier_adds_dram_hits_on_top_of_the_same_hbm_hits():
     assert rows[1]["hit_rate"] == unbounded > single
 
 
+@pytest.mark.slow
 def test_simulate_json_reports_hit_rate_per_tier(capsys):
     argv = ["simulate", "--workload", "tool-agent", "--window-s", "0", "20", "--policy", "least-work",
             "--cache-capacity-scale", "0.02", "--format", "json"]
@@ -45,6 +46,7 @@ def test_simulate_json_reports_hit_rate_per_tier(capsys):
     assert "KV tiers must be" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_runs_tiers_off_and_on_side_by_side(capsys):
     assert main(["bench", "sim", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "round-robin",
                  "--repeat", "1", "--kv-tiers", "hbm,dram", "--format", "json"]) == 0

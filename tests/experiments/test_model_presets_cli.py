@@ -18,6 +18,7 @@ def _calibration(name: str) -> str:
     ("deepseek-v4-flash-fp8__h20-3e.json", "4,8", "cp8x3,cp4x4", 4),  # paper §9: DeepSeek at CP {4, 8}
     ("deepseek-v3__h20-3e.json", "8", "cp8x5", 8),                     # 671B FP8 needs G = 8 on 141 GB
 ])
+@pytest.mark.slow
 def test_deepseek_presets_simulate_on_the_h20_3e_pool(capsys, name, degrees, composition, shard):
     with open(_calibration(name)) as f:
         assert json.load(f)["weight_shard_gpus"] == shard

@@ -91,6 +91,7 @@ def _png_width(path) -> int:
     return int.from_bytes(path.read_bytes()[16:20], "big")
 
 
+@pytest.mark.slow
 def test_report_on_a_folder_of_simulate_runs(tmp_path):
     """Plain `cpgym simulate --out` runs of two workloads: a workload column, the measured rates
     (not 0), repeated runs counted once, no empty panel and no matplotlib warning."""
@@ -173,7 +174,8 @@ def test_table_cells_show_a_zero_width_interval_as_the_value():
     assert _fmt(row, "mean_ttft_s", 1e-9, 2) == "0.00"
     row = {"mean_ttft_s": 2.0, "mean_ttft_s_ci95_low": 1.0, "mean_ttft_s_ci95_high": 3.0}
     assert _fmt(row, "mean_ttft_s") == "2.000 [1.000, 3.000]"
-    assert _fmt({"mean_ttft_s": math.nan, "mean_ttft_s_ci95_low": math.nan, "mean_ttft_s_ci95_high": math.nan}, "mean_ttft_s") == "-"
+    nan_row = {"mean_ttft_s": math.nan, "mean_ttft_s_ci95_low": math.nan, "mean_ttft_s_ci95_high": math.nan}
+    assert _fmt(nan_row, "mean_ttft_s") == "-"
 
 
 @pytest.fixture(scope="module")

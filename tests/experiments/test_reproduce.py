@@ -121,6 +121,7 @@ def test_registry_has_the_four_experiments():
     assert list(EXPERIMENTS) == ["end-to-end", "dynamic", "cache", "reconfiguration"]
 
 
+@pytest.mark.slow
 def test_reproduce_dynamic_cache_and_reconfiguration_rows(tmp_path, capsys, monkeypatch):
     import experiments.reproduce as reproduce
     from experiments.paper_experiments.paper_rows import DYNAMIC_METRICS, DYNAMIC_SCENARIOS

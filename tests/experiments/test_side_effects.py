@@ -40,6 +40,7 @@ def _sweep_in_sandbox(tmp_path: Path, out: Path, *extra: str) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_wandb_files_stay_under_the_output_folder(tmp_path):
     pytest.importorskip("wandb")
     out = _sweep_in_sandbox(tmp_path, tmp_path / "o", "--jobs", "1", "--wandb", "offline")

@@ -233,6 +233,7 @@ window_s = [0.0, 60.0]
     assert [c.config.prediction_error.bias for c in cells] == [1.0, 1.2]
 
 
+@pytest.mark.slow
 def test_example_specs_validate():
     from pathlib import Path
 

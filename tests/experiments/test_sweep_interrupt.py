@@ -110,6 +110,7 @@ def _resume_runs_each_unfinished_cell_once(spec_path: Path, out: Path) -> None:
     assert len(folders) == spec.num_cells  # no cell ran twice
 
 
+@pytest.mark.slow
 def test_sigint_stops_workers_prints_one_line_and_resume_finishes(tmp_path):
     spec_path = write_spec(tmp_path, SPEC)
     for attempt in range(5):
@@ -133,6 +134,7 @@ def test_sigint_stops_workers_prints_one_line_and_resume_finishes(tmp_path):
     _resume_runs_each_unfinished_cell_once(spec_path, out)
 
 
+@pytest.mark.slow
 def test_sigkill_of_driver_takes_workers_with_it_and_resume_finishes(tmp_path):
     spec_path = write_spec(tmp_path, SPEC)
     out = tmp_path / "out"
@@ -182,6 +184,7 @@ def test_second_driver_on_the_same_folder_is_refused(tmp_path):
     lock_out_dir(tmp_path).close()  # free again once the holder ends
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_fails_only_its_own_cell(tmp_path, monkeypatch):
     """A dead worker broke the whole process pool: every cell still queued or running in it failed
     with BrokenProcessPool (here 3 of 4 cells, two of them never started), on every resume."""

@@ -19,6 +19,7 @@ def _rows(capsys, extra):
     return rows
 
 
+@pytest.mark.slow
 def test_simulate_faults_adds_metrics_and_empty_schedule_changes_nothing(tmp_path, capsys):
     empty = tmp_path / "empty.yaml"
     empty.write_text("events: []\n")

@@ -36,6 +36,7 @@ def test_routing_evaluation_stopped_midway_keeps_its_finished_episodes(tmp_path,
     assert set(table) == {"least-work", "round-robin"} and all(r["num_episodes"] == 1 for r in table.values())
 
 
+@pytest.mark.slow
 def test_reconfig_evaluation_interrupted_midway_keeps_its_finished_runs(tmp_path, capsys, monkeypatch):
     """Ctrl-C in the second seed: the first seed's runs are in the CSV (no best-fixed-in-hindsight
     rows: those come with a finished run) and --from-csv aggregates them."""

@@ -24,6 +24,7 @@ def trace_window():
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
+@pytest.mark.slow
 def test_env_metrics_equal_simulate(name, trace_window):
     cfg = SimConfig(seed=3)
     expected = run_policy(name, trace_window, cfg)

@@ -26,6 +26,7 @@ def test_default_comparisons_follow_the_pool(pool, expected):
     assert default_reconfig_against(PoolConfig()) == DEFAULT_RECONFIG_AGAINST
 
 
+@pytest.mark.slow
 def test_reconfig_evaluation_on_an_8_gpu_pool_runs_without_against(monkeypatch, capsys):
     import policies.reconfig.evaluate as reconfig_evaluate
     from experiments.cli import main

@@ -46,6 +46,7 @@ def test_evaluate_reconfig_checkpoint_through_cli(tiny_checkpoint, capsys):
     assert table["vertumnus-router"]["num_operations"] == 0  # no reconfiguration
 
 
+@pytest.mark.slow
 def test_learned_run_is_seed_deterministic(tiny_checkpoint):
     from envs import workloads
     from envs.sim import SimConfig
@@ -269,6 +270,7 @@ def test_fixed_label_plus_stands_for_comma_in_mixed_compositions():
     assert fixed_composition("fixed:cp4x10") == "cp4x10"
 
 
+@pytest.mark.slow
 def test_init_from_starts_from_the_given_model_and_rejects_another_space(tiny_checkpoint, tmp_path):
     import torch as th
     from sb3_contrib import MaskablePPO
@@ -309,6 +311,7 @@ def test_shipped_reconfig_checkpoint_loads_and_acts_on_the_target_menu():
     assert result.records["ttft_s"].size == wl.num_requests
 
 
+@pytest.mark.slow
 def test_train_reconfig_interrupted_midway_keeps_its_checkpoints(tmp_path, capsys, monkeypatch):
     """model.zip and vecnormalize.pkl were written at the end only, and there were no periodic
     checkpoints: a reconfiguration training stopped midway (without validation) kept no model.
@@ -331,6 +334,7 @@ def test_train_reconfig_interrupted_midway_keeps_its_checkpoints(tmp_path, capsy
     assert json.loads((out / "train_config.json").read_text())["train_config"]["checkpoint_every_steps"] == 16
 
 
+@pytest.mark.slow
 def test_a_reconfig_evaluation_past_saturation_says_so(capsys):
     """The phases workload's default rates (90 / 18 req/s) are past the default pool's capacity:
     every policy read 100+ s mean TTFT with no word that the TTFTs measure a growing backlog

@@ -180,6 +180,7 @@ def test_bench_env_json_rows(capsys):
     assert all(r["decision_latency_us"] > 0 for r in rows if not r["policy"].startswith("env"))
 
 
+@pytest.mark.slow
 def test_bench_env_arm_selection_checkpoint(capsys):
     """`cpgym bench env --policy shipped` (the arm-selection router): one latency row (no network,
     so no torch backend and no separate observation cost)."""

@@ -75,6 +75,7 @@ def test_progress_callback_lines_every_interval(tmp_path):
 
 
 @pytest.mark.parametrize("quiet", [False, True])
+@pytest.mark.slow
 def test_train_reconfig_progress(tmp_path, capfd, quiet):
     """Progress lines on stderr, none with ``--quiet``; wandb on (offline) is silenced too (its
     banner and sync hint went to stderr)."""

@@ -41,6 +41,7 @@ def test_dynamic_rejects_bad_rate_scale():
         raise AssertionError("expected ValueError")
 
 
+@pytest.mark.slow
 def test_dynamic_window_is_the_workload_window_and_shared_flags_have_shared_defaults(tmp_path, capsys):
     """``--window-s START END`` is the arrival window (as in every command); the controller
     window is ``--controller-window-s``; pool flags come from the shared group (with the paper's
@@ -100,6 +101,7 @@ def test_dynamic_empty_window_is_reported_before_profiling(capsys, monkeypatch):
         "phase_duration_s = 600 s) (--window-s, --num-phases, --phase-duration-s)\n")
 
 
+@pytest.mark.slow
 def test_dynamic_quiet_prints_no_progress(capsys):
     from experiments.cli import main
 
@@ -346,6 +348,7 @@ def test_dynamic_infinite_duration_window_or_rate_is_refused_naming_the_flag(fla
     assert len(err.splitlines()) == 1 and "must be a finite number > 0, got inf" in err and f"({flag})" in err, err
 
 
+@pytest.mark.slow
 def test_dynamic_stopped_midway_keeps_its_provenance_and_finished_runs(tmp_path, capsys, monkeypatch):
     """Everything was written at the end: a run that failed at its last fixed composition lost the
     finished ones (paper runs take minutes per composition)."""

@@ -10,6 +10,7 @@ from experiments.cli import build_parser
 FLAGS = ["--workload", "phases", "--workload-seed", "3", "--target-rps", "5", "--window-s", "0", "300"]
 
 
+@pytest.mark.slow
 def test_spec_cli_and_both_trainers_build_identical_request_lists(tmp_path):
     from experiments.commands.train import configs_from_args
     from experiments.common import workload_from_args
@@ -28,6 +29,7 @@ def test_spec_cli_and_both_trainers_build_identical_request_lists(tmp_path):
         assert other.kv_block_size_tokens == via_spec.kv_block_size_tokens
 
 
+@pytest.mark.slow
 def test_builder_applies_rate_then_window():
     base = build_workload(name="phases", seed=1)
     scaled = build_workload(name="phases", seed=1, rate_scale=2.0)
