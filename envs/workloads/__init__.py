@@ -2,7 +2,7 @@
 
 * :mod:`.traces` — :func:`load_trace` for Mooncake FAST'25 JSONL, Azure LLM inference 2023
   CSV and the L-Eval derived lengths CSV (``shared/data/traces``, see its SOURCES.md), one
-  module per format (``envs.workloads.loaders`` re-exports them); bad input raises
+  module per format; bad input raises
   :class:`TraceFormatError` (file, line, field).
 * :mod:`.transforms` — rate scaling, time windows, train/eval split, episode windows, merge.
 * :mod:`.arrivals` — Poisson, Gamma (bursty), MMPP and inhomogeneous Poisson arrival processes.

@@ -10,8 +10,7 @@ import warnings
 import pytest
 
 from envs.workloads import WORKLOADS, TraceFormatError, TraceWarning, get_workload, load_trace
-from envs.workloads.loaders import load_azure_csv, load_mooncake_jsonl
-from envs.workloads.traces import BlockSizeChecker, find_block_size_conflict
+from envs.workloads.traces import BlockSizeChecker, find_block_size_conflict, load_azure_csv, load_mooncake_jsonl
 from experiments.cli import main
 
 JSONL = "".join(json.dumps({"timestamp": t, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2 + t]}) + "\n"
@@ -202,11 +201,3 @@ def test_shared_traces_give_each_block_one_size(traces_dir, fname):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _assert_one_size_per_block(load_trace(traces_dir / fname))
-
-
-def test_loaders_module_reexports_the_traces_package():
-    import envs.workloads.loaders as old
-    import envs.workloads.traces as new
-
-    for name in old.__all__:
-        assert getattr(old, name) is getattr(new, name)
