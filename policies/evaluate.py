@@ -237,7 +237,8 @@ def routing_source(cfg: EvaluationConfig):
                          arrival_window_s=tuple(arrival_window_s) if arrival_window_s is not None else None,
                          skip_invalid=bool(base.get("skip_invalid", False)),
                          params=tuple(tuple(kv) for kv in base.get("params") or ()),
-                         window_s=cfg.episode_window_s or base.get("window_s", 60.0),
+                         # "window_s": its name in the train_config.json of checkpoints trained before the rename
+                         episode_window_s=cfg.episode_window_s or base.get("episode_window_s", base.get("window_s", 60.0)),
                          eval_every=cfg.eval_every or base.get("eval_every", 4))
 
 
@@ -280,7 +281,7 @@ def reconfig_workload_fields(cfg: EvaluationConfig) -> dict:
     if cfg.target_rps is None:
         out.update(target_rps=tc.get("target_rps"), rate_scale=tc.get("rate_scale"))
     window = tc.get("arrival_window_s")
-    out.update(window_s=tuple(window) if window is not None else None,
+    out.update(arrival_window_s=tuple(window) if window is not None else None,
                params=tuple(tuple(kv) for kv in tc.get("params") or ()))
     return out
 

@@ -88,7 +88,7 @@ def configs_from_args(args: argparse.Namespace):
     ``ReconfigTrainConfig`` (reconfig). Raises ValueError naming the field on bad values."""
     ws = workload_source_from_args(args)  # the kind's default source (DEFAULT_SOURCES), set by add_arguments
     source_fields = {"trace": ws.trace, "workload": ws.name, "workload_seed": ws.seed, "target_rps": ws.target_rps,
-                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid,
+                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.arrival_window_s, "skip_invalid": ws.skip_invalid,
                      "params": ws.params}
     if args.kind == "reconfig":
         from policies.reconfig.train import ReconfigTrainConfig  # lazy: gymnasium (start-up of the CLI)

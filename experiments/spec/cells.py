@@ -50,6 +50,7 @@ def cell_key(workload: WorkloadSpec, config: SimConfig, policy: str, policy_para
     a resume at the same location still recognises; a cell with neither a trace nor a calibration
     path has one key either way."""
     wl = asdict(workload)
+    wl["window_s"] = wl.pop("arrival_window_s")  # hashed under its earlier name: the keys of finished cells stay
     sim = config.to_dict()
     doc = {"v": SPEC_VERSION, "workload": wl, "sim_config": sim, "policy": policy,
            "policy_params": [list(p) for p in policy_params]}

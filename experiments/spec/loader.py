@@ -22,12 +22,22 @@ from envs.sim.yaml_keys import compose, duplicate_key, load
 from envs.workloads import TraceWarning, default_traces_dir, get_workload, load_trace
 from experiments.spec.cells import resolve_cells
 from experiments.spec.model import TRACES_PREFIX, ExperimentSpec, SpecError, WorkloadSpec, make_workload, materialize_param
-from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten
+from experiments.spec.paths import (
+    ALIASES,
+    DEPRECATED_PATHS,
+    SIM_PATHS,
+    WORKLOAD_PATHS,
+    apply_sims,
+    coerce,
+    flatten,
+    warn_deprecated_path,
+)
 
 TOP_LEVEL_KEYS = ("name", "description", "workload", "sim", "calibration", "horizon_s", "policies", "policy_params",
                   "seeds", "seed_workload", "rates", "sweep")
 SWEEP_KEYS = ("grid", "cells")
-WORKLOAD_KEYS = ("name", "trace", "seed", "params", "target_rps", "rate_scale", "window_s", "skip_invalid")
+WORKLOAD_KEYS = ("name", "trace", "seed", "params", "target_rps", "rate_scale", "arrival_window_s",
+                 "skip_invalid")
 
 
 def _read(path: Path) -> dict:
@@ -157,6 +167,7 @@ class _Loader:
     def classify(self, key: str, path: str, allow_policy: bool) -> tuple[str, Any]:
         """Returns (kind, detail): ('sim', annotation), ('workload', annotation), ('workload_param', name),
         ('policy', None) or ('policy_param', (policy, param))."""
+        warn_deprecated_path(self.path, path)
         path = ALIASES.get(path, path)
         if path == "policy":
             if not allow_policy:
@@ -373,6 +384,11 @@ class _Loader:
         wl_kwargs: dict[str, Any] = {}
         for k, v in wl_raw.items():
             key = f"workload.{k}"
+            if key in DEPRECATED_PATHS:  # an earlier release's spelling (workload.window_s)
+                warn_deprecated_path(self.path, key)
+                k = DEPRECATED_PATHS[key].split(".", 1)[1]
+                if k in wl_raw:
+                    raise SpecError(self.path, key, f"given with its new spelling workload.{k}", "one of the two")
             if k not in WORKLOAD_KEYS:
                 raise SpecError(self.path, key, "unknown key", "one of " + ", ".join(WORKLOAD_KEYS))
             if k == "params":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import types
 import typing
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
@@ -110,9 +111,22 @@ def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
 
 SIM_PATHS: dict[str, Any] = {k: v for k, v in leaf_types(SimConfig).items() if k not in ("seed", "record_events")}
 WORKLOAD_PATHS: dict[str, Any] = {"workload." + k: v for k, v in typing.get_type_hints(WorkloadSpec).items() if k != "params"}
-# the file form of window_s is a 2-list; params has its own sub-paths
-WORKLOAD_PATHS["workload.window_s"] = tuple[float, float] | None
-ALIASES = {"calibration": "calibration_path"}
+# the file form of arrival_window_s is a 2-list; params has its own sub-paths
+WORKLOAD_PATHS["workload.arrival_window_s"] = tuple[float, float] | None
+# spellings of earlier releases still read, each with a one-line SpecDeprecationWarning (removed in the next release)
+DEPRECATED_PATHS = {"workload.window_s": "workload.arrival_window_s"}
+ALIASES = {"calibration": "calibration_path", **DEPRECATED_PATHS}
+
+
+class SpecDeprecationWarning(UserWarning):
+    """A spec uses a key spelling of an earlier release (:data:`DEPRECATED_PATHS`); it still loads."""
+
+
+def warn_deprecated_path(file: str | Path, path: str) -> None:
+    """Warns (:class:`SpecDeprecationWarning`, one line) when ``path`` is a deprecated spelling."""
+    if path in DEPRECATED_PATHS:
+        warnings.warn(f"{file}: {path} is deprecated and will be removed in the next release; "
+                      f"use {DEPRECATED_PATHS[path]}", SpecDeprecationWarning, stacklevel=3)
 
 
 class _LevelError(Exception):

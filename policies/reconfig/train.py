@@ -85,8 +85,8 @@ class ReconfigTrainConfig:
     workload_seeds: tuple[int, ...] = _opt((), "train on the workloads of each of these generator seeds "
                                                "(none: --workload-seed alone)")
     episode_window_s: float = _opt(DEFAULT_RECONFIG_EPISODE_WINDOW_S, "episode window length [s]")
-    window_s: float = _opt(DECISION_WINDOW_S, "observation / decision window [s] (paper §6: 20 s)",
-                           flag="--controller-window-s")
+    decision_window_s: float = _opt(DECISION_WINDOW_S, "the controller's observation / decision window [s] "
+                                                       "(paper §6: 20 s)")
     total_timesteps: int = _opt(2_000, "environment steps (decision windows) to train for, rounded up to whole "
                                        "rollouts of n_steps x n_envs steps", flag="--timesteps")
     n_envs: int = _opt(1, "parallel environments")
@@ -157,13 +157,13 @@ class ReconfigTrainConfig:
     def __post_init__(self) -> None:
         if self.trace is None and self.workload is None:
             raise ValueError("give trace or workload")
-        for name in ("episode_window_s", "window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
+        for name in ("episode_window_s", "decision_window_s", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
                      "torch_threads", "validate_every_steps", "bc_epochs", "bc_learning_rate", "checkpoint_every_steps"):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
-        if not self.window_s < self.episode_window_s:  # one decision at t = 0 on an empty window, then none
-            raise ValueError(f"window_s must be shorter than episode_window_s (the controller decides once per "
-                             f"window), got {self.window_s:g} s and {self.episode_window_s:g} s")
+        if not self.decision_window_s < self.episode_window_s:  # one decision at t = 0 on an empty window, then none
+            raise ValueError(f"decision_window_s must be shorter than episode_window_s (the controller decides once "
+                             f"per window), got {self.decision_window_s:g} s and {self.episode_window_s:g} s")
         if not math.isfinite(self.noop_logit_bias):
             raise ValueError(f"noop_logit_bias must be a finite number, got {self.noop_logit_bias}")
         check_minibatch(self.n_steps, self.n_envs, self.batch_size)
@@ -271,7 +271,7 @@ class ReconfigTrainConfig:
         """The :class:`~envs.workloads.WorkloadSource` of one training seed."""
         return WorkloadSource(name=None if self.trace else self.workload, trace=self.trace, seed=seed,
                               target_rps=self.target_rps, rate_scale=self.rate_scale,
-                              window_s=self.arrival_window_s, skip_invalid=self.skip_invalid,
+                              arrival_window_s=self.arrival_window_s, skip_invalid=self.skip_invalid,
                               params=tuple(tuple(kv) for kv in self.params))
 
     def episode_windows(self) -> list:
@@ -322,7 +322,7 @@ def validation_callback(cfg: ReconfigTrainConfig, out: Path, venv, sim_config, c
                 return int(a)
             ttft, slo = [], []
             for seed, wl in workloads:
-                res, _ = rollout_reconfig(act, wl, sim_config, seed, cfg.window_s, capacity_table=capacity_table,
+                res, _ = rollout_reconfig(act, wl, sim_config, seed, cfg.decision_window_s, capacity_table=capacity_table,
                                           **cfg.env_kwargs())
                 summ = summarize(res)
                 ttft.append(summ["mean_ttft_s"])
@@ -418,7 +418,8 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
                              f"> 2 x --episode-window-s {cfg.episode_window_s:g}")
 
     def make_env(w):
-        return make_reconfig_env(w, sim_config, window_s=cfg.window_s, capacity_table=capacity_table, **cfg.env_kwargs())
+        return make_reconfig_env(w, sim_config, decision_window_s=cfg.decision_window_s, capacity_table=capacity_table,
+                                 **cfg.env_kwargs())
 
     menu = make_env(wls[:1]).target_compositions
     t0 = time.perf_counter()
@@ -619,7 +620,8 @@ def train_reconfig(cfg: ReconfigTrainConfig, out_dir: str | Path, sim_config=Non
 
     def make(i):
         def _m():
-            env = make_reconfig_env(wins, sc, window_s=cfg.window_s, capacity_table=table, **cfg.env_kwargs())
+            env = make_reconfig_env(wins, sc, decision_window_s=cfg.decision_window_s, capacity_table=table,
+                                    **cfg.env_kwargs())
             env.reset(seed=cfg.seed * 1000 + i)
             return monitored(env)
         return _m

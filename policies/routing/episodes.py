@@ -19,7 +19,7 @@ class EpisodeSource:
     The full workload is built by the one workload builder, :class:`envs.workloads.WorkloadSource`
     (:meth:`workload_source`); the CLI fills the first eight fields from the shared workload flags
     (``--trace``/``--workload``, ``--workload-seed``, ``--target-rps``/``--rate-scale``,
-    ``--window-s``, ``--skip-invalid``, ``--workload-param``).
+    ``--arrival-window-s``, ``--skip-invalid``, ``--workload-param``).
 
     Args:
         trace: trace path (Mooncake JSONL, Azure CSV, L-Eval CSV), or ``None`` for ``workload``.
@@ -30,12 +30,12 @@ class EpisodeSource:
         arrival_window_s: keep arrivals in ``[start, end)`` [s] before cutting episodes.
         skip_invalid: skip invalid trace lines instead of failing.
         params: keyword overrides of the named workload's generator, ``((name, value), ...)``.
-        window_s: episode window length [s] (default 60, ``envs.routing_env.DEFAULT_WINDOW_S``).
+        episode_window_s: episode window length [s] (default 60, ``envs.routing_env.DEFAULT_WINDOW_S``).
         eval_every: every ``eval_every``-th window is held out (see
             ``envs.routing_env.split_windows``; default 4).
 
     Raises:
-        ValueError: naming the field, on a missing source, ``window_s`` <= 0 or a rate <= 0.
+        ValueError: naming the field, on a missing source, ``episode_window_s`` <= 0 or a rate <= 0.
     """
 
     trace: str | None = field(default=None, metadata={"cli": False})
@@ -46,14 +46,14 @@ class EpisodeSource:
     arrival_window_s: tuple[float, float] | None = field(default=None, metadata={"cli": False})
     skip_invalid: bool = field(default=False, metadata={"cli": False})
     params: tuple[tuple[str, Any], ...] = field(default=(), metadata={"cli": False})
-    window_s: float = _opt(DEFAULT_WINDOW_S, "episode window length [s]", flag="--episode-window-s")
+    episode_window_s: float = _opt(DEFAULT_WINDOW_S, "episode window length [s]")
     eval_every: int = _opt(4, "hold out every N-th episode window for evaluation", metavar="N")
 
     def __post_init__(self) -> None:
         if self.trace is None and self.workload is None:
             raise ValueError("episode source: give trace or workload")
-        if not self.window_s > 0:
-            raise ValueError(f"window_s must be > 0, got {self.window_s}")
+        if not self.episode_window_s > 0:
+            raise ValueError(f"episode_window_s must be > 0, got {self.episode_window_s}")
         if self.eval_every < 2:
             raise ValueError(f"eval_every must be >= 2, got {self.eval_every}")
         if self.arrival_window_s is not None:
@@ -65,7 +65,8 @@ class EpisodeSource:
         ``workload_seed``."""
         return WorkloadSource(name=None if self.trace else self.workload, trace=self.trace,
                               seed=self.workload_seed if seed is None else seed, target_rps=self.target_rps,
-                              rate_scale=self.rate_scale, window_s=self.arrival_window_s, skip_invalid=self.skip_invalid,
+                              rate_scale=self.rate_scale, arrival_window_s=self.arrival_window_s,
+                              skip_invalid=self.skip_invalid,
                               params=tuple(tuple(kv) for kv in self.params))
 
     def workload_obj(self, seed: int | None = None):
@@ -76,7 +77,7 @@ class EpisodeSource:
         """Episode windows of a part (``"train"``, ``"eval"``, ``"all"``)."""
         from envs.routing_env import episode_windows, split_windows  # lazy: gymnasium (start-up of the CLI)
 
-        return split_windows(episode_windows(self.workload_obj(seed), self.window_s), part, self.eval_every)
+        return split_windows(episode_windows(self.workload_obj(seed), self.episode_window_s), part, self.eval_every)
 
     @property
     def label(self) -> str:

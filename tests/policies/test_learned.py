@@ -45,7 +45,7 @@ def test_maskable_ppo_smoke_trains_saves_loads_and_evaluates(tmp_path):
     from policies.routing.train import TrainConfig, train_routing
 
     src = EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"),
-                        workload=None, target_rps=12.0, window_s=10.0)
+                        workload=None, target_rps=12.0, episode_window_s=10.0)
     cfg = TrainConfig(source=src, total_timesteps=2048, n_envs=2, n_steps=256, batch_size=128, n_epochs=2,
                       wandb_mode="disabled", checkpoint_every_steps=1024)
     path = train_routing(cfg, tmp_path, log=lambda s: None)

@@ -221,7 +221,7 @@ def test_learned_reconfig_gives_each_episode_its_own_capacity_table(monkeypatch)
     from envs.sim import SimConfig
 
     seen = []
-    monkeypatch.setattr(er, "rollout_reconfig", lambda act, wl, config, seed, window_s, capacity_features, table,
+    monkeypatch.setattr(er, "rollout_reconfig", lambda act, wl, config, seed, decision_window_s, capacity_features, table,
                         make_router, **kw: (seen.append(table) or (type("R", (), {})(), [])))
     learned = er.LearnedReconfig("shipped-reconfig")
     assert learned.capacity_features

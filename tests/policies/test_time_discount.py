@@ -107,7 +107,7 @@ def test_training_with_gamma_per_s_records_durations(tmp_path):
     from policies.routing.episodes import EpisodeSource
     from policies.routing.train import TrainConfig, training_sim_config
 
-    cfg = TrainConfig(source=EpisodeSource(workload="mixed-default", window_s=20.0), total_timesteps=64, n_steps=32,
+    cfg = TrainConfig(source=EpisodeSource(workload="mixed-default", episode_window_s=20.0), total_timesteps=64, n_steps=32,
                       batch_size=32, n_envs=2, gamma_per_s=0.8, wandb_mode="disabled", hidden_dim=8)
     sc = training_sim_config(cfg, SimConfig())
     assert sc.prediction_error.noise_sigma == 0.1 and SimConfig().prediction_error.noise_sigma == 0.0

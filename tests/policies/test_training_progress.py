@@ -21,7 +21,7 @@ def _source():
     from policies.routing.episodes import EpisodeSource
 
     return EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"), workload=None, target_rps=12.0,
-                         window_s=10.0)
+                         episode_window_s=10.0)
 
 
 def test_episode_metrics_equal_the_simulator_summary():
