@@ -237,8 +237,7 @@ def routing_source(cfg: EvaluationConfig):
                          arrival_window_s=tuple(arrival_window_s) if arrival_window_s is not None else None,
                          skip_invalid=bool(base.get("skip_invalid", False)),
                          params=tuple(tuple(kv) for kv in base.get("params") or ()),
-                         # "window_s": its name in the train_config.json of checkpoints trained before the rename
-                         episode_window_s=cfg.episode_window_s or base.get("episode_window_s", base.get("window_s", 60.0)),
+                         episode_window_s=cfg.episode_window_s or base.get("episode_window_s", 60.0),
                          eval_every=cfg.eval_every or base.get("eval_every", 4))
 
 

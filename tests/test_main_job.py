@@ -135,7 +135,8 @@ def test_skip_invalid_warns_once_in_one_line(tmp_path, capsys):
 def test_table_and_json_name_the_pool_each_policy_ran_on(capsys):
     """The header gives the pool flags' composition, but a baseline with its own pool (SGLang's
     cp4x10) ran on another: each row names its pool (was only the header's cp4x6,cp2x8)."""
-    argv = ["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--policy", "least-work,sglang-cache-aware",
+    argv = ["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--policy",
+            "least-work,sglang-cache-aware",
             "--quiet"]
     assert main([*argv, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -65,7 +65,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
         meta_path = p.parent / "train_config.json"
         if not meta_path.exists() and p.parent.name == "checkpoints":
             meta_path = p.parent.parent / "train_config.json"
-    return z, read_json_file(meta_path) if meta_path.is_file() else {}
+    return z, current_meta(read_json_file(meta_path)) if meta_path.is_file() else {}
 
 
 def missing_model_error(folder: Path) -> FileNotFoundError:
@@ -99,6 +99,38 @@ def learned_label(model_zip: Path) -> str:
     --kind reconfig --policy shipped-reconfig`` keeps the alias as its label."""
     z = Path(model_zip)
     return f"learned:{z.expanduser().resolve().parent.name if z.name == 'model.zip' else z.stem}"
+
+
+# keys of train_config.json renamed since checkpoints were written (#38: one name per window), by
+# checkpoint type (the ``policy_type``, else the ``kind``): old -> new
+RENAMED_TRAIN_CONFIG_KEYS: dict[str, dict[str, str]] = {
+    "reconfig": {"window_s": "decision_window_s"},  # the controller's observation / decision window
+    "vertumnus-arms": {"window_s": "episode_window_s"},
+}
+RENAMED_SOURCE_KEYS = {"window_s": "episode_window_s"}  # of train_config.source (policies.routing.episodes.EpisodeSource)
+
+
+def current_meta(meta: dict) -> dict:
+    """A checkpoint's ``train_config.json`` content (``meta``) with the keys of earlier releases
+    renamed (:data:`RENAMED_TRAIN_CONFIG_KEYS`, :data:`RENAMED_SOURCE_KEYS`), so that every reader
+    sees one spelling; ``meta`` itself is left as read. A key given in both spellings keeps the
+    new one."""
+    tc = meta.get("train_config")
+    if not isinstance(tc, dict):
+        return meta
+    tc = _renamed(tc, RENAMED_TRAIN_CONFIG_KEYS.get(meta.get("policy_type") or meta.get("kind") or "", {}))
+    if isinstance(tc.get("source"), dict):
+        tc["source"] = _renamed(tc["source"], RENAMED_SOURCE_KEYS)
+    return {**meta, "train_config": tc}
+
+
+def _renamed(d: dict, renames: dict[str, str]) -> dict:
+    """A copy of ``d`` with each key ``old`` of ``renames`` moved to ``renames[old]`` (unless that is set)."""
+    out = dict(d)
+    for old, new in renames.items():
+        if old in out:
+            out.setdefault(new, out.pop(old))
+    return out
 
 
 def read_json_file(path: Path) -> dict:

@@ -49,6 +49,7 @@ from envs.sim import Calibration
 from envs.sim.options import error_text
 from policies.common.checkpoint import (
     checkpoint_path,
+    current_meta,
     learned_label,
     load_model_zip,
     load_vecnormalize,
@@ -92,7 +93,7 @@ def checkpoint_train_config(path: str) -> dict:
     Raises:
         OSError: when the checkpoint has no ``train_config.json``.
     """
-    return json.loads(train_config_file(path).read_text()).get("train_config") or {}
+    return current_meta(json.loads(train_config_file(path).read_text())).get("train_config") or {}
 
 
 def checkpoint_pool_composition(path: str) -> str | None:
@@ -240,7 +241,7 @@ class LearnedReconfig:
             raise FileNotFoundError(f"no such file: {model_path}")
         self.dir = d
         self.name = name or (str(path) if str(path) == "shipped-reconfig" else learned_label(model_path))
-        self.meta = read_json_file(d / "train_config.json")
+        self.meta = current_meta(read_json_file(d / "train_config.json"))
         self.model = load_model_zip(MaskablePPO, model_path)
         vn = vecnormalize_path(model_path)
         self.vecnormalize = None
@@ -248,8 +249,7 @@ class LearnedReconfig:
             self.vecnormalize = load_vecnormalize(vn)  # saved without its venv: only the statistics
             self.vecnormalize.training = False
         tc = self.meta.get("train_config") or {}
-        # "window_s": its name in the train_config.json of checkpoints trained before the rename
-        self.decision_window_s = float(tc.get("decision_window_s", tc.get("window_s", DECISION_WINDOW_S)))
+        self.decision_window_s = float(tc.get("decision_window_s", DECISION_WINDOW_S))
         try:
             self.env_kwargs = env_kwargs_of(tc)
         except ValueError as exc:

@@ -161,7 +161,8 @@ def _source_ident(source) -> dict:
     """``asdict(source)`` (an ``EpisodeSource``) as the cache keys hash it: its episode window under
     ``window_s``, the field's name when the keys were defined, so the cached costs stay valid."""
     d = asdict(source)
-    d["window_s"] = d.pop("episode_window_s")
+    if "episode_window_s" in d:
+        d["window_s"] = d.pop("episode_window_s")
     return d
 
 

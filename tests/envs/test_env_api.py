@@ -322,7 +322,8 @@ def test_shared_constructor_arguments_are_type_checked(cls, kwargs, match, toy_c
     # "'dict'/'str' object has no attribute ...", a calibration file name failed only at reset, and
     # observe_faults="no" added the faults key
     args = {"workloads": [random_workload(20, 5.0, 0)], "config": SimConfig(pool=SMALL_POOL), "calibration": toy_cal,
-            **({"decision_window_s": 2.0, "make_router": vertumnus_inner_router} if cls is PrefillReconfigEnv else {}), **kwargs}
+            **({"decision_window_s": 2.0,
+                "make_router": vertumnus_inner_router} if cls is PrefillReconfigEnv else {}), **kwargs}
     with pytest.raises(ValueError, match=match):
         cls(**args)
 

@@ -14,7 +14,8 @@ from .conftest import SMALL_POOL, random_workload
 
 def _env(toy_cal, n=400, rate=6.0, seed=0, **kw):
     wins = [random_workload(n, rate_rps=rate, seed=seed + s) for s in range(2)]
-    return make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, decision_window_s=5.0, **kw)
+    return make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, decision_window_s=5.0,
+                             **kw)
 
 
 def test_candidate_operations_follow_topology():
@@ -307,3 +308,17 @@ def test_episode_ending_in_the_first_window_keeps_its_reward(reward, toy_cal):
         missed = tokens[records["ttft_s"] > records["ttft_slo_s"]].sum()
         assert r == pytest.approx(-missed * len(tokens) / tokens.sum(), rel=1e-9) and r < 0
     assert env.step(0)[1:4] == (0.0, True, False)
+
+
+def test_window_s_kwarg_is_the_deprecated_spelling_of_decision_window_s(toy_cal):
+    """``window_s=`` (the name before #38) still sets the decision window, with a DeprecationWarning."""
+    wins = [random_workload(40, rate_rps=6.0, seed=0)]
+    with pytest.warns(DeprecationWarning, match=r"window_s=\.\.\.\) is deprecated .* use decision_window_s"):
+        env = make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, window_s=7.0)
+    assert env.decision_window_s == 7.0
+    import envs
+
+    envs.register_envs()
+    with pytest.warns(DeprecationWarning):
+        env = gym.make("cpgym/PrefillReconfig-v0", workloads=wins, window_s=3.0)
+    assert env.unwrapped.decision_window_s == 3.0

@@ -47,7 +47,8 @@ def sustainable_slo() -> tuple:
     from baselines.capacity import CapacityDefinition, RatedWorkload, find_capacity
 
     cal, cfg, wl = single_worker()
-    res = find_capacity("least-work", RatedWorkload(arrival_window_length_s=120.0, base=wl), cfg, cal, CapacityDefinition(rel_tol=0.05))
+    res = find_capacity("least-work", RatedWorkload(arrival_window_length_s=120.0, base=wl), cfg, cal,
+                        CapacityDefinition(rel_tol=0.05))
     return res.capacity_rps, res.rate_scale, tuple((p.rate_scale, p.rate_rps, p.growth, p.sustainable) for p in res.probes)
 
 
@@ -57,7 +58,8 @@ def sustainable_slo_tight() -> tuple:
 
     cal, cfg, wl = single_worker()
     cfg = replace(cfg, slo=SLOConfig(kind="fixed", ttft_slo_s=D_S + 0.05))
-    res = find_capacity("least-work", RatedWorkload(arrival_window_length_s=120.0, base=wl), cfg, cal, CapacityDefinition(rel_tol=0.05))
+    res = find_capacity("least-work", RatedWorkload(arrival_window_length_s=120.0, base=wl), cfg, cal,
+                        CapacityDefinition(rel_tol=0.05))
     return res.capacity_rps, tuple((p.rate_scale, p.slo_attainment_token_weighted, p.sustainable) for p in res.probes)
 
 

@@ -80,7 +80,8 @@ def test_rates_for_loads_use_the_strongest_static_baseline():
 def test_compare_loads_are_fractions_of_the_strongest_static_capacity(tmp_path, capsys):
     from experiments.cli import main
 
-    rc = main(["compare", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--suite", "homogeneous-cp4,homogeneous-cp2",
+    rc = main(["compare", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--suite",
+               "homogeneous-cp4,homogeneous-cp2",
                "--loads", "0.5,1.5", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4",
                "--rel-tol", "0.2", "--cache-dir", str(tmp_path), "--format", "json"])
     assert rc == 0
@@ -118,7 +119,8 @@ def test_compare_quiet_drops_the_capacity_probe_lines(quiet, fmt, tmp_path, caps
     --loads run in JSON showed nothing for minutes (capacity, dynamic and reproduce log in both formats)."""
     from experiments.cli import main
 
-    args = ["compare", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--suite", "homogeneous-cp4", "--loads", "0.5",
+    args = ["compare", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--suite", "homogeneous-cp4", "--loads",
+            "0.5",
             "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--rel-tol", "0.2",
             "--cache-dir", str(tmp_path), "--format", fmt] + ["--quiet"] * quiet
     assert main(args) == 0

@@ -490,15 +490,18 @@ def test_compare_capacity_flags_without_a_capacity_measurement_are_errors(flag, 
 
 @pytest.mark.parametrize("workload", [[], ["--workload", "tool-agent"]])
 def test_skip_invalid_without_a_trace_is_an_error(workload, capsys):
-    assert main(["simulate", *workload, "--arrival-window-s", "0", "2", "--policy", "least-work", "--quiet", "--skip-invalid"]) == 2
+    assert main(["simulate", *workload, "--arrival-window-s", "0", "2", "--policy", "least-work", "--quiet",
+                 "--skip-invalid"]) == 2
     name = "tool-agent" if workload else "mixed-default"
     assert capsys.readouterr().err == "cpgym simulate: error: --skip-invalid skips invalid trace lines; it does not " \
                                       f"apply to the named workload '{name}'\n"
 
 
 @pytest.mark.parametrize("command", [
-    ["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--quiet", "--policy", "least-work,homogeneous-cp4"],
-    ["compare", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--rates", "10", "--suite", "least-work,homogeneous-cp4"],
+    ["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--quiet", "--policy",
+     "least-work,homogeneous-cp4"],
+    ["compare", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--rates", "10", "--suite",
+     "least-work,homogeneous-cp4"],
 ])
 def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command, capsys, monkeypatch):
     # was "composition item 'cp4x10': CP degree 4 is not supported ..." after the policies before it had run
@@ -544,8 +547,8 @@ def test_flags_named_in_matches_whole_field_names_only():
 
     fields = dataclasses.fields(C)
     assert _flags_named_in("episode_window_s must be > 0", fields) == ["--episode-window-s"]
-    assert _flags_named_in("window_s 0 > episode_window_s 1", fields) == ["--arrival-window-s", "--episode-window-s"]
-    assert _flags_named_in("--arrival-window-s must be > 0 (window_s)", fields) == []  # the flag is already named
+    assert _flags_named_in("window_s 0 > episode_window_s 1", fields) == ["--window-s", "--episode-window-s"]
+    assert _flags_named_in("--window-s must be > 0 (window_s)", fields) == []  # the flag is already named
 
 
 _EMPTY_ITEM = "must be a comma-separated list of names, got {!r} (an empty item: doubled, leading or trailing comma)"

@@ -37,8 +37,10 @@ def _error(capsys) -> str:
     (["--switch-s", "nan"], "switch_s must be a finite number >= 0, got nan (--switch-s)"),
     (["--target-margin", "-0.1"], "target_margin must be a finite number >= 0, got -0.1 (--target-margin)"),
     # the arrival window: checked when the workload was built, after the bisections
-    (["--arrival-window-s", "30", "10"], "arrival_window_s must be [start, end) with 0 <= start < end, got 30 10 (--arrival-window-s)"),
-    (["--arrival-window-s", "100", "200"], "arrival_window_s [100, 200) starts after the last phase (num_phases x phase_duration_s = "
+    (["--arrival-window-s", "30", "10"],
+     "arrival_window_s must be [start, end) with 0 <= start < end, got 30 10 (--arrival-window-s)"),
+    (["--arrival-window-s", "100", "200"],
+     "arrival_window_s [100, 200) starts after the last phase (num_phases x phase_duration_s = "
                                    "40 s) (--arrival-window-s, --num-phases, --phase-duration-s)"),
 ])
 def test_dynamic_settings_are_checked_before_the_capacity_search(flags, expected, tmp_path, capsys, no_search):

@@ -109,7 +109,8 @@ def test_compare_help_lists_every_file_it_writes(tmp_path):
 
 
 def test_readme_describes_simulate_json_as_one_array(capsys):
-    assert main(["simulate", "--workload", "mixed-default", "--arrival-window-s", "0", "3", "--policy", "least-work,round-robin",
+    assert main(["simulate", "--workload", "mixed-default", "--arrival-window-s", "0", "3", "--policy",
+                 "least-work,round-robin",
                  "--format", "json", "--quiet"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert isinstance(rows, list) and [r["policy"] for r in rows] == ["least-work", "round-robin"]

@@ -38,7 +38,8 @@ def _spec_runs(path: Path) -> list[tuple]:
         wl = cell.workload
         assert not cell.policy_params, "a policy parameter has no command-line form here"
         src = WorkloadSource(name=wl.name, trace=wl.trace, seed=wl.seed, target_rps=wl.target_rps, rate_scale=wl.rate_scale,
-                             arrival_window_s=wl.arrival_window_s, params=tuple((k, materialize_param(v)) for k, v in wl.params))
+                             arrival_window_s=wl.arrival_window_s, params=tuple((k, materialize_param(v)) for k,
+                                                                                v in wl.params))
         runs.append(_run_key(src, cell.config, cell.policy))
     return runs
 

@@ -12,8 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from policies.common.checkpoint import current_meta
+
 CHECKPOINT = Path(__file__).resolve().parents[2] / "policies" / "checkpoints" / "routing_vertumnus_arms"
-META = json.loads((CHECKPOINT / "train_config.json").read_text())
+# as every reader sees it: the keys of earlier releases renamed (the stored file keeps window_s)
+META = current_meta(json.loads((CHECKPOINT / "train_config.json").read_text()))
 #: the recorded command line without the program name
 ARGV = META["argv"][1:] if META["argv"][0] == "cpgym" else META["argv"]
 

@@ -150,7 +150,8 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
     (["--workload-seeds", "1,1"],  # was accepted: one workload trained on twice
      "workload_seeds must be distinct integers >= 0, got [1, 1] (--workload-seeds)"),
     (["--decision-window-s", "700"],  # was accepted: one decision per 600 s episode, on an empty window
-     "window_s must be shorter than episode_window_s (the controller decides once per window), got 700 s and 600 s "
+     "decision_window_s must be shorter than episode_window_s (the controller decides once per window), got 700 s and "
+     "600 s "
      "(--decision-window-s, --episode-window-s)"),
     (["--validation-seeds", "-2"],  # failed after training, at the first validation
      "validation_seeds must be distinct integers >= 0, got [-2] (--validation-seeds)"),

@@ -263,7 +263,8 @@ def _attached_target_controller(**overrides):
 
     cfg = SimConfig(pool=POOL, seed=0)
     sim = Simulator(_poisson_workload(2.0, 100.0, 0), cfg)
-    ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, decision="target", **overrides))
+    ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, decision="target",
+                                              **overrides))
     ctl.attach(sim)
     ctl.predict = _StubPredictions({})
 

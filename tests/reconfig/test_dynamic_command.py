@@ -52,7 +52,8 @@ def test_dynamic_window_is_the_workload_window_and_shared_flags_have_shared_defa
     assert args.supported_degrees == "2,4" and build_parser().parse_args(["simulate"]).supported_degrees == "1,2,4,8"
     assert args.pool_gpus == build_parser().parse_args(["simulate"]).pool_gpus
     out_dir = tmp_path / "out"
-    rc = main(["dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--arrival-window-s", "30", "90",
+    rc = main(["dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--arrival-window-s", "30",
+               "90",
                "--supported-degrees", "2,4", "--compositions", "cp4x10", "--initial", "cp4x10", "--format", "json",
                "--out-dir", str(out_dir)])
     assert rc == 0
@@ -163,7 +164,8 @@ def test_phase_rates_as_fractions_of_capacity(monkeypatch):
 
     def fake_find_capacity(policy, rated, config, calibration=None, cache_dir=None, **_):
         kind = "short" if rated.base.metadata["phase_kinds"] == ["short"] else "long"
-        assert policy == "vertumnus-router" and rated.arrival_window_length_s == 150.0 and not rated.base.metadata["rising_rate"]
+        assert policy == "vertumnus-router" and rated.arrival_window_length_s == 150.0
+        assert not rated.base.metadata["rising_rate"]
         return capacity.CapacityResult(policy, "phases", caps[(kind, config.pool.composition)], 1.0, 1.0, [], {})
 
     patch_everywhere(monkeypatch, capacity, "find_capacity", fake_find_capacity)
@@ -359,8 +361,8 @@ def test_dynamic_stopped_midway_keeps_its_provenance_and_finished_runs(tmp_path,
     out_dir = tmp_path / "out"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3",
-              "--arrival-window-s", "30", "90", "--supported-degrees", "2,4", "--compositions", "cp4x10", "--initial", "cp4x10",
-              "--quiet", "--out-dir", str(out_dir)])
+              "--arrival-window-s", "30", "90", "--supported-degrees", "2,4", "--compositions", "cp4x10",
+              "--initial", "cp4x10", "--quiet", "--out-dir", str(out_dir)])
     assert json.loads((out_dir / "provenance.json").read_text())["argv"]
     pol = pd.read_csv(out_dir / "policies.csv")
     assert list(pol["policy"]) == ["vertumnus-adaptive"] and "phase0_short_mean_ttft_s" in pol.columns
