@@ -25,6 +25,7 @@ from experiments.spec.model import TRACES_PREFIX, ExperimentSpec, SpecError, Wor
 from experiments.spec.paths import (
     ALIASES,
     DEPRECATED_PATHS,
+    DEPRECATED_POLICY_PARAMS,
     SIM_PATHS,
     WORKLOAD_PATHS,
     apply_sims,
@@ -164,11 +165,21 @@ class _Loader:
         checked.add((kind, path))
 
     # --- path kinds
+    def normalize(self, path: str) -> str:
+        """``path`` in today's spelling (:data:`ALIASES`; a deprecated spelling, ``workload.window_s``
+        or ``<policy>.window_s``, with a one-line :class:`SpecDeprecationWarning`)."""
+        head, _, param = path.partition(".")
+        if head in self.policies and param in DEPRECATED_POLICY_PARAMS:
+            new = f"{head}.{DEPRECATED_POLICY_PARAMS[param]}"
+            warn_deprecated_path(self.path, path, new)
+            return new
+        warn_deprecated_path(self.path, path)
+        return ALIASES.get(path, path)
+
     def classify(self, key: str, path: str, allow_policy: bool) -> tuple[str, Any]:
         """Returns (kind, detail): ('sim', annotation), ('workload', annotation), ('workload_param', name),
         ('policy', None) or ('policy_param', (policy, param))."""
-        warn_deprecated_path(self.path, path)
-        path = ALIASES.get(path, path)
+        path = self.normalize(path)
         if path == "policy":
             if not allow_policy:
                 raise self.err(key)("'policy' cannot be a grid axis",
@@ -209,7 +220,7 @@ class _Loader:
             return kind, detail, value
         if kind in ("sim", "workload"):
             v = coerce(value, detail, e)
-            norm = ALIASES.get(path, path)
+            norm = self.normalize(path)
             if norm == "calibration_path":
                 v = self.resolve_file(key, v)
                 self.check_content(key, v, "calibration")
@@ -439,7 +450,7 @@ class _Loader:
             for pk, pv in params.items():
                 # the checked value: a list (target_degrees: [2, 4]) becomes a tuple, so that cells stay hashable
                 _, _, value = self.check_value(f"policy_params.{pol}.{pk}", f"{pol}.{pk}", pv, False)
-                policy_params.setdefault(pol, {})[pk] = value
+                policy_params.setdefault(pol, {})[self.normalize(f"{pol}.{pk}").split(".", 1)[1]] = value
         return tuple((p, tuple(sorted(d.items()))) for p, d in sorted(policy_params.items()))
 
     def _load_seeds(self, raw: Any) -> tuple[int, ...]:
@@ -467,7 +478,7 @@ class _Loader:
             values = self.values_list(key, values)
             canon = tuple(self.check_value(f"{key}[{i}]", path, v, False)[2] for i, v in enumerate(values))
             self._check_distinct_values(key, canon)
-            norm = ALIASES.get(path, path)
+            norm = self.normalize(path)
             if any(p == norm for p, _ in grid):
                 raise SpecError(self.path, key, f"axis {norm!r} given twice ('rates' is the axis workload.target_rps)",
                                 "each axis once")
@@ -485,7 +496,7 @@ class _Loader:
                 raise SpecError(self.path, key, f"got {type_name(c)} {c!r}", "a non-empty mapping dotted.path -> value")
             items = []
             for path, v in c.items():
-                norm = ALIASES.get(path, path)
+                norm = self.normalize(path)
                 if norm in grid_paths:
                     raise SpecError(self.path, f"{key}.{path}", "also a grid axis", "a path that is not swept by the grid")
                 items.append((norm, self.check_value(f"{key}.{path}", path, v, True)[2]))

@@ -115,6 +115,10 @@ WORKLOAD_PATHS: dict[str, Any] = {"workload." + k: v for k, v in typing.get_type
 WORKLOAD_PATHS["workload.arrival_window_s"] = tuple[float, float] | None
 # spellings of earlier releases still read, each with a one-line SpecDeprecationWarning (removed in the next release)
 DEPRECATED_PATHS = {"workload.window_s": "workload.arrival_window_s"}
+# policy parameters renamed since (``<policy>.<old>`` -> ``<policy>.<new>``): the controller's window
+DEPRECATED_POLICY_PARAMS = {"window_s": "decision_window_s"}
+# the names cell keys hash them under (their names when the keys were defined), so that finished cells keep their keys
+HASHED_POLICY_PARAMS = {new: old for old, new in DEPRECATED_POLICY_PARAMS.items()}
 ALIASES = {"calibration": "calibration_path", **DEPRECATED_PATHS}
 
 
@@ -122,11 +126,13 @@ class SpecDeprecationWarning(UserWarning):
     """A spec uses a key spelling of an earlier release (:data:`DEPRECATED_PATHS`); it still loads."""
 
 
-def warn_deprecated_path(file: str | Path, path: str) -> None:
-    """Warns (:class:`SpecDeprecationWarning`, one line) when ``path`` is a deprecated spelling."""
-    if path in DEPRECATED_PATHS:
-        warnings.warn(f"{file}: {path} is deprecated and will be removed in the next release; "
-                      f"use {DEPRECATED_PATHS[path]}", SpecDeprecationWarning, stacklevel=3)
+def warn_deprecated_path(file: str | Path, path: str, new: str | None = None) -> None:
+    """Warns (:class:`SpecDeprecationWarning`, one line) when ``path`` is a deprecated spelling
+    (:data:`DEPRECATED_PATHS`, or ``new`` given)."""
+    new = new or DEPRECATED_PATHS.get(path)
+    if new is not None:
+        warnings.warn(f"{file}: {path} is deprecated and will be removed in the next release; use {new}",
+                      SpecDeprecationWarning, stacklevel=3)
 
 
 class _LevelError(Exception):

@@ -141,3 +141,25 @@ def test_shipped_reconfig_checkpoint_keeps_its_decision_window():
     stored = json.loads((SHIPPED_RECONFIG / "train_config.json").read_text())["train_config"]
     assert "window_s" in stored and "decision_window_s" not in stored
     assert checkpoint_train_config(str(SHIPPED_RECONFIG))["decision_window_s"] == stored["window_s"]
+
+
+def test_old_controller_policy_param_loads_with_a_deprecation_warning_and_the_same_cell_keys(tmp_path):
+    """``<policy>.window_s`` (the controller's window, now ``decision_window_s``) in policy_params
+    and as a grid axis; the cell keys are those the old name gave."""
+    base = "name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n"
+    new = write_spec(tmp_path, base + "policy_params: {vertumnus-adaptive: {decision_window_s: 10.0}}\n", "new.yaml")
+    old = write_spec(tmp_path, base + "policy_params: {vertumnus-adaptive: {window_s: 10.0}}\n", "old.yaml")
+    with pytest.warns(SpecDeprecationWarning, match=r"vertumnus-adaptive\.window_s is deprecated .* "
+                                                    r"use vertumnus-adaptive\.decision_window_s$"):
+        old_cells = load_spec(old).resolve()
+    new_cells = load_spec(new).resolve()
+    assert old_cells[0].policy_params == new_cells[0].policy_params == (("decision_window_s", 10.0),)
+    assert [c.key for c in old_cells] == [c.key for c in new_cells]
+    grid = write_spec(tmp_path, base + "sweep: {grid: {vertumnus-adaptive.window_s: [10.0, 30.0]}}\n", "grid.yaml")
+    with pytest.warns(SpecDeprecationWarning):
+        cells = load_spec(grid).resolve()
+    assert sorted(dict(c.policy_params)["decision_window_s"] for c in cells) == [10.0, 30.0]
+    # the key the parameter's earlier name gave (window_s, sorted after k_windows)
+    key = cell_key(WorkloadSpec(name="tool-agent"), SimConfig(), "vertumnus-adaptive",
+                   (("decision_window_s", 10.0), ("k_windows", 3)), {})
+    assert key == "db9f86ad197f5692"
