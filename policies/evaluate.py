@@ -257,11 +257,11 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
         raise ValueError("--kind reconfig evaluates named workloads (--workload); traces are not supported yet")
     workload = cfg.workload
     if workload is None and cfg.policy not in ("none", "-"):
-        tc = checkpoint_train_config(cfg.policy)
-        if tc.get("trace"):
-            raise ValueError(f"--policy {cfg.policy} was trained on the trace {tc['trace']}; --kind reconfig evaluates "
-                             "named workloads only (traces are not supported yet): give --workload NAME")
-        workload = tc.get("workload") or LEGACY_WORKLOAD
+        trained = checkpoint_train_config(cfg.policy).get("workload") or {}
+        if trained.get("trace"):
+            raise ValueError(f"--policy {cfg.policy} was trained on the trace {trained['trace']}; --kind reconfig "
+                             "evaluates named workloads only (traces are not supported yet): give --workload NAME")
+        workload = trained.get("name") or LEGACY_WORKLOAD
     return workload or DEFAULT_RECONFIG_WORKLOAD
 
 
@@ -276,12 +276,12 @@ def reconfig_workload_fields(cfg: EvaluationConfig) -> dict:
     out = {"target_rps": cfg.target_rps}
     if cfg.workload is not None or cfg.policy in ("none", "-"):
         return out
-    tc = checkpoint_train_config(cfg.policy)
+    trained = checkpoint_train_config(cfg.policy).get("workload") or {}
     if cfg.target_rps is None:
-        out.update(target_rps=tc.get("target_rps"), rate_scale=tc.get("rate_scale"))
-    window = tc.get("arrival_window_s")
+        out.update(target_rps=trained.get("target_rps"), rate_scale=trained.get("rate_scale"))
+    window = trained.get("arrival_window_s")
     out.update(arrival_window_s=tuple(window) if window is not None else None,
-               params=tuple(tuple(kv) for kv in tc.get("params") or ()))
+               params=tuple(tuple(kv) for kv in trained.get("params") or ()))
     return out
 
 

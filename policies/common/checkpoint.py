@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import fields
 from pathlib import Path
+
+from envs.workloads import WorkloadSource
 
 #: Folder of the checkpoints shipped in the package (``policies/checkpoints/``).
 CHECKPOINTS_DIR = Path(__file__).resolve().parents[1] / "checkpoints"
@@ -108,20 +111,39 @@ RENAMED_TRAIN_CONFIG_KEYS: dict[str, dict[str, str]] = {
     "vertumnus-arms": {"window_s": "episode_window_s"},
 }
 RENAMED_SOURCE_KEYS = {"window_s": "episode_window_s"}  # of train_config.source (policies.routing.episodes.EpisodeSource)
+# the flat workload fields of a reconfiguration train_config written before it held a WorkloadSource:
+# flat key -> WorkloadSource field
+FLAT_RECONFIG_WORKLOAD_KEYS = {"workload": "name", "trace": "trace", "workload_seed": "seed", "params": "params",
+                               "target_rps": "target_rps", "rate_scale": "rate_scale",
+                               "arrival_window_s": "arrival_window_s", "skip_invalid": "skip_invalid"}
 
 
 def current_meta(meta: dict) -> dict:
     """A checkpoint's ``train_config.json`` content (``meta``) with the keys of earlier releases
     renamed (:data:`RENAMED_TRAIN_CONFIG_KEYS`, :data:`RENAMED_SOURCE_KEYS`), so that every reader
-    sees one spelling; ``meta`` itself is left as read. A key given in both spellings keeps the
-    new one."""
+    sees one spelling, and a reconfiguration ``train_config`` of the flat shape with its workload
+    fields nested as ``workload`` (:func:`_nested_workload`); ``meta`` itself is left as read. A key
+    given in both spellings keeps the new one."""
     tc = meta.get("train_config")
     if not isinstance(tc, dict):
         return meta
     tc = _renamed(tc, RENAMED_TRAIN_CONFIG_KEYS.get(meta.get("policy_type") or meta.get("kind") or "", {}))
+    if meta.get("kind") == "reconfig" and not isinstance(tc.get("workload"), dict):
+        tc = _nested_workload(tc)
     if isinstance(tc.get("source"), dict):
         tc["source"] = _renamed(tc["source"], RENAMED_SOURCE_KEYS)
     return {**meta, "train_config": tc}
+
+
+def _nested_workload(tc: dict) -> dict:
+    """A reconfiguration ``train_config`` of the flat shape (:data:`FLAT_RECONFIG_WORKLOAD_KEYS`)
+    with its workload fields moved into ``workload``, as ``asdict`` writes its
+    :class:`~envs.workloads.WorkloadSource` (a field it predates: the field's default)."""
+    out = {k: v for k, v in tc.items() if k not in FLAT_RECONFIG_WORKLOAD_KEYS}
+    workload = {f.name: json.loads(json.dumps(f.default)) for f in fields(WorkloadSource)}
+    workload.update({FLAT_RECONFIG_WORKLOAD_KEYS[k]: v for k, v in tc.items() if k in FLAT_RECONFIG_WORKLOAD_KEYS})
+    out["workload"] = workload
+    return out
 
 
 def _renamed(d: dict, renames: dict[str, str]) -> dict:

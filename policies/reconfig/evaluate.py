@@ -126,7 +126,7 @@ def checkpoint_pool_composition(path: str) -> str | None:
 def training_seeds(path: str) -> list[int]:
     """The workload seeds a reconfiguration checkpoint was trained on (from ``train_config.json``)."""
     tc = checkpoint_train_config(path)
-    return [int(x) for x in (tc.get("workload_seeds") or [tc.get("workload_seed", 0)])]
+    return [int(x) for x in (tc.get("workload_seeds") or [(tc.get("workload") or {}).get("seed", 0)])]
 
 
 def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[int]:
@@ -145,7 +145,7 @@ def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[i
         return []
     tc = checkpoint_train_config(checkpoint)
 
-    if (tc.get("workload") or LEGACY_WORKLOAD) != workload:
+    if ((tc.get("workload") or {}).get("name") or LEGACY_WORKLOAD) != workload:
         return []
     train = sorted(set(seeds) & set(training_seeds(checkpoint)))
     if train:

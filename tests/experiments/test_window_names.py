@@ -115,10 +115,17 @@ def test_old_dynamic_param_names_still_reach_their_fields():
     assert params == (("arrival_window_s", "0,300"), ("decision_window_s", 10.0))
 
 
+_NESTED = {"name": "phases", "trace": None, "seed": 3, "params": [["num_phases", 2]], "target_rps": None, "rate_scale": 0.5,
+           "arrival_window_s": None, "skip_invalid": False}
+
+
 @pytest.mark.parametrize("meta, expected", [
-    # reconfiguration: the controller's decision window
-    ({"kind": "reconfig", "train_config": {"window_s": 10.0, "episode_window_s": 600.0}},
-     {"decision_window_s": 10.0, "episode_window_s": 600.0}),
+    # reconfiguration: the controller's decision window; the flat workload fields nested as a WorkloadSource
+    # (a field the checkpoint predates, here skip_invalid and arrival_window_s: its default)
+    ({"kind": "reconfig", "train_config": {"window_s": 10.0, "episode_window_s": 600.0, "workload": "phases",
+                                           "trace": None, "workload_seed": 3, "params": [["num_phases", 2]],
+                                           "target_rps": None, "rate_scale": 0.5}},
+     {"decision_window_s": 10.0, "episode_window_s": 600.0, "workload": _NESTED}),
     # arm selection: the episode window
     ({"kind": "routing", "policy_type": "vertumnus-arms", "train_config": {"window_s": 10.0, "decision_window_s": 5.0}},
      {"episode_window_s": 10.0, "decision_window_s": 5.0}),
@@ -126,7 +133,8 @@ def test_old_dynamic_param_names_still_reach_their_fields():
     ({"kind": "routing", "train_config": {"source": {"window_s": 10.0, "arrival_window_s": None}}},
      {"source": {"episode_window_s": 10.0, "arrival_window_s": None}}),
     # already the new shape: unchanged
-    ({"kind": "reconfig", "train_config": {"decision_window_s": 20.0}}, {"decision_window_s": 20.0}),
+    ({"kind": "reconfig", "train_config": {"decision_window_s": 20.0, "workload": _NESTED}},
+     {"decision_window_s": 20.0, "workload": _NESTED}),
 ])
 def test_checkpoint_train_config_of_the_old_shape_reads_as_the_new(meta, expected):
     assert current_meta(meta)["train_config"] == expected

@@ -213,7 +213,7 @@ def test_reconfig_default_workload_is_below_saturation_and_old_checkpoints_keep_
     from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
     from policies.reconfig.train import ReconfigTrainConfig
 
-    assert DEFAULT_RECONFIG_WORKLOAD == "matched-phases" == ReconfigTrainConfig().workload
+    assert DEFAULT_RECONFIG_WORKLOAD == "matched-phases" == ReconfigTrainConfig().workload.name
     assert reconfig_workload(EvaluationConfig(policy="none", kind="reconfig")) == "matched-phases"
     # a checkpoint whose train_config names no workload was trained on the then-default phases
     ckpt = _reconfig_checkpoint(tmp_path, workload=None)
