@@ -10,7 +10,7 @@ from typing import Any
 from baselines.registry import POLICIES
 from envs.sim.options import option as _opt
 from envs.sim.options import split_name_list
-from envs.workloads import default_trace_path, default_traces_dir
+from envs.workloads import WorkloadSource, default_trace_path, default_traces_dir
 from policies.common.checkpoint import resolve_checkpoint
 from policies.common.policy_args import check_checkpoint_kind, check_distinct, is_checkpoint
 from policies.joint import joint_router_factory
@@ -219,25 +219,26 @@ def routing_source(cfg: EvaluationConfig):
 
     from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
 
-    base: dict = {}
+    base: dict = {}  # the checkpoint's source (policies.common.checkpoint.current_meta: its workload nested)
     if is_checkpoint(cfg.policy):
         _, meta = resolve_checkpoint(cfg.policy)
         base = (meta.get("train_config") or {}).get("source") or {}
+    wl = base.get("workload") or {}
     if cfg.trace or cfg.workload:
-        base = {"trace": cfg.trace, "workload": cfg.workload, "target_rps": None}
-    if not base:
-        base = {"trace": str(default_trace_path()), "workload": None}
-    trace = base.get("trace")
+        wl = {"trace": cfg.trace, "name": cfg.workload}
+    if not wl:
+        wl = {"trace": str(default_trace_path())}
+    trace = wl.get("trace")
     if trace and not cfg.trace and not Path(trace).is_file():  # a checkpoint trained on another machine
         trace = str(default_traces_dir() / Path(trace).name)
-    arrival_window_s = base.get("arrival_window_s")
-    return EpisodeSource(trace=trace, workload=base.get("workload"),
-                         target_rps=cfg.target_rps if cfg.target_rps is not None else base.get("target_rps"),
-                         rate_scale=None if cfg.target_rps is not None else base.get("rate_scale"),
-                         arrival_window_s=tuple(arrival_window_s) if arrival_window_s is not None else None,
-                         skip_invalid=bool(base.get("skip_invalid", False)),
-                         params=tuple(tuple(kv) for kv in base.get("params") or ()),
-                         episode_window_s=cfg.episode_window_s or base.get("episode_window_s", 60.0),
+    arrival_window_s = wl.get("arrival_window_s")
+    source = WorkloadSource(name=None if trace else wl.get("name"), trace=trace,
+                            target_rps=cfg.target_rps if cfg.target_rps is not None else wl.get("target_rps"),
+                            rate_scale=None if cfg.target_rps is not None else wl.get("rate_scale"),
+                            arrival_window_s=tuple(arrival_window_s) if arrival_window_s is not None else None,
+                            skip_invalid=bool(wl.get("skip_invalid", False)),
+                            params=tuple(tuple(kv) for kv in wl.get("params") or ()))
+    return EpisodeSource(source, episode_window_s=cfg.episode_window_s or base.get("episode_window_s", 60.0),
                          eval_every=cfg.eval_every or base.get("eval_every", 4))
 
 

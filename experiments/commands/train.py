@@ -91,13 +91,10 @@ def configs_from_args(args: argparse.Namespace):
         from policies.reconfig.train import ReconfigTrainConfig  # lazy: gymnasium (start-up of the CLI)
 
         return config_from_args(ReconfigTrainConfig, args, workload=ws)
-    source_fields = {"trace": ws.trace, "workload": ws.name, "workload_seed": ws.seed, "target_rps": ws.target_rps,
-                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.arrival_window_s, "skip_invalid": ws.skip_invalid,
-                     "params": ws.params}
     from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
     from policies.routing.train import TrainConfig  # lazy: gymnasium (start-up of the CLI)
 
-    return config_from_args(TrainConfig, args, source=config_from_args(EpisodeSource, args, **source_fields))
+    return config_from_args(TrainConfig, args, source=config_from_args(EpisodeSource, args, workload=ws))
 
 
 def default_out_dir(kind: str, cfg, when: float | None = None) -> Path:

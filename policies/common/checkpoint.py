@@ -111,18 +111,20 @@ RENAMED_TRAIN_CONFIG_KEYS: dict[str, dict[str, str]] = {
     "vertumnus-arms": {"window_s": "episode_window_s"},
 }
 RENAMED_SOURCE_KEYS = {"window_s": "episode_window_s"}  # of train_config.source (policies.routing.episodes.EpisodeSource)
-# the flat workload fields of a reconfiguration train_config written before it held a WorkloadSource:
-# flat key -> WorkloadSource field
-FLAT_RECONFIG_WORKLOAD_KEYS = {"workload": "name", "trace": "trace", "workload_seed": "seed", "params": "params",
-                               "target_rps": "target_rps", "rate_scale": "rate_scale",
-                               "arrival_window_s": "arrival_window_s", "skip_invalid": "skip_invalid"}
+# the flat workload fields of a train_config (reconfiguration) or its source (routing) written before
+# they held a WorkloadSource: flat key -> WorkloadSource field
+FLAT_WORKLOAD_FIELDS = {"workload": "name", "trace": "trace", "workload_seed": "seed", "params": "params",
+                        "target_rps": "target_rps", "rate_scale": "rate_scale",
+                        "arrival_window_s": "arrival_window_s", "skip_invalid": "skip_invalid"}
+# WorkloadSource field -> its flat key (the names cache keys of the arm-selection trainer hash)
+FLAT_WORKLOAD_KEYS = {v: k for k, v in FLAT_WORKLOAD_FIELDS.items()}
 
 
 def current_meta(meta: dict) -> dict:
     """A checkpoint's ``train_config.json`` content (``meta``) with the keys of earlier releases
     renamed (:data:`RENAMED_TRAIN_CONFIG_KEYS`, :data:`RENAMED_SOURCE_KEYS`), so that every reader
-    sees one spelling, and a reconfiguration ``train_config`` of the flat shape with its workload
-    fields nested as ``workload`` (:func:`_nested_workload`); ``meta`` itself is left as read. A key
+    sees one spelling, and a reconfiguration ``train_config`` or routing ``source`` of the flat
+    shape with its workload fields nested as ``workload`` (:func:`_nested_workload`); ``meta`` itself is left as read. A key
     given in both spellings keeps the new one."""
     tc = meta.get("train_config")
     if not isinstance(tc, dict):
@@ -132,16 +134,18 @@ def current_meta(meta: dict) -> dict:
         tc = _nested_workload(tc)
     if isinstance(tc.get("source"), dict):
         tc["source"] = _renamed(tc["source"], RENAMED_SOURCE_KEYS)
+        if not isinstance(tc["source"].get("workload"), dict):
+            tc["source"] = _nested_workload(tc["source"])
     return {**meta, "train_config": tc}
 
 
 def _nested_workload(tc: dict) -> dict:
-    """A reconfiguration ``train_config`` of the flat shape (:data:`FLAT_RECONFIG_WORKLOAD_KEYS`)
-    with its workload fields moved into ``workload``, as ``asdict`` writes its
+    """A reconfiguration ``train_config`` or a routing ``source`` of the flat shape
+    (:data:`FLAT_WORKLOAD_FIELDS`) with its workload fields moved into ``workload``, as ``asdict`` writes its
     :class:`~envs.workloads.WorkloadSource` (a field it predates: the field's default)."""
-    out = {k: v for k, v in tc.items() if k not in FLAT_RECONFIG_WORKLOAD_KEYS}
+    out = {k: v for k, v in tc.items() if k not in FLAT_WORKLOAD_FIELDS}
     workload = {f.name: json.loads(json.dumps(f.default)) for f in fields(WorkloadSource)}
-    workload.update({FLAT_RECONFIG_WORKLOAD_KEYS[k]: v for k, v in tc.items() if k in FLAT_RECONFIG_WORKLOAD_KEYS})
+    workload.update({FLAT_WORKLOAD_FIELDS[k]: v for k, v in tc.items() if k in FLAT_WORKLOAD_FIELDS})
     out["workload"] = workload
     return out
 

@@ -261,12 +261,14 @@ class Scenario:
         from pathlib import Path
 
         s = self.source
-        return cell_name(Path(s.trace).stem if getattr(s, "trace", None) else s.workload, self.load_fraction, self.rate_rps)
+        w = s.workload
+        return cell_name(Path(w.trace).stem if w.trace else w.name, self.load_fraction, self.rate_rps)
 
     def windows(self, part: str, seed: int = 0, max_windows: int | None = None) -> list:
         """The ``part`` windows at this cell's rate; at most ``max_windows`` of them, evenly
         spread (:func:`spread_subset`)."""
-        wl = workloads.scale_to_rate(replace(self.source, target_rps=None).workload_obj(seed), self.rate_rps)
+        source = replace(self.source, workload=replace(self.source.workload, target_rps=None))
+        wl = workloads.scale_to_rate(source.workload_obj(seed), self.rate_rps)
         return spread_subset(protocol_windows(wl, self.episode_window_s, part, self.warmup_s), max_windows)
 
 
@@ -392,7 +394,7 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
         raise ValueError("give exactly one of loads (--loads, fractions of capacity) and target_rps (--target-rps)")
     if trace is None and workload is None:
         trace = str(workloads.default_trace_path())
-    source = EpisodeSource(trace=trace, workload=None if trace else workload)
+    source = EpisodeSource(workloads.WorkloadSource(trace=trace) if trace else workloads.WorkloadSource(name=workload))
     if target_rps is not None:
         return [Scenario(source, float(target_rps), None, episode_window_s, warmup_s)]
     if any(not 0 < x <= 2 for x in loads):

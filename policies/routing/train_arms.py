@@ -50,7 +50,8 @@ from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary
 from envs.sim.options import check_out_dir
 from envs.sim.options import option as _opt
-from envs.workloads import DEFAULT_TRACE_FILE, default_traces_dir
+from envs.workloads import DEFAULT_TRACE_FILE, WorkloadSource, default_traces_dir
+from policies.common.checkpoint import FLAT_WORKLOAD_KEYS
 from policies.routing.arm_selection import (
     FEATURE_NAMES,
     MODEL_FILE,
@@ -149,8 +150,8 @@ def episode_source(item: str):
             p = default_traces_dir() / p.name
         if not p.is_file():
             raise FileNotFoundError(2, "trace file of --sources not found", str(p))
-        return EpisodeSource(trace=str(p), workload=None)
-    return EpisodeSource(workload=item)
+        return EpisodeSource(WorkloadSource(trace=str(p)))
+    return EpisodeSource(WorkloadSource(name=item))
 
 
 def _digest(obj) -> str:
@@ -158,12 +159,15 @@ def _digest(obj) -> str:
 
 
 def _source_ident(source) -> dict:
-    """``asdict(source)`` (an ``EpisodeSource``) as the cache keys hash it: its episode window under
-    ``window_s``, the field's name when the keys were defined, so the cached costs stay valid."""
+    """``asdict(source)`` (an ``EpisodeSource``) as the cache keys hash it: flat, in the field names
+    of when the keys were defined (its workload's fields, the episode window as ``window_s``), so
+    the cached costs stay valid."""
     d = asdict(source)
-    if "episode_window_s" in d:
-        d["window_s"] = d.pop("episode_window_s")
-    return d
+    w = d.pop("workload", None)
+    if not isinstance(w, dict):  # not an EpisodeSource
+        return d
+    flat = {FLAT_WORKLOAD_KEYS[k]: v for k, v in w.items()}
+    return {**flat, "window_s": d.pop("episode_window_s"), **d}
 
 
 def capacity_cache_file(cfg: ArmTrainConfig, source, sim_config) -> Path:

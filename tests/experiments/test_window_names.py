@@ -12,6 +12,7 @@ import json
 import pytest
 
 from envs.sim import SimConfig
+from envs.workloads import WorkloadSource
 from experiments.cli import deprecation_notice, main, normalize_argv, parse_args
 from experiments.spec import WorkloadSpec, load_spec
 from experiments.spec.cells import cell_key
@@ -88,7 +89,7 @@ def test_capacity_and_arm_cache_keys_are_unchanged_by_the_rename():
 
     assert RatedWorkload(name="tool-agent", arrival_window_length_s=120.0).fingerprint() == {
         "name": "tool-agent", "seed": 0, "params": {}, "window_s": 120.0, "start_s": 0.0}
-    src = EpisodeSource(workload="tool-agent", episode_window_s=12.0)
+    src = EpisodeSource(WorkloadSource(name="tool-agent"), episode_window_s=12.0)
     assert capacity_cache_file(ArmTrainConfig(), src, SimConfig()).name == "capacity-42a4c2211eed.json"
 
 
@@ -129,9 +130,13 @@ _NESTED = {"name": "phases", "trace": None, "seed": 3, "params": [["num_phases",
     # arm selection: the episode window
     ({"kind": "routing", "policy_type": "vertumnus-arms", "train_config": {"window_s": 10.0, "decision_window_s": 5.0}},
      {"episode_window_s": 10.0, "decision_window_s": 5.0}),
-    # learned router: the episode window of its source
-    ({"kind": "routing", "train_config": {"source": {"window_s": 10.0, "arrival_window_s": None}}},
-     {"source": {"episode_window_s": 10.0, "arrival_window_s": None}}),
+    # learned router: the episode window of its source, its flat workload fields nested as a WorkloadSource
+    ({"kind": "routing", "train_config": {"source": {"window_s": 10.0, "eval_every": 4, "workload": "phases",
+                                                     "trace": None, "workload_seed": 3, "params": [["num_phases", 2]],
+                                                     "target_rps": None, "rate_scale": 0.5}}},
+     {"source": {"episode_window_s": 10.0, "eval_every": 4, "workload": _NESTED}}),
+    ({"kind": "routing", "train_config": {"source": {"episode_window_s": 10.0, "eval_every": 4, "workload": _NESTED}}},
+     {"source": {"episode_window_s": 10.0, "eval_every": 4, "workload": _NESTED}}),
     # already the new shape: unchanged
     ({"kind": "reconfig", "train_config": {"decision_window_s": 20.0, "workload": _NESTED}},
      {"decision_window_s": 20.0, "workload": _NESTED}),

@@ -129,13 +129,15 @@ def test_routing_source_is_the_checkpoints_whole_training_source(tmp_path):
                                           "rate_scale": 2.0, "arrival_window_s": [0.0, 30.0], "skip_invalid": False,
                                           "params": [["duration_s", 40]], "window_s": 10.0, "eval_every": 4})
     src = routing_source(EvaluationConfig(policy=ckpt))
-    assert (src.workload, src.params, src.rate_scale, src.target_rps, src.arrival_window_s, src.episode_window_s) == \
+    w = src.workload
+    assert (w.name, w.params, w.rate_scale, w.target_rps, w.arrival_window_s, src.episode_window_s) == \
         ("tool-agent", (("duration_s", 40),), 2.0, None, (0.0, 30.0), 10.0)
     # --target-rps replaces the checkpoint's rate (either form); --workload replaces the whole source
     src = routing_source(EvaluationConfig(policy=ckpt, target_rps=5.0))
-    assert (src.target_rps, src.rate_scale, src.params) == (5.0, None, (("duration_s", 40),))
+    assert (src.workload.target_rps, src.workload.rate_scale, src.workload.params) == (5.0, None, (("duration_s", 40),))
     src = routing_source(EvaluationConfig(policy=ckpt, workload="leval-like"))
-    assert (src.workload, src.params, src.rate_scale, src.arrival_window_s) == ("leval-like", (), None, None)
+    w = src.workload
+    assert (w.name, w.params, w.rate_scale, w.arrival_window_s) == ("leval-like", (), None, None)
 
 
 def test_routing_source_reads_the_episode_window_of_both_checkpoint_shapes(tmp_path):

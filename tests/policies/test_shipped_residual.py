@@ -32,7 +32,7 @@ def _comparable(train_config: dict, keys: dict) -> dict:
     """JSON form with the trace's file name only, restricted to the recorded keys (fields added
     to the configs later keep their defaults)."""
     d = json.loads(json.dumps(train_config))
-    d["source"]["trace"] = Path(d["source"]["trace"]).name
+    d["source"]["workload"]["trace"] = Path(d["source"]["workload"]["trace"]).name
     d["source"] = {k: d["source"][k] for k in keys["source"]}
     return {k: d[k] for k in keys}
 

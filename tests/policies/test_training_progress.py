@@ -20,7 +20,7 @@ PROGRESS = re.compile(r"train: (\d+)/(\d+) step .*episodes=(\d+), mean_ttft_s=([
 def _source():
     from policies.routing.episodes import EpisodeSource
 
-    return EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"), workload=None, target_rps=12.0,
+    return EpisodeSource(WorkloadSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"), target_rps=12.0),
                          episode_window_s=10.0)
 
 
