@@ -22,17 +22,7 @@ from envs.sim.yaml_keys import compose, duplicate_key, load
 from envs.workloads import TraceWarning, default_traces_dir, get_workload, load_trace
 from experiments.spec.cells import resolve_cells
 from experiments.spec.model import TRACES_PREFIX, ExperimentSpec, SpecError, WorkloadSpec, make_workload, materialize_param
-from experiments.spec.paths import (
-    ALIASES,
-    DEPRECATED_PATHS,
-    DEPRECATED_POLICY_PARAMS,
-    SIM_PATHS,
-    WORKLOAD_PATHS,
-    apply_sims,
-    coerce,
-    flatten,
-    warn_deprecated_path,
-)
+from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten, normalize_path
 
 TOP_LEVEL_KEYS = ("name", "description", "workload", "sim", "calibration", "horizon_s", "policies", "policy_params",
                   "seeds", "seed_workload", "rates", "sweep")
@@ -166,15 +156,8 @@ class _Loader:
 
     # --- path kinds
     def normalize(self, path: str) -> str:
-        """``path`` in today's spelling (:data:`ALIASES`; a deprecated spelling, ``workload.window_s``
-        or ``<policy>.window_s``, with a one-line :class:`SpecDeprecationWarning`)."""
-        head, _, param = path.partition(".")
-        if head in self.policies and param in DEPRECATED_POLICY_PARAMS:
-            new = f"{head}.{DEPRECATED_POLICY_PARAMS[param]}"
-            warn_deprecated_path(self.path, path, new)
-            return new
-        warn_deprecated_path(self.path, path)
-        return ALIASES.get(path, path)
+        """``path`` in today's spelling (:func:`experiments.spec.paths.normalize_path`)."""
+        return normalize_path(self.path, path, self.policies)
 
     def classify(self, key: str, path: str, allow_policy: bool) -> tuple[str, Any]:
         """Returns (kind, detail): ('sim', annotation), ('workload', annotation), ('workload_param', name),
@@ -395,11 +378,9 @@ class _Loader:
         wl_kwargs: dict[str, Any] = {}
         for k, v in wl_raw.items():
             key = f"workload.{k}"
-            if key in DEPRECATED_PATHS:  # an earlier release's spelling (workload.window_s)
-                warn_deprecated_path(self.path, key)
-                k = DEPRECATED_PATHS[key].split(".", 1)[1]
-                if k in wl_raw:
-                    raise SpecError(self.path, key, f"given with its new spelling workload.{k}", "one of the two")
+            k = self.normalize(key).split(".", 1)[1]  # an earlier spelling (workload.window_s) warns, renamed
+            if key != f"workload.{k}" and k in wl_raw:
+                raise SpecError(self.path, key, f"given with its new spelling workload.{k}", "one of the two")
             if k not in WORKLOAD_KEYS:
                 raise SpecError(self.path, key, "unknown key", "one of " + ", ".join(WORKLOAD_KEYS))
             if k == "params":

@@ -126,13 +126,18 @@ class SpecDeprecationWarning(UserWarning):
     """A spec uses a key spelling of an earlier release (:data:`DEPRECATED_PATHS`); it still loads."""
 
 
-def warn_deprecated_path(file: str | Path, path: str, new: str | None = None) -> None:
-    """Warns (:class:`SpecDeprecationWarning`, one line) when ``path`` is a deprecated spelling
-    (:data:`DEPRECATED_PATHS`, or ``new`` given)."""
-    new = new or DEPRECATED_PATHS.get(path)
-    if new is not None:
-        warnings.warn(f"{file}: {path} is deprecated and will be removed in the next release; use {new}",
-                      SpecDeprecationWarning, stacklevel=3)
+def normalize_path(file: str | Path, path: str, policy_names) -> str:
+    """The dotted ``path`` of spec ``file`` in today's spelling: :data:`ALIASES`; a deprecated
+    spelling (:data:`DEPRECATED_PATHS`, ``<policy>.<param>`` of :data:`DEPRECATED_POLICY_PARAMS`
+    for a policy of ``policy_names``) with a one-line :class:`SpecDeprecationWarning`."""
+    head, _, param = path.partition(".")
+    new = f"{head}.{DEPRECATED_POLICY_PARAMS[param]}" if head in policy_names and param in DEPRECATED_POLICY_PARAMS \
+        else DEPRECATED_PATHS.get(path)
+    if new is None:
+        return ALIASES.get(path, path)
+    warnings.warn(f"{file}: {path} is deprecated and will be removed in the next release; use {new}",
+                  SpecDeprecationWarning, stacklevel=4)
+    return new
 
 
 class _LevelError(Exception):
