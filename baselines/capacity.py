@@ -5,10 +5,11 @@ arrival rate and cached on disk; the library behind ``cpgym capacity`` and the l
 defines every capacity of cpgym: :class:`CapacityDefinition`, :func:`search_capacity`); this
 module runs its probes with a registered policy (``baselines.runner.run_policy``) and caches them.
 
-Definition (version :data:`DEFINITION_VERSION`): the window of ``window_s`` seconds of the
-workload, rate-scaled by a factor ``x`` (arrival times divided by ``x``: a trace is scaled, then
-cut to ``[0, window_s)``; a synthetic workload is generated for ``window_s * x`` seconds and then
-scaled, so every rate has a full window), is simulated to completion (no horizon: every request
+Definition (version :data:`DEFINITION_VERSION`): the arrival window of
+``arrival_window_length_s`` seconds of the workload, rate-scaled by a factor ``x`` (arrival times
+divided by ``x``: a trace is scaled, then cut to ``[0, arrival_window_length_s)``; a synthetic
+workload is generated for ``arrival_window_length_s * x`` seconds and then scaled, so every rate
+has a full window), is simulated to completion (no horizon: every request
 finishes). Its requests are split into thirds by arrival time (first third: arrivals in the
 first third of the span from the first to the last arrival; last third likewise). The rate —
 the scaled window's mean arrival rate ``(n - 1) / (last - first arrival)`` [requests/s] — is
@@ -72,10 +73,10 @@ class RatedWorkload:
     synthetic generator (``name``, ``seed``, ``params``).
 
     Args:
-        window_s: window length [s], > 0.
+        arrival_window_length_s: length of the arrival window ``[start_s, start_s + length)`` [s], > 0.
         base: a loaded workload (a trace); its arrivals are scaled, then cut to the window.
         name, seed, params: a named synthetic workload (``envs.workloads.get_workload``),
-            generated for ``window_s * x`` seconds at factor ``x``, then scaled.
+            generated for ``arrival_window_length_s * x`` seconds at factor ``x``, then scaled.
         start_s: the window's start in the scaled workload [s]; 0.
         min_rate_scale: the lowest factor the search probes (its light-load start is at least
             this); 0 = no floor. For a workload whose structure thins out with the rate (e.g.
@@ -86,7 +87,7 @@ class RatedWorkload:
         ValueError: if neither or both of ``base`` and ``name`` are given, or on a bad window.
     """
 
-    window_s: float
+    arrival_window_length_s: float
     base: Workload | None = None
     name: str | None = None
     seed: int = 0
@@ -99,8 +100,8 @@ class RatedWorkload:
             raise ValueError(f"min_rate_scale must be a finite number >= 0, got {self.min_rate_scale}")
         if (self.base is None) == (self.name is None):
             raise ValueError("a rated workload needs exactly one of a trace (base) or a synthetic workload name")
-        if not (self.window_s > 0 and math.isfinite(self.window_s)):
-            raise ValueError(f"window_s must be a finite number > 0, got {self.window_s}")
+        if not (self.arrival_window_length_s > 0 and math.isfinite(self.arrival_window_length_s)):
+            raise ValueError(f"arrival_window_length_s must be a finite number > 0, got {self.arrival_window_length_s}")
         if not (self.start_s >= 0 and math.isfinite(self.start_s)):
             raise ValueError(f"start_s must be a finite number >= 0, got {self.start_s}")
 
@@ -110,7 +111,7 @@ class RatedWorkload:
 
     def at_scale(self, rate_scale: float) -> Workload:
         """The window with arrivals scaled by ``rate_scale`` (> 0)."""
-        end = self.start_s + self.window_s
+        end = self.start_s + self.arrival_window_length_s
         if self.base is not None:
             return workloads.window(workloads.scale_rate(self.base, rate_scale), self.start_s, end)
         wl = workloads.get_workload(self.name, seed=self.seed, **{**self.params, "duration_s": end * rate_scale})
@@ -129,10 +130,12 @@ class RatedWorkload:
     def fingerprint(self) -> dict:
         """What identifies this workload in the cache key."""
         floor = {"min_rate_scale": self.min_rate_scale} if self.min_rate_scale else {}  # old keys stay valid
+        # "window_s": the length's name when the cache keys were defined; kept so that cached capacities stay valid
         if self.base is None:
-            return {"name": self.name, "seed": self.seed, "params": self.params, "window_s": self.window_s,
-                    "start_s": self.start_s, **floor}
-        return {"trace": workload_digest(self.base), "window_s": self.window_s, "start_s": self.start_s, **floor}
+            return {"name": self.name, "seed": self.seed, "params": self.params,
+                    "window_s": self.arrival_window_length_s, "start_s": self.start_s, **floor}
+        return {"trace": workload_digest(self.base), "window_s": self.arrival_window_length_s, "start_s": self.start_s,
+                **floor}
 
 
 def workload_digest(workload: Workload) -> str:
@@ -241,7 +244,8 @@ def saturated(result, summary: dict | None = None,
 def _probe_run(run: Callable[[Workload], object], rated: RatedWorkload, scale: float) -> tuple[Workload, object]:
     wl = rated.at_scale(scale)
     if wl.num_requests < 3:
-        raise ValueError(f"workload {rated.label!r} has only {wl.num_requests} requests in its {rated.window_s:g} s window "
+        raise ValueError(f"workload {rated.label!r} has only {wl.num_requests} requests in its "
+                         f"{rated.arrival_window_length_s:g} s window "
                          f"at rate factor {scale:g}; use a longer window")
     return wl, run(wl)
 

@@ -210,7 +210,7 @@ class TransitionPlan:
     and running prefills finish first), takes them out of service for the switch and confirmation
     (1.1-5.1 s per operation, paper §9) and leaves the new workers' prefix caches empty. With a
     plan the stream starts on ``from_composition`` and, when its scored part begins, the
-    controller's own move starts: every ``window_s`` the operations of
+    controller's own move starts: every ``decision_window_s`` the operations of
     :func:`~envs.planning.operations.operations_towards` (at most ``max_gpus_per_window`` GPUs and
     ``max_ops_per_window`` operations per window, ranked as in the paper) run through the
     simulator's :class:`~envs.sim.reconfig.Reconfigurator` with ``reconfig``, so the scored
@@ -227,7 +227,7 @@ class TransitionPlan:
         from_composition: the pool's composition when the decision is taken (counts form); the
             controller passes its projected composition (in-flight operations committed).
         reconfig: the run's reconfiguration timing (``ControllerConfig.reconfig``).
-        window_s: seconds between two planning steps (``ControllerConfig.window_s``), > 0.
+        decision_window_s: seconds between two planning steps (``ControllerConfig.decision_window_s``), > 0.
         max_gpus_per_window: GPU budget of one planning step (the controller's
             ``max_gpu_share_per_window`` x pool GPUs), > 0.
         max_ops_per_window: operations per planning step (``ControllerConfig.max_ops_per_window``), >= 1.
@@ -240,7 +240,7 @@ class TransitionPlan:
 
     from_composition: str
     reconfig: ReconfigConfig
-    window_s: float
+    decision_window_s: float
     max_gpus_per_window: float
     max_ops_per_window: int
 
@@ -252,8 +252,8 @@ class TransitionPlan:
             raise ValueError(f"transition.from_composition must be a composition text, got {self.from_composition!r}")
         if not isinstance(self.reconfig, ReconfigConfig):
             raise ValueError(f"transition.reconfig must be a ReconfigConfig, got {self.reconfig!r}")
-        if not (number(self.window_s) and self.window_s > 0 and math.isfinite(self.window_s)):
-            raise ValueError(f"transition.window_s must be a finite number > 0, got {self.window_s!r}")
+        if not (number(self.decision_window_s) and self.decision_window_s > 0 and math.isfinite(self.decision_window_s)):
+            raise ValueError(f"transition.decision_window_s must be a finite number > 0, got {self.decision_window_s!r}")
         if not (number(self.max_gpus_per_window) and self.max_gpus_per_window > 0):
             raise ValueError(f"transition.max_gpus_per_window must be > 0, got {self.max_gpus_per_window!r}")
         if not (isinstance(self.max_ops_per_window, (int, np.integer)) and not isinstance(self.max_ops_per_window, bool)
@@ -272,11 +272,11 @@ class TransitionPlan:
     def memo_key(self) -> tuple:
         """Everything of the plan that changes a look-ahead result, for the predictor's memo keys
         (:attr:`LookaheadPredictor.stream_memo`): ``("transition", switch_s, confirm_s_per_rank,
-        drain_sync_s, window_s, max_gpus_per_window, max_ops_per_window, "from",
+        drain_sync_s, decision_window_s, max_gpus_per_window, max_ops_per_window, "from",
         from_composition)``."""
         r = self.reconfig
         return ("transition", float(r.switch_s), float(r.confirm_s_per_rank), float(r.drain_sync_s),
-                float(self.window_s), float(self.max_gpus_per_window), int(self.max_ops_per_window),
+                float(self.decision_window_s), float(self.max_gpus_per_window), int(self.max_ops_per_window),
                 "from", self.from_composition)
 
 
@@ -675,7 +675,7 @@ class LookaheadPredictor:
     @staticmethod
     def _schedule_transition(sim: Simulator, target: dict[int, int], plan: TransitionPlan, at_s: float) -> None:
         """Schedules the planning steps of ``plan`` towards ``target`` on ``sim``: the first at
-        ``at_s`` [s], then every ``plan.window_s`` until the projected composition is ``target``,
+        ``at_s`` [s], then every ``plan.decision_window_s`` until the projected composition is ``target``,
         nothing eligible helps and no operation is still uncommitted (an operation past its switch
         but not yet confirmed holds SWITCHING workers that are not eligible yet, as in the run's
         next window), or the next step would come after the workload's last arrival."""
@@ -691,8 +691,8 @@ class LookaheadPredictor:
             for op in ops:
                 recon.apply(op)
             done = projected_degree_counts(sim) == target
-            if not done and (ops or recon.uncommitted()) and sim.env.now + plan.window_s <= last_arrival_s:
-                sim.schedule(plan.window_s, EventPriority.CONTROL, step)
+            if not done and (ops or recon.uncommitted()) and sim.env.now + plan.decision_window_s <= last_arrival_s:
+                sim.schedule(plan.decision_window_s, EventPriority.CONTROL, step)
 
         sim.schedule(at_s, EventPriority.CONTROL, step)
 

@@ -34,7 +34,7 @@ change vs the strongest non-Vertumnus baseline (``results/README.md``, research 
 
     cpgym compare --workload mixed-default --rate-scales 1,1.5 --beta 1,2,3 --lambda 0,0.25,0.5,1,2 \
         --suite paper,industry --jobs 2 --out runs/beta-lambda-sweep/mixed-default
-    (same for --workload tool-agent / leval-like with --window-s 0 120)
+    (same for --workload tool-agent / leval-like with --arrival-window-s 0 120)
 
 * ``lambda = 1`` [s of cost per GPU-s]: one extra GPU-second of the CP surplus ``(C_w - C_min)*A``
   is charged like one second of waiting (under saturation every GPU-second taken from the pool

@@ -54,18 +54,18 @@ def reset_options(options: Mapping | None, num_windows: int) -> tuple[int | None
     return idx, sim_seed
 
 
-def episode_windows(workload: Workload, window_s: float) -> list[Workload]:
-    """Cuts a workload into consecutive windows of ``window_s`` seconds (episodes), dropping empty
-    ones. Uses ``envs.workloads.windows`` (arrival times re-based to the window start).
+def episode_windows(workload: Workload, episode_window_s: float) -> list[Workload]:
+    """Cuts a workload into consecutive windows of ``episode_window_s`` seconds (episodes),
+    dropping empty ones. Uses ``envs.workloads.windows`` (arrival times re-based to the window start).
 
     Raises:
-        ValueError: if ``window_s`` <= 0 or no window holds a request.
+        ValueError: if ``episode_window_s`` <= 0 or no window holds a request.
     """
-    if not window_s > 0:
-        raise ValueError(f"window_s must be > 0, got {window_s}")
-    wins = [w for w in workloads.windows(workload, window_s) if w.num_requests > 0]
+    if not episode_window_s > 0:
+        raise ValueError(f"episode_window_s must be > 0, got {episode_window_s}")
+    wins = [w for w in workloads.windows(workload, episode_window_s) if w.num_requests > 0]
     if not wins:
-        raise ValueError(f"workload {workload.name!r} has no request in any window of {window_s} s")
+        raise ValueError(f"workload {workload.name!r} has no request in any window of {episode_window_s} s")
     return wins
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -211,7 +212,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
 
     The routing of every request is done by an inner heuristic router (default: the
     Vertumnus router, ``baselines.registry`` ``"vertumnus-router"``); this environment decides the
-    worker composition (paper §6): every ``window_s`` simulated seconds (paper: 20 s) the agent
+    worker composition (paper §6): every ``decision_window_s`` simulated seconds (paper: 20 s) the agent
     may start one split (a degree-2C worker into two degree-C workers) or one merge (two
     sibling degree-C workers into one degree-2C worker), which then runs the drain / switch /
     commit protocol of ``envs.sim.reconfig`` as simulation events. GPU count is preserved.
@@ -328,7 +329,8 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             give the Vertumnus router, ``baselines.envs.vertumnus_inner_router``); a router with an ``attach(sim)``
             method gets each episode's simulator before ``reset`` (e.g.
             :class:`policies.joint.LearnedRouter`).
-        window_s: observation window [s] (default :data:`envs.planning.defaults.DECISION_WINDOW_S`, paper §6: 20 s).
+        decision_window_s: observation / decision window [s] (default
+            :data:`envs.planning.defaults.DECISION_WINDOW_S`, paper §6: 20 s).
         reward: ``"time_in_system"`` or ``"slo_miss_tokens"``.
         reward_scale: multiplies the reward (default 0.01: an episode is thousands of
             request-seconds).
@@ -353,6 +355,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             GPUs), else ValueError.
         render_mode: ``None`` (Gymnasium's convention; no rendering is implemented:
             ``metadata["render_modes"]`` is empty).
+        window_s: deprecated spelling of ``decision_window_s`` (one release; DeprecationWarning).
 
     Raises:
         ValueError: naming the argument, on a window, reward scale or penalty that is not a
@@ -385,19 +388,26 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
       profiles with a new table (profiles memoised across episodes in ``capacity_cache``), so
       ``reset(seed=s)`` gives the same observations whatever episodes ran before (the table kept
       across episodes made them depend on the mixes it had met).
+    * v0: ``window_s`` renamed ``decision_window_s`` (attribute too); ``window_s=`` is
+      still accepted, with a ``DeprecationWarning``, for one release.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, workloads: Workload | Sequence[Workload] | None = None, config: SimConfig | None = None,
                  calibration: Calibration | None = None, make_router: Callable | None = None,
-                 window_s: float = DECISION_WINDOW_S,
+                 decision_window_s: float = DECISION_WINDOW_S,
                  reward: str = "time_in_system", reward_scale: float = 0.01, invalid_action_penalty: float = 1.0,
                  long_request_tokens: int = 8192, observe_faults: bool = False, capacity_features: bool = False,
                  history_features: bool = False, capacity_table=None, action_mode: str = "operation",
                  target_degrees: Sequence[int] | None = None,
-                 max_operation_gpus_per_window: float | None = None, render_mode: str | None = None) -> None:
+                 max_operation_gpus_per_window: float | None = None, render_mode: str | None = None,
+                 window_s: float | None = None) -> None:
         super().__init__()
+        if window_s is not None:  # the earlier spelling, kept for one release
+            warnings.warn("PrefillReconfigEnv(window_s=...) is deprecated and will be removed in the next release; "
+                          "use decision_window_s=...", DeprecationWarning, stacklevel=2)
+            decision_window_s = window_s
         check_render_mode(render_mode, self.metadata["render_modes"])
         check_env_arguments(config, calibration, observe_faults=observe_faults, capacity_features=capacity_features,
                             history_features=history_features)
@@ -405,7 +415,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self.observe_faults = bool(observe_faults)  # adds the "faults" key (envs.fault_features.fault_flags)
         # finite numbers: an infinite window ended every episode at reset with zero rates; an
         # infinite scale or penalty gave infinite rewards
-        _check_number("window_s", window_s, 0.0, strict=True)
+        _check_number("decision_window_s", decision_window_s, 0.0, strict=True)
         if reward not in ("time_in_system", "slo_miss_tokens"):
             raise ValueError(f"reward must be 'time_in_system' or 'slo_miss_tokens', got {reward!r}")
         _check_number("reward_scale", reward_scale, 0.0, strict=True)
@@ -425,7 +435,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self.config = config or SimConfig()
         self.calibration = calibration or Calibration.resolve(self.config.calibration_path)
         self.make_router = make_router
-        self.window_s = float(window_s)
+        self.decision_window_s = float(decision_window_s)
         self.reward_kind = reward
         self.reward_scale = float(reward_scale)
         self.invalid_action_penalty = float(invalid_action_penalty)
@@ -589,7 +599,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self._fin_tokens = 0
         self._fin_met_tokens = 0
         self._fin_cached_tokens = 0
-        end = self._t + self.window_s
+        end = self._t + self.decision_window_s
         router = self.router
         view = sim.view
         acct = self._acct
@@ -692,7 +702,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
                       len(w.cache) / cb if cb else 1.0)
         # arrivals in (t - window, t]
         reqs = sim.workload.requests
-        lo = self._t - self.window_s
+        lo = self._t - self.decision_window_s
         i = self._next_arrival_idx
         cnt = 0
         tok = 0
@@ -709,21 +719,22 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
         self._next_arrival_idx = i
         rec = sim.attachments.get("reconfig")
         in_flight = len(rec.in_flight()) if rec is not None else 0
-        G[:] = (cnt / self.window_s, tok / cnt if cnt else 0.0, long_n / cnt if cnt else 0.0, tok / self.window_s,
+        w = self.decision_window_s
+        G[:] = (cnt / w, tok / cnt if cnt else 0.0, long_n / cnt if cnt else 0.0, tok / w,
                 self._fin_ttft / self._fin_n if self._fin_n else 0.0,
                 self._fin_met_tokens / self._fin_tokens if self._fin_tokens else 1.0,
                 self._acct.n, total_q, in_flight, sim.epoch)
         lam = None
         if self.capacity_features:
             lam = self._capacity_profiles(reqs[first:first + cnt] if cnt else [])
-            G = np.concatenate([G, self._capacity_observation(lam, cnt / self.window_s)])
+            G = np.concatenate([G, self._capacity_observation(lam, cnt / self.decision_window_s)])
         if self.history_features:
             G = np.concatenate([G, self._history_observation(cnt, long_n, tok)])
         np.minimum(W, self._w_high, out=W)
         np.clip(G, self._g_low, self._g_high, out=G)
         obs = {"workers": W, "window": G}
         if self.action_mode == "target":
-            obs["targets"] = self._target_observation(lam, cnt / self.window_s)
+            obs["targets"] = self._target_observation(lam, cnt / self.decision_window_s)
         if self.observe_faults:
             obs["faults"] = fault_flags(self.sim, self.max_num_workers)
         return obs
@@ -772,7 +783,7 @@ class PrefillReconfigEnv(PickleBeforeReset, gym.Env):
             h[0] += cnt
             h[1] += long_n
             h[2] += tok
-            rate, long_share = cnt / self.window_s, long_n / cnt if cnt else 0.0
+            rate, long_share = cnt / self.decision_window_s, long_n / cnt if cnt else 0.0
             self._hist_windows = [self._hist_windows[1], (rate, long_share)]
             self._hist_max = [max(self._hist_max[0], rate), max(self._hist_max[1], long_share)]
         n, n_long, n_tok = self._hist_counts

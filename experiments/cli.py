@@ -82,6 +82,16 @@ ALIASES: dict[str, tuple[str, str]] = {
 }
 _BARE_GROUP_DEFAULT = {"bench": "sim"}
 
+# Deprecated flag spellings kept for one release (see :func:`normalize_argv`): old -> new, in
+# every command; :data:`COMMAND_FLAG_ALIASES` overrides it for one command.
+FLAG_ALIASES: dict[str, str] = {
+    "--window-s": "--arrival-window-s",  # the [START, END) arrival window cut out of the workload
+    "--controller-window-s": "--decision-window-s",  # the controller's observation / decision window
+}
+COMMAND_FLAG_ALIASES: dict[str, dict[str, str]] = {
+    "reproduce": {"--window-s": "--arrival-window-length-s"},  # one number: the window [0, LENGTH)
+}
+
 # cpgym's own top-level packages: a ValueError raised from code in them is deliberate input validation.
 _OWN_PACKAGES = ("envs", "baselines", "policies", "kernels_ref", "experiments")
 
@@ -133,13 +143,44 @@ def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
                 _no_abbreviations(child)
 
 
-def normalize_argv(argv: list[str]) -> list[str]:
-    """Rewrites the deprecated bare group spelling: ``bench [options]`` -> ``bench sim [options]``.
+def _command_token(argv: list[str]) -> str | None:
+    """The command name of ``argv``: its first non-option argument, or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
-    Only the command token (the first non-option argument) is looked at; ``bench --help`` still
-    shows the group's help.
+
+def deprecated_flags(argv: list[str]) -> list[tuple[str, str]]:
+    """``[(old, new), ...]``: the deprecated flag spellings ``argv`` uses (:data:`FLAG_ALIASES`,
+    :data:`COMMAND_FLAG_ALIASES`), in order, each once; arguments after ``--`` are not flags."""
+    aliases = {**FLAG_ALIASES, **COMMAND_FLAG_ALIASES.get(_command_token(argv) or "", {})}
+    found: list[tuple[str, str]] = []
+    for a in argv:
+        if a == "--":
+            break
+        old = a.split("=", 1)[0]
+        if old in aliases and (old, aliases[old]) not in found:
+            found.append((old, aliases[old]))
+    return found
+
+
+def _rename_flags(argv: list[str]) -> list[str]:
+    """``argv`` with each deprecated flag spelling (:func:`deprecated_flags`) replaced by its new one."""
+    renames = dict(deprecated_flags(argv))
+    out, flags = [], True
+    for a in argv:
+        flags = flags and a != "--"
+        old, eq, value = a.partition("=")
+        out.append(renames[old] + eq + value if flags and old in renames else a)
+    return out
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """Rewrites deprecated spellings: the bare group ``bench [options]`` -> ``bench sim [options]``
+    and the old flag names (:data:`FLAG_ALIASES`: ``--window-s`` -> ``--arrival-window-s``).
+
+    Only the command token (the first non-option argument) is looked at for the group; ``bench
+    --help`` still shows the group's help.
     """
-    argv = list(argv)
+    argv = _rename_flags(list(argv))
     i = next((k for k, a in enumerate(argv) if not a.startswith("-")), None)
     if i is None or argv[i] not in _BARE_GROUP_DEFAULT:
         return argv
@@ -151,19 +192,21 @@ def normalize_argv(argv: list[str]) -> list[str]:
 
 
 def deprecation_notice(argv: list[str]) -> str | None:
-    """The one-line notice printed on stderr when ``argv`` uses a deprecated spelling (an
-    :data:`ALIASES` name, or a bare group such as ``bench [options]``), else None."""
+    """The notice printed on stderr when ``argv`` uses a deprecated spelling (an :data:`ALIASES`
+    name, a bare group such as ``bench [options]``, a :data:`FLAG_ALIASES` flag), one line per
+    spelling, else None."""
+    lines = [f"cpgym: warning: {old} is deprecated; use {new}" for old, new in deprecated_flags(argv)]
     i = next((k for k, a in enumerate(argv) if not a.startswith("-")), None)
-    if i is None:
-        return None
-    old = argv[i]
+    old = argv[i] if i is not None else None
     if old in ALIASES:
         new = " ".join(ALIASES[old])
-    elif old in _BARE_GROUP_DEFAULT and normalize_argv(argv) != list(argv):
+    elif old in _BARE_GROUP_DEFAULT and normalize_argv(argv) != _rename_flags(list(argv)):
         new = f"{old} {_BARE_GROUP_DEFAULT[old]}"
     else:
-        return None
-    return f"cpgym: warning: `cpgym {old}` is deprecated and will be removed in the next release; use `cpgym {new}`"
+        return "\n".join(lines) or None
+    lines.insert(0, f"cpgym: warning: `cpgym {old}` is deprecated and will be removed in the next release; "
+                    f"use `cpgym {new}`")
+    return "\n".join(lines)
 
 
 def _leaf_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:

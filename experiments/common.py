@@ -36,7 +36,7 @@ def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None 
     rate = g.add_mutually_exclusive_group()
     rate.add_argument("--target-rps", type=float, metavar="X", help="time-scale arrivals to this mean rate [requests/s]")
     rate.add_argument("--rate-scale", type=float, metavar="X", help="multiply the arrival rate by X")
-    g.add_argument("--window-s", type=float, nargs=2, metavar=("START", "END"),
+    g.add_argument("--arrival-window-s", type=float, nargs=2, metavar=("START", "END"),
                    help="keep arrivals in [START, END) s (after rate scaling)")
     g.add_argument("--skip-invalid", action="store_true",
                    help="skip invalid trace lines and report their count instead of failing")
@@ -237,8 +237,9 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
     """
     if args.workload_seed < 0:
         raise ValueError(f"--workload-seed must be an integer >= 0, got {args.workload_seed}")
-    if args.window_s and not (0 <= args.window_s[0] < args.window_s[1]):
-        raise ValueError(f"--window-s START END needs 0 <= START < END, got {args.window_s[0]:g} {args.window_s[1]:g}")
+    window = args.arrival_window_s
+    if window and not (0 <= window[0] < window[1]):
+        raise ValueError(f"--arrival-window-s START END needs 0 <= START < END, got {window[0]:g} {window[1]:g}")
     for flag in ("target_rps", "rate_scale"):
         v = getattr(args, flag)
         if v is not None and not (v > 0 and math.isfinite(v)):
@@ -255,7 +256,7 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
     if getattr(args, "skip_invalid", False) and trace is None:
         raise ValueError(f"--skip-invalid skips invalid trace lines; it does not apply to the named workload {name!r}")
     return WorkloadSource(name=name, trace=trace, seed=args.workload_seed, target_rps=args.target_rps, params=params,
-                          rate_scale=args.rate_scale, window_s=tuple(args.window_s) if args.window_s else None,
+                          rate_scale=args.rate_scale, arrival_window_s=tuple(window) if window else None,
                           skip_invalid=args.skip_invalid)
 
 
@@ -299,10 +300,10 @@ def workload_from_args(args: argparse.Namespace, default_workload: str | None = 
 
 
 def check_has_requests(wl: Workload) -> Workload:
-    """Returns ``wl``; raises ValueError (naming ``--window-s``) when it has no request, e.g. an
+    """Returns ``wl``; raises ValueError (naming ``--arrival-window-s``) when it has no request, e.g. an
     arrival window past its last arrival."""
     if wl.num_requests == 0:
-        raise ValueError(f"workload {wl.name!r} has no requests (check --window-s against its arrivals)")
+        raise ValueError(f"workload {wl.name!r} has no requests (check --arrival-window-s against its arrivals)")
     return wl
 
 

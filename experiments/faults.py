@@ -16,6 +16,7 @@ fraction of capacity, the policies and the fault scenarios (fault schedule files
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,13 +29,16 @@ from envs.planning.capacity_definitions import FaultDrainDefinition, search_capa
 from envs.sim.fault_config import load_fault_config
 from envs.sim.yaml_keys import check_unique_keys, compose, load
 from envs.workloads import default_traces_dir, load_trace, scale_to_rate, window
+from experiments.spec.paths import SpecDeprecationWarning
 from policies.common.checkpoint import LearnedPolicy, checkpoint_path, resolve_checkpoint
 from policies.common.heuristic import make_routing_env, run_episode
 from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
-SPEC_KEYS = ("name", "description", "trace", "window_s", "load_fraction", "capacity_policy", "capacity_search_rps",
+SPEC_KEYS = ("name", "description", "trace", "arrival_window_s", "load_fraction", "capacity_policy", "capacity_search_rps",
              "capacity_iterations", "capacity_drain_s", "policies", "learned", "scenarios", "seed", "plot_bin_s",
              "plot_before_s", "plot_after_s")
+# spellings of earlier releases still read, with a one-line SpecDeprecationWarning (removed in the next release)
+DEPRECATED_SPEC_KEYS = {"window_s": "arrival_window_s"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class FaultExperimentSpec:
 
     name: str
     trace: str
-    window_s: tuple[float, float]
+    arrival_window_s: tuple[float, float]
     scenarios: tuple[tuple[str, str], ...]  # (scenario name, fault schedule path)
     policies: tuple[str, ...]
     load_fraction: float = 0.8
@@ -65,9 +69,10 @@ class FaultExperimentSpec:
 
     def __post_init__(self) -> None:
         src = self.source or "spec"
-        a, b = self.window_s
+        a, b = self.arrival_window_s
         if not 0 <= a < b:
-            raise ValueError(f"{src}: window_s: expected [start, end] with 0 <= start < end, got {list(self.window_s)}")
+            raise ValueError(f"{src}: arrival_window_s: expected [start, end] with 0 <= start < end, "
+                             f"got {list(self.arrival_window_s)}")
         if not 0 < self.load_fraction <= 2:
             raise ValueError(f"{src}: load_fraction: expected a share in (0, 2], got {self.load_fraction}")
         lo, hi = self.capacity_search_rps
@@ -116,6 +121,7 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
     check_unique_keys(root, str(p))
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a mapping with keys {list(SPEC_KEYS)}")
+    _rename_deprecated_keys(p, data)
     unknown = sorted(set(data) - set(SPEC_KEYS))
     if unknown:
         raise ValueError(f"{p}: unknown key(s) {unknown}; expected only {list(SPEC_KEYS)}")
@@ -128,7 +134,7 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
             raise ValueError(f"{p}: {key}: file {f} does not exist")
         return str(f.resolve())
 
-    for key in ("name", "trace", "window_s", "policies", "scenarios"):
+    for key in ("name", "trace", "arrival_window_s", "policies", "scenarios"):
         if key not in data:
             raise ValueError(f"{p}: {key}: missing")
     scenarios = data["scenarios"]
@@ -158,6 +164,22 @@ def load_spec(path: str | Path) -> FaultExperimentSpec:
 _NUMBER_KEYS = ("load_fraction", "capacity_drain_s", "plot_bin_s", "plot_before_s", "plot_after_s")
 
 
+def _rename_deprecated_keys(p: Path, data: dict) -> None:
+    """Renames in place each key of ``data`` spelled as in an earlier release
+    (:data:`DEPRECATED_SPEC_KEYS`), with a one-line :class:`SpecDeprecationWarning`.
+
+    Raises:
+        ValueError: naming the file and key, when both the old and the new spelling are given.
+    """
+    for old, new in DEPRECATED_SPEC_KEYS.items():
+        if old in data:
+            if new in data:
+                raise ValueError(f"{p}: {old}: given with its new spelling {new}; expected one of the two")
+            warnings.warn(f"{p}: {old} is deprecated and will be removed in the next release; use {new}",
+                          SpecDeprecationWarning, stacklevel=3)
+            data[new] = data.pop(old)
+
+
 def _check_learned(p: Path, learned: str) -> None:
     """Raises ValueError ``<file>: learned: <path>: <problem>`` if ``learned`` is not a loadable
     checkpoint location (a shipped alias, a checkpoint folder or a model file; relative paths are
@@ -172,7 +194,7 @@ def _check_learned(p: Path, learned: str) -> None:
 
 def _pairs(p: Path, kw: dict) -> None:
     """The pairs of ``kw`` as tuples of floats; its numbers checked to be numbers (ValueError naming the key)."""
-    for k in ("window_s", "capacity_search_rps"):
+    for k in ("arrival_window_s", "capacity_search_rps"):
         if k in kw:
             if not (isinstance(kw[k], list) and len(kw[k]) == 2):
                 raise ValueError(f"{p}: {k}: expected a list of two numbers")
@@ -186,7 +208,7 @@ def _workload(spec: FaultExperimentSpec, target_rps: float | None):
     wl = load_trace(spec.trace, spread_seed=spec.seed)
     if target_rps is not None:
         wl = scale_to_rate(wl, target_rps)
-    return window(wl, *spec.window_s)
+    return window(wl, *spec.arrival_window_s)
 
 
 def estimate_capacity_rps(spec: FaultExperimentSpec, config, log=print) -> tuple[float, list[dict]]:

@@ -43,13 +43,13 @@ ROW_KEYS = ("policy", "kv_tiers", "eviction", "dram_capacity_gb_per_node", "rate
             "mean_fetch_hidden_s", "mean_fetch_exposed_s", "max_link_utilization", "wall_time_s")
 
 
-def trace_window(trace: str, rate_rps: float, window_s: tuple[float, float], seed: int = 0) -> Workload:
+def trace_window(trace: str, rate_rps: float, arrival_window_s: tuple[float, float], seed: int = 0) -> Workload:
     """The trace time-scaled to ``rate_rps`` [requests/s], arrivals in ``[start, end)`` s."""
     wl = workloads.load_trace(trace, spread_seed=seed)
-    return workloads.window(workloads.scale_to_rate(wl, rate_rps), *window_s)
+    return workloads.window(workloads.scale_to_rate(wl, rate_rps), *arrival_window_s)
 
 
-def estimate_capacity_rps(trace: str, config: SimConfig, policy: str, window_s: tuple[float, float],
+def estimate_capacity_rps(trace: str, config: SimConfig, policy: str, arrival_window_s: tuple[float, float],
                           start_rps: float = 4.0, queue_delay_bound_s: float = 1.0, iterations: int = 6) -> dict:
     """Capacity [requests/s] by a short rate search (module docstring).
 
@@ -65,7 +65,7 @@ def estimate_capacity_rps(trace: str, config: SimConfig, policy: str, window_s: 
     probes: list[tuple[float, bool]] = []
 
     def ok(rate: float) -> bool:
-        d = definition.verdict(run_policy(policy, trace_window(trace, rate, window_s), config))
+        d = definition.verdict(run_policy(policy, trace_window(trace, rate, arrival_window_s), config))
         probes.append((rate, d))
         return d
 
@@ -94,17 +94,17 @@ class TierStudy:
     eviction: list[dict] = field(default_factory=list)
 
 
-def run_tier_study(trace: str, config: SimConfig, policies: list[str], window_s: tuple[float, float],
+def run_tier_study(trace: str, config: SimConfig, policies: list[str], arrival_window_s: tuple[float, float],
                    load_fraction: float = 0.9, capacity_policy: str = "vertumnus-router", capacity_rps: float | None = None,
                    eviction_capacities_gb: tuple[float, float] = (16.0, 64.0),
                    eviction_policies: tuple[str, ...] = ("mooncake-ttft", "dynamo-kv"), progress=None) -> TierStudy:
     """Runs the tier and eviction tables (module docstring) at ``load_fraction`` of capacity."""
     if capacity_rps is None:
-        cap = estimate_capacity_rps(trace, config, capacity_policy, window_s)
+        cap = estimate_capacity_rps(trace, config, capacity_policy, arrival_window_s)
     else:
         cap = {"capacity_rps": capacity_rps, "policy": "given", "probes": []}
     rate = load_fraction * cap["capacity_rps"]
-    wl = trace_window(trace, rate, window_s)
+    wl = trace_window(trace, rate, arrival_window_s)
     study = TierStudy(capacity=cap, load_fraction=load_fraction, rate_rps=rate)
     base_tiers = config.kv_tiers
     for policy in policies:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import time
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -139,7 +140,8 @@ class ReproduceConfig:
         seeds: run seeds (and synthetic-workload / trace-spreading seeds); >= 1.
         loads: load fractions of the strongest static baseline's capacity, increasing; the last
             is the paper's "highest tested load".
-        window_s: arrival window of every run and of the capacity search [s].
+        arrival_window_length_s: length of the arrival window ``[0, length)`` of every run and
+            of the capacity search [s].
         policies: the full system first, then the baselines.
         sim: simulator settings (pool, SLO, ...); the calibration comes from ``models``.
         capacity_definition: :class:`baselines.capacity.CapacityDefinition`.
@@ -158,7 +160,7 @@ class ReproduceConfig:
     models: tuple[tuple[str, str | None, str | None], ...] = (("default", None, None),)
     seeds: tuple[int, ...] = (0, 1, 2)
     loads: tuple[float, ...] = (0.5, 0.7, 0.85, 0.95)
-    window_s: float = 600.0
+    arrival_window_length_s: float = 600.0
     policies: tuple[str, ...] = PAPER_POLICIES
     sim: SimConfig = field(default_factory=SimConfig)
     capacity_definition: object = None
@@ -181,7 +183,7 @@ class ReproduceConfig:
         from dataclasses import fields
 
         known = {f.name for f in fields(DynamicPhasesConfig)} - {"workload_seed"}
-        object.__setattr__(self, "dynamic_params", tuple((str(k), v) for k, v in dict(self.dynamic_params).items()))
+        object.__setattr__(self, "dynamic_params", _renamed_dynamic_params(self.dynamic_params))
         bad = [k for k, _ in self.dynamic_params if k not in known]
         if bad:
             raise ValueError(f"dynamic_params: unknown DynamicPhasesConfig field(s) {bad}; known: {sorted(known)} "
@@ -192,8 +194,8 @@ class ReproduceConfig:
         check_compositions(DynamicPhasesConfig(**dict(self.dynamic_params)), self.sim.pool)
         if not self.loads or any(not 0 < x <= 2 for x in self.loads) or list(self.loads) != sorted(set(self.loads)):
             raise ValueError(f"--loads must be increasing fractions in (0, 2], got {list(self.loads)}")
-        if not (self.window_s > 0 and math.isfinite(self.window_s)):
-            raise ValueError(f"--window-s must be > 0, got {self.window_s}")
+        if not (self.arrival_window_length_s > 0 and math.isfinite(self.arrival_window_length_s)):
+            raise ValueError(f"--arrival-window-length-s must be > 0, got {self.arrival_window_length_s}")
         if self.policies[0] != "vertumnus":
             raise ValueError("the first policy of a reproduction must be the full system 'vertumnus'")
         self._check_models()
@@ -214,9 +216,26 @@ class ReproduceConfig:
             labels[model] = label
 
 
+# DynamicPhasesConfig field names of earlier releases, still read by --dynamic-param (one release)
+DEPRECATED_DYNAMIC_PARAMS = {"window_s": "arrival_window_s", "controller_window_s": "decision_window_s"}
+
+
+def _renamed_dynamic_params(params) -> tuple[tuple[str, object], ...]:
+    """``params`` as ``((name, value), ...)`` with each earlier field name
+    (:data:`DEPRECATED_DYNAMIC_PARAMS`) replaced by its new one and a one-line ``FutureWarning``."""
+    out = []
+    for k, v in dict(params).items():
+        new = DEPRECATED_DYNAMIC_PARAMS.get(str(k))
+        if new is not None:
+            warnings.warn(f"--dynamic-param {k} is deprecated and will be removed in the next release; use {new}",
+                          FutureWarning, stacklevel=4)
+        out.append((new or str(k), v))
+    return tuple(out)
+
+
 def _typed_dynamic_params(params: tuple[tuple[str, object], ...]) -> tuple[tuple[str, object], ...]:
     """``dynamic_params`` checked against the types of their ``DynamicPhasesConfig`` fields (an
-    int is a float; a number given for a text field is kept as text; ``window_s`` is ``START,END``).
+    int is a float; a number given for a text field is kept as text; ``arrival_window_s`` is ``START,END``).
 
     Raises:
         ValueError: naming ``--dynamic-param NAME`` and the expected type.
@@ -237,7 +256,7 @@ def _typed_dynamic_params(params: tuple[tuple[str, object], ...]) -> tuple[tuple
             value = float(value)
         elif tp is str and number:
             value = str(value)
-        elif typing.get_origin(tp) is tuple and isinstance(value, str):  # window_s=0,300
+        elif typing.get_origin(tp) is tuple and isinstance(value, str):  # arrival_window_s=0,300
             try:
                 value = tuple(float(x) for x in value.split(","))
             except ValueError:
@@ -272,10 +291,10 @@ def _partial(on_partial: OnPartial | None, runs: list[dict], capacities: list[di
         on_partial(ExperimentResult([], list(runs), list(capacities)))
 
 
-def _rated(case: WorkloadCase, window_s: float, seed: int):
+def _rated(case: WorkloadCase, window_length_s: float, seed: int):
     if case.trace is not None:
-        return RatedWorkload(window_s=window_s, base=workloads.load_trace(case.trace, spread_seed=seed))
-    return RatedWorkload(window_s=window_s, name=case.name, seed=seed, params=dict(case.params))
+        return RatedWorkload(arrival_window_length_s=window_length_s, base=workloads.load_trace(case.trace, spread_seed=seed))
+    return RatedWorkload(arrival_window_length_s=window_length_s, name=case.name, seed=seed, params=dict(case.params))
 
 
 def _model_sim(sim: SimConfig, cal_path: str | None, composition: str | None, seed: int) -> SimConfig:
@@ -327,8 +346,8 @@ def _capacity_task(task: tuple) -> dict:
     t0 = time.perf_counter()
     calibration = Calibration.resolve(cal_path)
     sim = _model_sim(cfg.sim, cal_path, comp, cfg.seeds[0])
-    res = find_capacity(policy, _rated(case, cfg.window_s, cfg.seeds[0]), sim, calibration, cfg.capacity_definition,
-                        cfg.cache_dir)
+    rated = _rated(case, cfg.arrival_window_length_s, cfg.seeds[0])
+    res = find_capacity(policy, rated, sim, calibration, cfg.capacity_definition, cfg.cache_dir)
     return {"model": model, "workload": case.key, "policy": policy, "capacity_rps": res.capacity_rps,
             "capacity_rate_scale": res.rate_scale, "native_rate_rps": res.native_rate_rps,
             "num_simulations": len(res.probes), "cached": res.cached,
@@ -341,7 +360,7 @@ def _runs_task(task: tuple) -> list[dict]:
     model, cal_path, comp, case, seed, scales, caps, strongest_static, cfg = task
     calibration = Calibration.resolve(cal_path)
     sim = _model_sim(cfg.sim, cal_path, comp, seed)
-    rated = _rated(case, cfg.window_s, seed)
+    rated = _rated(case, cfg.arrival_window_length_s, seed)
     profile_cache = CapacityCache()
     out = []
     for load, scale in zip(cfg.loads, scales):

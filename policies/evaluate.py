@@ -10,7 +10,7 @@ from typing import Any
 from baselines.registry import POLICIES
 from envs.sim.options import option as _opt
 from envs.sim.options import split_name_list
-from envs.workloads import default_trace_path, default_traces_dir
+from envs.workloads import WorkloadSource, default_trace_path, default_traces_dir
 from policies.common.checkpoint import resolve_checkpoint
 from policies.common.policy_args import check_checkpoint_kind, check_distinct, is_checkpoint
 from policies.joint import joint_router_factory
@@ -219,25 +219,26 @@ def routing_source(cfg: EvaluationConfig):
 
     from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
 
-    base: dict = {}
+    base: dict = {}  # the checkpoint's source (policies.common.checkpoint.current_meta: its workload nested)
     if is_checkpoint(cfg.policy):
         _, meta = resolve_checkpoint(cfg.policy)
         base = (meta.get("train_config") or {}).get("source") or {}
+    wl = base.get("workload") or {}
     if cfg.trace or cfg.workload:
-        base = {"trace": cfg.trace, "workload": cfg.workload, "target_rps": None}
-    if not base:
-        base = {"trace": str(default_trace_path()), "workload": None}
-    trace = base.get("trace")
+        wl = {"trace": cfg.trace, "name": cfg.workload}
+    if not wl:
+        wl = {"trace": str(default_trace_path())}
+    trace = wl.get("trace")
     if trace and not cfg.trace and not Path(trace).is_file():  # a checkpoint trained on another machine
         trace = str(default_traces_dir() / Path(trace).name)
-    arrival_window_s = base.get("arrival_window_s")
-    return EpisodeSource(trace=trace, workload=base.get("workload"),
-                         target_rps=cfg.target_rps if cfg.target_rps is not None else base.get("target_rps"),
-                         rate_scale=None if cfg.target_rps is not None else base.get("rate_scale"),
-                         arrival_window_s=tuple(arrival_window_s) if arrival_window_s is not None else None,
-                         skip_invalid=bool(base.get("skip_invalid", False)),
-                         params=tuple(tuple(kv) for kv in base.get("params") or ()),
-                         window_s=cfg.episode_window_s or base.get("window_s", 60.0),
+    arrival_window_s = wl.get("arrival_window_s")
+    source = WorkloadSource(name=None if trace else wl.get("name"), trace=trace,
+                            target_rps=cfg.target_rps if cfg.target_rps is not None else wl.get("target_rps"),
+                            rate_scale=None if cfg.target_rps is not None else wl.get("rate_scale"),
+                            arrival_window_s=tuple(arrival_window_s) if arrival_window_s is not None else None,
+                            skip_invalid=bool(wl.get("skip_invalid", False)),
+                            params=tuple(tuple(kv) for kv in wl.get("params") or ()))
+    return EpisodeSource(source, episode_window_s=cfg.episode_window_s or base.get("episode_window_s", 60.0),
                          eval_every=cfg.eval_every or base.get("eval_every", 4))
 
 
@@ -257,11 +258,11 @@ def reconfig_workload(cfg: EvaluationConfig) -> str:
         raise ValueError("--kind reconfig evaluates named workloads (--workload); traces are not supported yet")
     workload = cfg.workload
     if workload is None and cfg.policy not in ("none", "-"):
-        tc = checkpoint_train_config(cfg.policy)
-        if tc.get("trace"):
-            raise ValueError(f"--policy {cfg.policy} was trained on the trace {tc['trace']}; --kind reconfig evaluates "
-                             "named workloads only (traces are not supported yet): give --workload NAME")
-        workload = tc.get("workload") or LEGACY_WORKLOAD
+        trained = checkpoint_train_config(cfg.policy).get("workload") or {}
+        if trained.get("trace"):
+            raise ValueError(f"--policy {cfg.policy} was trained on the trace {trained['trace']}; --kind reconfig "
+                             "evaluates named workloads only (traces are not supported yet): give --workload NAME")
+        workload = trained.get("name") or LEGACY_WORKLOAD
     return workload or DEFAULT_RECONFIG_WORKLOAD
 
 
@@ -276,12 +277,12 @@ def reconfig_workload_fields(cfg: EvaluationConfig) -> dict:
     out = {"target_rps": cfg.target_rps}
     if cfg.workload is not None or cfg.policy in ("none", "-"):
         return out
-    tc = checkpoint_train_config(cfg.policy)
+    trained = checkpoint_train_config(cfg.policy).get("workload") or {}
     if cfg.target_rps is None:
-        out.update(target_rps=tc.get("target_rps"), rate_scale=tc.get("rate_scale"))
-    window = tc.get("arrival_window_s")
-    out.update(window_s=tuple(window) if window is not None else None,
-               params=tuple(tuple(kv) for kv in tc.get("params") or ()))
+        out.update(target_rps=trained.get("target_rps"), rate_scale=trained.get("rate_scale"))
+    window = trained.get("arrival_window_s")
+    out.update(arrival_window_s=tuple(window) if window is not None else None,
+               params=tuple(tuple(kv) for kv in trained.get("params") or ()))
     return out
 
 

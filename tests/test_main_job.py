@@ -33,7 +33,7 @@ def test_full_conversation_trace_summary_invariants(capsys):
 
 
 def test_out_dir_has_request_table_summary_and_config(tmp_path):
-    assert main(["simulate", "--workload", "tool-agent", "--policy", "least-work", "--window-s", "0", "20",
+    assert main(["simulate", "--workload", "tool-agent", "--policy", "least-work", "--arrival-window-s", "0", "20",
                  "--out", str(tmp_path), "--format", "json"]) == 0
     (run,) = list(tmp_path.iterdir())
     assert run.name.startswith("tool-agent-0-20__least-work__0__")
@@ -60,8 +60,8 @@ def test_out_dir_has_request_table_summary_and_config(tmp_path):
     (["simulate", "--slo", "soon"], "--slo"),
     (["simulate", "--policy", ""], "--policy needs at least one"),
     (["simulate", "--policy", "least-work,least-work"], "twice"),
-    (["simulate", "--window-s", "-10", "5"], "0 <= START < END"),
-    (["simulate", "--window-s", "1e9", "2e9"], "has no requests"),
+    (["simulate", "--arrival-window-s", "-10", "5"], "0 <= START < END"),
+    (["simulate", "--arrival-window-s", "1e9", "2e9"], "has no requests"),
     (["simulate", "--workload-seed", "-1"], "--workload-seed"),
     (["simulate", "--trace", "/"], "is a folder"),
     (["simulate", "--calibration", "/"], "is a folder"),
@@ -101,11 +101,11 @@ def test_every_command_has_working_help(capsys):
 def test_out_must_be_a_folder_and_runs_are_never_overwritten(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--policy", "least-work",
                  "--out", str(f)]) == 2
     assert "is not a folder" in capsys.readouterr().err
     for _ in range(2):  # same second, same name: the second run gets its own folder
-        assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",
+        assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--policy", "least-work",
                      "--out", str(tmp_path / "o"), "--format", "json"]) == 0
     assert len(list((tmp_path / "o").iterdir())) == 2
 
@@ -136,7 +136,8 @@ def test_skip_invalid_warns_once_in_one_line(tmp_path, capsys):
 def test_table_and_json_name_the_pool_each_policy_ran_on(capsys):
     """The header gives the pool flags' composition, but a baseline with its own pool (SGLang's
     cp4x10) ran on another: each row names its pool (was only the header's cp4x6,cp2x8)."""
-    argv = ["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work,sglang-cache-aware",
+    argv = ["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--policy",
+            "least-work,sglang-cache-aware",
             "--quiet"]
     assert main([*argv, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -31,7 +31,7 @@ class ControllerConfig:
     positive trend over ``trend_horizon_s``, divided by the profiled capacity of the composition):
 
     Args:
-        window_s: observation / decision window [s]; :data:`envs.planning.defaults.DECISION_WINDOW_S`
+        decision_window_s: observation / decision window [s]; :data:`envs.planning.defaults.DECISION_WINDOW_S`
             (paper §6/§9: 20 s).
         split_load: lower edge of the split region (forecast load); 0.85: where a mixed pool
             starts to beat all-CP-4 on the ``phases`` short-heavy mix (defaults README).
@@ -70,7 +70,7 @@ class ControllerConfig:
             window rates since the last regime change, at most ``k_windows + 1`` windows), so
             the pool does not merge at the foot of a rising ramp only to split again at its
             peak; splits use the measured rate (capacity precedence, paper §6: sustained
-            overload). 0 disables; 40 s (= ``k_windows`` x ``window_s``, the reaction time of
+            overload). 0 disables; 40 s (= ``k_windows`` x ``decision_window_s``, the reaction time of
             the opposite split).
         mix_smoothing: weight of the newest window in the exponentially smoothed length-class
             histogram the capacity is profiled for, in (0, 1]; 0.5 (follows a phase change within
@@ -111,7 +111,7 @@ class ControllerConfig:
         target_trend_min_t: the look-ahead forecasts from a rate trend only when the trend is
             significant: when the least-squares slope of the regime's recent window rates is within
             this many standard errors of zero (standard error from the Poisson counting noise of
-            a window rate, ``sqrt(rate / window_s)``), the load is taken as stationary and the
+            a window rate, ``sqrt(rate / decision_window_s)``), the load is taken as stationary and the
             look-ahead rate is the mean of those windows' rates, without a trend; otherwise the
             window's rate plus the positive trend; >= 0 (0: always the window's rate and its
             positive trend); 2.0 (Poisson noise slopes on a steady load forecast overload and made
@@ -155,7 +155,7 @@ class ControllerConfig:
             ``results/dynamic-phases/transition-lookahead/README.md``). ``"requests"`` source only.
         target_trend_noise: the noise of a window rate in ``target_trend_min_t``'s test, one of
             :data:`TREND_NOISES`: ``"poisson"`` (default) the Poisson counting variance
-            ``rate / window_s``; ``"measured"``: that variance times the over-dispersion measured
+            ``rate / decision_window_s``; ``"measured"``: that variance times the over-dispersion measured
             from the run's own window rates
             (:meth:`~baselines.controller.measurement.WindowMeasurement.rate_dispersion`: squared
             second differences of consecutive window rates inside a mix regime, which a linear ramp
@@ -177,7 +177,7 @@ class ControllerConfig:
         ValueError: naming the field, on out-of-range values or overlapping regions.
     """
 
-    window_s: float = DECISION_WINDOW_S
+    decision_window_s: float = DECISION_WINDOW_S
     split_load: float = 0.85
     split_target_load: float = 0.75
     merge_load: float = 0.5
@@ -215,7 +215,8 @@ class ControllerConfig:
             if not cond:
                 raise ValueError(msg)
 
-        check(self.window_s > 0 and math.isfinite(self.window_s), f"controller.window_s must be > 0, got {self.window_s}")
+        check(self.decision_window_s > 0 and math.isfinite(self.decision_window_s),
+              f"controller.decision_window_s must be > 0, got {self.decision_window_s}")
         check(0 < self.merge_load < self.split_load,
               f"controller.merge_load ({self.merge_load}) must be > 0 and < split_load ({self.split_load})")
         check(self.merge_load <= self.merge_max_projected_load < self.split_load,

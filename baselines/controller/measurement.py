@@ -167,7 +167,7 @@ class WindowMeasurement:
         per-degree profiles (``None`` if the window had too few arrivals)."""
         sim, cfg = self.sim, self.config
         now = sim.env.now
-        i0 = bisect_left(self._arrivals, now - cfg.window_s)
+        i0 = bisect_left(self._arrivals, now - cfg.decision_window_s)
         i1 = bisect_left(self._arrivals, now)
         n = i1 - i0
         observed = self._ttft_sum_s / self._num_finished if self._num_finished else math.nan
@@ -175,7 +175,7 @@ class WindowMeasurement:
             self._mean_cached_tokens = self._hit_tokens / self._num_finished
         self._hit_tokens = self._num_finished = 0
         self._ttft_sum_s = 0.0
-        rate = n / cfg.window_s
+        rate = n / cfg.decision_window_s
         record = WindowRecord(time_s=now, num_arrivals=n, rate_rps=rate, mean_cached_tokens=self._mean_cached_tokens,
                               observed_ttft_s=observed)
         if n < max(1, cfg.min_window_requests):
@@ -205,7 +205,7 @@ class WindowMeasurement:
         forecasts from (``target_trend_min_t``): the mean rate of the regime's recent windows (at
         most ``k_windows + 1``, at least 2), no trend and ``stationary`` when the least-squares
         slope of their rates is within ``target_trend_min_t`` standard errors of zero (each window
-        rate's variance ``rate / window_s``: Poisson counts, times :meth:`rate_dispersion` with
+        rate's variance ``rate / decision_window_s``: Poisson counts, times :meth:`rate_dispersion` with
         ``target_trend_noise="measured"``); otherwise ``rate_rps`` (the last
         window's rate), the positive slope and not stationary. A stationary load gets the
         look-ahead's stationary stream span (``LookaheadConfig.stationary_duration_s``)."""
@@ -214,8 +214,9 @@ class WindowMeasurement:
         if n < 2:
             return rate_rps, max(0.0, slope), False
         mean = float(np.mean(self._rates))
-        x = np.arange(n, dtype=float) * self.config.window_s
-        se = math.sqrt(self.rate_dispersion() * max(mean, 0.0) / self.config.window_s / float(((x - x.mean()) ** 2).sum()))
+        x = np.arange(n, dtype=float) * self.config.decision_window_s
+        se = math.sqrt(self.rate_dispersion() * max(mean, 0.0) / self.config.decision_window_s
+                       / float(((x - x.mean()) ** 2).sum()))
         if abs(slope) <= self.config.target_trend_min_t * se:
             return mean, 0.0, True
         return rate_rps, max(0.0, slope), False
@@ -227,7 +228,7 @@ class WindowMeasurement:
         mean = sum(tail) / len(tail)
         if len(tail) == 3 and mean > 0:
             d2 = tail[2] - 2.0 * tail[1] + tail[0]
-            term = d2 * d2 / (6.0 * mean / self.config.window_s)
+            term = d2 * d2 / (6.0 * mean / self.config.decision_window_s)
             self._dispersion_terms = (self._dispersion_terms + [term])[-DISPERSION_MAX_TERMS:]
 
     def rate_dispersion(self) -> float:
@@ -246,5 +247,5 @@ class WindowMeasurement:
         n = len(self._rates)
         if n < 2:
             return 0.0
-        x = np.arange(n, dtype=float) * self.config.window_s
+        x = np.arange(n, dtype=float) * self.config.decision_window_s
         return float(np.polyfit(x, np.asarray(self._rates), 1)[0])

@@ -1,5 +1,5 @@
 """The paper's threshold rule (``ControllerConfig.decision="paper-rule"``; paper §6 "Runtime
-Reconfiguration"; DESIGN.md "Cluster-level controller"): every ``window_s`` the load
+Reconfiguration"; DESIGN.md "Cluster-level controller"): every ``decision_window_s`` the load
 ρ = arrival rate of the window / pool capacity for the window's mix
 (:mod:`baselines.controller.measurement`) moves sustained-condition counters.
 

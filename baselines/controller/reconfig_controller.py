@@ -63,12 +63,12 @@ class ReconfigController(WindowMeasurement, PaperRule, TargetRule, Actuation):
         sim.attachments["controller"] = self
         if len(sim.workload.requests):
             self._priority = EventPriority.CONTROL
-            sim.schedule(cfg.window_s, self._priority, self._on_window, None)
+            sim.schedule(cfg.decision_window_s, self._priority, self._on_window, None)
 
     def _on_window(self, _payload) -> None:
         sim = self.sim
         if sim.env.now < self._last_arrival_s:
-            sim.schedule(self.config.window_s, self._priority, self._on_window, None)
+            sim.schedule(self.config.decision_window_s, self._priority, self._on_window, None)
         record, profiles = self.measure()
         self.windows.append(record)
         if profiles is None:

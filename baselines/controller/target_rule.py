@@ -176,7 +176,7 @@ class TargetRule:
         if cfg.target_transition:
             projected = projected_degree_counts(self.sim)
             if covers_pool(projected, self.sim.config.pool):  # a pool degraded by a fault: no move is simulated
-                transition = TransitionPlan(self.composition_text(projected), cfg.reconfig, cfg.window_s,
+                transition = TransitionPlan(self.composition_text(projected), cfg.reconfig, cfg.decision_window_s,
                                             cfg.max_gpu_share_per_window * self.sim.config.pool.num_gpus,
                                             cfg.max_ops_per_window)
         return self.predictor.score_from_requests(compositions, sample, self.sim.workload.kv_block_size_tokens,

@@ -276,7 +276,7 @@ def config_from_args(cls: type, args: argparse.Namespace, exclude: tuple[str, ..
 
     Raises:
         ValueError: what ``cls.__post_init__`` raises, with the flags of the fields it names
-            appended (``... window_s must be > 0, got 0 (--episode-window-s)``).
+            appended (``... episode_window_s must be > 0, got 0 (--episode-window-s)``).
     """
     try:
         return build_config(cls, args, exclude, **values)

@@ -36,7 +36,7 @@ class WorkloadSource:
         target_rps: time-scale arrivals to this mean rate [requests/s] (``scale_to_rate``).
         rate_scale: multiply the arrival rate by this factor (``scale_rate``); exclusive with
             ``target_rps``.
-        window_s: keep arrivals in ``[start, end)`` [s], applied after rate scaling.
+        arrival_window_s: keep arrivals in ``[start, end)`` [s], applied after rate scaling.
         skip_invalid: skip invalid trace lines instead of failing (their count is in
             ``Workload.metadata["num_skipped_invalid"]``).
 
@@ -52,7 +52,7 @@ class WorkloadSource:
     params: tuple[tuple[str, Any], ...] = ()
     target_rps: float | None = None
     rate_scale: float | None = None
-    window_s: tuple[float, float] | None = None
+    arrival_window_s: tuple[float, float] | None = None
     skip_invalid: bool = False
 
     def __post_init__(self) -> None:
@@ -73,14 +73,16 @@ class WorkloadSource:
             v = getattr(self, key)
             if v is not None and not (isinstance(v, numbers.Real) and not isinstance(v, bool) and v > 0 and math.isfinite(v)):
                 raise ValueError(f"workload: {key} must be a finite number > 0, got {v!r}")
-        if self.window_s is not None:
+        if self.arrival_window_s is not None:
             try:
-                start, end = (float(x) for x in self.window_s)
+                start, end = (float(x) for x in self.arrival_window_s)
             except (TypeError, ValueError):
-                raise ValueError(f"workload: window_s must be two numbers (start, end) [s], got {self.window_s!r}") from None
+                raise ValueError(f"workload: arrival_window_s must be two numbers (start, end) [s], "
+                                 f"got {self.arrival_window_s!r}") from None
             if not (0 <= start < end):
-                raise ValueError(f"workload: window_s must be [start, end) with 0 <= start < end, got {start:g} {end:g}")
-            object.__setattr__(self, "window_s", (start, end))
+                raise ValueError(f"workload: arrival_window_s must be [start, end) with 0 <= start < end, "
+                                 f"got {start:g} {end:g}")
+            object.__setattr__(self, "arrival_window_s", (start, end))
         seed = self.seed
         if isinstance(seed, bool) or not isinstance(seed, numbers.Real) or not float(seed).is_integer() or seed < 0:
             raise ValueError(f"workload: seed must be an integer >= 0, got {seed!r}")
@@ -120,8 +122,8 @@ class WorkloadSource:
             wl = scale_to_rate(wl, self.target_rps)
         elif self.rate_scale is not None:
             wl = scale_rate(wl, self.rate_scale)
-        if self.window_s is not None:
-            wl = window(wl, self.window_s[0], self.window_s[1])
+        if self.arrival_window_s is not None:
+            wl = window(wl, self.arrival_window_s[0], self.arrival_window_s[1])
         return wl
 
 

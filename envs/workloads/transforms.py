@@ -143,11 +143,12 @@ def split(workload: Workload, eval_fraction: float | None = None, *,
     return train, ev
 
 
-def windows(workload: Workload, window_s: float, *, min_num_requests: int = 1, include_partial: bool = True) -> list[Workload]:
+def windows(workload: Workload, episode_window_s: float, *, min_num_requests: int = 1,
+            include_partial: bool = True) -> list[Workload]:
     """Cut the workload into consecutive episode windows ``[j·w, (j+1)·w)`` [s], each re-based to 0.
 
     Args:
-        window_s: window length w [s], > 0.
+        episode_window_s: window length w [s], > 0.
         min_num_requests: windows with fewer requests are dropped (default 1: drop empty ones).
         include_partial: keep the last window, the one the end of the workload cuts short
             (it holds the last arrival, so it covers less than a full ``w`` of traffic); False
@@ -156,9 +157,9 @@ def windows(workload: Workload, window_s: float, *, min_num_requests: int = 1, i
     Returns:
         The windows in time order; ``metadata["window_index"]`` is ``j``.
     """
-    w = _finite("window_s", window_s)
+    w = _finite("episode_window_s", episode_window_s)
     if w <= 0:
-        raise ValueError(f"window_s must be > 0, got {window_s!r}")
+        raise ValueError(f"episode_window_s must be > 0, got {episode_window_s!r}")
     if int(min_num_requests) < 0:
         raise ValueError(f"min_num_requests must be >= 0, got {min_num_requests!r}")
     if workload.num_requests == 0:

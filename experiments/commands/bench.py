@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     if args.horizon_s is not None:  # the rates divide every request of the workload by the run's time
         raise ValueError("--horizon-s does not apply to cpgym bench sim: every run simulates all its requests "
-                         "(shorten the workload with --window-s)")
+                         "(shorten the workload with --arrival-window-s)")
     config = sim_config_from_args(args)
     t0 = time.perf_counter()
     workload = workload_from_args(args)

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(EnvBenchConfig, args)
     for flag, v in (("--target-rps", args.target_rps), ("--episode-window-s", args.episode_window_s)):
-        if not (math.isfinite(v) and v > 0):  # named the workload's / window's fields (target_rps, window_s)
+        if not (math.isfinite(v) and v > 0):  # named the workload's / window's fields (target_rps, episode_window_s)
             raise ValueError(f"{flag} must be a finite number > 0, got {v}")
     trace = args.trace or str(default_trace_path())
     wl = WorkloadSource(trace=trace, target_rps=args.target_rps).build()

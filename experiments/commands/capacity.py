@@ -4,7 +4,7 @@ rate at which a long window's backlog still drains and the SLOs hold (definition
 
 * Workload: ``--trace PATH`` or ``--workload NAME`` (default ``mixed-default``; ``--workload-param``
   overrides its generator, except ``duration_s``: the window sets the span); the window is
-  ``--window-s START END`` (default 0 600) of the rate-scaled workload.
+  ``--arrival-window-s START END`` (default 0 600) of the rate-scaled workload.
 * ``--policy``: comma-separated policies or suites (default ``paper``: Vertumnus and the §9
   baselines).
 * ``--drain-ratio``, ``--min-slo-attainment``, ``--rel-tol``: the definition's thresholds.
@@ -103,24 +103,24 @@ def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0), durat
     ``duration_param`` (``compare --loads``, whose runs use it) says to leave it to the runs."""
     if getattr(args, "target_rps", None) is not None or getattr(args, "rate_scale", None) is not None:
         raise ValueError("--target-rps / --rate-scale do not apply here: rates are set as load fractions or searched")
-    start, end = args.window_s or default_window
+    start, end = args.arrival_window_s or default_window
     if not 0 <= start < end:
-        raise ValueError(f"--window-s START END needs 0 <= START < END, got {start:g} {end:g}")
+        raise ValueError(f"--arrival-window-s START END needs 0 <= START < END, got {start:g} {end:g}")
     params = dict(parse_workload_params(getattr(args, "workload_param", None) or []))
     if params and args.trace:
         raise ValueError("--workload-param overrides a named workload's generator; it does not apply to a trace")
     if "duration_s" in params and not duration_param:
-        raise ValueError("--workload-param duration_s does not apply here: the capacity window (--window-s START END, "
+        raise ValueError("--workload-param duration_s does not apply here: the capacity window (--arrival-window-s START END, "
                          f"default {default_window[0]:g} {default_window[1]:g}) sets the generated span")
     params.pop("duration_s", None)
     if args.trace:
         base = workloads.load_trace(args.trace, skip_invalid=args.skip_invalid, spread_seed=args.workload_seed)
-        return RatedWorkload(window_s=end - start, base=base, start_s=start)
+        return RatedWorkload(arrival_window_length_s=end - start, base=base, start_s=start)
     name = args.workload or DEFAULT_WORKLOAD
     check_windowable(name)
     if params:  # an unknown or bad parameter fails here, before any probe
         workloads.get_workload(name, seed=args.workload_seed, **{**params, "duration_s": 1.0})
-    return RatedWorkload(window_s=end - start, name=name, seed=args.workload_seed, params=params, start_s=start)
+    return RatedWorkload(arrival_window_length_s=end - start, name=name, seed=args.workload_seed, params=params, start_s=start)
 
 
 def check_windowable(name: str) -> None:
@@ -170,10 +170,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     start = rated.start_s
     if trace:
-        print(f"sustainable rate on {rated.label} (window {start:g}-{start + rated.window_s:g} s of the rate-scaled trace; "
+        end = start + rated.arrival_window_length_s
+        print(f"sustainable rate on {rated.label} (window {start:g}-{end:g} s of the rate-scaled trace; "
               f"span = first to last arrival at the capacity rate), pool {config.pool.num_gpus} GPUs")
     else:
-        print(f"sustainable rate on {rated.label} ({rated.window_s:g} s window), pool {config.pool.num_gpus} GPUs")
+        print(f"sustainable rate on {rated.label} ({rated.arrival_window_length_s:g} s window), "
+              f"pool {config.pool.num_gpus} GPUs")
     span_head = f" {'span s':>8s}" if trace else ""
     print(f"{'policy':26s} {'capacity req/s':>15s} {'x native':>9s}{span_head} {'sims':>5s}")
     for r in rows:
@@ -188,10 +190,10 @@ def warn_short_trace(rated, file=None) -> bool:
     half of it at the native rate (every probe then measures that shorter span, shortened further
     by each rate factor above 1). Returns whether it warned."""
     span = rated.at_scale(1.0).duration_s
-    if span >= 0.5 * rated.window_s:
+    if span >= 0.5 * rated.arrival_window_length_s:
         return False
     print(f"warning: the trace {rated.label!r} spans only {span:.3g} s at its native rate, much shorter than the "
-          f"{rated.window_s:g} s window (--window-s); capacities are measured over the span it has "
+          f"{rated.arrival_window_length_s:g} s window (--arrival-window-s); capacities are measured over the span it has "
           "(span column, arrival_span_s)",
           file=file or sys.stderr, flush=True)
     return True

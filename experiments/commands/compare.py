@@ -9,7 +9,7 @@ and rate, and the % change of Vertumnus vs the strongest baseline).
 * Rates: ``--rates 10,20,40`` (time-scale the workload to these mean rates [requests/s]),
   ``--rate-scales 1,2,4`` (multiply its native rate) or ``--loads 0.5,0.7,0.85,0.95`` (fractions
   of the strongest static baseline's sustainable rate, ``cpgym capacity``; the window
-  ``--window-s`` (default 0 600) is scaled to each rate); neither = the native rate.
+  ``--arrival-window-s`` (default 0 600) is scaled to each rate); neither = the native rate.
 * Overload: with ``--loads`` (or ``--label-overload``) every policy's capacity is measured
   (cached on disk) and a rate above a policy's capacity is labelled ``overloaded`` in the table,
   the JSON (``overloaded``) and the plot (open markers). Without them, a run past saturation by

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         for line in overload_warnings(rows):
             print(line, file=sys.stderr)
         return _print_reconfig(rows, source, cfg.seeds, args.format, cfg.reference)
-    where = f"{source.label}: {part} windows of {source.window_s:g} s" if source is not None else f"{part} windows"
+    where = f"{source.label}: {part} windows of {source.episode_window_s:g} s" if source is not None else f"{part} windows"
     return _print_routing(rows, cfg.reference, cfg.seeds, where + ",", args.format)
 
 
@@ -186,10 +186,11 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
     tuned_cells = load_tuned_cells(cfg.tuned) if cfg.tuned else {}
     rows = []
-    window_s = cfg.episode_window_s or 10.0
+    episode_window_s = cfg.episode_window_s or 10.0
     save = episode_writer(args)
     for sc in scenarios(config, trace=cfg.trace, workload=cfg.workload, loads=cfg.loads,
-                        target_rps=None if cfg.loads else cfg.target_rps, window_s=window_s, warmup_s=cfg.warmup_s, log=log):
+                        target_rps=None if cfg.loads else cfg.target_rps, episode_window_s=episode_window_s,
+                        warmup_s=cfg.warmup_s, log=log):
         tuned = tuned_cells.get(sc.key)
         if cfg.tuned and "vertumnus-tuned" in policies and tuned is None:
             raise ValueError(f"--tuned {cfg.tuned} has no cell {sc.key!r}; cells: {sorted(tuned_cells)}")
@@ -199,7 +200,7 @@ def _run_protocol(args: argparse.Namespace, cfg) -> int:
     if save is not None:
         save(rows)
     return _print_protocol(rows, protocol_reference(policies, cfg.reference),
-                           f"{part} windows ({window_s:g} s, warm-up {cfg.warmup_s:g} s)", args.format)
+                           f"{part} windows ({episode_window_s:g} s, warm-up {cfg.warmup_s:g} s)", args.format)
 
 
 def protocol_reference(policies: list[str], reference: str | None) -> str:

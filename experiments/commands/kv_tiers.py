@@ -18,7 +18,7 @@ from experiments.kv_tiers import SWEEP_COLS, TABLE_COLS, markdown_table, plot_ti
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="PATH", help="trace (default: the shared conversation trace)")
-    p.add_argument("--window-s", type=float, nargs=2, default=(0.0, 300.0), metavar=("START", "END"),
+    p.add_argument("--arrival-window-s", type=float, nargs=2, default=(0.0, 300.0), metavar=("START", "END"),
                    help="arrival window after rate scaling [s] (default 0 300)")
     p.add_argument("--policies", default="vertumnus-router,least-work,mooncake-ttft,dynamo-kv",
                    help="policies of the tier table (default vertumnus-router,least-work,mooncake-ttft,dynamo-kv)")
@@ -71,9 +71,9 @@ def run(args: argparse.Namespace) -> int:
         print(table)
         print(f"{len(points)} cells plotted to {out / 'kv_tiers_sweep.png'}; table in {out / 'sweep_table.md'}")
         return 0
-    start, end = args.window_s
+    start, end = args.arrival_window_s
     if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
-        raise ValueError(f"--window-s START END needs finite 0 <= START < END, got {start:g} {end:g}")
+        raise ValueError(f"--arrival-window-s START END needs finite 0 <= START < END, got {start:g} {end:g}")
     if args.kv_tiers != "hbm":  # the study runs every tier level itself (levels replaced per row)
         raise ValueError(f"--kv-tiers {args.kv_tiers} has no effect here: the tier table runs each policy with hbm, "
                          "hbm,dram and hbm,dram,store, the eviction table with hbm,dram (the other KV-tier flags apply)")
@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
             done.append(row)
             pd.DataFrame(done).to_csv(Path(args.out) / "rows.csv", index=False)
 
-    study = run_tier_study(trace, config, policies, tuple(args.window_s), args.load, args.capacity_policy, args.capacity_rps,
+    study = run_tier_study(trace, config, policies, tuple(args.arrival_window_s), args.load, args.capacity_policy,
+                           args.capacity_rps,
                            tuple(gbs), ev_policies, progress=progress)
     # --load may be up to 1.5: above 1 the rate is past the capacity it refers to, so say so
     over = (f" (overloaded: above {args.capacity_policy}'s capacity; every TTFT below includes a backlog that grows "

@@ -13,7 +13,7 @@ and metric, the paper's figure beside cpgym's with a 95 % CI over seeds. Definit
   ``cpgym dynamic`` defaults (4 x 150 s phases, every fixed composition: 87-141 s per seed on 2
   cores with the default look-ahead decision, so nothing is cut); cache 3 held-out seeds with 300 s
   of sessions (the manager sweep's length) instead of 600 s. Explicit ``--seeds`` / ``--loads`` /
-  ``--window-s`` / ``--cache-seeds`` win.
+  ``--arrival-window-length-s`` / ``--cache-seeds`` win.
 * ``--format json``: one JSON array of rows ``{experiment, workload, model, metric,
   paper_value, cpgym_value, ci_low, ci_high, load_fraction, strongest_baseline}``.
 * ``--out DIR`` (default ``runs/reproduce``): ``rows.json``, ``KIND-runs.csv`` (every run),
@@ -56,8 +56,9 @@ from experiments.reproduce import (
     run_experiments,
 )
 
-QUICK = {"seeds": "0,1,2", "window_s": 300.0, "loads": "0.5,0.85,0.95", "rel_tol": 0.03, "cache_duration_s": 300.0}
-FULL = {"seeds": "0,1,2", "window_s": 600.0, "loads": "0.5,0.7,0.85,0.95", "cache_duration_s": 600.0}
+QUICK = {"seeds": "0,1,2", "arrival_window_length_s": 300.0, "loads": "0.5,0.85,0.95", "rel_tol": 0.03,
+         "cache_duration_s": 300.0}
+FULL = {"seeds": "0,1,2", "arrival_window_length_s": 600.0, "loads": "0.5,0.7,0.85,0.95", "cache_duration_s": 600.0}
 ALL_EXPERIMENTS = "end-to-end,dynamic,cache,reconfiguration"
 
 
@@ -68,13 +69,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiments", default=ALL_EXPERIMENTS,
                    help=f"comma-separated experiment kinds (default all: {ALL_EXPERIMENTS})")
     p.add_argument("--quick", action="store_true",
-                   help=f"reduced run: seeds {QUICK['seeds']}, {QUICK['window_s']:g} s windows, loads {QUICK['loads']}, "
+                   help=f"reduced run: seeds {QUICK['seeds']}, {QUICK['arrival_window_length_s']:g} s windows, "
+                        f"loads {QUICK['loads']}, "
                         f"capacity --rel-tol {QUICK['rel_tol']:g}, {QUICK['cache_duration_s']:g} s cache runs")
     p.add_argument("--seeds", help=f"comma-separated seeds (default {FULL['seeds']}; quick {QUICK['seeds']})")
     p.add_argument("--loads", help=f"load fractions of the strongest static baseline's capacity (default {FULL['loads']}; "
                                    f"quick {QUICK['loads']})")
-    p.add_argument("--window-s", type=float,
-                   help=f"arrival window of each run [s] (default {FULL['window_s']:g}; quick {QUICK['window_s']:g})")
+    p.add_argument("--arrival-window-length-s", type=float, metavar="LENGTH",
+                   help=f"arrival window [0, LENGTH) of each run [s] (default {FULL['arrival_window_length_s']:g}; "
+                        f"quick {QUICK['arrival_window_length_s']:g})")
 
     held_out = ",".join(map(str, CACHE_HELD_OUT_SEEDS))
     p.add_argument("--cache-seeds", default=held_out,
@@ -119,7 +122,8 @@ def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
     # an empty --seeds / --loads is an error (parse_list), not the preset
     seeds = tuple(parse_list(preset["seeds"] if args.seeds is None else args.seeds, "--seeds", int))
     loads = tuple(parse_list(preset["loads"] if args.loads is None else args.loads, "--loads", positive=True))
-    window_s = args.window_s if args.window_s is not None else preset["window_s"]
+    window_length_s = args.arrival_window_length_s if args.arrival_window_length_s is not None \
+        else preset["arrival_window_length_s"]
     if args.quick and args.rel_tol == CapacityDefinition().rel_tol:  # the default tolerance: the quick one
         args.rel_tol = QUICK["rel_tol"]
     traces = Path(args.traces_dir) if args.traces_dir else default_traces_dir()
@@ -146,7 +150,8 @@ def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
             models.append((label, path, comp or None))
     else:
         models = [("default", args.calibration, None)]
-    return ReproduceConfig(workloads=tuple(cases), models=tuple(models), seeds=seeds, loads=loads, window_s=window_s,
+    return ReproduceConfig(workloads=tuple(cases), models=tuple(models), seeds=seeds, loads=loads,
+                           arrival_window_length_s=window_length_s,
                            sim=sim_config_from_args(args), capacity_definition=definition_from_args(args),
                            cache_dir=cache_dir_from_args(args),
                            cache_seeds=tuple(parse_list(args.cache_seeds, "--cache-seeds", int)),

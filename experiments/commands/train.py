@@ -87,17 +87,14 @@ def configs_from_args(args: argparse.Namespace):
     """The training config of the parsed flags: ``TrainConfig`` (routing) or
     ``ReconfigTrainConfig`` (reconfig). Raises ValueError naming the field on bad values."""
     ws = workload_source_from_args(args)  # the kind's default source (DEFAULT_SOURCES), set by add_arguments
-    source_fields = {"trace": ws.trace, "workload": ws.name, "workload_seed": ws.seed, "target_rps": ws.target_rps,
-                     "rate_scale": ws.rate_scale, "arrival_window_s": ws.window_s, "skip_invalid": ws.skip_invalid,
-                     "params": ws.params}
     if args.kind == "reconfig":
         from policies.reconfig.train import ReconfigTrainConfig  # lazy: gymnasium (start-up of the CLI)
 
-        return config_from_args(ReconfigTrainConfig, args, **source_fields)
+        return config_from_args(ReconfigTrainConfig, args, workload=ws)
     from policies.routing.episodes import EpisodeSource  # lazy: gymnasium (start-up of the CLI)
     from policies.routing.train import TrainConfig  # lazy: gymnasium (start-up of the CLI)
 
-    return config_from_args(TrainConfig, args, source=config_from_args(EpisodeSource, args, **source_fields))
+    return config_from_args(TrainConfig, args, source=config_from_args(EpisodeSource, args, workload=ws))
 
 
 def default_out_dir(kind: str, cfg, when: float | None = None) -> Path:

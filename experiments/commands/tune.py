@@ -48,7 +48,8 @@ def scenarios_from_args(args: argparse.Namespace, config, log=None) -> list:
     """The :class:`policies.routing.protocol.Scenario` of each requested load (``policies.routing.protocol.scenarios``)."""
     loads = parse_list(args.loads, "--loads", float, positive=True) if args.loads else ()
     return scenarios(config, trace=args.trace, workload=args.workload, loads=loads, target_rps=args.target_rps,
-                     window_s=10.0 if args.episode_window_s is None else args.episode_window_s,  # 0 is an error, not 10
+                     # 0 is an error, not 10
+                     episode_window_s=10.0 if args.episode_window_s is None else args.episode_window_s,
                      warmup_s=args.warmup_s, log=log)
 
 
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
     for sc in scenarios_from_args(args, config, log):
         t = tune_vertumnus(sc.windows("train", max_windows=args.max_windows), config, betas, lambdas, log=log)
-        t.update(rate_rps=sc.rate_rps, load_fraction=sc.load_fraction, window_s=sc.window_s, warmup_s=sc.warmup_s)
+        t.update(rate_rps=sc.rate_rps, load_fraction=sc.load_fraction, episode_window_s=sc.episode_window_s,
+                 warmup_s=sc.warmup_s)
         result["cells"][sc.key] = t
         save(result)  # after each cell: a run stopped midway keeps its finished cells
         print(f"{sc.key}: beta {t['beta']:g}, lambda {t['lambda']:g} (mean TTFT {t['mean_ttft_s']:.4f} s on "

@@ -129,7 +129,7 @@ class ToolAgentRated(_rated_base()):
     overloaded), which stopped the doubling at 0.3-1.3 req/s.
 
     Args:
-        window_s: simulated seconds of sessions (the ablation's ``duration_s``), > 0.
+        arrival_window_length_s: simulated seconds of sessions (the ablation's ``duration_s``), > 0.
         seed: workload seed.
         reference_rate_rps: the rate at factor 1 [requests/s] (default
             :data:`TOOL_AGENT_REFERENCE_RATE_RPS`), > 0.
@@ -152,10 +152,10 @@ class ToolAgentRated(_rated_base()):
 
     def at_scale(self, rate_scale: float):
         """The ablation's workload at ``rate_scale * reference_rate_rps`` requests/s."""
-        return tool_agent_at_rate(rate_scale * self.reference_rate_rps, self.window_s, self.seed)
+        return tool_agent_at_rate(rate_scale * self.reference_rate_rps, self.arrival_window_length_s, self.seed)
 
     def fingerprint(self) -> dict:
-        return {"family": "cache-ablation tool-agent", "seed": self.seed, "window_s": self.window_s,
+        return {"family": "cache-ablation tool-agent", "seed": self.seed, "window_s": self.arrival_window_length_s,
                 "reference_rate_rps": self.reference_rate_rps, "mean_calls": MEAN_CALLS_PER_SESSION,
                 "min_rate_scale": self.min_rate_scale}
 
@@ -176,7 +176,7 @@ def tool_agent_capacity(config, duration_s: float = 300.0, seed: int = 0, base_p
     # the reference rate follows the pool size (the default 93 req/s is ~0.6 of the 40-GPU pool's
     # capacity), so the search's floor (TOOL_AGENT_MIN_RATE_SCALE) is the same share of any pool's
     reference = TOOL_AGENT_REFERENCE_RATE_RPS * config.pool.num_gpus / TOOL_AGENT_REFERENCE_NUM_GPUS
-    rated = ToolAgentRated(window_s=duration_s, seed=seed, reference_rate_rps=reference)
+    rated = ToolAgentRated(arrival_window_length_s=duration_s, seed=seed, reference_rate_rps=reference)
     return find_capacity(base_policy, rated, replace(config, seed=seed), definition=definition or CapacityDefinition(),
                          cache_dir=cache_dir, log=log)
 

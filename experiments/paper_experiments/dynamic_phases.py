@@ -112,7 +112,7 @@ class DynamicPhasesConfig:
         ValueError: naming the field, on a non-positive or infinite rate, duration or window, a
             non-positive phase count, a phase rate given both absolute and as a load fraction, or
             a switch (``rising_rate``, ``target_replay_sample``, ``target_transition``) that is not
-            a bool, a ``window_s`` that is not ``[start, end)`` or starts after the last phase, a
+            a bool, an ``arrival_window_s`` that is not ``[start, end)`` or starts after the last phase, a
             look-ahead / target setting with decision ``"paper-rule"`` (which reads none), and what
             the controller's own config refuses (``lookahead_*``, ``target_*``, ``switch_s``), all
             before any capacity search.
@@ -132,11 +132,11 @@ class DynamicPhasesConfig:
                                                                   "(baselines.capacity); '' for none")
     rising_rate: bool = _opt(True, "rate rising 0.5x -> 1.5x inside each phase (--no-rising-rate: constant)")
     workload_seed: int = _opt(0, "seed of the workload; the history day uses seed + 1")
-    window_s: tuple[float, float] | None = _opt(None, "keep arrivals in [START, END) s (the workload window)")
+    arrival_window_s: tuple[float, float] | None = _opt(None, "keep arrivals in [START, END) s (the workload window)")
     initial: str = _opt("auto", "initial composition of the adaptive policy: 'auto' (from historical demand) or a composition")
     compositions: str = _opt("all", "fixed compositions to compare, ';'-separated, or 'all' (every composition of "
                                     "the supported degrees: 11 on 40 GPUs with 2,4; 286 with 1,2,4,8)")
-    controller_window_s: float = _opt(DECISION_WINDOW_S, "controller observation window [s] (paper §6)")
+    decision_window_s: float = _opt(DECISION_WINDOW_S, "controller observation / decision window [s] (paper §6)")
     k_windows: int = _opt(2, "consecutive windows before a change")
     decision: str = _opt("target", "controller decision: 'target' (look-ahead target composition) or 'paper-rule' "
                                    "(the paper's split/merge load regions); baselines.controller.ControllerConfig.decision",
@@ -181,7 +181,7 @@ class DynamicPhasesConfig:
                                 "paper §9: < 1 s)")
 
     def __post_init__(self) -> None:
-        for name in ("rate_scale", "short_rate_rps", "long_rate_rps", "phase_duration_s", "controller_window_s"):
+        for name in ("rate_scale", "short_rate_rps", "long_rate_rps", "phase_duration_s", "decision_window_s"):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):  # inf: an endless phase or window
                 raise ValueError(f"dynamic: {name} must be a finite number > 0, got {getattr(self, name)}")
         items = [c.strip() for c in self.compositions.split(";")]
@@ -218,16 +218,16 @@ class DynamicPhasesConfig:
                                  f"{self.decision!r} has none")
 
     def _check_window(self) -> None:
-        if self.window_s is not None:
+        if self.arrival_window_s is not None:
             try:  # the workload's own check, here before any capacity search (was after them)
-                window = WorkloadSource(name="phases", window_s=self.window_s).window_s
+                window = WorkloadSource(name="phases", arrival_window_s=self.arrival_window_s).arrival_window_s
             except ValueError as exc:
                 raise ValueError(f"dynamic: {str(exc).removeprefix('workload: ')}") from None
             end_s = self.num_phases * self.phase_duration_s
             if window[0] >= end_s:
-                raise ValueError(f"dynamic: window_s [{window[0]:g}, {window[1]:g}) starts after the last phase "
+                raise ValueError(f"dynamic: arrival_window_s [{window[0]:g}, {window[1]:g}) starts after the last phase "
                                  f"(num_phases x phase_duration_s = {end_s:g} s)")
-            object.__setattr__(self, "window_s", window)
+            object.__setattr__(self, "arrival_window_s", window)
 
     def _check_controller(self) -> None:
         try:  # the controller's own checks, named by field, before the capacity searches of the loads
@@ -246,7 +246,7 @@ class DynamicPhasesConfig:
 
     def workload_source(self, history: bool = False):
         """The run's :class:`~envs.workloads.WorkloadSource` (``history``: the next seed's day)."""
-        return WorkloadSource(name="phases", seed=self.workload_seed + int(history), window_s=self.window_s,
+        return WorkloadSource(name="phases", seed=self.workload_seed + int(history), arrival_window_s=self.arrival_window_s,
                               params=tuple(self.workload_params().items()))
 
 
@@ -280,12 +280,12 @@ def reuse_prefix_tokens(workload) -> float:
     return reuse(workload)
 
 
-def _observe_history(table, history, prompt_tokens, mean_cached_tokens: float, window_s: float) -> None:
+def _observe_history(table, history, prompt_tokens, mean_cached_tokens: float, decision_window_s: float) -> None:
     """Feed the history day's window mixes to the capacity table, so that its reference mixes are
     means over many windows before the run (paper §6: capacity profiled from historical
     demand) instead of one noisy window each."""
     t = np.array([r.arrival_time_s for r in history.requests], float)
-    edges = np.arange(0.0, (t.max() if t.size else 0.0) + window_s, window_s)
+    edges = np.arange(0.0, (t.max() if t.size else 0.0) + decision_window_s, decision_window_s)
     for a, b in zip(edges[:-1], edges[1:]):
         m = (t >= a) & (t < b)
         if m.sum() >= 10:
@@ -316,18 +316,18 @@ def _dist(values: list[float]) -> dict:
             "p90": float(np.percentile(v, 90)), "max": float(v.max())}
 
 
-def phase_layout(workload, window_s: tuple[float, float] | None):
+def phase_layout(workload, arrival_window_s: tuple[float, float] | None):
     """``(phase of each request, phase kinds, phase bounds [s])`` of a ``phases`` workload on the
     run's time axis: with an arrival window, only the phases it overlaps, re-based and clipped."""
     phase = np.asarray(workload.metadata["phase_of_request"])
     kinds = list(workload.metadata["phase_kinds"])
     bounds = [float(b) for b in workload.metadata["phase_boundaries_s"]]
-    if window_s is None:
+    if arrival_window_s is None:
         return phase, kinds, bounds
-    start, end = window_s
+    start, end = arrival_window_s
     keep = [k for k in range(len(kinds)) if bounds[k] < end and bounds[k + 1] > start]
     if not keep:
-        raise ValueError(f"dynamic: window_s [{start:g}, {end:g}) overlaps no phase (phases end at {bounds[-1]:g} s)")
+        raise ValueError(f"dynamic: arrival_window_s [{start:g}, {end:g}) overlaps no phase (phases end at {bounds[-1]:g} s)")
     new_bounds = [max(bounds[k], start) - start for k in keep] + [min(bounds[keep[-1] + 1], end) - start]
     return phase - keep[0], [kinds[k] for k in keep], new_bounds
 
@@ -352,7 +352,7 @@ def controller_config(cfg: DynamicPhasesConfig):
                                ("target_urgent_gain", cfg.target_urgent_gain)) if v is not None}
     extra.update(target_sample=cfg.target_sample, target_replay_sample=cfg.target_replay_sample,
                  target_transition=cfg.target_transition, target_trend_noise=cfg.target_trend_noise)
-    return ControllerConfig(window_s=cfg.controller_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
+    return ControllerConfig(decision_window_s=cfg.decision_window_s, k_windows=cfg.k_windows, decision=cfg.decision,
                             reconfig=ReconfigConfig(switch_s=cfg.switch_s), **extra,
                             profile=ProfileConfig(mix_tolerance=0.1, refine_max_mixes=16, num_bisection_steps=10),
                             lookahead=dc_replace(LookaheadConfig(), **la))
@@ -369,7 +369,7 @@ def _controller_summary(ccfg) -> dict:
                           "screen_margin": ccfg.lookahead.screen_margin, "warmup_s": ccfg.lookahead.warmup_s,
                           "stationary_duration_s": ccfg.lookahead.stationary_duration_s,
                           "stationary_warmup_s": ccfg.lookahead.stationary_warmup_s},
-            "window_s": ccfg.window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
+            "decision_window_s": ccfg.decision_window_s, "k_windows": ccfg.k_windows, "split_load": ccfg.split_load,
             "split_target_load": ccfg.split_target_load, "merge_load": ccfg.merge_load,
             "merge_max_projected_load": ccfg.merge_max_projected_load, "max_ops_per_window": ccfg.max_ops_per_window,
             "max_gpu_share_per_window": ccfg.max_gpu_share_per_window, "min_dwell_s": ccfg.min_dwell_s,
@@ -441,7 +441,7 @@ def _initial_and_fixed(cfg: DynamicPhasesConfig, base, calibration, table, histo
     fixed = fixed_compositions(cfg, pool)  # checked by run_dynamic_phases before the capacity searches
     hist_L = np.array([r.num_prompt_tokens for r in history.requests], float)
     hist_hit = reuse_prefix_tokens(history)
-    _observe_history(table, history, hist_L, hist_hit, ccfg.window_s)
+    _observe_history(table, history, hist_L, hist_hit, ccfg.decision_window_s)
     if cfg.initial == "auto":
         initial, info = initial_composition(pool, base, calibration, hist_L, history.mean_rate_rps,
                                             mean_cached_tokens=hist_hit, table=table)
@@ -473,7 +473,7 @@ def phase_mix_source(cfg: DynamicPhasesConfig, kind: str, history: bool = True):
     rate = cfg.short_rate_rps if kind == "short" else cfg.long_rate_rps
     wl = get_workload("phases", seed=cfg.workload_seed + int(history), num_phases=1,
                       phase_duration_s=8 * cfg.phase_duration_s, first_phase=kind, rising_rate=False, **{key: rate})
-    return RatedWorkload(window_s=cfg.phase_duration_s, base=wl)
+    return RatedWorkload(arrival_window_length_s=cfg.phase_duration_s, base=wl)
 
 
 def phase_capacities(cfg: DynamicPhasesConfig, base, calibration, log=None) -> dict:
@@ -547,19 +547,19 @@ def reaction_windows(k_windows: int) -> int:
 def warn_short_phases(cfg: DynamicPhasesConfig) -> None:
     """Warns (:class:`DynamicPhasesWarning`, one line naming the flags) when a phase
     (``phase_duration_s`` [s]) of a run with more than one phase is shorter than the adaptive
-    controller's reaction time (:func:`reaction_windows` x ``controller_window_s`` [s]): the run
+    controller's reaction time (:func:`reaction_windows` x ``decision_window_s`` [s]): the run
     then compares pools that never had the time to adapt, so its "vs best fixed" rows measure
     little adaptation. A phase equal to the reaction time up to float rounding (e.g. 3.3 s against
     3 windows of 1.1 s = 3.3000000000000003 s) is not shorter."""
     import warnings
 
-    reaction_s = reaction_windows(cfg.k_windows) * cfg.controller_window_s
+    reaction_s = reaction_windows(cfg.k_windows) * cfg.decision_window_s
     if (cfg.num_phases > 1 and cfg.phase_duration_s < reaction_s
             and not math.isclose(cfg.phase_duration_s, reaction_s, rel_tol=1e-9)):
-        remedies = [f"--phase-duration-s >= {reaction_s:g}", "a shorter --controller-window-s"]
+        remedies = [f"--phase-duration-s >= {reaction_s:g}", "a shorter --decision-window-s"]
         remedies += ["a smaller --k-windows"] if cfg.k_windows > 1 else []  # 1 is the least
         warnings.warn(f"phases of {cfg.phase_duration_s:g} s are shorter than the adaptive controller's reaction time "
-                      f"({reaction_windows(cfg.k_windows)} windows of {cfg.controller_window_s:g} s = {reaction_s:g} s: "
+                      f"({reaction_windows(cfg.k_windows)} windows of {cfg.decision_window_s:g} s = {reaction_s:g} s: "
                       f"the window of the change, then --k-windows {cfg.k_windows} sustained windows), so the "
                       f"pool cannot adapt within a phase; use {', '.join(remedies[:-1])} or {remedies[-1]}",
                       DynamicPhasesWarning, stacklevel=2)
@@ -599,7 +599,7 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
     ccfg = controller_config(cfg)
     table = CapacityTable(base, calibration, ccfg.profile)  # shared by the initial composition and the controller
     initial, init_info, fixed, hist_hit = _initial_and_fixed(cfg, base, calibration, table, history, ccfg)
-    phase, kinds, bounds = phase_layout(workload, cfg.window_s)
+    phase, kinds, bounds = phase_layout(workload, cfg.arrival_window_s)
     adaptive = PolicySpec("vertumnus-adaptive", get_policy("vertumnus-adaptive").make_router,
                           "Vertumnus router + split/merge controller", "paper §5-§6",
                           make_attachments=lambda: [_built(ReconfigController(ccfg, table), on_controller)])
@@ -625,7 +625,8 @@ def run_dynamic_phases(cfg: DynamicPhasesConfig, base, log=None, on_controller=N
     pool = base.pool
     summary = {
         "workload": {"name": workload.name, "num_requests": workload.num_requests, "seed": cfg.workload_seed,
-                     "params": cfg.workload_params(), "window_s": list(cfg.window_s) if cfg.window_s else None,
+                     "params": cfg.workload_params(),
+                     "arrival_window_s": list(cfg.arrival_window_s) if cfg.arrival_window_s else None,
                      "source": workload.source},
         "pool": {"num_gpus": pool.num_gpus, "gpus_per_node": pool.gpus_per_node,
                  "supported_degrees": list(pool.supported_degrees)},

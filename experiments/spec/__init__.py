@@ -11,7 +11,7 @@ calibration, policies, seeds, horizon and the sweep axes. Example (YAML)::
       #                                             #     other relative paths are relative to this file)
       seed: 0                           # generator / arrival-spreading seed
       params: {duration_s: 120}         # keyword overrides of the named workload
-      window_s: [0, 300]                # keep arrivals in [start, end) s (after rate scaling)
+      arrival_window_s: [0, 300]        # keep arrivals in [start, end) s (after rate scaling)
     sim:                                # any SimConfig field, nested or dotted
       pool.composition: cp4x6,cp2x8
       slo: {slo_scale: 3.0}
@@ -36,7 +36,8 @@ noise; ``false`` replays one workload under every seed.
 Dotted paths address:
 
 * ``workload.<field>`` (``name``, ``trace``, ``seed``, ``target_rps``, ``rate_scale``,
-  ``window_s``, ``skip_invalid``) and ``workload.params.<name>`` (named-workload overrides);
+  ``arrival_window_s`` (earlier ``window_s``, deprecated), ``skip_invalid``) and
+  ``workload.params.<name>`` (named-workload overrides);
 * any leaf of :class:`envs.sim.SimConfig` (``pool.composition``, ``slo.slo_scale``,
   ``prediction_error.bias``, ``cache_capacity_scale``, ``engine.max_batch_tokens``,
   ``links.inter_node_bytes_per_s``, ``horizon_s``, ``calibration_path``; not ``seed``, use ``seeds``);

@@ -14,7 +14,7 @@ from typing import Any
 from envs.sim import SimConfig
 from envs.sim.cost_model import DEFAULT_CALIBRATION
 from experiments.spec.model import SPEC_VERSION, Cell, ExperimentSpec, SpecError, WorkloadSpec, make_workload
-from experiments.spec.paths import SIM_PATHS, WORKLOAD_PATHS, apply_sims
+from experiments.spec.paths import HASHED_POLICY_PARAMS, SIM_PATHS, WORKLOAD_PATHS, apply_sims
 
 
 def _file_sha256(path: str, cache: dict[str, str]) -> str:
@@ -50,9 +50,11 @@ def cell_key(workload: WorkloadSpec, config: SimConfig, policy: str, policy_para
     a resume at the same location still recognises; a cell with neither a trace nor a calibration
     path has one key either way."""
     wl = asdict(workload)
+    wl["window_s"] = wl.pop("arrival_window_s")  # hashed under its earlier name: the keys of finished cells stay
     sim = config.to_dict()
     doc = {"v": SPEC_VERSION, "workload": wl, "sim_config": sim, "policy": policy,
-           "policy_params": [list(p) for p in policy_params]}
+           # parameters under the names of earlier releases (HASHED_POLICY_PARAMS): the keys of finished cells stay
+           "policy_params": [list(kv) for kv in sorted((HASHED_POLICY_PARAMS.get(k, k), v) for k, v in policy_params)]}
     if workload.trace is not None:
         doc["trace_sha256"] = _file_sha256(workload.trace, hashes)
     doc["calibration_sha256"] = _file_sha256(config.calibration_path or _default_calibration_path(), hashes)

@@ -22,12 +22,13 @@ from envs.sim.yaml_keys import compose, duplicate_key, load
 from envs.workloads import TraceWarning, default_traces_dir, get_workload, load_trace
 from experiments.spec.cells import resolve_cells
 from experiments.spec.model import TRACES_PREFIX, ExperimentSpec, SpecError, WorkloadSpec, make_workload, materialize_param
-from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten
+from experiments.spec.paths import ALIASES, SIM_PATHS, WORKLOAD_PATHS, apply_sims, coerce, flatten, normalize_path
 
 TOP_LEVEL_KEYS = ("name", "description", "workload", "sim", "calibration", "horizon_s", "policies", "policy_params",
                   "seeds", "seed_workload", "rates", "sweep")
 SWEEP_KEYS = ("grid", "cells")
-WORKLOAD_KEYS = ("name", "trace", "seed", "params", "target_rps", "rate_scale", "window_s", "skip_invalid")
+WORKLOAD_KEYS = ("name", "trace", "seed", "params", "target_rps", "rate_scale", "arrival_window_s",
+                 "skip_invalid")
 
 
 def _read(path: Path) -> dict:
@@ -154,10 +155,14 @@ class _Loader:
         checked.add((kind, path))
 
     # --- path kinds
+    def normalize(self, path: str) -> str:
+        """``path`` in today's spelling (:func:`experiments.spec.paths.normalize_path`)."""
+        return normalize_path(self.path, path, self.policies)
+
     def classify(self, key: str, path: str, allow_policy: bool) -> tuple[str, Any]:
         """Returns (kind, detail): ('sim', annotation), ('workload', annotation), ('workload_param', name),
         ('policy', None) or ('policy_param', (policy, param))."""
-        path = ALIASES.get(path, path)
+        path = self.normalize(path)
         if path == "policy":
             if not allow_policy:
                 raise self.err(key)("'policy' cannot be a grid axis",
@@ -198,7 +203,7 @@ class _Loader:
             return kind, detail, value
         if kind in ("sim", "workload"):
             v = coerce(value, detail, e)
-            norm = ALIASES.get(path, path)
+            norm = self.normalize(path)
             if norm == "calibration_path":
                 v = self.resolve_file(key, v)
                 self.check_content(key, v, "calibration")
@@ -373,6 +378,9 @@ class _Loader:
         wl_kwargs: dict[str, Any] = {}
         for k, v in wl_raw.items():
             key = f"workload.{k}"
+            k = self.normalize(key).split(".", 1)[1]  # an earlier spelling (workload.window_s) warns, renamed
+            if key != f"workload.{k}" and k in wl_raw:
+                raise SpecError(self.path, key, f"given with its new spelling workload.{k}", "one of the two")
             if k not in WORKLOAD_KEYS:
                 raise SpecError(self.path, key, "unknown key", "one of " + ", ".join(WORKLOAD_KEYS))
             if k == "params":
@@ -423,7 +431,7 @@ class _Loader:
             for pk, pv in params.items():
                 # the checked value: a list (target_degrees: [2, 4]) becomes a tuple, so that cells stay hashable
                 _, _, value = self.check_value(f"policy_params.{pol}.{pk}", f"{pol}.{pk}", pv, False)
-                policy_params.setdefault(pol, {})[pk] = value
+                policy_params.setdefault(pol, {})[self.normalize(f"{pol}.{pk}").split(".", 1)[1]] = value
         return tuple((p, tuple(sorted(d.items()))) for p, d in sorted(policy_params.items()))
 
     def _load_seeds(self, raw: Any) -> tuple[int, ...]:
@@ -451,7 +459,7 @@ class _Loader:
             values = self.values_list(key, values)
             canon = tuple(self.check_value(f"{key}[{i}]", path, v, False)[2] for i, v in enumerate(values))
             self._check_distinct_values(key, canon)
-            norm = ALIASES.get(path, path)
+            norm = self.normalize(path)
             if any(p == norm for p, _ in grid):
                 raise SpecError(self.path, key, f"axis {norm!r} given twice ('rates' is the axis workload.target_rps)",
                                 "each axis once")
@@ -469,7 +477,7 @@ class _Loader:
                 raise SpecError(self.path, key, f"got {type_name(c)} {c!r}", "a non-empty mapping dotted.path -> value")
             items = []
             for path, v in c.items():
-                norm = ALIASES.get(path, path)
+                norm = self.normalize(path)
                 if norm in grid_paths:
                     raise SpecError(self.path, f"{key}.{path}", "also a grid axis", "a path that is not swept by the grid")
                 items.append((norm, self.check_value(f"{key}.{path}", path, v, True)[2]))

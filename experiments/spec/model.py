@@ -48,7 +48,7 @@ class WorkloadSpec:
         params: keyword overrides of the named workload, as ``((name, value), ...)``.
         target_rps: time-scale arrivals to this mean rate [requests/s] (``scale_to_rate``).
         rate_scale: multiply the arrival rate by this factor (``scale_rate``).
-        window_s: keep arrivals in ``[start, end)`` [s], applied after rate scaling.
+        arrival_window_s: keep arrivals in ``[start, end)`` [s], applied after rate scaling.
         skip_invalid: skip invalid trace lines instead of failing.
 
     Raises:
@@ -62,7 +62,7 @@ class WorkloadSpec:
     params: tuple[tuple[str, Any], ...] = ()
     target_rps: float | None = None
     rate_scale: float | None = None
-    window_s: tuple[float, float] | None = None
+    arrival_window_s: tuple[float, float] | None = None
     skip_invalid: bool = False
 
     def __post_init__(self) -> None:
@@ -72,7 +72,7 @@ class WorkloadSpec:
         if self.trace is not None and self.params:
             raise WorkloadValueError(f"workload.params {sorted(k for k, _ in self.params)} override a named workload's "
                                      "generator, not a trace (a trace keeps its own requests; use target_rps, rate_scale "
-                                     "or window_s)", "workload.params only with workload.name")
+                                     "or arrival_window_s)", "workload.params only with workload.name")
         if self.target_rps is not None and self.rate_scale is not None:
             raise WorkloadValueError("workload.target_rps and workload.rate_scale are exclusive",
                                      "one of workload.target_rps and workload.rate_scale")
@@ -80,9 +80,9 @@ class WorkloadSpec:
             v = getattr(self, key)
             if v is not None and not (v > 0 and math.isfinite(v)):
                 raise WorkloadValueError(f"workload.{key} must be a finite number > 0, got {v!r}", "a finite number > 0")
-        if self.window_s is not None and not (self.window_s[1] > self.window_s[0] >= 0):
-            raise WorkloadValueError(f"workload.window_s must be [start, end) with 0 <= start < end, got "
-                                     f"{list(self.window_s)}", "[start, end] [s] with 0 <= start < end")
+        if self.arrival_window_s is not None and not (self.arrival_window_s[1] > self.arrival_window_s[0] >= 0):
+            raise WorkloadValueError(f"workload.arrival_window_s must be [start, end) with 0 <= start < end, got "
+                                     f"{list(self.arrival_window_s)}", "[start, end] [s] with 0 <= start < end")
         if self.seed < 0:
             raise WorkloadValueError(f"workload.seed must be >= 0, got {self.seed}", "an integer >= 0")
 
@@ -101,7 +101,8 @@ class WorkloadSpec:
             ValueError / FileNotFoundError: from the loaders and transforms.
         """
         return build_workload(name=self.name, trace=self.trace, seed=self.seed, target_rps=self.target_rps,
-                              rate_scale=self.rate_scale, window_s=self.window_s, skip_invalid=self.skip_invalid,
+                              rate_scale=self.rate_scale, arrival_window_s=self.arrival_window_s,
+                              skip_invalid=self.skip_invalid,
                               params=tuple((k, materialize_param(v)) for k, v in self.params))
 
 

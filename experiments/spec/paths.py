@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import types
 import typing
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
@@ -110,9 +111,33 @@ def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
 
 SIM_PATHS: dict[str, Any] = {k: v for k, v in leaf_types(SimConfig).items() if k not in ("seed", "record_events")}
 WORKLOAD_PATHS: dict[str, Any] = {"workload." + k: v for k, v in typing.get_type_hints(WorkloadSpec).items() if k != "params"}
-# the file form of window_s is a 2-list; params has its own sub-paths
-WORKLOAD_PATHS["workload.window_s"] = tuple[float, float] | None
-ALIASES = {"calibration": "calibration_path"}
+# the file form of arrival_window_s is a 2-list; params has its own sub-paths
+WORKLOAD_PATHS["workload.arrival_window_s"] = tuple[float, float] | None
+# spellings of earlier releases still read, each with a one-line SpecDeprecationWarning (removed in the next release)
+DEPRECATED_PATHS = {"workload.window_s": "workload.arrival_window_s"}
+# policy parameters renamed since (``<policy>.<old>`` -> ``<policy>.<new>``): the controller's window
+DEPRECATED_POLICY_PARAMS = {"window_s": "decision_window_s"}
+# the names cell keys hash them under (their names when the keys were defined), so that finished cells keep their keys
+HASHED_POLICY_PARAMS = {new: old for old, new in DEPRECATED_POLICY_PARAMS.items()}
+ALIASES = {"calibration": "calibration_path", **DEPRECATED_PATHS}
+
+
+class SpecDeprecationWarning(UserWarning):
+    """A spec uses a key spelling of an earlier release (:data:`DEPRECATED_PATHS`); it still loads."""
+
+
+def normalize_path(file: str | Path, path: str, policy_names) -> str:
+    """The dotted ``path`` of spec ``file`` in today's spelling: :data:`ALIASES`; a deprecated
+    spelling (:data:`DEPRECATED_PATHS`, ``<policy>.<param>`` of :data:`DEPRECATED_POLICY_PARAMS`
+    for a policy of ``policy_names``) with a one-line :class:`SpecDeprecationWarning`."""
+    head, _, param = path.partition(".")
+    new = f"{head}.{DEPRECATED_POLICY_PARAMS[param]}" if head in policy_names and param in DEPRECATED_POLICY_PARAMS \
+        else DEPRECATED_PATHS.get(path)
+    if new is None:
+        return ALIASES.get(path, path)
+    warnings.warn(f"{file}: {path} is deprecated and will be removed in the next release; use {new}",
+                  SpecDeprecationWarning, stacklevel=4)
+    return new
 
 
 class _LevelError(Exception):

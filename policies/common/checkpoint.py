@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import fields
 from pathlib import Path
+
+from envs.workloads import WorkloadSource
 
 #: Folder of the checkpoints shipped in the package (``policies/checkpoints/``).
 CHECKPOINTS_DIR = Path(__file__).resolve().parents[1] / "checkpoints"
@@ -65,7 +68,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
         meta_path = p.parent / "train_config.json"
         if not meta_path.exists() and p.parent.name == "checkpoints":
             meta_path = p.parent.parent / "train_config.json"
-    return z, read_json_file(meta_path) if meta_path.is_file() else {}
+    return z, current_meta(read_json_file(meta_path)) if meta_path.is_file() else {}
 
 
 def missing_model_error(folder: Path) -> FileNotFoundError:
@@ -99,6 +102,61 @@ def learned_label(model_zip: Path) -> str:
     --kind reconfig --policy shipped-reconfig`` keeps the alias as its label."""
     z = Path(model_zip)
     return f"learned:{z.expanduser().resolve().parent.name if z.name == 'model.zip' else z.stem}"
+
+
+# keys of train_config.json renamed since checkpoints were written (#38: one name per window), by
+# checkpoint type (the ``policy_type``, else the ``kind``): old -> new
+RENAMED_TRAIN_CONFIG_KEYS: dict[str, dict[str, str]] = {
+    "reconfig": {"window_s": "decision_window_s"},  # the controller's observation / decision window
+    "vertumnus-arms": {"window_s": "episode_window_s"},
+}
+RENAMED_SOURCE_KEYS = {"window_s": "episode_window_s"}  # of train_config.source (policies.routing.episodes.EpisodeSource)
+# the flat workload fields of a train_config (reconfiguration) or its source (routing) written before
+# they held a WorkloadSource: flat key -> WorkloadSource field
+FLAT_WORKLOAD_FIELDS = {"workload": "name", "trace": "trace", "workload_seed": "seed", "params": "params",
+                        "target_rps": "target_rps", "rate_scale": "rate_scale",
+                        "arrival_window_s": "arrival_window_s", "skip_invalid": "skip_invalid"}
+# WorkloadSource field -> its flat key (the names cache keys of the arm-selection trainer hash)
+FLAT_WORKLOAD_KEYS = {v: k for k, v in FLAT_WORKLOAD_FIELDS.items()}
+
+
+def current_meta(meta: dict) -> dict:
+    """A checkpoint's ``train_config.json`` content (``meta``) with the keys of earlier releases
+    renamed (:data:`RENAMED_TRAIN_CONFIG_KEYS`, :data:`RENAMED_SOURCE_KEYS`), so that every reader
+    sees one spelling, and a reconfiguration ``train_config`` or routing ``source`` of the flat
+    shape with its workload fields nested as ``workload`` (:func:`_nested_workload`); ``meta`` itself is left as read. A key
+    given in both spellings keeps the new one."""
+    tc = meta.get("train_config")
+    if not isinstance(tc, dict):
+        return meta
+    tc = _renamed(tc, RENAMED_TRAIN_CONFIG_KEYS.get(meta.get("policy_type") or meta.get("kind") or "", {}))
+    if meta.get("kind") == "reconfig" and not isinstance(tc.get("workload"), dict):
+        tc = _nested_workload(tc)
+    if isinstance(tc.get("source"), dict):
+        tc["source"] = _renamed(tc["source"], RENAMED_SOURCE_KEYS)
+        if not isinstance(tc["source"].get("workload"), dict):
+            tc["source"] = _nested_workload(tc["source"])
+    return {**meta, "train_config": tc}
+
+
+def _nested_workload(tc: dict) -> dict:
+    """A reconfiguration ``train_config`` or a routing ``source`` of the flat shape
+    (:data:`FLAT_WORKLOAD_FIELDS`) with its workload fields moved into ``workload``, as ``asdict`` writes its
+    :class:`~envs.workloads.WorkloadSource` (a field it predates: the field's default)."""
+    out = {k: v for k, v in tc.items() if k not in FLAT_WORKLOAD_FIELDS}
+    workload = {f.name: json.loads(json.dumps(f.default)) for f in fields(WorkloadSource)}
+    workload.update({FLAT_WORKLOAD_FIELDS[k]: v for k, v in tc.items() if k in FLAT_WORKLOAD_FIELDS})
+    out["workload"] = workload
+    return out
+
+
+def _renamed(d: dict, renames: dict[str, str]) -> dict:
+    """A copy of ``d`` with each key ``old`` of ``renames`` moved to ``renames[old]`` (unless that is set)."""
+    out = dict(d)
+    for old, new in renames.items():
+        if old in out:
+            out.setdefault(new, out.pop(old))
+    return out
 
 
 def read_json_file(path: Path) -> dict:

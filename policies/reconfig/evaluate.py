@@ -49,6 +49,7 @@ from envs.sim import Calibration
 from envs.sim.options import error_text
 from policies.common.checkpoint import (
     checkpoint_path,
+    current_meta,
     learned_label,
     load_model_zip,
     load_vecnormalize,
@@ -92,7 +93,7 @@ def checkpoint_train_config(path: str) -> dict:
     Raises:
         OSError: when the checkpoint has no ``train_config.json``.
     """
-    return json.loads(train_config_file(path).read_text()).get("train_config") or {}
+    return current_meta(json.loads(train_config_file(path).read_text())).get("train_config") or {}
 
 
 def checkpoint_pool_composition(path: str) -> str | None:
@@ -125,7 +126,7 @@ def checkpoint_pool_composition(path: str) -> str | None:
 def training_seeds(path: str) -> list[int]:
     """The workload seeds a reconfiguration checkpoint was trained on (from ``train_config.json``)."""
     tc = checkpoint_train_config(path)
-    return [int(x) for x in (tc.get("workload_seeds") or [tc.get("workload_seed", 0)])]
+    return [int(x) for x in (tc.get("workload_seeds") or [(tc.get("workload") or {}).get("seed", 0)])]
 
 
 def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[int]:
@@ -144,7 +145,7 @@ def check_held_out_seeds(checkpoint: str | None, seeds, workload: str) -> list[i
         return []
     tc = checkpoint_train_config(checkpoint)
 
-    if (tc.get("workload") or LEGACY_WORKLOAD) != workload:
+    if ((tc.get("workload") or {}).get("name") or LEGACY_WORKLOAD) != workload:
         return []
     train = sorted(set(seeds) & set(training_seeds(checkpoint)))
     if train:
@@ -190,14 +191,14 @@ def env_kwargs_of(train_config: dict) -> dict:
     return out
 
 
-def rollout_reconfig(act, workload, config, seed: int, window_s: float, capacity_features: bool = False,
+def rollout_reconfig(act, workload, config, seed: int, decision_window_s: float, capacity_features: bool = False,
                      capacity_table=None, make_router=None, check_env=None, **env_kwargs):
     """One whole-workload episode of :class:`envs.reconfig_env.PrefillReconfigEnv` (simulator
     seed ``seed``; further environment arguments in ``env_kwargs``, e.g. ``action_mode``) driven
     by ``act(raw observation, action mask) -> action``; ``check_env(env)`` (optional) may refuse the
     built environment before its episode; returns ``(SimResult, actions taken)``."""
 
-    env = make_reconfig_env([workload], config, window_s=window_s, capacity_features=capacity_features,
+    env = make_reconfig_env([workload], config, decision_window_s=decision_window_s, capacity_features=capacity_features,
                              capacity_table=capacity_table, make_router=make_router, **env_kwargs)
     if check_env is not None:
         check_env(env)
@@ -240,7 +241,7 @@ class LearnedReconfig:
             raise FileNotFoundError(f"no such file: {model_path}")
         self.dir = d
         self.name = name or (str(path) if str(path) == "shipped-reconfig" else learned_label(model_path))
-        self.meta = read_json_file(d / "train_config.json")
+        self.meta = current_meta(read_json_file(d / "train_config.json"))
         self.model = load_model_zip(MaskablePPO, model_path)
         vn = vecnormalize_path(model_path)
         self.vecnormalize = None
@@ -248,7 +249,7 @@ class LearnedReconfig:
             self.vecnormalize = load_vecnormalize(vn)  # saved without its venv: only the statistics
             self.vecnormalize.training = False
         tc = self.meta.get("train_config") or {}
-        self.window_s = float(tc.get("window_s", DECISION_WINDOW_S))
+        self.decision_window_s = float(tc.get("decision_window_s", DECISION_WINDOW_S))
         try:
             self.env_kwargs = env_kwargs_of(tc)
         except ValueError as exc:
@@ -312,7 +313,7 @@ class LearnedReconfig:
                 self.capacity_cache = CapacityCache()
             table = CapacityTable(config, config_calibration(config), observation_profile_config(), cache=self.capacity_cache)
         kw = {k: v for k, v in self.env_kwargs.items() if k != "capacity_features"}
-        result, actions = rollout_reconfig(self.act, workload, config, seed, self.window_s, self.capacity_features,
+        result, actions = rollout_reconfig(self.act, workload, config, seed, self.decision_window_s, self.capacity_features,
                                            table, make_router, check_env=self.check_env, **kw)
         result.policy = self.name
         return result, actions
@@ -349,7 +350,7 @@ def evaluate_reconfig(checkpoint: str | None, against: list[str], workload: str,
             is its training workload (:func:`check_held_out_seeds`).
         tuned: tuned-controller JSON of ``vertumnus-adaptive-tuned`` (``experiments.tune_controller``).
         workload_fields: further :class:`envs.workloads.WorkloadSource` fields of every seed's
-            workload (``rate_scale``, ``window_s``, ``params``; the checkpoint's training source,
+            workload (``rate_scale``, ``arrival_window_s``, ``params``; the checkpoint's training source,
             :func:`policies.evaluate.reconfig_workload_fields`).
         on_row: optional ``callable(rows)`` called with the (policy, seed) rows so far after each
             run (e.g. to save them: a run stopped midway keeps its finished runs).

@@ -2,7 +2,7 @@
 heuristic"): disjoint train / validation / test windows, warm-started windows, loads as
 fractions of capacity, paired window-level confidence intervals.
 
-Windows. A (workload, rate) is cut into consecutive windows of ``window_s`` seconds
+Windows. A (workload, rate) is cut into consecutive windows of ``episode_window_s`` seconds
 (``envs.workloads.windows``); window ``j`` belongs to
 
 * ``test``       if ``j % 4 == 3`` (the windows ``split_windows(..., "eval")`` always held out, so
@@ -58,12 +58,12 @@ def part_of(window_index: int) -> str:
     return next(p for p, rs in PARTS.items() if r in rs)
 
 
-def protocol_windows(workload, window_s: float, part: str, warmup_s: float = 0.0) -> list:
+def protocol_windows(workload, episode_window_s: float, part: str, warmup_s: float = 0.0) -> list:
     """The windows of ``part`` with their warm-up prefixes.
 
     Args:
         workload: the full (rate-scaled) workload.
-        window_s: window length [s].
+        episode_window_s: window length [s].
         part: ``"train"``, ``"validation"``, ``"test"`` or ``"all"``.
         warmup_s: seconds of the preceding trace prepended to each window [s].
 
@@ -74,29 +74,29 @@ def protocol_windows(workload, window_s: float, part: str, warmup_s: float = 0.0
         environment's time-to-window-end feature).
 
     Raises:
-        ValueError: on an unknown part, ``window_s`` <= 0, ``warmup_s`` < 0, or no window.
+        ValueError: on an unknown part, ``episode_window_s`` <= 0, ``warmup_s`` < 0, or no window.
     """
     if part not in (*PARTS, "all"):
         raise ValueError(f"part must be one of {(*PARTS, 'all')}, got {part!r}")
-    if not window_s > 0 or not warmup_s >= 0:
-        raise ValueError(f"window_s must be > 0 and warmup_s >= 0, got {window_s}, {warmup_s}")
+    if not episode_window_s > 0 or not warmup_s >= 0:
+        raise ValueError(f"episode_window_s must be > 0 and warmup_s >= 0, got {episode_window_s}, {warmup_s}")
     if workload.num_requests == 0:
         raise ValueError(f"workload {workload.name!r} is empty")
-    num = int(workload.requests[-1].arrival_time_s // window_s) + 1
+    num = int(workload.requests[-1].arrival_time_s // episode_window_s) + 1
     out = []
     for j in range(num):
         if part != "all" and part_of(j) != part:
             continue
-        start = j * window_s
+        start = j * episode_window_s
         warm = min(warmup_s, start)
-        wl = transforms.window(workload, start - warm, start + window_s)
+        wl = transforms.window(workload, start - warm, start + episode_window_s)
         if not any(r.arrival_time_s >= warm for r in wl.requests):
             continue
         wl.metadata.update(window_index=j, part=part_of(j), measure_from_s=warm, window_start_s=0.0,
-                           window_end_s=warm + window_s)
+                           window_end_s=warm + episode_window_s)
         out.append(replace(wl, name=f"{workload.name}[w{j}]"))
     if not out:
-        raise ValueError(f"no {part} window of {window_s:g} s in workload {workload.name!r}")
+        raise ValueError(f"no {part} window of {episode_window_s:g} s in workload {workload.name!r}")
     return out
 
 
@@ -246,13 +246,13 @@ class Scenario:
             ``label`` (its ``target_rps`` is ignored: the cell's rate is set here).
         rate_rps: the arrival rate [requests/s].
         load_fraction: ``rate_rps / capacity`` (``None`` for an absolute ``--target-rps``).
-        window_s, warmup_s: see :func:`protocol_windows`.
+        episode_window_s, warmup_s: see :func:`protocol_windows`.
     """
 
     source: object
     rate_rps: float
     load_fraction: float | None
-    window_s: float = 10.0
+    episode_window_s: float = 10.0
     warmup_s: float = 30.0
 
     @property
@@ -261,13 +261,15 @@ class Scenario:
         from pathlib import Path
 
         s = self.source
-        return cell_name(Path(s.trace).stem if getattr(s, "trace", None) else s.workload, self.load_fraction, self.rate_rps)
+        w = s.workload
+        return cell_name(Path(w.trace).stem if w.trace else w.name, self.load_fraction, self.rate_rps)
 
     def windows(self, part: str, seed: int = 0, max_windows: int | None = None) -> list:
         """The ``part`` windows at this cell's rate; at most ``max_windows`` of them, evenly
         spread (:func:`spread_subset`)."""
-        wl = workloads.scale_to_rate(replace(self.source, target_rps=None).workload_obj(seed), self.rate_rps)
-        return spread_subset(protocol_windows(wl, self.window_s, part, self.warmup_s), max_windows)
+        source = replace(self.source, workload=replace(self.source.workload, target_rps=None))
+        wl = workloads.scale_to_rate(source.workload_obj(seed), self.rate_rps)
+        return spread_subset(protocol_windows(wl, self.episode_window_s, part, self.warmup_s), max_windows)
 
 
 def spread_subset(windows: Sequence, max_windows: int | None) -> list:
@@ -373,7 +375,8 @@ def cell_table(rows: Sequence[dict], reference: str) -> list[dict]:
 
 
 def scenarios(sim_config, *, trace: str | None = None, workload: str | None = None, loads: Sequence[float] = (),
-              target_rps: float | None = None, window_s: float = 10.0, warmup_s: float = 30.0, log=None) -> list[Scenario]:
+              target_rps: float | None = None, episode_window_s: float = 10.0, warmup_s: float = 30.0,
+              log=None) -> list[Scenario]:
     """The :class:`Scenario` of each load (capacity by bisection once) or of ``target_rps``.
 
     Args:
@@ -391,9 +394,9 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
         raise ValueError("give exactly one of loads (--loads, fractions of capacity) and target_rps (--target-rps)")
     if trace is None and workload is None:
         trace = str(workloads.default_trace_path())
-    source = EpisodeSource(trace=trace, workload=None if trace else workload)
+    source = EpisodeSource(workloads.WorkloadSource(trace=trace) if trace else workloads.WorkloadSource(name=workload))
     if target_rps is not None:
-        return [Scenario(source, float(target_rps), None, window_s, warmup_s)]
+        return [Scenario(source, float(target_rps), None, episode_window_s, warmup_s)]
     if any(not 0 < x <= 2 for x in loads):
         raise ValueError(f"loads are fractions of capacity in (0, 2], got {list(loads)}")
     repeated = sorted({float(x) for x in loads if list(loads).count(x) > 1})
@@ -405,4 +408,4 @@ def scenarios(sim_config, *, trace: str | None = None, workload: str | None = No
     if log:
         log(f"capacity of {source.label} on the pool: {cap.capacity_rps:.2f} requests/s "
             f"({cap.policy}, {len(cap.probes)} probes)")
-    return [Scenario(source, f * cap.capacity_rps, f, window_s, warmup_s) for f in loads]
+    return [Scenario(source, f * cap.capacity_rps, f, episode_window_s, warmup_s) for f in loads]

@@ -58,7 +58,7 @@ class TrainConfig:
     worker slots to this many (a checkpoint for pools of up to that many workers).
 
     ``warmup_s``: train on the evaluation protocol's windows (``policies.routing.protocol``: the
-    ``train`` part of ``source.window_s``-second windows, each preceded by ``warmup_s`` seconds
+    ``train`` part of ``source.episode_window_s``-second windows, each preceded by ``warmup_s`` seconds
     of the trace) instead of the legacy ``split_windows`` part. ``validate_every_steps``: every so
     many environment steps (and before the first), the deterministic policy routes the first
     ``num_validation_windows`` *validation* windows; ``validation.csv`` logs their mean TTFT and
@@ -183,7 +183,7 @@ class TrainConfig:
         if self.warmup_s is None:
             return self.source.windows(part)
 
-        return protocol_windows(self.source.workload_obj(), self.source.window_s, part, self.warmup_s)
+        return protocol_windows(self.source.workload_obj(), self.source.episode_window_s, part, self.warmup_s)
 
 
 def check_routing_setup(cfg: TrainConfig, sim_config) -> None:
@@ -301,7 +301,7 @@ def train_routing(cfg: TrainConfig, out_dir: str | Path, sim_config=None, argv: 
     th.set_num_threads(cfg.torch_threads)
     sc = _sim_config(cfg, sim_config)
     windows = cfg.windows("train")
-    log(f"train: {len(windows)} windows of {cfg.source.window_s:g} s from {cfg.source.label}, "
+    log(f"train: {len(windows)} windows of {cfg.source.episode_window_s:g} s from {cfg.source.label}, "
         f"{sum(w.num_requests for w in windows)} requests; pool {sc.pool.composition}")
     venv, buffer_kw = _training_vec_env(cfg, windows, sc)
     meta = {"kind": "routing", "train_config": _jsonable(asdict(cfg)), "sim_config": _jsonable(asdict(sc)),

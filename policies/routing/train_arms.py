@@ -50,7 +50,8 @@ from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary
 from envs.sim.options import check_out_dir
 from envs.sim.options import option as _opt
-from envs.workloads import DEFAULT_TRACE_FILE, default_traces_dir
+from envs.workloads import DEFAULT_TRACE_FILE, WorkloadSource, default_traces_dir
+from policies.common.checkpoint import FLAT_WORKLOAD_KEYS
 from policies.routing.arm_selection import (
     FEATURE_NAMES,
     MODEL_FILE,
@@ -89,7 +90,7 @@ class ArmTrainConfig:
     lambdas: tuple[float, ...] = _opt(TUNE_LAMBDAS + (3.0, 4.0), "lambda grid of the arms")
     max_train_windows: int = _opt(48, "training windows per cell (evenly spread, policies.routing.protocol.spread_subset)")
     max_validation_windows: int = _opt(24, "validation windows per cell (evenly spread)")
-    window_s: float = _opt(10.0, "window length [s]", flag="--episode-window-s")
+    episode_window_s: float = _opt(10.0, "episode window length [s]")
     warmup_s: float = _opt(30.0, "warm-up before each window [s]")
     decision_window_s: float = _opt(10.0, "the router re-chooses (beta, lambda) at multiples of this [s]")
     history_s: float = _opt(30.0, "features describe the arrivals of the last history_s [s]")
@@ -113,7 +114,7 @@ class ArmTrainConfig:
             raise ValueError(f"lambdas must be finite and >= 0 (paper §5), got {self.lambdas}")
         if self.max_train_windows < 2 or self.max_validation_windows < 1:
             raise ValueError("max_train_windows must be >= 2 and max_validation_windows >= 1")
-        for name in ("window_s", "decision_window_s", "history_s", "prefix_memory_s"):
+        for name in ("episode_window_s", "decision_window_s", "history_s", "prefix_memory_s"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {getattr(self, name)}")
         if not (math.isfinite(self.warmup_s) and self.warmup_s >= 0):
@@ -149,18 +150,30 @@ def episode_source(item: str):
             p = default_traces_dir() / p.name
         if not p.is_file():
             raise FileNotFoundError(2, "trace file of --sources not found", str(p))
-        return EpisodeSource(trace=str(p), workload=None)
-    return EpisodeSource(workload=item)
+        return EpisodeSource(WorkloadSource(trace=str(p)))
+    return EpisodeSource(WorkloadSource(name=item))
 
 
 def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def _source_ident(source) -> dict:
+    """``asdict(source)`` (an ``EpisodeSource``) as the cache keys hash it: flat, in the field names
+    of when the keys were defined (its workload's fields, the episode window as ``window_s``), so
+    the cached costs stay valid."""
+    d = asdict(source)
+    w = d.pop("workload", None)
+    if not isinstance(w, dict):  # not an EpisodeSource
+        return d
+    flat = {FLAT_WORKLOAD_KEYS[k]: v for k, v in w.items()}
+    return {**flat, "window_s": d.pop("episode_window_s"), **d}
+
+
 def capacity_cache_file(cfg: ArmTrainConfig, source, sim_config) -> Path:
     """Where :func:`cell_scenarios` caches the capacity of ``source`` (an ``EpisodeSource``) on
     the pool of ``sim_config`` (JSON ``{"source", "capacity_rps"}``)."""
-    return Path(cfg.cache_dir) / f"capacity-{_digest({'source': asdict(source), 'sim': repr(sim_config)})}.json"
+    return Path(cfg.cache_dir) / f"capacity-{_digest({'source': _source_ident(source), 'sim': repr(sim_config)})}.json"
 
 
 def cell_scenarios(cfg: ArmTrainConfig, sim_config, log=None) -> list:
@@ -180,7 +193,7 @@ def cell_scenarios(cfg: ArmTrainConfig, sim_config, log=None) -> list:
             f.write_text(json.dumps({"source": item, "capacity_rps": cap}) + "\n")
         if log:
             log(f"capacity of {src.label}: {cap:.2f} requests/s")
-        out += [Scenario(src, x * cap, x, cfg.window_s, cfg.warmup_s) for x in cfg.loads]
+        out += [Scenario(src, x * cap, x, cfg.episode_window_s, cfg.warmup_s) for x in cfg.loads]
     return out
 
 
@@ -196,8 +209,8 @@ def collect_cell(scenario, part: str, cfg: ArmTrainConfig, sim_config, log=None)
     from dataclasses import replace
 
     max_windows = cfg.max_train_windows if part == "train" else cfg.max_validation_windows
-    ident = {"source": asdict(scenario.source), "rate_rps": scenario.rate_rps, "part": part, "max_windows": max_windows,
-             "arms": cfg.arms, "router": cfg.router_settings(), "window_s": cfg.window_s, "warmup_s": cfg.warmup_s,
+    ident = {"source": _source_ident(scenario.source), "rate_rps": scenario.rate_rps, "part": part, "max_windows": max_windows,
+             "arms": cfg.arms, "router": cfg.router_settings(), "window_s": cfg.episode_window_s, "warmup_s": cfg.warmup_s,
              "seed": cfg.seed, "sim": repr(sim_config), "version": 1}
     f = Path(cfg.cache_dir) / f"{scenario.key.replace('/', '_')}-{part}-{_digest(ident)}.json"
     if f.is_file():
@@ -371,9 +384,10 @@ def deployed_cell(scenario, model: ArmCostModel, cfg: ArmTrainConfig, sim_config
         "arms"}`` (lists over windows; switches: arm changes between consecutive decisions of the
         run, warm-up included; arms: the arm index of every decision of the run, in time order).
     """
-    ident = {"source": asdict(scenario.source), "rate_rps": scenario.rate_rps, "part": "validation",
+    ident = {"source": _source_ident(scenario.source), "rate_rps": scenario.rate_rps, "part": "validation",
              "max_windows": cfg.max_validation_windows, "model": model.to_json(), "router": cfg.router_settings(),
-             "window_s": cfg.window_s, "warmup_s": cfg.warmup_s, "seed": cfg.seed, "sim": repr(sim_config), "version": 1}
+             "window_s": cfg.episode_window_s, "warmup_s": cfg.warmup_s, "seed": cfg.seed, "sim": repr(sim_config),
+             "version": 1}
     f = Path(cfg.cache_dir) / f"{scenario.key.replace('/', '_')}-deployed-{_digest(ident)}.json"
     if f.is_file():
         return json.loads(f.read_text())

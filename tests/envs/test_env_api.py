@@ -18,7 +18,7 @@ from .conftest import SMALL_POOL, random_workload
 
 def _make(cls, cal, **kwargs):
     # the reconfiguration environment takes its inner router (envs imports no baselines)
-    extra = {"window_s": 2.0, "make_router": vertumnus_inner_router} if cls is PrefillReconfigEnv else {}
+    extra = {"decision_window_s": 2.0, "make_router": vertumnus_inner_router} if cls is PrefillReconfigEnv else {}
     if cls is PrefillReconfigEnv:
         kwargs = {**extra, **kwargs}
         extra = {}
@@ -97,8 +97,8 @@ def test_routing_constructor_arguments_are_checked(kwargs, match, toy_cal):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"window_s": float("inf")}, "window_s must be a finite number > 0, got inf"),
-    ({"window_s": "20"}, "window_s must be a finite number > 0, got '20'"),
+    ({"decision_window_s": float("inf")}, "window_s must be a finite number > 0, got inf"),
+    ({"decision_window_s": "20"}, "window_s must be a finite number > 0, got '20'"),
     ({"reward_scale": float("inf")}, "reward_scale must be a finite number > 0, got inf"),
     ({"invalid_action_penalty": float("inf")}, "invalid_action_penalty must be a finite number >= 0, got inf"),
     ({"long_request_tokens": -5}, r"long_request_tokens must be an integer >= 0 \[tokens\], got -5"),
@@ -107,9 +107,9 @@ def test_routing_constructor_arguments_are_checked(kwargs, match, toy_cal):
                          r"baselines.envs.vertumnus_inner_router\), got 3"),
 ])
 def test_reconfig_constructor_arguments_are_checked(kwargs, match, toy_cal):
-    # window_s=inf ended every episode at reset with zero rates, an infinite scale / penalty gave
+    # decision_window_s=inf ended every episode at reset with zero rates, an infinite scale / penalty gave
     # infinite rewards, long_request_tokens=2.5 was truncated to 2, make_router=3 failed at reset
-    kwargs = {"window_s": 2.0, **kwargs}
+    kwargs = {"decision_window_s": 2.0, **kwargs}
     with pytest.raises(ValueError, match=match):
         make_reconfig_env([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, **kwargs)
 
@@ -118,7 +118,7 @@ def test_the_reconfig_env_needs_its_inner_router(toy_cal):
     """envs imports no baselines: constructed directly, the environment names the missing router
     (the registered id and baselines.envs.make_reconfig_env give the Vertumnus router)."""
     with pytest.raises(ValueError, match="make_router must be a zero-argument factory of routers"):
-        PrefillReconfigEnv([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, window_s=2.0)
+        PrefillReconfigEnv([random_workload(20, 5.0, 0)], SimConfig(pool=SMALL_POOL), toy_cal, decision_window_s=2.0)
 
 
 @pytest.mark.parametrize("cls", ENVS)
@@ -322,7 +322,8 @@ def test_shared_constructor_arguments_are_type_checked(cls, kwargs, match, toy_c
     # "'dict'/'str' object has no attribute ...", a calibration file name failed only at reset, and
     # observe_faults="no" added the faults key
     args = {"workloads": [random_workload(20, 5.0, 0)], "config": SimConfig(pool=SMALL_POOL), "calibration": toy_cal,
-            **({"window_s": 2.0, "make_router": vertumnus_inner_router} if cls is PrefillReconfigEnv else {}), **kwargs}
+            **({"decision_window_s": 2.0,
+                "make_router": vertumnus_inner_router} if cls is PrefillReconfigEnv else {}), **kwargs}
     with pytest.raises(ValueError, match=match):
         cls(**args)
 

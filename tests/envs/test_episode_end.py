@@ -54,7 +54,7 @@ def test_routing_horizon_cut_with_unfinished_request_is_truncated():
 
 
 def _reconfig_episode(horizon_s, window_s):
-    env = make_reconfig_env(_ten_requests(), SimConfig(pool=ONE_CP2, horizon_s=horizon_s), window_s=window_s)
+    env = make_reconfig_env(_ten_requests(), SimConfig(pool=ONE_CP2, horizon_s=horizon_s), decision_window_s=window_s)
     env.reset(seed=0)
     steps = []
     while True:

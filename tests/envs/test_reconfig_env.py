@@ -14,7 +14,8 @@ from .conftest import SMALL_POOL, random_workload
 
 def _env(toy_cal, n=400, rate=6.0, seed=0, **kw):
     wins = [random_workload(n, rate_rps=rate, seed=seed + s) for s in range(2)]
-    return make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, window_s=5.0, **kw)
+    return make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, decision_window_s=5.0,
+                             **kw)
 
 
 def test_candidate_operations_follow_topology():
@@ -74,7 +75,7 @@ def test_check_env_registered_reconfig(toy_cal):
     envs.register_envs()
     wins = [random_workload(120, rate_rps=6.0, seed=s) for s in range(2)]
     env = gym.make("cpgym/PrefillReconfig-v0", workloads=wins, config=SimConfig(pool=SMALL_POOL), calibration=toy_cal,
-                   make_router=LeastWorkRouter, window_s=5.0)
+                   make_router=LeastWorkRouter, decision_window_s=5.0)
     gym_check_env(env.unwrapped, skip_render_check=True)
     sb3_check_env(env.unwrapped, warn=True)
     env.reset(seed=0)
@@ -86,11 +87,11 @@ def test_check_env_registered_reconfig(toy_cal):
 
 def test_default_inner_router_is_vertumnus(toy_cal):
     wins = [random_workload(60, rate_rps=6.0, seed=0)]
-    env = make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=5.0)
+    env = make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, decision_window_s=5.0)
     env.reset(seed=0)
     assert env.router.name == "vertumnus-router"
-    with pytest.raises(ValueError, match="window_s"):
-        make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, window_s=0)
+    with pytest.raises(ValueError, match="decision_window_s"):
+        make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, decision_window_s=0)
 
 
 def test_capacity_features_follow_the_profile_and_the_operations(toy_cal):
@@ -150,7 +151,7 @@ def test_capacity_features_reset_with_a_seed_ignore_earlier_episodes(toy_cal):
     # other capacities after another episode than in a fresh environment
     def make():
         return make_reconfig_env([_mix_workload("x", 0.25, 0), _mix_workload("y", 0.0, 1)], SimConfig(pool=SMALL_POOL),
-                                  toy_cal, window_s=2.0, capacity_features=True)
+                                  toy_cal, decision_window_s=2.0, capacity_features=True)
 
     fresh = make().reset(seed=5, options={"window_index": 0})[0]["window"]
     env = make()
@@ -176,10 +177,10 @@ def test_history_features_accumulate_the_episode_so_far(toy_cal):
     windows = []  # (rate, long share, tokens) of each observed window, from the workload itself
     done, t = False, 0.0
     while not done:
-        t += env.window_s
-        w = [r for r in reqs if t - env.window_s < r.arrival_time_s <= t]
+        t += env.decision_window_s
+        w = [r for r in reqs if t - env.decision_window_s < r.arrival_time_s <= t]
         n_long = sum(r.num_prompt_tokens > env.long_request_tokens for r in w)
-        windows.append((len(w) / env.window_s, n_long / len(w) if w else 0.0, sum(r.num_prompt_tokens for r in w)))
+        windows.append((len(w) / env.decision_window_s, n_long / len(w) if w else 0.0, sum(r.num_prompt_tokens for r in w)))
         h = dict(zip(names, obs["window"][base:]))
         arrived = [r for r in reqs if r.arrival_time_s <= t]
         assert obs["window"][0] == pytest.approx(windows[-1][0])
@@ -199,7 +200,7 @@ def test_history_features_accumulate_the_episode_so_far(toy_cal):
     again, *_ = env.step(0)  # stepping after the end repeats the observation, the history included
     assert np.array_equal(again["window"][base:], last)
     first, _ = env.reset(seed=1, options={"window_index": 0, "sim_seed": 1})  # reset clears the history
-    assert first["window"][base + names.index("elapsed_s")] == pytest.approx(env.window_s)
+    assert first["window"][base + names.index("elapsed_s")] == pytest.approx(env.decision_window_s)
     assert first["window"][base + names.index("previous_arrival_rate_rps")] == 0.0
     with pytest.raises(ValueError, match="history_features must be a bool"):
         _env(toy_cal, history_features="yes")
@@ -293,7 +294,7 @@ def test_episode_ending_in_the_first_window_keeps_its_reward(reward, toy_cal):
     from .conftest import SMALL_POOL, random_workload
 
     config = SimConfig(pool=SMALL_POOL, slo=SLOConfig(kind="fixed", ttft_slo_s=1.5))  # some requests miss it
-    env = make_reconfig_env([random_workload(10, 5.0, 0)], config, toy_cal, window_s=100.0, reward=reward,
+    env = make_reconfig_env([random_workload(10, 5.0, 0)], config, toy_cal, decision_window_s=100.0, reward=reward,
                              reward_scale=1.0)
     env.reset(seed=0)
     assert env.sim.done
@@ -307,3 +308,17 @@ def test_episode_ending_in_the_first_window_keeps_its_reward(reward, toy_cal):
         missed = tokens[records["ttft_s"] > records["ttft_slo_s"]].sum()
         assert r == pytest.approx(-missed * len(tokens) / tokens.sum(), rel=1e-9) and r < 0
     assert env.step(0)[1:4] == (0.0, True, False)
+
+
+def test_window_s_kwarg_is_the_deprecated_spelling_of_decision_window_s(toy_cal):
+    """``window_s=`` (the name before #38) still sets the decision window, with a DeprecationWarning."""
+    wins = [random_workload(40, rate_rps=6.0, seed=0)]
+    with pytest.warns(DeprecationWarning, match=r"window_s=\.\.\.\) is deprecated .* use decision_window_s"):
+        env = make_reconfig_env(wins, SimConfig(pool=SMALL_POOL), toy_cal, make_router=LeastWorkRouter, window_s=7.0)
+    assert env.decision_window_s == 7.0
+    import envs
+
+    envs.register_envs()
+    with pytest.warns(DeprecationWarning):
+        env = gym.make("cpgym/PrefillReconfig-v0", workloads=wins, window_s=3.0)
+    assert env.unwrapped.decision_window_s == 3.0

@@ -19,7 +19,7 @@ from .conftest import SMALL_POOL, random_workload, toy_calibration
 #: Small arguments per registered id (the defaults build minutes-long episodes).
 SMALL_KWARGS = {
     "cpgym/PrefillRouting-v0": {},
-    "cpgym/PrefillReconfig-v0": {"window_s": 2.0, "capacity_features": True, "history_features": True},
+    "cpgym/PrefillReconfig-v0": {"decision_window_s": 2.0, "capacity_features": True, "history_features": True},
 }
 
 

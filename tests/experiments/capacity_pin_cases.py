@@ -47,7 +47,8 @@ def sustainable_slo() -> tuple:
     from baselines.capacity import CapacityDefinition, RatedWorkload, find_capacity
 
     cal, cfg, wl = single_worker()
-    res = find_capacity("least-work", RatedWorkload(window_s=120.0, base=wl), cfg, cal, CapacityDefinition(rel_tol=0.05))
+    res = find_capacity("least-work", RatedWorkload(arrival_window_length_s=120.0, base=wl), cfg, cal,
+                        CapacityDefinition(rel_tol=0.05))
     return res.capacity_rps, res.rate_scale, tuple((p.rate_scale, p.rate_rps, p.growth, p.sustainable) for p in res.probes)
 
 
@@ -57,7 +58,8 @@ def sustainable_slo_tight() -> tuple:
 
     cal, cfg, wl = single_worker()
     cfg = replace(cfg, slo=SLOConfig(kind="fixed", ttft_slo_s=D_S + 0.05))
-    res = find_capacity("least-work", RatedWorkload(window_s=120.0, base=wl), cfg, cal, CapacityDefinition(rel_tol=0.05))
+    res = find_capacity("least-work", RatedWorkload(arrival_window_length_s=120.0, base=wl), cfg, cal,
+                        CapacityDefinition(rel_tol=0.05))
     return res.capacity_rps, tuple((p.rate_scale, p.slo_attainment_token_weighted, p.sustainable) for p in res.probes)
 
 
@@ -96,7 +98,7 @@ def fault_drain_time(tmp_path) -> tuple:
     """``experiments.faults.estimate_capacity_rps`` (definition ``fault-drain-time``)."""
     from experiments.faults import FaultExperimentSpec, estimate_capacity_rps
 
-    spec = FaultExperimentSpec(name="pin", trace=str(tiny_trace(tmp_path / "f.jsonl")), window_s=(0.0, 20.0),
+    spec = FaultExperimentSpec(name="pin", trace=str(tiny_trace(tmp_path / "f.jsonl")), arrival_window_s=(0.0, 20.0),
                                scenarios=(("gpu", "unused.yaml"),),
                                policies=("least-work",), capacity_policy="least-work", capacity_search_rps=(4.0, 64.0),
                                capacity_iterations=3, capacity_drain_s=0.026)

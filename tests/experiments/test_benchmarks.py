@@ -10,7 +10,7 @@ def test_bench_routing_env_measures_every_part():
     from envs.workloads import build_workload
     from experiments.benchmarks import EnvBenchConfig, bench_routing_env
 
-    wl = build_workload(name="tool-agent", target_rps=10.0, window_s=(0.0, 40.0))
+    wl = build_workload(name="tool-agent", target_rps=10.0, arrival_window_s=(0.0, 40.0))
     res = bench_routing_env(EnvBenchConfig(steps=50, n_envs=2, heuristics="least-work", policy="none"), wl, 20.0, SimConfig())
     assert res.num_windows == 2 and res.workload == wl.name
     assert res.raw_env_steps_per_s > 0 and res.dummy_vec_env_steps_per_s > 0
@@ -62,7 +62,7 @@ def test_bench_sim_table_says_what_its_rates_are(capsys):
     column 'req/s' (simulated requests per wall-second, read as the arrival rate)."""
     from experiments.cli import main
 
-    assert main(["bench", "sim", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "round-robin",
+    assert main(["bench", "sim", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--policy", "round-robin",
                  "--repeat", "1"]) == 0
     head, cols = capsys.readouterr().out.splitlines()[:2]
     assert " requests (built in " in head and ", load " not in head
@@ -80,7 +80,7 @@ def test_bench_env_defaults_to_the_vertumnus_router_and_labels_the_full_system()
 
     names = EnvBenchConfig().heuristic_names()
     assert "vertumnus-router" in names and "vertumnus" not in names
-    wl = build_workload(name="tool-agent", target_rps=10.0, window_s=(0.0, 20.0))
+    wl = build_workload(name="tool-agent", target_rps=10.0, arrival_window_s=(0.0, 20.0))
     res = bench_routing_env(EnvBenchConfig(steps=20, n_envs=1, heuristics="vertumnus-router,vertumnus", policy="none"),
                             wl, 20.0, SimConfig())
     assert set(res.decision_latency_us) == {"vertumnus-router",

@@ -27,7 +27,7 @@ def _single_worker(tmp_path=None):
 
 def test_bisection_finds_one_over_d_on_a_single_worker(tmp_path):
     cal, cfg, wl = _single_worker()
-    rated = RatedWorkload(window_s=240.0, base=wl)  # native rate 1 req/s, capacity 1/D = 2 req/s
+    rated = RatedWorkload(arrival_window_length_s=240.0, base=wl)  # native rate 1 req/s, capacity 1/D = 2 req/s
     res = find_capacity("least-work", rated, cfg, cal, CapacityDefinition(rel_tol=0.005), cache_dir=tmp_path)
     assert res.capacity_rps == pytest.approx(1.0 / D_S, rel=0.01)
     assert res.capacity_rps <= 1.0 / D_S * (1 + 1e-9)  # the reported rate is a sustainable one
@@ -51,7 +51,7 @@ def test_slo_threshold_limits_capacity():
     # an SLO just above the service time: queueing at rates near 1/D breaks it before the backlog grows
     cal, cfg, wl = _single_worker()
     cfg = replace(cfg, slo=SLOConfig(kind="fixed", ttft_slo_s=D_S + 0.05))
-    res = find_capacity("least-work", RatedWorkload(window_s=240.0, base=wl), cfg, cal)
+    res = find_capacity("least-work", RatedWorkload(arrival_window_length_s=240.0, base=wl), cfg, cal)
     assert 0 < res.capacity_rps <= 1.0 / D_S
     assert all(p.slo_attainment_token_weighted >= 0.9 for p in res.probes if p.sustainable)
 
@@ -73,7 +73,7 @@ def test_rates_for_loads_use_the_strongest_static_baseline():
     with pytest.raises(ValueError, match="loads"):
         rates_for_loads([0.0], caps, ["a"])
     with pytest.raises(ValueError, match="window"):
-        find_capacity("least-work", RatedWorkload(window_s=1.0, base=_single_worker()[2]), _single_worker()[1],
+        find_capacity("least-work", RatedWorkload(arrival_window_length_s=1.0, base=_single_worker()[2]), _single_worker()[1],
                       _single_worker()[0])
 
 
@@ -81,7 +81,8 @@ def test_rates_for_loads_use_the_strongest_static_baseline():
 def test_compare_loads_are_fractions_of_the_strongest_static_capacity(tmp_path, capsys):
     from experiments.cli import main
 
-    rc = main(["compare", "--workload", "leval-like", "--window-s", "0", "40", "--suite", "homogeneous-cp4,homogeneous-cp2",
+    rc = main(["compare", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--suite",
+               "homogeneous-cp4,homogeneous-cp2",
                "--loads", "0.5,1.5", "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4",
                "--rel-tol", "0.2", "--cache-dir", str(tmp_path), "--format", "json"])
     assert rc == 0
@@ -98,7 +99,7 @@ def test_compare_loads_are_fractions_of_the_strongest_static_capacity(tmp_path, 
 def test_capacity_cli_json(tmp_path, capsys):
     from experiments.cli import main
 
-    args = ["capacity", "--workload", "leval-like", "--window-s", "0", "40", "--policy", "homogeneous-cp4,vertumnus",
+    args = ["capacity", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--policy", "homogeneous-cp4,vertumnus",
             "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--rel-tol", "0.2",
             "--cache-dir", str(tmp_path), "--format", "json", "--quiet"]
     assert main(args) == 0
@@ -120,7 +121,8 @@ def test_compare_quiet_drops_the_capacity_probe_lines(quiet, fmt, tmp_path, caps
     --loads run in JSON showed nothing for minutes (capacity, dynamic and reproduce log in both formats)."""
     from experiments.cli import main
 
-    args = ["compare", "--workload", "leval-like", "--window-s", "0", "40", "--suite", "homogeneous-cp4", "--loads", "0.5",
+    args = ["compare", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--suite", "homogeneous-cp4", "--loads",
+            "0.5",
             "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--rel-tol", "0.2",
             "--cache-dir", str(tmp_path), "--format", fmt] + ["--quiet"] * quiet
     assert main(args) == 0
@@ -148,7 +150,7 @@ def test_capacity_of_a_short_trace_prints_the_span_it_has_and_warns(tmp_path, ca
     out, err = capsys.readouterr()
     assert "(600 s window)" not in out and "window 0-600 s of the rate-scaled trace" in out
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "much shorter than the 600 s window (--window-s)" in warnings[0]
+    assert len(warnings) == 1 and "much shorter than the 600 s window (--arrival-window-s)" in warnings[0]
     assert main([*args, "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert 0 < row["arrival_span_s"] < 20.0 / row["rate_scale"] + 1e-9  # the trace's ~15-18 s, compressed by the factor
@@ -190,7 +192,7 @@ def test_capacity_measures_the_workload_its_workload_params_make(tmp_path, capsy
     workload, and a typo'd parameter ran without a word."""
     from experiments.cli import main
 
-    base = ["capacity", "--workload", "leval-like", "--window-s", "0", "40", "--policy", "homogeneous-cp4",
+    base = ["capacity", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--policy", "homogeneous-cp4",
             "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--rel-tol", "0.2",
             "--no-cache", "--format", "json", "--quiet"]
     assert main(base) == 0
@@ -203,7 +205,7 @@ def test_capacity_measures_the_workload_its_workload_params_make(tmp_path, capsy
     assert main([*base, "--workload-param", "duration_s=60"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "cpgym capacity: error: --workload-param duration_s does not apply here: the capacity window "
-        "(--window-s START END, default 0 600) sets the generated span")
+        "(--arrival-window-s START END, default 0 600) sets the generated span")
     trace = ["capacity", "--trace", "/nonexistent/trace.jsonl", "--workload-param", "x=1", "--policy", "round-robin"]
     assert main(trace) == 2
     assert "does not apply to a trace" in capsys.readouterr().err

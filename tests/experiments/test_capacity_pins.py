@@ -81,5 +81,5 @@ def test_policy_capacity_refuses_a_pool_it_cannot_overload():
 
     cal, cfg, wl = cases.single_worker()
     with pytest.raises(ValueError, match=r"^no overloaded rate up to 1.66667x the native rate; is the pool too large"):
-        find_capacity("least-work", RatedWorkload(window_s=120.0, base=wl), cfg, cal,
+        find_capacity("least-work", RatedWorkload(arrival_window_length_s=120.0, base=wl), cfg, cal,
                       CapacityDefinition(rel_tol=0.05, max_bracket_steps=1, drain_ratio=1e9))

@@ -26,7 +26,8 @@ def test_profiling_a_command_writes_the_profile(tmp_path):
     script = tmp_path / "cpgym"
     script.write_text(ENTRY)
     prof = tmp_path / "simulate.prof"
-    res = _run(["-m", "cProfile", "-o", str(prof), str(script), "simulate", "--workload", "tool-agent", "--window-s", "0",
+    res = _run(["-m", "cProfile", "-o", str(prof), str(script), "simulate", "--workload", "tool-agent", "--arrival-window-s",
+                "0",
                 "2", "--policy", "least-work", "--format", "json", "--quiet"], tmp_path)
     assert res.returncode == 0, res.stderr
     assert '"policy": "least-work"' in res.stdout

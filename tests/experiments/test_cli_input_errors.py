@@ -85,7 +85,7 @@ def test_report_of_a_file_says_it_is_not_a_folder(tmp_path, capsys):
 
 def test_report_out_that_is_a_file_is_one_line_naming_it(tmp_path, capsys):
     run = tmp_path / "runs"
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--policy", "least-work", "--quiet",
                  "--out", str(run)]) == 0
     capsys.readouterr()
     blocker = tmp_path / "file"
@@ -139,7 +139,7 @@ def test_simulate_out_that_cannot_be_created_fails_before_simulating(tmp_path, c
     import baselines.runner as runner
 
     blocker = _forbid_runs(monkeypatch, tmp_path, [(runner, "run_policy")], "--out")
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "least-work",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--policy", "least-work",
                  "--quiet", "--out", str(blocker / "out")]) == 2
     assert "cannot be created" in capsys.readouterr().err
 
@@ -268,7 +268,7 @@ def test_bench_sim_help_and_default_agree(capsys):
     (["--kv-tiers", "hbm,dram", "--kv-num-layers", "8"], "--kv-num-layers has no effect without --kv-layerwise"),
 ])
 def test_shared_flags_without_effect_are_rejected(argv, expected, capsys):
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--quiet", *argv]) == 2
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--quiet", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"cpgym simulate: error: {expected}") and len(err.splitlines()) == 1
 
@@ -303,7 +303,7 @@ def test_shared_flags_with_effect_are_accepted():
 ])
 def test_tier_flags_out_of_range_name_the_flag_in_its_units(argv, expected, capsys):
     # they used to name TierConfig's byte field (kv_tiers.dram_capacity_bytes_per_node ... got -1000000000.0)
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--quiet", *argv]) == 2
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--quiet", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"cpgym simulate: error: {expected}") and len(err.splitlines()) == 1
 
@@ -316,7 +316,7 @@ def test_tier_flags_out_of_range_name_the_flag_in_its_units(argv, expected, caps
 def test_infinite_simulator_numbers_are_one_error_line(flag, expected, capsys):
     # inf used to pass the `> 0` / `>= 0` checks: a traceback (cache scale), or TTFTs of inf with
     # SLO attainment 1.0 (first decode step), or an SLO every request meets
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--policy", "least-work",
                  "--quiet", flag, "inf"]) == 2
     assert capsys.readouterr().err == f"cpgym simulate: error: {expected}, got inf\n"
 
@@ -343,7 +343,7 @@ def test_simulator_flags_name_the_flag_and_the_value_typed(argv, expected, capsy
     import baselines.runner as runner
 
     _forbid_runs(monkeypatch, tmp_path, [(runner, "run_policy")], argv[0])
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--policy", "least-work", "--quiet",
                  *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"cpgym simulate: error: {expected}") and len(err.splitlines()) == 1
@@ -355,7 +355,7 @@ def test_faults_file_without_events_is_refused_as_the_empty_file(text, tmp_path,
     empty file's error says a mapping with 'events' is required: now the same requirement."""
     f = tmp_path / "faults.json"
     f.write_text(text)
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--policy", "least-work", "--quiet",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--policy", "least-work", "--quiet",
                  "--faults", str(f)]) == 2
     assert capsys.readouterr().err == (f"cpgym simulate: error: {f}:1: events: missing, and no random fault process is "
                                        "set; expected a mapping with 'events' and optional FaultConfig fields (write "
@@ -370,7 +370,7 @@ def test_positive_list_flags_reject_non_finite_values(value):
 
 
 def test_compare_nan_rate_names_the_flag(capsys):
-    assert main(["compare", "--workload", "tool-agent", "--window-s", "0", "2", "--suite", "least-work",
+    assert main(["compare", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--suite", "least-work",
                  "--rates", "nan"]) == 2
     assert capsys.readouterr().err == "cpgym compare: error: --rates values must all be finite numbers > 0, got 'nan'\n"
 
@@ -491,15 +491,18 @@ def test_compare_capacity_flags_without_a_capacity_measurement_are_errors(flag, 
 
 @pytest.mark.parametrize("workload", [[], ["--workload", "tool-agent"]])
 def test_skip_invalid_without_a_trace_is_an_error(workload, capsys):
-    assert main(["simulate", *workload, "--window-s", "0", "2", "--policy", "least-work", "--quiet", "--skip-invalid"]) == 2
+    assert main(["simulate", *workload, "--arrival-window-s", "0", "2", "--policy", "least-work", "--quiet",
+                 "--skip-invalid"]) == 2
     name = "tool-agent" if workload else "mixed-default"
     assert capsys.readouterr().err == "cpgym simulate: error: --skip-invalid skips invalid trace lines; it does not " \
                                       f"apply to the named workload '{name}'\n"
 
 
 @pytest.mark.parametrize("command", [
-    ["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--quiet", "--policy", "least-work,homogeneous-cp4"],
-    ["compare", "--workload", "tool-agent", "--window-s", "0", "2", "--rates", "10", "--suite", "least-work,homogeneous-cp4"],
+    ["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--quiet", "--policy",
+     "least-work,homogeneous-cp4"],
+    ["compare", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--rates", "10", "--suite",
+     "least-work,homogeneous-cp4"],
 ])
 def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command, capsys, monkeypatch):
     # was "composition item 'cp4x10': CP degree 4 is not supported ..." after the policies before it had run
@@ -519,7 +522,7 @@ def test_a_baseline_whose_own_pool_does_not_fit_is_named_before_any_run(command,
 @pytest.mark.parametrize("name", ["shipped", "shipped-residual", "policies/checkpoints/routing_conversation_residual"])
 def test_simulate_with_a_checkpoint_points_to_evaluate(name, capsys):
     # the README's `--policy shipped` read as "unknown policy 'shipped'; known policies: ..." under simulate
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "2", "--quiet",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--quiet",
                  "--policy", f"least-work,{name}"]) == 2
     assert capsys.readouterr().err == f"cpgym simulate: error: --policy {name}: learned checkpoints run under " \
                                       f"`cpgym evaluate --policy {name}` (held-out windows, paired CIs); cpgym simulate " \
@@ -620,7 +623,7 @@ def test_capacity_cache_dir_with_no_cache_is_an_error(tmp_path, capsys):
 @pytest.mark.parametrize("degrees", ["3", "2,6", "0", "-2"])
 def test_supported_degrees_name_the_flag(degrees, capsys):
     """Was 'pool.supported_degrees must be powers of two >= 1, got (3,)' (the PoolConfig field)."""
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "5", "--quiet",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--quiet",
                  "--supported-degrees", degrees]) == 2
     assert capsys.readouterr().err == (f"cpgym simulate: error: --supported-degrees must be powers of two >= 1 (CP degrees), "
                                        f"got {degrees!r}\n")

@@ -52,7 +52,7 @@ def test_compare_help_lists_the_suites():
 
 @pytest.mark.parametrize("workload, expected", [
     ("{name: mixed-default, target_rps: -1}", "expected a finite number > 0"),
-    ("{name: mixed-default, window_s: [5, 1]}", "expected [start, end] [s] with 0 <= start < end"),
+    ("{name: mixed-default, arrival_window_s: [5, 1]}", "expected [start, end] [s] with 0 <= start < end"),
     ("{name: mixed-default, rate_scale: 2, target_rps: 3}", "expected one of workload.target_rps and workload.rate_scale"),
 ])
 def test_spec_with_a_bad_workload_value_names_the_expected_values(workload, expected, tmp_path, capsys):

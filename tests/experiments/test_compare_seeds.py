@@ -15,7 +15,7 @@ def test_seeds_average_into_one_row_per_nominal_rate(rate_flags, capsys):
     """Each seed redraws the workload, so its measured rate differs; rows still group by the
     requested point (native rate / rate scale), and num_seeds counts the seeds in the row."""
     argv = ["compare", "--suite", "random", "--workload", "tool-agent", "--workload-param", "duration_s=20",
-            "--window-s", "0", "10", "--seeds", "0,1", "--format", "json", *rate_flags]
+            "--arrival-window-s", "0", "10", "--seeds", "0,1", "--format", "json", *rate_flags]
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)
     if isinstance(rows, dict):
@@ -27,7 +27,7 @@ def test_seeds_average_into_one_row_per_nominal_rate(rate_flags, capsys):
 
 def test_one_seed_counts_one(capsys):
     assert main(["compare", "--suite", "random", "--workload", "tool-agent", "--workload-param", "duration_s=20",
-                 "--window-s", "0", "10", "--seeds", "3", "--format", "json"]) == 0
+                 "--arrival-window-s", "0", "10", "--seeds", "3", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     if isinstance(rows, dict):
         rows = rows.get("rows") or rows.get("summary")

@@ -8,7 +8,7 @@ import pytest
 
 from experiments.cli import main
 
-TINY = ["--num-phases", "2", "--phase-duration-s", "20", "--long-rate-rps", "1", "--controller-window-s", "5",
+TINY = ["--num-phases", "2", "--phase-duration-s", "20", "--long-rate-rps", "1", "--decision-window-s", "5",
         "--k-windows", "1", "--initial", "cp4x10", "--compositions", "cp4x10;cp2x20", "--quiet"]
 
 
@@ -37,9 +37,11 @@ def _error(capsys) -> str:
     (["--switch-s", "nan"], "switch_s must be a finite number >= 0, got nan (--switch-s)"),
     (["--target-margin", "-0.1"], "target_margin must be a finite number >= 0, got -0.1 (--target-margin)"),
     # the arrival window: checked when the workload was built, after the bisections
-    (["--window-s", "30", "10"], "window_s must be [start, end) with 0 <= start < end, got 30 10 (--window-s)"),
-    (["--window-s", "100", "200"], "window_s [100, 200) starts after the last phase (num_phases x phase_duration_s = "
-                                   "40 s) (--window-s, --num-phases, --phase-duration-s)"),
+    (["--arrival-window-s", "30", "10"],
+     "arrival_window_s must be [start, end) with 0 <= start < end, got 30 10 (--arrival-window-s)"),
+    (["--arrival-window-s", "100", "200"],
+     "arrival_window_s [100, 200) starts after the last phase (num_phases x phase_duration_s = "
+                                   "40 s) (--arrival-window-s, --num-phases, --phase-duration-s)"),
 ])
 def test_dynamic_settings_are_checked_before_the_capacity_search(flags, expected, tmp_path, capsys, no_search):
     cache = tmp_path / "cache"

@@ -32,7 +32,7 @@ def test_cache_curve_per_tier_adds_dram_hits_on_top_of_the_same_hbm_hits():
 
 @pytest.mark.slow
 def test_simulate_json_reports_hit_rate_per_tier(capsys):
-    argv = ["simulate", "--workload", "tool-agent", "--window-s", "0", "20", "--policy", "least-work",
+    argv = ["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "20", "--policy", "least-work",
             "--cache-capacity-scale", "0.02", "--format", "json"]
     assert main(argv) == 0
     off = json.loads(capsys.readouterr().out)[0]
@@ -48,7 +48,7 @@ def test_simulate_json_reports_hit_rate_per_tier(capsys):
 
 @pytest.mark.slow
 def test_bench_runs_tiers_off_and_on_side_by_side(capsys):
-    assert main(["bench", "sim", "--workload", "tool-agent", "--window-s", "0", "5", "--policy", "round-robin",
+    assert main(["bench", "sim", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--policy", "round-robin",
                  "--repeat", "1", "--kv-tiers", "hbm,dram", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["results"]
     assert [(r["policy"], r["kv_tiers"]) for r in rows] == [("round-robin", "hbm"), ("round-robin", "hbm,dram")]
@@ -93,23 +93,23 @@ def test_kv_tiers_capacity_flags_are_checked(flags, message, capsys, monkeypatch
         raise AssertionError("ran the study with a bad capacity flag")
 
     patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", no_run)
-    assert main(["kv-tiers", "--window-s", "0", "5", *flags]) == 2
+    assert main(["kv-tiers", "--arrival-window-s", "0", "5", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"cpgym kv-tiers: error: {message}") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("window, message", [
     # was "end_s must be > start_s, got start_s=10.0, end_s=5.0" (the function's argument names)
-    (["10", "5"], "--window-s START END needs finite 0 <= START < END, got 10 5"),
-    (["-5", "5"], "--window-s START END needs finite 0 <= START < END, got -5 5"),  # was run as if it began at 0
-    (["0", "nan"], "--window-s START END needs finite 0 <= START < END, got 0 nan")])
+    (["10", "5"], "--arrival-window-s START END needs finite 0 <= START < END, got 10 5"),
+    (["-5", "5"], "--arrival-window-s START END needs finite 0 <= START < END, got -5 5"),  # was run as if it began at 0
+    (["0", "nan"], "--arrival-window-s START END needs finite 0 <= START < END, got 0 nan")])
 def test_kv_tiers_window_names_the_flag(window, message, capsys, monkeypatch):
     import experiments.kv_tiers as kv_tiers
     from experiments.cli import main
 
     patch_everywhere(monkeypatch, kv_tiers, "run_tier_study",
-                     lambda *a, **k: pytest.fail("ran the study with a bad --window-s"))
-    assert main(["kv-tiers", "--window-s", *window, "--capacity-rps", "10"]) == 2
+                     lambda *a, **k: pytest.fail("ran the study with a bad --arrival-window-s"))
+    assert main(["kv-tiers", "--arrival-window-s", *window, "--capacity-rps", "10"]) == 2
     assert capsys.readouterr().err == f"cpgym kv-tiers: error: {message}\n"
 
 
@@ -119,7 +119,7 @@ def test_kv_tiers_refuses_kv_tiers_levels_it_would_replace(capsys, monkeypatch):
     from experiments.cli import main
 
     patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", lambda *a, **k: pytest.fail("ran the study with --kv-tiers"))
-    assert main(["kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--kv-tiers", "hbm,dram"]) == 2
+    assert main(["kv-tiers", "--arrival-window-s", "0", "5", "--capacity-rps", "10", "--kv-tiers", "hbm,dram"]) == 2
     assert capsys.readouterr().err.startswith("cpgym kv-tiers: error: --kv-tiers hbm,dram has no effect here: the tier "
                                               "table runs each policy with hbm, hbm,dram and hbm,dram,store")
 
@@ -142,7 +142,7 @@ def test_kv_tiers_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, monke
     patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", two_runs_then_fail)
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="killed"):
-        main(["--traceback", "kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--out", str(out)])
+        main(["--traceback", "kv-tiers", "--arrival-window-s", "0", "5", "--capacity-rps", "10", "--out", str(out)])
     assert json.loads((out / "provenance.json").read_text())["argv"]
     assert list(pd.read_csv(out / "rows.csv")["policy"]) == ["least-work", "vertumnus"]
 
@@ -153,12 +153,12 @@ def test_kv_tiers_labels_a_load_above_capacity_as_overloaded(load, overloaded, c
     import experiments.kv_tiers as kv_tiers
     from experiments.cli import main
 
-    def study(trace, config, policies, window_s, load_fraction, capacity_policy, capacity_rps, *a, **k):
+    def study(trace, config, policies, arrival_window_s, load_fraction, capacity_policy, capacity_rps, *a, **k):
         return kv_tiers.TierStudy(capacity={"capacity_rps": capacity_rps}, load_fraction=load_fraction,
                                   rate_rps=load_fraction * capacity_rps)
 
     patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", study)
-    assert main(["kv-tiers", "--window-s", "0", "5", "--capacity-rps", "10", "--load", load]) == 0
+    assert main(["kv-tiers", "--arrival-window-s", "0", "5", "--capacity-rps", "10", "--load", load]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"capacity 10.00 req/s; load {load} -> ")
     assert ("overloaded: above vertumnus-router's capacity" in first) is overloaded

@@ -22,7 +22,7 @@ def _calibration(name: str) -> str:
 def test_deepseek_presets_simulate_on_the_h20_3e_pool(capsys, name, degrees, composition, shard):
     with open(_calibration(name)) as f:
         assert json.load(f)["weight_shard_gpus"] == shard
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "10", "--policy", "least-work",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "10", "--policy", "least-work",
                  "--calibration", _calibration(name), "--supported-degrees", degrees, "--pool-composition", composition,
                  "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
@@ -30,7 +30,7 @@ def test_deepseek_presets_simulate_on_the_h20_3e_pool(capsys, name, degrees, com
 
 
 def test_deepseek_v3_at_cp4_is_refused_with_the_reason(capsys):
-    assert main(["simulate", "--workload", "tool-agent", "--window-s", "0", "10", "--policy", "least-work",
+    assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "10", "--policy", "least-work",
                  "--calibration", _calibration("deepseek-v3__h20-3e.json"), "--supported-degrees", "4,8",
                  "--pool-composition", "cp8x3,cp4x4"]) == 2
     err = capsys.readouterr().err

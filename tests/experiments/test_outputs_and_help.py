@@ -28,7 +28,7 @@ README = "\n".join(p.read_text() for p in [_REPO / "README.md", *sorted((_REPO /
     (["--slo", "5"], {"kind", "ttft_slo_s"}, {"slo_scale", "min_ttft_slo_s"}),
 ])
 def test_config_json_shows_only_the_slo_fields_in_use(tmp_path, slo, present, absent):
-    assert main(["simulate", "--workload", "mixed-default", "--window-s", "0", "3", "--policy", "least-work",
+    assert main(["simulate", "--workload", "mixed-default", "--arrival-window-s", "0", "3", "--policy", "least-work",
                  "--out", str(tmp_path), "--quiet", "--format", "json", *slo]) == 0
     (run,) = tmp_path.iterdir()
     block = json.loads((run / "config.json").read_text())["sim_config"]["slo"]
@@ -104,14 +104,15 @@ def test_help_has_no_doubled_percent(command):
 def test_compare_help_lists_every_file_it_writes(tmp_path):
     out = tmp_path / "cmp"
     assert main(["compare", "--suite", "least-work,vertumnus", "--rates", "10", "--seeds", "0", "--workload",
-                 "mixed-default", "--window-s", "0", "4", "--beta", "1,3", "--out", str(out), "--format", "json"]) == 0
+                 "mixed-default", "--arrival-window-s", "0", "4", "--beta", "1,3", "--out", str(out), "--format", "json"]) == 0
     text = " ".join(_help("compare").split())
     written = sorted(f.name for f in out.iterdir())
     assert len(written) == 7 and all(name in text for name in written), (written, text)
 
 
 def test_readme_describes_simulate_json_as_one_array(capsys):
-    assert main(["simulate", "--workload", "mixed-default", "--window-s", "0", "3", "--policy", "least-work,round-robin",
+    assert main(["simulate", "--workload", "mixed-default", "--arrival-window-s", "0", "3", "--policy",
+                 "least-work,round-robin",
                  "--format", "json", "--quiet"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert isinstance(rows, list) and [r["policy"] for r in rows] == ["least-work", "round-robin"]

@@ -19,7 +19,7 @@ def _workload_key(source) -> tuple:
     trace = str(Path(source.trace).resolve()) if source.trace else None
     params = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in dict(source.params).items()))
     return (source.name, trace, source.seed, params, source.target_rps, source.rate_scale,
-            tuple(source.window_s) if source.window_s else None)
+            tuple(source.arrival_window_s) if source.arrival_window_s else None)
 
 
 def _run_key(source, config, policy: str) -> tuple:
@@ -38,7 +38,8 @@ def _spec_runs(path: Path) -> list[tuple]:
         wl = cell.workload
         assert not cell.policy_params, "a policy parameter has no command-line form here"
         src = WorkloadSource(name=wl.name, trace=wl.trace, seed=wl.seed, target_rps=wl.target_rps, rate_scale=wl.rate_scale,
-                             window_s=wl.window_s, params=tuple((k, materialize_param(v)) for k, v in wl.params))
+                             arrival_window_s=wl.arrival_window_s, params=tuple((k, materialize_param(v)) for k,
+                                                                                v in wl.params))
         runs.append(_run_key(src, cell.config, cell.policy))
     return runs
 

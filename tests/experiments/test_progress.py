@@ -57,7 +57,7 @@ def test_off_mode_prints_nothing_but_messages():
 
 
 def test_simulate_piped_reports_progress_and_quiet_silences(capsys):
-    argv = ["simulate", "--workload", "mixed-default", "--window-s", "0", "10", "--policy", "least-work,round-robin"]
+    argv = ["simulate", "--workload", "mixed-default", "--arrival-window-s", "0", "10", "--policy", "least-work,round-robin"]
     assert main(argv) == 0
     err = capsys.readouterr().err
     for policy in ("least-work", "round-robin"):

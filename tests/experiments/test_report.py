@@ -98,7 +98,7 @@ def test_report_on_a_folder_of_simulate_runs(tmp_path):
     import warnings
 
     out = tmp_path / "runs"
-    common = ["--window-s", "0", "8", "--out", str(out), "--quiet"]
+    common = ["--arrival-window-s", "0", "8", "--out", str(out), "--quiet"]
     assert main(["simulate", "--workload", "tool-agent", "--policy", "least-work,round-robin", *common]) == 0
     assert main(["simulate", "--workload", "mixed-default", "--policy", "least-work", *common]) == 0
     assert main(["simulate", "--workload", "mixed-default", "--policy", "least-work", *common]) == 0  # a repeat

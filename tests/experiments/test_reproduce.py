@@ -17,7 +17,7 @@ KEYS = ["experiment", "workload", "model", "metric", "paper_value", "cpgym_value
 
 def test_reproduce_rows_on_a_tiny_configuration(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["reproduce", "--experiments", "end-to-end", "--workloads", "leval-like", "--window-s", "40",
+    rc = main(["reproduce", "--experiments", "end-to-end", "--workloads", "leval-like", "--arrival-window-length-s", "40",
                "--seeds", "0,1,2", "--loads", "0.6,0.95",
                "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--rel-tol", "0.2",
                "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--format", "json", "--quiet", "--jobs", "1"])
@@ -167,16 +167,16 @@ def test_cache_load_is_a_fraction_of_the_measured_capacity():
     from envs.sim import SimConfig
     from experiments.paper_experiments.cache_ablation import ToolAgentRated, tool_agent_at_rate
 
-    rated = ToolAgentRated(window_s=30.0, seed=4, reference_rate_rps=40.0)
+    rated = ToolAgentRated(arrival_window_length_s=30.0, seed=4, reference_rate_rps=40.0)
     wl = rated.at_scale(0.5)
     assert wl.mean_rate_rps == pytest.approx(20.0, rel=0.02)
     ref = tool_agent_at_rate(20.0, 30.0, 4)
     assert [r.arrival_time_s for r in wl.requests] == [r.arrival_time_s for r in ref.requests]
-    assert rated.fingerprint() != ToolAgentRated(window_s=30.0, seed=5, reference_rate_rps=40.0).fingerprint()
+    assert rated.fingerprint() != ToolAgentRated(arrival_window_length_s=30.0, seed=5, reference_rate_rps=40.0).fingerprint()
     with pytest.raises(ValueError, match="reference_rate_rps"):
-        ToolAgentRated(window_s=30.0, reference_rate_rps=0.0)
+        ToolAgentRated(arrival_window_length_s=30.0, reference_rate_rps=0.0)
     with pytest.raises(ValueError, match="tool-agent"):
-        ToolAgentRated(window_s=30.0, start_s=5.0)
+        ToolAgentRated(arrival_window_length_s=30.0, start_s=5.0)
     assert SimConfig().pool.num_gpus == 40  # the ablation's pool (for the capacity in the rows)
 
 
@@ -197,8 +197,8 @@ def test_cache_capacity_search_starts_at_the_session_floor():
     assert res.native_rate_rps == pytest.approx(TOOL_AGENT_REFERENCE_RATE_RPS * 8 / 40, rel=0.02)  # follows the pool
     assert res.capacity_rps > TOOL_AGENT_MIN_RATE_SCALE * res.native_rate_rps
     with pytest.raises(ValueError, match="min_rate_scale"):
-        RatedWorkload(window_s=10.0, name="tool-agent", min_rate_scale=-1.0)
-    plain = RatedWorkload(window_s=10.0, name="tool-agent")
+        RatedWorkload(arrival_window_length_s=10.0, name="tool-agent", min_rate_scale=-1.0)
+    plain = RatedWorkload(arrival_window_length_s=10.0, name="tool-agent")
     assert "min_rate_scale" not in plain.fingerprint()  # cached capacities of other workloads keep their keys
 
 
@@ -216,7 +216,7 @@ def test_reproduce_rejects_bad_dynamic_params(capsys):
     ("num_phases=2.5", "--dynamic-param num_phases=2.5: expected an integer"),
     ("rising_rate=3", "--dynamic-param rising_rate=3: expected true or false"),
     ("phase_duration_s=fast", "--dynamic-param phase_duration_s='fast': expected a number"),
-    ("window_s=a,b", "--dynamic-param window_s='a,b': expected START,END in seconds"),
+    ("arrival_window_s=a,b", "--dynamic-param arrival_window_s='a,b': expected START,END in seconds"),
     ("num_phases=-1", "dynamic: num_phases and k_windows must be >= 1"),  # DynamicPhasesConfig's own check, up front
 ])
 def test_reproduce_dynamic_params_of_the_wrong_type_are_one_line(param, message, capsys, monkeypatch, tmp_path):
@@ -238,8 +238,8 @@ def test_reproduce_dynamic_params_are_typed_for_dynamic_phases():
     from experiments.reproduce import ReproduceConfig
 
     cfg = ReproduceConfig(workloads=("tool-agent",), dynamic_params=parse_workload_params(
-        ["phase_duration_s=20", "capacity_cache_dir=5", "window_s=0,300", "rising_rate=false"]))
-    assert dict(cfg.dynamic_params) == {"phase_duration_s": 20.0, "capacity_cache_dir": "5", "window_s": (0.0, 300.0),
+        ["phase_duration_s=20", "capacity_cache_dir=5", "arrival_window_s=0,300", "rising_rate=false"]))
+    assert dict(cfg.dynamic_params) == {"phase_duration_s": 20.0, "capacity_cache_dir": "5", "arrival_window_s": (0.0, 300.0),
                                         "rising_rate": False}
 
 
@@ -316,7 +316,7 @@ def test_reproduce_stopped_midway_keeps_the_finished_runs_of_its_experiment(tmp_
     _fake_end_to_end_tasks(monkeypatch, fail_on=3)
     out = tmp_path / "out"
     argv = ["reproduce", "--experiments", "end-to-end", "--workloads", "leval-like", "--seeds", "0,1,2", "--loads", "0.5,0.9",
-            "--window-s", "40", "--no-cache", "--quiet", "--jobs", "1"]
+            "--arrival-window-length-s", "40", "--no-cache", "--quiet", "--jobs", "1"]
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", *argv, "--out", str(out)])
     runs = pd.read_csv(out / "end-to-end-runs.csv")

@@ -79,8 +79,8 @@ def test_invalid_values_are_caught_by_the_config_dataclasses(tmp_path):
     assert e.key.startswith("sweep.grid") and "cp3" in str(e)
     e = _err(tmp_path, BASE + "rates: [5, -1]\n")  # reported where the value is given
     assert e.key == "rates[1]" and "target_rps must be a finite number > 0, got -1" in str(e)
-    e = _err(tmp_path, BASE + "sweep: {grid: {workload.window_s: [[0, 10], [5, 1]]}}\n")
-    assert e.key == "sweep.grid.workload.window_s[1]" and "window_s" in str(e)
+    e = _err(tmp_path, BASE + "sweep: {grid: {workload.arrival_window_s: [[0, 10], [5, 1]]}}\n")
+    assert e.key == "sweep.grid.workload.arrival_window_s[1]" and "arrival_window_s" in str(e)
     e = _err(tmp_path, BASE + "sweep: {cells: [{workload.rate_scale: 0}]}\n")
     assert e.key == "sweep.cells[0].workload.rate_scale"
 
@@ -224,7 +224,7 @@ policies = ["least-work"]
 seeds = [0]
 [workload]
 trace = "@traces/synthetic_trace.jsonl"
-window_s = [0.0, 60.0]
+arrival_window_s = [0.0, 60.0]
 [sweep.grid]
 "prediction_error.bias" = [1.0, 1.2]
 """, "spec.toml")

@@ -6,7 +6,7 @@ import pytest
 
 from experiments.cli import main
 
-ARGS = ["simulate", "--workload", "mixed-default", "--window-s", "0", "30", "--policy", "least-work,vertumnus",
+ARGS = ["simulate", "--workload", "mixed-default", "--arrival-window-s", "0", "30", "--policy", "least-work,vertumnus",
         "--format", "json"]
 FAULT_KEYS = ("num_fault_affected_requests", "recompute_gpu_time_s", "recovery_time_s")
 

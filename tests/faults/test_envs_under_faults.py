@@ -68,7 +68,7 @@ def test_default_observation_space_unchanged_by_a_fault_model():
 def test_reconfig_env_with_faults():
     env = make_reconfig_env([random_workload(120, rate_rps=6.0, seed=s) for s in range(2)],
                              SimConfig(pool=SMALL_POOL, faults=FAULTS), toy_calibration(), make_router=LeastWorkRouter,
-                             window_s=2.0, observe_faults=True)
+                             decision_window_s=2.0, observe_faults=True)
     gym_check_env(env, skip_render_check=True)
     sb3_check_env(env, warn=True)
     obs, _ = env.reset(seed=0)

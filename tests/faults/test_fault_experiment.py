@@ -12,7 +12,7 @@ from tests.interrupt import patch_everywhere
 
 SPEC = """name: tiny-faults
 trace: "@traces/conversation_trace.jsonl"
-window_s: [0, 40]
+arrival_window_s: [0, 40]
 capacity_search_rps: [4, 64]
 capacity_iterations: 2
 policies: [least-work, vertumnus-router]
@@ -88,7 +88,8 @@ def test_cpgym_faults_stopped_midway_keeps_its_finished_runs(tmp_path, capsys, m
     # the unknown policy named neither the file nor the key
     (lambda s: s.replace("least-work, vertumnus-router", "least-work, nonsense"),
      r"spec.yaml: policies\[1\]: unknown policy 'nonsense'"),
-    (lambda s: s.replace("window_s: [0, 40]", "window_s: [40, 0]"), r"window_s: expected \[start, end\]"),
+    (lambda s: s.replace("arrival_window_s: [0, 40]", "arrival_window_s: [40, 0]"),
+     r"arrival_window_s: expected \[start, end\]"),
 ])
 def test_spec_errors_name_the_key(tmp_path, edit, match):
     p = _write(tmp_path, edit(SPEC))

@@ -12,8 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from policies.common.checkpoint import current_meta
+
 CHECKPOINT = Path(__file__).resolve().parents[2] / "policies" / "checkpoints" / "routing_vertumnus_arms"
-META = json.loads((CHECKPOINT / "train_config.json").read_text())
+# as every reader sees it: the keys of earlier releases renamed (the stored file keeps window_s)
+META = current_meta(json.loads((CHECKPOINT / "train_config.json").read_text()))
 #: the recorded command line without the program name
 ARGV = META["argv"][1:] if META["argv"][0] == "cpgym" else META["argv"]
 
@@ -119,7 +122,7 @@ def test_tiny_deployed_resimulation_matches_the_stored_runs(tmp_path):
     item = cfg.source_list()[0]
     key = next(k for k in META["capacities_rps"] if k.endswith("@0.9") and k.startswith("conversation"))
     tiny = replace(cfg, max_validation_windows=2, cache_dir=str(tmp_path / "cache"))
-    sc = Scenario(episode_source(item), 0.9 * META["capacities_rps"][key], 0.9, cfg.window_s, cfg.warmup_s)
+    sc = Scenario(episode_source(item), 0.9 * META["capacities_rps"][key], 0.9, cfg.episode_window_s, cfg.warmup_s)
     model, _ = load_arm_checkpoint(CHECKPOINT)
     got = deployed_cell(sc, model, tiny, sim_config)
     assert len(got["windows"]) == 2
@@ -165,7 +168,7 @@ def test_train_arms_rejects_a_path_under_a_file_before_simulating(tmp_path, flag
 @pytest.mark.parametrize("field,value", [("betas", (1.0, float("nan"))), ("betas", (float("inf"),)),
                                          ("lambdas", (float("nan"),)), ("lambdas", (0.0, float("inf"))),
                                          ("warmup_s", float("nan")), ("warmup_s", float("inf")),
-                                         ("window_s", float("inf")), ("alphas", (float("inf"),)),
+                                         ("episode_window_s", float("inf")), ("alphas", (float("inf"),)),
                                          ("switch_margins", (float("nan"),)), ("switch_margins", (-0.1,))])
 def test_train_config_rejects_non_finite_values(field, value):
     """NaN / infinite grid values and durations fail in the config (before the capacity bisection

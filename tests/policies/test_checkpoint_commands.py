@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from policies.common.checkpoint import current_meta
+
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "policies" / "checkpoints"
 
 #: Fields holding a path: compared by file name (the READMEs use placeholders such as ``S1/`` or
@@ -107,7 +109,7 @@ def _expected(stored: dict, default: dict, renamed: dict, former: dict) -> dict:
 @pytest.mark.parametrize("name, index, config_file, renamed, former, exact", CASES,
                          ids=[f"{c[0]}-{c[2].removesuffix('.json')}" for c in CASES])
 def test_readme_command_parses_to_the_stored_config(name, index, config_file, renamed, former, exact):
-    meta = json.loads((CHECKPOINTS / name / config_file).read_text())
+    meta = current_meta(json.loads((CHECKPOINTS / name / config_file).read_text()))  # keys renamed since: new names
     argv = readme_train_commands(CHECKPOINTS / name / "README.md")[index]
     assert argv[1] == meta["kind"]
     default = _by_name(_parsed_config(["train", meta["kind"], "--out", "unused"]))
@@ -125,7 +127,7 @@ def test_readme_command_parses_to_the_stored_config(name, index, config_file, re
 @pytest.mark.parametrize("config_file", ["stage1_train_config.json", "train_config.json"])
 def test_recorded_argv_parses_to_the_stored_config(config_file):
     """reconfig_target's recorded command lines (``argv``) give their stored configs exactly."""
-    meta = json.loads((CHECKPOINTS / "reconfig_target" / config_file).read_text())
+    meta = current_meta(json.loads((CHECKPOINTS / "reconfig_target" / config_file).read_text()))
     argv = meta["argv"][1:] if meta["argv"][0] == "cpgym" else meta["argv"]
     parsed = _parsed_config(argv)
     default = _parsed_config(["train", meta["kind"], "--out", "unused"])

@@ -129,13 +129,31 @@ def test_routing_source_is_the_checkpoints_whole_training_source(tmp_path):
                                           "rate_scale": 2.0, "arrival_window_s": [0.0, 30.0], "skip_invalid": False,
                                           "params": [["duration_s", 40]], "window_s": 10.0, "eval_every": 4})
     src = routing_source(EvaluationConfig(policy=ckpt))
-    assert (src.workload, src.params, src.rate_scale, src.target_rps, src.arrival_window_s, src.window_s) == \
+    w = src.workload
+    assert (w.name, w.params, w.rate_scale, w.target_rps, w.arrival_window_s, src.episode_window_s) == \
         ("tool-agent", (("duration_s", 40),), 2.0, None, (0.0, 30.0), 10.0)
     # --target-rps replaces the checkpoint's rate (either form); --workload replaces the whole source
     src = routing_source(EvaluationConfig(policy=ckpt, target_rps=5.0))
-    assert (src.target_rps, src.rate_scale, src.params) == (5.0, None, (("duration_s", 40),))
+    assert (src.workload.target_rps, src.workload.rate_scale, src.workload.params) == (5.0, None, (("duration_s", 40),))
     src = routing_source(EvaluationConfig(policy=ckpt, workload="leval-like"))
-    assert (src.workload, src.params, src.rate_scale, src.arrival_window_s) == ("leval-like", (), None, None)
+    w = src.workload
+    assert (w.name, w.params, w.rate_scale, w.arrival_window_s) == ("leval-like", (), None, None)
+
+
+def test_routing_source_reads_the_episode_window_of_both_checkpoint_shapes(tmp_path):
+    """A checkpoint written before the rename keeps its episode window under ``source.window_s``;
+    one written after under ``source.episode_window_s``: both are read, neither falls back to 60 s."""
+    from policies.evaluate import EvaluationConfig, routing_source
+
+    source = {"trace": None, "workload": "tool-agent", "workload_seed": 0, "target_rps": None, "rate_scale": None,
+              "arrival_window_s": None, "skip_invalid": False, "params": [], "eval_every": 4}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old = _routing_checkpoint(tmp_path / "old", {**source, "window_s": 15.0})
+    new = _routing_checkpoint(tmp_path / "new", {**source, "episode_window_s": 25.0})
+    assert routing_source(EvaluationConfig(policy=old)).episode_window_s == 15.0
+    assert routing_source(EvaluationConfig(policy=new)).episode_window_s == 25.0
+    assert routing_source(EvaluationConfig(policy=new, episode_window_s=5.0)).episode_window_s == 5.0
 
 
 def _reconfig_checkpoint(tmp_path, **train_config):
@@ -158,11 +176,11 @@ def test_reconfig_episodes_are_the_checkpoints_training_workload(tmp_path, monke
     ckpt = _reconfig_checkpoint(tmp_path, rate_scale=0.5, arrival_window_s=[0.0, 50.0],
                                 params=[["num_phases", 2], ["phase_duration_s", 30]])
     cfg = EvaluationConfig(policy=ckpt, kind="reconfig", seeds=(1000,))
-    assert reconfig_workload_fields(cfg) == {"target_rps": None, "rate_scale": 0.5, "window_s": (0.0, 50.0),
+    assert reconfig_workload_fields(cfg) == {"target_rps": None, "rate_scale": 0.5, "arrival_window_s": (0.0, 50.0),
                                              "params": (("num_phases", 2), ("phase_duration_s", 30))}
     # --target-rps replaces the checkpoint's rate; --workload replaces its whole source
     assert reconfig_workload_fields(EvaluationConfig(policy=ckpt, kind="reconfig", target_rps=4.0)) == {
-        "target_rps": 4.0, "window_s": (0.0, 50.0), "params": (("num_phases", 2), ("phase_duration_s", 30))}
+        "target_rps": 4.0, "arrival_window_s": (0.0, 50.0), "params": (("num_phases", 2), ("phase_duration_s", 30))}
     assert reconfig_workload_fields(EvaluationConfig(policy=ckpt, kind="reconfig", workload="phases")) == {"target_rps": None}
 
     built = []
@@ -176,7 +194,7 @@ def test_reconfig_episodes_are_the_checkpoints_training_workload(tmp_path, monke
         "check_pool": lambda self, pool: None})())
     with pytest.raises(RuntimeError, match="built"):
         run_evaluation(cfg, SimConfig())
-    assert built == [{"name": "phases", "seed": 1000, "target_rps": None, "rate_scale": 0.5, "window_s": (0.0, 50.0),
+    assert built == [{"name": "phases", "seed": 1000, "target_rps": None, "rate_scale": 0.5, "arrival_window_s": (0.0, 50.0),
                       "params": (("num_phases", 2), ("phase_duration_s", 30))}]
 
 
@@ -197,7 +215,7 @@ def test_reconfig_default_workload_is_below_saturation_and_old_checkpoints_keep_
     from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
     from policies.reconfig.train import ReconfigTrainConfig
 
-    assert DEFAULT_RECONFIG_WORKLOAD == "matched-phases" == ReconfigTrainConfig().workload
+    assert DEFAULT_RECONFIG_WORKLOAD == "matched-phases" == ReconfigTrainConfig().workload.name
     assert reconfig_workload(EvaluationConfig(policy="none", kind="reconfig")) == "matched-phases"
     # a checkpoint whose train_config names no workload was trained on the then-default phases
     ckpt = _reconfig_checkpoint(tmp_path, workload=None)

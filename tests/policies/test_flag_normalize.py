@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from envs.reconfig_env import RECONFIG_WORKER_FEATURES, TARGET_FEATURES
+from envs.workloads import WorkloadSource
 
 WORKER_COLS = [n for n, _ in RECONFIG_WORKER_FEATURES]
 TARGET_COLS = [n for n, _ in TARGET_FEATURES]
@@ -101,7 +102,8 @@ def test_a_trained_checkpoint_keeps_its_flags_unnormalised(tmp_path):
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
-    cfg = ReconfigTrainConfig(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
+    cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,),
+                              total_timesteps=4, n_steps=4,
                               batch_size=4, n_epochs=1, wandb_mode="disabled", action_mode="target", target_degrees=(2, 4))
     train_reconfig(cfg, tmp_path, sim_config=_small_pool_config(), log=lambda s: None)
     stats = load_vecnormalize(tmp_path / "vecnormalize.pkl")

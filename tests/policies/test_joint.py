@@ -39,7 +39,7 @@ def test_joint_env_passes_the_env_checker_and_routes_with_the_learned_router(sho
         return wid
 
     router.route = counting_route
-    env = make_reconfig_env(short_workloads, SimConfig(), make_router=lambda: router, window_s=10.0)
+    env = make_reconfig_env(short_workloads, SimConfig(), make_router=lambda: router, decision_window_s=10.0)
     check_env(env, skip_render_check=True)
     calls.clear()
     env.reset(seed=0, options={"window_index": 0})

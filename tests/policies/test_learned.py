@@ -38,20 +38,20 @@ def test_extractor_is_permutation_equivariant():
 def test_maskable_ppo_smoke_trains_saves_loads_and_evaluates(tmp_path):
     """A few thousand steps of the real training entry point (wandb disabled), then the
     checkpoint loads and acts through the environment without invalid actions."""
-    from envs.workloads import default_traces_dir
+    from envs.workloads import WorkloadSource, default_traces_dir
     from policies.common.checkpoint import LearnedPolicy
     from policies.common.heuristic import run_episode
     from policies.routing.episodes import EpisodeSource
     from policies.routing.train import TrainConfig, train_routing
 
-    src = EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"),
-                        workload=None, target_rps=12.0, window_s=10.0)
+    src = EpisodeSource(WorkloadSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"), target_rps=12.0),
+                        episode_window_s=10.0)
     cfg = TrainConfig(source=src, total_timesteps=2048, n_envs=2, n_steps=256, batch_size=128, n_epochs=2,
                       wandb_mode="disabled", checkpoint_every_steps=1024)
     path = train_routing(cfg, tmp_path, log=lambda s: None)
     assert path.is_file()
     meta = json.loads((tmp_path / "train_config.json").read_text())
-    assert meta["timesteps"] >= 2048 and meta["train_config"]["source"]["target_rps"] == 12.0
+    assert meta["timesteps"] >= 2048 and meta["train_config"]["source"]["workload"]["target_rps"] == 12.0
     assert (tmp_path / "progress.csv").read_text().count("\n") >= 2
     assert list((tmp_path / "checkpoints").glob("*.zip"))
     pol = LearnedPolicy(tmp_path)

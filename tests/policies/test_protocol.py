@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from envs.sim import SimConfig
+from envs.workloads import WorkloadSource
 from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
 from tests.interrupt import patch_everywhere
 
@@ -188,7 +189,7 @@ def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
     from policies.routing.train import TrainConfig, train_routing
 
     trace = _tiny_trace(tmp_path / "tiny.jsonl", num_requests=300)
-    src = EpisodeSource(trace=str(trace), workload=None, target_rps=6.0, window_s=4.0)
+    src = EpisodeSource(WorkloadSource(trace=str(trace), target_rps=6.0), episode_window_s=4.0)
     cfg = TrainConfig(source=src, total_timesteps=256, n_envs=1, n_steps=64, batch_size=64, n_epochs=1, wandb_mode="disabled",
                       residual_tau_s=0.1, warmup_s=2.0, validate_every_steps=128, num_validation_windows=2)
     sc = SimConfig(pool=PoolConfig(num_gpus=8, composition="cp2x2,cp1x4", supported_degrees=(1, 2)))

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from envs.workloads import WorkloadSource
 from experiments.cli import main
 
 
@@ -15,7 +16,8 @@ def tiny_checkpoint(tmp_path_factory):
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
     out = tmp_path_factory.mktemp("reconfig_ckpt")
-    cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), episode_window_s=100.0, total_timesteps=16,
+    cfg = ReconfigTrainConfig(workload=WorkloadSource(name="phases"), workload_seeds=(0,), episode_window_s=100.0,
+                              total_timesteps=16,
                               n_steps=16, batch_size=16, n_epochs=1, wandb_mode="disabled",
                               capacity_features=False)
     train_reconfig(cfg, out, log=lambda s: None)
@@ -75,7 +77,8 @@ def test_validation_keeps_the_best_model_and_capacity_features_reach_the_checkpo
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
-    cfg = ReconfigTrainConfig(workload="matched-phases", params=params, workload_seeds=(0,), validation_seeds=(9,),
+    cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,),
+                              validation_seeds=(9,),
                               validate_every_steps=4, total_timesteps=8, n_steps=4, batch_size=4, n_epochs=1,
                               wandb_mode="disabled")
     assert cfg.capacity_features
@@ -101,7 +104,8 @@ def test_history_features_reach_the_checkpoint_and_its_evaluation(tmp_path):
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
-    cfg = ReconfigTrainConfig(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
+    cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,),
+                              total_timesteps=4, n_steps=4,
                               batch_size=4, n_epochs=1, wandb_mode="disabled", history_features=True)
     train_reconfig(cfg, tmp_path, sim_config=small, log=lambda s: None)
     learned = LearnedReconfig(tmp_path)
@@ -117,7 +121,7 @@ def test_validation_seeds_must_differ_from_training_seeds():
     from policies.reconfig.train import ReconfigTrainConfig
 
     with pytest.raises(ValueError, match="validation_seeds must be disjoint"):
-        ReconfigTrainConfig(workload="matched-phases", workload_seeds=(0, 1), validation_seeds=(1, 5))
+        ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases"), workload_seeds=(0, 1), validation_seeds=(1, 5))
 
 
 def test_aggregate_pairs_deltas_by_seed_and_adds_the_best_fixed_composition_in_hindsight():
@@ -165,7 +169,8 @@ def test_target_mode_oracle_warm_start_trains_validates_and_loads(tmp_path):
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
-    cfg = ReconfigTrainConfig(workload="matched-phases", params=params, workload_seeds=(0, 1), validation_seeds=(9,),
+    cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0, 1),
+                              validation_seeds=(9,),
                               validate_every_steps=4, total_timesteps=8, n_steps=4, batch_size=4, n_epochs=1,
                               action_mode="target", target_degrees=(2, 4), warm_start="oracle", bc_epochs=3,
                               wandb_mode="disabled")
@@ -222,7 +227,7 @@ def test_learned_reconfig_gives_each_episode_its_own_capacity_table(monkeypatch)
     from envs.sim import SimConfig
 
     seen = []
-    monkeypatch.setattr(er, "rollout_reconfig", lambda act, wl, config, seed, window_s, capacity_features, table,
+    monkeypatch.setattr(er, "rollout_reconfig", lambda act, wl, config, seed, decision_window_s, capacity_features, table,
                         make_router, **kw: (seen.append(table) or (type("R", (), {})(), [])))
     learned = er.LearnedReconfig("shipped-reconfig")
     assert learned.capacity_features
@@ -277,7 +282,8 @@ def test_init_from_starts_from_the_given_model_and_rejects_another_space(tiny_ch
 
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    base = dict(workload="phases", workload_seeds=(0,), episode_window_s=100.0, total_timesteps=16, n_steps=16,
+    base = dict(workload=WorkloadSource(name="phases"), workload_seeds=(0,), episode_window_s=100.0, total_timesteps=16,
+                n_steps=16,
                 batch_size=16, n_epochs=1, wandb_mode="disabled", capacity_features=False)
     cfg = ReconfigTrainConfig(**base, learning_rate=1e-12, init_from=str(tiny_checkpoint / "model.zip"))
     train_reconfig(cfg, tmp_path / "a", log=lambda s: None)

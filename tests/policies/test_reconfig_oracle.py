@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from baselines.envs import make_reconfig_env
+from envs.workloads import WorkloadSource
 from policies.reconfig.oracle import load_phase_ttft, save_phase_ttft, select_targets
 from tests.interrupt import patch_everywhere
 
@@ -99,7 +100,7 @@ def test_phase_ttft_file_round_trips_and_checks_the_menu(tmp_path):
 def test_oracle_flags_need_the_oracle_warm_start():
     from policies.reconfig.train import ReconfigTrainConfig
 
-    base = dict(workload="phases", action_mode="target", wandb_mode="disabled")
+    base = dict(workload=WorkloadSource(name="phases"), action_mode="target", wandb_mode="disabled")
     ReconfigTrainConfig(**base, warm_start="oracle", oracle_switch_cost_s_per_gpu=10.0)
     with pytest.raises(ValueError, match="--oracle-switch-cost-s-per-gpu applies to --warm-start oracle only"):
         ReconfigTrainConfig(**base, oracle_switch_cost_s_per_gpu=10.0)
@@ -108,7 +109,7 @@ def test_oracle_flags_need_the_oracle_warm_start():
     with pytest.raises(ValueError, match="oracle_switch_cost_s_per_gpu must be >= 0"):
         ReconfigTrainConfig(**base, warm_start="oracle", oracle_switch_cost_s_per_gpu=-1.0)
     with pytest.raises(ValueError, match="applies to --action-mode target only"):
-        ReconfigTrainConfig(workload="phases", wandb_mode="disabled", oracle_switch_cost_s_per_gpu=10.0)
+        ReconfigTrainConfig(workload=WorkloadSource(name="phases"), wandb_mode="disabled", oracle_switch_cost_s_per_gpu=10.0)
 
 
 def _tiny_oracle_training(bc_epochs: int):
@@ -118,7 +119,8 @@ def _tiny_oracle_training(bc_epochs: int):
 
     small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
-    base = dict(workload="matched-phases", params=params, workload_seeds=(0,), total_timesteps=4, n_steps=4,
+    base = dict(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,), total_timesteps=4,
+                n_steps=4,
                 batch_size=4, n_epochs=1, action_mode="target", target_degrees=(2, 4), warm_start="oracle",
                 bc_epochs=bc_epochs, wandb_mode="disabled")
     return small, base
@@ -182,7 +184,7 @@ def test_noisy_demonstrations_keep_the_oracle_labels_and_visit_other_composition
 def test_noisy_rollout_flags_go_together():
     from policies.reconfig.train import ReconfigTrainConfig
 
-    base = dict(workload="phases", action_mode="target", warm_start="oracle", wandb_mode="disabled")
+    base = dict(workload=WorkloadSource(name="phases"), action_mode="target", warm_start="oracle", wandb_mode="disabled")
     ReconfigTrainConfig(**base, oracle_noisy_rollouts=2, oracle_action_noise=0.3)
     with pytest.raises(ValueError, match="go together"):
         ReconfigTrainConfig(**base, oracle_noisy_rollouts=2)
@@ -335,7 +337,7 @@ def test_verified_targets_labels_with_the_schedule_fastest_in_simulation(monkeyp
 def test_candidate_switch_cost_flag_is_validated_and_needs_the_oracle_warm_start():
     from policies.reconfig.train import ReconfigTrainConfig
 
-    base = dict(workload="matched-phases", wandb_mode="disabled", action_mode="target")
+    base = dict(workload=WorkloadSource(name="matched-phases"), wandb_mode="disabled", action_mode="target")
     cfg = ReconfigTrainConfig(**base, warm_start="oracle", oracle_candidate_switch_costs=(10, "20"))
     assert cfg.oracle_candidate_switch_costs == (10.0, 20.0)
     # "12" was read as its characters (costs 1 and 2); 5.0 and None raised TypeError from the message
@@ -399,7 +401,8 @@ def test_switching_cost_schedule_never_picks_a_composition_without_data_in_a_pha
     with pytest.raises(ValueError, match="switch_cost_s_per_gpu finite and >= 0"):
         select_targets(ttft, num, COUNTS, B, 0.0, float("inf"))
     with pytest.raises(ValueError, match="oracle_switch_cost_s_per_gpu must be >= 0 and finite, got inf"):
-        ReconfigTrainConfig(workload="phases", action_mode="target", wandb_mode="disabled", warm_start="oracle",
+        ReconfigTrainConfig(workload=WorkloadSource(name="phases"), action_mode="target", wandb_mode="disabled",
+                            warm_start="oracle",
                             oracle_switch_cost_s_per_gpu=float("inf"))
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from policies.common.checkpoint import SHIPPED_RESIDUAL
+from policies.common.checkpoint import SHIPPED_RESIDUAL, current_meta
 
-META = json.loads((SHIPPED_RESIDUAL / "train_config.json").read_text())
+# as every reader sees it: the keys of earlier releases renamed (the stored file keeps source.window_s)
+META = current_meta(json.loads((SHIPPED_RESIDUAL / "train_config.json").read_text()))
 
 
 def _config_from_argv(argv: list[str], tmp_path: Path):
@@ -31,7 +32,7 @@ def _comparable(train_config: dict, keys: dict) -> dict:
     """JSON form with the trace's file name only, restricted to the recorded keys (fields added
     to the configs later keep their defaults)."""
     d = json.loads(json.dumps(train_config))
-    d["source"]["trace"] = Path(d["source"]["trace"]).name
+    d["source"]["workload"]["trace"] = Path(d["source"]["workload"]["trace"]).name
     d["source"] = {k: d["source"][k] for k in keys["source"]}
     return {k: d[k] for k in keys}
 

@@ -9,6 +9,7 @@ from gymnasium import spaces
 
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
+from envs.workloads import WorkloadSource
 from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
 
 _OBS = spaces.Dict({"x": spaces.Box(0.0, 1.0, (2,), dtype=np.float32)})
@@ -107,7 +108,8 @@ def test_training_with_gamma_per_s_records_durations(tmp_path):
     from policies.routing.episodes import EpisodeSource
     from policies.routing.train import TrainConfig, training_sim_config
 
-    cfg = TrainConfig(source=EpisodeSource(workload="mixed-default", window_s=20.0), total_timesteps=64, n_steps=32,
+    cfg = TrainConfig(source=EpisodeSource(WorkloadSource(name="mixed-default"), episode_window_s=20.0), total_timesteps=64,
+                      n_steps=32,
                       batch_size=32, n_envs=2, gamma_per_s=0.8, wandb_mode="disabled", hidden_dim=8)
     sc = training_sim_config(cfg, SimConfig())
     assert sc.prediction_error.noise_sigma == 0.1 and SimConfig().prediction_error.noise_sigma == 0.0
@@ -141,7 +143,7 @@ def test_prediction_noise_makes_simulator_seeds_matter():
     from policies.routing.train import TrainConfig, training_sim_config
 
     wl = random_workload(80, rate_rps=8.0, seed=2)
-    cfg = TrainConfig(source=EpisodeSource(workload="mixed-default"), wandb_mode="disabled")
+    cfg = TrainConfig(source=EpisodeSource(WorkloadSource(name="mixed-default")), wandb_mode="disabled")
 
     def returns(sc):
         out = []
@@ -210,7 +212,8 @@ def test_replica_environments_replay_the_same_episodes():
     from policies.routing.train import TrainConfig, make_env_fn
 
     wins = [random_workload(30, rate_rps=6.0, seed=s) for s in range(6)]
-    cfg = TrainConfig(source=EpisodeSource(workload="mixed-default"), n_envs=3, gamma_per_s=0.9, input_baseline=True,
+    cfg = TrainConfig(source=EpisodeSource(WorkloadSource(name="mixed-default")), n_envs=3, gamma_per_s=0.9,
+                      input_baseline=True,
                       wandb_mode="disabled")
     venv = DummyVecEnv([make_env_fn(cfg, wins, SimConfig(pool=SMALL_POOL), i) for i in range(3)])
     venv.seed(5)
@@ -222,4 +225,4 @@ def test_replica_environments_replay_the_same_episodes():
             picks[i].append((e.unwrapped.window_index, e.unwrapped.sim.config.seed))
     assert picks[0] == picks[1] == picks[2] and len(set(picks[0])) > 1
     with pytest.raises(ValueError, match="input_baseline"):
-        TrainConfig(source=EpisodeSource(workload="mixed-default"), input_baseline=True)
+        TrainConfig(source=EpisodeSource(WorkloadSource(name="mixed-default")), input_baseline=True)

@@ -3,7 +3,6 @@ flags are errors, sizes are honoured (never clamped)."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
@@ -93,7 +92,7 @@ def test_train_reconfig_flags_change_the_trained_model(tmp_path):
 @pytest.mark.parametrize("argv", [
     ["train", "reconfig", "--hidden-dim", "32"],      # routing-only flag
     ["train", "reconfig", "--eval-every", "3"],       # routing-only flag
-    ["train", "routing", "--controller-window-s", "10"],  # reconfig-only flag
+    ["train", "routing", "--decision-window-s", "10"],  # reconfig-only flag
     ["train", "routing", "--no-capacity-features"],   # reconfig-only flag
     ["train", "reconfig", "--validation-windows", "3"],  # no such flag (reconfig validates on --validation-seeds)
     ["train", "routing", "--seed", "3"],              # the simulator seed is drawn from --train-seed
@@ -113,12 +112,14 @@ def test_minibatch_larger_than_rollout_is_an_error(tmp_path, capsys):
 
 
 def test_shared_workload_flags_reach_the_episode_source():
-    cfg = _cfg("routing", "--workload", "tool-agent", "--rate-scale", "2", "--window-s", "0", "120",
+    cfg = _cfg("routing", "--workload", "tool-agent", "--rate-scale", "2", "--arrival-window-s", "0", "120",
                "--episode-window-s", "30", "--eval-every", "3", "--workload-param", "duration_s=200")
-    expected = ("tool-agent", 0, None, 2.0, (0.0, 120.0), False, (("duration_s", 200),), 30.0, 3)
-    assert dataclasses.astuple(cfg.source)[1:] == expected
-    assert cfg.source.trace is None
-    assert _cfg("routing", "--trace", "t.jsonl", "--skip-invalid").source.skip_invalid  # a trace-only flag
+    w = cfg.source.workload
+    assert (w.name, w.seed, w.target_rps, w.rate_scale, w.arrival_window_s, w.skip_invalid, w.params) == \
+        ("tool-agent", 0, None, 2.0, (0.0, 120.0), False, (("duration_s", 200),))
+    assert (cfg.source.episode_window_s, cfg.source.eval_every) == (30.0, 3)
+    assert cfg.source.workload.trace is None
+    assert _cfg("routing", "--trace", "t.jsonl", "--skip-invalid").source.workload.skip_invalid  # a trace-only flag
 
 
 @pytest.mark.parametrize("kind, flag", [("routing", "--ent-coef"), ("routing", "--learning-rate"), ("routing", "--clip-range"),
@@ -149,9 +150,10 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
      "workload_seeds must be distinct integers >= 0, got [-1] (--workload-seeds)"),
     (["--workload-seeds", "1,1"],  # was accepted: one workload trained on twice
      "workload_seeds must be distinct integers >= 0, got [1, 1] (--workload-seeds)"),
-    (["--controller-window-s", "700"],  # was accepted: one decision per 600 s episode, on an empty window
-     "window_s must be shorter than episode_window_s (the controller decides once per window), got 700 s and 600 s "
-     "(--controller-window-s, --episode-window-s)"),
+    (["--decision-window-s", "700"],  # was accepted: one decision per 600 s episode, on an empty window
+     "decision_window_s must be shorter than episode_window_s (the controller decides once per window), got 700 s and "
+     "600 s "
+     "(--decision-window-s, --episode-window-s)"),
     (["--validation-seeds", "-2"],  # failed after training, at the first validation
      "validation_seeds must be distinct integers >= 0, got [-2] (--validation-seeds)"),
 ])

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from envs.workloads import default_traces_dir
+from envs.workloads import WorkloadSource, default_traces_dir
 from experiments.cli import main
 from tests.interrupt import patch_everywhere
 
@@ -112,7 +112,8 @@ def test_ctrl_c_in_train_reconfig_saves_model_and_statistics(tmp_path, stopped_a
     from policies.reconfig.train import ReconfigTrainConfig, read_initial_model, train_reconfig
 
     run, closed = stopped_at(KeyboardInterrupt(), 8)
-    cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), episode_window_s=100.0, total_timesteps=32,
+    cfg = ReconfigTrainConfig(workload=WorkloadSource(name="phases"), workload_seeds=(0,), episode_window_s=100.0,
+                              total_timesteps=32,
                               n_steps=8, batch_size=8, n_epochs=1, wandb_mode="offline", capacity_features=False)
     with pytest.raises(TrainingInterrupted) as info:
         train_reconfig(cfg, tmp_path, log=lambda s: None, progress="off")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from envs.workloads import default_traces_dir
+from envs.workloads import WorkloadSource, default_traces_dir
 from experiments.cli import main
 
 TRACE = str(default_traces_dir() / "conversation_trace.jsonl")
@@ -34,7 +34,8 @@ def test_reconfig_validation_without_a_finished_request_keeps_the_last_model(tmp
     from envs.sim import SimConfig
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), params=(("phase_duration_s", 15.0),),
+    cfg = ReconfigTrainConfig(workload=WorkloadSource(name="phases", params=(("phase_duration_s", 15.0),)),
+                              workload_seeds=(0,),
                               episode_window_s=60.0, total_timesteps=8, n_steps=8, batch_size=8, n_epochs=1,
                               validation_seeds=(5,), validate_every_steps=8, capacity_features=False,
                               wandb_mode="disabled")

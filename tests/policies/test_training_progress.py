@@ -11,7 +11,7 @@ import pytest
 
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
-from envs.workloads import default_traces_dir
+from envs.workloads import WorkloadSource, default_traces_dir
 from policies.common.callbacks import EPISODE_METRIC_KEYS, EpisodeMetrics
 
 PROGRESS = re.compile(r"train: (\d+)/(\d+) step .*episodes=(\d+), mean_ttft_s=([0-9.]+), slo_attainment=([0-9.]+)")
@@ -20,8 +20,8 @@ PROGRESS = re.compile(r"train: (\d+)/(\d+) step .*episodes=(\d+), mean_ttft_s=([
 def _source():
     from policies.routing.episodes import EpisodeSource
 
-    return EpisodeSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"), workload=None, target_rps=12.0,
-                         window_s=10.0)
+    return EpisodeSource(WorkloadSource(trace=str(default_traces_dir() / "conversation_trace.jsonl"), target_rps=12.0),
+                         episode_window_s=10.0)
 
 
 def test_episode_metrics_equal_the_simulator_summary():
@@ -81,7 +81,8 @@ def test_train_reconfig_progress(tmp_path, capfd, quiet):
     banner and sync hint went to stderr)."""
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    cfg = ReconfigTrainConfig(workload="phases", workload_seeds=(0,), episode_window_s=60.0, total_timesteps=8,
+    cfg = ReconfigTrainConfig(workload=WorkloadSource(name="phases"), workload_seeds=(0,), episode_window_s=60.0,
+                              total_timesteps=8,
                               n_steps=8, batch_size=8, n_epochs=1, wandb_mode="offline")
     train_reconfig(cfg, tmp_path, log=lambda s: None, progress="off" if quiet else "lines")
     err = capfd.readouterr().err

@@ -105,7 +105,7 @@ def _run_controller(load: float, seed: int, duration_s: float = 200.0, **overrid
     wl = _poisson_workload(load * _capacity_rps(cfg), duration_s, seed)
     sim = Simulator(wl, cfg)
     overrides.setdefault("decision", "paper-rule")
-    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, **overrides))
+    ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, **overrides))
     ctl.attach(sim)
     res = sim.run(LeastWorkRouter())
     return ctl, res
@@ -152,7 +152,7 @@ def test_lockout_delays_the_opposite_operation_on_the_same_gpus(dwell_s):
     cfg = SimConfig(pool=POOL, seed=0)
     wl = _two_level_workload(cfg, 1.4, 0.15, 60.0, 300.0)
     sim = Simulator(wl, cfg)
-    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, min_dwell_s=dwell_s,
+    ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, min_dwell_s=dwell_s,
                                               decision="paper-rule"))
     ctl.attach(sim)
     ops = sim.run(LeastWorkRouter()).extras["reconfig_operations"]
@@ -263,7 +263,8 @@ def _attached_target_controller(**overrides):
 
     cfg = SimConfig(pool=POOL, seed=0)
     sim = Simulator(_poisson_workload(2.0, 100.0, 0), cfg)
-    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, decision="target", **overrides))
+    ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, decision="target",
+                                              **overrides))
     ctl.attach(sim)
     ctl.predict = _StubPredictions({})
 

@@ -17,10 +17,10 @@ def _default(cls, name):
 
 def test_decision_window_default_is_the_shared_constant():
     assert DECISION_WINDOW_S == 20.0  # paper §6/§9
-    assert ControllerConfig().window_s is DECISION_WINDOW_S
-    assert inspect.signature(PrefillReconfigEnv).parameters["window_s"].default is DECISION_WINDOW_S
-    assert _default(ReconfigTrainConfig, "window_s") is DECISION_WINDOW_S
-    assert _default(DynamicPhasesConfig, "controller_window_s") is DECISION_WINDOW_S
+    assert ControllerConfig().decision_window_s is DECISION_WINDOW_S
+    assert inspect.signature(PrefillReconfigEnv).parameters["decision_window_s"].default is DECISION_WINDOW_S
+    assert _default(ReconfigTrainConfig, "decision_window_s") is DECISION_WINDOW_S
+    assert _default(DynamicPhasesConfig, "decision_window_s") is DECISION_WINDOW_S
 
 
 def test_target_degree_menu_default_is_the_shared_constant():

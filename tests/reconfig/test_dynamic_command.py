@@ -14,7 +14,7 @@ def test_dynamic_json_and_plot(tmp_path, capsys):
     p = argparse.ArgumentParser()
     dynamic.add_arguments(p)
     png = tmp_path / "plots" / "dyn.png"  # its folder is created
-    args = p.parse_args(["--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--controller-window-s", "10",
+    args = p.parse_args(["--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--decision-window-s", "10",
                          "--supported-degrees", "2,4",
                          "--compositions", "cp4x10;cp2x20", "--initial", "cp2x20", "--format", "json", "--plot", str(png),
                          "--decision", "paper-rule"])  # fast; the default decision runs in the other command tests
@@ -43,22 +43,23 @@ def test_dynamic_rejects_bad_rate_scale():
 
 @pytest.mark.slow
 def test_dynamic_window_is_the_workload_window_and_shared_flags_have_shared_defaults(tmp_path, capsys):
-    """``--window-s START END`` is the arrival window (as in every command); the controller
-    window is ``--controller-window-s``; pool flags come from the shared group (with the paper's
+    """``--arrival-window-s START END`` is the arrival window (as in every command); the controller
+    window is ``--decision-window-s``; pool flags come from the shared group (with the paper's
     CP degrees 2,4 as this command's default)."""
     from experiments.cli import build_parser, main
 
-    args = build_parser().parse_args(["dynamic", "--window-s", "0", "120"])
-    assert args.window_s == [0.0, 120.0] and args.controller_window_s == 20.0
+    args = build_parser().parse_args(["dynamic", "--arrival-window-s", "0", "120"])
+    assert args.arrival_window_s == [0.0, 120.0] and args.decision_window_s == 20.0
     assert args.supported_degrees == "2,4" and build_parser().parse_args(["simulate"]).supported_degrees == "1,2,4,8"
     assert args.pool_gpus == build_parser().parse_args(["simulate"]).pool_gpus
     out_dir = tmp_path / "out"
-    rc = main(["dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--window-s", "30", "90",
+    rc = main(["dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3", "--arrival-window-s", "30",
+               "90",
                "--supported-degrees", "2,4", "--compositions", "cp4x10", "--initial", "cp4x10", "--format", "json",
                "--out-dir", str(out_dir)])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["workload"]["window_s"] == [30.0, 90.0]
+    assert out["workload"]["arrival_window_s"] == [30.0, 90.0]
     assert [ph["kind"] for ph in out["phases"]] == ["short", "long"]
     assert [(ph["start_s"], ph["end_s"]) for ph in out["phases"]] == [(0.0, 30.0), (30.0, 60.0)]
     assert json.loads((out_dir / "provenance.json").read_text())["argv"]
@@ -95,10 +96,10 @@ def test_dynamic_empty_window_is_reported_before_profiling(capsys, monkeypatch):
         raise AssertionError("profiled capacities of an empty window")
 
     patch_everywhere(monkeypatch, measurement, "CapacityTable", no_profile)
-    assert main(["dynamic", "--window-s", "5000", "6000", "--quiet"]) == 2
+    assert main(["dynamic", "--arrival-window-s", "5000", "6000", "--quiet"]) == 2
     assert capsys.readouterr().err == (  # checked with the settings, before the history day and its profile
-        "cpgym dynamic: error: dynamic: window_s [5000, 6000) starts after the last phase (num_phases x "
-        "phase_duration_s = 600 s) (--window-s, --num-phases, --phase-duration-s)\n")
+        "cpgym dynamic: error: dynamic: arrival_window_s [5000, 6000) starts after the last phase (num_phases x "
+        "phase_duration_s = 600 s) (--arrival-window-s, --num-phases, --phase-duration-s)\n")
 
 
 @pytest.mark.slow
@@ -165,7 +166,8 @@ def test_phase_rates_as_fractions_of_capacity(monkeypatch):
 
     def fake_find_capacity(policy, rated, config, calibration=None, cache_dir=None, **_):
         kind = "short" if rated.base.metadata["phase_kinds"] == ["short"] else "long"
-        assert policy == "vertumnus-router" and rated.window_s == 150.0 and not rated.base.metadata["rising_rate"]
+        assert policy == "vertumnus-router" and rated.arrival_window_length_s == 150.0
+        assert not rated.base.metadata["rising_rate"]
         return capacity.CapacityResult(policy, "phases", caps[(kind, config.pool.composition)], 1.0, 1.0, [], {})
 
     patch_everywhere(monkeypatch, capacity, "find_capacity", fake_find_capacity)
@@ -303,10 +305,10 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
         warn_short_phases(DynamicPhasesConfig())  # the paper's 150 s phases
         warn_short_phases(DynamicPhasesConfig(phase_duration_s=60.0))  # exactly 3 windows of 20 s
         warn_short_phases(DynamicPhasesConfig(num_phases=1, phase_duration_s=10.0))  # no phase change
-        warn_short_phases(DynamicPhasesConfig(phase_duration_s=30.0, controller_window_s=10.0))
+        warn_short_phases(DynamicPhasesConfig(phase_duration_s=30.0, decision_window_s=10.0))
         # equal up to float rounding (3 x 1.1 = 3.3000000000000003): not shorter ("phases of 3.3 s are shorter than ... 3.3 s")
-        warn_short_phases(DynamicPhasesConfig(phase_duration_s=3.3, controller_window_s=1.1))
-        warn_short_phases(DynamicPhasesConfig(phase_duration_s=0.3, controller_window_s=0.1))
+        warn_short_phases(DynamicPhasesConfig(phase_duration_s=3.3, decision_window_s=1.1))
+        warn_short_phases(DynamicPhasesConfig(phase_duration_s=0.3, decision_window_s=0.1))
     with pytest.warns(DynamicPhasesWarning, match=r"phases of 59 s are shorter than the adaptive controller's reaction "
                                                   r"time \(3 windows of 20 s = 60 s"):
         warn_short_phases(DynamicPhasesConfig(phase_duration_s=59.0))
@@ -314,7 +316,7 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
                                                   r"--k-windows 4 sustained windows\)"):
         warn_short_phases(DynamicPhasesConfig(k_windows=4, phase_duration_s=90.0))
     # the three flags that set the reaction time; --k-windows only where it can be lowered
-    with pytest.warns(DynamicPhasesWarning, match=r"use --phase-duration-s >= 40 or a shorter --controller-window-s$"):
+    with pytest.warns(DynamicPhasesWarning, match=r"use --phase-duration-s >= 40 or a shorter --decision-window-s$"):
         warn_short_phases(DynamicPhasesConfig(k_windows=1, phase_duration_s=30.0))
     for bad in (0, -1, 2.5, True, "2"):
         with pytest.raises(ValueError, match="k_windows must be an integer >= 1"):
@@ -327,14 +329,14 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
     assert captured.err == ("cpgym dynamic: warning: phases of 30 s are shorter than the adaptive controller's reaction "
                             "time (3 windows of 20 s = 60 s: the window of the change, then --k-windows 2 sustained "
                             "windows), so the pool cannot adapt within a phase; use --phase-duration-s >= 60, a "
-                            "shorter --controller-window-s or a smaller --k-windows\n")
+                            "shorter --decision-window-s or a smaller --k-windows\n")
     assert [r["policy"] for r in json.loads(captured.out)["policies"]] == ["vertumnus-adaptive", "fixed cp4x10"]
 
 
-@pytest.mark.parametrize("flag", ["--controller-window-s", "--phase-duration-s", "--short-rate-rps", "--rate-scale"])
+@pytest.mark.parametrize("flag", ["--decision-window-s", "--phase-duration-s", "--short-rate-rps", "--rate-scale"])
 def test_dynamic_infinite_duration_window_or_rate_is_refused_naming_the_flag(flag, capsys, monkeypatch):
-    """`inf` passed the `> 0` check: --controller-window-s inf printed the short-phase warning's advice
-    "use --phase-duration-s >= inf", then failed in the controller with "controller.window_s must be > 0,
+    """`inf` passed the `> 0` check: --decision-window-s inf printed the short-phase warning's advice
+    "use --phase-duration-s >= inf", then failed in the controller with "controller.decision_window_s must be > 0,
     got inf" (no flag); --phase-duration-s inf failed in the workload generator without the flag."""
     import experiments.paper_experiments.dynamic_phases as dynamic_phases
     from experiments.cli import main
@@ -362,8 +364,8 @@ def test_dynamic_stopped_midway_keeps_its_provenance_and_finished_runs(tmp_path,
     out_dir = tmp_path / "out"
     with pytest.raises(RuntimeError, match="killed"):
         main(["--traceback", "dynamic", "--num-phases", "2", "--phase-duration-s", "60", "--rate-scale", "0.3",
-              "--window-s", "30", "90", "--supported-degrees", "2,4", "--compositions", "cp4x10", "--initial", "cp4x10",
-              "--quiet", "--out-dir", str(out_dir)])
+              "--arrival-window-s", "30", "90", "--supported-degrees", "2,4", "--compositions", "cp4x10",
+              "--initial", "cp4x10", "--quiet", "--out-dir", str(out_dir)])
     assert json.loads((out_dir / "provenance.json").read_text())["argv"]
     pol = pd.read_csv(out_dir / "policies.csv")
     assert list(pol["policy"]) == ["vertumnus-adaptive"] and "phase0_short_mean_ttft_s" in pol.columns

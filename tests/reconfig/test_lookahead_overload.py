@@ -162,7 +162,7 @@ def _controller_run(rate_rps: float, duration_s: float, factor: float):
     pool = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
     cfg = SimConfig(pool=pool, seed=0)
     sim = Simulator(_workload(rate_rps, duration_s), cfg)
-    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=ProfileConfig(duration_s=20.0),
+    ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=ProfileConfig(duration_s=20.0),
                                               lookahead=LookaheadConfig(num_replications=1, overload_rate_factor=factor)))
     ctl.attach(sim)
     sizes = ctl.sizes = []  # requests of every look-ahead simulation

@@ -17,7 +17,7 @@ POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", suppor
 
 
 def _plan(start: str, **kw) -> TransitionPlan:
-    args = dict(reconfig=ReconfigConfig(), window_s=20.0, max_gpus_per_window=8.0, max_ops_per_window=8)
+    args = dict(reconfig=ReconfigConfig(), decision_window_s=20.0, max_gpus_per_window=8.0, max_ops_per_window=8)
     args.update(kw)
     return TransitionPlan(start, **args)
 
@@ -32,8 +32,8 @@ def _composition(sim) -> dict[int, int]:
 def test_transition_plan_validation():
     with pytest.raises(ValueError, match="transition.from_composition must be a composition text"):
         _plan("")
-    with pytest.raises(ValueError, match="transition.window_s must be a finite number > 0"):
-        _plan("cp4x2", window_s=0.0)
+    with pytest.raises(ValueError, match="transition.decision_window_s must be a finite number > 0"):
+        _plan("cp4x2", decision_window_s=0.0)
     with pytest.raises(ValueError, match="transition.max_gpus_per_window must be > 0"):
         _plan("cp4x2", max_gpus_per_window=0.0)
     with pytest.raises(ValueError, match="transition.max_ops_per_window must be an integer >= 1"):
@@ -52,7 +52,7 @@ def test_transition_moves_through_the_protocol_in_planning_steps():
     # one CP-4 only.
     cfg = SimConfig(pool=replace_pool("cp4x2"), seed=0)
     sim = Simulator(_poisson_workload(4.0, 60.0, 0), cfg)
-    LookaheadPredictor._schedule_transition(sim, {1: 8}, _plan("cp4x2", max_gpus_per_window=4.0, window_s=5.0), 10.0)
+    LookaheadPredictor._schedule_transition(sim, {1: 8}, _plan("cp4x2", max_gpus_per_window=4.0, decision_window_s=5.0), 10.0)
     res = sim.run(LeastWorkRouter())
     ops = res.extras["reconfig_operations"]
     assert _composition(sim) == {1: 8}
@@ -85,7 +85,7 @@ def test_staying_put_costs_nothing_and_a_move_is_charged():
 def test_controller_scores_from_its_projected_composition():
     cfg = SimConfig(pool=POOL, seed=0)
     sim = Simulator(_poisson_workload(8.0, 100.0, 0), cfg)
-    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, decision="target",
+    ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, decision="target",
                                               target_degrees=(2, 4), target_transition=True,
                                               lookahead=LookaheadConfig(num_replications=1)))
     ctl.attach(sim)
@@ -133,7 +133,7 @@ def test_transition_waits_for_operations_still_confirming():
     # cp4x2 -> cp1x8: the first level switches at ~11.1 s and commits at ~19.1 s (8 s of
     # confirmation for 4 ranks); the step at 15 s falls in between, the one at 20 s goes on.
     sim = Simulator(_poisson_workload(4.0, 60.0, 0), SimConfig(pool=replace_pool("cp4x2"), seed=0))
-    plan = _plan("cp4x2", reconfig=ReconfigConfig(confirm_s_per_rank=2.0), window_s=5.0)
+    plan = _plan("cp4x2", reconfig=ReconfigConfig(confirm_s_per_rank=2.0), decision_window_s=5.0)
     LookaheadPredictor._schedule_transition(sim, {1: 8}, plan, 10.0)
     res = sim.run(LeastWorkRouter())
     assert _composition(sim) == {1: 8}
@@ -162,11 +162,11 @@ def test_transition_plan_rejects_a_start_the_pool_does_not_accept_naming_the_fie
         _plan("cp4x2", reconfig=None)
     with pytest.raises(ValueError, match="transition.max_ops_per_window must be an integer >= 1, got True"):
         _plan("cp4x2", max_ops_per_window=True)
-    with pytest.raises(ValueError, match="transition.window_s must be a finite number > 0, got '5'"):
-        _plan("cp4x2", window_s="5")
+    with pytest.raises(ValueError, match="transition.decision_window_s must be a finite number > 0, got '5'"):
+        _plan("cp4x2", decision_window_s="5")
     with pytest.raises(ValueError, match="transition.max_gpus_per_window must be > 0, got '8'"):
         _plan("cp4x2", max_gpus_per_window="8")
-    assert _plan("cp4x2", max_ops_per_window=np.int64(2), window_s=np.float64(5.0)).max_ops_per_window == 2
+    assert _plan("cp4x2", max_ops_per_window=np.int64(2), decision_window_s=np.float64(5.0)).max_ops_per_window == 2
 
 
 def test_transition_memo_is_keyed_by_the_whole_plan():
@@ -220,7 +220,7 @@ def test_target_decision_on_a_pool_degraded_by_a_fault(transition):
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 5.0, gpu=1),), detection_delay_s=1.0, rebuild_s=3.0,
                          repair_s=1000.0)
     sim = Simulator(_poisson_workload(8.0, 100.0, 0), SimConfig(pool=POOL, seed=0, faults=faults))
-    ctl = ReconfigController(ControllerConfig(window_s=20.0, k_windows=2, profile=FAST, decision="target",
+    ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, decision="target",
                                               target_degrees=(1, 2, 4), target_transition=transition,
                                               lookahead=LookaheadConfig(num_replications=1)))
     ctl.attach(sim)

@@ -23,7 +23,7 @@ def test_simulation_commands_and_episode_sources_default_to_the_one_named_worklo
     add_workload_arguments(p)
     src = workload_source_from_args(p.parse_args([]))
     assert (src.name, src.trace) == (DEFAULT_WORKLOAD, None)
-    assert EpisodeSource.__dataclass_fields__["workload"].default == DEFAULT_WORKLOAD
+    assert EpisodeSource.__dataclass_fields__["workload"].default.name == DEFAULT_WORKLOAD
 
 
 def test_routing_training_and_evaluation_default_to_the_one_trace(tmp_path, monkeypatch):
@@ -35,4 +35,4 @@ def test_routing_training_and_evaluation_default_to_the_one_trace(tmp_path, monk
     monkeypatch.undo()
     args = build_parser().parse_args(["train", "routing"])
     assert Path(args._default_trace) == default_trace_path()
-    assert Path(routing_source(EvaluationConfig(kind="routing", policy="least-work")).trace) == default_trace_path()
+    assert Path(routing_source(EvaluationConfig(kind="routing", policy="least-work")).workload.trace) == default_trace_path()

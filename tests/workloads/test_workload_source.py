@@ -7,7 +7,7 @@ import pytest
 from envs.workloads import WorkloadSource, build_workload
 from experiments.cli import build_parser
 
-FLAGS = ["--workload", "phases", "--workload-seed", "3", "--target-rps", "5", "--window-s", "0", "300"]
+FLAGS = ["--workload", "phases", "--workload-seed", "3", "--target-rps", "5", "--arrival-window-s", "0", "300"]
 
 
 @pytest.mark.slow
@@ -17,7 +17,7 @@ def test_spec_cli_and_both_trainers_build_identical_request_lists(tmp_path):
     from experiments.spec import WorkloadSpec
 
     parser = build_parser()
-    via_spec = WorkloadSpec(name="phases", seed=3, target_rps=5.0, window_s=(0.0, 300.0)).build()
+    via_spec = WorkloadSpec(name="phases", seed=3, target_rps=5.0, arrival_window_s=(0.0, 300.0)).build()
     via_cli = workload_from_args(parser.parse_args(["simulate", *FLAGS]))
     routing = configs_from_args(parser.parse_args(["train", "routing", *FLAGS, "--out", str(tmp_path)]))
     reconfig = configs_from_args(parser.parse_args(["train", "reconfig", *FLAGS, "--out", str(tmp_path)]))
@@ -35,7 +35,7 @@ def test_builder_applies_rate_then_window():
     scaled = build_workload(name="phases", seed=1, rate_scale=2.0)
     assert scaled.num_requests == base.num_requests
     assert scaled.requests[-1].arrival_time_s == pytest.approx(base.requests[-1].arrival_time_s / 2)
-    win = build_workload(name="phases", seed=1, rate_scale=2.0, window_s=(10, 20))
+    win = build_workload(name="phases", seed=1, rate_scale=2.0, arrival_window_s=(10, 20))
     assert 0 < win.num_requests < base.num_requests
 
 
@@ -44,7 +44,7 @@ def test_builder_applies_rate_then_window():
     ({"name": "phases", "trace": "x.jsonl"}, "exactly one"),
     ({"name": "phases", "target_rps": 1.0, "rate_scale": 2.0}, "exclusive"),
     ({"name": "phases", "target_rps": -1.0}, "target_rps"),
-    ({"name": "phases", "window_s": (5, 5)}, "window_s"),
+    ({"name": "phases", "arrival_window_s": (5, 5)}, "arrival_window_s"),
     ({"name": "phases", "seed": -1}, "seed"),
     # these failed without naming the field (NaN: "cannot convert float NaN to integer"; a
     # malformed window: "could not convert string to float" / "not enough values to unpack")
@@ -52,8 +52,8 @@ def test_builder_applies_rate_then_window():
     ({"name": "phases", "seed": float("nan")}, "seed must be an integer >= 0"),
     ({"name": "phases", "seed": True}, "seed must be an integer >= 0"),
     ({"name": "phases", "seed": "1"}, "seed must be an integer >= 0"),
-    ({"name": "phases", "window_s": ("a", 3)}, r"window_s must be two numbers \(start, end\)"),
-    ({"name": "phases", "window_s": (1,)}, r"window_s must be two numbers \(start, end\)"),
+    ({"name": "phases", "arrival_window_s": ("a", 3)}, r"arrival_window_s must be two numbers \(start, end\)"),
+    ({"name": "phases", "arrival_window_s": (1,)}, r"arrival_window_s must be two numbers \(start, end\)"),
     ({"trace": "x.jsonl", "params": (("duration_s", 1.0),)}, "params"),
     # a string or a list failed inside the comparison ("'>' not supported between 'str' and 'int'")
     ({"name": "phases", "target_rps": "5"}, "target_rps must be a finite number > 0, got '5'"),
@@ -73,7 +73,7 @@ def test_trainer_episode_defaults_are_single_sourced():
     from policies.reconfig.train import DEFAULT_RECONFIG_EPISODE_WINDOW_S, ReconfigTrainConfig
     from policies.routing.episodes import EpisodeSource
 
-    assert EpisodeSource().window_s == DEFAULT_WINDOW_S
+    assert EpisodeSource().episode_window_s == DEFAULT_WINDOW_S
     assert ReconfigTrainConfig().episode_window_s == DEFAULT_RECONFIG_EPISODE_WINDOW_S
     args = build_parser().parse_args(["train", "reconfig", "--out", "x"])
     assert args.episode_window_s == DEFAULT_RECONFIG_EPISODE_WINDOW_S
