@@ -46,9 +46,20 @@ def test_readme_block_runs(block, tmp_path):
     run_block(block, tmp_path, timeout_s=600)
 
 
+def _is_paper_reproduction(block) -> bool:
+    return any(c.startswith("cpgym reproduce") for c in block.commands())
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("block", [b for b in BLOCKS if b.slow], ids=lambda b: b.label)
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.slow and not _is_paper_reproduction(b)], ids=lambda b: b.label)
 def test_readme_slow_block_runs(block, tmp_path):
+    run_block(block, tmp_path, timeout_s=4 * 3600)
+
+
+@pytest.mark.paper
+@pytest.mark.parametrize("block", [b for b in BLOCKS if _is_paper_reproduction(b)], ids=lambda b: b.label)
+def test_readme_paper_reproduction_runs(block, tmp_path):
+    """The paper reproduction (about 30 minutes on 2 cores): ``python -m pytest -q -m paper``."""
     run_block(block, tmp_path, timeout_s=4 * 3600)
 
 
