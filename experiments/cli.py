@@ -225,8 +225,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unrecognized arguments: --seed 3``), not the top-level usage."""
     parser = build_parser()
     args, extras = parser.parse_known_args(normalize_argv(argv))
-    if extras:
-        _leaf_parser(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
+    renamed = deprecated_flags(argv)
+    if extras:  # named as the user spelled them (a deprecated flag the command lacks was renamed)
+        back = {new: old for old, new in renamed}
+        _leaf_parser(parser, args).error(f"unrecognized arguments: {' '.join(back.get(e, e) for e in extras)}")
+    given = argv[:argv.index("--")] if "--" in argv else argv
+    for old, new in renamed:
+        if any(a == new or a.startswith(new + "=") for a in given):
+            _leaf_parser(parser, args).error(f"{old} (deprecated) and {new} are the same option; give {new} only")
     return args
 
 
@@ -275,10 +281,13 @@ def _one_line_warnings(command: str):
     import warnings
 
     default = warnings.showwarning
+    shown: set[str] = set()  # a spec read three times (validation, planning, the run) warns once
 
     def show(message, category, filename, lineno, file=None, line=None):
         if category.__module__.split(".")[0] in _OWN_PACKAGES:
-            print(f"cpgym {command}: warning: {message}", file=sys.stderr if file is None else file)
+            if str(message) not in shown:
+                shown.add(str(message))
+                print(f"cpgym {command}: warning: {message}", file=sys.stderr if file is None else file)
         else:
             default(message, category, filename, lineno, file, line)
 

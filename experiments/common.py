@@ -260,6 +260,10 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
                           skip_invalid=args.skip_invalid)
 
 
+#: Generator arguments that other workload flags set: ``--workload-param`` refuses them.
+RESERVED_WORKLOAD_PARAMS = {"name": "the workload is named by --workload", "seed": "the seed is --workload-seed"}
+
+
 def parse_workload_params(items: list[str], flag: str = "--workload-param") -> tuple[tuple[str, object], ...]:
     """``["duration_s=120", "rising_rate=false"]`` -> ``(("duration_s", 120), ("rising_rate", False))``:
     values are read as int, float, true/false or else kept as text (the generator validates them).
@@ -274,6 +278,9 @@ def parse_workload_params(items: list[str], flag: str = "--workload-param") -> t
             raise ValueError(f"{flag} must be NAME=VALUE, got {item!r}")
         if name.strip() in out:
             raise ValueError(f"{flag} {name.strip()} given twice")
+        if flag == "--workload-param" and name.strip() in RESERVED_WORKLOAD_PARAMS:
+            raise ValueError(f"{flag} {name.strip()}: not a generator parameter here; "
+                             f"{RESERVED_WORKLOAD_PARAMS[name.strip()]}")
         value: object = text
         for conv in (int, float):
             try:

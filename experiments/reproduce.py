@@ -76,6 +76,7 @@ from experiments.paper_experiments.paper_rows import (
     reconfiguration_rows,
     run_cache_pairs,
 )
+from experiments.spec.paths import SpecDeprecationWarning
 from policies.common.policy_args import check_distinct
 
 #: Paper §9, Qwen3-30B-A3B, highest tested load, Vertumnus vs the strongest baseline.
@@ -222,13 +223,14 @@ DEPRECATED_DYNAMIC_PARAMS = {"window_s": "arrival_window_s", "controller_window_
 
 def _renamed_dynamic_params(params) -> tuple[tuple[str, object], ...]:
     """``params`` as ``((name, value), ...)`` with each earlier field name
-    (:data:`DEPRECATED_DYNAMIC_PARAMS`) replaced by its new one and a one-line ``FutureWarning``."""
+    (:data:`DEPRECATED_DYNAMIC_PARAMS`) replaced by its new one and a one-line
+    :class:`~experiments.spec.paths.SpecDeprecationWarning`."""
     out = []
     for k, v in dict(params).items():
         new = DEPRECATED_DYNAMIC_PARAMS.get(str(k))
         if new is not None:
             warnings.warn(f"--dynamic-param {k} is deprecated and will be removed in the next release; use {new}",
-                          FutureWarning, stacklevel=4)
+                          SpecDeprecationWarning, stacklevel=4)
         out.append((new or str(k), v))
     return tuple(out)
 

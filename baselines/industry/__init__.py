@@ -9,7 +9,7 @@ matched KV blocks of the request.
 
 from baselines.industry.dynamo import ActiveSequences, DynamoKVRouter, DynamoParams
 from baselines.industry.llmd import LlmdParams, LlmdRouter
-from baselines.industry.mooncake import MooncakeTTFTRouter
+from baselines.industry.mooncake_conductor import MooncakeTTFTRouter
 from baselines.industry.prefix_index import ApproxPrefixIndex
 from baselines.industry.sglang import SGLangCacheAwareRouter, SGLangParams
 from baselines.industry.static import StaticThresholdRouter, default_length_threshold_tokens, homogeneous_composition

@@ -15,6 +15,7 @@ from envs.sim import SimConfig
 from envs.workloads import WorkloadSource
 from experiments.cli import deprecation_notice, main, normalize_argv, parse_args
 from experiments.spec import WorkloadSpec, load_spec
+from experiments.spec.paths import SpecDeprecationWarning
 from experiments.spec.cells import cell_key
 from experiments.spec.paths import SpecDeprecationWarning
 from policies.common.checkpoint import current_meta
@@ -108,7 +109,7 @@ def test_old_fault_spec_key_loads_with_a_deprecation_warning(tmp_path):
 def test_old_dynamic_param_names_still_reach_their_fields():
     from experiments.reproduce import _renamed_dynamic_params
 
-    with pytest.warns(FutureWarning) as caught:
+    with pytest.warns(SpecDeprecationWarning) as caught:
         params = _renamed_dynamic_params((("window_s", "0,300"), ("controller_window_s", 10.0)))
     assert [str(w.message) for w in caught] == [
         "--dynamic-param window_s is deprecated and will be removed in the next release; use arrival_window_s",
@@ -176,3 +177,29 @@ def test_old_controller_policy_param_loads_with_a_deprecation_warning_and_the_sa
     key = cell_key(WorkloadSpec(name="tool-agent"), SimConfig(), "vertumnus-adaptive",
                    (("decision_window_s", 10.0), ("k_windows", 3)), {})
     assert key == "db9f86ad197f5692"
+
+
+def test_old_and_new_spelling_of_one_flag_together_are_one_error(capsys):
+    """`--window-s 0 5 --arrival-window-s 0 30` ran whichever came last, with a warning only."""
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["simulate", "--window-s", "0", "5", "--arrival-window-s", "0", "30"])
+    assert exc.value.code == 2
+    assert "--window-s (deprecated) and --arrival-window-s are the same option" in capsys.readouterr().err
+
+
+def test_a_deprecated_flag_a_command_lacks_is_named_as_typed(capsys):
+    """`cpgym evaluate --window-s 0 10` said 'unrecognized arguments: --arrival-window-s 0 10'."""
+    with pytest.raises(SystemExit):
+        parse_args(["evaluate", "--policy", "least-work", "--window-s", "0", "10"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --window-s 0 10" in err and "--arrival-window-s" not in err
+
+
+@pytest.mark.parametrize("param, hint", [("name", "--workload"), ("seed", "--workload-seed")])
+def test_workload_param_refuses_the_arguments_other_flags_set(param, hint, capsys):
+    """`--workload-param name=foo` / `seed=3` was a TypeError traceback (get_workload got multiple values)."""
+    code = main(["simulate", "--workload", "tool-agent", "--target-rps", "5", "--arrival-window-s", "0", "5",
+                 "--policy", "least-work", "--quiet", "--workload-param", f"{param}=3"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"--workload-param {param}: not a generator parameter" in err[0]
+    assert hint in err[0]
