@@ -15,7 +15,6 @@ from envs.sim import SimConfig
 from envs.workloads import WorkloadSource
 from experiments.cli import deprecation_notice, main, normalize_argv, parse_args
 from experiments.spec import WorkloadSpec, load_spec
-from experiments.spec.paths import SpecDeprecationWarning
 from experiments.spec.cells import cell_key
 from experiments.spec.paths import SpecDeprecationWarning
 from policies.common.checkpoint import current_meta
