@@ -58,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)  # every spec error is raised here, before anything runs
     out = Path(args.out) if args.out else default_out_dir(spec)
+    check_out_dir(str(out))  # a file there: one line naming --out, not "PATH: File exists"
+    # a refused run writes nothing: no stray folder for --jobs 0, no other sweep's provenance.json
+    # overwritten; --dry-run checks the same flags
+    check_sweep_target(spec, out, args.backend, args.jobs)
     if args.dry_run:
         cells = spec.resolve()
         finished, legacy = match_finished(cells, out)
@@ -74,9 +78,6 @@ def run(args: argparse.Namespace) -> int:
                   + " ".join(f"{k}={v}" for k, v in c.axes if k not in ("policy", "seed")))
         return 0
 
-    check_out_dir(str(out))  # a file there: one line naming --out, not "PATH: File exists"
-    # a refused run writes nothing: no stray folder for --jobs 0, no other sweep's provenance.json overwritten
-    check_sweep_target(spec, out, args.backend, args.jobs)
     write_provenance(out, argv=getattr(args, "argv", None))
     try:
         outcome = run_sweep(spec, out, backend=args.backend, jobs=args.jobs, wandb_mode=args.wandb,

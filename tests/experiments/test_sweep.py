@@ -164,6 +164,19 @@ def test_cli_dry_run_and_bad_backend_args(tmp_path, capsys, tiny_spec):
         run_sweep(load_spec(tiny_spec), tmp_path / "o", jobs=0)
 
 
+@pytest.mark.parametrize("flags, message", [(["--jobs", "0"], "--jobs must be >= 1, got 0"),
+                                            (["--out", "FILE"], "exists and is not a folder")])
+def test_dry_run_checks_the_flags_a_run_checks(flags, message, tmp_path, capsys, tiny_spec):
+    """`cpgym sweep --dry-run --jobs 0` and `--dry-run --out FILE` exited 0: the checks ran only
+    without --dry-run."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    flags = [str(blocker) if f == "FILE" else f for f in flags]
+    out = [] if "--out" in flags else ["--out", str(tmp_path / "o")]
+    assert main(["sweep", str(tiny_spec), *out, *flags, "--dry-run"]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
 def test_a_refused_sweep_writes_nothing(finished_sweep, tmp_path, tiny_spec, capsys, monkeypatch):
     import builtins
     import hashlib
