@@ -4,13 +4,13 @@ values the callers computed before their searches were merged into one module.""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import numpy as np
 
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import CostCoefficients
+from tests.policies.test_protocol import _tiny_trace
 
 D_S = 0.5  # constant service time [s] of the single-worker pool
 L_TOKENS = 1000
@@ -25,21 +25,6 @@ def single_worker() -> tuple[Calibration, SimConfig, Workload]:
     nb = -(-L_TOKENS // 512)
     reqs = tuple(Request(i, float(i), L_TOKENS, 1, tuple(range(10 * i, 10 * i + nb))) for i in range(120))
     return cal, cfg, Workload("uniform", reqs, kv_block_size_tokens=512)
-
-
-def tiny_trace(path, num_requests: int = 200, rate_rps: float = 4.0, seed: int = 0):
-    """A Mooncake-format JSONL trace: sessions sharing prefixes, Poisson arrivals [ms]."""
-    rng = np.random.default_rng(seed)
-    t = 0.0
-    with open(path, "w") as fh:
-        for i in range(num_requests):
-            t += rng.exponential(1000.0 / rate_rps)
-            n_blocks = int(rng.integers(1, 6))
-            sess = int(rng.integers(0, 8))
-            hashes = [sess * 1000 + k for k in range(n_blocks - 1)] + [100_000 + i]
-            fh.write(json.dumps({"timestamp": int(t), "input_length": n_blocks * 512 - int(rng.integers(0, 500)),
-                                 "output_length": 10, "hash_ids": hashes}) + "\n")
-    return path
 
 
 def sustainable_slo() -> tuple:
@@ -88,7 +73,7 @@ def protocol_queueing_delay(tmp_path) -> tuple:
     from policies.routing.protocol import capacity_rps
     from tests.envs.conftest import SMALL_POOL
 
-    base = workloads.load_trace(tiny_trace(tmp_path / "p.jsonl", num_requests=400))
+    base = workloads.load_trace(_tiny_trace(tmp_path / "p.jsonl", num_requests=400))
     cap = capacity_rps(lambda r: workloads.scale_to_rate(base, r), SimConfig(pool=SMALL_POOL), "least-work",
                        low_rps=0.25, high_rps=2048.0, max_queueing_delay_s=0.02, num_iterations=3)
     return cap.capacity_rps, cap.probes
@@ -98,7 +83,8 @@ def fault_drain_time(tmp_path) -> tuple:
     """``experiments.faults.estimate_capacity_rps`` (definition ``fault-drain-time``)."""
     from experiments.faults import FaultExperimentSpec, estimate_capacity_rps
 
-    spec = FaultExperimentSpec(name="pin", trace=str(tiny_trace(tmp_path / "f.jsonl")), arrival_window_s=(0.0, 20.0),
+    trace_f = _tiny_trace(tmp_path / "f.jsonl", num_requests=200)
+    spec = FaultExperimentSpec(name="pin", trace=str(trace_f), arrival_window_s=(0.0, 20.0),
                                scenarios=(("gpu", "unused.yaml"),),
                                policies=("least-work",), capacity_policy="least-work", capacity_search_rps=(4.0, 64.0),
                                capacity_iterations=3, capacity_drain_s=0.026)
@@ -110,7 +96,8 @@ def kv_tiers_queueing_delay(tmp_path, start_rps: float = 4.0) -> tuple:
     """``experiments.kv_tiers.estimate_capacity_rps`` (definition ``kv-tiers-queueing-delay``)."""
     from experiments.kv_tiers import estimate_capacity_rps
 
-    got = estimate_capacity_rps(str(tiny_trace(tmp_path / "k.jsonl")), SimConfig(pool=POOL8), "least-work", (0.0, 10.0),
+    trace_k = _tiny_trace(tmp_path / "k.jsonl", num_requests=200)
+    got = estimate_capacity_rps(str(trace_k), SimConfig(pool=POOL8), "least-work", (0.0, 10.0),
                                 start_rps=start_rps, queue_delay_bound_s=0.05, iterations=2)
     return got["capacity_rps"], tuple(got["probes"])
 
