@@ -15,7 +15,7 @@ from baselines.registry import get_policy
 HEURISTIC = "vertumnus-adaptive"
 TUNED_LABEL = "vertumnus-adaptive-tuned"
 
-def _tunable_params() -> dict:
+def tunable_params() -> dict:
     """The tunable parameters of ``vertumnus-adaptive`` and their defaults: the registry's own
     ``PolicySpec.params`` (``baselines/registry.py`` ``adaptive_spec``: every ``ControllerConfig``
     field, the look-ahead's ``LookaheadConfig`` fields as ``lookahead.<field>``, and the router's
@@ -23,8 +23,8 @@ def _tunable_params() -> dict:
     return dict(get_policy(HEURISTIC).params)
 
 
-def _default_params(names) -> dict:
-    defaults = _tunable_params()
+def default_params(names) -> dict:
+    defaults = tunable_params()
     return {k: defaults[k] for k in names}
 
 
@@ -46,7 +46,7 @@ def load_tuned_controller(path: str | Path) -> dict:
     if not isinstance(doc, dict) or doc.get("heuristic") != HEURISTIC or not isinstance(doc.get("params"), dict):
         raise ValueError(f"{p}: expected an object with \"heuristic\": \"{HEURISTIC}\" and a \"params\" object "
                          "(the file written by `python -m experiments.tune_controller`)")
-    unknown = sorted(set(doc["params"]) - set(_tunable_params()))
+    unknown = sorted(set(doc["params"]) - set(tunable_params()))
     if unknown:
         raise ValueError(f"{p}: params.{unknown[0]} is not a parameter of {HEURISTIC} (a ControllerConfig field, "
                          f"lookahead.<LookaheadConfig field>, beta or lambda; baselines/registry.py)")
@@ -69,4 +69,4 @@ def tuned_controller_spec(path: str | Path):
     return replace(spec, name=TUNED_LABEL)
 
 
-__all__ = ["HEURISTIC", "TUNED_LABEL", "load_tuned_controller", "tuned_controller_spec"]
+__all__ = ["HEURISTIC", "TUNED_LABEL", "default_params", "load_tuned_controller", "tunable_params", "tuned_controller_spec"]

@@ -32,7 +32,7 @@ import math
 import sys
 from pathlib import Path
 
-from baselines.tuned_controller import HEURISTIC, _default_params, _tunable_params
+from baselines.tuned_controller import HEURISTIC, default_params, tunable_params
 from envs.metrics.stats import ci95_halfwidth, ci_text
 from envs.metrics.table import metric_names
 from experiments.paper_experiments.cache_sensitivity import load_runs
@@ -59,11 +59,11 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
     runs = [r for d in dirs for r in load_runs(d, SELECTION_METRICS) if r["policy"] == policy]
     if not runs:
         raise ValueError(f"{sweep_dir}: no finished run of {policy!r}; run `cpgym sweep` with a spec over it first")
-    unknown = sorted({k for r in runs for k in r["params"]} - set(_tunable_params()))
+    unknown = sorted({k for r in runs for k in r["params"]} - set(tunable_params()))
     if unknown:
         raise ValueError(f"{sweep_dir}: swept parameter(s) {', '.join(unknown)} are not parameters of {HEURISTIC} "
                          f"(ControllerConfig fields, lookahead.<LookaheadConfig field>, beta, lambda)")
-    defaults = json.loads(json.dumps(_default_params(sorted({k for r in runs for k in r["params"]}))))
+    defaults = json.loads(json.dumps(default_params(sorted({k for r in runs for k in r["params"]}))))
     groups: dict[str, dict[int, dict]] = {}  # JSON of the setting (a list-valued parameter is not hashable) -> runs
     for r in runs:
         groups.setdefault(json.dumps({**defaults, **r["params"]}, sort_keys=True), {})[r["seed"]] = r
@@ -73,7 +73,7 @@ def select_controller_setting(sweep_dir: str | Path | list, policy: str = HEURIS
                          "(re-running `cpgym sweep` resumes) so that every setting has the same seeds")
     seeds = list(seed_sets.pop())
     names = sorted({k for key in groups for k in json.loads(key)})
-    default = groups.get(json.dumps(_default_params(names), sort_keys=True))  # tuples compare as JSON lists
+    default = groups.get(json.dumps(default_params(names), sort_keys=True))  # tuples compare as JSON lists
     grid = []
     for key in sorted(groups):
         by_seed = groups[key]

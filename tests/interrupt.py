@@ -38,8 +38,17 @@ def execute_cell_or_die(cell, out_dir: str) -> dict:
 def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     """``monkeypatch.setattr(module, name, replacement)``, and the same in every loaded module that
     bound the original object under ``name`` at import (``from module import name``): project modules
-    import what they use at module level, so patching the defining module alone would not reach them."""
+    import what they use at module level, so patching the defining module alone would not reach them.
+    Every project module is imported first: one first imported while the patch is active (a command
+    module the CLI's parser loads) would keep the replacement after the test."""
+    import importlib
+    import pkgutil
     import sys
+
+    for package in ("envs", "baselines", "policies", "experiments", "kernels_ref"):
+        root = importlib.import_module(package)
+        for info in pkgutil.walk_packages(root.__path__, package + "."):
+            importlib.import_module(info.name)
 
     original = getattr(module, name)
     monkeypatch.setattr(module, name, replacement)

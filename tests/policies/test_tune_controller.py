@@ -9,6 +9,7 @@ import pytest
 
 from baselines.tuned_controller import TUNED_LABEL, load_tuned_controller, tuned_controller_spec
 from experiments.tune_controller import main, select_controller_setting
+from tests.interrupt import patch_everywhere
 
 
 def _write_run(root, name, seed, params, mean_ttft_s, policy="vertumnus-adaptive"):
@@ -95,9 +96,10 @@ def test_tuned_target_degrees_the_pool_cannot_use_fail_before_any_run(target_deg
     """A tuned file's target_degrees outside the pool's degrees failed only when the tuned run
     started, after every other compared policy had run; ``true`` passed as degree 1."""
     import baselines.runner as runner
+    import policies.evaluate  # noqa: F401  (the evaluation modules bind run_policy when imported: before the patch)
     from experiments.cli import main as cli
 
-    monkeypatch.setattr(runner, "run_policy", lambda *a, **k: pytest.fail("ran before the tuned file was checked"))
+    patch_everywhere(monkeypatch, runner, "run_policy", lambda *a, **k: pytest.fail("ran before the tuned file was checked"))
     f = tmp_path / "tuned.json"
     f.write_text(json.dumps({"heuristic": "vertumnus-adaptive", "params": {"target_degrees": target_degrees}}))
     assert cli(["evaluate", "--policy", "none", "--kind", "reconfig", "--seeds", "1000", "--pool-gpus", "8",
@@ -202,10 +204,10 @@ def test_a_setting_whose_runs_finished_nothing_is_never_selected(tmp_path):
 def test_lookahead_parameters_are_tunable(tmp_path):
     # vertumnus-adaptive's look-ahead settings are flat parameters (lookahead.<field>); the
     # selection fills their defaults and the tuned file builds the policy with them
-    from baselines.tuned_controller import _default_params, _tunable_params, tuned_controller_spec
+    from baselines.tuned_controller import default_params, tunable_params, tuned_controller_spec
 
-    assert "lookahead.duration_s" in _tunable_params() and "lookahead" not in _tunable_params()
-    assert _default_params(["lookahead.duration_s", "target_margin"]) == {"lookahead.duration_s": 60.0,
+    assert "lookahead.duration_s" in tunable_params() and "lookahead" not in tunable_params()
+    assert default_params(["lookahead.duration_s", "target_margin"]) == {"lookahead.duration_s": 60.0,
                                                                            "target_margin": 0.05}
     f = tmp_path / "tuned.json"
     f.write_text(json.dumps({"heuristic": "vertumnus-adaptive",
