@@ -93,7 +93,7 @@ COMMAND_FLAG_ALIASES: dict[str, dict[str, str]] = {
 }
 
 # cpgym's own top-level packages: a ValueError raised from code in them is deliberate input validation.
-_OWN_PACKAGES = ("envs", "baselines", "policies", "kernels_ref", "experiments")
+_OWN_PACKAGES = ("envs", "baselines", "benchmark", "policies", "kernels_ref", "experiments")
 
 
 def _add_leaf(sub, name: str, module: str, help_text: str, command: str) -> None:

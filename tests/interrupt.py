@@ -45,7 +45,7 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     import pkgutil
     import sys
 
-    for package in ("envs", "baselines", "policies", "experiments", "kernels_ref"):
+    for package in ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref"):
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, package + "."):
             importlib.import_module(info.name)
@@ -54,5 +54,5 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     monkeypatch.setattr(module, name, replacement)
     for other in list(sys.modules.values()):
         if other is not module and getattr(other, "__name__", "").split(".")[0] in (
-                "envs", "baselines", "policies", "experiments", "kernels_ref") and getattr(other, name, None) is original:
+                "envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref") and getattr(other, name, None) is original:
             monkeypatch.setattr(other, name, replacement)

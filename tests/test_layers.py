@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("envs", "baselines", "policies", "experiments", "kernels_ref")
+PACKAGES = ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref")
 #: An import of a project module inside a function must say why on its line (or the line above):
 #: ``# lazy: <heavy optional dependency it loads>``.
 LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
