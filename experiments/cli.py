@@ -1,8 +1,15 @@
 """The ``cpgym`` command line.
 
-Each sub-command lives in its own module under ``experiments/commands/`` exposing
-``add_arguments(parser)`` and ``run(args) -> int``; this file only maps names to modules
-(imported lazily so that ``cpgym simulate`` does not import torch).
+Each sub-command is two modules named by one stem in :data:`COMMANDS`: its flags,
+``experiments/flags/STEM.py`` with ``add_arguments(parser)`` (light: it imports no torch,
+gymnasium, Stable-Baselines3, training code, pandas or matplotlib), and its run,
+``experiments/commands/STEM.py`` with ``run(args) -> int``, imported only when that command runs.
+Building the parser (:func:`build_parser`) imports flag modules only; ``cpgym COMMAND`` itself
+(:func:`main`) declares the flags of that one command (:class:`CommandParser`), so that its start-up
+does not pay for the others' declarations.
+
+Adding a command is one entry in :data:`COMMANDS` plus its two modules; a group of commands
+(``cpgym NAME SUB ...``) is one entry ``NAME: (group help, {SUB: (STEM, help), ...})``.
 
 Tooling commands are grouped: ``cpgym bench sim|env`` and ``cpgym kernels check|profile|calibrate``.
 The old spellings ``cpgym bench`` (no ``sim``/``env``), ``bench-env``, ``profile`` and ``calibrate``
@@ -26,49 +33,50 @@ from pathlib import Path
 
 from envs.sim.options import error_text
 
-# name -> (module, one-line help) for a command, or name -> (group help, {sub-name: (module, help)})
-# for a group of commands. Plain registry; add a line to add a command.
+# name -> (stem, one-line help) for a command, or name -> (group help, {sub-name: (stem, help)}) for
+# a group of commands; the stem names the flags module experiments/flags/STEM.py (add_arguments)
+# and the run module experiments/commands/STEM.py (run). Plain registry; add a line to add a command.
 COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = {
-    "simulate": ("experiments.commands.simulate",
+    "simulate": ("simulate",
                  "simulate a trace or workload under routing policies and print the comparison"),
-    "train": ("experiments.commands.train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
-    "evaluate": ("experiments.commands.evaluate",
+    "train": ("train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
+    "evaluate": ("evaluate",
                  "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
-    "tune": ("experiments.commands.tune", "tune a heuristic's parameters on the training windows of a scenario (JSON)"),
-    "dynamic": ("experiments.commands.dynamic",
+    "tune": ("tune", "tune a heuristic's parameters on the training windows of a scenario (JSON)"),
+    "dynamic": ("dynamic",
                 "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition "
                 "(per-phase TTFT, reconfiguration ops, plot)"),
-    "capacity": ("experiments.commands.capacity",
+    "capacity": ("capacity",
                  "sustainable rate per policy (highest rate whose backlog drains and SLOs hold), by bisection, cached"),
-    "reproduce": ("experiments.commands.reproduce",
+    "reproduce": ("reproduce",
                   "the paper's end-to-end evaluation: paper figure beside cpgym's with 95% CIs, "
                   "at loads relative to capacity"),
-    "compare": ("experiments.commands.compare",
+    "compare": ("compare",
                 "compare a policy suite at several request rates (paper-style table, % vs strongest baseline, plot)"),
-    "sweep": ("experiments.commands.sweep", "run an experiment spec's cells (resumable; local process pool or Ray)"),
-    "report": ("experiments.commands.report",
+    "sweep": ("sweep", "run an experiment spec's cells (resumable; local process pool or Ray)"),
+    "report": ("report",
                "plots and a Markdown summary (95% CIs over seeds) of a sweep, several sweeps or a folder of simulate runs"),
-    "cache-ablation": ("experiments.commands.cache_ablation",
+    "cache-ablation": ("cache_ablation",
                        "Vertumnus with local caches only vs with the global prefix-cache manager on tool-agent "
                        "at increasing rates"),
-    "kv-tiers": ("experiments.commands.kv_tiers",
+    "kv-tiers": ("kv_tiers",
                  "multi-tier KV study: HBM / + host DRAM / + store per policy at a fraction of capacity, "
                  "LRU vs queue-aware eviction"),
-    "cache-curve": ("experiments.commands.cache_curve",
+    "cache-curve": ("cache_curve",
                     "replay a trace through one LRU prefix cache of N blocks: token-weighted hit rate per N (cache sizing)"),
     "bench": ("benchmarks: `bench sim` (simulator speed), `bench env` (Gymnasium env speed)", {
-        "sim": ("experiments.commands.bench", "measure simulator speed (requests/s, simulated/wall time, peak memory)"),
-        "env": ("experiments.commands.bench_env", "measure Gymnasium env steps/s and per-decision policy latency"),
+        "sim": ("bench", "measure simulator speed (requests/s, simulated/wall time, peak memory)"),
+        "env": ("bench_env", "measure Gymnasium env steps/s and per-decision policy latency"),
     }),
     "kernels": ("reference CP attention kernels: `kernels check|profile|calibrate`", {
-        "check": ("experiments.commands.kernels",
+        "check": ("kernels",
                   "run the CP attention correctness suite against float64 references (CPU, gloo)"),
-        "profile": ("experiments.commands.profile",
+        "profile": ("profile",
                     "time CP prefill over an (R, P, C) grid, fit the cost model, write a calibration file"),
-        "calibrate": ("experiments.commands.calibrate",
+        "calibrate": ("calibrate",
                       "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
     }),
-    "faults": ("experiments.commands.faults",
+    "faults": ("faults",
                "every §9 policy and the learned router under a GPU failure, a straggler and a node failure "
                "at 0.8 x capacity (table, TTFT-over-time plots)"),
 }
@@ -96,15 +104,53 @@ COMMAND_FLAG_ALIASES: dict[str, dict[str, str]] = {
 _OWN_PACKAGES = ("envs", "baselines", "benchmark", "policies", "kernels_ref", "experiments")
 
 
-def _add_leaf(sub, name: str, module: str, help_text: str, command: str) -> None:
+#: Packages of the commands' flag declarations and of their runs (module ``PACKAGE.STEM``).
+FLAGS_PACKAGE = "experiments.flags"
+RUN_PACKAGE = "experiments.commands"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of one command whose flags are declared on first use: by :meth:`declare`, called
+    when it parses (``cpgym COMMAND ...``, ``--help`` included) or formats its help. The top-level
+    parser of :func:`main` builds every command this way and so imports only the flags module of
+    the command given; :func:`build_parser` declares every command at once (the CLI reference)."""
+
+    _flags_module: str | None = None
+
+    def declare(self) -> CommandParser:
+        """Imports the command's flags module and adds its flags (once); returns ``self``."""
+        module, self._flags_module = self._flags_module, None
+        if module is not None:
+            importlib.import_module(module).add_arguments(self)
+            _no_abbreviations(self)
+        return self
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.declare()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self.declare()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self.declare()
+        return super().format_help()
+
+
+def _add_leaf(sub, name: str, stem: str, help_text: str, command: str, declare: bool) -> None:
     # argparse %-formats `help` strings but prints `description` as written
     p = sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
-    p.set_defaults(_module=module, _command=command)
-    importlib.import_module(module).add_arguments(p)
+    p.set_defaults(_module=f"{RUN_PACKAGE}.{stem}", _command=command)
+    p._flags_module = f"{FLAGS_PACKAGE}.{stem}"
+    if declare:
+        p.declare()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``cpgym`` parser (every command, group and deprecated alias)."""
+def build_parser(declare: bool = True) -> argparse.ArgumentParser:
+    """The full ``cpgym`` parser (every command, group and deprecated alias). ``declare=False``
+    leaves each command's flags to be declared when that command parses (:class:`CommandParser`;
+    what :func:`main` uses): the same parser, less start-up."""
     parser = argparse.ArgumentParser(
         prog="cpgym", description="Adaptive context-parallel prefill serving: simulator, baselines, learned policies.",
         epilog="Deprecated aliases (kept for one release): `bench` without sim|env = `bench sim`, "
@@ -112,23 +158,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="re-raise every error with its full traceback (debugging); "
                              "by default input errors are one line on stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     sub.required = True
     for name, (first, second) in COMMANDS.items():
         if isinstance(second, str):
-            _add_leaf(sub, name, first, second, name)
+            _add_leaf(sub, name, first, second, name, declare)
             continue
         extra = f" (`cpgym {name} [options]` alone is the deprecated alias of `{name} {_BARE_GROUP_DEFAULT[name]}`)" \
             if name in _BARE_GROUP_DEFAULT else ""
         group = sub.add_parser(name, help=first + extra, description=first + extra)
-        group_sub = group.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+        group_sub = group.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=CommandParser)
         group_sub.required = True
-        for sub_name, (module, help_text) in second.items():
-            _add_leaf(group_sub, sub_name, module, help_text, f"{name} {sub_name}")
+        for sub_name, (stem, help_text) in second.items():
+            _add_leaf(group_sub, sub_name, stem, help_text, f"{name} {sub_name}", declare)
     for old, (group_name, sub_name) in ALIASES.items():
-        module, help_text = COMMANDS[group_name][1][sub_name]
-        _add_leaf(sub, old, module, f"deprecated alias of `cpgym {group_name} {sub_name}` (removed in the next release): "
-                  + help_text, f"{group_name} {sub_name}")
+        stem, help_text = COMMANDS[group_name][1][sub_name]
+        _add_leaf(sub, old, stem, f"deprecated alias of `cpgym {group_name} {sub_name}` (removed in the next release): "
+                  + help_text, f"{group_name} {sub_name}", declare)
     _no_abbreviations(parser)
     return parser
 
@@ -223,7 +269,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """Parses ``argv`` like ``build_parser().parse_args`` but reports an unknown option with the
     usage and name of the sub-command it was given to (``cpgym train routing: error:
     unrecognized arguments: --seed 3``), not the top-level usage."""
-    parser = build_parser()
+    parser = build_parser(declare=False)
     args, extras = parser.parse_known_args(normalize_argv(argv))
     renamed = deprecated_flags(argv)
     if extras:  # named as the user spelled them (a deprecated flag the command lacks was renamed)

@@ -16,33 +16,15 @@ from rich.markup import escape
 
 from envs.metrics.stats import ci_text
 from envs.provenance import write_provenance
-from envs.sim.options import add_config_arguments, check_out_file, config_from_args, split_name_list
+from envs.sim.options import check_out_file, config_from_args, split_name_list
 from envs.sim.pool import DEFAULT_COMPOSITION
-from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args, write_rows_csv
+from experiments.common import dumps_json, sim_config_from_args, write_rows_csv
+from experiments.flags.evaluate import add_arguments  # noqa: F401  (re-exported)
 from policies.common.policy_args import check_checkpoint_kind, check_policy_argument
 from policies.episode_rows import choose_reference, read_episode_rows, uneven_episodes
 from policies.evaluate import DEFAULT_ROUTING_AGAINST, EvaluationConfig, reconfig_workload, run_evaluation
 from policies.routing.evaluate import aggregate
 from policies.routing.protocol import VERTUMNUS_ROUTER, cell_table, evaluate_scenario, load_tuned_cells, scenarios
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, EvaluationConfig, title="policies and episodes (default: the checkpoint's training source)")
-    add_sim_arguments(p, seed=False)  # every episode's simulator seed is its --seeds entry
-    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
-    p.add_argument("--out", metavar="CSV", help="also write the per-episode rows to this CSV (and CSV.provenance.json); "
-                                                "the CSV is rewritten after each episode, so a run stopped midway keeps "
-                                                "its finished episodes (readable by --from-csv)")
-    p.add_argument("--quiet", action="store_true", help="no per-episode progress lines on stderr")
-    p.add_argument("--from-csv", metavar="CSV", help="re-aggregate per-episode rows written earlier by --out (runs nothing; "
-                                                     "only --kind, --reference and --format apply): routing, --kind "
-                                                     "reconfig or --loads/--protocol rows (told from the columns), "
-                                                     "printed as that run's table")
-    for action in p._actions:  # the CSV names its policies: --policy is required only when something runs
-        if action.dest == "policy":
-            action.required = False
-            action.help += " (required unless --from-csv)"
-
 
 #: EvaluationConfig fields that apply to ``--from-csv`` (the others choose what runs).
 FROM_CSV_FIELDS = ("kind", "reference")

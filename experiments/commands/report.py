@@ -8,15 +8,8 @@ from __future__ import annotations
 import argparse
 
 from envs.sim.options import check_out_dir
+from experiments.flags.report import add_arguments  # noqa: F401  (re-exported)
 from experiments.report import make_report
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR",
-                   help="a sweep's output folder, a folder of several sweeps, or a folder of `cpgym simulate --out` runs "
-                        "(grouped by workload and by the settings that differ); a run folder with a broken summary.json "
-                        "or requests.parquet is an error naming the file, not left out")
-    p.add_argument("--out", metavar="DIR", help="where to write the PNGs and report.md (default RUN_DIR/report)")
 
 
 def run(args: argparse.Namespace) -> int:
