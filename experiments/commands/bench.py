@@ -2,7 +2,13 @@
 (and per CPU-second of this process, robust to a shared machine), simulated time per
 wall time and peak memory, per policy, measured side by side in one process. With
 ``--kv-tiers hbm,dram[,store]`` each policy runs with the tiers and without them, alternating
-run by run, and both rows are reported."""
+run by run, and both rows are reported.
+
+``--format json``: ``{"workload", "load_time_s", "results": [row, ...]}``, one row per policy (and
+KV-tier setting) with ``num_requests``, ``wall_time_s`` and ``requests_per_wall_s``, ``cpu_time_s`` and
+``requests_per_cpu_s`` (``time.process_time`` of this process over the runs alone, in-loop: the
+workload is built before; the median of ``--repeat`` runs), ``sim_time_s``, ``sim_over_wall``,
+``peak_traced_memory_mib`` and ``num_workers``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cpgym bench`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.bench`)."""
+"""``cpgym bench sim`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.bench`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cpgym bench_env`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.bench_env`)."""
+"""``cpgym bench env`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.bench_env`)."""
 
 from __future__ import annotations
 

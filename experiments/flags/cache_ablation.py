@@ -1,4 +1,4 @@
-"""``cpgym cache_ablation`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.cache_ablation`)."""
+"""``cpgym cache-ablation`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.cache_ablation`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cpgym cache_curve`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.cache_curve`)."""
+"""``cpgym cache-curve`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.cache_curve`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cpgym calibrate`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.calibrate`)."""
+"""``cpgym kernels calibrate`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.calibrate`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cpgym kernels`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.kernels`)."""
+"""``cpgym kernels check`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.kernels`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cpgym kv_tiers`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.kv_tiers`)."""
+"""``cpgym kv-tiers`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.kv_tiers`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cpgym profile`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.profile`)."""
+"""``cpgym kernels profile`` flags: the declarations the parser reads (the run: :mod:`experiments.commands.profile`)."""
 
 from __future__ import annotations
 
