@@ -116,14 +116,28 @@ class CommandParser(argparse.ArgumentParser):
     the command given; :func:`build_parser` declares every command at once (the CLI reference)."""
 
     _flags_module: str | None = None
+    _command: str | None = None  # the command as the user names it in messages: "bench sim", "train routing"
 
     def declare(self) -> CommandParser:
-        """Imports the command's flags module and adds its flags (once); returns ``self``."""
+        """Imports the command's flags module and adds its flags (once); returns ``self``. A
+        command's own sub-commands (``train routing|reconfig|arms``) get ``_command`` defaults
+        naming them (``cpgym train routing: error: ...``)."""
         module, self._flags_module = self._flags_module, None
         if module is not None:
             importlib.import_module(module).add_arguments(self)
+            _name_sub_commands(self, self._command)
             _no_abbreviations(self)
         return self
+
+    def error(self, message: str):
+        """argparse's error for a bad value of one argument (a type or choice error, a missing or
+        extra value, an invalid list) as one line ``PROG: error: FLAG: expected ..., got ...``,
+        exit status 2 (:func:`value_error_line`); any other error (an unknown flag, a missing
+        required one) keeps argparse's usage and message."""
+        line = value_error_line(message, self)
+        if line is None:
+            super().error(message)
+        self.exit(2, f"{self.prog}: error: {line}\n")
 
     def parse_known_args(self, args=None, namespace=None):
         self.declare()
@@ -138,11 +152,68 @@ class CommandParser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def _name_sub_commands(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """Sets the ``_command`` default of each sub-parser under ``parser`` (a command's own
+    sub-commands, any depth) to ``command`` and its name, and their ``prog``-named errors follow."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command is not None:
+            for name, child in action.choices.items():
+                child.set_defaults(_command=f"{command} {name}")
+                if isinstance(child, CommandParser):
+                    child._command = f"{command} {name}"
+                _name_sub_commands(child, f"{command} {name}")
+
+
+#: argparse's messages for a bad value of one argument (``argument FLAG: DETAIL``; Python 3.11-3.13).
+_ARGUMENT_ERROR = re.compile(r"argument (?P<flag>[^:]+): (?P<detail>.*)", re.S)
+_TYPE_ERROR = re.compile(r"invalid (?P<type>\w+) value: (?P<value>.*)", re.S)
+_CHOICE_ERROR = re.compile(r"invalid choice: (?P<value>.*?) \(choose from (?P<choices>.*)\)", re.S)
+_NARGS_ERROR = re.compile(r"expected (?P<n>one|at least one|at most one|\d+) arguments?")
+_EXPLICIT_ERROR = re.compile(r"ignored explicit argument (?P<value>.*)", re.S)
+_TYPE_NAMES = {"int": "an integer", "float": "a number"}
+
+
+def value_error_line(message: str, parser: argparse.ArgumentParser | None = None) -> str | None:
+    """The one line ``FLAG: expected ..., got ...`` for argparse's error ``message`` about a bad
+    value of one argument: a value of the wrong type (``--target-rps abc``), a choice not offered
+    (``--format xml``, with a close match suggested), a flag without its value(s), a value given
+    to a flag that takes none, or an argparse ``type`` that rejected the text (a comma-separated
+    list: ``FLAG: must be ...``). ``None`` for the other errors (unknown or missing flags,
+    mutually exclusive ones): those keep argparse's usage. ``parser`` names the values a flag
+    with several takes (its metavar)."""
+    import difflib
+
+    m = _ARGUMENT_ERROR.fullmatch(message)
+    if m is None or m["detail"].startswith("not allowed with argument"):
+        return None
+    flag, detail = m["flag"], m["detail"]
+    if t := _TYPE_ERROR.fullmatch(detail):
+        return f"{flag}: expected {_TYPE_NAMES.get(t['type'], 'a ' + t['type'] + ' value')}, got {t['value']}"
+    if c := _CHOICE_ERROR.fullmatch(detail):
+        choices = [x.strip().strip("'") for x in c["choices"].split(",")]
+        close = difflib.get_close_matches(c["value"].strip("'"), choices, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"{flag}: expected one of {', '.join(choices)}, got {c['value']}{hint}"
+    if n := _NARGS_ERROR.fullmatch(detail):
+        if n["n"] in ("one", "at least one"):
+            return f"{flag}: expected a value, got none"
+        if n["n"] == "at most one":
+            return f"{flag}: expected at most one value, got more"
+        action = parser._option_string_actions.get(flag.split("/")[0]) if parser is not None else None
+        names = f" ({' '.join(action.metavar)})" if action is not None and isinstance(action.metavar, tuple) else ""
+        return f"{flag}: expected {n['n']} values{names}, got fewer"
+    if e := _EXPLICIT_ERROR.fullmatch(detail):
+        return f"{flag}: expected no value (a switch), got {e['value']}"
+    if detail.startswith(("expected", "must ")):  # an argparse `type` that names what it expects
+        return f"{flag}: {detail}"
+    return None
+
+
 def _add_leaf(sub, name: str, stem: str, help_text: str, command: str, declare: bool) -> None:
     # argparse %-formats `help` strings but prints `description` as written
     p = sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
     p.set_defaults(_module=f"{RUN_PACKAGE}.{stem}", _command=command)
-    p._flags_module = f"{FLAGS_PACKAGE}.{stem}"
+    p._flags_module, p._command = f"{FLAGS_PACKAGE}.{stem}", command
     if declare:
         p.declare()
 
@@ -151,7 +222,7 @@ def build_parser(declare: bool = True) -> argparse.ArgumentParser:
     """The full ``cpgym`` parser (every command, group and deprecated alias). ``declare=False``
     leaves each command's flags to be declared when that command parses (:class:`CommandParser`;
     what :func:`main` uses): the same parser, less start-up."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="cpgym", description="Adaptive context-parallel prefill serving: simulator, baselines, learned policies.",
         epilog="Deprecated aliases (kept for one release): `bench` without sim|env = `bench sim`, "
                + ", ".join(f"`{old}` = `{' '.join(new)}`" for old, new in ALIASES.items()) + ".")

@@ -154,8 +154,13 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
             raise ValueError(f"--slo-scale applies to --slo scaled only; with a fixed --slo {args.slo} drop it")
         slo = SLOConfig(kind="fixed", ttft_slo_s=seconds)
     given = {} if composition is None else {"composition": composition}  # else --pool-composition (PoolConfig's if left out)
-    pool = build_config(PoolConfig, args, exclude=("composition",) if given or not hasattr(args, "pool_composition") else (),
-                        **given)
+    try:
+        pool = build_config(PoolConfig, args, exclude=("composition",) if given or not hasattr(args, "pool_composition")
+                            else (), **given)
+    except ValueError as exc:  # 'composition item ...' names no flag: say which one the user typed
+        if given or getattr(args, "pool_composition", None) is None or not str(exc).startswith("composition"):
+            raise
+        raise ValueError(f"--pool-composition {args.pool_composition}: {exc}") from None
     cfg = build_config(SimConfig, args, exclude=() if hasattr(args, "seed") else ("seed",), pool=pool, slo=slo,
                        kv_tiers=tier_config_from_args(args))
     if overrides:
@@ -170,6 +175,28 @@ def _node_calibrations_from_args(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",")) if text else ()
 
 
+def check_workload_flags(args: argparse.Namespace) -> None:
+    """Checks the shared workload flags a command has (``--workload-seed``, ``--arrival-window-s``,
+    ``--target-rps``, ``--rate-scale``; one it lacks is skipped), so that a bad value is an error
+    naming the flag the user typed, not the :class:`~envs.workloads.WorkloadSource` field
+    (``workload: target_rps``) it would later fail in.
+
+    Raises:
+        ValueError: naming the flag, on a negative seed, an empty or negative window or a rate
+            that is not a finite number > 0.
+    """
+    seed = getattr(args, "workload_seed", None)
+    if seed is not None and seed < 0:
+        raise ValueError(f"--workload-seed must be an integer >= 0, got {seed}")
+    window = getattr(args, "arrival_window_s", None)
+    if window and not (0 <= window[0] < window[1]):
+        raise ValueError(f"--arrival-window-s START END needs 0 <= START < END, got {window[0]:g} {window[1]:g}")
+    for flag in ("target_rps", "rate_scale"):
+        v = getattr(args, flag, None)
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"--{flag.replace('_', '-')} must be a finite number > 0, got {v}")
+
+
 def workload_source_from_args(args: argparse.Namespace, default_workload: str | None = None,
                                default_trace: str | None = None):
     """The :class:`~envs.workloads.WorkloadSource` of the shared workload flags
@@ -180,15 +207,8 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
     Raises:
         ValueError: naming the flag, on a bad seed, rate or window.
     """
-    if args.workload_seed < 0:
-        raise ValueError(f"--workload-seed must be an integer >= 0, got {args.workload_seed}")
+    check_workload_flags(args)
     window = args.arrival_window_s
-    if window and not (0 <= window[0] < window[1]):
-        raise ValueError(f"--arrival-window-s START END needs 0 <= START < END, got {window[0]:g} {window[1]:g}")
-    for flag in ("target_rps", "rate_scale"):
-        v = getattr(args, flag)
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ValueError(f"--{flag.replace('_', '-')} must be a finite number > 0, got {v}")
     if default_workload is None and default_trace is None:
         default_workload = getattr(args, "_default_workload", DEFAULT_WORKLOAD)
         default_trace = getattr(args, "_default_trace", None)

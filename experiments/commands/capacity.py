@@ -24,6 +24,7 @@ from envs import workloads
 from envs.sim.options import check_out_dir
 from envs.workloads import DEFAULT_WORKLOAD, WORKLOADS
 from experiments.common import (
+    check_workload_flags,
     dumps_json,
     parse_workload_params,
     sim_config_from_args,
@@ -85,6 +86,7 @@ def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0), durat
     ``duration_param`` (``compare --loads``, whose runs use it) says to leave it to the runs."""
     if getattr(args, "target_rps", None) is not None or getattr(args, "rate_scale", None) is not None:
         raise ValueError("--target-rps / --rate-scale do not apply here: rates are set as load fractions or searched")
+    check_workload_flags(args)  # --workload-seed named as typed (was 'seed must be ... or a numpy.random.SeedSequence')
     start, end = args.arrival_window_s or default_window
     if not 0 <= start < end:
         raise ValueError(f"--arrival-window-s START END needs 0 <= START < END, got {start:g} {end:g}")

@@ -18,7 +18,7 @@ from envs.metrics.stats import ci_text
 from envs.provenance import write_provenance
 from envs.sim.options import check_out_file, config_from_args, split_name_list
 from envs.sim.pool import DEFAULT_COMPOSITION
-from experiments.common import dumps_json, sim_config_from_args, write_rows_csv
+from experiments.common import check_workload_flags, dumps_json, sim_config_from_args, write_rows_csv
 from experiments.flags.evaluate import add_arguments  # noqa: F401  (re-exported)
 from policies.common.policy_args import check_checkpoint_kind, check_policy_argument
 from policies.episode_rows import choose_reference, read_episode_rows, uneven_episodes
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if args.policy is None:
         raise ValueError("--policy is required (a checkpoint, 'shipped' or a policy name), unless --from-csv")
     check_out_file(args.out)  # before hours of evaluation, not after
+    check_workload_flags(args)  # --target-rps named as typed (was the workload field 'workload: target_rps')
     cfg = config_from_args(EvaluationConfig, args)
     if cfg.loads or cfg.protocol:
         check_policy_argument(cfg.policy)

@@ -315,7 +315,7 @@ def test_a_corrupt_init_from_fails_before_anything_is_written(tmp_path, capsys, 
     assert main(["train", "reconfig", "--init-from", str(d / "model.zip"), "--out", str(tmp_path / "run"), "--quiet",
                  "--wandb", "disabled"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"cpgym train: error: {d / junk}: {what} (") and len(err.splitlines()) == 1, err
+    assert err.startswith(f"cpgym train reconfig: error: {d / junk}: {what} (") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "run").exists()
 
 

@@ -280,7 +280,7 @@ def test_bad_phase_ttft_file_fails_before_anything_is_written(text, message, tmp
                "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith(f"cpgym train: error: --oracle-phase-ttft {path}") and message in err
+    assert err.startswith(f"cpgym train reconfig: error: --oracle-phase-ttft {path}") and message in err
     assert err.count("\n") == 1
     assert not out.exists()
 

@@ -130,7 +130,7 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
                  "--wandb", "disabled"]) == 2
     err = capsys.readouterr().err
     field = flag[2:].replace("-", "_")
-    assert err.startswith("cpgym train: error: ") and err.count("\n") == 1, err
+    assert err.startswith(f"cpgym train {kind}: error: ") and err.count("\n") == 1, err
     assert re.search(rf"{field} (must be )?a finite number", err) and re.search(r"got (.*, )?inf\b", err), err
     assert not (tmp_path / "run").exists()
 
@@ -160,7 +160,7 @@ def test_infinite_ppo_hyperparameters_are_rejected_before_training(kind, flag, t
 def test_reconfig_non_finite_settings_fail_before_anything_runs(flags, message, tmp_path, capsys):
     assert main(["train", "reconfig", *flags, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
                  "--wandb", "disabled"]) == 2
-    assert capsys.readouterr().err == f"cpgym train: error: {message}\n"
+    assert capsys.readouterr().err == f"cpgym train reconfig: error: {message}\n"
     assert not (tmp_path / "run").exists()
 
 
@@ -168,7 +168,7 @@ def test_residual_temperature_must_be_finite(tmp_path, capsys):
     # inf made the prior -J/tau vanish (a uniform prior) without a word
     assert main(["train", "routing", "--residual-tau-s", "inf", "--timesteps", "1", "--out", str(tmp_path / "run"),
                  "--quiet", "--wandb", "disabled"]) == 2
-    assert capsys.readouterr().err == ("cpgym train: error: residual_tau_s must be a finite number > 0, got inf "
+    assert capsys.readouterr().err == ("cpgym train routing: error: residual_tau_s must be a finite number > 0, got inf "
                                        "(--residual-tau-s)\n")
 
 
@@ -179,7 +179,7 @@ def test_train_seed_out_of_range_fails_before_anything_is_written(kind, seed, tm
     # 2**32 and above crashed in SB3's np.random.seed
     assert main(["train", kind, "--train-seed", seed, "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet",
                  "--wandb", "disabled"]) == 2
-    assert capsys.readouterr().err == (f"cpgym train: error: seed must be an integer in [0, 4294967295], got {seed} "
+    assert capsys.readouterr().err == (f"cpgym train {kind}: error: seed must be an integer in [0, 4294967295], got {seed} "
                                        "(--train-seed)\n")
     assert not (tmp_path / "run").exists()
 
@@ -202,7 +202,7 @@ def test_train_unknown_workload_fails_before_anything_is_written(kind, tmp_path,
     # the unknown name failed only when the trainer built the workload, after provenance.json had
     # been written to --out
     assert main(["train", kind, "--workload", "nope", "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet"]) == 2
-    assert capsys.readouterr().err.startswith("cpgym train: error: unknown workload 'nope'; known workloads: bursty, ")
+    assert capsys.readouterr().err.startswith(f"cpgym train {kind}: error: unknown workload 'nope'; known workloads: bursty, ")
     assert not (tmp_path / "run").exists()
 
 
@@ -229,7 +229,7 @@ def test_train_routing_bad_bc_policy_or_num_slots_fails_before_anything_is_writt
     # were already in --out (the behaviour-cloning policy after the environments were built)
     assert main(["train", "routing", "--workload", "tool-agent", "--workload-param", "duration_s=40", *flags,
                  "--timesteps", "1", "--out", str(tmp_path / "run"), "--quiet", "--wandb", "disabled"]) == 2
-    assert capsys.readouterr().err.startswith(f"cpgym train: error: {message}")
+    assert capsys.readouterr().err.startswith(f"cpgym train routing: error: {message}")
     assert not (tmp_path / "run").exists()
 
 
