@@ -154,7 +154,8 @@ class CommandParser(argparse.ArgumentParser):
 
 def _name_sub_commands(parser: argparse.ArgumentParser, command: str | None) -> None:
     """Sets the ``_command`` default of each sub-parser under ``parser`` (a command's own
-    sub-commands, any depth) to ``command`` and its name, and their ``prog``-named errors follow."""
+    sub-commands, any depth) to ``command`` and its name, the name :func:`main`'s messages give
+    (``cpgym train routing: error: ...``)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and command is not None:
             for name, child in action.choices.items():
