@@ -21,8 +21,12 @@ not left out, since a table cell would then average fewer seeds than the sweep r
 ``summary.json`` without a ``policy`` key is another tool's and is skipped.) Written into
 ``RUN_DIR/report/``:
 
+* ``ablation.png`` — when an axis is ablated (below): per workload/variant, the axis's values side
+  by side in one panel (mean TTFT, one y-axis) and the paired difference of each value to the
+  baseline value in % with its 95% CI;
 * ``ttft_vs_rate.png`` — mean and P90 TTFT [s] vs request rate [requests/s], one row of panels
-  per workload/variant, one line per policy, 95% CI over seeds as error bars;
+  per workload/variant, one line per policy (and ablated value), 95% CI over seeds as error bars;
+  with one rate there is no rate axis: x is the ablated values (or the policies), categorical;
 * ``ttft_cdf.png`` — empirical CDF of TTFT at each workload/variant's highest rate, seeds pooled;
 * ``slo_vs_rate.png`` — token-weighted TTFT SLO attainment (paper §3) vs rate;
 * ``composition.png`` — ACTIVE workers per CP degree over time (``extras["composition_series"]``
@@ -30,8 +34,26 @@ not left out, since a table cell would then average fewer seeds than the sweep r
 * ``cache_transfer.png`` — token-weighted prefix hit rate and KV-transfer volume [GB] vs rate;
   a metric that is 0 (or missing) in every run gets no panel, only a note in ``report.md``;
 * ``report.md`` — those figures and a table per workload/variant with a workload column and the
-  mean and 95% CI over seeds, plus the sweeps' failed and missing cells;
+  mean and 95% CI over seeds (and the paired-difference table of the ablated axis), plus the
+  sweeps' failed and missing cells;
 * ``summary_by_cell_group.csv`` — the numbers behind the tables.
+
+**Ablation.** The ablated axis of a sweep is the first axis in the spec's order that takes two or
+more values among its cells (a grid or listed setting such as ``cache_capacity_scale``, or a
+policy parameter ``<policy>.<param>``; not the rate or the seed); with none, and two or more
+policies, it is the policy (:func:`experiments.report_runs.ablated_axis`). It is not part of the
+variant: its values share a panel and a table. Other varying axes stay in the variant (rows of
+panels). The paired differences (:func:`experiments.report_ablation.paired_differences`) compare
+mean TTFT of each value with the baseline value (``--baseline``; default: the axis's first value
+in the spec) at the same workload, variant, rate and policy, over the seeds both ran: the mean
+of ``100 * (value's - baseline's) / baseline's mean`` with its 95% Student-t interval
+(:func:`envs.metrics.stats.paired_ci`).
+
+**Saturated cells** (open markers, ``(saturated)`` in the tables, ``saturated`` in the CSV): a
+cell is past saturation in at least one seed by both tests of
+:func:`baselines.capacity.saturated` (:func:`experiments.report_runs.run_saturated`), the
+verdict of ``cpgym simulate``'s "overloaded" warning and ``cpgym compare``'s ``saturated``
+column; there is no measured capacity in a sweep to compare a rate with.
 
 The request rate of a run is the swept ``workload.target_rps`` when there is one, else the
 workload's measured mean rate (``summary.json`` ``workload_rate_rps``, or ``(n - 1) / (last -
@@ -148,8 +170,8 @@ def _fmt(r, m: str, scale: float = 1.0, digits: int = 3) -> str:
 
 def _table(g, ablation: Ablation | None) -> list[str]:
     axis = bool(ablation is not None and ablation.axis != POLICY_AXIS and g["value"].fillna("").ne("").any())
-    lines = ["| workload | rate [req/s] | " + (f"{ablation.axis} | " if axis else "") + "policy | seeds | mean TTFT s | P90 TTFT s "
-             "| P99 TTFT s | SLO tok % | SLO req % | hit % | KV GB | unfinished |",
+    lines = ["| workload | rate [req/s] | " + (f"{ablation.axis} | " if axis else "") + "policy | seeds | mean TTFT s "
+             "| P90 TTFT s | P99 TTFT s | SLO tok % | SLO req % | hit % | KV GB | unfinished |",
              "|---|---:|" + "---|" * axis + "---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rank = {v: i for i, v in enumerate(ablation.values)} if ablation is not None else {}
     g = g.assign(rank=[rank.get(v, -1) for v in g["value"].fillna("")])
@@ -281,7 +303,7 @@ def _markdown(run_dir: Path, df, agg, rep: Report, sweeps: list[str], cells: dic
             lines += paired_table(group_pairs, ablation)
     lines += ["## Figures", ""]
     captions = {"ablation.png": "the ablated values side by side and their paired difference to the baseline",
-                "ttft_vs_rate.png": "TTFT vs request rate", "ttft_cdf.png": "TTFT CDF at the highest rate",
+                "ttft_vs_rate.png": "mean and P90 TTFT", "ttft_cdf.png": "TTFT CDF at the highest rate",
                 "slo_vs_rate.png": "token-weighted SLO attainment vs rate",
                 "composition.png": "worker composition over time"
                 + ("" if dynamic else " (no run reconfigured: static compositions)"),
