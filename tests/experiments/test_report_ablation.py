@@ -14,7 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from envs.sim import Calibration, LatencyConfig
+from baselines.capacity import saturated
+from baselines.registry import get_policy
+from baselines.runner import run_policy, write_run
+from envs.metrics import summarize
+from envs.sim import Calibration, LatencyConfig, SimConfig
+from envs.sim.pool import PoolConfig
+from envs.workloads.source import build_workload
 from experiments.cli import main
 from experiments.report import _aggregate, make_report
 from experiments.report_ablation import draw_ablation, paired_differences
@@ -151,14 +157,6 @@ def test_a_saturated_cell_is_marked_in_the_figure_and_the_tables(tmp_path):
 
 
 def test_the_saturation_verdict_is_that_of_simulate_on_real_runs(tmp_path):
-    from baselines.capacity import saturated
-    from baselines.registry import get_policy
-    from baselines.runner import run_policy, write_run
-    from envs.metrics import summarize
-    from envs.sim import SimConfig
-    from envs.sim.pool import PoolConfig
-    from envs.workloads.source import build_workload
-
     config = SimConfig(pool=PoolConfig(num_gpus=8, composition="cp2x4"))
     verdicts = []
     for rate in (4.0, 12.0):  # a small pool: sustainable at 4 requests/s, saturated at 12
