@@ -36,7 +36,8 @@ not left out, since a table cell would then average fewer seeds than the sweep r
 * ``report.md`` — those figures and a table per workload/variant with a workload column and the
   mean and 95% CI over seeds (and the paired-difference table of the ablated axis), plus the
   sweeps' failed and missing cells;
-* ``summary_by_cell_group.csv`` — the numbers behind the tables.
+* ``summary_by_cell_group.csv`` — the numbers behind the tables (``ablated_value``: the cell group's
+  value of the ablated axis, empty without one; ``saturated``: in any seed, empty when not known).
 
 **Ablation.** The ablated axis of a sweep is the first axis in the spec's order that takes two or
 more values among its cells (a grid or listed setting such as ``cache_capacity_scale``, or a
@@ -136,9 +137,9 @@ def _aggregate(df):
     import pandas as pd
 
     out = []
-    keys = ["workload", "variant", "value", "rate_rps", "policy"]
+    keys = ["workload", "variant", "ablated_value", "rate_rps", "policy"]
     for (workload, variant, value, rate, policy), g in df.groupby(keys, dropna=False, sort=True):
-        row = {"workload": workload, "variant": variant, "value": value, "rate_rps": rate, "policy": policy,
+        row = {"workload": workload, "variant": variant, "ablated_value": value, "rate_rps": rate, "policy": policy,
                "num_seeds": len(g), "saturated": any_saturated(g)}
         for m in METRICS:
             vals = g[m].astype(float) if m in g else pd.Series([math.nan] * len(g))
@@ -169,14 +170,14 @@ def _fmt(r, m: str, scale: float = 1.0, digits: int = 3) -> str:
 
 
 def _table(g, ablation: Ablation | None) -> list[str]:
-    axis = bool(ablation is not None and ablation.axis != POLICY_AXIS and g["value"].fillna("").ne("").any())
+    axis = bool(ablation is not None and ablation.axis != POLICY_AXIS and g["ablated_value"].fillna("").ne("").any())
     lines = ["| workload | rate [req/s] | " + (f"{ablation.axis} | " if axis else "") + "policy | seeds | mean TTFT s "
              "| P90 TTFT s | P99 TTFT s | SLO tok % | SLO req % | hit % | KV GB | unfinished |",
              "|---|---:|" + "---|" * axis + "---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rank = {v: i for i, v in enumerate(ablation.values)} if ablation is not None else {}
-    g = g.assign(rank=[rank.get(v, -1) for v in g["value"].fillna("")])
+    g = g.assign(rank=[rank.get(v, -1) for v in g["ablated_value"].fillna("")])
     for _, r in g.sort_values(["rate_rps", "rank", "policy"]).iterrows():
-        value = f"{r['value'] if r['value'] == r['value'] and r['value'] else '-'} | " * axis
+        value = f"{r['ablated_value'] if r['ablated_value'] == r['ablated_value'] and r['ablated_value'] else '-'} | " * axis
         policy = r["policy"] + (" (saturated)" if r["saturated"] is True else "")
         lines.append(f"| {r['workload']} | {r['rate_rps']:g} | {value}{policy} | {r['num_seeds']} | "
                      f"{_fmt(r, 'mean_ttft_s')} | "

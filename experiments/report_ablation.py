@@ -42,34 +42,34 @@ def paired_differences(df, ablation: Ablation, metric: str = PAIRED_METRIC):
 
     Args:
         df: one row per run (:func:`experiments.report_runs.load_runs`; columns workload, variant,
-            rate_rps, policy, value, seed, saturated, ``metric``).
+            rate_rps, policy, ablated_value, seed, saturated, ``metric``).
 
     Returns:
-        A DataFrame, one row per (workload, variant, rate_rps, policy, value) with a baseline to pair
-        with (the baseline's own rows left out): ``num_pairs``, ``baseline_mean`` and ``value_mean``
+        A DataFrame, one row per (workload, variant, rate_rps, policy, ablated_value) with a
+        baseline to pair with (the baseline's own rows left out): ``num_pairs``, ``baseline_mean`` and ``value_mean``
         (in the metric's unit, over the pairs), ``delta_pct``, ``ci_low_pct``, ``ci_high_pct`` (NaN
         without a pair, or for a baseline mean of 0), ``saturated`` (either side saturated in a
         paired seed; ``None``: not known).
     """
     import pandas as pd
 
-    d = df[df["value"].fillna("") != ""]
+    d = df[df["ablated_value"].fillna("") != ""]
     within = ["workload", "variant", "rate_rps"] + ([] if ablation.axis == POLICY_AXIS else ["policy"])
     rows = []
     for key, g in d.groupby(within, sort=True, dropna=False):
-        base = g[g["value"] == ablation.baseline]
+        base = g[g["ablated_value"] == ablation.baseline]
         if base.empty:
             continue  # e.g. a policy that does not take the ablated parameter
         b = base.groupby("seed")[metric].mean()
         for v in ablation.values:
-            other = g[g["value"] == v]
+            other = g[g["ablated_value"] == v]
             if v == ablation.baseline or other.empty:
                 continue
             a = other.groupby("seed")[metric].mean()
             seeds = sorted(s for s in set(a.index) & set(b.index) if len(finite_values([a[s], b[s]])) == 2)
             ref = float(b[seeds].mean()) if seeds else math.nan
             row = dict(zip(within, key))
-            row.update(policy=row.get("policy", v), value=v, num_pairs=len(seeds), baseline_mean=ref,
+            row.update(policy=row.get("policy", v), ablated_value=v, num_pairs=len(seeds), baseline_mean=ref,
                        value_mean=float(a[seeds].mean()) if seeds else math.nan)
             if seeds and ref != 0:
                 row["delta_pct"], row["ci_low_pct"], row["ci_high_pct"] = paired_ci(
@@ -78,7 +78,7 @@ def paired_differences(df, ablation: Ablation, metric: str = PAIRED_METRIC):
                 row["delta_pct"] = row["ci_low_pct"] = row["ci_high_pct"] = math.nan
             row["saturated"] = any_saturated(pd.concat([other[other["seed"].isin(seeds)], base[base["seed"].isin(seeds)]]))
             rows.append(row)
-    cols = ["workload", "variant", "rate_rps", "policy", "value", "num_pairs", "baseline_mean", "value_mean",
+    cols = ["workload", "variant", "rate_rps", "policy", "ablated_value", "num_pairs", "baseline_mean", "value_mean",
             "delta_pct", "ci_low_pct", "ci_high_pct", "saturated"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -102,7 +102,7 @@ def draw_ablation(agg, pairs, ablation: Ablation, metric: str = PAIRED_METRIC, l
     """The figure of :func:`fig_ablation` (a matplotlib Figure; ``None`` when no group has two values)."""
     import matplotlib.pyplot as plt
 
-    groups = [grp for grp in run_groups(agg) if in_group(agg, grp)["value"].fillna("").nunique() > 1
+    groups = [grp for grp in run_groups(agg) if in_group(agg, grp)["ablated_value"].fillna("").nunique() > 1
               or (ablation.axis == POLICY_AXIS and in_group(agg, grp)["policy"].nunique() > 1)]
     if not groups:
         return None
@@ -139,18 +139,18 @@ def _draw_pairs(ax, pairs, agg, ablation: Ablation, colors: dict[str, str], labe
         ax.text(0.5, 0.5, "no paired seeds", ha="center", va="center", transform=ax.transAxes)
         return
     one_rate = pairs["rate_rps"].nunique() == 1
-    others = [v for v in ablation.values if v != ablation.baseline and v in set(pairs["value"])]
+    others = [v for v in ablation.values if v != ablation.baseline and v in set(pairs["ablated_value"])]
     style = SeriesStyle.of(agg, colors, ablation)
     any_saturated = False
-    keys = ["policy"] if one_rate or ablation.axis == POLICY_AXIS else ["policy", "value"]
+    keys = ["policy"] if one_rate or ablation.axis == POLICY_AXIS else ["policy", "ablated_value"]
     for key, g in pairs.groupby(keys, sort=True):
         policy = key[0]
         if one_rate:
-            x = np.array([others.index(v) for v in g["value"]], dtype=float) + style.dodge(policy)
+            x = np.array([others.index(v) for v in g["ablated_value"]], dtype=float) + style.dodge(policy)
             color, label = style.color(policy), policy
         else:
             g = g.sort_values("rate_rps")
-            value = g["value"].iloc[0]
+            value = g["ablated_value"].iloc[0]
             x, color, label = g["rate_rps"].to_numpy(dtype=float), style.color(policy, value), style.label(policy, value)
         y = g["delta_pct"].to_numpy(dtype=float)
         err = np.vstack([np.nan_to_num(y - g["ci_low_pct"].to_numpy(dtype=float), nan=0.0),
@@ -178,7 +178,7 @@ def paired_table(pairs, ablation: Ablation) -> list[str]:
              "|---:|" + "---|" * per_policy + "---|---:|---:|---:|---:|---:|---:|"]
     for _, r in pairs.iterrows():
         mark = " (saturated)" if r["saturated"] is True else ""
-        cells = [f"{r['rate_rps']:g}"] + [str(r["policy"])] * per_policy + [f"{r['value']}{mark}", str(r["num_pairs"]),
+        cells = [f"{r['rate_rps']:g}"] + [str(r["policy"])] * per_policy + [f"{r['ablated_value']}{mark}", str(r["num_pairs"]),
                  _num(r["baseline_mean"], 3), _num(r["value_mean"], 3), _num(r["delta_pct"], 1, sign=True),
                  _num(r["ci_low_pct"], 1, sign=True), _num(r["ci_high_pct"], 1, sign=True)]
         lines.append("| " + " | ".join(cells) + " |")

@@ -73,9 +73,9 @@ def plain_number(x: float) -> str:
 def categories(agg, ablation) -> list[str]:
     """The x categories of a one-rate group: the ablated values present (spec order), then the
     policies of rows without the axis."""
-    present = set(agg["value"].fillna(""))
+    present = set(agg["ablated_value"].fillna(""))
     cats = [v for v in ablation.values if v in present] if ablation is not None else []
-    return cats + sorted(set(agg.loc[agg["value"].fillna("") == "", "policy"]))
+    return cats + sorted(set(agg.loc[agg["ablated_value"].fillna("") == "", "policy"]))
 
 
 def series_label(policy: str, value: str, ablation, num_policies: int) -> str:
@@ -100,7 +100,7 @@ class SeriesStyle:
 
     @classmethod
     def of(cls, agg, colors: dict[str, str], ablation=None) -> SeriesStyle:
-        values = set(agg["value"].fillna("")) - {""}
+        values = set(agg["ablated_value"].fillna("")) - {""}
         by_value = ablation is not None and ablation.axis != "policy" and len(values) > 1
         return cls(tuple(sorted(agg["policy"].unique())), colors, ablation, by_value)
 
@@ -165,22 +165,22 @@ def draw_series(ax, agg, metric: str, colors: dict[str, str], ablation=None, sca
     agg = agg[~agg[metric].isna()]
     if agg.empty:
         return False
-    agg = agg.assign(value=agg["value"].fillna(""))
+    agg = agg.assign(ablated_value=agg["ablated_value"].fillna(""))
     style = SeriesStyle.of(agg, colors, ablation)
     rank = {v: i for i, v in enumerate(ablation.values)} if ablation is not None else {}
     one_rate = agg["rate_rps"].nunique() == 1
     cats = categories(agg, ablation) if one_rate else []
     any_saturated = False
-    keys = ["policy"] if one_rate else ["policy", "value"]
+    keys = ["policy"] if one_rate else ["policy", "ablated_value"]
     for key, g in sorted(agg.groupby(keys, sort=False),
-                         key=lambda kg: (rank.get(kg[1]["value"].iloc[0], -1), style.policies.index(kg[0][0]))):
+                         key=lambda kg: (rank.get(kg[1]["ablated_value"].iloc[0], -1), style.policies.index(kg[0][0]))):
         policy = key[0]
         if one_rate:
-            g = g.assign(x=[cats.index(v or p) for v, p in zip(g["value"], g["policy"])]).sort_values("x")
+            g = g.assign(x=[cats.index(v or p) for v, p in zip(g["ablated_value"], g["policy"])]).sort_values("x")
             x, color, label = g["x"].to_numpy(dtype=float) + style.dodge(policy), style.color(policy), policy
         else:
             g = g.sort_values("rate_rps")
-            value = g["value"].iloc[0]
+            value = g["ablated_value"].iloc[0]
             x, color, label = g["rate_rps"].to_numpy(dtype=float), style.color(policy, value), style.label(policy, value)
         y = g[metric].to_numpy(dtype=float) * scale
         lo = np.nan_to_num(y - g[metric + "_ci95_low"].to_numpy(dtype=float) * scale, nan=0.0)

@@ -223,10 +223,11 @@ def _variants(rows: list[dict]) -> None:
     for r in rows:
         if r["kind"] == "cell":
             parts = [f"sweep={r['sweep']}"] * (len(sweeps) > 1) + [f"{k}={v}" for k, v in r["axes"].items() if k != axis]
-            r["value"] = r["policy"] if axis == POLICY_AXIS else (value_label(r["axes"][axis]) if axis in r["axes"] else "")
+            own = value_label(r["axes"][axis]) if axis in r["axes"] else ""  # "": a policy without the parameter
+            r["ablated_value"] = r["policy"] if axis == POLICY_AXIS else own
         else:
             parts = [f"{k}={r['config_fields'].get(k)}" for k in differing]
-            r["value"] = ""
+            r["ablated_value"] = ""
         r["variant"] = ", ".join(parts)
 
 

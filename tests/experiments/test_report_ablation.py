@@ -144,7 +144,7 @@ def test_a_saturated_cell_is_marked_in_the_figure_and_the_tables(tmp_path):
     assert "| mixed-default | 20 | 0.5 | least-work (saturated) | 3 |" in md
     assert "| mixed-default | 20 | 1.0 | least-work | 3 |" in md and "| 20 | least-work | 0.5 (saturated) | 3 |" in md
     table = pd.read_csv(rep.out_dir / "summary_by_cell_group.csv")
-    assert {(v, r): s for v, r, s in zip(table["value"], table["rate_rps"], table["saturated"])} == {
+    assert {(v, r): s for v, r, s in zip(table["ablated_value"], table["rate_rps"], table["saturated"])} == {
         (0.5, 10.0): False, (0.5, 20.0): True, (1.0, 10.0): False, (1.0, 20.0): False}
     df = load_runs(out)
     ab = Ablation.of(df)
@@ -178,7 +178,7 @@ def test_several_policies_and_no_other_axis_ablate_the_policy(tmp_path):
     b = np.array(TTFT[("1.0", 10.0)])
     d = 100.0 * 0.5 * b / b.mean()
     half = 4.303 * d.std(ddof=1) / math.sqrt(3)
-    assert list(pairs["value"]) == ["least-work"] and pairs["num_pairs"].iloc[0] == 3
+    assert list(pairs["ablated_value"]) == ["least-work"] and pairs["num_pairs"].iloc[0] == 3
     assert tuple(pairs.iloc[0][["delta_pct", "ci_low_pct", "ci_high_pct"]]) == pytest.approx((50.0, 50.0 - half, 50.0 + half))
 
 
