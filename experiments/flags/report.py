@@ -11,3 +11,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(grouped by workload and by the settings that differ); a run folder with a broken summary.json "
                         "or requests.parquet is an error naming the file, not left out")
     p.add_argument("--out", metavar="DIR", help="where to write the PNGs and report.md (default RUN_DIR/report)")
+    p.add_argument("--baseline", metavar="VALUE",
+                   help="the value of the ablated axis (the first setting that takes several values, else the policy) "
+                        "that the paired differences refer to (default: its first value in the spec)")
