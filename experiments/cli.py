@@ -68,6 +68,19 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
         "calibrate": ("experiments.commands.calibrate",
                       "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
     }),
+    "benchmark": ("the cpgym benchmark (named tasks, sealed splits, one protocol, a validated leaderboard): "
+                  "`benchmark list|run|capacity|leaderboard|validate`", {
+        "list": ("experiments.commands.benchmark_list", "the benchmark's tasks with their capacity, rate and splits"),
+        "run": ("experiments.commands.benchmark_run",
+                "policies on benchmark tasks: one row per (task, policy) vs the task's reference, paired 95% CI"),
+        "capacity": ("experiments.commands.benchmark_capacity",
+                     "re-measure tasks' capacity on their training split and store it (benchmark/capacity.json)"),
+        "leaderboard": ("experiments.commands.benchmark_leaderboard",
+                        "regenerate results/benchmark/LEADERBOARD.md from the entries and the test-split ledger"),
+        "validate": ("experiments.commands.benchmark_validate",
+                     "re-run a leaderboard entry and check it number by number (exit 1 on a mismatch)"),
+        # "tune": ("experiments.commands.benchmark_tune", "..."),  -- registered together with that module
+    }),
     "faults": ("experiments.commands.faults",
                "every §9 policy and the learned router under a GPU failure, a straggler and a node failure "
                "at 0.8 x capacity (table, TTFT-over-time plots)"),

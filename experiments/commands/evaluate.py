@@ -18,7 +18,7 @@ from envs.metrics.stats import ci_text
 from envs.provenance import write_provenance
 from envs.sim.options import add_config_arguments, check_out_file, config_from_args, split_name_list
 from envs.sim.pool import DEFAULT_COMPOSITION
-from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args, write_rows_csv
+from experiments.common import add_sim_arguments, dumps_json, print_unclipped, sim_config_from_args, write_rows_csv
 from policies.common.policy_args import check_checkpoint_kind, check_policy_argument
 from policies.episode_rows import choose_reference, read_episode_rows, uneven_episodes
 from policies.evaluate import DEFAULT_ROUTING_AGAINST, EvaluationConfig, reconfig_workload, run_evaluation
@@ -290,13 +290,3 @@ def _print_routing(rows: list[dict], reference: str | None, seeds, where: str, f
                   *([f("delta_mean_ttft_s", "{:+.3f}"), f("delta_slo_attainment", "{:+.3f}")] if reference else []))
     print_unclipped(t)
     return 0
-
-
-def print_unclipped(table) -> None:
-    """Prints a rich table at least 160 columns wide and as wide as it needs, so that no cell (a
-    long policy name, a header naming the reference policy) is ever cut to "…"."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    wide = Console(width=100_000)  # measure without a width limit
-    Console(width=max(160, Measurement.get(wide, wide.options, table).maximum)).print(table)
