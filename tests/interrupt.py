@@ -53,6 +53,7 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     original = getattr(module, name)
     monkeypatch.setattr(module, name, replacement)
     for other in list(sys.modules.values()):
-        if other is not module and getattr(other, "__name__", "").split(".")[0] in (
-                "envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref") and getattr(other, name, None) is original:
+        top = getattr(other, "__name__", "").split(".")[0]
+        own = top in ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref")
+        if other is not module and own and getattr(other, name, None) is original:
             monkeypatch.setattr(other, name, replacement)

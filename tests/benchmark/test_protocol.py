@@ -144,3 +144,17 @@ def test_untuned_default_reuses_the_reference_rows():
     res = run_benchmark([Contender("vertumnus-router", vr, spec="vertumnus-router")], [TASK], "validation",
                         max_episodes=1)[0]
     assert res["summary"]["delta_mean_ttft_pct"] == 0.0 and math.isnan(res["summary"]["ci_low"])
+
+
+def test_gymnasium_entry_builds_the_tasks_split_train_by_default():
+    import gymnasium as gym
+
+    import envs
+
+    envs.register_envs()
+    env = gym.make("cpgym/Benchmark-v1", task=TASK.id, max_episodes=2)
+    assert {w.metadata["split"] for w in env.unwrapped.windows} == {"train"}
+    val = gym.make("cpgym/Benchmark-v1", task=TASK.id, split="validation")
+    assert [w.metadata["episode_index"] for w in val.unwrapped.windows] == list(range(6))
+    with pytest.raises(ValueError, match="unknown task"):
+        gym.make("cpgym/Benchmark-v1", task="routing/nope-v1")
