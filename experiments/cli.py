@@ -33,7 +33,8 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
                  "simulate a trace or workload under routing policies and print the comparison"),
     "train": ("experiments.commands.train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
     "evaluate": ("experiments.commands.evaluate",
-                 "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
+                 "a policy against others on one benchmark task (the benchmark protocol: paired 95% CIs vs the "
+                 "task's reference)"),
     "tune": ("experiments.commands.tune", "tune a heuristic's parameters on the training windows of a scenario (JSON)"),
     "dynamic": ("experiments.commands.dynamic",
                 "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition "
@@ -103,6 +104,7 @@ FLAG_ALIASES: dict[str, str] = {
 }
 COMMAND_FLAG_ALIASES: dict[str, dict[str, str]] = {
     "reproduce": {"--window-s": "--arrival-window-length-s"},  # one number: the window [0, LENGTH)
+    "evaluate": {"--max-windows": "--max-episodes"},  # the benchmark protocol's episodes
 }
 
 # cpgym's own top-level packages: a ValueError raised from code in them is deliberate input validation.

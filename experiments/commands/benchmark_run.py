@@ -24,7 +24,7 @@ from benchmark.protocol import QUICK_EPISODES, run_benchmark
 from benchmark.tasks import parse_task_ids
 from envs.sim.options import check_out_file
 from experiments.benchmark_specs import resolve_specs
-from experiments.common import dumps_json, print_unclipped, write_text_atomic
+from experiments.common import dumps_json, print_unclipped, write_rows_csv, write_text_atomic
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"at most {QUICK_EPISODES} episodes per task, evenly spread (a smoke run, not a result)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
     p.add_argument("--out", metavar="FILE", help="also write {\"rows\": summary rows, \"episodes\": per-episode rows} "
-                                                 "as JSON to FILE")
+                                                 "as JSON to FILE (FILE.csv: the per-episode rows as CSV)")
     p.add_argument("--ledger", metavar="FILE", default=str(DEFAULT_LEDGER),
                    help=f"the test-split ledger a --split test run is appended to (default {DEFAULT_LEDGER})")
     p.add_argument("--entries", metavar="DIR", nargs="?", const=str(ENTRIES_DIR), default=None,
@@ -55,11 +55,19 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--tasks: {exc}".replace("--tasks: --tasks", "--tasks")) from None
     if args.entries is not None and args.split != "test":
         raise ValueError("--entries: leaderboard entries are test-split results; add --split test")
+    return execute(list(args.policy), tasks, args, QUICK_EPISODES if args.quick else None)
+
+
+def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episodes: int | None) -> int:
+    """Runs ``specs`` on ``tasks`` (``benchmark.protocol.run_benchmark``) and reports as ``args``
+    say (``split``, ``format``, ``out``, ``ledger``, ``entries`` (optional), ``quiet``, ``argv``);
+    shared with ``cpgym evaluate`` (a view of the same protocol). ``--out`` ending in ``.csv``:
+    the per-episode rows as CSV; else JSON ``{"rows": summary rows, "episodes": per-episode rows}``."""
     check_out_file(args.out)
     check_out_file(args.ledger, "--ledger")
-    contenders = {t.id: resolve_specs(list(args.policy), t) for t in tasks}  # every SPEC checked before any run
+    contenders = {t.id: resolve_specs(specs, t) for t in tasks}  # every SPEC checked before any run
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
-    max_episodes = QUICK_EPISODES if args.quick else None
+    entries = getattr(args, "entries", None)
     command = shlex.join(getattr(args, "argv", None) or ["cpgym", "benchmark", "run"])
     commit = commit_id()
     results = []
@@ -69,17 +77,18 @@ def run(args: argparse.Namespace) -> int:
             date = utc_now()
             append_ledger(args.ledger, [ledger_line(r["summary"], r["contender"].spec or r["contender"].label,
                                                     r["contender"].checkpoint_sha256, commit, date) for r in res])
-        if args.entries is not None:
+        if entries is not None:
             for r in res:
                 c = r["contender"]
-                write_entry(args.entries, make_entry(r["summary"], r["episodes"], c.spec or c.label, c.checkpoint_sha256,
-                                                     max_episodes, commit, command))
+                write_entry(entries, make_entry(r["summary"], r["episodes"], c.spec or c.label, c.checkpoint_sha256,
+                                                max_episodes, commit, command))
         results += res
     rows = [r["summary"] for r in results]
-    if args.out:
-        write_text_atomic(Path(args.out), json.dumps(json_ready({"rows": rows, "episodes": [e for r in results
-                                                                                             for e in r["episodes"]]}),
-                                                     indent=1) + "\n")
+    episodes = [e for r in results for e in r["episodes"]]
+    if args.out and str(args.out).endswith(".csv"):
+        write_rows_csv(Path(args.out), episodes)
+    elif args.out:
+        write_text_atomic(Path(args.out), json.dumps(json_ready({"rows": rows, "episodes": episodes}), indent=1) + "\n")
     if args.format == "json":
         print(dumps_json(rows))
         return 0
