@@ -158,3 +158,21 @@ def test_gymnasium_entry_builds_the_tasks_split_train_by_default():
     assert [w.metadata["episode_index"] for w in val.unwrapped.windows] == list(range(6))
     with pytest.raises(ValueError, match="unknown task"):
         gym.make("cpgym/Benchmark-v1", task="routing/nope-v1")
+
+
+def test_an_arm_checkpoint_spec_runs_its_router(tmp_path):
+    # a constant arm-selection model always picks arm (8, 4): the rows of the Vertumnus router with those parameters
+    from policies.routing.arm_selection import constant_model, write_model
+
+    write_model(tmp_path / "ck", constant_model(((1.0, 0.0), (3.0, 1.0), (8.0, 4.0)), 2),
+                {"decision_window_s": 10.0, "history_s": 30.0, "prefix_memory_s": 60.0})
+    (tmp_path / "ck" / "train_config.json").write_text(json.dumps({"kind": "routing", "policy_type": "vertumnus-arms"}))
+    ck = resolve_spec(str(tmp_path / "ck"), TASK)
+    assert ck.label == str(tmp_path / "ck") and len(ck.checkpoint_sha256) == 64
+    fixed = resolve_spec("vertumnus-router:beta=8,lambda=4", TASK)
+    a, b = run_benchmark([ck, fixed], [TASK], "validation", max_episodes=1)
+    assert [r["mean_ttft_s"] for r in a["episodes"]] == [r["mean_ttft_s"] for r in b["episodes"]]
+    with pytest.raises(ValueError, match="is a routing checkpoint"):
+        resolve_spec(str(tmp_path / "ck"), get_task("reconfig/matched-phases-v1"))
+    with pytest.raises(FileNotFoundError):
+        resolve_spec(str(tmp_path / "missing"), TASK)
