@@ -6,7 +6,9 @@ SPEC forms resolved here (the heuristics, ``baselines.registry``):
 * ``NAME`` — a registered policy (``get_policy``);
 * ``NAME:param=value,param=value`` — the same with parameters changed (``PolicySpec.with_params``;
   values are read as ``true``/``false``, integers, floats, else strings);
-* ``tuned:NAME`` — the task's stored tuned parameters (``benchmark.tuned.load_tuned``).
+* ``tuned:NAME`` — the task's stored tuned parameters (``benchmark.tuned.load_tuned``);
+* ``fixed:COMPOSITION`` — no reconfiguration on another fixed composition of the task's GPUs
+  (``vertumnus-router`` on it; ``+`` stands for ``,`` in a mixed one: ``fixed:cp8x2+cp4x6``).
 
 Checkpoints and ``shipped`` (the shipped learned policy for the task's kind) need ``policies``,
 which sits above this layer: ``experiments.benchmark_specs.resolve_spec`` resolves every form.
@@ -15,7 +17,7 @@ which sits above this layer: ``experiments.benchmark_specs.resolve_spec`` resolv
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from baselines.registry import POLICIES, PolicySpec, get_policy
 from benchmark.tasks import Task
@@ -25,6 +27,10 @@ from envs.sim.request import Workload
 
 #: Prefix of a SPEC naming the task's stored tuned parameters.
 TUNED_PREFIX = "tuned:"
+#: Prefix of a SPEC naming a fixed composition (routed by ``vertumnus-router``, never reconfigured).
+FIXED_PREFIX = "fixed:"
+#: The router of a ``fixed:`` composition.
+REFERENCE_ROUTER = "vertumnus-router"
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,12 @@ def is_heuristic_spec(text: str) -> bool:
     """Whether ``text`` is one of this module's SPEC forms (a registered name, with parameters, or
     ``tuned:`` a registered name)."""
     name = text[len(TUNED_PREFIX):] if text.startswith(TUNED_PREFIX) else text.split(":", 1)[0]
-    return text in POLICIES or name in POLICIES
+    return text in POLICIES or name in POLICIES or text.startswith(FIXED_PREFIX)
+
+
+def fixed_composition(text: str) -> str:
+    """``fixed:cp8x2+cp4x6`` -> ``cp8x2,cp4x6``."""
+    return text[len(FIXED_PREFIX):].replace("+", ",")
 
 
 def heuristic_contender(text: str, task: Task) -> Contender:
@@ -142,6 +153,13 @@ def heuristic_contender(text: str, task: Task) -> Contender:
     text = text.strip()
     if text in POLICIES:
         return Contender(text, get_policy(text), spec=text)
+    if text.startswith(FIXED_PREFIX):
+        comp = fixed_composition(text)
+        try:
+            replace(task.sim_config().pool, composition=comp).placements()
+        except ValueError as exc:
+            raise ValueError(f"--policy {text}: {exc}") from None
+        return Contender(text, replace(get_policy(REFERENCE_ROUTER), name=text, composition=comp), spec=text)
     if text.startswith(TUNED_PREFIX):
         name = text[len(TUNED_PREFIX):]
         get_policy(name)  # unknown name: one line with the known ones

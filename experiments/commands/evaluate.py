@@ -28,6 +28,8 @@ from benchmark.tasks import get_task
 from envs.sim.options import split_name_list
 from experiments.commands.benchmark_run import execute
 from experiments.common import add_sim_arguments
+from policies.common.checkpoint import resolve_checkpoint
+from policies.common.policy_args import is_checkpoint
 
 #: Policies compared by default (routing; the task's reference is always added).
 DEFAULT_ROUTING_AGAINST = "least-work,prefix-affinity,round-robin"
@@ -87,11 +89,16 @@ def ignored_flag_warnings(args: argparse.Namespace) -> list[str]:
 
 
 def default_task(policy: str) -> str:
-    """The task of ``policy`` without ``--task``: by its kind (:data:`DEFAULT_TASKS`)."""
-    from policies.reconfig.evaluate import is_reconfig_checkpoint  # lazy: gymnasium (start-up of the CLI)
+    """The task of ``policy`` without ``--task``: by its kind (:data:`DEFAULT_TASKS`; a checkpoint's
+    ``train_config.json`` ``kind``, a heuristic: routing).
 
-    reconfig = policy == "shipped-reconfig" or is_reconfig_checkpoint(policy)
-    return DEFAULT_TASKS["reconfig" if reconfig else "routing"]
+    Raises:
+        ValueError / FileNotFoundError: one line naming the checkpoint's file, when it cannot be read.
+    """
+    if not is_checkpoint(policy):
+        return DEFAULT_TASKS["routing"]
+    _, meta = resolve_checkpoint(policy)
+    return DEFAULT_TASKS["reconfig" if meta.get("kind") == "reconfig" else "routing"]
 
 
 def run(args: argparse.Namespace) -> int:

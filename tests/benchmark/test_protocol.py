@@ -176,3 +176,12 @@ def test_an_arm_checkpoint_spec_runs_its_router(tmp_path):
         resolve_spec(str(tmp_path / "ck"), get_task("reconfig/matched-phases-v1"))
     with pytest.raises(FileNotFoundError):
         resolve_spec(str(tmp_path / "missing"), TASK)
+
+
+def test_fixed_composition_specs():
+    mp = get_task("reconfig/matched-phases-v1")
+    c = resolve_spec("fixed:cp8x2+cp4x6", mp)
+    assert c.label == "fixed:cp8x2+cp4x6" and c.policy.composition == "cp8x2,cp4x6"
+    assert resolve_spec("fixed:cp4x10", mp).policy.resolve_composition(mp.sim_config().pool) == "cp4x10"
+    with pytest.raises(ValueError, match=r"--policy fixed:cp4x11: .*44"):
+        resolve_spec("fixed:cp4x11", mp)
