@@ -28,7 +28,7 @@ from envs.metrics.table import metric_names
 from envs.sim.options import check_out_file
 from experiments.paper_experiments.cache_sensitivity import load_runs
 
-#: The ``summary.json`` numbers of a row (the rest of :data:`policies.episode_rows.ROW_COLUMNS` ``["reconfig"]``).
+#: The ``summary.json`` numbers of a row (the others: ``policy``, ``seed`` and the operation counts).
 SUMMARY_METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
 
 

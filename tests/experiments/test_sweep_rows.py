@@ -1,5 +1,4 @@
-"""``experiments.sweep_rows``: a sweep's finished cells as ``cpgym evaluate --kind reconfig`` rows, so
-that ``cpgym evaluate --from-csv`` gives paired deltas between the sweep's settings."""
+"""``experiments.sweep_rows``: a sweep's finished cells as per-episode rows (one per setting and seed)."""
 
 from __future__ import annotations
 
