@@ -171,7 +171,11 @@ def _subcommands():
 
 
 def _degrees_action(parser):
-    return next((a for a in parser._actions if "--supported-degrees" in a.option_strings), None)
+    """The shown ``--supported-degrees`` flag (a hidden one, e.g. evaluate's ignored pool flags, has no help)."""
+    import argparse
+
+    return next((a for a in parser._actions if "--supported-degrees" in a.option_strings
+                 and a.help != argparse.SUPPRESS), None)
 
 
 _WITH_DEGREES = sorted(name for name, p in _subcommands().items() if _degrees_action(p) is not None)
