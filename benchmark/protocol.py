@@ -111,9 +111,10 @@ def run_contender(contender: Contender, task: Task, episode: Workload) -> dict:
     return episode_metrics(result, episode.metadata["measure_from_s"])
 
 
-def episode_rows(contender: Contender, task: Task, split: str, episodes: Sequence[Workload], log=None) -> list[dict]:
-    """One row per episode (:data:`EPISODE_FIELDS`) of ``contender`` on ``episodes``."""
-    overloaded = is_overloaded_task(task)
+def episode_rows(contender: Contender, task: Task, split: str, episodes: Sequence[Workload], overloaded: bool,
+                 log=None) -> list[dict]:
+    """One row per episode (:data:`EPISODE_FIELDS`) of ``contender`` on ``episodes``; ``overloaded``:
+    the task's rate is past its measured capacity (``benchmark.capacity.is_overloaded_task``)."""
     rows = []
     for ep in episodes:
         meta = ep.metadata
@@ -185,11 +186,12 @@ def run_benchmark(contenders: Sequence[Contender], tasks: Sequence[Task], split:
     out = []
     for task in tasks:
         eps = task_episodes(task, split, max_episodes=max_episodes)
+        overloaded = is_overloaded_task(task)
         ref = reference_contender(task)
-        ref_rows = episode_rows(ref, task, split, eps, log)
+        ref_rows = episode_rows(ref, task, split, eps, overloaded, log)
         for c in contenders:
             same = c.label == ref.label or (c.spec is not None and c.spec == ref.spec)
-            rows = [{**r, "policy": c.label} for r in ref_rows] if same else episode_rows(c, task, split, eps, log)
+            rows = [{**r, "policy": c.label} for r in ref_rows] if same else episode_rows(c, task, split, eps, overloaded, log)
             out.append({"summary": summary_row(task, split, c.label, rows, ref.label, ref_rows, same), "episodes": rows,
                         "contender": c})
     return out

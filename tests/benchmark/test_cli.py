@@ -116,3 +116,26 @@ def test_validate_passes_on_a_fresh_entry_and_fails_on_a_tampered_number(tmp_pat
     assert status == 1
     assert "mismatch: episodes[2].p99_ttft_s: stored" in out and "mismatch: summary.slo_attainment_token_weighted" in out
     assert len((tmp_path / "ledger.jsonl").read_text().splitlines()) == 1  # validation is not a test evaluation
+
+
+def test_capacity_re_measures_and_stores_the_entry(tmp_path, capsys, monkeypatch):
+    import benchmark.capacity as capacity
+    from tests.interrupt import patch_everywhere
+
+    store = tmp_path / "capacity.json"
+    store.write_text(json.dumps({"other/task-v1": {"capacity_rps": 1.0}}))
+    monkeypatch.setattr(capacity, "capacity_file", lambda: store)
+    measured = []
+
+    def measure(task, log=None):
+        measured.append(task.id)
+        return {"capacity_rps": 7.5, "native_rps": 3.0, "definition": task.capacity_definition, "policy": "p",
+                "training_digest": "d", "probes": [[1.0, 0.1, True]]}
+
+    patch_everywhere(monkeypatch, capacity, "measure_capacity", measure)
+    status, out, _ = _run(capsys, "benchmark", "capacity", "--tasks", TASK, "--quiet")
+    assert status == 0 and measured == [TASK]
+    assert json.loads(out)[TASK]["capacity_rps"] == 7.5
+    assert json.loads(store.read_text())[TASK]["capacity_rps"] == 7.5 and "other/task-v1" in json.loads(store.read_text())
+    status, _, err = _run(capsys, "benchmark", "capacity", "--tasks", "nope")
+    assert status == 2 and "--tasks: unknown task 'nope'" in err
