@@ -185,3 +185,31 @@ def test_fixed_composition_specs():
     assert resolve_spec("fixed:cp4x10", mp).policy.resolve_composition(mp.sim_config().pool) == "cp4x10"
     with pytest.raises(ValueError, match=r"--policy fixed:cp4x11: .*44"):
         resolve_spec("fixed:cp4x11", mp)
+
+
+def test_the_env_path_and_the_heuristic_path_simulate_the_same_episode():
+    # a router acting through the task's environment gives the numbers of the same router run directly
+    from benchmark.capacity import task_episodes
+    from benchmark.env import task_env
+    from benchmark.protocol import episode_metrics, run_contender
+    from policies.common.heuristic import HeuristicPolicy, run_episode
+
+    (ep,) = task_episodes(TASK, "validation", max_episodes=1)
+    env = task_env(TASK, [ep])
+    result, _, _ = run_episode(env, HeuristicPolicy(get_policy("least-work").make_router, env),
+                               options={"window_index": 0, "sim_seed": 0})
+    through_env = episode_metrics(result, ep.metadata["measure_from_s"])
+    assert through_env == run_contender(heuristic_contender("least-work", TASK), TASK, ep)
+
+
+def test_the_ledger_records_test_runs_only(tmp_path):
+    from benchmark.ledger import append_ledger, count_test_evaluations, read_ledger
+
+    line = {"task": TASK.id, "policy": "x", "checkpoint_sha256": None, "split": "test"}
+    append_ledger(tmp_path / "l.jsonl", [line, line])
+    with pytest.raises(ValueError, match="only test-split runs are recorded"):
+        append_ledger(tmp_path / "l.jsonl", [{**line, "split": "validation"}])
+    assert count_test_evaluations(read_ledger(tmp_path / "l.jsonl")) == {(TASK.id, "x", None): 2}
+    (tmp_path / "l.jsonl").write_text("{\"task\": 1}\nnot json\n")
+    with pytest.raises(ValueError, match=r"l.jsonl:1: expected a ledger object"):
+        read_ledger(tmp_path / "l.jsonl")
