@@ -150,12 +150,16 @@ def test_gymnasium_entry_builds_the_tasks_split_train_by_default():
     import gymnasium as gym
 
     import envs
+    from benchmark.capacity import task_rate_scale
+    from benchmark.tasks import num_episodes
 
     envs.register_envs()
     env = gym.make("cpgym/Benchmark-v1", task=TASK.id, max_episodes=2)
     assert {w.metadata["split"] for w in env.unwrapped.windows} == {"train"}
     val = gym.make("cpgym/Benchmark-v1", task=TASK.id, split="validation")
-    assert [w.metadata["episode_index"] for w in val.unwrapped.windows] == list(range(6))
+    n = num_episodes(TASK, "validation", task_rate_scale(TASK))
+    assert n >= 2 and [w.metadata["episode_index"] for w in val.unwrapped.windows] == list(range(n))
+    assert {w.metadata["split"] for w in val.unwrapped.windows} == {"validation"}
     with pytest.raises(ValueError, match="unknown task"):
         gym.make("cpgym/Benchmark-v1", task="routing/nope-v1")
 
