@@ -37,10 +37,10 @@ import numpy as np
 
 from baselines.registry import PolicySpec
 from baselines.runner import run_policy
-from benchmark.capacity import is_overloaded_task, task_episodes
+from benchmark.capacity import is_overloaded_task, task_capacity
 from benchmark.specs import Contender, EpisodeRunner, reference_contender
 from benchmark.splits import check_split_name
-from benchmark.tasks import Task, get_task
+from benchmark.tasks import Task, episodes, get_task, rate_scale
 from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary
 from envs.sim.request import Workload
@@ -185,8 +185,9 @@ def run_benchmark(contenders: Sequence[Contender], tasks: Sequence[Task], split:
     check_split_name(split)
     out = []
     for task in tasks:
-        eps = task_episodes(task, split, max_episodes=max_episodes)
-        overloaded = is_overloaded_task(task)
+        entry = task_capacity(task)  # checked once: a check builds the training workload
+        eps = episodes(task, split, rate_scale(task, entry["capacity_rps"], entry["native_rps"]), max_episodes=max_episodes)
+        overloaded = is_overloaded_task(task, entry=entry)
         ref = reference_contender(task)
         ref_rows = episode_rows(ref, task, split, eps, overloaded, log)
         for c in contenders:

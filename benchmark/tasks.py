@@ -220,10 +220,10 @@ def episodes(task: Task, split: str, scale: float, *, max_episodes: int | None =
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"task {task.id}: rate scale must be a finite number > 0, got {scale!r}")
     if task.trace is not None:
-        out = _trace_episodes(task, split, scale)
-    else:
-        out = [_seed_episode(task, split, i, seed, scale) for i, seed in enumerate(task.split.seeds(split))]
-    return _spread(out, max_episodes)
+        return _spread(_trace_episodes(task, split, scale), max_episodes)
+    # the seeds are chosen first: only the kept episodes are generated
+    return [_seed_episode(task, split, i, seed, scale) for i, seed in _spread(list(enumerate(task.split.seeds(split))),
+                                                                                max_episodes)]
 
 
 def _trace_episodes(task: Task, split: str, scale: float) -> list[Workload]:
