@@ -41,7 +41,8 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
                  "simulate a trace or workload under routing policies and print the comparison"),
     "train": ("train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
     "evaluate": ("evaluate",
-                 "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
+                 "a policy against others on one benchmark task (the benchmark protocol: paired 95% CIs vs the "
+                 "task's reference)"),
     "tune": ("tune", "tune a heuristic's parameters on the training windows of a scenario (JSON)"),
     "dynamic": ("dynamic",
                 "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition "
@@ -76,6 +77,19 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
         "calibrate": ("calibrate",
                       "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
     }),
+    "benchmark": ("the cpgym benchmark (named tasks, sealed splits, one protocol, a validated leaderboard): "
+                  "`benchmark list|run|capacity|leaderboard|validate`", {
+        "list": ("benchmark_list", "the benchmark's tasks with their capacity, rate and splits"),
+        "run": ("benchmark_run",
+                "policies on benchmark tasks: one row per (task, policy) vs the task's reference, paired 95% CI"),
+        "capacity": ("benchmark_capacity",
+                     "re-measure tasks' capacity on their training split and store it (benchmark/capacity.json)"),
+        "leaderboard": ("benchmark_leaderboard",
+                        "regenerate results/benchmark/LEADERBOARD.md from the entries and the test-split ledger"),
+        "validate": ("benchmark_validate",
+                     "re-run a leaderboard entry and check it number by number (exit 1 on a mismatch)"),
+        # "tune": ("benchmark_tune", "..."),  -- registered together with that module
+    }),
     "faults": ("faults",
                "every §9 policy and the learned router under a GPU failure, a straggler and a node failure "
                "at 0.8 x capacity (table, TTFT-over-time plots)"),
@@ -98,6 +112,7 @@ FLAG_ALIASES: dict[str, str] = {
 }
 COMMAND_FLAG_ALIASES: dict[str, dict[str, str]] = {
     "reproduce": {"--window-s": "--arrival-window-length-s"},  # one number: the window [0, LENGTH)
+    "evaluate": {"--max-windows": "--max-episodes"},  # the benchmark protocol's episodes
 }
 
 # cpgym's own top-level packages: a ValueError raised from code in them is deliberate input validation.

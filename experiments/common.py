@@ -340,3 +340,13 @@ def write_rows_csv(path: str | os.PathLike, rows: list[dict]) -> Path:
     import pandas as pd
 
     return write_text_atomic(path, pd.DataFrame(rows).to_csv(index=False))
+
+
+def print_unclipped(table) -> None:
+    """Prints a rich table at least 160 columns wide and as wide as it needs, so that no cell (a
+    long policy name, a header naming the reference policy) is ever cut to "…"."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    wide = Console(width=100_000)  # measure without a width limit
+    Console(width=max(160, Measurement.get(wide, wide.options, table).maximum)).print(table)

@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
     for n in names:  # a learned checkpoint is not a registered policy: say where it runs
         if n not in POLICIES:
             if n in SHIPPED_CHECKPOINTS or looks_like_path(n):
-                raise ValueError(f"--policy {n}: learned checkpoints run under `cpgym evaluate --policy {n}` (held-out "
-                                 "windows, paired CIs); cpgym simulate runs the registered policies of --list-policies")
+                raise ValueError(f"--policy {n}: learned checkpoints run under `cpgym evaluate --policy {n}` (a benchmark "
+                                 "task, paired CIs); cpgym simulate runs the registered policies of --list-policies")
     specs = [get_policy(n) for n in names]  # fail on a typo before running anything
     check_out_dir(args.out)
     config = sim_config_from_args(args)

@@ -39,7 +39,6 @@ def test_generated_list_flag_rejects_an_empty_item(text, capsys):
 
 
 @pytest.mark.parametrize("argv, flag", [(["train", "reconfig", "--workload-seeds", "1,,2"], "--workload-seeds"),
-                                        (["evaluate", "reconfig", "--seeds", "1,2,"], "--seeds"),
                                         (["train", "arms", "--betas", "x,1"], "--betas")])
 def test_generated_int_and_float_list_flags_name_the_flag(argv, flag, capsys):
     from experiments.cli import build_parser
@@ -390,15 +389,16 @@ def test_out_file_check(tmp_path):
 
 
 @pytest.mark.parametrize("command", [
-    ["evaluate", "--policy", "least-work", "--against", "round-robin", "--windows", "0", "--seeds", "1"],
-    ["evaluate", "--policy", "least-work", "--against", "round-robin", "--protocol", "--target-rps", "6"],
+    ["evaluate", "--policy", "least-work", "--against", "round-robin", "--task", "routing/conversation-0.9-v1"],
+    ["benchmark", "run", "--policy", "least-work", "--tasks", "routing/conversation-0.9-v1"],
     ["tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6"],
 ])
 def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, monkeypatch):
-    import policies.evaluate as evaluate
+    import benchmark.protocol as benchmark_protocol
     import policies.routing.protocol as protocol
 
-    blocker = _forbid_runs(monkeypatch, tmp_path, [(evaluate, "run_evaluation"), (protocol, "scenarios")], "--out")
+    blocker = _forbid_runs(monkeypatch, tmp_path, [(benchmark_protocol, "run_benchmark"), (protocol, "scenarios")],
+                           "--out")
     assert main(command + ["--quiet", "--out", str(blocker / "rows.csv")]) == 2
     assert capsys.readouterr().err.endswith(f"error: --out {blocker / 'rows.csv'} cannot be created: "
                                             f"{blocker} is not a folder\n")
@@ -407,10 +407,9 @@ def test_out_file_under_a_file_fails_before_running(command, tmp_path, capsys, m
 @pytest.mark.slow
 def test_evaluate_out_creates_its_folder(tmp_path, capsys):
     out = tmp_path / "new" / "sub" / "rows.csv"
-    assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--workload", "tool-agent",
-                 "--target-rps", "5", "--episode-window-s", "3", "--windows", "0", "--seeds", "1", "--quiet",
+    assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--quick", "--quiet",
                  "--format", "json", "--out", str(out)]) == 0
-    assert out.is_file() and (out.parent / "rows.csv.provenance.json").is_file()
+    assert out.is_file() and out.read_text().startswith("task,policy,split,episode_index")
 
 
 def test_tune_episode_window_of_zero_is_an_error_not_the_default(tmp_path, capsys):
@@ -525,14 +524,13 @@ def test_simulate_with_a_checkpoint_points_to_evaluate(name, capsys):
     assert main(["simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--quiet",
                  "--policy", f"least-work,{name}"]) == 2
     assert capsys.readouterr().err == f"cpgym simulate: error: --policy {name}: learned checkpoints run under " \
-                                      f"`cpgym evaluate --policy {name}` (held-out windows, paired CIs); cpgym simulate " \
+                                      f"`cpgym evaluate --policy {name}` (a benchmark task, paired CIs); cpgym simulate " \
                                       "runs the registered policies of --list-policies\n"
 
 
 def test_config_errors_name_the_flag_of_the_field(capsys):
     """A ``__post_init__`` error names the dataclass field; the generated CLI adds its flag."""
-    assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--episode-window-s", "-1",
-                 "--quiet"]) == 2
+    assert main(["train", "routing", "--episode-window-s", "-1", "--out", "unused", "--quiet"]) == 2
     assert capsys.readouterr().err.strip().endswith("episode_window_s must be > 0, got -1.0 (--episode-window-s)")
 
 
@@ -562,9 +560,8 @@ _EMPTY_ITEM = "must be a comma-separated list of names, got {!r} (an empty item:
     (["reproduce", "--workloads", "tool-agent"], "--experiments", "end-to-end,,dynamic", "empty"),
     (["reproduce", "--experiments", "end-to-end"], "--workloads", "tool-agent,,leval-like", "empty"),
     (["reproduce", "--experiments", "end-to-end"], "--workloads", "tool-agent,tool-agent", "twice"),
-    (["evaluate", "--policy", "least-work", "--workload", "tool-agent", "--seeds", "1"], "--against",
-     "round-robin,round-robin", "twice"),
-    (["evaluate", "--policy", "none", "--kind", "reconfig", "--seeds", "1000"], "--against", "vertumnus-router,", "empty"),
+    (["evaluate", "--policy", "least-work"], "--against", "round-robin,round-robin", "twice"),
+    (["evaluate", "--policy", "least-work"], "--against", "vertumnus-router,", "empty"),
     (["kv-tiers"], "--policies", "least-work,,dynamo-kv", "empty"),
     (["bench", "sim"], "--policy", "least-work,,round-robin", "empty"),
 ])
