@@ -12,7 +12,8 @@ composition, with a router (default the Vertumnus router, paper §5):
   pool that was fastest for it: a hindsight oracle ("not attainable": it knows the outcome and
   reconfigures for free at every phase boundary, with no drain or cold cache), an upper bound on
   what reconfiguring once per phase can gain;
-* :func:`fixed_and_oracle_rows` — both, and the starting composition, per evaluation workload.
+* :func:`fixed_and_oracle_rows` — both, and the starting composition, per evaluation workload;
+* :func:`headroom` — their means and the paired differences against the fixed composition [%].
 
 The learned controller's behaviour-cloning labels (``policies.reconfig.oracle``) use the same
 per-phase table.
@@ -25,8 +26,10 @@ from dataclasses import replace
 import numpy as np
 
 from baselines.runner import run_policy
+from envs.metrics.stats import paired_ci
 
-__all__ = ["phase_ttft", "fixed_mean_ttft", "best_fixed_composition", "per_phase_oracle_ttft", "fixed_and_oracle_rows"]
+__all__ = ["phase_ttft", "fixed_mean_ttft", "best_fixed_composition", "per_phase_oracle_ttft", "fixed_and_oracle_rows",
+           "headroom"]
 
 
 def phase_ttft(workload, sim_config, compositions: list[str], router: str = "vertumnus-router"):
@@ -172,3 +175,27 @@ def fixed_and_oracle_rows(workloads, sim_config, compositions: list[str], fixed:
                      "no_reconfiguration_mean_ttft_s": float(means[menu.index(start)]), "oracle_mean_ttft_s": oracle,
                      "oracle_schedule": [menu[k] for k in schedule]})
     return rows
+
+
+def headroom(rows: list[dict]) -> dict:
+    """Summary of :func:`fixed_and_oracle_rows`: the mean over workloads of each reference's mean
+    TTFT [s] and, per workload, the difference to the fixed composition in % of it, as
+    ``(mean, ci_low, ci_high)`` (95 % Student-t interval over the workloads, paired,
+    ``envs.metrics.stats.paired_ci``; nan bounds for one workload). Negative: faster than fixed.
+
+    Returns:
+        ``{"num_workloads", "fixed_mean_ttft_s", "oracle_mean_ttft_s",
+        "no_reconfiguration_mean_ttft_s", "oracle_vs_fixed_pct", "no_reconfiguration_vs_fixed_pct"}``.
+
+    Raises:
+        ValueError: on no rows.
+    """
+    if not rows:
+        raise ValueError("headroom needs at least one row of fixed_and_oracle_rows")
+    fixed = np.array([r["fixed_mean_ttft_s"] for r in rows], float)
+    out: dict = {"num_workloads": len(rows), "fixed_mean_ttft_s": float(fixed.mean())}
+    for key in ("oracle", "no_reconfiguration"):
+        values = np.array([r[f"{key}_mean_ttft_s"] for r in rows], float)
+        out[f"{key}_mean_ttft_s"] = float(values.mean())
+        out[f"{key}_vs_fixed_pct"] = tuple(float(x) for x in paired_ci(100.0 * (values - fixed) / fixed))
+    return out

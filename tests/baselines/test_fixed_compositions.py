@@ -71,3 +71,15 @@ def test_fixed_and_oracle_rows(monkeypatch):
     assert row["no_reconfiguration_mean_ttft_s"] == pytest.approx(3.0)  # cp2x4, added to the menu
     assert row["oracle_mean_ttft_s"] == pytest.approx(1.0)
     assert row["oracle_schedule"] == ["cp4x2", "cp8x1"]
+
+
+def test_headroom_paired_percent_differences():
+    rows = [{"fixed_mean_ttft_s": 1.0, "oracle_mean_ttft_s": 0.8, "no_reconfiguration_mean_ttft_s": 1.1},
+            {"fixed_mean_ttft_s": 2.0, "oracle_mean_ttft_s": 1.8, "no_reconfiguration_mean_ttft_s": 2.0}]
+    h = fc.headroom(rows)
+    assert h["num_workloads"] == 2 and h["fixed_mean_ttft_s"] == pytest.approx(1.5)
+    mean, low, high = h["oracle_vs_fixed_pct"]
+    assert mean == pytest.approx(-15.0) and low < -15.0 < high  # -20 % and -10 %
+    assert h["no_reconfiguration_vs_fixed_pct"][0] == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="at least one row"):
+        fc.headroom([])
