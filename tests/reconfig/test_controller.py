@@ -7,7 +7,12 @@ import pytest
 
 from baselines.controller import ControllerConfig, ReconfigController
 from envs.planning.capacity import CapacityTable, ProfileConfig
-from envs.planning.composition import composition_capacity_rps, enumerate_compositions, initial_composition
+from envs.planning.composition import (
+    composition_capacity_rps,
+    enumerate_compositions,
+    initial_composition,
+    node_homogeneous_compositions,
+)
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.router import LeastWorkRouter
 
@@ -18,6 +23,16 @@ def test_enumerate_compositions_paper_pool():
     pool = PoolConfig(num_gpus=40, gpus_per_node=8, supported_degrees=(2, 4))
     comps = enumerate_compositions(pool)
     assert comps[0] == "cp4x10" and comps[-1] == "cp2x20" and len(comps) == 11
+
+
+def test_node_homogeneous_compositions_give_each_node_one_degree():
+    pool = PoolConfig(num_gpus=16, gpus_per_node=8, composition="cp8x2", supported_degrees=(2, 4, 8))
+    assert node_homogeneous_compositions(pool) == ["cp8x2", "cp8x1,cp4x2", "cp8x1,cp2x4", "cp4x4", "cp4x2,cp2x4", "cp2x8"]
+    assert node_homogeneous_compositions(pool, (2, 4)) == ["cp4x4", "cp4x2,cp2x4", "cp2x8"]
+    paper = PoolConfig(num_gpus=40, gpus_per_node=8, supported_degrees=(2, 4, 8))
+    assert len(node_homogeneous_compositions(paper)) == 21 and len(enumerate_compositions(paper)) == 36
+    with pytest.raises(ValueError, match="subset"):
+        node_homogeneous_compositions(pool, (16,))
 
 
 FAST = ProfileConfig(duration_s=20.0, num_bisection_steps=7)
