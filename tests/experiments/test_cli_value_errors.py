@@ -51,8 +51,8 @@ def test_an_unknown_flag_keeps_the_usage(capsys):
 
 
 @pytest.mark.parametrize("argv, flag, phrase", [
-    # evaluate named the workload field ('workload: target_rps must be ...')
-    (["evaluate", "--policy", "least-work", "--target-rps", "-1"], "--target-rps", "must be a finite number > 0"),
+    # evaluate checks its episode count as a flag, before anything runs
+    (["evaluate", "--policy", "least-work", "--max-episodes", "0"], "--max-episodes", "must be >= 1"),
     # capacity named the generator's argument ('seed must be ... or a numpy.random.SeedSequence')
     (["capacity", "--workload-seed", "-1"], "--workload-seed", "must be an integer >= 0"),
     # the pool's message named no flag ('composition item ...')
