@@ -7,6 +7,8 @@ SPEC forms resolved here (the heuristics, ``baselines.registry``):
 * ``NAME:param=value,param=value`` — the same with parameters changed (``PolicySpec.with_params``;
   values are read as ``true``/``false``, integers, floats, else strings);
 * ``tuned:NAME`` — the task's stored tuned parameters (``benchmark.tuned.load_tuned``);
+  ``tuned:fixed`` — a reconfiguration task's best fixed composition chosen on its training split
+  (``benchmark.references``);
 * ``fixed:COMPOSITION`` — no reconfiguration on another fixed composition of the task's GPUs
   (``vertumnus-router`` on it; ``+`` stands for ``,`` in a mixed one: ``fixed:cp8x2+cp4x6``).
 
@@ -134,7 +136,7 @@ def is_heuristic_spec(text: str) -> bool:
     """Whether ``text`` is one of this module's SPEC forms (a registered name, with parameters, or
     ``tuned:`` a registered name)."""
     name = text[len(TUNED_PREFIX):] if text.startswith(TUNED_PREFIX) else text.split(":", 1)[0]
-    return text in POLICIES or name in POLICIES or text.startswith(FIXED_PREFIX)
+    return text in POLICIES or name in POLICIES or text.startswith(FIXED_PREFIX) or text == TUNED_PREFIX + "fixed"
 
 
 def fixed_composition(text: str) -> str:
@@ -159,6 +161,13 @@ def heuristic_contender(text: str, task: Task) -> Contender:
             replace(task.sim_config().pool, composition=comp).placements()
         except ValueError as exc:
             raise ValueError(f"--policy {text}: {exc}") from None
+        return Contender(text, replace(get_policy(REFERENCE_ROUTER), name=text, composition=comp), spec=text)
+    if text == TUNED_PREFIX + "fixed":  # the best fixed composition chosen on training (benchmark.references)
+        params = load_tuned(task, "fixed")
+        if params is None:
+            raise ValueError(f"--policy {text}: task {task.id} has no stored best fixed composition; "
+                             f"run `cpgym benchmark tune fixed --tasks {task.id}`")
+        comp = params["composition"]
         return Contender(text, replace(get_policy(REFERENCE_ROUTER), name=text, composition=comp), spec=text)
     if text.startswith(TUNED_PREFIX):
         name = text[len(TUNED_PREFIX):]

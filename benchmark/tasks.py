@@ -328,12 +328,14 @@ def _suite() -> dict[str, Task]:
     tasks.append(Task("reconfig/matched-phases-v1", "reconfig",
                       "randomised rising-rate / alternating short- and long-heavy phases at 0.4-0.8 of the mix's "
                       "capacity (the generator's own load)",
-                      RECONFIG_SPLIT, generator="matched-phases", warmup_s=0.0, decision_window_s=20.0))
+                      RECONFIG_SPLIT, generator="matched-phases", warmup_s=0.0, decision_window_s=20.0,
+                      reference="tuned:vertumnus"))
     tasks.append(Task("reconfig/production-day-v1", "reconfig",
                       "a synthetic production day compressed 60x (24 h in 1,440 s): diurnal rate swing 4x, long requests "
                       "~6 % of arrivals and 40-45 % of input tokens, prefix hit rate 36-54 % (paper §2); peak at 0.92 of "
                       "the peak hour's capacity (results/benchmark/production-day)",
-                      RECONFIG_SPLIT, generator="production-day", warmup_s=0.0, decision_window_s=20.0))
+                      RECONFIG_SPLIT, generator="production-day", warmup_s=0.0, decision_window_s=20.0,
+                      reference="tuned:vertumnus"))
     return {t.id: t for t in tasks}
 
 
