@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from baselines.cache_manager.config import CacheManagerConfig
+from baselines.cache_manager.statistics import DemandStatistics
 from baselines.cache_manager.trie import PrefixTrie, TrieNode
 from envs.sim.cache import READY, PrefixCache
 from envs.sim.events import EventPriority
@@ -44,12 +45,7 @@ def reserve_blocks(cache: PrefixCache, num_blocks: int) -> bool:
     blocks until the resident blocks fit. Returns False (nothing changed) if pins prevent it."""
     excess = len(cache) + num_blocks - cache.capacity_blocks
     if excess > 0:
-        victims = []
-        for h in cache.blocks():  # LRU first
-            if len(victims) == excess:
-                break
-            if h not in cache._pinned:  # read-only check, eviction goes through remove()
-                victims.append(h)
+        victims = cache.lru_unpinned(excess)  # eviction goes through remove()
         if len(victims) < excess:
             return False
         for h in victims:
@@ -65,12 +61,15 @@ class Replicator:
         config: the manager's parameters.
         trie: the manager's prefix trie.
         counters: the manager's counter dict (replication / reclamation counters are added to here).
+        statistics: the manager's demand statistics (reclamation reads ``access``).
     """
 
-    def __init__(self, config: CacheManagerConfig, trie: PrefixTrie, counters: dict) -> None:
+    def __init__(self, config: CacheManagerConfig, trie: PrefixTrie, counters: dict,
+                 statistics: DemandStatistics) -> None:
         self.config = config
         self.trie = trie
         self.counters = counters
+        self.statistics = statistics
         self.sim: Simulator | None = None
         self.in_flight: dict[tuple[int, int], int] = {}  # (node, degree) -> transfers in flight
         self.in_flight_dst: set[tuple[int, int]] = set()  # (node, dst worker)
@@ -190,7 +189,7 @@ class Replicator:
         self.counters["num_replicas_installed"] += 1
 
     # ------------------------------------------------------------------ reclamation
-    def reclaim(self, degree_of: Mapping[int, int], memo: dict[int, set[int]]) -> None:
+    def reclaim(self, degree_of: Mapping[int, int]) -> None:
         """Removes duplicate replicas with per-replica demand below ``reclaim_threshold``, leaves first,
         keeping at least one complete replica per degree; at most ``max_reclamations_per_scan`` blocks."""
         budget = self.config.max_reclamations_per_scan
@@ -204,8 +203,7 @@ class Replicator:
         # than the child, so its turn is still to come). Same order and outcome as visiting every
         # multi-holder node; the cost scales with the nodes that can be reclaimed.
         self._refresh_leaf_copy_nodes()
-        depth_cache: dict[int, int] = {}
-        queue = [(-trie.depth(h, depth_cache), h) for h in self.leaf_copy_nodes]
+        queue = [(-nodes[h].depth, h) for h in self.leaf_copy_nodes]
         heapq.heapify(queue)
         queued = {h for _, h in queue}
         while queue and budget > 0:
@@ -214,25 +212,24 @@ class Replicator:
             # untouched since the refresh: leaf_copy_nodes (which queued it) is still exact
             if node is None or len(node.holders) < 2 or (h in trie.touched and not self._has_leaf_copy(node)):
                 continue
-            left = self._reclaim_node(h, node, degree_of, memo, budget)
+            left = self._reclaim_node(h, node, degree_of, budget)
             p = node.parent
             if left < budget and p is not None and p in trie.shared and p not in queued:
                 queued.add(p)
-                heapq.heappush(queue, (-trie.depth(p, depth_cache), p))
+                heapq.heappush(queue, (-nodes[p].depth, p))
             budget = left
 
-    def _reclaim_node(self, h: int, node: TrieNode, degree_of: Mapping[int, int], memo: dict[int, set[int]],
-                      budget: int) -> int:
+    def _reclaim_node(self, h: int, node: TrieNode, degree_of: Mapping[int, int], budget: int) -> int:
         """Reclaims duplicates of block ``h`` per degree whose per-replica demand is below
         ``reclaim_threshold``; returns the remaining budget."""
         nodes = self.trie.nodes
-        complete = self.trie.complete_holders(h, memo)
         by_degree: dict[int, list[int]] = {}
-        for w in complete:
+        for w in node.complete:
             by_degree.setdefault(degree_of[w], []).append(w)
+        access = self.statistics.current(node).access
         for c, ws in sorted(by_degree.items()):
-            if len(ws) >= 2 and node.access.get(c, 0.0) / len(ws) < self.config.reclaim_threshold:
-                budget = self._reclaim_duplicates(h, node, ws, complete, budget)
+            if len(ws) >= 2 and access.get(c, 0.0) / len(ws) < self.config.reclaim_threshold:
+                budget = self._reclaim_duplicates(h, node, ws, budget)
                 if budget <= 0:
                     return budget
                 node = nodes.get(h)
@@ -263,7 +260,7 @@ class Replicator:
         counts = node.child_holders
         return any(w not in counts for w in node.holders)
 
-    def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], complete: set[int], budget: int) -> int:
+    def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], budget: int) -> int:
         """Drops block ``h`` from the most loaded of the degree-C holders ``ws`` whose copy is a leaf,
         keeping at least one; returns the remaining budget."""
         nodes = self.trie.nodes
@@ -275,8 +272,7 @@ class Replicator:
                 continue
             if (h, w) in self.in_flight_dst:
                 continue
-            if self.sim.workers[w].cache.remove(h):
-                complete.discard(w)  # memo entry of h; w held no descendant of h
+            if self.sim.workers[w].cache.remove(h):  # the trie drops w from h's holders and complete set
                 budget -= 1
                 self.counters["num_blocks_reclaimed"] += 1
             node = nodes.get(h)

@@ -47,6 +47,10 @@ def _trie_matches_caches(sim: Simulator, mgr: GlobalCacheManager) -> None:
             assert h in mgr.nodes[n.parent].children
         held_children = [w for c in n.children for w in mgr.nodes[c].holders]
         assert n.child_holders == {w: held_children.count(w) for w in set(held_children)}, f"node {h}"
+        # the depth and complete holders kept on the node equal a walk of the root path
+        path = mgr.path_to(h)
+        assert n.depth == len(path) - 1, f"node {h}"
+        assert n.complete == set.intersection(*(mgr.nodes[x].holders for x in path)), f"node {h}"
     # the incrementally kept set of multi-holder nodes with a leaf copy equals a recomputation from scratch
     rep = mgr.replicator
     rep._refresh_leaf_copy_nodes()
