@@ -7,8 +7,9 @@ scan decays them (paper §7 "Per-Request Statistics").
 The decay is lazy: a scan only advances the decay epoch, and a node's statistics are brought up
 to the current epoch (:meth:`DemandStatistics.current`) when they are read or added to, by the
 same multiplications, one per missed scan, and the same drops below :data:`DROP` as an eager decay
-of every node at every scan (so the values are bit-identical; a closed form ``v * decay**k`` would
-round differently). The entries at or above the scan's thresholds are kept in two hot sets, so a
+of every node at every scan, so the values are bit-identical (``v * decay**k`` would round
+differently; for a power-of-two decay such as the default 0.5 every multiplication is exact and
+``ldexp`` gives the same number in one step). The entries at or above the scan's thresholds are kept in two hot sets, so a
 scan visits those and not every node with statistics.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from math import ldexp
 
 from baselines.cache_manager.config import CacheManagerConfig
 from baselines.cache_manager.trie import PrefixTrie, TrieNode
@@ -25,11 +27,27 @@ from envs.sim.worker import Worker
 DROP = 1e-3  # decayed statistics below this are dropped
 
 
-def _decay_in_place(stat: dict[int, float], factor: float) -> None:
-    """Multiplies every value of ``stat`` by ``factor`` and deletes those below :data:`DROP`
-    (surviving keys keep their order)."""
+def _decay_in_place(stat: dict[int, float], factor: float, times: int, exponent: int | None) -> None:
+    """Multiplies every value of ``stat`` by ``factor`` ``times`` times, one multiplication at a
+    time, and deletes those that fall below :data:`DROP` (surviving keys keep their order).
+
+    ``exponent``: ``n`` when ``factor == 2**-n``; then each multiplication is exact (the values
+    stay normal floats above :data:`DROP`), so ``ldexp(v, -n * times)`` is the same number in one
+    step. A value only shrinks, so it is dropped at some step iff the last one is below DROP."""
+    if exponent is not None:
+        shift = -exponent * times
+        for k, v in list(stat.items()):
+            v = ldexp(v, shift)
+            if v < DROP:
+                del stat[k]
+            else:
+                stat[k] = v
+        return
     for k, v in list(stat.items()):
-        v *= factor
+        for _ in range(times):
+            v *= factor
+            if v < DROP:
+                break
         if v < DROP:
             del stat[k]
         else:
@@ -61,24 +79,21 @@ class DemandStatistics:
         self.hot_access: set[tuple[int, int]] = set()
         self.hot_missed: set[tuple[int, int]] = set()
         self.degree_caps: list[tuple[int, int]] = []  # (degree, max KV capacity [tokens]) of ACTIVE workers
+        mantissa, exp = math.frexp(config.decay)
+        self._decay_exponent = 1 - exp if mantissa == 0.5 else None  # n when decay == 2**-n (0.5: n = 1)
 
     def current(self, node: TrieNode) -> TrieNode:
         """Applies to ``node``'s statistics the decays since it was last brought up to date
         (eagerly equivalent: one multiplication per decay, entries below :data:`DROP` dropped)
-        and returns it. Cost: the decays missed, at most until its statistics are empty."""
+        and returns it. Cost: O(entries) for a power-of-two decay, else O(entries x decays missed,
+        up to each entry's drop)."""
         k = self.epoch - node.stats_epoch
         if k:
             node.stats_epoch = self.epoch
-            acc = node.access
-            mis = node.missed
-            d = self.config.decay
-            for _ in range(k):
-                if acc:
-                    _decay_in_place(acc, d)
-                if mis:
-                    _decay_in_place(mis, d)
-                elif not acc:
-                    break
+            if node.access:
+                _decay_in_place(node.access, self.config.decay, k, self._decay_exponent)
+            if node.missed:
+                _decay_in_place(node.missed, self.config.decay, k, self._decay_exponent)
         return node
 
     def preferred_degree(self, cost_model: CostModel, num_prompt_tokens: int, num_cached_tokens: int) -> int:

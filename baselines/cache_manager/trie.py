@@ -64,14 +64,18 @@ class PrefixTrie:
         node.holders.add(worker_id)
         self.touched.add(block_hash)
         if node.parent is None:
-            self._add_complete(worker_id, node)
+            complete = True
         else:
             self.touched.add(node.parent)
             pnode = self.nodes[node.parent]
             counts = pnode.child_holders
             counts[worker_id] = counts.get(worker_id, 0) + 1
-            if worker_id in pnode.complete:
+            complete = worker_id in pnode.complete
+        if complete:
+            if worker_id in node.child_holders:
                 self._add_complete(worker_id, node)
+            else:  # the usual case (a prefix is inserted root first): no held descendant to complete
+                node.complete.add(worker_id)
         if len(node.holders) == 2:
             self.shared.add(block_hash)
 
@@ -126,7 +130,10 @@ class PrefixTrie:
         if worker_id in node.holders:
             node.holders.discard(worker_id)
             if worker_id in node.complete:
-                self._remove_complete(worker_id, node)
+                if worker_id in node.child_holders:
+                    self._remove_complete(worker_id, node)
+                else:  # the usual case (a suffix block, or a reclaimed leaf copy)
+                    node.complete.discard(worker_id)
             self.touched.add(block_hash)
             if node.parent is not None:
                 self.touched.add(node.parent)
