@@ -76,6 +76,12 @@ class Replicator:
         self.transfers: list[Transfer] = []  # in flight
         # multi-holder nodes with a leaf copy (see _has_leaf_copy), exact for every node not in trie.touched
         self.leaf_copy_nodes: set[int] = set()
+        # the reclamation queue kept between scans: (-depth, node) with one live entry per leaf-copy node
+        # (_live_depth: node -> depth of its live entry), plus entries of former ones and stale depths,
+        # skipped when popped
+        self._queue: list[tuple[int, int]] = []
+        self._live_depth: dict[int, int] = {}
+        self.queue_slack = 64  # rebuild the queue when it holds more than 2 x leaf-copy nodes + this
         self.log: list[dict] = []  # one entry per replication started (time, kind, node, src, dst, blocks, bytes)
         # the callback of the transfer-end event (the owning manager forwards to on_transfer_end)
         self.transfer_end_handler: Callable[[Transfer], None] = self.on_transfer_end
@@ -198,26 +204,46 @@ class Replicator:
         trie = self.trie
         nodes = trie.nodes
         # Deepest first (ties: by hash) over the multi-holder nodes, which the trie keeps. Only nodes
-        # with a leaf copy can lose a block, so only those enter the queue; a node gains one during
-        # the scan only when a child of it is reclaimed, and then it is queued (it is shallower
-        # than the child, so its turn is still to come). Same order and outcome as visiting every
-        # multi-holder node; the cost scales with the nodes that can be reclaimed.
+        # with a leaf copy can lose a block, so only those are queued; a node gains one during the
+        # scan only when a child of it is reclaimed, and then it is queued (it is shallower than the
+        # child, so its turn is still to come). Same order and outcome as visiting every multi-holder
+        # node. The queue persists between scans (entries pushed when a touched node becomes a
+        # leaf-copy node, or after being popped), so a scan costs the nodes it visits and the
+        # changes since the last one, not the number of leaf-copy nodes.
         self._refresh_leaf_copy_nodes()
-        queue = [(-nodes[h].depth, h) for h in self.leaf_copy_nodes]
-        heapq.heapify(queue)
-        queued = {h for _, h in queue}
+        leafy = self.leaf_copy_nodes
+        queue = self._queue
+        live = self._live_depth
+        parents: set[int] = set()  # queued during this scan as the parent of a reclaimed block
+        popped: list[int] = []
         while queue and budget > 0:
-            _, h = heapq.heappop(queue)
+            d, h = heapq.heappop(queue)
+            if live.get(h) != -d:
+                continue  # an entry superseded by one with the node's new depth
+            del live[h]
+            popped.append(h)
+            if h not in leafy and h not in parents:
+                continue  # no longer a leaf-copy node
             node = nodes.get(h)
             # untouched since the refresh: leaf_copy_nodes (which queued it) is still exact
             if node is None or len(node.holders) < 2 or (h in trie.touched and not self._has_leaf_copy(node)):
                 continue
             left = self._reclaim_node(h, node, degree_of, budget)
             p = node.parent
-            if left < budget and p is not None and p in trie.shared and p not in queued:
-                queued.add(p)
-                heapq.heappush(queue, (-nodes[p].depth, p))
+            if left < budget and p is not None and p in trie.shared and p not in leafy and p not in parents:
+                parents.add(p)
+                self._push(p, nodes[p].depth)
             budget = left
+        for h in popped:  # back in the queue for the next scans (the touched ones: see the next refresh)
+            node = nodes.get(h)
+            if h in leafy and node is not None and h not in live:
+                self._push(h, node.depth)
+
+    def _push(self, h: int, depth: int) -> None:
+        """Queues node ``h`` at ``depth`` unless its live entry already has that depth."""
+        if self._live_depth.get(h) != depth:
+            self._live_depth[h] = depth
+            heapq.heappush(self._queue, (-depth, h))
 
     def _reclaim_node(self, h: int, node: TrieNode, degree_of: Mapping[int, int], budget: int) -> int:
         """Reclaims duplicates of block ``h`` per degree whose per-replica demand is below
@@ -239,8 +265,9 @@ class Replicator:
 
     def _refresh_leaf_copy_nodes(self) -> None:
         """Brings :attr:`leaf_copy_nodes` (multi-holder nodes with a leaf copy; only these can lose a
-        block to reclamation) up to date: re-evaluates only the trie's touched nodes
-        (holders, children or children's holders changed since the last refresh)."""
+        block to reclamation) and the reclamation queue up to date: re-evaluates only the trie's
+        touched nodes (holders, children, children's holders or depth changed since the last
+        refresh)."""
         trie = self.trie
         nodes = trie.nodes
         leafy = self.leaf_copy_nodes
@@ -248,9 +275,14 @@ class Replicator:
             node = nodes.get(h)
             if node is not None and len(node.holders) >= 2 and self._has_leaf_copy(node):
                 leafy.add(h)
+                self._push(h, node.depth)
             else:
                 leafy.discard(h)
         trie.touched.clear()
+        if len(self._queue) > 2 * len(leafy) + self.queue_slack:  # mostly entries of former leaf-copy nodes: rebuild
+            self._live_depth = {h: nodes[h].depth for h in leafy}
+            self._queue = [(-d, h) for h, d in self._live_depth.items()]
+            heapq.heapify(self._queue)
 
     def _has_leaf_copy(self, node: TrieNode) -> bool:
         """Whether some holder of ``node`` holds none of its children. Only such copies can be

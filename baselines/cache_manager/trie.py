@@ -50,7 +50,7 @@ class PrefixTrie:
         self.nodes: dict[int, TrieNode] = {}
         self.parent_of: dict[int, int | None] = {}  # learnt from dispatched prompts (register_prefix)
         self.shared: set[int] = set()  # nodes with >= 2 holders (reclamation candidates), kept incrementally
-        # nodes whose holders, children or children's holders changed since the owner last cleared it
+        # nodes whose holders, children, children's holders or depth changed since the owner last cleared it
         self.touched: set[int] = set()
 
     # ------------------------------------------------------------------ holders
@@ -190,19 +190,21 @@ class PrefixTrie:
                 counts = pnode.child_holders
                 for w in node.holders:
                     counts[w] = counts.get(w, 0) + 1
-                self._relink_subtree(node, pnode)
+                self._relink_subtree(h, pnode)
             k -= 1
 
-    def _relink_subtree(self, node: TrieNode, pnode: TrieNode) -> None:
-        """Recomputes the depth and ``complete`` set of ``node`` and its descendants after the
-        parentless ``node`` was linked below ``pnode``."""
+    def _relink_subtree(self, block_hash: int, pnode: TrieNode) -> None:
+        """Recomputes the depth and ``complete`` set of node ``block_hash`` and its descendants
+        (and marks them touched) after the parentless node was linked below ``pnode``."""
         nodes = self.nodes
-        stack = [(node, pnode)]
+        stack = [(block_hash, pnode)]
         while stack:
-            n, p = stack.pop()
+            h, p = stack.pop()
+            n = nodes[h]
             n.depth = p.depth + 1
             n.complete = n.holders & p.complete
-            stack.extend((nodes[c], n) for c in n.children)
+            self.touched.add(h)
+            stack.extend((c, n) for c in n.children)
 
     # ------------------------------------------------------------------ queries
     def path_to(self, block_hash: int) -> list[int]:

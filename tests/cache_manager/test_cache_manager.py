@@ -57,6 +57,10 @@ def _trie_matches_caches(sim: Simulator, mgr: GlobalCacheManager) -> None:
     brute = {h for h, n in mgr.nodes.items()
              if len(n.holders) >= 2 and n.holders - set().union(*(mgr.nodes[c].holders for c in n.children if c in mgr.nodes))}
     assert rep.leaf_copy_nodes == brute
+    # ... and each of them has its entry, at its current depth, in the reclamation queue kept between scans
+    entries = set(rep._queue)
+    for h in brute:
+        assert rep._live_depth.get(h) == mgr.nodes[h].depth and (-mgr.nodes[h].depth, h) in entries, f"node {h}"
 
 
 def _brute_replica_count(sim: Simulator, mgr: GlobalCacheManager, h: int, degree: int) -> int:

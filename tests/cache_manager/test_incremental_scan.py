@@ -51,10 +51,11 @@ class _Incremental(GlobalCacheManager):
         self.candidates.append((got[0], got[1]))
 
 
-def _run(manager_cls, specs, events, cfg, capacity, router, seed):
+def _run(manager_cls, specs, events, cfg, capacity, router, seed, queue_slack=64):
     sim = Simulator(_workload(specs), SimConfig(pool=POOL, seed=seed, links=LinkConfig(1e4, 2e3)),
                     _calibration(capacity))
     mgr = manager_cls(cfg)
+    mgr.replicator.queue_slack = queue_slack  # 0: the persistent reclamation queue is rebuilt at most scans
     mgr.attach(sim)
     wids = sorted(sim.workers)
 
@@ -95,15 +96,18 @@ _path = st.lists(st.integers(0, 2), min_size=1, max_size=6)
        decay=st.sampled_from([0.5, 0.9, 0.7, 1.0, 0.25]), intra=st.sampled_from([0.3, 0.8, 2.0]),
        inter=st.sampled_from([1e-3, 1e-2, 5e-2]), reclaim=st.sampled_from([0.0, 0.1, 0.25]),
        caps=st.tuples(st.integers(0, 6), st.integers(0, 6)), router=st.sampled_from(["affinity", "least"]),
-       capacity=st.integers(2, 8), seed=st.integers(0, 3))
+       capacity=st.integers(2, 8), seed=st.integers(0, 3), slack=st.sampled_from([0, 64]),
+       quiet_s=st.sampled_from([0.0, 4.0]))
 def test_incremental_scan_equals_a_full_rescan(prompts, events, decay, intra, inter, reclaim, caps, router,
-                                               capacity, seed):
+                                               capacity, seed, slack, quiet_s):
     specs = [(t, _block(path)) for t, path in sorted(prompts, key=lambda p: p[0])]
+    if quiet_s:  # one late request: scans go on through a quiet period, demand decays, duplicates are reclaimed
+        specs.append((10.0 + quiet_s, _block([9])))
     cfg = CacheManagerConfig(scan_interval_s=0.4, decay=decay, inter_degree_threshold_s=inter,
                              intra_degree_threshold=intra, reclaim_threshold=min(reclaim, intra / 2),
                              max_replications_per_scan=caps[0], max_reclamations_per_scan=caps[1],
                              max_replica_share=1.0, lambda_=0.0)
-    res_a, inc = _run(_Incremental, specs, events, cfg, capacity, router, seed)
+    res_a, inc = _run(_Incremental, specs, events, cfg, capacity, router, seed, slack)
     res_b, ref = _run(FullRescanManager, specs, events, cfg, capacity, router, seed)
     assert inc.counters["num_scans"] == ref.counters["num_scans"] == len(inc.candidates) == len(ref.candidates)
     for k, ((inter_a, intra_a), (inter_b, intra_b)) in enumerate(zip(inc.candidates, ref.candidates)):
@@ -126,6 +130,7 @@ def test_the_equivalence_test_sees_decisions():
     one dense fixed example, compared the same way."""
     rng = np.random.default_rng(3)
     specs = [(0.03 * k, _block(rng.integers(0, 3, size=int(rng.integers(1, 7))).tolist())) for k in range(200)]
+    specs.append((12.0, _block([9])))  # a quiet period
     events = [(0.05 * k, ("remove" if k % 2 else "insert", k, rng.integers(0, 3, size=3).tolist())) for k in range(60)]
     cfg = CacheManagerConfig(scan_interval_s=0.4, decay=0.7, inter_degree_threshold_s=1e-3, intra_degree_threshold=0.3,
                              reclaim_threshold=0.25, max_replica_share=1.0, lambda_=0.0)
@@ -136,3 +141,22 @@ def test_the_equivalence_test_sees_decisions():
     assert c["num_blocks_reclaimed"] > 0, c
     assert inc.log == ref.log and inc.counters == ref.counters
     assert inc.candidates == ref.candidates
+
+
+def test_linking_a_prefix_inserted_before_its_shape_updates_depths_complete_sets_and_the_queue():
+    # workers 2 and 3 (cp1) cache 1-2-3 before any dispatch told the trie its shape: three parentless
+    # nodes at depth 0, each a leaf copy on both; the dispatch's shape links them into one path
+    sim = Simulator(_workload([(100.0, [90])]), SimConfig(pool=POOL), _calibration(10))
+    mgr = GlobalCacheManager(CacheManagerConfig(scan_interval_s=50.0))
+    mgr.attach(sim)
+    for wid in (2, 3):
+        sim.workers[wid].cache.insert((1, 2, 3))
+    _trie_matches_caches(sim, mgr)
+    assert [mgr.nodes[h].depth for h in (1, 2, 3)] == [0, 0, 0]
+    assert mgr.replicator.leaf_copy_nodes == {1, 2, 3}
+    sim.workers[3].cache.remove(1)  # worker 3 keeps 2-3 without their head
+    mgr.register_prefix((1, 2, 3))
+    assert [mgr.nodes[h].depth for h in (1, 2, 3)] == [0, 1, 2]
+    assert mgr.complete_holders(3) == {2} and mgr.replica_count(3, 1) == 1
+    _trie_matches_caches(sim, mgr)  # depths, complete sets and queue entries against path walks
+    assert mgr.replicator.leaf_copy_nodes == {3}
