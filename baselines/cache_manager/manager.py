@@ -208,8 +208,7 @@ class GlobalCacheManager:
                 out[(h, c)] = demand
         return out
 
-    def _replicate_ranked(self, cands: dict[tuple[int, int], float], kind: str, budget: int, started: set[int],
-                          ) -> int:
+    def _replicate_ranked(self, cands: dict[tuple[int, int], float], kind: str, budget: int, started: set[int]) -> int:
         """Replicates the deepest candidates in rank order (one per node per scan) until the budget is
         spent; returns the remaining budget."""
         nodes = self.trie.nodes

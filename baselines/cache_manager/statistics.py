@@ -9,8 +9,8 @@ to the current epoch (:meth:`DemandStatistics.current`) when they are read or ad
 same multiplications, one per missed scan, and the same drops below :data:`DROP` as an eager decay
 of every node at every scan, so the values are bit-identical (``v * decay**k`` would round
 differently; for a power-of-two decay such as the default 0.5 every multiplication is exact and
-``ldexp`` gives the same number in one step). The entries at or above the scan's thresholds are kept in two hot sets, so a
-scan visits those and not every node with statistics.
+``ldexp`` gives the same number in one step). The entries at or above the scan's thresholds are
+kept in two hot sets, so a scan visits those and not every node with statistics.
 """
 
 from __future__ import annotations
