@@ -96,7 +96,9 @@ class GlobalCacheManager:
                     w.cache.insert_listeners.append(self._on_insert)
                 if self._on_evict not in w.cache.evict_listeners:
                     w.cache.evict_listeners.append(self._on_evict)
-                for h in w.cache.blocks():
+                # most recently used first: a prefix's head before its tail (the caches touch the
+                # head last), so the trie's complete sets grow without walks over the children
+                for h in reversed(w.cache.blocks()):
                     self._on_insert(wid, h)
         self._seen_epoch = sim.epoch
         self._seen_num_workers = len(sim.workers)
