@@ -160,3 +160,15 @@ def test_linking_a_prefix_inserted_before_its_shape_updates_depths_complete_sets
     assert mgr.complete_holders(3) == {2} and mgr.replica_count(3, 1) == 1
     _trie_matches_caches(sim, mgr)  # depths, complete sets and queue entries against path walks
     assert mgr.replicator.leaf_copy_nodes == {3}
+
+
+def test_an_entry_exactly_at_the_threshold_is_a_candidate():
+    # no decay: the prefix's second and third hits put its access at exactly 2.0 = the intra-degree
+    # threshold before the scan at 0.8 s, with one replica: a candidate for both scans (>=, not >)
+    specs = [(0.1, _block([0, 0])), (0.5, _block([0, 0])), (0.6, _block([0, 0])), (2.0, _block([1]))]
+    cfg = CacheManagerConfig(scan_interval_s=0.4, decay=1.0, inter_degree_threshold_s=1e-3, intra_degree_threshold=2.0,
+                             reclaim_threshold=0.5, max_replica_share=1.0, lambda_=0.0)
+    _, inc = _run(_Incremental, specs, [], cfg, 8, "affinity", 0)
+    _, ref = _run(FullRescanManager, specs, [], cfg, 8, "affinity", 0)
+    assert any(v == 2.0 for _, intra in ref.candidates for v in intra.values()), ref.candidates
+    assert inc.candidates == ref.candidates and inc.log == ref.log
