@@ -4,6 +4,9 @@ function with it."""
 
 from __future__ import annotations
 
+#: the project's top-level packages (what patch_everywhere imports and searches)
+PACKAGES = ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref")
+
 
 def fail_on_call(real, n: int, message: str = "killed", exception: type[BaseException] = RuntimeError):
     """``real`` wrapped so that its ``n``-th call raises ``exception(message)`` instead of running
@@ -45,7 +48,7 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     import pkgutil
     import sys
 
-    for package in ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref"):
+    for package in PACKAGES:
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, package + "."):
             importlib.import_module(info.name)
@@ -53,6 +56,6 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     original = getattr(module, name)
     monkeypatch.setattr(module, name, replacement)
     for other in list(sys.modules.values()):
-        if other is not module and getattr(other, "__name__", "").split(".")[0] in (
-                "envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref") and getattr(other, name, None) is original:
+        package_of = getattr(other, "__name__", "").split(".")[0]
+        if other is not module and package_of in PACKAGES and getattr(other, name, None) is original:
             monkeypatch.setattr(other, name, replacement)
