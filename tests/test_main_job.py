@@ -8,6 +8,7 @@ import pytest
 
 from envs.workloads import default_traces_dir, load_trace
 from experiments.cli import main
+from tests.factories import write_trace
 
 TRACE = default_traces_dir() / "conversation_trace.jsonl"
 
@@ -111,10 +112,9 @@ def test_out_must_be_a_folder_and_runs_are_never_overwritten(tmp_path, capsys):
 
 
 def test_unservable_prompts_are_reported(tmp_path, capsys):
-    line = json.dumps({"timestamp": 0, "input_length": 200_000, "output_length": 1, "hash_ids": list(range(391))})
-    ok = json.dumps({"timestamp": 10, "input_length": 600, "output_length": 1, "hash_ids": [1000, 1001]})
-    p = tmp_path / "long.jsonl"
-    p.write_text(line + "\n" + ok + "\n")
+    p = write_trace(tmp_path / "long.jsonl", [
+        {"timestamp": 0, "input_length": 200_000, "output_length": 1, "hash_ids": list(range(391))},
+        {"timestamp": 10, "input_length": 600, "output_length": 1, "hash_ids": [1000, 1001]}])
     assert main(["simulate", "--trace", str(p), "--policy", "least-work", "--format", "json"]) == 0
     out = capsys.readouterr()
     assert "1 request(s) are longer than any worker can hold" in out.err

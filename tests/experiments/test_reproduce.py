@@ -8,6 +8,7 @@ import pytest
 
 from experiments.cli import main
 from experiments.reproduce import METRICS, paired_changes, paper_value
+from tests.factories import RECONFIG_POOL
 
 CAL = str(Path(__file__).resolve().parents[2] / "envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json")
 
@@ -184,14 +185,14 @@ def test_cache_capacity_search_starts_at_the_session_floor():
     # the definition's ~100-request light load holds a handful of sessions, whose prefix hits alone
     # made the thirds differ 1.4x (judged overloaded at 0.34 req/s); the search starts at the floor
     from baselines.capacity import RatedWorkload
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from experiments.paper_experiments.cache_ablation import (
         TOOL_AGENT_MIN_RATE_SCALE,
         TOOL_AGENT_REFERENCE_RATE_RPS,
         tool_agent_capacity,
     )
 
-    sim = SimConfig(pool=PoolConfig(num_gpus=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4)))
+    sim = SimConfig(pool=RECONFIG_POOL)
     res = tool_agent_capacity(sim, duration_s=30.0, seed=3)
     assert res.probes[0].rate_scale == TOOL_AGENT_MIN_RATE_SCALE
     assert res.native_rate_rps == pytest.approx(TOOL_AGENT_REFERENCE_RATE_RPS * 8 / 40, rel=0.02)  # follows the pool

@@ -14,6 +14,7 @@ from experiments.sweep.execute import execute_cell
 from experiments.sweep.manifest import TMP_DIR, scan_finished
 from experiments.sweep.run import run_sweep
 from tests.experiments.conftest import write_spec
+from tests.factories import write_trace
 
 
 def _summaries(out):
@@ -348,9 +349,8 @@ def test_a_resume_after_a_code_change_says_that_it_reuses_cells_of_the_old_code(
 def _trace_sweep(folder, trace="traces/t.jsonl"):
     """A one-cell trace sweep in ``folder`` (its own trace file; spec path relative to the spec)."""
     (folder / "traces").mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"timestamp": 250 * i, "input_length": 600 + 10 * i, "output_length": 10,
-                         "hash_ids": [i % 3, 10 + i]}) for i in range(40)]
-    (folder / "traces" / "t.jsonl").write_text("\n".join(lines) + "\n")
+    write_trace(folder / "traces" / "t.jsonl", ({"timestamp": 250 * i, "input_length": 600 + 10 * i, "output_length": 10,
+                                                 "hash_ids": [i % 3, 10 + i]} for i in range(40)))
     return write_spec(folder, f"name: path-free\nworkload: {{trace: {trace}}}\npolicies: [least-work]\n")
 
 

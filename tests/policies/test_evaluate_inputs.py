@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from experiments.cli import main
+from tests.factories import tiny_trace
 
 CKPT = Path(__file__).resolve().parents[2] / "policies" / "checkpoints"
 
@@ -555,9 +556,7 @@ def test_from_csv_reads_the_rows_of_a_protocol_evaluation(tmp_path, capsys):
     # refused them ("missing column(s) seed, prefix_hit_rate"), though --out's help says it reads them
     import json
 
-    from tests.policies.test_protocol import _tiny_trace
-
-    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    trace = tiny_trace(tmp_path / "tiny.jsonl")
     out = tmp_path / "protocol.csv"
     run = ["evaluate", "--policy", "least-work", "--against", "vertumnus-router", "--trace", str(trace), "--target-rps", "6",
            "--protocol", "--episode-window-s", "4", "--pool-gpus", "8", "--pool-composition", "cp2x2,cp1x4",

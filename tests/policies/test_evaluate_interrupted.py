@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from experiments.cli import main
+from tests.factories import tiny_trace
 from tests.interrupt import fail_on_call, patch_everywhere
 
 POOL = ["--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2"]
@@ -17,9 +18,7 @@ POOL = ["--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2"]
 
 def test_routing_evaluation_stopped_midway_keeps_its_finished_episodes(tmp_path, capsys, monkeypatch):
     import baselines.runner as runner
-    from tests.policies.test_protocol import _tiny_trace
-
-    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    trace = tiny_trace(tmp_path / "tiny.jsonl")
     patch_everywhere(monkeypatch, runner, "run_policy", fail_on_call(runner.run_policy, 3))  # seed 2's first episode
     out = tmp_path / "eval" / "rows.csv"
     with pytest.raises(RuntimeError, match="killed"):
@@ -63,9 +62,7 @@ def test_reconfig_evaluation_interrupted_midway_keeps_its_finished_runs(tmp_path
 
 def test_protocol_evaluation_stopped_midway_keeps_its_finished_windows(tmp_path, capsys, monkeypatch):
     import policies.routing.protocol as protocol
-    from tests.policies.test_protocol import _tiny_trace
-
-    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    trace = tiny_trace(tmp_path / "tiny.jsonl")
     argv = ["evaluate", "--policy", "least-work", "--against", "vertumnus-router", "--trace", str(trace),
             "--target-rps", "6", "--protocol", "--episode-window-s", "4", "--pool-gpus", "8", "--pool-composition",
             "cp2x2,cp1x4", "--supported-degrees", "1,2", "--quiet", "--format", "json"]
