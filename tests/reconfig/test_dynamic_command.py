@@ -88,20 +88,6 @@ def _cfg(args):
     return config_from_args(DynamicPhasesConfig, args)
 
 
-def test_dynamic_empty_window_is_reported_before_profiling(capsys, monkeypatch):
-    import baselines.controller.measurement as measurement
-    from experiments.cli import main
-
-    def no_profile(*a, **k):
-        raise AssertionError("profiled capacities of an empty window")
-
-    patch_everywhere(monkeypatch, measurement, "CapacityTable", no_profile)
-    assert main(["dynamic", "--arrival-window-s", "5000", "6000", "--quiet"]) == 2
-    assert capsys.readouterr().err == (  # checked with the settings, before the history day and its profile
-        "cpgym dynamic: error: dynamic: arrival_window_s [5000, 6000) starts after the last phase (num_phases x "
-        "phase_duration_s = 600 s) (--arrival-window-s, --num-phases, --phase-duration-s)\n")
-
-
 @pytest.mark.slow
 def test_dynamic_quiet_prints_no_progress(capsys):
     from experiments.cli import main
@@ -193,38 +179,6 @@ def test_dynamic_load_fractions_are_validated(kw, msg):
 
     with pytest.raises(ValueError, match=msg):
         DynamicPhasesConfig(**kw)
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--plot", "{blocker}/dyn.png"], "--plot {blocker}/dyn.png cannot be created: {blocker} is not a folder"),
-    (["--plot", "{tmp}"], "--plot {tmp} is a folder; expected a file path"),
-    (["--short-load", "0.5", "--capacity-cache-dir", "{blocker}"],
-     "--capacity-cache-dir {blocker} exists and is not a folder; expected a folder (new or existing)"),
-])
-def test_dynamic_output_paths_are_checked_before_running(flags, message, tmp_path, capsys, monkeypatch):
-    import experiments.paper_experiments.dynamic_phases as dynamic_phases
-    from experiments.cli import main
-
-    def no_run(*a, **k):
-        raise AssertionError("ran before checking the output paths")
-
-    patch_everywhere(monkeypatch, dynamic_phases, "run_dynamic_phases", no_run)
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    flags = [f.format(blocker=blocker, tmp=tmp_path) for f in flags]
-    assert main(["dynamic", "--num-phases", "1", "--compositions", "cp4x10", "--quiet", *flags]) == 2
-    assert capsys.readouterr().err == f"cpgym dynamic: error: {message.format(blocker=blocker, tmp=tmp_path)}\n"
-
-
-@pytest.mark.parametrize("text", ["", " ; ", "cp4x10;;cp2x20", "cp4x10;", ";cp4x10"])
-def test_dynamic_empty_composition_item_is_one_line(text, capsys):
-    from experiments.cli import main
-
-    # was "min() arg is an empty sequence" for an empty list, and an empty item was silently dropped
-    assert main(["dynamic", "--compositions", text, "--quiet"]) == 2
-    assert capsys.readouterr().err == "cpgym dynamic: error: dynamic: compositions must be 'all' or ';'-separated " \
-                                      f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r} (an empty item: doubled, " \
-                                      "leading or trailing ';') (--compositions)\n"
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -1,0 +1,410 @@
+"""The experiments layer's command-line errors, one table: each row is a command line, the flag or
+key its one error line must name, a short phrase it must hold, and exit status 2 (tests/error_table.py).
+Where a row has ``forbid``, the check must come before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.cli import main
+from tests.error_table import CliError, check, param
+from tests.factories import write_trace
+from tests.interrupt import patch_everywhere
+
+SIM = ("simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--policy", "least-work", "--quiet")
+SIM5 = ("simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--quiet")
+RUN = (("baselines.runner", "run_policy"),)
+RUN_OR_BUILD = RUN + (("baselines.runner", "build_simulator"),)
+TRAIN = (("policies.reconfig.train", "train_reconfig"), ("policies.routing.train", "train_routing"))
+EVALUATE = (("policies.evaluate", "run_evaluation"), ("policies.routing.protocol", "scenarios"))
+CAPACITIES = (("baselines.capacity", "capacities"),)
+REPRODUCE = (("experiments.reproduce", "run_experiments"),)
+EMPTY_ITEM = "(an empty item: doubled, leading or trailing comma)"
+
+
+def _simulated_runs(tmp_path, monkeypatch):
+    """A folder of one `cpgym simulate --out` run (for `cpgym report --out`)."""
+    assert main([*SIM, "--out", str(tmp_path / "runs")]) == 0
+    return {"runs": str(tmp_path / "runs")}
+
+
+def _unwritable(tmp_path, monkeypatch):
+    """An existing folder that os.access says is not writable (root may write anywhere: faked)."""
+    import experiments.common as common
+
+    patch_everywhere(monkeypatch, common.os, "access", lambda path, mode: False)
+    (tmp_path / "w").mkdir()
+    return {"w": str(tmp_path / "w")}
+
+
+def _faults_file(text):
+    def setup(tmp_path, monkeypatch):
+        (tmp_path / "faults.json").write_text(text)
+        return {"faults": str(tmp_path / "faults.json")}
+    return setup
+
+
+def _same_instant_trace(tmp_path, monkeypatch):
+    write_trace(tmp_path / "same.jsonl", ({"timestamp": 0, "input_length": 1000, "output_length": 5,
+                                          "hash_ids": [i, 10 + i]} for i in range(3)))
+    return {"trace": str(tmp_path / "same.jsonl")}
+
+
+def _sweep_spec(tmp_path, monkeypatch):
+    """A one-policy sweep of a one-request trace."""
+    write_trace(tmp_path / "t.jsonl", [{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]}])
+    (tmp_path / "spec.yaml").write_text("name: t\nworkload: {trace: t.jsonl}\npolicies: [least-work]\n")
+    return {"spec": str(tmp_path / "spec.yaml")}
+
+
+def _faults_spec(tmp_path, monkeypatch):
+    """A fault experiment of one GPU-failure scenario (tests/faults/test_fault_experiment.py's SPEC)."""
+    (tmp_path / "gpu.yaml").write_text("detection_delay_s: 5\nrebuild_s: 5\n"
+                                       "events:\n  - {kind: gpu_failure, time_s: 15, gpu: 1}\n")
+    (tmp_path / "spec.yaml").write_text('name: tiny-faults\ntrace: "@traces/conversation_trace.jsonl"\n'
+                                        "arrival_window_s: [0, 40]\ncapacity_search_rps: [4, 64]\ncapacity_iterations: 2\n"
+                                        "policies: [least-work, vertumnus-router]\nscenarios:\n  gpu: gpu.yaml\n"
+                                        "plot_before_s: 20\nplot_after_s: 20\n")
+    return {"spec": str(tmp_path / "spec.yaml")}
+
+
+def _left_empty(name):
+    def after(tmp_path, names):
+        assert list((tmp_path / name).iterdir()) == []
+    return after
+
+
+def _not_written(name):
+    def after(tmp_path, names):
+        assert not (tmp_path / name).exists()
+    return after
+
+
+def _list_rows():
+    rows = []
+    # --- generated (config-dataclass) list flags: argparse's own error line
+    for i, text in enumerate(["0.1,,0.2", ",0.1", "0.1,", " , "]):
+        rows.append(CliError(f"train-arms-switch-margins-empty-{i}",
+                             ("train", "arms", "--switch-margins", text, "--out", "unused"), "argument --switch-margins",
+                             f"must be a comma-separated list of numbers, got {text!r} {EMPTY_ITEM}"))
+    for argv, flag in [(("train", "reconfig", "--workload-seeds", "1,,2"), "--workload-seeds"),
+                       (("evaluate", "reconfig", "--seeds", "1,2,"), "--seeds"),
+                       (("train", "arms", "--betas", "x,1"), "--betas")]:
+        rows.append(CliError(f"generated-list-{flag}", (*argv, "--out", "unused"), f"argument {flag}",
+                             "must be a comma-separated list of"))
+    return rows
+
+
+def _report_and_out_rows():
+    rows = []
+    # --- report
+    rows += [
+        CliError("report-of-a-file", ("report", "{file}"), "run folder '{file}'",
+                 "is not a folder; give a sweep's --out folder or a folder of `cpgym simulate --out` runs"),
+        CliError("report-of-a-missing-folder", ("report", "{tmp}/missing"), "{tmp}/missing", "does not exist"),
+        CliError("report-out-a-file", ("report", "{runs}", "--out", "{file}"), "--out {file}",
+                 "exists and is not a folder; expected a folder (new or existing)", setup=_simulated_runs),
+    ]
+    # --- --out folders and files, checked before anything runs
+    rows.append(CliError("simulate-out-under-a-file", (*SIM5, "--policy", "least-work", "--out", "{file}/out"), "--out",
+                         "cannot be created", forbid=RUN))
+    for kind in ("reconfig", "routing"):
+        rows += [CliError(f"train-{kind}-out-a-file", ("train", kind, "--out", "{file}"), "--out {file}",
+                          "exists and is not a folder; expected a folder (new or existing)", forbid=TRAIN),
+                 CliError(f"train-{kind}-out-under-a-file", ("train", kind, "--out", "{file}/sub"), "--out {file}/sub",
+                          "cannot be created: {file} is not a folder", forbid=TRAIN)]
+    rows.append(CliError("train-out-not-writable", ("train", "reconfig", "--out", "{w}"), "--out {w}",
+                         "is not writable; expected a folder this user can write into", setup=_unwritable, forbid=TRAIN,
+                         after=_left_empty("w")))
+    for i, command in enumerate([
+            ("evaluate", "--policy", "least-work", "--against", "round-robin", "--windows", "0", "--seeds", "1"),
+            ("evaluate", "--policy", "least-work", "--against", "round-robin", "--protocol", "--target-rps", "6"),
+            ("tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6")]):
+        rows.append(CliError(f"{command[0]}-out-file-under-a-file-{i}", (*command, "--quiet", "--out", "{file}/rows.csv"),
+                             "--out {file}/rows.csv", "cannot be created: {file} is not a folder", forbid=EVALUATE))
+    for command in [("capacity", "--workload", "tool-agent", "--policy", "least-work", "--quiet"),
+                    ("compare", "--workload", "tool-agent", "--suite", "least-work", "--loads", "0.5"),
+                    ("reproduce", "--quick", "--experiments", "end-to-end", "--quiet", "--out", "{tmp}/out")]:
+        rows.append(CliError(f"{command[0]}-cache-dir-a-file", (*command, "--cache-dir", "{file}"), "--cache-dir {file}",
+                             "exists and is not a folder; expected a folder (new or existing)",
+                             forbid=CAPACITIES + REPRODUCE))
+    rows += [
+        CliError("compare-out-before-capacity", ("compare", "--workload", "tool-agent", "--suite", "least-work", "--loads",
+                                                 "0.5", "--out", "{file}"),
+                 "--out {file}", "exists and is not a folder; expected a folder (new or existing)", forbid=CAPACITIES),
+        CliError("capacity-cache-dir-with-no-cache", ("capacity", "--workload", "tool-agent", "--policy", "least-work",
+                                                      "--no-cache", "--cache-dir", "{file}"),
+                 "--cache-dir {file}", "is not used with --no-cache"),
+    ]
+    return rows
+
+
+def _workload_rows():
+    rows = []
+    # --- workloads and traces
+    rows += [
+        CliError("workload-param-type", ("simulate", "--workload", "tool-agent", "--workload-param", "duration_s=abc",
+                                         "--quiet"),
+                 "workload 'tool-agent': parameter duration_s", "must be a number, got 'abc'"),
+        CliError("skip-invalid-default-workload", ("simulate", "--arrival-window-s", "0", "2", "--policy", "least-work",
+                                                   "--quiet", "--skip-invalid"),
+                 "--skip-invalid", "does not apply to the named workload 'mixed-default'"),
+        CliError("skip-invalid-named-workload", (*SIM, "--skip-invalid"), "--skip-invalid",
+                 "does not apply to the named workload 'tool-agent'"),
+        CliError("capacity-of-one-instant", ("capacity", "--trace", "{trace}", "--policy", "round-robin", "--no-cache",
+                                             "--quiet"),
+                 "workload 'same'", "has no defined arrival rate (3 request(s), all arriving at 0 s); a capacity needs "
+                 ">= 2 requests with distinct arrival times", setup=_same_instant_trace, one_line=False),
+    ]
+    capacity = ("capacity", "--workload", "leval-like", "--arrival-window-s", "0", "40", "--policy", "homogeneous-cp4",
+                "--pool-gpus", "8", "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--rel-tol", "0.2",
+                "--no-cache", "--format", "json", "--quiet")
+    rows += [
+        CliError("capacity-unknown-workload-param", (*capacity, "--workload-param", "foo=1"), "['foo']",
+                 "unknown parameter(s)", one_line=False),
+        CliError("capacity-workload-param-duration", (*capacity, "--workload-param", "duration_s=60"),
+                 "--workload-param duration_s", "does not apply here: the capacity window (--arrival-window-s START END, "
+                 "default 0 600) sets the generated span", one_line=False),
+        CliError("capacity-workload-param-of-a-trace", ("capacity", "--trace", "/nonexistent/trace.jsonl",
+                                                         "--workload-param", "x=1", "--policy", "round-robin"),
+                 "--workload-param", "does not apply to a trace", one_line=False),
+    ]
+    for command in ("capacity", "compare"):
+        extra = ("--policy", "least-work") if command == "capacity" else ("--suite", "least-work", "--loads", "0.5")
+        rows.append(CliError(f"{command}-of-phases", (command, "--workload", "phases", *extra, "--no-cache", "--quiet"),
+                             "workload 'phases'", "has no steady rate to measure a capacity of", one_line=False,
+                             absent=("unknown parameter",)))
+    return rows
+
+
+def _simulator_rows():
+    rows = []
+    # --- simulator flags: the flag as typed, in its units, before any run
+    for argv, key, phrase in [
+            (("--slo", "5", "--slo-scale", "2"), "--slo-scale", "applies to --slo scaled only"),
+            (("--dram-gb-per-node", "5"), "--dram-gb-per-node",
+             "has no effect with --kv-tiers hbm; it needs --kv-tiers with dram"),
+            (("--kv-tiers", "hbm,dram", "--store-gb", "5"), "--store-gb", "has no effect with --kv-tiers hbm,dram"),
+            (("--kv-layerwise",), "--kv-layerwise", "has no effect with --kv-tiers hbm"),
+            (("--kv-eviction", "next-use"), "--kv-eviction", "has no effect with --kv-tiers hbm"),
+            # read only in queue-head / layer-wise mode: they were accepted and ignored
+            (("--kv-tiers", "hbm,dram", "--kv-prefetch-depth", "3"), "--kv-prefetch-depth",
+             "has no effect without --kv-prefetch queue-head"),
+            (("--kv-tiers", "hbm,dram", "--kv-buffer-layers", "8"), "--kv-buffer-layers",
+             "has no effect without --kv-layerwise"),
+            (("--kv-tiers", "hbm,dram", "--kv-num-layers", "8"), "--kv-num-layers", "has no effect without --kv-layerwise"),
+            # these named TierConfig's byte fields (kv_tiers.dram_capacity_bytes_per_node ... got -1000000000.0)
+            (("--kv-tiers", "hbm,dram", "--dram-gb-per-node", "-1"), "--dram-gb-per-node",
+             "must be a finite number > 0, got -1.0"),
+            (("--kv-tiers", "hbm,dram", "--dram-gbps-per-gpu", "0"), "--dram-gbps-per-gpu",
+             "must be a finite number > 0, got 0.0"),
+            (("--kv-tiers", "hbm,dram,store", "--store-gb", "inf"), "--store-gb", "must be a finite number > 0, got inf"),
+            (("--kv-tiers", "hbm,dram,store", "--store-lookup-ms", "-0.5"), "--store-lookup-ms",
+             "must be a finite number >= 0"),
+            (("--kv-tiers", "hbm,dram,store", "--store-gbps-per-node", "0"), "--store-gbps-per-node",
+             "must be a finite number > 0"),
+            (("--kv-tiers", "hbm,dram", "--kv-prefetch", "queue-head", "--kv-prefetch-depth", "0"), "--kv-prefetch-depth",
+             "must be an integer >= 1, got 0"),
+            (("--kv-tiers", "hbm,dram", "--kv-layerwise", "--kv-buffer-layers", "0"), "--kv-buffer-layers",
+             "must be an integer >= 1, got 0"),
+            (("--kv-tiers", "hbm,dram", "--kv-layerwise", "--kv-num-layers", "-8"), "--kv-num-layers",
+             "must be an integer >= 1, got -8")]:
+        rows.append(CliError(f"simulate{''.join(argv)}", (*SIM5, *argv), key, phrase))
+    # inf used to pass the `> 0` / `>= 0` checks: a traceback (cache scale), TTFTs of inf, or an SLO every request meets
+    for flag, phrase in [("--cache-capacity-scale", "must be a finite number >= 0, got inf"),
+                         ("--first-decode-step-s", "must be a finite number >= 0, got inf"),
+                         ("--kv-handoff-gbps", "must be a finite number > 0, got inf"),
+                         ("--slo", "must be a finite number of seconds > 0 or 'scaled', got inf"),
+                         ("--slo-scale", "must be a finite number > 0, got inf")]:
+        rows.append(CliError(f"simulate{flag}-inf", (*SIM, flag, "inf"), flag, phrase))
+    for argv, phrase in [
+            # each named the SimConfig field and the converted value (bytes/s, 0.0, the number of entries)
+            (("--kv-handoff-gbps", "-1"), "must be a finite number > 0, got -1"),
+            (("--horizon-s", "0"), "must be a finite number > 0, got 0 (leave --horizon-s out to run until every request "
+                                   "finished)"),
+            (("--horizon-s", "inf"), "must be a finite number > 0, got inf"),
+            (("--horizon-s", "nan"), "must be a finite number > 0, got nan"),
+            (("--max-batch-tokens", "0"), "must be an integer >= 1, got 0"),
+            (("--pool-gpus", "0"), "must be an integer >= 1, got 0"),
+            (("--prediction-noise", "-1"), "must be a finite number >= 0, got -1"),
+            (("--slo", "-1"), "must be a finite number of seconds > 0 or 'scaled', got -1"),
+            (("--node-calibrations", "/no/such.json"), "needs one calibration per node ('' = --calibration): 5 node(s) of "
+                                                       "--gpus-per-node 8 in --pool-gpus 40, got 1 in '/no/such.json'"),
+            (("--node-calibrations", "/no/such.json,,,,"), "/no/such.json does not exist; expected a calibration JSON file"),
+            (("--node-calibrations", "/,,,,"), "/ is a folder; expected a calibration JSON file")]:
+        rows.append(CliError(f"simulate{argv[0]}={argv[1]}", (*SIM, *argv), argv[0], phrase, forbid=RUN))
+    for degrees in ["3", "2,6", "0", "-2"]:  # was 'pool.supported_degrees must be powers of two >= 1, got (3,)'
+        rows.append(CliError(f"supported-degrees={degrees}", (*SIM5, "--supported-degrees", degrees), "--supported-degrees",
+                             f"must be powers of two >= 1 (CP degrees), got {degrees!r}"))
+    for i, text in enumerate(["{}", "rebuild_s: 5\n"]):  # was a run without faults
+        rows.append(CliError(f"faults-file-without-events-{i}", (*SIM, "--faults", "{faults}"), "{faults}:1: events",
+                             "missing, and no random fault process is set; expected a mapping with 'events'",
+                             setup=_faults_file(text)))
+    rows.append(CliError("config-field-names-its-flag", ("evaluate", "--policy", "least-work", "--against", "round-robin",
+                                                         "--episode-window-s", "-1", "--quiet"),
+                         "(--episode-window-s)", "episode_window_s must be > 0, got -1.0"))
+    return rows
+
+
+def _policy_rows():
+    rows = []
+    # --- policies and suites
+    for name in ["shipped", "shipped-residual", "policies/checkpoints/routing_conversation_residual"]:
+        rows.append(CliError(f"simulate-checkpoint-{name}", (*SIM[:-3], "--quiet", "--policy", f"least-work,{name}"),
+                             f"--policy {name}", f"learned checkpoints run under `cpgym evaluate --policy {name}`"))
+    for command in [(*SIM[:-3], "--quiet", "--policy", "least-work,homogeneous-cp4"),
+                    ("compare", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--rates", "10", "--suite",
+                     "least-work,homogeneous-cp4")]:
+        rows.append(CliError(f"{command[0]}-baseline-pool-does-not-fit", (*command, "--supported-degrees", "2",
+                                                                          "--pool-composition", "cp2x20"),
+                             "policy 'homogeneous-cp4'", "runs on its own pool, which these pool flags reject: composition "
+                             "item 'cp4x10': CP degree 4 is not supported; supported degrees are [2]", forbid=RUN_OR_BUILD))
+    for argv, flag, value, problem in [
+            (("simulate", "--workload", "tool-agent"), "--policy", "least-work,,round-robin", "empty"),
+            (("compare", "--workload", "tool-agent", "--rates", "10"), "--suite", "least-work,", "empty"),
+            (("capacity", "--workload", "tool-agent"), "--policy", ",least-work", "empty"),
+            (("reproduce", "--workloads", "tool-agent"), "--experiments", "end-to-end,,dynamic", "empty"),
+            (("reproduce", "--experiments", "end-to-end"), "--workloads", "tool-agent,,leval-like", "empty"),
+            (("reproduce", "--experiments", "end-to-end"), "--workloads", "tool-agent,tool-agent", "twice"),
+            (("evaluate", "--policy", "least-work", "--workload", "tool-agent", "--seeds", "1"), "--against",
+             "round-robin,round-robin", "twice"),
+            (("evaluate", "--policy", "none", "--kind", "reconfig", "--seeds", "1000"), "--against", "vertumnus-router,",
+             "empty"),
+            (("kv-tiers",), "--policies", "least-work,,dynamo-kv", "empty"),
+            (("bench", "sim"), "--policy", "least-work,,round-robin", "empty")]:
+        # an empty item was silently dropped; a repeated workload or comparison ran (and was averaged) twice
+        quiet = ("--quiet",) if argv[0] not in ("kv-tiers", "bench") else ()
+        phrase = (f"must be a comma-separated list of names, got {value!r} {EMPTY_ITEM}" if problem == "empty"
+                  else f"lists {value.split(',')[0]!r} twice: {value!r}")
+        rows.append(CliError(f"{argv[0]}{flag}={value}", (*argv, flag, value, *quiet), flag, phrase, forbid=RUN_OR_BUILD))
+    return rows
+
+
+def _compare_rows():
+    rows = []
+    # --- compare, capacity and reproduce options
+    rows += [
+        CliError("compare-nan-rate", ("compare", "--workload", "tool-agent", "--arrival-window-s", "0", "2", "--suite",
+                                      "least-work", "--rates", "nan"),
+                 "--rates", "values must all be finite numbers > 0, got 'nan'"),
+        CliError("capacity-horizon", ("capacity", "--workload", "tool-agent", "--policy", "least-work", "--quiet",
+                                      "--horizon-s", "5"),
+                 "--horizon-s", "does not apply to cpgym capacity: every probe runs until its requests finish"),
+        CliError("compare-loads-without-a-static-baseline",
+                 ("compare", "--suite", "vertumnus-router,vertumnus", "--loads", "0.5", "--workload", "tool-agent",
+                  "--no-cache", "--quiet"),
+                 "--loads", "but the suite (vertumnus-router, vertumnus) has none", one_line=False,
+                 forbid=(("baselines.capacity", "find_capacity"),)),
+    ]
+    for flag, text, phrase in [("--rates", "1,1", "lists 1.0 twice: '1,1'; expected distinct rates"),
+                               ("--rate-scales", "2,2.0", "lists 2.0 twice: '2,2.0'; expected distinct rate factors"),
+                               ("--loads", "0.5,0.5", "lists 0.5 twice: '0.5,0.5'; expected distinct loads")]:
+        rows.append(CliError(f"compare-repeated{flag}", ("compare", "--workload", "tool-agent", "--suite", "round-robin",
+                                                         "--quiet", flag, text),
+                             flag, phrase, forbid=CAPACITIES))
+    for flag in [("--no-cache",), ("--drain-ratio", "3"), ("--rel-tol", "0.05"), ("--cache-dir", "x")]:
+        rows.append(CliError(f"compare-rates{flag[0]}", ("compare", "--workload", "tool-agent", "--suite", "least-work",
+                                                         "--rates", "10", *flag),
+                             flag[0], "has no effect here: capacities are measured only with --loads or --label-overload",
+                             forbid=(("experiments.paper_experiments.end_to_end", "run_compare"),)))
+    for command in ("capacity", "compare"):
+        extra = ("--policy", "round-robin") if command == "capacity" else ("--suite", "round-robin", "--loads", "0.5")
+        for flag, value, phrase in [("--drain-ratio", "1", "must be a finite number > 1, got 1.0"),
+                                    ("--rel-tol", "0", "must be in (0, 1), got 0.0"),
+                                    ("--min-slo-attainment", "1.5", "must be in [0, 1], got 1.5")]:
+            # named the dataclass field (capacity.drain_ratio), before any trace or workload is built
+            rows.append(CliError(f"{command}{flag}", (command, "--trace", "/nonexistent/trace.jsonl", *extra, "--no-cache",
+                                                      flag, value),
+                                 flag, phrase, one_line=False))
+    for case, folder, phrase in [
+            ("missing", "{tmp}/missing", "does not exist; expected a folder holding conversation_trace.jsonl"),
+            ("file", "{file}", "is not a folder; expected a folder holding conversation_trace.jsonl"),
+            ("empty", "{tmp}", "has no conversation_trace.jsonl; the end-to-end experiment's production workload replays "
+                               "it (or leave production out of --workloads)")]:
+        rows.append(CliError(f"reproduce-traces-dir-{case}", ("reproduce", "--traces-dir", folder, "--out", "{tmp}/out"),
+                             f"--traces-dir {folder}", phrase, forbid=REPRODUCE, after=_not_written("out")))
+    return rows
+
+
+def _tune_rows():
+    rows = []
+    # --- tune vertumnus: the flag, before any scenario is built, and nothing written
+    rows.append(CliError("tune-episode-window-zero", ("tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6",
+                                                      "--episode-window-s", "0", "--quiet", "--out", "{tmp}/t.json"),
+                         "--episode-window-s", "must be a finite number > 0 [s], got 0", one_line=False,
+                         after=_not_written("t.json")))
+    for flags, phrase in [(("--lambdas", "0.5,-1"), "values must be finite numbers >= 0 (paper §5), got -1 in '0.5,-1'"),
+                          (("--betas", "0.5"), "values must be finite numbers >= 1 (paper §5), got 0.5"),
+                          (("--betas", "1,nan"), "values must be finite numbers >= 1 (paper §5), got nan"),
+                          (("--betas", "1,1.5,1"), "lists 1.0 twice: '1,1.5,1'; expected distinct values"),
+                          (("--warmup-s", "-3"), "must be a finite number >= 0 [s], got -3")]:
+        rows.append(CliError(f"tune{flags[0]}={flags[1]}", ("tune", "vertumnus", "--workload", "tool-agent", "--target-rps",
+                                                            "6", *flags, "--quiet", "--out", "{tmp}/t.json"),
+                             flags[0], phrase, one_line=False, forbid=(("policies.routing.protocol", "scenarios"),),
+                             after=_not_written("t.json")))
+    return rows
+
+
+def _other_command_rows():
+    rows = [
+        CliError("sweep-out-a-file", ("sweep", "{spec}", "--out", "{file}", "--quiet"), "--out {file}",
+                 "exists and is not a folder; expected a folder (new or existing)", setup=_sweep_spec),
+        CliError("faults-out-under-a-file", ("faults", "{spec}", "--out", "{spec}/out"), "--out {spec}/out",
+                 "cannot be created: {spec} is not a folder", setup=_faults_spec,
+                 forbid=(("experiments.faults", "run_fault_experiment"),)),
+    ]
+    for extra in ((), ("--loads", "0.5")):  # ran seed 1 once but titled the table "seeds 1,1"; or measured capacities first
+        rows.append(CliError(f"compare-repeated-seed{''.join(extra)}", ("compare", "--seeds", "0,1,0", "--out", "{tmp}/out",
+                                                                       *extra),
+                             "--seeds", "lists 0 twice: '0,1,0'; expected distinct seeds (each is one repetition)",
+                             forbid=(("experiments.commands.compare", "_capacities_for"),), after=_not_written("out")))
+    kv_tiers = (("experiments.kv_tiers", "run_tier_study"),)
+    for flags, phrase in [
+            # was "target_rps must be > 0 [requests/s], got -0.9" (load x capacity, not the flag)
+            (("--capacity-rps", "-1"), "must be a finite number > 0 [requests/s], got -1.0"),
+            (("--capacity-rps", "nan"), "must be a finite number > 0 [requests/s], got nan"),
+            (("--capacity-rps", "10", "--capacity-policy", "nope"), "unknown policy 'nope'"),  # was ignored
+            # both were found inside the study: after the capacity search (~9 s), after the whole tier table (~15 s)
+            (("--policies", "least-work,nosuch"), "unknown policy 'nosuch'; known policies: vertumnus, "),
+            (("--eviction-policies", "nosuch"), "unknown policy 'nosuch'; known policies: vertumnus, ")]:
+        rows.append(CliError(f"kv-tiers{''.join(flags)}", ("kv-tiers", "--arrival-window-s", "0", "5", *flags), flags[-2],
+                             phrase, forbid=kv_tiers))
+    for window in (("10", "5"), ("-5", "5"), ("0", "nan")):  # was "end_s must be > start_s" / run as if it began at 0
+        rows.append(CliError(f"kv-tiers-window-{'-'.join(window)}", ("kv-tiers", "--arrival-window-s", *window,
+                                                                    "--capacity-rps", "10"),
+                             "--arrival-window-s START END", f"needs finite 0 <= START < END, got {' '.join(window)}",
+                             forbid=kv_tiers))
+    dynamic = ("dynamic", "--num-phases", "1", "--compositions", "cp4x10", "--quiet")
+    run_dynamic = (("experiments.paper_experiments.dynamic_phases", "run_dynamic_phases"),)
+    rows += [
+        CliError("dynamic-window-after-the-last-phase", ("dynamic", "--arrival-window-s", "5000", "6000", "--quiet"),
+                 "(--arrival-window-s, --num-phases, --phase-duration-s)",
+                 "arrival_window_s [5000, 6000) starts after the last phase (num_phases x phase_duration_s = 600 s)",
+                 forbid=(("baselines.controller.measurement", "CapacityTable"),)),
+        CliError("dynamic-plot-under-a-file", (*dynamic, "--plot", "{file}/dyn.png"), "--plot {file}/dyn.png",
+                 "cannot be created: {file} is not a folder", forbid=run_dynamic),
+        CliError("dynamic-plot-a-folder", (*dynamic, "--plot", "{tmp}"), "--plot {tmp}", "is a folder; expected a file path",
+                 forbid=run_dynamic),
+        CliError("dynamic-capacity-cache-dir-a-file", (*dynamic, "--short-load", "0.5", "--capacity-cache-dir", "{file}"),
+                 "--capacity-cache-dir {file}", "exists and is not a folder; expected a folder (new or existing)",
+                 forbid=run_dynamic),
+    ]
+    for text in ["", " ; ", "cp4x10;;cp2x20", "cp4x10;", ";cp4x10"]:  # was "min() arg is an empty sequence" / dropped
+        rows.append(CliError(f"dynamic-compositions-{text!r}", ("dynamic", "--compositions", text, "--quiet"),
+                             "(--compositions)", f"compositions must be 'all' or ';'-separated compositions (e.g. "
+                             f"'cp4x10;cp2x20'), got {text!r} (an empty item: doubled, leading or trailing ';')"))
+    return rows
+
+
+ROWS = [row for rows in (_list_rows(), _report_and_out_rows(), _workload_rows(), _simulator_rows(), _policy_rows(),
+                         _compare_rows(), _tune_rows(), _other_command_rows()) for row in rows]
+
+
+def test_row_ids_are_distinct():
+    ids = [r.id for r in ROWS]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
+@pytest.mark.parametrize("row", [param(r) for r in ROWS])
+def test_cli_error(row, tmp_path, monkeypatch, capsys):
+    check(row, tmp_path, monkeypatch, capsys)
