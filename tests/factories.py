@@ -81,6 +81,22 @@ def random_workload(n: int, rate_rps: float, seed: int, block: int = 4, name: st
     return Workload(name, tuple(reqs), kv_block_size_tokens=block)
 
 
+def prefix_document_workload() -> Workload:
+    """300 requests at 30 req/s (seeded), 512-token blocks: each opens with one of 20 shared
+    document prefixes (2-9 blocks) and adds 1-5 blocks of its own."""
+    rng = np.random.default_rng(7)
+    t = np.cumsum(rng.exponential(1 / 30.0, 300))
+    reqs = []
+    for i in range(300):
+        doc = int(rng.integers(20))
+        n_doc = 2 + doc % 8
+        n_own = int(rng.integers(1, 6))
+        hashes = tuple(doc * 1000 + k for k in range(n_doc)) + tuple(10**6 + i * 10 + k for k in range(n_own))
+        L = 512 * (len(hashes) - 1) + int(rng.integers(1, 513))
+        reqs.append(Request(i, float(t[i]), L, 1, hashes))
+    return Workload("small-prefix", tuple(reqs), kv_block_size_tokens=512)
+
+
 def poisson_workload(rate_rps: float, duration_s: float, seed: int = 0, L: int = 2000,
                      shared: tuple[int, ...] = ()) -> Workload:
     """Poisson arrivals at ``rate_rps`` over ``[0, duration_s)``, every prompt ``L`` tokens with 10
