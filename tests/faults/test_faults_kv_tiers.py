@@ -4,24 +4,16 @@ transfers pending on its links; a GPU failure keeps the host memory (issue #43 i
 import pytest
 
 from baselines.simple import RoundRobinRouter
-from envs.sim import Calibration, Request, SimConfig, Simulator, Workload
+from envs.sim import Request, SimConfig, Simulator, Workload
 from envs.sim.fault_config import FaultConfig, FaultEvent
 from envs.sim.simulator import EventPriority
 from envs.sim.tier_config import TierConfig
 from envs.sim.tiers import FETCH_NONE, FETCH_PULL
-from kernels_ref.roofline import Efficiency, build_calibration_dict
-from kernels_ref.specs import get_gpu, get_model
 from tests.factories import ONE_GPU_POOL
 
 BLOCK = 512
 PREFIX = tuple(range(1, 33))  # 32 blocks, fetched in 32 s
 PREFIX2 = (101, 102)  # 2 blocks, fetched in 2 s
-
-
-@pytest.fixture(scope="module")
-def a100():
-    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
-    return Calibration.from_dict(data)
 
 
 def _req(i, t, prefix, num_new_tokens, first_new):

@@ -12,23 +12,15 @@ from hypothesis import strategies as st
 
 from baselines.prediction_error import summarize_prediction_errors
 from baselines.simple import RoundRobinRouter
-from envs.sim import Calibration, CostCoefficients, Request, SimConfig, Simulator, Workload
+from envs.sim import CostCoefficients, Request, SimConfig, Simulator, Workload
 from envs.sim.config import PredictionErrorConfig
 from envs.sim.tier_config import TierConfig
 from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE
-from kernels_ref.roofline import Efficiency, build_calibration_dict
-from kernels_ref.specs import get_gpu, get_model
 from tests.factories import ONE_GPU_POOL
 
 BLOCK = 512
 PREFIX = tuple(range(1, 17))  # 16 blocks = 8192 tokens
 PREFIX_TOKENS = len(PREFIX) * BLOCK
-
-
-@pytest.fixture(scope="module")
-def a100():
-    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
-    return Calibration.from_dict(data)
 
 
 def _scaled(cal, speed: float):
