@@ -4,6 +4,8 @@ Where a row has ``forbid``, the check must come before anything runs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from experiments.cli import main
@@ -396,8 +398,69 @@ def _other_command_rows():
     return rows
 
 
+def _reproduce_rows():
+    cal = str(Path(__file__).resolve().parents[2] / "envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json")
+    rows = [
+        CliError("reproduce-unknown-workload", ("reproduce", "--workloads", "nope"), "--workloads", "unknown workload 'nope'"),
+        CliError("reproduce-loads-decreasing", ("reproduce", "--loads", "0.9,0.5", "--workloads", "leval-like"), "--loads",
+                 "must be increasing fractions in (0, 2], got [0.9, 0.5]"),
+        CliError("reproduce-unknown-experiment", ("reproduce", "--experiments", "nope"), "--experiments",
+                 "unknown kind 'nope'"),
+        CliError("reproduce-dynamic-param-workload-seed", ("reproduce", "--experiments", "dynamic", "--dynamic-param",
+                                                          "workload_seed=3"),
+                 "['workload_seed']", "the workload seed"),
+        CliError("reproduce-dynamic-param-without-value", ("reproduce", "--experiments", "dynamic", "--dynamic-param",
+                                                          "num_phases"),
+                 "--dynamic-param", "must be NAME=VALUE, got 'num_phases'"),
+        CliError("reproduce-dynamic-composition-of-another-pool",
+                 ("reproduce", "--workloads", "tool-agent", "--quiet", "--pool-gpus", "8", "--pool-composition", "cp4x2",
+                  "--dynamic-param", "compositions=cp4x2;cp4x5"),
+                 "compositions item 'cp4x5'", "is not a composition of the 8-GPU pool", one_line=False,
+                 forbid=(("experiments.reproduce", "_map"),)),
+    ]
+    # a missing calibration or a composition of the wrong GPU count failed without naming --models (or only once
+    # the runs started); two entries with one label pooled both models' runs; an empty entry was ignored
+    for i, (models, key, phrase) in enumerate([
+            ("a=x.json;", "--models", "an empty entry in 'a=x.json;' (doubled, leading or trailing ';')"),
+            ("", "--models", "an empty entry in ''"),
+            (f"a={cal}@", "--models", f"entries must be LABEL=CALIBRATION_FILE[@COMPOSITION], got 'a={cal}@'"),
+            ("a=/nonexistent/cal.json", "--models entry 'a'", "/nonexistent/cal.json: calibration file does not exist"),
+            (f"a={cal}@cp4x5", "--models entry 'a'", "composition 'cp4x5' uses 20 GPUs but the pool has 40"),
+            (f"a={cal};a={cal}", "--models", "entries 'a' and 'a' are both labelled 'a'"),
+            (f"ds={cal.replace('qwen3-30b-a3b', 'deepseek-v3')}", "--models entry 'ds'",
+             "the model's weights are sharded over G = 8"),
+            (f"default={cal};Qwen3-30B-A3B={cal}", "--models",
+             "entries 'default' and 'Qwen3-30B-A3B' are both labelled 'Qwen3-30B-A3B'")]):
+        argv = (("reproduce", "--workloads", "leval-like", "--models", models) if i == 0 else
+                ("reproduce", "--workloads", "tool-agent", "--experiments", "end-to-end", "--quiet", "--models", models))
+        rows.append(CliError(f"reproduce-models-{i}", argv, key, phrase, forbid=(("experiments.reproduce", "_map"),)))
+    # end-to-end only: a bad dynamic parameter is an error even where the dynamic runs are not selected
+    for setting, key, phrase in [
+            ("num_phases=abc", "--dynamic-param num_phases='abc'", "expected an integer"),
+            ("num_phases=2.5", "--dynamic-param num_phases=2.5", "expected an integer"),
+            ("rising_rate=3", "--dynamic-param rising_rate=3", "expected true or false"),
+            ("phase_duration_s=fast", "--dynamic-param phase_duration_s='fast'", "expected a number"),
+            ("arrival_window_s=a,b", "--dynamic-param arrival_window_s='a,b'", "expected START,END in seconds"),
+            ("num_phases=-1", "num_phases", "dynamic: num_phases and k_windows must be >= 1")]:  # DynamicPhasesConfig's check
+        rows.append(CliError(f"reproduce-dynamic-param-{setting}", ("reproduce", "--experiments", "end-to-end", "--quiet",
+                                                                    "--out", "{tmp}/out", "--dynamic-param", setting),
+                             key, phrase, forbid=REPRODUCE))
+    for flags, phrase in [
+            # a repeated seed ran twice and was counted twice in the paired CI
+            (("--seeds", "0,0"), "lists 0 twice: '0,0'; expected distinct seeds"),
+            (("--cache-seeds", "3,4,3"), "lists 3 twice: '3,4,3'; expected distinct seeds"),
+            (("--seeds", "-1"), "must be integers >= 0, got [-1]"),
+            # an empty value was read as "not given": the preset ran instead
+            (("--seeds", ""), "needs at least one value, got ''"),
+            (("--loads", ""), "needs at least one value, got ''")]:
+        rows.append(CliError(f"reproduce{flags[0]}={flags[1]}", ("reproduce", "--quick", "--workloads", "tool-agent",
+                                                                 "--quiet", "--out", "{tmp}/out", *flags),
+                             flags[0], phrase, forbid=REPRODUCE, after=_not_written("out")))
+    return rows
+
+
 ROWS = [row for rows in (_list_rows(), _report_and_out_rows(), _workload_rows(), _simulator_rows(), _policy_rows(),
-                         _compare_rows(), _tune_rows(), _other_command_rows()) for row in rows]
+                         _compare_rows(), _tune_rows(), _other_command_rows(), _reproduce_rows()) for row in rows]
 
 
 def test_row_ids_are_distinct():
