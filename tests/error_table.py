@@ -31,8 +31,8 @@ class CliError:
     ``{file}`` (a one-byte file in it: a path that is not a folder) and whatever ``setup`` returns.
     ``forbid`` lists ``(module, function)`` pairs that must not be called before the error
     (the check comes before anything runs); ``one_line`` is False where warnings may come first;
-    ``absent`` are phrases the line must not hold; ``after`` checks what the command left behind.
-    Every row also checks that ``{file}`` is untouched.
+    ``also`` are further phrases the line must hold and ``absent`` phrases it must not; ``after``
+    checks what the command left behind. Every row also checks that ``{file}`` is untouched.
     """
 
     id: str
@@ -42,6 +42,7 @@ class CliError:
     setup: Setup | None = None
     forbid: tuple[tuple[str, str], ...] = ()
     one_line: bool = True
+    also: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
     after: After | None = None
 
@@ -77,6 +78,7 @@ def check(row: CliError, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
     assert ": error: " in line, err
     assert row.key.format(**names) in line, f"the error line does not name {row.key.format(**names)!r}: {line}"
     assert row.phrase.format(**names) in line, f"the error line does not say {row.phrase.format(**names)!r}: {line}"
+    assert all(a.format(**names) in line for a in row.also), line
     assert not any(a in line for a in row.absent), line
     assert blocker.read_text() == "x"
     if row.after is not None:

@@ -459,8 +459,65 @@ def _reproduce_rows():
     return rows
 
 
+def _dynamic_and_cache_ablation_rows():
+    """`cpgym dynamic` / `cpgym cache-ablation`: the flag, before any capacity search, simulation or output."""
+    tiny = ("--num-phases", "2", "--phase-duration-s", "20", "--long-rate-rps", "1", "--decision-window-s", "5",
+            "--k-windows", "1", "--initial", "cp4x10")
+    dynamic = ("dynamic", *tiny, "--compositions", "cp4x10;cp2x20", "--quiet")
+    no_search = (("experiments.paper_experiments.dynamic_phases", "phase_capacities"), ("baselines.runner", "run_policy"))
+    rows = []
+    for flags, key, phrase in [
+            # controller / look-ahead / switch settings: checked after the capacity bisections, named by their inner field
+            (("--lookahead-replications", "0"), "(--lookahead-replications)",
+             "lookahead_replications must be an integer >= 1, got 0"),
+            (("--lookahead-stationary-duration-s", "0"), "(--lookahead-stationary-duration-s)",
+             "lookahead_stationary_duration_s must be finite"),
+            (("--switch-s", "nan"), "(--switch-s)", "switch_s must be a finite number >= 0, got nan"),
+            (("--target-margin", "-0.1"), "(--target-margin)", "target_margin must be a finite number >= 0, got -0.1"),
+            # the arrival window: checked when the workload was built, after the bisections
+            (("--arrival-window-s", "30", "10"), "(--arrival-window-s)",
+             "arrival_window_s must be [start, end) with 0 <= start < end, got 30 10"),
+            (("--arrival-window-s", "100", "200"), "(--arrival-window-s, --num-phases, --phase-duration-s)",
+             "arrival_window_s [100, 200) starts after the last phase (num_phases x phase_duration_s = 40 s)")]:
+        rows.append(CliError(f"dynamic{''.join(flags)}", (*dynamic, "--short-load", "0.5", "--capacity-cache-dir",
+                                                          "{tmp}/cache", *flags),
+                             key, phrase, forbid=no_search, after=_not_written("cache")))
+    # the paper rule has no look-ahead: these flags were accepted and ignored
+    for flags, given in [(("--lookahead-replications", "3"), "lookahead_replications"),
+                         (("--lookahead-duration-s", "30", "--target-trend-min-t", "1"),
+                          "lookahead_duration_s / target_trend_min_t"),
+                         (("--target-margin", "0"), "target_margin"),  # 0.0 == False: it passed a test against (None, False)
+                         (("--target-sample", "latest"), "target_sample")]:
+        rows.append(CliError(f"dynamic-paper-rule{''.join(flags)}", (*dynamic, "--short-rate-rps", "2", "--decision",
+                                                                     "paper-rule", *flags),
+                             f"dynamic: {given}", "set the 'target' decision; decision 'paper-rule' has none",
+                             forbid=no_search))
+    # was "composition 'cp16x2' cannot be placed": a composition the user never typed
+    for flags in [("--supported-degrees", "16", "--pool-gpus", "32"), ("--pool-gpus", "41"), ("--gpus-per-node", "3")]:
+        rows.append(CliError(f"dynamic-no-homogeneous-pool{''.join(flags)}", ("dynamic", *tiny, "--quiet", *flags),
+                             "--supported-degrees", "no CP degree both divides --pool-gpus", also=("--gpus-per-node",),
+                             forbid=no_search))
+    for flag, value, phrase in [("--plot", "dyn.txt", "needs a file name ending in one of"),  # savefig refused it late
+                                ("--plot", "dyn", "needs a file name ending in one of"),  # written as dyn.png
+                                ("--plot", "", "is empty; expected a file path"),  # was "--plot  is a folder"
+                                ("--out-dir", "", "is empty; expected a folder path")]:  # was ignored: nothing written
+        rows.append(CliError(f"dynamic{flag}={value}", (*dynamic, "--short-rate-rps", "2", flag, value), flag, phrase,
+                             forbid=no_search))
+    ablation = ("cache-ablation", "--rates", "1", "--duration-s", "10")
+    no_ablation = (("experiments.paper_experiments.cache_ablation", "run_cache_ablation"),)
+    rows.append(CliError("cache-ablation-empty-out", (*ablation, "--out", ""), "--out", "is empty; expected a folder path",
+                         forbid=no_ablation))
+    for flags, key, phrase in [(("--rates", "1,2,1"), "(--rates)", "rates_rps must be distinct rates, got [1.0, 2.0, 1.0]"),
+                               (("--duration-s", "inf"), "(--duration-s)", "duration_s must be a finite number > 0, got inf"),
+                               (("--scan-interval-s", "inf"), "(--scan-interval-s)",
+                                "scan_interval_s must be a finite number > 0, got inf")]:
+        rows.append(CliError(f"cache-ablation{''.join(flags)}", (*ablation, *flags), key, phrase, forbid=no_ablation))
+    return rows
+
+
 ROWS = [row for rows in (_list_rows(), _report_and_out_rows(), _workload_rows(), _simulator_rows(), _policy_rows(),
-                         _compare_rows(), _tune_rows(), _other_command_rows(), _reproduce_rows()) for row in rows]
+                         _compare_rows(), _tune_rows(), _other_command_rows(), _reproduce_rows(),
+                         _dynamic_and_cache_ablation_rows()) for row in rows]
 
 
 def test_row_ids_are_distinct():
