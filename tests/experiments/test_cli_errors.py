@@ -465,6 +465,7 @@ def _dynamic_and_cache_ablation_rows():
             "--k-windows", "1", "--initial", "cp4x10")
     dynamic = ("dynamic", *tiny, "--compositions", "cp4x10;cp2x20", "--quiet")
     no_search = (("experiments.paper_experiments.dynamic_phases", "phase_capacities"), ("baselines.runner", "run_policy"))
+    run_dynamic = (("experiments.paper_experiments.dynamic_phases", "run_dynamic_phases"),)
     rows = []
     for flags, key, phrase in [
             # controller / look-ahead / switch settings: checked after the capacity bisections, named by their inner field
@@ -503,6 +504,42 @@ def _dynamic_and_cache_ablation_rows():
                                 ("--out-dir", "", "is empty; expected a folder path")]:  # was ignored: nothing written
         rows.append(CliError(f"dynamic{flag}={value}", (*dynamic, "--short-rate-rps", "2", flag, value), flag, phrase,
                              forbid=no_search))
+    rows += [
+        # `--compositions all` over CP degrees 1,2,4,8 is refused before anything runs unless --max-compositions allows it
+        CliError("dynamic-all-compositions-beyond-the-bound", ("dynamic", "--supported-degrees", "1,2,4,8", "--quiet"),
+                 "--compositions all", "is 286 fixed compositions of CP degrees 1,2,4,8 on 40 GPUs (more than "
+                 "--max-compositions 32)"),
+        # the paper rule has no look-ahead: an error naming the flag, before any capacity search
+        CliError("dynamic-paper-rule-target-replay-sample", ("dynamic", "--decision", "paper-rule", "--target-replay-sample",
+                                                             "--quiet"),
+                 "--target-replay-sample", "decision 'paper-rule' has none", one_line=False),
+        CliError("dynamic-target-sample-choice", ("dynamic", "--target-sample", "first", "--quiet"),
+                 "argument --target-sample", "invalid choice: 'first'"),
+    ]
+    # a composition of the wrong GPU count or degree failed only after the capacity searches of --short-load
+    # (minutes), with the pool's message alone (no flag); a duplicate ran and reported the same pool twice
+    for argv, key, phrase in [
+            (("--compositions", "foo"), "(--compositions)", "dynamic: compositions item 'foo' is not a composition of the "
+                                                            "8-GPU pool (CP degrees 2,4): composition item 'foo' is invalid"),
+            (("--compositions", "cp4x2;cp4x5"), "(--compositions)",
+             "dynamic: compositions item 'cp4x5' is not a composition of the 8-GPU pool (CP degrees 2,4): composition "
+             "'cp4x5' uses 20 GPUs but the pool has 8"),
+            (("--compositions", "cp4x1,cp2x2;cp2x2,cp4x1"), "(--compositions)",
+             "dynamic: compositions lists the same pool twice"),
+            (("--compositions", "cp2x4", "--initial", "cp8x1"), "(--initial)",
+             "dynamic: initial 'cp8x1' is not a composition of the 8-GPU pool")]:
+        rows.append(CliError(f"dynamic-8-gpus{''.join(argv)}", ("dynamic", "--pool-gpus", "8", "--short-load", "0.5",
+                                                                "--quiet", *argv),
+                             key, phrase, forbid=(("baselines.capacity", "find_capacity"),)))
+    # the config sees only a rate that differs from its default: 40 req/s with --short-load ran silently
+    for argv, key, phrase in [(("--short-load", "0.5", "--short-rate-rps", "40"), "--short-load", "replaces --short-rate-rps"),
+                              (("--long-load=0.5", "--long-rate-rps=4"), "--long-load", "replaces --long-rate-rps")]:
+        rows.append(CliError(f"dynamic{''.join(argv)}", ("dynamic", *argv, "--quiet"), key, phrase, one_line=False,
+                             forbid=run_dynamic))
+    # inf passed the `> 0` check: advice "use --phase-duration-s >= inf", then a controller error without the flag
+    for flag in ["--decision-window-s", "--phase-duration-s", "--short-rate-rps", "--rate-scale"]:
+        rows.append(CliError(f"dynamic{flag}-inf", ("dynamic", flag, "inf", "--quiet"), f"({flag})",
+                             "must be a finite number > 0, got inf", forbid=run_dynamic))
     ablation = ("cache-ablation", "--rates", "1", "--duration-s", "10")
     no_ablation = (("experiments.paper_experiments.cache_ablation", "run_cache_ablation"),)
     rows.append(CliError("cache-ablation-empty-out", (*ablation, "--out", ""), "--out", "is empty; expected a folder path",
@@ -515,9 +552,27 @@ def _dynamic_and_cache_ablation_rows():
     return rows
 
 
+def _main_job_rows():
+    """The main job's (`cpgym simulate`) bad input, and `bench sim` / `compare`'s: one line, no traceback."""
+    return [CliError(f"main-job-{i}", argv, key, phrase) for i, (argv, key, phrase) in enumerate([
+        (("simulate", "--policy", "no-such-policy"), "'no-such-policy'", "unknown policy"),
+        (("simulate", "--pool-composition", "cp4x3"), "composition 'cp4x3'", "uses 12 GPUs but the pool has 40"),
+        (("simulate", "--trace", "/nonexistent/trace.jsonl"), "/nonexistent/trace.jsonl", "trace file does not exist"),
+        (("simulate", "--slo", "soon"), "--slo", "got 'soon'"),
+        (("simulate", "--policy", ""), "--policy", "needs at least one"),
+        (("simulate", "--policy", "least-work,least-work"), "--policy", "twice"),
+        (("simulate", "--arrival-window-s", "-10", "5"), "--arrival-window-s", "0 <= START < END"),
+        (("simulate", "--arrival-window-s", "1e9", "2e9"), "--arrival-window-s", "has no requests"),
+        (("simulate", "--workload-seed", "-1"), "--workload-seed", "must be an integer >= 0"),
+        (("simulate", "--trace", "/"), "/: ", "is a folder, expected a trace file"),
+        (("simulate", "--calibration", "/"), "/: ", "is a folder, expected a calibration JSON file"),
+        (("bench", "sim", "--repeat", "0"), "--repeat", "must be >= 1"),
+        (("compare", "--rates", ""), "--rates", "needs at least one value")])]
+
+
 ROWS = [row for rows in (_list_rows(), _report_and_out_rows(), _workload_rows(), _simulator_rows(), _policy_rows(),
                          _compare_rows(), _tune_rows(), _other_command_rows(), _reproduce_rows(),
-                         _dynamic_and_cache_ablation_rows()) for row in rows]
+                         _dynamic_and_cache_ablation_rows(), _main_job_rows()) for row in rows]
 
 
 def test_row_ids_are_distinct():
