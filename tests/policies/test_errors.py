@@ -231,6 +231,29 @@ def _evaluate_flag_rows():
     return rows
 
 
+def _more_evaluate_rows():
+    rows = [
+        CliError("evaluate-unknown-against", ("evaluate", "--policy", "least-work", "--against", "no-such-policy",
+                                              "--windows", "0", "--seeds", "1"),
+                 "'no-such-policy'", "unknown policy", one_line=False),
+        CliError("evaluate-seeds-not-integers", ("evaluate", "--policy", "least-work", "--seeds", "one"), "--seeds", ""),
+        CliError("train-zero-timesteps", ("train", "routing", "--timesteps", "0", "--out", "{tmp}", "--wandb", "disabled"),
+                 "total_timesteps", "", one_line=False),
+    ]
+    # `--loads 0.7,0.7` ran the same cell twice (its windows counted twice: a zero-width CI), before the capacity search
+    for command in [("evaluate", "--policy", "least-work"), ("tune", "vertumnus", "--out", "{tmp}/tuned.json")]:
+        rows.append(CliError(f"{command[0]}-repeated-load", (*command, "--trace", "{tmp}/tiny.jsonl", "--loads",
+                                                             "0.7,0.9,0.7", "--quiet"),
+                             "--loads", "lists 0.7 twice: 0.7,0.9,0.7; expected distinct loads (each is one cell of windows)",
+                             one_line=False))
+    for flag, value in [("--windows", "0"), ("--episode-window-s", "5"), ("--eval-every", "3")]:
+        rows.append(CliError(f"reconfig-checkpoint-with-routing-only{flag}", ("evaluate", "--policy", "shipped-reconfig",
+                                                                             "--seeds", "1000", "--quiet", flag, value),
+                             f"(drop {flag})", "applies only to routing evaluation",
+                             forbid=(("policies.reconfig.evaluate", "evaluate_reconfig"),)))
+    return rows
+
+
 def _from_csv_rows():
     rows = [
         CliError("from-csv-with-policy", ("evaluate", "--from-csv", "{csv}", "--policy", "shipped"), "--policy",
@@ -344,6 +367,16 @@ def _train_rows():
         flag = [f for f in flags if f.startswith("--")][-1]
         rows.append(CliError(f"train-reconfig{''.join(flags)}", ("train", "reconfig", *flags, *TRAIN), flag,
                              message.replace(f" ({flag})", ""), after=_no_run))
+    # --ent-coef inf used to pass `>= 0` and crash inside PPO with a NaN-logits traceback
+    for kind, flag, phrase in [
+            ("routing", "--ent-coef",
+             "ent_coef must be a finite number >= 0 and clip_range a finite number > 0, got inf, 0.2"),
+            ("routing", "--learning-rate", "learning_rate must be a finite number > 0, got inf"),
+            ("routing", "--clip-range", "clip_range a finite number > 0, got 0.01, inf"),
+            ("reconfig", "--ent-coef", "ent_coef a finite number >= 0, got 0.0003, inf"),
+            ("reconfig", "--learning-rate", "learning_rate must be a finite number > 0 and ent_coef a finite number >= 0, "
+                                            "got inf, 0.0")]:
+        rows.append(CliError(f"train-{kind}{flag}-inf", ("train", kind, flag, "inf", *TRAIN), flag, phrase, after=_no_run))
     # inf made the prior -J/tau vanish (a uniform prior) without a word
     rows.append(CliError("train-routing-residual-tau-inf", ("train", "routing", "--residual-tau-s", "inf", *TRAIN),
                          "(--residual-tau-s)", "residual_tau_s must be a finite number > 0, got inf"))
@@ -372,7 +405,8 @@ def _train_rows():
     return rows
 
 
-ROWS = [row for rows in (_checkpoint_rows(), _evaluate_flag_rows(), _from_csv_rows(), _train_rows()) for row in rows]
+ROWS = [row for rows in (_checkpoint_rows(), _evaluate_flag_rows(), _more_evaluate_rows(), _from_csv_rows(), _train_rows())
+        for row in rows]
 
 
 def test_row_ids_are_distinct():

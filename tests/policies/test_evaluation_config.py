@@ -90,21 +90,6 @@ def test_tuned_file_of_a_per_seed_routing_evaluation_is_an_error(tmp_path):
         run_evaluation(cfg, SimConfig())
 
 
-@pytest.mark.parametrize("flag, value", [("--windows", "0"), ("--episode-window-s", "5"), ("--eval-every", "3")])
-def test_routing_only_flags_with_a_reconfig_checkpoint_are_errors(flag, value, capsys, monkeypatch):
-    from experiments.cli import main
-    from policies.reconfig import evaluate as reconfig_evaluate
-
-    def no_run(*a, **k):
-        raise AssertionError("ran a reconfiguration evaluation that ignores " + flag)
-
-    monkeypatch.setattr(reconfig_evaluate, "evaluate_reconfig", no_run)
-    assert main(["evaluate", "--policy", "shipped-reconfig", "--seeds", "1000", "--quiet", flag, value]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("cpgym evaluate: error: evaluate: ") and "applies only to routing evaluation" in err \
-        and f"(drop {flag})" in err and err.count("\n") == 1
-
-
 def _routing_checkpoint(tmp_path, source: dict):
     """A checkpoint folder whose ``train_config.json`` has this episode source (``routing_source``
     reads only the metadata; the model is never loaded)."""

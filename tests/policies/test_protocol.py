@@ -211,16 +211,3 @@ def test_evaluate_max_windows_needs_the_protocol():
     with pytest.raises(ValueError, match="max_windows"):
         EvaluationConfig(policy="shipped", loads=(0.9,), max_windows=0)
 
-
-@pytest.mark.parametrize("command", [["evaluate", "--policy", "least-work"], ["tune", "vertumnus"]])
-def test_a_repeated_load_is_refused_before_the_capacity_search(command, tmp_path, capsys):
-    """`--loads 0.7,0.7` ran the same cell twice: its windows counted twice, so `cpgym evaluate`
-    showed twice the windows and a zero-width 'confidence interval'; `cpgym tune` wrote one cell
-    twice. Now it is an error naming --loads, before the capacity bisection."""
-    from experiments.cli import main
-
-    trace = tmp_path / "tiny.jsonl"  # never read: the check comes first
-    out = ["--out", str(tmp_path / "tuned.json")] if command[0] == "tune" else []
-    assert main([*command, *out, "--trace", str(trace), "--loads", "0.7,0.9,0.7", "--quiet"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith(
-        "error: --loads lists 0.7 twice: 0.7,0.9,0.7; expected distinct loads (each is one cell of windows)")
