@@ -242,6 +242,11 @@ def _simulator_rows():
         rows.append(CliError(f"faults-file-without-events-{i}", (*SIM, "--faults", "{faults}"), "{faults}:1: events",
                              "missing, and no random fault process is set; expected a mapping with 'events'",
                              setup=_faults_file(text)))
+    rows.append(CliError("faults-file-gpu-outside-the-pool",
+                         ("simulate", "--workload", "mixed-default", "--arrival-window-s", "0", "30", "--policy",
+                          "least-work,vertumnus", "--format", "json", "--faults", "{faults}"),
+                         "gpu 99", "is outside the pool of 40 GPUs",
+                         setup=_faults_file("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 99}\n")))
     rows.append(CliError("config-field-names-its-flag", ("evaluate", "--policy", "least-work", "--against", "round-robin",
                                                          "--episode-window-s", "-1", "--quiet"),
                          "(--episode-window-s)", "episode_window_s must be > 0, got -1.0"))
