@@ -4,9 +4,6 @@ function with it."""
 
 from __future__ import annotations
 
-#: the project's top-level packages (what patch_everywhere imports and searches)
-PACKAGES = ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref")
-
 
 def fail_on_call(real, n: int, message: str = "killed", exception: type[BaseException] = RuntimeError):
     """``real`` wrapped so that its ``n``-th call raises ``exception(message)`` instead of running
@@ -48,7 +45,8 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     import pkgutil
     import sys
 
-    for package in PACKAGES:
+    packages = ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref")
+    for package in packages:
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, package + "."):
             importlib.import_module(info.name)
@@ -56,6 +54,6 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     original = getattr(module, name)
     monkeypatch.setattr(module, name, replacement)
     for other in list(sys.modules.values()):
-        package_of = getattr(other, "__name__", "").split(".")[0]
-        if other is not module and package_of in PACKAGES and getattr(other, name, None) is original:
+        if (other is not module and getattr(other, "__name__", "").split(".")[0] in packages
+                and getattr(other, name, None) is original):
             monkeypatch.setattr(other, name, replacement)
