@@ -10,6 +10,7 @@ import pytest
 
 from experiments.cli import main
 from tests.error_table import CliError, check, param
+from tests.experiments.conftest import TINY, write_spec
 from tests.factories import write_trace
 from tests.interrupt import patch_everywhere
 
@@ -68,6 +69,12 @@ def _faults_spec(tmp_path, monkeypatch):
                                         "policies: [least-work, vertumnus-router]\nscenarios:\n  gpu: gpu.yaml\n"
                                         "plot_before_s: 20\nplot_after_s: 20\n")
     return {"spec": str(tmp_path / "spec.yaml")}
+
+
+def _spec(text):
+    def setup(tmp_path, monkeypatch):
+        return {"spec": str(write_spec(tmp_path, text))}
+    return setup
 
 
 def _left_empty(name):
@@ -365,6 +372,20 @@ def _other_command_rows():
                                                                        *extra),
                              "--seeds", "lists 0 twice: '0,1,0'; expected distinct seeds (each is one repetition)",
                              forbid=(("experiments.commands.compare", "_capacities_for"),), after=_not_written("out")))
+    rows += [
+        CliError("sweep-invalid-spec", ("sweep", "{spec}", "--out", "{tmp}/out", "--wandb", "disabled"),
+                 "sweep.grid.slo.slo_scal", "expected", also=("{spec}",), after=_not_written("out"),
+                 setup=_spec("workload: {name: mixed-default}\npolicies: [least-work]\n"
+                             "sweep: {grid: {slo.slo_scal: [1.0]}}\n")),
+        # --jobs 0 left a folder holding only provenance.json
+        CliError("sweep-jobs-zero", ("sweep", "{spec}", "--out", "{tmp}/new", "--jobs", "0", "--wandb", "disabled"),
+                 "--jobs", "must be >= 1, got 0", one_line=False, setup=_spec(TINY), after=_not_written("new")),
+        # `cpgym sweep --dry-run --jobs 0` and `--dry-run --out FILE` exited 0: the checks ran only without --dry-run
+        CliError("sweep-dry-run-jobs-zero", ("sweep", "{spec}", "--out", "{tmp}/o", "--jobs", "0", "--dry-run"), "--jobs",
+                 "must be >= 1, got 0", one_line=False, setup=_spec(TINY), after=_not_written("o")),
+        CliError("sweep-dry-run-out-a-file", ("sweep", "{spec}", "--out", "{file}", "--dry-run"), "--out",
+                 "exists and is not a folder", one_line=False, setup=_spec(TINY)),
+    ]
     kv_tiers = (("experiments.kv_tiers", "run_tier_study"),)
     for flags, phrase in [
             # was "target_rps must be > 0 [requests/s], got -0.9" (load x capacity, not the flag)
