@@ -13,8 +13,7 @@ import pytest
 import envs
 from envs.registration import ENV_IDS
 from envs.sim import SimConfig
-
-from .conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, toy_calibration
 
 #: Small arguments per registered id (the defaults build minutes-long episodes).
 SMALL_KWARGS = {

@@ -319,19 +319,6 @@ def test_workload_params_with_a_trace_fail_at_load_time(tmp_path):
     assert e.key == "sweep.grid" and "not a trace" in e.problem
 
 
-def test_sweep_out_that_is_a_file_is_one_line(tmp_path, capsys):
-    from experiments.cli import main
-
-    (tmp_path / "t.jsonl").write_text(GOOD_LINE)
-    p = tmp_path / "spec.yaml"
-    p.write_text("name: t\nworkload: {trace: t.jsonl}\npolicies: [least-work]\n")
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    assert main(["sweep", str(p), "--out", str(blocker), "--quiet"]) == 2
-    assert capsys.readouterr().err == f"cpgym sweep: error: --out {blocker} exists and is not a folder; " \
-        "expected a folder (new or existing)\n"
-
-
 def test_a_pool_of_another_size_with_its_composition_loads(tmp_path):
     """``sim.pool: {num_gpus: 8, composition: ...}`` was applied one leaf at a time, so the 8-GPU
     pool was first checked against the default 40-GPU composition and no order of the keys loaded;

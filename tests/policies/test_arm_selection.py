@@ -19,7 +19,7 @@ from policies.routing.arm_selection import (
     design_matrix,
     num_terms,
 )
-from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, toy_calibration
 
 ARMS = ((1.0, 0.0), (3.0, 1.0), (8.0, 4.0))
 

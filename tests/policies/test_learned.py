@@ -8,7 +8,7 @@ import torch as th
 
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
-from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, toy_calibration
 
 
 def _env(n=60, seed=0):

@@ -1,31 +1,17 @@
-"""The former protocol's windows (disjoint parts, warm start), capacity bisection and `cpgym tune vertumnus`."""
+"""Evaluation protocol (disjoint windows, warm start, capacity, paired CIs) and `cpgym tune vertumnus`."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from envs.sim import SimConfig
 from envs.workloads import WorkloadSource
-from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, tiny_trace, toy_calibration
 from tests.interrupt import patch_everywhere
-
-
-def _tiny_trace(path, num_requests=240, rate_rps=4.0, seed=0):
-    """A Mooncake-format JSONL trace: sessions sharing prefixes, Poisson-ish arrivals [ms]."""
-    rng = np.random.default_rng(seed)
-    t = 0.0
-    with open(path, "w") as fh:
-        for i in range(num_requests):
-            t += rng.exponential(1000.0 / rate_rps)
-            n_blocks = int(rng.integers(1, 6))
-            sess = int(rng.integers(0, 8))
-            hashes = [sess * 1000 + k for k in range(n_blocks - 1)] + [100_000 + i]
-            fh.write(json.dumps({"timestamp": int(t), "input_length": n_blocks * 512 - int(rng.integers(0, 500)),
-                                 "output_length": 10, "hash_ids": hashes}) + "\n")
-    return path
 
 
 def test_protocol_windows_are_disjoint_and_warm_started():
@@ -85,7 +71,7 @@ def test_capacity_bisection_brackets_the_overload_point(tmp_path):
     from policies.routing.protocol import capacity_rps
 
     cfg = SimConfig(pool=SMALL_POOL)
-    base = workloads.load_trace(_tiny_trace(tmp_path / "t.jsonl", num_requests=3000))
+    base = workloads.load_trace(tiny_trace(tmp_path / "t.jsonl", num_requests=3000))
     cap = capacity_rps(lambda r: workloads.scale_to_rate(base, r), cfg, "least-work", low_rps=0.25, high_rps=2048.0,
                        num_iterations=5)
     ok = [r for r, _, s in cap.probes if s]
@@ -93,11 +79,33 @@ def test_capacity_bisection_brackets_the_overload_point(tmp_path):
     assert bad and max(ok) == cap.capacity_rps < min(bad)
 
 
-def test_tune_command_on_a_tiny_trace(tmp_path, capsys):
-    """`cpgym tune vertumnus` writes the tuned cell with its grid."""
+def test_cell_table_paired_delta_and_ci():
+    from policies.routing.protocol import cell_table
+
+    rows = []
+    for w, (a, b) in enumerate([(1.0, 2.0), (2.0, 2.0), (1.5, 2.0)]):
+        rows += [{"policy": "x", "workload": "t", "load_fraction": 0.9, "rate_rps": 9.0, "window": w, "mean_ttft_s": a,
+                  "p90_ttft_s": a, "slo_attainment_token_weighted": 1.0},
+                 {"policy": "ref", "workload": "t", "load_fraction": 0.9, "rate_rps": 9.0, "window": w, "mean_ttft_s": b,
+                  "p90_ttft_s": b, "slo_attainment_token_weighted": 1.0}]
+    tab = {r["policy"]: r for r in cell_table(rows, "ref")}
+    x = tab["x"]
+    assert x["num_windows"] == 3 and x["mean_ttft_s"] == pytest.approx(1.5)
+    assert x["delta_mean_ttft_pct_vs_ref"] == pytest.approx(-25.0)
+    half = 4.303 * np.std([-50.0, 0.0, -25.0], ddof=1) / math.sqrt(3)
+    assert (x["ci_low"], x["ci_high"]) == pytest.approx((-25.0 - half, -25.0 + half))
+    assert tab["ref"]["delta_mean_ttft_pct_vs_ref"] == 0.0 and set(x) >= {
+        "policy", "workload", "load_fraction", "num_windows", "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted",
+        "delta_mean_ttft_pct_vs_ref", "ci_low", "ci_high", "reference"}
+
+
+def test_tune_and_evaluate_commands_on_atiny_trace(tmp_path, capsys):
+    """`cpgym tune vertumnus` writes the tuned cell; `cpgym evaluate --tuned` uses it for
+    vertumnus-tuned on the test windows and prints the protocol's JSON rows; an untrained
+    residual checkpoint evaluates exactly like the Vertumnus router (same windows, same TTFTs)."""
     from experiments.cli import main
 
-    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    trace = tiny_trace(tmp_path / "tiny.jsonl")
     pool = ["--pool-gpus", "8", "--pool-composition", "cp2x2,cp1x4", "--supported-degrees", "1,2"]
     out = tmp_path / "tuned.json"
     assert main(["tune", "vertumnus", "--trace", str(trace), "--target-rps", "6", "--episode-window-s", "4",
@@ -105,6 +113,28 @@ def test_tune_command_on_a_tiny_trace(tmp_path, capsys):
     cells = json.loads(out.read_text())["cells"]
     (key, cell), = cells.items()
     assert key == "tiny@6rps" and len(cell["grid"]) == 4
+    capsys.readouterr()
+    from sb3_contrib import MaskablePPO
+
+    from envs.routing_env import PrefillRoutingEnv
+    from envs.sim.pool import PoolConfig
+    from envs.workloads import load_trace, windows
+    from policies.common.extractor import WorkerSetPolicy
+
+    pool_cfg = PoolConfig(num_gpus=8, composition="cp2x2,cp1x4", supported_degrees=(1, 2))
+    env = PrefillRoutingEnv(windows(load_trace(trace), 20.0), SimConfig(pool=pool_cfg))
+    MaskablePPO(WorkerSetPolicy, env, n_steps=64, batch_size=32, seed=0, policy_kwargs={
+        "features_extractor_kwargs": {"hidden_dim": 8, "residual_tau_s": 0.1}}).save(tmp_path / "ckpt" / "model.zip")
+    assert main(["evaluate", "--policy", str(tmp_path / "ckpt"), "--against", "vertumnus-router,vertumnus-tuned,least-work",
+                 "--trace", str(trace),
+                 "--target-rps", "6", "--protocol", "--episode-window-s", "4", "--tuned", str(out), "--format", "json",
+                 "--quiet", *pool]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by = {r["policy"]: r for r in rows}
+    assert set(by) == {str(tmp_path / "ckpt"), "vertumnus-router", "vertumnus-tuned", "least-work"}
+    assert all(r["reference"] == "vertumnus-tuned" and r["num_windows"] >= 2 for r in rows)
+    assert by[str(tmp_path / "ckpt")]["mean_ttft_s"] == by["vertumnus-router"]["mean_ttft_s"]
+    assert by["least-work"]["mean_ttft_s"] != by["vertumnus-router"]["mean_ttft_s"]
 
 
 def test_tune_stopped_midway_keeps_its_finished_cells(tmp_path, capsys, monkeypatch):
@@ -116,7 +146,7 @@ def test_tune_stopped_midway_keeps_its_finished_cells(tmp_path, capsys, monkeypa
     from experiments.cli import main
     from tests.interrupt import fail_on_call
 
-    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    trace = tiny_trace(tmp_path / "tiny.jsonl")
     patch_everywhere(monkeypatch, protocol, "capacity_rps", lambda *a, **k: types.SimpleNamespace(capacity_rps=10.0,
                                                                                       policy="vertumnus-router", probes=[]))
     patch_everywhere(monkeypatch, protocol, "tune_vertumnus", fail_on_call(protocol.tune_vertumnus, 2))
@@ -127,6 +157,7 @@ def test_tune_stopped_midway_keeps_its_finished_cells(tmp_path, capsys, monkeypa
               "--pool-composition", "cp2x2,cp1x4", "--supported-degrees", "1,2"])
     doc = json.loads(out.read_text())
     assert doc["heuristic"] == "vertumnus" and list(doc["cells"]) == ["tiny@0.4"]
+    assert set(protocol.load_tuned_cells(str(out))) == {"tiny@0.4"}  # the reader of a complete file reads it
     assert len(doc["cells"]["tiny@0.4"]["grid"]) == 2 and not list(out.parent.glob(".*.tmp"))
 
 
@@ -142,7 +173,7 @@ def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
     from policies.routing.episodes import EpisodeSource
     from policies.routing.train import TrainConfig, train_routing
 
-    trace = _tiny_trace(tmp_path / "tiny.jsonl", num_requests=300)
+    trace = tiny_trace(tmp_path / "tiny.jsonl", num_requests=300)
     src = EpisodeSource(WorkloadSource(trace=str(trace), target_rps=6.0), episode_window_s=4.0)
     cfg = TrainConfig(source=src, total_timesteps=256, n_envs=1, n_steps=64, batch_size=64, n_epochs=1, wandb_mode="disabled",
                       residual_tau_s=0.1, warmup_s=2.0, validate_every_steps=128, num_validation_windows=2)
@@ -171,14 +202,12 @@ def test_spread_subset_keeps_evenly_spread_windows():
         spread_subset(wins, 0)
 
 
-@pytest.mark.parametrize("command", [["tune", "vertumnus"]])
-def test_a_repeated_load_is_refused_before_the_capacity_search(command, tmp_path, capsys):
-    """`--loads 0.7,0.7` ran the same cell twice: `cpgym tune` wrote one cell twice. Now it is an
-    error naming --loads, before the capacity bisection."""
-    from experiments.cli import main
+def test_evaluate_max_windows_needs_the_protocol():
+    from policies.evaluate import EvaluationConfig
 
-    trace = tmp_path / "tiny.jsonl"  # never read: the check comes first
-    out = ["--out", str(tmp_path / "tuned.json")]
-    assert main([*command, *out, "--trace", str(trace), "--loads", "0.7,0.9,0.7", "--quiet"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith(
-        "error: --loads lists 0.7 twice: 0.7,0.9,0.7; expected distinct loads (each is one cell of windows)")
+    assert EvaluationConfig(policy="shipped", loads=(0.9,), max_windows=20).max_windows == 20
+    with pytest.raises(ValueError, match="max_windows"):
+        EvaluationConfig(policy="shipped", max_windows=20)
+    with pytest.raises(ValueError, match="max_windows"):
+        EvaluationConfig(policy="shipped", loads=(0.9,), max_windows=0)
+

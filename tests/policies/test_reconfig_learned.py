@@ -10,6 +10,7 @@ import pytest
 
 from envs.workloads import WorkloadSource
 from experiments.cli import main
+from tests.factories import SMALL_POOL
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +72,11 @@ def test_reconfig_mode_rejects_unknown_comparison(tiny_checkpoint, capsys):
 def test_validation_keeps_the_best_model_and_capacity_features_reach_the_checkpoint(tmp_path):
     import csv
 
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from policies.reconfig.evaluate import LearnedReconfig
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    small = SimConfig(pool=SMALL_POOL)
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
     cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,),
                               validation_seeds=(9,),
@@ -98,11 +99,11 @@ def test_validation_keeps_the_best_model_and_capacity_features_reach_the_checkpo
 def test_history_features_reach_the_checkpoint_and_its_evaluation(tmp_path):
     from envs import workloads
     from envs.reconfig_env import CAPACITY_WINDOW_FEATURES, HISTORY_WINDOW_FEATURES, WINDOW_FEATURES
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from policies.reconfig.evaluate import LearnedReconfig
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    small = SimConfig(pool=SMALL_POOL)
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
     cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,),
                               total_timesteps=4, n_steps=4,
@@ -134,11 +135,11 @@ def test_shipped_reconfig_alias_names_the_shipped_checkpoint():
 def test_target_mode_oracle_warm_start_trains_validates_and_loads(tmp_path):
     import csv
 
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from policies.reconfig.evaluate import LearnedReconfig
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    small = SimConfig(pool=SMALL_POOL)
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
     cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0, 1),
                               validation_seeds=(9,),
