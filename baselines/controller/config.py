@@ -195,7 +195,7 @@ class ControllerConfig:
     mix_change_distance: float = 0.3
     profile: ProfileConfig = field(default_factory=lambda: ProfileConfig())
     reconfig: ReconfigConfig = field(default_factory=ReconfigConfig)
-    decision: str = "target"
+    decision: str = "analytic"
     target_margin: float = 0.05
     target_urgent_gain: float = 0.25
     urgent_min_sample_requests: int = 1024
@@ -208,6 +208,8 @@ class ControllerConfig:
     target_replay_sample: bool = False
     target_transition: bool = False
     target_trend_noise: str = "poisson"
+    gate_horizon_s: float = 60.0
+    gate_z: float = 1.96
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
 
     def __post_init__(self) -> None:
@@ -283,6 +285,10 @@ class ControllerConfig:
               f"controller.target_transition scores the 'target' decision's look-ahead streams from the current "
               f"composition (lookahead.source 'requests'); decision {self.decision!r} with lookahead.source "
               f"{self.lookahead.source!r} has none (leave it false)")
+        check(self.gate_horizon_s > 0 and math.isfinite(self.gate_horizon_s),
+              f"controller.gate_horizon_s must be a finite number > 0, got {self.gate_horizon_s}")
+        check(self.gate_z >= 0 and math.isfinite(self.gate_z),
+              f"controller.gate_z must be a finite number >= 0, got {self.gate_z}")
         check(self.target_trend_noise in TREND_NOISES,
               f"controller.target_trend_noise must be one of {list(TREND_NOISES)}, got {self.target_trend_noise!r}")
         check(self.decision == "target" or self.target_trend_noise == "poisson",
@@ -316,7 +322,7 @@ class ControllerConfig:
 
 
 #: The decisions :class:`~baselines.controller.ReconfigController` can take (``ControllerConfig.decision``).
-DECISIONS = ("target", "paper-rule")
+DECISIONS = ("analytic", "target", "paper-rule")
 #: The look-ahead samples of the ``"target"`` decision (``ControllerConfig.target_sample``).
 TARGET_SAMPLES = ("regime-start", "latest")
 #: The noise models of the trend test (``ControllerConfig.target_trend_noise``).

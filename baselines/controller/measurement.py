@@ -238,6 +238,12 @@ class WindowMeasurement:
         with ``"poisson"``."""
         if self.config.target_trend_noise == "poisson":
             return 1.0
+        return self.measured_dispersion()
+
+    def measured_dispersion(self) -> float:
+        """Over-dispersion of the window rates against Poisson counts measured in the run, whatever
+        ``target_trend_noise`` says: ``max(1, (DISPERSION_PRIOR_WINDOWS + sum(terms)) /
+        (DISPERSION_PRIOR_WINDOWS + len(terms)))`` (:meth:`rate_dispersion`)."""
         terms = self._dispersion_terms
         return max(1.0, (DISPERSION_PRIOR_WINDOWS + sum(terms)) / (DISPERSION_PRIOR_WINDOWS + len(terms)))
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from baselines.controller.actuation import Actuation
+from baselines.controller.analytic_rule import AnalyticRule
 from baselines.controller.config import ControllerConfig
 from baselines.controller.measurement import WindowMeasurement, WindowRecord
 from baselines.controller.paper_rule import PaperRule
@@ -17,7 +18,7 @@ from envs.sim.events import EventPriority
 __all__ = ["ReconfigController"]
 
 
-class ReconfigController(WindowMeasurement, PaperRule, TargetRule, Actuation):
+class ReconfigController(WindowMeasurement, PaperRule, AnalyticRule, TargetRule, Actuation):
     """The windowed split/merge controller; attach with :meth:`attach` (a policy attachment).
 
     Each window runs :meth:`measure` (rate, mix, capacity and load of the window: a
@@ -75,6 +76,9 @@ class ReconfigController(WindowMeasurement, PaperRule, TargetRule, Actuation):
             return
         if self.config.decision == "target":
             self.move_towards(self.decide_target(record), record)
+            return
+        if self.config.decision == "analytic":
+            self.decide_analytic(record, profiles)
             return
         kind = self.decide(record)
         if kind is not None:
