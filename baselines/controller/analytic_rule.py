@@ -44,7 +44,8 @@ from envs.planning.capacity import CapacityProfile
 from envs.planning.operations import rank_operations
 from envs.sim.reconfig import SPLIT
 
-__all__ = ["AnalyticRule", "predicted_ttft_s", "service_times_s", "ROUTER_BETA", "ROUTER_LAMBDA", "MAX_QUEUE_LOAD"]
+__all__ = ["AnalyticRule", "predicted_ttft_s", "service_times_s", "ROUTER_BETA", "ROUTER_LAMBDA", "MAX_QUEUE_LOAD",
+           "CALIBRATION_MIN", "CALIBRATION_MAX"]
 
 #: The router's weights (``baselines.vertumnus.VertumnusParams`` defaults, paper §5) used to give
 #: each request its preferred degree: ``argmin_C beta x E_C + lambda x C x E_C`` (zero queue).
@@ -53,6 +54,10 @@ ROUTER_LAMBDA = 1.0
 #: Load at which the M/G/c wait stops growing and the fluid backlog term takes over (so the
 #: estimate stays finite and monotone in the rate at and past capacity).
 MAX_QUEUE_LOAD = 0.99
+#: Range of the factor calibrating the profiled capacities to the measured wait
+#: (:meth:`AnalyticRule._calibrated_capacities`): the profile may be off by up to 2x either way.
+CALIBRATION_MIN = 0.5
+CALIBRATION_MAX = 2.0
 
 
 def service_times_s(cost_model, degrees, prompt_tokens: np.ndarray, mean_cached_tokens: float) -> np.ndarray:
@@ -236,6 +241,49 @@ class AnalyticRule:
         se = math.sqrt(disp * max(centre, 0.0) / (n * cfg.decision_window_s))
         return max(0.0, centre - cfg.gate_z * se), centre + cfg.gate_z * se
 
+    def _calibrated_capacities(self, record: WindowRecord, profiles, counts, S, degrees, scv, i0: int,
+                               i1: int) -> dict[int, float]:
+        """Per-worker capacities [req/s] for the estimate: the profiled ones times the factor
+        ``m`` in ``[CALIBRATION_MIN, CALIBRATION_MAX]`` at which the estimate's wait of the
+        current composition at the window's rate equals the wait measured in the window (its mean
+        TTFT minus the estimate's service time, the KV hand-off and the first decode step); the
+        profiled ones when nothing finished. Why: the profile is the rate keeping 90 % of the SLO
+        attainment, which a pool can exceed with a small mean wait, so an uncalibrated estimate
+        read a load of 1 as overload and paid for splits that a fixed pool did not need
+        (``matched-phases`` seed 1000)."""
+        caps = {d: p.capacity_rps for d, p in profiles.items()}
+        observed = record.observed_ttft_s
+        if not math.isfinite(observed) or i1 <= i0:
+            return caps
+        sim = self.sim
+        lat = sim.config.latency
+        L = self._lengths[i0:i1]
+        overhead = float(np.mean(L)) * sim.calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s \
+            + lat.first_decode_step_s
+        rate = record.rate_rps
+        service = predicted_ttft_s(counts, 0.0, S, degrees, caps, scv, 0.0)
+        wait_obs = observed - overhead - service
+
+        def wait(m: float) -> float:
+            return predicted_ttft_s(counts, rate, S, degrees, {d: c * m for d, c in caps.items()}, scv,
+                                    self.config.decision_window_s) - service
+
+        lo, hi = math.log(CALIBRATION_MIN), math.log(CALIBRATION_MAX)
+        if wait(math.exp(hi)) >= wait_obs:
+            m = math.exp(hi)
+        elif wait(math.exp(lo)) <= wait_obs:
+            m = math.exp(lo)
+        else:
+            for _ in range(20):  # wait(m) falls with m
+                mid = 0.5 * (lo + hi)
+                if wait(math.exp(mid)) > wait_obs:
+                    lo = mid
+                else:
+                    hi = mid
+            m = math.exp(0.5 * (lo + hi))
+        record.capacity_calibration = m
+        return {d: c * m for d, c in caps.items()}
+
     def _best_prefix(self, plan, record: WindowRecord, profiles: dict[int, CapacityProfile]) -> tuple[int, float]:
         """``(k, net)``: the number of planned operations whose predicted net gain is largest at
         the pessimistic end of the rate band and positive at both ends (0 if none), and that
@@ -246,10 +294,10 @@ class AnalyticRule:
         i1 = bisect_left(self._arrivals, now)
         degrees = sorted(profiles)
         S = service_times_s(sim.cost_model, degrees, self._lengths[i0:i1], self._mean_cached_tokens)
-        caps = {d: p.capacity_rps for d, p in profiles.items()}
         scv = self.measured_dispersion()
         H = cfg.gate_horizon_s
         now_counts = self._current_counts()
+        caps = self._calibrated_capacities(record, profiles, now_counts, S, degrees, scv, i0, i1)
         rc = cfg.reconfig
         rates = self._gate_rates(record)
 
