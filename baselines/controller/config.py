@@ -84,12 +84,28 @@ class ControllerConfig:
         profile: capacity profiling (:class:`~envs.planning.capacity.ProfileConfig`).
         reconfig: protocol costs (switch, confirmation; :class:`~envs.sim.reconfig.ReconfigConfig`).
 
+    Decision and the do-no-harm gate (``decision="analytic"``, the default;
+    :mod:`baselines.controller.analytic_rule`):
+
+        decision: one of :data:`DECISIONS`: ``"analytic"`` (default: the paper rule's proposals,
+            started only when the analytic estimate predicts a net gain at both ends of the
+            measured rate's noise band — the controller of ``vertumnus`` and
+            ``vertumnus-adaptive``; measurements: ``results/vertumnus/README.md``),
+            ``"paper-rule"`` (the load regions above, ungated: ``vertumnus-paper-rule``) or
+            ``"target"`` (cpgym's look-ahead target composition, below: ``vertumnus-lookahead``).
+        gate_horizon_s: span [s] over which a move's predicted TTFT gain is counted against its
+            drain and switch cost, > 0; 60 (= ``min_dwell_s``: the dwell-time lockout keeps a
+            move's GPUs out of the opposite move that long, so it is the shortest time a move
+            is sure to stand; the paper gives no number).
+        gate_z: half-width of the rate noise band in standard errors of the measured rate, >= 0;
+            1.96 (a two-sided 95 % band; the paper gives no number). The standard error uses the
+            over-dispersion of window counts measured in the run
+            (:meth:`~baselines.controller.measurement.WindowMeasurement.measured_dispersion`).
+            ``"analytic"`` reuses ``target_trend_min_t`` for its trend test (with the measured
+            dispersion).
+
     Target decision (``decision="target"``; :mod:`baselines.controller.target_rule`):
 
-        decision: ``"target"`` (look-ahead target composition) or ``"paper-rule"`` (the load
-            regions above), one of :data:`DECISIONS`; ``"target"`` (ahead of the best fixed
-            composition in hindsight on ``cpgym dynamic`` where the paper rule is behind:
-            defaults README).
         target_margin: predicted relative mean-TTFT gain over the current target a candidate
             needs for ``k_windows`` consecutive windows, >= 0; 0.05 (above the look-ahead's
             regret against full constant-rate runs at most rates: defaults README; a smaller
