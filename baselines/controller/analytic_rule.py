@@ -136,7 +136,9 @@ class AnalyticRule:
         """Runs the paper's triggers (:meth:`~baselines.controller.paper_rule.PaperRule.decide`)
         and, on a proposal, the gate (module docstring); starts the chosen operations and records
         them (``record.action``; ``"<kind>-no-gain"`` when the gate refused, with the best
-        pessimistic net gain in ``record.predicted_gain`` [request-seconds]). Returns the started
+        pessimistic net gain in ``record.predicted_gain`` [request-seconds]). The paper rule's
+        counters restart after the whole plan started; when the gate started only part of it the
+        sustained condition still holds, so the next window may continue. Returns the started
         operations."""
         kind = self.decide(record)
         if kind is None:
@@ -161,7 +163,8 @@ class AnalyticRule:
         record.action = ";".join(started)
         cap = sum(n * profiles[d].capacity_rps for d, n in self._counts_after(plan[:k]).items())
         record.projected_load = record.rate_rps / cap if cap > 0 else math.inf
-        self._reset_counters()
+        if k == len(plan):  # the gate kept part of the plan: the condition still holds, the next window continues
+            self._reset_counters()
         return started
 
     # --- planning ------------------------------------------------------------------------------
