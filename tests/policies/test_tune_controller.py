@@ -101,7 +101,8 @@ def test_tuned_target_degrees_the_pool_cannot_use_fail_before_any_run(target_deg
 
     patch_everywhere(monkeypatch, runner, "run_policy", lambda *a, **k: pytest.fail("ran before the tuned file was checked"))
     f = tmp_path / "tuned.json"
-    f.write_text(json.dumps({"heuristic": "vertumnus-adaptive", "params": {"target_degrees": target_degrees}}))
+    f.write_text(json.dumps({"heuristic": "vertumnus-adaptive",
+                                "params": {"decision": "target", "target_degrees": target_degrees}}))
     assert cli(["evaluate", "--policy", "none", "--kind", "reconfig", "--seeds", "1000", "--pool-gpus", "8",
                 "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--against",
                 f"vertumnus-router,{TUNED_LABEL}", "--tuned", str(f), "--quiet"]) == 2
