@@ -1,6 +1,7 @@
 """The windowed split/merge controller (paper §6), composed of its parts: window measurement
-(:mod:`baselines.controller.measurement`), the two decision rules
-(:mod:`baselines.controller.paper_rule`, :mod:`baselines.controller.target_rule`) and actuation
+(:mod:`baselines.controller.measurement`), the decision rules
+(:mod:`baselines.controller.paper_rule`, :mod:`baselines.controller.analytic_rule`,
+:mod:`baselines.controller.target_rule`) and actuation
 (:mod:`baselines.controller.actuation`); settings in :mod:`baselines.controller.config`.
 """
 
@@ -24,7 +25,8 @@ class ReconfigController(WindowMeasurement, PaperRule, AnalyticRule, TargetRule,
     Each window runs :meth:`measure` (rate, mix, capacity and load of the window: a
     :class:`~baselines.controller.measurement.WindowRecord`), then with ``decision="target"``
     :meth:`decide_target` (the target composition) and :meth:`move_towards` (operations towards
-    it), with ``decision="paper-rule"`` :meth:`decide` (the sustained-condition counters: split,
+    it), with ``decision="analytic"`` :meth:`decide_analytic` (the paper rule's proposal, gated), with
+    ``decision="paper-rule"`` :meth:`decide` (the sustained-condition counters: split,
     merge or nothing) and :meth:`act` (operations of that kind until the capacity gap closes or a
     limit is reached).
 
