@@ -16,8 +16,10 @@ lockout); for every prefix of that plan (1, 2, ... operations) the rule predicts
     net(rate) = rate x gate_horizon_s x (T(now) - T(after)) - rate x t_op x (W(during) - W(now))
 
 [request-seconds]: ``T`` the mean TTFT of a composition from :func:`predicted_ttft_s` (an M/G/c
-approximation from the window's service-time moments per CP degree and the profiled per-worker
-capacities), ``t_op`` the predicted operation time (longest predicted drain of the participants +
+approximation from the window's service-time moments per CP degree, the profiled per-worker
+capacities calibrated to the wait measured in the window (:meth:`AnalyticRule._calibrated_capacities`)
+and the measured over-dispersion as the arrivals' variability), ``t_op`` the predicted operation time
+(longest predicted drain of the participants +
 ``reconfig.drain_sync_s`` + ``reconfig.switch_s`` + confirmation), ``W(during)`` the wait while
 the participants' capacity is out. The prefix with the largest net gain at the *pessimistic* end
 of the measured rate's noise band starts, if that gain is positive at both ends
@@ -25,8 +27,11 @@ of the measured rate's noise band starts, if that gain is positive at both ends
 ``n`` window rates with ``D`` the over-dispersion of the window counts measured in the run
 (:meth:`~baselines.controller.measurement.WindowMeasurement.measured_dispersion`; the Mooncake
 conversation trace's 20 s counts are 2.1-2.3x Poisson, ``results/README.md`` research log). No
-simulation runs per decision: the capacity profiles are the controller's table (profiled once per
-mix regime), and everything else is a few numpy reductions over the window's requests.
+simulation runs per decision: the capacity table simulates one profile per mix regime (the
+largest needed degree; the others scaled by batching work,
+:meth:`~baselines.controller.measurement.WindowMeasurement._anchored_profiles`), and everything
+else is a few numpy reductions over the window's requests. Measurements:
+``results/vertumnus/README.md``.
 
 :class:`AnalyticRule` is a mixin of :class:`~baselines.controller.ReconfigController` (it reads
 ``self.sim``, ``self.config``, the measurement's window state and the actuation's lockout).
@@ -52,10 +57,13 @@ __all__ = ["AnalyticRule", "predicted_ttft_s", "service_times_s", "ROUTER_BETA",
 ROUTER_BETA = 3.0
 ROUTER_LAMBDA = 1.0
 #: Load at which the M/G/c wait stops growing and the fluid backlog term takes over (so the
-#: estimate stays finite and monotone in the rate at and past capacity).
+#: estimate stays finite and monotone in the rate at and past capacity; cpgym's choice).
 MAX_QUEUE_LOAD = 0.99
 #: Range of the factor calibrating the profiled capacities to the measured wait
-#: (:meth:`AnalyticRule._calibrated_capacities`): the profile may be off by up to 2x either way.
+#: (:meth:`AnalyticRule._calibrated_capacities`); cpgym's choice, not the paper's: one window mix's
+#: profiled capacity scatters by +-17 % (sd) around its regime's (``ProfileConfig.refine_max_mixes``)
+#: and the SLO-attainment capacity sits below the rate where the mean wait explodes, so 2x either
+#: way bounds a gross error of the estimate without letting one window's mean TTFT set the capacity.
 CALIBRATION_MIN = 0.5
 CALIBRATION_MAX = 2.0
 
