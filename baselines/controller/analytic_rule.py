@@ -19,9 +19,9 @@ lockout); for every prefix of that plan (1, 2, ... operations) the rule predicts
 approximation from the window's service-time moments per CP degree, the profiled per-worker
 capacities calibrated to the wait measured in the window (:meth:`AnalyticRule._calibrated_capacities`)
 and the measured over-dispersion as the arrivals' variability), ``t_op`` the predicted operation time
-(longest predicted drain of the participants +
-``reconfig.drain_sync_s`` + ``reconfig.switch_s`` + confirmation), ``W(during)`` the wait while
-the participants' capacity is out. The prefix with the largest net gain at the *pessimistic* end
+(longest predicted drain of the participants + ``reconfig.drain_sync_s`` + ``reconfig.switch_s``
++ confirmation), ``W(during)`` the wait while the participants' capacity is out.
+The prefix with the largest net gain at the *pessimistic* end
 of the measured rate's noise band starts, if that gain is positive at both ends
 ``rate ± gate_z x se``; ``se = sqrt(D x rate / (n x decision_window_s))`` over the regime's last
 ``n`` window rates with ``D`` the over-dispersion of the window counts measured in the run
