@@ -264,12 +264,14 @@ POLICIES["dynamo-kv-pull"] = replace(
     POLICIES["dynamo-kv"], name="dynamo-kv-pull", make_router=_named(DynamoKVRouter, "dynamo-kv-pull"),
     description="Dynamo KV-overlap cost over HBM + host-memory tiers (KV block manager offload)",
     source="ai-dynamo KV router + KVBM host tier; envs/sim/tiers.py", kv_tiers=TierConfig(levels=("hbm", "dram")))
-POLICIES = {"vertumnus": full_system_spec(),
+POLICIES = {"vertumnus": full_system_spec(description="the paper's system: Vertumnus router + initial composition from "
+                                                      "the capacity profile + §6 split/merge rule gated by a predicted "
+                                                      "net gain (analytic decision) + global prefix-cache manager"),
             "vertumnus-paper-rule": full_system_spec(ControllerConfig(decision="paper-rule"), "vertumnus-paper-rule"),
             "vertumnus-lookahead": full_system_spec(
                 ControllerConfig(decision="target"), "vertumnus-lookahead",
                 "cpgym variant: vertumnus with a look-ahead controller (11 candidate pools simulated per 20 s window) "
-                "instead of the paper's gated rule; measured effect: results/vertumnus/README.md"),
+                "instead of the gated §6 rule; measured effect: results/vertumnus/README.md"),
             **POLICIES}
 
 # Named suites of ``cpgym compare``: ``paper`` = Vertumnus + the paper's §9 baselines.
