@@ -340,7 +340,8 @@ def test_a_policy_setting_the_cells_pool_cannot_run_fails_at_load_time(tmp_path)
     """A controller's target_degrees outside the pool's degrees (or a baseline whose own pool does
     not fit) passed --dry-run and failed each cell at run time."""
     pool = "sim: {pool: {num_gpus: 8, composition: 'cp4x1,cp2x2', supported_degrees: [2, 4]}}\n"
-    spec = "name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n" + pool
+    spec = ("name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n"
+            "policy_params: {vertumnus-adaptive: {decision: target}}\n" + pool)
     e = _err(tmp_path, spec + "sweep: {grid: {vertumnus-adaptive.target_degrees: [[2, 4], [8]]}}\n")
     assert e.key == "sweep (cell {'vertumnus-adaptive.target_degrees': (8,), 'policy': 'vertumnus-adaptive'})"
     assert "controller.target_degrees [8]: degree(s) [8] not in the pool's supported_degrees [2, 4]" in str(e)
@@ -363,9 +364,9 @@ def test_a_list_valued_static_policy_parameter_loads_as_a_tuple(tmp_path):
     # policy_params: {vertumnus-adaptive: {target_degrees: [2, 4]}} was a TypeError traceback
     # (unhashable type: 'list'); only grid axes were made tuples
     spec = load_spec(write_spec(tmp_path, "name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n"
-                                          "policy_params: {vertumnus-adaptive: {target_degrees: [2, 4]}}\n"))
+                                          "policy_params: {vertumnus-adaptive: {decision: target, target_degrees: [2, 4]}}\n"))
     (cell,) = spec.resolve()
-    assert dict(cell.policy_params) == {"target_degrees": (2, 4)}
+    assert dict(cell.policy_params) == {"decision": "target", "target_degrees": (2, 4)}
 
 
 def test_exponent_numbers_are_numbers(tmp_path):

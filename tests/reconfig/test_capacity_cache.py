@@ -92,8 +92,9 @@ def test_full_system_and_router_ablation():
     # light load: the initial composition favours large-degree workers among the pool's degrees {2, 4}
     assert init["composition"] == "cp4x2" and init["feasible"]
     assert "controller_windows" in res.extras and "reconfig_operations" in res.extras
-    # the look-ahead's candidate menu is recorded: every composition of the pool's degrees {2, 4}
-    assert sorted(res.extras["controller_candidates"]) == sorted(enumerate_compositions(RECONFIG_POOL))
+    # the paper's gated rule has no candidate menu (the look-ahead's, vertumnus-lookahead's, is
+    # every composition of the pool's degrees {2, 4}: test_full_system_with_the_paper_rule_is_registered)
+    assert res.extras["controller_candidates"] == []
     # the global prefix-cache manager is attached
     sim, _ = build_simulator("vertumnus", wl, cfg)
     assert "cache_manager" in sim.attachments and "controller" in sim.attachments
@@ -110,7 +111,10 @@ def test_full_system_with_the_paper_rule_is_registered():
     # the same full system (initial pool, controller, cache manager) with the paper's §6 load rule
     spec = POLICIES["vertumnus-paper-rule"]
     assert spec.choose_pool is not None and spec.params["decision"] == "paper-rule"
-    assert POLICIES["vertumnus"].params["decision"] == "target"
+    assert POLICIES["vertumnus"].params["decision"] == "analytic"
+    assert POLICIES["vertumnus-lookahead"].params["decision"] == "target"
+    sim, _ = build_simulator("vertumnus-lookahead", _workload(), SimConfig(pool=POOL))
+    assert sorted(sim.attachments["controller"].candidates) == sorted(enumerate_compositions(POOL))
     assert "vertumnus-paper-rule" in SUITES["ablations"]
     sim, _ = build_simulator("vertumnus-paper-rule", _workload(), SimConfig(pool=RECONFIG_POOL))
     assert sim.attachments["controller"].config.decision == "paper-rule" and "cache_manager" in sim.attachments

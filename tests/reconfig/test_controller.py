@@ -437,8 +437,8 @@ def test_target_degrees_validation():
     # no composition of a 12-GPU pool uses only CP-8 workers: named, not a composition error at the first decision
     twelve = PoolConfig(num_gpus=12, composition="cp4x3", supported_degrees=(4, 8))
     with pytest.raises(ValueError, match=r"controller.target_degrees \[8\]: no composition of the 12-GPU pool"):
-        ControllerConfig(target_degrees=(8,)).menu_pool(twelve)
-    assert ControllerConfig(target_degrees=(4,)).menu_pool(twelve).supported_degrees == (4,)
+        ControllerConfig(decision="target", target_degrees=(8,)).menu_pool(twelve)
+    assert ControllerConfig(decision="target", target_degrees=(4,)).menu_pool(twelve).supported_degrees == (4,)
     assert ControllerConfig().menu_pool(twelve) is twelve
     # the paper rule has no candidate menu: a sweep over target_degrees would give identical runs
     with pytest.raises(ValueError, match="the 'paper-rule' decision has none"):
@@ -463,7 +463,7 @@ def test_target_sample_and_replay_validation():
     from baselines.lookahead import LookaheadConfig
 
     with pytest.raises(ValueError, match="lookahead.source 'histogram' draws from the class histogram"):
-        ControllerConfig(target_sample="latest", lookahead=LookaheadConfig(source="histogram"))
+        ControllerConfig(decision="target", target_sample="latest", lookahead=LookaheadConfig(source="histogram"))
 
 
 @pytest.mark.parametrize("target_sample", ["regime-start", "latest"])

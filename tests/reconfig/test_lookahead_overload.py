@@ -154,6 +154,7 @@ def _controller_run(rate_rps: float, duration_s: float, factor: float):
     cfg = SimConfig(pool=pool, seed=0)
     sim = Simulator(poisson_workload(rate_rps, duration_s, shared=(5,)), cfg)  # 2,000-token prompts sharing block 5
     ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=ProfileConfig(duration_s=20.0),
+                                              decision="target",
                                               lookahead=LookaheadConfig(num_replications=1, overload_rate_factor=factor)))
     ctl.attach(sim)
     sizes = ctl.sizes = []  # requests of every look-ahead simulation
