@@ -113,8 +113,8 @@ def test_full_system_with_the_paper_rule_is_registered():
     assert spec.choose_pool is not None and spec.params["decision"] == "paper-rule"
     assert POLICIES["vertumnus"].params["decision"] == "analytic"
     assert POLICIES["vertumnus-lookahead"].params["decision"] == "target"
-    sim, _ = build_simulator("vertumnus-lookahead", _workload(), SimConfig(pool=POOL))
-    assert sorted(sim.attachments["controller"].candidates) == sorted(enumerate_compositions(POOL))
+    sim, _ = build_simulator("vertumnus-lookahead", _workload(), SimConfig(pool=RECONFIG_POOL))
+    assert sorted(sim.attachments["controller"].candidates) == sorted(enumerate_compositions(RECONFIG_POOL))
     assert "vertumnus-paper-rule" in SUITES["ablations"]
     sim, _ = build_simulator("vertumnus-paper-rule", _workload(), SimConfig(pool=RECONFIG_POOL))
     assert sim.attachments["controller"].config.decision == "paper-rule" and "cache_manager" in sim.attachments
