@@ -112,7 +112,7 @@ def default_trace_path() -> Path:
 #: The names of the registered synthetic workloads (:data:`WORKLOADS`, in its order), for help texts
 #: that must not load the generators (``tests/experiments/test_cli_startup.py`` checks the two agree).
 WORKLOAD_NAMES = ("mixed-default", "system-prompts", "multi-turn", "tool-agent", "leval-like", "phases",
-                  "matched-phases", "bursty")
+                  "matched-phases", "production-day", "bursty")
 
 
 __all__ = [
