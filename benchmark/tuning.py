@@ -31,7 +31,7 @@ Results: ``benchmark/tuned/<task id, / as __>.json`` (package data: ``{"task", "
 {"params", "train_mean_ttft_s", "validation_mean_ttft_s", "num_trials", "rounds", "seed", "commit",
 "command", ...}}}``, sorted keys; ``benchmark.tuned.load_tuned`` reads ``policies[NAME]["params"]``)
 and the search record (every trial's parameters and training score, every validation re-score)
-as gzip-compressed JSON ``results/benchmark/tuning/<task __>/<NAME>.json.gz``.
+as gzip-compressed JSON, ``policies[NAME]`` of ``results/benchmark/tuning/<task __>.json.gz``.
 
 Search spaces: :data:`TUNABLE`, one entry per policy name. The split/merge controller's
 thresholds and windows (``vertumnus-adaptive``) get one more entry once ``baselines/controller``
@@ -476,9 +476,10 @@ def tuned_path(task_id: str, root: Path | None = None) -> Path:
     return (root or tuned_dir()) / f"{task_file_stem(task_id)}.json"
 
 
-def record_path(task_id: str, name: str, root: str | Path = "results/benchmark/tuning") -> Path:
-    """The search record of ``(task, policy)``: ``<root>/<task __>/<NAME>.json.gz``."""
-    return Path(root) / task_file_stem(task_id) / f"{name}.json.gz"
+def record_path(task_id: str, root: str | Path = "results/benchmark/tuning") -> Path:
+    """The search records of a task: ``<root>/<task __>.json.gz`` (one file per task, every tuned
+    policy in it: ``results/`` has a file budget, ``tests/test_results_layout.py``)."""
+    return Path(root) / f"{task_file_stem(task_id)}.json.gz"
 
 
 def dumps_stable(obj: Any) -> str:
@@ -512,9 +513,17 @@ def write_record(path: Path, record: dict) -> Path:
 
 
 def read_record(path: Path) -> dict:
-    """A search record written by :func:`write_record`."""
+    """A file written by :func:`write_record`."""
     with gzip.open(path, "rb") as f:
         return json.loads(f.read())
+
+
+def store_record(task_id: str, name: str, record: dict, root: str | Path = "results/benchmark/tuning") -> Path:
+    """Writes ``record`` as ``policies[name]`` of the task's search-record file (others kept)."""
+    path = record_path(task_id, root)
+    data = read_record(path) if path.exists() else {"task": task_id, "policies": {}}
+    data["policies"][name] = record
+    return write_record(path, data)
 
 
 def tune_policy(task: Task, name: str, *, num_trials: int = DEFAULT_NUM_TRIALS, seed: int = 0, backend: str = "local",

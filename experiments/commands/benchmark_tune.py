@@ -3,8 +3,9 @@
 chosen on its validation split, ranges widened when the choice lands on a bound).
 
 Writes, per (task, policy): ``policies[NAME]`` of ``benchmark/tuned/<task __>.json`` (read by the
-``tuned:NAME`` policy specs) and the search record ``results/benchmark/tuning/<task __>/<NAME>.json.gz``;
-prints one line per (task, policy) with the chosen parameters, the scores and the CPU time.
+``tuned:NAME`` policy specs) and the search record, ``policies[NAME]`` of
+``results/benchmark/tuning/<task __>.json.gz`` (with the folder's ``provenance.json``); prints one
+line per (task, policy) with the chosen parameters, the scores and the CPU time.
 ``--backend ray`` scores each batch of trials on Ray (same seed, same result as ``local``).
 """
 
@@ -26,11 +27,11 @@ from benchmark.tuning import (
     DEFAULT_TOP_K,
     TUNABLE,
     parse_tunable,
-    record_path,
+    store_record,
     store_tuned,
     tune_policy,
-    write_record,
 )
+from envs.provenance import write_provenance
 from envs.sim.options import check_out_dir
 
 DEFAULT_RECORDS_DIR = "results/benchmark/tuning"
@@ -104,9 +105,10 @@ def run(args: argparse.Namespace) -> int:
                                         max_rounds=args.max_rounds, command=_command(name, task.id, args), log=log)
             cpu_s, wall_s = _cpu_s() - cpu0, time.monotonic() - wall0
             store_tuned(task.id, name, entry, Path(args.tuned_dir) if args.tuned_dir else None)
-            write_record(record_path(task.id, name, args.records_dir), {**record, "cpu_s": round(cpu_s, 1),
-                                                                        "wall_s": round(wall_s, 1),
-                                                                        "backend": args.backend, "jobs": args.jobs})
+            store_record(task.id, name, {**record, "cpu_s": round(cpu_s, 1), "wall_s": round(wall_s, 1),
+                                         "backend": args.backend, "jobs": args.jobs}, args.records_dir)
+            write_provenance(args.records_dir, argv=["cpgym", "benchmark", "tune", *sys.argv[1:]],
+                             command=entry["command"])
             last = entry["rounds"][-1]
             print(f"{task.id}\t{name}\t{entry['params']}\ttrain {entry['train_mean_ttft_s']:.4f} s\tvalidation "
                   f"{entry['validation_mean_ttft_s']:.4f} s\t{entry['num_trials']} trials, {len(entry['rounds'])} "

@@ -142,7 +142,11 @@ def test_store_round_trip_and_stable_bytes(tmp_path):
     a = tuning.write_record(tmp_path / "a" / "r.json.gz", rec).read_bytes()
     b = tuning.write_record(tmp_path / "b" / "r.json.gz", rec).read_bytes()
     assert a == b and tuning.read_record(tmp_path / "a" / "r.json.gz") == rec
-    assert tuning.record_path(TASK, "llm-d", "R").as_posix() == "R/routing__conversation-0.9-v1/llm-d.json.gz"
+    assert tuning.record_path(TASK, "R").as_posix() == "R/routing__conversation-0.9-v1.json.gz"
+    tuning.store_record(TASK, "llm-d", rec, tmp_path / "c")
+    tuning.store_record(TASK, "dynamo-kv", rec, tmp_path / "c")
+    assert tuning.read_record(tuning.record_path(TASK, tmp_path / "c")) == \
+        {"task": TASK, "policies": {"dynamo-kv": rec, "llm-d": rec}}
 
 
 # ------------------------------------------------------------------------------------------
@@ -181,8 +185,8 @@ def test_tuning_never_simulates_the_test_split(monkeypatch, tmp_path):
     assert entry["num_trials"] == 4 and entry["num_train_episodes"] == 3 and entry["seed"] == 0
     assert entry["command"] == (f"cpgym benchmark tune vertumnus-router --tasks {TASK} --trials 4 --seed 0 "
                                 "--max-train-episodes 3 --top-k 2 --max-rounds 1")
-    rec = tuning.read_record(tuning.record_path(TASK, "vertumnus-router", tmp_path / "rec"))
-    assert len(rec["rounds"][0]["trials"]) == 4
+    rec = tuning.read_record(tuning.record_path(TASK, tmp_path / "rec"))["policies"]["vertumnus-router"]
+    assert len(rec["rounds"][0]["trials"]) == 4 and (tmp_path / "rec" / "provenance.json").is_file()
     with pytest.raises(ValueError, match="train or validation"):
         tuning._episodes(TASK, "test", None)
 
