@@ -13,11 +13,15 @@ from typing import Any
 from baselines.controller import ControllerConfig, ReconfigController
 from baselines.industry import (
     DynamoKVRouter,
+    DynamoParams,
+    LlmdParams,
     LlmdRouter,
     MooncakeTTFTRouter,
     SGLangCacheAwareRouter,
+    SGLangParams,
     StaticThresholdRouter,
     TensorParallelCostForm,
+    VllmDPParams,
     VllmDPRouter,
     homogeneous_composition,
 )
@@ -116,6 +120,24 @@ def vertumnus_spec(name: str, description: str, source: str, base: VertumnusPara
 
     return PolicySpec(name, lambda: VertumnusRouter(base, name), description, source, composition=composition,
                       params={"beta": base.beta, "lambda": base.lambda_}, build_with=build)
+
+
+def router_params_spec(name: str, router_cls: Callable[[Any], Router], params: Any, description: str, source: str,
+                       **spec_fields: Any) -> PolicySpec:
+    """A policy whose router is ``router_cls(params)`` with ``params`` a frozen parameter dataclass
+    (e.g. :class:`~baselines.industry.SGLangParams`): each of its numeric fields (``None``-valued
+    ones excluded) is a policy parameter of the same name, with the dataclass default as its
+    default; :meth:`PolicySpec.with_params` validates through the dataclass's ``__post_init__``.
+    ``spec_fields``: further :class:`PolicySpec` fields (composition, calibration_transform, kv_tiers)."""
+    keys = [f.name for f in fields(params) if isinstance(getattr(params, f.name), (int, float))
+            and not isinstance(getattr(params, f.name), bool)]
+
+    def build(**kw: Any) -> PolicySpec:
+        return router_params_spec(name, router_cls, replace(params, **{k: kw[k] for k in keys}), description, source,
+                                  **spec_fields)
+
+    return PolicySpec(name, _named(lambda: router_cls(params), name), description, source,
+                      params={k: getattr(params, k) for k in keys}, build_with=build, **spec_fields)
 
 
 def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller: ControllerConfig = ControllerConfig(),
@@ -221,21 +243,24 @@ POLICIES: dict[str, PolicySpec] = {
     "static-threshold": PolicySpec("static-threshold", _named(StaticThresholdRouter, "static-threshold"),
                                    "run's heterogeneous pool; long prompts (>= profiled threshold) to the largest degree, "
                                    "else smallest; least work within", "paper §9 static-threshold baseline"),
-    "vllm-tp4": PolicySpec("vllm-tp4", _named(VllmDPRouter, "vllm-tp4"),
-                           "homogeneous TP-4 workers (TP cost form), vLLM DP balancer 4*waiting+running",
-                           "paper §9 vLLM baseline; vllm DPLBAsyncMPClient; TP form: baselines/industry/vllm.py",
-                           composition=homogeneous_composition(4), calibration_transform=TensorParallelCostForm()),
-    "sglang-cache-aware": PolicySpec("sglang-cache-aware", _named(SGLangCacheAwareRouter, "sglang-cache-aware"),
-                                     "CP-4 workers, SGLang router cache_aware (approx tree, threshold 0.3, balance 64/1.5)",
-                                     "paper §9 SGLang baseline; sgl-router cache_aware.rs CLI defaults",
-                                     composition=homogeneous_composition(4)),
+    # industry routers: their parameter dataclasses' numeric fields are policy parameters
+    # (router_params_spec; tuning ranges: benchmark/tuning.py TUNABLE)
+    "vllm-tp4": router_params_spec("vllm-tp4", VllmDPRouter, VllmDPParams(),
+                                   "homogeneous TP-4 workers (TP cost form), vLLM DP balancer 4*waiting+running",
+                                   "paper §9 vLLM baseline; vllm DPLBAsyncMPClient; TP form: baselines/industry/vllm.py",
+                                   composition=homogeneous_composition(4), calibration_transform=TensorParallelCostForm()),
+    "sglang-cache-aware": router_params_spec("sglang-cache-aware", SGLangCacheAwareRouter, SGLangParams(),
+                                             "CP-4 workers, SGLang router cache_aware (approx tree, threshold 0.3, "
+                                             "balance 64/1.5)",
+                                             "paper §9 SGLang baseline; sgl-router cache_aware.rs CLI defaults",
+                                             composition=homogeneous_composition(4)),
     # --- industry routers on the run's pool
-    "llm-d": PolicySpec("llm-d", _named(LlmdRouter, "llm-d"),
-                        "weighted scorers prefix 3 + queue 2 + KV-utilisation 2, max score",
-                        "llm-d inference-scheduling chart defaults; gateway-api-inference-extension scorers"),
-    "dynamo-kv": PolicySpec("dynamo-kv", _named(DynamoKVRouter, "dynamo-kv"),
-                            "min overlap-weight*prefill blocks + active blocks",
-                            "ai-dynamo KV router cost, weight 1, temperature 0"),
+    "llm-d": router_params_spec("llm-d", LlmdRouter, LlmdParams(),
+                                "weighted scorers prefix 3 + queue 2 + KV-utilisation 2, max score",
+                                "llm-d inference-scheduling chart defaults; gateway-api-inference-extension scorers"),
+    "dynamo-kv": router_params_spec("dynamo-kv", DynamoKVRouter, DynamoParams(),
+                                    "min overlap-weight*prefill blocks + active blocks",
+                                    "ai-dynamo KV router cost, weight 1, temperature 0"),
     "mooncake-ttft": PolicySpec("mooncake-ttft", _named(MooncakeTTFTRouter, "mooncake-ttft"),
                                 "min predicted TTFT = q_w + E_C(R,P) with local hit",
                                 "Mooncake (FAST'25) conductor"),
@@ -260,10 +285,10 @@ POLICIES["mooncake-ttft-pull"] = replace(
     description="Mooncake min predicted TTFT counting the KV pull from host DRAM / the Mooncake store",
     source="Mooncake (FAST'25) conductor + Mooncake Store; envs/sim/tiers.py",
     kv_tiers=TierConfig(levels=("hbm", "dram", "store")))
-POLICIES["dynamo-kv-pull"] = replace(
-    POLICIES["dynamo-kv"], name="dynamo-kv-pull", make_router=_named(DynamoKVRouter, "dynamo-kv-pull"),
-    description="Dynamo KV-overlap cost over HBM + host-memory tiers (KV block manager offload)",
-    source="ai-dynamo KV router + KVBM host tier; envs/sim/tiers.py", kv_tiers=TierConfig(levels=("hbm", "dram")))
+POLICIES["dynamo-kv-pull"] = router_params_spec(
+    "dynamo-kv-pull", DynamoKVRouter, DynamoParams(),
+    "Dynamo KV-overlap cost over HBM + host-memory tiers (KV block manager offload)",
+    "ai-dynamo KV router + KVBM host tier; envs/sim/tiers.py", kv_tiers=TierConfig(levels=("hbm", "dram")))
 POLICIES = {"vertumnus": full_system_spec(description="the paper's system: Vertumnus router + initial composition from "
                                                       "the capacity profile + §6 split/merge rule gated by a predicted "
                                                       "net gain (analytic decision) + global prefix-cache manager"),

@@ -13,10 +13,10 @@ from baselines.industry.mooncake_conductor import MooncakeTTFTRouter
 from baselines.industry.prefix_index import ApproxPrefixIndex
 from baselines.industry.sglang import SGLangCacheAwareRouter, SGLangParams
 from baselines.industry.static import StaticThresholdRouter, default_length_threshold_tokens, homogeneous_composition
-from baselines.industry.vllm import TensorParallelCostForm, VllmDPRouter
+from baselines.industry.vllm import TensorParallelCostForm, VllmDPParams, VllmDPRouter
 
 __all__ = [
     "homogeneous_composition", "TensorParallelCostForm", "ApproxPrefixIndex", "SGLangParams",
     "SGLangCacheAwareRouter", "LlmdParams", "LlmdRouter", "ActiveSequences", "DynamoParams", "DynamoKVRouter",
-    "MooncakeTTFTRouter", "VllmDPRouter", "default_length_threshold_tokens", "StaticThresholdRouter",
+    "MooncakeTTFTRouter", "VllmDPParams", "VllmDPRouter", "default_length_threshold_tokens", "StaticThresholdRouter",
 ]

@@ -88,23 +88,51 @@ class TensorParallelCostForm:
         return replace(calibration, coefficients=coeff, provenance=prov)
 
 
+@dataclass(frozen=True)
+class VllmDPParams:
+    """Weights of vLLM's data-parallel balancer score ``waiting_weight * waiting + running_weight *
+    running`` (vllm-project/vllm ``vllm/v1/engine/core_client.py``
+    ``DPLBAsyncMPClient.get_core_engine_for_request``: the hard-coded ``waiting * 4 + running``,
+    so defaults 4 and 1). Only their ratio changes the choice (the minimum is scale invariant).
+
+    Raises:
+        ValueError: on a negative or non-finite weight, or both zero.
+    """
+
+    waiting_weight: float = 4.0
+    running_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("waiting_weight", "running_weight"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"vllm {name} must be a finite number >= 0, got {v!r}")
+        if self.waiting_weight == 0 and self.running_weight == 0:
+            raise ValueError("vllm waiting_weight and running_weight cannot both be 0")
+
+
 class VllmDPRouter(Router):
     """vLLM data-parallel load balancer (vllm-project/vllm ``vllm/v1/engine/core_client.py``
     ``DPLBAsyncMPClient.get_core_engine_for_request``): the engine with the least
-    ``4 * waiting + running`` requests; not cache-aware (each engine still reuses its own prefix
-    cache). Ties: pool order (upstream scans from ``eng_start_index``, 0 with one API server,
-    keeping the first minimum). Upstream reads the counts from the DP coordinator's ~100 ms
-    snapshots plus its own optimistic ``waiting += 1`` per routed request; cpgym reads the exact
-    counts (both agree between snapshots for a single front end)."""
+    ``4 * waiting + running`` requests (weights: :class:`VllmDPParams`); not cache-aware (each
+    engine still reuses its own prefix cache). Ties: pool order (upstream scans from
+    ``eng_start_index``, 0 with one API server, keeping the first minimum). Upstream reads the
+    counts from the DP coordinator's ~100 ms snapshots plus its own optimistic ``waiting += 1`` per
+    routed request; cpgym reads the exact counts (both agree between snapshots for a single front
+    end)."""
 
     name = "vllm-dp"
 
+    def __init__(self, params: VllmDPParams | None = None) -> None:
+        self.params = params or VllmDPParams()
+
     def route(self, request: Request, view: PoolView) -> int:
+        ww, rw = self.params.waiting_weight, self.params.running_weight
         best, best_score = -1, math.inf
         for w in view.eligible_worker_ids(request):
             waiting = view.num_queued_requests(w)
             running = view.num_inflight_requests(w) - waiting
-            score = 4 * waiting + running
+            score = ww * waiting + rw * running
             if score < best_score:
                 best, best_score = w, score
         return best

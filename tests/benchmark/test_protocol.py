@@ -18,15 +18,24 @@ from benchmark.specs import Contender, heuristic_contender, reference_contender
 from benchmark.splits import QUICK_EPISODES
 from benchmark.tasks import get_task
 from experiments.benchmark_specs import resolve_spec, resolve_specs
+from tests.interrupt import patch_everywhere
 
 TASK = get_task("routing/conversation-0.9-v1")
 #: Student-t 0.975 quantile with 3 degrees of freedom (4 episodes).
 T975_DF3 = 3.182446305284263
 
 
+@pytest.fixture
+def no_tuned(tmp_path, monkeypatch):
+    """No stored tuned parameters (an empty ``benchmark/tuned``): the reference is the untuned router."""
+    import benchmark.tuned as tuned
+
+    patch_everywhere(monkeypatch, tuned, "tuned_dir", lambda: tmp_path)
+
+
 @pytest.fixture(scope="module")
 def quick():
-    contenders = [heuristic_contender("least-work", TASK), heuristic_contender("vertumnus-router", TASK)]
+    contenders = [heuristic_contender("least-work", TASK), reference_contender(TASK)]
     return run_benchmark(contenders, [TASK], "validation", max_episodes=QUICK_EPISODES)
 
 
@@ -49,7 +58,7 @@ def test_delta_is_the_paired_t_interval_over_episodes(quick):
     d = 100 * (a - b) / b.mean()
     half = T975_DF3 * d.std(ddof=1) / math.sqrt(len(d))
     s = lw["summary"]
-    assert s["reference"] == "vertumnus-router (untuned)"  # no tuned parameters stored on this branch
+    assert s["reference"] == reference_contender(TASK).label  # tuned:vertumnus-router once tuned, else "(untuned)"
     assert s["delta_mean_ttft_pct"] == pytest.approx(d.mean(), rel=1e-12)
     # (envs.metrics.stats tabulates t to 3 decimals: 3.182)
     assert (s["ci_low"], s["ci_high"]) == pytest.approx((d.mean() - half, d.mean() + half), abs=2e-4 * half)
@@ -108,7 +117,7 @@ def test_unknown_policy_kind_is_refused():
     ("tuned:nope", r"unknown policy 'nope'"),
     ("", r"--policy: expected a SPEC"),
 ])
-def test_spec_errors_are_one_line(spec, match):
+def test_spec_errors_are_one_line(spec, match, no_tuned):
     with pytest.raises(ValueError, match=match) as info:
         resolve_spec(spec, TASK)
     assert "\n" not in str(info.value)
@@ -140,7 +149,7 @@ def test_tuned_parameters_become_the_reference(tmp_path, monkeypatch):
         reference_contender(TASK)
 
 
-def test_untuned_default_reuses_the_reference_rows():
+def test_untuned_default_reuses_the_reference_rows(no_tuned):
     vr = get_policy("vertumnus-router")
     res = run_benchmark([Contender("vertumnus-router", vr, spec="vertumnus-router")], [TASK], "validation",
                         max_episodes=1)[0]
