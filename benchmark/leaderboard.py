@@ -1,10 +1,12 @@
 """Leaderboard entries, ``results/benchmark/LEADERBOARD.md`` and their validation (issue #39,
 "Leaderboard").
 
-An entry is one results file per (task, policy): ``<entries>/<task id with / replaced by
-__>/<policy SPEC made file-safe>.json`` holding ``task, split, spec, checkpoint_sha256,
+An entry is the result of one (task, policy): ``task, split, spec, checkpoint_sha256,
 max_episodes, commit, command, summary`` (the protocol's summary row) and ``episodes`` (its
-per-episode rows); ``cpgym benchmark run --split test --entries`` writes them. NaN is stored as
+per-episode rows). The entries of a task live in one results file, ``<entries>/<task id with /
+replaced by __>.json.gz`` (gzip-compressed JSON ``{"task": id, "entries": {policy label: entry}}``,
+sorted keys: stable bytes), so the results folder holds one file per task;
+``cpgym benchmark run --split test --entries`` adds or replaces entries. NaN is stored as
 ``null``. :func:`leaderboard_markdown` renders one table per task plus a summary: per policy, the
 geometric mean over the tasks it has entries for of its mean TTFT relative to the task's reference
 (``1 + delta_mean_ttft_pct / 100``: the paired deltas are of per-episode means, so this is the
@@ -14,9 +16,9 @@ ratio of the means over the same episodes). :func:`compare_entry` checks a re-ru
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,15 +42,9 @@ def json_ready(x):
     return x
 
 
-def file_safe(label: str) -> str:
-    """``label`` with every character but letters, digits and ``._=,+-`` replaced by ``_``
-    (``tuned:vertumnus-router`` -> ``tuned_vertumnus-router``)."""
-    return re.sub(r"[^A-Za-z0-9._=,+-]", "_", label).strip(".") or "_"
-
-
-def entry_file(entries_dir: Path | str, task_id: str, label: str) -> Path:
-    """Where the entry of ``label`` on task ``task_id`` lives (module docstring)."""
-    return Path(entries_dir) / task_id.replace("/", "__") / f"{file_safe(label)}.json"
+def entry_file(entries_dir: Path | str, task_id: str) -> Path:
+    """The results file of task ``task_id``'s entries (module docstring)."""
+    return Path(entries_dir) / (task_id.replace("/", "__") + ".json.gz")
 
 
 def make_entry(summary: dict, episodes: list[dict], spec: str, checkpoint_sha256: str | None,
@@ -59,36 +55,66 @@ def make_entry(summary: dict, episodes: list[dict], spec: str, checkpoint_sha256
                        "command": command, "summary": summary, "episodes": episodes})
 
 
+def _write_task_file(path: Path, task_id: str, entries: dict[str, dict]) -> None:
+    data = json.dumps({"task": task_id, "entries": entries}, indent=1, sort_keys=True).encode("utf-8") + b"\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:  # mtime 0: the same entries give the same bytes
+        with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename="") as z:
+            z.write(data)
+    tmp.replace(path)
+
+
 def write_entry(entries_dir: Path | str, entry: dict) -> Path:
-    """Writes ``entry`` to its :func:`entry_file` (replacing an older one); returns the path."""
-    p = entry_file(entries_dir, entry["task"], entry["summary"]["policy"])
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(entry, indent=1) + "\n", encoding="utf-8")
+    """Adds ``entry`` to its task's file (replacing an older entry of the same policy); returns the path."""
+    p = entry_file(entries_dir, entry["task"])
+    entries = {e["summary"]["policy"]: e for e in read_entry(p)} if p.is_file() else {}
+    entries[entry["summary"]["policy"]] = entry
+    _write_task_file(p, entry["task"], entries)
     return p
 
 
-def read_entry(path: Path | str) -> dict:
-    """One entry file.
+def read_entry(path: Path | str) -> list[dict]:
+    """The entries of one task's results file, in policy order.
 
     Raises:
-        ValueError: naming the file, when it is not JSON or lacks a key of :data:`ENTRY_FIELDS`.
+        ValueError: naming the file, when it is not gzip-compressed JSON of the module docstring's
+            format or an entry lacks a key of :data:`ENTRY_FIELDS`.
     """
     p = Path(path)
     try:
-        entry = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{p}: not JSON ({exc})") from None
-    missing = [k for k in ENTRY_FIELDS if not isinstance(entry, dict) or k not in entry]
-    if missing:
-        raise ValueError(f"{p}: not a benchmark entry (missing {', '.join(missing)}); expected a file written by "
-                         "`cpgym benchmark run --entries`")
-    return entry
+        doc = json.loads(gzip.decompress(p.read_bytes()).decode("utf-8"))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{p}: not a gzip-compressed JSON entries file ({exc}); expected a file written by "
+                         "`cpgym benchmark run --split test --entries`") from None
+    entries = doc.get("entries") if isinstance(doc, dict) else None
+    if not isinstance(entries, dict):
+        raise ValueError(f"{p}: no 'entries' object; expected a file written by `cpgym benchmark run --entries`")
+    out = []
+    for label in sorted(entries):
+        e = entries[label]
+        missing = [k for k in ENTRY_FIELDS if not isinstance(e, dict) or k not in e]
+        if missing:
+            raise ValueError(f"{p}: entry {label!r} is not a benchmark entry (missing {', '.join(missing)})")
+        out.append(e)
+    return out
 
 
 def read_entries(entries_dir: Path | str) -> list[dict]:
-    """Every entry under ``entries_dir`` (``*/*.json``), in path order (``[]`` if it does not exist)."""
+    """Every entry under ``entries_dir`` (``*.json.gz``), in path order (``[]`` if it does not exist)."""
     d = Path(entries_dir)
-    return [read_entry(p) for p in sorted(d.glob("*/*.json"))] if d.is_dir() else []
+    return [e for p in sorted(d.glob("*.json.gz")) for e in read_entry(p)] if d.is_dir() else []
+
+
+#: What a reader must know about an entry before comparing it (policy label -> note), printed under
+#: the tables: results the protocol cannot seal by itself (a checkpoint trained before the splits).
+NOTES = {
+    "shipped": "On the routing tasks, `shipped` is `policies/checkpoints/routing_vertumnus_arms`, trained before the "
+               "benchmark existed on windows j % 4 in {0, 2} of the whole conversation trace (0.9 of capacity), "
+               "which overlap the conversation tasks' validation and test blocks: it is not a sealed-split result. "
+               "On the reconfiguration tasks it is `policies/checkpoints/reconfig_target`, trained on "
+               "`matched-phases` seeds below 1000 (disjoint from the test seeds 2000-2009).",
+}
 
 
 def _num(x, fmt: str) -> str:
@@ -151,6 +177,9 @@ def leaderboard_markdown(entries: Sequence[dict], ledger: Sequence[dict]) -> str
                          f"{_num(s['p90_ttft_s'], '.3f')} | {_num(s['p99_ttft_s'], '.3f')} | "
                          f"{_num(s['slo_attainment_token_weighted'], '.4f')} | {_delta(s)} | {n} | "
                          f"{'yes' if s['overloaded'] else 'no'} |")
+    notes = [f"* **{p}**: {NOTES[p]}" for p in sorted(NOTES) if any(e["summary"]["policy"] == p for e in entries)]
+    if notes:
+        lines += ["", "## Notes", "", *notes]
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmark.leaderboard import ENTRY_FIELDS, leaderboard_markdown, read_entries
+from benchmark.leaderboard import ENTRY_FIELDS, leaderboard_markdown, read_entries, read_entry, write_entry
 from benchmark.tasks import TASKS
 from experiments.cli import main
 
@@ -80,9 +80,8 @@ def test_leaderboard_from_fixture_entries(tmp_path, capsys):
     entries = tmp_path / "entries"
     for e in (_entry("routing/a-v1", "tuned:vertumnus-router", 2.0, 0.0), _entry("routing/a-v1", "x", 1.0, -50.0),
               _entry("routing/b-v1", "tuned:vertumnus-router", 4.0, 0.0), _entry("routing/b-v1", "x", 8.0, 100.0)):
-        d = entries / e["task"].replace("/", "__")
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"{e['summary']['policy'].replace(':', '_')}.json").write_text(json.dumps(e))
+        write_entry(entries, e)
+    assert sorted(p.name for p in entries.iterdir()) == ["routing__a-v1.json.gz", "routing__b-v1.json.gz"]
     ledger = tmp_path / "ledger.jsonl"
     ledger.write_text("".join(json.dumps({"task": t, "policy": "x", "checkpoint_sha256": None, "split": s}) + "\n"
                               for t, s in (("routing/a-v1", "test"), ("routing/a-v1", "test"), ("routing/a-v1", "validation"),
@@ -104,14 +103,14 @@ def test_validate_passes_on_a_fresh_entry_and_fails_on_a_tampered_number(tmp_pat
     entries = tmp_path / "entries"
     status, _, _ = _run(capsys, "benchmark", "run", "--policy", "least-work", "--tasks", TASK, "--split", "test",
                         "--quick", "--quiet", "--ledger", str(tmp_path / "ledger.jsonl"), "--entries", str(entries))
-    (path,) = sorted(entries.glob("*/*.json"))
-    entry = json.loads(path.read_text())
-    assert status == 0 and list(entry) == list(ENTRY_FIELDS) and entry["max_episodes"] == 4
+    (path,) = sorted(entries.glob("*.json.gz"))
+    (entry,) = read_entry(path)
+    assert status == 0 and sorted(entry) == sorted(ENTRY_FIELDS) and entry["max_episodes"] == 4
     status, out, _ = _run(capsys, "benchmark", "validate", str(path), "--quiet")
-    assert status == 0 and "ok" in out
+    assert status == 0 and "[least-work]: ok" in out
     entry["episodes"][2]["p99_ttft_s"] += 1e-9
     entry["summary"]["slo_attainment_token_weighted"] = 0.5
-    path.write_text(json.dumps(entry))
+    write_entry(entries, entry)
     status, out, _ = _run(capsys, "benchmark", "validate", str(path), "--quiet")
     assert status == 1
     assert "mismatch: episodes[2].p99_ttft_s: stored" in out and "mismatch: summary.slo_attainment_token_weighted" in out
