@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from envs.sim import Calibration, CostCoefficients, PoolConfig, Request, Workload
 
@@ -135,49 +134,9 @@ def tiny_trace(path: Path, num_requests: int = 240, rate_rps: float = 4.0, seed:
     return path
 
 
-# --- evaluation files and checkpoints --------------------------------------------------------
+# --- checkpoints --------------------------------------------------------------------------
 #: the shipped checkpoints (``policies/checkpoints``)
 CHECKPOINTS_DIR = Path(__file__).resolve().parents[1] / "policies" / "checkpoints"
-#: one routing evaluation's episode row (`cpgym evaluate --out`), e.g. to put among reconfiguration rows
-ROUTING_EPISODE_ROW = {"policy": "least-work", "seed": 1000, "window": 0, "window_name": "w", "mean_ttft_s": 1.0,
-                       "p90_ttft_s": 2.0, "slo_attainment_token_weighted": 0.5, "prefix_hit_rate": 0.3, "num_unfinished": 0}
-
-
-def episode_rows_csv(tmp_path: Path) -> Path:
-    """``tmp_path/rows.csv``: a routing evaluation's episode rows, least-work (mean TTFT 1 s + seed)
-    and round-robin (2 s + seed) on seeds 7 and 9, window 0."""
-    rows = [{"policy": p, "seed": s, "window": 0, "window_name": "w", "num_requests": 10, "wall_s": 0.1,
-             "mean_ttft_s": t + s, "p90_ttft_s": 2 * t, "slo_attainment_token_weighted": 0.5, "prefix_hit_rate": 0.3,
-             "num_unfinished": 0} for p, t in (("least-work", 1.0), ("round-robin", 2.0)) for s in (7, 9)]
-    path = tmp_path / "rows.csv"
-    pd.DataFrame(rows).to_csv(path, index=False)
-    return path
-
-
-def reconfig_rows_csv(tmp_path: Path, extra: Iterable[dict] = (), composition: bool = True) -> Path:
-    """``tmp_path/reconfig.csv``: a reconfiguration evaluation's episode rows (vertumnus-router,
-    fixed:cp4x10 and best-fixed-in-hindsight on seeds 1000 and 1001), then ``extra`` rows; without
-    its composition column if ``composition`` is False."""
-    rows = [{"policy": p, "seed": s, "wall_s": 0.0, "mean_ttft_s": t, "p90_ttft_s": 2 * t,
-             "slo_attainment_token_weighted": 0.9, "num_operations": 0, "num_committed_operations": 0,
-             "num_unfinished": 0, "composition": c}
-            for s in (1000, 1001) for p, t, c in (("vertumnus-router", 1.0, None), ("fixed:cp4x10", 0.9, None),
-                                                  ("best-fixed-in-hindsight", 0.9, "cp4x10"))]
-    df = pd.concat([pd.DataFrame(rows), pd.DataFrame(list(extra))])
-    path = tmp_path / "reconfig.csv"
-    (df if composition else df.drop(columns=["composition"])).to_csv(path, index=False)
-    return path
-
-
-def set_cell(col: str, value, row: int = 1):
-    """An edit of a ``pandas.DataFrame``: cell ``(row, col)`` set to ``value`` (the column made ``object``)."""
-    def edit(df):
-        df = df.astype({col: object})
-        df.loc[row, col] = value
-        return df
-    return edit
-
-
 def junk_checkpoint(tmp_path: Path, kind: str, junk: str = "model.zip") -> Path:
     """A checkpoint folder of ``kind`` (the shipped one's files) whose ``junk`` file is 4 junk bytes."""
     src = CHECKPOINTS_DIR / ("reconfig_target" if kind == "reconfig" else "routing_conversation_residual")

@@ -16,8 +16,8 @@ def is_checkpoint(name: str) -> bool:
 
 def check_checkpoint_kind(policy: str, kind: str) -> None:
     """Raises ValueError (one line) when ``policy`` is a checkpoint whose ``train_config.json``
-    ``kind`` is not ``kind`` (e.g. a routing checkpoint evaluated with ``--kind reconfig``), before
-    the model is loaded; heuristics and checkpoints without a recorded kind pass.
+    ``kind`` is not ``kind`` (e.g. a routing checkpoint on a reconfiguration task), before the
+    model is loaded; heuristics and checkpoints without a recorded kind pass.
 
     Raises:
         ValueError: naming the checkpoint, its kind and the kind asked for.
@@ -29,8 +29,9 @@ def check_checkpoint_kind(policy: str, kind: str) -> None:
     _, meta = resolve_checkpoint(policy)
     trained = meta.get("kind")
     if trained is not None and trained != kind:
+        # --kind is gone (evaluate runs a benchmark task): the hint names the task kind to pick
         raise ValueError(f"--policy {policy} is a {trained} checkpoint (train_config.json kind {trained!r}), not a {kind} "
-                         f"one; evaluate it with --kind {trained} (or --kind auto)")
+                         f"one; evaluate it on a {trained} task (`cpgym benchmark list`)")
 
 
 def check_policy_argument(name: str) -> None:

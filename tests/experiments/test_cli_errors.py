@@ -19,7 +19,8 @@ SIM5 = ("simulate", "--workload", "tool-agent", "--arrival-window-s", "0", "5", 
 RUN = (("baselines.runner", "run_policy"),)
 RUN_OR_BUILD = RUN + (("baselines.runner", "build_simulator"),)
 TRAIN = (("policies.reconfig.train", "train_reconfig"), ("policies.routing.train", "train_routing"))
-EVALUATE = (("policies.evaluate", "run_evaluation"), ("policies.routing.protocol", "scenarios"))
+#: evaluate's run (the benchmark protocol) and tune's windows
+EVALUATE = (("benchmark.protocol", "run_benchmark"), ("policies.routing.protocol", "scenarios"))
 CAPACITIES = (("baselines.capacity", "capacities"),)
 REPRODUCE = (("experiments.reproduce", "run_experiments"),)
 EMPTY_ITEM = "(an empty item: doubled, leading or trailing comma)"
@@ -91,15 +92,14 @@ def _not_written(name):
 
 def _list_rows():
     rows = []
-    # --- generated (config-dataclass) list flags: argparse's own error line
+    # --- generated (config-dataclass) list flags: one line `cpgym CMD: error: FLAG: ...`
     for i, text in enumerate(["0.1,,0.2", ",0.1", "0.1,", " , "]):
         rows.append(CliError(f"train-arms-switch-margins-empty-{i}",
-                             ("train", "arms", "--switch-margins", text, "--out", "unused"), "argument --switch-margins",
+                             ("train", "arms", "--switch-margins", text, "--out", "unused"), "error: --switch-margins: ",
                              f"must be a comma-separated list of numbers, got {text!r} {EMPTY_ITEM}"))
     for argv, flag in [(("train", "reconfig", "--workload-seeds", "1,,2"), "--workload-seeds"),
-                       (("evaluate", "reconfig", "--seeds", "1,2,"), "--seeds"),
                        (("train", "arms", "--betas", "x,1"), "--betas")]:
-        rows.append(CliError(f"generated-list-{flag}", (*argv, "--out", "unused"), f"argument {flag}",
+        rows.append(CliError(f"generated-list-{flag}", (*argv, "--out", "unused"), f"error: {flag}: ",
                              "must be a comma-separated list of"))
     return rows
 
@@ -126,8 +126,7 @@ def _report_and_out_rows():
                          "is not writable; expected a folder this user can write into", setup=_unwritable, forbid=TRAIN,
                          after=_left_empty("w")))
     for i, command in enumerate([
-            ("evaluate", "--policy", "least-work", "--against", "round-robin", "--windows", "0", "--seeds", "1"),
-            ("evaluate", "--policy", "least-work", "--against", "round-robin", "--protocol", "--target-rps", "6"),
+            ("evaluate", "--policy", "least-work", "--against", "round-robin", "--quick"),
             ("tune", "vertumnus", "--workload", "tool-agent", "--target-rps", "6")]):
         rows.append(CliError(f"{command[0]}-out-file-under-a-file-{i}", (*command, "--quiet", "--out", "{file}/rows.csv"),
                              "--out {file}/rows.csv", "cannot be created: {file} is not a folder", forbid=EVALUATE))
@@ -254,9 +253,9 @@ def _simulator_rows():
                           "least-work,vertumnus", "--format", "json", "--faults", "{faults}"),
                          "gpu 99", "is outside the pool of 40 GPUs",
                          setup=_faults_file("events:\n  - {kind: gpu_failure, time_s: 5, gpu: 99}\n")))
-    rows.append(CliError("config-field-names-its-flag", ("evaluate", "--policy", "least-work", "--against", "round-robin",
-                                                         "--episode-window-s", "-1", "--quiet"),
-                         "(--episode-window-s)", "episode_window_s must be > 0, got -1.0"))
+    rows.append(CliError("config-field-names-its-flag", ("train", "routing", "--episode-window-s", "-1", "--out", "{tmp}/run",
+                                                         "--quiet", "--wandb", "disabled"),
+                         "(--episode-window-s)", "episode_window_s must be > 0, got -1.0", forbid=TRAIN))
     return rows
 
 
@@ -280,17 +279,17 @@ def _policy_rows():
             (("reproduce", "--workloads", "tool-agent"), "--experiments", "end-to-end,,dynamic", "empty"),
             (("reproduce", "--experiments", "end-to-end"), "--workloads", "tool-agent,,leval-like", "empty"),
             (("reproduce", "--experiments", "end-to-end"), "--workloads", "tool-agent,tool-agent", "twice"),
-            (("evaluate", "--policy", "least-work", "--workload", "tool-agent", "--seeds", "1"), "--against",
-             "round-robin,round-robin", "twice"),
-            (("evaluate", "--policy", "none", "--kind", "reconfig", "--seeds", "1000"), "--against", "vertumnus-router,",
-             "empty"),
+            (("evaluate", "--policy", "least-work", "--quick"), "--against", "round-robin,round-robin", "twice"),
+            (("evaluate", "--policy", "vertumnus-adaptive", "--task", "reconfig/matched-phases-v1", "--quick"), "--against",
+             "vertumnus-router,", "empty"),
             (("kv-tiers",), "--policies", "least-work,,dynamo-kv", "empty"),
             (("bench", "sim"), "--policy", "least-work,,round-robin", "empty")]:
         # an empty item was silently dropped; a repeated workload or comparison ran (and was averaged) twice
         quiet = ("--quiet",) if argv[0] not in ("kv-tiers", "bench") else ()
         phrase = (f"must be a comma-separated list of names, got {value!r} {EMPTY_ITEM}" if problem == "empty"
                   else f"lists {value.split(',')[0]!r} twice: {value!r}")
-        rows.append(CliError(f"{argv[0]}{flag}={value}", (*argv, flag, value, *quiet), flag, phrase, forbid=RUN_OR_BUILD))
+        rows.append(CliError(f"{argv[0]}{flag}={value}", (*argv, flag, value, *quiet), flag, phrase,
+                             forbid=RUN_OR_BUILD + EVALUATE))
     return rows
 
 
@@ -540,7 +539,7 @@ def _dynamic_and_cache_ablation_rows():
                                                              "--quiet"),
                  "--target-replay-sample", "decision 'paper-rule' has none", one_line=False),
         CliError("dynamic-target-sample-choice", ("dynamic", "--target-sample", "first", "--quiet"),
-                 "argument --target-sample", "invalid choice: 'first'"),
+                 "error: --target-sample: ", "expected one of regime-start, latest, got 'first'"),
     ]
     # a composition of the wrong GPU count or degree failed only after the capacity searches of --short-load
     # (minutes), with the pool's message alone (no flag); a duplicate ran and reported the same pool twice
