@@ -9,6 +9,7 @@ from pathlib import Path
 
 from benchmark.leaderboard import leaderboard_markdown, read_entries
 from benchmark.ledger import read_ledger
+from envs.provenance import write_provenance
 from envs.sim.options import check_out_file
 from experiments.common import write_text_atomic
 from experiments.flags.benchmark_leaderboard import add_arguments  # noqa: F401  (re-exported: the command's flags)
@@ -21,5 +22,7 @@ def run(args: argparse.Namespace) -> int:
                          "`cpgym benchmark run --split test --entries`")
     entries = read_entries(args.entries)
     write_text_atomic(Path(args.out), leaderboard_markdown(entries, read_ledger(args.ledger)))
+    write_provenance(Path(args.out).parent, argv=getattr(args, "argv", None),
+                     commands=["cpgym benchmark leaderboard"] + sorted({e["command"] for e in entries}))
     print(f"{args.out}: {len(entries)} entries on {len({e['task'] for e in entries})} task(s)")
     return 0

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from benchmark.leaderboard import json_ready, make_entry, write_entry
+from benchmark.leaderboard import json_ready, make_entry, read_entries, write_entry
 from benchmark.ledger import append_ledger, commit_id, ledger_line, utc_now
 from benchmark.protocol import run_benchmark
 from benchmark.splits import QUICK_EPISODES
 from benchmark.tasks import parse_task_ids
+from envs.provenance import write_provenance
 from envs.sim.options import check_out_file
 from experiments.benchmark_specs import resolve_specs
 from experiments.common import dumps_json, print_unclipped, write_rows_csv, write_text_atomic
@@ -63,6 +64,9 @@ def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episode
                 c = r["contender"]
                 write_entry(entries, make_entry(r["summary"], r["episodes"], c.spec or c.label, c.checkpoint_sha256,
                                                 max_episodes, commit, command))
+            # the folder's provenance: this run's argv, and every entry's command (each entry keeps its own commit)
+            write_provenance(entries, argv=getattr(args, "argv", None),
+                             commands=sorted({e["command"] for e in read_entries(entries)}))
         results += res
     rows = [r["summary"] for r in results]
     episodes = [e for r in results for e in r["episodes"]]
