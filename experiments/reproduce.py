@@ -8,6 +8,9 @@ plain functions in :data:`EXPERIMENTS` (name -> function returning :class:`Exper
 :func:`reconfiguration`: one set of ``run_dynamic_phases`` runs per seed, shared) and ``cache``
 (:func:`cache`); the rows of the last three are built by
 :mod:`experiments.paper_experiments.paper_rows` (metrics and paper values documented there).
+``vertumnus-steady``, ``vertumnus-overload`` and ``vertumnus-phases`` are issue #40's targets of
+the full system (not paper figures: ``paper_value`` null), defined in
+:mod:`experiments.paper_experiments.vertumnus_targets` (``results/vertumnus/``).
 
 End-to-end (``experiment = "end-to-end"``, paper §9 "End-to-End Serving Performance"): for each
 model (calibration) and workload — L-Eval-like documents, Tool-Agent sessions, and the Mooncake
@@ -75,6 +78,14 @@ from experiments.paper_experiments.paper_rows import (
     operation_times_s,
     reconfiguration_rows,
     run_cache_pairs,
+)
+from experiments.paper_experiments.vertumnus_targets import (
+    OVERLOAD_CASES,
+    STEADY_CASES,
+    compare_loads,
+    phases,
+    target_rows,
+    target_runs,
 )
 from experiments.spec.paths import SpecDeprecationWarning
 from policies.common.policy_args import check_distinct
@@ -147,6 +158,8 @@ class ReproduceConfig:
         sim: simulator settings (pool, SLO, ...); the calibration comes from ``models``.
         capacity_definition: :class:`baselines.capacity.CapacityDefinition`.
         cache_dir: capacity cache folder, or ``None``.
+        trace_path: the conversation trace of the ``vertumnus-steady`` / ``vertumnus-overload``
+            experiments; ``None``: :func:`envs.workloads.default_trace_path`.
 
     Raises:
         ValueError: on empty lists, a negative or repeated seed (``--seeds``, ``--cache-seeds``), loads
@@ -169,6 +182,7 @@ class ReproduceConfig:
     cache_seeds: tuple[int, ...] = CACHE_HELD_OUT_SEEDS
     cache_duration_s: float = 600.0
     dynamic_params: tuple[tuple[str, object], ...] = ()
+    trace_path: str | None = None
 
     def __post_init__(self) -> None:
         if not self.workloads or not self.models or not self.seeds or not self.policies:
@@ -624,9 +638,51 @@ def cache(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: 
     return ExperimentResult(out, runs, caps)
 
 
+def _vertumnus_targets(kind: str, cfg: ReproduceConfig, log: Callable[[str], None] | None,
+                       measure: Callable[[SimConfig], list[dict]]) -> ExperimentResult:
+    """An issue #40 target experiment (:mod:`experiments.paper_experiments.vertumnus_targets`) for
+    each model on the configured pool: ``measure(sim)`` -> its rows and per-seed runs."""
+    rows: list[Row] = []
+    runs: list[dict] = []
+    for model, path in _paper_models(cfg, kind, log or (lambda _line: None)):
+        results = measure(replace(cfg.sim, calibration_path=path))
+        rows += [Row(**r) for r in target_rows(kind, results, model)]
+        runs += target_runs(results, model)
+    return ExperimentResult(rows, runs, [])
+
+
+def vertumnus_steady(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
+                     memo: dict | None = None, on_partial: OnPartial | None = None) -> ExperimentResult:
+    """Issue #40's steady-load target: ``vertumnus`` vs the router alone at
+    :data:`~experiments.paper_experiments.vertumnus_targets.STEADY_CASES`, seeds ``cfg.seeds``
+    (:func:`~experiments.paper_experiments.vertumnus_targets.compare_loads`); in-process
+    (``jobs``, ``memo`` and ``on_partial`` unused)."""
+    return _vertumnus_targets("vertumnus-steady", cfg, log,
+                              lambda sim: compare_loads(STEADY_CASES, sim, cfg.trace_path, cfg.seeds, log))
+
+
+def vertumnus_overload(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
+                       memo: dict | None = None, on_partial: OnPartial | None = None) -> ExperimentResult:
+    """Issue #40's overload target (4x and 16x capacity,
+    :data:`~experiments.paper_experiments.vertumnus_targets.OVERLOAD_CASES`), as :func:`vertumnus_steady`."""
+    return _vertumnus_targets("vertumnus-overload", cfg, log,
+                              lambda sim: compare_loads(OVERLOAD_CASES, sim, cfg.trace_path, cfg.seeds, log))
+
+
+def vertumnus_phases(cfg: ReproduceConfig, log: Callable[[str], None] | None = None, jobs: int = 1,
+                     memo: dict | None = None, on_partial: OnPartial | None = None) -> ExperimentResult:
+    """Issue #40's phase targets: ``vertumnus-adaptive`` vs no reconfiguration and the best fixed
+    composition on ``matched-phases`` and ``phases``, with their own training and test seeds
+    (:data:`~experiments.paper_experiments.vertumnus_targets.PHASE_SCENARIOS`; ``cfg.seeds`` unused)."""
+    return _vertumnus_targets("vertumnus-phases", cfg, log, lambda sim: phases(sim, log=log))
+
+
 #: Experiment kinds of ``cpgym reproduce``: name -> function(config, log, jobs, memo, on_partial) -> ExperimentResult.
 EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {"end-to-end": end_to_end, "dynamic": dynamic, "cache": cache,
-                                                           "reconfiguration": reconfiguration}
+                                                           "reconfiguration": reconfiguration,
+                                                           "vertumnus-steady": vertumnus_steady,
+                                                           "vertumnus-overload": vertumnus_overload,
+                                                           "vertumnus-phases": vertumnus_phases}
 
 
 def run_experiments(kinds: list[str], cfg: ReproduceConfig, log: Callable[[str], None] | None = None,
@@ -717,4 +773,5 @@ def plot_end_to_end(runs: list[dict], path: str | Path,
 
 __all__ = ["Row", "WorkloadCase", "ReproduceConfig", "ExperimentResult", "EXPERIMENTS", "PAPER_END_TO_END", "METRICS",
            "PAPER_POLICIES", "CACHE_HELD_OUT_SEEDS", "end_to_end", "dynamic", "reconfiguration", "cache",
-           "dynamic_summaries", "run_experiments", "paired_changes", "paper_value", "plot_end_to_end", "rows_as_dicts"]
+           "dynamic_summaries", "run_experiments", "vertumnus_steady", "vertumnus_overload", "vertumnus_phases",
+           "paired_changes", "paper_value", "plot_end_to_end", "rows_as_dicts"]

@@ -7,12 +7,17 @@ and metric, the paper's figure beside cpgym's with a 95 % CI over seeds. Definit
   (adaptive Vertumnus vs fixed compositions on the phases workload), ``reconfiguration``
   (drain + switch + confirm of the same dynamic runs' operations) and ``cache`` (global
   prefix-cache manager vs local caches only on tool-agent at the highest load, a fraction of the
-  measured capacity with local caches); default all four.
+  measured capacity with local caches); default all four. Issue #40's targets of the full system
+  (``results/vertumnus/``, :mod:`experiments.paper_experiments.vertumnus_targets`), only when
+  named: ``vertumnus-steady`` and ``vertumnus-overload`` (vs the router alone at fractions and
+  multiples of capacity, ``--seeds``, the conversation trace of ``--traces-dir``) and
+  ``vertumnus-phases`` (vs no reconfiguration and the best fixed composition, own seeds).
 * ``--quick``: a reduced run sized for 2 cores: end-to-end 3 seeds, 300 s windows, loads
   0.5,0.85,0.95, 3 % capacity tolerance; dynamic / reconfiguration 3 seeds with the full
   ``cpgym dynamic`` defaults (4 x 150 s phases, every fixed composition: 87-141 s per seed on 2
   cores with the default look-ahead decision, so nothing is cut); cache 3 held-out seeds with 300 s
-  of sessions (the manager sweep's length) instead of 600 s. Explicit ``--seeds`` / ``--loads`` /
+  of sessions (the manager sweep's length) instead of 600 s; the ``vertumnus-*`` experiments are
+  unchanged (their fixed cases; ``--seeds`` as given, 0,1,2 both ways). Explicit ``--seeds`` / ``--loads`` /
   ``--arrival-window-length-s`` / ``--cache-seeds`` win.
 * ``--format json``: one JSON array of rows ``{experiment, workload, model, metric,
   paper_value, cpgym_value, ci_low, ci_high, load_fraction, strongest_baseline}``.
@@ -82,8 +87,11 @@ def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
         if w not in known:
             raise ValueError(f"--workloads: unknown workload {w!r}; known: {', '.join(known)}")
         cases.append(known[w])
-    needs = {Path(c.trace).name for c in cases if c.trace} if "end-to-end" in (kinds or ALL_EXPERIMENTS.split(",")) else set()
-    check_traces_dir(args.traces_dir, traces, needs)
+    chosen = kinds or ALL_EXPERIMENTS.split(",")
+    needs = {Path(c.trace).name for c in cases if c.trace} if "end-to-end" in chosen else set()
+    if {"vertumnus-steady", "vertumnus-overload"} & set(chosen):
+        needs.add(DEFAULT_TRACE_FILE)  # their conversation workload
+    check_traces_dir(args.traces_dir, traces, needs, end_to_end="end-to-end" in chosen and any(c.trace for c in cases))
     if args.models is not None:
         models = []
         for item in (x.strip() for x in args.models.split(";")):
@@ -104,13 +112,15 @@ def config_from_args(args: argparse.Namespace, kinds: list[str] | None = None):
                            cache_seeds=tuple(parse_list(args.cache_seeds, "--cache-seeds", int)),
                            cache_duration_s=preset["cache_duration_s"] if args.cache_duration_s is None
                            else args.cache_duration_s,
-                           dynamic_params=parse_workload_params(args.dynamic_param, "--dynamic-param"))
+                           dynamic_params=parse_workload_params(args.dynamic_param, "--dynamic-param"),
+                           trace_path=str(traces / DEFAULT_TRACE_FILE))
 
 
-def check_traces_dir(given: str | None, traces, needs: set[str]) -> None:
+def check_traces_dir(given: str | None, traces, needs: set[str], end_to_end: bool = True) -> None:
     """``--traces-dir`` (``given``; ``traces`` the folder used, the default when not given) before
     any run: a given folder must exist and be a folder, and the folder used must hold the trace
-    files ``needs`` (those the chosen experiments replay).
+    files ``needs`` (those the chosen experiments replay; ``end_to_end``: the end-to-end experiment
+    is among them, which the message names).
 
     Raises:
         ValueError: naming ``--traces-dir`` (or the default folder) and what was expected.
@@ -122,8 +132,9 @@ def check_traces_dir(given: str | None, traces, needs: set[str]) -> None:
         raise ValueError(f"{what} is not a folder; expected a folder holding {DEFAULT_TRACE_FILE}")
     missing = sorted(n for n in needs if not (traces / n).is_file())
     if missing:
-        raise ValueError(f"{what} has no {', '.join(missing)}; the end-to-end experiment's production workload replays "
-                         "it (or leave production out of --workloads)")
+        who = "the end-to-end experiment's production workload replays it (or leave production out of --workloads)" \
+            if end_to_end else "the vertumnus-steady / vertumnus-overload experiments replay it"
+        raise ValueError(f"{what} has no {', '.join(missing)}; {who}")
 
 
 def _print_table(rows) -> None:

@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_arguments(p, seed=False, supported_degrees=PAPER_SUPPORTED_DEGREES,
                       supported_degrees_note="the paper's Qwen3 degrees, §9")
     p.add_argument("--experiments", default=ALL_EXPERIMENTS,
-                   help=f"comma-separated experiment kinds (default all: {ALL_EXPERIMENTS})")
+                   help=f"comma-separated experiment kinds (default all: {ALL_EXPERIMENTS}; also issue #40's "
+                        "vertumnus-steady, vertumnus-overload, vertumnus-phases)")
     p.add_argument("--quick", action="store_true",
                    help=f"reduced run: seeds {QUICK['seeds']}, {QUICK['arrival_window_length_s']:g} s windows, "
                         f"loads {QUICK['loads']}, "
