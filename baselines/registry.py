@@ -173,20 +173,35 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
                       build_with=build, choose_pool=choose_pool if initial_pool else None, check_pool=controller.menu_pool)
 
 
-def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: str = "vertumnus") -> PolicySpec:
-    """``vertumnus``: the paper's full system (§5-§7) — the Vertumnus router, the initial
-    composition chosen from the capacity profile among the deployment's CP degrees (those of the
-    run's configured composition), the split/merge controller and the global prefix-cache
-    manager. Its parameters are those of ``vertumnus-adaptive``.
+def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: str = "vertumnus",
+                     description: str | None = None) -> PolicySpec:
+    """A full Vertumnus system (§5-§7): the Vertumnus router, the initial composition chosen from
+    the capacity profile among the deployment's CP degrees (those of the run's configured
+    composition), the split/merge controller ``controller`` and the global prefix-cache manager.
+    Its parameters are those of ``vertumnus-adaptive``.
 
-    ``vertumnus`` uses the controller's default decision (``"target"``: look-ahead target
-    composition); ``vertumnus-paper-rule`` is the same system with the paper's §6 load rule
-    (``decision="paper-rule"``), about 10x cheaper to simulate (no look-ahead runs)."""
+    * ``vertumnus`` (the default ``controller``): the paper's system. Its controller
+      (``decision="analytic"``, :mod:`baselines.controller.analytic_rule`) is the paper's §6 rule
+      (profiled capacity, thresholds sustained for ``k_windows`` windows, the long-request
+      trigger at stable load, operations ranked by drain then reconciliation traffic, the
+      drain/epoch protocol of ``envs.sim.reconfig``) whose proposals start only when an M/G/c
+      estimate predicts a gain, net of drain and switch cost, at both ends of the measured rate's
+      noise band (the do-no-harm gate; the paper does not say how a sustained condition becomes
+      a number of operations).
+    * ``vertumnus-paper-rule``: the same without the gate (``decision="paper-rule"``): every
+      sustained condition starts operations until the capacity gap closes.
+    * ``vertumnus-lookahead``: cpgym's look-ahead controller (``decision="target"``,
+      :mod:`baselines.controller.target_rule`), which simulates 11 candidate pools per window;
+      ``results/vertumnus/README.md`` has its measured effect.
+
+    Args:
+        description: the registry line; default the generic full-system line naming the decision.
+    """
     base = adaptive_spec(controller=controller, name=name, initial_pool=True)
     spec = with_global_cache(base, name=name)
-    return replace(spec, description=f"full system: Vertumnus router + initial composition from the capacity profile "
-                                     f"+ split/merge controller ({controller.decision} decision) "
-                                     f"+ global prefix-cache manager",
+    return replace(spec, description=description or (
+        f"full system: Vertumnus router + initial composition from the capacity profile "
+        f"+ split/merge controller ({controller.decision} decision) + global prefix-cache manager"),
                    source="paper §5-§7; baselines/registry.py full_system_spec")
 
 
@@ -274,8 +289,14 @@ POLICIES["dynamo-kv-pull"] = router_params_spec(
     "dynamo-kv-pull", DynamoKVRouter, DynamoParams(),
     "Dynamo KV-overlap cost over HBM + host-memory tiers (KV block manager offload)",
     "ai-dynamo KV router + KVBM host tier; envs/sim/tiers.py", kv_tiers=TierConfig(levels=("hbm", "dram")))
-POLICIES = {"vertumnus": full_system_spec(),
+POLICIES = {"vertumnus": full_system_spec(description="the paper's system: Vertumnus router + initial composition from "
+                                                      "the capacity profile + §6 split/merge rule gated by a predicted "
+                                                      "net gain (analytic decision) + global prefix-cache manager"),
             "vertumnus-paper-rule": full_system_spec(ControllerConfig(decision="paper-rule"), "vertumnus-paper-rule"),
+            "vertumnus-lookahead": full_system_spec(
+                ControllerConfig(decision="target"), "vertumnus-lookahead",
+                "cpgym variant: vertumnus with a look-ahead controller (11 candidate pools simulated per 20 s window) "
+                "instead of the gated §6 rule; measured effect: results/vertumnus/README.md"),
             **POLICIES}
 
 # Named suites of ``cpgym compare``: ``paper`` = Vertumnus + the paper's §9 baselines.
@@ -283,7 +304,8 @@ SUITES: dict[str, tuple[str, ...]] = {
     "paper": ("vertumnus", "homogeneous-cp2", "homogeneous-cp4", "static-threshold", "vllm-tp4", "sglang-cache-aware"),
     "industry": ("vertumnus", "sglang-cache-aware", "llm-d", "dynamo-kv", "mooncake-ttft", "least-work", "prefix-affinity"),
     "pull": ("vertumnus", "dynamo-kv", "dynamo-kv-pull", "mooncake-ttft", "mooncake-ttft-pull"),
-    "ablations": ("vertumnus", "vertumnus-paper-rule", "vertumnus-router", "vertumnus-adaptive", "vertumnus-global-cache",
+    "ablations": ("vertumnus", "vertumnus-paper-rule", "vertumnus-lookahead",
+                  "vertumnus-router", "vertumnus-adaptive", "vertumnus-global-cache",
                   "vertumnus-lambda0", "vertumnus-beta1", "vertumnus-no-reservation", "vertumnus-length-only"),
 }
 

@@ -5,3 +5,7 @@ Layer: ``experiments > policies > benchmark > baselines > envs`` (``pyproject.to
 contracts): tasks and the protocol run heuristics (``baselines``) and anything with SB3's
 ``predict``; the learned policies (``policies``) train on the tasks' training splits.
 """
+
+from benchmark.protocol import evaluate
+
+__all__ = ["evaluate"]

@@ -124,16 +124,17 @@ def task_episodes(task: Task, split: str, *, max_episodes: int | None = None, pa
     return episodes(task, split, task_rate_scale(task, path), max_episodes=max_episodes)
 
 
-def target_rps(task: Task, path: Path | None = None) -> float:
+def target_rps(task: Task, path: Path | None = None, *, entry: dict | None = None) -> float:
     """The task's arrival rate [requests/s] (``load_fraction x capacity``; a generator task without
-    a load fraction: its training workload's own rate)."""
-    entry = task_capacity(task, path)
+    a load fraction: its training workload's own rate); ``entry``: its :func:`task_capacity` entry
+    when the caller has it (checking an entry builds the training workload)."""
+    entry = entry if entry is not None else task_capacity(task, path)
     if task.load_fraction is None:
         return entry["native_rps"]
     return task.load_fraction * entry["capacity_rps"]
 
 
-def is_overloaded_task(task: Task, path: Path | None = None) -> bool:
-    """Whether the task's rate is past its measured capacity."""
-    entry = task_capacity(task, path)
-    return target_rps(task, path) > entry["capacity_rps"] * (1 + 1e-9) and math.isfinite(entry["capacity_rps"])
+def is_overloaded_task(task: Task, path: Path | None = None, *, entry: dict | None = None) -> bool:
+    """Whether the task's rate is past its measured capacity (``entry``: as :func:`target_rps`)."""
+    entry = entry if entry is not None else task_capacity(task, path)
+    return target_rps(task, entry=entry) > entry["capacity_rps"] * (1 + 1e-9) and math.isfinite(entry["capacity_rps"])

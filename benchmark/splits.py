@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 #: The three parts of every split, in time (or seed) order.
 SPLIT_NAMES = ("train", "validation", "test")
+#: ``--quick``: at most this many episodes per task (evenly spread over the split, first and last kept).
+QUICK_EPISODES = 4
 
 
 def _check_range(name: str, lo, hi, kind: str) -> None:

@@ -220,10 +220,10 @@ def episodes(task: Task, split: str, scale: float, *, max_episodes: int | None =
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"task {task.id}: rate scale must be a finite number > 0, got {scale!r}")
     if task.trace is not None:
-        out = _trace_episodes(task, split, scale)
-    else:
-        out = [_seed_episode(task, split, i, seed, scale) for i, seed in enumerate(task.split.seeds(split))]
-    return _spread(out, max_episodes)
+        return _spread(_trace_episodes(task, split, scale), max_episodes)
+    # the seeds are chosen first: only the kept episodes are generated
+    return [_seed_episode(task, split, i, seed, scale) for i, seed in _spread(list(enumerate(task.split.seeds(split))),
+                                                                                max_episodes)]
 
 
 def _trace_episodes(task: Task, split: str, scale: float) -> list[Workload]:
@@ -232,16 +232,30 @@ def _trace_episodes(task: Task, split: str, scale: float) -> list[Workload]:
                          f"{task.split.gap_s / scale:.1f} s at rate scale {scale:.3g}) is shorter than the warm-up "
                          f"({task.warmup_s:g} s)")
     full = transforms.scale_rate(_load_trace(str(trace_path(task))), scale)
+    out = []
+    for k, start in enumerate(_window_starts(task, split, scale)):
+        ep = transforms.window(full, start - task.warmup_s, start + task.episode_window_s)
+        out.append(_tag(ep, task, split, k, block_offset_s=start - task.warmup_s))
+    return out
+
+
+def _window_starts(task: Task, split: str, scale: float) -> list[float]:
+    """Start of each measured window of a trace split's block on the scaled clock [s]."""
     a, b = (x / scale for x in task.split.block_s(split))
     w, warm = task.episode_window_s, task.warmup_s
-    out = []
-    k = 0
-    while a + warm + (k + 1) * w <= b + 1e-9:
-        start = a + warm + k * w
-        ep = transforms.window(full, start - warm, start + w)
-        out.append(_tag(ep, task, split, k, block_offset_s=start - warm))
-        k += 1
-    return out
+    starts = []
+    while a + warm + (len(starts) + 1) * w <= b + 1e-9:
+        starts.append(a + warm + len(starts) * w)
+    return starts
+
+
+def num_episodes(task: Task, split: str, scale: float | None) -> int | None:
+    """How many episodes :func:`episodes` cuts from ``split`` at rate factor ``scale``, without
+    building them (a generator task: its seeds; a trace task: ``None`` when ``scale`` is)."""
+    check_split_name(split)
+    if task.trace is None:
+        return len(task.split.seeds(split))
+    return None if scale is None else len(_window_starts(task, split, scale))
 
 
 def _seed_episode(task: Task, split: str, index: int, seed: int, scale: float) -> Workload:
@@ -314,7 +328,14 @@ def _suite() -> dict[str, Task]:
     tasks.append(Task("reconfig/matched-phases-v1", "reconfig",
                       "randomised rising-rate / alternating short- and long-heavy phases at 0.4-0.8 of the mix's "
                       "capacity (the generator's own load)",
-                      RECONFIG_SPLIT, generator="matched-phases", warmup_s=0.0, decision_window_s=20.0))
+                      RECONFIG_SPLIT, generator="matched-phases", warmup_s=0.0, decision_window_s=20.0,
+                      reference="tuned:vertumnus"))
+    tasks.append(Task("reconfig/production-day-v1", "reconfig",
+                      "a synthetic production day compressed 60x (24 h in 1,440 s): diurnal rate swing 4x, long requests "
+                      "~6 % of arrivals and 40-45 % of input tokens, prefix hit rate 36-54 % (paper §2); peak at 0.92 of "
+                      "the peak hour's capacity (results/benchmark/production-day)",
+                      RECONFIG_SPLIT, generator="production-day", warmup_s=0.0, decision_window_s=20.0,
+                      reference="tuned:vertumnus"))
     return {t.id: t for t in tasks}
 
 
@@ -352,4 +373,4 @@ def parse_task_ids(text: str) -> list[Task]:
 
 
 __all__ = ["KINDS", "SPLIT_NAMES", "Task", "TASKS", "get_task", "parse_task_ids", "episodes", "training_workload",
-           "rate_scale", "generator_workload", "trace_path", "calibration_file"]
+           "rate_scale", "generator_workload", "trace_path", "calibration_file", "num_episodes"]

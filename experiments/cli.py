@@ -1,8 +1,15 @@
 """The ``cpgym`` command line.
 
-Each sub-command lives in its own module under ``experiments/commands/`` exposing
-``add_arguments(parser)`` and ``run(args) -> int``; this file only maps names to modules
-(imported lazily so that ``cpgym simulate`` does not import torch).
+Each sub-command is two modules named by one stem in :data:`COMMANDS`: its flags,
+``experiments/flags/STEM.py`` with ``add_arguments(parser)`` (light: it imports no torch,
+gymnasium, Stable-Baselines3, training code, pandas or matplotlib), and its run,
+``experiments/commands/STEM.py`` with ``run(args) -> int``, imported only when that command runs.
+Building the parser (:func:`build_parser`) imports flag modules only; ``cpgym COMMAND`` itself
+(:func:`main`) declares the flags of that one command (:class:`CommandParser`), so that its start-up
+does not pay for the others' declarations.
+
+Adding a command is one entry in :data:`COMMANDS` plus its two modules; a group of commands
+(``cpgym NAME SUB ...``) is one entry ``NAME: (group help, {SUB: (STEM, help), ...})``.
 
 Tooling commands are grouped: ``cpgym bench sim|env`` and ``cpgym kernels check|profile|calibrate``.
 The old spellings ``cpgym bench`` (no ``sim``/``env``), ``bench-env``, ``profile`` and ``calibrate``
@@ -26,49 +33,64 @@ from pathlib import Path
 
 from envs.sim.options import error_text
 
-# name -> (module, one-line help) for a command, or name -> (group help, {sub-name: (module, help)})
-# for a group of commands. Plain registry; add a line to add a command.
+# name -> (stem, one-line help) for a command, or name -> (group help, {sub-name: (stem, help)}) for
+# a group of commands; the stem names the flags module experiments/flags/STEM.py (add_arguments)
+# and the run module experiments/commands/STEM.py (run). Plain registry; add a line to add a command.
 COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = {
-    "simulate": ("experiments.commands.simulate",
+    "simulate": ("simulate",
                  "simulate a trace or workload under routing policies and print the comparison"),
-    "train": ("experiments.commands.train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
-    "evaluate": ("experiments.commands.evaluate",
-                 "evaluate policies on held-out windows and seeds, with 95% confidence intervals"),
-    "tune": ("experiments.commands.tune", "tune a heuristic's parameters on the training windows of a scenario (JSON)"),
-    "dynamic": ("experiments.commands.dynamic",
+    "train": ("train", "train a learned routing or reconfiguration policy (MaskablePPO)"),
+    "evaluate": ("evaluate",
+                 "a policy against others on one benchmark task (the benchmark protocol: paired 95% CIs vs the "
+                 "task's reference)"),
+    "tune": ("tune", "tune a heuristic's parameters on the training windows of a scenario (JSON)"),
+    "dynamic": ("dynamic",
                 "paper §9 dynamic phases: Vertumnus + split/merge controller vs every fixed composition "
                 "(per-phase TTFT, reconfiguration ops, plot)"),
-    "capacity": ("experiments.commands.capacity",
+    "capacity": ("capacity",
                  "sustainable rate per policy (highest rate whose backlog drains and SLOs hold), by bisection, cached"),
-    "reproduce": ("experiments.commands.reproduce",
+    "reproduce": ("reproduce",
                   "the paper's end-to-end evaluation: paper figure beside cpgym's with 95% CIs, "
                   "at loads relative to capacity"),
-    "compare": ("experiments.commands.compare",
+    "compare": ("compare",
                 "compare a policy suite at several request rates (paper-style table, % vs strongest baseline, plot)"),
-    "sweep": ("experiments.commands.sweep", "run an experiment spec's cells (resumable; local process pool or Ray)"),
-    "report": ("experiments.commands.report",
+    "sweep": ("sweep", "run an experiment spec's cells (resumable; local process pool or Ray)"),
+    "report": ("report",
                "plots and a Markdown summary (95% CIs over seeds) of a sweep, several sweeps or a folder of simulate runs"),
-    "cache-ablation": ("experiments.commands.cache_ablation",
+    "cache-ablation": ("cache_ablation",
                        "Vertumnus with local caches only vs with the global prefix-cache manager on tool-agent "
                        "at increasing rates"),
-    "kv-tiers": ("experiments.commands.kv_tiers",
+    "kv-tiers": ("kv_tiers",
                  "multi-tier KV study: HBM / + host DRAM / + store per policy at a fraction of capacity, "
                  "LRU vs queue-aware eviction"),
-    "cache-curve": ("experiments.commands.cache_curve",
+    "cache-curve": ("cache_curve",
                     "replay a trace through one LRU prefix cache of N blocks: token-weighted hit rate per N (cache sizing)"),
     "bench": ("benchmarks: `bench sim` (simulator speed), `bench env` (Gymnasium env speed)", {
-        "sim": ("experiments.commands.bench", "measure simulator speed (requests/s, simulated/wall time, peak memory)"),
-        "env": ("experiments.commands.bench_env", "measure Gymnasium env steps/s and per-decision policy latency"),
+        "sim": ("bench", "measure simulator speed (requests/s, simulated/wall time, peak memory)"),
+        "env": ("bench_env", "measure Gymnasium env steps/s and per-decision policy latency"),
     }),
     "kernels": ("reference CP attention kernels: `kernels check|profile|calibrate`", {
-        "check": ("experiments.commands.kernels",
+        "check": ("kernels",
                   "run the CP attention correctness suite against float64 references (CPU, gloo)"),
-        "profile": ("experiments.commands.profile",
+        "profile": ("profile",
                     "time CP prefill over an (R, P, C) grid, fit the cost model, write a calibration file"),
-        "calibrate": ("experiments.commands.calibrate",
+        "calibrate": ("calibrate",
                       "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
     }),
-    "faults": ("experiments.commands.faults",
+    "benchmark": ("the cpgym benchmark (named tasks, sealed splits, one protocol, a validated leaderboard): "
+                  "`benchmark list|run|capacity|leaderboard|validate`", {
+        "list": ("benchmark_list", "the benchmark's tasks with their capacity, rate and splits"),
+        "run": ("benchmark_run",
+                "policies on benchmark tasks: one row per (task, policy) vs the task's reference, paired 95% CI"),
+        "capacity": ("benchmark_capacity",
+                     "re-measure tasks' capacity on their training split and store it (benchmark/capacity.json)"),
+        "leaderboard": ("benchmark_leaderboard",
+                        "regenerate results/benchmark/LEADERBOARD.md from the entries and the test-split ledger"),
+        "validate": ("benchmark_validate",
+                     "re-run a leaderboard entry and check it number by number (exit 1 on a mismatch)"),
+        # "tune": ("benchmark_tune", "..."),  -- registered together with that module
+    }),
+    "faults": ("faults",
                "every §9 policy and the learned router under a GPU failure, a straggler and a node failure "
                "at 0.8 x capacity (table, TTFT-over-time plots)"),
 }
@@ -90,45 +112,156 @@ FLAG_ALIASES: dict[str, str] = {
 }
 COMMAND_FLAG_ALIASES: dict[str, dict[str, str]] = {
     "reproduce": {"--window-s": "--arrival-window-length-s"},  # one number: the window [0, LENGTH)
+    "evaluate": {"--max-windows": "--max-episodes"},  # the benchmark protocol's episodes
 }
 
 # cpgym's own top-level packages: a ValueError raised from code in them is deliberate input validation.
 _OWN_PACKAGES = ("envs", "baselines", "benchmark", "policies", "kernels_ref", "experiments")
 
 
-def _add_leaf(sub, name: str, module: str, help_text: str, command: str) -> None:
+#: Packages of the commands' flag declarations and of their runs (module ``PACKAGE.STEM``).
+FLAGS_PACKAGE = "experiments.flags"
+RUN_PACKAGE = "experiments.commands"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of one command whose flags are declared on first use: by :meth:`declare`, called
+    when it parses (``cpgym COMMAND ...``, ``--help`` included) or formats its help. The top-level
+    parser of :func:`main` builds every command this way and so imports only the flags module of
+    the command given; :func:`build_parser` declares every command at once (the CLI reference)."""
+
+    _flags_module: str | None = None
+    _command: str | None = None  # the command as the user names it in messages: "bench sim", "train routing"
+
+    def declare(self) -> CommandParser:
+        """Imports the command's flags module and adds its flags (once); returns ``self``. A
+        command's own sub-commands (``train routing|reconfig|arms``) get ``_command`` defaults
+        naming them (``cpgym train routing: error: ...``)."""
+        module, self._flags_module = self._flags_module, None
+        if module is not None:
+            importlib.import_module(module).add_arguments(self)
+            _name_sub_commands(self, self._command)
+            _no_abbreviations(self)
+        return self
+
+    def error(self, message: str):
+        """argparse's error for a bad value of one argument (a type or choice error, a missing or
+        extra value, an invalid list) as one line ``PROG: error: FLAG: expected ..., got ...``,
+        exit status 2 (:func:`value_error_line`); any other error (an unknown flag, a missing
+        required one) keeps argparse's usage and message."""
+        line = value_error_line(message, self)
+        if line is None:
+            super().error(message)
+        self.exit(2, f"{self.prog}: error: {line}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.declare()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self.declare()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self.declare()
+        return super().format_help()
+
+
+def _name_sub_commands(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """Sets the ``_command`` default of each sub-parser under ``parser`` (a command's own
+    sub-commands, any depth) to ``command`` and its name, the name :func:`main`'s messages give
+    (``cpgym train routing: error: ...``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command is not None:
+            for name, child in action.choices.items():
+                child.set_defaults(_command=f"{command} {name}")
+                if isinstance(child, CommandParser):
+                    child._command = f"{command} {name}"
+                _name_sub_commands(child, f"{command} {name}")
+
+
+#: argparse's messages for a bad value of one argument (``argument FLAG: DETAIL``; Python 3.11-3.13).
+_ARGUMENT_ERROR = re.compile(r"argument (?P<flag>[^:]+): (?P<detail>.*)", re.S)
+_TYPE_ERROR = re.compile(r"invalid (?P<type>\w+) value: (?P<value>.*)", re.S)
+_CHOICE_ERROR = re.compile(r"invalid choice: (?P<value>.*?) \(choose from (?P<choices>.*)\)", re.S)
+_NARGS_ERROR = re.compile(r"expected (?P<n>one|at least one|at most one|\d+) arguments?")
+_EXPLICIT_ERROR = re.compile(r"ignored explicit argument (?P<value>.*)", re.S)
+_TYPE_NAMES = {"int": "an integer", "float": "a number"}
+
+
+def value_error_line(message: str, parser: argparse.ArgumentParser | None = None) -> str | None:
+    """The one line ``FLAG: expected ..., got ...`` for argparse's error ``message`` about a bad
+    value of one argument: a value of the wrong type (``--target-rps abc``), a choice not offered
+    (``--format xml``, with a close match suggested), a flag without its value(s), a value given
+    to a flag that takes none, or an argparse ``type`` that rejected the text (a comma-separated
+    list: ``FLAG: must be ...``). ``None`` for the other errors (unknown or missing flags,
+    mutually exclusive ones): those keep argparse's usage. ``parser`` names the values a flag
+    with several takes (its metavar)."""
+    import difflib
+
+    m = _ARGUMENT_ERROR.fullmatch(message)
+    if m is None or m["detail"].startswith("not allowed with argument"):
+        return None
+    flag, detail = m["flag"], m["detail"]
+    if t := _TYPE_ERROR.fullmatch(detail):
+        return f"{flag}: expected {_TYPE_NAMES.get(t['type'], 'a ' + t['type'] + ' value')}, got {t['value']}"
+    if c := _CHOICE_ERROR.fullmatch(detail):
+        choices = [x.strip().strip("'") for x in c["choices"].split(",")]
+        close = difflib.get_close_matches(c["value"].strip("'"), choices, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"{flag}: expected one of {', '.join(choices)}, got {c['value']}{hint}"
+    if n := _NARGS_ERROR.fullmatch(detail):
+        if n["n"] in ("one", "at least one"):
+            return f"{flag}: expected a value, got none"
+        if n["n"] == "at most one":
+            return f"{flag}: expected at most one value, got more"
+        action = parser._option_string_actions.get(flag.split("/")[0]) if parser is not None else None
+        names = f" ({' '.join(action.metavar)})" if action is not None and isinstance(action.metavar, tuple) else ""
+        return f"{flag}: expected {n['n']} values{names}, got fewer"
+    if e := _EXPLICIT_ERROR.fullmatch(detail):
+        return f"{flag}: expected no value (a switch), got {e['value']}"
+    if detail.startswith(("expected", "must ")):  # an argparse `type` that names what it expects
+        return f"{flag}: {detail}"
+    return None
+
+
+def _add_leaf(sub, name: str, stem: str, help_text: str, command: str, declare: bool) -> None:
     # argparse %-formats `help` strings but prints `description` as written
     p = sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
-    p.set_defaults(_module=module, _command=command)
-    importlib.import_module(module).add_arguments(p)
+    p.set_defaults(_module=f"{RUN_PACKAGE}.{stem}", _command=command)
+    p._flags_module, p._command = f"{FLAGS_PACKAGE}.{stem}", command
+    if declare:
+        p.declare()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``cpgym`` parser (every command, group and deprecated alias)."""
-    parser = argparse.ArgumentParser(
+def build_parser(declare: bool = True) -> argparse.ArgumentParser:
+    """The full ``cpgym`` parser (every command, group and deprecated alias). ``declare=False``
+    leaves each command's flags to be declared when that command parses (:class:`CommandParser`;
+    what :func:`main` uses): the same parser, less start-up."""
+    parser = CommandParser(
         prog="cpgym", description="Adaptive context-parallel prefill serving: simulator, baselines, learned policies.",
         epilog="Deprecated aliases (kept for one release): `bench` without sim|env = `bench sim`, "
                + ", ".join(f"`{old}` = `{' '.join(new)}`" for old, new in ALIASES.items()) + ".")
     parser.add_argument("--traceback", action="store_true",
                         help="re-raise every error with its full traceback (debugging); "
                              "by default input errors are one line on stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     sub.required = True
     for name, (first, second) in COMMANDS.items():
         if isinstance(second, str):
-            _add_leaf(sub, name, first, second, name)
+            _add_leaf(sub, name, first, second, name, declare)
             continue
         extra = f" (`cpgym {name} [options]` alone is the deprecated alias of `{name} {_BARE_GROUP_DEFAULT[name]}`)" \
             if name in _BARE_GROUP_DEFAULT else ""
         group = sub.add_parser(name, help=first + extra, description=first + extra)
-        group_sub = group.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+        group_sub = group.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=CommandParser)
         group_sub.required = True
-        for sub_name, (module, help_text) in second.items():
-            _add_leaf(group_sub, sub_name, module, help_text, f"{name} {sub_name}")
+        for sub_name, (stem, help_text) in second.items():
+            _add_leaf(group_sub, sub_name, stem, help_text, f"{name} {sub_name}", declare)
     for old, (group_name, sub_name) in ALIASES.items():
-        module, help_text = COMMANDS[group_name][1][sub_name]
-        _add_leaf(sub, old, module, f"deprecated alias of `cpgym {group_name} {sub_name}` (removed in the next release): "
-                  + help_text, f"{group_name} {sub_name}")
+        stem, help_text = COMMANDS[group_name][1][sub_name]
+        _add_leaf(sub, old, stem, f"deprecated alias of `cpgym {group_name} {sub_name}` (removed in the next release): "
+                  + help_text, f"{group_name} {sub_name}", declare)
     _no_abbreviations(parser)
     return parser
 
@@ -223,7 +356,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """Parses ``argv`` like ``build_parser().parse_args`` but reports an unknown option with the
     usage and name of the sub-command it was given to (``cpgym train routing: error:
     unrecognized arguments: --seed 3``), not the top-level usage."""
-    parser = build_parser()
+    parser = build_parser(declare=False)
     args, extras = parser.parse_known_args(normalize_argv(argv))
     renamed = deprecated_flags(argv)
     if extras:  # named as the user spelled them (a deprecated flag the command lacks was renamed)

@@ -1,5 +1,6 @@
-"""Arguments shared by the commands that run simulations (simulate, compare, evaluate, ...),
-and the functions turning them into a workload and a :class:`SimConfig`."""
+"""The functions turning the shared arguments of the commands that run simulations (simulate,
+compare, evaluate, ...; declared in :mod:`experiments.flags.common`) into a workload and a
+:class:`SimConfig`, and the commands' shared output helpers."""
 
 from __future__ import annotations
 
@@ -10,66 +11,10 @@ import os
 from pathlib import Path
 
 from envs.sim import PoolConfig, SimConfig, SLOConfig, Workload
-from envs.sim.options import add_config_arguments, build_config, check_out_file, flag_defaults, split_number_list
+from envs.sim.options import build_config, check_out_file, flag_defaults, split_number_list
 from envs.sim.tier_config import TierConfig, parse_levels
 from envs.workloads import DEFAULT_WORKLOAD, WorkloadSource
-from envs.workloads.registry import WORKLOADS
-
-
-def add_workload_arguments(p: argparse.ArgumentParser, default_text: str | None = None,
-                           default_workload: str = DEFAULT_WORKLOAD, default_trace: str | None = None) -> None:
-    """The shared workload flags (read by :func:`workload_source_from_args`). The source used when
-    neither ``--trace`` nor ``--workload`` is given is ``default_trace`` if given, else the named
-    ``default_workload``; both are stored as parser defaults, so that the help text (``default_text``
-    if given, else generated) and :func:`workload_source_from_args` name the same source."""
-    from pathlib import Path
-
-    if default_text is None:
-        default_text = f"the trace {Path(default_trace).name}" if default_trace is not None else default_workload
-    p.set_defaults(_default_workload=default_workload, _default_trace=default_trace)
-    g = p.add_argument_group("workload")
-    src = g.add_mutually_exclusive_group()
-    src.add_argument("--trace", metavar="PATH", help="trace file: Mooncake JSONL, Azure 2023 CSV or the L-Eval lengths CSV")
-    src.add_argument("--workload", metavar="NAME",
-                     help=f"named synthetic workload: {', '.join(sorted(WORKLOADS))} (default, without --trace or "
-                          f"--workload: {default_text})")
-    rate = g.add_mutually_exclusive_group()
-    rate.add_argument("--target-rps", type=float, metavar="X", help="time-scale arrivals to this mean rate [requests/s]")
-    rate.add_argument("--rate-scale", type=float, metavar="X", help="multiply the arrival rate by X")
-    g.add_argument("--arrival-window-s", type=float, nargs=2, metavar=("START", "END"),
-                   help="keep arrivals in [START, END) s (after rate scaling)")
-    g.add_argument("--skip-invalid", action="store_true",
-                   help="skip invalid trace lines and report their count instead of failing")
-    g.add_argument("--workload-seed", type=int, default=0,
-                   help="seed of the synthetic generator / arrival spreading (default 0)")
-    g.add_argument("--workload-param", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a parameter of the named workload's generator, e.g. duration_s=120 (repeatable)")
-
-
-def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition: bool = True,
-                      supported_degrees: tuple[int, ...] | None = None, supported_degrees_note: str = "",
-                      horizon: bool = True) -> None:
-    """The shared pool, simulator and KV-tier flags (read by :func:`sim_config_from_args`),
-    generated from the :class:`SimConfig` field metadata (``envs/sim/options.py``: each default
-    is the dataclass's). ``seed=False`` leaves out ``--seed`` for commands that
-    draw simulator seeds themselves (training), ``composition=False`` leaves out
-    ``--pool-composition`` for commands that set the composition of each run themselves
-    (``cpgym dynamic``); ``supported_degrees`` is the command's default of ``--supported-degrees``
-    (``None``: :class:`PoolConfig`'s; ``supported_degrees_note`` says where it comes from in the
-    help); ``horizon=False`` hides ``--horizon-s`` from the help of a command that refuses it (it
-    stays parsed, so that the command can say why)."""
-    exclude = (() if seed else ("seed",)) + (() if composition else ("pool.composition",))
-    defaults = {} if supported_degrees is None else {"pool.supported_degrees": tuple(supported_degrees)}
-    notes = {"pool.composition": "evaluate --kind reconfig: the checkpoint's training composition"} if composition else {}
-    if supported_degrees_note:
-        notes["pool.supported_degrees"] = supported_degrees_note
-    add_config_arguments(p, SimConfig, title=SIM_GROUP, exclude=exclude, defaults=defaults, notes=notes,
-                         hidden=() if horizon else ("horizon_s",))
-
-
-#: ``--help`` title of the pool and simulator flags.
-SIM_GROUP = "pool and simulator"
-
+from experiments.flags.common import SIM_GROUP, add_sim_arguments, add_workload_arguments  # noqa: F401  (re-exported)
 
 #: The ``--kv-*`` flags that configure a tier below HBM: flag dest -> the tier it needs (``None``:
 #: any tier below HBM). Giving one with a value other than its default while ``--kv-tiers`` lacks
@@ -209,8 +154,13 @@ def sim_config_from_args(args: argparse.Namespace, composition: str | None = Non
             raise ValueError(f"--slo-scale applies to --slo scaled only; with a fixed --slo {args.slo} drop it")
         slo = SLOConfig(kind="fixed", ttft_slo_s=seconds)
     given = {} if composition is None else {"composition": composition}  # else --pool-composition (PoolConfig's if left out)
-    pool = build_config(PoolConfig, args, exclude=("composition",) if given or not hasattr(args, "pool_composition") else (),
-                        **given)
+    try:
+        pool = build_config(PoolConfig, args, exclude=("composition",) if given or not hasattr(args, "pool_composition")
+                            else (), **given)
+    except ValueError as exc:  # 'composition item ...' names no flag: say which one the user typed
+        if given or getattr(args, "pool_composition", None) is None or not str(exc).startswith("composition"):
+            raise
+        raise ValueError(f"--pool-composition {args.pool_composition}: {exc}") from None
     cfg = build_config(SimConfig, args, exclude=() if hasattr(args, "seed") else ("seed",), pool=pool, slo=slo,
                        kv_tiers=tier_config_from_args(args))
     if overrides:
@@ -225,6 +175,28 @@ def _node_calibrations_from_args(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",")) if text else ()
 
 
+def check_workload_flags(args: argparse.Namespace) -> None:
+    """Checks the shared workload flags a command has (``--workload-seed``, ``--arrival-window-s``,
+    ``--target-rps``, ``--rate-scale``; one it lacks is skipped), so that a bad value is an error
+    naming the flag the user typed, not the :class:`~envs.workloads.WorkloadSource` field
+    (``workload: target_rps``) it would later fail in.
+
+    Raises:
+        ValueError: naming the flag, on a negative seed, an empty or negative window or a rate
+            that is not a finite number > 0.
+    """
+    seed = getattr(args, "workload_seed", None)
+    if seed is not None and seed < 0:
+        raise ValueError(f"--workload-seed must be an integer >= 0, got {seed}")
+    window = getattr(args, "arrival_window_s", None)
+    if window and not (0 <= window[0] < window[1]):
+        raise ValueError(f"--arrival-window-s START END needs 0 <= START < END, got {window[0]:g} {window[1]:g}")
+    for flag in ("target_rps", "rate_scale"):
+        v = getattr(args, flag, None)
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"--{flag.replace('_', '-')} must be a finite number > 0, got {v}")
+
+
 def workload_source_from_args(args: argparse.Namespace, default_workload: str | None = None,
                                default_trace: str | None = None):
     """The :class:`~envs.workloads.WorkloadSource` of the shared workload flags
@@ -235,15 +207,8 @@ def workload_source_from_args(args: argparse.Namespace, default_workload: str | 
     Raises:
         ValueError: naming the flag, on a bad seed, rate or window.
     """
-    if args.workload_seed < 0:
-        raise ValueError(f"--workload-seed must be an integer >= 0, got {args.workload_seed}")
+    check_workload_flags(args)
     window = args.arrival_window_s
-    if window and not (0 <= window[0] < window[1]):
-        raise ValueError(f"--arrival-window-s START END needs 0 <= START < END, got {window[0]:g} {window[1]:g}")
-    for flag in ("target_rps", "rate_scale"):
-        v = getattr(args, flag)
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ValueError(f"--{flag.replace('_', '-')} must be a finite number > 0, got {v}")
     if default_workload is None and default_trace is None:
         default_workload = getattr(args, "_default_workload", DEFAULT_WORKLOAD)
         default_trace = getattr(args, "_default_trace", None)
@@ -375,3 +340,13 @@ def write_rows_csv(path: str | os.PathLike, rows: list[dict]) -> Path:
     import pandas as pd
 
     return write_text_atomic(path, pd.DataFrame(rows).to_csv(index=False))
+
+
+def print_unclipped(table) -> None:
+    """Prints a rich table at least 160 columns wide and as wide as it needs, so that no cell (a
+    long policy name, a header naming the reference policy) is ever cut to "…"."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    wide = Console(width=100_000)  # measure without a width limit
+    Console(width=max(160, Measurement.get(wide, wide.options, table).maximum)).print(table)

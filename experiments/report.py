@@ -21,8 +21,12 @@ not left out, since a table cell would then average fewer seeds than the sweep r
 ``summary.json`` without a ``policy`` key is another tool's and is skipped.) Written into
 ``RUN_DIR/report/``:
 
+* ``ablation.png`` — when an axis is ablated (below): per workload/variant, the axis's values side
+  by side in one panel (mean TTFT, one y-axis) and the paired difference of each value to the
+  baseline value in % with its 95% CI;
 * ``ttft_vs_rate.png`` — mean and P90 TTFT [s] vs request rate [requests/s], one row of panels
-  per workload/variant, one line per policy, 95% CI over seeds as error bars;
+  per workload/variant, one line per policy (and ablated value), 95% CI over seeds as error bars;
+  with one rate there is no rate axis: x is the ablated values (or the policies), categorical;
 * ``ttft_cdf.png`` — empirical CDF of TTFT at each workload/variant's highest rate, seeds pooled;
 * ``slo_vs_rate.png`` — token-weighted TTFT SLO attainment (paper §3) vs rate;
 * ``composition.png`` — ACTIVE workers per CP degree over time (``extras["composition_series"]``
@@ -30,8 +34,27 @@ not left out, since a table cell would then average fewer seeds than the sweep r
 * ``cache_transfer.png`` — token-weighted prefix hit rate and KV-transfer volume [GB] vs rate;
   a metric that is 0 (or missing) in every run gets no panel, only a note in ``report.md``;
 * ``report.md`` — those figures and a table per workload/variant with a workload column and the
-  mean and 95% CI over seeds, plus the sweeps' failed and missing cells;
-* ``summary_by_cell_group.csv`` — the numbers behind the tables.
+  mean and 95% CI over seeds (and the paired-difference table of the ablated axis), plus the
+  sweeps' failed and missing cells;
+* ``summary_by_cell_group.csv`` — the numbers behind the tables (``ablated_value``: the cell group's
+  value of the ablated axis, empty without one; ``saturated``: in any seed, empty when not known).
+
+**Ablation.** The ablated axis of a sweep is the first axis in the spec's order that takes two or
+more values among its cells (a grid or listed setting such as ``cache_capacity_scale``, or a
+policy parameter ``<policy>.<param>``; not the rate or the seed); with none, and two or more
+policies, it is the policy (:func:`experiments.report_runs.ablated_axis`). It is not part of the
+variant: its values share a panel and a table. Other varying axes stay in the variant (rows of
+panels). The paired differences (:func:`experiments.report_ablation.paired_differences`) compare
+mean TTFT of each value with the baseline value (``--baseline``; default: the axis's first value
+in the spec) at the same workload, variant, rate and policy, over the seeds both ran: the mean
+of ``100 * (value's - baseline's) / baseline's mean`` with its 95% Student-t interval
+(:func:`envs.metrics.stats.paired_ci`).
+
+**Saturated cells** (open markers, ``(saturated)`` in the tables, ``saturated`` in the CSV): a
+cell is past saturation in at least one seed by both tests of
+:func:`baselines.capacity.saturated` (:func:`experiments.report_runs.run_saturated`), the
+verdict of ``cpgym simulate``'s "overloaded" warning and ``cpgym compare``'s ``saturated``
+column; there is no measured capacity in a sweep to compare a rate with.
 
 The request rate of a run is the swept ``workload.target_rps`` when there is one, else the
 workload's measured mean rate (``summary.json`` ``workload_rate_rps``, or ``(n - 1) / (last -
@@ -58,6 +81,7 @@ from pathlib import Path
 
 from envs.metrics.stats import ci95_halfwidth, mean_ci95
 from envs.metrics.table import metric
+from experiments.report_ablation import fig_ablation, paired_differences, paired_table
 from experiments.report_figures import (
     Panel,
     fig_cdf,
@@ -70,6 +94,9 @@ from experiments.report_figures import (
 )
 from experiments.report_runs import (
     METRICS,
+    POLICY_AXIS,
+    Ablation,
+    any_saturated,
     load_runs,
     manifest_cells,
     metric_bounds,
@@ -105,13 +132,15 @@ class Report:
 
 
 def _aggregate(df):
-    """Mean, unclipped CI half-width and clipped CI bounds per (workload, variant, rate, policy)."""
+    """Mean, unclipped CI half-width and clipped CI bounds per (workload, variant, ablated value, rate,
+    policy); ``saturated``: in any seed (None: not known for every seed)."""
     import pandas as pd
 
     out = []
-    keys = ["workload", "variant", "rate_rps", "policy"]
-    for (workload, variant, rate, policy), g in df.groupby(keys, dropna=False, sort=True):
-        row = {"workload": workload, "variant": variant, "rate_rps": rate, "policy": policy, "num_seeds": len(g)}
+    keys = ["workload", "variant", "ablated_value", "rate_rps", "policy"]
+    for (workload, variant, value, rate, policy), g in df.groupby(keys, dropna=False, sort=True):
+        row = {"workload": workload, "variant": variant, "ablated_value": value, "rate_rps": rate, "policy": policy,
+               "num_seeds": len(g), "saturated": any_saturated(g)}
         for m in METRICS:
             vals = g[m].astype(float) if m in g else pd.Series([math.nan] * len(g))
             row[m] = float(vals.mean())
@@ -140,12 +169,18 @@ def _fmt(r, m: str, scale: float = 1.0, digits: int = 3) -> str:
     return s
 
 
-def _table(g) -> list[str]:
-    lines = ["| workload | rate [req/s] | policy | seeds | mean TTFT s | P90 TTFT s | P99 TTFT s | SLO tok % | SLO req % "
-             "| hit % | KV GB | unfinished |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for _, r in g.sort_values(["rate_rps", "policy"]).iterrows():
-        lines.append(f"| {r['workload']} | {r['rate_rps']:g} | {r['policy']} | {r['num_seeds']} | {_fmt(r, 'mean_ttft_s')} | "
+def _table(g, ablation: Ablation | None) -> list[str]:
+    axis = bool(ablation is not None and ablation.axis != POLICY_AXIS and g["ablated_value"].fillna("").ne("").any())
+    lines = ["| workload | rate [req/s] | " + (f"{ablation.axis} | " if axis else "") + "policy | seeds | mean TTFT s "
+             "| P90 TTFT s | P99 TTFT s | SLO tok % | SLO req % | hit % | KV GB | unfinished |",
+             "|---|---:|" + "---|" * axis + "---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rank = {v: i for i, v in enumerate(ablation.values)} if ablation is not None else {}
+    g = g.assign(rank=[rank.get(v, -1) for v in g["ablated_value"].fillna("")])
+    for _, r in g.sort_values(["rate_rps", "rank", "policy"]).iterrows():
+        value = f"{r['ablated_value'] if r['ablated_value'] == r['ablated_value'] and r['ablated_value'] else '-'} | " * axis
+        policy = r["policy"] + (" (saturated)" if r["saturated"] is True else "")
+        lines.append(f"| {r['workload']} | {r['rate_rps']:g} | {value}{policy} | {r['num_seeds']} | "
+                     f"{_fmt(r, 'mean_ttft_s')} | "
                      f"{_fmt(r, 'p90_ttft_s')} | {_fmt(r, 'p99_ttft_s')} | "
                      f"{_fmt(r, 'slo_attainment_token_weighted', 100, 1)} | {_fmt(r, 'slo_attainment_requests', 100, 1)} | "
                      f"{_fmt(r, 'prefix_hit_rate', 100, 1)} | {_fmt(r, 'kv_transfer_bytes', 1e-9, 2)} | "
@@ -165,15 +200,19 @@ def _manifests(run_dir: Path) -> tuple[list[str], dict]:
     return names, cells
 
 
-def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Report:
+def make_report(run_dir: str | Path, out_dir: str | Path | None = None, baseline: str | None = None) -> Report:
     """Writes the figures, ``summary_by_cell_group.csv`` and ``report.md`` of the runs under ``run_dir``.
+
+    ``baseline``: the value of the ablated axis the paired differences refer to (default: the
+    axis's first value in the spec; module docstring).
 
     Raises:
         FileNotFoundError: ``run_dir`` does not exist.
         NotADirectoryError: ``run_dir`` is a file.
         ValueError: no run folder (with a cpgym ``summary.json``) under it, a run whose request
             rate cannot be told, or a broken ``summary.json`` / ``requests.parquet`` / JSON file
-            (naming it; see the module docstring), all before anything is written.
+            (naming it; see the module docstring), or a ``baseline`` that is not a value of the
+            ablated axis (or no axis is ablated), all before anything is written.
     """
     import matplotlib
 
@@ -190,26 +229,29 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
         why = f" ({len(stale)} folder(s) hold cells that their sweep's manifest.json no longer lists)" * bool(stale)
         raise ValueError(f"no runs (folders with summary.json) under {run_dir}{why}; give a sweep's --out folder "
                          f"or a folder of `cpgym simulate --out` runs")
+    ablation = Ablation.of(df, baseline)
     out = Path(out_dir) if out_dir else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     agg = _aggregate(df)
+    pairs = paired_differences(df, ablation) if ablation is not None else None
     rep = Report(out_dir=out, markdown_path=out / "report.md", num_runs=len(df))
     figures = [
+        fig_ablation(agg, pairs, ablation, out) if ablation is not None else None,
         fig_rows(agg, out, "ttft_vs_rate.png", [
-            Panel("mean_ttft_s", 1.0, metric("mean_ttft_s").label, "mean TTFT vs request rate (95% CI over seeds)",
-                   log_y=True),
-            Panel("p90_ttft_s", 1.0, metric("p90_ttft_s").label, "P90 TTFT vs request rate", log_y=True)]),
+            Panel("mean_ttft_s", 1.0, metric("mean_ttft_s").label, "mean TTFT (95% CI over seeds)", log_y=True),
+            Panel("p90_ttft_s", 1.0, metric("p90_ttft_s").label, "P90 TTFT", log_y=True)], ablation),
         fig_cdf(df, out),
         fig_rows(agg, out, "slo_vs_rate.png", [
             Panel("slo_attainment_token_weighted", 100.0, "token-weighted SLO attainment [%]",
-                   "token-weighted TTFT SLO attainment (95% CI)", top=102.0)]),
+                   "token-weighted TTFT SLO attainment (95% CI)", top=102.0)], ablation),
     ]
     comp_path, dynamic = fig_composition(df, out)
     figures.append(comp_path)
     figures.append(fig_rows(agg, out, "cache_transfer.png", [
-        Panel("prefix_hit_rate", 100.0, "prefix hit rate [% of prompt tokens]",
-               "token-weighted prefix hit rate vs request rate", top=102.0),
-        Panel("kv_transfer_bytes", 1e-9, "KV transfer [GB]", "KV-transfer volume (replication + reconciliation)")]))
+        Panel("prefix_hit_rate", 100.0, "prefix hit rate [% of prompt tokens]", "token-weighted prefix hit rate",
+               top=102.0),
+        Panel("kv_transfer_bytes", 1e-9, "KV transfer [GB]", "KV-transfer volume (replication + reconciliation)")],
+        ablation))
     rep.figures = [f for f in figures if f is not None]
     for m, what in (("kv_transfer_bytes", "KV transfers"), ("prefix_hit_rate", "prefix hits")):
         if not has_data(agg, m):
@@ -228,12 +270,13 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repor
     failed = {k: v for k, v in cells.items() if v.get("status") == "failed"}
     pending = {k: v for k, v in cells.items() if v.get("status") == "pending"}
     rep.num_cells_missing = len(failed) + len(pending)
-    rep.markdown_path.write_text("\n".join(_markdown(run_dir, df, agg, rep, sweeps, cells, failed, pending, dynamic)) + "\n")
+    rep.markdown_path.write_text("\n".join(_markdown(run_dir, df, agg, rep, sweeps, cells, failed, pending, dynamic,
+                                                     ablation, pairs)) + "\n")
     return rep
 
 
 def _markdown(run_dir: Path, df, agg, rep: Report, sweeps: list[str], cells: dict, failed: dict, pending: dict,
-              dynamic: bool) -> list[str]:
+              dynamic: bool, ablation: Ablation | None, pairs) -> list[str]:
     title = sweeps[0] if len(sweeps) == 1 else (", ".join(sweeps) if sweeps else run_dir.name)
     lines = [f"# Report: {title}", ""]
     rates = "; ".join(f"{w}: {', '.join(f'{r:g}' for r in sorted(g['rate_rps'].unique()))}"
@@ -249,10 +292,19 @@ def _markdown(run_dir: Path, df, agg, rep: Report, sweeps: list[str], cells: dic
                   f"{CLIPPED_MARK}); no interval when there is one seed or every seed gave the same value. TTFT in "
                   "seconds; SLO attainment and hit rate in %; KV transfer in GB.", ""]
     lines += [f"_{n}_" for n in rep.notes] + [""] * bool(rep.notes)
+    if ablation is not None:
+        lines += [f"Ablated axis: `{ablation.axis}` ({', '.join(ablation.values)}); paired differences to "
+                  f"{ablation.axis}={ablation.baseline}. (saturated): past saturation in at least one seed (the last "
+                  "third's mean TTFT slowdown > 1.2x the first third's and token-weighted SLO attainment < 90 %, as "
+                  "`cpgym simulate` warns 'overloaded'): its TTFTs measure this window's backlog.", ""]
     for group in run_groups(agg):
-        lines += [f"## {group_label(*group)}", ""] + _table(in_group(agg, group))
+        lines += [f"## {group_label(*group)}", ""] + _table(in_group(agg, group), ablation)
+        group_pairs = in_group(pairs, group) if pairs is not None and len(pairs) else None
+        if group_pairs is not None and len(group_pairs):
+            lines += paired_table(group_pairs, ablation)
     lines += ["## Figures", ""]
-    captions = {"ttft_vs_rate.png": "TTFT vs request rate", "ttft_cdf.png": "TTFT CDF at the highest rate",
+    captions = {"ablation.png": "the ablated values side by side and their paired difference to the baseline",
+                "ttft_vs_rate.png": "mean and P90 TTFT", "ttft_cdf.png": "TTFT CDF at the highest rate",
                 "slo_vs_rate.png": "token-weighted SLO attainment vs rate",
                 "composition.png": "worker composition over time"
                 + ("" if dynamic else " (no run reconfigured: static compositions)"),

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from envs.metrics.table import metric, metric_names
+from envs.planning.capacity_definitions import CapacityDefinition, isolated_ttft_s, thirds_growth
+from envs.sim import Calibration, LatencyConfig, SimConfig
 from experiments.sweep.manifest import manifest_cell_keys
 
 # sim_config fields that never make two plain runs different experiments
@@ -146,6 +149,7 @@ def _cell_row(d: Path, summary: dict, cell: dict) -> dict:
         rate_group = repr([(k, axes.pop(k)) for k in rate_keys])
     return {"kind": "cell", "dedupe_key": cell["key"], "sweep": cell.get("sweep") or "", "policy": policy, "seed": seed,
             "rate_rps": rate, "rate_group": rate_group, "axes": {k: v for k, v in sorted(axes.items())},
+            "axis_order": list(axes),
             "measured_rate_rps": summary.get("workload_rate_rps")}
 
 
@@ -215,12 +219,109 @@ def _variants(rows: list[dict]) -> None:
     plain = [r for r in rows if r["kind"] == "run"]
     keys = sorted({k for r in plain for k in r["config_fields"]})
     differing = [k for k in keys if len({json.dumps(r["config_fields"].get(k), default=str) for r in plain}) > 1]
+    axis, _ = ablated_axis(rows)
     for r in rows:
         if r["kind"] == "cell":
-            parts = [f"sweep={r['sweep']}"] * (len(sweeps) > 1) + [f"{k}={v}" for k, v in r["axes"].items()]
+            parts = [f"sweep={r['sweep']}"] * (len(sweeps) > 1) + [f"{k}={v}" for k, v in r["axes"].items() if k != axis]
+            own = value_label(r["axes"][axis]) if axis in r["axes"] else ""  # "": a policy without the parameter
+            r["ablated_value"] = r["policy"] if axis == POLICY_AXIS else own
         else:
             parts = [f"{k}={r['config_fields'].get(k)}" for k in differing]
+            r["ablated_value"] = ""
         r["variant"] = ", ".join(parts)
+
+
+#: The ablated axis of sweeps that vary no other axis but run several policies.
+POLICY_AXIS = "policy"
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """The ablated axis of a report: its name (a spec axis path or :data:`POLICY_AXIS`), its values
+    (labels of :func:`value_label`, in spec order) and the value the paired differences refer to.
+
+    Raises:
+        ValueError: fewer than two values, or a ``baseline`` that is not one of them.
+    """
+
+    axis: str
+    values: tuple[str, ...]
+    baseline: str
+
+    def __post_init__(self):
+        if len(self.values) < 2:
+            raise ValueError(f"ablated axis {self.axis!r}: needs two or more values, got {list(self.values)}")
+        if self.baseline not in self.values:
+            raise ValueError(f"--baseline {self.baseline}: not a value of the ablated axis {self.axis} "
+                             f"({', '.join(self.values)})")
+
+    @classmethod
+    def of(cls, df, baseline: str | None = None) -> Ablation | None:
+        """The ablation of :func:`load_runs`' frame (its ``attrs``); ``baseline`` default: the first
+        value; a number matches a value equal to it (``1`` is ``1.0``). ``None``: no ablated axis.
+
+        Raises:
+            ValueError: ``baseline`` given but no axis is ablated, or not one of its values.
+        """
+        axis, values = df.attrs.get("ablated_axis"), tuple(df.attrs.get("ablated_values") or ())
+        if axis is None:
+            if baseline is not None:
+                raise ValueError(f"--baseline {baseline}: these runs ablate no axis (no setting takes two or more "
+                                 "values and there is one policy); leave --baseline out")
+            return None
+        if baseline is None:
+            return cls(axis, values, values[0])
+        same = [v for v in values if v == baseline or _number_first(v)[:2] == _number_first(baseline)[:2] != (1, 0.0)]
+        return cls(axis, values, same[0] if same else baseline)
+
+
+def value_label(value) -> str:
+    """How a value of the ablated axis is written in tables, legends and ``--baseline`` (``str``, as in
+    the variant ``axis=value``)."""
+    return str(value)
+
+
+def ablated_axis(rows: list[dict]) -> tuple[str | None, list[str]]:
+    """``(axis, its values in spec order)`` of the sweep cells among ``rows``; ``(None, [])`` when none.
+
+    The ablated axis is the first axis, in the order the spec declares them, that takes two or more
+    values among the cells (a grid or listed setting, or a ``<policy>.<param>``), leaving out the
+    rate, policy and seed; with no such axis and two or more policies it is :data:`POLICY_AXIS`. The
+    values are ordered as the sweep's ``sweep.json`` lists its cells (the spec's order: the first
+    is the default baseline), then any others sorted."""
+    cells = [r for r in rows if r["kind"] == "cell"]
+    spec_order: dict[str, list[str]] = {}
+    for base in sorted({Path(r["run_dir"]).parent for r in cells}):
+        for c in _spec_cells(base / "sweep.json"):
+            for k, v in [*(c.get("axes") or {}).items(), (POLICY_AXIS, c.get("policy"))]:
+                spec_order.setdefault(k, [])
+                if value_label(v) not in spec_order[k]:
+                    spec_order[k].append(value_label(v))
+    values: dict[str, set[str]] = {}
+    for r in cells:
+        for k in r["axis_order"]:
+            if k in r["axes"]:
+                values.setdefault(k, set()).add(value_label(r["axes"][k]))
+        values.setdefault(POLICY_AXIS, set()).add(value_label(r["policy"]))
+    varying = [k for k in values if k != POLICY_AXIS and len(values[k]) > 1]
+    axis = varying[0] if varying else (POLICY_AXIS if len(values.get(POLICY_AXIS, ())) > 1 else None)
+    if axis is None:
+        return None, []
+    known = [v for v in spec_order.get(axis, []) if v in values[axis]]
+    return axis, known + sorted(values[axis] - set(known), key=_number_first)
+
+
+def _number_first(label: str) -> tuple:
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (1, 0.0, label)
+
+
+def _spec_cells(path: Path) -> list[dict]:
+    """The ``cells`` list of a sweep's ``sweep.json`` (``[]`` when missing or not a list of objects)."""
+    cells = read_json(path).get("cells")
+    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
 
 
 def load_runs(run_dir: Path):
@@ -233,6 +334,7 @@ def load_runs(run_dir: Path):
     current: dict[Path, set | None] = {}  # sweep folder -> the cell keys of its manifest (None: no manifest)
     listed: dict[Path, dict] = {}  # sweep folder -> {cell.json key: its manifest entry}
     stale: list[Path] = []
+    calibrations: dict[str, Calibration] = {}
     for d in _run_dirs(run_dir):
         key = read_json(d / "cell.json").get("key")
         if key is not None and not isinstance(key, str):
@@ -260,7 +362,7 @@ def load_runs(run_dir: Path):
         label = entry.get("workload") if isinstance(entry.get("workload"), str) and entry.get("workload") else None
         row = _cell_row(d, summary, cell) if cell.get("key") else _plain_row(d, summary, read_json(d / "config.json"))
         row.update({"run_dir": str(d), "workload": label or _workload_label(cell, summary),
-                    "extras": read_json(d / "extras.json"),
+                    "extras": read_json(d / "extras.json"), "saturated": run_saturated(d, summary, calibrations),
                     **{k: v for k, v in summary.items() if k not in ("policy", "workload")}})
         if row["kind"] == "cell":
             row["sweep_dir"] = str(d.parent.relative_to(run_dir))  # "." for the folder itself
@@ -274,8 +376,11 @@ def load_runs(run_dir: Path):
             continue
         seen.add(key)
         kept.append(r)
-    df = pd.DataFrame(kept).drop(columns=["axes", "config_fields", "dedupe_key", "sweep_dir"], errors="ignore")
+    axis, values = ablated_axis(kept)
+    df = pd.DataFrame(kept).drop(columns=["axes", "axis_order", "config_fields", "dedupe_key", "sweep_dir"],
+                                 errors="ignore")
     df.attrs["num_duplicates"] = num_dup
+    df.attrs["ablated_axis"], df.attrs["ablated_values"] = axis, values
     df.attrs["stale_runs"] = stale
     if not df.empty and df["rate_rps"].isna().any():
         # x = the measured mean rate, averaged over the runs sharing workload, variant and rate-setting
@@ -284,6 +389,62 @@ def load_runs(run_dir: Path):
         means = df[miss].groupby(["workload", "variant", "rate_group"])["measured_rate_rps"].transform("mean")
         df.loc[miss, "rate_rps"] = means.map(lambda r: float(f"{r:.3g}"))
     return df
+
+
+#: Columns of ``requests.parquet`` the saturation verdict reads (:func:`run_saturated`).
+SATURATION_COLUMNS = ("arrival_s", "ttft_s", "num_prompt_tokens")
+
+
+def run_saturated(d: Path, summary: dict, calibrations: dict[str, Calibration] | None = None) -> bool | None:
+    """Whether the run in folder ``d`` is past saturation, by both tests of
+    :func:`baselines.capacity.saturated` (the verdict of ``cpgym simulate``'s "overloaded" warning
+    and ``cpgym compare``'s ``saturated`` column, default
+    :class:`~envs.planning.capacity_definitions.CapacityDefinition`): the last third's mean TTFT
+    slowdown over the isolated TTFT is more than ``drain_ratio`` (1.2) x the first third's (the
+    backlog grows) *and* token-weighted SLO attainment is below ``min_slo_attainment`` (0.9).
+
+    Reads ``requests.parquet`` (:data:`SATURATION_COLUMNS`) and ``config.json`` (the latency
+    settings and the calibration of the isolated TTFT). ``calibrations`` caches the calibrations
+    read, by their JSON text.
+
+    Returns:
+        ``None`` (not known) when the run lacks one of those files, columns or fields, or its
+        ``config.json`` does not hold a calibration this version reads.
+    """
+    f = d / "requests.parquet"
+    config = read_json(d / "config.json")
+    slo = summary.get("slo_attainment_token_weighted")
+    if not f.is_file() or slo is None or not isinstance(config.get("calibration"), dict):
+        return None
+    import pyarrow.parquet as pq
+
+    if any(c not in pq.read_schema(f).names for c in SATURATION_COLUMNS):
+        return None
+    text = json.dumps(config["calibration"], sort_keys=True)
+    cache = calibrations if calibrations is not None else {}
+    try:
+        if text not in cache:
+            cache[text] = Calibration.from_dict(config["calibration"], source=str(d / "config.json"))
+        latency = LatencyConfig(**((config.get("sim_config") or {}).get("latency") or {}))
+    except (TypeError, ValueError, KeyError):
+        return None  # another version's config.json: no verdict, not an error (the report does not need it)
+    import pandas as pd
+
+    rec = pd.read_parquet(f, columns=list(SATURATION_COLUMNS))
+    iso = isolated_ttft_s(SimConfig(latency=latency), cache[text], rec["num_prompt_tokens"].to_numpy(dtype=float))
+    growth = thirds_growth(rec["arrival_s"].to_numpy(dtype=float), rec["ttft_s"].to_numpy(dtype=float), iso)
+    definition = CapacityDefinition()
+    return bool(growth > definition.drain_ratio and slo < definition.min_slo_attainment)
+
+
+def any_saturated(runs) -> bool | None:
+    """True when a run of ``runs`` (rows of :func:`load_runs`) is saturated (:func:`run_saturated`),
+    False when every run is known not to be, else None."""
+    flags = list(runs["saturated"]) if "saturated" in runs else []
+    if any(f is True or f == 1 for f in flags if f is not None and f == f):
+        return True
+    return False if flags and all(f is not None and f == f for f in flags) else None
+
 
 
 def _in_current_sweep(d: Path, key: str, current: dict[Path, set | None]) -> bool:

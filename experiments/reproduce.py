@@ -27,7 +27,7 @@ the metrics are paired per seed:
   (percentage points, positive = higher attainment);
 
 ``cpgym_value`` is the mean over seeds and ``[ci_low, ci_high]`` its Student-t 95 % interval
-(:func:`policies.routing.evaluate.mean_ci95`). Paper values: Qwen3-30B-A3B at its highest tested load
+(:func:`envs.metrics.stats.mean_ci95`). Paper values: Qwen3-30B-A3B at its highest tested load
 (paper §9; ``/work/shared/paper`` notes): mean TTFT −13.9 / −21.0 / −28.1 %, P90 −17.8 / −55.0 /
 −29.5 %, SLO +0.9 / +13.3 / +1.1 pp on L-Eval / Tool-Agent / Production. The paper gives no
 per-workload DeepSeek figures in the notes available, so those rows carry ``paper_value`` null.

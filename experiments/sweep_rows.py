@@ -1,7 +1,7 @@
-"""A sweep's finished cells as the per-episode rows of ``cpgym evaluate --kind reconfig``, so that
-``cpgym evaluate --from-csv`` gives the paired deltas (95 % Student-t CIs over seeds) between the
-sweep's policies and settings (how the controller settings in ``results/dynamic-phases/`` are
-compared).
+"""A sweep's finished cells as per-episode rows (one per policy setting and seed), for paired
+deltas over seeds between the sweep's policies and settings (how the controller settings in
+``results/dynamic-phases/`` were compared; their READMEs' ``cpgym evaluate --from-csv`` step ran
+at the commit they name: ``cpgym evaluate`` is now a view of the benchmark protocol).
 
 One row per cell: ``policy`` is the cell's policy, followed by its swept policy parameters in
 ``cell.json``'s order (sorted by name: ``vertumnus-adaptive[target_replay_sample=True,target_sample=latest]``);
@@ -14,7 +14,6 @@ seed) pair unique (another axis, e.g. a second rate, would be averaged silently 
 Usage (repo root)::
 
     python -m experiments.sweep_rows runs/sweeps/conversation-steady-replay-seeds --out rows.csv
-    cpgym evaluate --from-csv rows.csv --kind reconfig --reference vertumnus-router
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from envs.metrics.table import metric_names
 from envs.sim.options import check_out_file
 from experiments.paper_experiments.cache_sensitivity import load_runs
 
-#: The ``summary.json`` numbers of a row (the rest of :data:`policies.episode_rows.ROW_COLUMNS` ``["reconfig"]``).
+#: The ``summary.json`` numbers of a row (the others: ``policy``, ``seed`` and the operation counts).
 SUMMARY_METRICS = metric_names("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "num_unfinished", "wall_time_s")
 
 

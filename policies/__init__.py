@@ -6,7 +6,8 @@
 * :mod:`policies.routing.train` / :mod:`policies.reconfig.train` — ``cpgym train routing|reconfig``;
 * :mod:`policies.routing.arm_selection` / :mod:`policies.routing.train_arms` — the Vertumnus router with (beta,
   lambda) chosen per decision window by a fitted model, ``cpgym train arms``;
-* :mod:`policies.routing.evaluate` — held-out evaluation with 95% confidence intervals;
+* evaluation: the benchmark protocol (``benchmark.protocol``, ``cpgym evaluate``; checkpoints resolved by
+  ``experiments.benchmark_specs``);
 * :mod:`policies.common.checkpoint` — loading checkpoints (``"shipped"`` = ``policies/checkpoints``).
 
 Importing this package imports neither torch nor gymnasium; the submodules do.

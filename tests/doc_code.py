@@ -82,6 +82,14 @@ def command_argv(command: str, out_dir: Path) -> list[str]:
     return [str(out_dir / a) if a.startswith("runs/") else a for a in shlex.split(command)[1:]]
 
 
+def command_cwd(command: str, out_dir: Path) -> Path:
+    """Where ``command`` runs: the repository, except ``cpgym benchmark ...`` and ``cpgym evaluate``,
+    whose test-split ledger, leaderboard entries and leaderboard default to ``results/benchmark/``
+    under the working folder: a documented command must not write into the repository's."""
+    words = shlex.split(command)[1:2]
+    return out_dir if words in (["benchmark"], ["evaluate"]) else REPO
+
+
 def run_block(block: Block, out_dir: Path, timeout_s: float) -> None:
     """Runs ``block`` (its ``cpgym`` commands in order, or its Python code) and fails with the
     command and its stderr on a non-zero exit status."""
@@ -91,6 +99,6 @@ def run_block(block: Block, out_dir: Path, timeout_s: float) -> None:
         assert proc.returncode == 0, f"{block.label}: python block failed\n{proc.stderr[-4000:]}"
         return
     for command in block.commands():
-        proc = subprocess.run([*_cpgym(), *command_argv(command, out_dir)], cwd=REPO, env=_env(), capture_output=True,
-                              text=True, timeout=timeout_s)
+        proc = subprocess.run([*_cpgym(), *command_argv(command, out_dir)], cwd=command_cwd(command, out_dir), env=_env(),
+                              capture_output=True, text=True, timeout=timeout_s)
         assert proc.returncode == 0, f"{block.label}: `{command}` exited {proc.returncode}\n{proc.stderr[-4000:]}"

@@ -45,7 +45,8 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     import pkgutil
     import sys
 
-    for package in ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref"):
+    packages = ("envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref")
+    for package in packages:
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, package + "."):
             importlib.import_module(info.name)
@@ -53,6 +54,6 @@ def patch_everywhere(monkeypatch, module, name: str, replacement) -> None:
     original = getattr(module, name)
     monkeypatch.setattr(module, name, replacement)
     for other in list(sys.modules.values()):
-        if other is not module and getattr(other, "__name__", "").split(".")[0] in (
-                "envs", "baselines", "benchmark", "policies", "experiments", "kernels_ref") and getattr(other, name, None) is original:
+        if (other is not module and getattr(other, "__name__", "").split(".")[0] in packages
+                and getattr(other, name, None) is original):
             monkeypatch.setattr(other, name, replacement)

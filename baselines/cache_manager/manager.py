@@ -38,7 +38,7 @@ class GlobalCacheManager:
                          "prompt_tokens": 0, "missed_benefit_s": 0.0}
         self.trie = PrefixTrie()
         self.statistics = DemandStatistics(self.config, self.counters)
-        self.replicator = Replicator(self.config, self.trie, self.counters)
+        self.replicator = Replicator(self.config, self.trie, self.counters, self.statistics)
         self.replicator.transfer_end_handler = self._on_transfer_end  # events name the attachment
         self._caches: dict[int, PrefixCache] = {}  # worker id -> attached cache object
         self._degree: dict[int, int] = {}  # worker id -> degree (of attached workers)
@@ -96,7 +96,9 @@ class GlobalCacheManager:
                     w.cache.insert_listeners.append(self._on_insert)
                 if self._on_evict not in w.cache.evict_listeners:
                     w.cache.evict_listeners.append(self._on_evict)
-                for h in w.cache.blocks():
+                # most recently used first: a prefix's head before its tail (the caches touch the
+                # head last), so the trie's complete sets grow without walks over the children
+                for h in reversed(w.cache.blocks()):
                     self._on_insert(wid, h)
         self._seen_epoch = sim.epoch
         self._seen_num_workers = len(sim.workers)
@@ -126,19 +128,19 @@ class GlobalCacheManager:
         self.trie.insert(worker_id, block_hash)
 
     def _on_evict(self, worker_id: int, block_hash: int) -> None:
-        self.statistics.active.difference_update(self.trie.evict(worker_id, block_hash))
+        self.trie.evict(worker_id, block_hash)  # a node dropped from the trie takes its statistics along
 
     def path_to(self, block_hash: int) -> list[int]:
         """Block hashes from the root to ``block_hash`` (inclusive)."""
         return self.trie.path_to(block_hash)
 
-    def complete_holders(self, block_hash: int, memo: dict[int, set[int]] | None = None) -> set[int]:
+    def complete_holders(self, block_hash: int) -> set[int]:
         """Workers holding every block of the prefix ending at ``block_hash`` (a new set)."""
-        return self.trie.complete_holders(block_hash, memo)
+        return self.trie.complete_holders(block_hash)
 
-    def replica_count(self, block_hash: int, degree: int, memo: dict[int, set[int]] | None = None) -> int:
+    def replica_count(self, block_hash: int, degree: int) -> int:
         """``ReplicaCount(z, C)`` (paper §7): degree-C workers holding the complete prefix ending at z."""
-        return self.trie.replica_count(block_hash, degree, self._degree, memo)
+        return self.trie.replica_count(block_hash, degree, self._degree)
 
     def holders(self, block_hash: int) -> set[int]:
         """Workers whose cache holds this block (a copy; empty if unknown)."""
@@ -175,43 +177,40 @@ class GlobalCacheManager:
         """One replication/reclamation round, then decay (docs/cache_manager.md "Periodic scan")."""
         budget = self.config.max_replications_per_scan
         started: set[int] = set()
-        memo: dict[int, set[int]] = {}
-        budget = self._replicate_ranked(self._inter_degree_candidates(), "inter", budget, started, memo)
-        self._replicate_ranked(self._intra_degree_candidates(memo), "intra", budget, started, memo)
-        memo.clear()
-        self.replicator.reclaim(self._degree, memo)
-        self.statistics.decay(self.trie)
+        budget = self._replicate_ranked(self._inter_degree_candidates(), "inter", budget, started)
+        self._replicate_ranked(self._intra_degree_candidates(), "intra", budget, started)
+        self.replicator.reclaim(self._degree)
+        self.statistics.decay()
 
     def _inter_degree_candidates(self) -> dict[tuple[int, int], float]:
-        """(node, degree) -> missed benefit [s] at or above the threshold, no replication in flight."""
-        cfg = self.config
+        """(node, degree) -> missed benefit [s] at or above the threshold, no replication in flight.
+        Visits the hot ``missed`` entries only (:class:`DemandStatistics`); the order of the
+        result does not matter (:meth:`PrefixTrie.deepest` sorts it)."""
+        st = self.statistics
         in_flight = self.replicator.in_flight
         out: dict[tuple[int, int], float] = {}
-        for h in self.statistics.active:
-            for c, v in self.trie.nodes[h].missed.items():
-                if v >= cfg.inter_degree_threshold_s and not in_flight.get((h, c)):
-                    out[(h, c)] = v
+        for h, c, v in st.hot_values(st.hot_missed, "missed", self.config.inter_degree_threshold_s, self.trie.nodes):
+            if not in_flight.get((h, c)):
+                out[(h, c)] = v
         return out
 
-    def _intra_degree_candidates(self, memo: dict[int, set[int]]) -> dict[tuple[int, int], float]:
-        """(node, degree) -> per-replica demand [decayed requests] at or above the threshold."""
+    def _intra_degree_candidates(self) -> dict[tuple[int, int], float]:
+        """(node, degree) -> per-replica demand [decayed requests] at or above the threshold.
+        Visits the hot ``access`` entries only (:class:`DemandStatistics`)."""
+        st = self.statistics
         threshold = self.config.intra_degree_threshold
         in_flight = self.replicator.in_flight
         out: dict[tuple[int, int], float] = {}
-        for h in self.statistics.active:
-            for c, v in self.trie.nodes[h].access.items():
-                if v < threshold:
-                    continue
-                rc = self.replica_count(h, c, memo)
-                if rc == 0:
-                    continue
-                demand = v / (rc + in_flight.get((h, c), 0))
-                if demand >= threshold:
-                    out[(h, c)] = demand
+        for h, c, v in st.hot_values(st.hot_access, "access", threshold, self.trie.nodes):
+            rc = self.replica_count(h, c)
+            if rc == 0:
+                continue
+            demand = v / (rc + in_flight.get((h, c), 0))
+            if demand >= threshold:
+                out[(h, c)] = demand
         return out
 
-    def _replicate_ranked(self, cands: dict[tuple[int, int], float], kind: str, budget: int, started: set[int],
-                          memo: dict[int, set[int]]) -> int:
+    def _replicate_ranked(self, cands: dict[tuple[int, int], float], kind: str, budget: int, started: set[int]) -> int:
         """Replicates the deepest candidates in rank order (one per node per scan) until the budget is
         spent; returns the remaining budget."""
         nodes = self.trie.nodes
@@ -220,12 +219,11 @@ class GlobalCacheManager:
                 break
             if h in started or h not in nodes:
                 continue
-            if kind == "inter" and self.replica_count(h, c, memo) > 0:
+            if kind == "inter" and self.replica_count(h, c) > 0:
                 continue
             if self.replicate(h, c, kind):
                 started.add(h)
                 budget -= 1
-                memo.clear()  # the destination's reservation may have evicted blocks
         return budget
 
     # ------------------------------------------------------------------ replication

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from baselines.cache_manager.config import CacheManagerConfig
+from baselines.cache_manager.statistics import DemandStatistics
 from baselines.cache_manager.trie import PrefixTrie, TrieNode
 from envs.sim.cache import READY, PrefixCache
 from envs.sim.events import EventPriority
@@ -44,12 +45,7 @@ def reserve_blocks(cache: PrefixCache, num_blocks: int) -> bool:
     blocks until the resident blocks fit. Returns False (nothing changed) if pins prevent it."""
     excess = len(cache) + num_blocks - cache.capacity_blocks
     if excess > 0:
-        victims = []
-        for h in cache.blocks():  # LRU first
-            if len(victims) == excess:
-                break
-            if h not in cache._pinned:  # read-only check, eviction goes through remove()
-                victims.append(h)
+        victims = cache.lru_unpinned(excess)  # eviction goes through remove()
         if len(victims) < excess:
             return False
         for h in victims:
@@ -65,18 +61,27 @@ class Replicator:
         config: the manager's parameters.
         trie: the manager's prefix trie.
         counters: the manager's counter dict (replication / reclamation counters are added to here).
+        statistics: the manager's demand statistics (reclamation reads ``access``).
     """
 
-    def __init__(self, config: CacheManagerConfig, trie: PrefixTrie, counters: dict) -> None:
+    def __init__(self, config: CacheManagerConfig, trie: PrefixTrie, counters: dict,
+                 statistics: DemandStatistics) -> None:
         self.config = config
         self.trie = trie
         self.counters = counters
+        self.statistics = statistics
         self.sim: Simulator | None = None
         self.in_flight: dict[tuple[int, int], int] = {}  # (node, degree) -> transfers in flight
         self.in_flight_dst: set[tuple[int, int]] = set()  # (node, dst worker)
         self.transfers: list[Transfer] = []  # in flight
         # multi-holder nodes with a leaf copy (see _has_leaf_copy), exact for every node not in trie.touched
         self.leaf_copy_nodes: set[int] = set()
+        # the reclamation queue kept between scans: (-depth, node) with one live entry per leaf-copy node
+        # (_live_depth: node -> depth of its live entry), plus entries of former ones and stale depths,
+        # skipped when popped
+        self._queue: list[tuple[int, int]] = []
+        self._live_depth: dict[int, int] = {}
+        self.queue_slack = 64  # rebuild the queue when it holds more than 2 x leaf-copy nodes + this
         self.log: list[dict] = []  # one entry per replication started (time, kind, node, src, dst, blocks, bytes)
         # the callback of the transfer-end event (the owning manager forwards to on_transfer_end)
         self.transfer_end_handler: Callable[[Transfer], None] = self.on_transfer_end
@@ -190,7 +195,7 @@ class Replicator:
         self.counters["num_replicas_installed"] += 1
 
     # ------------------------------------------------------------------ reclamation
-    def reclaim(self, degree_of: Mapping[int, int], memo: dict[int, set[int]]) -> None:
+    def reclaim(self, degree_of: Mapping[int, int]) -> None:
         """Removes duplicate replicas with per-replica demand below ``reclaim_threshold``, leaves first,
         keeping at least one complete replica per degree; at most ``max_reclamations_per_scan`` blocks."""
         budget = self.config.max_reclamations_per_scan
@@ -199,40 +204,58 @@ class Replicator:
         trie = self.trie
         nodes = trie.nodes
         # Deepest first (ties: by hash) over the multi-holder nodes, which the trie keeps. Only nodes
-        # with a leaf copy can lose a block, so only those enter the queue; a node gains one during
-        # the scan only when a child of it is reclaimed, and then it is queued (it is shallower
-        # than the child, so its turn is still to come). Same order and outcome as visiting every
-        # multi-holder node; the cost scales with the nodes that can be reclaimed.
+        # with a leaf copy can lose a block, so only those are queued; a node gains one during the
+        # scan only when a child of it is reclaimed, and then it is queued (it is shallower than the
+        # child, so its turn is still to come). Same order and outcome as visiting every multi-holder
+        # node. The queue persists between scans (entries pushed when a touched node becomes a
+        # leaf-copy node, or after being popped), so a scan costs the nodes it visits and the
+        # changes since the last one, not the number of leaf-copy nodes.
         self._refresh_leaf_copy_nodes()
-        depth_cache: dict[int, int] = {}
-        queue = [(-trie.depth(h, depth_cache), h) for h in self.leaf_copy_nodes]
-        heapq.heapify(queue)
-        queued = {h for _, h in queue}
+        leafy = self.leaf_copy_nodes
+        queue = self._queue
+        live = self._live_depth
+        parents: set[int] = set()  # queued during this scan as the parent of a reclaimed block
+        popped: list[int] = []
         while queue and budget > 0:
-            _, h = heapq.heappop(queue)
+            d, h = heapq.heappop(queue)
+            if live.get(h) != -d:
+                continue  # an entry superseded by one with the node's new depth
+            del live[h]
+            popped.append(h)
+            if h not in leafy and h not in parents:
+                continue  # no longer a leaf-copy node
             node = nodes.get(h)
             # untouched since the refresh: leaf_copy_nodes (which queued it) is still exact
             if node is None or len(node.holders) < 2 or (h in trie.touched and not self._has_leaf_copy(node)):
                 continue
-            left = self._reclaim_node(h, node, degree_of, memo, budget)
+            left = self._reclaim_node(h, node, degree_of, budget)
             p = node.parent
-            if left < budget and p is not None and p in trie.shared and p not in queued:
-                queued.add(p)
-                heapq.heappush(queue, (-trie.depth(p, depth_cache), p))
+            if left < budget and p is not None and p in trie.shared and p not in leafy and p not in parents:
+                parents.add(p)
+                self._push(p, nodes[p].depth)
             budget = left
+        for h in popped:  # back in the queue for the next scans (the touched ones: see the next refresh)
+            node = nodes.get(h)
+            if h in leafy and node is not None and h not in live:
+                self._push(h, node.depth)
 
-    def _reclaim_node(self, h: int, node: TrieNode, degree_of: Mapping[int, int], memo: dict[int, set[int]],
-                      budget: int) -> int:
+    def _push(self, h: int, depth: int) -> None:
+        """Queues node ``h`` at ``depth`` unless its live entry already has that depth."""
+        if self._live_depth.get(h) != depth:
+            self._live_depth[h] = depth
+            heapq.heappush(self._queue, (-depth, h))
+
+    def _reclaim_node(self, h: int, node: TrieNode, degree_of: Mapping[int, int], budget: int) -> int:
         """Reclaims duplicates of block ``h`` per degree whose per-replica demand is below
         ``reclaim_threshold``; returns the remaining budget."""
         nodes = self.trie.nodes
-        complete = self.trie.complete_holders(h, memo)
         by_degree: dict[int, list[int]] = {}
-        for w in complete:
+        for w in node.complete:
             by_degree.setdefault(degree_of[w], []).append(w)
+        access = self.statistics.current(node).access
         for c, ws in sorted(by_degree.items()):
-            if len(ws) >= 2 and node.access.get(c, 0.0) / len(ws) < self.config.reclaim_threshold:
-                budget = self._reclaim_duplicates(h, node, ws, complete, budget)
+            if len(ws) >= 2 and access.get(c, 0.0) / len(ws) < self.config.reclaim_threshold:
+                budget = self._reclaim_duplicates(h, node, ws, budget)
                 if budget <= 0:
                     return budget
                 node = nodes.get(h)
@@ -242,8 +265,9 @@ class Replicator:
 
     def _refresh_leaf_copy_nodes(self) -> None:
         """Brings :attr:`leaf_copy_nodes` (multi-holder nodes with a leaf copy; only these can lose a
-        block to reclamation) up to date: re-evaluates only the trie's touched nodes
-        (holders, children or children's holders changed since the last refresh)."""
+        block to reclamation) and the reclamation queue up to date: re-evaluates only the trie's
+        touched nodes (holders, children, children's holders or depth changed since the last
+        refresh)."""
         trie = self.trie
         nodes = trie.nodes
         leafy = self.leaf_copy_nodes
@@ -251,9 +275,14 @@ class Replicator:
             node = nodes.get(h)
             if node is not None and len(node.holders) >= 2 and self._has_leaf_copy(node):
                 leafy.add(h)
+                self._push(h, node.depth)
             else:
                 leafy.discard(h)
         trie.touched.clear()
+        if len(self._queue) > 2 * len(leafy) + self.queue_slack:  # mostly entries of former leaf-copy nodes: rebuild
+            self._live_depth = {h: nodes[h].depth for h in leafy}
+            self._queue = [(-d, h) for h, d in self._live_depth.items()]
+            heapq.heapify(self._queue)
 
     def _has_leaf_copy(self, node: TrieNode) -> bool:
         """Whether some holder of ``node`` holds none of its children. Only such copies can be
@@ -263,7 +292,7 @@ class Replicator:
         counts = node.child_holders
         return any(w not in counts for w in node.holders)
 
-    def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], complete: set[int], budget: int) -> int:
+    def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], budget: int) -> int:
         """Drops block ``h`` from the most loaded of the degree-C holders ``ws`` whose copy is a leaf,
         keeping at least one; returns the remaining budget."""
         nodes = self.trie.nodes
@@ -275,8 +304,7 @@ class Replicator:
                 continue
             if (h, w) in self.in_flight_dst:
                 continue
-            if self.sim.workers[w].cache.remove(h):
-                complete.discard(w)  # memo entry of h; w held no descendant of h
+            if self.sim.workers[w].cache.remove(h):  # the trie drops w from h's holders and complete set
                 budget -= 1
                 self.counters["num_blocks_reclaimed"] += 1
             node = nodes.get(h)

@@ -3,12 +3,21 @@
 At each dispatch: the globally matched path, ``access[z][C_sel]`` along it, and the missed benefit
 ``missed[z][C*]`` at the request's preferred degree ``C*`` where no complete replica exists; every
 scan decays them (paper §7 "Per-Request Statistics").
+
+The decay is lazy: a scan only advances the decay epoch, and a node's statistics are brought up
+to the current epoch (:meth:`DemandStatistics.current`) when they are read or added to, by the
+same multiplications, one per missed scan, and the same drops below :data:`DROP` as an eager decay
+of every node at every scan, so the values are bit-identical (``v * decay**k`` would round
+differently; for a power-of-two decay such as the default 0.5 every multiplication is exact and
+``ldexp`` gives the same number in one step). The entries at or above the scan's thresholds are
+kept in two hot sets, so a scan visits those and not every node with statistics.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from math import ldexp
 
 from baselines.cache_manager.config import CacheManagerConfig
 from baselines.cache_manager.trie import PrefixTrie, TrieNode
@@ -18,11 +27,27 @@ from envs.sim.worker import Worker
 DROP = 1e-3  # decayed statistics below this are dropped
 
 
-def _decay_in_place(stat: dict[int, float], factor: float) -> None:
-    """Multiplies every value of ``stat`` by ``factor`` and deletes those below :data:`DROP`
-    (surviving keys keep their order)."""
+def _decay_in_place(stat: dict[int, float], factor: float, times: int, exponent: int | None) -> None:
+    """Multiplies every value of ``stat`` by ``factor`` ``times`` times, one multiplication at a
+    time, and deletes those that fall below :data:`DROP` (surviving keys keep their order).
+
+    ``exponent``: ``n`` when ``factor == 2**-n``; then each multiplication is exact (the values
+    stay normal floats above :data:`DROP`), so ``ldexp(v, -n * times)`` is the same number in one
+    step. A value only shrinks, so it is dropped at some step iff the last one is below DROP."""
+    if exponent is not None:
+        shift = -exponent * times
+        for k, v in list(stat.items()):
+            v = ldexp(v, shift)
+            if v < DROP:
+                del stat[k]
+            else:
+                stat[k] = v
+        return
     for k, v in list(stat.items()):
-        v *= factor
+        for _ in range(times):
+            v *= factor
+            if v < DROP:
+                break
         if v < DROP:
             del stat[k]
         else:
@@ -30,20 +55,46 @@ def _decay_in_place(stat: dict[int, float], factor: float) -> None:
 
 
 class DemandStatistics:
-    """The decayed ``access`` / ``missed`` statistics stored on the trie's nodes, the set of nodes
-    that have any, and the token / benefit counters.
+    """The decayed ``access`` / ``missed`` statistics stored on the trie's nodes, the decay epoch,
+    the hot entries, and the token / benefit counters.
 
     Args:
-        config: the manager's parameters (``beta``, ``lambda_``, ``decay``).
+        config: the manager's parameters (``beta``, ``lambda_``, ``decay``, and the thresholds
+            ``intra_degree_threshold`` / ``inter_degree_threshold_s`` that define the hot sets).
         counters: the manager's counter dict; ``prompt_tokens``, ``matched_tokens``,
             ``reused_tokens`` [tokens] and ``missed_benefit_s`` [s] are added to here.
+
+    Attributes:
+        epoch: number of decays so far (one per scan when ``decay < 1``).
+        hot_access: ``(node, degree)`` entries whose ``access`` was at or above
+            ``intra_degree_threshold`` when last added to or scanned; contains every entry at or
+            above it now (a value only grows when it is added to, which inserts it here).
+        hot_missed: the same for ``missed`` and ``inter_degree_threshold_s``.
     """
 
     def __init__(self, config: CacheManagerConfig, counters: dict) -> None:
         self.config = config
         self.counters = counters
-        self.active: set[int] = set()  # nodes with statistics
+        self.epoch = 0
+        self.hot_access: set[tuple[int, int]] = set()
+        self.hot_missed: set[tuple[int, int]] = set()
         self.degree_caps: list[tuple[int, int]] = []  # (degree, max KV capacity [tokens]) of ACTIVE workers
+        mantissa, exp = math.frexp(config.decay)
+        self._decay_exponent = 1 - exp if mantissa == 0.5 else None  # n when decay == 2**-n (0.5: n = 1)
+
+    def current(self, node: TrieNode) -> TrieNode:
+        """Applies to ``node``'s statistics the decays since it was last brought up to date
+        (eagerly equivalent: one multiplication per decay, entries below :data:`DROP` dropped)
+        and returns it. Cost: O(entries) for a power-of-two decay, else O(entries x decays missed,
+        up to each entry's drop)."""
+        k = self.epoch - node.stats_epoch
+        if k:
+            node.stats_epoch = self.epoch
+            if node.access:
+                _decay_in_place(node.access, self.config.decay, k, self._decay_exponent)
+            if node.missed:
+                _decay_in_place(node.missed, self.config.decay, k, self._decay_exponent)
+        return node
 
     def preferred_degree(self, cost_model: CostModel, num_prompt_tokens: int, num_cached_tokens: int) -> int:
         """Degree the Vertumnus cost picks with ``q_w = 0`` (paper §5 cost), among the degrees of
@@ -98,10 +149,15 @@ class DemandStatistics:
         c["matched_tokens"] += matched
         c["reused_tokens"] += min(worker.cache.match_ready(block_hashes) * bs, L - 1)
         c_sel = worker.degree
+        current = self.current
+        hot = self.hot_access
+        threshold = self.config.intra_degree_threshold
         for i in range(m):
-            acc = path_nodes[i].access
-            acc[c_sel] = acc.get(c_sel, 0.0) + 1.0
-            self.active.add(block_hashes[i])
+            acc = current(path_nodes[i]).access
+            v = acc.get(c_sel, 0.0) + 1.0
+            acc[c_sel] = v
+            if v >= threshold:
+                hot.add((block_hashes[i], c_sel))
         c_star = self.preferred_degree(cost_model, L, matched)
         if not c_star:
             return
@@ -114,12 +170,15 @@ class DemandStatistics:
             else:
                 hi = mid
         if lo < m:
-            c["missed_benefit_s"] += self._add_missed(path_nodes, lo, c_star, cost_model, bs, L)
+            c["missed_benefit_s"] += self._add_missed(path_nodes, block_hashes, lo, c_star, cost_model, bs, L)
 
-    @staticmethod
-    def _add_missed(path_nodes: list[TrieNode], first: int, c_star: int, cost_model: CostModel, bs: int, L: int) -> float:
+    def _add_missed(self, path_nodes: list[TrieNode], block_hashes, first: int, c_star: int, cost_model: CostModel,
+                    bs: int, L: int) -> float:
         """Adds the marginal service-time saving of each block from ``first`` on to its node's
-        ``missed[C*]``; returns the total (it telescopes to the saving of the whole prefix) [s]."""
+        ``missed[C*]`` (the nodes are up to date: :meth:`record` added to their ``access``);
+        returns the total (it telescopes to the saving of the whole prefix) [s]."""
+        hot = self.hot_missed
+        threshold = self.config.inter_degree_threshold_s
         prev_p = min(first * bs, L - 1)
         prev_s = cost_model.service_time_s(c_star, L - prev_p, prev_p)
         total = 0.0
@@ -129,27 +188,35 @@ class DemandStatistics:
                 break
             s = cost_model.service_time_s(c_star, L - p, p)
             missed = path_nodes[i].missed
-            missed[c_star] = missed.get(c_star, 0.0) + (prev_s - s)
+            v = missed.get(c_star, 0.0) + (prev_s - s)
+            missed[c_star] = v
+            if v >= threshold:
+                hot.add((block_hashes[i], c_star))
             total += prev_s - s
             prev_p, prev_s = p, s
         return total
 
-    def decay(self, trie: PrefixTrie) -> None:
-        """Multiplies every statistic by ``config.decay``; drops entries below :data:`DROP` and
-        forgets nodes left without statistics."""
-        d = self.config.decay
-        if d >= 1.0:
-            return
-        drop = []
-        nodes = trie.nodes
-        for h in self.active:
-            node = nodes[h]
-            acc = node.access
-            mis = node.missed
-            if acc:
-                _decay_in_place(acc, d)
-            if mis:
-                _decay_in_place(mis, d)
-            if not acc and not mis:
-                drop.append(h)
-        self.active.difference_update(drop)
+    def decay(self) -> None:
+        """Multiplies every statistic by ``config.decay`` (dropping entries below :data:`DROP`):
+        advances the decay epoch; :meth:`current` applies it to a node when it is next read. O(1)."""
+        if self.config.decay < 1.0:
+            self.epoch += 1
+
+    def hot_values(self, hot: set[tuple[int, int]], stat: str, threshold: float,
+                   nodes: Mapping[int, TrieNode]) -> list[tuple[int, int, float]]:
+        """``(node, degree, value)`` of the entries of ``hot`` (:attr:`hot_access` or
+        :attr:`hot_missed`) whose current ``stat`` ("access" or "missed") value is at or above
+        ``threshold``; the others (decayed below it, or their node dropped from the trie) leave
+        ``hot``. Cost: O(len(hot)) plus the decays :meth:`current` applies."""
+        current = self.current
+        out = []
+        cold = []
+        for key in hot:
+            node = nodes.get(key[0])
+            v = None if node is None else getattr(current(node), stat).get(key[1])
+            if v is None or v < threshold:
+                cold.append(key)
+            else:
+                out.append((key[0], key[1], v))
+        hot.difference_update(cold)
+        return out

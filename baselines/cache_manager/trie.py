@@ -2,8 +2,13 @@
 
 One node per KV block hash; a hash names the whole prefix ending at its block (Mooncake
 convention), so a node's parent is the previous block of any request that contains it. Per node:
-the workers whose cache holds the block, the children, and decayed per-degree statistics (filled
-by :mod:`baselines.cache_manager.statistics`).
+the workers whose cache holds the block, the children, its depth, and decayed per-degree
+statistics (filled and decayed by :mod:`baselines.cache_manager.statistics`).
+
+Invariant: a node's parent, when it has one, is in the trie (:meth:`PrefixTrie.create` and
+:meth:`PrefixTrie.register_prefix` create it, and a node is dropped only without children), so a
+node's depth is fixed when it is created and changes only when :meth:`PrefixTrie.register_prefix`
+links a parentless node below a parent (then its subtree's depths are updated).
 """
 
 from __future__ import annotations
@@ -13,29 +18,39 @@ from collections.abc import Iterable, Mapping
 
 class TrieNode:
     """One trie node (one KV block): parent hash (None at the root level), holders, children,
-    decayed statistics per degree (``access`` [decayed requests], ``missed`` [s]), and
-    ``child_holders`` (worker id -> number of children it holds; no zero entries)."""
+    ``depth`` (number of ancestors; 0 at the root level), ``complete`` (the holders that also hold
+    every ancestor: the complete replicas of the prefix ending here), decayed statistics per degree
+    (``access`` [decayed requests], ``missed`` [s]) as of the statistics' decay epoch
+    ``stats_epoch`` (read them through ``DemandStatistics.current``, which applies the decays
+    since), and ``child_holders`` (worker id -> number of children it holds; no zero entries)."""
 
-    __slots__ = ("parent", "holders", "children", "access", "missed", "child_holders")
+    __slots__ = ("parent", "holders", "children", "depth", "complete", "access", "missed", "stats_epoch",
+                 "child_holders")
 
-    def __init__(self, parent: int | None) -> None:
+    def __init__(self, parent: int | None, depth: int = 0) -> None:
         self.parent = parent
         self.holders: set[int] = set()
         self.children: set[int] = set()
+        self.depth = depth
+        self.complete: set[int] = set()
         self.access: dict[int, float] = {}
         self.missed: dict[int, float] = {}
+        self.stats_epoch = 0
         self.child_holders: dict[int, int] = {}
 
 
 class PrefixTrie:
     """Block hash -> :class:`TrieNode`, with the holder sets kept equal to the workers' caches by
-    :meth:`insert` / :meth:`evict` (called from ``PrefixCache`` listeners)."""
+    :meth:`insert` / :meth:`evict` (called from ``PrefixCache`` listeners), and each node's
+    ``complete`` set (``holders`` intersected along the root path) kept with them: an insert or
+    eviction of worker w's block walks down only through the descendants w holds, so with the
+    caches' order (a prefix inserted root first, evicted suffix first) it is O(1)."""
 
     def __init__(self) -> None:
         self.nodes: dict[int, TrieNode] = {}
         self.parent_of: dict[int, int | None] = {}  # learnt from dispatched prompts (register_prefix)
         self.shared: set[int] = set()  # nodes with >= 2 holders (reclamation candidates), kept incrementally
-        # nodes whose holders, children or children's holders changed since the owner last cleared it
+        # nodes whose holders, children, children's holders or depth changed since the owner last cleared it
         self.touched: set[int] = set()
 
     # ------------------------------------------------------------------ holders
@@ -48,14 +63,49 @@ class PrefixTrie:
             return
         node.holders.add(worker_id)
         self.touched.add(block_hash)
-        if node.parent is not None:
+        if node.parent is None:
+            complete = True
+        else:
             self.touched.add(node.parent)
-            pnode = self.nodes.get(node.parent)
-            if pnode is not None:
-                counts = pnode.child_holders
-                counts[worker_id] = counts.get(worker_id, 0) + 1
+            pnode = self.nodes[node.parent]
+            counts = pnode.child_holders
+            counts[worker_id] = counts.get(worker_id, 0) + 1
+            complete = worker_id in pnode.complete
+        if complete:
+            if worker_id in node.child_holders:
+                self._add_complete(worker_id, node)
+            else:  # the usual case (a prefix is inserted root first): no held descendant to complete
+                node.complete.add(worker_id)
         if len(node.holders) == 2:
             self.shared.add(block_hash)
+
+    def _add_complete(self, worker_id: int, node: TrieNode) -> None:
+        """``worker_id`` now holds the complete prefix ending at ``node``: adds it to the
+        ``complete`` set there and at every descendant it holds through an unbroken path."""
+        nodes = self.nodes
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            n.complete.add(worker_id)
+            if worker_id in n.child_holders:
+                for c in n.children:
+                    cn = nodes[c]
+                    if worker_id in cn.holders and worker_id not in cn.complete:
+                        stack.append(cn)
+
+    def _remove_complete(self, worker_id: int, node: TrieNode) -> None:
+        """``worker_id`` no longer holds the complete prefix ending at ``node``: removes it from the
+        ``complete`` set there and at every descendant."""
+        nodes = self.nodes
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            n.complete.discard(worker_id)
+            if worker_id in n.child_holders:
+                for c in n.children:
+                    cn = nodes[c]
+                    if worker_id in cn.complete:
+                        stack.append(cn)
 
     def create(self, block_hash: int) -> TrieNode:
         """A new node for ``block_hash``, linked to its parent (created if missing) when the parent is known."""
@@ -66,6 +116,7 @@ class PrefixTrie:
             pnode = self.nodes.get(parent)
             if pnode is None:
                 pnode = self.create(parent)
+            node.depth = pnode.depth + 1
             pnode.children.add(block_hash)
             self.touched.add(parent)
         return node
@@ -78,17 +129,20 @@ class PrefixTrie:
             return []
         if worker_id in node.holders:
             node.holders.discard(worker_id)
+            if worker_id in node.complete:
+                if worker_id in node.child_holders:
+                    self._remove_complete(worker_id, node)
+                else:  # the usual case (a suffix block, or a reclaimed leaf copy)
+                    node.complete.discard(worker_id)
             self.touched.add(block_hash)
             if node.parent is not None:
                 self.touched.add(node.parent)
-                pnode = self.nodes.get(node.parent)
-                if pnode is not None:
-                    counts = pnode.child_holders
-                    k = counts[worker_id] - 1
-                    if k:
-                        counts[worker_id] = k
-                    else:
-                        del counts[worker_id]
+                counts = self.nodes[node.parent].child_holders
+                k = counts[worker_id] - 1
+                if k:
+                    counts[worker_id] = k
+                else:
+                    del counts[worker_id]
         if len(node.holders) < 2:
             self.shared.discard(block_hash)
         return self._gc(block_hash, node)
@@ -136,7 +190,21 @@ class PrefixTrie:
                 counts = pnode.child_holders
                 for w in node.holders:
                     counts[w] = counts.get(w, 0) + 1
+                self._relink_subtree(h, pnode)
             k -= 1
+
+    def _relink_subtree(self, block_hash: int, pnode: TrieNode) -> None:
+        """Recomputes the depth and ``complete`` set of node ``block_hash`` and its descendants
+        (and marks them touched) after the parentless node was linked below ``pnode``."""
+        nodes = self.nodes
+        stack = [(block_hash, pnode)]
+        while stack:
+            h, p = stack.pop()
+            n = nodes[h]
+            n.depth = p.depth + 1
+            n.complete = n.holders & p.complete
+            self.touched.add(h)
+            stack.extend((c, n) for c in n.children)
 
     # ------------------------------------------------------------------ queries
     def path_to(self, block_hash: int) -> list[int]:
@@ -153,65 +221,37 @@ class PrefixTrie:
         path.reverse()
         return path
 
-    def _complete_holders_memo(self, block_hash: int, memo: dict[int, set[int]]) -> set[int]:
-        got = memo.get(block_hash)
-        if got is not None:
-            return got
-        nodes = self.nodes
-        node = nodes.get(block_hash)
-        if node is None:
-            return set()
-        if node.parent is None or node.parent not in nodes:
-            out = set(node.holders) if node.parent is None else set()
-        else:
-            out = self._complete_holders_memo(node.parent, memo) & node.holders
-        memo[block_hash] = out
-        return out
+    def complete_holders(self, block_hash: int) -> set[int]:
+        """Workers holding every block of the prefix ending at ``block_hash`` (a new set; empty if
+        unknown). O(replicas): read from the node's ``complete`` set."""
+        node = self.nodes.get(block_hash)
+        return set(node.complete) if node is not None else set()
 
-    def complete_holders(self, block_hash: int, memo: dict[int, set[int]] | None = None) -> set[int]:
-        """Workers holding every block of the prefix ending at ``block_hash`` (a new set).
-
-        ``memo`` (hash -> complete holders) shares the ancestors' sets between calls of one scan.
-        """
-        if memo is not None:
-            return self._complete_holders_memo(block_hash, memo)
-        held: set[int] | None = None
-        for h in self.path_to(block_hash):
-            node = self.nodes.get(h)
-            if node is None:
-                return set()
-            held = set(node.holders) if held is None else held & node.holders
-            if not held:
-                return held
-        return held or set()
-
-    def replica_count(self, block_hash: int, degree: int, degree_of: Mapping[int, int],
-                      memo: dict[int, set[int]] | None = None) -> int:
+    def replica_count(self, block_hash: int, degree: int, degree_of: Mapping[int, int]) -> int:
         """``ReplicaCount(z, C)`` (paper §7): degree-C workers (``degree_of``: worker id -> CP degree)
         holding the complete prefix ending at z."""
-        if block_hash not in self.nodes:
+        node = self.nodes.get(block_hash)
+        if node is None:
             return 0
-        return sum(1 for w in self.complete_holders(block_hash, memo) if degree_of.get(w) == degree)
+        return sum(1 for w in node.complete if degree_of.get(w) == degree)
 
     def holders(self, block_hash: int) -> set[int]:
         """Workers whose cache holds this block (a copy; empty if unknown)."""
         node = self.nodes.get(block_hash)
         return set(node.holders) if node is not None else set()
 
-    def depth(self, block_hash: int, cache: dict[int, int]) -> int:
-        """Number of known ancestors of ``block_hash`` present in the trie (0 at the root level);
-        ``cache`` (hash -> depth) shares the ancestors' depths between calls."""
-        d = cache.get(block_hash)
-        if d is None:
-            p = self.nodes[block_hash].parent
-            d = 0 if p is None or p not in self.nodes else self.depth(p, cache) + 1
-            cache[block_hash] = d
-        return d
+    def depth(self, block_hash: int) -> int:
+        """Number of ancestors of ``block_hash`` (0 at the root level), O(1) (kept on the node).
+
+        Raises:
+            KeyError: ``block_hash`` is not in the trie.
+        """
+        return self.nodes[block_hash].depth
 
     def leaves_first(self, hashes: Iterable[int]) -> list[int]:
         """``hashes`` sorted deepest first (ties: by hash, for determinism)."""
-        depth_cache: dict[int, int] = {}
-        return sorted(hashes, key=lambda h: (-self.depth(h, depth_cache), h))
+        nodes = self.nodes
+        return sorted(hashes, key=lambda h: (-nodes[h].depth, h))
 
     def deepest(self, cands: dict[tuple[int, int], float]) -> list[tuple[int, int]]:
         """``(node, degree)`` candidates none of whose descendants (same degree) is a candidate,

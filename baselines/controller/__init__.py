@@ -1,13 +1,17 @@
 """Vertumnus cluster-level controller (paper §6): the windowed split/merge decision.
 
-Two decisions (``ControllerConfig.decision``): ``"target"`` (default; a target composition from a
-look-ahead TTFT prediction, :mod:`~baselines.controller.target_rule`) and ``"paper-rule"`` (the
-paper's load regions, :mod:`~baselines.controller.paper_rule`). Modules, one concern each:
+Three decisions (``ControllerConfig.decision``): ``"analytic"`` (default, ``vertumnus``: the paper's
+load regions whose proposals start only when an analytic estimate predicts a net gain,
+:mod:`~baselines.controller.analytic_rule`), ``"paper-rule"`` (the paper's load regions, ungated,
+:mod:`~baselines.controller.paper_rule`) and ``"target"`` (cpgym's target composition from a
+look-ahead TTFT prediction, ``vertumnus-lookahead``, :mod:`~baselines.controller.target_rule`).
+Modules, one concern each:
 
 * :mod:`~baselines.controller.config` — :class:`ControllerConfig` and the names of its choices;
 * :mod:`~baselines.controller.measurement` — the window: rate, mix, capacity, load, trend
   (:class:`WindowRecord`);
-* :mod:`~baselines.controller.paper_rule`, :mod:`~baselines.controller.target_rule` — the decisions;
+* :mod:`~baselines.controller.paper_rule`, :mod:`~baselines.controller.analytic_rule`,
+  :mod:`~baselines.controller.target_rule` — the decisions;
 * :mod:`~baselines.controller.actuation` — starting operations (limits, ranking, lockout);
 * :mod:`~baselines.controller.reconfig_controller` — :class:`ReconfigController`, composing them.
 

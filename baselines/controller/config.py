@@ -84,12 +84,28 @@ class ControllerConfig:
         profile: capacity profiling (:class:`~envs.planning.capacity.ProfileConfig`).
         reconfig: protocol costs (switch, confirmation; :class:`~envs.sim.reconfig.ReconfigConfig`).
 
+    Decision and the do-no-harm gate (``decision="analytic"``, the default;
+    :mod:`baselines.controller.analytic_rule`):
+
+        decision: one of :data:`DECISIONS`: ``"analytic"`` (default: the paper rule's proposals,
+            started only when the analytic estimate predicts a net gain at both ends of the
+            measured rate's noise band — the controller of ``vertumnus`` and
+            ``vertumnus-adaptive``; measurements: ``results/vertumnus/README.md``),
+            ``"paper-rule"`` (the load regions above, ungated: ``vertumnus-paper-rule``) or
+            ``"target"`` (cpgym's look-ahead target composition, below: ``vertumnus-lookahead``).
+        gate_horizon_s: span [s] over which a move's predicted TTFT gain is counted against its
+            drain and switch cost, > 0; 60 (= ``min_dwell_s``: the dwell-time lockout keeps a
+            move's GPUs out of the opposite move that long, so it is the shortest time a move
+            is sure to stand; the paper gives no number).
+        gate_z: half-width of the rate noise band in standard errors of the measured rate, >= 0;
+            1.96 (a two-sided 95 % band; the paper gives no number). The standard error uses the
+            over-dispersion of window counts measured in the run
+            (:meth:`~baselines.controller.measurement.WindowMeasurement.measured_dispersion`).
+            ``"analytic"`` reuses ``target_trend_min_t`` for its trend test (with the measured
+            dispersion).
+
     Target decision (``decision="target"``; :mod:`baselines.controller.target_rule`):
 
-        decision: ``"target"`` (look-ahead target composition) or ``"paper-rule"`` (the load
-            regions above), one of :data:`DECISIONS`; ``"target"`` (ahead of the best fixed
-            composition in hindsight on ``cpgym dynamic`` where the paper rule is behind:
-            defaults README).
         target_margin: predicted relative mean-TTFT gain over the current target a candidate
             needs for ``k_windows`` consecutive windows, >= 0; 0.05 (above the look-ahead's
             regret against full constant-rate runs at most rates: defaults README; a smaller
@@ -195,7 +211,7 @@ class ControllerConfig:
     mix_change_distance: float = 0.3
     profile: ProfileConfig = field(default_factory=lambda: ProfileConfig())
     reconfig: ReconfigConfig = field(default_factory=ReconfigConfig)
-    decision: str = "target"
+    decision: str = "analytic"
     target_margin: float = 0.05
     target_urgent_gain: float = 0.25
     urgent_min_sample_requests: int = 1024
@@ -208,6 +224,8 @@ class ControllerConfig:
     target_replay_sample: bool = False
     target_transition: bool = False
     target_trend_noise: str = "poisson"
+    gate_horizon_s: float = 60.0
+    gate_z: float = 1.96
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
 
     def __post_init__(self) -> None:
@@ -283,6 +301,10 @@ class ControllerConfig:
               f"controller.target_transition scores the 'target' decision's look-ahead streams from the current "
               f"composition (lookahead.source 'requests'); decision {self.decision!r} with lookahead.source "
               f"{self.lookahead.source!r} has none (leave it false)")
+        check(self.gate_horizon_s > 0 and math.isfinite(self.gate_horizon_s),
+              f"controller.gate_horizon_s must be a finite number > 0, got {self.gate_horizon_s}")
+        check(self.gate_z >= 0 and math.isfinite(self.gate_z),
+              f"controller.gate_z must be a finite number >= 0, got {self.gate_z}")
         check(self.target_trend_noise in TREND_NOISES,
               f"controller.target_trend_noise must be one of {list(TREND_NOISES)}, got {self.target_trend_noise!r}")
         check(self.decision == "target" or self.target_trend_noise == "poisson",
@@ -316,7 +338,7 @@ class ControllerConfig:
 
 
 #: The decisions :class:`~baselines.controller.ReconfigController` can take (``ControllerConfig.decision``).
-DECISIONS = ("target", "paper-rule")
+DECISIONS = ("analytic", "target", "paper-rule")
 #: The look-ahead samples of the ``"target"`` decision (``ControllerConfig.target_sample``).
 TARGET_SAMPLES = ("regime-start", "latest")
 #: The noise models of the trend test (``ControllerConfig.target_trend_noise``).

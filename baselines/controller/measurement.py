@@ -62,6 +62,9 @@ class WindowRecord:
             when none finished).
         predicted_target_ttft_s: ``"target"`` decision: the look-ahead's score of the target
             composition before this window's decision [s].
+        capacity_calibration: ``"analytic"`` decision: the factor its estimate applied to the
+            profiled capacities (:meth:`~baselines.controller.analytic_rule.AnalyticRule._calibrated_capacities`;
+            NaN when no operation was proposed).
     """
 
     time_s: float
@@ -83,6 +86,7 @@ class WindowRecord:
     lookahead_slope_rps_per_s: float = math.nan
     observed_ttft_s: float = math.nan
     predicted_target_ttft_s: float = math.nan
+    capacity_calibration: float = math.nan
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -151,7 +155,27 @@ class WindowMeasurement:
             self._shares = (1.0 - a) * self._shares + a * s
         self.table.observe(self._shares)
         degrees = self.sim.config.pool.supported_degrees if degrees is None else degrees
+        if self.config.decision == "analytic":
+            return self._anchored_profiles(list(degrees))
         return {d: self.table.shares_profile(d, self._shares) for d in degrees}
+
+    def _anchored_profiles(self, degrees: list[int]) -> dict[int, CapacityProfile]:
+        """The ``"analytic"`` decision's profiles: the largest of ``degrees`` (the anchor: the
+        fewest workers, so the cheapest profile) is profiled by the table (one simulated profile
+        per reference mix, i.e. per mix regime); every other degree's per-worker capacity is the
+        anchor's scaled by the mix's mean batching work
+        (:meth:`~envs.planning.capacity.CapacityTable.mean_work_s`, the table's own rescaling
+        between a mix and its reference)."""
+        anchor = max(degrees)
+        ref = self.table.shares_profile(anchor, self._shares)
+        work = self.table.mean_work_s(anchor, self._shares)
+        out = {anchor: ref}
+        for d in degrees:
+            if d != anchor:
+                cap = ref.capacity_rps * work / self.table.mean_work_s(d, self._shares)
+                out[d] = CapacityProfile(d, cap, cap * ref.mean_prompt_tokens, ref.mean_prompt_tokens,
+                                         ref.zero_load_attainment, ref.reference)
+        return out
 
     def _needed_degrees(self, counts: dict[int, int]) -> list[int]:
         """Degrees whose profile a decision can need: those present, and their halves and
@@ -238,6 +262,12 @@ class WindowMeasurement:
         with ``"poisson"``."""
         if self.config.target_trend_noise == "poisson":
             return 1.0
+        return self.measured_dispersion()
+
+    def measured_dispersion(self) -> float:
+        """Over-dispersion of the window rates against Poisson counts measured in the run, whatever
+        ``target_trend_noise`` says: ``max(1, (DISPERSION_PRIOR_WINDOWS + sum(terms)) /
+        (DISPERSION_PRIOR_WINDOWS + len(terms)))`` (:meth:`rate_dispersion`)."""
         terms = self._dispersion_terms
         return max(1.0, (DISPERSION_PRIOR_WINDOWS + sum(terms)) / (DISPERSION_PRIOR_WINDOWS + len(terms)))
 
@@ -247,5 +277,9 @@ class WindowMeasurement:
         n = len(self._rates)
         if n < 2:
             return 0.0
+        if self.config.decision == "analytic":  # closed form (np.polyfit costs ~0.1 ms a window)
+            xm = 0.5 * (n - 1)
+            sxx = sum((i - xm) ** 2 for i in range(n))
+            return sum((i - xm) * r for i, r in enumerate(self._rates)) / sxx / self.config.decision_window_s
         x = np.arange(n, dtype=float) * self.config.decision_window_s
         return float(np.polyfit(x, np.asarray(self._rates), 1)[0])

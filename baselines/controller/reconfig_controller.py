@@ -1,12 +1,14 @@
 """The windowed split/merge controller (paper §6), composed of its parts: window measurement
-(:mod:`baselines.controller.measurement`), the two decision rules
-(:mod:`baselines.controller.paper_rule`, :mod:`baselines.controller.target_rule`) and actuation
+(:mod:`baselines.controller.measurement`), the decision rules
+(:mod:`baselines.controller.paper_rule`, :mod:`baselines.controller.analytic_rule`,
+:mod:`baselines.controller.target_rule`) and actuation
 (:mod:`baselines.controller.actuation`); settings in :mod:`baselines.controller.config`.
 """
 
 from __future__ import annotations
 
 from baselines.controller.actuation import Actuation
+from baselines.controller.analytic_rule import AnalyticRule
 from baselines.controller.config import ControllerConfig
 from baselines.controller.measurement import WindowMeasurement, WindowRecord
 from baselines.controller.paper_rule import PaperRule
@@ -17,13 +19,14 @@ from envs.sim.events import EventPriority
 __all__ = ["ReconfigController"]
 
 
-class ReconfigController(WindowMeasurement, PaperRule, TargetRule, Actuation):
+class ReconfigController(WindowMeasurement, PaperRule, AnalyticRule, TargetRule, Actuation):
     """The windowed split/merge controller; attach with :meth:`attach` (a policy attachment).
 
     Each window runs :meth:`measure` (rate, mix, capacity and load of the window: a
     :class:`~baselines.controller.measurement.WindowRecord`), then with ``decision="target"``
     :meth:`decide_target` (the target composition) and :meth:`move_towards` (operations towards
-    it), with ``decision="paper-rule"`` :meth:`decide` (the sustained-condition counters: split,
+    it), with ``decision="analytic"`` :meth:`decide_analytic` (the paper rule's proposal, gated), with
+    ``decision="paper-rule"`` :meth:`decide` (the sustained-condition counters: split,
     merge or nothing) and :meth:`act` (operations of that kind until the capacity gap closes or a
     limit is reached).
 
@@ -75,6 +78,9 @@ class ReconfigController(WindowMeasurement, PaperRule, TargetRule, Actuation):
             return
         if self.config.decision == "target":
             self.move_towards(self.decide_target(record), record)
+            return
+        if self.config.decision == "analytic":
+            self.decide_analytic(record, profiles)
             return
         kind = self.decide(record)
         if kind is not None:

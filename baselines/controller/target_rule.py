@@ -1,5 +1,6 @@
-"""The look-ahead ``"target"`` decision (``ControllerConfig.decision="target"``, the default; not
-in the paper's copies). Why: with the calibrated reconfiguration timing the paper rule
+"""The look-ahead ``"target"`` decision (``ControllerConfig.decision="target"``, the controller of
+``vertumnus-lookahead``; not in the paper's copies; the default until issue #40,
+``results/vertumnus/README.md``). Why: with the calibrated reconfiguration timing the paper rule
 (:mod:`baselines.controller.paper_rule`) lost to the best fixed composition chosen in hindsight on
 ``cpgym dynamic`` (``results/dynamic-phases/README.md``, section "Controller defaults: the
 measurements behind them"): a short-request-heavy mix wants a *mixed* pool (the router sends short

@@ -59,7 +59,7 @@ class Metric:
 
 #: Every per-run metric, in the order of :data:`envs.metrics.SUMMARY_KEYS` and then the extra keys
 #: of :func:`envs.metrics.summarize`, of a sweep cell's ``summary.json`` (``experiments.sweep.execute``)
-#: and of a reconfiguration episode row (``policies.reconfig.evaluate``).
+#: and of a benchmark episode row (``benchmark.protocol``).
 METRIC_ROWS: tuple[Metric, ...] = (
     Metric("num_requests", "count", "neither", "requests"),
     Metric("num_unfinished", "count", "lower", "unfinished requests"),

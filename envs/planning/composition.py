@@ -19,7 +19,8 @@ from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig, resolve_composition
 
-__all__ = ["enumerate_compositions", "pool_over_degrees", "degree_counts", "composition_capacity_rps", "initial_composition",
+__all__ = ["enumerate_compositions", "node_homogeneous_compositions",
+           "pool_over_degrees", "degree_counts", "composition_capacity_rps", "initial_composition",
            "deployment_pool", "workload_initial_pool"]
 
 
@@ -47,6 +48,32 @@ def enumerate_compositions(pool: PoolConfig) -> list[str]:
     rec(0, pool.num_gpus, [])
     out.sort(key=lambda x: x[0], reverse=True)
     return [t for _, t in out]
+
+
+def node_homogeneous_compositions(pool: PoolConfig, degrees=None) -> list[str]:
+    """The compositions of ``pool`` over CP ``degrees`` (default its ``supported_degrees``) in
+    which every node holds workers of one degree: each degree's GPU count is a multiple of
+    ``pool.gpus_per_node`` (workers are placed largest degree first, node-aligned). In
+    :func:`enumerate_compositions`' order; e.g. 40 GPUs in nodes of 8 over {2, 4, 8}: the 21 ways
+    to give each of the 5 nodes one CP-8, two CP-4 or four CP-2 workers (of the 36 compositions).
+    A smaller candidate set for the fixed-pool references of ``baselines.fixed_compositions``.
+
+    Raises:
+        ValueError: when ``degrees`` is not a non-empty subset of the pool's supported degrees.
+    """
+    degrees = tuple(sorted({int(d) for d in (pool.supported_degrees if degrees is None else degrees)}))
+    if not degrees or not set(degrees) <= set(pool.supported_degrees):
+        raise ValueError(f"degrees {list(degrees)}: expected a non-empty subset of the pool's supported degrees "
+                         f"{list(pool.supported_degrees)}")
+    restricted = pool_over_degrees(pool, degrees)
+    if restricted is None:
+        return []
+    out = []
+    for comp in enumerate_compositions(restricted):
+        counts = degree_counts(comp, restricted)
+        if all(d * n % pool.gpus_per_node == 0 for d, n in counts.items()):
+            out.append(comp)
+    return out
 
 
 def pool_over_degrees(pool: PoolConfig, degrees) -> PoolConfig | None:

@@ -70,6 +70,20 @@ class PrefixCache:
         """Resident block hashes, least recently used first (a copy)."""
         return list(self._blocks)
 
+    def lru_unpinned(self, num_blocks: int) -> list[int]:
+        """The ``num_blocks`` least recently used unpinned resident blocks, LRU first (fewer if
+        there are not that many). Visits the blocks up to the last one returned, not all of them."""
+        pinned = self._pinned
+        out: list[int] = []
+        if num_blocks <= 0:
+            return out
+        for h in self._blocks:
+            if h not in pinned:
+                out.append(h)
+                if len(out) == num_blocks:
+                    break
+        return out
+
     def match_ready(self, block_hashes: Sequence[int]) -> int:
         """Number of leading blocks that are present and ready."""
         get = self._blocks.get
@@ -168,13 +182,8 @@ class PrefixCache:
             evicted = list(islice(blocks, num_blocks))
             deque(map(blocks.__delitem__, evicted), 0)
         else:
-            evicted = []
-            for h in list(blocks):
-                if len(evicted) == num_blocks:
-                    break
-                if h not in pinned:
-                    del blocks[h]
-                    evicted.append(h)
+            evicted = self.lru_unpinned(num_blocks)
+            deque(map(blocks.__delitem__, evicted), 0)
         for h in evicted:
             for fn in listeners:
                 fn(self.worker_id, h)

@@ -19,51 +19,68 @@ All results are :class:`envs.sim.request.Workload` objects.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from pathlib import Path
 
-from .arrivals import (
-    ArrivalProcess,
-    GammaArrivals,
-    InhomogeneousPoissonArrivals,
-    MMPPArrivals,
-    PoissonArrivals,
-    inter_arrival_cv,
-)
-from .distributions import LEVAL_DOC_TOKENS, TruncatedLogNormal
-from .prefix import BlockHasher, PromptContext
-from .registry import WORKLOADS, get_workload
-from .source import WorkloadSource, build_workload
-from .stats import (
-    REFERENCE_GPU_PREFILL_TOKENS_PER_S,
-    REFERENCE_POOL_NUM_GPUS,
-    ideal_prefix_reuse_per_request,
-    prefix_reuse_stats,
-    workload_stats,
-)
-from .synthetic import (
-    long_document_questions,
-    matched_load_phases,
-    mixed_capacity_rps,
-    mixed_workload,
-    multi_turn_sessions,
-    phase_changes,
-    system_prompt_requests,
-    tool_agent_sessions,
-)
-from .traces import (
-    DEFAULT_LEVAL_MEAN_QUERY_GAP_S,
-    DEFAULT_LEVAL_RATE_RPS,
-    MOONCAKE_BLOCK_SIZE_TOKENS,
-    TraceFormatError,
-    TraceWarning,
-    detect_timestamp_bucket_ms,
-    load_azure_csv,
-    load_leval_lengths_csv,
-    load_mooncake_jsonl,
-    load_trace,
-    spread_quantised_timestamps,
-)
-from .transforms import merge, scale_rate, scale_to_rate, split, window, windows
+#: public name -> the sub-module defining it; loaded on first use (PEP 562 ``__getattr__``), so
+#: that the light names below (the defaults, :data:`WORKLOAD_NAMES`) cost no numpy import (the
+#: ``cpgym`` parser reads them).
+_EXPORTS = {
+    # .arrivals
+    "ArrivalProcess": "arrivals",
+    "GammaArrivals": "arrivals",
+    "InhomogeneousPoissonArrivals": "arrivals",
+    "MMPPArrivals": "arrivals",
+    "PoissonArrivals": "arrivals",
+    "inter_arrival_cv": "arrivals",
+    # .distributions
+    "LEVAL_DOC_TOKENS": "distributions",
+    "TruncatedLogNormal": "distributions",
+    # .prefix
+    "BlockHasher": "prefix",
+    "PromptContext": "prefix",
+    # .registry
+    "WORKLOADS": "registry",
+    "get_workload": "registry",
+    # .source
+    "WorkloadSource": "source",
+    "build_workload": "source",
+    # .stats
+    "REFERENCE_GPU_PREFILL_TOKENS_PER_S": "stats",
+    "REFERENCE_POOL_NUM_GPUS": "stats",
+    "ideal_prefix_reuse_per_request": "stats",
+    "prefix_reuse_stats": "stats",
+    "workload_stats": "stats",
+    # .synthetic
+    "long_document_questions": "synthetic",
+    "matched_load_phases": "synthetic",
+    "mixed_capacity_rps": "synthetic",
+    "mixed_workload": "synthetic",
+    "multi_turn_sessions": "synthetic",
+    "phase_changes": "synthetic",
+    "system_prompt_requests": "synthetic",
+    "tool_agent_sessions": "synthetic",
+    # .traces
+    "DEFAULT_LEVAL_MEAN_QUERY_GAP_S": "traces",
+    "DEFAULT_LEVAL_RATE_RPS": "traces",
+    "MOONCAKE_BLOCK_SIZE_TOKENS": "traces",
+    "TraceFormatError": "traces",
+    "TraceWarning": "traces",
+    "detect_timestamp_bucket_ms": "traces",
+    "load_azure_csv": "traces",
+    "load_leval_lengths_csv": "traces",
+    "load_mooncake_jsonl": "traces",
+    "load_trace": "traces",
+    "spread_quantised_timestamps": "traces",
+    # .transforms
+    "merge": "transforms",
+    "scale_rate": "transforms",
+    "scale_to_rate": "transforms",
+    "split": "transforms",
+    "window": "transforms",
+    "windows": "transforms",
+}
 
 #: The named synthetic workload of a run given neither a trace nor a workload: of ``cpgym
 #: simulate`` and the other simulation commands (``experiments.common.add_workload_arguments``) and
@@ -92,6 +109,12 @@ def default_trace_path() -> Path:
     return default_traces_dir() / DEFAULT_TRACE_FILE
 
 
+#: The names of the registered synthetic workloads (:data:`WORKLOADS`, in its order), for help texts
+#: that must not load the generators (``tests/experiments/test_cli_startup.py`` checks the two agree).
+WORKLOAD_NAMES = ("mixed-default", "system-prompts", "multi-turn", "tool-agent", "leval-like", "phases",
+                  "matched-phases", "production-day", "bursty")
+
+
 __all__ = [
     "ArrivalProcess",
     "BlockHasher",
@@ -110,6 +133,7 @@ __all__ = [
     "TraceWarning",
     "TruncatedLogNormal",
     "WORKLOADS",
+    "WORKLOAD_NAMES",
     "WorkloadSource",
     "build_workload",
     "DEFAULT_TRACE_FILE",
@@ -142,3 +166,19 @@ __all__ = [
     "workload_stats",
     "prefix_reuse_stats",
 ]
+
+
+def __getattr__(name: str):
+    """A public name (:data:`_EXPORTS`) or a sub-module (``pkg.traces`` after ``import pkg``, as
+    when this file imported every sub-module), loaded on first use."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return value  # not cached here: a test that patches the sub-module's name patches this one too
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

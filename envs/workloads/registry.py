@@ -12,6 +12,7 @@ from envs.sim.request import Workload
 
 from .arrivals import GammaArrivals
 from .distributions import SeedLike
+from .production_day import production_day
 from .synthetic import (
     long_document_questions,
     matched_load_phases,
@@ -116,6 +117,15 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
         "Randomised dynamic reconfiguration scenarios below saturation: per seed, rising rates or alternating "
         "short-/long-request-heavy phases (3-6 phases of 60-180 s), loads 0.4-0.8 of the mix's capacity on the "
         "reference pool (matched load). Train on seeds < 1000, evaluate on seeds >= 1000.",
+    ),
+    "production-day": _named(
+        "production-day",
+        production_day,
+        "A production day compressed 60x into 1,440 s (reconfig/production-day-v1, paper §2): a diurnal rate from 19.5 "
+        "to 78 req/s (peak 0.92 of the reference pool's capacity for the peak hour's mix), long requests (> 8,192 "
+        "tokens) ~6 % of the day's arrivals (5-7.8 % by hour) but ~42 % of its input tokens (35-54 % in 4-hour bins), "
+        "infinite-cache prefix hit rate moving within ~36-54 %; 24 hourly phases. Train on seeds < 1000, evaluate on "
+        "seeds >= 1000.",
     ),
     "bursty": _named(
         "bursty",

@@ -2,7 +2,13 @@
 (and per CPU-second of this process, robust to a shared machine), simulated time per
 wall time and peak memory, per policy, measured side by side in one process. With
 ``--kv-tiers hbm,dram[,store]`` each policy runs with the tiers and without them, alternating
-run by run, and both rows are reported."""
+run by run, and both rows are reported.
+
+``--format json``: ``{"workload", "load_time_s", "results": [row, ...]}``, one row per policy (and
+KV-tier setting) with ``num_requests``, ``wall_time_s`` and ``requests_per_wall_s``, ``cpu_time_s`` and
+``requests_per_cpu_s`` (``time.process_time`` of this process over the runs alone, in-loop: the
+workload is built before; the median of ``--repeat`` runs), ``sim_time_s``, ``sim_over_wall``,
+``peak_traced_memory_mib`` and ``num_workers``."""
 
 from __future__ import annotations
 
@@ -12,18 +18,8 @@ from baselines.registry import get_policy
 from baselines.runner import run_policy
 from envs.sim.options import split_name_list
 from envs.sim.tier_config import TierConfig
-from envs.workloads import default_trace_path
-from experiments.common import add_sim_arguments, add_workload_arguments, dumps_json, sim_config_from_args, workload_from_args
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    # the benchmark's default: the full conversation trace
-    add_workload_arguments(p, default_trace=str(default_trace_path()))
-    add_sim_arguments(p, horizon=False)  # every run simulates every request (--horizon-s refused below)
-    default = "round-robin,least-work,prefix-affinity,vertumnus-router,vertumnus-adaptive,vertumnus"
-    p.add_argument("--policy", default=default, help=f"comma-separated policies (default {default})")
-    p.add_argument("--repeat", type=int, default=3, help="runs per policy; the median is reported (default 3)")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
+from experiments.common import dumps_json, sim_config_from_args, workload_from_args
+from experiments.flags.bench import add_arguments  # noqa: F401  (re-exported)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,22 +24,11 @@ from __future__ import annotations
 
 import argparse
 
-from envs.sim.options import add_config_arguments, config_from_args
+from envs.sim.options import config_from_args
 from envs.workloads import WorkloadSource, default_trace_path
 from experiments.benchmarks import EnvBenchConfig, bench_routing_env
-from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("episodes")
-    g.add_argument("--trace", metavar="PATH", help="trace (default: the Mooncake conversation trace)")
-    g.add_argument("--target-rps", type=float, default=12.0,
-                   help="time-scale the trace to this rate [requests/s] (default 12)")
-    g.add_argument("--episode-window-s", type=float, default=60.0, help="episode window [s] (default 60)")
-    add_sim_arguments(p)
-    add_config_arguments(p, EnvBenchConfig, title="measurement")
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="stdout format: a table, or one JSON array with one row per measurement (default table)")
+from experiments.common import dumps_json, sim_config_from_args
+from experiments.flags.bench_env import add_arguments  # noqa: F401  (re-exported)
 
 
 def run(args: argparse.Namespace) -> int:

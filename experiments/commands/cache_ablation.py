@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 
 from envs.provenance import write_provenance
-from envs.sim.options import add_config_arguments, check_out_dir, config_from_args
-from experiments.common import add_sim_arguments, dumps_json, sim_config_from_args
+from envs.sim.options import check_out_dir, config_from_args
+from experiments.common import dumps_json, sim_config_from_args
+from experiments.flags.cache_ablation import add_arguments  # noqa: F401  (re-exported)
 from experiments.paper_experiments.cache_ablation import (  # noqa: F401  (old import path)
     MEAN_CALLS_PER_SESSION,
     CacheAblationConfig,
@@ -29,14 +30,6 @@ from experiments.paper_experiments.cache_ablation import (  # noqa: F401  (old i
 
 JSON_KEYS = ("policy", "rate_rps", "mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted", "prefix_hit_rate",
              "kv_transfer_bytes", "max_link_utilization", "mean_link_utilization", "num_replications")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_sim_arguments(p)
-    add_config_arguments(p, CacheAblationConfig, title="cache ablation")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
-    p.add_argument("--out", metavar="DIR", help="also write results.csv and provenance.json under DIR (results.csv "
-                                                "after each run: a run stopped midway keeps its finished runs)")
 
 
 def plan(args: argparse.Namespace) -> list[tuple]:

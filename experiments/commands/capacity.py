@@ -24,30 +24,13 @@ from envs import workloads
 from envs.sim.options import check_out_dir
 from envs.workloads import DEFAULT_WORKLOAD, WORKLOADS
 from experiments.common import (
-    add_sim_arguments,
-    add_workload_arguments,
+    check_workload_flags,
     dumps_json,
     parse_workload_params,
     sim_config_from_args,
 )
+from experiments.flags.capacity import DEFAULT_CACHE_DIR, add_arguments, add_capacity_arguments  # noqa: F401  (re-exported)
 from experiments.paper_experiments.end_to_end import resolve_suite
-
-DEFAULT_CACHE_DIR = ".cpgym-cache/capacity"
-
-
-def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
-    """The definition and cache options shared by ``capacity``, ``compare --loads`` and ``reproduce``."""
-    d = CapacityDefinition()
-    g = p.add_argument_group("capacity (sustainable rate)")
-    g.add_argument("--drain-ratio", type=float, default=d.drain_ratio,
-                   help="the backlog drains when the last third's mean TTFT slowdown (TTFT / isolated uncached "
-                        f"single-GPU TTFT) is at most this x the first third's; > 1 (default {d.drain_ratio})")
-    g.add_argument("--min-slo-attainment", type=float, default=d.min_slo_attainment,
-                   help=f"token-weighted SLO attainment at least this (default {d.min_slo_attainment})")
-    g.add_argument("--rel-tol", type=float, default=d.rel_tol,
-                   help=f"bisection stops at this relative bracket width (default {d.rel_tol})")
-    g.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help=f"capacity results cache (default {DEFAULT_CACHE_DIR})")
-    g.add_argument("--no-cache", action="store_true", help="neither read nor write the capacity cache")
 
 
 def check_capacity_flags_unused(args: argparse.Namespace, why: str) -> None:
@@ -103,6 +86,7 @@ def rated_from_args(args: argparse.Namespace, default_window=(0.0, 600.0), durat
     ``duration_param`` (``compare --loads``, whose runs use it) says to leave it to the runs."""
     if getattr(args, "target_rps", None) is not None or getattr(args, "rate_scale", None) is not None:
         raise ValueError("--target-rps / --rate-scale do not apply here: rates are set as load fractions or searched")
+    check_workload_flags(args)  # --workload-seed named as typed (was 'seed must be ... or a numpy.random.SeedSequence')
     start, end = args.arrival_window_s or default_window
     if not 0 <= start < end:
         raise ValueError(f"--arrival-window-s START END needs 0 <= START < END, got {start:g} {end:g}")
@@ -134,16 +118,6 @@ def check_windowable(name: str) -> None:
         raise ValueError(f"workload {name!r} has no steady rate to measure a capacity of: its span is set by its phases "
                          "(num_phases x phase_duration_s), not by a window; cpgym dynamic measures each phase mix's "
                          "capacity (--short-load, --long-load)")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_workload_arguments(p)
-    add_sim_arguments(p, horizon=False)  # every probe runs until its requests finish (--horizon-s refused below)
-    p.add_argument("--policy", default="paper", help="comma-separated policies or suites (default paper)")
-    add_capacity_arguments(p)
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="stdout format: a table, or one JSON array with one object per policy (default table)")
-    p.add_argument("--quiet", action="store_true", help="no per-probe progress lines on stderr")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -46,12 +46,11 @@ import math
 import sys
 
 from baselines.capacity import capacities, is_overloaded, rates_for_loads, static_baselines
-from baselines.registry import SUITES, get_policy
+from baselines.registry import get_policy
 from baselines.runner import policy_pool
 from envs.provenance import write_provenance
 from envs.sim.options import check_out_dir
 from experiments.commands.capacity import (
-    add_capacity_arguments,
     cache_dir_from_args,
     check_capacity_flags_unused,
     definition_from_args,
@@ -59,14 +58,13 @@ from experiments.commands.capacity import (
 )
 from experiments.commands.simulate import UNFINISHED_CAPTION
 from experiments.common import (
-    add_sim_arguments,
-    add_workload_arguments,
     dumps_json,
     parse_list,
     sim_config_from_args,
     workload_source_from_args,
     write_rows_csv,
 )
+from experiments.flags.compare import add_arguments  # noqa: F401  (re-exported)
 from experiments.paper_experiments.end_to_end import (
     VERTUMNUS,
     compare_plan,
@@ -78,40 +76,6 @@ from policies.common.policy_args import check_distinct
 
 JSON_KEYS = ("policy", "rate_rps", "mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted",
              "slo_attainment_requests", "prefix_hit_rate", "utilization", "num_unfinished", "num_requests", "num_seeds")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_workload_arguments(p)
-    add_sim_arguments(p, seed=False)  # the run seeds are --seeds
-    suites = "; ".join(f"{k}: {', '.join(v)}" for k, v in SUITES.items())
-    p.add_argument("--suite", default="paper",
-                   help=f"a suite, or comma-separated suite/policy names (default paper); suites: all (every policy of "
-                        f"cpgym simulate --list-policies); {suites}")
-    rates = p.add_mutually_exclusive_group()
-    rates.add_argument("--rates", metavar="R1,R2,...", help="target mean request rates [requests/s], e.g. 10,20,40")
-    rates.add_argument("--rate-scales", metavar="X1,X2,...", help="multiply the workload's native rate by each factor")
-    rates.add_argument("--loads", metavar="F1,F2,...",
-                       help="fractions of the strongest static baseline's capacity, e.g. 0.5,0.7,0.85,0.95")
-    p.add_argument("--label-overload", action="store_true",
-                   help="measure each policy's capacity and label rates above it 'overloaded'")
-
-    add_capacity_arguments(p)
-    p.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
-    p.add_argument("--jobs", type=int, default=1, help="parallel simulation processes (default 1)")
-    p.add_argument("--out", metavar="DIR", help="write under DIR: results.csv and results.parquet (one row per policy, rate "
-                   "and seed), summary.csv (seed means), vertumnus_vs_strongest.csv, compare.png, provenance.json, and "
-                   "with --beta/--lambda sweep.csv; provenance.json first and results.csv after each run, so a run "
-                   "stopped midway keeps its finished runs (the other files need every run)")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
-    p.add_argument("--quiet", action="store_true",
-                   help="no per-probe capacity progress lines on stderr (printed with --loads / --label-overload, in "
-                        "either --format); the capacity the loads refer to is still stated")
-    p.add_argument("--beta", metavar="B1,B2,...",
-                   help="sweep: add vertumnus-router[beta=B,lambda=L] variants (the router alone) for these beta "
-                        "values (>= 1)")
-    p.add_argument("--lambda", dest="lambda_", metavar="L1,L2,...",
-                   help="sweep: add vertumnus-router[beta=B,lambda=L] variants (the router alone) for these lambda "
-                        "values (>= 0)")
 
 
 def plot(summary, path, title: str) -> None:

@@ -21,9 +21,10 @@ import sys
 
 from envs.provenance import write_provenance
 from envs.sim import PoolConfig
-from envs.sim.options import add_config_arguments, check_out_dir, config_from_args, with_flags
+from envs.sim.options import check_out_dir, config_from_args, with_flags
 from envs.sim.pool import composition_counts
-from experiments.common import add_sim_arguments, check_plot_file, dumps_json, parse_list, sim_config_from_args
+from experiments.common import check_plot_file, dumps_json, parse_list, sim_config_from_args
+from experiments.flags.dynamic import MAX_COMPOSITIONS, add_arguments  # noqa: F401  (re-exported)
 from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-exported defaults)
     DEFAULT_LONG_RATE_RPS,
     DEFAULT_RATE_SCALE,
@@ -36,27 +37,6 @@ from experiments.paper_experiments.dynamic_phases import (  # noqa: F401  (re-ex
     fixed_compositions,
     run_dynamic_phases,
 )
-
-#: The most fixed compositions ``--compositions all`` runs unless ``--max-compositions`` is raised.
-MAX_COMPOSITIONS = 32
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, DynamicPhasesConfig, title="workload (phases generator), controller and compared compositions")
-    add_sim_arguments(p, composition=False,  # each run sets its own composition
-                      supported_degrees=PAPER_SUPPORTED_DEGREES, supported_degrees_note="the paper's §9 run, Qwen3")
-    p.add_argument("--max-compositions", type=int, default=MAX_COMPOSITIONS,
-                   help=f"refuse --compositions all when the supported degrees give more fixed compositions than this "
-                        f"(default {MAX_COMPOSITIONS}; each is one full simulation)")
-    p.add_argument("--quiet", action="store_true",
-                   help="nothing on stderr but errors and cpgym warnings: no progress lines (capacity searches, one line "
-                        "per simulated policy); the results still go to stdout (tables, or JSON with --format json)")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
-    p.add_argument("--plot", metavar="PNG", help="write worker composition over time above TTFT over time")
-    p.add_argument("--out-dir", metavar="DIR", help="also write dynamic.json, CSV tables (policies, phases, operations, "
-                                                    "controller windows, capacity profiles) and provenance.json to DIR "
-                                                    "(provenance.json first and policies.csv after each run: a run "
-                                                    "stopped midway keeps its finished runs)")
 
 
 def base_config_from_args(args: argparse.Namespace):

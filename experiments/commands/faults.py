@@ -13,14 +13,7 @@ from envs.provenance import write_provenance
 from envs.sim import SimConfig
 from envs.sim.options import check_out_dir
 from experiments.faults import load_spec, plot_ttft_over_time, run_fault_experiment
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="SPEC",
-                   help="fault experiment spec (YAML), e.g. experiments/specs/faults/conversation.yaml")
-    p.add_argument("--out", metavar="DIR", default=None,
-                   help="output folder (default runs/faults/<spec name>; the shipped results/faults was made with "
-                        "--out results/faults)")
+from experiments.flags.faults import add_arguments  # noqa: F401  (re-exported)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,15 +11,9 @@ import argparse
 import json
 
 from envs.sim.options import split_number_list
+from experiments.flags.kernels import add_arguments  # noqa: F401  (re-exported)
 from kernels_ref.check import default_cases, format_table, run_check_suite
 from kernels_ref.dist import MAX_CPU_RANKS
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--degrees", default="1,2,4", help="comma-separated CP degrees (default 1,2,4)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                   help="cpu (default): gloo, fp32/fp64; cuda: nccl, adds bf16 cases (needs one GPU per rank)")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
 
 
 def parse_degrees(text: str, device: str) -> tuple[int, ...]:

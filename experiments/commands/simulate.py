@@ -13,29 +13,15 @@ from envs.metrics import summarize
 from envs.metrics.summary import FAULT_KEYS, TIER_SUMMARY_KEYS
 from envs.progress import Progress, progress_mode
 from envs.sim.options import check_out_dir, split_name_list
-from experiments.common import add_sim_arguments, add_workload_arguments, dumps_json, sim_config_from_args, workload_from_args
+from experiments.common import dumps_json, sim_config_from_args, workload_from_args
+from experiments.flags.simulate import DEFAULT_POLICIES, add_arguments  # noqa: F401  (re-exported)
 from policies.common.checkpoint import SHIPPED_CHECKPOINTS, looks_like_path
-
-DEFAULT_POLICIES = "round-robin,least-work,prefix-affinity,sglang-cache-aware,llm-d,dynamo-kv,mooncake-ttft,vertumnus"
 
 #: ``num_unfinished`` counts every request without a TTFT, the ``num_rejected`` ones (longer than any
 #: worker holds, never served) included: ``num_requests`` = finished + ``num_unfinished``.
 JSON_KEYS = ("policy", "pool", "num_requests", "num_unfinished", "num_rejected", "mean_ttft_s", "p50_ttft_s",
              "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "slo_attainment_requests", "prefix_hit_rate",
              "gpu_time_s", "sim_time_s", "wall_time_s")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_workload_arguments(p)
-    add_sim_arguments(p)
-    p.add_argument("--policy", default=None,
-                   help=f"comma-separated policy names (default: {DEFAULT_POLICIES}; see --list-policies)")
-    p.add_argument("--list-policies", action="store_true", help="print the known policies and exit")
-    p.add_argument("--out", metavar="DIR", help="write per-request tables, summaries and the resolved config under DIR")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress on stderr: a bar on a terminal, a line every 10 s otherwise (default on)")
-    p.add_argument("--quiet", action="store_true", help="no progress output (same as --no-progress)")
 
 
 #: What the table's abbreviated columns mean (printed under it).
@@ -113,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
     for n in names:  # a learned checkpoint is not a registered policy: say where it runs
         if n not in POLICIES:
             if n in SHIPPED_CHECKPOINTS or looks_like_path(n):
-                raise ValueError(f"--policy {n}: learned checkpoints run under `cpgym evaluate --policy {n}` (held-out "
-                                 "windows, paired CIs); cpgym simulate runs the registered policies of --list-policies")
+                raise ValueError(f"--policy {n}: learned checkpoints run under `cpgym evaluate --policy {n}` (a benchmark "
+                                 "task, paired CIs); cpgym simulate runs the registered policies of --list-policies")
     specs = [get_policy(n) for n in names]  # fail on a typo before running anything
     check_out_dir(args.out)
     config = sim_config_from_args(args)

@@ -138,7 +138,8 @@ class DynamicPhasesConfig:
                                     "the supported degrees: 11 on 40 GPUs with 2,4; 286 with 1,2,4,8)")
     decision_window_s: float = _opt(DECISION_WINDOW_S, "controller observation / decision window [s] (paper §6)")
     k_windows: int = _opt(2, "consecutive windows before a change")
-    decision: str = _opt("target", "controller decision: 'target' (look-ahead target composition) or 'paper-rule' "
+    decision: str = _opt("target", "controller decision: 'target' (look-ahead target composition), 'analytic' (the "
+                                   "paper's load regions gated by a predicted net gain: vertumnus's) or 'paper-rule' "
                                    "(the paper's split/merge load regions); baselines.controller.ControllerConfig.decision",
                          choices=DECISIONS)
     lookahead_replications: int | None = _opt(None, "target decision: resampled look-ahead streams per prediction "

@@ -5,7 +5,7 @@ strongest_baseline}``.
 
 Each builder takes per-seed results (one independent replication per seed: workload seed = run
 seed) and returns the rows; ``cpgym_value`` is the mean over seeds, ``[ci_low, ci_high]`` its
-Student-t 95 % interval (:func:`policies.routing.evaluate.mean_ci95`; both NaN-free only for >= 2 seeds).
+Student-t 95 % interval (:func:`envs.metrics.stats.mean_ci95`; both NaN-free only for >= 2 seeds).
 
 * ``experiment = "dynamic"`` (:func:`dynamic_rows`, from :func:`run_dynamic_phases` results):
   per scenario (``workload``), ``mean_ttft_pct_vs_best_fixed`` (vs the fixed composition with the

@@ -24,11 +24,9 @@ slower than holding one composition.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
-from baselines.runner import run_policy
+from baselines.fixed_compositions import fixed_mean_ttft, phase_ttft
 from envs.metrics import summarize
 from envs.planning.composition import degree_counts
 from envs.planning.operations import composition_distance
@@ -51,37 +49,6 @@ def phase_at(workload, time_s: float) -> int:
         raise ValueError(f"workload {workload.name!r} has no metadata['phase_boundaries_s'] (expected a phased "
                          "synthetic workload such as matched-phases)")
     return int(min(max(np.searchsorted(bounds, time_s, side="right") - 1, 0), len(bounds) - 2))
-
-
-def phase_ttft(workload, sim_config, compositions: list[str], router: str = "vertumnus-router"):
-    """Per fixed composition and phase, the mean TTFT of the phase's requests
-    (``metadata["phase_of_request"]``, by arrival) when the whole workload runs on that fixed pool.
-
-    One simulation per composition (``router``, simulator seed = ``sim_config.seed``).
-
-    Returns:
-        ``(ttft_s, num_requests)``: a float array ``(len(compositions), num_phases)`` [s] (inf
-        for a phase without finished requests) and an int array ``(num_phases,)`` of the
-        requests per phase.
-
-    Raises:
-        ValueError: when the workload has no ``phase_of_request`` metadata.
-    """
-    phase = (workload.metadata or {}).get("phase_of_request")
-    if phase is None:
-        raise ValueError(f"workload {workload.name!r} has no metadata['phase_of_request'] (expected a phased "
-                         "synthetic workload such as matched-phases)")
-    phase = np.asarray(phase)
-    num_phases = len(workload.metadata["phase_boundaries_s"]) - 1
-    ttft = np.full((len(compositions), num_phases), np.inf)
-    for k, comp in enumerate(compositions):
-        cfg = replace(sim_config, pool=replace(sim_config.pool, composition=comp))
-        t = run_policy(router, workload, cfg).records["ttft_s"]
-        for p in range(num_phases):
-            sel = t[phase == p]
-            if len(sel) and not np.isnan(sel).all():
-                ttft[k, p] = np.nanmean(sel)
-    return ttft, np.bincount(phase, minlength=num_phases)
 
 
 def save_phase_ttft(path, tables: dict[int, tuple[np.ndarray, np.ndarray]], compositions: list[str]) -> None:
@@ -266,18 +233,6 @@ def follow_schedule(env, workload, seed: int, targets: list[int]) -> dict:
     return {"wall_s": time.perf_counter() - t0, "mean_ttft_s": s["mean_ttft_s"], "p90_ttft_s": s["p90_ttft_s"],
             "slo_attainment_token_weighted": s["slo_attainment_token_weighted"], "num_operations": n_ops,
             "num_committed_operations": n_commit, "num_unfinished": s.get("num_unfinished", 0)}
-
-
-def fixed_mean_ttft(ttft_s: np.ndarray, num_requests: np.ndarray) -> np.ndarray:
-    """Whole-workload mean TTFT [s] of each fixed composition, shape ``(K,)``: the per-phase means
-    ``ttft_s`` ``(K, P)`` weighted by the phase's requests ``num_requests`` ``(P,)`` (phases without
-    requests are skipped; ``inf`` where a composition has no data for a phase with requests, ``nan``
-    when no phase has requests)."""
-    ttft_s = np.asarray(ttft_s, float)
-    num = np.asarray(num_requests, float)
-    used = num > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (ttft_s[:, used] * num[used]).sum(axis=1) / num[used].sum()
 
 
 def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[dict],

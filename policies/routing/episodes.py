@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.routing_env import DEFAULT_WINDOW_S
+from envs.episodes import DEFAULT_WINDOW_S
 from envs.sim.options import option as _opt
 from envs.workloads import DEFAULT_WORKLOAD, WorkloadSource
 

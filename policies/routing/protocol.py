@@ -1,32 +1,29 @@
-"""Evaluation protocol for learned vs heuristic routing (``../shared/DESIGN.md``, "Learned vs
-heuristic"): disjoint train / validation / test windows, warm-started windows, loads as
-fractions of capacity, paired window-level confidence intervals.
+"""Windows, capacity and Vertumnus tuning of the former learned-vs-heuristic routing protocol,
+kept for what trains on them: ``cpgym train routing --warmup-s`` (:func:`protocol_windows`),
+``cpgym train arms`` (:class:`Scenario`, :func:`capacity_rps`) and ``cpgym tune vertumnus``
+(:func:`tune_vertumnus`, :func:`scenarios`). Evaluation is the benchmark's
+(``benchmark.protocol``: sealed splits of named tasks; ``cpgym benchmark run``, ``cpgym
+evaluate``): the windows here interleave the parts in time and are not sealed.
 
 Windows. A (workload, rate) is cut into consecutive windows of ``episode_window_s`` seconds
 (``envs.workloads.windows``); window ``j`` belongs to
 
-* ``test``       if ``j % 4 == 3`` (the windows ``split_windows(..., "eval")`` always held out, so
-  checkpoints trained on the legacy ``"train"`` part never saw them),
+* ``test``       if ``j % 4 == 3``,
 * ``validation`` if ``j % 4 == 1`` (model selection and early stopping only),
 * ``train``      otherwise (``j % 4`` in {0, 2}; heuristic tuning and training).
 
 Warm start. Each window is preceded by ``warmup_s`` seconds of the trace (less for the first
-windows): those requests are routed by the evaluated policy too, so the pool and caches are in
-steady state when the window starts, but only requests arriving inside the window are measured
+windows): those requests are routed by the policy too, so the pool and caches are in steady state
+when the window starts, but only requests arriving inside the window are measured
 (:func:`measured_summary`). Requests of the window are followed until they finish (no horizon).
 
 Loads. ``load_fraction x capacity``, with the capacity of the workload on the pool from
 :func:`capacity_rps` (the highest rate at which the backlog of the whole workload drains under the
 reference router, by bisection).
-
-Statistics. Every policy runs on the same windows; the table reports per cell the mean over
-windows of each window's metric and, against a reference policy, the paired difference of mean
-TTFT in % of the reference's mean with a 95% Student-t interval over the per-window differences.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -36,14 +33,9 @@ from baselines.registry import vertumnus_spec
 from baselines.runner import run_policy
 from baselines.vertumnus import VertumnusParams
 from envs import workloads
-from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary  # noqa: F401  (part of the protocol's API)
 from envs.planning.capacity_definitions import CapacityBracketError, ProtocolQueueingDefinition, search_capacity
 from envs.workloads import transforms
-from policies.common.checkpoint import LearnedPolicy, checkpoint_path, read_json_file
-from policies.common.heuristic import run_episode
-from policies.common.policy_args import check_policy_argument, is_checkpoint
-from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
 #: Windows of one split period: index j % PERIOD decides the part (module docstring).
 PERIOD = 4
@@ -168,32 +160,6 @@ def tuned_spec(beta: float, lambda_: float, name: str = "vertumnus-tuned"):
                           VertumnusParams(beta=beta, lambda_=lambda_))
 
 
-def load_tuned_cells(path: str) -> dict[str, dict]:
-    """The per-cell ``{"beta", "lambda", ...}`` of a ``cpgym tune vertumnus --out`` file
-    (``{"cells": {cell key: {"beta": b, "lambda": l, ...}}}``, see :func:`tune_vertumnus`).
-
-    Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        ValueError: naming the file (and the cell and field) if it is not that JSON, or a beta /
-            lambda is not a finite number within the paper's bounds (beta >= 1, lambda >= 0, §5).
-    """
-    from pathlib import Path
-
-    expected = "expected the file written by `cpgym tune vertumnus --out`"
-    doc = read_json_file(Path(path))
-    cells = doc.get("cells") if isinstance(doc, dict) else None
-    if not isinstance(cells, dict):
-        raise ValueError(f"{path}: no 'cells' object; {expected}")
-    for key, cell in cells.items():
-        if not isinstance(cell, dict):
-            raise ValueError(f"{path}: cell {key!r} is a {type(cell).__name__}; {expected}")
-        for field, low in (("beta", 1.0), ("lambda", 0.0)):
-            v = cell.get(field)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
-                raise ValueError(f"{path}: cell {key!r}, field {field!r}: got {v!r}; expected a finite number >= {low:g}")
-    return cells
-
-
 def run_heuristic_window(policy, wl, sim_config) -> dict:
     """Runs a heuristic (name or spec) on one protocol window; :func:`measured_summary` of it."""
     res = run_policy(policy, wl, sim_config)
@@ -286,92 +252,6 @@ def spread_subset(windows: Sequence, max_windows: int | None) -> list:
         raise ValueError(f"max_windows must be >= 1, got {max_windows}")
     idx = np.unique(np.round(np.linspace(0, len(windows) - 1, max_windows)).astype(int))
     return [windows[i] for i in idx]
-
-
-def evaluate_scenario(policies: Sequence[str], scenario: Scenario, sim_config, part: str = "test",
-                      tuned: dict | None = None, log=None, max_windows: int | None = None,
-                      on_row: Callable[[list], None] | None = None) -> list[dict]:
-    """Runs every policy on every ``part`` window of the scenario (paired: same windows); at most
-    ``max_windows`` of them, evenly spread (:func:`spread_subset`).
-
-    Args:
-        policies: registered heuristics, ``"vertumnus-tuned"`` (parameters from ``tuned``, or tuned
-            here on the scenario's training windows) and checkpoints (``"shipped"``, paths; an
-            arm-selection checkpoint, ``policies.routing.arm_selection``, runs its router directly).
-        tuned: ``{"beta", "lambda"}`` of ``vertumnus-tuned`` for this scenario.
-        on_row: optional ``callable(rows)`` called with this scenario's rows so far after each
-            window's run (e.g. to save them: a run stopped midway keeps its finished runs).
-
-    Returns:
-        One row per (policy, window): ``policy, workload, load_fraction, rate_rps, window`` plus
-        :func:`measured_summary`.
-    """
-    from envs.routing_env import PrefillRoutingEnv  # lazy: gymnasium (start-up of the CLI)
-
-    wins = scenario.windows(part, max_windows=max_windows)
-    runners: dict[str, Callable] = {}
-    for p in policies:
-        if p == "vertumnus-tuned":
-            if tuned is None:
-                tuned = tune_vertumnus(scenario.windows("train"), sim_config, log=log)
-            spec = tuned_spec(tuned["beta"], tuned["lambda"])
-            runners[p] = lambda wl, spec=spec: run_heuristic_window(spec, wl, sim_config)
-        elif is_checkpoint(p) and is_arm_checkpoint(checkpoint_path(p)):
-            spec = arm_policy_spec(checkpoint_path(p))
-            runners[p] = lambda wl, spec=spec: run_heuristic_window(spec, wl, sim_config)
-        elif is_checkpoint(p):
-            pol = LearnedPolicy(p)
-
-            def run_learned(wl, pol=pol):
-                env = PrefillRoutingEnv([wl], sim_config)
-                res, _, _ = run_episode(env, pol, options={"window_index": 0, "sim_seed": sim_config.seed})
-                return measured_summary(res, wl.metadata["measure_from_s"])
-
-            runners[p] = run_learned
-        else:
-            check_policy_argument(p)
-            runners[p] = lambda wl, p=p: run_heuristic_window(p, wl, sim_config)
-    rows = []
-    workload = scenario.key.rsplit("@", 1)[0]
-    for wl in wins:
-        for p, fn in runners.items():
-            row = {"policy": p, "workload": workload, "load_fraction": scenario.load_fraction,
-                   "rate_rps": scenario.rate_rps, "window": wl.metadata["window_index"], **fn(wl)}
-            rows.append(row)
-            if on_row is not None:
-                on_row(list(rows))
-            if log:
-                log(f"{scenario.key} {p:24s} window {row['window']:3d}: mean TTFT {row['mean_ttft_s']:.3f} s")
-    return rows
-
-
-def cell_table(rows: Sequence[dict], reference: str) -> list[dict]:
-    """Per (policy, workload, load) cell: ``{policy, workload, load_fraction, num_windows,
-    mean_ttft_s, p90_ttft_s, slo_attainment_token_weighted, delta_mean_ttft_pct_vs_ref, ci_low,
-    ci_high, reference}``; the metrics are means over windows, the delta is the mean over windows
-    of the paired difference of mean TTFT in % of the reference's mean over the same windows
-    (negative = faster than the reference), with its 95% Student-t interval."""
-    out = []
-    cells = dict.fromkeys((r["workload"], r["load_fraction"], r["rate_rps"]) for r in rows)
-    for wk, lf, rate in cells:
-        cell = [r for r in rows if (r["workload"], r["load_fraction"], r["rate_rps"]) == (wk, lf, rate)]
-        ref = {r["window"]: r for r in cell if r["policy"] == reference}
-        for p in dict.fromkeys(r["policy"] for r in cell):
-            rs = [r for r in cell if r["policy"] == p]
-            row = {"policy": p, "workload": wk, "load_fraction": lf, "rate_rps": rate, "num_windows": len(rs)}
-            for m in ("mean_ttft_s", "p90_ttft_s", "slo_attainment_token_weighted"):
-                recorded = [r[m] for r in rs if not math.isnan(r[m])]  # np.nanmean warns on none ("Mean of empty slice")
-                row[m] = float(np.mean(recorded)) if recorded else math.nan
-            pairs = [(r["mean_ttft_s"], ref[r["window"]]["mean_ttft_s"]) for r in rs if r["window"] in ref]
-            ref_mean = float(np.mean([b for _, b in pairs])) if pairs else math.nan
-            if pairs and reference != p and ref_mean != 0:  # 0: no % of it (a hand-edited CSV, --from-csv)
-                d, lo, hi = paired_ci([100.0 * (a - b) / ref_mean for a, b in pairs])
-                row.update(delta_mean_ttft_pct_vs_ref=d, ci_low=lo, ci_high=hi)
-            else:
-                row.update(delta_mean_ttft_pct_vs_ref=0.0 if p == reference else math.nan, ci_low=math.nan, ci_high=math.nan)
-            row["reference"] = reference
-            out.append(row)
-    return out
 
 
 def scenarios(sim_config, *, trace: str | None = None, workload: str | None = None, loads: Sequence[float] = (),

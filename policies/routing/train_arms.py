@@ -457,7 +457,7 @@ def deployed_validation(cfg: ArmTrainConfig, scenarios: list, train: list[CellDa
         ``(model with the selected switch_margin, rows, per-window rows)``; one row per margin:
         ``switch_margin, <cell>_pct, <cell>_ci_low, <cell>_ci_high, <cell>_arm_switches_per_window,
         score, score_standard_error, selected`` (the ``deployed_validation.csv`` columns; the CI is the paired 95 %
-        Student-t interval over windows of ``policies.routing.protocol.cell_table``), per-window rows: ``cell, window,
+        Student-t interval over windows, ``envs.metrics.stats.paired_ci``), per-window rows: ``cell, window,
         switch_margin,
         mean_ttft_s, slo_attainment, num_arm_switches, decisions, tuned_mean_ttft_s`` (decisions:
         the run's arms in time order as ``beta/lambda`` joined by spaces).

@@ -22,15 +22,14 @@ from baselines.industry import (
 )
 from baselines.registry import POLICIES, SUITES, get_policy
 from baselines.runner import build_simulator, run_policy
-from envs.sim import Calibration, CostCoefficients, PoolConfig, SimConfig, Simulator
-from tests.sim.conftest import make_workload
+from envs.sim import Calibration, PoolConfig, SimConfig, Simulator
+from tests.factories import ONE_GPU_POOL, make_workload, toy_calibration
 
 POOL4 = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp1x4", supported_degrees=(1,))
 
 
 def _cal(d=0.01, c=0.001, a=0.0, b=0.0):
-    return Calibration(model="toy", gpu_type="toy", coefficients=CostCoefficients(d, a, b, c, 0.0), kv_bytes_per_token=1,
-                       gpu_memory_bytes=40_000, weight_bytes_per_gpu=0, activation_reserve_bytes=0, max_prompt_tokens=100_000)
+    return toy_calibration(d, c, a_s_per_token=a, b_s_per_token=b, gpu_memory_bytes=40_000, max_prompt_tokens=100_000)
 
 
 def _drive(sim, router, hook=None):
@@ -139,7 +138,7 @@ def test_llmd_prefix_index_holds_each_workers_kv_capacity():
     # 64 tokens of KV = 16 blocks of 4 tokens here. r0 (8 blocks) then r1 (12 other blocks) on
     # the one worker: 20 > 16, so r0 keeps only 4 entries (the old fixed 2,000,000-token index
     # kept all 8): its last 4, since GAIE adds a prompt's blocks in order (head least recent)
-    one = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+    one = ONE_GPU_POOL
     cal = replace(_cal(), gpu_memory_bytes=64, max_prompt_tokens=64)
     wl = make_workload([(0.0, 32, tuple(range(1, 9))), (1.0, 48, tuple(range(11, 23)))])
     sim = Simulator(wl, SimConfig(pool=one), cal)

@@ -6,8 +6,9 @@ logits and equal cached-block counts)."""
 import pytest
 
 from baselines.registry import get_policy
-from envs.sim import Calibration, CostCoefficients, PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.tier_config import TierConfig
+from tests.factories import toy_calibration
 
 TWO_NODES = PoolConfig(num_gpus=2, gpus_per_node=1, composition="cp1@0,cp1@1", supported_degrees=(1,))
 PREFIX = tuple(range(1, 9))
@@ -16,11 +17,7 @@ PREFIX = tuple(range(1, 9))
 @pytest.fixture(scope="module")
 def cal():
     # E = 0.01 + 1e-3 * R [s]; 1 byte per token, so fetches take microseconds: fetching always wins
-    return Calibration(model="toy", gpu_type="toy",
-                       coefficients=CostCoefficients(d_s=0.01, a_s_per_token=0.0, b_s_per_token=0.0, c_s_per_token=1e-3,
-                                                     alpha_s_per_pair=0.0),
-                       kv_bytes_per_token=1, gpu_memory_bytes=10**6, weight_bytes_per_gpu=0, activation_reserve_bytes=0,
-                       max_prompt_tokens=10**5)
+    return toy_calibration(d_s=0.01, c_s_per_token=1e-3, gpu_memory_bytes=10**6, max_prompt_tokens=10**5)
 
 
 def _route(policy, cal, tiers):

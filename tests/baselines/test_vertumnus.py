@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from baselines.vertumnus import StaleLoadView, VertumnusParams, VertumnusRouter, extra_gpu_time_s, placement_cost
-from envs.sim import Calibration, CostCoefficients, CostModel, PoolConfig, SimConfig, Simulator, WorkerState
-from tests.sim.conftest import make_workload
+from envs.sim import CostCoefficients, CostModel, PoolConfig, SimConfig, Simulator, WorkerState
+from tests.factories import ONE_GPU_POOL, make_workload, toy_calibration
 
 MS = 1e-3
 
@@ -63,9 +63,7 @@ def test_invalid_params_raise(kw):
 # --- the router inside the simulator ---------------------------------------------------------
 def _cal(d=0.0, c=0.0, a=0.0):
     """E_C(R, P) = d + a*R + c*R/C [s]; KV capacity 4,000 tokens per GPU (1,000 blocks of 4)."""
-    return Calibration(model="toy", gpu_type="toy", coefficients=CostCoefficients(d, a, 0.0, c, 0.0),
-                       kv_bytes_per_token=1, gpu_memory_bytes=4000, weight_bytes_per_gpu=0, activation_reserve_bytes=0,
-                       max_prompt_tokens=100_000)
+    return toy_calibration(d, c, a_s_per_token=a, max_prompt_tokens=100_000)
 
 
 def _run(wl, pool, cal, params=None, record=False):
@@ -117,7 +115,7 @@ def test_no_reservation_piles_a_burst_on_one_busy_worker():
 
 def test_stale_view_matches_exact_view_at_step_boundaries():
     sv = StaleLoadView()
-    pool = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+    pool = ONE_GPU_POOL
     wl = make_workload([(0.0, 10, None), (0.0, 10, None)])
     sim = Simulator(wl, SimConfig(pool=pool), _cal(d=1.0, c=0.1))
     req = sim.run_until_decision()

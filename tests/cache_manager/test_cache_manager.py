@@ -47,12 +47,20 @@ def _trie_matches_caches(sim: Simulator, mgr: GlobalCacheManager) -> None:
             assert h in mgr.nodes[n.parent].children
         held_children = [w for c in n.children for w in mgr.nodes[c].holders]
         assert n.child_holders == {w: held_children.count(w) for w in set(held_children)}, f"node {h}"
+        # the depth and complete holders kept on the node equal a walk of the root path
+        path = mgr.path_to(h)
+        assert n.depth == len(path) - 1, f"node {h}"
+        assert n.complete == set.intersection(*(mgr.nodes[x].holders for x in path)), f"node {h}"
     # the incrementally kept set of multi-holder nodes with a leaf copy equals a recomputation from scratch
     rep = mgr.replicator
     rep._refresh_leaf_copy_nodes()
     brute = {h for h, n in mgr.nodes.items()
              if len(n.holders) >= 2 and n.holders - set().union(*(mgr.nodes[c].holders for c in n.children if c in mgr.nodes))}
     assert rep.leaf_copy_nodes == brute
+    # ... and each of them has its entry, at its current depth, in the reclamation queue kept between scans
+    entries = set(rep._queue)
+    for h in brute:
+        assert rep._live_depth.get(h) == mgr.nodes[h].depth and (-mgr.nodes[h].depth, h) in entries, f"node {h}"
 
 
 def _brute_replica_count(sim: Simulator, mgr: GlobalCacheManager, h: int, degree: int) -> int:

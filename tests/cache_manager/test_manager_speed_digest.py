@@ -54,11 +54,11 @@ def tool_agent():
 GOLDEN = {
     ("conversation_600s", "vertumnus-global-cache"):
         "ae70e7dcbef3bb992e4628deb4f15355c9ddd2663a64c85b11c96d44a1ccb41c",
-    ("conversation_600s", "vertumnus"):
+    ("conversation_600s", "vertumnus-lookahead"):
         "ef8624a507b5fb663418bc713de24921af63ab070b3022ada47a561bdafc035b",
     ("tool_agent", "vertumnus-global-cache"):
         "2a9e6e7cc86e9a3b35abf4d456da0274d15b536c731bfa5fd9ef667ba5b68003",
-    ("tool_agent", "vertumnus"):
+    ("tool_agent", "vertumnus-lookahead"):
         "89a8ec40060ac649a0d9bc9e3d9eb8d9f12b1c532371ac3be8105c8129be7c1e",
 }
 

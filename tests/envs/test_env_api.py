@@ -12,8 +12,7 @@ from baselines.envs import make_reconfig_env, vertumnus_inner_router
 from envs.reconfig_env import PrefillReconfigEnv
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
-
-from .conftest import SMALL_POOL, random_workload
+from tests.factories import SMALL_POOL, random_workload
 
 
 def _make(cls, cal, **kwargs):

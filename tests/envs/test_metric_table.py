@@ -9,14 +9,12 @@ from envs.metrics.table import METRIC_ROWS, METRIC_TABLE, Metric, metric, metric
 
 
 def _views() -> dict[str, tuple[str, ...]]:
+    from benchmark import protocol
     from experiments import report, sweep_rows, tune_controller
     from experiments.paper_experiments import cache_sensitivity, end_to_end
     from experiments.sweep import execute
-    from policies.reconfig import evaluate as reconfig_evaluate
-    from policies.routing import evaluate as routing_evaluate
 
-    return {"policies.routing.evaluate.METRICS": routing_evaluate.METRICS,
-            "policies.reconfig.evaluate.METRICS": reconfig_evaluate.METRICS,
+    return {"benchmark.protocol.METRICS": protocol.METRICS,
             "experiments.report.METRICS": report.METRICS,
             "experiments.paper_experiments.cache_sensitivity.METRICS": cache_sensitivity.METRICS,
             "experiments.paper_experiments.end_to_end.METRICS": end_to_end.METRICS,

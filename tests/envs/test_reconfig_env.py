@@ -8,8 +8,7 @@ from baselines.envs import make_reconfig_env
 from envs.reconfig_env import candidate_operations
 from envs.sim import PoolConfig, SimConfig
 from envs.sim.router import LeastWorkRouter
-
-from .conftest import SMALL_POOL, random_workload
+from tests.factories import SMALL_POOL, random_workload
 
 
 def _env(toy_cal, n=400, rate=6.0, seed=0, **kw):
@@ -290,9 +289,6 @@ def test_episode_ending_in_the_first_window_keeps_its_reward(reward, toy_cal):
     # the whole run fits in reset's window: the first (and last) step returned 0.0, so the episode
     # return was 0 instead of -sum(TTFT) (or -misses); a later step stays a no-op
     from envs.sim import SimConfig, SLOConfig
-
-    from .conftest import SMALL_POOL, random_workload
-
     config = SimConfig(pool=SMALL_POOL, slo=SLOConfig(kind="fixed", ttft_slo_s=1.5))  # some requests miss it
     env = make_reconfig_env([random_workload(10, 5.0, 0)], config, toy_cal, decision_window_s=100.0, reward=reward,
                              reward_scale=1.0)

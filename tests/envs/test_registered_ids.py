@@ -13,18 +13,21 @@ import pytest
 import envs
 from envs.registration import ENV_IDS
 from envs.sim import SimConfig
-
-from .conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, toy_calibration
 
 #: Small arguments per registered id (the defaults build minutes-long episodes).
 SMALL_KWARGS = {
     "cpgym/PrefillRouting-v0": {},
     "cpgym/PrefillReconfig-v0": {"decision_window_s": 2.0, "capacity_features": True, "history_features": True},
+    # a benchmark task's environment builds its own episodes (benchmark.env): 3 training episodes
+    "cpgym/Benchmark-v1": {"task": "routing/conversation-0.9-v1", "max_episodes": 3},
 }
 
 
 def _make(env_id: str):
     envs.register_envs()
+    if "task" in SMALL_KWARGS[env_id]:
+        return gym.make(env_id, **SMALL_KWARGS[env_id])
     return gym.make(env_id, workloads=[random_workload(40, 6.0, s, name=f"w{s}") for s in range(3)],
                     config=SimConfig(pool=SMALL_POOL), calibration=toy_calibration(), **SMALL_KWARGS[env_id])
 

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from envs.routing_env import PrefillRoutingEnv, RoutingRewardConfig, split_windows
-from envs.sim import PoolConfig, SimConfig
-
-from .conftest import SMALL_POOL, random_workload
+from envs.sim import SimConfig
+from tests.factories import ONE_GPU_POOL, SMALL_POOL, make_workload, random_workload
 
 
 def _masked_random_episode(env, seed, rng_seed=0):
@@ -30,9 +29,7 @@ def _masked_random_episode(env, seed, rng_seed=0):
 
 
 def test_worked_example_rewards(toy_cal):
-    from tests.sim.conftest import make_workload
-
-    pool = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+    pool = ONE_GPU_POOL
     cfg = SimConfig(pool=pool)
     env = PrefillRoutingEnv(make_workload([(0.0, 10, None), (0.5, 10, None)]), cfg, toy_cal)
     env.reset(seed=0)
@@ -224,8 +221,6 @@ def test_observation_costs_and_rate_are_exact(toy_cal, small_config):
 def test_context_observation_is_clipped_to_its_bounds(arrivals_s, key_index, toy_cal, small_config):
     # the "context" features were not clipped (every other key was): observations outside the
     # declared observation_space at a burst of arrivals or in a window longer than ~28 hours
-    from tests.sim.conftest import make_workload
-
     env = PrefillRoutingEnv(make_workload([(t, 10, None) for t in arrivals_s]), small_config, toy_cal)
     obs, _ = env.reset(seed=0)
     seen = [obs]

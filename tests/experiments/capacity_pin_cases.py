@@ -10,11 +10,10 @@ import numpy as np
 
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, SLOConfig, Workload
 from envs.sim.cost_model import CostCoefficients
-from tests.policies.test_protocol import _tiny_trace
+from tests.factories import RECONFIG_POOL, SMALL_POOL, tiny_trace
 
 D_S = 0.5  # constant service time [s] of the single-worker pool
 L_TOKENS = 1000
-POOL8 = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
 
 
 def single_worker() -> tuple[Calibration, SimConfig, Workload]:
@@ -58,22 +57,21 @@ def _profiles(cfg: SimConfig) -> tuple:
 
 def profiled_slo_per_degree() -> tuple:
     """``envs.planning.capacity.CapacityTable`` profiles (definition ``profiled-slo-per-degree``)."""
-    return _profiles(SimConfig(pool=POOL8))
+    return _profiles(SimConfig(pool=RECONFIG_POOL))
 
 
 def profiled_slo_per_degree_ttft() -> tuple:
     """As :func:`profiled_slo_per_degree` under a fixed SLO below the isolated prefill (zero-load
     attainment 0: the mean-TTFT fallback criterion)."""
-    return _profiles(SimConfig(pool=POOL8, slo=SLOConfig(kind="fixed", ttft_slo_s=1e-3)))
+    return _profiles(SimConfig(pool=RECONFIG_POOL, slo=SLOConfig(kind="fixed", ttft_slo_s=1e-3)))
 
 
 def protocol_queueing_delay(tmp_path) -> tuple:
     """``policies.routing.protocol.capacity_rps`` (definition ``protocol-queueing-delay``)."""
     from envs import workloads
     from policies.routing.protocol import capacity_rps
-    from tests.envs.conftest import SMALL_POOL
 
-    base = workloads.load_trace(_tiny_trace(tmp_path / "p.jsonl", num_requests=400))
+    base = workloads.load_trace(tiny_trace(tmp_path / "p.jsonl", num_requests=400))
     cap = capacity_rps(lambda r: workloads.scale_to_rate(base, r), SimConfig(pool=SMALL_POOL), "least-work",
                        low_rps=0.25, high_rps=2048.0, max_queueing_delay_s=0.02, num_iterations=3)
     return cap.capacity_rps, cap.probes
@@ -83,12 +81,12 @@ def fault_drain_time(tmp_path) -> tuple:
     """``experiments.faults.estimate_capacity_rps`` (definition ``fault-drain-time``)."""
     from experiments.faults import FaultExperimentSpec, estimate_capacity_rps
 
-    trace_f = _tiny_trace(tmp_path / "f.jsonl", num_requests=200)
+    trace_f = tiny_trace(tmp_path / "f.jsonl", num_requests=200)
     spec = FaultExperimentSpec(name="pin", trace=str(trace_f), arrival_window_s=(0.0, 20.0),
                                scenarios=(("gpu", "unused.yaml"),),
                                policies=("least-work",), capacity_policy="least-work", capacity_search_rps=(4.0, 64.0),
                                capacity_iterations=3, capacity_drain_s=0.026)
-    cap, probes = estimate_capacity_rps(spec, SimConfig(pool=POOL8), log=lambda s: None)
+    cap, probes = estimate_capacity_rps(spec, SimConfig(pool=RECONFIG_POOL), log=lambda s: None)
     return cap, tuple((p["target_rps"], p["drain_s"], p["sustainable"]) for p in probes)
 
 
@@ -96,8 +94,8 @@ def kv_tiers_queueing_delay(tmp_path, start_rps: float = 4.0) -> tuple:
     """``experiments.kv_tiers.estimate_capacity_rps`` (definition ``kv-tiers-queueing-delay``)."""
     from experiments.kv_tiers import estimate_capacity_rps
 
-    trace_k = _tiny_trace(tmp_path / "k.jsonl", num_requests=200)
-    got = estimate_capacity_rps(str(trace_k), SimConfig(pool=POOL8), "least-work", (0.0, 10.0),
+    trace_k = tiny_trace(tmp_path / "k.jsonl", num_requests=200)
+    got = estimate_capacity_rps(str(trace_k), SimConfig(pool=RECONFIG_POOL), "least-work", (0.0, 10.0),
                                 start_rps=start_rps, queue_delay_bound_s=0.05, iterations=2)
     return got["capacity_rps"], tuple(got["probes"])
 

@@ -69,6 +69,22 @@ def test_bench_sim_table_says_what_its_rates_are(capsys):
     assert cols.split() == ["policy", "KV", "tiers", "wall", "s", "req/wall-s", "req/cpu-s", "sim/wall", "peak", "MiB"]
 
 
+def test_bench_sim_json_reports_requests_per_cpu_second_per_policy(capsys):
+    """Issue #40: ``requests_per_cpu_s`` (process CPU time of the runs alone, so that a shared
+    machine does not distort it) for every policy, beside the wall-clock rate."""
+    import json
+
+    from experiments.cli import main
+
+    assert main(["bench", "sim", "--workload", "tool-agent", "--arrival-window-s", "0", "5", "--policy",
+                 "round-robin,vertumnus-router", "--repeat", "1", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert [r["policy"] for r in rows] == ["round-robin", "vertumnus-router"]
+    for r in rows:
+        assert r["cpu_time_s"] > 0 and r["requests_per_cpu_s"] > 0 and r["requests_per_wall_s"] > 0
+        assert r["requests_per_cpu_s"] * r["cpu_time_s"] == pytest.approx(r["num_requests"])
+
+
 @pytest.mark.slow
 def test_bench_env_defaults_to_the_vertumnus_router_and_labels_the_full_system():
     """``vertumnus`` names the full system (its loop runs the controller: 113 steps/s), so the

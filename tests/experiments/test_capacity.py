@@ -157,35 +157,6 @@ def test_capacity_of_a_short_trace_prints_the_span_it_has_and_warns(tmp_path, ca
     assert f"{row['arrival_span_s']:8.1f}" in out.splitlines()[-1]
 
 
-def test_capacity_of_a_trace_arriving_at_one_instant_is_an_error(tmp_path, capsys):
-    """Three requests all at timestamp 0 have no arrival rate: the search reported a capacity of
-    0.000 req/s (growth NaN, 'overloaded' at its only probe) as if it were a measurement."""
-    from experiments.cli import main
-
-    trace = tmp_path / "same.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [i, 10 + i]})
-                             + "\n" for i in range(3)))
-    assert main(["capacity", "--trace", str(trace), "--policy", "round-robin", "--no-cache", "--quiet"]) == 2
-    err = capsys.readouterr().err.splitlines()[-1]
-    assert err == ("cpgym capacity: error: workload 'same' has no defined arrival rate (3 request(s), all arriving at 0 s); "
-                   "a capacity needs >= 2 requests with distinct arrival times")
-
-
-@pytest.mark.parametrize("command", ["capacity", "compare"])
-@pytest.mark.parametrize("flag, value, expected", [
-    ("--drain-ratio", "1", "--drain-ratio must be a finite number > 1, got 1.0"),
-    ("--rel-tol", "0", "--rel-tol must be in (0, 1), got 0.0"),
-    ("--min-slo-attainment", "1.5", "--min-slo-attainment must be in [0, 1], got 1.5")])
-def test_capacity_thresholds_name_the_flag(command, flag, value, expected, capsys):
-    """A bad threshold names the flag the user typed (was the dataclass field, e.g.
-    'capacity.drain_ratio'), before any trace or workload is built."""
-    from experiments.cli import main
-
-    extra = ["--policy", "round-robin"] if command == "capacity" else ["--suite", "round-robin", "--loads", "0.5"]
-    assert main([command, "--trace", "/nonexistent/trace.jsonl", *extra, "--no-cache", flag, value]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == f"cpgym {command}: error: {expected}"
-
-
 def test_capacity_measures_the_workload_its_workload_params_make(tmp_path, capsys):
     """--workload-param reaches the capacity's generator, as in every other command: it was
     dropped, so a capacity (and compare --loads' rates) was silently that of the unmodified
@@ -200,41 +171,5 @@ def test_capacity_measures_the_workload_its_workload_params_make(tmp_path, capsy
     assert main([*base, "--workload-param", "mean_questions_per_doc=1"]) == 0  # 7 -> 1 question per document
     (slow,) = json.loads(capsys.readouterr().out)
     assert slow["native_rate_rps"] < 0.8 * plain["native_rate_rps"]
-    assert main([*base, "--workload-param", "foo=1"]) == 2
-    assert "unknown parameter(s) ['foo']" in capsys.readouterr().err
-    assert main([*base, "--workload-param", "duration_s=60"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "cpgym capacity: error: --workload-param duration_s does not apply here: the capacity window "
-        "(--arrival-window-s START END, default 0 600) sets the generated span")
-    trace = ["capacity", "--trace", "/nonexistent/trace.jsonl", "--workload-param", "x=1", "--policy", "round-robin"]
-    assert main(trace) == 2
-    assert "does not apply to a trace" in capsys.readouterr().err
+    # a typo'd, a window-setting and a trace's --workload-param: rows of tests/experiments/test_cli_errors.py
 
-
-@pytest.mark.parametrize("command", ["capacity", "compare"])
-def test_capacity_of_the_phases_workload_says_why_not(command, capsys):
-    """The phases workload has no duration_s (its phases set its span): the search failed with
-    "unknown parameter(s) ['duration_s']", a parameter the user never gave."""
-    from experiments.cli import main
-
-    extra = ["--policy", "least-work"] if command == "capacity" else ["--suite", "least-work", "--loads", "0.5"]
-    assert main([command, "--workload", "phases", *extra, "--no-cache", "--quiet"]) == 2
-    err = capsys.readouterr().err.splitlines()[-1]
-    assert err.startswith(f"cpgym {command}: error: workload 'phases' has no steady rate to measure a capacity of")
-    assert "unknown parameter" not in err
-
-
-def test_compare_loads_without_a_static_baseline_fails_before_any_bisection(capsys, monkeypatch):
-    """--loads refer to the strongest static baseline's capacity: a suite of Vertumnus variants
-    only ran every policy's capacity bisection (minutes each) and then failed with 'no static
-    baseline with a positive capacity among []'."""
-    import baselines.capacity as capacity
-    from experiments.cli import main
-
-    monkeypatch.setattr(capacity, "find_capacity", lambda *a, **k: pytest.fail("bisection before the suite was checked"))
-    assert main(["compare", "--suite", "vertumnus-router,vertumnus", "--loads", "0.5", "--workload", "tool-agent",
-                 "--no-cache", "--quiet"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "cpgym compare: error: --loads are fractions of the strongest static baseline's capacity, but the suite "
-        "(vertumnus-router, vertumnus) has none (Vertumnus variants and policies choosing their own pool are not static "
-        "baselines); add one, e.g. homogeneous-cp4, or give absolute --rates")

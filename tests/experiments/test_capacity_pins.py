@@ -5,7 +5,7 @@ on a tiny workload, captured on the code before the five searches were merged in
 import pytest
 
 from tests.experiments import capacity_pin_cases as cases
-from tests.policies.test_protocol import _tiny_trace
+from tests.factories import RECONFIG_POOL, tiny_trace
 
 # captured on 082a31e (before the merge), by running each case of capacity_pin_cases.py
 PINNED = {'sustainable_slo': (1.9820118583378685,
@@ -62,9 +62,9 @@ def test_protocol_capacity_refuses_an_overloaded_low_end(tmp_path):
     from envs.sim import SimConfig
     from policies.routing.protocol import capacity_rps
 
-    base = workloads.load_trace(_tiny_trace(tmp_path / "p.jsonl", num_requests=100))
+    base = workloads.load_trace(tiny_trace(tmp_path / "p.jsonl", num_requests=100))
     with pytest.raises(ValueError, match=r"^capacity: 5000.0 requests/s is already overloaded under least-work$"):
-        capacity_rps(lambda r: workloads.scale_to_rate(base, r), SimConfig(pool=cases.POOL8), "least-work",
+        capacity_rps(lambda r: workloads.scale_to_rate(base, r), SimConfig(pool=RECONFIG_POOL), "least-work",
                      low_rps=5000.0, high_rps=6000.0, max_queueing_delay_s=0.001)
 
 
@@ -72,9 +72,9 @@ def test_kv_tiers_capacity_refuses_a_pool_that_never_drains(tmp_path):
     from envs.sim import SimConfig
     from experiments.kv_tiers import estimate_capacity_rps
 
-    trace_k = _tiny_trace(tmp_path / "k.jsonl", num_requests=200)
+    trace_k = tiny_trace(tmp_path / "k.jsonl", num_requests=200)
     with pytest.raises(ValueError, match=r"^least-work does not drain the window even at 15.625 requests/s$"):
-        estimate_capacity_rps(str(trace_k), SimConfig(pool=cases.POOL8), "least-work",
+        estimate_capacity_rps(str(trace_k), SimConfig(pool=RECONFIG_POOL), "least-work",
                               (0.0, 10.0), start_rps=1000.0, queue_delay_bound_s=1e-6, iterations=2)
 
 

@@ -40,15 +40,3 @@ def test_seed_is_not_a_compare_flag(capsys):
     assert e.value.code == 2
     assert capsys.readouterr().err.rstrip().endswith("cpgym compare: error: unrecognized arguments: --seed 3")
 
-
-@pytest.mark.parametrize("extra", [[], ["--loads", "0.5"]])
-def test_a_repeated_seed_is_an_error_before_anything_runs(extra, tmp_path, capsys, monkeypatch):
-    """``--seeds 1,1`` ran seed 1 once but titled the table "seeds 1,1"; with --loads the capacity
-    bisections ran first."""
-    import experiments.commands.compare as compare
-
-    monkeypatch.setattr(compare, "_capacities_for", lambda *a, **k: pytest.fail("measured capacities first"))
-    assert main(["compare", "--seeds", "0,1,0", "--out", str(tmp_path / "out"), *extra]) == 2
-    assert capsys.readouterr().err == ("cpgym compare: error: --seeds lists 0 twice: '0,1,0'; expected distinct seeds "
-                                       "(each is one repetition)\n")
-    assert not (tmp_path / "out").exists()

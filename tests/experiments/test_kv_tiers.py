@@ -76,43 +76,6 @@ def test_tiers_with_reconfiguration_and_the_global_cache_manager():
         assert r["dram_hit_tokens"].sum() + r["store_hit_tokens"].sum() > 0
 
 
-@pytest.mark.parametrize("flags, message", [
-    # was "target_rps must be > 0 [requests/s], got -0.9" (load x capacity, not the flag)
-    (["--capacity-rps", "-1"], "--capacity-rps must be a finite number > 0 [requests/s], got -1.0"),
-    (["--capacity-rps", "nan"], "--capacity-rps must be a finite number > 0 [requests/s], got nan"),
-    (["--capacity-rps", "10", "--capacity-policy", "nope"], "--capacity-policy: unknown policy 'nope'"),  # was ignored
-    # both were found inside the study: after the capacity search (~9 s), after the whole tier table (~15 s)
-    (["--policies", "least-work,nosuch"], "--policies: unknown policy 'nosuch'; known policies: vertumnus, "),
-    (["--eviction-policies", "nosuch"], "--eviction-policies: unknown policy 'nosuch'; known policies: vertumnus, "),
-])
-def test_kv_tiers_capacity_flags_are_checked(flags, message, capsys, monkeypatch):
-    import experiments.kv_tiers as kv_tiers
-    from experiments.cli import main
-
-    def no_run(*a, **k):
-        raise AssertionError("ran the study with a bad capacity flag")
-
-    patch_everywhere(monkeypatch, kv_tiers, "run_tier_study", no_run)
-    assert main(["kv-tiers", "--arrival-window-s", "0", "5", *flags]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"cpgym kv-tiers: error: {message}") and err.count("\n") == 1
-
-
-@pytest.mark.parametrize("window, message", [
-    # was "end_s must be > start_s, got start_s=10.0, end_s=5.0" (the function's argument names)
-    (["10", "5"], "--arrival-window-s START END needs finite 0 <= START < END, got 10 5"),
-    (["-5", "5"], "--arrival-window-s START END needs finite 0 <= START < END, got -5 5"),  # was run as if it began at 0
-    (["0", "nan"], "--arrival-window-s START END needs finite 0 <= START < END, got 0 nan")])
-def test_kv_tiers_window_names_the_flag(window, message, capsys, monkeypatch):
-    import experiments.kv_tiers as kv_tiers
-    from experiments.cli import main
-
-    patch_everywhere(monkeypatch, kv_tiers, "run_tier_study",
-                     lambda *a, **k: pytest.fail("ran the study with a bad --arrival-window-s"))
-    assert main(["kv-tiers", "--arrival-window-s", *window, "--capacity-rps", "10"]) == 2
-    assert capsys.readouterr().err == f"cpgym kv-tiers: error: {message}\n"
-
-
 def test_kv_tiers_refuses_kv_tiers_levels_it_would_replace(capsys, monkeypatch):
     """--kv-tiers hbm,dram was accepted and ignored: every row's levels are set by the study."""
     import experiments.kv_tiers as kv_tiers

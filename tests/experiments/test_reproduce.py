@@ -2,14 +2,12 @@
 changes against the strongest baseline, paper values."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from experiments.cli import main
 from experiments.reproduce import METRICS, paired_changes, paper_value
-
-CAL = str(Path(__file__).resolve().parents[2] / "envs/sim/calibrations/qwen3-30b-a3b__h20-3e.json")
+from tests.factories import RECONFIG_POOL
 
 KEYS = ["experiment", "workload", "model", "metric", "paper_value", "cpgym_value", "ci_low", "ci_high", "load_fraction",
         "strongest_baseline"]
@@ -60,51 +58,6 @@ def test_paper_values_only_for_the_paper_model():
     assert paper_value("Qwen3-30B-A3B", "production", "mean_ttft_pct") == -28.1
     assert paper_value("Qwen3-30B-A3B", "tool-agent", "p90_ttft_pct") == -55.0
     assert paper_value("DeepSeek-V3", "production", "mean_ttft_pct") is None
-
-
-def test_reproduce_rejects_bad_input(capsys):
-    assert main(["reproduce", "--workloads", "nope"]) == 2
-    assert "unknown workload" in capsys.readouterr().err
-    assert main(["reproduce", "--loads", "0.9,0.5", "--workloads", "leval-like"]) == 2
-    assert "--loads" in capsys.readouterr().err
-    # an empty --models item (doubled, leading or trailing ';') is an error, not silently dropped
-    assert main(["reproduce", "--workloads", "leval-like", "--models", "a=x.json;"]) == 2
-    assert "--models: an empty entry in 'a=x.json;' (doubled, leading or trailing ';')" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("models, expected", [
-    ("", "--models: an empty entry in ''"),
-    (f"a={CAL}@", f"--models entries must be LABEL=CALIBRATION_FILE[@COMPOSITION], got 'a={CAL}@'"),
-    ("a=/nonexistent/cal.json", "--models entry 'a': /nonexistent/cal.json: calibration file does not exist"),
-    (f"a={CAL}@cp4x5", "--models entry 'a': composition 'cp4x5' uses 20 GPUs but the pool has 40"),
-    (f"a={CAL};a={CAL}", "--models: entries 'a' and 'a' are both labelled 'a'"),
-    (f"ds={CAL.replace('qwen3-30b-a3b', 'deepseek-v3')}", "--models entry 'ds': the model's weights are sharded over G = 8"),
-    (f"default={CAL};Qwen3-30B-A3B={CAL}",
-     "--models: entries 'default' and 'Qwen3-30B-A3B' are both labelled 'Qwen3-30B-A3B'"),
-])
-def test_reproduce_bad_models_entry_is_one_line_naming_the_entry(models, expected, capsys, monkeypatch):
-    """Before any capacity search: a missing calibration or a composition of the wrong GPU count
-    failed without naming --models (or only once the runs started); two entries with one label
-    pooled both models' runs into one row set; an empty --models or composition was ignored."""
-    import experiments.reproduce as reproduce
-
-    def no_run(*a, **k):
-        raise AssertionError("ran before --models was checked")
-
-    monkeypatch.setattr(reproduce, "_map", no_run)
-    assert main(["reproduce", "--workloads", "tool-agent", "--experiments", "end-to-end", "--quiet", "--models", models]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"cpgym reproduce: error: {expected}") and len(err.splitlines()) == 1
-
-
-def test_reproduce_bad_dynamic_composition_fails_before_any_run(capsys, monkeypatch):
-    import experiments.reproduce as reproduce
-
-    monkeypatch.setattr(reproduce, "_map", lambda *a, **k: pytest.fail("ran before --dynamic-param was checked"))
-    assert main(["reproduce", "--workloads", "tool-agent", "--quiet", "--pool-gpus", "8", "--pool-composition", "cp4x2",
-                 "--dynamic-param", "compositions=cp4x2;cp4x5"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("cpgym reproduce: error: dynamic: compositions item 'cp4x5' is not a composition of the 8-GPU pool")
 
 
 # --- dynamic, cache and reconfiguration experiments (tiny settings: 8 GPUs, short phases / windows) ---
@@ -184,14 +137,14 @@ def test_cache_capacity_search_starts_at_the_session_floor():
     # the definition's ~100-request light load holds a handful of sessions, whose prefix hits alone
     # made the thirds differ 1.4x (judged overloaded at 0.34 req/s); the search starts at the floor
     from baselines.capacity import RatedWorkload
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from experiments.paper_experiments.cache_ablation import (
         TOOL_AGENT_MIN_RATE_SCALE,
         TOOL_AGENT_REFERENCE_RATE_RPS,
         tool_agent_capacity,
     )
 
-    sim = SimConfig(pool=PoolConfig(num_gpus=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4)))
+    sim = SimConfig(pool=RECONFIG_POOL)
     res = tool_agent_capacity(sim, duration_s=30.0, seed=3)
     assert res.probes[0].rate_scale == TOOL_AGENT_MIN_RATE_SCALE
     assert res.native_rate_rps == pytest.approx(TOOL_AGENT_REFERENCE_RATE_RPS * 8 / 40, rel=0.02)  # follows the pool
@@ -202,37 +155,6 @@ def test_cache_capacity_search_starts_at_the_session_floor():
     assert "min_rate_scale" not in plain.fingerprint()  # cached capacities of other workloads keep their keys
 
 
-def test_reproduce_rejects_bad_dynamic_params(capsys):
-    assert main(["reproduce", "--experiments", "dynamic", "--dynamic-param", "workload_seed=3"]) == 2
-    assert "workload seed" in capsys.readouterr().err
-    assert main(["reproduce", "--experiments", "dynamic", "--dynamic-param", "num_phases"]) == 2
-    assert "--dynamic-param must be NAME=VALUE" in capsys.readouterr().err
-    assert main(["reproduce", "--experiments", "nope"]) == 2
-    assert "unknown kind" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("param, message", [
-    ("num_phases=abc", "--dynamic-param num_phases='abc': expected an integer"),
-    ("num_phases=2.5", "--dynamic-param num_phases=2.5: expected an integer"),
-    ("rising_rate=3", "--dynamic-param rising_rate=3: expected true or false"),
-    ("phase_duration_s=fast", "--dynamic-param phase_duration_s='fast': expected a number"),
-    ("arrival_window_s=a,b", "--dynamic-param arrival_window_s='a,b': expected START,END in seconds"),
-    ("num_phases=-1", "dynamic: num_phases and k_windows must be >= 1"),  # DynamicPhasesConfig's own check, up front
-])
-def test_reproduce_dynamic_params_of_the_wrong_type_are_one_line(param, message, capsys, monkeypatch, tmp_path):
-    import experiments.reproduce as reproduce
-
-    def no_run(*a, **k):
-        raise AssertionError("ran before checking --dynamic-param")
-
-    monkeypatch.setattr(reproduce, "run_experiments", no_run)
-    # end-to-end only: a bad dynamic parameter is an error even where the dynamic runs are not selected
-    assert main(["reproduce", "--experiments", "end-to-end", "--quiet", "--out", str(tmp_path / "out"),
-                 "--dynamic-param", param]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"cpgym reproduce: error: {message}") and err.count("\n") == 1, err
-
-
 def test_reproduce_dynamic_params_are_typed_for_dynamic_phases():
     from experiments.common import parse_workload_params
     from experiments.reproduce import ReproduceConfig
@@ -241,26 +163,6 @@ def test_reproduce_dynamic_params_are_typed_for_dynamic_phases():
         ["phase_duration_s=20", "capacity_cache_dir=5", "arrival_window_s=0,300", "rising_rate=false"]))
     assert dict(cfg.dynamic_params) == {"phase_duration_s": 20.0, "capacity_cache_dir": "5", "arrival_window_s": (0.0, 300.0),
                                         "rising_rate": False}
-
-
-@pytest.mark.parametrize("flags, message", [
-    # a repeated seed ran twice and was counted twice in the paired CI
-    (["--seeds", "0,0"], "--seeds lists 0 twice: '0,0'; expected distinct seeds"),
-    (["--cache-seeds", "3,4,3"], "--cache-seeds lists 3 twice: '3,4,3'; expected distinct seeds"),
-    (["--seeds", "-1"], "--seeds must be integers >= 0, got [-1]"),
-    # an empty value was read as "not given": the preset ran instead
-    (["--seeds", ""], "--seeds needs at least one value, got ''"),
-    (["--loads", ""], "--loads needs at least one value, got ''"),
-])
-def test_reproduce_bad_seeds_and_empty_lists_fail_before_any_run(flags, message, tmp_path, capsys, monkeypatch):
-    import experiments.reproduce as reproduce
-
-    monkeypatch.setattr(reproduce, "run_experiments", lambda *a, **k: pytest.fail("ran before the seeds were checked"))
-    out = tmp_path / "out"
-    assert main(["reproduce", "--quick", "--workloads", "tool-agent", "--quiet", "--out", str(out), *flags]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"cpgym reproduce: error: {message}") and err.count("\n") == 1, err
-    assert not out.exists()
 
 
 def test_an_interrupted_reproduce_says_which_experiments_and_files_are_its_own(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import json
 import pandas as pd
 
 from experiments.cli import main
+from tests.factories import write_trace
 
 
 def test_simulate_json_and_summary_json_account_for_rejected_requests(tmp_path, capsys):
@@ -17,8 +18,7 @@ def test_simulate_json_and_summary_json_account_for_rejected_requests(tmp_path, 
           for i in range(1, 4)]
     # arrives after the horizon: unfinished, not rejected
     late = {"timestamp": 60_000, "input_length": 600, "output_length": 1, "hash_ids": [9 * 10**6, 9 * 10**6 + 1]}
-    trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(json.dumps(r) + "\n" for r in [too_long, *ok, late]))
+    trace = write_trace(tmp_path / "t.jsonl", [too_long, *ok, late])
     out = tmp_path / "out"
     assert main(["simulate", "--trace", str(trace), "--policy", "least-work", "--horizon-s", "30", "--format", "json",
                  "--quiet", "--out", str(out)]) == 0

@@ -319,19 +319,6 @@ def test_workload_params_with_a_trace_fail_at_load_time(tmp_path):
     assert e.key == "sweep.grid" and "not a trace" in e.problem
 
 
-def test_sweep_out_that_is_a_file_is_one_line(tmp_path, capsys):
-    from experiments.cli import main
-
-    (tmp_path / "t.jsonl").write_text(GOOD_LINE)
-    p = tmp_path / "spec.yaml"
-    p.write_text("name: t\nworkload: {trace: t.jsonl}\npolicies: [least-work]\n")
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    assert main(["sweep", str(p), "--out", str(blocker), "--quiet"]) == 2
-    assert capsys.readouterr().err == f"cpgym sweep: error: --out {blocker} exists and is not a folder; " \
-        "expected a folder (new or existing)\n"
-
-
 def test_a_pool_of_another_size_with_its_composition_loads(tmp_path):
     """``sim.pool: {num_gpus: 8, composition: ...}`` was applied one leaf at a time, so the 8-GPU
     pool was first checked against the default 40-GPU composition and no order of the keys loaded;
@@ -353,7 +340,8 @@ def test_a_policy_setting_the_cells_pool_cannot_run_fails_at_load_time(tmp_path)
     """A controller's target_degrees outside the pool's degrees (or a baseline whose own pool does
     not fit) passed --dry-run and failed each cell at run time."""
     pool = "sim: {pool: {num_gpus: 8, composition: 'cp4x1,cp2x2', supported_degrees: [2, 4]}}\n"
-    spec = "name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n" + pool
+    spec = ("name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n"
+            "policy_params: {vertumnus-adaptive: {decision: target}}\n" + pool)
     e = _err(tmp_path, spec + "sweep: {grid: {vertumnus-adaptive.target_degrees: [[2, 4], [8]]}}\n")
     assert e.key == "sweep (cell {'vertumnus-adaptive.target_degrees': (8,), 'policy': 'vertumnus-adaptive'})"
     assert "controller.target_degrees [8]: degree(s) [8] not in the pool's supported_degrees [2, 4]" in str(e)
@@ -376,9 +364,9 @@ def test_a_list_valued_static_policy_parameter_loads_as_a_tuple(tmp_path):
     # policy_params: {vertumnus-adaptive: {target_degrees: [2, 4]}} was a TypeError traceback
     # (unhashable type: 'list'); only grid axes were made tuples
     spec = load_spec(write_spec(tmp_path, "name: t\nworkload: {name: tool-agent}\npolicies: [vertumnus-adaptive]\n"
-                                          "policy_params: {vertumnus-adaptive: {target_degrees: [2, 4]}}\n"))
+                                          "policy_params: {vertumnus-adaptive: {decision: target, target_degrees: [2, 4]}}\n"))
     (cell,) = spec.resolve()
-    assert dict(cell.policy_params) == {"target_degrees": (2, 4)}
+    assert dict(cell.policy_params) == {"decision": "target", "target_degrees": (2, 4)}
 
 
 def test_exponent_numbers_are_numbers(tmp_path):

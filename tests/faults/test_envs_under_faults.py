@@ -12,7 +12,7 @@ from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
 from envs.sim.fault_config import FaultConfig, FaultEvent
 from envs.sim.router import LeastWorkRouter
-from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, toy_calibration
 
 FAULTS = FaultConfig(events=(FaultEvent("straggler", 0.0, gpu=4, factor=2.0, duration_s=1000.0),
                              FaultEvent("gpu_failure", 2.0, gpu=0)),

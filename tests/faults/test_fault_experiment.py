@@ -158,15 +158,3 @@ def test_run_learned_arm_checkpoint_is_a_plain_run():
     res = _run_learned("shipped", wl, SimConfig())
     assert np.isfinite(res.records["ttft_s"]).all() and len(res.records["ttft_s"]) == wl.num_requests
 
-
-def test_cpgym_faults_out_under_a_file_names_the_flag_before_running(tmp_path, capsys, monkeypatch):
-    """--out inside a file is the shared --out check's line (check_out_dir), before any simulation."""
-    import experiments.faults as faults
-
-    def no_run(*a, **k):
-        raise AssertionError("ran before checking --out")
-
-    patch_everywhere(monkeypatch, faults, "run_fault_experiment", no_run)
-    spec = _write(tmp_path)
-    assert main(["faults", str(spec), "--out", str(spec / "out")]) == 2
-    assert capsys.readouterr().err == f"cpgym faults: error: --out {spec / 'out'} cannot be created: {spec} is not a folder\n"

@@ -7,20 +7,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from baselines.simple import RoundRobinRouter
-from envs.sim import PoolConfig, SimConfig, Simulator
+from envs.sim import SimConfig, Simulator
 from envs.sim.events import EventPriority
 from envs.sim.fault_config import FaultConfig, FaultEvent
 from envs.sim.reconfig import ReconfigConfig, get_reconfigurator
 from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState
-from tests.sim.conftest import Calibration, CostCoefficients, make_workload
+from tests.factories import HETERO_POOL_2_NODES, make_workload, toy_calibration
 
-CAL = Calibration(model="toy", gpu_type="toy",
-                  coefficients=CostCoefficients(d_s=0.2, a_s_per_token=0.0, b_s_per_token=0.0, c_s_per_token=0.05,
-                                                alpha_s_per_pair=0.0),
-                  kv_bytes_per_token=1, gpu_memory_bytes=4000, weight_bytes_per_gpu=0, activation_reserve_bytes=0,
-                  max_prompt_tokens=10_000)
-POOL = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp4@0,cp2@4,cp1@6,cp1@7", supported_degrees=(1, 2, 4))
+CAL = toy_calibration(d_s=0.2, c_s_per_token=0.05)
 
 event = st.one_of(
     st.builds(lambda t, g: FaultEvent("gpu_failure", t, gpu=g), st.floats(0, 30), st.integers(0, 7)),
@@ -46,13 +41,13 @@ class Invariants:
         live = {g for w in sim.workers.values() if not w.stopped for g in w.gpus}
         assert not (live & fm.failed), "a failed GPU in a running worker"
         c = fm.gpu_counts()
-        assert c["num_healthy_gpus"] + c["num_failed_gpus"] + c["num_rebuilding_gpus"] == POOL.num_gpus
+        assert c["num_healthy_gpus"] + c["num_failed_gpus"] + c["num_rebuilding_gpus"] == HETERO_POOL_2_NODES.num_gpus
         assert min(c.values()) >= 0
         # counted independently: healthy = non-failed GPUs that are in no REBUILDING worker
         # (serving, spare, or surviving ranks of a stopped worker)
         rebuilding = {g for w in sim.workers.values() if w.state == WorkerState.REBUILDING and not w.stopped for g in w.gpus}
         assert not (rebuilding & fm.failed)
-        healthy = [g for g in range(POOL.num_gpus) if g not in fm.failed and g not in rebuilding]
+        healthy = [g for g in range(HETERO_POOL_2_NODES.num_gpus) if g not in fm.failed and g not in rebuilding]
         counts = (c["num_healthy_gpus"], c["num_failed_gpus"], c["num_rebuilding_gpus"])
         assert counts == (len(healthy), len(fm.failed), len(rebuilding))
         for w in sim.workers.values():
@@ -93,7 +88,7 @@ def test_random_fault_schedules_keep_the_invariants(events, ops, seed, router):
     n = 60
     wl = make_workload([(float(t), int(L), None) for t, L in zip(np.sort(rng.uniform(0, 40, n)), rng.integers(1, 60, n))])
     faults = FaultConfig(events=tuple(events), detection_delay_s=1.5, rebuild_s=2.0, repair_s=5.0)
-    sim = Simulator(wl, SimConfig(pool=POOL, seed=seed, faults=faults, record_events=True), CAL)
+    sim = Simulator(wl, SimConfig(pool=HETERO_POOL_2_NODES, seed=seed, faults=faults, record_events=True), CAL)
     inv = Invariants(sim)
     reconf = get_reconfigurator(sim)
     r = router()
@@ -130,7 +125,7 @@ def test_operations_started_at_any_instant_never_strand_a_worker(ops, events, se
     op_times = [t for t, _, _ in ops]
     events = [*events, *(FaultEvent("gpu_failure", t + dt, gpu=g) for t, dt, g in ops)]
     faults = FaultConfig(events=tuple(events), detection_delay_s=1.5, rebuild_s=2.0, repair_s=5.0)
-    sim = Simulator(wl, SimConfig(pool=POOL, seed=seed, faults=faults), CAL)
+    sim = Simulator(wl, SimConfig(pool=HETERO_POOL_2_NODES, seed=seed, faults=faults), CAL)
     inv = Invariants(sim)
     reconf = get_reconfigurator(sim, ReconfigConfig(drain_sync_s=0.3))
 

@@ -11,7 +11,7 @@ from envs.sim.fault_config import LLAMA3_GPU_FAILURE_RATE_PER_GPU_HOUR, FaultCon
 from envs.sim.faults import decompose_span
 from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState
-from tests.sim.conftest import make_workload
+from tests.factories import make_workload
 
 ONE_CP2 = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp2@0", supported_degrees=(1, 2))
 
@@ -20,7 +20,7 @@ def _names(trace, prefix=("fault", "stop", "detect", "repair", "rebuilt", "step_
     return [(n, pytest.approx(t)) for n, t in trace if n.startswith(prefix)]
 
 
-def test_single_worker_exact_recovery_timeline_and_recompute_cost(simple_calibration):
+def test_single_worker_exact_recovery_timeline_and_recompute_cost(toy_cal):
     # E_C = 1 + 0.1 R / C. r0 (20 tokens) starts on the CP-2 worker at 0 (predicted 2 s); GPU 1
     # fails at 1.5: the step is lost after 1.5 s on 2 GPUs = 3.0 GPU s of recompute work.
     # r1 arrives at 2.0, before detection: the worker still looks ACTIVE, r1 waits on it.
@@ -30,7 +30,7 @@ def test_single_worker_exact_recovery_timeline_and_recompute_cost(simple_calibra
     # by 19.5 (epoch 2); r2 at 30 goes to the least-loaded worker.
     wl = make_workload([(0.0, 20, None), (2.0, 4, None), (30.0, 4, None)])
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.5, gpu=1),), detection_delay_s=3.0, rebuild_s=10.0, repair_s=5.0)
-    sim = Simulator(wl, SimConfig(pool=ONE_CP2, record_events=True, faults=faults), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=ONE_CP2, record_events=True, faults=faults), toy_cal)
     res = sim.run(LeastWorkRouter())
     assert _names(sim.trace) == [
         ("arrival:0", 0.0), ("step_start:w0:n1", 0.0), ("fault:gpu_failure:1", 1.5), ("stop:w0", 1.5),
@@ -54,10 +54,10 @@ def test_single_worker_exact_recovery_timeline_and_recompute_cost(simple_calibra
     assert res.extras["num_failed_gpus"] == 0 and res.extras["num_healthy_gpus"] == 2
 
 
-def test_run_ends_when_work_is_done_even_if_repair_is_pending(simple_calibration):
+def test_run_ends_when_work_is_done_even_if_repair_is_pending(toy_cal):
     wl = make_workload([(0.0, 20, None)])
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.0, gpu=1),), detection_delay_s=1.0, rebuild_s=2.0)
-    res = Simulator(wl, SimConfig(pool=ONE_CP2, faults=faults), simple_calibration).run(RoundRobinRouter())
+    res = Simulator(wl, SimConfig(pool=ONE_CP2, faults=faults), toy_cal).run(RoundRobinRouter())
     # rebuilt at 4.0, runs 3.0 s on CP-1: the run ends at 7.0, not at the repair (3601 s)
     assert res.records["finish_s"][0] == pytest.approx(7.0)
     assert res.sim_time_s == pytest.approx(7.0)
@@ -66,11 +66,11 @@ def test_run_ends_when_work_is_done_even_if_repair_is_pending(simple_calibration
     assert res.extras["recovery_time_s"] == pytest.approx(3.0)
 
 
-def test_straggler_multiplies_steps_that_start_in_its_window(simple_calibration):
+def test_straggler_multiplies_steps_that_start_in_its_window(toy_cal):
     pool = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1@0,cp1@1", supported_degrees=(1, 2))
     wl = make_workload([(0.0, 10, None), (0.5, 10, None), (5.0, 10, None)])
     faults = FaultConfig(events=(FaultEvent("straggler", 0.2, gpu=1, factor=3.0, duration_s=4.0),))
-    res = Simulator(wl, SimConfig(pool=pool, faults=faults), simple_calibration).run(RoundRobinRouter())
+    res = Simulator(wl, SimConfig(pool=pool, faults=faults), toy_cal).run(RoundRobinRouter())
     # E_1 = 2.0 s. r0 on GPU 0 (normal), r1 on GPU 1 inside the window (x3), r2 on GPU 0 at 5.
     assert res.records["worker_id"].tolist() == [0, 1, 0]
     assert res.records["finish_s"].tolist() == pytest.approx([2.0, 0.5 + 6.0, 7.0])
@@ -78,11 +78,11 @@ def test_straggler_multiplies_steps_that_start_in_its_window(simple_calibration)
     assert f["num_affected_requests"] == 1 and f["recovery_time_s"] == pytest.approx(4.0)
 
 
-def test_node_failure_stops_every_worker_of_the_node_and_reroutes(simple_calibration):
+def test_node_failure_stops_every_worker_of_the_node_and_reroutes(toy_cal):
     pool = PoolConfig(num_gpus=4, gpus_per_node=2, composition="cp2@0,cp2@2", supported_degrees=(1, 2))
     wl = make_workload([(0.0, 20, None), (0.1, 20, None), (0.2, 20, None)])
     faults = FaultConfig(events=(FaultEvent("node_failure", 0.5, node=0),), detection_delay_s=1.0, rebuild_s=1.0, repair_s=2.0)
-    sim = Simulator(wl, SimConfig(pool=pool, faults=faults, record_events=True), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool, faults=faults, record_events=True), toy_cal)
     res = sim.run(RoundRobinRouter())
     f = res.extras["faults"][0]
     assert f["gpus"] == [0, 1] and f["worker_ids"] == [0]
@@ -96,13 +96,13 @@ def test_node_failure_stops_every_worker_of_the_node_and_reroutes(simple_calibra
     assert res.records["num_routings"][0] == 2
 
 
-def test_fault_during_split_aborts_the_operation(simple_calibration):
+def test_fault_during_split_aborts_the_operation(toy_cal):
     from envs.sim.reconfig import Operation, get_reconfigurator
 
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(1, 2, 4))
     wl = make_workload([(0.0, 40, None), (0.1, 8, None), (20.0, 8, None)])
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 0.5, gpu=3),), detection_delay_s=1.0, rebuild_s=1.0, repair_s=1.0)
-    sim = Simulator(wl, SimConfig(pool=pool, faults=faults), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool, faults=faults), toy_cal)
     r = get_reconfigurator(sim)
     router = RoundRobinRouter()
     router.reset(sim.view, sim.policy_rng)
@@ -123,7 +123,7 @@ def test_fault_during_split_aborts_the_operation(simple_calibration):
         (1, 2, WorkerState.ACTIVE), (1, 3, WorkerState.ACTIVE), (2, 0, WorkerState.ACTIVE)]
 
 
-def test_fault_during_the_step_boundary_sync_leaves_the_surviving_sibling_active(simple_calibration):
+def test_fault_during_the_step_boundary_sync_leaves_the_surviving_sibling_active(toy_cal):
     # merge(0, 2) of two idle CP-2 workers: the drain ends at once, the switch would start after
     # drain_sync_s = 0.2 s. GPU 3 fails at 0.1, inside that sync: the merge aborts and worker 0
     # resumes. The switch-start event still fired at 0.2 and made worker 0 SWITCHING for good
@@ -133,7 +133,7 @@ def test_fault_during_the_step_boundary_sync_leaves_the_surviving_sibling_active
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp2@0,cp2@2", supported_degrees=(1, 2, 4))
     wl = make_workload([(1.0, 8, None), (2.0, 8, None), (3.0, 8, None)])
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 0.1, gpu=3),), detection_delay_s=1.0, rebuild_s=1.0, repair_s=100.0)
-    sim = Simulator(wl, SimConfig(pool=pool, faults=faults), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool, faults=faults), toy_cal)
     get_reconfigurator(sim).apply(Operation.merge(0, 2))
     res = sim.run(LeastWorkRouter())
     assert sim.workers[0].state == WorkerState.ACTIVE and sim.workers[0].degree == 2
@@ -149,24 +149,24 @@ def test_decompose_span_uses_split_placement_rules():
     assert decompose_span(pool, 4, 4, {4, 5, 6, 7}) == []
 
 
-def test_empty_fault_config_is_byte_identical(simple_calibration):
+def test_empty_fault_config_is_byte_identical(toy_cal):
     from baselines.vertumnus import VertumnusRouter
 
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp2@0,cp1@2,cp1@3", supported_degrees=(1, 2))
     wl = make_workload([(0.1 * i, 5 + 7 * (i % 5), None) for i in range(40)])
-    a = Simulator(wl, SimConfig(pool=pool, seed=3), simple_calibration).run(VertumnusRouter())
-    b = Simulator(wl, SimConfig(pool=pool, seed=3, faults=FaultConfig()), simple_calibration).run(VertumnusRouter())
+    a = Simulator(wl, SimConfig(pool=pool, seed=3), toy_cal).run(VertumnusRouter())
+    b = Simulator(wl, SimConfig(pool=pool, seed=3, faults=FaultConfig()), toy_cal).run(VertumnusRouter())
     for k in a.records:
         assert a.records[k].tobytes() == b.records[k].tobytes(), k
     assert a.sim_time_s == b.sim_time_s and a.gpu_time_s == b.gpu_time_s
 
 
-def test_random_faults_are_seeded(simple_calibration):
+def test_random_faults_are_seeded(toy_cal):
     pool = PoolConfig(num_gpus=4, gpus_per_node=2, composition="cp2@0,cp2@2", supported_degrees=(1, 2))
     wl = make_workload([(1.0 * i, 8, None) for i in range(200)])
     faults = FaultConfig(gpu_failure_rate_per_gpu_hour=10.0, straggler_rate_per_gpu_hour=10.0, detection_delay_s=1.0,
                          rebuild_s=2.0, repair_s=20.0)
-    runs = [Simulator(wl, SimConfig(pool=pool, seed=s, faults=faults), simple_calibration).run(LeastWorkRouter())
+    runs = [Simulator(wl, SimConfig(pool=pool, seed=s, faults=faults), toy_cal).run(LeastWorkRouter())
             for s in (1, 1, 2)]
     assert repr(runs[0].extras["faults"]) == repr(runs[1].extras["faults"])
     assert repr(runs[0].extras["faults"]) != repr(runs[2].extras["faults"])
@@ -174,11 +174,11 @@ def test_random_faults_are_seeded(simple_calibration):
     assert 0 < LLAMA3_GPU_FAILURE_RATE_PER_GPU_HOUR < 1e-4
 
 
-def test_event_outside_pool_is_rejected(simple_calibration):
+def test_event_outside_pool_is_rejected(toy_cal):
     wl = make_workload([(0.0, 8, None)])
     with pytest.raises(ValueError, match=r"events\[0\].*gpu 7 is outside the pool of 2 GPUs"):
         faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.0, gpu=7),))
-        Simulator(wl, SimConfig(pool=ONE_CP2, faults=faults), simple_calibration)
+        Simulator(wl, SimConfig(pool=ONE_CP2, faults=faults), toy_cal)
 
 
 def test_fault_schedule_of_random_processes_alone_needs_no_events(tmp_path):
@@ -241,7 +241,7 @@ def test_link_failure_stalls_transfers():
     assert links.reserve(0.0, 0, 1, 25_000_000_000) == pytest.approx((0.0, 2.0))
 
 
-def test_run_policy_progress_counts_a_rerouted_request_once(simple_calibration):
+def test_run_policy_progress_counts_a_rerouted_request_once(toy_cal):
     """``cpgym simulate``'s progress: requests re-routed at fault detection (or by a
     reconfiguration) were counted again, so the bar ended past its total (``15003/?`` for
     ``vertumnus`` on the default workload)."""
@@ -250,7 +250,7 @@ def test_run_policy_progress_counts_a_rerouted_request_once(simple_calibration):
     wl = make_workload([(0.0, 20, None), (2.0, 4, None), (30.0, 4, None)])
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 1.5, gpu=1),), detection_delay_s=3.0, rebuild_s=10.0, repair_s=5.0)
     counted = []
-    res = run_policy("least-work", wl, SimConfig(pool=ONE_CP2, faults=faults), simple_calibration, progress=counted.append)
+    res = run_policy("least-work", wl, SimConfig(pool=ONE_CP2, faults=faults), toy_cal, progress=counted.append)
     assert res.records["num_routings"].tolist() == [2, 2, 1]  # two requests routed twice
     assert sum(counted) == wl.num_requests == 3
 

@@ -4,23 +4,16 @@ transfers pending on its links; a GPU failure keeps the host memory (issue #43 i
 import pytest
 
 from baselines.simple import RoundRobinRouter
-from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import Request, SimConfig, Simulator, Workload
 from envs.sim.fault_config import FaultConfig, FaultEvent
 from envs.sim.simulator import EventPriority
 from envs.sim.tier_config import TierConfig
 from envs.sim.tiers import FETCH_NONE, FETCH_PULL
-from kernels_ref.roofline import Efficiency, build_calibration_dict
-from kernels_ref.specs import get_gpu, get_model
+from tests.factories import ONE_GPU_POOL
 
 BLOCK = 512
 PREFIX = tuple(range(1, 33))  # 32 blocks, fetched in 32 s
 PREFIX2 = (101, 102)  # 2 blocks, fetched in 2 s
-
-
-@pytest.fixture(scope="module")
-def a100():
-    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
-    return Calibration.from_dict(data)
 
 
 def _req(i, t, prefix, num_new_tokens, first_new):
@@ -39,7 +32,7 @@ def test_a_node_failure_loses_the_nodes_host_memory_and_its_pending_transfers(a1
     # (it queued behind the lost fetch's reservation until 32 s).
     # gpu_failure: the host memory survives, r0 fetches PREFIX again.
     ev = FaultEvent(kind, 1.0, node=0) if kind == "node_failure" else FaultEvent(kind, 1.0, gpu=0)
-    cfg = SimConfig(pool=PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,)),
+    cfg = SimConfig(pool=ONE_GPU_POOL,
                     kv_tiers=TierConfig(levels=("hbm", "dram"), dram_bytes_per_s_per_gpu=BLOCK * a100.kv_bytes_per_token,
                                         fetch_policy="always"),
                     faults=FaultConfig(events=(ev,), detection_delay_s=0.1, repair_s=0.5, rebuild_s=0.5))

@@ -33,60 +33,12 @@ def test_calibrate_writes_a_loadable_file_with_provenance(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["kernels", "calibrate", "--model", "nope", "--gpu", "H20"], "unknown model"),
-    (["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20", "--efficiency", "2"], "efficiency"),
-    (["kernels", "calibrate", "--model", "DeepSeek-V3", "--gpu", "H20"], "do not fit"),
-    (["kernels", "calibrate", "--model", "DeepSeek-V3", "--gpu", "H20-3e", "--weight-shard-gpus", "4"], "do not fit"),
-    (["kernels", "calibrate", "--model", "DeepSeek-V3", "--gpu", "A100-80GB"], "no FP8 tensor cores"),
-    (["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20-3e", "--weight-shard-gpus", "2"], "dense"),
-    (["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20-3e", "--activation-reserve-gb", "-1"],
-     "--activation-reserve-gb"),
-    (["kernels", "check", "--degrees", "0"], "--degrees"),
-    (["kernels", "profile", "--out", "x.json", "--new-tokens", "a,b"], "--new-tokens"),
-    (["kernels", "profile", "--out", "x.json", "--new-tokens", "8", "--cached-tokens", "0", "--degrees", "1"], "at least 5"),
-])
-def test_bad_input_is_one_clear_line(argv, match, capsys):
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert match in err and len(err.splitlines()) == 1
-
-
-@pytest.mark.parametrize("argv", [["kernels", "check", "--degrees", "1,99999"],
-                                  ["kernels", "profile", "--out", "x.json", "--degrees", "64"]])
-def test_a_cpu_degree_beyond_the_rank_limit_starts_nothing(argv, capsys, monkeypatch, tmp_path):
-    """``--degrees 99999`` tried to start 99,999 torch processes (one gloo rank each)."""
-    import torch.multiprocessing as mp
-
+def test_launch_refuses_more_ranks_than_the_cpu_limit():
+    """The library check behind `--degrees 99999` (a row of tests/kernels_ref/test_cli_errors.py)."""
     from kernels_ref.dist import MAX_CPU_RANKS, launch
 
-    def no_start(*a, **k):
-        raise AssertionError("started rank processes")
-
-    monkeypatch.setattr(mp, "start_processes", no_start)
-    monkeypatch.chdir(tmp_path)
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert f"expected CP degrees <= {MAX_CPU_RANKS}" in err and len(err.splitlines()) == 1
     with pytest.raises(ValueError, match=f"more than {MAX_CPU_RANKS}"):
         launch(print, MAX_CPU_RANKS + 1)
-
-
-@pytest.mark.parametrize("flags", [["--layers", "100000000"], ["--hidden", "100000000"],
-                                   ["--experts", "100000", "--moe-intermediate", "100000"],
-                                   ["--new-tokens", "64,256,1024,2000000000"]])
-def test_a_profile_grid_beyond_memory_starts_nothing(flags, capsys, monkeypatch, tmp_path):
-    """``--layers 1e8`` ran until memory was exhausted; ``--hidden 1e8`` failed in torch's allocator."""
-    import torch.multiprocessing as mp
-
-    def no_start(*a, **k):
-        raise AssertionError("started rank processes")
-
-    monkeypatch.setattr(mp, "start_processes", no_start)
-    assert main(["kernels", "profile", "--out", str(tmp_path / "c.json"), *flags]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "the profile grid needs about" in err and "lower --layers, --hidden" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "c.json").exists()
 
 
 def test_the_memory_estimate_of_the_default_grid_is_modest():
@@ -239,84 +191,12 @@ def test_profile_warns_when_the_fit_has_no_cost_per_token():
     assert not warn_length_independent({**flat, "c_s_per_token": 1e-6}, "prof.json", file=f)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--activation-reserve-gb", "inf"], "--activation-reserve-gb must be a finite number of GB >= 0, got inf"),  # traceback
-    (["--overhead-s", "nan"], "--overhead-s must be a finite number of seconds >= 0, got nan"),  # was 'overhead_s ...'
-    (["--overhead-s", "inf"], "--overhead-s must be a finite number of seconds >= 0, got inf"),  # was 'cost coefficient d_s'
-    (["--cp-serial-fraction", "1.5"], "--cp-serial-fraction must be a fraction in [0, 1], got 1.5"),
-    (["--efficiency", "0"], "--efficiency must be a fraction in (0, 1], got 0.0"),  # was 'efficiency compute ...'
-    (["--link-efficiency", "nan"], "--link-efficiency must be a fraction in (0, 1], got nan"),
-    (["--weight-shard-gpus", "3"], "--weight-shard-gpus must be one of 1, 2, 4, 8, got 3"),
-])
-def test_calibrate_bad_flags_name_the_flag(flags, message, capsys):
-    assert main(["kernels", "calibrate", "--model", "Qwen3-8B", "--gpu", "H20", *flags]) == 2
-    assert capsys.readouterr().err == f"cpgym kernels calibrate: error: {message}\n"
-
-
-def test_kernels_check_refuses_a_repeated_degree(capsys, monkeypatch):
-    """--degrees 1,1 ran every CP-1 case twice and reported '30/30 passed' for 15 cases."""
-    import kernels_ref.check
-
-    monkeypatch.setattr(kernels_ref.check, "run_check_suite", lambda *a, **k: pytest.fail("ran the check"))
-    assert main(["kernels", "check", "--degrees", "1,2,1"]) == 2
-    assert capsys.readouterr().err == ("cpgym kernels check: error: --degrees lists 1 twice: '1,2,1'; "
-                                       "expected distinct CP degrees\n")
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--layers", "0"], "--layers must be an integer >= 1, got 0"),  # was 'num_layers, repeats and block_tokens must be ...'
-    (["--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
-    (["--warmup", "-1"], "--warmup must be an integer >= 0, got -1"),
-    (["--hidden", "0"], "--hidden must be an integer >= 1, got 0"),  # was 'LayerConfig.hidden_size must be >= 1, got 0'
-    (["--kv-heads", "0"], "--kv-heads must be an integer >= 1, got 0"),
-    (["--q-heads", "3", "--kv-heads", "2"], "--q-heads 3 must be a multiple of --kv-heads 2 (GQA)"),
-    (["--head-dim", "7"], "--head-dim must be even (rotate-half RoPE), got 7"),
-    (["--experts", "-1"], "--experts must be an integer >= 0 (0: dense MLP), got -1"),  # was a message about MoE top-k
-    (["--experts", "4", "--top-k", "9"], "--top-k must be in [1, --experts = 4], got 9"),
-    (["--experts", "4", "--moe-intermediate", "0"], "--moe-intermediate must be an integer >= 1 with --experts, got 0"),
-    (["--dtype", "bfloat16"], "--dtype on --device cpu must be one of float32, float64, got 'bfloat16'"),
-])
-def test_profile_bad_flags_name_the_flag(flags, message, capsys, monkeypatch, tmp_path):
-    import torch.multiprocessing as mp
-
-    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: pytest.fail("started rank processes"))
-    assert main(["kernels", "profile", "--out", str(tmp_path / "c.json"), *flags]) == 2
-    assert capsys.readouterr().err == f"cpgym kernels profile: error: {message}\n"
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--new-tokens", "64,256,64,1024"], "num_new_tokens (--new-tokens) lists 64 twice: 64,256,64,1024; expected"),
-    (["--cached-tokens", "0,1024,1024"], "num_cached_tokens (--cached-tokens) lists 1024 twice: 0,1024,1024; expected"),
-])
-def test_profile_refuses_a_repeated_grid_value(flags, message, capsys, monkeypatch, tmp_path):
-    """--new-tokens 64,256,64 profiled (64, P, C) on two passes per repeat, and the fit and the calibration's sample
-    list counted it twice (as --degrees 1,1 did for `kernels check`)."""
-    import torch.multiprocessing as mp
-
+def test_profile_config_refuses_a_repeated_degree_and_its_grid_has_none():
+    """The library side of `kernels profile --new-tokens 64,256,64` (a row of tests/kernels_ref/test_cli_errors.py)."""
     from kernels_ref.profile import ProfileConfig
 
-    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: pytest.fail("started rank processes"))
-    assert main(["kernels", "profile", "--out", str(tmp_path / "c.json"), *flags]) == 2
-    assert capsys.readouterr().err.startswith(f"cpgym kernels profile: error: {message}")
     with pytest.raises(ValueError, match=r"degrees \(--degrees\) lists 2 twice"):
         ProfileConfig(degrees=(1, 2, 2))
     grid = ProfileConfig().grid()
     assert len(set(grid)) == len(grid)
 
-
-@pytest.mark.parametrize("command", ["profile", "calibrate"])
-@pytest.mark.parametrize("where, message", [
-    ("folder", "--out {tmp} is a folder; expected a file path"),  # was '{tmp}: Is a directory'
-    ("under-file", "--out {tmp}/blocker/c.json cannot be created: {tmp}/blocker is not a folder"),  # 'Not a directory'
-])
-def test_an_unwritable_out_is_named_before_any_work(command, where, message, capsys, monkeypatch, tmp_path):
-    """`kernels profile --out DIR` ran the whole profiling grid (minutes) and only then failed
-    writing the file, with the OS error alone ('DIR: Is a directory'); calibrate likewise."""
-    import torch.multiprocessing as mp
-
-    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: pytest.fail("started rank processes"))
-    (tmp_path / "blocker").write_text("")
-    out = str(tmp_path) if where == "folder" else str(tmp_path / "blocker" / "c.json")
-    extra = ["--model", "Qwen3-8B", "--gpu", "H20"] if command == "calibrate" else []
-    assert main(["kernels", command, "--out", out, *extra]) == 2
-    assert capsys.readouterr().err == f"cpgym kernels {command}: error: {message.format(tmp=tmp_path)}\n"

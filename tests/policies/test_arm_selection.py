@@ -19,7 +19,7 @@ from policies.routing.arm_selection import (
     design_matrix,
     num_terms,
 )
-from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, toy_calibration
 
 ARMS = ((1.0, 0.0), (3.0, 1.0), (8.0, 4.0))
 
@@ -253,24 +253,6 @@ class _StubScenario:
         from policies.routing.protocol import protocol_windows
 
         return protocol_windows(random_workload(1000, rate_rps=8.0, seed=seed), 10.0, part, warmup_s=10.0)[:3]
-
-
-def test_protocol_and_seed_evaluation_run_an_arm_checkpoint(tmp_path):
-    """``cpgym evaluate``'s protocol path (``evaluate_scenario``) and seed path (``evaluate``)
-    run the checkpoint's router: a constant model gives the rows of the tuned router with its arm."""
-    from policies.routing.evaluate import evaluate
-    from policies.routing.protocol import evaluate_scenario
-
-    _write_checkpoint(tmp_path / "ck", constant_model(ARMS, 2))
-    ck = str(tmp_path / "ck")
-    cfg = SimConfig(pool=SMALL_POOL)
-    rows = evaluate_scenario([ck, "vertumnus-tuned"], _StubScenario(), cfg, tuned={"beta": 8.0, "lambda": 4.0})
-    ours = [r for r in rows if r["policy"] == ck]
-    ref = [r for r in rows if r["policy"] == "vertumnus-tuned"]
-    assert len(ours) == len(ref) == 3
-    assert [r["mean_ttft_s"] for r in ours] == [r["mean_ttft_s"] for r in ref]
-    seed_rows = evaluate([ck], _StubScenario(), cfg, seeds=[0], part="test")
-    assert [r["mean_ttft_s"] for r in seed_rows] != [] and seed_rows[0]["policy"] == "learned:ck"
 
 
 def test_deployed_validation_runs_the_router_and_selects_the_least_score(tmp_path):

@@ -11,15 +11,16 @@ import pytest
 
 from envs.reconfig_env import RECONFIG_WORKER_FEATURES, TARGET_FEATURES
 from envs.workloads import WorkloadSource
+from tests.factories import SMALL_POOL
 
 WORKER_COLS = [n for n, _ in RECONFIG_WORKER_FEATURES]
 TARGET_COLS = [n for n, _ in TARGET_FEATURES]
 
 
 def _small_pool_config():
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
 
-    return SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    return SimConfig(pool=SMALL_POOL)
 
 
 def _venv(cls, **kw):

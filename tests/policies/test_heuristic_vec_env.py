@@ -16,11 +16,10 @@ CASES = [("vertumnus-lambda0", {}), ("vertumnus-no-reservation", {}), ("homogene
 
 
 @pytest.fixture(scope="module")
-def trace_window():
+def trace_window(conversation_trace):
     from envs import workloads
 
-    wl = workloads.load_trace(workloads.default_traces_dir() / "conversation_trace.jsonl")
-    return workloads.window(workloads.scale_to_rate(wl, 14.0), 60.0, 90.0)
+    return workloads.window(workloads.scale_to_rate(conversation_trace, 14.0), 60.0, 90.0)
 
 
 def _single_env_decisions(name, spec, window):

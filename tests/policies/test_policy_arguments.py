@@ -11,7 +11,7 @@ from policies.common.policy_args import check_policy_argument
 
 
 def _evaluate_error(capsys, policy: str) -> str:
-    rc = main(["evaluate", "--policy", policy, "--windows", "0", "--seeds", "1", "--quiet"])
+    rc = main(["evaluate", "--policy", policy, "--quick", "--quiet"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0, err
     return err
@@ -40,7 +40,7 @@ def test_folder_without_model_zip(tmp_path, capsys):
 
 
 def test_unknown_against_name_suggests(capsys):
-    rc = main(["evaluate", "--policy", "least-work", "--against", "least-wrk", "--windows", "0", "--seeds", "1", "--quiet"])
+    rc = main(["evaluate", "--policy", "least-work", "--against", "least-wrk", "--quick", "--quiet"])
     assert rc == 2 and "did you mean 'least-work'?" in capsys.readouterr().err
 
 

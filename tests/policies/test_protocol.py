@@ -10,23 +10,8 @@ import pytest
 
 from envs.sim import SimConfig
 from envs.workloads import WorkloadSource
-from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, tiny_trace, toy_calibration
 from tests.interrupt import patch_everywhere
-
-
-def _tiny_trace(path, num_requests=240, rate_rps=4.0, seed=0):
-    """A Mooncake-format JSONL trace: sessions sharing prefixes, Poisson-ish arrivals [ms]."""
-    rng = np.random.default_rng(seed)
-    t = 0.0
-    with open(path, "w") as fh:
-        for i in range(num_requests):
-            t += rng.exponential(1000.0 / rate_rps)
-            n_blocks = int(rng.integers(1, 6))
-            sess = int(rng.integers(0, 8))
-            hashes = [sess * 1000 + k for k in range(n_blocks - 1)] + [100_000 + i]
-            fh.write(json.dumps({"timestamp": int(t), "input_length": n_blocks * 512 - int(rng.integers(0, 500)),
-                                 "output_length": 10, "hash_ids": hashes}) + "\n")
-    return path
 
 
 def test_protocol_windows_are_disjoint_and_warm_started():
@@ -86,7 +71,7 @@ def test_capacity_bisection_brackets_the_overload_point(tmp_path):
     from policies.routing.protocol import capacity_rps
 
     cfg = SimConfig(pool=SMALL_POOL)
-    base = workloads.load_trace(_tiny_trace(tmp_path / "t.jsonl", num_requests=3000))
+    base = workloads.load_trace(tiny_trace(tmp_path / "t.jsonl", num_requests=3000))
     cap = capacity_rps(lambda r: workloads.scale_to_rate(base, r), cfg, "least-work", low_rps=0.25, high_rps=2048.0,
                        num_iterations=5)
     ok = [r for r, _, s in cap.probes if s]
@@ -114,13 +99,13 @@ def test_cell_table_paired_delta_and_ci():
         "delta_mean_ttft_pct_vs_ref", "ci_low", "ci_high", "reference"}
 
 
-def test_tune_and_evaluate_commands_on_a_tiny_trace(tmp_path, capsys):
+def test_tune_and_evaluate_commands_on_atiny_trace(tmp_path, capsys):
     """`cpgym tune vertumnus` writes the tuned cell; `cpgym evaluate --tuned` uses it for
     vertumnus-tuned on the test windows and prints the protocol's JSON rows; an untrained
     residual checkpoint evaluates exactly like the Vertumnus router (same windows, same TTFTs)."""
     from experiments.cli import main
 
-    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    trace = tiny_trace(tmp_path / "tiny.jsonl")
     pool = ["--pool-gpus", "8", "--pool-composition", "cp2x2,cp1x4", "--supported-degrees", "1,2"]
     out = tmp_path / "tuned.json"
     assert main(["tune", "vertumnus", "--trace", str(trace), "--target-rps", "6", "--episode-window-s", "4",
@@ -161,7 +146,7 @@ def test_tune_stopped_midway_keeps_its_finished_cells(tmp_path, capsys, monkeypa
     from experiments.cli import main
     from tests.interrupt import fail_on_call
 
-    trace = _tiny_trace(tmp_path / "tiny.jsonl")
+    trace = tiny_trace(tmp_path / "tiny.jsonl")
     patch_everywhere(monkeypatch, protocol, "capacity_rps", lambda *a, **k: types.SimpleNamespace(capacity_rps=10.0,
                                                                                       policy="vertumnus-router", probes=[]))
     patch_everywhere(monkeypatch, protocol, "tune_vertumnus", fail_on_call(protocol.tune_vertumnus, 2))
@@ -188,7 +173,7 @@ def test_training_on_protocol_windows_validates_and_keeps_the_best(tmp_path):
     from policies.routing.episodes import EpisodeSource
     from policies.routing.train import TrainConfig, train_routing
 
-    trace = _tiny_trace(tmp_path / "tiny.jsonl", num_requests=300)
+    trace = tiny_trace(tmp_path / "tiny.jsonl", num_requests=300)
     src = EpisodeSource(WorkloadSource(trace=str(trace), target_rps=6.0), episode_window_s=4.0)
     cfg = TrainConfig(source=src, total_timesteps=256, n_envs=1, n_steps=64, batch_size=64, n_epochs=1, wandb_mode="disabled",
                       residual_tau_s=0.1, warmup_s=2.0, validate_every_steps=128, num_validation_windows=2)
@@ -226,16 +211,3 @@ def test_evaluate_max_windows_needs_the_protocol():
     with pytest.raises(ValueError, match="max_windows"):
         EvaluationConfig(policy="shipped", loads=(0.9,), max_windows=0)
 
-
-@pytest.mark.parametrize("command", [["evaluate", "--policy", "least-work"], ["tune", "vertumnus"]])
-def test_a_repeated_load_is_refused_before_the_capacity_search(command, tmp_path, capsys):
-    """`--loads 0.7,0.7` ran the same cell twice: its windows counted twice, so `cpgym evaluate`
-    showed twice the windows and a zero-width 'confidence interval'; `cpgym tune` wrote one cell
-    twice. Now it is an error naming --loads, before the capacity bisection."""
-    from experiments.cli import main
-
-    trace = tmp_path / "tiny.jsonl"  # never read: the check comes first
-    out = ["--out", str(tmp_path / "tuned.json")] if command[0] == "tune" else []
-    assert main([*command, *out, "--trace", str(trace), "--loads", "0.7,0.9,0.7", "--quiet"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith(
-        "error: --loads lists 0.7 twice: 0.7,0.9,0.7; expected distinct loads (each is one cell of windows)")

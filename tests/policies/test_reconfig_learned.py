@@ -1,5 +1,6 @@
-"""A tiny trained reconfiguration checkpoint loads and evaluates through ``cpgym evaluate``
-(``--kind`` auto-detected from ``train_config.json``) and ``policies.reconfig.evaluate``."""
+"""A tiny trained reconfiguration checkpoint loads and evaluates through ``cpgym evaluate`` (the
+benchmark protocol on the reconfiguration task, chosen from ``train_config.json``'s kind) and
+``policies.reconfig.evaluate``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from envs.workloads import WorkloadSource
 from experiments.cli import main
+from tests.factories import SMALL_POOL
 
 
 @pytest.fixture(scope="module")
@@ -25,27 +27,25 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 def test_train_config_records_kind_and_seeds(tiny_checkpoint):
-    from policies.reconfig.evaluate import is_reconfig_checkpoint, training_seeds
+    from policies.reconfig.evaluate import is_reconfig_checkpoint
 
     meta = json.loads((tiny_checkpoint / "train_config.json").read_text())
     assert meta["kind"] == "reconfig" and meta["timesteps"] >= 16
     assert is_reconfig_checkpoint(str(tiny_checkpoint)) and is_reconfig_checkpoint(str(tiny_checkpoint / "model.zip"))
-    assert training_seeds(str(tiny_checkpoint)) == [0]
+    assert meta["train_config"]["workload_seeds"] == [0]
 
 
 def test_evaluate_reconfig_checkpoint_through_cli(tiny_checkpoint, capsys):
-    rc = main(["evaluate", "--policy", str(tiny_checkpoint), "--against", "vertumnus-router", "--seeds", "5",
+    rc = main(["evaluate", "--policy", str(tiny_checkpoint), "--against", "vertumnus-router", "--max-episodes", "1",
                "--format", "json", "--quiet"])
     assert rc == 0
     table = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
-    # labelled like a routing checkpoint (learned:<folder name>; it was "learned" alone)
-    assert set(table) == {f"learned:{tiny_checkpoint.name}", "vertumnus-router"}
+    assert set(table) == {str(tiny_checkpoint), "vertumnus-router"}
     for r in table.values():
-        assert r["num_episodes"] == 1
+        assert r["task"] == "reconfig/matched-phases-v1" and r["num_episodes"] == 1
         assert r["mean_ttft_s"] > 0 and r["p90_ttft_s"] >= r["mean_ttft_s"] * 0.5
         assert 0.0 <= r["slo_attainment_token_weighted"] <= 1.0
-        assert r["num_unfinished"] == 0
-    assert table["vertumnus-router"]["num_operations"] == 0  # no reconfiguration
+    assert table["vertumnus-router"]["delta_mean_ttft_pct"] == 0.0  # the task's reference: no reconfiguration
 
 
 @pytest.mark.slow
@@ -65,17 +65,18 @@ def test_learned_run_is_seed_deterministic(tiny_checkpoint):
 
 
 def test_reconfig_mode_rejects_unknown_comparison(tiny_checkpoint, capsys):
-    assert main(["evaluate", "--policy", str(tiny_checkpoint), "--against", "no-such", "--seeds", "5", "--quiet"]) == 2
+    assert main(["evaluate", "--policy", str(tiny_checkpoint), "--against", "no-such", "--quick", "--quiet"]) == 2
+    assert "unknown policy 'no-such'" in capsys.readouterr().err
 
 
 def test_validation_keeps_the_best_model_and_capacity_features_reach_the_checkpoint(tmp_path):
     import csv
 
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from policies.reconfig.evaluate import LearnedReconfig
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    small = SimConfig(pool=SMALL_POOL)
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
     cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,),
                               validation_seeds=(9,),
@@ -98,11 +99,11 @@ def test_validation_keeps_the_best_model_and_capacity_features_reach_the_checkpo
 def test_history_features_reach_the_checkpoint_and_its_evaluation(tmp_path):
     from envs import workloads
     from envs.reconfig_env import CAPACITY_WINDOW_FEATURES, HISTORY_WINDOW_FEATURES, WINDOW_FEATURES
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from policies.reconfig.evaluate import LearnedReconfig
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    small = SimConfig(pool=SMALL_POOL)
     params = (("duration_s", 60.0), ("load_fraction_range", (0.05, 0.1)))
     cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,),
                               total_timesteps=4, n_steps=4,
@@ -124,35 +125,6 @@ def test_validation_seeds_must_differ_from_training_seeds():
         ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases"), workload_seeds=(0, 1), validation_seeds=(1, 5))
 
 
-def test_aggregate_pairs_deltas_by_seed_and_adds_the_best_fixed_composition_in_hindsight():
-    from policies.reconfig.evaluate import METRICS, aggregate_reconfig, best_fixed_in_hindsight
-
-    def row(policy, seed, ttft, slo=1.0):
-        return {"policy": policy, "seed": seed, **dict.fromkeys(METRICS, 0.0), "mean_ttft_s": ttft,
-                "slo_attainment_token_weighted": slo}
-
-    rows = [row("vertumnus-adaptive", 0, 1.0), row("vertumnus-adaptive", 1, 2.0), row("vertumnus-adaptive", 2, 4.0),
-            row("learned", 0, 0.9), row("learned", 1, 1.8), row("learned", 2, 3.6, slo=0.9),
-            row("vertumnus-router", 0, 0.5), row("vertumnus-router", 1, 3.0), row("vertumnus-router", 2, 2.0),
-            row("fixed:cp2x20", 0, 0.8), row("fixed:cp2x20", 1, 1.0), row("fixed:cp2x20", 2, 2.5)]
-    best = best_fixed_in_hindsight(rows)
-    assert [(r["seed"], r["mean_ttft_s"], r["composition"]) for r in best] == [
-        (0, 0.5, "initial composition"), (1, 1.0, "cp2x20"), (2, 2.0, "initial composition")]
-    assert best_fixed_in_hindsight([r for r in rows if r["policy"] != "fixed:cp2x20"]) == []
-    table = {r["policy"]: r for r in aggregate_reconfig(rows + best, workload="matched-phases")}
-    learned = table["learned"]
-    assert learned["reference"] == "vertumnus-adaptive" and learned["num_windows"] == 3
-    assert learned["delta_mean_ttft_pct_vs_ref"] == pytest.approx(-10.0)  # -10 % on every seed: zero-width CI
-    assert learned["ci_low"] == pytest.approx(-10.0) and learned["ci_high"] == pytest.approx(-10.0)
-    assert learned["delta_slo_attainment"] == pytest.approx(-0.1 / 3)
-    assert table["vertumnus-adaptive"]["delta_mean_ttft_pct_vs_ref"] == pytest.approx(0.0)
-    assert table["best-fixed-in-hindsight"]["mean_ttft_s"] == pytest.approx(3.5 / 3)
-    v = table["vertumnus-router"]
-    assert v["ci_low"] < v["delta_mean_ttft_pct_vs_ref"] < v["ci_high"]
-    with pytest.raises(ValueError, match="--reference 'nope' was not evaluated"):
-        aggregate_reconfig(rows, reference="nope")
-
-
 def test_shipped_reconfig_alias_names_the_shipped_checkpoint():
     from policies.common.checkpoint import SHIPPED_RECONFIG, checkpoint_path
     from policies.common.policy_args import is_checkpoint
@@ -163,11 +135,11 @@ def test_shipped_reconfig_alias_names_the_shipped_checkpoint():
 def test_target_mode_oracle_warm_start_trains_validates_and_loads(tmp_path):
     import csv
 
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from policies.reconfig.evaluate import LearnedReconfig
     from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    small = SimConfig(pool=SMALL_POOL)
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
     cfg = ReconfigTrainConfig(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0, 1),
                               validation_seeds=(9,),
@@ -268,13 +240,6 @@ def test_behaviour_cloning_fits_the_demonstrated_actions():
         behaviour_clone(model, {"x": x[:0]}, actions[:0], epochs=1)
 
 
-def test_fixed_label_plus_stands_for_comma_in_mixed_compositions():
-    from policies.reconfig.evaluate import fixed_composition
-
-    assert fixed_composition("fixed:cp8x2+cp4x5+cp2x2") == "cp8x2,cp4x5,cp2x2"
-    assert fixed_composition("fixed:cp4x10") == "cp4x10"
-
-
 @pytest.mark.slow
 def test_init_from_starts_from_the_given_model_and_rejects_another_space(tiny_checkpoint, tmp_path):
     import torch as th
@@ -340,99 +305,12 @@ def test_train_reconfig_interrupted_midway_keeps_its_checkpoints(tmp_path, capsy
     assert json.loads((out / "train_config.json").read_text())["train_config"]["checkpoint_every_steps"] == 16
 
 
-@pytest.mark.slow
-def test_a_reconfig_evaluation_past_saturation_says_so(capsys):
-    """The phases workload's default rates (90 / 18 req/s) are past the default pool's capacity:
-    every policy read 100+ s mean TTFT with no word that the TTFTs measure a growing backlog
-    (cpgym simulate warns there). Now one stderr line per overloaded policy names its seeds; a
-    matched-load episode gets none, and stdout stays pure JSON."""
-    args = ["evaluate", "--kind", "reconfig", "--policy", "none", "--against", "fixed:cp4x10", "--seeds", "1000",
-            "--format", "json", "--quiet"]
-    assert main([*args, "--workload", "phases"]) == 0
-    out, err = capsys.readouterr()
-    assert [r["policy"] for r in json.loads(out)] == ["fixed:cp4x10"]
-    assert err.splitlines() == [
-        "warning: fixed:cp4x10: overloaded on seed(s) 1000: the last third's mean TTFT slowdown is > 1.2x the first "
-        "third's (the backlog grows) and token-weighted SLO attainment < 0.9; its TTFTs measure the episode's backlog "
-        "(sustainable rates: cpgym capacity)"]
-    assert main([*args, "--workload", "matched-phases"]) == 0
-    assert "overloaded" not in capsys.readouterr().err
-
-
-def _with_training_composition(checkpoint, tmp_path, composition):
-    """A copy of ``checkpoint`` whose train_config.json records ``composition`` as its training pool's."""
-    import shutil
-
-    copy = tmp_path / "ckpt"
-    shutil.copytree(checkpoint, copy)
-    meta = json.loads((copy / "train_config.json").read_text())
-    meta.setdefault("sim_config", {}).setdefault("pool", {})["composition"] = composition
-    (copy / "train_config.json").write_text(json.dumps(meta))
-    return copy
-
-
-def test_evaluation_starts_from_the_checkpoints_training_composition(tiny_checkpoint, tmp_path, capsys):
-    """Without --pool-composition every controller starts where the checkpoint was trained from
-    (it started, silently, from cp4x6,cp2x8): vertumnus-router then runs cp4x10, so fixed:cp4x10
-    is refused as a duplicate before any run; --pool-composition overrides."""
-    from policies.reconfig.evaluate import checkpoint_pool_composition
-
-    assert checkpoint_pool_composition(str(tiny_checkpoint)) == "cp4x6,cp2x8"
-    copy = _with_training_composition(tiny_checkpoint, tmp_path, "cp4x10")
-    assert checkpoint_pool_composition(str(copy)) == "cp4x10"
-    rc = main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router,fixed:cp4x10", "--seeds", "5"])
-    err = capsys.readouterr().err
-    assert rc == 2
-    assert "pool composition cp4x10: the composition" in err and "is the initial composition cp4x10" in err
-    rc = main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router,fixed:cp4x10", "--seeds", "5", "--quiet"])
-    assert rc == 2 and "pool composition cp4x10: the" not in capsys.readouterr().err  # --quiet: only the error
-    # the flag wins: from cp4x6,cp2x8, fixed:cp4x10 is another pool (refused here only for the unknown label)
-    rc = main(["evaluate", "--policy", str(copy), "--pool-composition", "cp4x6,cp2x8", "--against",
-               "vertumnus-router,fixed:cp4x10,no-such", "--seeds", "5", "--quiet"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "no-such" in err and "pool composition cp4x10" not in err
-
-
-def test_a_bad_training_composition_is_named(tiny_checkpoint, tmp_path, capsys):
-    from policies.reconfig.evaluate import checkpoint_pool_composition
-
-    copy = _with_training_composition(tiny_checkpoint, tmp_path, 40)
-    with pytest.raises(ValueError, match=r"train_config.json: sim_config.pool.composition must be a string"):
-        checkpoint_pool_composition(str(copy))
-    copy2 = _with_training_composition(tiny_checkpoint, tmp_path / "b", "cp8x6")  # 48 GPUs: not this pool
-    rc = main(["evaluate", "--policy", str(copy2), "--against", "vertumnus-router", "--seeds", "5", "--quiet"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "training composition 'cp8x6' does not fit this pool" in err and "--pool-composition" in err
-    # --pool-gpus: the error names the checkpoint's composition (it named the default cp4x6,cp2x8, never given)
-    rc = main(["evaluate", "--policy", str(copy2), "--against", "vertumnus-router", "--seeds", "5", "--quiet",
-               "--pool-gpus", "32"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "'cp8x6' does not fit this pool (composition 'cp8x6' uses 48 GPUs but the pool has 32)" in err
-
-
-@pytest.mark.parametrize("meta, message", [
-    ({"kind": "reconfig", "sim_config": []}, "sim_config must be an object, got []"),
-    ({"kind": "reconfig", "sim_config": {"pool": "cp4x10"}}, "sim_config.pool must be an object, got 'cp4x10'"),
-])
-def test_an_ill_typed_training_pool_is_one_line(tiny_checkpoint, tmp_path, capsys, meta, message):
-    """These failed as AttributeError tracebacks."""
-    import shutil
-
-    copy = tmp_path / "ckpt"
-    shutil.copytree(tiny_checkpoint, copy)
-    stored = json.loads((copy / "train_config.json").read_text())
-    (copy / "train_config.json").write_text(json.dumps({**stored, **meta}))
-    assert main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router", "--seeds", "5", "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"train_config.json: {message}" in err
-
-
 def test_a_train_config_that_is_not_an_object_is_one_line(tiny_checkpoint, tmp_path, capsys):
     import shutil
 
     copy = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoint, copy)
     (copy / "train_config.json").write_text("[1, 2]")
-    assert main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router", "--seeds", "5", "--quiet"]) == 2
+    assert main(["evaluate", "--policy", str(copy), "--against", "vertumnus-router", "--quick", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "train_config.json: expected a JSON object, got a JSON list" in err

@@ -12,6 +12,7 @@ import pytest
 from baselines.envs import make_reconfig_env
 from envs.workloads import WorkloadSource
 from policies.reconfig.oracle import load_phase_ttft, save_phase_ttft, select_targets
+from tests.factories import SMALL_POOL
 from tests.interrupt import patch_everywhere
 
 # Three compositions of a 8-GPU pool: A = {4: 2}, B = {4: 1, 2: 2}, C = {2: 4};
@@ -115,9 +116,9 @@ def test_oracle_flags_need_the_oracle_warm_start():
 def _tiny_oracle_training(bc_epochs: int):
     """(sim config, ReconfigTrainConfig kwargs): oracle warm start on a 2-phase matched-phases
     workload, 8 GPUs, 4 PPO steps."""
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    small = SimConfig(pool=SMALL_POOL)
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
     base = dict(workload=WorkloadSource(name="matched-phases", params=params), workload_seeds=(0,), total_timesteps=4,
                 n_steps=4,
@@ -147,10 +148,10 @@ def test_warm_start_reuses_the_phase_ttft_file_and_applies_the_switching_cost(tm
 
 def _small_matched_phases():
     """(workload, make_env): a 2-phase matched-phases workload on an 8-GPU pool, target actions over CP {2, 4}."""
-    from envs.sim import PoolConfig, SimConfig
+    from envs.sim import SimConfig
     from envs.workloads import WorkloadSource
 
-    small = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4)))
+    small = SimConfig(pool=SMALL_POOL)
     params = (("duration_s", 80.0), ("load_fraction_range", (0.05, 0.1)), ("num_phases_range", (2, 2)))
     wl = WorkloadSource(name="matched-phases", seed=0, params=params).build()
 
@@ -280,7 +281,7 @@ def test_bad_phase_ttft_file_fails_before_anything_is_written(text, message, tmp
                "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith(f"cpgym train: error: --oracle-phase-ttft {path}") and message in err
+    assert err.startswith(f"cpgym train reconfig: error: --oracle-phase-ttft {path}") and message in err
     assert err.count("\n") == 1
     assert not out.exists()
 

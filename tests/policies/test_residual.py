@@ -9,7 +9,7 @@ import torch as th
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
 from envs.sim.pool import PoolConfig
-from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, toy_calibration
 
 
 def _windows(n=80, k=2):

@@ -10,7 +10,7 @@ from gymnasium import spaces
 from envs.routing_env import PrefillRoutingEnv
 from envs.sim import SimConfig
 from envs.workloads import WorkloadSource
-from tests.envs.conftest import SMALL_POOL, random_workload, toy_calibration
+from tests.factories import SMALL_POOL, random_workload, toy_calibration
 
 _OBS = spaces.Dict({"x": spaces.Box(0.0, 1.0, (2,), dtype=np.float32)})
 

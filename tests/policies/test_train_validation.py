@@ -23,8 +23,8 @@ def test_routing_validation_without_a_finished_request_fails_before_training(tmp
     captured = capsys.readouterr()
     assert rc == 2
     err = captured.err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("cpgym train: error: validation at 0 steps: no request of the 1 validation "
-                                               "window(s) finished"), err
+    assert len(err) == 1 and err[0].startswith("cpgym train routing: error: validation at 0 steps: no request of the "
+                                               "1 validation window(s) finished"), err
     assert "--horizon-s 2 ends each episode" in err[0]
     assert "RuntimeWarning" not in captured.err + captured.out  # numpy's "Mean of empty slice" is not shown
     assert not (out / "model.zip").exists() and not (out / "last_model.zip").exists()  # stopped before any update

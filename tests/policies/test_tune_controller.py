@@ -9,7 +9,6 @@ import pytest
 
 from baselines.tuned_controller import TUNED_LABEL, load_tuned_controller, tuned_controller_spec
 from experiments.tune_controller import main, select_controller_setting
-from tests.interrupt import patch_everywhere
 
 
 def _write_run(root, name, seed, params, mean_ttft_s, policy="vertumnus-adaptive"):
@@ -83,49 +82,6 @@ def test_out_of_range_tuned_value_names_the_file(tmp_path):
     f.write_text(json.dumps({"heuristic": "vertumnus-adaptive", "params": {"target_margin": 0.9}}))
     with pytest.raises(ValueError, match="tuned.json: params"):
         tuned_controller_spec(f)
-
-
-@pytest.mark.parametrize("target_degrees, message", [
-    ([8], "params: policy 'vertumnus-adaptive-tuned': controller.target_degrees [8]: degree(s) [8] not in the pool's "
-          "supported_degrees [2, 4]"),
-    ("2,4", "params: controller.target_degrees must be distinct integer powers of two >= 1"),
-    ([True], "params: controller.target_degrees must be distinct integer powers of two >= 1"),
-])
-def test_tuned_target_degrees_the_pool_cannot_use_fail_before_any_run(target_degrees, message, tmp_path, monkeypatch,
-                                                                      capsys):
-    """A tuned file's target_degrees outside the pool's degrees failed only when the tuned run
-    started, after every other compared policy had run; ``true`` passed as degree 1."""
-    import baselines.runner as runner
-    import policies.evaluate  # noqa: F401  (the evaluation modules bind run_policy when imported: before the patch)
-    from experiments.cli import main as cli
-
-    patch_everywhere(monkeypatch, runner, "run_policy", lambda *a, **k: pytest.fail("ran before the tuned file was checked"))
-    f = tmp_path / "tuned.json"
-    f.write_text(json.dumps({"heuristic": "vertumnus-adaptive", "params": {"target_degrees": target_degrees}}))
-    assert cli(["evaluate", "--policy", "none", "--kind", "reconfig", "--seeds", "1000", "--pool-gpus", "8",
-                "--pool-composition", "cp4x1,cp2x2", "--supported-degrees", "2,4", "--against",
-                f"vertumnus-router,{TUNED_LABEL}", "--tuned", str(f), "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"cpgym evaluate: error: {f}: {message}") and len(err.splitlines()) == 1
-
-
-def test_evaluate_runs_the_tuned_controller_and_needs_its_file(tmp_path, monkeypatch, capsys):
-    from envs import workloads
-    from experiments.cli import main as cli
-
-    real = workloads.build_workload
-    monkeypatch.setattr(workloads, "build_workload",
-                        lambda **kw: workloads.window(real(**kw), 0.0, 30.0))  # a short episode
-    args = ["evaluate", "--policy", "none", "--kind", "reconfig", "--workload", "phases", "--seeds", "3",
-            "--against", f"vertumnus-router,{TUNED_LABEL}", "--format", "json", "--quiet"]
-    assert cli(args) == 2
-    assert "--tuned FILE" in capsys.readouterr().err
-    f = tmp_path / "tuned.json"
-    f.write_text(json.dumps({"heuristic": "vertumnus-adaptive", "params": {"decision": "paper-rule"}}))
-    assert cli(args + ["--tuned", str(f)]) == 0
-    table = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(table) == {"vertumnus-router", TUNED_LABEL}
-    assert table[TUNED_LABEL]["mean_ttft_s"] > 0 and table[TUNED_LABEL]["num_unfinished"] == 0
 
 
 def test_list_valued_settings_group_and_the_default_tuple_is_recognised(tmp_path):

@@ -9,9 +9,9 @@ from baselines.registry import POLICIES, SUITES
 from baselines.runner import build_simulator, run_policy
 from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
 from envs.planning.composition import enumerate_compositions
-from envs.sim import Calibration, PoolConfig, Request, SimConfig, Workload
+from envs.sim import Calibration, Request, SimConfig, Workload
+from tests.factories import RECONFIG_POOL
 
-POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
 FAST = ProfileConfig(duration_s=20.0, num_bisection_steps=6)
 
 
@@ -32,7 +32,7 @@ def _workload(rate_rps: float = 4.0, duration_s: float = 120.0, seed: int = 0) -
 
 def test_shared_cache_computes_each_profile_once_and_never_changes_results():
     cal = Calibration.default()
-    cfg = SimConfig(pool=POOL)
+    cfg = SimConfig(pool=RECONFIG_POOL)
     L = np.full(200, 3000.0)
     cache = CapacityCache()
     a = CapacityTable(cfg, cal, FAST, cache=cache).profiles((2, 4), L)
@@ -43,18 +43,19 @@ def test_shared_cache_computes_each_profile_once_and_never_changes_results():
     fresh = CapacityTable(cfg, cal, FAST).profiles((2, 4), L)  # its own cache: same numbers
     assert a == b == fresh
     # another run seed shares the profile (profiles are seeded by ProfileConfig.seed)
-    CapacityTable(SimConfig(pool=POOL, seed=5), cal, FAST, cache=cache).profiles((2, 4), L)
+    CapacityTable(SimConfig(pool=RECONFIG_POOL, seed=5), cal, FAST, cache=cache).profiles((2, 4), L)
     assert cache.num_profiles_computed == 2
     # a different SLO rule is a different key
     from envs.sim import SLOConfig
 
-    CapacityTable(SimConfig(pool=POOL, slo=SLOConfig(kind="fixed", ttft_slo_s=5.0)), cal, FAST, cache=cache).profiles((2,), L)
+    fixed_slo = SimConfig(pool=RECONFIG_POOL, slo=SLOConfig(kind="fixed", ttft_slo_s=5.0))
+    CapacityTable(fixed_slo, cal, FAST, cache=cache).profiles((2,), L)
     assert cache.num_profiles_computed == 3
 
 
 def test_window_mixes_near_a_reference_are_rescaled_not_reprofiled():
     cal = Calibration.default()
-    table = CapacityTable(SimConfig(pool=POOL), cal, FAST)
+    table = CapacityTable(SimConfig(pool=RECONFIG_POOL), cal, FAST)
     L = np.full(100, 3000.0)
     base = table.mix_profile(2, L)
     n = table.cache.num_profiles_computed
@@ -68,14 +69,14 @@ def test_window_mixes_near_a_reference_are_rescaled_not_reprofiled():
 
 def test_adaptive_controller_profiles_once_per_regime():
     wl = _workload()
-    sim, spec = build_simulator("vertumnus-adaptive", wl, SimConfig(pool=POOL))
+    sim, spec = build_simulator("vertumnus-adaptive", wl, SimConfig(pool=RECONFIG_POOL))
     sim.run(spec.make_router())
     ctl = sim.attachments["controller"]
     windows = [w for w in ctl.windows if isinstance(w, WindowRecord) and w.capacity_rps == w.capacity_rps]
     assert len(windows) >= 4
     # one stationary regime: one reference, at most one profile per supported degree
     assert len(ctl.table.references) == 1
-    assert sim.attachments["capacity_cache"].num_profiles_computed <= len(POOL.supported_degrees)
+    assert sim.attachments["capacity_cache"].num_profiles_computed <= len(RECONFIG_POOL.supported_degrees)
 
 
 def test_full_system_and_router_ablation():
@@ -83,7 +84,7 @@ def test_full_system_and_router_ablation():
     full = POLICIES["vertumnus"]
     assert full.choose_pool is not None and POLICIES["vertumnus-router"].choose_pool is None
     wl = _workload()
-    cfg = SimConfig(pool=POOL)
+    cfg = SimConfig(pool=RECONFIG_POOL)
     cache = CapacityCache()
     res = run_policy("vertumnus", wl, cfg, capacity_cache=cache)
     assert res.policy == "vertumnus" and res.num_requests == wl.num_requests
@@ -91,8 +92,9 @@ def test_full_system_and_router_ablation():
     # light load: the initial composition favours large-degree workers among the pool's degrees {2, 4}
     assert init["composition"] == "cp4x2" and init["feasible"]
     assert "controller_windows" in res.extras and "reconfig_operations" in res.extras
-    # the look-ahead's candidate menu is recorded: every composition of the pool's degrees {2, 4}
-    assert sorted(res.extras["controller_candidates"]) == sorted(enumerate_compositions(POOL))
+    # the paper's gated rule has no candidate menu (the look-ahead's, vertumnus-lookahead's, is
+    # every composition of the pool's degrees {2, 4}: test_full_system_with_the_paper_rule_is_registered)
+    assert res.extras["controller_candidates"] == []
     # the global prefix-cache manager is attached
     sim, _ = build_simulator("vertumnus", wl, cfg)
     assert "cache_manager" in sim.attachments and "controller" in sim.attachments
@@ -109,7 +111,10 @@ def test_full_system_with_the_paper_rule_is_registered():
     # the same full system (initial pool, controller, cache manager) with the paper's §6 load rule
     spec = POLICIES["vertumnus-paper-rule"]
     assert spec.choose_pool is not None and spec.params["decision"] == "paper-rule"
-    assert POLICIES["vertumnus"].params["decision"] == "target"
+    assert POLICIES["vertumnus"].params["decision"] == "analytic"
+    assert POLICIES["vertumnus-lookahead"].params["decision"] == "target"
+    sim, _ = build_simulator("vertumnus-lookahead", _workload(), SimConfig(pool=RECONFIG_POOL))
+    assert sorted(sim.attachments["controller"].candidates) == sorted(enumerate_compositions(RECONFIG_POOL))
     assert "vertumnus-paper-rule" in SUITES["ablations"]
-    sim, _ = build_simulator("vertumnus-paper-rule", _workload(), SimConfig(pool=POOL))
+    sim, _ = build_simulator("vertumnus-paper-rule", _workload(), SimConfig(pool=RECONFIG_POOL))
     assert sim.attachments["controller"].config.decision == "paper-rule" and "cache_manager" in sim.attachments

@@ -7,7 +7,12 @@ import pytest
 
 from baselines.controller import ControllerConfig, ReconfigController
 from envs.planning.capacity import CapacityTable, ProfileConfig
-from envs.planning.composition import composition_capacity_rps, enumerate_compositions, initial_composition
+from envs.planning.composition import (
+    composition_capacity_rps,
+    enumerate_compositions,
+    initial_composition,
+    node_homogeneous_compositions,
+)
 from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.router import LeastWorkRouter
 
@@ -18,6 +23,16 @@ def test_enumerate_compositions_paper_pool():
     pool = PoolConfig(num_gpus=40, gpus_per_node=8, supported_degrees=(2, 4))
     comps = enumerate_compositions(pool)
     assert comps[0] == "cp4x10" and comps[-1] == "cp2x20" and len(comps) == 11
+
+
+def test_node_homogeneous_compositions_give_each_node_one_degree():
+    pool = PoolConfig(num_gpus=16, gpus_per_node=8, composition="cp8x2", supported_degrees=(2, 4, 8))
+    assert node_homogeneous_compositions(pool) == ["cp8x2", "cp8x1,cp4x2", "cp8x1,cp2x4", "cp4x4", "cp4x2,cp2x4", "cp2x8"]
+    assert node_homogeneous_compositions(pool, (2, 4)) == ["cp4x4", "cp4x2,cp2x4", "cp2x8"]
+    paper = PoolConfig(num_gpus=40, gpus_per_node=8, supported_degrees=(2, 4, 8))
+    assert len(node_homogeneous_compositions(paper)) == 21 and len(enumerate_compositions(paper)) == 36
+    with pytest.raises(ValueError, match="subset"):
+        node_homogeneous_compositions(pool, (16,))
 
 
 FAST = ProfileConfig(duration_s=20.0, num_bisection_steps=7)
@@ -422,8 +437,8 @@ def test_target_degrees_validation():
     # no composition of a 12-GPU pool uses only CP-8 workers: named, not a composition error at the first decision
     twelve = PoolConfig(num_gpus=12, composition="cp4x3", supported_degrees=(4, 8))
     with pytest.raises(ValueError, match=r"controller.target_degrees \[8\]: no composition of the 12-GPU pool"):
-        ControllerConfig(target_degrees=(8,)).menu_pool(twelve)
-    assert ControllerConfig(target_degrees=(4,)).menu_pool(twelve).supported_degrees == (4,)
+        ControllerConfig(decision="target", target_degrees=(8,)).menu_pool(twelve)
+    assert ControllerConfig(decision="target", target_degrees=(4,)).menu_pool(twelve).supported_degrees == (4,)
     assert ControllerConfig().menu_pool(twelve) is twelve
     # the paper rule has no candidate menu: a sweep over target_degrees would give identical runs
     with pytest.raises(ValueError, match="the 'paper-rule' decision has none"):
@@ -448,7 +463,7 @@ def test_target_sample_and_replay_validation():
     from baselines.lookahead import LookaheadConfig
 
     with pytest.raises(ValueError, match="lookahead.source 'histogram' draws from the class histogram"):
-        ControllerConfig(target_sample="latest", lookahead=LookaheadConfig(source="histogram"))
+        ControllerConfig(decision="target", target_sample="latest", lookahead=LookaheadConfig(source="histogram"))
 
 
 @pytest.mark.parametrize("target_sample", ["regime-start", "latest"])

@@ -65,18 +65,15 @@ def test_dynamic_window_is_the_workload_window_and_shared_flags_have_shared_defa
     assert json.loads((out_dir / "provenance.json").read_text())["argv"]
 
 
-def test_dynamic_default_is_the_paper_set_and_all_is_bounded(capsys):
+def test_dynamic_default_is_the_paper_set_and_all_is_bounded():
     """Defaults: the paper's CP degrees 2,4 (11 fixed compositions of 40 GPUs); ``all`` over
     1,2,4,8 (286 compositions) is refused before anything runs unless --max-compositions allows it."""
-    from experiments.cli import build_parser, main
+    from experiments.cli import build_parser
 
     runs = dynamic.plan(build_parser().parse_args(["dynamic"]))
     assert len(runs) == 1 + 11
     assert {tuple(cfg.pool.supported_degrees) for _, cfg, _ in runs} == {(2, 4)}
-    assert main(["dynamic", "--supported-degrees", "1,2,4,8", "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("cpgym dynamic: error: --compositions all is 286 fixed compositions of CP degrees 1,2,4,8 "
-                          "on 40 GPUs (more than --max-compositions 32)") and len(err.splitlines()) == 1
+    # without --max-compositions 300: a row of tests/experiments/test_cli_errors.py
     args = build_parser().parse_args(["dynamic", "--supported-degrees", "1,2,4,8", "--max-compositions", "300"])
     dynamic.check_composition_count(_cfg(args), dynamic.base_config_from_args(args), args.max_compositions)  # allowed
 
@@ -86,20 +83,6 @@ def _cfg(args):
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig
 
     return config_from_args(DynamicPhasesConfig, args)
-
-
-def test_dynamic_empty_window_is_reported_before_profiling(capsys, monkeypatch):
-    import baselines.controller.measurement as measurement
-    from experiments.cli import main
-
-    def no_profile(*a, **k):
-        raise AssertionError("profiled capacities of an empty window")
-
-    patch_everywhere(monkeypatch, measurement, "CapacityTable", no_profile)
-    assert main(["dynamic", "--arrival-window-s", "5000", "6000", "--quiet"]) == 2
-    assert capsys.readouterr().err == (  # checked with the settings, before the history day and its profile
-        "cpgym dynamic: error: dynamic: arrival_window_s [5000, 6000) starts after the last phase (num_phases x "
-        "phase_duration_s = 600 s) (--arrival-window-s, --num-phases, --phase-duration-s)\n")
 
 
 @pytest.mark.slow
@@ -195,95 +178,14 @@ def test_dynamic_load_fractions_are_validated(kw, msg):
         DynamicPhasesConfig(**kw)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--plot", "{blocker}/dyn.png"], "--plot {blocker}/dyn.png cannot be created: {blocker} is not a folder"),
-    (["--plot", "{tmp}"], "--plot {tmp} is a folder; expected a file path"),
-    (["--short-load", "0.5", "--capacity-cache-dir", "{blocker}"],
-     "--capacity-cache-dir {blocker} exists and is not a folder; expected a folder (new or existing)"),
-])
-def test_dynamic_output_paths_are_checked_before_running(flags, message, tmp_path, capsys, monkeypatch):
-    import experiments.paper_experiments.dynamic_phases as dynamic_phases
-    from experiments.cli import main
-
-    def no_run(*a, **k):
-        raise AssertionError("ran before checking the output paths")
-
-    patch_everywhere(monkeypatch, dynamic_phases, "run_dynamic_phases", no_run)
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    flags = [f.format(blocker=blocker, tmp=tmp_path) for f in flags]
-    assert main(["dynamic", "--num-phases", "1", "--compositions", "cp4x10", "--quiet", *flags]) == 2
-    assert capsys.readouterr().err == f"cpgym dynamic: error: {message.format(blocker=blocker, tmp=tmp_path)}\n"
-
-
-@pytest.mark.parametrize("text", ["", " ; ", "cp4x10;;cp2x20", "cp4x10;", ";cp4x10"])
-def test_dynamic_empty_composition_item_is_one_line(text, capsys):
-    from experiments.cli import main
-
-    # was "min() arg is an empty sequence" for an empty list, and an empty item was silently dropped
-    assert main(["dynamic", "--compositions", text, "--quiet"]) == 2
-    assert capsys.readouterr().err == "cpgym dynamic: error: dynamic: compositions must be 'all' or ';'-separated " \
-                                      f"compositions (e.g. 'cp4x10;cp2x20'), got {text!r} (an empty item: doubled, " \
-                                      "leading or trailing ';') (--compositions)\n"
-
-
-@pytest.mark.parametrize("argv, expected", [
-    (["--compositions", "foo"], "dynamic: compositions item 'foo' is not a composition of the 8-GPU pool (CP degrees 2,4): "
-                                "composition item 'foo' is invalid"),
-    (["--compositions", "cp4x2;cp4x5"], "dynamic: compositions item 'cp4x5' is not a composition of the 8-GPU pool "
-                                        "(CP degrees 2,4): composition 'cp4x5' uses 20 GPUs but the pool has 8"),
-    (["--compositions", "cp4x1,cp2x2;cp2x2,cp4x1"], "dynamic: compositions lists the same pool twice"),
-    (["--compositions", "cp2x4", "--initial", "cp8x1"], "dynamic: initial 'cp8x1' is not a composition of the 8-GPU pool"),
-])
-def test_dynamic_bad_composition_names_its_flag_before_any_capacity_search(argv, expected, capsys, monkeypatch):
-    """A composition of the wrong GPU count or degree used to fail only after the capacity
-    searches of --short-load (minutes), with the pool's message alone (no flag); a duplicate ran
-    and reported the same pool twice."""
-    import baselines.capacity as capacity
-    from experiments.cli import main
-
-    def no_search(*a, **k):
-        raise AssertionError("capacity search before the compositions were checked")
-
-    patch_everywhere(monkeypatch, capacity, "find_capacity", no_search)
-    assert main(["dynamic", "--pool-gpus", "8", "--short-load", "0.5", "--quiet", *argv]) == 2
-    err = capsys.readouterr().err
-    flag = "--initial" if "--initial" in argv else "--compositions"
-    assert err.startswith(f"cpgym dynamic: error: {expected}") and err.endswith(f" ({flag})\n") and len(err.splitlines()) == 1
-
-
-def test_dynamic_lookahead_sample_flags_reach_the_controller_and_need_the_target_decision(capsys):
-    from experiments.cli import main
+def test_dynamic_lookahead_sample_flags_reach_the_controller():
     from experiments.paper_experiments.dynamic_phases import DynamicPhasesConfig, controller_config
 
     ccfg = controller_config(DynamicPhasesConfig(target_sample="latest", target_replay_sample=True))
     assert (ccfg.target_sample, ccfg.target_replay_sample) == ("latest", True)
     default = controller_config(DynamicPhasesConfig())
     assert (default.target_sample, default.target_replay_sample) == ("regime-start", False)
-    # the paper rule has no look-ahead: an error naming the flags, before any capacity search
-    assert main(["dynamic", "--decision", "paper-rule", "--target-replay-sample", "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert "--target-replay-sample" in err and "decision 'paper-rule' has none" in err
-    with pytest.raises(SystemExit):
-        main(["dynamic", "--target-sample", "first", "--quiet"])
-    assert "--target-sample" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("argv, flag", [
-    (["--short-load", "0.5", "--short-rate-rps", "40"], "--short-load replaces --short-rate-rps"),  # the default rate
-    (["--long-load=0.5", "--long-rate-rps=4"], "--long-load replaces --long-rate-rps"),
-])
-def test_dynamic_load_with_its_rate_flag_is_refused_even_at_the_default_rate(argv, flag, capsys, monkeypatch):
-    # the config sees only a rate that differs from its default: 40 req/s with --short-load ran silently
-    import experiments.paper_experiments.dynamic_phases as dynamic_phases
-    from experiments.cli import main
-
-    def no_run(*a, **k):
-        raise AssertionError("ran despite the conflicting flags")
-
-    patch_everywhere(monkeypatch, dynamic_phases, "run_dynamic_phases", no_run)
-    assert main(["dynamic", *argv, "--quiet"]) == 2
-    assert flag in capsys.readouterr().err
+    # with the paper rule, or an unknown --target-sample: rows of tests/experiments/test_cli_errors.py
 
 
 def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
@@ -331,23 +233,6 @@ def test_phases_shorter_than_the_controller_reaction_time_warn(capsys):
                             "windows), so the pool cannot adapt within a phase; use --phase-duration-s >= 60, a "
                             "shorter --decision-window-s or a smaller --k-windows\n")
     assert [r["policy"] for r in json.loads(captured.out)["policies"]] == ["vertumnus-adaptive", "fixed cp4x10"]
-
-
-@pytest.mark.parametrize("flag", ["--decision-window-s", "--phase-duration-s", "--short-rate-rps", "--rate-scale"])
-def test_dynamic_infinite_duration_window_or_rate_is_refused_naming_the_flag(flag, capsys, monkeypatch):
-    """`inf` passed the `> 0` check: --decision-window-s inf printed the short-phase warning's advice
-    "use --phase-duration-s >= inf", then failed in the controller with "controller.decision_window_s must be > 0,
-    got inf" (no flag); --phase-duration-s inf failed in the workload generator without the flag."""
-    import experiments.paper_experiments.dynamic_phases as dynamic_phases
-    from experiments.cli import main
-
-    def no_run(*a, **k):
-        raise AssertionError("ran despite the infinite value")
-
-    patch_everywhere(monkeypatch, dynamic_phases, "run_dynamic_phases", no_run)
-    assert main(["dynamic", flag, "inf", "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and "must be a finite number > 0, got inf" in err and f"({flag})" in err, err
 
 
 @pytest.mark.slow

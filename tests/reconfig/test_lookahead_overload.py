@@ -11,8 +11,9 @@ from baselines.controller import ControllerConfig, ReconfigController
 from baselines.lookahead import LookaheadConfig, LookaheadPredictor
 from envs.planning.capacity import CapacityTable, ProfileConfig
 from envs.planning.composition import enumerate_compositions
-from envs.sim import Calibration, PoolConfig, PredictionErrorConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import Calibration, PoolConfig, PredictionErrorConfig, Request, SimConfig, Simulator
 from envs.sim.router import LeastWorkRouter
+from tests.factories import RECONFIG_POOL, poisson_workload
 
 POOL = PoolConfig(num_gpus=16, gpus_per_node=8, composition="cp4x4", supported_degrees=(2, 4))
 FAST = ProfileConfig(duration_s=40.0, num_bisection_steps=5)
@@ -148,21 +149,12 @@ def test_a_clipped_score_is_the_capped_one_plus_the_backlog_growth_to_the_foreca
         assert got[c] == pytest.approx(want[c], rel=0.06)  # 2-4 % here at 1.5-6x the cap
 
 
-def _workload(rate_rps: float, duration_s: float, seed: int = 0, L: int = 2000) -> Workload:
-    rng = np.random.default_rng(seed)
-    t = np.cumsum(rng.exponential(1.0 / rate_rps, int(rate_rps * duration_s * 1.2) + 10))
-    t = t[t < duration_s]
-    nb = -(-L // 512)
-    reqs = tuple(Request(i, float(x), L, 10, (5,) + tuple(range(1_000_000 + i * nb, 1_000_000 + (i + 1) * nb - 1)))
-                 for i, x in enumerate(t))
-    return Workload("poisson", reqs, kv_block_size_tokens=512)
-
-
 def _controller_run(rate_rps: float, duration_s: float, factor: float):
-    pool = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(2, 4))
+    pool = RECONFIG_POOL
     cfg = SimConfig(pool=pool, seed=0)
-    sim = Simulator(_workload(rate_rps, duration_s), cfg)
+    sim = Simulator(poisson_workload(rate_rps, duration_s, shared=(5,)), cfg)  # 2,000-token prompts sharing block 5
     ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=ProfileConfig(duration_s=20.0),
+                                              decision="target",
                                               lookahead=LookaheadConfig(num_replications=1, overload_rate_factor=factor)))
     ctl.attach(sim)
     sizes = ctl.sizes = []  # requests of every look-ahead simulation

@@ -11,9 +11,8 @@ from envs.planning.capacity import CapacityTable
 from envs.sim import Calibration, PoolConfig, SimConfig, Simulator
 from envs.sim.reconfig import ReconfigConfig
 from envs.sim.router import LeastWorkRouter
+from tests.factories import SMALL_POOL
 from tests.reconfig.test_controller import FAST, _poisson_workload
-
-POOL = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4x1,cp2x2", supported_degrees=(1, 2, 4))
 
 
 def _plan(start: str, **kw) -> TransitionPlan:
@@ -67,11 +66,11 @@ def test_transition_moves_through_the_protocol_in_planning_steps():
 def replace_pool(composition: str) -> PoolConfig:
     from dataclasses import replace
 
-    return replace(POOL, composition=composition)
+    return replace(SMALL_POOL, composition=composition)
 
 
 def test_staying_put_costs_nothing_and_a_move_is_charged():
-    table = CapacityTable(SimConfig(pool=POOL, seed=0), Calibration.default(), FAST)
+    table = CapacityTable(SimConfig(pool=SMALL_POOL, seed=0), Calibration.default(), FAST)
     pred = LookaheadPredictor(table, LeastWorkRouter, LookaheadConfig())
     wl = _poisson_workload(6.0, 40.0, 1)
     for c in ("cp4x2", "cp2x4"):
@@ -83,7 +82,7 @@ def test_staying_put_costs_nothing_and_a_move_is_charged():
 
 
 def test_controller_scores_from_its_projected_composition():
-    cfg = SimConfig(pool=POOL, seed=0)
+    cfg = SimConfig(pool=SMALL_POOL, seed=0)
     sim = Simulator(_poisson_workload(8.0, 100.0, 0), cfg)
     ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, decision="target",
                                               target_degrees=(2, 4), target_transition=True,
@@ -141,7 +140,7 @@ def test_transition_waits_for_operations_still_confirming():
 
 
 def _predictor(**cfg) -> LookaheadPredictor:
-    table = CapacityTable(SimConfig(pool=POOL, seed=0), Calibration.default(), FAST)
+    table = CapacityTable(SimConfig(pool=SMALL_POOL, seed=0), Calibration.default(), FAST)
     return LookaheadPredictor(table, LeastWorkRouter, LookaheadConfig(num_replications=1, **cfg))
 
 
@@ -219,7 +218,7 @@ def test_target_decision_on_a_pool_degraded_by_a_fault(transition):
 
     faults = FaultConfig(events=(FaultEvent("gpu_failure", 5.0, gpu=1),), detection_delay_s=1.0, rebuild_s=3.0,
                          repair_s=1000.0)
-    sim = Simulator(_poisson_workload(8.0, 100.0, 0), SimConfig(pool=POOL, seed=0, faults=faults))
+    sim = Simulator(_poisson_workload(8.0, 100.0, 0), SimConfig(pool=SMALL_POOL, seed=0, faults=faults))
     ctl = ReconfigController(ControllerConfig(decision_window_s=20.0, k_windows=2, profile=FAST, decision="target",
                                               target_degrees=(1, 2, 4), target_transition=transition,
                                               lookahead=LookaheadConfig(num_replications=1)))
@@ -230,9 +229,10 @@ def test_target_decision_on_a_pool_degraded_by_a_fault(transition):
     summary = summarize(res)
     assert summary["num_unfinished"] == 0 and summary["num_faults"] == 1
     assert sum(d * n for d, n in _composition(sim).items()) == 7  # still degraded at the end
-    assert not covers_pool(_composition(sim), POOL) and covers_pool({4: 1, 2: 2}, POOL)
+    assert not covers_pool(_composition(sim), SMALL_POOL) and covers_pool({4: 1, 2: 2}, SMALL_POOL)
     decided = [w.target_composition for w in ctl.windows if w.target_composition]
     assert decided[0] == "cp4x1,cp2x2"  # the configured composition, not the degraded "cp2x3,cp1x1"
-    assert all(covers_pool(degree_counts(t, POOL), POOL) for t in decided)  # every target is a whole-pool composition
+    # every target is a whole-pool composition
+    assert all(covers_pool(degree_counts(t, SMALL_POOL), SMALL_POOL) for t in decided)
     assert ctl.predictor.score_calls
     assert all("from" not in call[-1] for call in ctl.predictor.score_calls)  # degraded from the first decision on

@@ -7,12 +7,12 @@ from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.events import EventPriority
 from envs.sim.reconfig import MERGE, SPLIT, apply_operation
 from envs.sim.router import LeastWorkRouter
-from tests.sim.conftest import make_workload
+from tests.factories import make_workload
 
 
-def _sim(simple_calibration, composition: str, degrees=(1, 2, 4, 8), num_gpus: int = 16):
+def _sim(toy_cal, composition: str, degrees=(1, 2, 4, 8), num_gpus: int = 16):
     pool = PoolConfig(num_gpus=num_gpus, gpus_per_node=8, composition=composition, supported_degrees=degrees)
-    return Simulator(make_workload([(0.0, 10, None), (30.0, 10, None)]), SimConfig(pool=pool), simple_calibration)
+    return Simulator(make_workload([(0.0, 10, None), (30.0, 10, None)]), SimConfig(pool=pool), toy_cal)
 
 
 def _run_to_target(sim, target, max_gpus=float("inf")):
@@ -41,8 +41,8 @@ def test_distance_counts_gpus_per_degree_level():
     assert composition_distance({8: 1}, {4: 2}) == 8
 
 
-def test_plan_reaches_a_two_level_target_and_respects_the_gpu_budget(simple_calibration):
-    sim = _sim(simple_calibration, "cp8x2")
+def test_plan_reaches_a_two_level_target_and_respects_the_gpu_budget(toy_cal):
+    sim = _sim(toy_cal, "cp8x2")
     plans = _run_to_target(sim, {8: 1, 2: 4}, max_gpus=8)
     # first tick: only one CP-8 may move (budget 8 GPUs); the idle one on GPUs 8-15 ranks first
     # (shorter predicted drain than worker 0, which runs the first request)
@@ -53,8 +53,8 @@ def test_plan_reaches_a_two_level_target_and_respects_the_gpu_budget(simple_cali
     assert plans[-1] == []  # at the target: nothing more to do
 
 
-def test_plan_merges_towards_larger_degrees_and_counts_in_flight_operations(simple_calibration):
-    sim = _sim(simple_calibration, "cp2x8", degrees=(2, 4))
+def test_plan_merges_towards_larger_degrees_and_counts_in_flight_operations(toy_cal):
+    sim = _sim(toy_cal, "cp2x8", degrees=(2, 4))
     plan = operations_towards(sim, {4: 2, 2: 4})
     assert [op.kind for op in plan] == [MERGE, MERGE]
     for op in plan:
@@ -68,8 +68,8 @@ def test_plan_merges_towards_larger_degrees_and_counts_in_flight_operations(simp
     assert all(op.kind != SPLIT for op in operations_towards(sim, {4: 4}))
 
 
-def test_plan_rejects_a_target_that_does_not_fit_the_pool(simple_calibration):
-    sim = _sim(simple_calibration, "cp4x4", degrees=(2, 4))
+def test_plan_rejects_a_target_that_does_not_fit_the_pool(toy_cal):
+    sim = _sim(toy_cal, "cp4x4", degrees=(2, 4))
     with pytest.raises(ValueError, match="cover the pool's 16 GPUs"):
         operations_towards(sim, {4: 3})
     with pytest.raises(ValueError, match=r"CP degree\(s\) \[8\] not supported"):

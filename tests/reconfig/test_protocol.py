@@ -15,7 +15,7 @@ from envs.sim.links import LinkConfig
 from envs.sim.reconfig import Operation, ReconfigConfig, apply_operation, eligible_operations, get_reconfigurator
 from envs.sim.router import LeastWorkRouter
 from envs.sim.worker import WorkerState
-from tests.sim.conftest import make_workload
+from tests.factories import make_workload
 
 
 def _assert_trace(actual, expected):
@@ -23,7 +23,7 @@ def _assert_trace(actual, expected):
     assert [t for _, t in actual] == pytest.approx([t for _, t in expected])
 
 
-def test_exact_event_trace_of_one_split(simple_calibration):
+def test_exact_event_trace_of_one_split(toy_cal):
     # E_C(R,P) = 1 + 0.1 R / C. r0 (10 tokens, blocks 1,2,3) runs on the CP-4 worker 0..1.25.
     # The split starts at 0.5 (drain: no queue to redirect), r1 arrives at 0.6 and is parked (no
     # ACTIVE worker), the in-flight step ends at 1.25 (common boundary), switch 0.5 s -> 1.75,
@@ -34,7 +34,7 @@ def test_exact_event_trace_of_one_split(simple_calibration):
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
     cfg = SimConfig(pool=pool, record_events=True, links=LinkConfig(intra_node_bytes_per_s=6.0))
     wl = make_workload([(0.0, 10, (1, 2, 3)), (0.6, 10, (1, 2, 3))])
-    sim = Simulator(wl, cfg, simple_calibration)
+    sim = Simulator(wl, cfg, toy_cal)
     rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.5, confirm_s_per_rank=0.005, drain_sync_s=0.0))
     sim.schedule(0.5, EventPriority.CONTROL, lambda _: apply_operation(sim, Operation.split(0)))
     res = sim.run(LeastWorkRouter())
@@ -56,11 +56,11 @@ def test_exact_event_trace_of_one_split(simple_calibration):
     assert [e["num_gpus"] for e in res.extras["composition_series"]] == [4] * len(res.extras["composition_series"])
 
 
-def test_in_flight_ends_at_the_switch_and_uncommitted_at_the_commit(simple_calibration):
+def test_in_flight_ends_at_the_switch_and_uncommitted_at_the_commit(toy_cal):
     # the split of test_exact_event_trace_of_one_split: drain 0.5-1.25, switch end 1.75, commit 1.77
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
     wl = make_workload([(0.0, 10, (1, 2, 3)), (0.6, 10, (1, 2, 3))])
-    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool), toy_cal)
     rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.5, confirm_s_per_rank=0.005, drain_sync_s=0.0))
     seen = {}
 
@@ -74,12 +74,12 @@ def test_in_flight_ends_at_the_switch_and_uncommitted_at_the_commit(simple_calib
     assert seen == {0.4: (0, 0), 1.0: (1, 1), 1.76: (0, 1), 1.8: (0, 0)}
 
 
-def test_drain_sync_delays_the_switch_of_an_idle_and_a_busy_worker(simple_calibration):
+def test_drain_sync_delays_the_switch_of_an_idle_and_a_busy_worker(toy_cal):
     # The step-boundary sync follows the last in-flight step: an idle CP-4 worker drains in
     # exactly drain_sync_s; a busy one in (step end - start) + drain_sync_s. E_4(10, 0) = 1.25 s.
     pool = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp4@0,cp4@4", supported_degrees=(2, 4))
     wl = make_workload([(0.0, 10, None)])
-    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool), toy_cal)
     rc = get_reconfigurator(sim, ReconfigConfig(switch_s=0.9, confirm_s_per_rank=0.005, drain_sync_s=0.2))
     wids = list(sim.worker_ids)
     sim.schedule(0.5, EventPriority.CONTROL, lambda _: [apply_operation(sim, Operation.split(w)) for w in wids])
@@ -101,12 +101,12 @@ def test_default_reconfig_costs_match_the_paper_fastest_operation():
     assert 1.0 <= cfg.drain_sync_s + cfg.switch_s + 4 * cfg.confirm_s_per_rank <= 1.2
 
 
-def test_drain_redirects_queue_through_router(simple_calibration):
+def test_drain_redirects_queue_through_router(toy_cal):
     # Two CP-1 siblings; worker 0 runs r0 and has r1, r2 queued when the merge starts: both are
     # redirected (routed again) and, with no ACTIVE worker left, parked until the commit.
     pool = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1@0,cp1@1", supported_degrees=(1, 2))
     wl = make_workload([(0.0, 10, None), (0.0, 10, None), (0.0, 10, None), (0.0, 10, None)])
-    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool), toy_cal)
     rc = get_reconfigurator(sim)
     sim.schedule(0.1, EventPriority.CONTROL, lambda _: apply_operation(sim, Operation.merge(0, 1)))
     res = sim.run(LeastWorkRouter())
@@ -119,10 +119,10 @@ def test_drain_redirects_queue_through_router(simple_calibration):
     assert (r["start_s"][2:] >= rec.commit_s).all()
 
 
-def test_merge_combines_metadata_ready_if_both_pending_if_one(simple_calibration):
+def test_merge_combines_metadata_ready_if_both_pending_if_one(toy_cal):
     pool = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1@0,cp1@1", supported_degrees=(1, 2))
     wl = make_workload([(100.0, 4, None)])
-    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool), toy_cal)
     sim.workers[0].cache.insert((1, 2, 3))
     sim.workers[1].cache.insert((1, 2, 9))
     rc = get_reconfigurator(sim)
@@ -134,7 +134,7 @@ def test_merge_combines_metadata_ready_if_both_pending_if_one(simple_calibration
     assert rec.pending_blocks_created == 2 and rec.ready_blocks_retained == 2
 
 
-def test_a_request_left_queued_by_the_token_budget_waits_for_the_reconciliation_made_for_it(simple_calibration):
+def test_a_request_left_queued_by_the_token_budget_waits_for_the_reconciliation_made_for_it(toy_cal):
     # E_C(R,P) = 1 + 0.1 R / C. r0 (blocks 1,2) runs on CP-1@0 (0..1.8); merge(0, 1) at 2.0 commits
     # at 3.11 with blocks 1,2 PENDING on the CP-2 worker (one block = 4 bytes, half missing).
     # r1 runs 4.0..5.2; at 5.2 the step takes r2 (R = 4); r3 (blocks 1,2,3) is reconciled
@@ -146,7 +146,7 @@ def test_a_request_left_queued_by_the_token_budget_waits_for_the_reconciliation_
     cfg = SimConfig(pool=pool, engine=EngineConfig(max_batch_tokens=6), record_events=True,
                     links=LinkConfig(intra_node_bytes_per_s=1.0, inter_node_bytes_per_s=1.0))
     wl = make_workload([(0.0, 8, (1, 2)), (4.0, 4, None), (4.1, 4, None), (4.2, 12, (1, 2, 3))])
-    sim = Simulator(wl, cfg, simple_calibration)
+    sim = Simulator(wl, cfg, toy_cal)
     rc = get_reconfigurator(sim)
     sim.schedule(2.0, EventPriority.CONTROL, lambda _: rc.apply(Operation.merge(0, 1)))
     res = sim.run(LeastWorkRouter())
@@ -160,7 +160,7 @@ def test_a_request_left_queued_by_the_token_budget_waits_for_the_reconciliation_
     assert res.records["actual_service_s"].tolist() == pytest.approx([1.8, 1.2, 1.2, 1.2])
 
 
-def test_merge_across_nodes_reconciles_over_the_inter_node_links(simple_calibration):
+def test_merge_across_nodes_reconciles_over_the_inter_node_links(toy_cal):
     # allow_cross_node: CP-4 workers on node 0 (GPUs 0-3) and node 1 (GPUs 4-7) merge into CP-8@0.
     # Blocks 1,2 were computed by the node-1 worker (r1), so on the merged worker the ranks of
     # node 0 lack their half: 2 blocks x 4 bytes x 1/2 = 4 bytes from node 1 to node 0 at the
@@ -170,7 +170,7 @@ def test_merge_across_nodes_reconciles_over_the_inter_node_links(simple_calibrat
                       allow_cross_node=True)
     cfg = SimConfig(pool=pool, links=LinkConfig(intra_node_bytes_per_s=1000.0, inter_node_bytes_per_s=10.0))
     wl = make_workload([(0.0, 4, None), (0.0, 8, (1, 2)), (10.0, 12, (1, 2, 3))])
-    sim = Simulator(wl, cfg, simple_calibration)
+    sim = Simulator(wl, cfg, toy_cal)
     rc = get_reconfigurator(sim)
     sim.schedule(5.0, EventPriority.CONTROL, lambda _: rc.apply(Operation.merge(0, 1)))
     res = sim.run(LeastWorkRouter())
@@ -181,7 +181,7 @@ def test_merge_across_nodes_reconciles_over_the_inter_node_links(simple_calibrat
     assert res.records["finish_s"][2] == pytest.approx(11.45)
 
 
-def test_merge_back_drops_a_split_half_s_pending_block_that_the_sibling_evicted(simple_calibration):
+def test_merge_back_drops_a_split_half_s_pending_block_that_the_sibling_evicted(toy_cal):
     # split(0) of CP-4@0 leaves blocks 1,2,3 of r0 PENDING on both halves (each holds half of the
     # shards). The half on GPUs 2-3 (worker 1) evicts them; merge(0, 1) puts the GPUs back together,
     # but the shards that lived on GPUs 2-3 are gone: the blocks are an ordinary miss for r1. The
@@ -189,7 +189,7 @@ def test_merge_back_drops_a_split_half_s_pending_block_that_the_sibling_evicted(
     # r1 hit 11 tokens of KV that no longer existed anywhere.
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
     wl = make_workload([(0.0, 12, (1, 2, 3)), (20.0, 12, (1, 2, 3))])
-    sim = Simulator(wl, SimConfig(pool=pool), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool), toy_cal)
     rc = get_reconfigurator(sim)
     sim.schedule(2.0, EventPriority.CONTROL, lambda _: rc.apply(Operation.split(0)))
 
@@ -208,10 +208,10 @@ def test_merge_back_drops_a_split_half_s_pending_block_that_the_sibling_evicted(
     assert all(sim.workers[0].cache.state(h) == READY for h in (1, 2, 3))  # recomputed by r1
 
 
-def test_split_pending_with_lost_source_is_an_ordinary_miss(simple_calibration):
+def test_split_pending_with_lost_source_is_an_ordinary_miss(toy_cal):
     pool = PoolConfig(num_gpus=4, gpus_per_node=4, composition="cp4@0", supported_degrees=(2, 4))
     wl = make_workload([(10.0, 12, (1, 2, 3))])
-    sim = Simulator(wl, SimConfig(pool=pool, record_events=True), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool, record_events=True), toy_cal)
     sim.workers[0].cache.insert((1, 2, 3))
     rc = get_reconfigurator(sim)
     apply_operation(sim, Operation.split(0))
@@ -226,9 +226,9 @@ def test_split_pending_with_lost_source_is_an_ordinary_miss(simple_calibration):
     assert sim.workers[0].cache.state(3) == READY  # recomputed and re-inserted ready
 
 
-def test_ineligible_operations_raise(simple_calibration):
+def test_ineligible_operations_raise(toy_cal):
     pool = PoolConfig(num_gpus=8, gpus_per_node=4, composition="cp2@0,cp2@2,cp2@4,cp1@6,cp1@7", supported_degrees=(1, 2, 4))
-    sim = Simulator(make_workload([(0.0, 4, None)]), SimConfig(pool=pool), simple_calibration)
+    sim = Simulator(make_workload([(0.0, 4, None)]), SimConfig(pool=pool), toy_cal)
     ops = eligible_operations(sim)
     # worker id = first GPU (smallest degree 1)
     assert ops == [Operation.split(0), Operation.merge(0, 2), Operation.split(2), Operation.split(4), Operation.merge(6, 7)]
@@ -296,8 +296,8 @@ def _random_run(seed: int, calibration, num_ops: int):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), num_ops=st.integers(1, 12))
-def test_invariants_under_random_operations(simple_calibration, seed, num_ops):
-    sim, rc, res, violations, finished = _random_run(seed, simple_calibration, num_ops)
+def test_invariants_under_random_operations(toy_cal, seed, num_ops):
+    sim, rc, res, violations, finished = _random_run(seed, toy_cal, num_ops)
     assert violations == []
     assert len(rc.records) >= 1  # the first scheduled operation always finds an ACTIVE worker
     # no request lost or duplicated across redirections
@@ -312,9 +312,9 @@ def test_invariants_under_random_operations(simple_calibration, seed, num_ops):
     assert sim.epoch == sum(1 for r in rc.records if r.committed)
 
 
-def test_same_seed_same_run(simple_calibration):
-    a = _random_run(7, simple_calibration, 8)[2]
-    b = _random_run(7, simple_calibration, 8)[2]
+def test_same_seed_same_run(toy_cal):
+    a = _random_run(7, toy_cal, 8)[2]
+    b = _random_run(7, toy_cal, 8)[2]
     assert np.array_equal(a.records["ttft_s"], b.records["ttft_s"], equal_nan=True)
     assert a.extras["reconfig_operations"] == b.extras["reconfig_operations"]
 

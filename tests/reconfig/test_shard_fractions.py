@@ -3,7 +3,7 @@
 1/4 of a block's shards, not 1/2; the missing shards come from wherever the block's GPUs still
 hold them, and a block none of whose valid sources is left is not retained.
 
-Toy numbers (tests/sim/conftest.py ``simple_calibration``): E_C(R,P) = 1 + 0.1 R / C [s]; a KV
+Toy numbers (tests/sim/conftest.py ``toy_cal``): E_C(R,P) = 1 + 0.1 R / C [s]; a KV
 block is 4 tokens x 1 byte = 4 bytes; the intra-node link carries 1 byte/s, so a reconciliation
 of ``x`` bytes takes ``x`` seconds. Operations on idle workers: switch 0.5 s, 5 ms per rank.
 """
@@ -16,7 +16,7 @@ from envs.sim.events import EventPriority
 from envs.sim.links import LinkConfig
 from envs.sim.reconfig import Operation, ReconfigConfig, get_reconfigurator
 from envs.sim.router import Router
-from tests.sim.conftest import make_workload
+from tests.factories import make_workload
 
 
 class _To(Router):
@@ -50,11 +50,11 @@ def _split_of_split(calibration, specs):
     return sim, rc
 
 
-def test_split_of_a_split_born_worker_reconciles_three_quarters_of_each_block(simple_calibration):
+def test_split_of_a_split_born_worker_reconciles_three_quarters_of_each_block(toy_cal):
     # Each CP-2 half holds 2 of the 8 shards of a block: 3/4 of 3 blocks x 4 bytes = 9 bytes
     # (6 bytes, i.e. 1/2, before the fix), from CP-2@2 (1/4) and CP-4@4 (1/2) over the intra-node
     # link at 1 B/s: 5.0 .. 14.0; then P = 11, R = 1: 1 + 0.1 / 2 = 1.05 s -> 15.05 (12.05 before).
-    sim, rc = _split_of_split(simple_calibration, [(5.0, 12, (1, 2, 3))])
+    sim, rc = _split_of_split(toy_cal, [(5.0, 12, (1, 2, 3))])
     res = sim.run(_To(0))
     split1, split2 = rc.records
     assert split2.commit_s == pytest.approx(1.52)
@@ -70,11 +70,11 @@ def test_split_of_a_split_born_worker_reconciles_three_quarters_of_each_block(si
     assert [sim.workers[2].cache.state(h) for h in (1, 2, 3)] == [PENDING] * 3
 
 
-def test_split_of_split_without_the_first_sibling_is_an_ordinary_miss(simple_calibration):
+def test_split_of_split_without_the_first_sibling_is_an_ordinary_miss(toy_cal):
     # CP-4@4 (worker 2) drops the blocks at 3.0: half of every block's shards is gone, so the
     # CP-2@2 sibling (1/4) is not a valid source on its own. r0 recomputes from scratch: R = 12,
     # 1 + 0.1 * 12 / 2 = 1.6 s -> 6.6 (before the fix: 6 bytes "reconciled", P = 11, 12.05).
-    sim, rc = _split_of_split(simple_calibration, [(5.0, 12, (1, 2, 3))])
+    sim, rc = _split_of_split(toy_cal, [(5.0, 12, (1, 2, 3))])
 
     def drop(_):
         for h in (1, 2, 3):
@@ -88,12 +88,12 @@ def test_split_of_split_without_the_first_sibling_is_an_ordinary_miss(simple_cal
     assert sim.workers[0].cache.state(1) == READY  # recomputed
 
 
-def test_merging_two_quarter_halves_back_leaves_the_block_half_missing(simple_calibration):
+def test_merging_two_quarter_halves_back_leaves_the_block_half_missing(toy_cal):
     # merge(0, 1) at 2.0 puts CP-2@0 + CP-2@2 back together as CP-4@0 (commit 2.52): it holds 4 of
     # the 8 shards (the other 4 are on CP-4@4), so its blocks are PENDING with 1/2 missing:
     # 3 x 2 bytes = 6 bytes, 5.0 .. 11.0, then 1 + 0.1 / 4 = 1.025 s -> 12.025. Before the fix the
     # blocks, held by both halves, were READY: no transfer, finish 6.025.
-    sim, rc = _split_of_split(simple_calibration, [(5.0, 12, (1, 2, 3))])
+    sim, rc = _split_of_split(toy_cal, [(5.0, 12, (1, 2, 3))])
     sim.schedule(2.0, EventPriority.CONTROL, lambda _: rc.apply(Operation.merge(0, 1)))
     res = sim.run(_To(0))
     merge = rc.records[2]
@@ -105,10 +105,10 @@ def test_merging_two_quarter_halves_back_leaves_the_block_half_missing(simple_ca
     assert res.records["finish_s"].tolist() == pytest.approx([12.025])
 
 
-def test_merging_quarter_halves_back_without_the_other_half_drops_the_blocks(simple_calibration):
+def test_merging_quarter_halves_back_without_the_other_half_drops_the_blocks(toy_cal):
     # as above, but CP-4@4 dropped the blocks at 1.8: 4 of the 8 shards are gone, no valid source
     # is left, the merge does not retain the blocks (before the fix: READY, a hit on lost KV).
-    sim, rc = _split_of_split(simple_calibration, [(5.0, 12, (1, 2, 3))])
+    sim, rc = _split_of_split(toy_cal, [(5.0, 12, (1, 2, 3))])
 
     def drop_and_merge(_):
         for h in (1, 2, 3):
@@ -123,13 +123,13 @@ def test_merging_quarter_halves_back_without_the_other_half_drops_the_blocks(sim
     assert res.records["num_cached_tokens"].tolist() == [0]
 
 
-def test_split_before_reconciling_a_merge_keeps_whole_blocks_where_they_are(simple_calibration):
+def test_split_before_reconciling_a_merge_keeps_whole_blocks_where_they_are(toy_cal):
     # CP-2@0 (worker 0) holds blocks 1,2,3 READY; merge(0, 1) at 0 -> CP-4@0 with the blocks PENDING
     # (GPUs 2-3 lack their half), commit 0.52; split(0) at 1.0 -> CP-2@0 + CP-2@2, commit 1.51.
     # GPUs 0-1 still hold every shard: on CP-2@0 the blocks are READY, a hit with no transfer
     # (r0: P = 11, 1 + 0.1 / 2 = 1.05 s -> 6.05); GPUs 2-3 hold none of them: CP-2@2 does not
     # retain them. Before the fix both halves kept them PENDING, 1/2 missing: 6 bytes, 12.05.
-    sim, rc = _sim(simple_calibration, "cp2@0,cp2@2", (2, 4), [(5.0, 12, (1, 2, 3))], num_gpus=4)
+    sim, rc = _sim(toy_cal, "cp2@0,cp2@2", (2, 4), [(5.0, 12, (1, 2, 3))], num_gpus=4)
     sim.workers[0].cache.insert((1, 2, 3))
     rc.apply(Operation.merge(0, 1))
     seen = {}
@@ -150,13 +150,13 @@ def test_split_before_reconciling_a_merge_keeps_whole_blocks_where_they_are(simp
 
 
 @pytest.mark.parametrize("seed", [1, 7, 23])
-def test_every_pending_block_has_masks_of_its_worker_and_something_missing(simple_calibration, seed):
+def test_every_pending_block_has_masks_of_its_worker_and_something_missing(toy_cal, seed):
     # random splits and merges over a CP-4/2/1 pool (tests/reconfig/test_protocol.py): after the run,
     # each PENDING block has one shard mask per rank of its worker and a non-zero missing fraction;
     # a READY block is never described by masks with something missing
     from tests.reconfig.test_protocol import _random_run
 
-    sim, rc, res, violations, _ = _random_run(seed, simple_calibration, 12)
+    sim, rc, res, violations, _ = _random_run(seed, toy_cal, 12)
     assert violations == []
     for w in sim.workers.values():
         for h in w.cache.blocks():

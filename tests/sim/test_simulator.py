@@ -10,8 +10,7 @@ from baselines.simple import PrefixAffinityRouter, RoundRobinRouter
 from envs.metrics import summarize
 from envs.sim import PoolConfig, PredictionErrorConfig, SimConfig, Simulator, SLOConfig
 from envs.sim.events import EventPriority
-
-from .conftest import make_workload
+from tests.factories import ONE_GPU_POOL, make_workload
 
 TWO_GPUS = PoolConfig(num_gpus=2, gpus_per_node=2, composition="cp1@0,cp1@1", supported_degrees=(1, 2))
 
@@ -21,12 +20,12 @@ def _assert_trace(actual, expected):
     assert [t for _, t in actual] == pytest.approx([t for _, t in expected])
 
 
-def test_exact_event_trace_and_step_end_before_arrival_at_equal_time(simple_calibration):
+def test_exact_event_trace_and_step_end_before_arrival_at_equal_time(toy_cal):
     # E = 1 + 0.1 R (C=1). r0 (10 tokens) runs 0..2.0; r1 arrives at exactly 2.0 with r0's prefix.
     # r1's arrival event was scheduled (at t=0) before r0's step end, yet the step end runs
     # first by priority, so the router sees r0's blocks: P = min(3 blocks * 4, L-1) = 9, R = 1.
     wl = make_workload([(0.0, 10, (1, 2, 3)), (2.0, 10, (1, 2, 3))])
-    sim = Simulator(wl, SimConfig(pool=TWO_GPUS, record_events=True), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=TWO_GPUS, record_events=True), toy_cal)
     res = sim.run(PrefixAffinityRouter())
     _assert_trace(sim.trace, [
         ("arrival:0", 0.0), ("step_start:w0:n1", 0.0), ("step_end:w0", 2.0),
@@ -36,12 +35,12 @@ def test_exact_event_trace_and_step_end_before_arrival_at_equal_time(simple_cali
     assert res.records["worker_id"].tolist() == [0, 0]
 
 
-def test_batching_under_token_budget_and_fcfs(simple_calibration):
+def test_batching_under_token_budget_and_fcfs(toy_cal):
     # Three requests at t=0 on one worker (round-robin over 1 worker): the first runs alone
     # (the worker was idle), the next two share one step: 1 + 0.1*(4+4) = 1.8 s.
-    pool = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+    pool = ONE_GPU_POOL
     wl = make_workload([(0.0, 4, None), (0.0, 4, None), (0.0, 4, None)])
-    sim = Simulator(wl, SimConfig(pool=pool, record_events=True), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=pool, record_events=True), toy_cal)
     res = sim.run(RoundRobinRouter())
     _assert_trace(sim.trace, [
         ("arrival:0", 0.0), ("step_start:w0:n1", 0.0), ("arrival:1", 0.0), ("arrival:2", 0.0),
@@ -50,42 +49,42 @@ def test_batching_under_token_budget_and_fcfs(simple_calibration):
     assert res.records["start_s"].tolist() == pytest.approx([0.0, 1.4, 1.4])
 
 
-def test_ttft_components(simple_calibration):
-    pool = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+def test_ttft_components(toy_cal):
+    pool = ONE_GPU_POOL
     wl = make_workload([(0.5, 10, None)])
     cfg = SimConfig(pool=pool)
-    res = Simulator(wl, cfg, simple_calibration).run(RoundRobinRouter())
-    handoff = 10 * simple_calibration.kv_bytes_per_token / cfg.latency.kv_handoff_bandwidth_bytes_per_s
+    res = Simulator(wl, cfg, toy_cal).run(RoundRobinRouter())
+    handoff = 10 * toy_cal.kv_bytes_per_token / cfg.latency.kv_handoff_bandwidth_bytes_per_s
     assert res.records["ttft_s"][0] == pytest.approx(2.0 + handoff + cfg.latency.first_decode_step_s)
 
 
-def test_prediction_error_knob(simple_calibration):
-    pool = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
+def test_prediction_error_knob(toy_cal):
+    pool = ONE_GPU_POOL
     wl = make_workload([(0.0, 10, None)])
     cfg = SimConfig(pool=pool, prediction_error=PredictionErrorConfig(bias=1.5))
-    res = Simulator(wl, cfg, simple_calibration).run(RoundRobinRouter())
+    res = Simulator(wl, cfg, toy_cal).run(RoundRobinRouter())
     assert res.records["predicted_service_s"][0] == pytest.approx(2.0)
     assert res.records["actual_service_s"][0] == pytest.approx(3.0)
 
 
-def test_horizon_counts_unfinished_as_misses(simple_calibration):
+def test_horizon_counts_unfinished_as_misses(toy_cal):
     wl = make_workload([(0.0, 10, None), (0.1, 10, None), (5.0, 10, None)])
     cfg = SimConfig(pool=TWO_GPUS, horizon_s=3.0, slo=SLOConfig(kind="fixed", ttft_slo_s=100.0))
-    s = summarize(Simulator(wl, cfg, simple_calibration).run(RoundRobinRouter()))
+    s = summarize(Simulator(wl, cfg, toy_cal).run(RoundRobinRouter()))
     assert s["num_unfinished"] == 1
     assert s["slo_attainment_requests"] == pytest.approx(2 / 3)
 
 
-def test_request_too_long_for_any_worker_is_rejected_not_crashing(simple_calibration):
+def test_request_too_long_for_any_worker_is_rejected_not_crashing(toy_cal):
     wl = make_workload([(0.0, 20_000, None), (0.0, 8, None)])
-    res = Simulator(wl, SimConfig(pool=TWO_GPUS), simple_calibration).run(RoundRobinRouter())
+    res = Simulator(wl, SimConfig(pool=TWO_GPUS), toy_cal).run(RoundRobinRouter())
     s = summarize(res)
     assert s["num_rejected"] == 1 and s["num_unfinished"] == 1
 
 
-def test_decide_rejects_ineligible_worker(simple_calibration):
+def test_decide_rejects_ineligible_worker(toy_cal):
     wl = make_workload([(0.0, 8, None)])
-    sim = Simulator(wl, SimConfig(pool=TWO_GPUS), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=TWO_GPUS), toy_cal)
     assert sim.run_until_decision().request_id == 0
     with pytest.raises(ValueError, match="not an eligible choice"):
         sim.decide(5)
@@ -95,10 +94,10 @@ def test_decide_rejects_ineligible_worker(simple_calibration):
 
 
 @pytest.mark.parametrize("bad_delay_s", [-2.0, math.nan, math.inf, -math.inf])
-def test_schedule_rejects_negative_or_non_finite_delay(simple_calibration, bad_delay_s):
+def test_schedule_rejects_negative_or_non_finite_delay(toy_cal, bad_delay_s):
     """At t = 3 s a delay of -2 s would run an event at t = 1 s and move the clock backwards."""
     wl = make_workload([(3.0, 8, None)])
-    sim = Simulator(wl, SimConfig(pool=TWO_GPUS), simple_calibration)
+    sim = Simulator(wl, SimConfig(pool=TWO_GPUS), toy_cal)
     assert sim.run_until_decision().request_id == 0
     assert sim.env.now == 3.0
     fired = []
@@ -118,7 +117,7 @@ requests_strategy = st.lists(
 @given(requests_strategy, st.sampled_from(sorted(POLICIES)),
        st.sampled_from(["cp1x8", "cp2x4", "cp4x2", "cp2x2,cp1x4", "cp4x1,cp2x1,cp1x2"]),
        st.integers(1, 50), st.one_of(st.none(), st.floats(5, 80)))
-def test_conservation_properties(simple_calibration, reqs, policy, composition, budget_blocks, horizon):
+def test_conservation_properties(toy_cal, reqs, policy, composition, budget_blocks, horizon):
     # requests share prefixes drawn from 4 "documents" so caches get hits and evictions
     reqs = sorted(reqs)
     specs = []
@@ -128,7 +127,7 @@ def test_conservation_properties(simple_calibration, reqs, policy, composition, 
     wl = make_workload(specs)
     from dataclasses import replace
 
-    cal = replace(simple_calibration, gpu_memory_bytes=budget_blocks * 4)  # tiny caches: evictions
+    cal = replace(toy_cal, gpu_memory_bytes=budget_blocks * 4)  # tiny caches: evictions
     pool = PoolConfig(num_gpus=8, gpus_per_node=8, composition=composition)
     sim = Simulator(wl, SimConfig(pool=pool, horizon_s=horizon), cal)
     res = sim.run(POLICIES[policy].make_router())
@@ -153,13 +152,13 @@ def test_conservation_properties(simple_calibration, reqs, policy, composition, 
     assert (r["ttft_s"][finished] > 0).all()
 
 
-def test_same_seed_identical_different_seed_differs(simple_calibration):
+def test_same_seed_identical_different_seed_differs(toy_cal):
     wl = make_workload([(0.1 * i, 20 + (i * 37) % 200, None) for i in range(200)])
     pool = PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp2x2,cp1x4")
     cfg = SimConfig(pool=pool, seed=3, prediction_error=PredictionErrorConfig(noise_sigma=0.3))
 
     def run(c):
-        return Simulator(wl, c, simple_calibration).run(POLICIES["random"].make_router()).records
+        return Simulator(wl, c, toy_cal).run(POLICIES["random"].make_router()).records
 
     a, b = run(cfg), run(cfg)
     for k in a:
@@ -170,22 +169,20 @@ def test_same_seed_identical_different_seed_differs(simple_calibration):
     assert not np.array_equal(a["worker_id"], c["worker_id"])
 
 
-def test_no_module_level_state_between_runs(simple_calibration):
+def test_no_module_level_state_between_runs(toy_cal):
     wl = make_workload([(0.0, 12, (1, 2, 3)), (3.0, 12, (1, 2, 3))])
-    r1 = Simulator(wl, SimConfig(pool=TWO_GPUS), simple_calibration).run(PrefixAffinityRouter()).records
-    r2 = Simulator(wl, SimConfig(pool=TWO_GPUS), simple_calibration).run(PrefixAffinityRouter()).records
+    r1 = Simulator(wl, SimConfig(pool=TWO_GPUS), toy_cal).run(PrefixAffinityRouter()).records
+    r2 = Simulator(wl, SimConfig(pool=TWO_GPUS), toy_cal).run(PrefixAffinityRouter()).records
     assert r1["num_cached_tokens"].tolist() == r2["num_cached_tokens"].tolist() == [0, 11]
     assert not math.isnan(r2["ttft_s"][1])
 
 
-def test_equal_arrival_times_one_ulp_behind_the_clock_do_not_fail(simple_calibration):
+def test_equal_arrival_times_one_ulp_behind_the_clock_do_not_fail(toy_cal):
     # 0.3333333333333333 is reached as 0.03 + (0.3333333333333333 - 0.03) = 0.33333333333333337 > the
     # next arrival's time: the next arrival is scheduled with delay 0, not a negative one.
-    from envs.sim import PoolConfig, SimConfig, Simulator
+    from envs.sim import SimConfig, Simulator
     from envs.sim.router import LeastWorkRouter
-    from tests.sim.conftest import make_workload
-
     wl = make_workload([(0.03, 10, None), (1 / 3, 10, None), (1 / 3, 10, None)])
-    pool = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
-    res = Simulator(wl, SimConfig(pool=pool), simple_calibration).run(LeastWorkRouter())
+    pool = ONE_GPU_POOL
+    res = Simulator(wl, SimConfig(pool=pool), toy_cal).run(LeastWorkRouter())
     assert res.records["finish_s"].size == 3

@@ -12,23 +12,15 @@ from hypothesis import strategies as st
 
 from baselines.prediction_error import summarize_prediction_errors
 from baselines.simple import RoundRobinRouter
-from envs.sim import Calibration, CostCoefficients, PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import CostCoefficients, Request, SimConfig, Simulator, Workload
 from envs.sim.config import PredictionErrorConfig
 from envs.sim.tier_config import TierConfig
 from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE
-from kernels_ref.roofline import Efficiency, build_calibration_dict
-from kernels_ref.specs import get_gpu, get_model
+from tests.factories import ONE_GPU_POOL
 
 BLOCK = 512
-ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
 PREFIX = tuple(range(1, 17))  # 16 blocks = 8192 tokens
 PREFIX_TOKENS = len(PREFIX) * BLOCK
-
-
-@pytest.fixture(scope="module")
-def a100():
-    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
-    return Calibration.from_dict(data)
 
 
 def _scaled(cal, speed: float):
@@ -44,7 +36,7 @@ def _req(i, t, L, prefix=(), first_new=10**9):
     return Request(i, t, L, 1, tuple(prefix) + tuple(range(first_new, first_new + n - len(prefix))))
 
 
-def _sim(reqs, cal, node_cal=None, pool=ONE_GPU, prediction_error=None, seed=0, **tier_kw):
+def _sim(reqs, cal, node_cal=None, pool=ONE_GPU_POOL, prediction_error=None, seed=0, **tier_kw):
     tiers = TierConfig(**{"levels": ("hbm", "dram"), "num_layers": 36, "store_lookup_latency_s": 0.0, **tier_kw})
     cfg = SimConfig(pool=pool, kv_tiers=tiers, seed=seed, prediction_error=prediction_error or PredictionErrorConfig())
     wl = Workload("t", tuple(reqs), kv_block_size_tokens=BLOCK)

@@ -8,20 +8,12 @@ import numpy as np
 import pytest
 
 from baselines.simple import RoundRobinRouter
-from envs.sim import Calibration, PoolConfig, Request, SimConfig, Simulator, Workload
+from envs.sim import PoolConfig, Request, SimConfig, Simulator, Workload
 from envs.sim.tier_config import TierConfig, parse_levels
 from envs.sim.tiers import FETCH_PULL, FETCH_RECOMPUTE, BlockTier, overlap_finish_s
-from kernels_ref.roofline import Efficiency, build_calibration_dict
-from kernels_ref.specs import get_gpu, get_model
+from tests.factories import ONE_GPU_POOL
 
 BLOCK = 512
-ONE_GPU = PoolConfig(num_gpus=1, gpus_per_node=1, composition="cp1@0", supported_degrees=(1,))
-
-
-@pytest.fixture(scope="module")
-def a100():
-    data = build_calibration_dict(get_model("Qwen3-8B"), get_gpu("A100-80GB"), Efficiency(0.5, 0.5, 0.5))
-    return Calibration.from_dict(data)
 
 
 def _req(i, t, L, prefix=(), first_new=10**9):
@@ -33,7 +25,7 @@ def _req(i, t, L, prefix=(), first_new=10**9):
 def _sim(reqs, cal, **tier_kw):
     tiers = TierConfig(**{"levels": ("hbm", "dram"), "num_layers": 36, "store_lookup_latency_s": 0.0, **tier_kw})
     wl = Workload("t", tuple(reqs), kv_block_size_tokens=BLOCK)
-    return Simulator(wl, SimConfig(pool=ONE_GPU, kv_tiers=tiers), cal)
+    return Simulator(wl, SimConfig(pool=ONE_GPU_POOL, kv_tiers=tiers), cal)
 
 
 PREFIX = tuple(range(1, 17))  # 16 blocks = 8192 tokens

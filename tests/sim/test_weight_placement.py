@@ -11,13 +11,13 @@ from envs.sim.cost_model import Calibration
 from envs.sim.events import EventPriority
 from envs.sim.reconfig import Operation, apply_operation, eligible_operations, get_reconfigurator
 from envs.sim.router import LeastWorkRouter
-from tests.sim.conftest import make_workload
+from tests.factories import make_workload
 
 
 @pytest.fixture()
-def sharded_calibration(simple_calibration) -> Calibration:
+def sharded_calibration(toy_cal) -> Calibration:
     """The toy calibration with its weights spread over G = 2 GPUs."""
-    return replace(simple_calibration, weight_shard_gpus=2)
+    return replace(toy_cal, weight_shard_gpus=2)
 
 
 def _shard_groups_of(sim, g: int) -> dict[int, int]:

@@ -26,13 +26,11 @@ def test_simulation_commands_and_episode_sources_default_to_the_one_named_worklo
     assert EpisodeSource.__dataclass_fields__["workload"].default.name == DEFAULT_WORKLOAD
 
 
-def test_routing_training_and_evaluation_default_to_the_one_trace(tmp_path, monkeypatch):
+def test_routing_training_defaults_to_the_one_trace(tmp_path, monkeypatch):
     from experiments.cli import build_parser
-    from policies.evaluate import EvaluationConfig, routing_source
 
     monkeypatch.setattr(workloads, "default_traces_dir", lambda: tmp_path)
     assert default_trace_path() == tmp_path / DEFAULT_TRACE_FILE
     monkeypatch.undo()
     args = build_parser().parse_args(["train", "routing"])
     assert Path(args._default_trace) == default_trace_path()
-    assert Path(routing_source(EvaluationConfig(kind="routing", policy="least-work")).workload.trace) == default_trace_path()

@@ -1,0 +1,218 @@
+"""The benchmark's one evaluation protocol (issue #39, "One protocol").
+
+A policy runs on every episode of a task's split (``benchmark.capacity.task_episodes``: the
+task's stored rate, its sealed blocks or seeds), each episode with the task's simulator
+configuration ``task.sim_config()`` (run seed 0; generator tasks differ per episode by their
+workload seed). Only the requests arriving from ``metadata["measure_from_s"]`` on (after the
+warm-up) are measured; every request runs to completion.
+
+What can be evaluated (:class:`Contender` wraps it with its label):
+
+* a heuristic :class:`~baselines.registry.PolicySpec` (a router, or a full system with its
+  controller for a reconfiguration task): ``baselines.runner.run_policy`` on the episode;
+* anything with SB3's ``predict(obs, state, episode_start, deterministic)`` (``action_masks=`` is
+  passed where ``predict`` takes it), or a plain callable ``obs -> action``: driven through the
+  task's Gymnasium environment (``benchmark.env.task_env``: the routing environment, or the
+  reconfiguration environment with the Vertumnus router inside), one decision per step;
+* an :class:`EpisodeRunner`: ``run(workload, sim_config) -> SimResult`` (e.g. a learned
+  reconfiguration checkpoint with its observation statistics, ``experiments.benchmark_specs``).
+
+Rows. One per episode (:data:`EPISODE_FIELDS`): the measured mean / P90 / P99 TTFT [s] and
+token-weighted SLO attainment, and ``overloaded`` (the task's rate is past its measured capacity,
+``benchmark.capacity.is_overloaded_task``). One summary per (task, policy) (:data:`SUMMARY_FIELDS`):
+means over episodes of the per-episode metrics and, against the task's reference
+(:func:`reference_contender`: ``tuned:vertumnus-router``, or ``vertumnus-router (untuned)`` while
+no tuned parameters are stored), the paired difference of per-episode mean TTFT in % of the
+reference's mean over the same episodes (negative: faster), with its 95 % Student-t interval
+over episodes (``envs.metrics.stats.paired_ci``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from baselines.registry import PolicySpec
+from baselines.runner import run_policy
+from benchmark.capacity import is_overloaded_task, task_capacity
+from benchmark.specs import Contender, EpisodeRunner, reference_contender
+from benchmark.splits import check_split_name
+from benchmark.tasks import Task, episodes, get_task, rate_scale
+from envs.metrics.stats import paired_ci
+from envs.metrics.summary import measured_summary
+from envs.sim.request import Workload
+
+#: Keys of a per-episode row (``seed`` for generator tasks, ``block_offset_s`` for trace tasks).
+EPISODE_FIELDS = ("task", "policy", "split", "episode_index", "seed|block_offset_s", "num_requests", "mean_ttft_s",
+                  "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "overloaded")
+#: Keys of a summary row, in order (``cpgym benchmark run --format json``).
+SUMMARY_FIELDS = ("task", "policy", "split", "num_episodes", "mean_ttft_s", "p90_ttft_s", "p99_ttft_s",
+                  "slo_attainment_token_weighted", "reference", "delta_mean_ttft_pct", "ci_low", "ci_high", "overloaded")
+#: The per-episode metrics averaged into the summary.
+METRICS = ("mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted")
+
+
+def episode_metrics(result, measure_from_s: float) -> dict:
+    """``envs.metrics.summary.measured_summary`` of the requests arriving at or after
+    ``measure_from_s`` [s], plus their P99 TTFT [s] (NaN when none finished)."""
+    out = measured_summary(result, measure_from_s)
+    r = result.records
+    ttft = r["ttft_s"][r["arrival_s"] >= measure_from_s - 1e-9]
+    ttft = ttft[~np.isnan(ttft)]
+    out["p99_ttft_s"] = float(np.percentile(ttft, 99)) if len(ttft) else math.nan
+    return out
+
+
+def _act(policy, obs, masks, state, episode_start: bool):
+    predict = getattr(policy, "predict", None)
+    if predict is None:
+        return policy(obs), state
+    kwargs = {"state": state, "episode_start": np.array([episode_start]), "deterministic": True}
+    try:
+        takes_masks = "action_masks" in inspect.signature(predict).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        takes_masks = False
+    if takes_masks:
+        kwargs["action_masks"] = masks
+    return predict(obs, **kwargs)
+
+
+def run_through_env(policy, task: Task, episode: Workload):
+    """One episode of ``task``'s Gymnasium environment (``benchmark.env.task_env``) over
+    ``episode`` (simulator seed 0, as ``task.sim_config()``) driven by ``policy``'s ``predict`` or
+    ``policy(obs)``; returns the episode's ``SimResult``."""
+    from benchmark.env import task_env  # lazy: gymnasium (benchmark's heuristic runs do not need it)
+
+    env = task_env(task, [episode])
+    obs, _ = env.reset(seed=0, options={"window_index": 0, "sim_seed": task.sim_config().seed})
+    state, start = None, True
+    while True:
+        action, state = _act(policy, obs, env.action_masks(), state, start)
+        start = False
+        obs, _, terminated, truncated, _ = env.step(int(np.asarray(action).reshape(-1)[0]))
+        if terminated or truncated:
+            return env.sim.result()
+
+
+def run_contender(contender: Contender, task: Task, episode: Workload) -> dict:
+    """:func:`episode_metrics` of one episode under ``contender``."""
+    p = contender.policy
+    if isinstance(p, PolicySpec):
+        result = run_policy(p, episode, task.sim_config())
+    elif isinstance(p, EpisodeRunner):
+        result = p.run(episode, task.sim_config())
+    else:
+        result = run_through_env(p, task, episode)
+    return episode_metrics(result, episode.metadata["measure_from_s"])
+
+
+def episode_rows(contender: Contender, task: Task, split: str, episodes: Sequence[Workload], overloaded: bool,
+                 log=None) -> list[dict]:
+    """One row per episode (:data:`EPISODE_FIELDS`) of ``contender`` on ``episodes``; ``overloaded``:
+    the task's rate is past its measured capacity (``benchmark.capacity.is_overloaded_task``)."""
+    rows = []
+    for ep in episodes:
+        meta = ep.metadata
+        m = run_contender(contender, task, ep)
+        where = {"seed": meta["seed"]} if "seed" in meta else {"block_offset_s": meta["block_offset_s"]}
+        rows.append({"task": task.id, "policy": contender.label, "split": split, "episode_index": meta["episode_index"],
+                     **where, "num_requests": m["num_requests"], **{k: m[k] for k in METRICS}, "overloaded": overloaded})
+        if log:
+            log(f"{task.id} {split} {contender.label}: episode {meta['episode_index']}: mean TTFT {m['mean_ttft_s']:.4f} s")
+    return rows
+
+
+def summary_row(task: Task, split: str, label: str, rows: Sequence[dict], reference: str,
+                reference_rows: Sequence[dict], is_reference: bool = False) -> dict:
+    """The summary of ``rows`` (:data:`SUMMARY_FIELDS`; module docstring) against
+    ``reference_rows`` (paired by ``episode_index``); the reference itself (``is_reference``, or
+    ``label == reference``): delta 0, no interval (NaN).
+
+    Raises:
+        ValueError: if an episode of ``rows`` has no reference row.
+    """
+    out = {"task": task.id, "policy": label, "split": split, "num_episodes": len(rows)}
+    for m in METRICS:
+        vals = [r[m] for r in rows if not math.isnan(r[m])]
+        out[m] = float(np.mean(vals)) if vals else math.nan
+    ref = {r["episode_index"]: r["mean_ttft_s"] for r in reference_rows}
+    missing = [r["episode_index"] for r in rows if r["episode_index"] not in ref]
+    if missing:
+        raise ValueError(f"{task.id}: episodes {missing} have no reference ({reference}) row")
+    pairs = [(r["mean_ttft_s"], ref[r["episode_index"]]) for r in rows]
+    ref_mean = float(np.mean([b for _, b in pairs])) if pairs else math.nan
+    if is_reference or label == reference:
+        delta = (0.0, math.nan, math.nan)
+    elif pairs and ref_mean > 0:
+        delta = paired_ci([100.0 * (a - b) / ref_mean for a, b in pairs])
+    else:
+        delta = (math.nan, math.nan, math.nan)
+    out.update(reference=reference, delta_mean_ttft_pct=delta[0], ci_low=delta[1], ci_high=delta[2],
+               overloaded=any(r["overloaded"] for r in rows))
+    return out
+
+
+def as_contender(policy, label: str | None = None) -> Contender:
+    """``policy`` as a :class:`Contender` (a Contender is returned as it is; a ``PolicySpec`` is
+    labelled by its name, anything else by ``label``, its ``name`` or ``__name__`` attribute, or its
+    type's name)."""
+    if isinstance(policy, Contender):
+        return policy
+    if label is None:
+        label = policy.name if isinstance(policy, (PolicySpec, EpisodeRunner)) else \
+            getattr(policy, "name", None) or getattr(policy, "__name__", None) or type(policy).__name__
+    return Contender(str(label), policy)
+
+
+def run_benchmark(contenders: Sequence[Contender], tasks: Sequence[Task], split: str = "validation", *,
+                  max_episodes: int | None = None, log=None) -> list[dict]:
+    """Runs every contender on every task's ``split`` (at most ``max_episodes`` episodes per task,
+    evenly spread) and the task's reference on the same episodes (once per task; a contender
+    whose label or SPEC is the reference's reuses its rows).
+
+    Returns:
+        Per (task, contender), in that order: ``{"summary": summary row, "episodes": rows,
+        "contender": Contender}``.
+
+    Raises:
+        ValueError: on an unknown split, or a task without stored capacity or reference.
+    """
+    check_split_name(split)
+    out = []
+    for task in tasks:
+        entry = task_capacity(task)  # checked once: a check builds the training workload
+        eps = episodes(task, split, rate_scale(task, entry["capacity_rps"], entry["native_rps"]), max_episodes=max_episodes)
+        overloaded = is_overloaded_task(task, entry=entry)
+        ref = reference_contender(task)
+        ref_rows = episode_rows(ref, task, split, eps, overloaded, log)
+        for c in contenders:
+            same = c.label == ref.label or (c.spec is not None and c.spec == ref.spec)
+            rows = [{**r, "policy": c.label} for r in ref_rows] if same else episode_rows(c, task, split, eps, overloaded, log)
+            out.append({"summary": summary_row(task, split, c.label, rows, ref.label, ref_rows, same), "episodes": rows,
+                        "contender": c})
+    return out
+
+
+def evaluate(policy, task: Task | str, split: str = "validation", *, max_episodes: int | None = None,
+             label: str | None = None) -> dict:
+    """Benchmarks one policy on one task from Python (the docs' "your own policy").
+
+    Args:
+        policy: a ``PolicySpec``, an object with SB3's ``predict(obs, state, episode_start,
+            deterministic)`` (``action_masks=`` passed where it takes it), a callable ``obs ->
+            action``, an :class:`EpisodeRunner` or a :class:`Contender`.
+        task: a :class:`~benchmark.tasks.Task` or its id.
+        split: ``"train"``, ``"validation"`` (default; the test split is for final numbers, see
+            ``cpgym benchmark run --split test``) or ``"test"``.
+        max_episodes: at most this many episodes, evenly spread over the split (default all).
+        label: the ``policy`` field of the rows (default: see :func:`as_contender`).
+
+    Returns:
+        ``{"summary": row (SUMMARY_FIELDS), "episodes": [row (EPISODE_FIELDS), ...]}``.
+    """
+    t = get_task(task) if isinstance(task, str) else task
+    res = run_benchmark([as_contender(policy, label)], [t], split, max_episodes=max_episodes)[0]
+    return {"summary": res["summary"], "episodes": res["episodes"]}

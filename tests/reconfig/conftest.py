@@ -1,1 +1,0 @@
-from tests.sim.conftest import simple_calibration  # noqa: F401  (shared toy calibration fixture)
