@@ -13,8 +13,10 @@ Search (:func:`tune`), one **round** at a time:
    is the **training** score: the mean over the training episodes of each episode's mean TTFT of
    its measured requests (``envs.metrics.summary.measured_summary``), simulated with the task's
    configuration at run seed :data:`SIM_SEED`.
-2. The ``top_k`` best distinct training trials are re-scored on the **validation** split; the
-   lowest validation score is the round's choice (ties: the better training score).
+2. The ``top_k`` best distinct training trials, and the round's first trial (the defaults, or the
+   previous round's choice) are re-scored on the **validation** split; the lowest validation score
+   is the round's choice (ties: the better training score). So a tuned choice is never worse on
+   validation than the defaults.
 3. A chosen value within ``bound_tol`` (3 %) of its range's width (log scale for log ranges) of
    a bound that is not a hard validity limit is **on the bound**: that bound moves one decade out
    (x10 or /10; a linear range by its width), clipped to the limit, and a new round starts. A
@@ -429,6 +431,8 @@ def tune(score: Scorer, space: dict[str, ParamRange], defaults: dict, *, num_tri
             ranked = sorted(trials, key=lambda t: (t["train_mean_ttft_s"], t["number"]))
             top = list({_key(t["params"]): t for t in reversed(ranked)}.values())  # distinct, best kept
             top = sorted(top, key=lambda t: (t["train_mean_ttft_s"], t["number"]))[:top_k]
+            if first is not None and _key(trials[0]["params"]) not in {_key(t["params"]) for t in top}:
+                top.append(trials[0])  # the enqueued default / previous choice is always a candidate
             todo = [_key(t["params"]) for t in top if _key(t["params"]) not in val_memo]
             for k, v in zip(todo, score_batch([dict(k) for k in todo], "validation") if todo else []):
                 val_memo[k] = v

@@ -93,6 +93,16 @@ def test_choice_on_a_bound_widens_the_range_and_repeats():
     # the choice is the best validation score among the top-k training trials
     last = res["records"][-1]["validation"]
     assert res["validation_mean_ttft_s"] == min(v["validation_mean_ttft_s"] for v in last)
+    assert len(last) == 3 + 1 and last[-1]["number"] == 0  # the previous choice is a candidate too
+
+
+def test_defaults_win_when_they_are_best_on_validation():
+    # training prefers x near 100, validation prefers the default x = 1: the choice is the default
+    def score(params, split):
+        return abs(math.log10(params["x"]) - (0.0 if split == "validation" else 2.0))
+
+    res = tune(score, {"x": ParamRange(1e-3, 1e3)}, {"x": 1.0}, num_trials=30, seed=0, top_k=3, max_rounds=1)
+    assert res["params"] == {"x": 1.0} and res["validation_mean_ttft_s"] == 0.0
 
 
 def test_same_seed_same_result_and_defaults_tried_first():
