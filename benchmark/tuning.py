@@ -54,8 +54,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import optuna
-
 from baselines.registry import get_policy
 from baselines.runner import run_policy
 from benchmark.capacity import task_episodes
@@ -123,6 +121,8 @@ class ParamRange(NamedTuple):
         return limit is not None and (self.low if side == "low" else self.high) == limit
 
     def distribution(self):
+        import optuna  # third-party, loaded only by a search (the CLI's parser imports this module)
+
         """The Optuna distribution of this range."""
         if self.integer:
             return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log)
@@ -352,6 +352,8 @@ def run_round(score_batch: Callable[[list[dict], str], list[float]], space: dict
     """One TPE round: ``num_trials`` trials asked and told in batches of ``batch_size``; returns
     ``[{"number", "params", "train_mean_ttft_s"}]`` in trial order. ``first``: enqueued as trial 0;
     ``memo``: ``{params key: train score}`` shared across rounds (a repeated point is not re-run)."""
+    import optuna  # third-party, loaded only by a search (the CLI's parser imports this module)
+
     memo = {} if memo is None else memo
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():

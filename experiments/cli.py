@@ -78,7 +78,7 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
                       "roofline calibration from a model config and a GPU datasheet; writes a calibration file"),
     }),
     "benchmark": ("the cpgym benchmark (named tasks, sealed splits, one protocol, a validated leaderboard): "
-                  "`benchmark list|run|capacity|leaderboard|validate`", {
+                  "`benchmark list|run|capacity|tune|leaderboard|validate`", {
         "list": ("benchmark_list", "the benchmark's tasks with their capacity, rate and splits"),
         "run": ("benchmark_run",
                 "policies on benchmark tasks: one row per (task, policy) vs the task's reference, paired 95% CI"),
@@ -88,7 +88,8 @@ COMMANDS: dict[str, tuple[str, str] | tuple[str, dict[str, tuple[str, str]]]] = 
                         "regenerate results/benchmark/LEADERBOARD.md from the entries and the test-split ledger"),
         "validate": ("benchmark_validate",
                      "re-run a leaderboard entry and check it number by number (exit 1 on a mismatch)"),
-        # "tune": ("benchmark_tune", "..."),  -- registered together with that module
+        "tune": ("benchmark_tune", "tune a heuristic's parameters per task (Optuna TPE on the training split, chosen on "
+                                   "validation; benchmark/tuned/), or a reconfiguration task's best fixed composition"),
     }),
     "faults": ("faults",
                "every §9 policy and the learned router under a GPU failure, a straggler and a node failure "
