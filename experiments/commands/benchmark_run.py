@@ -70,6 +70,8 @@ def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episode
         results += res
     rows = [r["summary"] for r in results]
     episodes = [e for r in results for e in r["episodes"]]
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # checked creatable by check_out_file above
     if args.out and str(args.out).endswith(".csv"):
         write_rows_csv(Path(args.out), episodes)
     elif args.out:

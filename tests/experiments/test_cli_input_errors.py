@@ -193,10 +193,9 @@ def test_out_file_check(tmp_path):
 @pytest.mark.slow
 def test_evaluate_out_creates_its_folder(tmp_path, capsys):
     out = tmp_path / "new" / "sub" / "rows.csv"
-    assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--workload", "tool-agent",
-                 "--target-rps", "5", "--episode-window-s", "3", "--windows", "0", "--seeds", "1", "--quiet",
+    assert main(["evaluate", "--policy", "least-work", "--against", "round-robin", "--max-episodes", "1", "--quiet",
                  "--format", "json", "--out", str(out)]) == 0
-    assert out.is_file() and (out.parent / "rows.csv.provenance.json").is_file()
+    assert out.is_file() and "policy" in out.read_text().splitlines()[0].split(",")
 
 
 def test_capacity_does_not_offer_the_horizon_it_refuses():
