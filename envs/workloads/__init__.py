@@ -19,9 +19,9 @@ All results are :class:`envs.sim.request.Workload` objects.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from pathlib import Path
+
+from envs.sim.lazy_exports import lazy_attributes
 
 #: public name -> the sub-module defining it; loaded on first use (PEP 562 ``__getattr__``), so
 #: that the light names below (the defaults, :data:`WORKLOAD_NAMES`) cost no numpy import (the
@@ -168,17 +168,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """A public name (:data:`_EXPORTS`) or a sub-module (``pkg.traces`` after ``import pkg``, as
-    when this file imported every sub-module), loaded on first use."""
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        value = importlib.import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return value  # not cached here: a test that patches the sub-module's name patches this one too
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS, __all__)
