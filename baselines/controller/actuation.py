@@ -68,6 +68,36 @@ class Actuation:
             return cap - profiles[degree].capacity_rps + 2 * profiles[degree // 2].capacity_rps
         return cap - 2 * profiles[degree].capacity_rps + profiles[2 * degree].capacity_rps
 
+    def admissible_operations(self, candidates, kind: str, cap: float, forecast: float, gpu_budget: float,
+                              profiles: dict[int, CapacityProfile], now_s: float) -> tuple[list, dict, int]:
+        """The operations of ``kind`` among ``candidates`` that may start now, in candidate order:
+        within ``gpu_budget`` (GPUs still allowed to change this window), not refused by the
+        dwell-time lockout (:meth:`locked`), and, projected on the pool capacity ``cap``
+        [req/s] with the per-degree ``profiles``, a split that adds capacity or a merge that keeps
+        the projected load ``forecast / capacity`` at most ``merge_max_projected_load``. The one
+        admissibility check of :meth:`act` and of the analytic rule's plan.
+
+        Returns:
+            ``(admissible operations, {operation: projected capacity [req/s]}, number of
+            candidates the lockout refused)``.
+        """
+        ok, new_caps, num_locked = [], {}, 0
+        for op in candidates:
+            C = self.sim.workers[op.worker_ids[0]].degree
+            if C * len(op.worker_ids) > gpu_budget + 1e-9:
+                continue  # pool-wide change limit of this window
+            if self.locked(op, now_s):
+                num_locked += 1
+                continue
+            new_caps[op] = new_cap = self._projected_capacity(kind, C, cap, profiles)
+            # a split must add capacity; a merge must keep the projected load low
+            if kind == SPLIT:
+                if new_cap > cap:
+                    ok.append(op)
+            elif new_cap > 0 and forecast / new_cap <= self.config.merge_max_projected_load:
+                ok.append(op)
+        return ok, new_caps, num_locked
+
     def act(self, kind: str, record: WindowRecord, profiles: dict[int, CapacityProfile]) -> list[str]:
         """Starts operations of ``kind`` one by one (best ranked first) while the capacity gap is
         open and the per-window limits allow; records them in ``record.action`` and, when any
@@ -84,21 +114,10 @@ class Actuation:
         for _ in range(cfg.max_ops_per_window):
             if kind == SPLIT and started and cap > 0 and forecast / cap <= cfg.split_target_load:
                 break  # capacity gap closed
-            ok, new_caps = [], {}
-            for op in (op for op in self.reconfig.eligible_operations() if op.kind == kind):
-                C = sim.workers[op.worker_ids[0]].degree
-                if C * len(op.worker_ids) > gpu_budget + 1e-9:
-                    continue  # pool-wide change limit of this window
-                if self.locked(op, now):
-                    num_locked += 1
-                    continue
-                new_caps[op] = new_cap = self._projected_capacity(kind, C, cap, profiles)
-                # a split must add capacity; a merge must keep the projected load low
-                if kind == SPLIT:
-                    if new_cap > cap:
-                        ok.append(op)
-                elif new_cap > 0 and forecast / new_cap <= cfg.merge_max_projected_load:
-                    ok.append(op)
+            ok, new_caps, locked = self.admissible_operations(
+                (op for op in self.reconfig.eligible_operations() if op.kind == kind), kind, cap, forecast,
+                gpu_budget, profiles, now)
+            num_locked += locked
             if not ok:
                 break
             op = rank_operations(sim, ok)[0]

@@ -207,22 +207,10 @@ class AnalyticRule:
         for _ in range(cfg.max_ops_per_window):
             if kind == SPLIT and plan and cap > 0 and forecast / cap <= cfg.split_target_load:
                 break
-            ok, new_caps = [], {}
-            for op in candidates:
-                if used.intersection(op.worker_ids):
-                    continue
-                C = sim.workers[op.worker_ids[0]].degree
-                if C * len(op.worker_ids) > budget + 1e-9:
-                    continue
-                if self.locked(op, now):
-                    num_locked += 1
-                    continue
-                new_caps[op] = new_cap = self._projected_capacity(kind, C, cap, profiles)
-                if kind == SPLIT:
-                    if new_cap > cap:
-                        ok.append(op)
-                elif new_cap > 0 and forecast / new_cap <= cfg.merge_max_projected_load:
-                    ok.append(op)
+            ok, new_caps, locked = self.admissible_operations(
+                (op for op in candidates if not used.intersection(op.worker_ids)), kind, cap, forecast, budget,
+                profiles, now)
+            num_locked += locked
             if not ok:
                 break
             op = rank_operations(sim, ok)[0]
