@@ -4,13 +4,17 @@ gate, baselines/controller/analytic_rule.py) and the names of the Vertumnus syst
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
 from baselines.controller import ControllerConfig
+from baselines.controller.actuation import Actuation
 from baselines.controller.analytic_rule import predicted_ttft_s, service_times_s
 from baselines.registry import get_policy
+from envs.planning.capacity import CapacityProfile
 from envs.sim.cost_model import Calibration
+from envs.sim.reconfig import MERGE, SPLIT, Operation
 from tests.reconfig.test_controller import _run_controller
 
 DEGREES = [2, 4]
@@ -66,3 +70,21 @@ def test_vertumnus_names_mean_one_system_each():
     assert get_policy("vertumnus-lookahead").params["decision"] == "target"
     assert get_policy("vertumnus-adaptive").choose_pool is None  # the run's pool, as before
     assert get_policy("vertumnus").choose_pool is not None  # the initial composition (paper §6)
+
+
+def test_one_admissibility_screen_for_the_paper_rule_and_the_analytic_plan():
+    # Actuation.admissible_operations is the check both act() and the analytic rule's plan use:
+    # GPU budget first, then the dwell-time lockout (counted), then the projected capacity
+    workers = {0: SimpleNamespace(degree=4, gpus=[0, 1, 2, 3]), 1: SimpleNamespace(degree=4, gpus=[4, 5, 6, 7]),
+               2: SimpleNamespace(degree=2, gpus=[8, 9]), 3: SimpleNamespace(degree=2, gpus=[10, 11])}
+    act = Actuation()
+    act.sim, act.config = SimpleNamespace(workers=workers), ControllerConfig()
+    act._gpu_last_op = {4: (95.0, MERGE)}  # worker 1 merged 5 s ago: locked against a split for min_dwell_s
+    profiles = {d: CapacityProfile(d, c, 0.0, 1000.0, 1.0) for d, c in ((2, 1.0), (4, 1.5))}  # two CP-2 > one CP-4
+    splits = [Operation(SPLIT, (0,)), Operation(SPLIT, (1,))]
+    ok, caps, locked = act.admissible_operations(splits, SPLIT, 5.0, 4.5, 8.0, profiles, now_s=100.0)
+    assert ok == [splits[0]] and locked == 1 and caps == {splits[0]: 5.0 - 1.5 + 2.0}
+    assert act.admissible_operations(splits, SPLIT, 5.0, 4.5, 3.0, profiles, now_s=100.0)[:2] == ([], {})  # over budget
+    merge = [Operation(MERGE, (2, 3))]  # capacity 5.0 -> 4.5: allowed while forecast / 4.5 <= 0.7
+    assert act.admissible_operations(merge, MERGE, 5.0, 3.0, 8.0, profiles, now_s=100.0)[0] == merge
+    assert act.admissible_operations(merge, MERGE, 5.0, 3.5, 8.0, profiles, now_s=100.0)[0] == []
