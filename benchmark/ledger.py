@@ -73,7 +73,8 @@ def read_ledger(path: Path | str) -> list[dict]:
     """The ledger's lines (``[]`` if the file does not exist).
 
     Raises:
-        ValueError: naming the file and line number, on a line that is not a JSON object.
+        ValueError: naming the file and line number, on a line that is not a ledger record (a
+            JSON object with every key of :data:`LEDGER_FIELDS`).
     """
     p = Path(path)
     if not p.exists():
@@ -85,11 +86,27 @@ def read_ledger(path: Path | str) -> list[dict]:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{p}:{i}: not JSON ({exc})") from None
-        if not isinstance(obj, dict) or not {"task", "policy", "split"} <= set(obj):
-            raise ValueError(f"{p}:{i}: expected a ledger object with task, policy and split")
+            raise ValueError(f"{p}:{i}: not a ledger record: not JSON ({exc})") from None
+        missing = [k for k in LEDGER_FIELDS if k not in obj] if isinstance(obj, dict) else list(LEDGER_FIELDS)
+        if missing:
+            raise ValueError(f"{p}:{i}: not a ledger record (missing {', '.join(missing)}); expected a file written "
+                             "by `cpgym benchmark run --split test`")
         out.append(obj)
     return out
+
+
+def record_test_runs(path: Path | str, results: list[dict]) -> None:
+    """Appends one line per ``results`` item (``{"summary": row, "contender": Contender}``, as
+    ``benchmark.protocol.run_benchmark`` returns) to the ledger at ``path``: the SPEC (else the
+    label), the checkpoint hash, this checkout's :func:`commit_id` and one :func:`utc_now` date.
+    The one way a test-split run is recorded (``cpgym benchmark run`` and ``benchmark.evaluate``).
+
+    Raises:
+        ValueError: as :func:`append_ledger`.
+    """
+    commit, date = commit_id(), utc_now()
+    append_ledger(path, [ledger_line(r["summary"], r["contender"].spec or r["contender"].label,
+                                     r["contender"].checkpoint_sha256, commit, date) for r in results])
 
 
 def count_test_evaluations(lines: list[dict]) -> Counter:

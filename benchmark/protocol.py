@@ -25,6 +25,14 @@ means over episodes of the per-episode metrics and, against the task's reference
 no tuned parameters are stored), the paired difference of per-episode mean TTFT in % of the
 reference's mean over the same episodes (negative: faster), with its 95 % Student-t interval
 over episodes (``envs.metrics.stats.paired_ci``).
+
+``num_invalid_actions``: per episode, the actions the environment refused as ineligible (its
+``info["num_invalid_actions"]``: a routing action to a worker outside the mask, a reconfiguration
+operation the pool cannot take); in the summary, their sum over episodes. A policy driven through
+the environment is scored on what the environment did instead, so a non-zero count says its
+numbers are not its own choices. A ``PolicySpec`` and an :class:`EpisodeRunner` report 0: a
+heuristic routes through the simulator's own eligibility, and an episode runner's actions are not
+seen by the protocol (the shipped learned controller acts under the action mask).
 """
 
 from __future__ import annotations
@@ -32,12 +40,14 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from baselines.registry import PolicySpec
 from baselines.runner import run_policy
 from benchmark.capacity import is_overloaded_task, task_capacity
+from benchmark.ledger import DEFAULT_LEDGER, read_ledger, record_test_runs
 from benchmark.specs import Contender, EpisodeRunner, reference_contender
 from benchmark.splits import check_split_name
 from benchmark.tasks import Task, episodes, get_task, rate_scale
@@ -47,10 +57,11 @@ from envs.sim.request import Workload
 
 #: Keys of a per-episode row (``seed`` for generator tasks, ``block_offset_s`` for trace tasks).
 EPISODE_FIELDS = ("task", "policy", "split", "episode_index", "seed|block_offset_s", "num_requests", "mean_ttft_s",
-                  "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "overloaded")
+                  "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted", "overloaded", "num_invalid_actions")
 #: Keys of a summary row, in order (``cpgym benchmark run --format json``).
 SUMMARY_FIELDS = ("task", "policy", "split", "num_episodes", "mean_ttft_s", "p90_ttft_s", "p99_ttft_s",
-                  "slo_attainment_token_weighted", "reference", "delta_mean_ttft_pct", "ci_low", "ci_high", "overloaded")
+                  "slo_attainment_token_weighted", "reference", "delta_mean_ttft_pct", "ci_low", "ci_high", "overloaded",
+                  "num_invalid_actions")
 #: The per-episode metrics averaged into the summary.
 METRICS = ("mean_ttft_s", "p90_ttft_s", "p99_ttft_s", "slo_attainment_token_weighted")
 
@@ -83,7 +94,8 @@ def _act(policy, obs, masks, state, episode_start: bool):
 def run_through_env(policy, task: Task, episode: Workload):
     """One episode of ``task``'s Gymnasium environment (``benchmark.env.task_env``) over
     ``episode`` (simulator seed 0, as ``task.sim_config()``) driven by ``policy``'s ``predict`` or
-    ``policy(obs)``; returns the episode's ``SimResult``."""
+    ``policy(obs)``; returns ``(SimResult, number of invalid actions)`` (the environment's last
+    ``info["num_invalid_actions"]``)."""
     from benchmark.env import task_env  # lazy: gymnasium (benchmark's heuristic runs do not need it)
 
     env = task_env(task, [episode])
@@ -92,21 +104,22 @@ def run_through_env(policy, task: Task, episode: Workload):
     while True:
         action, state = _act(policy, obs, env.action_masks(), state, start)
         start = False
-        obs, _, terminated, truncated, _ = env.step(int(np.asarray(action).reshape(-1)[0]))
+        obs, _, terminated, truncated, info = env.step(int(np.asarray(action).reshape(-1)[0]))
         if terminated or truncated:
-            return env.sim.result()
+            return env.sim.result(), int(info.get("num_invalid_actions", 0))
 
 
 def run_contender(contender: Contender, task: Task, episode: Workload) -> dict:
-    """:func:`episode_metrics` of one episode under ``contender``."""
-    p = contender.policy
+    """:func:`episode_metrics` of one episode under ``contender``, with its
+    ``num_invalid_actions`` (module docstring)."""
+    p, num_invalid = contender.policy, 0
     if isinstance(p, PolicySpec):
         result = run_policy(p, episode, task.sim_config())
     elif isinstance(p, EpisodeRunner):
         result = p.run(episode, task.sim_config())
     else:
-        result = run_through_env(p, task, episode)
-    return episode_metrics(result, episode.metadata["measure_from_s"])
+        result, num_invalid = run_through_env(p, task, episode)
+    return {**episode_metrics(result, episode.metadata["measure_from_s"]), "num_invalid_actions": num_invalid}
 
 
 def episode_rows(contender: Contender, task: Task, split: str, episodes: Sequence[Workload], overloaded: bool,
@@ -119,7 +132,8 @@ def episode_rows(contender: Contender, task: Task, split: str, episodes: Sequenc
         m = run_contender(contender, task, ep)
         where = {"seed": meta["seed"]} if "seed" in meta else {"block_offset_s": meta["block_offset_s"]}
         rows.append({"task": task.id, "policy": contender.label, "split": split, "episode_index": meta["episode_index"],
-                     **where, "num_requests": m["num_requests"], **{k: m[k] for k in METRICS}, "overloaded": overloaded})
+                     **where, "num_requests": m["num_requests"], **{k: m[k] for k in METRICS}, "overloaded": overloaded,
+                     "num_invalid_actions": m["num_invalid_actions"]})
         if log:
             log(f"{task.id} {split} {contender.label}: episode {meta['episode_index']}: mean TTFT {m['mean_ttft_s']:.4f} s")
     return rows
@@ -151,7 +165,8 @@ def summary_row(task: Task, split: str, label: str, rows: Sequence[dict], refere
     else:
         delta = (math.nan, math.nan, math.nan)
     out.update(reference=reference, delta_mean_ttft_pct=delta[0], ci_low=delta[1], ci_high=delta[2],
-               overloaded=any(r["overloaded"] for r in rows))
+               overloaded=any(r["overloaded"] for r in rows),
+               num_invalid_actions=sum(r.get("num_invalid_actions", 0) for r in rows))
     return out
 
 
@@ -197,7 +212,7 @@ def run_benchmark(contenders: Sequence[Contender], tasks: Sequence[Task], split:
 
 
 def evaluate(policy, task: Task | str, split: str = "validation", *, max_episodes: int | None = None,
-             label: str | None = None) -> dict:
+             label: str | None = None, ledger: Path | str = DEFAULT_LEDGER) -> dict:
     """Benchmarks one policy on one task from Python (the docs' "your own policy").
 
     Args:
@@ -206,13 +221,24 @@ def evaluate(policy, task: Task | str, split: str = "validation", *, max_episode
             action``, an :class:`EpisodeRunner` or a :class:`Contender`.
         task: a :class:`~benchmark.tasks.Task` or its id.
         split: ``"train"``, ``"validation"`` (default; the test split is for final numbers, see
-            ``cpgym benchmark run --split test``) or ``"test"``.
+            ``cpgym benchmark run --split test``) or ``"test"`` (the run is appended to ``ledger``).
         max_episodes: at most this many episodes, evenly spread over the split (default all).
         label: the ``policy`` field of the rows (default: see :func:`as_contender`).
+        ledger: the test-split ledger a ``split="test"`` run is appended to, as ``cpgym benchmark
+            run --split test`` does (``benchmark.ledger.record_test_runs``; default the CLI's
+            ``benchmark.ledger.DEFAULT_LEDGER``, relative to the working directory).
 
     Returns:
         ``{"summary": row (SUMMARY_FIELDS), "episodes": [row (EPISODE_FIELDS), ...]}``.
+
+    Raises:
+        ValueError: on an unknown task or split, or (test split) a ``ledger`` file that is not a
+            ledger (checked before the run).
     """
     t = get_task(task) if isinstance(task, str) else task
+    if split == "test":
+        read_ledger(ledger)  # not a ledger: refused before the run, as the CLI does
     res = run_benchmark([as_contender(policy, label)], [t], split, max_episodes=max_episodes)[0]
+    if split == "test":
+        record_test_runs(ledger, [res])
     return {"summary": res["summary"], "episodes": res["episodes"]}

@@ -116,6 +116,10 @@ def with_params(spec: str, policy: PolicySpec, params: dict) -> PolicySpec:
     if unknown:
         known = ", ".join(sorted(policy.params)) or "none"
         raise ValueError(f"--policy {spec}: {policy.name} has no parameter {unknown[0]!r}; its parameters: {known}")
+    for name, value in params.items():  # a number parameter given a word: name it, not the float() failure
+        old = policy.params[name]
+        if isinstance(old, (int, float)) and not isinstance(old, bool) and isinstance(value, str):
+            raise ValueError(f"--policy {spec}: {name}: expected a number, got {value!r}")
     try:
         return policy.with_params(**params)
     except (TypeError, ValueError) as exc:
@@ -156,6 +160,9 @@ def heuristic_contender(text: str, task: Task) -> Contender:
     if text in POLICIES:
         return Contender(text, get_policy(text), spec=text)
     if text.startswith(FIXED_PREFIX):
+        if task.kind == "routing":  # a routing task's pool is part of the task
+            raise ValueError(f"--policy {text}: task {task.id} is a routing task, whose pool is part of the task; "
+                             "fixed:COMPOSITION is for reconfiguration tasks")
         comp = fixed_composition(text)
         try:
             replace(task.sim_config().pool, composition=comp).placements()
@@ -171,7 +178,10 @@ def heuristic_contender(text: str, task: Task) -> Contender:
         return Contender(text, replace(get_policy(REFERENCE_ROUTER), name=text, composition=comp), spec=text)
     if text.startswith(TUNED_PREFIX):
         name = text[len(TUNED_PREFIX):]
-        get_policy(name)  # unknown name: one line with the known ones
+        try:
+            get_policy(name)  # unknown name: one line with the known ones
+        except ValueError as exc:
+            raise ValueError(f"--policy {text}: {exc}") from None
         c = tuned_contender(task, name)
         if c is None:
             raise ValueError(f"--policy {text}: task {task.id} has no stored tuned parameters of {name}; "

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from benchmark.leaderboard import json_ready, make_entry, read_entries, write_entry
-from benchmark.ledger import append_ledger, commit_id, ledger_line, utc_now
+from benchmark.ledger import commit_id, read_ledger, record_test_runs
 from benchmark.protocol import run_benchmark
 from benchmark.splits import QUICK_EPISODES
 from benchmark.tasks import parse_task_ids
@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--tasks: {exc}".replace("--tasks: --tasks", "--tasks")) from None
     if args.entries is not None and args.split != "test":
         raise ValueError("--entries: leaderboard entries are test-split results; add --split test")
+    if args.entries is not None and args.quick:
+        raise ValueError("--quick: a smoke run is not a leaderboard entry; drop --quick to write --entries")
     return execute(list(args.policy), tasks, args, QUICK_EPISODES if args.quick else None)
 
 
@@ -47,6 +49,11 @@ def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episode
     the per-episode rows as CSV; else JSON ``{"rows": summary rows, "episodes": per-episode rows}``."""
     check_out_file(args.out)
     check_out_file(args.ledger, "--ledger")
+    if args.split == "test":
+        try:  # appending to a file that is not a ledger would hide this run's record from the leaderboard
+            read_ledger(args.ledger)
+        except ValueError as exc:
+            raise ValueError(f"--ledger {exc}") from None
     contenders = {t.id: resolve_specs(specs, t) for t in tasks}  # every SPEC checked before any run
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr))
     entries = getattr(args, "entries", None)
@@ -56,9 +63,7 @@ def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episode
     for t in tasks:
         res = run_benchmark(contenders[t.id], [t], args.split, max_episodes=max_episodes, log=log)
         if args.split == "test":
-            date = utc_now()
-            append_ledger(args.ledger, [ledger_line(r["summary"], r["contender"].spec or r["contender"].label,
-                                                    r["contender"].checkpoint_sha256, commit, date) for r in res])
+            record_test_runs(args.ledger, res)
         if entries is not None:
             for r in res:
                 c = r["contender"]

@@ -2,24 +2,64 @@
 number of episodes) and checks every number against the stored one (exactly: runs are
 deterministic), one line per mismatch; exit status 1 on any mismatch (or a checkpoint whose
 SHA-256 changed), 0 when all match. A validation run is not a new test evaluation: it is not
-appended to the ledger."""
+appended to the ledger.
+
+An entry stored before the protocol reported ``num_invalid_actions`` lacks the field: it is read
+as 0 where the re-run policy is a ``PolicySpec`` or an ``EpisodeRunner`` (they report 0 by
+construction, ``benchmark.protocol``), and compared as missing (a mismatch) otherwise.
+
+Input errors name the file and the field: ``FILE: does not exist``, ``FILE:
+entries[POLICY].task: unknown task ...``, ``FILE: entries[POLICY].spec: ...``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from baselines.registry import PolicySpec
 from benchmark.leaderboard import compare_entry, read_entry
 from benchmark.protocol import run_benchmark
+from benchmark.specs import Contender, EpisodeRunner
 from benchmark.tasks import get_task
 from experiments.benchmark_specs import resolve_spec
 from experiments.flags.benchmark_validate import add_arguments  # noqa: F401  (re-exported: the command's flags)
 
 
-def check_entry(entry: dict, quiet: bool) -> tuple[list[str], int]:
+def resolve_entry(entry: dict, file: str) -> tuple:
+    """``(task, Contender)`` of a stored entry.
+
+    Raises:
+        ValueError: ``FILE: entries[POLICY].task: ...`` or ``FILE: entries[POLICY].spec: ...``.
+        FileNotFoundError: likewise, for a checkpoint path that does not exist.
+    """
+    where = f"{file}: entries[{entry['summary']['policy']}]"
+    try:
+        task = get_task(entry["task"])
+    except ValueError as exc:
+        raise ValueError(f"{where}.task: {exc}") from None
+    try:
+        return task, resolve_spec(entry["spec"], task)
+    except (ValueError, FileNotFoundError) as exc:  # the SPEC's error names --policy: no flag was given here
+        msg = str(exc)
+        for prefix in (f"--policy {entry['spec']}: ", "--policy: ", "--policy "):
+            msg = msg.removeprefix(prefix)
+        raise type(exc)(f"{where}.spec: {entry['spec']}: {msg}") from None
+
+
+def fill_missing_counts(entry: dict, contender: Contender) -> dict:
+    """``entry`` with ``num_invalid_actions`` 0 where it predates the field and the policy reports
+    0 by construction (module docstring)."""
+    if not isinstance(contender.policy, (PolicySpec, EpisodeRunner)):
+        return entry
+    return {**entry, "summary": {"num_invalid_actions": 0, **entry["summary"]},
+            "episodes": [{"num_invalid_actions": 0, **e} for e in entry["episodes"]]}
+
+
+def check_entry(entry: dict, quiet: bool, file: str = "") -> tuple[list[str], int]:
     """Re-runs one entry; ``(mismatch lines, number of values compared)``."""
-    task = get_task(entry["task"])
-    contender = resolve_spec(entry["spec"], task)
+    task, contender = resolve_entry(entry, file)
+    entry = fill_missing_counts(entry, contender)
     problems = []
     if contender.checkpoint_sha256 != entry["checkpoint_sha256"]:
         problems.append(f"checkpoint_sha256: stored {entry['checkpoint_sha256']!r}, now {contender.checkpoint_sha256!r}")
@@ -33,6 +73,8 @@ def check_entry(entry: dict, quiet: bool) -> tuple[list[str], int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not Path(args.file).exists():
+        raise ValueError(f"{args.file}: does not exist; entries are under results/benchmark/entries/")
     entries = read_entry(args.file)
     if args.policy is not None:
         entries = [e for e in entries if e["summary"]["policy"] == args.policy]
@@ -41,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     num_bad = 0
     for entry in entries:
         label = entry["summary"]["policy"]
-        problems, n = check_entry(entry, args.quiet)
+        problems, n = check_entry(entry, args.quiet, args.file)
         for line in problems:
             print(f"{args.file} [{label}]: mismatch: {line}")
         if problems:

@@ -59,6 +59,28 @@ def default_task(policy: str) -> str:
     return DEFAULT_TASKS["reconfig" if meta.get("kind") == "reconfig" else "routing"]
 
 
+def split_spec_list(text: str, flag: str) -> list[str]:
+    """Comma-separated SPECs: a comma starts a new SPEC except before a ``key=value`` piece (no
+    ``:``) that follows a ``NAME:param=value`` SPEC, which belongs to it
+    (``vertumnus-router:beta=4,lambda=2,least-work`` -> ``["vertumnus-router:beta=4,lambda=2",
+    "least-work"]``).
+
+    Raises:
+        ValueError: naming ``flag``, as ``envs.sim.options.split_name_list`` (an empty list or
+            item, a SPEC given twice).
+    """
+    out: list[str] = []
+    for piece in split_name_list(text, flag, allow_duplicates=True):
+        if out and ":" in out[-1] and "=" in piece and ":" not in piece:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    twice = next((x for i, x in enumerate(out) if x in out[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{flag} lists {twice!r} twice: {text!r}")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     for line in ignored_flag_warnings(args):
         print(line, file=sys.stderr)
@@ -72,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--task: {exc}") from None
     against = args.against if args.against is not None else (
         DEFAULT_ROUTING_AGAINST if task.kind == "routing" else DEFAULT_RECONFIG_AGAINST)
-    specs = [args.policy] + [s for s in split_name_list(against, "--against") if s != args.policy]
+    specs = [args.policy] + [s for s in split_spec_list(against, "--against") if s != args.policy]
     reference = reference_contender(task).spec
     if reference not in specs:
         specs.append(reference)

@@ -114,7 +114,9 @@ def test_unknown_policy_kind_is_refused():
     ("no-such-router:beta=2", r"unknown policy 'no-such-router'; .*known policies: .*vertumnus-router"),
     ("tuned:vertumnus-router", r"task routing/conversation-0.9-v1 has no stored tuned parameters of vertumnus-router; "
                                r"run `cpgym benchmark tune vertumnus-router --tasks routing/conversation-0.9-v1`"),
-    ("tuned:nope", r"unknown policy 'nope'"),
+    ("tuned:nope", r"--policy tuned:nope: unknown policy 'nope'"),
+    ("vertumnus-router:beta=abc", r"--policy vertumnus-router:beta=abc: beta: expected a number, got 'abc'"),
+    ("fixed:cp4x10", r"--policy fixed:cp4x10: task routing/conversation-0.9-v1 is a routing task"),
     ("", r"--policy: expected a SPEC"),
 ])
 def test_spec_errors_are_one_line(spec, match, no_tuned):
@@ -213,17 +215,62 @@ def test_the_env_path_and_the_heuristic_path_simulate_the_same_episode():
     result, _, _ = run_episode(env, HeuristicPolicy(get_policy("least-work").make_router, env),
                                options={"window_index": 0, "sim_seed": 0})
     through_env = episode_metrics(result, ep.metadata["measure_from_s"])
-    assert through_env == run_contender(heuristic_contender("least-work", TASK), TASK, ep)
+    assert {**through_env, "num_invalid_actions": 0} == run_contender(heuristic_contender("least-work", TASK), TASK, ep)
 
 
 def test_the_ledger_records_test_runs_only(tmp_path):
     from benchmark.ledger import append_ledger, count_test_evaluations, read_ledger
 
-    line = {"task": TASK.id, "policy": "x", "checkpoint_sha256": None, "split": "test"}
+    line = {"date": "2026-12-07T00:00:00Z", "commit": "abc", "policy": "x", "checkpoint_sha256": None, "task": TASK.id,
+            "split": "test", "num_episodes": 3, "mean_ttft_s": 1.0}
     append_ledger(tmp_path / "l.jsonl", [line, line])
     with pytest.raises(ValueError, match="only test-split runs are recorded"):
         append_ledger(tmp_path / "l.jsonl", [{**line, "split": "validation"}])
     assert count_test_evaluations(read_ledger(tmp_path / "l.jsonl")) == {(TASK.id, "x", None): 2}
     (tmp_path / "l.jsonl").write_text("{\"task\": 1}\nnot json\n")
-    with pytest.raises(ValueError, match=r"l.jsonl:1: expected a ledger object"):
+    with pytest.raises(ValueError, match=r"l.jsonl:1: not a ledger record \(missing date, commit, policy"):
         read_ledger(tmp_path / "l.jsonl")
+
+
+def _ineligible_first(obs):
+    return int(np.argmin(obs["workers"][:, 1]))  # column 1: eligible; an ineligible worker whenever there is one
+
+
+def test_invalid_actions_are_counted_per_episode_and_summed(quick):
+    r = evaluate(_ineligible_first, TASK, max_episodes=2)
+    counts = [e["num_invalid_actions"] for e in r["episodes"]]
+    assert all(n > 0 for n in counts) and r["summary"]["num_invalid_actions"] == sum(counts)
+    lw = quick[0]  # a heuristic spec reports 0
+    assert lw["summary"]["num_invalid_actions"] == 0 and {e["num_invalid_actions"] for e in lw["episodes"]} == {0}
+
+
+def test_a_test_split_evaluation_from_python_is_appended_to_the_ledger(tmp_path, monkeypatch):
+    from benchmark.ledger import LEDGER_FIELDS, read_ledger
+
+    ledger = tmp_path / "ledger.jsonl"
+    r = evaluate(heuristic_contender("least-work", TASK), TASK, split="test", max_episodes=1, ledger=ledger)
+    (line,) = read_ledger(ledger)
+    assert list(line) == list(LEDGER_FIELDS)
+    assert (line["policy"], line["task"], line["split"], line["num_episodes"], line["mean_ttft_s"]) == \
+        ("least-work", TASK.id, "test", 1, r["summary"]["mean_ttft_s"])
+    evaluate(_earliest_finish, TASK, split="validation", max_episodes=1, ledger=ledger)
+    assert len(read_ledger(ledger)) == 1  # only the test split is recorded
+    monkeypatch.chdir(tmp_path)  # the default: the CLI's results/benchmark/ledger.jsonl
+    evaluate(_earliest_finish, TASK, split="test", max_episodes=1)
+    (line,) = read_ledger(tmp_path / "results/benchmark/ledger.jsonl")
+    assert line["policy"] == "_earliest_finish" and line["checkpoint_sha256"] is None
+    (tmp_path / "other.txt").write_text("not a ledger\n")
+    with pytest.raises(ValueError, match="other.txt:1: not a ledger record"):
+        evaluate(_earliest_finish, TASK, split="test", max_episodes=1, ledger=tmp_path / "other.txt")
+    assert (tmp_path / "other.txt").read_text() == "not a ledger\n"
+
+
+def test_an_env_over_the_test_split_warns_that_its_uses_are_not_logged():
+    import gymnasium as gym
+
+    import envs
+    from benchmark.env import SealedSplitWarning
+
+    envs.register_envs()
+    with pytest.warns(SealedSplitWarning, match="test split is sealed.*cpgym benchmark run --split test"):
+        gym.make("cpgym/Benchmark-v1", task=TASK.id, split="test", max_episodes=1)
