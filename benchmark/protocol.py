@@ -21,8 +21,10 @@ Rows. One per episode (:data:`EPISODE_FIELDS`): the measured mean / P90 / P99 TT
 token-weighted SLO attainment, and ``overloaded`` (the task's rate is past its measured capacity,
 ``benchmark.capacity.is_overloaded_task``). One summary per (task, policy) (:data:`SUMMARY_FIELDS`):
 means over episodes of the per-episode metrics and, against the task's reference
-(:func:`reference_contender`: ``tuned:vertumnus-router``, or ``vertumnus-router (untuned)`` while
-no tuned parameters are stored), the paired difference of per-episode mean TTFT in % of the
+(:func:`reference_contender`: ``tuned:vertumnus-router`` on a routing task, ``tuned:vertumnus``
+(the full system, its controller tuned on the training split) on a reconfiguration task; the
+untuned policy, labelled ``vertumnus-router (untuned)`` / ``vertumnus (untuned)``, while no tuned
+entry is stored), the paired difference of per-episode mean TTFT in % of the
 reference's mean over the same episodes (negative: faster), with its 95 % Student-t interval
 over episodes (``envs.metrics.stats.paired_ci``).
 

@@ -68,7 +68,7 @@ class PoolConfig:
 
     num_gpus: int = option(40, "GPUs in the prefill pool (as in the paper's §9 pool)", flag="--pool-gpus")
     gpus_per_node: int = option(8, "GPUs per topology group")
-    # unset: a command can tell a composition left out (evaluate --kind reconfig: the checkpoint's)
+    # unset: a command can tell a composition left out (then PoolConfig's default)
     composition: str = option(DEFAULT_COMPOSITION, "worker composition: 'cp4x6,cp2x8' (counts) or 'cp4@0,cp2@4,...' "
                                                    "(placements)", flag="--pool-composition", unset=True)
     supported_degrees: tuple[int, ...] = option((1, 2, 4, 8), "CP degrees a worker may have", parse=parse_degrees)

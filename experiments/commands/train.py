@@ -58,6 +58,24 @@ def _resolve_out(args: argparse.Namespace, cfg) -> None:
         print(f"cpgym train {args.kind}: run folder {args.out} (--out not given)", flush=True)
 
 
+#: Files that make a folder a checkpoint (a model, the arm-selection model, the training config).
+CHECKPOINT_FILES = ("model.zip", "arm_model.json", "train_config.json", "vecnormalize.pkl")
+
+
+def check_checkpoint_out(out: str | Path, overwrite: bool) -> None:
+    """Refuses a ``--out`` that already holds a checkpoint (:data:`CHECKPOINT_FILES`) unless
+    ``overwrite``: a second training there silently replaced the first one's model.
+
+    Raises:
+        ValueError: naming the folder, the checkpoint files found and ``--overwrite``.
+    """
+    d = Path(out)
+    found = [n for n in CHECKPOINT_FILES if (d / n).exists()] if d.is_dir() else []
+    if found and not overwrite:
+        raise ValueError(f"{d} holds a checkpoint ({', '.join(found)}); choose a new or empty --out, or add "
+                         "--overwrite to replace it")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.kind == "arms":
         return _run_arms(args)
@@ -65,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     sim_config = sim_config_from_args(args)
     _resolve_out(args, cfg)
     check_out_dir(args.out)  # the same check as `train arms` (train_arms): before anything runs or is written
+    check_checkpoint_out(args.out, args.overwrite)
     if args.kind == "reconfig":
         # lazy: gymnasium (start-up of the CLI)
         # lazy: gymnasium (start-up of the CLI)
@@ -103,6 +122,7 @@ def _run_arms(args: argparse.Namespace) -> int:
     cfg = config_from_args(ArmTrainConfig, args)
     sim_config = sim_config_from_args(args)
     _resolve_out(args, cfg)
+    check_checkpoint_out(args.out, args.overwrite)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     train_arms(cfg, args.out, sim_config, argv=getattr(args, "argv", None), log=log)
     write_provenance(args.out, argv=getattr(args, "argv", None))

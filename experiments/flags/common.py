@@ -59,7 +59,7 @@ def add_sim_arguments(p: argparse.ArgumentParser, seed: bool = True, composition
     stays parsed, so that the command can say why)."""
     exclude = (() if seed else ("seed",)) + (() if composition else ("pool.composition",))
     defaults = {} if supported_degrees is None else {"pool.supported_degrees": tuple(supported_degrees)}
-    notes = {"pool.composition": "evaluate --kind reconfig: the checkpoint's training composition"} if composition else {}
+    notes = {}
     if supported_degrees_note:
         notes["pool.supported_degrees"] = supported_degrees_note
     add_config_arguments(p, SimConfig, title=SIM_GROUP, exclude=exclude, defaults=defaults, notes=notes,

@@ -41,6 +41,10 @@ OUT_HELP = {
 }
 
 
+#: ``--overwrite`` help (the refusal: ``experiments.commands.train.check_checkpoint_out``).
+OVERWRITE_HELP = "replace a checkpoint already in --out (default: a --out holding one is refused)"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     _add_arms_parser(kinds)
@@ -58,6 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             add_config_arguments(k, ReconfigTrainConfig, title="episodes and training")
         k.add_argument("--out", metavar="DIR", help=OUT_HELP[kind] + f"; default "
                        f"{DEFAULT_RUNS_DIR}/{{workload}}__{kind}__{{train seed}}__{{unix time}}")
+        k.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
         k.add_argument("--quiet", action="store_true",
                        help="no progress output (default: a bar on a terminal, a line every 10 s otherwise, "
                             "with mean TTFT and SLO attainment of the last 20 episodes)")
@@ -73,4 +78,5 @@ def _add_arms_parser(kinds) -> None:
     k.add_argument("--out", metavar="DIR",
                    help="checkpoint folder (arm_model.json, train_config.json, validation.csv, costs.csv.gz, headroom.csv); "
                         f"default {DEFAULT_RUNS_DIR}/{{workloads}}__arms__{{seed}}__{{unix time}}")
+    k.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     k.add_argument("--quiet", action="store_true", help="no progress lines")

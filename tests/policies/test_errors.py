@@ -200,7 +200,36 @@ def _train_rows():
     return rows
 
 
-ROWS = [row for rows in (_checkpoint_rows(), _evaluate_flag_rows(), _more_evaluate_rows(), _train_rows())
+def _trained(name):
+    """A run folder holding a checkpoint file ``name`` (an earlier training's)."""
+    def setup(tmp_path, monkeypatch):
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / name).write_text("earlier")
+        return {"run": str(tmp_path / "run")}
+    return setup
+
+
+def _untouched(name):
+    def after(tmp_path, names):
+        assert [p.name for p in (tmp_path / "run").iterdir()] == [name]
+        assert (tmp_path / "run" / name).read_text() == "earlier"
+    return after
+
+
+def _overwrite_rows():
+    # a second training into the same --out silently replaced the first one's checkpoint
+    trainers = (("policies.reconfig.train", "train_reconfig"), ("policies.routing.train", "train_routing"),
+                ("policies.routing.train_arms", "train_arms"))
+    return [CliError(f"train-{kind}-out-holds-a-checkpoint", ("train", kind, "--out", "{run}", "--quiet",
+                                                              *(() if kind == "arms" else ("--wandb", "disabled"))),
+                     "{run}", f"holds a checkpoint ({name})", also=("--overwrite",), setup=_trained(name),
+                     forbid=tuple(t for t in trainers if t[1] != "train_arms" or kind == "arms"),
+                     after=_untouched(name))
+            for kind, name in (("routing", "model.zip"), ("reconfig", "model.zip"), ("arms", "arm_model.json"))]
+
+
+ROWS = [row for rows in (_checkpoint_rows(), _evaluate_flag_rows(), _more_evaluate_rows(), _train_rows(),
+                         _overwrite_rows())
         for row in rows]
 
 
