@@ -4,7 +4,9 @@ working directory; ``cpgym benchmark run --ledger FILE``), so the leaderboard ca
 each entry's policy was scored on the test split.
 
 A line: ``{"date" (UTC, ISO 8601, seconds), "commit" (``git describe --always --dirty`` of the
-checkout, else ``cpgym <package version>``), "policy" (the SPEC), "checkpoint_sha256" (or null),
+checkout, else ``cpgym <package version>``), "policy" (the SPEC), "checkpoint_sha256" (the hash of
+the checkpoint's policy, ``policies.common.checkpoint_hash.policy_sha256``; lines written before it
+hold the model file's SHA-256; null for a heuristic),
 "task", "split", "num_episodes", "mean_ttft_s"}``.
 """
 

@@ -53,7 +53,8 @@ class Contender:
             :class:`EpisodeRunner`.
         spec: the SPEC string that re-creates it (``cpgym benchmark validate``); ``None`` for an
             object given from Python.
-        checkpoint_sha256: SHA-256 of its checkpoint's model file, if it has one.
+        checkpoint_sha256: the hash of its checkpoint's policy, if it has one
+            (``policies.common.checkpoint_hash.policy_sha256``: the same for the same weights).
 
     Raises:
         ValueError: on an empty label or a policy of none of these kinds.

@@ -6,7 +6,9 @@ appended to the ledger.
 
 An entry stored before the protocol reported ``num_invalid_actions`` lacks the field: it is read
 as 0 where the re-run policy is a ``PolicySpec`` or an ``EpisodeRunner`` (they report 0 by
-construction, ``benchmark.protocol``), and compared as missing (a mismatch) otherwise.
+construction, ``benchmark.protocol``), and compared as missing (a mismatch) otherwise. Likewise
+a ``checkpoint_sha256`` from before the policy hash (``policies.common.checkpoint_hash``: the
+SHA-256 of the model file) matches when the model file still has it.
 
 Input errors name the file and the field: ``FILE: does not exist``, ``FILE:
 entries[POLICY].task: unknown task ...``, ``FILE: entries[POLICY].spec: ...``."""
@@ -22,7 +24,7 @@ from benchmark.leaderboard import compare_entry, read_entry
 from benchmark.protocol import run_benchmark
 from benchmark.specs import Contender, EpisodeRunner
 from benchmark.tasks import get_task
-from experiments.benchmark_specs import resolve_spec
+from experiments.benchmark_specs import legacy_checkpoint_sha256, resolve_spec
 from experiments.flags.benchmark_validate import add_arguments  # noqa: F401  (re-exported: the command's flags)
 
 
@@ -61,7 +63,8 @@ def check_entry(entry: dict, quiet: bool, file: str = "") -> tuple[list[str], in
     task, contender = resolve_entry(entry, file)
     entry = fill_missing_counts(entry, contender)
     problems = []
-    if contender.checkpoint_sha256 != entry["checkpoint_sha256"]:
+    if contender.checkpoint_sha256 != entry["checkpoint_sha256"] and \
+            entry["checkpoint_sha256"] != legacy_checkpoint_sha256(entry["spec"], task):
         problems.append(f"checkpoint_sha256: stored {entry['checkpoint_sha256']!r}, now {contender.checkpoint_sha256!r}")
     log = None if quiet else (lambda s: print(s, file=sys.stderr))
     res = run_benchmark([contender], [task], entry["split"], max_episodes=entry["max_episodes"], log=log)[0]
