@@ -55,7 +55,8 @@ def test_every_generated_flag_default_is_its_field_default_in_the_flag_units():
 
 def test_simulate_help_shows_the_dataclass_defaults():
     text = " ".join(_subcommands()["simulate"].format_help().split())
-    for fragment in (f"(default: {PoolConfig().num_gpus})", f"(default: {PoolConfig().composition};",
+    assert "evaluate --kind" not in text  # the --pool-composition note named a removed mode
+    for fragment in (f"(default: {PoolConfig().num_gpus})", f"(default: {PoolConfig().composition})",
                      f"(default: {TierConfig().num_layers})", "(default: 1000)", "(default: 0.5)", "(default: scaled)"):
         assert fragment in text, fragment
     layerwise = next(a for a in _subcommands()["simulate"]._actions if "--kv-layerwise" in a.option_strings)
