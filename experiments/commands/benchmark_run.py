@@ -89,13 +89,16 @@ def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episode
 
 
 def print_table(rows: list[dict], split: str) -> None:
-    """The summary rows as a table."""
+    """The summary rows as a table (an ``invalid actions`` column where a row has any:
+    ``benchmark.protocol``'s ``num_invalid_actions``)."""
     from rich.table import Table
+
+    invalid = any(r.get("num_invalid_actions") for r in rows)
 
     t = Table(title=escape(f"cpgym benchmark, {split} split: means over episodes; Δ: paired per episode vs the task's "
                            "reference, % of its mean, 95% CI"))
     for c in ("task", "policy", "episodes", "mean TTFT s", "P90 TTFT s", "P99 TTFT s", "SLO att. (tok)", "reference",
-              "Δ mean TTFT %", "95% CI", "overloaded"):
+              "Δ mean TTFT %", "95% CI", "overloaded", *(("invalid actions",) if invalid else ())):
         t.add_column(escape(c), justify="left" if c in ("task", "policy", "reference") else "right", overflow="fold")
     for r in rows:
         lo, hi = r["ci_low"], r["ci_high"]
@@ -103,5 +106,6 @@ def print_table(rows: list[dict], split: str) -> None:
         d = r["delta_mean_ttft_pct"]
         t.add_row(escape(r["task"]), escape(r["policy"]), str(r["num_episodes"]), f"{r['mean_ttft_s']:.4f}",
                   f"{r['p90_ttft_s']:.4f}", f"{r['p99_ttft_s']:.4f}", f"{r['slo_attainment_token_weighted']:.4f}",
-                  escape(r["reference"]), "-" if d != d else f"{d:+.2f}", ci, "yes" if r["overloaded"] else "no")
+                  escape(r["reference"]), "-" if d != d else f"{d:+.2f}", ci, "yes" if r["overloaded"] else "no",
+                  *((str(r.get("num_invalid_actions", 0)),) if invalid else ()))
     print_unclipped(t)

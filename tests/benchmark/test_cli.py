@@ -240,3 +240,17 @@ def test_against_splits_on_commas_that_start_a_new_spec(text, specs):
     from experiments.commands.evaluate import split_spec_list
 
     assert split_spec_list(text, "--against") == specs
+
+
+def test_the_table_shows_invalid_actions_only_where_a_row_has_some(capsys):
+    from experiments.commands.benchmark_run import print_table
+
+    row = {"task": TASK, "policy": "p", "num_episodes": 2, "mean_ttft_s": 1.0, "p90_ttft_s": 1.0, "p99_ttft_s": 1.0,
+           "slo_attainment_token_weighted": 1.0, "reference": "r", "delta_mean_ttft_pct": 1.0, "ci_low": 0.0,
+           "ci_high": 2.0, "overloaded": False, "num_invalid_actions": 0}
+    print_table([row], "validation")
+    assert "invalid actions" not in capsys.readouterr().out
+    print_table([row, {**row, "policy": "q", "num_invalid_actions": 7}], "validation")
+    out = capsys.readouterr().out
+    (q,) = [line for line in out.splitlines() if "│ q " in line]
+    assert "invalid actions" in out and q.split("│")[-2].strip() == "7"
