@@ -5,7 +5,8 @@ the per-episode rows in ``--out``.
 ``--split`` defaults to ``validation`` (model selection); a ``--split test`` run is appended to
 the ledger (``benchmark.ledger``, ``--ledger FILE``) and may write leaderboard entries
 (``--entries``). ``--quick``: at most ``benchmark.protocol.QUICK_EPISODES`` (4) episodes per task,
-evenly spread over the split (first and last kept) — a smoke run, not a result.
+evenly spread over the split (first and last kept) — a smoke run, not a result (refused with
+``--entries``). A ``--split test`` run refuses a ``--ledger`` file that is not a ledger.
 """
 
 from __future__ import annotations
