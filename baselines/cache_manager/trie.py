@@ -52,6 +52,10 @@ class PrefixTrie:
         self.shared: set[int] = set()  # nodes with >= 2 holders (reclamation candidates), kept incrementally
         # nodes whose holders, children, children's holders or depth changed since the owner last cleared it
         self.touched: set[int] = set()
+        # nodes dropped from the trie, reused by create(): the trie's nodes churn (one per new KV
+        # block, dropped when its last holder evicts it), and reusing them keeps the garbage
+        # collector from running (and walking the whole heap) every few hundred new blocks
+        self._free: list[TrieNode] = []
 
     # ------------------------------------------------------------------ holders
     def insert(self, worker_id: int, block_hash: int) -> None:
@@ -110,7 +114,11 @@ class PrefixTrie:
     def create(self, block_hash: int) -> TrieNode:
         """A new node for ``block_hash``, linked to its parent (created if missing) when the parent is known."""
         parent = self.parent_of.get(block_hash)
-        node = TrieNode(parent)
+        if self._free:
+            node = self._free.pop()  # emptied by _gc: as good as new
+            node.parent = parent
+        else:
+            node = TrieNode(parent)
         self.nodes[block_hash] = node
         if parent is not None:
             pnode = self.nodes.get(parent)
@@ -148,11 +156,25 @@ class PrefixTrie:
         return self._gc(block_hash, node)
 
     def _gc(self, block_hash: int, node: TrieNode) -> list[int]:
+        """Drops ``node`` and then its ancestors while they have no holders and no children; a
+        dropped node is emptied (its sets and dicts cleared, which also gives them back their
+        initial size, so they iterate as new ones would) and kept for :meth:`create`; its
+        ``parent`` stays readable until then."""
         nodes = self.nodes
+        free = self._free
         dropped: list[int] = []
         while not node.holders and not node.children:
             del nodes[block_hash]
             dropped.append(block_hash)
+            node.holders.clear()
+            node.children.clear()
+            node.complete.clear()
+            node.access.clear()
+            node.missed.clear()
+            node.child_holders.clear()
+            node.depth = 0
+            node.stats_epoch = 0
+            free.append(node)
             parent = node.parent
             if parent is None:
                 break
