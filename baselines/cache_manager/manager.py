@@ -196,18 +196,41 @@ class GlobalCacheManager:
 
     def _intra_degree_candidates(self) -> dict[tuple[int, int], float]:
         """(node, degree) -> per-replica demand [decayed requests] at or above the threshold.
-        Visits the hot ``access`` entries only (:class:`DemandStatistics`)."""
+        Visits the hot ``access`` entries only (:class:`DemandStatistics`): the same entries, values
+        and order as ``hot_values(hot_access, "access", ...)`` followed by :meth:`replica_count`,
+        in one loop (a scan's hottest one)."""
         st = self.statistics
         threshold = self.config.intra_degree_threshold
         in_flight = self.replicator.in_flight
+        degree_of = self._degree
+        nodes = self.trie.nodes
+        current = st.current
+        epoch = st.epoch
+        hot = st.hot_access
         out: dict[tuple[int, int], float] = {}
-        for h, c, v in st.hot_values(st.hot_access, "access", threshold, self.trie.nodes):
-            rc = self.replica_count(h, c)
+        cold = []
+        for key in hot:
+            h, c = key
+            node = nodes.get(h)
+            if node is None:
+                cold.append(key)
+                continue
+            if node.stats_epoch != epoch:
+                current(node)
+            v = node.access.get(c)
+            if v is None or v < threshold:
+                cold.append(key)
+                continue
+            rc = 0
+            for w in node.complete:
+                if degree_of.get(w) == c:
+                    rc += 1
             if rc == 0:
                 continue
-            demand = v / (rc + in_flight.get((h, c), 0))
+            demand = v / (rc + in_flight.get(key, 0))
             if demand >= threshold:
-                out[(h, c)] = demand
+                out[key] = demand
+        hot.difference_update(cold)
         return out
 
     def _replicate_ranked(self, cands: dict[tuple[int, int], float], kind: str, budget: int, started: set[int]) -> int:

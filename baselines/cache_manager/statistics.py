@@ -36,6 +36,14 @@ def _decay_in_place(stat: dict[int, float], factor: float, times: int, exponent:
     step. A value only shrinks, so it is dropped at some step iff the last one is below DROP."""
     if exponent is not None:
         shift = -exponent * times
+        if len(stat) == 1:  # the usual case: one degree
+            [(k, v)] = stat.items()
+            v = ldexp(v, shift)
+            if v < DROP:
+                del stat[k]
+            else:
+                stat[k] = v
+            return
         for k, v in list(stat.items()):
             v = ldexp(v, shift)
             if v < DROP:

@@ -60,18 +60,22 @@ class PrefixTrie:
     # ------------------------------------------------------------------ holders
     def insert(self, worker_id: int, block_hash: int) -> None:
         """``worker_id``'s cache now holds ``block_hash`` (creates the node and missing ancestors)."""
-        node = self.nodes.get(block_hash)
+        nodes = self.nodes
+        node = nodes.get(block_hash)
         if node is None:
             node = self.create(block_hash)
-        if worker_id in node.holders:
+        holders = node.holders
+        if worker_id in holders:
             return
-        node.holders.add(worker_id)
-        self.touched.add(block_hash)
-        if node.parent is None:
+        holders.add(worker_id)
+        touched = self.touched
+        touched.add(block_hash)
+        parent = node.parent
+        if parent is None:
             complete = True
         else:
-            self.touched.add(node.parent)
-            pnode = self.nodes[node.parent]
+            touched.add(parent)
+            pnode = nodes[parent]
             counts = pnode.child_holders
             counts[worker_id] = counts.get(worker_id, 0) + 1
             complete = worker_id in pnode.complete
@@ -80,7 +84,7 @@ class PrefixTrie:
                 self._add_complete(worker_id, node)
             else:  # the usual case (a prefix is inserted root first): no held descendant to complete
                 node.complete.add(worker_id)
-        if len(node.holders) == 2:
+        if len(holders) == 2:
             self.shared.add(block_hash)
 
     def _add_complete(self, worker_id: int, node: TrieNode) -> None:
@@ -114,14 +118,16 @@ class PrefixTrie:
     def create(self, block_hash: int) -> TrieNode:
         """A new node for ``block_hash``, linked to its parent (created if missing) when the parent is known."""
         parent = self.parent_of.get(block_hash)
-        if self._free:
-            node = self._free.pop()  # emptied by _gc: as good as new
+        free = self._free
+        if free:
+            node = free.pop()  # emptied by _gc: as good as new
             node.parent = parent
         else:
             node = TrieNode(parent)
-        self.nodes[block_hash] = node
+        nodes = self.nodes
+        nodes[block_hash] = node
         if parent is not None:
-            pnode = self.nodes.get(parent)
+            pnode = nodes.get(parent)
             if pnode is None:
                 pnode = self.create(parent)
             node.depth = pnode.depth + 1
@@ -132,28 +138,35 @@ class PrefixTrie:
     def evict(self, worker_id: int, block_hash: int) -> list[int]:
         """``worker_id``'s cache dropped ``block_hash``; returns the hashes of the nodes dropped from
         the trie (no holders and no children left, walking up)."""
-        node = self.nodes.get(block_hash)
+        nodes = self.nodes
+        node = nodes.get(block_hash)
         if node is None:
             return []
-        if worker_id in node.holders:
-            node.holders.discard(worker_id)
-            if worker_id in node.complete:
+        holders = node.holders
+        if worker_id in holders:
+            holders.discard(worker_id)
+            complete = node.complete
+            if worker_id in complete:
                 if worker_id in node.child_holders:
                     self._remove_complete(worker_id, node)
                 else:  # the usual case (a suffix block, or a reclaimed leaf copy)
-                    node.complete.discard(worker_id)
-            self.touched.add(block_hash)
-            if node.parent is not None:
-                self.touched.add(node.parent)
-                counts = self.nodes[node.parent].child_holders
+                    complete.discard(worker_id)
+            touched = self.touched
+            touched.add(block_hash)
+            parent = node.parent
+            if parent is not None:
+                touched.add(parent)
+                counts = nodes[parent].child_holders
                 k = counts[worker_id] - 1
                 if k:
                     counts[worker_id] = k
                 else:
                     del counts[worker_id]
-        if len(node.holders) < 2:
+        if len(holders) < 2:
             self.shared.discard(block_hash)
-        return self._gc(block_hash, node)
+            if not holders and not node.children:
+                return self._gc(block_hash, node)
+        return []
 
     def _gc(self, block_hash: int, node: TrieNode) -> list[int]:
         """Drops ``node`` and then its ancestors while they have no holders and no children; a
