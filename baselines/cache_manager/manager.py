@@ -40,6 +40,10 @@ class GlobalCacheManager:
         self.statistics = DemandStatistics(self.config, self.counters)
         self.replicator = Replicator(self.config, self.trie, self.counters, self.statistics)
         self.replicator.transfer_end_handler = self._on_transfer_end  # events name the attachment
+        # the caches' listeners are the trie's own methods (one call per block, no forwarding frame):
+        # (worker id, block hash) on every insert / eviction
+        self._on_insert = self.trie.insert
+        self._on_evict = self.trie.evict  # a node dropped from the trie takes its statistics along
         self._caches: dict[int, PrefixCache] = {}  # worker id -> attached cache object
         self._degree: dict[int, int] = {}  # worker id -> degree (of attached workers)
         self._seen_epoch = -1
@@ -123,13 +127,7 @@ class GlobalCacheManager:
         if sim.epoch != self._seen_epoch or len(sim.workers) != self._seen_num_workers:
             self._sync_workers()
 
-    # ------------------------------------------------------------------ trie (cache listeners) and queries
-    def _on_insert(self, worker_id: int, block_hash: int) -> None:
-        self.trie.insert(worker_id, block_hash)
-
-    def _on_evict(self, worker_id: int, block_hash: int) -> None:
-        self.trie.evict(worker_id, block_hash)  # a node dropped from the trie takes its statistics along
-
+    # ------------------------------------------------------------------ trie queries
     def path_to(self, block_hash: int) -> list[int]:
         """Block hashes from the root to ``block_hash`` (inclusive)."""
         return self.trie.path_to(block_hash)

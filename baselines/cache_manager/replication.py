@@ -271,11 +271,18 @@ class Replicator:
         trie = self.trie
         nodes = trie.nodes
         leafy = self.leaf_copy_nodes
+        live = self._live_depth
+        queue = self._queue
+        push = heapq.heappush
         for h in trie.touched:
             node = nodes.get(h)
-            if node is not None and len(node.holders) >= 2 and self._has_leaf_copy(node):
+            # a multi-holder node with a leaf copy (_has_leaf_copy, inline: a holder without a child)
+            if node is not None and len(node.holders) >= 2 and not node.child_holders.keys() >= node.holders:
                 leafy.add(h)
-                self._push(h, node.depth)
+                d = node.depth
+                if live.get(h) != d:  # _push, inline
+                    live[h] = d
+                    push(queue, (-d, h))
             else:
                 leafy.discard(h)
         trie.touched.clear()
@@ -289,14 +296,14 @@ class Replicator:
         reclaimed (:meth:`_reclaim_duplicates`), so nodes without one are skipped before their
         complete holders are computed. Evaluated when the node's turn comes: reclaiming a child
         earlier in the same scan can turn a copy into a leaf."""
-        counts = node.child_holders
-        return any(w not in counts for w in node.holders)
+        return not node.child_holders.keys() >= node.holders
 
     def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], budget: int) -> int:
         """Drops block ``h`` from the most loaded of the degree-C holders ``ws`` whose copy is a leaf,
         keeping at least one; returns the remaining budget."""
         nodes = self.trie.nodes
-        ws.sort(key=lambda w: (-self.load(w), w))
+        load = self.sim.view.outstanding_work_s  # self.load, without the extra call
+        ws.sort(key=lambda w: (-load(w), w))
         for w in ws[:-1]:
             if budget <= 0:
                 return budget
