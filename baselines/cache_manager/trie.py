@@ -30,7 +30,9 @@ class TrieNode:
     def __init__(self, parent: int | None, depth: int = 0) -> None:
         self.parent = parent
         self.holders: set[int] = set()
-        self.children: set[int] = set()
+        # child hashes, as the keys of a dict (values None): a dict of ints is invisible to the garbage
+        # collector (a set is not), and a node per KV block makes those collections add up
+        self.children: dict[int, None] = {}
         self.depth = depth
         self.complete: set[int] = set()
         self.access: dict[int, float] = {}
@@ -131,7 +133,7 @@ class PrefixTrie:
             if pnode is None:
                 pnode = self.create(parent)
             node.depth = pnode.depth + 1
-            pnode.children.add(block_hash)
+            pnode.children[block_hash] = None
             self.touched.add(parent)
         return node
 
@@ -194,7 +196,7 @@ class PrefixTrie:
             pnode = nodes.get(parent)
             if pnode is None:
                 break
-            pnode.children.discard(block_hash)
+            pnode.children.pop(block_hash, None)
             self.touched.add(parent)
             block_hash, node = parent, pnode
         return dropped
@@ -220,7 +222,7 @@ class PrefixTrie:
                 pnode = nodes.get(p)
                 if pnode is None:
                     pnode = self.create(p)
-                pnode.children.add(h)
+                pnode.children[h] = None
                 self.touched.add(p)
                 counts = pnode.child_holders
                 for w in node.holders:
