@@ -76,6 +76,7 @@ class Replicator:
         self.transfers: list[Transfer] = []  # in flight
         # multi-holder nodes with a leaf copy (see _has_leaf_copy), exact for every node not in trie.touched
         self.leaf_copy_nodes: set[int] = set()
+        trie.watched = self.leaf_copy_nodes  # the trie records their changes even with < 2 holders left
         # the reclamation queue kept between scans: (-depth, node) with one live entry per leaf-copy node
         # (_live_depth: node -> depth of its live entry), plus entries of former ones and stale depths,
         # skipped when popped

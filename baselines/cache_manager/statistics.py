@@ -131,8 +131,9 @@ class DemandStatistics:
         held: set[int] | None = None
         path_nodes: list[TrieNode] = []
         path_held: list[set[int]] = []
+        get = trie.nodes.get
         for h in hashes:
-            node = trie.nodes.get(h)
+            node = get(h)
             if node is None or not node.holders:
                 break
             held = node.holders if held is None else held & node.holders
@@ -158,10 +159,14 @@ class DemandStatistics:
         c["reused_tokens"] += min(worker.cache.match_ready(block_hashes) * bs, L - 1)
         c_sel = worker.degree
         current = self.current
+        epoch = self.epoch
         hot = self.hot_access
         threshold = self.config.intra_degree_threshold
         for i in range(m):
-            acc = current(path_nodes[i]).access
+            node = path_nodes[i]
+            if node.stats_epoch != epoch:  # else current(node) has nothing to apply
+                current(node)
+            acc = node.access
             v = acc.get(c_sel, 0.0) + 1.0
             acc[c_sel] = v
             if v >= threshold:

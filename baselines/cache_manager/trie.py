@@ -52,8 +52,13 @@ class PrefixTrie:
         self.nodes: dict[int, TrieNode] = {}
         self.parent_of: dict[int, int | None] = {}  # learnt from dispatched prompts (register_prefix)
         self.shared: set[int] = set()  # nodes with >= 2 holders (reclamation candidates), kept incrementally
-        # nodes whose holders, children, children's holders or depth changed since the owner last cleared it
+        # nodes whose holders, children, children's holders or depth changed since the owner last
+        # cleared it, among those with >= 2 holders after the change or in ``watched``: a node with
+        # fewer holders that the owner does not watch is not recorded (the owner, the replicator's
+        # leaf-copy refresh, only looks for multi-holder nodes, and a node that gains a second
+        # holder is recorded by that insert)
         self.touched: set[int] = set()
+        self.watched: set[int] = set()  # the owner's: nodes recorded in touched whatever their holders
         # nodes dropped from the trie, reused by create(): the trie's nodes churn (one per new KV
         # block, dropped when its last holder evicts it), and reusing them keeps the garbage
         # collector from running (and walking the whole heap) every few hundred new blocks
@@ -71,13 +76,16 @@ class PrefixTrie:
             return
         holders.add(worker_id)
         touched = self.touched
-        touched.add(block_hash)
+        watched = self.watched
+        if len(holders) >= 2 or block_hash in watched:
+            touched.add(block_hash)
         parent = node.parent
         if parent is None:
             complete = True
         else:
-            touched.add(parent)
             pnode = nodes[parent]
+            if len(pnode.holders) >= 2 or parent in watched:
+                touched.add(parent)
             counts = pnode.child_holders
             counts[worker_id] = counts.get(worker_id, 0) + 1
             complete = worker_id in pnode.complete
@@ -134,7 +142,8 @@ class PrefixTrie:
                 pnode = self.create(parent)
             node.depth = pnode.depth + 1
             pnode.children[block_hash] = None
-            self.touched.add(parent)
+            if len(pnode.holders) >= 2 or parent in self.watched:
+                self.touched.add(parent)
         return node
 
     def evict(self, worker_id: int, block_hash: int) -> list[int]:
@@ -154,11 +163,15 @@ class PrefixTrie:
                 else:  # the usual case (a suffix block, or a reclaimed leaf copy)
                     complete.discard(worker_id)
             touched = self.touched
-            touched.add(block_hash)
+            watched = self.watched
+            if len(holders) >= 2 or block_hash in watched:
+                touched.add(block_hash)
             parent = node.parent
             if parent is not None:
-                touched.add(parent)
-                counts = nodes[parent].child_holders
+                pnode = nodes[parent]
+                if len(pnode.holders) >= 2 or parent in watched:
+                    touched.add(parent)
+                counts = pnode.child_holders
                 k = counts[worker_id] - 1
                 if k:
                     counts[worker_id] = k
@@ -197,7 +210,8 @@ class PrefixTrie:
             if pnode is None:
                 break
             pnode.children.pop(block_hash, None)
-            self.touched.add(parent)
+            if len(pnode.holders) >= 2 or parent in self.watched:
+                self.touched.add(parent)
             block_hash, node = parent, pnode
         return dropped
 
@@ -223,7 +237,8 @@ class PrefixTrie:
                 if pnode is None:
                     pnode = self.create(p)
                 pnode.children[h] = None
-                self.touched.add(p)
+                if len(pnode.holders) >= 2 or p in self.watched:
+                    self.touched.add(p)
                 counts = pnode.child_holders
                 for w in node.holders:
                     counts[w] = counts.get(w, 0) + 1
@@ -240,7 +255,8 @@ class PrefixTrie:
             n = nodes[h]
             n.depth = p.depth + 1
             n.complete = n.holders & p.complete
-            self.touched.add(h)
+            if len(n.holders) >= 2 or h in self.watched:
+                self.touched.add(h)
             stack.extend((c, n) for c in n.children)
 
     # ------------------------------------------------------------------ queries
