@@ -249,9 +249,12 @@ class Replicator:
     def _reclaim_node(self, h: int, node: TrieNode, degree_of: Mapping[int, int], budget: int) -> int:
         """Reclaims duplicates of block ``h`` per degree whose per-replica demand is below
         ``reclaim_threshold``; returns the remaining budget."""
+        complete = node.complete
+        if len(complete) < 2:  # no degree with two complete replicas: nothing to reclaim
+            return budget
         nodes = self.trie.nodes
         by_degree: dict[int, list[int]] = {}
-        for w in node.complete:
+        for w in complete:
             by_degree.setdefault(degree_of[w], []).append(w)
         access = self.statistics.current(node).access
         for c, ws in sorted(by_degree.items()):
