@@ -36,14 +36,6 @@ def _decay_in_place(stat: dict[int, float], factor: float, times: int, exponent:
     step. A value only shrinks, so it is dropped at some step iff the last one is below DROP."""
     if exponent is not None:
         shift = -exponent * times
-        if len(stat) == 1:  # the usual case: one degree
-            [(k, v)] = stat.items()
-            v = ldexp(v, shift)
-            if v < DROP:
-                del stat[k]
-            else:
-                stat[k] = v
-            return
         for k, v in list(stat.items()):
             v = ldexp(v, shift)
             if v < DROP:
@@ -98,8 +90,18 @@ class DemandStatistics:
         k = self.epoch - node.stats_epoch
         if k:
             node.stats_epoch = self.epoch
-            if node.access:
-                _decay_in_place(node.access, self.config.decay, k, self._decay_exponent)
+            access = node.access
+            if access:
+                exponent = self._decay_exponent
+                if exponent is not None and len(access) == 1:  # the usual case: one degree (_decay_in_place's ldexp)
+                    [(d, v)] = access.items()
+                    v = ldexp(v, -exponent * k)
+                    if v < DROP:
+                        del access[d]
+                    else:
+                        access[d] = v
+                else:
+                    _decay_in_place(access, self.config.decay, k, exponent)
             if node.missed:
                 _decay_in_place(node.missed, self.config.decay, k, self._decay_exponent)
         return node
