@@ -40,6 +40,10 @@ class GlobalCacheManager:
         self.statistics = DemandStatistics(self.config, self.counters)
         self.replicator = Replicator(self.config, self.trie, self.counters, self.statistics)
         self.replicator.transfer_end_handler = self._on_transfer_end  # events name the attachment
+        # the caches' listeners are the trie's own methods (one call per block, no forwarding frame):
+        # (worker id, block hash) on every insert / eviction
+        self._on_insert = self.trie.insert
+        self._on_evict = self.trie.evict  # a node dropped from the trie takes its statistics along
         self._caches: dict[int, PrefixCache] = {}  # worker id -> attached cache object
         self._degree: dict[int, int] = {}  # worker id -> degree (of attached workers)
         self._seen_epoch = -1
@@ -123,13 +127,7 @@ class GlobalCacheManager:
         if sim.epoch != self._seen_epoch or len(sim.workers) != self._seen_num_workers:
             self._sync_workers()
 
-    # ------------------------------------------------------------------ trie (cache listeners) and queries
-    def _on_insert(self, worker_id: int, block_hash: int) -> None:
-        self.trie.insert(worker_id, block_hash)
-
-    def _on_evict(self, worker_id: int, block_hash: int) -> None:
-        self.trie.evict(worker_id, block_hash)  # a node dropped from the trie takes its statistics along
-
+    # ------------------------------------------------------------------ trie queries
     def path_to(self, block_hash: int) -> list[int]:
         """Block hashes from the root to ``block_hash`` (inclusive)."""
         return self.trie.path_to(block_hash)
@@ -196,18 +194,41 @@ class GlobalCacheManager:
 
     def _intra_degree_candidates(self) -> dict[tuple[int, int], float]:
         """(node, degree) -> per-replica demand [decayed requests] at or above the threshold.
-        Visits the hot ``access`` entries only (:class:`DemandStatistics`)."""
+        Visits the hot ``access`` entries only (:class:`DemandStatistics`): the same entries, values
+        and order as ``hot_values(hot_access, "access", ...)`` followed by :meth:`replica_count`,
+        in one loop (a scan's hottest one)."""
         st = self.statistics
         threshold = self.config.intra_degree_threshold
         in_flight = self.replicator.in_flight
+        degree_of = self._degree
+        nodes = self.trie.nodes
+        current = st.current
+        epoch = st.epoch
+        hot = st.hot_access
         out: dict[tuple[int, int], float] = {}
-        for h, c, v in st.hot_values(st.hot_access, "access", threshold, self.trie.nodes):
-            rc = self.replica_count(h, c)
+        cold = []
+        for key in hot:
+            h, c = key
+            node = nodes.get(h)
+            if node is None:
+                cold.append(key)
+                continue
+            if node.stats_epoch != epoch:
+                current(node)
+            v = node.access.get(c)
+            if v is None or v < threshold:
+                cold.append(key)
+                continue
+            rc = 0
+            for w in node.complete:
+                if degree_of.get(w) == c:
+                    rc += 1
             if rc == 0:
                 continue
-            demand = v / (rc + in_flight.get((h, c), 0))
+            demand = v / (rc + in_flight.get(key, 0))
             if demand >= threshold:
-                out[(h, c)] = demand
+                out[key] = demand
+        hot.difference_update(cold)
         return out
 
     def _replicate_ranked(self, cands: dict[tuple[int, int], float], kind: str, budget: int, started: set[int]) -> int:

@@ -76,6 +76,7 @@ class Replicator:
         self.transfers: list[Transfer] = []  # in flight
         # multi-holder nodes with a leaf copy (see _has_leaf_copy), exact for every node not in trie.touched
         self.leaf_copy_nodes: set[int] = set()
+        trie.watched = self.leaf_copy_nodes  # the trie records their changes even with < 2 holders left
         # the reclamation queue kept between scans: (-depth, node) with one live entry per leaf-copy node
         # (_live_depth: node -> depth of its live entry), plus entries of former ones and stale depths,
         # skipped when popped
@@ -248,9 +249,12 @@ class Replicator:
     def _reclaim_node(self, h: int, node: TrieNode, degree_of: Mapping[int, int], budget: int) -> int:
         """Reclaims duplicates of block ``h`` per degree whose per-replica demand is below
         ``reclaim_threshold``; returns the remaining budget."""
+        complete = node.complete
+        if len(complete) < 2:  # no degree with two complete replicas: nothing to reclaim
+            return budget
         nodes = self.trie.nodes
         by_degree: dict[int, list[int]] = {}
-        for w in node.complete:
+        for w in complete:
             by_degree.setdefault(degree_of[w], []).append(w)
         access = self.statistics.current(node).access
         for c, ws in sorted(by_degree.items()):
@@ -271,11 +275,18 @@ class Replicator:
         trie = self.trie
         nodes = trie.nodes
         leafy = self.leaf_copy_nodes
+        live = self._live_depth
+        queue = self._queue
+        push = heapq.heappush
         for h in trie.touched:
             node = nodes.get(h)
-            if node is not None and len(node.holders) >= 2 and self._has_leaf_copy(node):
+            # a multi-holder node with a leaf copy (_has_leaf_copy, inline: a holder without a child)
+            if node is not None and len(node.holders) >= 2 and not node.child_holders.keys() >= node.holders:
                 leafy.add(h)
-                self._push(h, node.depth)
+                d = node.depth
+                if live.get(h) != d:  # _push, inline
+                    live[h] = d
+                    push(queue, (-d, h))
             else:
                 leafy.discard(h)
         trie.touched.clear()
@@ -289,14 +300,14 @@ class Replicator:
         reclaimed (:meth:`_reclaim_duplicates`), so nodes without one are skipped before their
         complete holders are computed. Evaluated when the node's turn comes: reclaiming a child
         earlier in the same scan can turn a copy into a leaf."""
-        counts = node.child_holders
-        return any(w not in counts for w in node.holders)
+        return not node.child_holders.keys() >= node.holders
 
     def _reclaim_duplicates(self, h: int, node: TrieNode, ws: list[int], budget: int) -> int:
         """Drops block ``h`` from the most loaded of the degree-C holders ``ws`` whose copy is a leaf,
         keeping at least one; returns the remaining budget."""
         nodes = self.trie.nodes
-        ws.sort(key=lambda w: (-self.load(w), w))
+        load = self.sim.view.outstanding_work_s  # self.load, without the extra call
+        ws.sort(key=lambda w: (-load(w), w))
         for w in ws[:-1]:
             if budget <= 0:
                 return budget

@@ -90,8 +90,18 @@ class DemandStatistics:
         k = self.epoch - node.stats_epoch
         if k:
             node.stats_epoch = self.epoch
-            if node.access:
-                _decay_in_place(node.access, self.config.decay, k, self._decay_exponent)
+            access = node.access
+            if access:
+                exponent = self._decay_exponent
+                if exponent is not None and len(access) == 1:  # the usual case: one degree (_decay_in_place's ldexp)
+                    [(d, v)] = access.items()
+                    v = ldexp(v, -exponent * k)
+                    if v < DROP:
+                        del access[d]
+                    else:
+                        access[d] = v
+                else:
+                    _decay_in_place(access, self.config.decay, k, exponent)
             if node.missed:
                 _decay_in_place(node.missed, self.config.decay, k, self._decay_exponent)
         return node
@@ -123,8 +133,9 @@ class DemandStatistics:
         held: set[int] | None = None
         path_nodes: list[TrieNode] = []
         path_held: list[set[int]] = []
+        get = trie.nodes.get
         for h in hashes:
-            node = trie.nodes.get(h)
+            node = get(h)
             if node is None or not node.holders:
                 break
             held = node.holders if held is None else held & node.holders
@@ -150,10 +161,14 @@ class DemandStatistics:
         c["reused_tokens"] += min(worker.cache.match_ready(block_hashes) * bs, L - 1)
         c_sel = worker.degree
         current = self.current
+        epoch = self.epoch
         hot = self.hot_access
         threshold = self.config.intra_degree_threshold
         for i in range(m):
-            acc = current(path_nodes[i]).access
+            node = path_nodes[i]
+            if node.stats_epoch != epoch:  # else current(node) has nothing to apply
+                current(node)
+            acc = node.access
             v = acc.get(c_sel, 0.0) + 1.0
             acc[c_sel] = v
             if v >= threshold:

@@ -30,7 +30,9 @@ class TrieNode:
     def __init__(self, parent: int | None, depth: int = 0) -> None:
         self.parent = parent
         self.holders: set[int] = set()
-        self.children: set[int] = set()
+        # child hashes, as the keys of a dict (values None): a dict of ints is invisible to the garbage
+        # collector (a set is not), and a node per KV block makes those collections add up
+        self.children: dict[int, None] = {}
         self.depth = depth
         self.complete: set[int] = set()
         self.access: dict[int, float] = {}
@@ -50,24 +52,40 @@ class PrefixTrie:
         self.nodes: dict[int, TrieNode] = {}
         self.parent_of: dict[int, int | None] = {}  # learnt from dispatched prompts (register_prefix)
         self.shared: set[int] = set()  # nodes with >= 2 holders (reclamation candidates), kept incrementally
-        # nodes whose holders, children, children's holders or depth changed since the owner last cleared it
+        # nodes whose holders, children, children's holders or depth changed since the owner last
+        # cleared it, among those with >= 2 holders after the change or in ``watched``: a node with
+        # fewer holders that the owner does not watch is not recorded (the owner, the replicator's
+        # leaf-copy refresh, only looks for multi-holder nodes, and a node that gains a second
+        # holder is recorded by that insert)
         self.touched: set[int] = set()
+        self.watched: set[int] = set()  # the owner's: nodes recorded in touched whatever their holders
+        # nodes dropped from the trie, reused by create(): the trie's nodes churn (one per new KV
+        # block, dropped when its last holder evicts it), and reusing them keeps the garbage
+        # collector from running (and walking the whole heap) every few hundred new blocks
+        self._free: list[TrieNode] = []
 
     # ------------------------------------------------------------------ holders
     def insert(self, worker_id: int, block_hash: int) -> None:
         """``worker_id``'s cache now holds ``block_hash`` (creates the node and missing ancestors)."""
-        node = self.nodes.get(block_hash)
+        nodes = self.nodes
+        node = nodes.get(block_hash)
         if node is None:
             node = self.create(block_hash)
-        if worker_id in node.holders:
+        holders = node.holders
+        if worker_id in holders:
             return
-        node.holders.add(worker_id)
-        self.touched.add(block_hash)
-        if node.parent is None:
+        holders.add(worker_id)
+        touched = self.touched
+        watched = self.watched
+        if len(holders) >= 2 or block_hash in watched:
+            touched.add(block_hash)
+        parent = node.parent
+        if parent is None:
             complete = True
         else:
-            self.touched.add(node.parent)
-            pnode = self.nodes[node.parent]
+            pnode = nodes[parent]
+            if len(pnode.holders) >= 2 or parent in watched:
+                touched.add(parent)
             counts = pnode.child_holders
             counts[worker_id] = counts.get(worker_id, 0) + 1
             complete = worker_id in pnode.complete
@@ -76,7 +94,7 @@ class PrefixTrie:
                 self._add_complete(worker_id, node)
             else:  # the usual case (a prefix is inserted root first): no held descendant to complete
                 node.complete.add(worker_id)
-        if len(node.holders) == 2:
+        if len(holders) == 2:
             self.shared.add(block_hash)
 
     def _add_complete(self, worker_id: int, node: TrieNode) -> None:
@@ -110,57 +128,90 @@ class PrefixTrie:
     def create(self, block_hash: int) -> TrieNode:
         """A new node for ``block_hash``, linked to its parent (created if missing) when the parent is known."""
         parent = self.parent_of.get(block_hash)
-        node = TrieNode(parent)
-        self.nodes[block_hash] = node
+        free = self._free
+        if free:
+            node = free.pop()  # emptied by _gc: as good as new
+            node.parent = parent
+        else:
+            node = TrieNode(parent)
+        nodes = self.nodes
+        nodes[block_hash] = node
         if parent is not None:
-            pnode = self.nodes.get(parent)
+            pnode = nodes.get(parent)
             if pnode is None:
                 pnode = self.create(parent)
             node.depth = pnode.depth + 1
-            pnode.children.add(block_hash)
-            self.touched.add(parent)
+            pnode.children[block_hash] = None
+            if len(pnode.holders) >= 2 or parent in self.watched:
+                self.touched.add(parent)
         return node
 
     def evict(self, worker_id: int, block_hash: int) -> list[int]:
         """``worker_id``'s cache dropped ``block_hash``; returns the hashes of the nodes dropped from
         the trie (no holders and no children left, walking up)."""
-        node = self.nodes.get(block_hash)
+        nodes = self.nodes
+        node = nodes.get(block_hash)
         if node is None:
             return []
-        if worker_id in node.holders:
-            node.holders.discard(worker_id)
-            if worker_id in node.complete:
+        holders = node.holders
+        if worker_id in holders:
+            holders.discard(worker_id)
+            complete = node.complete
+            if worker_id in complete:
                 if worker_id in node.child_holders:
                     self._remove_complete(worker_id, node)
                 else:  # the usual case (a suffix block, or a reclaimed leaf copy)
-                    node.complete.discard(worker_id)
-            self.touched.add(block_hash)
-            if node.parent is not None:
-                self.touched.add(node.parent)
-                counts = self.nodes[node.parent].child_holders
+                    complete.discard(worker_id)
+            touched = self.touched
+            watched = self.watched
+            if len(holders) >= 2 or block_hash in watched:
+                touched.add(block_hash)
+            parent = node.parent
+            if parent is not None:
+                pnode = nodes[parent]
+                if len(pnode.holders) >= 2 or parent in watched:
+                    touched.add(parent)
+                counts = pnode.child_holders
                 k = counts[worker_id] - 1
                 if k:
                     counts[worker_id] = k
                 else:
                     del counts[worker_id]
-        if len(node.holders) < 2:
+        if len(holders) < 2:
             self.shared.discard(block_hash)
-        return self._gc(block_hash, node)
+            if not holders and not node.children:
+                return self._gc(block_hash, node)
+        return []
 
     def _gc(self, block_hash: int, node: TrieNode) -> list[int]:
+        """Drops ``node`` and then its ancestors while they have no holders and no children; a
+        dropped node is emptied (its sets and dicts cleared, which also gives them back their
+        initial size, so they iterate as new ones would) and kept for :meth:`create`; its
+        ``parent`` stays readable until then."""
         nodes = self.nodes
+        free = self._free
         dropped: list[int] = []
         while not node.holders and not node.children:
             del nodes[block_hash]
             dropped.append(block_hash)
+            node.holders.clear()
+            node.children.clear()
+            node.complete.clear()
+            node.access.clear()
+            node.missed.clear()
+            node.child_holders.clear()
+            node.depth = 0
+            node.stats_epoch = 0
+            free.append(node)
             parent = node.parent
             if parent is None:
                 break
             pnode = nodes.get(parent)
             if pnode is None:
                 break
-            pnode.children.discard(block_hash)
-            self.touched.add(parent)
+            pnode.children.pop(block_hash, None)
+            if len(pnode.holders) >= 2 or parent in self.watched:
+                self.touched.add(parent)
             block_hash, node = parent, pnode
         return dropped
 
@@ -185,8 +236,9 @@ class PrefixTrie:
                 pnode = nodes.get(p)
                 if pnode is None:
                     pnode = self.create(p)
-                pnode.children.add(h)
-                self.touched.add(p)
+                pnode.children[h] = None
+                if len(pnode.holders) >= 2 or p in self.watched:
+                    self.touched.add(p)
                 counts = pnode.child_holders
                 for w in node.holders:
                     counts[w] = counts.get(w, 0) + 1
@@ -203,7 +255,8 @@ class PrefixTrie:
             n = nodes[h]
             n.depth = p.depth + 1
             n.complete = n.holders & p.complete
-            self.touched.add(h)
+            if len(n.holders) >= 2 or h in self.watched:
+                self.touched.add(h)
             stack.extend((c, n) for c in n.children)
 
     # ------------------------------------------------------------------ queries

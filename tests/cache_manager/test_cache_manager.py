@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from baselines.cache_manager import CacheManagerConfig, GlobalCacheManager, with_global_cache
+from baselines.cache_manager import CacheManagerConfig, GlobalCacheManager, PrefixTrie, with_global_cache
 from baselines.registry import POLICIES
 from baselines.simple import PrefixAffinityRouter
 from envs.sim import Calibration, CostCoefficients, EventPriority, PoolConfig, Request, SimConfig, Simulator, Workload
@@ -131,6 +131,40 @@ def test_trie_consistent_under_heavy_replication_and_reclamation():
     c = mgr.counters
     assert c["num_replicas_installed"] >= 3 and c["num_blocks_reclaimed"] >= 1, c
     assert mgr.num_transfers_in_flight == 0
+
+
+def test_a_node_dropped_from_the_trie_is_reused_as_a_new_one():
+    # dropped nodes are kept for reuse (no allocation per new KV block): a reused node carries
+    # nothing over, and its cleared sets iterate like new ones (same set, same order)
+    trie = PrefixTrie()
+    trie.register_prefix([1, 2, 3])
+    for w in range(10):  # ten holders: the holder and complete sets outgrow their initial table
+        for h in (1, 2, 3):
+            trie.insert(w, h)
+    dropped = {id(trie.nodes[h]) for h in (1, 2, 3)}
+    for h in (1, 2, 3):
+        trie.nodes[h].access[2] = 1.5
+        trie.nodes[h].missed[2] = 0.2
+        trie.nodes[h].stats_epoch = 4
+    for w in range(10):
+        for h in (3, 2, 1):  # suffix first, as a cache evicts
+            trie.evict(w, h)
+    assert trie.nodes == {}
+    trie.register_prefix([7, 8])
+    for h in (7, 8):
+        trie.insert(29, h)
+    assert {id(trie.nodes[7]), id(trie.nodes[8])} <= dropped
+    for h, parent, depth in ((7, None, 0), (8, 7, 1)):
+        n = trie.nodes[h]
+        assert (n.parent, n.depth, n.holders, n.complete, n.access, n.missed, n.stats_epoch) == \
+            (parent, depth, {29}, {29}, {}, {}, 0)
+    assert trie.nodes[7].children == {8: None} and trie.nodes[7].child_holders == {29: 1}
+    assert trie.nodes[8].children == {} and trie.nodes[8].child_holders == {}
+    fresh = {29}
+    for w in (5, 13, 21):  # colliding in a new set's table, not in a grown one
+        trie.insert(w, 7)
+        fresh.add(w)
+    assert list(trie.nodes[7].holders) == list(fresh) and list(trie.nodes[7].complete) == list(fresh)
 
 
 def _manual_setup(link_bytes_per_s: float = 1000.0):
