@@ -98,8 +98,8 @@ def missing_model_error(folder: Path) -> FileNotFoundError:
 def learned_label(model_zip: Path) -> str:
     """The table label of a learned checkpoint's model zip, for routing and reconfiguration alike:
     ``learned:<folder name>`` for a folder's ``model.zip``, ``learned:<zip name without .zip>``
-    for another zip (``learned:best_model``, ``learned:interrupted_model``). ``cpgym evaluate
-    --kind reconfig --policy shipped-reconfig`` keeps the alias as its label."""
+    for another zip (``learned:best_model``, ``learned:interrupted_model``). The ``shipped``
+    benchmark spec keeps its own name as its label."""
     z = Path(model_zip)
     return f"learned:{z.expanduser().resolve().parent.name if z.name == 'model.zip' else z.stem}"
 

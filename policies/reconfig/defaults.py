@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-#: Named workload of a reconfiguration training (and of ``cpgym evaluate --kind reconfig``) given
+#: Named workload of a reconfiguration training given
 #: neither a trace nor a workload: the paper's dynamic scenarios below saturation (every phase at
 #: 0.4-0.8 of its mix's measured capacity; the shipped ``reconfig_target`` checkpoint's workload).
 #: It was ``phases``, whose default 90 / 18 req/s is past the default pool's capacity (100+ s TTFTs

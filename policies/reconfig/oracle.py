@@ -213,7 +213,7 @@ def follow_schedule(env, workload, seed: int, targets: list[int]) -> dict:
     as the demonstrations are) for the whole workload.
 
     Returns:
-        the metrics of a ``cpgym evaluate --kind reconfig`` row: ``mean_ttft_s``, ``p90_ttft_s``
+        the per-episode metrics: ``mean_ttft_s``, ``p90_ttft_s``
         [s], ``slo_attainment_token_weighted`` (share), ``num_operations``,
         ``num_committed_operations``, ``num_unfinished``, ``wall_s`` [s].
     """
