@@ -66,3 +66,27 @@ def test_vertumnus_names_mean_one_system_each():
     assert get_policy("vertumnus-lookahead").params["decision"] == "target"
     assert get_policy("vertumnus-adaptive").choose_pool is None  # the run's pool, as before
     assert get_policy("vertumnus").choose_pool is not None  # the initial composition (paper §6)
+
+
+def test_reversal_cost_charges_a_merge_for_the_split_at_the_split_threshold():
+    # issue #40 (production day): a move also pays for its undoing at the opposite threshold; a merge's
+    # reversal drains its merged workers at split_load x capacity, a split's at merge_load x capacity
+    from baselines.controller.analytic_rule import AnalyticRule
+
+    S = _service([1000, 2000, 30000, 1500])
+    caps = {2: 1.0, 4: 1.6}
+    rule = AnalyticRule()
+    rule.config = ControllerConfig()
+
+    def T(counts, rate, horizon):
+        return predicted_ttft_s(counts, rate, S, DEGREES, caps, 1.0, horizon)
+
+    after_merge = {4: 6, 2: 6}  # from {4: 4, 2: 10}: two merges made two CP-4 workers
+    merge = rule._reversal_cost_rs("merge", after_merge, {4: 2}, caps, 3.0, T)
+    after_split = {4: 4, 2: 10}  # from {4: 6, 2: 6}: two splits made four CP-2 workers
+    split = rule._reversal_cost_rs("split", after_split, {2: 4}, caps, 3.0, T)
+    cap = 6 * 1.6 + 6 * 1.0
+    r = rule.config.split_load * cap
+    assert merge == r * 3.0 * (T({4: 4, 2: 6}, r, 3.0) - T(after_merge, r, 3.0)) > 0
+    assert 0 < split < merge  # undoing a split drains at the low merge threshold
+    assert rule._reversal_cost_rs("merge", {4: 2}, {4: 2}, caps, 3.0, T) == math.inf  # nothing left to serve
