@@ -141,8 +141,7 @@ def router_params_spec(name: str, router_cls: Callable[[Any], Router], params: A
 
 
 def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller: ControllerConfig = ControllerConfig(),
-                  name: str = "vertumnus-adaptive", initial_pool: bool = False,
-                  request_weighted_initial_rate: bool = False) -> PolicySpec:
+                  name: str = "vertumnus-adaptive", initial_pool: bool = False) -> PolicySpec:
     """The Vertumnus router plus the split/merge controller; ``beta``, ``lambda``, every
     :class:`~baselines.controller.ControllerConfig` field but ``lookahead``, and every
     :class:`~baselines.lookahead.LookaheadConfig` field as ``lookahead.<field>`` (e.g.
@@ -150,9 +149,7 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
 
     ``vertumnus-adaptive`` starts from the run's pool; with ``initial_pool`` the starting pool is
     chosen from the capacity profile (:func:`envs.planning.composition.workload_initial_pool`), the
-    full system's start (see :func:`full_system_spec`), sized for the workload's mean rate or, with
-    ``request_weighted_initial_rate``, for the rate a request meets
-    (:func:`envs.planning.composition.request_weighted_rate_rps`)."""
+    full system's start (see :func:`full_system_spec`)."""
     controller_fields = [f.name for f in fields(ControllerConfig) if f.name != "lookahead"]
     lookahead_fields = [f.name for f in fields(LookaheadConfig)]
 
@@ -160,11 +157,10 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
         rp = replace(router_params, beta=float(kw.pop("beta")), lambda_=float(kw.pop("lambda")))
         la = replace(controller.lookahead, **{f: kw[f"lookahead.{f}"] for f in lookahead_fields})
         return adaptive_spec(rp, replace(controller, lookahead=la, **{k: kw[k] for k in controller_fields}), name,
-                             initial_pool, request_weighted_initial_rate)
+                             initial_pool)
 
     def choose_pool(pool, workload, config, calibration, cache):
-        return workload_initial_pool(pool, workload, config, calibration, cache, profile=controller.profile,
-                                     request_weighted=request_weighted_initial_rate)
+        return workload_initial_pool(pool, workload, config, calibration, cache, profile=controller.profile)
 
     where = "initial composition from the capacity profile" if initial_pool else "the run's pool"
     return PolicySpec(name, lambda: VertumnusRouter(router_params, name),
@@ -178,8 +174,7 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
 
 
 def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: str = "vertumnus",
-                     description: str | None = None, cache_backlog_bound: bool = False,
-                     request_weighted_initial_rate: bool = False) -> PolicySpec:
+                     description: str | None = None, cache_backlog_bound: bool = False) -> PolicySpec:
     """A full Vertumnus system (§5-§7): the Vertumnus router, the initial composition chosen from
     the capacity profile among the deployment's CP degrees (those of the run's configured
     composition), the split/merge controller ``controller`` and the global prefix-cache manager.
@@ -201,18 +196,14 @@ def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: st
 
     ``vertumnus`` alone sets ``cache_backlog_bound`` (issue #40, do no harm under overload): its
     cache manager replicates only to destinations with at most one scan interval of outstanding
-    work (:class:`~baselines.cache_manager.CacheManagerConfig` ``backlog_bound``), and
-    ``request_weighted_initial_rate`` (issue #40, production day): its initial composition has
-    enough capacity for the rate a request meets, not the mean rate; the other two keep the
-    manager and start they were measured with.
+    work (:class:`~baselines.cache_manager.CacheManagerConfig` ``backlog_bound``); the other two
+    keep the manager they were measured with.
 
     Args:
         description: the registry line; default the generic full-system line naming the decision.
         cache_backlog_bound: the cache manager's ``backlog_bound``.
-        request_weighted_initial_rate: as in :func:`adaptive_spec`.
     """
-    base = adaptive_spec(controller=controller, name=name, initial_pool=True,
-                         request_weighted_initial_rate=request_weighted_initial_rate)
+    base = adaptive_spec(controller=controller, name=name, initial_pool=True)
     spec = with_global_cache(base, name=name, backlog_bound=cache_backlog_bound)
     return replace(spec, description=description or (
         f"full system: Vertumnus router + initial composition from the capacity profile "
@@ -308,7 +299,7 @@ POLICIES = {"vertumnus": full_system_spec(description="the paper's system: Vertu
                                                       "the capacity profile + §6 split/merge rule gated by a predicted "
                                                       "net gain (analytic decision) + global prefix-cache manager "
                                                       "replicating only to destinations backlogged less than one scan",
-                                  cache_backlog_bound=True, request_weighted_initial_rate=True),
+                                  cache_backlog_bound=True),
             "vertumnus-paper-rule": full_system_spec(ControllerConfig(decision="paper-rule"), "vertumnus-paper-rule"),
             "vertumnus-lookahead": full_system_spec(
                 ControllerConfig(decision="target"), "vertumnus-lookahead",

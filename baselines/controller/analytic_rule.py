@@ -26,10 +26,9 @@ rule itself undoes a merge once the forecast load of the merged composition reac
 ``split_load`` and a split once it falls to ``merge_load``: the drain of the workers the prefix
 created at that rate (:meth:`AnalyticRule._reversal_cost_rs`). A merge at a night's low load
 thus pays for the split it will need at the day's peak; a split pays little (its reversal drains
-at low load). Measured on ``reconfig/production-day-v1`` (validation episode 1000): without it,
-``vertumnus`` merged three CP-2 pairs at 60 s (predicted gain 33 request-seconds), stood at
-all-CP-4 through the peak, where the gate then refused every split, and ended 30 % behind the
-router alone. The prefix with the largest net gain at the *pessimistic* end
+at low load). Measured on ``reconfig/production-day-v1`` (validation split,
+``results/vertumnus/README.md``): without it the controller merged at night for predicted gains
+of a few tens of request-seconds, then lagged or was refused the splits the peak needed. The prefix with the largest net gain at the *pessimistic* end
 of the measured rate's noise band starts, if that gain is positive at both ends
 ``rate ± gate_z x se``; ``se = sqrt(D x rate / (n x decision_window_s))`` over the regime's last
 ``n`` window rates with ``D`` the over-dispersion of the window counts measured in the run

@@ -15,14 +15,13 @@ from dataclasses import replace
 import numpy as np
 
 from envs.planning.capacity import CapacityProfile, CapacityTable, reuse_prefix_tokens
-from envs.planning.defaults import DECISION_WINDOW_S
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig, resolve_composition
 
 __all__ = ["enumerate_compositions", "node_homogeneous_compositions",
            "pool_over_degrees", "degree_counts", "composition_capacity_rps", "initial_composition",
-           "deployment_pool", "workload_initial_pool", "request_weighted_rate_rps"]
+           "deployment_pool", "workload_initial_pool"]
 
 
 def enumerate_compositions(pool: PoolConfig) -> list[str]:
@@ -151,34 +150,8 @@ def deployment_pool(pool: PoolConfig) -> PoolConfig:
     return replace(pool, supported_degrees=degrees)
 
 
-def request_weighted_rate_rps(arrival_times_s: np.ndarray, window_s: float = DECISION_WINDOW_S) -> float:
-    """The arrival rate a request meets [req/s]: the mean over requests of the rate of the
-    ``window_s`` window they arrive in, ``sum n_i^2 / (window_s x sum n_i)`` over the full windows
-    from the first arrival (the last, partial window left out). At least the plain mean rate of
-    those windows (equal for a constant rate); for a diurnal day it weighs the busy hours by
-    their requests. ``window_s`` defaults to the controller's decision window (paper §6/§9: 20 s),
-    the span over which it measures a rate. Falls back to the plain mean rate over the span when
-    it holds fewer than two full windows (and to 0 for fewer than two arrivals).
-
-    Args:
-        arrival_times_s: shape (n,), sorted arrival times [s].
-        window_s: window length [s], > 0.
-    """
-    t = np.asarray(arrival_times_s, float)
-    if len(t) < 2:
-        return 0.0
-    span = t[-1] - t[0]
-    num_full = int(span // window_s)
-    if num_full < 2:
-        return len(t) / span if span > 0 else 0.0
-    n = np.bincount(((t - t[0]) // window_s).astype(int), minlength=num_full + 1)[:num_full].astype(float)
-    total = n.sum()
-    return float((n * n).sum() / (window_s * total)) if total > 0 else 0.0
-
-
 def workload_initial_pool(pool: PoolConfig, workload, config: SimConfig, calibration: Calibration, cache=None,
-                          max_load: float = 0.8, profile=None,
-                          request_weighted: bool = False) -> tuple[PoolConfig, dict]:
+                          max_load: float = 0.8, profile=None) -> tuple[PoolConfig, dict]:
     """The full Vertumnus system's starting pool (paper §6 "Capacity Profiling and
     Initialization"): the deployment's degrees (:func:`deployment_pool`) and the composition
     :func:`initial_composition` chooses for the historical demand. The run's workload stands in
@@ -194,9 +167,6 @@ def workload_initial_pool(pool: PoolConfig, workload, config: SimConfig, calibra
             the run's controller), or ``None``.
         max_load: as in :func:`initial_composition`.
         profile: :class:`~envs.planning.capacity.ProfileConfig` (default settings if ``None``).
-        request_weighted: size for the rate a request meets (:func:`request_weighted_rate_rps`)
-            instead of the workload's mean rate (``vertumnus``, issue #40: the mean of a diurnal
-            day sized the pool for half its peak).
 
     Returns:
         ``(pool, info)``: the pool with the chosen composition, and :func:`initial_composition`'s info.
@@ -207,9 +177,6 @@ def workload_initial_pool(pool: PoolConfig, workload, config: SimConfig, calibra
     L = np.array([r.num_prompt_tokens for r in workload.requests], float)
     hit = reuse_prefix_tokens(workload)
     table.seed_history(L, hit)
-    rate = workload.mean_rate_rps
-    if request_weighted:
-        rate = request_weighted_rate_rps(np.array([r.arrival_time_s for r in workload.requests], float))
-    comp, info = initial_composition(dep, cfg, calibration, L, rate, mean_cached_tokens=hit,
+    comp, info = initial_composition(dep, cfg, calibration, L, workload.mean_rate_rps, mean_cached_tokens=hit,
                                      max_load=max_load, table=table)
     return replace(dep, composition=comp), info

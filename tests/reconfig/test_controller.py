@@ -87,22 +87,6 @@ def test_initial_composition_favours_large_degrees_when_capacity_allows():
     assert high == ("cp2x4" if 4 * prof[2] > 2 * prof[4] else "cp4x2")
 
 
-def test_request_weighted_rate_weighs_busy_windows_by_their_requests():
-    from envs.planning.composition import request_weighted_rate_rps
-
-    # a constant rate: equal to the mean rate (10 req/s over 10 full 20 s windows)
-    steady = np.arange(0.0, 200.0, 0.1)
-    assert request_weighted_rate_rps(steady) == pytest.approx(10.0)
-    # two windows at 5 req/s, two at 15 req/s: requests meet (100 x 5 + 300 x 15) / 400 = 12.5 req/s
-    day = np.concatenate([np.arange(0.0, 40.0, 0.2), np.arange(40.0, 80.0, 1 / 15), [80.0]])  # 80: closes window 4
-    assert len(day) / 80.0 == pytest.approx(10.0, rel=0.01)
-    assert request_weighted_rate_rps(day) == pytest.approx(12.5, rel=0.01)
-    # the last, partial window is left out; fewer than two full windows: the plain mean rate
-    assert request_weighted_rate_rps(np.concatenate([steady, [205.0]])) == pytest.approx(10.0)
-    assert request_weighted_rate_rps(np.array([0.0, 1.0, 30.0])) == pytest.approx(3 / 30.0)
-    assert request_weighted_rate_rps(np.array([5.0])) == 0.0
-
-
 def test_controller_config_validation():
     with pytest.raises(ValueError, match="merge_load"):
         ControllerConfig(merge_load=0.9, split_load=0.8)
