@@ -174,7 +174,7 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
 
 
 def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: str = "vertumnus",
-                     description: str | None = None) -> PolicySpec:
+                     description: str | None = None, cache_backlog_bound: bool = False) -> PolicySpec:
     """A full Vertumnus system (§5-§7): the Vertumnus router, the initial composition chosen from
     the capacity profile among the deployment's CP degrees (those of the run's configured
     composition), the split/merge controller ``controller`` and the global prefix-cache manager.
@@ -194,11 +194,17 @@ def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: st
       :mod:`baselines.controller.target_rule`), which simulates 11 candidate pools per window;
       ``results/vertumnus/README.md`` has its measured effect.
 
+    ``vertumnus`` alone sets ``cache_backlog_bound`` (issue #40, do no harm under overload): its
+    cache manager replicates only to destinations with at most one scan interval of outstanding
+    work (:class:`~baselines.cache_manager.CacheManagerConfig` ``backlog_bound``); the other two
+    keep the manager they were measured with.
+
     Args:
         description: the registry line; default the generic full-system line naming the decision.
+        cache_backlog_bound: the cache manager's ``backlog_bound``.
     """
     base = adaptive_spec(controller=controller, name=name, initial_pool=True)
-    spec = with_global_cache(base, name=name)
+    spec = with_global_cache(base, name=name, backlog_bound=cache_backlog_bound)
     return replace(spec, description=description or (
         f"full system: Vertumnus router + initial composition from the capacity profile "
         f"+ split/merge controller ({controller.decision} decision) + global prefix-cache manager"),
@@ -291,7 +297,9 @@ POLICIES["dynamo-kv-pull"] = router_params_spec(
     "ai-dynamo KV router + KVBM host tier; envs/sim/tiers.py", kv_tiers=TierConfig(levels=("hbm", "dram")))
 POLICIES = {"vertumnus": full_system_spec(description="the paper's system: Vertumnus router + initial composition from "
                                                       "the capacity profile + §6 split/merge rule gated by a predicted "
-                                                      "net gain (analytic decision) + global prefix-cache manager"),
+                                                      "net gain (analytic decision) + global prefix-cache manager "
+                                                      "replicating only to destinations backlogged less than one scan",
+                                  cache_backlog_bound=True),
             "vertumnus-paper-rule": full_system_spec(ControllerConfig(decision="paper-rule"), "vertumnus-paper-rule"),
             "vertumnus-lookahead": full_system_spec(
                 ControllerConfig(decision="target"), "vertumnus-lookahead",

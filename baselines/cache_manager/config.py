@@ -63,6 +63,12 @@ class CacheManagerConfig:
             defaults of :class:`baselines.vertumnus.VertumnusParams`).
         cross_degree_bytes_factor: multiplies the bytes of a copy between different CP degrees
             (shard repartitioning; docs/cache_manager.md). Default 1.0.
+        backlog_bound: when True, a replication skips destinations with more than
+            ``scan_interval_s`` of outstanding work (the horizon of the demand that asks for the
+            replica; derivation and measurement: docs/cache_manager.md "Replication"). Default
+            False: the manager the cache sweeps above measured (``vertumnus-global-cache``,
+            ``vertumnus-paper-rule``, ``vertumnus-lookahead``); ``vertumnus`` sets it (issue #40,
+            do no harm under overload).
 
     Raises:
         ValueError: naming the offending field.
@@ -79,6 +85,7 @@ class CacheManagerConfig:
     beta: float = 1.0
     lambda_: float = 1.0
     cross_degree_bytes_factor: float = 1.0
+    backlog_bound: bool = False
 
     def __post_init__(self) -> None:
         def check(ok: bool, msg: str) -> None:
@@ -102,6 +109,7 @@ class CacheManagerConfig:
         check(self.beta >= 1 and math.isfinite(self.beta), f"beta must be a finite number >= 1 (paper §5), got {self.beta!r}")
         check(self.lambda_ >= 0 and math.isfinite(self.lambda_),
               f"lambda_ must be a finite number >= 0 (paper §5), got {self.lambda_!r}")
+        check(isinstance(self.backlog_bound, bool), f"backlog_bound must be a bool, got {self.backlog_bound!r}")
         check(self.cross_degree_bytes_factor >= 1,
               f"cross_degree_bytes_factor must be >= 1, got {self.cross_degree_bytes_factor!r}")
 

@@ -269,12 +269,13 @@ class GlobalCacheManager:
         return dict(self.counters) | {"num_trie_nodes": len(self.trie.nodes)}
 
 
-def _config_for(base, config: CacheManagerConfig | None) -> CacheManagerConfig:
-    """``config``, or the default one with the base router's beta and lambda (when it has them)."""
+def _config_for(base, config: CacheManagerConfig | None, backlog_bound: bool = False) -> CacheManagerConfig:
+    """``config``, or the default one (with ``backlog_bound``) with the base router's beta and
+    lambda (when it has them)."""
     if config is not None:
         return config
     params = getattr(base.make_router(), "params", None)
-    cfg = CacheManagerConfig()
+    cfg = CacheManagerConfig(backlog_bound=backlog_bound)
     if params is not None and hasattr(params, "beta") and hasattr(params, "lambda_"):
         cfg = replace(cfg, beta=params.beta, lambda_=params.lambda_)
     return cfg
@@ -287,10 +288,13 @@ SWEEPABLE_FIELDS = ("scan_interval_s", "decay", "inter_degree_threshold_s", "int
 PARAM_PREFIX = "cache_"
 
 
-def with_global_cache(base, config: CacheManagerConfig | None = None, name: str | None = None):
+def with_global_cache(base, config: CacheManagerConfig | None = None, name: str | None = None,
+                      backlog_bound: bool = False):
     """A copy of the policy spec ``base`` (a ``baselines.registry.PolicySpec``) with a
     :class:`GlobalCacheManager` added to its attachments. The manager's preferred-degree weights
-    (beta, lambda) follow the base router's ``params`` when it has them (Vertumnus).
+    (beta, lambda) follow the base router's ``params`` when it has them (Vertumnus). Without
+    ``config`` the manager has the default settings with ``backlog_bound``
+    (:class:`CacheManagerConfig`).
 
     The result's ``params`` are the base policy's plus ``cache_<field>`` for every field of
     :data:`SWEEPABLE_FIELDS` (the manager's scan period, decay, thresholds and caps), so
@@ -300,7 +304,7 @@ def with_global_cache(base, config: CacheManagerConfig | None = None, name: str 
     Raises:
         ValueError: from :class:`CacheManagerConfig` or the base policy on invalid parameters.
     """
-    cfg = _config_for(base, config)
+    cfg = _config_for(base, config, backlog_bound)
     base_attachments = base.make_attachments
     base_router = base.make_router
     new_name = name or f"{base.name}-global-cache"
@@ -317,7 +321,7 @@ def with_global_cache(base, config: CacheManagerConfig | None = None, name: str 
         mine = {k[len(PARAM_PREFIX):]: v for k, v in params.items() if k.startswith(PARAM_PREFIX)}
         rest = {k: v for k, v in params.items() if not k.startswith(PARAM_PREFIX)}
         new_base = base.with_params(**rest) if rest else base
-        return with_global_cache(new_base, replace(_config_for(new_base, config), **mine), new_name)
+        return with_global_cache(new_base, replace(_config_for(new_base, config, backlog_bound), **mine), new_name)
 
     cache_params = {PARAM_PREFIX + f: getattr(cfg, f) for f in SWEEPABLE_FIELDS}
     return replace(base, name=new_name, make_router=make_router, make_attachments=make_attachments,

@@ -94,20 +94,26 @@ class Replicator:
     # ------------------------------------------------------------------ replication
     def _destination(self, path: list[int], block_hash: int, degree: int, complete: set[int]) -> tuple[Worker, int] | None:
         """(destination worker, its retained leading blocks of ``path``) or None: an ACTIVE degree-``degree``
-        worker without the complete prefix, most retained blocks first, then least loaded."""
+        worker without the complete prefix (with ``backlog_bound``: and with at most ``scan_interval_s``
+        of outstanding work, the demand horizon, docs/cache_manager.md "Replication"), most retained
+        blocks first, then least loaded."""
         best = None
         sim = self.sim
+        horizon_s = self.config.scan_interval_s if self.config.backlog_bound else float("inf")
         for wid in sim.worker_ids:
             w = sim.workers[wid]
             if w.degree != degree or w.state != WorkerState.ACTIVE or wid in complete:
                 continue
             if (block_hash, wid) in self.in_flight_dst:
                 continue
+            load_s = self.load(wid)
+            if load_s > horizon_s:  # a call routed here now starts after the demand that justified the replica
+                continue
             retained = w.cache.match_ready(path)
             missing = len(path) - retained
             if missing <= 0 or missing > self.config.max_replica_share * w.cache.capacity_blocks:
                 continue
-            key = (-retained, self.load(wid), wid)
+            key = (-retained, load_s, wid)
             if best is None or key < best[0]:
                 best = (key, w, retained)
         return None if best is None else (best[1], best[2])
@@ -115,7 +121,8 @@ class Replicator:
     def replicate(self, block_hash: int, degree: int, kind: str = "manual") -> bool:
         """Starts one replication of the prefix ending at ``block_hash`` to a degree-``degree``
         worker (destination and source chosen as in docs/cache_manager.md). Returns whether a
-        transfer started (False: unknown prefix, no holder, no destination with room)."""
+        transfer started (False: unknown prefix, no holder, no destination with room, or with
+        ``backlog_bound`` none with room and outstanding work within ``scan_interval_s``)."""
         trie = self.trie
         if block_hash not in trie.nodes:
             return False

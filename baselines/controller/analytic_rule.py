@@ -13,16 +13,30 @@ The operations of the proposed kind are planned as the paper ranks them (shortes
 drain, then least reconciliation traffic, within the per-window limits and the dwell-time
 lockout); for every prefix of that plan (1, 2, ... operations) the rule predicts
 
-    net(rate) = rate x gate_horizon_s x (T(now) - T(after)) - rate x t_op x (W(during) - W(now))
+    net(rate) = rate x gate_horizon_s x (T(now) - T(after)) - rate x t_op x (W(during) - W(now)) - R
 
 [request-seconds]: ``T`` the mean TTFT of a composition from :func:`predicted_ttft_s` (an M/G/c
 approximation from the window's service-time moments per CP degree, the profiled per-worker
 capacities calibrated to the wait measured in the window (:meth:`AnalyticRule._calibrated_capacities`)
 and the measured over-dispersion as the arrivals' variability), ``t_op`` the predicted operation time
 (longest predicted drain of the participants + ``reconfig.drain_sync_s`` + ``reconfig.switch_s``
-+ confirmation), ``W(during)`` the wait while the participants' capacity is out.
-The prefix with the largest net gain at the *pessimistic* end
-of the measured rate's noise band starts, if that gain is positive at both ends
++ confirmation), ``W(during)`` the wait while the participants' capacity is out, ``R`` the
+reversal cost below.
+
+**Reversal** (issue #40, production day): the cost also counts undoing the prefix, since the
+rule itself undoes a merge once the forecast load of the merged composition reaches
+``split_load`` and a split once it falls to ``merge_load``: the drain of the workers the prefix
+created at that rate (:meth:`AnalyticRule._reversal_cost_rs`). A merge at a night's low load
+thus pays for the split it will need at the day's peak; a split pays little (its reversal drains
+at low load). A merge proposed by the long-request signal alone (load above ``merge_load``) is
+not charged: the mix, not the load, undoes it, and the rule forecasts no mix (charging it at
+``split_load`` cost ``matched-phases`` its long-phase merges: +1.0 % instead of −8.5 % against no
+reconfiguration). Measured on ``reconfig/production-day-v1`` (validation split,
+``results/vertumnus/README.md``): without it the controller merged at night for predicted gains
+of a few tens of request-seconds, then lagged or was refused the splits the peak needed.
+
+The prefix with the largest net gain at the *pessimistic* end of the measured rate's noise band
+starts, if that gain is positive at both ends
 ``rate ± gate_z x se``; ``se = sqrt(D x rate / (n x decision_window_s))`` over the regime's last
 ``n`` window rates with ``D`` the over-dispersion of the window counts measured in the run
 (:meth:`~baselines.controller.measurement.WindowMeasurement.measured_dispersion`; the Mooncake
@@ -307,17 +321,23 @@ class AnalyticRule:
         best_k, best_net = 0, -math.inf
         during = dict(now_counts)
         t_op = 0.0
+        new_workers: dict[int, int] = {}  # degree -> workers the plan's prefix creates (what its reversal takes out)
+        # a merge proposed by the long-request signal alone is undone by the mix, not the load: no reversal charge
+        load_driven = plan[0].kind == SPLIT or self._below >= cfg.k_windows
         for k, op in enumerate(plan, start=1):
             d = sim.workers[op.worker_ids[0]].degree
             during[d] -= len(op.worker_ids)
+            new_d = d // 2 if op.kind == SPLIT else 2 * d
+            new_workers[new_d] = new_workers.get(new_d, 0) + (2 if op.kind == SPLIT else 1)
             ranks = d * len(op.worker_ids)
             t_op = max(t_op, self.reconfig.predicted_drain_s(op) + rc.drain_sync_s + rc.switch_s
                        + rc.confirm_s_per_rank * ranks)
             after = self._counts_after(plan[:k])
+            reversal = self._reversal_cost_rs(op.kind, after, new_workers, caps, t_op, T) if load_driven else 0.0
             nets = []
             for r in rates:
                 gain = r * H * (base[r] - T(after, r, H))
-                cost = r * t_op * (T(during, r, t_op) - T(now_counts, r, t_op))
+                cost = r * t_op * (T(during, r, t_op) - T(now_counts, r, t_op)) + reversal
                 nets.append(gain - cost if math.isfinite(cost) else -math.inf)
             worst = min(nets)
             if worst > best_net:
@@ -325,3 +345,15 @@ class AnalyticRule:
                 if worst > 0:
                     best_k = k
         return best_k, (best_net if math.isfinite(best_net) else math.nan)
+
+    def _reversal_cost_rs(self, kind: str, after: dict[int, int], new_workers: dict[int, int],
+                          caps: dict[int, float], t_op: float, T) -> float:
+        """Predicted cost [request-seconds] of undoing a plan prefix (module docstring, "Reversal"):
+        the rule undoes a merge when the forecast load of the composition ``after`` rises to
+        ``split_load`` and a split when it falls to ``merge_load``; the reversal drains the workers
+        the prefix created (``new_workers``, ``{degree: count}``) at that rate ``r_rev``, for the
+        prefix's own operation time ``t_op``: ``r_rev x t_op x (T(after without them) - T(after))``."""
+        cfg = self.config
+        r_rev = (cfg.merge_load if kind == SPLIT else cfg.split_load) * sum(n * caps[d] for d, n in after.items())
+        out = {d: n - new_workers.get(d, 0) for d, n in after.items() if n > new_workers.get(d, 0)}
+        return r_rev * t_op * (T(out, r_rev, t_op) - T(after, r_rev, t_op))

@@ -10,7 +10,7 @@ the paired 95 % Student-t interval (:func:`envs.metrics.stats.paired_ci`; NaN fo
   :data:`OVERLOAD_CASES` and seed, the workload (:func:`base_workload`) rescaled to ``load x`` its
   capacity (:func:`capacity_rps`: the profiled capacity of the deployment pool, the controller's
   own definition, for the seed's mix and ideal prefix reuse); ``vertumnus`` on the configured
-  pool; ``vertumnus-router``, ``vertumnus-global-cache`` and ``vertumnus-adaptive`` on the pool
+  pool; ``vertumnus-router``, :data:`ROUTER_WITH_CACHE` and ``vertumnus-adaptive`` on the pool
   ``vertumnus`` started from (its initial composition). Metrics ``vs_router_mean_ttft_pct``
   (vertumnus vs router alone), ``vs_global_cache_mean_ttft_pct`` (vs router + global cache: the
   controller's share) and ``adaptive_vs_router_mean_ttft_pct``.
@@ -19,7 +19,7 @@ the paired 95 % Student-t interval (:func:`envs.metrics.stats.paired_ci`; NaN fo
   composition of the pool) and, on each test seed, ``vertumnus-adaptive`` vs no reconfiguration
   (``vertumnus-router`` on the configured pool; ``vs_no_reconfig_mean_ttft_pct``) and vs the best
   fixed composition (``vs_best_fixed_mean_ttft_pct``), and ``vertumnus`` vs
-  ``vertumnus-global-cache`` on its initial pool (``full_vs_no_reconfig_mean_ttft_pct``).
+  :data:`ROUTER_WITH_CACHE` on its initial pool (``full_vs_no_reconfig_mean_ttft_pct``).
 
 Defaults (:data:`SEEDS`, the cases, windows and scenario parameters) are those of the issue #40
 measurements in ``results/vertumnus/README.md``.
@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from baselines.cache_manager import with_global_cache
+from baselines.registry import get_policy
 from baselines.runner import run_policy
 from envs import workloads
 from envs.metrics.stats import paired_ci
@@ -61,11 +63,15 @@ PHASE_SCENARIOS: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict]] = {
     "matched-phases": ((0, 1, 2), (1000, 1001, 1002), {}),
     "phases": ((10, 11, 12), (0, 1, 2), {"short_phase_rate_rps": 40.0, "long_phase_rate_rps": 4.0, "rising_rate": True}),
 }
+#: "Router + global cache": the Vertumnus router with ``vertumnus``'s own cache manager (with its
+#: ``backlog_bound``, ``baselines/registry.py``), so that ``vertumnus`` against it is the controller's share alone.
+ROUTER_WITH_CACHE = with_global_cache(get_policy("vertumnus-router"), name="vertumnus-global-cache-bounded",
+                                      backlog_bound=True)
 #: Metric keys of :func:`compare_loads` and :func:`phases` -> the policy compared against (``strongest_baseline``).
-LOAD_METRICS = {"vs_router": "vertumnus-router", "vs_global_cache": "vertumnus-global-cache",
+LOAD_METRICS = {"vs_router": "vertumnus-router", "vs_global_cache": "vertumnus-router + vertumnus's cache manager",
                 "adaptive_vs_router": "vertumnus-router"}
 PHASE_METRICS = {"vs_no_reconfig": "vertumnus-router", "vs_best_fixed": "vertumnus-router on the best fixed composition",
-                 "full_vs_no_reconfig": "vertumnus-global-cache on vertumnus's initial pool"}
+                 "full_vs_no_reconfig": "vertumnus-router + vertumnus's cache manager on vertumnus's initial pool"}
 
 
 def base_workload(name: str, seed: int, trace_path: str | Path | None = None):
@@ -135,7 +141,7 @@ def compare_loads(cases, config: SimConfig, trace_path: str | Path | None = None
             initial = full.extras["initial_pool"]["composition"]
             pool_cfg = on_pool(config, initial)
             t = {"vertumnus": mean_ttft_s(full)}
-            for key, policy in (("router", "vertumnus-router"), ("global_cache", "vertumnus-global-cache"),
+            for key, policy in (("router", "vertumnus-router"), ("global_cache", ROUTER_WITH_CACHE),
                                 ("adaptive", "vertumnus-adaptive")):
                 t[key] = mean_ttft_s(run_policy(policy, wl, pool_cfg, capacity_cache=cache))
             per["vs_router"].append(_pct(t["vertumnus"], t["router"]))
@@ -175,7 +181,7 @@ def phases(config: SimConfig, scenarios: dict | None = None, log: Callable[[str]
             bf = run_policy("vertumnus-router", wl, on_pool(config, best), capacity_cache=cache)
             full = run_policy("vertumnus", wl, config, capacity_cache=cache)
             initial = full.extras["initial_pool"]["composition"]
-            fnr = run_policy("vertumnus-global-cache", wl, on_pool(config, initial), capacity_cache=cache)
+            fnr = run_policy(ROUTER_WITH_CACHE, wl, on_pool(config, initial), capacity_cache=cache)
             t = {"adaptive": mean_ttft_s(ad), "no_reconfig": mean_ttft_s(nr), "best_fixed": mean_ttft_s(bf),
                  "vertumnus": mean_ttft_s(full), "global_cache_on_initial": mean_ttft_s(fnr)}
             per["vs_no_reconfig"].append(_pct(t["adaptive"], t["no_reconfig"]))
@@ -226,4 +232,4 @@ def target_runs(results: list[dict], model: str) -> list[dict]:
 
 __all__ = ["SEEDS", "STEADY_CASES", "OVERLOAD_CASES", "PHASE_SCENARIOS", "LOAD_METRICS", "PHASE_METRICS",
            "base_workload", "capacity_rps", "mean_ttft_s", "on_pool", "compare_loads", "phases", "target_rows",
-           "target_runs"]
+           "target_runs", "ROUTER_WITH_CACHE"]

@@ -213,6 +213,38 @@ def test_replication_pins_source_reserves_destination_and_is_visible_only_after_
     _trie_matches_caches(sim, mgr)
 
 
+@pytest.mark.parametrize(("backlog_bound", "loads_s", "expected_dst"), [
+    (False, (60.0, 70.0), 2),  # without the bound: the least loaded destination, however backlogged
+    (True, (60.0, 70.0), None),  # both past the horizon (scan_interval_s = 50 s): no replication
+    (True, (60.0, 10.0), 3),  # the one within the horizon
+    (True, (50.0, 70.0), 2),  # exactly at the horizon: allowed
+])
+def test_backlog_bound_skips_destinations_backlogged_past_one_scan(backlog_bound, loads_s, expected_dst):
+    wl = _workload([(100.0, [90, 91])])
+    sim = Simulator(wl, SimConfig(pool=POOL, links=LinkConfig(1e4, 1000.0)), _calibration(10))
+    mgr = GlobalCacheManager(CacheManagerConfig(scan_interval_s=50.0, max_replica_share=1.0, backlog_bound=backlog_bound))
+    mgr.attach(sim)
+    mgr.register_prefix((1, 2, 3))
+    sim.workers[0].cache.insert((1, 2, 3))
+    for wid, load_s in zip((2, 3), loads_s):  # the two cp1 workers' outstanding work q_w
+        sim.workers[wid].queued_predicted_s = load_s
+    assert [sim.view.outstanding_work_s(w) for w in (2, 3)] == list(loads_s)
+    assert mgr.replicate(3, 1) == (expected_dst is not None)
+    assert [e["dst"] for e in mgr.log] == ([] if expected_dst is None else [expected_dst])
+
+
+def test_only_vertumnus_bounds_the_destination_backlog():
+    # issue #40: the full system's manager has the bound; the manager the cache sweeps measured
+    # (and the variants whose outputs are pinned) does not
+    def bound(spec):
+        return next(a for a in spec.make_attachments() if isinstance(a, GlobalCacheManager)).config.backlog_bound
+
+    assert bound(POLICIES["vertumnus"]) and bound(POLICIES["vertumnus"].with_params(beta=4.0, cache_decay=0.25))
+    assert not any(bound(POLICIES[n]) for n in ("vertumnus-global-cache", "vertumnus-paper-rule", "vertumnus-lookahead"))
+    with pytest.raises(ValueError, match="backlog_bound must be a bool"):
+        CacheManagerConfig(backlog_bound=1)
+
+
 def test_router_never_sees_a_partial_replica():
     # requests arrive during the transfer; the router records the destination's hit each time
     wl = _workload([(0.5 * k, [1, 2, 3, 4]) for k in range(1, 12)])

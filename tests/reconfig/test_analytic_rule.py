@@ -10,7 +10,7 @@ import numpy as np
 
 from baselines.controller import ControllerConfig
 from baselines.controller.actuation import Actuation
-from baselines.controller.analytic_rule import predicted_ttft_s, service_times_s
+from baselines.controller.analytic_rule import AnalyticRule, predicted_ttft_s, service_times_s
 from baselines.registry import get_policy
 from envs.planning.capacity import CapacityProfile
 from envs.sim.cost_model import Calibration
@@ -88,3 +88,25 @@ def test_one_admissibility_screen_for_the_paper_rule_and_the_analytic_plan():
     merge = [Operation(MERGE, (2, 3))]  # capacity 5.0 -> 4.5: allowed while forecast / 4.5 <= 0.7
     assert act.admissible_operations(merge, MERGE, 5.0, 3.0, 8.0, profiles, now_s=100.0)[0] == merge
     assert act.admissible_operations(merge, MERGE, 5.0, 3.5, 8.0, profiles, now_s=100.0)[0] == []
+
+
+def test_reversal_cost_charges_a_merge_for_the_split_at_the_split_threshold():
+    # issue #40 (production day): a move also pays for its undoing at the opposite threshold; a merge's
+    # reversal drains its merged workers at split_load x capacity, a split's at merge_load x capacity
+    S = _service([1000, 2000, 30000, 1500])
+    caps = {2: 1.0, 4: 1.6}
+    rule = AnalyticRule()
+    rule.config = ControllerConfig()
+
+    def T(counts, rate, horizon):
+        return predicted_ttft_s(counts, rate, S, DEGREES, caps, 1.0, horizon)
+
+    after_merge = {4: 6, 2: 6}  # from {4: 4, 2: 10}: two merges made two CP-4 workers
+    merge = rule._reversal_cost_rs("merge", after_merge, {4: 2}, caps, 3.0, T)
+    after_split = {4: 4, 2: 10}  # from {4: 6, 2: 6}: two splits made four CP-2 workers
+    split = rule._reversal_cost_rs("split", after_split, {2: 4}, caps, 3.0, T)
+    cap = 6 * 1.6 + 6 * 1.0
+    r = rule.config.split_load * cap
+    assert merge == r * 3.0 * (T({4: 4, 2: 6}, r, 3.0) - T(after_merge, r, 3.0)) > 0
+    assert 0 < split < merge  # undoing a split drains at the low merge threshold
+    assert rule._reversal_cost_rs("merge", {4: 2}, {4: 2}, caps, 3.0, T) == math.inf  # nothing left to serve
