@@ -47,8 +47,6 @@ import functools
 import gzip
 import json
 import math
-import os
-import shutil
 import warnings
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -58,6 +56,7 @@ from typing import Any, NamedTuple
 from baselines.registry import get_policy
 from baselines.runner import run_policy
 from benchmark.capacity import task_episodes
+from benchmark.dispatch import Dispatcher
 from benchmark.tasks import Task, get_task
 from envs.metrics.summary import measured_summary
 from envs.provenance import git_commit
@@ -312,69 +311,6 @@ def split_score(task_id: str, name: str, max_train_episodes: int | None, params:
 Scorer = Callable[[dict, str], float]
 
 
-class _LocalMap:
-    """Scores batches in this process (``jobs == 1``) or on one process pool of ``jobs`` spawned
-    workers kept for the whole search."""
-
-    def __init__(self, score: Scorer, jobs: int) -> None:
-        self.score, self.jobs, self.ex = score, jobs, None
-
-    def __call__(self, batch: list[dict], split: str) -> list[float]:
-        if self.jobs == 1 or len(batch) == 1:
-            return [self.score(p, split) for p in batch]
-        if self.ex is None:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.ex = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
-        return list(self.ex.map(self.score, batch, [split] * len(batch)))
-
-    def close(self) -> None:
-        if self.ex is not None:
-            self.ex.shutdown(wait=True, cancel_futures=True)
-
-
-def _call(score: Scorer, params: dict, split: str) -> float:
-    return score(params, split)
-
-
-class _RayMap:
-    """Scores batches as Ray tasks (one CPU each). Unless Ray is already initialised it starts a
-    local instance (``num_cpus=jobs``, no dashboard) as ``cpgym sweep --backend ray`` does
-    (``experiments/sweep/backends.py``): its session folder in a fresh temporary folder removed at
-    the end, its authentication token in this process's environment only, for the search."""
-
-    def __init__(self, score: Scorer, jobs: int) -> None:
-        import secrets
-        import tempfile
-
-        import ray
-
-        self.ray, self.score, self.started, self.temp_dir = ray, score, False, None
-        self.env_before = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
-        if not ray.is_initialized():
-            self.temp_dir = tempfile.mkdtemp(prefix="cpgym-ray-", dir="/tmp")  # short: Ray's socket paths
-            if self.env_before["RAY_AUTH_MODE"] is None and self.env_before["RAY_AUTH_TOKEN"] is None:
-                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False, _temp_dir=self.temp_dir)
-            self.started = True
-        self.remote = ray.remote(num_cpus=1, max_retries=0)(_call)
-
-    def __call__(self, batch: list[dict], split: str) -> list[float]:
-        return self.ray.get([self.remote.remote(self.score, p, split) for p in batch])
-
-    def close(self) -> None:
-        if self.started:
-            self.ray.shutdown()
-        for k, v in self.env_before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        if self.temp_dir:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
 # ------------------------------------------------------------------------------------------
 # search
 
@@ -447,7 +383,8 @@ def tune(score: Scorer, space: dict[str, ParamRange], defaults: dict, *, num_tri
             :func:`split_score`).
         space: parameter -> :class:`ParamRange`.
         defaults: the policy's default parameters (round 0's first trial when inside the space).
-        backend: ``"local"`` (``jobs > 1``: a process pool) or ``"ray"``.
+        backend: ``"local"`` (``jobs > 1``: a process pool) or ``"ray"``
+            (:class:`benchmark.dispatch.Dispatcher`).
         jobs: workers scoring a batch in parallel (does not change the result).
         batch_size: trials asked before their scores are told (changes the result).
 
@@ -464,7 +401,11 @@ def tune(score: Scorer, space: dict[str, ParamRange], defaults: dict, *, num_tri
         raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
     for p, r in space.items():
         r.check(p)
-    score_batch = _RayMap(score, jobs) if backend == "ray" else _LocalMap(score, jobs)
+    dispatcher = Dispatcher(score, backend, jobs)
+
+    def score_batch(batch: list[dict], split: str) -> list[float]:
+        return dispatcher([(p, split) for p in batch])
+
     try:
         memo: dict = {}
         val_memo: dict = {}
@@ -504,7 +445,7 @@ def tune(score: Scorer, space: dict[str, ParamRange], defaults: dict, *, num_tri
                 "validation_mean_ttft_s": chosen["validation_mean_ttft_s"],
                 "num_trials": sum(r["num_trials"] for r in rounds), "rounds": rounds, "records": records}
     finally:
-        score_batch.close()
+        dispatcher.close()
 
 
 # ------------------------------------------------------------------------------------------

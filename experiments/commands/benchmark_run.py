@@ -5,7 +5,8 @@ the per-episode rows in ``--out``.
 ``--split`` defaults to ``validation`` (model selection); a ``--split test`` run is appended to
 the ledger (``benchmark.ledger``, ``--ledger FILE``) and may write leaderboard entries
 (``--entries``). ``--quick``: at most ``benchmark.protocol.QUICK_EPISODES`` (4) episodes per task,
-evenly spread over the split (first and last kept) — a smoke run, not a result.
+evenly spread over the split (first and last kept) — a smoke run, not a result. ``--backend ray``
+/ ``--jobs N``: where the episodes run (``benchmark.dispatch``; same rows).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         tasks = parse_task_ids(args.tasks)
     except ValueError as exc:
         raise ValueError(f"--tasks: {exc}".replace("--tasks: --tasks", "--tasks")) from None
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.entries is not None and args.split != "test":
         raise ValueError("--entries: leaderboard entries are test-split results; add --split test")
     return execute(list(args.policy), tasks, args, QUICK_EPISODES if args.quick else None)
@@ -42,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episodes: int | None) -> int:
     """Runs ``specs`` on ``tasks`` (``benchmark.protocol.run_benchmark``) and reports as ``args``
-    say (``split``, ``format``, ``out``, ``ledger``, ``entries`` (optional), ``quiet``, ``argv``);
+    say (``split``, ``format``, ``out``, ``ledger``, ``entries``, ``backend``, ``jobs`` (optional),
+    ``quiet``, ``argv``);
     shared with ``cpgym evaluate`` (a view of the same protocol). ``--out`` ending in ``.csv``:
     the per-episode rows as CSV; else JSON ``{"rows": summary rows, "episodes": per-episode rows}``."""
     check_out_file(args.out)
@@ -54,7 +58,8 @@ def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episode
     commit = commit_id()
     results = []
     for t in tasks:
-        res = run_benchmark(contenders[t.id], [t], args.split, max_episodes=max_episodes, log=log)
+        res = run_benchmark(contenders[t.id], [t], args.split, max_episodes=max_episodes, log=log,
+                            backend=getattr(args, "backend", "local"), jobs=getattr(args, "jobs", 1))
         if args.split == "test":
             date = utc_now()
             append_ledger(args.ledger, [ledger_line(r["summary"], r["contender"].spec or r["contender"].label,
