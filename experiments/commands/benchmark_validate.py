@@ -16,15 +16,17 @@ from experiments.benchmark_specs import resolve_spec
 from experiments.flags.benchmark_validate import add_arguments  # noqa: F401  (re-exported: the command's flags)
 
 
-def check_entry(entry: dict, quiet: bool) -> tuple[list[str], int]:
-    """Re-runs one entry; ``(mismatch lines, number of values compared)``."""
+def check_entry(entry: dict, quiet: bool, backend: str = "local", jobs: int = 1) -> tuple[list[str], int]:
+    """Re-runs one entry (``backend``, ``jobs``: where its episodes run, ``benchmark.dispatch``);
+    ``(mismatch lines, number of values compared)``."""
     task = get_task(entry["task"])
     contender = resolve_spec(entry["spec"], task)
     problems = []
     if contender.checkpoint_sha256 != entry["checkpoint_sha256"]:
         problems.append(f"checkpoint_sha256: stored {entry['checkpoint_sha256']!r}, now {contender.checkpoint_sha256!r}")
     log = None if quiet else (lambda s: print(s, file=sys.stderr))
-    res = run_benchmark([contender], [task], entry["split"], max_episodes=entry["max_episodes"], log=log)[0]
+    res = run_benchmark([contender], [task], entry["split"], max_episodes=entry["max_episodes"], log=log,
+                        backend=backend, jobs=jobs)[0]
     if res["summary"]["policy"] != entry["summary"]["policy"]:  # a SPEC relabelled: compare under the stored label
         res["summary"]["policy"] = entry["summary"]["policy"]
         res["episodes"] = [{**e, "policy": entry["summary"]["policy"]} for e in res["episodes"]]
@@ -33,6 +35,8 @@ def check_entry(entry: dict, quiet: bool) -> tuple[list[str], int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     entries = read_entry(args.file)
     if args.policy is not None:
         entries = [e for e in entries if e["summary"]["policy"] == args.policy]
@@ -41,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     num_bad = 0
     for entry in entries:
         label = entry["summary"]["policy"]
-        problems, n = check_entry(entry, args.quiet)
+        problems, n = check_entry(entry, args.quiet, args.backend, args.jobs)
         for line in problems:
             print(f"{args.file} [{label}]: mismatch: {line}")
         if problems:

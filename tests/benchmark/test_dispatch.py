@@ -50,7 +50,8 @@ def test_ray_gives_the_same_rows_as_one_process():
 
 
 def test_cli_jobs_same_json_and_no_ray_import(tmp_path):
-    """``cpgym benchmark run --jobs 2`` prints the rows of ``--jobs 1``; a local run loads no Ray."""
+    """``cpgym benchmark run --jobs 2`` prints the rows of ``--jobs 1``; a local run loads no Ray;
+    ``--jobs 0`` (run, validate) is one line and exit 2."""
     code = ("import sys; from experiments.cli import main; rc = main(sys.argv[1:]); "
             "assert 'ray' not in sys.modules, 'a local run imported ray'; sys.exit(rc)")
     base = ["benchmark", "run", "--policy", "least-work", "--tasks", TASK.id, "--quick", "--format", "json", "--quiet"]
@@ -62,4 +63,7 @@ def test_cli_jobs_same_json_and_no_ray_import(tmp_path):
         outs.append(json.loads(p.stdout))
     assert outs[0] == outs[1] and outs[0][0]["num_episodes"] == 4
     p = subprocess.run([sys.executable, "-c", code, *base, "--jobs", "0"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "--jobs must be >= 1" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    p = subprocess.run([sys.executable, "-c", code, "benchmark", "validate", str(tmp_path / "none.json.gz"), "--jobs", "0"],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "--jobs must be >= 1" in p.stderr and len(p.stderr.strip().splitlines()) == 1
