@@ -7,7 +7,9 @@ contenders).
 * ``backend="local"``, ``jobs=1``: in this process, one after the other;
 * ``backend="local"``, ``jobs > 1``: a pool of ``jobs`` spawned processes, kept until
   :meth:`Dispatcher.close`; the function and each argument tuple travel cloudpickled (a lambda, a
-  closure or a policy built in Python goes as it is; cloudpickle comes with gymnasium);
+  closure or a policy built in Python goes as it is; cloudpickle comes with gymnasium); an item
+  that cannot be pickled (e.g. a learned reconfiguration policy's ``VecNormalize``) runs in this
+  process, in its turn;
 * ``backend="ray"``: Ray tasks of one CPU each. Unless Ray is already initialised it starts a
   local instance (``num_cpus=jobs``, no dashboard) as ``cpgym sweep --backend ray`` does
   (``experiments/sweep/backends.py``): its session folder in a fresh temporary folder removed at
@@ -93,8 +95,14 @@ class Dispatcher:
 
                 self.ex = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
                 self.dumps = cloudpickle.dumps
-            blobs = [self.dumps((self.fn, tuple(args))) for args in items]
-            yield from self.ex.map(_call_pickled, blobs)
+            jobs = []
+            for args in items:
+                try:
+                    jobs.append(self.ex.submit(_call_pickled, self.dumps((self.fn, tuple(args)))))
+                except Exception:  # noqa: BLE001 (cloudpickle raises what an object's __getstate__ raises)
+                    jobs.append(None)  # cannot travel (e.g. a learned policy's VecNormalize): runs here, in order
+            for job, args in zip(jobs, items):
+                yield self.fn(*args) if job is None else job.result()
 
     def __call__(self, items: Sequence[tuple]) -> list:
         """``[fn(*item) for item in items]`` (module docstring: where they run)."""

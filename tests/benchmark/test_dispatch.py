@@ -29,6 +29,11 @@ def test_dispatcher_keeps_input_order_and_refuses_bad_settings():
     with Dispatcher(pow, "local", 2) as d:
         assert d([(2, k) for k in range(6)]) == [1, 2, 4, 8, 16, 32]
         assert list(d.imap([(3, 2)])) == [9]
+    import threading
+
+    lock = threading.Lock()  # cannot be pickled: that item runs in this process, in its turn
+    with Dispatcher(lambda a, b: a if b is None else b.locked(), "local", 2) as d:
+        assert d([(1, None), (2, lock), (3, None)]) == [1, False, 3]
     with Dispatcher(lambda a, b: a - b) as d:  # in this process: anything callable
         assert d([(5, 1), (1, 5)]) == [4, -4]
     with pytest.raises(ValueError, match="backend"):
