@@ -10,7 +10,9 @@ sorted keys: stable bytes), so the results folder holds one file per task;
 ``null``. :func:`leaderboard_markdown` renders one table per task plus a summary: per policy, the
 geometric mean over the tasks it has entries for of its mean TTFT relative to the task's reference
 (``1 + delta_mean_ttft_pct / 100``: the paired deltas are of per-episode means, so this is the
-ratio of the means over the same episodes). :func:`compare_entry` checks a re-run number by number
+ratio of the means over the same episodes). A hindsight oracle (``oracle:...``,
+``benchmark.references``) is listed with the other entries, marked "(hindsight, not
+attainable)", with its definition under the tables. :func:`compare_entry` checks a re-run number by number
 (``cpgym benchmark validate``: runs are deterministic, so equality is exact).
 """
 
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmark.ledger import DEFAULT_LEDGER, count_test_evaluations
+from benchmark.references import ORACLE_PREFIX, ORACLES, is_oracle_spec
 
 #: Default folder of the entries and path of the generated leaderboard (relative to the repository root).
 ENTRIES_DIR = Path("results/benchmark/entries")
@@ -114,7 +117,16 @@ NOTES = {
                "which overlap the conversation tasks' validation and test blocks: it is not a sealed-split result. "
                "On the reconfiguration tasks it is `policies/checkpoints/reconfig_target`, trained on "
                "`matched-phases` seeds below 1000 (disjoint from the test seeds 2000-2009).",
+    **{ORACLE_PREFIX + k: f"hindsight oracle, **not attainable** (it chooses knowing each test episode's outcome): {v} "
+                          f"(`benchmark/references.py`)." for k, v in ORACLES.items()},
 }
+#: Appended to the policy cell of an entry that is not attainable (a hindsight oracle).
+NOT_ATTAINABLE = " (hindsight, not attainable)"
+
+
+def policy_cell(label: str) -> str:
+    """The leaderboard's name of policy ``label``: a hindsight oracle is marked :data:`NOT_ATTAINABLE`."""
+    return label + NOT_ATTAINABLE if is_oracle_spec(label) else label
 
 
 def _num(x, fmt: str) -> str:
@@ -164,7 +176,7 @@ def leaderboard_markdown(entries: Sequence[dict], ledger: Sequence[dict], *, ent
               "| policy | tasks | mean TTFT / reference (geometric mean) |", "|---|---:|---:|"]
     geo = {p: math.exp(sum(map(math.log, rs)) / len(rs)) for p, rs in ratios.items()}
     for p in sorted(geo, key=lambda k: (geo[k], k)):
-        lines.append(f"| {p} | {len(ratios[p])} | {geo[p]:.3f} |")
+        lines.append(f"| {policy_cell(p)} | {len(ratios[p])} | {geo[p]:.3f} |")
     for task in sorted(by_task):
         es = sorted(by_task[task], key=lambda e: (e["summary"]["mean_ttft_s"] is None, e["summary"]["mean_ttft_s"] or 0,
                                                   e["summary"]["policy"]))
@@ -175,7 +187,7 @@ def leaderboard_markdown(entries: Sequence[dict], ledger: Sequence[dict], *, ent
         for e in es:
             s = e["summary"]
             n = counts.get((task, e["spec"], e.get("checkpoint_sha256")), 0)
-            lines.append(f"| {s['policy']} | {s['num_episodes']} | {_num(s['mean_ttft_s'], '.3f')} | "
+            lines.append(f"| {policy_cell(s['policy'])} | {s['num_episodes']} | {_num(s['mean_ttft_s'], '.3f')} | "
                          f"{_num(s['p90_ttft_s'], '.3f')} | {_num(s['p99_ttft_s'], '.3f')} | "
                          f"{_num(s['slo_attainment_token_weighted'], '.4f')} | {_delta(s)} | {n} | "
                          f"{'yes' if s['overloaded'] else 'no'} |")

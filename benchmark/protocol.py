@@ -49,6 +49,7 @@ import numpy as np
 from baselines.registry import PolicySpec
 from baselines.runner import run_policy
 from benchmark.capacity import is_overloaded_task, task_capacity
+from benchmark.dispatch import Dispatcher
 from benchmark.ledger import DEFAULT_LEDGER, read_ledger, record_test_runs
 from benchmark.specs import Contender, EpisodeRunner, reference_contender
 from benchmark.splits import check_split_name
@@ -124,20 +125,31 @@ def run_contender(contender: Contender, task: Task, episode: Workload) -> dict:
     return {**episode_metrics(result, episode.metadata["measure_from_s"]), "num_invalid_actions": num_invalid}
 
 
+def episode_row(contender: Contender, task: Task, split: str, episode: Workload, metrics: dict,
+                overloaded: bool) -> dict:
+    """The row (:data:`EPISODE_FIELDS`) of one episode's :func:`run_contender` ``metrics``."""
+    meta = episode.metadata
+    where = {"seed": meta["seed"]} if "seed" in meta else {"block_offset_s": meta["block_offset_s"]}
+    return {"task": task.id, "policy": contender.label, "split": split, "episode_index": meta["episode_index"],
+            **where, "num_requests": metrics["num_requests"], **{k: metrics[k] for k in METRICS},
+            "overloaded": overloaded, "num_invalid_actions": metrics["num_invalid_actions"]}
+
+
+def _log_row(log, row: dict) -> None:
+    if log:
+        log(f"{row['task']} {row['split']} {row['policy']}: episode {row['episode_index']}: mean TTFT "
+            f"{row['mean_ttft_s']:.4f} s")
+
+
 def episode_rows(contender: Contender, task: Task, split: str, episodes: Sequence[Workload], overloaded: bool,
                  log=None) -> list[dict]:
-    """One row per episode (:data:`EPISODE_FIELDS`) of ``contender`` on ``episodes``; ``overloaded``:
-    the task's rate is past its measured capacity (``benchmark.capacity.is_overloaded_task``)."""
+    """One row per episode (:data:`EPISODE_FIELDS`) of ``contender`` on ``episodes``, run in this
+    process; ``overloaded``: the task's rate is past its measured capacity
+    (``benchmark.capacity.is_overloaded_task``)."""
     rows = []
     for ep in episodes:
-        meta = ep.metadata
-        m = run_contender(contender, task, ep)
-        where = {"seed": meta["seed"]} if "seed" in meta else {"block_offset_s": meta["block_offset_s"]}
-        rows.append({"task": task.id, "policy": contender.label, "split": split, "episode_index": meta["episode_index"],
-                     **where, "num_requests": m["num_requests"], **{k: m[k] for k in METRICS}, "overloaded": overloaded,
-                     "num_invalid_actions": m["num_invalid_actions"]})
-        if log:
-            log(f"{task.id} {split} {contender.label}: episode {meta['episode_index']}: mean TTFT {m['mean_ttft_s']:.4f} s")
+        rows.append(episode_row(contender, task, split, ep, run_contender(contender, task, ep), overloaded))
+        _log_row(log, rows[-1])
     return rows
 
 
@@ -185,31 +197,46 @@ def as_contender(policy, label: str | None = None) -> Contender:
 
 
 def run_benchmark(contenders: Sequence[Contender], tasks: Sequence[Task], split: str = "validation", *,
-                  max_episodes: int | None = None, log=None) -> list[dict]:
+                  max_episodes: int | None = None, log=None, backend: str = "local", jobs: int = 1) -> list[dict]:
     """Runs every contender on every task's ``split`` (at most ``max_episodes`` episodes per task,
     evenly spread) and the task's reference on the same episodes (once per task; a contender
     whose label or SPEC is the reference's reuses its rows).
+
+    Args:
+        backend, jobs: where the (contender, episode) runs of a task go
+            (:class:`benchmark.dispatch.Dispatcher`: ``"local"`` with ``jobs`` processes, or
+            ``"ray"``); the rows do not depend on them. Progress lines follow the episode order.
 
     Returns:
         Per (task, contender), in that order: ``{"summary": summary row, "episodes": rows,
         "contender": Contender}``.
 
     Raises:
-        ValueError: on an unknown split, or a task without stored capacity or reference.
+        ValueError: on an unknown split, backend, ``jobs`` < 1, or a task without stored capacity
+            or reference.
     """
     check_split_name(split)
     out = []
-    for task in tasks:
-        entry = task_capacity(task)  # checked once: a check builds the training workload
-        eps = episodes(task, split, rate_scale(task, entry["capacity_rps"], entry["native_rps"]), max_episodes=max_episodes)
-        overloaded = is_overloaded_task(task, entry=entry)
-        ref = reference_contender(task)
-        ref_rows = episode_rows(ref, task, split, eps, overloaded, log)
-        for c in contenders:
-            same = c.label == ref.label or (c.spec is not None and c.spec == ref.spec)
-            rows = [{**r, "policy": c.label} for r in ref_rows] if same else episode_rows(c, task, split, eps, overloaded, log)
-            out.append({"summary": summary_row(task, split, c.label, rows, ref.label, ref_rows, same), "episodes": rows,
-                        "contender": c})
+    with Dispatcher(run_contender, backend, jobs) as dispatcher:
+        for task in tasks:
+            entry = task_capacity(task)  # checked once: a check builds the training workload
+            eps = episodes(task, split, rate_scale(task, entry["capacity_rps"], entry["native_rps"]),
+                           max_episodes=max_episodes)
+            overloaded = is_overloaded_task(task, entry=entry)
+            ref = reference_contender(task)
+            same = [c.label == ref.label or (c.spec is not None and c.spec == ref.spec) for c in contenders]
+            runs = [ref] + [c for c, s in zip(contenders, same) if not s]
+            rows: list[list[dict]] = [[] for _ in runs]
+            items = [(c, task, ep) for c in runs for ep in eps]
+            for i, metrics in enumerate(dispatcher.imap(items)):
+                k, ep = divmod(i, len(eps))
+                rows[k].append(episode_row(runs[k], task, split, eps[ep], metrics, overloaded))
+                _log_row(log, rows[k][-1])
+            ref_rows, own = rows[0], iter(rows[1:])
+            for c, s in zip(contenders, same):
+                c_rows = [{**r, "policy": c.label} for r in ref_rows] if s else next(own)
+                out.append({"summary": summary_row(task, split, c.label, c_rows, ref.label, ref_rows, s),
+                            "episodes": c_rows, "contender": c})
     return out
 
 

@@ -10,7 +10,9 @@ SPEC forms resolved here (the heuristics, ``baselines.registry``):
   ``tuned:fixed`` — a reconfiguration task's best fixed composition chosen on its training split
   (``benchmark.references``);
 * ``fixed:COMPOSITION`` — no reconfiguration on another fixed composition of the task's GPUs
-  (``vertumnus-router`` on it; ``+`` stands for ``,`` in a mixed one: ``fixed:cp8x2+cp4x6``).
+  (``vertumnus-router`` on it; ``+`` stands for ``,`` in a mixed one: ``fixed:cp8x2+cp4x6``);
+* ``oracle:best-fixed``, ``oracle:per-phase`` — a reconfiguration task's hindsight oracles
+  (``benchmark.references``: not attainable, marked so on the leaderboard).
 
 Checkpoints and ``shipped`` (the shipped learned policy for the task's kind) need ``policies``,
 which sits above this layer: ``experiments.benchmark_specs.resolve_spec`` resolves every form.
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from baselines.registry import POLICIES, PolicySpec, get_policy
+from benchmark.references import ORACLE_PREFIX, is_oracle_spec, oracle_runner
 from benchmark.tasks import Task
 from benchmark.tuned import load_tuned
 from envs.sim.config import SimConfig
@@ -138,10 +141,11 @@ def tuned_contender(task: Task, name: str) -> Contender | None:
 
 
 def is_heuristic_spec(text: str) -> bool:
-    """Whether ``text`` is one of this module's SPEC forms (a registered name, with parameters, or
-    ``tuned:`` a registered name)."""
+    """Whether ``text`` is one of this module's SPEC forms (a registered name, with parameters,
+    ``tuned:`` a registered name, ``fixed:`` or ``oracle:``)."""
     name = text[len(TUNED_PREFIX):] if text.startswith(TUNED_PREFIX) else text.split(":", 1)[0]
-    return text in POLICIES or name in POLICIES or text.startswith(FIXED_PREFIX) or text == TUNED_PREFIX + "fixed"
+    return text in POLICIES or name in POLICIES or text.startswith(FIXED_PREFIX) or text == TUNED_PREFIX + "fixed" \
+        or is_oracle_spec(text)
 
 
 def fixed_composition(text: str) -> str:
@@ -155,7 +159,8 @@ def heuristic_contender(text: str, task: Task) -> Contender:
     Raises:
         ValueError: one line naming the SPEC: an unknown policy (with the known ones), an unknown
             parameter (with the policy's parameters), a ``tuned:`` policy without stored
-            parameters for the task (with the command that tunes it).
+            parameters for the task (with the command that tunes it), an unknown oracle or an
+            oracle on a routing task.
     """
     text = text.strip()
     if text in POLICIES:
@@ -170,6 +175,8 @@ def heuristic_contender(text: str, task: Task) -> Contender:
         except ValueError as exc:
             raise ValueError(f"--policy {text}: {exc}") from None
         return Contender(text, replace(get_policy(REFERENCE_ROUTER), name=text, composition=comp), spec=text)
+    if is_oracle_spec(text):  # hindsight: every candidate composition on the episode (benchmark.references)
+        return Contender(text, EpisodeRunner(text, oracle_runner(task, text[len(ORACLE_PREFIX):])), spec=text)
     if text == TUNED_PREFIX + "fixed":  # the best fixed composition chosen on training (benchmark.references)
         params = load_tuned(task, "fixed")
         if params is None:

@@ -35,9 +35,10 @@ Results: ``benchmark/tuned/<task id, / as __>.json`` (package data: ``{"task", "
 and the search record (every trial's parameters and training score, every validation re-score)
 as gzip-compressed JSON, ``policies[NAME]`` of ``results/benchmark/tuning/<task __>.json.gz``.
 
-Search spaces: :data:`TUNABLE`, one entry per policy name. The split/merge controller's
-thresholds and windows (``vertumnus-adaptive``) get one more entry once ``baselines/controller``
-settles: the tuner needs nothing else (its parameters already go through ``PolicySpec.with_params``).
+Search spaces: :data:`TUNABLE`, one entry per policy name; ``vertumnus`` (the paper's full
+system) searches the analytic §6 controller's thresholds, windows and gate
+(``baselines/controller/config.py``; its parameters go through ``PolicySpec.with_params`` like
+the routers').
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ import functools
 import gzip
 import json
 import math
-import os
-import shutil
 import warnings
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -57,6 +56,7 @@ from typing import Any, NamedTuple
 from baselines.registry import get_policy
 from baselines.runner import run_policy
 from benchmark.capacity import task_episodes
+from benchmark.dispatch import Dispatcher
 from benchmark.tasks import Task, get_task
 from envs.metrics.summary import measured_summary
 from envs.provenance import git_commit
@@ -129,6 +129,8 @@ class ParamRange(NamedTuple):
         return optuna.distributions.FloatDistribution(float(self.low), float(self.high), log=self.log)
 
 
+#: Where the controller's knobs are defined (their defaults and validity limits).
+_CC = "baselines/controller/config.py ControllerConfig"
 _WEIGHT = "a weight of a score; only ratios matter to an argmin/argmax, so one weight of the score stays fixed"
 
 #: Search spaces: policy name -> {parameter: range}. Sources of the defaults: the router's
@@ -140,8 +142,11 @@ _WEIGHT = "a weight of a score; only ratios matter to an argmin/argmax, so one w
 #: reference weights of their scale-invariant scores; sglang ``eviction_interval_s`` and
 #: ``max_tree_size_blocks`` (the tree's memory bookkeeping, upstream defaults).
 #: Policies without knobs (``least-work``, ``prefix-affinity``, ``mooncake-ttft``) have no entry.
-#: The controller (``vertumnus-adaptive``: ``ControllerConfig`` thresholds and windows) is one
-#: more entry here when its rewrite lands.
+#: ``vertumnus`` (the reconfiguration tasks' reference): the controller's documented knobs;
+#: fixed: ``split_target_load`` (0.75) and ``merge_max_projected_load`` (0.7), whose validity
+#: depends on the searched thresholds (with them fixed, every corner of the box is valid), the
+#: router's beta and lambda (paper defaults: a controller search), the look-ahead, profiling and
+#: mix-tracking settings (not the §6 rule's).
 TUNABLE: dict[str, dict[str, ParamRange]] = {
     "vertumnus-router": {
         "beta": ParamRange(1.0, 1e3, hard_low=1.0,
@@ -176,6 +181,38 @@ TUNABLE: dict[str, dict[str, ParamRange]] = {
                                      source=f"{_WEIGHT}; default 4 (baselines/industry/vllm.py VllmDPParams, vLLM "
                                             "DPLBAsyncMPClient); running_weight fixed at 1"),
     },
+    # the paper's system: Vertumnus router (beta 3, lambda 1 fixed: a controller search) + the
+    # analytic (gated §6) split/merge controller, baselines/controller/config.py ControllerConfig
+    "vertumnus": {
+        "split_load": ParamRange(0.75, 2.0, log=False, hard_low=0.75,
+                                 source=f"{_CC} split_load, forecast load of the split region; default 0.85; >= "
+                                        "split_target_load (0.75, fixed) and > merge_max_projected_load (0.7, fixed); "
+                                        "above 1: splits only past capacity"),
+        "merge_load": ParamRange(0.005, 0.7, hard_low=0.0, hard_high=0.7,
+                                 source=f"{_CC} merge_load, forecast load of the merge region; default 0.5; > 0 and "
+                                        "<= merge_max_projected_load (0.7, fixed); near 0: never merges"),
+        "k_windows": ParamRange(1, 8, log=False, integer=True, hard_low=1,
+                                source=f"{_CC} k_windows, windows a condition must be sustained, integer >= 1; "
+                                       "default 2 (paper §6); linear: 8 windows (160 s) is already a phase's length"),
+        "gate_horizon_s": ParamRange(6.0, 600.0, hard_low=0.0,
+                                     source=f"{_CC} gate_horizon_s, span a move's predicted gain is counted over [s], "
+                                            "> 0; default 60 (= min_dwell_s)"),
+        "gate_z": ParamRange(0.0, 5.0, log=False, hard_low=0.0,
+                             source=f"{_CC} gate_z, half-width of the rate noise band in standard errors, >= 0 (0: no "
+                                    "band); default 1.96"),
+        "min_dwell_s": ParamRange(1.0, 1000.0, hard_low=0.0,
+                                  source=f"{_CC} min_dwell_s, lockout before the opposite move [s], >= 0 (0 disables; "
+                                         "below the 20 s decision window it acts as 0); default 60"),
+        "trend_horizon_s": ParamRange(1.0, 400.0, hard_low=0.0,
+                                      source=f"{_CC} trend_horizon_s, horizon of the forecast rate's trend [s], >= 0 "
+                                             "(0 disables); default 40 (= k_windows x decision_window_s)"),
+        "long_fraction_merge": ParamRange(0.0, 1.0, log=False, hard_low=0.0, hard_high=1.0,
+                                          source=f"{_CC} long_fraction_merge, long-request share of arrivals that "
+                                                 "signals a merge at stable load, in [0, 1]; default 0.3"),
+        "max_gpu_share_per_window": ParamRange(0.01, 1.0, hard_low=0.0, hard_high=1.0,
+                                               source=f"{_CC} max_gpu_share_per_window, share of the pool's GPUs in "
+                                                      "operations started per window, in (0, 1]; default 0.5"),
+    },
 }
 
 #: Run seed of every tuning simulation (``Task.sim_config(seed)``; the simulator has no
@@ -199,8 +236,14 @@ DEFAULT_MAX_ROUNDS = 4
 #: (issue #39: budget >= the learned policy's): the residual PPO router
 #: (``policies/checkpoints/routing_conversation_residual``: 61,440 steps, 109 finished episodes
 #: in ``episodes.csv``) and the arm selector (``policies/checkpoints/routing_vertumnus_arms``:
-#: 48 arms x at most 48 training windows per cell = 2,304 window simulations per cell).
-LEARNED_TRAINING_EPISODES = {"routing_conversation_residual": 109, "routing_vertumnus_arms": 2304}
+#: 48 arms x at most 48 training windows per cell = 2,304 window simulations per cell), and the
+#: learned reconfiguration controller (``policies/checkpoints/reconfig_target``, README "Train" and
+#: its ``*train_config.json``: on 60 matched-phases training seeds, the per-phase TTFT table of the
+#: 36 fixed compositions = 2,160 episode simulations, 60 x (1 + 4 noisy) = 300 demonstration
+#: rollouts, and 512 + 1,536 PPO steps at 28.4 / 27.1 steps per episode (``*progress.csv``) = 18 +
+#: 57 episodes: 2,535 in all, of which 375 run the controller's own environment).
+LEARNED_TRAINING_EPISODES = {"routing_conversation_residual": 109, "routing_vertumnus_arms": 2304,
+                             "reconfig_target": 2535}
 
 
 def search_space(name: str) -> dict[str, ParamRange]:
@@ -266,69 +309,6 @@ def split_score(task_id: str, name: str, max_train_episodes: int | None, params:
 
 
 Scorer = Callable[[dict, str], float]
-
-
-class _LocalMap:
-    """Scores batches in this process (``jobs == 1``) or on one process pool of ``jobs`` spawned
-    workers kept for the whole search."""
-
-    def __init__(self, score: Scorer, jobs: int) -> None:
-        self.score, self.jobs, self.ex = score, jobs, None
-
-    def __call__(self, batch: list[dict], split: str) -> list[float]:
-        if self.jobs == 1 or len(batch) == 1:
-            return [self.score(p, split) for p in batch]
-        if self.ex is None:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.ex = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
-        return list(self.ex.map(self.score, batch, [split] * len(batch)))
-
-    def close(self) -> None:
-        if self.ex is not None:
-            self.ex.shutdown(wait=True, cancel_futures=True)
-
-
-def _call(score: Scorer, params: dict, split: str) -> float:
-    return score(params, split)
-
-
-class _RayMap:
-    """Scores batches as Ray tasks (one CPU each). Unless Ray is already initialised it starts a
-    local instance (``num_cpus=jobs``, no dashboard) as ``cpgym sweep --backend ray`` does
-    (``experiments/sweep/backends.py``): its session folder in a fresh temporary folder removed at
-    the end, its authentication token in this process's environment only, for the search."""
-
-    def __init__(self, score: Scorer, jobs: int) -> None:
-        import secrets
-        import tempfile
-
-        import ray
-
-        self.ray, self.score, self.started, self.temp_dir = ray, score, False, None
-        self.env_before = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
-        if not ray.is_initialized():
-            self.temp_dir = tempfile.mkdtemp(prefix="cpgym-ray-", dir="/tmp")  # short: Ray's socket paths
-            if self.env_before["RAY_AUTH_MODE"] is None and self.env_before["RAY_AUTH_TOKEN"] is None:
-                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False, _temp_dir=self.temp_dir)
-            self.started = True
-        self.remote = ray.remote(num_cpus=1, max_retries=0)(_call)
-
-    def __call__(self, batch: list[dict], split: str) -> list[float]:
-        return self.ray.get([self.remote.remote(self.score, p, split) for p in batch])
-
-    def close(self) -> None:
-        if self.started:
-            self.ray.shutdown()
-        for k, v in self.env_before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        if self.temp_dir:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------
@@ -403,7 +383,8 @@ def tune(score: Scorer, space: dict[str, ParamRange], defaults: dict, *, num_tri
             :func:`split_score`).
         space: parameter -> :class:`ParamRange`.
         defaults: the policy's default parameters (round 0's first trial when inside the space).
-        backend: ``"local"`` (``jobs > 1``: a process pool) or ``"ray"``.
+        backend: ``"local"`` (``jobs > 1``: a process pool) or ``"ray"``
+            (:class:`benchmark.dispatch.Dispatcher`).
         jobs: workers scoring a batch in parallel (does not change the result).
         batch_size: trials asked before their scores are told (changes the result).
 
@@ -420,7 +401,11 @@ def tune(score: Scorer, space: dict[str, ParamRange], defaults: dict, *, num_tri
         raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
     for p, r in space.items():
         r.check(p)
-    score_batch = _RayMap(score, jobs) if backend == "ray" else _LocalMap(score, jobs)
+    dispatcher = Dispatcher(score, backend, jobs)
+
+    def score_batch(batch: list[dict], split: str) -> list[float]:
+        return dispatcher([(p, split) for p in batch])
+
     try:
         memo: dict = {}
         val_memo: dict = {}
@@ -460,7 +445,7 @@ def tune(score: Scorer, space: dict[str, ParamRange], defaults: dict, *, num_tri
                 "validation_mean_ttft_s": chosen["validation_mean_ttft_s"],
                 "num_trials": sum(r["num_trials"] for r in rounds), "rounds": rounds, "records": records}
     finally:
-        score_batch.close()
+        dispatcher.close()
 
 
 # ------------------------------------------------------------------------------------------

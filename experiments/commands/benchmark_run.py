@@ -6,7 +6,8 @@ the per-episode rows in ``--out``.
 the ledger (``benchmark.ledger``, ``--ledger FILE``) and may write leaderboard entries
 (``--entries``). ``--quick``: at most ``benchmark.protocol.QUICK_EPISODES`` (4) episodes per task,
 evenly spread over the split (first and last kept) — a smoke run, not a result (refused with
-``--entries``). A ``--split test`` run refuses a ``--ledger`` file that is not a ledger.
+``--entries``). A ``--split test`` run refuses a ``--ledger`` file that is not a ledger. ``--backend ray``
+/ ``--jobs N``: where the episodes run (``benchmark.dispatch``; same rows).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
         tasks = parse_task_ids(args.tasks)
     except ValueError as exc:
         raise ValueError(f"--tasks: {exc}".replace("--tasks: --tasks", "--tasks")) from None
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.entries is not None and args.split != "test":
         raise ValueError("--entries: leaderboard entries are test-split results; add --split test")
     if args.entries is not None and args.quick:
@@ -45,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episodes: int | None) -> int:
     """Runs ``specs`` on ``tasks`` (``benchmark.protocol.run_benchmark``) and reports as ``args``
-    say (``split``, ``format``, ``out``, ``ledger``, ``entries`` (optional), ``quiet``, ``argv``);
+    say (``split``, ``format``, ``out``, ``ledger``, ``entries``, ``backend``, ``jobs`` (optional),
+    ``quiet``, ``argv``);
     shared with ``cpgym evaluate`` (a view of the same protocol). ``--out`` ending in ``.csv``:
     the per-episode rows as CSV; else JSON ``{"rows": summary rows, "episodes": per-episode rows}``."""
     check_out_file(args.out)
@@ -62,7 +66,8 @@ def execute(specs: list[str], tasks: list, args: argparse.Namespace, max_episode
     commit = commit_id()
     results = []
     for t in tasks:
-        res = run_benchmark(contenders[t.id], [t], args.split, max_episodes=max_episodes, log=log)
+        res = run_benchmark(contenders[t.id], [t], args.split, max_episodes=max_episodes, log=log,
+                            backend=getattr(args, "backend", "local"), jobs=getattr(args, "jobs", 1))
         if args.split == "test":
             record_test_runs(args.ledger, res)
         if entries is not None:

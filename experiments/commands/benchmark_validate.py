@@ -58,8 +58,9 @@ def fill_missing_counts(entry: dict, contender: Contender) -> dict:
             "episodes": [{"num_invalid_actions": 0, **e} for e in entry["episodes"]]}
 
 
-def check_entry(entry: dict, quiet: bool, file: str = "") -> tuple[list[str], int]:
-    """Re-runs one entry; ``(mismatch lines, number of values compared)``."""
+def check_entry(entry: dict, quiet: bool, file: str = "", backend: str = "local", jobs: int = 1) -> tuple[list[str], int]:
+    """Re-runs one entry (``backend``, ``jobs``: where its episodes run, ``benchmark.dispatch``);
+    ``(mismatch lines, number of values compared)``."""
     task, contender = resolve_entry(entry, file)
     entry = fill_missing_counts(entry, contender)
     problems = []
@@ -67,7 +68,8 @@ def check_entry(entry: dict, quiet: bool, file: str = "") -> tuple[list[str], in
             entry["checkpoint_sha256"] != legacy_checkpoint_sha256(entry["spec"], task):
         problems.append(f"checkpoint_sha256: stored {entry['checkpoint_sha256']!r}, now {contender.checkpoint_sha256!r}")
     log = None if quiet else (lambda s: print(s, file=sys.stderr))
-    res = run_benchmark([contender], [task], entry["split"], max_episodes=entry["max_episodes"], log=log)[0]
+    res = run_benchmark([contender], [task], entry["split"], max_episodes=entry["max_episodes"], log=log,
+                        backend=backend, jobs=jobs)[0]
     if res["summary"]["policy"] != entry["summary"]["policy"]:  # a SPEC relabelled: compare under the stored label
         res["summary"]["policy"] = entry["summary"]["policy"]
         res["episodes"] = [{**e, "policy": entry["summary"]["policy"]} for e in res["episodes"]]
@@ -76,6 +78,8 @@ def check_entry(entry: dict, quiet: bool, file: str = "") -> tuple[list[str], in
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if not Path(args.file).exists():
         raise ValueError(f"{args.file}: does not exist; entries are under results/benchmark/entries/")
     entries = read_entry(args.file)
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     num_bad = 0
     for entry in entries:
         label = entry["summary"]["policy"]
-        problems, n = check_entry(entry, args.quiet, args.file)
+        problems, n = check_entry(entry, args.quiet, args.file, args.backend, args.jobs)
         for line in problems:
             print(f"{args.file} [{label}]: mismatch: {line}")
         if problems:

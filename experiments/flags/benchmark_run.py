@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from benchmark.dispatch import BACKENDS
 from benchmark.leaderboard import ENTRIES_DIR
 from benchmark.ledger import DEFAULT_LEDGER
 from benchmark.splits import QUICK_EPISODES
@@ -27,4 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entries", metavar="DIR", nargs="?", const=str(ENTRIES_DIR), default=None,
                    help=f"--split test: also write one leaderboard entry per (task, policy) under DIR "
                         f"(default when given without DIR: {ENTRIES_DIR})")
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="where the episodes run: this machine (a process pool with --jobs > 1) or Ray (default local; "
+                        "the rows do not depend on it)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="workers running episodes in parallel (default 1; does not change the rows)")
     p.add_argument("--quiet", action="store_true", help="no per-episode progress lines on stderr")

@@ -54,3 +54,78 @@ def test_tuned_fixed_runs_the_stored_composition_without_reconfiguration(tmp_pat
     other = get_task("reconfig/production-day-v1")
     with pytest.raises(ValueError, match="has no stored best fixed composition; run `cpgym benchmark tune fixed"):
         heuristic_contender("tuned:fixed", other)
+
+
+# ------------------------------------------------------------------------------------------
+# the hindsight oracles as leaderboard entries
+
+#: A few candidates (the task's 36 take ~15 CPU-s per matched-phases episode).
+FEW = ["cp8x5", "cp4x9,cp2x2", "cp4x6,cp2x8"]
+
+
+def test_oracle_specs_resolve_only_on_reconfiguration_tasks():
+    from benchmark.specs import EpisodeRunner
+    from experiments.benchmark_specs import resolve_spec
+
+    task = get_task("reconfig/matched-phases-v1")
+    for name in references.ORACLES:
+        c = resolve_spec(f"oracle:{name}", task)
+        assert c.label == c.spec == f"oracle:{name}" and isinstance(c.policy, EpisodeRunner)
+    with pytest.raises(ValueError, match=r"^--policy oracle:hindsight: unknown oracle 'hindsight'; oracles: "
+                                         r"oracle:best-fixed, oracle:per-phase$"):
+        resolve_spec("oracle:hindsight", task)
+    with pytest.raises(ValueError, match="reference points of the reconfiguration tasks, not of routing/"):
+        resolve_spec("oracle:per-phase", get_task("routing/conversation-0.9-v1"))
+
+
+def test_oracle_results_match_the_fixed_composition_table():
+    """The runner's two results agree with ``fixed_and_oracle_rows`` (whole-episode means of each
+    fixed pool; the request-weighted per-phase minimum), and the per-phase oracle is never behind."""
+    from baselines.fixed_compositions import fixed_and_oracle_rows
+    from benchmark.capacity import task_episodes
+    from benchmark.protocol import episode_metrics
+
+    task = get_task("reconfig/matched-phases-v1")
+    ep = task_episodes(task, "validation", max_episodes=1)[0]
+    res = references.oracle_results(ep, task.sim_config(), FEW)
+    table = fixed_and_oracle_rows([ep], task.sim_config(), FEW, FEW[0])[0]
+    best, phased = (episode_metrics(res[k], 0.0) for k in ("best-fixed", "per-phase"))
+    assert best["mean_ttft_s"] == pytest.approx(table["best_fixed_hindsight_mean_ttft_s"], rel=1e-12)
+    assert phased["mean_ttft_s"] == pytest.approx(table["oracle_mean_ttft_s"], rel=1e-12)
+    assert phased["mean_ttft_s"] <= best["mean_ttft_s"] and best["num_requests"] == phased["num_requests"] == ep.num_requests
+    assert res["per-phase"].extras["oracle_compositions"] == table["oracle_schedule"]
+    assert set(res["best-fixed"].records) == set(references.ORACLE_RECORD_KEYS)
+    assert references.oracle_results(ep, task.sim_config(), FEW) is res  # memoised: the second oracle is free
+
+
+def test_oracle_rows_are_the_same_in_one_process_and_on_a_pool(monkeypatch):
+    from benchmark.protocol import run_benchmark
+    from benchmark.specs import heuristic_contender
+
+    task = get_task("reconfig/matched-phases-v1")
+    monkeypatch.setattr(references, "fixed_candidates", lambda t: list(FEW))
+    cs = [heuristic_contender("oracle:best-fixed", task), heuristic_contender("oracle:per-phase", task)]
+    one = run_benchmark(cs, [task], "validation", max_episodes=1)
+    pool = run_benchmark(cs, [task], "validation", max_episodes=1, jobs=2)
+    def rows(res):  # as JSON: one episode's interval is NaN (NaN != NaN)
+        return json.dumps([(r["summary"], r["episodes"]) for r in res])
+
+    assert rows(one) == rows(pool)
+    assert one[1]["summary"]["mean_ttft_s"] <= one[0]["summary"]["mean_ttft_s"]
+
+
+def test_leaderboard_marks_the_oracles_not_attainable():
+    from benchmark.leaderboard import leaderboard_markdown, make_entry
+
+    def entry(label, mean, delta):
+        summary = {"task": "reconfig/matched-phases-v1", "policy": label, "split": "test", "num_episodes": 2,
+                   "mean_ttft_s": mean, "p90_ttft_s": 1.0, "p99_ttft_s": 2.0, "slo_attainment_token_weighted": 0.99,
+                   "reference": "tuned:vertumnus", "delta_mean_ttft_pct": delta, "ci_low": delta - 1,
+                   "ci_high": delta + 1, "overloaded": False}
+        return make_entry(summary, [], label, None, None, "abc", "cpgym benchmark run")
+
+    md = leaderboard_markdown([entry("oracle:per-phase", 0.40, -9.0), entry("tuned:fixed", 0.44, 0.5)], [])
+    assert "| oracle:per-phase (hindsight, not attainable) | 2 | 0.400 |" in md
+    assert "| tuned:fixed | 2 | 0.440 |" in md and "tuned:fixed (hindsight" not in md
+    assert "| oracle:per-phase (hindsight, not attainable) | 1 | 0.910 |" in md  # the summary table too
+    assert "* **oracle:per-phase**: hindsight oracle, **not attainable**" in md
