@@ -10,7 +10,7 @@ from envs.metrics.table import METRIC_ROWS, METRIC_TABLE, Metric, metric, metric
 
 def _views() -> dict[str, tuple[str, ...]]:
     from benchmark import protocol
-    from experiments import report, sweep_rows, tune_controller
+    from experiments import report, sweep_rows
     from experiments.paper_experiments import cache_sensitivity, end_to_end
     from experiments.sweep import execute
 
@@ -18,7 +18,6 @@ def _views() -> dict[str, tuple[str, ...]]:
             "experiments.report.METRICS": report.METRICS,
             "experiments.paper_experiments.cache_sensitivity.METRICS": cache_sensitivity.METRICS,
             "experiments.paper_experiments.end_to_end.METRICS": end_to_end.METRICS,
-            "experiments.tune_controller.SELECTION_METRICS": tune_controller.SELECTION_METRICS,
             "experiments.sweep_rows.SUMMARY_METRICS": sweep_rows.SUMMARY_METRICS,
             "experiments.sweep.execute.RESULT_METRICS": execute.RESULT_METRICS}
 
