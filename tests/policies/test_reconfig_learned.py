@@ -40,12 +40,13 @@ def test_evaluate_reconfig_checkpoint_through_cli(tiny_checkpoint, capsys):
                "--format", "json", "--quiet"])
     assert rc == 0
     table = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(table) == {str(tiny_checkpoint), "vertumnus-router", "vertumnus"}  # vertumnus: the task's reference
+    # the task's reference: tuned:vertumnus (the stored controller tuning), `vertumnus (untuned)` without one
+    assert set(table) == {str(tiny_checkpoint), "vertumnus-router", "tuned:vertumnus"}
     for r in table.values():
         assert r["task"] == "reconfig/matched-phases-v1" and r["num_episodes"] == 1
         assert r["mean_ttft_s"] > 0 and r["p90_ttft_s"] >= r["mean_ttft_s"] * 0.5
         assert 0.0 <= r["slo_attainment_token_weighted"] <= 1.0
-    assert table["vertumnus"]["delta_mean_ttft_pct"] == 0.0  # paired difference against the reference itself
+    assert table["tuned:vertumnus"]["delta_mean_ttft_pct"] == 0.0  # paired difference against the reference itself
 
 
 @pytest.mark.slow
