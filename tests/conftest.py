@@ -7,6 +7,8 @@ so sharing it cannot couple tests.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from envs import workloads
@@ -14,6 +16,12 @@ from envs.sim import Calibration, SimConfig, Workload
 from kernels_ref.roofline import Efficiency, build_calibration_dict
 from kernels_ref.specs import get_gpu, get_model
 from tests.factories import SMALL_POOL, toy_calibration
+
+# Ray's head waits ~20 s for its GCS server to come up; on a loaded 2-core CI machine that start
+# can take longer (a slow-run flake: "Failed to start GCS"). Ray reads this budget from the
+# environment of the process that starts the head (ray/_private/node.py); the tests that start Ray
+# inherit it.
+os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
 
 
 @pytest.fixture(scope="session")
