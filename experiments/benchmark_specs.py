@@ -13,8 +13,7 @@
 A checkpoint's kind must be the task's (a routing checkpoint on a reconfiguration task is an
 error). The resolved :class:`benchmark.specs.Contender` carries the hash of the checkpoint's
 policy (the ledger's ``checkpoint_sha256``: ``policies.common.checkpoint_hash.policy_sha256``, the
-same for the same weights; entries from before it hold the model file's SHA-256,
-:func:`legacy_checkpoint_sha256`).
+same for the same weights).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from __future__ import annotations
 from benchmark.specs import Contender, EpisodeRunner, heuristic_contender, is_heuristic_spec
 from benchmark.tasks import Task
 from policies.common.checkpoint import SHIPPED_CHECKPOINTS, LearnedPolicy, checkpoint_path, resolve_checkpoint
-from policies.common.checkpoint_hash import file_sha256, policy_sha256
+from policies.common.checkpoint_hash import policy_sha256
 from policies.common.policy_args import check_checkpoint_kind, check_policy_argument, is_checkpoint, looks_like_path
 from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
@@ -73,17 +72,6 @@ def resolve_spec(spec: str, task: Task) -> Contender:
         return heuristic_contender(spec, task)  # NAME:... with an unknown NAME: one line with the known names
     check_policy_argument(spec)  # unknown name: "did you mean", the accepted forms
     raise AssertionError("unreachable: check_policy_argument accepted an unknown policy")  # pragma: no cover
-
-
-def legacy_checkpoint_sha256(spec: str, task: Task) -> str | None:
-    """The SHA-256 of the model file of checkpoint SPEC ``spec`` on ``task`` (the
-    ``checkpoint_sha256`` of entries and ledger lines written before
-    ``policies.common.checkpoint_hash``), ``None`` for a SPEC that is not a checkpoint."""
-    spec = str(spec).strip()
-    alias = SHIPPED_BY_KIND[task.kind] if spec == "shipped" else spec
-    if spec != "shipped" and (is_heuristic_spec(spec) or not (spec in SHIPPED_CHECKPOINTS or is_checkpoint(spec))):
-        return None
-    return file_sha256(resolve_checkpoint(alias)[0])
 
 
 def resolve_specs(specs: list[str], task: Task) -> list[Contender]:

@@ -24,7 +24,7 @@ from benchmark.leaderboard import compare_entry, read_entry
 from benchmark.protocol import run_benchmark
 from benchmark.specs import Contender, EpisodeRunner
 from benchmark.tasks import get_task
-from experiments.benchmark_specs import legacy_checkpoint_sha256, resolve_spec
+from experiments.benchmark_specs import resolve_spec
 from experiments.flags.benchmark_validate import add_arguments  # noqa: F401  (re-exported: the command's flags)
 
 
@@ -64,8 +64,7 @@ def check_entry(entry: dict, quiet: bool, file: str = "", backend: str = "local"
     task, contender = resolve_entry(entry, file)
     entry = fill_missing_counts(entry, contender)
     problems = []
-    if contender.checkpoint_sha256 != entry["checkpoint_sha256"] and \
-            entry["checkpoint_sha256"] != legacy_checkpoint_sha256(entry["spec"], task):
+    if contender.checkpoint_sha256 != entry["checkpoint_sha256"]:
         problems.append(f"checkpoint_sha256: stored {entry['checkpoint_sha256']!r}, now {contender.checkpoint_sha256!r}")
     log = None if quiet else (lambda s: print(s, file=sys.stderr))
     res = run_benchmark([contender], [task], entry["split"], max_episodes=entry["max_episodes"], log=log,

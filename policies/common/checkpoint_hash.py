@@ -14,9 +14,8 @@ the policy and nothing else:
 * any other model file (``arm_model.json`` of an arm-selection checkpoint, written with no
   volatile field): the SHA-256 of its bytes (:func:`file_sha256`).
 
-Entries and ledger lines written before this hash (commit ``7265f77`` and earlier) hold the
-SHA-256 of the ``model.zip`` file itself; :func:`file_sha256` recomputes it for them
-(``cpgym benchmark validate`` accepts either).
+Ledger lines written before this hash (commit ``7265f77`` and earlier) hold the SHA-256 of the
+``model.zip`` file itself; every committed leaderboard entry was re-run with this hash.
 """
 
 from __future__ import annotations

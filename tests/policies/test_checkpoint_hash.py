@@ -83,19 +83,15 @@ def test_a_json_model_is_hashed_by_its_bytes_and_a_zip_without_a_policy_is_refus
         policy_sha256(tmp_path / "m.zip")
 
 
-def test_committed_entries_keep_their_model_file_hash():
+def test_committed_entries_carry_the_policy_hash():
     from benchmark.leaderboard import read_entry
     from benchmark.tasks import get_task
-    from experiments.benchmark_specs import legacy_checkpoint_sha256, resolve_spec
+    from experiments.benchmark_specs import resolve_spec
 
-    task = get_task("reconfig/matched-phases-v1")
-    (entry,) = [e for e in read_entry("results/benchmark/entries/reconfig__matched-phases-v1.json.gz")
-                if e["spec"] == "shipped"]
-    now = resolve_spec("shipped", task).checkpoint_sha256
-    assert now == policy_sha256(f"{SHIPPED_RECONFIG}/model.zip") != entry["checkpoint_sha256"]
-    assert legacy_checkpoint_sha256("shipped", task) == entry["checkpoint_sha256"]  # validate accepts it
-    assert legacy_checkpoint_sha256("vertumnus", task) is None
-    routing = get_task("routing/conversation-0.9-v1")
-    (arms,) = [e for e in read_entry("results/benchmark/entries/routing__conversation-0.9-v1.json.gz")
-               if e["spec"] == "shipped"]
-    assert resolve_spec("shipped", routing).checkpoint_sha256 == arms["checkpoint_sha256"]  # unchanged
+    for task_id in ("reconfig/matched-phases-v1", "reconfig/production-day-v1", "routing/conversation-0.9-v1"):
+        task = get_task(task_id)
+        (entry,) = [e for e in read_entry(f"results/benchmark/entries/{task_id.replace('/', '__')}.json.gz")
+                    if e["spec"] == "shipped"]
+        assert resolve_spec("shipped", task).checkpoint_sha256 == entry["checkpoint_sha256"]
+    assert policy_sha256(f"{SHIPPED_RECONFIG}/model.zip") == resolve_spec(
+        "shipped", get_task("reconfig/matched-phases-v1")).checkpoint_sha256
