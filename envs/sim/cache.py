@@ -66,6 +66,10 @@ class PrefixCache:
         """READY, PENDING or None (absent)."""
         return self._blocks.get(block_hash)
 
+    def num_common_blocks(self, other: "PrefixCache") -> int:
+        """Number of block hashes resident in both this cache and ``other`` (any state)."""
+        return len(self._blocks.keys() & other._blocks.keys())
+
     def blocks(self) -> list[int]:
         """Resident block hashes, least recently used first (a copy)."""
         return list(self._blocks)

@@ -338,7 +338,7 @@ class Reconfigurator:
             w = sim.workers[op.worker_ids[0]]
             return sum(min(len(w.cache), cap) for cap in self._half_capacities(w.degree // 2, w.first_gpu))
         a, b = (sim.workers[i].cache for i in op.worker_ids)
-        common = sum(1 for h in a.blocks() if h in b)
+        common = a.num_common_blocks(b)
         return len(a) + len(b) - 2 * common
 
     def _half_capacities(self, half_degree: int, first_gpu: int) -> tuple[int, int]:

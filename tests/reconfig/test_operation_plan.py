@@ -2,10 +2,11 @@
 
 import pytest
 
-from envs.planning.operations import composition_distance, operations_towards, projected_degree_counts
+from envs.planning.operations import (best_operation, composition_distance, operations_towards,
+                                     projected_degree_counts, rank_operations)
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.events import EventPriority
-from envs.sim.reconfig import MERGE, SPLIT, apply_operation
+from envs.sim.reconfig import MERGE, SPLIT, apply_operation, eligible_operations, get_reconfigurator
 from envs.sim.router import LeastWorkRouter
 from tests.factories import make_workload
 
@@ -74,3 +75,27 @@ def test_plan_rejects_a_target_that_does_not_fit_the_pool(toy_cal):
         operations_towards(sim, {4: 3})
     with pytest.raises(ValueError, match=r"CP degree\(s\) \[8\] not supported"):
         operations_towards(sim, {8: 2})
+
+
+@pytest.mark.parametrize("shared", [0, 3, 6])
+def test_best_operation_is_the_rankings_first_and_breaks_drain_ties_by_traffic(toy_cal, shared):
+    # four idle CP-2 workers: the two merges tie on predicted drain (0 s), so the KV traffic decides;
+    # the first pair's caches share `shared` of their 6 blocks, the second pair's share 3
+    sim = _sim(toy_cal, "cp2x4", degrees=(2, 4), num_gpus=8)
+    caches = [sim.workers[wid].cache for wid in sim.worker_ids]
+    caches[0].insert(list(range(6)))
+    caches[1].insert(list(range(6 - shared, 12 - shared)))
+    caches[2].insert(list(range(100, 106)))
+    caches[3].insert(list(range(103, 109)))
+    merges = [op for op in eligible_operations(sim) if op.kind == MERGE]
+    r = get_reconfigurator(sim)
+    assert len(merges) == 2 and {r.predicted_drain_s(op) for op in merges} == {0.0}
+    traffic = [r.expected_reconciliation_bytes(op) for op in merges]
+    assert traffic[0] != traffic[1] or shared == 3
+    ranked = rank_operations(sim, merges)
+    assert best_operation(sim, merges) is ranked[0]
+    assert best_operation(sim, merges[::-1]) is rank_operations(sim, merges[::-1])[0]
+    expected = min(range(2), key=lambda i: (traffic[i], sim.workers[merges[i].worker_ids[0]].first_gpu))
+    assert ranked[0] is merges[expected]
+    with pytest.raises(ValueError, match="no operation"):
+        best_operation(sim, [])
