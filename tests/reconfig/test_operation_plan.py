@@ -2,8 +2,13 @@
 
 import pytest
 
-from envs.planning.operations import (best_operation, composition_distance, operations_towards,
-                                     projected_degree_counts, rank_operations)
+from envs.planning.operations import (
+    best_operation,
+    composition_distance,
+    operations_towards,
+    projected_degree_counts,
+    rank_operations,
+)
 from envs.sim import PoolConfig, SimConfig, Simulator
 from envs.sim.events import EventPriority
 from envs.sim.reconfig import MERGE, SPLIT, apply_operation, eligible_operations, get_reconfigurator
