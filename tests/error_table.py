@@ -47,6 +47,12 @@ class CliError:
     after: After | None = None
 
 
+def assert_distinct_ids(rows) -> None:
+    """Every row of an error table has its own id (a repeated id hides a row in pytest's report)."""
+    ids = [r.id for r in rows]
+    assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
+
+
 def param(row: CliError):
     return pytest.param(row, id=row.id)
 

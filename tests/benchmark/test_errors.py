@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.error_table import CliError, check, param
+from tests.error_table import CliError, assert_distinct_ids, check, param
 
 BENCH = (("benchmark.protocol", "run_benchmark"),)
 TASK = "routing/conversation-0.9-v1"
@@ -72,8 +72,7 @@ ROWS = _benchmark_rows()
 
 
 def test_row_ids_are_distinct():
-    ids = [r.id for r in ROWS]
-    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    assert_distinct_ids(ROWS)
 
 
 @pytest.mark.parametrize("row", [param(r) for r in ROWS])

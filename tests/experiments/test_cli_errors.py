@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.cli import main
-from tests.error_table import CliError, check, param
+from tests.error_table import CliError, assert_distinct_ids, check, param
 from tests.experiments.conftest import TINY, write_spec
 from tests.factories import write_trace
 from tests.interrupt import patch_everywhere
@@ -601,8 +601,7 @@ ROWS = [row for rows in (_list_rows(), _report_and_out_rows(), _workload_rows(),
 
 
 def test_row_ids_are_distinct():
-    ids = [r.id for r in ROWS]
-    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    assert_distinct_ids(ROWS)
 
 
 @pytest.mark.parametrize("row", [param(r) for r in ROWS])

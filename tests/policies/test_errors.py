@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.error_table import CliError, check, param
+from tests.error_table import CliError, assert_distinct_ids, check, param
 from tests.factories import CHECKPOINTS_DIR, junk_checkpoint
 
 RUN = (("baselines.runner", "run_policy"),)
@@ -234,8 +234,7 @@ ROWS = [row for rows in (_checkpoint_rows(), _evaluate_flag_rows(), _more_evalua
 
 
 def test_row_ids_are_distinct():
-    ids = [r.id for r in ROWS]
-    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    assert_distinct_ids(ROWS)
 
 
 @pytest.mark.parametrize("row", [param(r) for r in ROWS])
