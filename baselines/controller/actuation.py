@@ -24,7 +24,7 @@ import math
 
 from baselines.controller.measurement import WindowRecord
 from envs.planning.capacity import CapacityProfile
-from envs.planning.operations import best_operation, operations_towards, projected_degree_counts
+from envs.planning.operations import operations_towards, projected_degree_counts, rank_operations
 from envs.sim.reconfig import SPLIT, Operation, get_reconfigurator
 
 __all__ = ["Actuation"]
@@ -120,7 +120,7 @@ class Actuation:
             num_locked += locked
             if not ok:
                 break
-            op = best_operation(sim, ok)
+            op = rank_operations(sim, ok)[0]
             gpus = self.operation_gpus(op)
             self.reconfig.apply(op)
             for g in gpus:

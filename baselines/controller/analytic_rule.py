@@ -60,7 +60,7 @@ import numpy as np
 
 from baselines.controller.measurement import WindowRecord
 from envs.planning.capacity import CapacityProfile
-from envs.planning.operations import best_operation
+from envs.planning.operations import rank_operations
 from envs.sim.reconfig import SPLIT
 
 __all__ = ["AnalyticRule", "predicted_ttft_s", "service_times_s", "ROUTER_BETA", "ROUTER_LAMBDA", "MAX_QUEUE_LOAD",
@@ -227,7 +227,7 @@ class AnalyticRule:
             num_locked += locked
             if not ok:
                 break
-            op = best_operation(sim, ok)
+            op = rank_operations(sim, ok)[0]
             plan.append(op)
             used.update(op.worker_ids)
             budget -= sim.workers[op.worker_ids[0]].degree * len(op.worker_ids)

@@ -18,11 +18,12 @@ greedy pass never oscillates and multi-step paths (CP-8 → CP-4 → CP-2) are f
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from envs.sim.reconfig import MERGE, SPLIT, Operation, eligible_operations, get_reconfigurator
 
-__all__ = ["rank_operations", "best_operation", "projected_degree_counts", "composition_distance", "operations_towards"]
+__all__ = ["rank_operations", "projected_degree_counts", "composition_distance", "operations_towards"]
 
 
 def rank_operations(sim, ops: list[Operation]) -> list[Operation]:
@@ -31,33 +32,12 @@ def rank_operations(sim, ops: list[Operation]) -> list[Operation]:
     then expected KV-reconciliation traffic")."""
     r = get_reconfigurator(sim)
     drains = [r.predicted_drain_s(op) for op in ops]
-    num_with_drain: dict[float, int] = {}
-    for d in drains:
-        num_with_drain[d] = num_with_drain.get(d, 0) + 1
+    num_with_drain = Counter(drains)
     # the traffic only orders operations of equal predicted drain: it is computed for those alone
     # (a merge's costs a pass over both caches), the order is the same
     keys = [(d, r.expected_reconciliation_bytes(op) if num_with_drain[d] > 1 else 0,
              sim.workers[op.worker_ids[0]].first_gpu) for d, op in zip(drains, ops)]
     return [op for _, op in sorted(zip(keys, ops), key=lambda ko: ko[0])]
-
-
-def best_operation(sim, ops: list[Operation]) -> Operation:
-    """``rank_operations(sim, ops)[0]``, with the expected KV-reconciliation traffic computed only
-    for the operations tied at the shortest predicted drain (a merge's traffic costs a pass over
-    both caches).
-
-    Raises:
-        ValueError: ``ops`` is empty.
-    """
-    if not ops:
-        raise ValueError("best_operation: no operation to choose from")
-    r = get_reconfigurator(sim)
-    drains = [r.predicted_drain_s(op) for op in ops]
-    shortest = min(drains)
-    tied = [op for d, op in zip(drains, ops) if d == shortest]
-    if len(tied) == 1:
-        return tied[0]
-    return min(tied, key=lambda op: (r.expected_reconciliation_bytes(op), sim.workers[op.worker_ids[0]].first_gpu))
 
 
 def projected_degree_counts(sim) -> dict[int, int]:
