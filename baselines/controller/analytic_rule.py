@@ -63,8 +63,8 @@ from envs.planning.capacity import CapacityProfile
 from envs.planning.operations import rank_operations
 from envs.sim.reconfig import SPLIT
 
-__all__ = ["AnalyticRule", "predicted_ttft_s", "service_times_s", "ROUTER_BETA", "ROUTER_LAMBDA", "MAX_QUEUE_LOAD",
-           "CALIBRATION_MIN", "CALIBRATION_MAX"]
+__all__ = ["AnalyticRule", "predicted_ttft_s", "service_moments", "ttft_from_moments", "service_times_s", "ROUTER_BETA",
+           "ROUTER_LAMBDA", "MAX_QUEUE_LOAD", "CALIBRATION_MIN", "CALIBRATION_MAX"]
 
 #: The router's weights (``baselines.vertumnus.VertumnusParams`` defaults, paper §5) used to give
 #: each request its preferred degree: ``argmin_C beta x E_C + lambda x C x E_C`` (zero queue).
@@ -118,10 +118,18 @@ def predicted_ttft_s(counts: dict[int, int], rate_rps: float, service_s: np.ndar
     ``c / sum capacity``, plus, past capacity, the fluid backlog ``(rate - capacity) /
     capacity x horizon / 2``. Returns ``inf`` for a composition without capacity.
     """
+    moments = service_moments(counts, service_s, degrees)
+    return ttft_from_moments(moments, counts, rate_rps, capacity_rps, arrival_scv, horizon_s)
+
+
+def service_moments(counts: dict[int, int], service_s: np.ndarray, degrees: list[int]
+                    ) -> tuple[list[int], float, float] | None:
+    """``(present degrees, E[S] [s], E[S^2] [s^2])`` of a composition: the part of
+    :func:`predicted_ttft_s` that depends on the composition and the window's prompts only (not
+    on the rate or the capacities), so callers that vary those reuse it; None without workers."""
     present = [d for d in degrees if counts.get(d, 0) > 0]
-    cap = sum(counts[d] * capacity_rps[d] for d in present)
-    if not present or cap <= 0:
-        return math.inf
+    if not present:
+        return None
     rows = np.array([degrees.index(d) for d in present])
     S = service_s[rows]  # (k, n)
     cost = S * (ROUTER_BETA + ROUTER_LAMBDA * np.array(present, float)[:, None])
@@ -141,6 +149,18 @@ def predicted_ttft_s(counts: dict[int, int], rate_rps: float, service_s: np.ndar
         m2 = float(np.mean(p * s_first ** 2 + (1 - p) * s_second ** 2))
     else:
         m1, m2 = float(s_first.mean()), float((s_first ** 2).mean())
+    return present, m1, m2
+
+
+def ttft_from_moments(moments: tuple[list[int], float, float] | None, counts: dict[int, int], rate_rps: float,
+                      capacity_rps: dict[int, float], arrival_scv: float, horizon_s: float) -> float:
+    """:func:`predicted_ttft_s` from the composition's :func:`service_moments` (same arguments)."""
+    if moments is None:
+        return math.inf
+    present, m1, m2 = moments
+    cap = sum(counts[d] * capacity_rps[d] for d in present)
+    if cap <= 0:
+        return math.inf
     scv = max(0.0, m2 / (m1 * m1) - 1.0) if m1 > 0 else 0.0
     c = sum(counts[d] for d in present)
     rho = rate_rps / cap
@@ -165,7 +185,10 @@ class AnalyticRule:
         kind = self.decide(record)
         if kind is None:
             return []
-        plan, num_locked = self._plan_operations(kind, record, profiles)
+        plan, num_locked = self._plan_operations(kind, record, profiles, exact=False)
+        exact = plan is None
+        if exact:
+            plan, num_locked = self._plan_operations(kind, record, profiles)
         if not plan:
             record.action = f"{kind}-locked" if num_locked else f"{kind}-blocked"
             return []
@@ -174,6 +197,8 @@ class AnalyticRule:
         if k == 0:
             record.action = f"{kind}-no-gain"
             return []
+        if not exact:  # the operations to start: the paper's ranking, traffic included (same degrees, drains)
+            plan, _ = self._plan_operations(kind, record, profiles)
         started = []
         now = self.sim.env.now
         for op in plan[:k]:
@@ -205,12 +230,21 @@ class AnalyticRule:
             counts[new] = counts.get(new, 0) + (2 if op.kind == SPLIT else 1)
         return {d: n for d, n in counts.items() if n}
 
-    def _plan_operations(self, kind: str, record: WindowRecord, profiles: dict[int, CapacityProfile]):
+    def _plan_operations(self, kind: str, record: WindowRecord, profiles: dict[int, CapacityProfile],
+                         exact: bool = True):
         """The operations of ``kind`` the paper rule would start this window, in order (ranked as
         :meth:`~baselines.controller.actuation.Actuation.act` ranks them, disjoint workers, within
         ``max_ops_per_window`` / ``max_gpu_share_per_window`` and the lockout; splits stop at
         ``split_target_load``, merges at ``merge_max_projected_load``), without starting them.
-        Returns ``(plan, number of candidates the lockout refused)``."""
+        Returns ``(plan, number of candidates the lockout refused)``.
+
+        ``exact=False`` (the gate's first pass) defers the reconciliation traffic, which costs a
+        pass over both caches of every merge tied on drain: among operations of equal predicted
+        drain and equal degree it takes the first in pool order instead. The gate reads an
+        operation's kind, degree, size and predicted drain only, and every other step of the
+        plan depends on those alone (the candidates are disjoint, so taking one removes no
+        other), so that plan gives the exact plan's gate result. It returns ``(None, 0)`` when
+        the traffic would decide between degrees (the caller then plans exactly)."""
         sim, cfg = self.sim, self.config
         now = sim.env.now
         cap, forecast = record.capacity_rps, record.forecast_rps
@@ -218,6 +252,7 @@ class AnalyticRule:
         used: set[int] = set()
         plan, num_locked = [], 0
         candidates = [op for op in self.reconfig.eligible_operations() if op.kind == kind]
+        traffic: dict = {}  # nothing is started while planning: each candidate's traffic is computed once
         for _ in range(cfg.max_ops_per_window):
             if kind == SPLIT and plan and cap > 0 and forecast / cap <= cfg.split_target_load:
                 break
@@ -227,7 +262,15 @@ class AnalyticRule:
             num_locked += locked
             if not ok:
                 break
-            op = rank_operations(sim, ok)[0]
+            if exact:
+                op = rank_operations(sim, ok, traffic)[0]
+            else:
+                drains = [self.reconfig.predicted_drain_s(o) for o in ok]
+                first = min(drains)
+                tied = [o for o, d in zip(ok, drains) if d == first]
+                if len({sim.workers[o.worker_ids[0]].degree for o in tied}) > 1:
+                    return None, 0
+                op = min(tied, key=lambda o: sim.workers[o.worker_ids[0]].first_gpu)
             plan.append(op)
             used.update(op.worker_ids)
             budget -= sim.workers[op.worker_ids[0]].degree * len(op.worker_ids)
@@ -274,12 +317,13 @@ class AnalyticRule:
         overhead = float(np.mean(L)) * sim.calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s \
             + lat.first_decode_step_s
         rate = record.rate_rps
-        service = predicted_ttft_s(counts, 0.0, S, degrees, caps, scv, 0.0)
+        moments = service_moments(counts, S, degrees)  # the composition is fixed here: only m varies
+        service = ttft_from_moments(moments, counts, 0.0, caps, scv, 0.0)
         wait_obs = observed - overhead - service
+        window_s = self.config.decision_window_s
 
         def wait(m: float) -> float:
-            return predicted_ttft_s(counts, rate, S, degrees, {d: c * m for d, c in caps.items()}, scv,
-                                    self.config.decision_window_s) - service
+            return ttft_from_moments(moments, counts, rate, {d: c * m for d, c in caps.items()}, scv, window_s) - service
 
         lo, hi = math.log(CALIBRATION_MIN), math.log(CALIBRATION_MAX)
         if wait(math.exp(hi)) >= wait_obs:
@@ -314,8 +358,14 @@ class AnalyticRule:
         rc = cfg.reconfig
         rates = self._gate_rates(record)
 
+        moments: dict[tuple, tuple | None] = {}  # composition -> service_moments (T is asked a few per prefix)
+
         def T(counts, rate, horizon):
-            return predicted_ttft_s(counts, rate, S, degrees, caps, scv, horizon)
+            key = tuple(sorted(counts.items()))
+            got = moments.get(key, False)
+            if got is False:
+                got = moments[key] = service_moments(counts, S, degrees)
+            return ttft_from_moments(got, counts, rate, caps, scv, horizon)
 
         base = {r: T(now_counts, r, H) for r in rates}
         best_k, best_net = 0, -math.inf

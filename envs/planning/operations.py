@@ -26,16 +26,30 @@ from envs.sim.reconfig import MERGE, SPLIT, Operation, eligible_operations, get_
 __all__ = ["rank_operations", "projected_degree_counts", "composition_distance", "operations_towards"]
 
 
-def rank_operations(sim, ops: list[Operation]) -> list[Operation]:
+def rank_operations(sim, ops: list[Operation], traffic: dict[Operation, int] | None = None) -> list[Operation]:
     """``ops`` ordered by predicted drain time, then expected KV-reconciliation traffic, then
     pool order (paper §6 "Eligible operations are prioritized by predicted drain interval and
-    then expected KV-reconciliation traffic")."""
+    then expected KV-reconciliation traffic").
+
+    Args:
+        traffic: optional memo ``{operation: expected reconciliation bytes}`` for a caller that
+            ranks overlapping sets of operations at one simulated instant (the traffic does not
+            change while the simulation does not advance); filled here.
+    """
     r = get_reconfigurator(sim)
     drains = [r.predicted_drain_s(op) for op in ops]
     num_with_drain = Counter(drains)
+    memo = traffic if traffic is not None else {}
+
+    def bytes_of(op: Operation) -> int:
+        got = memo.get(op)
+        if got is None:
+            got = memo[op] = r.expected_reconciliation_bytes(op)
+        return got
+
     # the traffic only orders operations of equal predicted drain: it is computed for those alone
     # (a merge's costs a pass over both caches), the order is the same
-    keys = [(d, r.expected_reconciliation_bytes(op) if num_with_drain[d] > 1 else 0,
+    keys = [(d, bytes_of(op) if num_with_drain[d] > 1 else 0,
              sim.workers[op.worker_ids[0]].first_gpu) for d, op in zip(drains, ops)]
     return [op for _, op in sorted(zip(keys, ops), key=lambda ko: ko[0])]
 

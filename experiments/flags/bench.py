@@ -14,5 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_arguments(p, horizon=False)  # every run simulates every request (--horizon-s refused below)
     default = "round-robin,least-work,prefix-affinity,vertumnus-router,vertumnus-adaptive,vertumnus"
     p.add_argument("--policy", default=default, help=f"comma-separated policies (default {default})")
-    p.add_argument("--repeat", type=int, default=3, help="runs per policy; the median is reported (default 3)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="timed runs per policy after its first run (timed apart: it fills the capacity-profile "
+                        "memo the later runs reuse); their median is reported (default 3)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")

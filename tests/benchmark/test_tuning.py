@@ -173,7 +173,7 @@ def test_tuning_never_simulates_the_test_split(monkeypatch, tmp_path):
         splits_cut.append(split)
         return real_episodes(task, split, **kw)
 
-    def run_policy(spec, workload, config):
+    def run_policy(spec, workload, config, capacity_cache=None):
         splits_run.append(workload.metadata["split"])
         return workload
 
@@ -213,3 +213,19 @@ def test_cli_input_errors(tmp_path):
         with pytest.raises(ValueError, match=msg):
             benchmark_tune.run(p.parse_args(argv))
     assert get_task(TASK).kind == "routing"
+
+
+@pytest.mark.slow
+def test_controller_trials_reuse_the_capacity_profiles_and_score_the_same():
+    # a controller search's trials share one CapacityCache per task and process: the second trial
+    # simulates no profile, and its score is the one of a run with its own (new) cache
+    task_id = "reconfig/matched-phases-v1"
+    tuning._capacity_cache.cache_clear()
+    first = split_score(task_id, "vertumnus-adaptive", 1, {}, "train")
+    cache = tuning._capacity_cache(task_id)
+    num_profiles = cache.num_profiles_computed
+    assert num_profiles > 0
+    assert split_score(task_id, "vertumnus-adaptive", 1, {}, "train") == first
+    assert cache.num_profiles_computed == num_profiles
+    tuning._capacity_cache.cache_clear()
+    assert split_score(task_id, "vertumnus-adaptive", 1, {}, "train") == first

@@ -66,7 +66,8 @@ def test_bench_sim_table_says_what_its_rates_are(capsys):
                  "--repeat", "1"]) == 0
     head, cols = capsys.readouterr().out.splitlines()[:2]
     assert " requests (built in " in head and ", load " not in head
-    assert cols.split() == ["policy", "KV", "tiers", "wall", "s", "req/wall-s", "req/cpu-s", "sim/wall", "peak", "MiB"]
+    assert cols.split() == ["policy", "KV", "tiers", "wall", "s", "req/wall-s", "req/cpu-s", "first", "run", "sim/wall",
+                            "peak", "MiB"]
 
 
 def test_bench_sim_json_reports_requests_per_cpu_second_per_policy(capsys):
@@ -83,6 +84,29 @@ def test_bench_sim_json_reports_requests_per_cpu_second_per_policy(capsys):
     for r in rows:
         assert r["cpu_time_s"] > 0 and r["requests_per_cpu_s"] > 0 and r["requests_per_wall_s"] > 0
         assert r["requests_per_cpu_s"] * r["cpu_time_s"] == pytest.approx(r["num_requests"])
+
+
+def test_bench_sim_profiles_capacity_in_the_first_run_only(capsys, monkeypatch):
+    """The runs of one policy share a CapacityCache: the profiles are simulated in the first run
+    (timed apart, ``first_run_cpu_s``) and reused by the ``--repeat`` runs, whatever their number."""
+    import json
+
+    from envs.planning.capacity import CapacityTable
+    from experiments.cli import main
+
+    calls = []
+    simulate = CapacityTable._simulate_profile
+    monkeypatch.setattr(CapacityTable, "_simulate_profile", lambda self, *a: calls.append(a) or simulate(self, *a))
+    counts = []
+    for repeat in ("1", "3"):
+        calls.clear()
+        assert main(["bench", "sim", "--workload", "tool-agent", "--arrival-window-s", "0", "20", "--policy",
+                     "vertumnus-adaptive", "--repeat", repeat, "--format", "json"]) == 0
+        (row,) = json.loads(capsys.readouterr().out)["results"]
+        assert row["first_run_cpu_s"] > 0
+        assert row["first_run_requests_per_cpu_s"] * row["first_run_cpu_s"] == pytest.approx(row["num_requests"])
+        counts.append(len(calls))
+    assert counts[0] > 0 and counts[0] == counts[1]
 
 
 @pytest.mark.slow

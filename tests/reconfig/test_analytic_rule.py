@@ -110,3 +110,26 @@ def test_reversal_cost_charges_a_merge_for_the_split_at_the_split_threshold():
     assert merge == r * 3.0 * (T({4: 4, 2: 6}, r, 3.0) - T(after_merge, r, 3.0)) > 0
     assert 0 < split < merge  # undoing a split drains at the low merge threshold
     assert rule._reversal_cost_rs("merge", {4: 2}, {4: 2}, caps, 3.0, T) == math.inf  # nothing left to serve
+
+
+def test_the_gate_plans_without_the_traffic_and_starts_what_the_exact_plan_starts(monkeypatch):
+    # _plan_operations(exact=False) leaves the reconciliation traffic out of the ranking (it only
+    # breaks ties among operations of one degree, which the gate cannot tell apart); the run's
+    # decisions, windows and per-request records are those of always planning exactly
+    plan = AnalyticRule._plan_operations
+    passes = []
+
+    def counted(self, kind, record, profiles, exact=True):
+        passes.append(exact)
+        return plan(self, kind, record, profiles, exact)
+
+    monkeypatch.setattr(AnalyticRule, "_plan_operations", counted)
+    lazy, res_lazy = _run_controller(1.3, 0, decision="analytic")
+    assert False in passes and res_lazy.extras["reconfig_operations"]  # deferred, and operations started
+    monkeypatch.setattr(AnalyticRule, "_plan_operations",
+                        lambda self, kind, record, profiles, exact=True: plan(self, kind, record, profiles, True))
+    exact, res_exact = _run_controller(1.3, 0, decision="analytic")
+    assert lazy.windows == exact.windows
+    assert res_lazy.extras["reconfig_operations"] == res_exact.extras["reconfig_operations"]
+    for k in ("ttft_s", "worker_id"):
+        np.testing.assert_array_equal(res_lazy.records[k], res_exact.records[k])
