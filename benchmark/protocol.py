@@ -39,6 +39,7 @@ seen by the protocol (the shipped learned controller acts under the action mask)
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Sequence
@@ -56,6 +57,7 @@ from benchmark.splits import check_split_name
 from benchmark.tasks import Task, episodes, get_task, rate_scale
 from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary
+from envs.planning.capacity import CapacityCache
 from envs.sim.request import Workload
 
 #: Keys of a per-episode row (``seed`` for generator tasks, ``block_offset_s`` for trace tasks).
@@ -112,12 +114,22 @@ def run_through_env(policy, task: Task, episode: Workload):
             return env.sim.result(), int(info.get("num_invalid_actions", 0))
 
 
+@functools.lru_cache(maxsize=16)
+def task_capacity_cache(task_id: str) -> CapacityCache:
+    """The capacity-profile memo (``envs.planning.capacity.CapacityCache``) of this process's runs
+    on one task: the heuristics that read a capacity table (the Vertumnus controllers, the initial
+    composition) run the same episodes under several policies, and a controller search under
+    hundreds of trials. A profile is a pure function of its key (settings, mix, degree), so the
+    memo skips profiling simulations and changes no result."""
+    return CapacityCache()
+
+
 def run_contender(contender: Contender, task: Task, episode: Workload) -> dict:
     """:func:`episode_metrics` of one episode under ``contender``, with its
     ``num_invalid_actions`` (module docstring)."""
     p, num_invalid = contender.policy, 0
     if isinstance(p, PolicySpec):
-        result = run_policy(p, episode, task.sim_config())
+        result = run_policy(p, episode, task.sim_config(), capacity_cache=task_capacity_cache(task.id))
     elif isinstance(p, EpisodeRunner):
         result = p.run(episode, task.sim_config())
     else:

@@ -57,9 +57,9 @@ from baselines.registry import get_policy
 from baselines.runner import run_policy
 from benchmark.capacity import task_episodes
 from benchmark.dispatch import Dispatcher
+from benchmark.protocol import task_capacity_cache
 from benchmark.tasks import Task, get_task
 from envs.metrics.summary import measured_summary
-from envs.planning.capacity import CapacityCache
 from envs.provenance import git_commit
 
 
@@ -290,15 +290,6 @@ def _episodes(task_id: str, split: str, max_episodes: int | None) -> tuple:
     return tuple(task_episodes(get_task(task_id), split, max_episodes=max_episodes))
 
 
-@functools.lru_cache(maxsize=8)
-def _capacity_cache(task_id: str) -> CapacityCache:
-    """The capacity-profile memo of this process's trials on a task: every trial of a controller
-    search runs the same episodes, and a profile is a pure function of its key (settings, episode
-    mix, degree; ``envs.planning.capacity.CapacityCache``), so reusing it skips the profiling
-    simulations and changes no score."""
-    return CapacityCache()
-
-
 def split_score(task_id: str, name: str, max_train_episodes: int | None, params: dict, split: str) -> float:
     """Mean over the ``split`` episodes of the task (``"train"``: at most ``max_train_episodes``,
     evenly spread; ``"validation"``: all) of each episode's mean TTFT [s] of its measured
@@ -313,7 +304,7 @@ def split_score(task_id: str, name: str, max_train_episodes: int | None, params:
     eps = _episodes(task_id, split, max_train_episodes if split == "train" else None)
     values = []
     for ep in eps:
-        result = run_policy(spec, ep, config, capacity_cache=_capacity_cache(task_id))
+        result = run_policy(spec, ep, config, capacity_cache=task_capacity_cache(task_id))
         m = measured_summary(result, ep.metadata["measure_from_s"])["mean_ttft_s"]
         values.append(m if math.isfinite(m) else math.inf)
     return float(sum(values) / len(values))

@@ -217,15 +217,16 @@ def test_cli_input_errors(tmp_path):
 
 @pytest.mark.slow
 def test_controller_trials_reuse_the_capacity_profiles_and_score_the_same():
-    # a controller search's trials share one CapacityCache per task and process: the second trial
-    # simulates no profile, and its score is the one of a run with its own (new) cache
+    # a controller search's trials share one CapacityCache per task and process
+    # (benchmark.protocol.task_capacity_cache): the second trial simulates no profile, and its
+    # score is the one of a run with a new cache
     task_id = "reconfig/matched-phases-v1"
-    tuning._capacity_cache.cache_clear()
+    tuning.task_capacity_cache.cache_clear()
     first = split_score(task_id, "vertumnus-adaptive", 1, {}, "train")
-    cache = tuning._capacity_cache(task_id)
+    cache = tuning.task_capacity_cache(task_id)
     num_profiles = cache.num_profiles_computed
     assert num_profiles > 0
     assert split_score(task_id, "vertumnus-adaptive", 1, {}, "train") == first
     assert cache.num_profiles_computed == num_profiles
-    tuning._capacity_cache.cache_clear()
+    tuning.task_capacity_cache.cache_clear()
     assert split_score(task_id, "vertumnus-adaptive", 1, {}, "train") == first
