@@ -122,33 +122,47 @@ def predicted_ttft_s(counts: dict[int, int], rate_rps: float, service_s: np.ndar
     return ttft_from_moments(moments, counts, rate_rps, capacity_rps, arrival_scv, horizon_s)
 
 
-def service_moments(counts: dict[int, int], service_s: np.ndarray, degrees: list[int]
-                    ) -> tuple[list[int], float, float] | None:
+def service_moments(counts: dict[int, int], service_s: np.ndarray, degrees: list[int],
+                    preference_memo: dict | None = None) -> tuple[list[int], float, float] | None:
     """``(present degrees, E[S] [s], E[S^2] [s^2])`` of a composition: the part of
     :func:`predicted_ttft_s` that depends on the composition and the window's prompts only (not
-    on the rate or the capacities), so callers that vary those reuse it; None without workers."""
+    on the rate or the capacities), so callers that vary those reuse it; None without workers.
+
+    ``preference_memo``: optional dict a caller keeps for one ``service_s``, memoising per set of
+    present degrees what does not depend on the worker counts (each request's first and second
+    preferred degree, their service times, the GPU-time demand per preferred degree)."""
     present = [d for d in degrees if counts.get(d, 0) > 0]
     if not present:
         return None
-    rows = np.array([degrees.index(d) for d in present])
-    S = service_s[rows]  # (k, n)
-    cost = S * (ROUTER_BETA + ROUTER_LAMBDA * np.array(present, float)[:, None])
-    order = np.argsort(cost, axis=0, kind="stable")
-    first = order[0]
-    n = S.shape[1]
-    cols = np.arange(n)
-    s_first = S[first, cols]
+    key = tuple(present)
+    got = preference_memo.get(key) if preference_memo is not None else None
+    if got is None:
+        rows = np.array([degrees.index(d) for d in present])
+        S = service_s[rows]  # (k, n)
+        cost = S * (ROUTER_BETA + ROUTER_LAMBDA * np.array(present, float)[:, None])
+        order = np.argsort(cost, axis=0, kind="stable")
+        first = order[0]
+        cols = np.arange(S.shape[1])
+        s_first = S[first, cols]
+        if len(present) > 1:
+            s_second = S[order[1], cols]
+            # GPU-time demand per preferred degree
+            demand = np.bincount(first, weights=s_first * np.array(present, float)[first], minlength=len(present))
+            got = (first, s_first, s_second, demand, s_first ** 2, s_second ** 2)
+        else:
+            got = (first, s_first, None, None, s_first ** 2, None)
+        if preference_memo is not None:
+            preference_memo[key] = got
+    first, s_first, s_second, demand, sq_first, sq_second = got
     if len(present) > 1:
-        s_second = S[order[1], cols]
         gpus = np.array([counts[d] * d for d in present], float)
-        demand = np.bincount(first, weights=s_first * np.array(present, float)[first], minlength=len(present))
         with np.errstate(divide="ignore", invalid="ignore"):
             served = np.where(demand > 0, np.minimum(1.0, (gpus / gpus.sum()) / (demand / demand.sum())), 1.0)
         p = served[first]
         m1 = float(np.mean(p * s_first + (1 - p) * s_second))
-        m2 = float(np.mean(p * s_first ** 2 + (1 - p) * s_second ** 2))
+        m2 = float(np.mean(p * sq_first + (1 - p) * sq_second))
     else:
-        m1, m2 = float(s_first.mean()), float((s_first ** 2).mean())
+        m1, m2 = float(s_first.mean()), float(sq_first.mean())
     return present, m1, m2
 
 
@@ -297,7 +311,7 @@ class AnalyticRule:
         se = math.sqrt(disp * max(centre, 0.0) / (n * cfg.decision_window_s))
         return max(0.0, centre - cfg.gate_z * se), centre + cfg.gate_z * se
 
-    def _calibrated_capacities(self, record: WindowRecord, profiles, counts, S, degrees, scv, i0: int,
+    def _calibrated_capacities(self, record: WindowRecord, profiles, counts, moments, scv, i0: int,
                                i1: int) -> dict[int, float]:
         """Per-worker capacities [req/s] for the estimate: the profiled ones times the factor
         ``m`` in ``[CALIBRATION_MIN, CALIBRATION_MAX]`` at which the estimate's wait of the
@@ -317,7 +331,7 @@ class AnalyticRule:
         overhead = float(np.mean(L)) * sim.calibration.kv_bytes_per_token / lat.kv_handoff_bandwidth_bytes_per_s \
             + lat.first_decode_step_s
         rate = record.rate_rps
-        moments = service_moments(counts, S, degrees)  # the composition is fixed here: only m varies
+        # ``moments``: the composition's service_moments (fixed here: only m varies)
         service = ttft_from_moments(moments, counts, 0.0, caps, scv, 0.0)
         wait_obs = observed - overhead - service
         window_s = self.config.decision_window_s
@@ -354,17 +368,19 @@ class AnalyticRule:
         scv = self.measured_dispersion()
         H = cfg.gate_horizon_s
         now_counts = self._current_counts()
-        caps = self._calibrated_capacities(record, profiles, now_counts, S, degrees, scv, i0, i1)
+        preferences: dict = {}  # service_moments' memo for this window's prompts
+        now_moments = service_moments(now_counts, S, degrees, preferences)
+        caps = self._calibrated_capacities(record, profiles, now_counts, now_moments, scv, i0, i1)
         rc = cfg.reconfig
         rates = self._gate_rates(record)
-
-        moments: dict[tuple, tuple | None] = {}  # composition -> service_moments (T is asked a few per prefix)
+        # composition -> service_moments (T is asked a few per prefix)
+        moments: dict[tuple, tuple | None] = {tuple(sorted(now_counts.items())): now_moments}
 
         def T(counts, rate, horizon):
             key = tuple(sorted(counts.items()))
             got = moments.get(key, False)
             if got is False:
-                got = moments[key] = service_moments(counts, S, degrees)
+                got = moments[key] = service_moments(counts, S, degrees, preferences)
             return ttft_from_moments(got, counts, rate, caps, scv, horizon)
 
         base = {r: T(now_counts, r, H) for r in rates}
