@@ -98,7 +98,7 @@ def test_bench_sim_profiles_capacity_in_the_first_run_only(capsys, monkeypatch):
     simulate = CapacityTable._simulate_profile
     monkeypatch.setattr(CapacityTable, "_simulate_profile", lambda self, *a: calls.append(a) or simulate(self, *a))
     counts = []
-    for repeat in ("1", "3"):
+    for repeat in ("1", "2"):
         calls.clear()
         assert main(["bench", "sim", "--workload", "tool-agent", "--arrival-window-s", "0", "20", "--policy",
                      "vertumnus-adaptive", "--repeat", repeat, "--format", "json"]) == 0
