@@ -5,20 +5,23 @@ wall time and peak memory, per policy, measured side by side in one process. Wit
 run by run, and both rows are reported.
 
 ``--format json``: ``{"workload", "load_time_s", "results": [row, ...]}``, one row per policy (and
-KV-tier setting) with ``num_requests``, ``wall_time_s`` and ``requests_per_wall_s``, ``cpu_time_s`` and
-``requests_per_cpu_s`` (``time.process_time`` of this process over the runs alone, in-loop: the
-workload is built before; the median of ``--repeat`` runs), ``sim_time_s``, ``sim_over_wall``,
-``peak_traced_memory_mib``, ``num_workers``, and ``first_run_cpu_s`` /
-``first_run_requests_per_cpu_s``.
+KV-tier setting) with ``policy``, ``kv_tiers``, ``num_requests``, ``wall_time_s`` and
+``requests_per_wall_s``, ``cpu_time_s`` and ``requests_per_cpu_s`` (``time.process_time`` of this
+process over the runs alone, in-loop: the workload is built before; the median of the
+``--repeat`` runs that follow the first run), ``sim_time_s``, ``sim_over_wall`` (simulated over
+wall time), ``peak_traced_memory_mib`` (the Python heap's peak, ``tracemalloc``, on one more
+untimed run after the others), ``num_workers``, and ``first_run_cpu_s`` /
+``first_run_requests_per_cpu_s`` (the first run). A policy thus runs ``--repeat`` + 2 times.
 
-Capacity profiles. A policy whose controller or initial composition reads the capacity table
+The first run. A policy whose controller or initial composition reads the capacity table
 (``vertumnus``, ``vertumnus-adaptive``, ...) simulates its profiles once per mix regime (paper §6:
 capacity is profiled offline, per CP degree; ``envs.planning.capacity``). Like the loops that run
 the simulator many times on one workload (tuning trials, a policy comparison), the runs of one
-policy here share one :class:`~envs.planning.capacity.CapacityCache`: a first run
-fills it and is timed on its own (``first_run_*``, profiling included); the ``--repeat`` runs
-after it reuse the profiles (``requests_per_cpu_s``). For policies without a capacity table the
-two agree up to noise."""
+policy here share one :class:`~envs.planning.capacity.CapacityCache`: the first run fills it and
+is timed on its own (``first_run_*``, profiling included); the ``--repeat`` runs after it reuse the
+profiles (``requests_per_cpu_s``). For every policy the first run also carries the process's
+one-off warm-up (first calls of the code), so it is somewhat slower even without a capacity
+table, much slower on a workload of a few requests."""
 
 from __future__ import annotations
 
@@ -91,12 +94,13 @@ def run(args: argparse.Namespace) -> int:
         print(dumps_json({"workload": workload.name, "load_time_s": load_s, "results": rows}))
     else:
         print(f"workload {workload.name}: {workload.num_requests} requests (built in {load_s:.2f} s); "
-              f"pool {config.pool.num_gpus} GPUs ({config.pool.composition}); median of {args.repeat} runs")
+              f"pool {config.pool.num_gpus} GPUs ({config.pool.composition}); median of {args.repeat} runs after a first run")
         print(f"{'policy':22s} {'KV tiers':>16s} {'wall s':>8s} {'req/wall-s':>10s} {'req/cpu-s':>10s} "
-              f"{'first run':>10s} {'sim/wall':>10s} {'peak MiB':>9s}")
+              f"{'1st-run req/cpu-s':>17s} {'sim/wall':>10s} {'peak MiB':>9s}")
         for r in rows:
             print(f"{r['policy']:22s} {r['kv_tiers']:>16s} {r['wall_time_s']:8.3f} {r['requests_per_wall_s']:10.0f} "
-                  f"{r['requests_per_cpu_s']:10.0f} {r['first_run_requests_per_cpu_s']:10.0f} "
+                  f"{r['requests_per_cpu_s']:10.0f} {r['first_run_requests_per_cpu_s']:17.0f} "
                   f"{r['sim_over_wall']:10.0f} {r['peak_traced_memory_mib']:9.1f}")
-        print("req/cpu-s: median of the --repeat runs, capacity profiles reused; first run: profiling included")
+        print("req/cpu-s: median of the --repeat runs after the first run (capacity profiles, if the policy has "
+              "any, reused); 1st-run req/cpu-s: the first run (profiling and warm-up included)")
     return 0

@@ -15,6 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     default = "round-robin,least-work,prefix-affinity,vertumnus-router,vertumnus-adaptive,vertumnus"
     p.add_argument("--policy", default=default, help=f"comma-separated policies (default {default})")
     p.add_argument("--repeat", type=int, default=3,
-                   help="timed runs per policy after its first run (timed apart: it fills the capacity-profile "
-                        "memo the later runs reuse); their median is reported (default 3)")
+                   help="timed runs per policy after its first run, whose median is reported (default 3); the "
+                        "first run is reported in its own column: it simulates the capacity profiles (if the policy "
+                        "has any) that the later runs reuse")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format (default table)")
