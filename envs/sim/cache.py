@@ -146,6 +146,26 @@ class PrefixCache:
                     for fn in listeners:
                         fn(self.worker_id, h)
 
+    def fill(self, blocks: Sequence[tuple[int, int]]) -> bool:
+        """Loads ``blocks`` (``(hash, READY/PENDING)``, least recently used first) into this empty
+        cache, as one :meth:`insert` of each block in that order would (same contents, recency and
+        listener calls), when that needs no eviction: distinct hashes, at most ``capacity_blocks``.
+        Returns False, changing nothing, when the cache is not empty or those conditions fail (the
+        caller then inserts block by block). The KV state of a worker a split or merge creates."""
+        if self._blocks or len(blocks) > self.capacity_blocks:
+            return False
+        loaded = OrderedDict(blocks)
+        if len(loaded) != len(blocks):
+            return False
+        self._blocks = loaded
+        listeners = self.insert_listeners
+        if listeners:
+            wid = self.worker_id
+            for h, _ in blocks:
+                for fn in listeners:
+                    fn(wid, h)
+        return True
+
     def set_state(self, block_hash: int, state: int) -> None:
         """Changes a resident block's state (e.g. pending -> ready after reconciliation)."""
         if block_hash not in self._blocks:

@@ -497,11 +497,10 @@ class Reconfigurator:
     def _install(self, w: Worker, blocks: list[tuple[int, tuple | None]], rec: OperationRecord) -> None:
         """Inserts ``blocks`` ((hash, shard info or None for READY), LRU first) into the new worker
         ``w``, records their shard masks and counts them on ``rec``."""
-        pend: dict[int, tuple] = {}
-        for h, info in blocks:
-            w.cache.insert((h,), READY if info is None else PENDING)
-            if info is not None:
-                pend[h] = info
+        pend = {h: info for h, info in blocks if info is not None}
+        if not w.cache.fill([(h, READY if info is None else PENDING) for h, info in blocks]):
+            for h, info in blocks:
+                w.cache.insert((h,), READY if info is None else PENDING)
         rec.pending_blocks_created += len(pend)
         rec.ready_blocks_retained += len(blocks) - len(pend)
         if pend:
@@ -649,16 +648,25 @@ class Reconfigurator:
         memo: dict = {}
         state: dict[int, tuple | None] = {}
         lost: set[int] = set()
-        for h in in_a | in_b:
+        blocks = in_a | in_b
+        if not self._shards.get(a_w.worker_id) and not self._shards.get(b_w.worker_id):
+            # READY blocks only (the usual case): a block's result depends only on which sibling
+            # holds it, so three keys cover every block; the loop below is needed only when one of
+            # them leaves slices that must come from outside (a per-block check)
+            ra, rb = self._ready_info(a_w.first_gpu, C), self._ready_info(b_w.first_gpu, C)
+            classes = ((in_a & in_b, (ra, rb)), (in_a - in_b, (ra, None)), (in_b - in_a, (None, rb)))
+            outs = [self._merge_info(key, absent, W_first, W_degree) for _, key in classes]
+            if not any(outside for _, outside in outs):
+                for (hashes, _), (info, _) in zip(classes, outs):
+                    state.update(dict.fromkeys(hashes, info))
+                blocks = ()
+        for h in blocks:
             ia = self._info(a_w, h) if h in in_a else None
             ib = self._info(b_w, h) if h in in_b else None
             key = (ia, ib)
             out = memo.get(key)
             if out is None:
-                masks = (ia[0] if ia else absent) + (ib[0] if ib else absent)
-                origin = max((o[2], o[1]) for o in (ia, ib, (None, W_first, W_degree)) if o)
-                num_missing, outside = self._missing_slices(masks)
-                out = memo[key] = (None if num_missing == 0 else (masks, origin[1], origin[0]), outside)
+                out = memo[key] = self._merge_info(key, absent, W_first, W_degree)
             info, outside = out
             if outside and not self._covered(outside, self._holders(W_first, W_degree, info[1], info[2], h)):
                 lost.add(h)
@@ -672,6 +680,16 @@ class Reconfigurator:
         order = sorted([(i / len(a), 0, h) for i, h in enumerate(a)]
                        + [(i / len(b), 1, h) for i, h in enumerate(b) if h not in in_a])
         return [(h, state[h]) for _, _, h in order], len(lost)
+
+    def _merge_info(self, key: tuple, absent: tuple, first_gpu: int, degree: int) -> tuple:
+        """``(shard info on the merged worker or None if READY, slices needed from outside)`` of a
+        block with shard infos ``key = (lower sibling's, upper sibling's)`` (None where absent),
+        merged into the degree-``degree`` worker from ``first_gpu`` (:meth:`_plan_merge`)."""
+        ia, ib = key
+        masks = (ia[0] if ia else absent) + (ib[0] if ib else absent)
+        origin = max((o[2], o[1]) for o in (ia, ib, (None, first_gpu, degree)) if o)
+        num_missing, outside = self._missing_slices(masks)
+        return (None if num_missing == 0 else (masks, origin[1], origin[0]), outside)
 
     def _commit(self, payload) -> None:
         """Stage 5: every rank confirmed; new epoch; the new workers become schedulable."""

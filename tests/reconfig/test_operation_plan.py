@@ -100,3 +100,26 @@ def test_ranking_breaks_drain_ties_by_traffic(toy_cal, shared):
     assert rank_operations(sim, merges[::-1]) == ranked  # the order does not depend on the input order
     expected = min(range(2), key=lambda i: (traffic[i], sim.workers[merges[i].worker_ids[0]].first_gpu))
     assert ranked[0] is merges[expected]
+
+
+def test_merge_plan_of_ready_only_siblings_is_the_per_block_plan(toy_cal):
+    # _plan_merge classifies the blocks of two READY-only siblings by which of them holds each
+    # (three cases) instead of visiting every block; the plan (blocks, recency, shard infos, lost
+    # blocks) is the per-block loop's, which a worker holding PENDING blocks still takes
+    sim = _sim(toy_cal, "cp2x4", degrees=(2, 4), num_gpus=8)
+    a, b = (sim.workers[wid] for wid in sim.worker_ids[:2])
+    a.cache.insert(list(range(8)))
+    b.cache.insert(list(range(5, 14)))
+    a.cache.touch([2, 1, 0], 3)
+    r = get_reconfigurator(sim)
+    fast = r._plan_merge([a, b])
+    r._shards[a.worker_id] = {-1: None}  # a non-empty shard record (no block of it is resident) forces the loop
+    try:
+        slow = r._plan_merge([a, b])
+    finally:
+        del r._shards[a.worker_id]
+    assert fast == slow
+    blocks, num_lost = fast
+    assert num_lost == 0 and sorted(h for h, _ in blocks) == list(range(14))
+    assert {info is None for h, info in blocks if 5 <= h < 8} == {True}  # held by both: READY after the merge
+    assert None not in {info for h, info in blocks if h < 5 or h >= 8}  # held by one: PENDING

@@ -50,3 +50,32 @@ def test_cache_never_over_capacity_and_listeners_consistent(cap, inserts):
         c.insert(list(dict.fromkeys(hs)))
         assert len(c) <= cap
         assert mirror == set(c.blocks())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 12), st.lists(st.tuples(st.integers(0, 15), st.sampled_from([READY, PENDING])), max_size=14),
+       st.booleans())
+def test_fill_is_one_insert_per_block_or_refuses(cap, blocks, prefilled):
+    # a split/merge loads a new worker's cache in one call; it must leave the state (contents,
+    # recency, states) and the listener calls of inserting the blocks one by one, LRU first, and
+    # refuse (changing nothing) whenever that would evict: a non-empty cache, repeated hashes, or
+    # more blocks than the capacity
+    def make():
+        c, calls = PrefixCache(cap, worker_id=3), []
+        if prefilled and cap:
+            c.insert([99])
+        c.insert_listeners.append(lambda w, h: calls.append((w, h)))
+        return c, calls
+
+    one, one_calls = make()
+    for h, state in blocks:
+        one.insert((h,), state)
+    bulk, bulk_calls = make()
+    before = bulk.blocks()
+    if bulk.fill(blocks):
+        assert not (prefilled and cap) and len({h for h, _ in blocks}) == len(blocks) <= cap
+        assert bulk.blocks() == one.blocks() and bulk_calls == one_calls
+        assert [bulk.state(h) for h in bulk.blocks()] == [one.state(h) for h in one.blocks()]
+    else:
+        assert (prefilled and cap) or len({h for h, _ in blocks}) < len(blocks) or len(blocks) > cap
+        assert bulk.blocks() == before and bulk_calls == []
