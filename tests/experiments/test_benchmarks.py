@@ -88,25 +88,31 @@ def test_bench_sim_json_reports_requests_per_cpu_second_per_policy(capsys):
 
 def test_bench_sim_profiles_capacity_in_the_first_run_only(capsys, monkeypatch):
     """The runs of one policy share a CapacityCache: the profiles are simulated in the first run
-    (timed apart, ``first_run_cpu_s``) and reused by the ``--repeat`` runs, whatever their number."""
+    (timed apart, ``first_run_cpu_s``) and reused by the ``--repeat`` runs and the memory run."""
     import json
 
     from envs.planning.capacity import CapacityTable
     from experiments.cli import main
+    from experiments.commands import bench
 
-    calls = []
+    calls, per_run = [], []
     simulate = CapacityTable._simulate_profile
     monkeypatch.setattr(CapacityTable, "_simulate_profile", lambda self, *a: calls.append(a) or simulate(self, *a))
-    counts = []
-    for repeat in ("1", "2"):
-        calls.clear()
-        assert main(["bench", "sim", "--workload", "tool-agent", "--arrival-window-s", "0", "20", "--policy",
-                     "vertumnus-adaptive", "--repeat", repeat, "--format", "json"]) == 0
-        (row,) = json.loads(capsys.readouterr().out)["results"]
-        assert row["first_run_cpu_s"] > 0
-        assert row["first_run_requests_per_cpu_s"] * row["first_run_cpu_s"] == pytest.approx(row["num_requests"])
-        counts.append(len(calls))
-    assert counts[0] > 0 and counts[0] == counts[1]
+    run_policy = bench.run_policy
+
+    def counted(*a, **k):
+        n = len(calls)
+        out = run_policy(*a, **k)
+        per_run.append(len(calls) - n)
+        return out
+
+    monkeypatch.setattr(bench, "run_policy", counted)
+    assert main(["bench", "sim", "--workload", "tool-agent", "--arrival-window-s", "0", "20", "--policy",
+                 "vertumnus-adaptive", "--repeat", "2", "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["results"]
+    assert row["first_run_cpu_s"] > 0
+    assert row["first_run_requests_per_cpu_s"] * row["first_run_cpu_s"] == pytest.approx(row["num_requests"])
+    assert len(per_run) == 4 and per_run[0] > 0 and per_run[1:] == [0, 0, 0]  # first, 2 repeats, memory run
 
 
 @pytest.mark.slow
