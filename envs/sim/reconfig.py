@@ -498,9 +498,10 @@ class Reconfigurator:
         """Inserts ``blocks`` ((hash, shard info or None for READY), LRU first) into the new worker
         ``w``, records their shard masks and counts them on ``rec``."""
         pend = {h: info for h, info in blocks if info is not None}
-        if not w.cache.fill([(h, READY if info is None else PENDING) for h, info in blocks]):
-            for h, info in blocks:
-                w.cache.insert((h,), READY if info is None else PENDING)
+        states = [(h, READY if info is None else PENDING) for h, info in blocks]
+        if not w.cache.fill(states):
+            for h, st in states:
+                w.cache.insert((h,), st)
         rec.pending_blocks_created += len(pend)
         rec.ready_blocks_retained += len(blocks) - len(pend)
         if pend:
