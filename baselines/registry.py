@@ -58,8 +58,9 @@ class PolicySpec:
         build_with: ``f(**params) -> PolicySpec`` used by :meth:`with_params`.
         kv_tiers: KV tiers the system brings (its pull path, ``envs/sim/tiers.py``), used when
             the run configures none; ``None`` = the run's tiers (default: off).
-        choose_pool: ``f(pool, workload, config, calibration, capacity_cache) -> (PoolConfig,
-            info)`` choosing the run's starting pool from the workload (the full Vertumnus
+        choose_pool: ``f(pool, history, config, calibration, capacity_cache) -> (PoolConfig,
+            info)`` choosing the run's starting pool from the demand history
+            (:class:`envs.planning.capacity.DemandHistory`; the full Vertumnus
             system's initial composition from the capacity profile,
             :func:`envs.planning.composition.workload_initial_pool`); applied after ``composition``.
         check_pool: ``f(pool)`` raising ``ValueError`` when the policy's settings cannot run on
@@ -159,8 +160,8 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
         return adaptive_spec(rp, replace(controller, lookahead=la, **{k: kw[k] for k in controller_fields}), name,
                              initial_pool)
 
-    def choose_pool(pool, workload, config, calibration, cache):
-        return workload_initial_pool(pool, workload, config, calibration, cache, profile=controller.profile)
+    def choose_pool(pool, history, config, calibration, cache):
+        return workload_initial_pool(pool, history, config, calibration, cache, profile=controller.profile)
 
     where = "initial composition from the capacity profile" if initial_pool else "the run's pool"
     return PolicySpec(name, lambda: VertumnusRouter(router_params, name),

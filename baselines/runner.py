@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from baselines.prediction_error import summarize_prediction_errors
 from baselines.registry import PolicySpec, get_policy
 from envs.metrics import request_table, summarize
-from envs.planning.capacity import CapacityCache
+from envs.planning.capacity import CapacityCache, DemandHistory
 from envs.provenance import write_provenance
 from envs.sim import Calibration, SimConfig, Simulator, Workload
 from envs.sim.simulator import SimResult
@@ -40,7 +41,8 @@ def policy_pool(spec: PolicySpec, pool):
 
 
 def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimConfig,
-                    calibration: Calibration | None = None, capacity_cache=None) -> tuple[Simulator, PolicySpec]:
+                    calibration: Calibration | None = None, capacity_cache=None,
+                    history: DemandHistory | Callable[[], DemandHistory] | None = None) -> tuple[Simulator, PolicySpec]:
     """Creates the simulator for one policy: applies the policy's pool composition (if it needs
     one) or its pool choice (the full Vertumnus system's initial composition) and attaches its
     controllers / cache manager.
@@ -50,6 +52,12 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
             experiment (profiles are pure functions of their key, so sharing only skips work);
             default a new one owned by this run. Attachments find it as
             ``sim.attachments["capacity_cache"]``.
+        history: the demand history the policy plans from offline
+            (:class:`envs.planning.capacity.DemandHistory`: the full Vertumnus system's initial
+            composition, a controller's first reference mix and prior prefix hit), or a
+            zero-argument function returning it (called only by a policy that reads a history);
+            default the run's own workload. The benchmark passes its task's training episodes.
+            Attachments find it with :func:`envs.planning.capacity.run_history`.
     """
     spec = get_policy(policy) if isinstance(policy, str) else policy
     config = replace(config, pool=policy_pool(spec, config.pool))
@@ -60,7 +68,11 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     if spec.choose_pool is not None and workload.num_requests:
         if calibration is None:
             calibration = Calibration.resolve(config.calibration_path)
-        pool, pool_info = spec.choose_pool(config.pool, workload, config, calibration, cache)
+        if history is None:
+            history = DemandHistory.of([workload], "run workload")
+        elif callable(history):
+            history = history()
+        pool, pool_info = spec.choose_pool(config.pool, history, config, calibration, cache)
         config = replace(config, pool=pool)
     slo_cost_model = None
     node_calibrations = None
@@ -75,6 +87,8 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     sim = Simulator(workload, config, calibration, policy_name=spec.name, slo_cost_model=slo_cost_model,
                     node_calibrations=node_calibrations)
     sim.attachments["capacity_cache"] = cache
+    if history is not None:
+        sim.attachments["demand_history"] = history
     if pool_info is not None:
         info = {"composition": config.pool.composition, **pool_info}
         sim.extras_providers.append(lambda: {"initial_pool": info})
@@ -84,7 +98,8 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
 
 
 def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
-               calibration: Calibration | None = None, progress=None, capacity_cache=None) -> SimResult:
+               calibration: Calibration | None = None, progress=None, capacity_cache=None,
+               history: DemandHistory | Callable[[], DemandHistory] | None = None) -> SimResult:
     """Runs one policy to the end (or the horizon) and returns its result.
 
     Args:
@@ -92,9 +107,9 @@ def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
             first time and once at the end with the rest (a request re-routed by a
             reconfiguration or a fault counts once, so the total never exceeds
             ``workload.num_requests``).
-        capacity_cache: see :func:`build_simulator`.
+        capacity_cache, history: see :func:`build_simulator`.
     """
-    sim, spec = build_simulator(policy, workload, config, calibration, capacity_cache)
+    sim, spec = build_simulator(policy, workload, config, calibration, capacity_cache, history)
     if progress is not None:
         state = {"n": 0}
         routed = bytearray(workload.num_requests)

@@ -49,7 +49,7 @@ import numpy as np
 
 from baselines.registry import PolicySpec
 from baselines.runner import run_policy
-from benchmark.capacity import is_overloaded_task, task_capacity
+from benchmark.capacity import is_overloaded_task, task_capacity, task_episodes
 from benchmark.dispatch import Dispatcher
 from benchmark.ledger import DEFAULT_LEDGER, read_ledger, record_test_runs
 from benchmark.specs import Contender, EpisodeRunner, reference_contender
@@ -57,7 +57,7 @@ from benchmark.splits import check_split_name
 from benchmark.tasks import Task, episodes, get_task, rate_scale
 from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary
-from envs.planning.capacity import CapacityCache
+from envs.planning.capacity import CapacityCache, DemandHistory
 from envs.sim.request import Workload
 
 #: Keys of a per-episode row (``seed`` for generator tasks, ``block_offset_s`` for trace tasks).
@@ -114,6 +114,26 @@ def run_through_env(policy, task: Task, episode: Workload):
             return env.sim.result(), int(info.get("num_invalid_actions", 0))
 
 
+#: Training episodes (evenly spread, first and last kept) in a task's demand history: as many as
+#: the fixed-composition search scores (``benchmark/tuned/reconfig__*.json`` "num_train_episodes").
+NUM_HISTORY_EPISODES = 3
+
+
+@functools.lru_cache(maxsize=16)
+def task_history(task_id: str) -> DemandHistory:
+    """The demand history a heuristic plans from offline on a task
+    (:class:`envs.planning.capacity.DemandHistory`: the full Vertumnus system's initial
+    composition, a controller's first reference mix and prior prefix hit):
+    :data:`NUM_HISTORY_EPISODES` of the task's training episodes at its stored rate, pooled. No
+    validation or test request is in it, so an evaluated episode is read only as it arrives.
+    Memoised per task and process; :func:`run_contender` passes it lazily (only a policy that
+    reads a history builds it)."""
+    task = get_task(task_id)
+    eps = task_episodes(task, "train", max_episodes=NUM_HISTORY_EPISODES)
+    where = ", ".join(str(e.metadata.get("seed", e.metadata.get("block_offset_s"))) for e in eps)
+    return DemandHistory.of(eps, f"{task_id} training episodes {where}")
+
+
 @functools.lru_cache(maxsize=16)
 def task_capacity_cache(task_id: str) -> CapacityCache:
     """The capacity-profile memo (``envs.planning.capacity.CapacityCache``) of this process's runs
@@ -129,7 +149,8 @@ def run_contender(contender: Contender, task: Task, episode: Workload) -> dict:
     ``num_invalid_actions`` (module docstring)."""
     p, num_invalid = contender.policy, 0
     if isinstance(p, PolicySpec):
-        result = run_policy(p, episode, task.sim_config(), capacity_cache=task_capacity_cache(task.id))
+        result = run_policy(p, episode, task.sim_config(), capacity_cache=task_capacity_cache(task.id),
+                            history=functools.partial(task_history, task.id))
     elif isinstance(p, EpisodeRunner):
         result = p.run(episode, task.sim_config())
     else:

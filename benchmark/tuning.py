@@ -57,7 +57,7 @@ from baselines.registry import get_policy
 from baselines.runner import run_policy
 from benchmark.capacity import task_episodes
 from benchmark.dispatch import Dispatcher
-from benchmark.protocol import task_capacity_cache
+from benchmark.protocol import task_capacity_cache, task_history
 from benchmark.tasks import Task, get_task
 from envs.metrics.summary import measured_summary
 from envs.provenance import git_commit
@@ -304,7 +304,8 @@ def split_score(task_id: str, name: str, max_train_episodes: int | None, params:
     eps = _episodes(task_id, split, max_train_episodes if split == "train" else None)
     values = []
     for ep in eps:
-        result = run_policy(spec, ep, config, capacity_cache=task_capacity_cache(task_id))
+        result = run_policy(spec, ep, config, capacity_cache=task_capacity_cache(task_id),
+                            history=functools.partial(task_history, task_id))
         m = measured_summary(result, ep.metadata["measure_from_s"])["mean_ttft_s"]
         values.append(m if math.isfinite(m) else math.inf)
     return float(sum(values) / len(values))

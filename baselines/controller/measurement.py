@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from envs.planning.capacity import CapacityProfile, CapacityTable, reuse_prefix_tokens
+from envs.planning.capacity import CapacityProfile, CapacityTable, run_history
 from envs.planning.composition import composition_capacity_rps
 
 __all__ = ["WindowRecord", "WindowMeasurement", "DISPERSION_MAX_TERMS", "DISPERSION_PRIOR_WINDOWS"]
@@ -103,7 +103,8 @@ class WindowMeasurement:
         """Window state of ``sim``'s run: the workload's arrival times and prompt lengths, the
         capacity table (``self.table``; built when none was given: the run's
         ``sim.attachments["capacity_cache"]`` or a new cache, its reference mixes seeded from the
-        workload), the finished-request counters and the regime (mix and rate) history."""
+        run's demand history, :func:`~envs.planning.capacity.run_history`: a benchmark task's
+        training episodes, else the run's workload), the finished-request counters and the regime (mix and rate) history."""
         cfg = self.config
         reqs = sim.workload.requests
         self._arrivals = np.array([r.arrival_time_s for r in reqs], dtype=float)
@@ -112,10 +113,11 @@ class WindowMeasurement:
         if self.table is None:
             cache = sim.attachments.get("capacity_cache")
             self.table = CapacityTable(sim.config, sim.calibration, cfg.profile, cache=cache)
-            if len(reqs):
+            history = run_history(sim)
+            if history is not None:
                 # the history's reuse is also the prior hit until the first requests finish
-                self._mean_cached_tokens = reuse_prefix_tokens(sim.workload)
-                self.table.seed_history(self._lengths, self._mean_cached_tokens)
+                self._mean_cached_tokens = history.mean_cached_tokens
+                self.table.seed_history(history.prompt_tokens, self._mean_cached_tokens)
         self._last_arrival_s = float(self._arrivals[-1]) if len(reqs) else 0.0
         self._hit_tokens = 0
         self._num_finished = 0

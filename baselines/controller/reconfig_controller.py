@@ -36,7 +36,8 @@ class ReconfigController(WindowMeasurement, PaperRule, AnalyticRule, TargetRule,
             table of the run's :class:`~envs.planning.capacity.CapacityCache`
             (``sim.attachments["capacity_cache"]``, set by ``baselines.runner.build_simulator``)
             or of a new cache, built at :meth:`attach`. A new table's reference mixes start from
-            the run's workload mix (the history stand-in,
+            the run's demand history (:func:`~envs.planning.capacity.run_history`: a benchmark
+            task's training episodes, else the run's workload;
             :meth:`~envs.planning.capacity.CapacityTable.seed_history`).
 
     After a run, ``windows`` holds one :class:`~baselines.controller.measurement.WindowRecord` per window — also, as dicts, in

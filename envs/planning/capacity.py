@@ -11,8 +11,9 @@ composition's capacity is ``Σ_w λ_{C_w}`` (per-worker capacities).
 Speed (one profile is ``1 + num_bisection_steps`` simulations, ~0.3-1 s): a run profiles each
 *regime* once, not each window. Window mixes within ``mix_tolerance`` of a reference mix reuse
 its simulated profile, rescaled analytically by the mixes' mean batching work (see
-:meth:`CapacityTable.shares_profile`); a run's reference mixes start from its history (the
-whole workload's mix stands in for the history when none is given, :meth:`CapacityTable.seed_history`);
+:meth:`CapacityTable.shares_profile`); a run's reference mixes start from its history
+(:class:`DemandHistory`: a benchmark task's training episodes, or the run's own workload when none
+is given; :meth:`CapacityTable.seed_history`);
 profiles are memoised in a :class:`CapacityCache` keyed by everything they depend on (engine,
 latency, SLO and prediction-error settings, pool size and topology, calibration, profile
 settings, degree, reference mix), which an experiment may share across its runs (no global
@@ -36,7 +37,8 @@ from envs.sim.request import Request, Workload
 from envs.sim.router import LeastWorkRouter
 from envs.sim.simulator import Simulator
 
-__all__ = ["ProfileConfig", "CapacityProfile", "CapacityTable", "CapacityCache", "slo_for_lengths", "reuse_prefix_tokens"]
+__all__ = ["ProfileConfig", "CapacityProfile", "CapacityTable", "CapacityCache", "DemandHistory", "slo_for_lengths",
+           "reuse_prefix_tokens", "run_history"]
 
 def slo_for_lengths(config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray) -> np.ndarray:
     """TTFT SLO of prompts of the given lengths [s], the rule of ``Simulator`` (``SLOConfig``)."""
@@ -182,6 +184,79 @@ def reuse_prefix_tokens(workload: Workload) -> float:
         total += min(n * workload.kv_block_size_tokens, max(0, r.num_prompt_tokens - 1))
         seen.update(r.block_hashes)
     return total / max(1, workload.num_requests)
+
+
+@dataclass(frozen=True, eq=False)
+class DemandHistory:
+    """The historical demand a deployment plans from offline (paper §6 "Capacity Profiling and
+    Initialization": capacity is profiled, and the initial composition chosen, from historical
+    demand): the full Vertumnus system's initial composition
+    (:func:`envs.planning.composition.workload_initial_pool`) and its controller's first
+    reference mix and prior prefix hit (``baselines.controller.measurement``) read it.
+
+    A benchmark run passes its task's training episodes (``benchmark.protocol.task_history``), so
+    nothing of a validation or test episode is read before it arrives; elsewhere the run's own
+    workload stands in (:func:`run_history`), as the paper's production history of the same
+    service would.
+
+    Attributes:
+        prompt_tokens: shape (n,), n >= 1, the history's prompt lengths [tokens].
+        rate_rps: mean arrival rate [requests/s], ``sum(n_i - 1) / sum(duration_i)`` over the
+            history's workloads (``Workload.mean_rate_rps`` for one); finite, >= 0.
+        mean_cached_tokens: mean per-request prefix hit of an unbounded cache
+            (:func:`reuse_prefix_tokens`, request-weighted over the workloads) [tokens]; >= 0.
+        source: what the history is, for reports (e.g. ``"run workload"``).
+
+    Raises:
+        ValueError: on an empty or non-1-D ``prompt_tokens``, or a negative or non-finite rate or hit.
+    """
+
+    prompt_tokens: np.ndarray
+    rate_rps: float
+    mean_cached_tokens: float
+    source: str
+
+    def __post_init__(self) -> None:
+        L = np.asarray(self.prompt_tokens, dtype=float)
+        if L.ndim != 1 or L.size == 0:
+            raise ValueError(f"demand history {self.source!r}: prompt_tokens must be a non-empty 1-D array, "
+                             f"got shape {L.shape}")
+        for name in ("rate_rps", "mean_cached_tokens"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"demand history {self.source!r}: {name} must be a finite number >= 0, got {v!r}")
+        object.__setattr__(self, "prompt_tokens", L)
+
+    @classmethod
+    def of(cls, workloads, source: str) -> DemandHistory:
+        """The history of one or more non-empty workloads (lengths concatenated in order).
+
+        Raises:
+            ValueError: when no workload has a request.
+        """
+        wls = [w for w in workloads if w.num_requests]
+        if not wls:
+            raise ValueError(f"demand history {source!r}: no workload with a request")
+        n = sum(w.num_requests for w in wls)
+        span_s = sum(w.duration_s for w in wls)
+        return cls(np.array([r.num_prompt_tokens for w in wls for r in w.requests], dtype=float),
+                   sum(w.num_requests - 1 for w in wls) / span_s if span_s > 0 else 0.0,
+                   sum(reuse_prefix_tokens(w) * w.num_requests for w in wls) / n, source)
+
+
+def run_history(sim) -> DemandHistory | None:
+    """The run's :class:`DemandHistory`: ``sim.attachments["demand_history"]`` when the caller
+    gave one (``baselines.runner.build_simulator``; a zero-argument function returning it is
+    called here, once), else the run's own workload (memoised there); ``None`` for an empty
+    workload without a given history."""
+    history = sim.attachments.get("demand_history")
+    if callable(history):
+        history = history()
+        sim.attachments["demand_history"] = history
+    if history is None and sim.workload.num_requests:
+        history = DemandHistory.of([sim.workload], "run workload")
+        sim.attachments["demand_history"] = history
+    return history
 
 
 def _config_key(config: SimConfig, calibration: Calibration, profile: ProfileConfig) -> str:

@@ -14,10 +14,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from envs.planning.capacity import CapacityProfile, CapacityTable, reuse_prefix_tokens
+from envs.planning.capacity import CapacityProfile, CapacityTable, DemandHistory
 from envs.sim.config import SimConfig
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig, resolve_composition
+from envs.sim.request import Workload
 
 __all__ = ["enumerate_compositions", "node_homogeneous_compositions",
            "pool_over_degrees", "degree_counts", "composition_capacity_rps", "initial_composition",
@@ -150,18 +151,20 @@ def deployment_pool(pool: PoolConfig) -> PoolConfig:
     return replace(pool, supported_degrees=degrees)
 
 
-def workload_initial_pool(pool: PoolConfig, workload, config: SimConfig, calibration: Calibration, cache=None,
-                          max_load: float = 0.8, profile=None) -> tuple[PoolConfig, dict]:
+def workload_initial_pool(pool: PoolConfig, history: DemandHistory | Workload, config: SimConfig,
+                          calibration: Calibration, cache=None, max_load: float = 0.8,
+                          profile=None) -> tuple[PoolConfig, dict]:
     """The full Vertumnus system's starting pool (paper §6 "Capacity Profiling and
     Initialization"): the deployment's degrees (:func:`deployment_pool`) and the composition
-    :func:`initial_composition` chooses for the historical demand. The run's workload stands in
-    for the history (its prompt-length mix, mean rate and the prefix reuse of an unbounded cache,
-    :func:`envs.planning.capacity.reuse_prefix_tokens`): the paper profiles a production history of
-    the same service.
+    :func:`initial_composition` chooses for the historical demand (its prompt-length mix, mean
+    rate and the prefix reuse of an unbounded cache, :class:`~envs.planning.capacity.DemandHistory`).
 
     Args:
         pool: the run's configured pool (its composition gives the degrees).
-        workload: the run's :class:`~envs.sim.request.Workload` (non-empty).
+        history: the demand history: a :class:`~envs.planning.capacity.DemandHistory` (a benchmark
+            run passes its task's training episodes), or a non-empty
+            :class:`~envs.sim.request.Workload` standing in for it (the run's own workload outside
+            the benchmark: the paper profiles a production history of the same service).
         config, calibration: the run's settings and cost model.
         cache: a :class:`~envs.planning.capacity.CapacityCache` to memoise profiles in (shared with
             the run's controller), or ``None``.
@@ -169,14 +172,19 @@ def workload_initial_pool(pool: PoolConfig, workload, config: SimConfig, calibra
         profile: :class:`~envs.planning.capacity.ProfileConfig` (default settings if ``None``).
 
     Returns:
-        ``(pool, info)``: the pool with the chosen composition, and :func:`initial_composition`'s info.
+        ``(pool, info)``: the pool with the chosen composition, and :func:`initial_composition`'s
+        info plus ``"history"`` (the history's ``source``).
+
+    Raises:
+        ValueError: for an empty workload.
     """
+    if isinstance(history, Workload):
+        history = DemandHistory.of([history], "run workload")
     dep = deployment_pool(pool)
     cfg = replace(config, pool=dep)
     table = CapacityTable(cfg, calibration, profile, cache=cache)
-    L = np.array([r.num_prompt_tokens for r in workload.requests], float)
-    hit = reuse_prefix_tokens(workload)
+    L, hit = history.prompt_tokens, history.mean_cached_tokens
     table.seed_history(L, hit)
-    comp, info = initial_composition(dep, cfg, calibration, L, workload.mean_rate_rps, mean_cached_tokens=hit,
+    comp, info = initial_composition(dep, cfg, calibration, L, history.rate_rps, mean_cached_tokens=hit,
                                      max_load=max_load, table=table)
-    return replace(dep, composition=comp), info
+    return replace(dep, composition=comp), {**info, "history": history.source}

@@ -274,3 +274,34 @@ def test_an_env_over_the_test_split_warns_that_its_uses_are_not_logged():
     envs.register_envs()
     with pytest.warns(SealedSplitWarning, match="test split is sealed.*cpgym benchmark run --split test"):
         gym.make("cpgym/Benchmark-v1", task=TASK.id, split="test", max_episodes=1)
+
+
+def test_a_full_system_plans_from_the_training_history_never_from_the_episode():
+    """The initial composition and the controller's first reference mix read the task's training
+    episodes (``task_history``), so two episodes with very different demand start from the same
+    pool; without the history (the run's own workload, outside the benchmark) they do not."""
+    import functools
+
+    from baselines.runner import build_simulator
+    from benchmark.capacity import task_episodes
+    from benchmark.protocol import task_capacity_cache, task_history
+    from envs.workloads import transforms
+
+    task = get_task("reconfig/matched-phases-v1")
+    ep = task_episodes(task, "validation", max_episodes=1)[0]
+    light = transforms.window(ep, 0.0, 60.0)
+    heavy = transforms.scale_rate(light, 8.0)  # the same requests at 8x the rate
+    cache = task_capacity_cache(task.id)
+    history = task_history(task.id)
+    train_seeds = set(task.split.seeds("train"))
+    assert history.source.startswith(task.id)
+    assert {int(s) for s in history.source.rsplit("episodes ", 1)[1].split(", ")} <= train_seeds
+
+    def start(wl, hist):
+        sim, _ = build_simulator("vertumnus", wl, task.sim_config(), capacity_cache=cache, history=hist)
+        return sim, sim.config.pool.composition
+
+    (sim_l, pool_l), (sim_h, pool_h) = (start(w, functools.partial(task_history, task.id)) for w in (light, heavy))
+    assert pool_l == pool_h
+    assert sim_l.attachments["demand_history"] is history  # resolved once, read by the controller too
+    assert start(light, None)[1] != start(heavy, None)[1]  # the leak this guards against

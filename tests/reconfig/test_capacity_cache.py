@@ -1,14 +1,16 @@
 """Profile memoisation (envs/planning/capacity.py CapacityCache), the full Vertumnus system and its
 router-only ablation (baselines/registry.py)."""
 
+import math
+
 import numpy as np
 import pytest
 
 from baselines.controller import WindowRecord
 from baselines.registry import POLICIES, SUITES
 from baselines.runner import build_simulator, run_policy
-from envs.planning.capacity import CapacityCache, CapacityTable, ProfileConfig
-from envs.planning.composition import enumerate_compositions
+from envs.planning.capacity import CapacityCache, CapacityTable, DemandHistory, ProfileConfig, reuse_prefix_tokens
+from envs.planning.composition import enumerate_compositions, workload_initial_pool
 from envs.sim import Calibration, Request, SimConfig, Workload
 from tests.factories import RECONFIG_POOL
 
@@ -118,3 +120,30 @@ def test_full_system_with_the_paper_rule_is_registered():
     assert "vertumnus-paper-rule" in SUITES["ablations"]
     sim, _ = build_simulator("vertumnus-paper-rule", _workload(), SimConfig(pool=RECONFIG_POOL))
     assert sim.attachments["controller"].config.decision == "paper-rule" and "cache_manager" in sim.attachments
+
+
+def test_demand_history_pools_workloads_and_validates():
+    a, b = _workload(rate_rps=4.0, seed=0), _workload(rate_rps=8.0, seed=1)
+    one = DemandHistory.of([a], "a")
+    assert one.rate_rps == a.mean_rate_rps and one.mean_cached_tokens == reuse_prefix_tokens(a)
+    both = DemandHistory.of([a, Workload("empty", ()), b], "a+b")  # empty workloads are skipped
+    assert both.prompt_tokens.shape == (a.num_requests + b.num_requests,)
+    assert both.rate_rps == pytest.approx((a.num_requests + b.num_requests - 2) / (a.duration_s + b.duration_s))
+    assert both.mean_cached_tokens == pytest.approx(
+        (reuse_prefix_tokens(a) * a.num_requests + reuse_prefix_tokens(b) * b.num_requests)
+        / (a.num_requests + b.num_requests))
+    with pytest.raises(ValueError, match="no workload with a request"):
+        DemandHistory.of([Workload("empty", ())], "empty")
+    with pytest.raises(ValueError, match="rate_rps must be a finite number >= 0"):
+        DemandHistory(np.ones(3), math.nan, 0.0, "bad")
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        DemandHistory(np.ones((2, 2)), 1.0, 0.0, "bad")
+
+
+def test_the_initial_pool_of_a_workload_is_that_of_its_history():
+    wl = _workload(rate_rps=6.0)
+    cfg, cal = SimConfig(pool=RECONFIG_POOL), Calibration.resolve(None)
+    cache = CapacityCache()
+    pool_w, info_w = workload_initial_pool(RECONFIG_POOL, wl, cfg, cal, cache)
+    pool_h, info_h = workload_initial_pool(RECONFIG_POOL, DemandHistory.of([wl], "run workload"), cfg, cal, cache)
+    assert pool_w == pool_h and info_w == info_h and info_w["history"] == "run workload"
