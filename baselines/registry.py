@@ -28,7 +28,7 @@ from baselines.industry import (
 from baselines.lookahead import LookaheadConfig
 from baselines.simple import PrefixAffinityRouter, RandomRouter, RoundRobinRouter
 from baselines.vertumnus import VertumnusParams, VertumnusRouter
-from envs.planning.composition import workload_initial_pool
+from envs.planning.composition import PROFILED, given_initial_pool, workload_initial_pool
 from envs.sim.cost_model import Calibration
 from envs.sim.pool import PoolConfig
 from envs.sim.router import LeastWorkRouter, Router
@@ -142,7 +142,8 @@ def router_params_spec(name: str, router_cls: Callable[[Any], Router], params: A
 
 
 def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller: ControllerConfig = ControllerConfig(),
-                  name: str = "vertumnus-adaptive", initial_pool: bool = False) -> PolicySpec:
+                  name: str = "vertumnus-adaptive", initial_pool: bool = False,
+                  initial_composition: str = PROFILED) -> PolicySpec:
     """The Vertumnus router plus the split/merge controller; ``beta``, ``lambda``, every
     :class:`~baselines.controller.ControllerConfig` field but ``lookahead``, and every
     :class:`~baselines.lookahead.LookaheadConfig` field as ``lookahead.<field>`` (e.g.
@@ -150,7 +151,10 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
 
     ``vertumnus-adaptive`` starts from the run's pool; with ``initial_pool`` the starting pool is
     chosen from the capacity profile (:func:`envs.planning.composition.workload_initial_pool`), the
-    full system's start (see :func:`full_system_spec`)."""
+    full system's start (see :func:`full_system_spec`), and ``initial_composition`` is a parameter
+    too: ``"profile"`` (default, that §6 rule) or a composition such as ``cp4x7+cp2x6``
+    (:func:`envs.planning.composition.given_initial_pool`; ``tuned:vertumnus`` starts from the
+    task's best fixed composition chosen on its training episodes, ``benchmark.tuning``)."""
     controller_fields = [f.name for f in fields(ControllerConfig) if f.name != "lookahead"]
     lookahead_fields = [f.name for f in fields(LookaheadConfig)]
 
@@ -158,10 +162,21 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
         rp = replace(router_params, beta=float(kw.pop("beta")), lambda_=float(kw.pop("lambda")))
         la = replace(controller.lookahead, **{f: kw[f"lookahead.{f}"] for f in lookahead_fields})
         return adaptive_spec(rp, replace(controller, lookahead=la, **{k: kw[k] for k in controller_fields}), name,
-                             initial_pool)
+                             initial_pool, str(kw.get("initial_composition", initial_composition)))
+
+    if not isinstance(initial_composition, str) or not initial_composition.strip():
+        raise ValueError(f"initial_composition must be {PROFILED!r} or a composition such as 'cp4x7+cp2x6', "
+                         f"got {initial_composition!r}")
 
     def choose_pool(pool, history, config, calibration, cache):
+        if initial_composition != PROFILED:
+            return given_initial_pool(pool, initial_composition)
         return workload_initial_pool(pool, history, config, calibration, cache, profile=controller.profile)
+
+    def check_pool(pool):
+        if initial_pool and initial_composition != PROFILED:
+            pool = given_initial_pool(pool, initial_composition)[0]
+        return controller.menu_pool(pool)
 
     where = "initial composition from the capacity profile" if initial_pool else "the run's pool"
     return PolicySpec(name, lambda: VertumnusRouter(router_params, name),
@@ -170,8 +185,9 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
                       make_attachments=lambda: [ReconfigController(controller)],
                       params={"beta": router_params.beta, "lambda": router_params.lambda_,
                               **{k: getattr(controller, k) for k in controller_fields},
-                              **{f"lookahead.{f}": getattr(controller.lookahead, f) for f in lookahead_fields}},
-                      build_with=build, choose_pool=choose_pool if initial_pool else None, check_pool=controller.menu_pool)
+                              **{f"lookahead.{f}": getattr(controller.lookahead, f) for f in lookahead_fields},
+                              **({"initial_composition": initial_composition} if initial_pool else {})},
+                      build_with=build, choose_pool=choose_pool if initial_pool else None, check_pool=check_pool)
 
 
 def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: str = "vertumnus",

@@ -59,6 +59,7 @@ from benchmark.capacity import task_episodes
 from benchmark.dispatch import Dispatcher
 from benchmark.protocol import task_capacity_cache, task_history
 from benchmark.tasks import Task, get_task
+from benchmark.tuned import load_tuned
 from envs.metrics.summary import measured_summary
 from envs.provenance import git_commit
 
@@ -216,6 +217,16 @@ TUNABLE: dict[str, dict[str, ParamRange]] = {
     },
 }
 
+#: Parameters a search holds at another stored choice of the same task (policy -> {parameter:
+#: (stored policy, its parameter)}): the full system starts from the task's best fixed composition
+#: chosen on its training episodes (``tuned:fixed``, ``cpgym benchmark tune fixed``), and its
+#: controller's knobs are searched from there (the paper's §6 start from profiled capacity,
+#: ``initial_composition="profile"``, only buys capacity, largest degrees first, and cannot reach
+#: the mixed pools that win the production day: ``results/README.md`` research log).
+FIXED_FROM_TUNED: dict[str, dict[str, tuple[str, str]]] = {
+    "vertumnus": {"initial_composition": ("fixed", "composition")},
+}
+
 #: Run seed of every tuning simulation (``Task.sim_config(seed)``; the simulator has no
 #: prediction noise by default, so an episode is one deterministic sample).
 SIM_SEED = 0
@@ -290,16 +301,34 @@ def _episodes(task_id: str, split: str, max_episodes: int | None) -> tuple:
     return tuple(task_episodes(get_task(task_id), split, max_episodes=max_episodes))
 
 
-def split_score(task_id: str, name: str, max_train_episodes: int | None, params: dict, split: str) -> float:
+def fixed_params(task: Task, name: str) -> dict:
+    """The parameters :data:`FIXED_FROM_TUNED` holds for ``name`` on ``task`` (``{}`` for most).
+
+    Raises:
+        ValueError: naming the command to run, when the stored choice they come from is missing.
+    """
+    out = {}
+    for param, (other, key) in FIXED_FROM_TUNED.get(name, {}).items():
+        stored = load_tuned(task, other)
+        if stored is None or key not in stored:
+            raise ValueError(f"tuning {name} on {task.id} starts from the stored {other} choice, which is missing: "
+                             f"run `cpgym benchmark tune {other} --tasks {task.id}` first")
+        out[param] = str(stored[key]).replace(",", "+")
+    return out
+
+
+def split_score(task_id: str, name: str, max_train_episodes: int | None, params: dict, split: str,
+                fixed: dict | None = None) -> float:
     """Mean over the ``split`` episodes of the task (``"train"``: at most ``max_train_episodes``,
     evenly spread; ``"validation"``: all) of each episode's mean TTFT [s] of its measured
-    requests, under policy ``name`` with ``params``.
+    requests, under policy ``name`` with ``params`` (and the held parameters ``fixed``,
+    :func:`fixed_params`).
 
     Raises:
         ValueError: on the test split, an unknown task or policy, or invalid parameters.
     """
     task = get_task(task_id)
-    spec = get_policy(name).with_params(**params)
+    spec = get_policy(name).with_params(**{**(fixed or {}), **params})
     config = task.sim_config(SIM_SEED)
     eps = _episodes(task_id, split, max_train_episodes if split == "train" else None)
     values = []
@@ -529,17 +558,19 @@ def tune_policy(task: Task, name: str, *, num_trials: int = DEFAULT_NUM_TRIALS, 
     docstring) and the search record.
 
     Raises:
-        ValueError: for a policy without a search space, or a task without a stored capacity.
+        ValueError: for a policy without a search space, a task without a stored capacity, or a
+            missing stored choice a parameter is held at (:func:`fixed_params`).
     """
     space = search_space(name)
     check_space(name, space)
     defaults = {p: get_policy(name).params[p] for p in space}
-    score = functools.partial(split_score, task.id, name, max_train_episodes)
+    fixed = fixed_params(task, name)
+    score = functools.partial(split_score, task.id, name, max_train_episodes, fixed=fixed)
     num_train = len(_episodes(task.id, "train", max_train_episodes))
     res = tune(score, space, defaults, num_trials=num_trials, seed=seed, backend=backend, jobs=jobs,
                batch_size=batch_size, top_k=top_k, max_rounds=max_rounds, log=log)
     commit, dirty = git_commit()
-    entry = {"params": res["params"], "train_mean_ttft_s": res["train_mean_ttft_s"],
+    entry = {"params": {**fixed, **res["params"]}, "fixed_params": fixed, "train_mean_ttft_s": res["train_mean_ttft_s"],
              "validation_mean_ttft_s": res["validation_mean_ttft_s"], "num_trials": res["num_trials"],
              "rounds": res["rounds"], "seed": seed, "commit": f"{commit}{'-dirty' if dirty else ''}" if commit else None,
              "command": command, "default_params": _typed(defaults, space),

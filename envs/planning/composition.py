@@ -22,7 +22,11 @@ from envs.sim.request import Workload
 
 __all__ = ["enumerate_compositions", "node_homogeneous_compositions",
            "pool_over_degrees", "degree_counts", "composition_capacity_rps", "initial_composition",
-           "deployment_pool", "workload_initial_pool"]
+           "deployment_pool", "workload_initial_pool", "given_initial_pool", "PROFILED"]
+
+#: The full system's ``initial_composition`` parameter value that selects the paper's §6 rule
+#: (:func:`workload_initial_pool`) rather than a given composition (:func:`given_initial_pool`).
+PROFILED = "profile"
 
 
 def enumerate_compositions(pool: PoolConfig) -> list[str]:
@@ -149,6 +153,29 @@ def deployment_pool(pool: PoolConfig) -> PoolConfig:
     for Qwen3, §9), so that a full-system run chooses and reconfigures among those only."""
     degrees = tuple(sorted({d for d, _ in resolve_composition(pool.composition, pool)}))
     return replace(pool, supported_degrees=degrees)
+
+
+def given_initial_pool(pool: PoolConfig, composition: str) -> tuple[PoolConfig, dict]:
+    """The full system's starting pool when its ``initial_composition`` is given (e.g. the best
+    fixed composition chosen on a task's training episodes, ``benchmark.tuning``): ``composition``
+    (``+`` or ``,`` between groups: ``cp8x2+cp4x3+cp2x6``), its degrees added to the deployment's
+    (:func:`deployment_pool`) so that the controller splits and merges among both.
+
+    Returns:
+        ``(pool, {"given": composition})``.
+
+    Raises:
+        ValueError: naming ``initial_composition`` when the composition does not fit the pool.
+    """
+    comp = composition.replace("+", ",")
+    dep = deployment_pool(pool)
+    try:
+        degrees = {d for d, _ in resolve_composition(comp, replace(pool, composition=comp))}
+        out = replace(dep, supported_degrees=tuple(sorted(set(dep.supported_degrees) | degrees)), composition=comp)
+        out.placements()
+    except ValueError as exc:
+        raise ValueError(f"initial_composition {composition!r}: {exc}") from None
+    return out, {"given": comp}
 
 
 def workload_initial_pool(pool: PoolConfig, history: DemandHistory | Workload, config: SimConfig,

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from baselines.registry import get_policy
-from benchmark import tuning
+from benchmark import protocol, tuning
 from benchmark.tasks import get_task
 from benchmark.tuning import TUNABLE, ParamRange, bound_status, check_space, split_score, tune
 
@@ -173,11 +173,14 @@ def test_tuning_never_simulates_the_test_split(monkeypatch, tmp_path):
         splits_cut.append(split)
         return real_episodes(task, split, **kw)
 
-    def run_policy(spec, workload, config, capacity_cache=None):
+    def run_policy(spec, workload, config, capacity_cache=None, history=None):
         splits_run.append(workload.metadata["split"])
+        history()  # the demand history a full system would plan from: training episodes only
         return workload
 
     monkeypatch.setattr(tuning, "task_episodes", episodes)
+    monkeypatch.setattr(protocol, "task_episodes", episodes)
+    protocol.task_history.cache_clear()
     monkeypatch.setattr(tuning, "run_policy", run_policy)
     monkeypatch.setattr(tuning, "measured_summary", lambda wl, t0: {"mean_ttft_s": 1.0 + len(wl.requests) / 1e4})
     tuning._episodes.cache_clear()
@@ -190,6 +193,7 @@ def test_tuning_never_simulates_the_test_split(monkeypatch, tmp_path):
         assert benchmark_tune.run(args) == 0
     finally:
         tuning._episodes.cache_clear()
+        protocol.task_history.cache_clear()
     assert set(splits_run) == {"train", "validation"} and set(splits_cut) == {"train", "validation"}
     entry = tuning.load_tuned_file(TASK, tmp_path / "tuned")["policies"]["vertumnus-router"]
     assert entry["num_trials"] == 4 and entry["num_train_episodes"] == 3 and entry["seed"] == 0
@@ -230,3 +234,19 @@ def test_controller_trials_reuse_the_capacity_profiles_and_score_the_same():
     assert cache.num_profiles_computed == num_profiles
     tuning.task_capacity_cache.cache_clear()
     assert split_score(task_id, "vertumnus-adaptive", 1, {}, "train") == first
+
+
+def test_the_full_system_search_starts_from_the_stored_best_fixed_composition(tmp_path, monkeypatch):
+    import benchmark.tuned as tuned
+    from benchmark.tuned import load_tuned
+    from tests.interrupt import patch_everywhere
+
+    task = get_task("reconfig/production-day-v1")
+    best = load_tuned(task, "fixed")["composition"]
+    assert tuning.fixed_params(task, "vertumnus") == {"initial_composition": best.replace(",", "+")}
+    assert tuning.fixed_params(task, "vertumnus-router") == {}
+    spec = get_policy("vertumnus").with_params(**tuning.fixed_params(task, "vertumnus"))
+    assert spec.choose_pool(task.sim_config().pool, None, None, None, None)[0].composition == best
+    patch_everywhere(monkeypatch, tuned, "tuned_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match=f"run `cpgym benchmark tune fixed --tasks {task.id}` first"):
+        tuning.fixed_params(task, "vertumnus")
