@@ -98,6 +98,7 @@ def test_oracle_results_match_the_fixed_composition_table():
     assert references.oracle_results(ep, task.sim_config(), FEW) is res  # memoised: the second oracle is free
 
 
+@pytest.mark.slow
 def test_oracle_rows_are_the_same_in_one_process_and_on_a_pool(monkeypatch):
     from benchmark.protocol import run_benchmark
     from benchmark.specs import heuristic_contender
