@@ -19,7 +19,10 @@ the paired 95 % Student-t interval (:func:`envs.metrics.stats.paired_ci`; NaN fo
   composition of the pool) and, on each test seed, ``vertumnus-adaptive`` vs no reconfiguration
   (``vertumnus-router`` on the configured pool; ``vs_no_reconfig_mean_ttft_pct``) and vs the best
   fixed composition (``vs_best_fixed_mean_ttft_pct``), and ``vertumnus`` vs
-  :data:`ROUTER_WITH_CACHE` on its initial pool (``full_vs_no_reconfig_mean_ttft_pct``).
+  :data:`ROUTER_WITH_CACHE` on its initial pool (``full_vs_no_reconfig_mean_ttft_pct``). The
+  two systems that plan from history (``vertumnus``'s initial composition, both controllers'
+  first reference mix) read the training seeds (:class:`~envs.planning.capacity.DemandHistory`),
+  never the test seed.
 
 Defaults (:data:`SEEDS`, the cases, windows and scenario parameters) are those of the issue #40
 measurements in ``results/vertumnus/README.md``.
@@ -39,7 +42,7 @@ from baselines.registry import get_policy
 from baselines.runner import run_policy
 from envs import workloads
 from envs.metrics.stats import paired_ci
-from envs.planning.capacity import CapacityCache, CapacityTable, reuse_prefix_tokens
+from envs.planning.capacity import CapacityCache, CapacityTable, DemandHistory, reuse_prefix_tokens
 from envs.planning.composition import composition_capacity_rps, degree_counts, deployment_pool, enumerate_compositions
 from envs.sim import Calibration, SimConfig
 from envs.workloads.transforms import scale_to_rate
@@ -167,8 +170,10 @@ def phases(config: SimConfig, scenarios: dict | None = None, log: Callable[[str]
     out = []
     for name, (train, test, kw) in (PHASE_SCENARIOS if scenarios is None else scenarios).items():
         train_ttft: dict[str, list[float]] = {c: [] for c in comps}
-        for s in train:
-            wl = workloads.get_workload(name, seed=s, **kw)
+        train_wls = [workloads.get_workload(name, seed=s, **kw) for s in train]
+        # the systems that plan from history read the training seeds, never the test seed
+        history = DemandHistory.of(train_wls, f"{name} training seeds {', '.join(map(str, train))}")
+        for wl in train_wls:
             for c in comps:
                 train_ttft[c].append(mean_ttft_s(run_policy("vertumnus-router", wl, on_pool(config, c), capacity_cache=cache)))
         best = min(comps, key=lambda c: np.mean(train_ttft[c]))
@@ -176,10 +181,10 @@ def phases(config: SimConfig, scenarios: dict | None = None, log: Callable[[str]
         detail = []
         for s in test:
             wl = workloads.get_workload(name, seed=s, **kw)
-            ad = run_policy("vertumnus-adaptive", wl, config, capacity_cache=cache)
+            ad = run_policy("vertumnus-adaptive", wl, config, capacity_cache=cache, history=history)
             nr = run_policy("vertumnus-router", wl, config, capacity_cache=cache)
             bf = run_policy("vertumnus-router", wl, on_pool(config, best), capacity_cache=cache)
-            full = run_policy("vertumnus", wl, config, capacity_cache=cache)
+            full = run_policy("vertumnus", wl, config, capacity_cache=cache, history=history)
             initial = full.extras["initial_pool"]["composition"]
             fnr = run_policy(ROUTER_WITH_CACHE, wl, on_pool(config, initial), capacity_cache=cache)
             t = {"adaptive": mean_ttft_s(ad), "no_reconfig": mean_ttft_s(nr), "best_fixed": mean_ttft_s(bf),
