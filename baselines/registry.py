@@ -162,10 +162,10 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
         rp = replace(router_params, beta=float(kw.pop("beta")), lambda_=float(kw.pop("lambda")))
         la = replace(controller.lookahead, **{f: kw[f"lookahead.{f}"] for f in lookahead_fields})
         return adaptive_spec(rp, replace(controller, lookahead=la, **{k: kw[k] for k in controller_fields}), name,
-                             initial_pool, str(kw.get("initial_composition", initial_composition)))
+                             initial_pool, kw.get("initial_composition", initial_composition))
 
     if not isinstance(initial_composition, str) or not initial_composition.strip():
-        raise ValueError(f"initial_composition must be {PROFILED!r} or a composition such as 'cp4x7+cp2x6', "
+        raise ValueError(f"initial_composition: expected {PROFILED!r} or a composition such as 'cp4x7+cp2x6', "
                          f"got {initial_composition!r}")
 
     def choose_pool(pool, history, config, calibration, cache):
@@ -178,7 +178,8 @@ def adaptive_spec(router_params: VertumnusParams = VertumnusParams(), controller
             pool = given_initial_pool(pool, initial_composition)[0]
         return controller.menu_pool(pool)
 
-    where = "initial composition from the capacity profile" if initial_pool else "the run's pool"
+    where = ("the run's pool" if not initial_pool else "initial composition from the capacity profile"
+             if initial_composition == PROFILED else f"initial composition {initial_composition}")
     return PolicySpec(name, lambda: VertumnusRouter(router_params, name),
                       f"Vertumnus router + split/merge controller (20 s windows) on {where}",
                       "paper §5-§6; baselines/controller/",
@@ -195,7 +196,9 @@ def full_system_spec(controller: ControllerConfig = ControllerConfig(), name: st
     """A full Vertumnus system (§5-§7): the Vertumnus router, the initial composition chosen from
     the capacity profile among the deployment's CP degrees (those of the run's configured
     composition), the split/merge controller ``controller`` and the global prefix-cache manager.
-    Its parameters are those of ``vertumnus-adaptive``.
+    Its parameters are those of ``vertumnus-adaptive``, the manager's ``cache_<field>`` ones and
+    ``initial_composition`` (``"profile"``, the §6 rule, or a given composition such as
+    ``cp4x7+cp2x6``: :func:`adaptive_spec`).
 
     * ``vertumnus`` (the default ``controller``): the paper's system. Its controller
       (``decision="analytic"``, :mod:`baselines.controller.analytic_rule`) is the paper's §6 rule

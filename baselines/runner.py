@@ -54,12 +54,17 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
             ``sim.attachments["capacity_cache"]``.
         history: the demand history the policy plans from offline
             (:class:`envs.planning.capacity.DemandHistory`: the full Vertumnus system's initial
-            composition, a controller's first reference mix and prior prefix hit), or a
-            zero-argument function returning it (called only by a policy that reads a history);
+            composition, a controller's first reference mix and prior prefix hit), a workload
+            standing in for it, or a zero-argument function returning it (called only by a policy that reads a history);
             default the run's own workload. The benchmark passes its task's training episodes.
             Attachments find it with :func:`envs.planning.capacity.run_history`.
     """
     spec = get_policy(policy) if isinstance(policy, str) else policy
+    if isinstance(history, Workload):
+        history = DemandHistory.of([history], f"workload {history.name}")
+    elif history is not None and not (isinstance(history, DemandHistory) or callable(history)):
+        raise TypeError(f"history must be a DemandHistory, a Workload or a function returning a DemandHistory, "
+                        f"got {type(history).__name__}")
     config = replace(config, pool=policy_pool(spec, config.pool))
     if spec.kv_tiers is not None and not config.kv_tiers.enabled:  # the system's own KV tiers (pull path)
         config = replace(config, kv_tiers=spec.kv_tiers)
@@ -70,7 +75,7 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
             calibration = Calibration.resolve(config.calibration_path)
         if history is None:
             history = DemandHistory.of([workload], "run workload")
-        elif callable(history):
+        elif callable(history) and not isinstance(history, DemandHistory):
             history = history()
         pool, pool_info = spec.choose_pool(config.pool, history, config, calibration, cache)
         config = replace(config, pool=pool)

@@ -124,6 +124,8 @@ def with_params(spec: str, policy: PolicySpec, params: dict) -> PolicySpec:
         old = policy.params[name]
         if isinstance(old, (int, float)) and not isinstance(old, bool) and isinstance(value, str):
             raise ValueError(f"--policy {spec}: {name}: expected a number, got {value!r}")
+        if not isinstance(old, (int, float, str, tuple)) and old is not None:  # e.g. a settings object
+            raise ValueError(f"--policy {spec}: {name} is a {type(old).__name__} and cannot be set in a SPEC")
     try:
         return policy.with_params(**params)
     except (TypeError, ValueError) as exc:
@@ -199,7 +201,13 @@ def heuristic_contender(text: str, task: Task) -> Contender:
     policy = get_policy(name)
     if not sep:
         return Contender(text, policy, spec=text)
-    return Contender(text, with_params(text, policy, parse_params(text, params)), spec=text)
+    spec = with_params(text, policy, parse_params(text, params))
+    if spec.check_pool is not None:  # e.g. a full system's initial_composition that does not fit the task's pool
+        try:
+            spec.check_pool(task.sim_config().pool)
+        except ValueError as exc:
+            raise ValueError(f"--policy {text}: {exc}") from None
+    return Contender(text, spec, spec=text)
 
 
 def reference_contender(task: Task) -> Contender:

@@ -301,15 +301,19 @@ def _episodes(task_id: str, split: str, max_episodes: int | None) -> tuple:
     return tuple(task_episodes(get_task(task_id), split, max_episodes=max_episodes))
 
 
-def fixed_params(task: Task, name: str) -> dict:
-    """The parameters :data:`FIXED_FROM_TUNED` holds for ``name`` on ``task`` (``{}`` for most).
+def fixed_params(task: Task, name: str, tuned_dir: Path | None = None) -> dict:
+    """The parameters :data:`FIXED_FROM_TUNED` holds for ``name`` on a reconfiguration ``task``
+    (``{}`` for most policies, and on a routing task, whose pool is part of the task), read from
+    ``tuned_dir`` (default the package's ``benchmark/tuned``).
 
     Raises:
         ValueError: naming the command to run, when the stored choice they come from is missing.
     """
+    if task.kind != "reconfig":
+        return {}
     out = {}
     for param, (other, key) in FIXED_FROM_TUNED.get(name, {}).items():
-        stored = load_tuned(task, other)
+        stored = load_tuned(task, other, tuned_dir)
         if stored is None or key not in stored:
             raise ValueError(f"tuning {name} on {task.id} starts from the stored {other} choice, which is missing: "
                              f"run `cpgym benchmark tune {other} --tasks {task.id}` first")
@@ -553,7 +557,7 @@ def tune_policy(task: Task, name: str, *, num_trials: int = DEFAULT_NUM_TRIALS, 
                 jobs: int = 1, batch_size: int = DEFAULT_BATCH_SIZE,
                 max_train_episodes: int | None = DEFAULT_MAX_TRAIN_EPISODES, top_k: int = DEFAULT_TOP_K,
                 max_rounds: int = DEFAULT_MAX_ROUNDS, command: str = "", log: Callable[[str], None] | None = None,
-                ) -> tuple[dict, dict]:
+                tuned_dir: Path | None = None) -> tuple[dict, dict]:
     """Tunes policy ``name`` on ``task``; returns ``(entry, record)``: the stored entry (module
     docstring) and the search record.
 
@@ -564,7 +568,7 @@ def tune_policy(task: Task, name: str, *, num_trials: int = DEFAULT_NUM_TRIALS, 
     space = search_space(name)
     check_space(name, space)
     defaults = {p: get_policy(name).params[p] for p in space}
-    fixed = fixed_params(task, name)
+    fixed = fixed_params(task, name, tuned_dir)
     score = functools.partial(split_score, task.id, name, max_train_episodes, fixed=fixed)
     num_train = len(_episodes(task.id, "train", max_train_episodes))
     res = tune(score, space, defaults, num_trials=num_trials, seed=seed, backend=backend, jobs=jobs,

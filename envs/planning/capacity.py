@@ -217,24 +217,42 @@ class DemandHistory:
     source: str
 
     def __post_init__(self) -> None:
-        L = np.asarray(self.prompt_tokens, dtype=float)
+        where = f"demand history {self.source!r}"
+        try:
+            L = np.array(self.prompt_tokens, dtype=float)  # a read-only copy (below)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: prompt_tokens must be an array of prompt lengths [tokens]") from None
         if L.ndim != 1 or L.size == 0:
-            raise ValueError(f"demand history {self.source!r}: prompt_tokens must be a non-empty 1-D array, "
-                             f"got shape {L.shape}")
+            raise ValueError(f"{where}: prompt_tokens must be a non-empty 1-D array, got shape {L.shape}")
+        if not (np.isfinite(L).all() and (L >= 1).all()):
+            raise ValueError(f"{where}: prompt_tokens must be finite lengths >= 1 token")
+        L.setflags(write=False)
         for name in ("rate_rps", "mean_cached_tokens"):
             v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"demand history {self.source!r}: {name} must be a finite number >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                    or not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{where}: {name} must be a finite number >= 0, got {v!r}")
+            object.__setattr__(self, name, float(v))
         object.__setattr__(self, "prompt_tokens", L)
 
     @classmethod
     def of(cls, workloads, source: str) -> DemandHistory:
-        """The history of one or more non-empty workloads (lengths concatenated in order).
+        """The history of one or more non-empty workloads (a :class:`Workload` or a sequence of
+        them; lengths concatenated in order).
 
         Raises:
-            ValueError: when no workload has a request.
+            ValueError: when no workload has a request, or an item is not a workload.
         """
-        wls = [w for w in workloads if w.num_requests]
+        if isinstance(workloads, Workload):
+            workloads = [workloads]
+        try:
+            wls = list(workloads)
+        except TypeError:
+            raise ValueError(f"demand history {source!r}: expected a Workload or a sequence of them, "
+                             f"got {type(workloads).__name__}") from None
+        if not all(isinstance(w, Workload) for w in wls):
+            raise ValueError(f"demand history {source!r}: expected a Workload or a sequence of them")
+        wls = [w for w in wls if w.num_requests]
         if not wls:
             raise ValueError(f"demand history {source!r}: no workload with a request")
         n = sum(w.num_requests for w in wls)
@@ -253,6 +271,8 @@ def run_history(sim) -> DemandHistory | None:
     if callable(history):
         history = history()
         sim.attachments["demand_history"] = history
+    if history is not None and not isinstance(history, DemandHistory):
+        raise TypeError(f"the run's demand history must be a DemandHistory, got {type(history).__name__}")
     if history is None and sim.workload.num_requests:
         history = DemandHistory.of([sim.workload], "run workload")
         sim.attachments["demand_history"] = history

@@ -174,7 +174,8 @@ def given_initial_pool(pool: PoolConfig, composition: str) -> tuple[PoolConfig, 
         out = replace(dep, supported_degrees=tuple(sorted(set(dep.supported_degrees) | degrees)), composition=comp)
         out.placements()
     except ValueError as exc:
-        raise ValueError(f"initial_composition {composition!r}: {exc}") from None
+        raise ValueError(f"initial_composition {composition!r}: expected {PROFILED!r} or a composition of the "
+                         f"{pool.num_gpus}-GPU pool such as 'cp4x7+cp2x6' ({exc})") from None
     return out, {"given": comp}
 
 
@@ -203,10 +204,10 @@ def workload_initial_pool(pool: PoolConfig, history: DemandHistory | Workload, c
         info plus ``"history"`` (the history's ``source``).
 
     Raises:
-        ValueError: for an empty workload.
+        ValueError: for an empty workload or something that is neither a history nor a workload.
     """
-    if isinstance(history, Workload):
-        history = DemandHistory.of([history], "run workload")
+    if not isinstance(history, DemandHistory):
+        history = DemandHistory.of(history, "run workload")
     dep = deployment_pool(pool)
     cfg = replace(config, pool=dep)
     table = CapacityTable(cfg, calibration, profile, cache=cache)

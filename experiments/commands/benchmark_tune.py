@@ -25,6 +25,7 @@ from benchmark.tuning import (
     DEFAULT_MAX_ROUNDS,
     DEFAULT_MAX_TRAIN_EPISODES,
     DEFAULT_TOP_K,
+    fixed_params,
     parse_tunable,
     store_record,
     store_tuned,
@@ -74,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     names = parse_tunable(args.name)
     _check(args)
+    tuned_dir = Path(args.tuned_dir) if args.tuned_dir else None
+    for task in tasks:  # a held parameter's stored choice is missing: say so before any search
+        for name in names:
+            fixed_params(task, name, tuned_dir)
     log = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     for task in tasks:
         for name in names:
@@ -83,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
             entry, record = tune_policy(task, name, num_trials=args.trials, seed=args.seed, backend=args.backend,
                                         jobs=args.jobs, batch_size=DEFAULT_BATCH_SIZE,
                                         max_train_episodes=args.max_train_episodes, top_k=args.top_k,
-                                        max_rounds=args.max_rounds, command=_command(name, task.id, args), log=log)
+                                        max_rounds=args.max_rounds, command=_command(name, task.id, args), log=log,
+                                        tuned_dir=tuned_dir)
             cpu_s, wall_s = _cpu_s() - cpu0, time.monotonic() - wall0
             store_tuned(task.id, name, entry, Path(args.tuned_dir) if args.tuned_dir else None)
             store_record(task.id, name, {**record, "cpu_s": round(cpu_s, 1), "wall_s": round(wall_s, 1),

@@ -118,6 +118,9 @@ def test_unknown_policy_kind_is_refused():
     ("vertumnus-router:beta=abc", r"--policy vertumnus-router:beta=abc: beta: expected a number, got 'abc'"),
     ("fixed:cp4x10", r"--policy fixed:cp4x10: task routing/conversation-0.9-v1 is a routing task"),
     ("", r"--policy: expected a SPEC"),
+    ("vertumnus:initial_composition=cp8x9", r"--policy vertumnus:initial_composition=cp8x9: initial_composition "
+                                            r"'cp8x9': expected 'profile' or a composition of the 40-GPU pool"),
+    ("vertumnus:profile=x", r"--policy vertumnus:profile=x: profile is a ProfileConfig and cannot be set in a SPEC"),
 ])
 def test_spec_errors_are_one_line(spec, match, no_tuned):
     with pytest.raises(ValueError, match=match) as info:

@@ -138,6 +138,17 @@ def test_demand_history_pools_workloads_and_validates():
         DemandHistory(np.ones(3), math.nan, 0.0, "bad")
     with pytest.raises(ValueError, match="non-empty 1-D"):
         DemandHistory(np.ones((2, 2)), 1.0, 0.0, "bad")
+    with pytest.raises(ValueError, match="finite lengths >= 1"):
+        DemandHistory(np.array([10.0, np.nan]), 1.0, 0.0, "bad")
+    with pytest.raises(ValueError, match="mean_cached_tokens must be a finite number"):
+        DemandHistory(np.ones(3), 1.0, True, "bad")
+    with pytest.raises(ValueError, match="expected a Workload or a sequence"):
+        DemandHistory.of(None, "bad")
+    assert DemandHistory.of(a, "a").rate_rps == one.rate_rps  # one workload, not in a list
+    lengths = np.full(3, 100.0)
+    h = DemandHistory(lengths, 1.0, 0.0, "copy")
+    lengths[0] = 1.0
+    assert h.prompt_tokens[0] == 100.0 and not h.prompt_tokens.flags.writeable
 
 
 def test_the_initial_pool_of_a_workload_is_that_of_its_history():
@@ -147,3 +158,15 @@ def test_the_initial_pool_of_a_workload_is_that_of_its_history():
     pool_w, info_w = workload_initial_pool(RECONFIG_POOL, wl, cfg, cal, cache)
     pool_h, info_h = workload_initial_pool(RECONFIG_POOL, DemandHistory.of([wl], "run workload"), cfg, cal, cache)
     assert pool_w == pool_h and info_w == info_h and info_w["history"] == "run workload"
+
+
+def test_a_given_initial_composition_is_validated():
+    spec = POLICIES["vertumnus"]
+    assert spec.params["initial_composition"] == "profile"
+    with pytest.raises(ValueError, match="initial_composition: expected 'profile' or a composition"):
+        spec.with_params(initial_composition=123)
+    given = spec.with_params(initial_composition="cp2x4")
+    pool, info = given.choose_pool(RECONFIG_POOL, None, None, None, None)
+    assert pool.composition == "cp2x4" and info == {"given": "cp2x4"} and pool.supported_degrees == (2, 4)
+    with pytest.raises(ValueError, match="initial_composition 'cp8x9': expected 'profile'"):
+        spec.with_params(initial_composition="cp8x9").check_pool(RECONFIG_POOL)
