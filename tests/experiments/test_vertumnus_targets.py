@@ -23,8 +23,13 @@ T975_DF2 = 4.303
 BASE_TTFT_S = {"vertumnus": 1.0, "vertumnus-router": 1.25, vt.ROUTER_WITH_CACHE.name: 1.1, "vertumnus-adaptive": 1.5}
 
 
-def _fake_run(policy, wl, config, capacity_cache=None):
+HISTORIES: list[tuple] = []  # (policy, test seed, the history it planned from) of the fake runs given one
+
+
+def _fake_run(policy, wl, config, capacity_cache=None, history=None):
     policy = getattr(policy, "name", policy)
+    if history is not None:
+        HISTORIES.append((policy, wl.seed, history))
     seed = wl.seed
     ttft = BASE_TTFT_S[policy] + (0.1 * seed if policy == "vertumnus" else 0.0)
     if policy == "vertumnus-router" and config.pool.composition == "cp4x10":  # the "best fixed" of the phases test
@@ -45,6 +50,9 @@ def fake_sim(monkeypatch):
     monkeypatch.setattr(vt, "capacity_rps", lambda wl, config, cache: 10.0 + wl.seed)
     monkeypatch.setattr(vt, "scale_to_rate", lambda wl, rate: wl)
     monkeypatch.setattr(vt, "workloads", types.SimpleNamespace(get_workload=_fake_workload))
+    monkeypatch.setattr(vt, "DemandHistory", types.SimpleNamespace(
+        of=lambda wls, source: ("history of seeds", tuple(w.seed for w in wls))))
+    HISTORIES.clear()
     return ReproduceConfig(workloads=(WorkloadCase("leval-like", name="leval-like"),), seeds=(0, 1, 2))
 
 
@@ -92,6 +100,11 @@ def test_phases_experiment_picks_the_best_fixed_on_training_seeds(fake_sim):
     assert all(r.load_fraction is None for r in res.rows)
     assert [r["seed"] for r in res.runs] == [1000, 1001, 1002, 0, 1, 2]
     assert res.runs[0]["best_fixed"] == "cp4x10" and res.runs[0]["best_fixed_mean_ttft_s"] == 0.5
+    # the systems that plan from history read the scenario's training seeds, never the test seed
+    expected = [(p, s % 1000, ("history of seeds", tuple(x % 1000 for x in train)))
+                for train, test, _ in vt.PHASE_SCENARIOS.values() for s in test
+                for p in ("vertumnus-adaptive", "vertumnus")]
+    assert HISTORIES == expected
 
 
 def test_one_seed_gives_no_interval(fake_sim):
