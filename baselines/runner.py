@@ -13,7 +13,7 @@ from pathlib import Path
 from baselines.prediction_error import summarize_prediction_errors
 from baselines.registry import PolicySpec, get_policy
 from envs.metrics import request_table, summarize
-from envs.planning.capacity import CapacityCache, DemandHistory
+from envs.planning.capacity import CapacityCache, DemandHistory, resolve_history
 from envs.provenance import write_provenance
 from envs.sim import Calibration, SimConfig, Simulator, Workload
 from envs.sim.simulator import SimResult
@@ -42,7 +42,8 @@ def policy_pool(spec: PolicySpec, pool):
 
 def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimConfig,
                     calibration: Calibration | None = None, capacity_cache=None,
-                    history: DemandHistory | Callable[[], DemandHistory] | None = None) -> tuple[Simulator, PolicySpec]:
+                    history: DemandHistory | Workload | Callable[[], DemandHistory] | None = None,
+                    ) -> tuple[Simulator, PolicySpec]:
     """Creates the simulator for one policy: applies the policy's pool composition (if it needs
     one) or its pool choice (the full Vertumnus system's initial composition) and attaches its
     controllers / cache manager.
@@ -55,16 +56,12 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
         history: the demand history the policy plans from offline
             (:class:`envs.planning.capacity.DemandHistory`: the full Vertumnus system's initial
             composition, a controller's first reference mix and prior prefix hit), a workload
-            standing in for it, or a zero-argument function returning it (called only by a policy that reads a history);
-            default the run's own workload. The benchmark passes its task's training episodes.
-            Attachments find it with :func:`envs.planning.capacity.run_history`.
+            standing in for it, or a zero-argument function returning it (called only by a policy
+            that reads a history); default the run's own workload
+            (:func:`envs.planning.capacity.resolve_history`). The benchmark passes its task's
+            training episodes. Attachments find it with :func:`envs.planning.capacity.run_history`.
     """
     spec = get_policy(policy) if isinstance(policy, str) else policy
-    if isinstance(history, Workload):
-        history = DemandHistory.of([history], f"workload {history.name}")
-    elif history is not None and not (isinstance(history, DemandHistory) or callable(history)):
-        raise TypeError(f"history must be a DemandHistory, a Workload or a function returning a DemandHistory, "
-                        f"got {type(history).__name__}")
     config = replace(config, pool=policy_pool(spec, config.pool))
     if spec.kv_tiers is not None and not config.kv_tiers.enabled:  # the system's own KV tiers (pull path)
         config = replace(config, kv_tiers=spec.kv_tiers)
@@ -73,10 +70,7 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
     if spec.choose_pool is not None and workload.num_requests:
         if calibration is None:
             calibration = Calibration.resolve(config.calibration_path)
-        if history is None:
-            history = DemandHistory.of([workload], "run workload")
-        elif callable(history) and not isinstance(history, DemandHistory):
-            history = history()
+        history = resolve_history(history, workload)
         pool, pool_info = spec.choose_pool(config.pool, history, config, calibration, cache)
         config = replace(config, pool=pool)
     slo_cost_model = None
@@ -104,7 +98,7 @@ def build_simulator(policy: str | PolicySpec, workload: Workload, config: SimCon
 
 def run_policy(policy: str | PolicySpec, workload: Workload, config: SimConfig,
                calibration: Calibration | None = None, progress=None, capacity_cache=None,
-               history: DemandHistory | Callable[[], DemandHistory] | None = None) -> SimResult:
+               history: DemandHistory | Workload | Callable[[], DemandHistory] | None = None) -> SimResult:
     """Runs one policy to the end (or the horizon) and returns its result.
 
     Args:

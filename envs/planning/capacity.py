@@ -38,7 +38,7 @@ from envs.sim.router import LeastWorkRouter
 from envs.sim.simulator import Simulator
 
 __all__ = ["ProfileConfig", "CapacityProfile", "CapacityTable", "CapacityCache", "DemandHistory", "slo_for_lengths",
-           "reuse_prefix_tokens", "run_history"]
+           "reuse_prefix_tokens", "resolve_history", "run_history"]
 
 def slo_for_lengths(config: SimConfig, calibration: Calibration, prompt_tokens: np.ndarray) -> np.ndarray:
     """TTFT SLO of prompts of the given lengths [s], the rule of ``Simulator`` (``SLOConfig``)."""
@@ -262,19 +262,34 @@ class DemandHistory:
                    sum(reuse_prefix_tokens(w) * w.num_requests for w in wls) / n, source)
 
 
-def run_history(sim) -> DemandHistory | None:
-    """The run's :class:`DemandHistory`: ``sim.attachments["demand_history"]`` when the caller
-    gave one (``baselines.runner.build_simulator``; a zero-argument function returning it is
-    called here, once), else the run's own workload (memoised there); ``None`` for an empty
-    workload without a given history."""
-    history = sim.attachments.get("demand_history")
+def resolve_history(history, workload: Workload) -> DemandHistory | None:
+    """The one place a history argument becomes a :class:`DemandHistory`: a ``DemandHistory`` as
+    is; a zero-argument function's result (e.g. ``benchmark.protocol.task_history`` bound to a
+    task, so only a policy that reads a history builds it); a :class:`Workload` standing in for
+    one; ``None``: ``workload`` (the run's own) standing in, or ``None`` when it is empty.
+
+    Raises:
+        TypeError: for anything else (also as the function's result).
+    """
     if callable(history):
         history = history()
-        sim.attachments["demand_history"] = history
-    if history is not None and not isinstance(history, DemandHistory):
-        raise TypeError(f"the run's demand history must be a DemandHistory, got {type(history).__name__}")
-    if history is None and sim.workload.num_requests:
-        history = DemandHistory.of([sim.workload], "run workload")
+    if history is None:
+        return DemandHistory.of([workload], "run workload") if workload.num_requests else None
+    if isinstance(history, Workload):
+        return DemandHistory.of([history], f"workload {history.name}")
+    if not isinstance(history, DemandHistory):
+        raise TypeError(f"a demand history must be a DemandHistory, a Workload or a function returning one, "
+                        f"got {type(history).__name__}")
+    return history
+
+
+def run_history(sim) -> DemandHistory | None:
+    """The run's :class:`DemandHistory`: :func:`resolve_history` of
+    ``sim.attachments["demand_history"]`` (set by ``baselines.runner.build_simulator``) and the
+    run's workload, memoised there."""
+    history = sim.attachments.get("demand_history")
+    if not isinstance(history, DemandHistory):
+        history = resolve_history(history, sim.workload)
         sim.attachments["demand_history"] = history
     return history
 

@@ -9,7 +9,14 @@ import pytest
 from baselines.controller import WindowRecord
 from baselines.registry import POLICIES, SUITES
 from baselines.runner import build_simulator, run_policy
-from envs.planning.capacity import CapacityCache, CapacityTable, DemandHistory, ProfileConfig, reuse_prefix_tokens
+from envs.planning.capacity import (
+    CapacityCache,
+    CapacityTable,
+    DemandHistory,
+    ProfileConfig,
+    resolve_history,
+    reuse_prefix_tokens,
+)
 from envs.planning.composition import enumerate_compositions, workload_initial_pool
 from envs.sim import Calibration, Request, SimConfig, Workload
 from tests.factories import RECONFIG_POOL
@@ -149,6 +156,11 @@ def test_demand_history_pools_workloads_and_validates():
     h = DemandHistory(lengths, 1.0, 0.0, "copy")
     lengths[0] = 1.0
     assert h.prompt_tokens[0] == 100.0 and not h.prompt_tokens.flags.writeable
+    assert resolve_history(lambda: h, a) is h and resolve_history(h, a) is h
+    assert resolve_history(None, a).rate_rps == one.rate_rps and resolve_history(b, a).source == "workload cache-test"
+    assert resolve_history(None, Workload("empty", ())) is None
+    with pytest.raises(TypeError, match="must be a DemandHistory, a Workload or a function returning one, got str"):
+        resolve_history("x", a)
 
 
 def test_the_initial_pool_of_a_workload_is_that_of_its_history():
