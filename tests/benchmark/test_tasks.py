@@ -49,6 +49,7 @@ def test_ids_name_kind_and_version():
     assert [t.id for t in parse_task_ids("all")] == list(TASKS)
 
 
+@pytest.mark.slow  # ~7 s: regenerates every task's training workload for its digest
 def test_every_task_has_a_current_stored_capacity():
     for task in TASKS.values():
         entry = task_capacity(task)
