@@ -12,6 +12,10 @@ composition, with a router (default the Vertumnus router, paper §5):
   pool that was fastest for it: a hindsight oracle ("not attainable": it knows the outcome and
   reconfigures for free at every phase boundary, with no drain or cold cache), an upper bound on
   what reconfiguring once per phase can gain;
+* :func:`schedule_oracle` — a schedule of compositions chosen in hindsight from the per-phase
+  table and *followed in the simulator* (:class:`ScheduleFollower`): every split and merge drains
+  and switches as a controller's would, so it is the head-room a controller that knew the phase
+  boundaries and their outcomes could reach, below the free per-phase oracle;
 * :func:`fixed_and_oracle_rows` — both, and the starting composition, per evaluation workload;
 * :func:`headroom` — their means and the paired differences against the fixed composition [%].
 
@@ -25,11 +29,18 @@ from dataclasses import replace
 
 import numpy as np
 
+from baselines.registry import get_policy
 from baselines.runner import run_policy
 from envs.metrics.stats import paired_ci
+from envs.metrics.summary import measured_summary
+from envs.planning.composition import degree_counts
+from envs.planning.operations import composition_distance, operations_towards
+from envs.sim.events import EventPriority
+from envs.sim.reconfig import apply_operation
 
 __all__ = ["phase_ttft", "fixed_mean_ttft", "best_fixed_composition", "per_phase_oracle_ttft", "fixed_and_oracle_rows",
-           "headroom"]
+           "headroom", "phase_at", "select_targets", "ScheduleFollower", "follow_schedule_run", "schedule_oracle",
+           "SCHEDULE_SWITCH_COSTS_S_PER_GPU"]
 
 
 def phase_ttft(workload, sim_config, compositions: list[str], router: str = "vertumnus-router"):
@@ -102,6 +113,86 @@ def per_phase_oracle_ttft(ttft_s: np.ndarray, num_requests: np.ndarray) -> tuple
     if not used.any():
         return float("nan"), schedule
     return float((best[used] * num[used]).sum() / num[used].sum()), schedule
+
+
+def phase_at(workload, time_s: float) -> int:
+    """Index of the phase of ``workload`` (``metadata["phase_boundaries_s"]``) that holds ``time_s``
+    (the last phase after the end).
+
+    Raises:
+        ValueError: when the workload has no phase metadata (not a phased synthetic workload).
+    """
+    bounds = (workload.metadata or {}).get("phase_boundaries_s")
+    if not bounds:
+        raise ValueError(f"workload {workload.name!r} has no metadata['phase_boundaries_s'] (expected a phased "
+                         "synthetic workload such as matched-phases)")
+    return int(min(max(np.searchsorted(bounds, time_s, side="right") - 1, 0), len(bounds) - 2))
+
+
+def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[dict], initial: dict,
+                   tolerance: float = 0.0, switch_cost_s_per_gpu: float = 0.0) -> list[int]:
+    """Oracle composition (index into ``counts``) of each phase from the per-phase mean TTFTs of
+    :func:`phase_ttft`.
+
+    With ``switch_cost_s_per_gpu == 0`` (the per-phase rule): per phase, among the compositions
+    within ``tolerance`` (a share: 0.03 = 3 %) of its lowest mean TTFT, the one closest
+    (``envs.planning.operations.composition_distance``) to the previous phase's choice
+    (``initial`` for the first phase): near-ties cost no reconfiguration; remaining ties go to
+    the earlier composition.
+
+    With ``switch_cost_s_per_gpu > 0`` (myopia about reconfiguration removed): the schedule
+    ``k_0..k_{P-1}`` minimising ``Σ_p num_requests[p] x ttft_s[k_p, p] + switch_cost_s_per_gpu x
+    Σ_p distance(k_{p-1}, k_p)`` (total TTFT [request-s] plus a cost per GPU moved, ``k_{-1}`` =
+    ``initial``), by dynamic programming over phases (exact; ties to the earlier composition);
+    ``tolerance`` is then not used. The move from ``initial`` is charged too, so a very large
+    cost keeps ``initial`` throughout; in between, the oracle trades per-phase optima against
+    the drain of the operations reaching them (the per-phase fixed-pool TTFTs themselves still
+    ignore the backlog a switch leaves).
+
+    Args:
+        ttft_s: ``(K, P)`` mean TTFT [s] per composition and phase (inf: no data; never chosen
+            in a phase with requests where another composition has data).
+        num_requests: ``(P,)`` requests per phase.
+        counts: ``K`` compositions as ``{degree: num_workers}`` (``envs.planning.composition.degree_counts``).
+        initial: the pool's initial composition, same form.
+
+    Raises:
+        ValueError: on shapes that do not match, a negative tolerance, or a negative or
+            non-finite switch cost.
+    """
+    ttft_s = np.asarray(ttft_s, float)
+    num_requests = np.asarray(num_requests, float)
+    K, P = ttft_s.shape if ttft_s.ndim == 2 else (-1, -1)
+    if K != len(counts) or num_requests.shape != (P,):
+        raise ValueError(f"ttft_s must be (len(counts)={len(counts)}, num_phases) and num_requests (num_phases,); "
+                         f"got {np.shape(ttft_s)} and {np.shape(num_requests)}")
+    if not (tolerance >= 0 and 0 <= switch_cost_s_per_gpu < np.inf):
+        raise ValueError(f"tolerance must be >= 0 and switch_cost_s_per_gpu finite and >= 0, got {tolerance}, "
+                         f"{switch_cost_s_per_gpu}")
+    if switch_cost_s_per_gpu == 0:
+        out, prev = [], initial
+        for p in range(P):
+            best = ttft_s[:, p].min()
+            near = [k for k in range(K) if ttft_s[k, p] <= best * (1.0 + tolerance)]
+            k = min(near, key=lambda k: (composition_distance(prev, counts[k]), ttft_s[k, p], k))
+            out.append(k)
+            prev = counts[k]
+        return out
+    dist = np.array([[composition_distance(a, b) for b in counts] for a in counts], float)
+    # (K, P) [request-s]: inf (no finished request) stays inf in a phase with requests, as the
+    # per-phase rule never picks it; 0 in a phase without requests or without any finite entry
+    informative = (num_requests > 0) & np.isfinite(ttft_s).any(axis=0)
+    phase_cost = np.where(informative, ttft_s, 0.0) * num_requests
+    cost = phase_cost[:, 0] + switch_cost_s_per_gpu * np.array([composition_distance(initial, c) for c in counts])
+    back = np.zeros((P, K), dtype=np.int64)
+    for p in range(1, P):
+        total = cost[:, None] + switch_cost_s_per_gpu * dist  # [from, to]
+        back[p] = np.argmin(total, axis=0)  # first minimum: ties to the earlier composition
+        cost = total[back[p], np.arange(K)] + phase_cost[:, p]
+    path = [int(np.argmin(cost))]
+    for p in range(P - 1, 0, -1):
+        path.append(int(back[p, path[-1]]))
+    return path[::-1]
 
 
 def best_fixed_composition(workloads, sim_config, compositions: list[str],
@@ -201,3 +292,134 @@ def headroom(rows: list[dict]) -> dict:
         out[f"{key}_mean_ttft_s"] = float(values.mean())
         out[f"{key}_vs_fixed_pct"] = tuple(float(x) for x in paired_ci(100.0 * (values - fixed) / fixed))
     return out
+
+
+#: Switching costs [request-s per GPU moved] of :func:`schedule_oracle`'s candidate schedules
+#: (:func:`select_targets`): 0 is the per-phase rule, each next cost a factor ~3 higher (log-spaced),
+#: up to one at which moving rarely pays; the best fixed composition held is a candidate too.
+SCHEDULE_SWITCH_COSTS_S_PER_GPU = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0)
+
+
+class ScheduleFollower:
+    """A simulator attachment following a schedule of compositions, one per phase of the workload:
+    at every decision time ``k x decision_window_s`` (k >= 1, while arrivals continue) it starts the
+    operations towards the composition of the phase that time falls in (:func:`phase_at`;
+    ``envs.planning.operations.operations_towards``: paper §6 ranking, no GPU budget), as a
+    reconfiguration environment in target mode does with that action. The operations drain and
+    switch like any controller's (``envs/sim/reconfig.py``).
+
+    Args:
+        workload: the phased workload the run serves (``metadata["phase_boundaries_s"]``).
+        targets: one ``{CP degree: number of workers}`` per phase.
+        decision_window_s: time between decisions [s] (a task's ``decision_window_s``).
+
+    Raises:
+        ValueError: on a workload without phases, a target count other than its number of
+            phases, or a window that is not a finite number > 0.
+    """
+
+    def __init__(self, workload, targets: list[dict[int, int]], decision_window_s: float) -> None:
+        bounds = (workload.metadata or {}).get("phase_boundaries_s")
+        if not bounds:
+            raise ValueError(f"workload {workload.name!r} has no metadata['phase_boundaries_s']: a schedule follows "
+                             "a phased workload")
+        if len(targets) != len(bounds) - 1:
+            raise ValueError(f"the schedule has {len(targets)} compositions for {len(bounds) - 1} phases of "
+                             f"{workload.name!r}")
+        if not (isinstance(decision_window_s, (int, float)) and 0 < decision_window_s < float("inf")):
+            raise ValueError(f"decision_window_s must be a finite number > 0 [s], got {decision_window_s!r}")
+        self.workload = workload
+        self.targets = [dict(t) for t in targets]
+        self.decision_window_s = float(decision_window_s)
+        self.num_operations = 0
+        self.sim = None
+
+    def attach(self, sim) -> None:
+        """Schedules the first decision (one attachment per run).
+
+        Raises:
+            RuntimeError: when already attached.
+        """
+        if self.sim is not None:
+            raise RuntimeError("a ScheduleFollower attaches to one simulator only; build one per run")
+        self.sim = sim
+        reqs = sim.workload.requests
+        self._last_arrival_s = reqs[-1].arrival_time_s if reqs else 0.0
+        if reqs:
+            sim.schedule(self.decision_window_s, EventPriority.CONTROL, self._decide, None)
+
+    def _decide(self, _payload) -> None:
+        sim = self.sim
+        target = self.targets[phase_at(self.workload, sim.env.now)]
+        for op in operations_towards(sim, target):
+            apply_operation(sim, op)
+            self.num_operations += 1
+        if sim.env.now < self._last_arrival_s:
+            sim.schedule(self.decision_window_s, EventPriority.CONTROL, self._decide, None)
+
+
+def follow_schedule_run(workload, sim_config, compositions: list[str], schedule: list[int], decision_window_s: float,
+                        router: str = "vertumnus-router"):
+    """One run of ``workload`` that starts on ``compositions[schedule[0]]`` and follows
+    ``schedule`` (an index into ``compositions`` per phase) with a :class:`ScheduleFollower`, the
+    requests routed by ``router`` (a registered policy name, no attachment of its own needed).
+
+    Returns:
+        the ``SimResult``; ``extras["num_schedule_operations"]`` counts the operations started.
+
+    Raises:
+        ValueError: as :class:`ScheduleFollower`, or on an index outside ``compositions``.
+    """
+    if not schedule or not all(0 <= k < len(compositions) for k in schedule):
+        raise ValueError(f"schedule {schedule!r}: expected one index into the {len(compositions)} compositions per "
+                         "phase")
+    start = replace(sim_config.pool, composition=compositions[schedule[0]])
+    follower = ScheduleFollower(workload, [degree_counts(compositions[k], start) for k in schedule], decision_window_s)
+    base = get_policy(router)
+    spec = replace(base, make_attachments=lambda: [*base.make_attachments(), follower])
+    result = run_policy(spec, workload, replace(sim_config, pool=start))
+    return replace(result, extras={**result.extras, "num_schedule_operations": follower.num_operations})
+
+
+def schedule_oracle(workload, sim_config, compositions: list[str], ttft_s: np.ndarray, num_requests: np.ndarray,
+                    fixed_index: int, fixed_result, decision_window_s: float, measure_from_s: float = 0.0,
+                    router: str = "vertumnus-router", costs=SCHEDULE_SWITCH_COSTS_S_PER_GPU):
+    """The schedule oracle of one phased workload: the best, *as simulated*, of the schedules
+    :func:`select_targets` gives for each switching cost in ``costs`` (from the per-phase table
+    ``ttft_s`` / ``num_requests`` of :func:`phase_ttft` over ``compositions``, starting from the
+    best fixed composition ``compositions[fixed_index]``) and of that composition held all along
+    (its run ``fixed_result``, not simulated again). Each other distinct schedule runs once with
+    :func:`follow_schedule_run`; the lowest (unfinished requests, mean TTFT of the requests arriving
+    at or after ``measure_from_s``) wins, ties to the fixed composition, then to the lower cost.
+    A hindsight reference: it reads the workload's phase boundaries and outcomes, but pays every
+    move's drain and switch. It is never behind the fixed composition (a candidate); the free
+    per-phase oracle, which moves without cost, is usually ahead of it (measured, not guaranteed).
+
+    Returns:
+        ``(result, schedule)``: the winner's ``SimResult`` and its composition index per phase.
+
+    Raises:
+        ValueError: as :func:`select_targets` and :func:`follow_schedule_run`.
+    """
+    num_phases = np.shape(ttft_s)[1]
+    pool = sim_config.pool
+    counts = [degree_counts(c, pool) for c in compositions]
+
+    def score(result) -> tuple[int, float]:
+        s = measured_summary(result, measure_from_s)
+        mean = s["mean_ttft_s"]
+        return int(s.get("num_unfinished", 0)), float(mean) if np.isfinite(mean) else float("inf")
+
+    best_schedule = [int(fixed_index)] * num_phases
+    best_result, best_score = fixed_result, score(fixed_result)
+    seen = {tuple(best_schedule)}
+    for cost in costs:
+        schedule = select_targets(ttft_s, num_requests, counts, counts[fixed_index], 0.0, cost)
+        if tuple(schedule) in seen:
+            continue
+        seen.add(tuple(schedule))
+        result = follow_schedule_run(workload, sim_config, compositions, schedule, decision_window_s, router)
+        s = score(result)
+        if s < best_score:
+            best_schedule, best_result, best_score = schedule, result, s
+    return best_result, best_schedule

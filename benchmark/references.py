@@ -13,19 +13,24 @@ oracles on an evaluated split, which are not attainable and shown as such.
   *of that episode* and the per-phase oracle (each phase's requests on the composition best for
   that phase, ignoring the cost of moving between them;
   ``baselines.fixed_compositions.per_phase_oracle_ttft``).
-* **The oracles as leaderboard entries** (:func:`oracle_contender`, SPECs ``oracle:best-fixed``
-  and ``oracle:per-phase``, :data:`ORACLES`): an episode runner that simulates every candidate
+* **The oracles as leaderboard entries** (:func:`oracle_contender`, SPECs ``oracle:best-fixed``,
+  ``oracle:per-phase`` and ``oracle:phase-schedule``, :data:`ORACLES`): an episode runner that simulates every candidate
   composition of :func:`fixed_candidates` on the episode (``vertumnus-router``, no
   reconfiguration) and returns, as one result, the requests of the composition with the lowest
   mean TTFT of the episode's measured requests (``best-fixed``, ties: the earlier candidate), or
   each phase's requests from the composition with the lowest mean TTFT of that phase
-  (``per-phase``; ``per_phase_oracle_ttft``'s choice). The protocol then scores it like any
+  (``per-phase``; ``per_phase_oracle_ttft``'s choice), or the run that follows the best, as
+  simulated, of several hindsight schedules starting from the episode's best fixed composition
+  (``phase-schedule``; ``baselines.fixed_compositions.schedule_oracle``: it pays every move's
+  drain and switch, so it is what a controller that knew the phase boundaries could reach, where
+  ``per-phase`` is an upper bound no controller reaches). The protocol then scores it like any
   policy (mean / P90 / P99 TTFT, SLO attainment of the chosen requests), so ``cpgym benchmark run
   --policy oracle:per-phase --split test --entries`` writes an entry that ``cpgym benchmark
   validate`` re-runs. They choose knowing each episode's outcome: **not attainable** (the
   leaderboard marks them). The result holds only the record columns the metrics read
-  (:data:`ORACLE_RECORD_KEYS`); both oracles of an episode come from one set of simulations
-  (memoised in the process, :data:`ORACLE_MEMO_SIZE` episodes).
+  (:data:`ORACLE_RECORD_KEYS`); the oracles of an episode come from one set of simulations
+  (memoised in the process, :data:`ORACLE_MEMO_SIZE` episodes), ``phase-schedule`` adding its
+  schedules' runs.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from baselines.fixed_compositions import best_fixed_composition, fixed_and_oracle_rows, per_phase_oracle_ttft
+from baselines.fixed_compositions import best_fixed_composition, fixed_and_oracle_rows, per_phase_oracle_ttft, schedule_oracle
 from baselines.runner import run_policy
 from benchmark.capacity import task_episodes
 from benchmark.tasks import Task
@@ -112,7 +117,7 @@ def oracle_rows(task: Task, split: str, max_episodes: int | None = None) -> list
 # ------------------------------------------------------------------------------------------
 # the hindsight oracles as episode runners (leaderboard entries)
 
-#: Prefix of an oracle SPEC (``oracle:best-fixed``, ``oracle:per-phase``).
+#: Prefix of an oracle SPEC (``oracle:best-fixed``, ``oracle:per-phase``, ``oracle:phase-schedule``).
 ORACLE_PREFIX = "oracle:"
 #: The oracles: name -> what it is (the leaderboard's note).
 ORACLES = {
@@ -121,6 +126,9 @@ ORACLES = {
                   "reconfiguration)",
     "per-phase": "per phase, the requests of the fixed composition that was fastest for that phase (mean TTFT of "
                  "the phase's requests; moving between compositions costs nothing)",
+    "phase-schedule": "a schedule of compositions chosen in hindsight from the per-phase table (a switching cost per "
+                      "GPU moved, the best as simulated of six costs and the best fixed composition held) and followed "
+                      "in the simulator at the task's decision windows: every split and merge drains and switches",
 }
 #: The record columns of an oracle's result (what ``benchmark.protocol.episode_metrics`` reads).
 ORACLE_RECORD_KEYS = ("arrival_s", "ttft_s", "ttft_slo_s", "num_prompt_tokens")
@@ -136,10 +144,11 @@ def is_oracle_spec(text: str) -> bool:
 
 
 def oracle_results(workload: Workload, sim_config: SimConfig, compositions: list[str],
-                   router: str = FIXED_ROUTER) -> dict[str, SimResult]:
-    """Both oracles' results (module docstring) of one episode: ``{"best-fixed": result,
-    "per-phase": result}``, each with the records :data:`ORACLE_RECORD_KEYS` only and the
-    chosen composition(s) in ``extras["oracle_compositions"]`` (one, or one per phase).
+                   router: str = FIXED_ROUTER, decision_window_s: float | None = None) -> dict[str, SimResult]:
+    """The oracles' results (module docstring) of one episode: ``{"best-fixed": result,
+    "per-phase": result}``, with ``"phase-schedule"`` too when ``decision_window_s`` [s] (the
+    task's decision window) is given; each with the records :data:`ORACLE_RECORD_KEYS` only and
+    the chosen composition(s) in ``extras["oracle_compositions"]`` (one, or one per phase).
 
     Raises:
         ValueError: on a workload without phase metadata, or no composition.
@@ -154,7 +163,7 @@ def oracle_results(workload: Workload, sim_config: SimConfig, compositions: list
            sim_config, tuple(compositions), router)
     if key in _MEMO:
         _MEMO.move_to_end(key)
-        return _MEMO[key]
+        return _with_schedule(_MEMO[key], workload, sim_config, compositions, router, decision_window_s)
     phase = np.asarray(meta["phase_of_request"])
     num_phases = len(meta["phase_boundaries_s"]) - 1
     measure_from_s = meta.get("measure_from_s", 0.0)
@@ -178,10 +187,30 @@ def oracle_results(workload: Workload, sim_config: SimConfig, compositions: list
                                  extras={"oracle_compositions": [compositions[best]]}),
            "per-phase": replace(runs[best], policy=ORACLE_PREFIX + "per-phase", records=stitched,
                                 extras={"oracle_compositions": [compositions[k] for k in schedule]})}
+    out["_table"] = (table, np.bincount(phase, minlength=num_phases), best, runs[best], measure_from_s)
     _MEMO[key] = out
     while len(_MEMO) > ORACLE_MEMO_SIZE:
         _MEMO.popitem(last=False)
-    return out
+    return _with_schedule(out, workload, sim_config, compositions, router, decision_window_s)
+
+
+def _with_schedule(memo: dict, workload: Workload, sim_config: SimConfig, compositions: list[str], router: str,
+                   decision_window_s: float | None) -> dict[str, SimResult]:
+    """The public part of a memo entry of :func:`oracle_results`, with ``"phase-schedule"``
+    (computed once per decision window and kept in the entry) when ``decision_window_s`` is given."""
+    out = {k: v for k, v in memo.items() if not k.startswith("_")}
+    if decision_window_s is None:
+        return out
+    key = f"_phase-schedule@{float(decision_window_s)!r}"
+    if key not in memo:
+        table, num, best, fixed_run, measure_from_s = memo["_table"]
+        res, schedule = schedule_oracle(workload, sim_config, compositions, table, num, best, fixed_run,
+                                        decision_window_s, measure_from_s, router)
+        memo[key] = replace(res, policy=ORACLE_PREFIX + "phase-schedule",
+                            records={c: res.records[c] for c in ORACLE_RECORD_KEYS},
+                            extras={"oracle_compositions": [compositions[k] for k in schedule],
+                                    "num_schedule_operations": res.extras.get("num_schedule_operations", 0)})
+    return {**out, "phase-schedule": memo[key]}
 
 
 def oracle_runner(task: Task, name: str):
@@ -200,7 +229,9 @@ def oracle_runner(task: Task, name: str):
                          f"not of {task.id}")
     compositions = fixed_candidates(task)
 
+    window_s = task.decision_window_s if name == "phase-schedule" else None
+
     def run(workload: Workload, sim_config: SimConfig) -> SimResult:
-        return oracle_results(workload, sim_config, compositions)[name]
+        return oracle_results(workload, sim_config, compositions, decision_window_s=window_s)[name]
 
     return run

@@ -26,29 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from baselines.fixed_compositions import fixed_mean_ttft, phase_ttft
+from baselines.fixed_compositions import fixed_mean_ttft, phase_at, phase_ttft, select_targets
 from envs.metrics import summarize
 from envs.planning.composition import degree_counts
-from envs.planning.operations import composition_distance
 from envs.sim.options import is_int, is_number
 
 __all__ = ["phase_ttft", "save_phase_ttft", "load_phase_ttft", "select_targets", "phase_targets", "phase_at",
            "fixed_mean_ttft", "follow_schedule", "verified_targets", "collect_demonstrations", "collect_learner_states",
            "behaviour_clone"]
-
-
-def phase_at(workload, time_s: float) -> int:
-    """Index of the phase of ``workload`` (``metadata["phase_boundaries_s"]``) that holds ``time_s``
-    (the last phase after the end).
-
-    Raises:
-        ValueError: when the workload has no phase metadata (not a phased synthetic workload).
-    """
-    bounds = (workload.metadata or {}).get("phase_boundaries_s")
-    if not bounds:
-        raise ValueError(f"workload {workload.name!r} has no metadata['phase_boundaries_s'] (expected a phased "
-                         "synthetic workload such as matched-phases)")
-    return int(min(max(np.searchsorted(bounds, time_s, side="right") - 1, 0), len(bounds) - 2))
 
 
 def save_phase_ttft(path, tables: dict[int, tuple[np.ndarray, np.ndarray]], compositions: list[str]) -> None:
@@ -124,72 +109,6 @@ def _phase_table(where: str, entry, num_compositions: int) -> tuple[np.ndarray, 
     if not (t >= 0).all():  # NaN and negative values; null was read as inf
         raise ValueError(f"{where}.ttft_s: expected mean TTFTs >= 0 [s] or null")
     return t, np.asarray(num, np.int64)
-
-
-def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[dict], initial: dict,
-                   tolerance: float = 0.0, switch_cost_s_per_gpu: float = 0.0) -> list[int]:
-    """Oracle composition (index into ``counts``) of each phase from the per-phase mean TTFTs of
-    :func:`phase_ttft`.
-
-    With ``switch_cost_s_per_gpu == 0`` (the per-phase rule): per phase, among the compositions
-    within ``tolerance`` (a share: 0.03 = 3 %) of its lowest mean TTFT, the one closest
-    (``envs.planning.operations.composition_distance``) to the previous phase's choice
-    (``initial`` for the first phase): near-ties cost no reconfiguration; remaining ties go to
-    the earlier composition.
-
-    With ``switch_cost_s_per_gpu > 0`` (myopia about reconfiguration removed): the schedule
-    ``k_0..k_{P-1}`` minimising ``Σ_p num_requests[p] x ttft_s[k_p, p] + switch_cost_s_per_gpu x
-    Σ_p distance(k_{p-1}, k_p)`` (total TTFT [request-s] plus a cost per GPU moved, ``k_{-1}`` =
-    ``initial``), by dynamic programming over phases (exact; ties to the earlier composition);
-    ``tolerance`` is then not used. The move from ``initial`` is charged too, so a very large
-    cost keeps ``initial`` throughout; in between, the oracle trades per-phase optima against
-    the drain of the operations reaching them (the per-phase fixed-pool TTFTs themselves still
-    ignore the backlog a switch leaves).
-
-    Args:
-        ttft_s: ``(K, P)`` mean TTFT [s] per composition and phase (inf: no data; never chosen
-            in a phase with requests where another composition has data).
-        num_requests: ``(P,)`` requests per phase.
-        counts: ``K`` compositions as ``{degree: num_workers}`` (``envs.planning.composition.degree_counts``).
-        initial: the pool's initial composition, same form.
-
-    Raises:
-        ValueError: on shapes that do not match, a negative tolerance, or a negative or
-            non-finite switch cost.
-    """
-    ttft_s = np.asarray(ttft_s, float)
-    num_requests = np.asarray(num_requests, float)
-    K, P = ttft_s.shape if ttft_s.ndim == 2 else (-1, -1)
-    if K != len(counts) or num_requests.shape != (P,):
-        raise ValueError(f"ttft_s must be (len(counts)={len(counts)}, num_phases) and num_requests (num_phases,); "
-                         f"got {np.shape(ttft_s)} and {np.shape(num_requests)}")
-    if not (tolerance >= 0 and 0 <= switch_cost_s_per_gpu < np.inf):
-        raise ValueError(f"tolerance must be >= 0 and switch_cost_s_per_gpu finite and >= 0, got {tolerance}, "
-                         f"{switch_cost_s_per_gpu}")
-    if switch_cost_s_per_gpu == 0:
-        out, prev = [], initial
-        for p in range(P):
-            best = ttft_s[:, p].min()
-            near = [k for k in range(K) if ttft_s[k, p] <= best * (1.0 + tolerance)]
-            k = min(near, key=lambda k: (composition_distance(prev, counts[k]), ttft_s[k, p], k))
-            out.append(k)
-            prev = counts[k]
-        return out
-    dist = np.array([[composition_distance(a, b) for b in counts] for a in counts], float)
-    # (K, P) [request-s]: inf (no finished request) stays inf in a phase with requests, as the
-    # per-phase rule never picks it; 0 in a phase without requests or without any finite entry
-    informative = (num_requests > 0) & np.isfinite(ttft_s).any(axis=0)
-    phase_cost = np.where(informative, ttft_s, 0.0) * num_requests
-    cost = phase_cost[:, 0] + switch_cost_s_per_gpu * np.array([composition_distance(initial, c) for c in counts])
-    back = np.zeros((P, K), dtype=np.int64)
-    for p in range(1, P):
-        total = cost[:, None] + switch_cost_s_per_gpu * dist  # [from, to]
-        back[p] = np.argmin(total, axis=0)  # first minimum: ties to the earlier composition
-        cost = total[back[p], np.arange(K)] + phase_cost[:, p]
-    path = [int(np.argmin(cost))]
-    for p in range(P - 1, 0, -1):
-        path.append(int(back[p, path[-1]]))
-    return path[::-1]
 
 
 def phase_targets(workload, sim_config, compositions: list[str], router: str = "vertumnus-router",

@@ -83,3 +83,65 @@ def test_headroom_paired_percent_differences():
     assert h["no_reconfiguration_vs_fixed_pct"][0] == pytest.approx(5.0)
     with pytest.raises(ValueError, match="at least one row"):
         fc.headroom([])
+
+
+# ------------------------------------------------------------------ the schedule oracle
+
+def _day(seed: int = 0):
+    return production_day(duration_s=24.0, peak_rate_rps=6.0, seed=seed)  # 24 one-second "hours" (phases)
+
+
+def test_a_held_schedule_is_the_fixed_run_exactly():
+    """Following one composition in every phase starts no operation and changes no request."""
+    wl = _day()
+    num_phases = len(wl.metadata["phase_boundaries_s"]) - 1
+    held = fc.follow_schedule_run(wl, SMALL, ["cp2x4", "cp4x2"], [1] * num_phases, decision_window_s=2.0)
+    fixed = run_policy("vertumnus-router", wl, replace(SMALL, pool=replace(SMALL.pool, composition="cp4x2")))
+    assert held.extras["num_schedule_operations"] == 0
+    for key in ("ttft_s", "worker_id", "arrival_s"):
+        assert np.array_equal(held.records[key], fixed.records[key], equal_nan=True)
+
+
+def test_a_schedule_is_followed_with_real_operations():
+    """Alternating compositions: the follower starts operations at its decision times, and they
+    run through the simulator's drain/switch (committed reconfigurations, changed TTFTs)."""
+    wl = _day()
+    num_phases = len(wl.metadata["phase_boundaries_s"]) - 1
+    schedule = [(p // 6) % 2 for p in range(num_phases)]  # 6 s on cp2x4, 6 s on cp4x2, ...
+    res = fc.follow_schedule_run(wl, SMALL, ["cp2x4", "cp4x2"], schedule, decision_window_s=2.0)
+    assert res.extras["num_schedule_operations"] > 0
+    assert res.extras.get("num_reconfigurations", 0) > 0
+    fixed = run_policy("vertumnus-router", wl, SMALL)
+    assert not np.array_equal(res.records["ttft_s"], fixed.records["ttft_s"], equal_nan=True)
+
+
+def test_the_schedule_oracle_is_never_behind_the_fixed_composition():
+    from envs.metrics.summary import measured_summary
+
+    wl = _day(1)
+    menu = ["cp2x4", "cp4x2", "cp8x1"]
+    table, num = fc.phase_ttft(wl, SMALL, menu)
+    means = fc.fixed_mean_ttft(table, num)
+    best = int(np.nanargmin(means))
+    fixed_run = run_policy("vertumnus-router", wl, replace(SMALL, pool=replace(SMALL.pool, composition=menu[best])))
+    res, schedule = fc.schedule_oracle(wl, SMALL, menu, table, num, best, fixed_run, decision_window_s=2.0)
+    assert len(schedule) == len(num) and all(0 <= k < len(menu) for k in schedule)
+    assert measured_summary(res, 0.0)["mean_ttft_s"] <= measured_summary(fixed_run, 0.0)["mean_ttft_s"]
+    if set(schedule) == {best}:
+        assert res is fixed_run  # the held composition is not simulated again
+    # a cost at which no move pays keeps the fixed composition (its run, as given)
+    held, held_schedule = fc.schedule_oracle(wl, SMALL, menu, table, num, best, fixed_run, 2.0, costs=(1e9,))
+    assert held is fixed_run and held_schedule == [best] * len(num)
+
+
+def test_schedule_follower_refuses_bad_input():
+    wl = _day()
+    num_phases = len(wl.metadata["phase_boundaries_s"]) - 1
+    with pytest.raises(ValueError, match=r"the schedule has 2 compositions for 24 phases"):
+        fc.ScheduleFollower(wl, [{2: 4}, {4: 2}], 2.0)
+    with pytest.raises(ValueError, match=r"decision_window_s must be a finite number > 0 \[s\], got 0"):
+        fc.ScheduleFollower(wl, [{2: 4}] * num_phases, 0)
+    with pytest.raises(ValueError, match=r"has no metadata\['phase_boundaries_s'\]"):
+        fc.ScheduleFollower(replace(wl, metadata={}), [{2: 4}], 2.0)
+    with pytest.raises(ValueError, match=r"expected one index into the 2 compositions per phase"):
+        fc.follow_schedule_run(wl, SMALL, ["cp2x4", "cp4x2"], [2] * num_phases, 2.0)
