@@ -13,8 +13,8 @@ composition, with a router (default the Vertumnus router, paper §5):
   reconfigures for free at every phase boundary, with no drain or cold cache), an upper bound on
   what reconfiguring once per phase can gain;
 * :func:`schedule_oracle` — a schedule of compositions chosen in hindsight from the per-phase
-  table and *followed in the simulator* (:class:`ScheduleFollower`): every split and merge drains
-  and switches as a controller's would, so it is the head-room a controller that knew the phase
+  table and *followed in the simulator* from the best fixed composition (:class:`ScheduleFollower`):
+  every split and merge drains and switches as a controller's would, so it is the head-room a controller that knew the phase
   boundaries and their outcomes could reach, below the free per-phase oracle;
 * :func:`fixed_and_oracle_rows` — both, and the starting composition, per evaluation workload;
 * :func:`headroom` — their means and the paired differences against the fixed composition [%].
@@ -25,6 +25,8 @@ per-phase table.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import replace
 
 import numpy as np
@@ -34,13 +36,13 @@ from baselines.runner import run_policy
 from envs.metrics.stats import paired_ci
 from envs.metrics.summary import measured_summary
 from envs.planning.composition import degree_counts
-from envs.planning.operations import composition_distance, operations_towards
+from envs.planning.operations import composition_distance, covers_pool, operations_towards
 from envs.sim.events import EventPriority
 from envs.sim.reconfig import apply_operation
 
 __all__ = ["phase_ttft", "fixed_mean_ttft", "best_fixed_composition", "per_phase_oracle_ttft", "fixed_and_oracle_rows",
            "headroom", "phase_at", "select_targets", "ScheduleFollower", "follow_schedule_run", "schedule_oracle",
-           "SCHEDULE_SWITCH_COSTS_S_PER_GPU"]
+           "SCHEDULE_SWITCH_COSTS_S_PER_GPU", "MIN_DECISION_WINDOW_S", "check_decision_window_s"]
 
 
 def phase_ttft(workload, sim_config, compositions: list[str], router: str = "vertumnus-router"):
@@ -298,11 +300,36 @@ def headroom(rows: list[dict]) -> dict:
 #: (:func:`select_targets`): 0 is the per-phase rule, each next cost a factor ~3 higher (log-spaced),
 #: up to one at which moving rarely pays; the best fixed composition held is a candidate too.
 SCHEDULE_SWITCH_COSTS_S_PER_GPU = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0)
+#: Shortest decision window a schedule follower accepts [s]: a window that does not advance the
+#: simulated clock would repeat its decision forever; controllers decide every few seconds or more.
+MIN_DECISION_WINDOW_S = 1e-3
+
+
+def check_decision_window_s(value) -> float:
+    """``value`` as a float when it is a real number (not a bool) in
+    [:data:`MIN_DECISION_WINDOW_S`, inf) [s].
+
+    Raises:
+        ValueError: naming ``decision_window_s`` and what was expected.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            MIN_DECISION_WINDOW_S <= float(value) < math.inf):
+        raise ValueError(f"decision_window_s must be a finite number >= {MIN_DECISION_WINDOW_S:g} [s], got {value!r}")
+    return float(value)
+
+
+def _composition_index(value, num_compositions: int, what: str) -> int:
+    """``value`` as an index into ``num_compositions`` compositions (an integer, not a bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
+            or not 0 <= int(value) < num_compositions:
+        raise ValueError(f"{what} must be an index into the {num_compositions} compositions (an integer in "
+                         f"[0, {num_compositions})), got {value!r}")
+    return int(value)
 
 
 class ScheduleFollower:
     """A simulator attachment following a schedule of compositions, one per phase of the workload:
-    at every decision time ``k x decision_window_s`` (k >= 1, while arrivals continue) it starts the
+    at time 0 and every ``decision_window_s`` after (while arrivals continue) it starts the
     operations towards the composition of the phase that time falls in (:func:`phase_at`;
     ``envs.planning.operations.operations_towards``: paper §6 ranking, no GPU budget), as a
     reconfiguration environment in target mode does with that action. The operations drain and
@@ -311,11 +338,13 @@ class ScheduleFollower:
     Args:
         workload: the phased workload the run serves (``metadata["phase_boundaries_s"]``).
         targets: one ``{CP degree: number of workers}`` per phase.
-        decision_window_s: time between decisions [s] (a task's ``decision_window_s``).
+        decision_window_s: time between decisions [s] (a task's ``decision_window_s``), at least
+            :data:`MIN_DECISION_WINDOW_S`.
 
     Raises:
         ValueError: on a workload without phases, a target count other than its number of
-            phases, or a window that is not a finite number > 0.
+            phases, a target that is not a ``{degree: count}`` mapping, or a bad window; at
+            :meth:`attach`, a target that does not cover the run's pool with its supported degrees.
     """
 
     def __init__(self, workload, targets: list[dict[int, int]], decision_window_s: float) -> None:
@@ -323,30 +352,39 @@ class ScheduleFollower:
         if not bounds:
             raise ValueError(f"workload {workload.name!r} has no metadata['phase_boundaries_s']: a schedule follows "
                              "a phased workload")
-        if len(targets) != len(bounds) - 1:
-            raise ValueError(f"the schedule has {len(targets)} compositions for {len(bounds) - 1} phases of "
-                             f"{workload.name!r}")
-        if not (isinstance(decision_window_s, (int, float)) and 0 < decision_window_s < float("inf")):
-            raise ValueError(f"decision_window_s must be a finite number > 0 [s], got {decision_window_s!r}")
+        if isinstance(targets, (str, bytes)) or not hasattr(targets, "__len__") or len(targets) != len(bounds) - 1:
+            n = len(targets) if hasattr(targets, "__len__") else targets
+            raise ValueError(f"the schedule has {n!r} compositions for {len(bounds) - 1} phases of {workload.name!r}")
+        if not all(isinstance(t, dict) for t in targets):
+            raise ValueError("every target must be a {CP degree: number of workers} dict "
+                             "(envs.planning.composition.degree_counts)")
+        self.decision_window_s = check_decision_window_s(decision_window_s)
         self.workload = workload
         self.targets = [dict(t) for t in targets]
-        self.decision_window_s = float(decision_window_s)
         self.num_operations = 0
         self.sim = None
 
     def attach(self, sim) -> None:
-        """Schedules the first decision (one attachment per run).
+        """Checks every target against the run's pool and schedules the first decision (at time
+        0; one attachment per run).
 
         Raises:
             RuntimeError: when already attached.
+            ValueError: a target names an unsupported CP degree or does not cover the pool's GPUs.
         """
         if self.sim is not None:
             raise RuntimeError("a ScheduleFollower attaches to one simulator only; build one per run")
+        pool = sim.config.pool
+        for p, target in enumerate(self.targets):
+            if any(d not in pool.supported_degrees for d in target) or not covers_pool(target, pool) \
+                    or any(n < 0 for n in target.values()):
+                raise ValueError(f"phase {p}'s target {target} must cover the pool's {pool.num_gpus} GPUs with CP "
+                                 f"degrees in {list(pool.supported_degrees)}")
         self.sim = sim
         reqs = sim.workload.requests
         self._last_arrival_s = reqs[-1].arrival_time_s if reqs else 0.0
         if reqs:
-            sim.schedule(self.decision_window_s, EventPriority.CONTROL, self._decide, None)
+            sim.schedule(0.0, EventPriority.CONTROL, self._decide, None)
 
     def _decide(self, _payload) -> None:
         sim = self.sim
@@ -358,22 +396,27 @@ class ScheduleFollower:
             sim.schedule(self.decision_window_s, EventPriority.CONTROL, self._decide, None)
 
 
-def follow_schedule_run(workload, sim_config, compositions: list[str], schedule: list[int], decision_window_s: float,
-                        router: str = "vertumnus-router"):
-    """One run of ``workload`` that starts on ``compositions[schedule[0]]`` and follows
-    ``schedule`` (an index into ``compositions`` per phase) with a :class:`ScheduleFollower`, the
-    requests routed by ``router`` (a registered policy name, no attachment of its own needed).
+def follow_schedule_run(workload, sim_config, compositions: list[str], schedule, decision_window_s: float,
+                        router: str = "vertumnus-router", start_index: int | None = None):
+    """One run of ``workload`` that starts on ``compositions[start_index]`` (default: the first
+    phase's, ``schedule[0]``) and follows ``schedule`` (an index into ``compositions`` per phase)
+    with a :class:`ScheduleFollower`, the requests routed by ``router`` (a registered policy
+    name, no attachment of its own needed).
 
     Returns:
         the ``SimResult``; ``extras["num_schedule_operations"]`` counts the operations started.
 
     Raises:
-        ValueError: as :class:`ScheduleFollower`, or on an index outside ``compositions``.
+        ValueError: as :class:`ScheduleFollower`, on an empty or non-integer schedule, or an
+            index outside ``compositions``.
     """
-    if not schedule or not all(0 <= k < len(compositions) for k in schedule):
+    if isinstance(schedule, (str, bytes)) or not hasattr(schedule, "__len__") or len(schedule) == 0:
         raise ValueError(f"schedule {schedule!r}: expected one index into the {len(compositions)} compositions per "
                          "phase")
-    start = replace(sim_config.pool, composition=compositions[schedule[0]])
+    schedule = [_composition_index(k, len(compositions), "every schedule entry") for k in schedule]
+    start_index = schedule[0] if start_index is None else _composition_index(start_index, len(compositions),
+                                                                             "start_index")
+    start = replace(sim_config.pool, composition=compositions[start_index])
     follower = ScheduleFollower(workload, [degree_counts(compositions[k], start) for k in schedule], decision_window_s)
     base = get_policy(router)
     spec = replace(base, make_attachments=lambda: [*base.make_attachments(), follower])
@@ -389,28 +432,43 @@ def schedule_oracle(workload, sim_config, compositions: list[str], ttft_s: np.nd
     ``ttft_s`` / ``num_requests`` of :func:`phase_ttft` over ``compositions``, starting from the
     best fixed composition ``compositions[fixed_index]``) and of that composition held all along
     (its run ``fixed_result``, not simulated again). Each other distinct schedule runs once with
-    :func:`follow_schedule_run`; the lowest (unfinished requests, mean TTFT of the requests arriving
-    at or after ``measure_from_s``) wins, ties to the fixed composition, then to the lower cost.
-    A hindsight reference: it reads the workload's phase boundaries and outcomes, but pays every
-    move's drain and switch. It is never behind the fixed composition (a candidate); the free
-    per-phase oracle, which moves without cost, is usually ahead of it (measured, not guaranteed).
+    :func:`follow_schedule_run` *from the fixed composition*, so every move is paid, the first
+    one included; the lowest (unfinished requests, mean TTFT of the requests arriving at or after
+    ``measure_from_s``) wins, ties to the fixed composition, then to the lower cost. A hindsight
+    reference: it reads the workload's phase boundaries and outcomes, but pays every move's drain
+    and switch. It is never behind the fixed composition (a candidate); the free per-phase
+    oracle, which moves without cost, is usually ahead of it (measured, not guaranteed).
 
     Returns:
         ``(result, schedule)``: the winner's ``SimResult`` and its composition index per phase.
 
     Raises:
-        ValueError: as :func:`select_targets` and :func:`follow_schedule_run`.
+        ValueError: on no composition, a table that is not ``(len(compositions), num_phases)``, a
+            bad ``fixed_index``, ``measure_from_s`` or window, no cost, and as
+            :func:`select_targets` and :func:`follow_schedule_run`.
     """
-    num_phases = np.shape(ttft_s)[1]
-    pool = sim_config.pool
-    counts = [degree_counts(c, pool) for c in compositions]
+    window_s = check_decision_window_s(decision_window_s)
+    if not compositions:
+        raise ValueError("schedule_oracle needs at least one composition")
+    ttft_s = np.asarray(ttft_s, float)
+    if ttft_s.ndim != 2 or ttft_s.shape[0] != len(compositions):
+        raise ValueError(f"ttft_s must be (len(compositions)={len(compositions)}, num_phases), got {ttft_s.shape}")
+    fixed_index = _composition_index(fixed_index, len(compositions), "fixed_index")
+    if isinstance(measure_from_s, bool) or not isinstance(measure_from_s, numbers.Real) \
+            or not math.isfinite(measure_from_s):
+        raise ValueError(f"measure_from_s must be a finite number [s], got {measure_from_s!r}")
+    costs = tuple(costs) if hasattr(costs, "__iter__") else (costs,)
+    if not costs:
+        raise ValueError("schedule_oracle needs at least one switching cost")
+    num_phases = ttft_s.shape[1]
+    counts = [degree_counts(c, sim_config.pool) for c in compositions]
 
     def score(result) -> tuple[int, float]:
         s = measured_summary(result, measure_from_s)
         mean = s["mean_ttft_s"]
         return int(s.get("num_unfinished", 0)), float(mean) if np.isfinite(mean) else float("inf")
 
-    best_schedule = [int(fixed_index)] * num_phases
+    best_schedule = [fixed_index] * num_phases
     best_result, best_score = fixed_result, score(fixed_result)
     seen = {tuple(best_schedule)}
     for cost in costs:
@@ -418,7 +476,8 @@ def schedule_oracle(workload, sim_config, compositions: list[str], ttft_s: np.nd
         if tuple(schedule) in seen:
             continue
         seen.add(tuple(schedule))
-        result = follow_schedule_run(workload, sim_config, compositions, schedule, decision_window_s, router)
+        result = follow_schedule_run(workload, sim_config, compositions, schedule, window_s, router,
+                                     start_index=fixed_index)
         s = score(result)
         if s < best_score:
             best_schedule, best_result, best_score = schedule, result, s

@@ -20,7 +20,7 @@ oracles on an evaluated split, which are not attainable and shown as such.
   mean TTFT of the episode's measured requests (``best-fixed``, ties: the earlier candidate), or
   each phase's requests from the composition with the lowest mean TTFT of that phase
   (``per-phase``; ``per_phase_oracle_ttft``'s choice), or the run that follows the best, as
-  simulated, of several hindsight schedules starting from the episode's best fixed composition
+  simulated, of several hindsight schedules, run from the episode's best fixed composition
   (``phase-schedule``; ``baselines.fixed_compositions.schedule_oracle``: it pays every move's
   drain and switch, so it is what a controller that knew the phase boundaries could reach, where
   ``per-phase`` is an upper bound no controller reaches). The protocol then scores it like any
@@ -42,7 +42,13 @@ from pathlib import Path
 
 import numpy as np
 
-from baselines.fixed_compositions import best_fixed_composition, fixed_and_oracle_rows, per_phase_oracle_ttft, schedule_oracle
+from baselines.fixed_compositions import (
+    best_fixed_composition,
+    check_decision_window_s,
+    fixed_and_oracle_rows,
+    per_phase_oracle_ttft,
+    schedule_oracle,
+)
 from baselines.runner import run_policy
 from benchmark.capacity import task_episodes
 from benchmark.tasks import Task
@@ -128,12 +134,13 @@ ORACLES = {
                  "the phase's requests; moving between compositions costs nothing)",
     "phase-schedule": "a schedule of compositions chosen in hindsight from the per-phase table (a switching cost per "
                       "GPU moved, the best as simulated of six costs and the best fixed composition held) and followed "
-                      "in the simulator at the task's decision windows: every split and merge drains and switches",
+                      "in the simulator from that composition at the task's decision windows: every split and merge, "
+                      "the first included, drains and switches",
 }
 #: The record columns of an oracle's result (what ``benchmark.protocol.episode_metrics`` reads).
 ORACLE_RECORD_KEYS = ("arrival_s", "ttft_s", "ttft_slo_s", "num_prompt_tokens")
-#: Episodes whose two oracle results are kept in the process (so the second oracle of an episode
-#: reuses the first one's simulations; each result holds only :data:`ORACLE_RECORD_KEYS`).
+#: Episodes whose oracle results are kept in the process (so the other oracles of an episode reuse
+#: the first one's fixed-pool simulations; each result holds only :data:`ORACLE_RECORD_KEYS`).
 ORACLE_MEMO_SIZE = 16
 _MEMO: OrderedDict = OrderedDict()
 
@@ -159,6 +166,8 @@ def oracle_results(workload: Workload, sim_config: SimConfig, compositions: list
                          "a phased reconfiguration workload")
     if not compositions:
         raise ValueError("oracle_results needs at least one composition")
+    if decision_window_s is not None:
+        decision_window_s = check_decision_window_s(decision_window_s)
     key = (workload.name, workload.source, meta.get("seed"), meta.get("episode_index"), workload.num_requests,
            sim_config, tuple(compositions), router)
     if key in _MEMO:

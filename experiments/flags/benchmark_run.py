@@ -13,8 +13,9 @@ from benchmark.splits import QUICK_EPISODES
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", action="append", required=True, metavar="SPEC",
                    help="a registered policy, NAME:param=value[,param=value...], tuned:NAME (the task's stored tuned "
-                        "parameters), shipped (the shipped learned policy for the task's kind) or a checkpoint path; "
-                        "repeat for several")
+                        "parameters), fixed:COMPOSITION (no reconfiguration on that composition), oracle:NAME (a "
+                        "reconfiguration task's hindsight oracle: best-fixed, per-phase, phase-schedule), shipped (the "
+                        "shipped learned policy for the task's kind) or a checkpoint path; repeat for several")
     p.add_argument("--tasks", required=True, metavar="ID[,ID...]", help="task ids (`cpgym benchmark list`) or 'all'")
     p.add_argument("--split", choices=("validation", "test"), default="validation",
                    help="validation (default: model selection) or test (final numbers; appended to the ledger)")

@@ -139,9 +139,57 @@ def test_schedule_follower_refuses_bad_input():
     num_phases = len(wl.metadata["phase_boundaries_s"]) - 1
     with pytest.raises(ValueError, match=r"the schedule has 2 compositions for 24 phases"):
         fc.ScheduleFollower(wl, [{2: 4}, {4: 2}], 2.0)
-    with pytest.raises(ValueError, match=r"decision_window_s must be a finite number > 0 \[s\], got 0"):
-        fc.ScheduleFollower(wl, [{2: 4}] * num_phases, 0)
+    for window in (0, -1.0, float("nan"), float("inf"), 1e-300, True, "20", None):
+        with pytest.raises(ValueError, match=r"^decision_window_s must be a finite number >= 0.001 \[s\], got "):
+            fc.ScheduleFollower(wl, [{2: 4}] * num_phases, window)
+    assert fc.ScheduleFollower(wl, [{2: 4}] * num_phases, np.float32(2.0)).decision_window_s == 2.0
     with pytest.raises(ValueError, match=r"has no metadata\['phase_boundaries_s'\]"):
         fc.ScheduleFollower(replace(wl, metadata={}), [{2: 4}], 2.0)
+    with pytest.raises(ValueError, match=r"every target must be a \{CP degree: number of workers\} dict"):
+        fc.ScheduleFollower(wl, ["cp2x4"] * num_phases, 2.0)
+    menu = ["cp2x4", "cp4x2"]
+    for schedule in ([2] * num_phases, [-1] * num_phases, [True] * num_phases, [1.0] * num_phases):
+        with pytest.raises(ValueError, match=r"every schedule entry must be an index into the 2 compositions"):
+            fc.follow_schedule_run(wl, SMALL, menu, schedule, 2.0)
     with pytest.raises(ValueError, match=r"expected one index into the 2 compositions per phase"):
-        fc.follow_schedule_run(wl, SMALL, ["cp2x4", "cp4x2"], [2] * num_phases, 2.0)
+        fc.follow_schedule_run(wl, SMALL, menu, [], 2.0)
+    with pytest.raises(ValueError, match=r"CP degree 8 is not supported"):
+        fc.follow_schedule_run(wl, replace(SMALL, pool=replace(SMALL.pool, supported_degrees=(2, 4))),
+                               ["cp2x4", "cp8x1"], [1] * num_phases, 2.0, start_index=0)
+    from baselines.registry import get_policy
+
+    short = fc.ScheduleFollower(wl, [{2: 3}] * num_phases, 2.0)  # 6 of the pool's 8 GPUs: refused at attach
+    spec = replace(get_policy("vertumnus-router"), make_attachments=lambda: [short])
+    with pytest.raises(ValueError, match=r"^phase 0's target \{2: 3\} must cover the pool's 8 GPUs with CP degrees "
+                                         r"in \[2, 4, 8\]"):
+        run_policy(spec, wl, SMALL)
+    held = fc.follow_schedule_run(wl, SMALL, menu, np.ones(num_phases, dtype=np.int64), 2.0)  # numpy indices
+    assert held.extras["num_schedule_operations"] == 0
+
+
+def test_schedule_oracle_refuses_bad_input():
+    wl = _day()
+    menu = ["cp2x4", "cp4x2"]
+    table, num = np.full((2, 24), 0.5), np.ones(24)
+    fixed_run = run_policy("vertumnus-router", wl, SMALL)
+
+    def oracle(**kw):
+        args = {"ttft_s": table, "num_requests": num, "fixed_index": 0, "fixed_result": fixed_run,
+                "decision_window_s": 2.0, **kw}
+        return fc.schedule_oracle(wl, SMALL, kw.pop("compositions", menu), **{k: v for k, v in args.items()
+                                                                               if k != "compositions"})
+
+    for window in (0, float("nan"), "x", None, [1]):  # checked even when no schedule is simulated
+        with pytest.raises(ValueError, match=r"^decision_window_s must be a finite number"):
+            oracle(decision_window_s=window)
+    for index in (-1, 2, True, 1.5):
+        with pytest.raises(ValueError, match=r"^fixed_index must be an index into the 2 compositions"):
+            oracle(fixed_index=index)
+    with pytest.raises(ValueError, match=r"^ttft_s must be \(len\(compositions\)=2, num_phases\)"):
+        oracle(ttft_s=np.ones(24))
+    with pytest.raises(ValueError, match=r"^measure_from_s must be a finite number"):
+        oracle(measure_from_s=float("nan"))
+    with pytest.raises(ValueError, match="at least one switching cost"):
+        oracle(costs=())
+    with pytest.raises(ValueError, match="at least one composition"):
+        oracle(compositions=[])
