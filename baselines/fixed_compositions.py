@@ -305,6 +305,23 @@ SCHEDULE_SWITCH_COSTS_S_PER_GPU = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0)
 MIN_DECISION_WINDOW_S = 1e-3
 
 
+def _finite_real(value, what: str, minimum: float = -math.inf, unit: str = "") -> float:
+    """``value`` as a float when it is a real number (not a bool) in [``minimum``, inf).
+
+    Raises:
+        ValueError: naming ``what`` and what was expected.
+    """
+    try:
+        ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Real) \
+            and minimum <= float(value) < math.inf
+    except OverflowError:
+        ok = False
+    if not ok:
+        bound = "" if minimum == -math.inf else f" >= {minimum:g}"
+        raise ValueError(f"{what} must be a finite number{bound}{unit}, got {value!r:.60}")
+    return float(value)
+
+
 def check_decision_window_s(value) -> float:
     """``value`` as a float when it is a real number (not a bool) in
     [:data:`MIN_DECISION_WINDOW_S`, inf) [s].
@@ -312,10 +329,7 @@ def check_decision_window_s(value) -> float:
     Raises:
         ValueError: naming ``decision_window_s`` and what was expected.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            MIN_DECISION_WINDOW_S <= float(value) < math.inf):
-        raise ValueError(f"decision_window_s must be a finite number >= {MIN_DECISION_WINDOW_S:g} [s], got {value!r}")
-    return float(value)
+    return _finite_real(value, "decision_window_s", MIN_DECISION_WINDOW_S, " [s]")
 
 
 def _composition_index(value, num_compositions: int, what: str) -> int:
@@ -323,13 +337,47 @@ def _composition_index(value, num_compositions: int, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
             or not 0 <= int(value) < num_compositions:
         raise ValueError(f"{what} must be an index into the {num_compositions} compositions (an integer in "
-                         f"[0, {num_compositions})), got {value!r}")
+                         f"[0, {num_compositions})), got {value!r:.60}")
     return int(value)
+
+
+def _sequence(value, what: str, expected: str) -> list:
+    """``value`` as a list when it is a non-empty sequence (list, tuple, 1-D array), else ValueError."""
+    if isinstance(value, (str, bytes, dict)) or np.ndim(value) != 1 or len(value) == 0:
+        raise ValueError(f"{what} must be {expected}, got {value!r:.60}")
+    return list(value)
+
+
+def _is_count(x) -> bool:
+    """Whether ``x`` is an integer >= 0 (not a bool)."""
+    return not isinstance(x, (bool, np.bool_)) and isinstance(x, numbers.Integral) and x >= 0
+
+
+def _num_phases(workload) -> int:
+    """Number of phases of a phased workload (``metadata["phase_boundaries_s"]``), else ValueError."""
+    bounds = (getattr(workload, "metadata", None) or {}).get("phase_boundaries_s")
+    if not bounds:
+        raise ValueError(f"workload {getattr(workload, 'name', workload)!r:.60} has no metadata['phase_boundaries_s']: "
+                         "a schedule follows a phased workload")
+    return len(bounds) - 1
+
+
+def _routing_only(router: str):
+    """The registered policy ``router`` when it only routes (no pool of its own, no attachment such
+    as a controller or a cache manager), else ValueError naming ``router``."""
+    if not isinstance(router, str):
+        raise ValueError(f"router must be a registered policy name, got {router!r:.60}")
+    spec = get_policy(router)
+    if spec.composition is not None or spec.choose_pool is not None or spec.make_attachments():
+        raise ValueError(f"router {router!r} brings its own pool or attachments (controller, cache manager); a "
+                         "schedule needs a routing-only policy such as 'vertumnus-router'")
+    return spec
 
 
 class ScheduleFollower:
     """A simulator attachment following a schedule of compositions, one per phase of the workload:
-    at time 0 and every ``decision_window_s`` after (while arrivals continue) it starts the
+    at time 0 and every ``decision_window_s`` after (while arrivals continue: the last decision
+    comes at most one window after the last arrival, as a controller's) it starts the
     operations towards the composition of the phase that time falls in (:func:`phase_at`;
     ``envs.planning.operations.operations_towards``: paper §6 ranking, no GPU budget), as a
     reconfiguration environment in target mode does with that action. The operations drain and
@@ -337,26 +385,25 @@ class ScheduleFollower:
 
     Args:
         workload: the phased workload the run serves (``metadata["phase_boundaries_s"]``).
-        targets: one ``{CP degree: number of workers}`` per phase.
+        targets: one ``{CP degree: number of workers}`` dict of integers per phase.
         decision_window_s: time between decisions [s] (a task's ``decision_window_s``), at least
             :data:`MIN_DECISION_WINDOW_S`.
 
     Raises:
         ValueError: on a workload without phases, a target count other than its number of
-            phases, a target that is not a ``{degree: count}`` mapping, or a bad window; at
+            phases, a target that is not a ``{degree: count}`` dict of integers, or a bad window; at
             :meth:`attach`, a target that does not cover the run's pool with its supported degrees.
     """
 
     def __init__(self, workload, targets: list[dict[int, int]], decision_window_s: float) -> None:
-        bounds = (workload.metadata or {}).get("phase_boundaries_s")
-        if not bounds:
-            raise ValueError(f"workload {workload.name!r} has no metadata['phase_boundaries_s']: a schedule follows "
-                             "a phased workload")
-        if isinstance(targets, (str, bytes)) or not hasattr(targets, "__len__") or len(targets) != len(bounds) - 1:
-            n = len(targets) if hasattr(targets, "__len__") else targets
-            raise ValueError(f"the schedule has {n!r} compositions for {len(bounds) - 1} phases of {workload.name!r}")
-        if not all(isinstance(t, dict) for t in targets):
-            raise ValueError("every target must be a {CP degree: number of workers} dict "
+        num_phases = _num_phases(workload)
+        targets = _sequence(targets, "targets", f"one {{CP degree: number of workers}} dict per phase ({num_phases})")
+        if len(targets) != num_phases:
+            raise ValueError(f"the schedule has {len(targets)} compositions for {num_phases} phases of "
+                             f"{workload.name!r}")
+        if not all(isinstance(t, dict) and all(_is_count(d) and d > 0 and _is_count(n) for d, n in t.items())
+                   for t in targets):
+            raise ValueError("every target must be a {CP degree: number of workers} dict of integers "
                              "(envs.planning.composition.degree_counts)")
         self.decision_window_s = check_decision_window_s(decision_window_s)
         self.workload = workload
@@ -400,26 +447,24 @@ def follow_schedule_run(workload, sim_config, compositions: list[str], schedule,
                         router: str = "vertumnus-router", start_index: int | None = None):
     """One run of ``workload`` that starts on ``compositions[start_index]`` (default: the first
     phase's, ``schedule[0]``) and follows ``schedule`` (an index into ``compositions`` per phase)
-    with a :class:`ScheduleFollower`, the requests routed by ``router`` (a registered policy
-    name, no attachment of its own needed).
+    with a :class:`ScheduleFollower`, the requests routed by ``router`` (a registered policy that
+    only routes: no pool of its own, no controller or cache manager).
 
     Returns:
         the ``SimResult``; ``extras["num_schedule_operations"]`` counts the operations started.
 
     Raises:
-        ValueError: as :class:`ScheduleFollower`, on an empty or non-integer schedule, or an
-            index outside ``compositions``.
+        ValueError: as :class:`ScheduleFollower`, on an empty or non-integer schedule, an index
+            outside ``compositions``, or a ``router`` that is not a routing-only policy.
     """
-    if isinstance(schedule, (str, bytes)) or not hasattr(schedule, "__len__") or len(schedule) == 0:
-        raise ValueError(f"schedule {schedule!r}: expected one index into the {len(compositions)} compositions per "
-                         "phase")
+    compositions = _sequence(compositions, "compositions", "a non-empty list of composition strings")
+    schedule = _sequence(schedule, "schedule", f"one index into the {len(compositions)} compositions per phase")
     schedule = [_composition_index(k, len(compositions), "every schedule entry") for k in schedule]
     start_index = schedule[0] if start_index is None else _composition_index(start_index, len(compositions),
                                                                              "start_index")
     start = replace(sim_config.pool, composition=compositions[start_index])
     follower = ScheduleFollower(workload, [degree_counts(compositions[k], start) for k in schedule], decision_window_s)
-    base = get_policy(router)
-    spec = replace(base, make_attachments=lambda: [*base.make_attachments(), follower])
+    spec = replace(_routing_only(router), make_attachments=lambda: [follower])
     result = run_policy(spec, workload, replace(sim_config, pool=start))
     return replace(result, extras={**result.extras, "num_schedule_operations": follower.num_operations})
 
@@ -443,24 +488,37 @@ def schedule_oracle(workload, sim_config, compositions: list[str], ttft_s: np.nd
         ``(result, schedule)``: the winner's ``SimResult`` and its composition index per phase.
 
     Raises:
-        ValueError: on no composition, a table that is not ``(len(compositions), num_phases)``, a
-            bad ``fixed_index``, ``measure_from_s`` or window, no cost, and as
-            :func:`select_targets` and :func:`follow_schedule_run`.
+        ValueError: checked before any run: no composition, a workload without phases, a table
+            that is not ``(len(compositions), num_phases)`` mean TTFTs >= 0 (inf allowed, no NaN),
+            bad ``num_requests``, ``fixed_index``, ``measure_from_s``, window or costs (finite,
+            >= 0), a ``router`` that only routes, or a ``fixed_result`` that is no run result.
     """
     window_s = check_decision_window_s(decision_window_s)
     if not compositions:
         raise ValueError("schedule_oracle needs at least one composition")
-    ttft_s = np.asarray(ttft_s, float)
-    if ttft_s.ndim != 2 or ttft_s.shape[0] != len(compositions):
-        raise ValueError(f"ttft_s must be (len(compositions)={len(compositions)}, num_phases), got {ttft_s.shape}")
+    num_phases = _num_phases(workload)
+    shape = (len(compositions), num_phases)
+    try:
+        table = np.asarray(ttft_s, float) if not np.iscomplexobj(ttft_s) else None
+    except (TypeError, ValueError):
+        table = None
+    if table is None or table.shape != shape or np.isnan(table).any() or (table < 0).any():
+        raise ValueError(f"ttft_s must be a {shape} (compositions x phases) table of mean TTFTs >= 0 [s] (inf: no "
+                         f"data, no NaN), got {np.shape(ttft_s) if table is not None else type(ttft_s).__name__}")
+    try:
+        num = np.asarray(num_requests, float)
+    except (TypeError, ValueError):
+        num = None
+    if num is None or num.shape != (num_phases,) or not (np.isfinite(num) & (num >= 0)).all():
+        raise ValueError(f"num_requests must be ({num_phases},) finite counts >= 0, got {num_requests!r:.60}")
     fixed_index = _composition_index(fixed_index, len(compositions), "fixed_index")
-    if isinstance(measure_from_s, bool) or not isinstance(measure_from_s, numbers.Real) \
-            or not math.isfinite(measure_from_s):
-        raise ValueError(f"measure_from_s must be a finite number [s], got {measure_from_s!r}")
-    costs = tuple(costs) if hasattr(costs, "__iter__") else (costs,)
-    if not costs:
-        raise ValueError("schedule_oracle needs at least one switching cost")
-    num_phases = ttft_s.shape[1]
+    measure_from_s = _finite_real(measure_from_s, "measure_from_s", unit=" [s]")
+    costs = [_finite_real(c, "every switching cost", 0.0, " [request-s per GPU]")
+             for c in _sequence(costs, "costs", "a non-empty list of switching costs [request-s per GPU]")]
+    _routing_only(router)
+    if not isinstance(getattr(fixed_result, "records", None), dict) or "ttft_s" not in fixed_result.records:
+        raise ValueError(f"fixed_result must be the SimResult of the fixed composition's run, got {fixed_result!r:.60}")
+    ttft_s = table
     counts = [degree_counts(c, sim_config.pool) for c in compositions]
 
     def score(result) -> tuple[int, float]:
@@ -472,7 +530,7 @@ def schedule_oracle(workload, sim_config, compositions: list[str], ttft_s: np.nd
     best_result, best_score = fixed_result, score(fixed_result)
     seen = {tuple(best_schedule)}
     for cost in costs:
-        schedule = select_targets(ttft_s, num_requests, counts, counts[fixed_index], 0.0, cost)
+        schedule = select_targets(ttft_s, num, counts, counts[fixed_index], 0.0, cost)
         if tuple(schedule) in seen:
             continue
         seen.add(tuple(schedule))

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from baselines.capacity import workload_digest
 from baselines.fixed_compositions import (
     best_fixed_composition,
     check_decision_window_s,
@@ -158,7 +159,8 @@ def oracle_results(workload: Workload, sim_config: SimConfig, compositions: list
     the chosen composition(s) in ``extras["oracle_compositions"]`` (one, or one per phase).
 
     Raises:
-        ValueError: on a workload without phase metadata, or no composition.
+        ValueError: on a workload without phase metadata, no composition, or a bad
+            ``decision_window_s`` (``baselines.fixed_compositions.check_decision_window_s``).
     """
     meta = workload.metadata or {}
     if meta.get("phase_of_request") is None:
@@ -168,8 +170,9 @@ def oracle_results(workload: Workload, sim_config: SimConfig, compositions: list
         raise ValueError("oracle_results needs at least one composition")
     if decision_window_s is not None:
         decision_window_s = check_decision_window_s(decision_window_s)
-    key = (workload.name, workload.source, meta.get("seed"), meta.get("episode_index"), workload.num_requests,
-           sim_config, tuple(compositions), router)
+    # the workload's contents, not its name: two workloads of one name and seed may differ
+    key = (workload_digest(workload), tuple(meta["phase_boundaries_s"]), meta.get("measure_from_s", 0.0), sim_config,
+           tuple(compositions), router)
     if key in _MEMO:
         _MEMO.move_to_end(key)
         return _with_schedule(_MEMO[key], workload, sim_config, compositions, router, decision_window_s)

@@ -139,7 +139,7 @@ def test_schedule_follower_refuses_bad_input():
     num_phases = len(wl.metadata["phase_boundaries_s"]) - 1
     with pytest.raises(ValueError, match=r"the schedule has 2 compositions for 24 phases"):
         fc.ScheduleFollower(wl, [{2: 4}, {4: 2}], 2.0)
-    for window in (0, -1.0, float("nan"), float("inf"), 1e-300, True, "20", None):
+    for window in (0, -1.0, float("nan"), float("inf"), 1e-300, True, "20", None, 10**400):
         with pytest.raises(ValueError, match=r"^decision_window_s must be a finite number >= 0.001 \[s\], got "):
             fc.ScheduleFollower(wl, [{2: 4}] * num_phases, window)
     assert fc.ScheduleFollower(wl, [{2: 4}] * num_phases, np.float32(2.0)).decision_window_s == 2.0
@@ -151,8 +151,15 @@ def test_schedule_follower_refuses_bad_input():
     for schedule in ([2] * num_phases, [-1] * num_phases, [True] * num_phases, [1.0] * num_phases):
         with pytest.raises(ValueError, match=r"every schedule entry must be an index into the 2 compositions"):
             fc.follow_schedule_run(wl, SMALL, menu, schedule, 2.0)
-    with pytest.raises(ValueError, match=r"expected one index into the 2 compositions per phase"):
-        fc.follow_schedule_run(wl, SMALL, menu, [], 2.0)
+    for schedule in ([], np.array(1), "01"):
+        with pytest.raises(ValueError, match=r"^schedule must be one index into the 2 compositions per phase"):
+            fc.follow_schedule_run(wl, SMALL, menu, schedule, 2.0)
+    for router in ("homogeneous-cp2", "vertumnus", "vertumnus-adaptive", None):  # own pool / controller / not a name
+        with pytest.raises(ValueError, match=r"^router "):
+            fc.follow_schedule_run(wl, SMALL, menu, [0] * num_phases, 2.0, router=router)
+    for targets in ([{2: 4.0}] * num_phases, [{2.0: 4}] * num_phases, [{8: True}] * num_phases, None):
+        with pytest.raises(ValueError, match=r"^(every target must be a|targets must be)"):
+            fc.ScheduleFollower(wl, targets, 2.0)
     with pytest.raises(ValueError, match=r"CP degree 8 is not supported"):
         fc.follow_schedule_run(wl, replace(SMALL, pool=replace(SMALL.pool, supported_degrees=(2, 4))),
                                ["cp2x4", "cp8x1"], [1] * num_phases, 2.0, start_index=0)
@@ -185,11 +192,25 @@ def test_schedule_oracle_refuses_bad_input():
     for index in (-1, 2, True, 1.5):
         with pytest.raises(ValueError, match=r"^fixed_index must be an index into the 2 compositions"):
             oracle(fixed_index=index)
-    with pytest.raises(ValueError, match=r"^ttft_s must be \(len\(compositions\)=2, num_phases\)"):
-        oracle(ttft_s=np.ones(24))
+    nan_table = table.copy()
+    nan_table[0, 3] = np.nan
+    for bad in (np.ones(24), np.ones((2, 5)), nan_table, table.astype(complex), "x"):  # checked before any run
+        with pytest.raises(ValueError, match=r"^ttft_s must be a \(2, 24\) \(compositions x phases\) table"):
+            oracle(ttft_s=bad)
+    with pytest.raises(ValueError, match=r"^num_requests must be \(24,\) finite counts >= 0"):
+        oracle(num_requests=-np.ones(24))
+    for costs in ((0.0, -1.0), (True,), None, ("1",), (10**400,)):
+        with pytest.raises(ValueError, match=r"^(every switching cost must be a finite number >= 0|costs must be)"):
+            oracle(costs=costs)
+    with pytest.raises(ValueError, match=r"^router 'vertumnus-adaptive' brings its own pool or attachments"):
+        oracle(router="vertumnus-adaptive")
+    with pytest.raises(ValueError, match=r"^fixed_result must be the SimResult"):
+        oracle(fixed_result=None)
+    with pytest.raises(ValueError, match=r"has no metadata\['phase_boundaries_s'\]"):
+        fc.schedule_oracle(replace(wl, metadata={}), SMALL, menu, table, num, 0, fixed_run, 2.0)
     with pytest.raises(ValueError, match=r"^measure_from_s must be a finite number"):
         oracle(measure_from_s=float("nan"))
-    with pytest.raises(ValueError, match="at least one switching cost"):
+    with pytest.raises(ValueError, match="^costs must be a non-empty list"):
         oracle(costs=())
     with pytest.raises(ValueError, match="at least one composition"):
         oracle(compositions=[])

@@ -3,6 +3,7 @@ stored with the tuned heuristics and run as ``tuned:fixed``."""
 
 import json
 
+import numpy as np
 import pytest
 
 from benchmark import references
@@ -151,3 +152,19 @@ def test_leaderboard_marks_the_oracles_not_attainable():
     assert "| tuned:fixed | 2 | 0.440 |" in md and "tuned:fixed (hindsight" not in md
     assert "| oracle:per-phase (hindsight, not attainable) | 1 | 0.910 |" in md  # the summary table too
     assert "* **oracle:per-phase**: hindsight oracle, **not attainable**" in md
+
+
+def test_oracle_memo_is_keyed_by_the_workload_contents():
+    """Two workloads of one name and seed but different requests never share oracle results."""
+    from envs.sim import SimConfig
+    from envs.sim.pool import PoolConfig
+    from envs.workloads.production_day import production_day
+
+    cfg = SimConfig(pool=PoolConfig(num_gpus=8, gpus_per_node=8, composition="cp2x4", supported_degrees=(2, 4, 8)))
+    a = production_day(duration_s=24.0, peak_rate_rps=6.0, seed=0)
+    b = production_day(duration_s=24.0, peak_rate_rps=6.0, seed=0, long_fraction_range=(0.6, 0.7))
+    assert (a.name, a.source) == (b.name, b.source) and a.num_requests == b.num_requests
+    ra, rb = (references.oracle_results(w, cfg, ["cp2x4", "cp4x2"]) for w in (a, b))
+    assert ra["best-fixed"] is not rb["best-fixed"]
+    assert not np.array_equal(ra["best-fixed"].records["ttft_s"], rb["best-fixed"].records["ttft_s"], equal_nan=True)
+    assert references.oracle_results(a, cfg, ["cp2x4", "cp4x2"])["best-fixed"] is ra["best-fixed"]
