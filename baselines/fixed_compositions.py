@@ -423,8 +423,7 @@ class ScheduleFollower:
             raise RuntimeError("a ScheduleFollower attaches to one simulator only; build one per run")
         pool = sim.config.pool
         for p, target in enumerate(self.targets):
-            if any(d not in pool.supported_degrees for d in target) or not covers_pool(target, pool) \
-                    or any(n < 0 for n in target.values()):
+            if any(d not in pool.supported_degrees for d in target) or not covers_pool(target, pool):
                 raise ValueError(f"phase {p}'s target {target} must cover the pool's {pool.num_gpus} GPUs with CP "
                                  f"degrees in {list(pool.supported_degrees)}")
         self.sim = sim
@@ -518,7 +517,6 @@ def schedule_oracle(workload, sim_config, compositions: list[str], ttft_s: np.nd
     _routing_only(router)
     if not isinstance(getattr(fixed_result, "records", None), dict) or "ttft_s" not in fixed_result.records:
         raise ValueError(f"fixed_result must be the SimResult of the fixed composition's run, got {fixed_result!r:.60}")
-    ttft_s = table
     counts = [degree_counts(c, sim_config.pool) for c in compositions]
 
     def score(result) -> tuple[int, float]:
@@ -530,7 +528,7 @@ def schedule_oracle(workload, sim_config, compositions: list[str], ttft_s: np.nd
     best_result, best_score = fixed_result, score(fixed_result)
     seen = {tuple(best_schedule)}
     for cost in costs:
-        schedule = select_targets(ttft_s, num, counts, counts[fixed_index], 0.0, cost)
+        schedule = select_targets(table, num, counts, counts[fixed_index], 0.0, cost)
         if tuple(schedule) in seen:
             continue
         seen.add(tuple(schedule))

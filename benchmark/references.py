@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -143,7 +143,22 @@ ORACLE_RECORD_KEYS = ("arrival_s", "ttft_s", "ttft_slo_s", "num_prompt_tokens")
 #: Episodes whose oracle results are kept in the process (so the other oracles of an episode reuse
 #: the first one's fixed-pool simulations; each result holds only :data:`ORACLE_RECORD_KEYS`).
 ORACLE_MEMO_SIZE = 16
-_MEMO: OrderedDict = OrderedDict()
+
+
+@dataclass
+class _EpisodeOracles:
+    """One memoised episode of :func:`oracle_results`: the free oracles' results, the per-phase
+    table ``(K, P)`` [s] and requests per phase they came from, the best fixed composition's index,
+    and the ``phase-schedule`` result per decision window [s] (filled on demand)."""
+
+    results: dict[str, SimResult]
+    table: np.ndarray
+    num_requests: np.ndarray
+    best: int
+    schedules: dict[float, SimResult] = field(default_factory=dict)
+
+
+_MEMO: OrderedDict[tuple, _EpisodeOracles] = OrderedDict()
 
 
 def is_oracle_spec(text: str) -> bool:
@@ -175,7 +190,8 @@ def oracle_results(workload: Workload, sim_config: SimConfig, compositions: list
            tuple(compositions), router)
     if key in _MEMO:
         _MEMO.move_to_end(key)
-        return _with_schedule(_MEMO[key], workload, sim_config, compositions, router, decision_window_s)
+        return _with_schedule(_MEMO[key], workload, sim_config, compositions, router, decision_window_s,
+                              meta.get("measure_from_s", 0.0))
     phase = np.asarray(meta["phase_of_request"])
     num_phases = len(meta["phase_boundaries_s"]) - 1
     measure_from_s = meta.get("measure_from_s", 0.0)
@@ -199,30 +215,28 @@ def oracle_results(workload: Workload, sim_config: SimConfig, compositions: list
                                  extras={"oracle_compositions": [compositions[best]]}),
            "per-phase": replace(runs[best], policy=ORACLE_PREFIX + "per-phase", records=stitched,
                                 extras={"oracle_compositions": [compositions[k] for k in schedule]})}
-    out["_table"] = (table, np.bincount(phase, minlength=num_phases), best, runs[best], measure_from_s)
-    _MEMO[key] = out
+    entry = _EpisodeOracles(out, table, np.bincount(phase, minlength=num_phases), best)
+    _MEMO[key] = entry
     while len(_MEMO) > ORACLE_MEMO_SIZE:
         _MEMO.popitem(last=False)
-    return _with_schedule(out, workload, sim_config, compositions, router, decision_window_s)
+    return _with_schedule(entry, workload, sim_config, compositions, router, decision_window_s, measure_from_s)
 
 
-def _with_schedule(memo: dict, workload: Workload, sim_config: SimConfig, compositions: list[str], router: str,
-                   decision_window_s: float | None) -> dict[str, SimResult]:
-    """The public part of a memo entry of :func:`oracle_results`, with ``"phase-schedule"``
-    (computed once per decision window and kept in the entry) when ``decision_window_s`` is given."""
-    out = {k: v for k, v in memo.items() if not k.startswith("_")}
+def _with_schedule(entry: _EpisodeOracles, workload: Workload, sim_config: SimConfig, compositions: list[str],
+                   router: str, decision_window_s: float | None, measure_from_s: float) -> dict[str, SimResult]:
+    """The free oracles' results of a memoised episode, with ``"phase-schedule"`` (computed once
+    per decision window and kept in the entry) when ``decision_window_s`` is given."""
     if decision_window_s is None:
-        return out
-    key = f"_phase-schedule@{float(decision_window_s)!r}"
-    if key not in memo:
-        table, num, best, fixed_run, measure_from_s = memo["_table"]
-        res, schedule = schedule_oracle(workload, sim_config, compositions, table, num, best, fixed_run,
-                                        decision_window_s, measure_from_s, router)
-        memo[key] = replace(res, policy=ORACLE_PREFIX + "phase-schedule",
-                            records={c: res.records[c] for c in ORACLE_RECORD_KEYS},
-                            extras={"oracle_compositions": [compositions[k] for k in schedule],
-                                    "num_schedule_operations": res.extras.get("num_schedule_operations", 0)})
-    return {**out, "phase-schedule": memo[key]}
+        return dict(entry.results)
+    if decision_window_s not in entry.schedules:
+        res, schedule = schedule_oracle(workload, sim_config, compositions, entry.table, entry.num_requests,
+                                        entry.best, entry.results["best-fixed"], decision_window_s, measure_from_s,
+                                        router)
+        entry.schedules[decision_window_s] = replace(
+            res, policy=ORACLE_PREFIX + "phase-schedule", records={c: res.records[c] for c in ORACLE_RECORD_KEYS},
+            extras={"oracle_compositions": [compositions[k] for k in schedule],
+                    "num_schedule_operations": res.extras.get("num_schedule_operations", 0)})
+    return {**entry.results, "phase-schedule": entry.schedules[decision_window_s]}
 
 
 def oracle_runner(task: Task, name: str):

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                                         max_rounds=args.max_rounds, command=_command(name, task.id, args), log=log,
                                         tuned_dir=tuned_dir)
             cpu_s, wall_s = _cpu_s() - cpu0, time.monotonic() - wall0
-            store_tuned(task.id, name, entry, Path(args.tuned_dir) if args.tuned_dir else None)
+            store_tuned(task.id, name, entry, tuned_dir)
             store_record(task.id, name, {**record, "cpu_s": round(cpu_s, 1), "wall_s": round(wall_s, 1),
                                          "backend": args.backend, "jobs": args.jobs}, args.records_dir)
             write_provenance(args.records_dir, argv=["cpgym", "benchmark", "tune", *sys.argv[1:]],

@@ -15,11 +15,8 @@ gives the policy a starting point that already reconfigures:
 3. :func:`behaviour_clone` — fits the PPO policy's action distribution to those actions (masked
    cross-entropy, Adam), after which PPO fine-tunes it.
 
-Optionally (:func:`verified_targets`, ``--oracle-candidate-switch-costs``), each training seed's
-label schedule is the best of several candidate schedules *as simulated in the environment*
-(:func:`follow_schedule`): the per-phase TTFTs of step 1 come from fixed pools and ignore the
-drain and backlog of the moves between them, so on some seeds the cheapest-looking schedule is
-slower than holding one composition.
+How much paying for the moves keeps of a per-phase schedule is measured by the benchmark's
+``oracle:phase-schedule`` (``baselines.fixed_compositions.schedule_oracle``).
 """
 
 from __future__ import annotations
@@ -27,12 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from baselines.fixed_compositions import fixed_mean_ttft, phase_at, phase_ttft, select_targets
-from envs.metrics import summarize
 from envs.planning.composition import degree_counts
 from envs.sim.options import is_int, is_number
 
 __all__ = ["phase_ttft", "save_phase_ttft", "load_phase_ttft", "select_targets", "phase_targets", "phase_at",
-           "fixed_mean_ttft", "follow_schedule", "verified_targets", "collect_demonstrations", "collect_learner_states",
+           "fixed_mean_ttft", "collect_demonstrations", "collect_learner_states",
            "behaviour_clone"]
 
 
@@ -124,87 +120,6 @@ def phase_targets(workload, sim_config, compositions: list[str], router: str = "
     counts = [degree_counts(c, sim_config.pool) for c in compositions]
     return select_targets(ttft, num, counts, degree_counts(sim_config.pool.composition, sim_config.pool),
                           tolerance, switch_cost_s_per_gpu)
-
-
-def follow_schedule(env, workload, seed: int, targets: list[int]) -> dict:
-    """Follows ``targets[phase]`` (menu indices) in the target-mode ``env`` (a
-    :class:`envs.reconfig_env.PrefillReconfigEnv` over ``workload``, simulator seed ``seed``, reset
-    as the demonstrations are) for the whole workload.
-
-    Returns:
-        the per-episode metrics: ``mean_ttft_s``, ``p90_ttft_s``
-        [s], ``slo_attainment_token_weighted`` (share), ``num_operations``,
-        ``num_committed_operations``, ``num_unfinished``, ``wall_s`` [s].
-    """
-    import time
-
-    from policies.reconfig.evaluate import operation_counts  # lazy: gymnasium (start-up of the CLI)
-
-    t0 = time.perf_counter()
-    env.reset(seed=seed, options={"window_index": 0, "sim_seed": seed})
-    done = False
-    while not done:
-        _, _, term, trunc, _ = env.step(targets[phase_at(workload, env.decision_time_s)])
-        done = term or trunc
-    result = env.sim.result()
-    s = summarize(result)
-    n_ops, n_commit = operation_counts(result)
-    return {"wall_s": time.perf_counter() - t0, "mean_ttft_s": s["mean_ttft_s"], "p90_ttft_s": s["p90_ttft_s"],
-            "slo_attainment_token_weighted": s["slo_attainment_token_weighted"], "num_operations": n_ops,
-            "num_committed_operations": n_commit, "num_unfinished": s.get("num_unfinished", 0)}
-
-
-def verified_targets(env, workload, seed: int, ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[dict],
-                     initial: dict, switch_costs_s_per_gpu, tolerance: float = 0.0) -> tuple[list[int], str, dict]:
-    """The label schedule of one training seed chosen by simulation: the candidates are the
-    :func:`select_targets` schedule of each cost in ``switch_costs_s_per_gpu`` (0 = the per-phase
-    rule with ``tolerance``) and the best fixed composition in hindsight held in every phase
-    (lowest whole-workload mean TTFT in ``ttft_s``, request-weighted); each distinct schedule is
-    followed once in ``env`` (:func:`follow_schedule`, which pays the drains and the backlog the
-    fixed-pool TTFTs ignore) and the one with the fewest unfinished requests, then the lowest
-    simulated mean TTFT wins (a schedule that leaves requests unfinished under a
-    ``SimConfig.horizon_s`` cannot win on the mean TTFT of the ones it finished; ties: the earlier
-    candidate, costs in the given order, then the fixed composition; a NaN mean TTFT, no request
-    finished, ranks last).
-
-    Args:
-        env: target-mode environment over ``workload`` (its menu indexes ``ttft_s`` and ``counts``).
-        ttft_s, num_requests, counts, initial: as :func:`select_targets`.
-        switch_costs_s_per_gpu: one or more costs [request-s per GPU moved].
-
-    Returns:
-        ``(targets, chosen, mean_ttft_s)``: the winning schedule (menu index per phase), its name
-        (``"switch-cost-<C>"``, ``C`` as ``%g`` unless that would merge two distinct costs, or
-        ``"best-fixed"``) and every candidate's simulated mean TTFT [s].
-
-    Raises:
-        ValueError: on no cost, and as :func:`select_targets`.
-    """
-    costs = [float(c) for c in switch_costs_s_per_gpu]
-    if not costs:
-        raise ValueError("verified_targets needs at least one switching cost")
-    # select_targets first: it validates the shapes and the costs (ValueError, not an IndexError below)
-    candidates = {_cost_name(c): select_targets(ttft_s, num_requests, counts, initial, tolerance, c) for c in costs}
-    candidates["best-fixed"] = [int(np.argmin(fixed_mean_ttft(ttft_s, num_requests)))] * np.shape(ttft_s)[1]
-    simulated: dict[tuple, tuple[int, float]] = {}  # schedule -> (unfinished requests, mean TTFT [s])
-    scores = {}
-    for name, targets in candidates.items():
-        key = tuple(targets)
-        if key not in simulated:
-            row = follow_schedule(env, workload, seed, targets)
-            simulated[key] = (int(row.get("num_unfinished", 0)), float(row["mean_ttft_s"]))
-        scores[name] = simulated[key][1]
-    # first minimum: the earlier candidate; NaN (no request finished) never wins
-    chosen = min(candidates, key=lambda n: (simulated[tuple(candidates[n])][0],
-                                            np.inf if np.isnan(scores[n]) else scores[n]))
-    return candidates[chosen], chosen, scores
-
-
-def _cost_name(cost: float) -> str:
-    """``"switch-cost-<cost>"``: ``%g`` when it names the cost exactly (``5``, ``1e+06``), else the
-    full ``repr`` (``100000.4``), so two distinct costs never share a name."""
-    short = f"{cost:g}"
-    return f"switch-cost-{short if float(short) == cost else repr(cost)}"
 
 
 def collect_demonstrations(make_env, workloads: list, targets: list[list[int]], seeds: list[int],

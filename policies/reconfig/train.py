@@ -33,7 +33,6 @@ from policies.reconfig.oracle import (
     phase_ttft,
     save_phase_ttft,
     select_targets,
-    verified_targets,
 )
 from policies.reconfig.train_config import (  # noqa: F401  (re-exported: their historical import path)
     DEFAULT_RECONFIG_EPISODE_WINDOW_S,
@@ -145,10 +144,7 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     """``--warm-start oracle``: per training seed, the oracle composition of each phase
     (:func:`policies.reconfig.oracle.phase_ttft`, simulator seed = workload seed, or read from
     ``cfg.oracle_phase_ttft``; then :func:`~policies.reconfig.oracle.select_targets` with
-    ``cfg.oracle_tolerance`` and ``cfg.oracle_switch_cost_s_per_gpu``; with
-    ``cfg.oracle_candidate_switch_costs`` the fastest in the environment of those costs' schedules
-    and the best fixed composition, :func:`~policies.reconfig.oracle.verified_targets`, recorded
-    in ``oracle_candidates.json``), the
+    ``cfg.oracle_tolerance`` and ``cfg.oracle_switch_cost_s_per_gpu``), the
     demonstrations of following it (:func:`~policies.reconfig.oracle.collect_demonstrations`, with
     ``cfg.oracle_noisy_rollouts`` disturbed rollouts per seed), the
     VecNormalize observation statistics updated with them, and behaviour cloning of
@@ -184,23 +180,8 @@ def oracle_warm_start(cfg: ReconfigTrainConfig, out: Path, model, venv, sim_conf
     save_phase_ttft(out / "oracle_phase_ttft.json", tables, menu)
     counts = [degree_counts(c, sim_config.pool) for c in menu]
     initial = degree_counts(sim_config.pool.composition, sim_config.pool)
-    if cfg.oracle_candidate_switch_costs:
-        costs = list(dict.fromkeys((cfg.oracle_switch_cost_s_per_gpu, *cfg.oracle_candidate_switch_costs)))
-        targets, verified = [], {}
-        for s, wl in zip(cfg.seeds, wls):
-            tg, chosen, scores = verified_targets(make_env([wl]), wl, s, *tables[s], counts, initial, costs,
-                                                  cfg.oracle_tolerance)
-            targets.append(tg)
-            # NaN (no request finished) as null: strict JSON
-            verified[str(s)] = {"chosen": chosen, "mean_ttft_s": {n: None if math.isnan(v) else v
-                                                                  for n, v in scores.items()}}
-        (out / "oracle_candidates.json").write_text(json.dumps(verified, indent=2) + "\n")
-        names = verified[str(cfg.seeds[0])]["mean_ttft_s"]
-        chosen_counts = {n: sum(v["chosen"] == n for v in verified.values()) for n in names}
-        log(f"oracle schedules chosen by simulation over {len(verified)} seeds: {chosen_counts}")
-    else:
-        targets = [select_targets(*tables[s], counts, initial, cfg.oracle_tolerance, cfg.oracle_switch_cost_s_per_gpu)
-                   for s in cfg.seeds]
+    targets = [select_targets(*tables[s], counts, initial, cfg.oracle_tolerance, cfg.oracle_switch_cost_s_per_gpu)
+               for s in cfg.seeds]
     (out / "oracle_targets.json").write_text(json.dumps(
         {str(s): [menu[k] for k in tg] for s, tg in zip(cfg.seeds, targets)}, indent=2) + "\n")
     obs, actions = collect_demonstrations(make_env, wls, targets, list(cfg.seeds), cfg.oracle_noisy_rollouts,

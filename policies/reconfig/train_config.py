@@ -84,12 +84,6 @@ class ReconfigTrainConfig:
     oracle_switch_cost_s_per_gpu: float = _opt(0.0, "oracle labels: 0 = per-phase best within --oracle-tolerance; "
                                                     "> 0 = the schedule minimising total TTFT [request-s] plus this "
                                                     "cost per GPU moved (dynamic programming over phases)")
-    oracle_candidate_switch_costs: tuple[float, ...] = _opt((), "oracle labels chosen by simulation: per training "
-                                                                "seed, follow the schedule of --oracle-switch-cost-"
-                                                                "s-per-gpu, of each of these costs and the best "
-                                                                "fixed composition in hindsight in the environment "
-                                                                "and label with the fastest (none: no simulation)",
-                                                            metavar="COSTS")
     oracle_phase_ttft: str | None = _opt(None, "reuse the per-phase fixed-composition TTFTs of this file (an "
                                                "oracle_phase_ttft.json of an earlier run) for the "
                                                "seeds it holds (--warm-start oracle)", metavar="JSON")
@@ -181,8 +175,7 @@ class ReconfigTrainConfig:
                                  f"(got {getattr(self, name)!r} with --action-mode operation)")
 
     #: The flags of ``--warm-start oracle`` (rejected without it).
-    ORACLE_FLAGS = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_candidate_switch_costs",
-                    "oracle_phase_ttft", "oracle_noisy_rollouts",
+    ORACLE_FLAGS = ("oracle_tolerance", "oracle_switch_cost_s_per_gpu", "oracle_phase_ttft", "oracle_noisy_rollouts",
                     "oracle_action_noise", "oracle_dagger_rounds", "bc_epochs", "bc_learning_rate")
 
     def _check_oracle_flags(self) -> tuple[str, ...]:
@@ -193,16 +186,6 @@ class ReconfigTrainConfig:
         if not 0 <= self.oracle_switch_cost_s_per_gpu < math.inf:
             raise ValueError(f"oracle_switch_cost_s_per_gpu must be >= 0 and finite, got "
                              f"{self.oracle_switch_cost_s_per_gpu}")
-        try:  # a string ("12") would iterate as its characters: costs 1 and 2
-            if isinstance(self.oracle_candidate_switch_costs, (str, bytes)):
-                raise TypeError
-            costs = tuple(float(c) for c in self.oracle_candidate_switch_costs)
-        except (TypeError, ValueError):
-            costs = (math.nan,)
-        if not all(math.isfinite(c) and c >= 0 for c in costs):
-            raise ValueError(f"oracle_candidate_switch_costs must be finite numbers >= 0 (a sequence), got "
-                             f"{self.oracle_candidate_switch_costs!r}")
-        object.__setattr__(self, "oracle_candidate_switch_costs", costs)
         if self.oracle_noisy_rollouts < 0 or not 0.0 <= self.oracle_action_noise <= 1.0:
             raise ValueError(f"oracle_noisy_rollouts must be >= 0 and oracle_action_noise in [0, 1], got "
                              f"{self.oracle_noisy_rollouts}, {self.oracle_action_noise}")

@@ -214,3 +214,22 @@ def test_schedule_oracle_refuses_bad_input():
         oracle(costs=())
     with pytest.raises(ValueError, match="at least one composition"):
         oracle(compositions=[])
+
+
+def test_schedule_oracle_ranks_unfinished_requests_first_and_never_picks_a_nan_mean(monkeypatch):
+    """Under a horizon a schedule that leaves requests unfinished looks fast on the mean TTFT of the
+    ones it finished: it must not win; a run that finished nothing (NaN mean) never wins either."""
+    wl = _day()
+    menu = ["cp2x4", "cp4x2"]
+    table, num = np.full((2, 24), 0.5), np.ones(24)
+    table[1, 12:] = 0.1  # every cost's schedule moves to cp4x2 halfway
+    summaries = {"fixed": {"mean_ttft_s": 1.0, "num_unfinished": 0}}
+    monkeypatch.setattr(fc, "measured_summary", lambda result, t: summaries[result.records["which"]])
+    monkeypatch.setattr(fc, "follow_schedule_run", lambda *a, **k: SimpleNamespace(records={"which": "moving"}))
+    fixed_run = SimpleNamespace(records={"which": "fixed", "ttft_s": np.ones(3)})
+    for moving, wins in (({"mean_ttft_s": 0.9, "num_unfinished": 7}, False),
+                         ({"mean_ttft_s": float("nan"), "num_unfinished": 0}, False),
+                         ({"mean_ttft_s": 0.9, "num_unfinished": 0}, True)):
+        summaries["moving"] = moving
+        res, schedule = fc.schedule_oracle(wl, SMALL, menu, table, num, 0, fixed_run, 2.0)
+        assert (res is not fixed_run) == wins and (schedule != [0] * 24) == wins

@@ -28,7 +28,7 @@ PATH_FIELDS = ("trace", "init_from", "oracle_phase_ttft")
 #: stored value -> today's spelling, value of a field the stored config predates when it is not
 #: the default, exact: the stored config has every field of today's config).
 CASES = [
-    # reconfig_target predates --oracle-candidate-switch-costs (its default, none, is what it ran with)
+    # reconfig_target's stored configs predate fields added since (their defaults are what it ran with)
     ("reconfig_target", 0, "stage1_train_config.json", {}, {}, False),
     ("reconfig_target", 1, "train_config.json", {}, {}, False),
     # predates --train-prediction-noise (no noise then; the default is now 0.1)

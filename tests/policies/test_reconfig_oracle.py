@@ -4,7 +4,6 @@ programming, the reusable per-phase TTFT file, and the flags that select them.""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ from baselines.envs import make_reconfig_env
 from envs.workloads import WorkloadSource
 from policies.reconfig.oracle import load_phase_ttft, save_phase_ttft, select_targets
 from tests.factories import SMALL_POOL
-from tests.interrupt import patch_everywhere
 
 # Three compositions of a 8-GPU pool: A = {4: 2}, B = {4: 1, 2: 2}, C = {2: 4};
 # distance A-B = 4 GPUs (one CP-4 split), B-C = 4, A-C = 8.
@@ -301,87 +299,6 @@ def test_train_reconfig_checks_the_phase_ttft_file_before_creating_out(tmp_path)
     check_oracle_phase_ttft(cfg, small)  # a good file passes
 
 
-def test_verified_targets_labels_with_the_schedule_fastest_in_simulation(monkeypatch):
-    """The DP schedule that looks cheapest on fixed-pool TTFTs loses when its simulated run (drains,
-    backlog) is slower than holding the best fixed composition; each distinct schedule is simulated
-    once, and ties go to the earlier candidate."""
-    import policies.reconfig.oracle as ro
-
-    ttft = np.array([[1.0, 1.2, 1.0],
-                     [1.1, 1.0, 1.1],
-                     [2.0, 2.0, 2.0]])
-    num = np.array([100, 100, 100])  # cost 1: [A, B, A] (moves); cost 3 and best fixed: [A, A, A]
-    simulated = {(0, 1, 0): 1.30, (0, 0, 0): 1.10}
-    calls = []
-
-    def fake_follow(env, workload, seed, targets):
-        calls.append(tuple(targets))
-        return {"mean_ttft_s": simulated[tuple(targets)]}
-
-    monkeypatch.setattr(ro, "follow_schedule", fake_follow)
-    targets, chosen, scores = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [1.0, 3.0])
-    assert targets == [0, 0, 0] and chosen == "switch-cost-3"  # tie with best-fixed: the earlier candidate
-    assert scores == {"switch-cost-1": 1.30, "switch-cost-3": 1.10, "best-fixed": 1.10}
-    assert sorted(calls) == [(0, 0, 0), (0, 1, 0)]  # the repeated schedule was not simulated again
-    simulated[(0, 1, 0)] = 1.05  # now the moving schedule is also fastest in simulation
-    targets, chosen, _ = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [1.0, 3.0])
-    assert targets == [0, 1, 0] and chosen == "switch-cost-1"
-    # the best fixed composition is a candidate even when no cost reaches it (here: C is best fixed)
-    ttft_c = np.array([[1.0, 1.2, 1.0], [1.1, 1.0, 1.1], [0.9, 0.9, 0.9]])
-    simulated.update({(2, 2, 2): 0.5})
-    targets, chosen, scores = ro.verified_targets(None, None, 0, ttft_c, num, COUNTS, A, [1e9])
-    assert targets == [2, 2, 2] and chosen == "best-fixed" and scores["switch-cost-1e+09"] == 1.10
-    with pytest.raises(ValueError, match="at least one switching cost"):
-        ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [])
-
-
-def test_candidate_switch_cost_flag_is_validated_and_needs_the_oracle_warm_start():
-    from policies.reconfig.train import ReconfigTrainConfig
-
-    base = dict(workload=WorkloadSource(name="matched-phases"), wandb_mode="disabled", action_mode="target")
-    cfg = ReconfigTrainConfig(**base, warm_start="oracle", oracle_candidate_switch_costs=(10, "20"))
-    assert cfg.oracle_candidate_switch_costs == (10.0, 20.0)
-    # "12" was read as its characters (costs 1 and 2); 5.0 and None raised TypeError from the message
-    for bad in ((-1.0,), (float("inf"),), ("x",), "12", 5.0, None):
-        with pytest.raises(ValueError, match="oracle_candidate_switch_costs must be finite numbers >= 0"):
-            ReconfigTrainConfig(**base, warm_start="oracle", oracle_candidate_switch_costs=bad)
-    with pytest.raises(ValueError, match="--oracle-candidate-switch-costs applies to --warm-start oracle only"):
-        ReconfigTrainConfig(**base, oracle_candidate_switch_costs=(10.0,))
-
-
-def test_warm_start_with_candidate_costs_records_every_candidate(tmp_path):
-    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
-
-    small, base = _tiny_oracle_training(bc_epochs=1)
-    train_reconfig(ReconfigTrainConfig(**base, oracle_switch_cost_s_per_gpu=5.0, oracle_candidate_switch_costs=(1e6,)),
-                   tmp_path / "v", sim_config=small, log=lambda s: None)
-    record = json.loads((tmp_path / "v" / "oracle_candidates.json").read_text())
-    assert set(record) == {"0"} and set(record["0"]["mean_ttft_s"]) == {"switch-cost-5", "switch-cost-1e+06",
-                                                                         "best-fixed"}
-    scores = record["0"]["mean_ttft_s"]
-    assert scores[record["0"]["chosen"]] == min(scores.values()) > 0
-
-
-def test_verified_targets_keeps_distinct_costs_apart_and_never_picks_a_nan_score(monkeypatch):
-    """Two costs equal under ``%g`` (100000 and 100000.4) were one candidate (the dict key was
-    overwritten); a candidate whose simulation finished no request (mean TTFT NaN) won when it came
-    first (``min`` never replaces a NaN); a bad shape raised IndexError, not select_targets'
-    ValueError."""
-    import policies.reconfig.oracle as ro
-
-    ttft = np.array([[1.0, 1.2, 1.0], [1.1, 1.0, 1.1], [2.0, 2.0, 2.0]])
-    num = np.array([100, 100, 100])
-    simulated = {(0, 0, 0): float("nan"), (0, 1, 0): 1.0}
-    monkeypatch.setattr(ro, "follow_schedule", lambda env, wl, seed, targets: {"mean_ttft_s": simulated[tuple(targets)]})
-    _, _, scores = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [100000, 100000.4, 5.0])
-    assert list(scores) == ["switch-cost-100000", "switch-cost-100000.4", "switch-cost-5", "best-fixed"]
-    targets, chosen, scores = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [1e9, 1.0])
-    assert math.isnan(scores["switch-cost-1e+09"]) and (targets, chosen) == ([0, 1, 0], "switch-cost-1")
-    for bad_ttft, bad_num in ((ttft, np.array([1, 2])), (ttft[0], num)):
-        with pytest.raises(ValueError, match="ttft_s must be"):
-            ro.verified_targets(None, None, 0, bad_ttft, bad_num, COUNTS, A, [1.0])
-
-
 def test_switching_cost_schedule_never_picks_a_composition_without_data_in_a_phase_with_requests():
     """The DP charged an inf entry (no finished request of a phase with requests) 0 request-s, so
     the cheapest-looking schedule moved to the composition that served that phase worst; the
@@ -405,35 +322,6 @@ def test_switching_cost_schedule_never_picks_a_composition_without_data_in_a_pha
         ReconfigTrainConfig(workload=WorkloadSource(name="phases"), action_mode="target", wandb_mode="disabled",
                             warm_start="oracle",
                             oracle_switch_cost_s_per_gpu=float("inf"))
-
-
-def test_verified_targets_ranks_unfinished_requests_before_mean_ttft(monkeypatch):
-    """Under a horizon, a schedule that leaves requests unfinished looks fast on the mean TTFT of
-    the ones it finished: it must not win."""
-    import policies.reconfig.oracle as ro
-
-    ttft = np.array([[1.0, 1.2, 1.0], [1.1, 1.0, 1.1], [2.0, 2.0, 2.0]])
-    num = np.array([100, 100, 100])  # cost 1: [A, B, A]; cost 3 and best fixed: [A, A, A]
-    rows = {(0, 1, 0): {"mean_ttft_s": 0.9, "num_unfinished": 7}, (0, 0, 0): {"mean_ttft_s": 1.1, "num_unfinished": 0}}
-    monkeypatch.setattr(ro, "follow_schedule", lambda env, wl, seed, targets: rows[tuple(targets)])
-    targets, chosen, scores = ro.verified_targets(None, None, 0, ttft, num, COUNTS, A, [1.0, 3.0])
-    assert targets == [0, 0, 0] and chosen == "switch-cost-3" and scores["switch-cost-1"] == 0.9
-
-
-def test_candidate_record_is_strict_json_when_a_candidate_finished_nothing(tmp_path, monkeypatch):
-    import policies.reconfig.oracle as ro
-    from policies.reconfig.train import ReconfigTrainConfig, train_reconfig
-
-    def nan_scores(env, wl, seed, ttft, num, counts, initial, costs, tolerance):
-        return [1, 1], "switch-cost-5", {"switch-cost-5": 0.5, "best-fixed": float("nan")}
-
-    patch_everywhere(monkeypatch, ro, "verified_targets", nan_scores)
-    small, base = _tiny_oracle_training(bc_epochs=1)
-    train_reconfig(ReconfigTrainConfig(**base, oracle_switch_cost_s_per_gpu=5.0, oracle_candidate_switch_costs=(9.0,)),
-                   tmp_path / "n", sim_config=small, log=lambda s: None)
-    text = (tmp_path / "n" / "oracle_candidates.json").read_text()
-    assert "NaN" not in text  # was written as NaN: not JSON
-    assert json.loads(text)["0"]["mean_ttft_s"] == {"switch-cost-5": 0.5, "best-fixed": None}
 
 
 def test_fixed_mean_ttft_weights_phases_by_their_requests():
