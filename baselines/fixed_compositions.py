@@ -41,8 +41,7 @@ from envs.sim.events import EventPriority
 from envs.sim.reconfig import apply_operation
 
 __all__ = ["phase_ttft", "fixed_mean_ttft", "best_fixed_composition", "per_phase_oracle_ttft", "fixed_and_oracle_rows",
-           "headroom", "phase_at", "phase_index", "check_phase_boundaries_s", "select_targets", "ScheduleFollower",
-           "follow_schedule_run", "schedule_oracle",
+           "headroom", "phase_at", "select_targets", "ScheduleFollower", "follow_schedule_run", "schedule_oracle",
            "SCHEDULE_SWITCH_COSTS_S_PER_GPU", "MIN_DECISION_WINDOW_S", "check_decision_window_s"]
 
 
@@ -129,31 +128,7 @@ def phase_at(workload, time_s: float) -> int:
     if not bounds:
         raise ValueError(f"workload {workload.name!r} has no metadata['phase_boundaries_s'] (expected a phased "
                          "synthetic workload such as matched-phases)")
-    return phase_index(bounds, time_s)
-
-
-def phase_index(phase_boundaries_s, time_s: float) -> int:
-    """Index of the phase of ``phase_boundaries_s`` (``P + 1`` increasing times [s]) that holds
-    ``time_s``: 0 before the first boundary, ``P - 1`` after the last."""
-    return int(min(max(np.searchsorted(phase_boundaries_s, time_s, side="right") - 1, 0),
-                   len(phase_boundaries_s) - 2))
-
-
-def check_phase_boundaries_s(value) -> list[float]:
-    """``value`` as a list of at least two finite, strictly increasing times [s] starting at 0.
-
-    Raises:
-        ValueError: naming ``phase_boundaries_s`` and what was expected.
-    """
-    try:
-        bounds = [float(x) for x in value]
-    except (TypeError, ValueError):
-        bounds = None
-    if (bounds is None or len(bounds) < 2 or bounds[0] != 0.0 or not all(math.isfinite(x) for x in bounds)
-            or any(b <= a for a, b in zip(bounds, bounds[1:]))):
-        raise ValueError(f"phase_boundaries_s must be >= 2 finite, strictly increasing times [s] starting at 0, got "
-                         f"{value!r:.80}")
-    return bounds
+    return int(min(max(np.searchsorted(bounds, time_s, side="right") - 1, 0), len(bounds) - 2))
 
 
 def select_targets(ttft_s: np.ndarray, num_requests: np.ndarray, counts: list[dict], initial: dict,
@@ -409,34 +384,23 @@ class ScheduleFollower:
     switch like any controller's (``envs/sim/reconfig.py``).
 
     Args:
-        workload: the workload the run serves; its ``metadata["phase_boundaries_s"]`` are the
-            phases unless ``phase_boundaries_s`` is given.
+        workload: the phased workload the run serves (``metadata["phase_boundaries_s"]``).
         targets: one ``{CP degree: number of workers}`` dict of integers per phase.
         decision_window_s: time between decisions [s] (a task's ``decision_window_s``), at least
             :data:`MIN_DECISION_WINDOW_S`.
-        phase_boundaries_s: the schedule's own phases (``P + 1`` times [s] from 0,
-            :func:`check_phase_boundaries_s`), read from the clock alone (a learned day plan,
-            ``policies.reconfig.day_plan``); ``None``: the workload's.
 
     Raises:
-        ValueError: on a workload without phases (and no ``phase_boundaries_s``), bad
-            ``phase_boundaries_s``, a target count other than the number of phases, a target that is
-            not a ``{degree: count}`` dict of integers, or a bad window; at
+        ValueError: on a workload without phases, a target count other than its number of
+            phases, a target that is not a ``{degree: count}`` dict of integers, or a bad window; at
             :meth:`attach`, a target that does not cover the run's pool with its supported degrees.
     """
 
-    def __init__(self, workload, targets: list[dict[int, int]], decision_window_s: float,
-                 phase_boundaries_s=None) -> None:
-        if phase_boundaries_s is None:
-            num_phases = _num_phases(workload)
-            self.phase_boundaries_s = list(workload.metadata["phase_boundaries_s"])
-        else:
-            self.phase_boundaries_s = check_phase_boundaries_s(phase_boundaries_s)
-            num_phases = len(self.phase_boundaries_s) - 1
+    def __init__(self, workload, targets: list[dict[int, int]], decision_window_s: float) -> None:
+        num_phases = _num_phases(workload)
         targets = _sequence(targets, "targets", f"one {{CP degree: number of workers}} dict per phase ({num_phases})")
         if len(targets) != num_phases:
             raise ValueError(f"the schedule has {len(targets)} compositions for {num_phases} phases of "
-                             f"{getattr(workload, 'name', workload)!r:.60}")
+                             f"{workload.name!r}")
         if not all(isinstance(t, dict) and all(_is_count(d) and d > 0 and _is_count(n) for d, n in t.items())
                    for t in targets):
             raise ValueError("every target must be a {CP degree: number of workers} dict of integers "
@@ -470,7 +434,7 @@ class ScheduleFollower:
 
     def _decide(self, _payload) -> None:
         sim = self.sim
-        target = self.targets[phase_index(self.phase_boundaries_s, sim.env.now)]
+        target = self.targets[phase_at(self.workload, sim.env.now)]
         for op in operations_towards(sim, target):
             apply_operation(sim, op)
             self.num_operations += 1
@@ -479,12 +443,11 @@ class ScheduleFollower:
 
 
 def follow_schedule_run(workload, sim_config, compositions: list[str], schedule, decision_window_s: float,
-                        router: str = "vertumnus-router", start_index: int | None = None, phase_boundaries_s=None):
+                        router: str = "vertumnus-router", start_index: int | None = None):
     """One run of ``workload`` that starts on ``compositions[start_index]`` (default: the first
-    phase's, ``schedule[0]``) and follows ``schedule`` (an index into ``compositions`` per phase;
-    the phases are the workload's, or ``phase_boundaries_s`` when given) with a
-    :class:`ScheduleFollower`, the requests routed by ``router`` (a registered policy that only
-    routes: no pool of its own, no controller or cache manager).
+    phase's, ``schedule[0]``) and follows ``schedule`` (an index into ``compositions`` per phase)
+    with a :class:`ScheduleFollower`, the requests routed by ``router`` (a registered policy that
+    only routes: no pool of its own, no controller or cache manager).
 
     Returns:
         the ``SimResult``; ``extras["num_schedule_operations"]`` counts the operations started.
@@ -499,8 +462,7 @@ def follow_schedule_run(workload, sim_config, compositions: list[str], schedule,
     start_index = schedule[0] if start_index is None else _composition_index(start_index, len(compositions),
                                                                              "start_index")
     start = replace(sim_config.pool, composition=compositions[start_index])
-    follower = ScheduleFollower(workload, [degree_counts(compositions[k], start) for k in schedule], decision_window_s,
-                                phase_boundaries_s)
+    follower = ScheduleFollower(workload, [degree_counts(compositions[k], start) for k in schedule], decision_window_s)
     spec = replace(_routing_only(router), make_attachments=lambda: [follower])
     result = run_policy(spec, workload, replace(sim_config, pool=start))
     return replace(result, extras={**result.extras, "num_schedule_operations": follower.num_operations})

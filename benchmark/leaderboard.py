@@ -115,10 +115,8 @@ NOTES = {
     "shipped": "On the routing tasks, `shipped` is `policies/checkpoints/routing_vertumnus_arms`, trained before the "
                "benchmark existed on windows j % 4 in {0, 2} of the whole conversation trace (0.9 of capacity), "
                "which overlap the conversation tasks' validation and test blocks: it is not a sealed-split result. "
-               "On `reconfig/matched-phases-v1` it is `policies/checkpoints/reconfig_target`, trained on "
-               "`matched-phases` seeds below 1000 (disjoint from the test seeds 2000-2009); on "
-               "`reconfig/production-day-v1` it is the learned day plan `policies/checkpoints/reconfig_day_plan`, "
-               "fit on the task's training days and selected on its validation days.",
+               "On the reconfiguration tasks it is `policies/checkpoints/reconfig_target`, trained on "
+               "`matched-phases` seeds below 1000 (disjoint from the test seeds 2000-2009).",
     **{ORACLE_PREFIX + k: f"hindsight oracle, **not attainable** (it chooses knowing each test episode's outcome): {v} "
                           f"(`benchmark/references.py`)." for k, v in ORACLES.items()},
 }

@@ -1,14 +1,12 @@
 """Every ``cpgym benchmark run --policy SPEC`` form (issue #39, CLI), resolved for one task.
 
 * a registered heuristic, ``NAME:param=value,...`` or ``tuned:NAME``: ``benchmark.specs``;
-* ``shipped``: the shipped learned policy for the task — routing: the arm-selection router
-  (``policies/checkpoints/routing_vertumnus_arms``), ``reconfig/production-day-v1``: the learned
-  day plan (``policies/checkpoints/reconfig_day_plan``, :data:`SHIPPED_BY_TASK`), the other
-  reconfiguration tasks: the learned controller (``policies/checkpoints/reconfig_target``);
+* ``shipped``: the shipped learned policy for the task's kind — routing: the arm-selection router
+  (``policies/checkpoints/routing_vertumnus_arms``), reconfiguration: the learned controller
+  (``policies/checkpoints/reconfig_target``);
 * a checkpoint path (a folder or model zip written by ``cpgym train``; ``shipped-residual`` /
-  ``shipped-reconfig`` / ``shipped-day-plan`` name the other shipped ones): an arm-selection
-  checkpoint runs its router like a heuristic, a day plan (``policies.reconfig.day_plan``) runs
-  the episode itself on the task it was fit on, a MaskablePPO routing checkpoint acts through the task's routing environment,
+  ``shipped-reconfig`` name the other shipped ones): an arm-selection checkpoint runs its router
+  like a heuristic, a MaskablePPO routing checkpoint acts through the task's routing environment,
   a reconfiguration checkpoint through the reconfiguration environment with its saved
   observation statistics.
 
@@ -22,21 +20,13 @@ from __future__ import annotations
 
 from benchmark.specs import Contender, EpisodeRunner, heuristic_contender, is_heuristic_spec
 from benchmark.tasks import Task
-from policies.common.checkpoint import (
-    DAY_PLAN_FILE,
-    SHIPPED_CHECKPOINTS,
-    LearnedPolicy,
-    checkpoint_path,
-    resolve_checkpoint,
-)
+from policies.common.checkpoint import SHIPPED_CHECKPOINTS, LearnedPolicy, checkpoint_path, resolve_checkpoint
 from policies.common.checkpoint_hash import policy_sha256
 from policies.common.policy_args import check_checkpoint_kind, check_policy_argument, is_checkpoint, looks_like_path
 from policies.routing.arm_selection import arm_policy_spec, is_arm_checkpoint
 
 #: ``shipped`` per task kind: the checkpoint alias it stands for.
 SHIPPED_BY_KIND = {"routing": "shipped", "reconfig": "shipped-reconfig"}
-#: ``shipped`` on a task whose shipped policy is not its kind's.
-SHIPPED_BY_TASK = {"reconfig/production-day-v1": "shipped-day-plan"}
 
 
 def _checkpoint_contender(spec: str, alias: str, task: Task) -> Contender:
@@ -44,14 +34,6 @@ def _checkpoint_contender(spec: str, alias: str, task: Task) -> Contender:
     model_file, _ = resolve_checkpoint(alias)
     sha = policy_sha256(model_file)
     path = checkpoint_path(alias)
-    if model_file.name == DAY_PLAN_FILE:
-        from policies.reconfig.day_plan import load_day_plan
-
-        plan = load_day_plan(model_file)
-        if plan.task != task.id:
-            raise ValueError(f"--policy {spec}: a day plan fit on {plan.task}, not on {task.id}: it follows the "
-                             "hours of its own task's day only")
-        return Contender(spec, EpisodeRunner(spec, plan.run), spec=spec, checkpoint_sha256=sha)
     if task.kind == "reconfig":
         from policies.reconfig.evaluate import LearnedReconfig  # lazy: gymnasium (start-up of the CLI)
 
@@ -80,7 +62,7 @@ def resolve_spec(spec: str, task: Task) -> Contender:
         raise ValueError("--policy: expected a SPEC (a policy name, NAME:param=value,..., tuned:NAME, shipped or a "
                          "checkpoint path), got ''")
     if spec == "shipped":
-        return _checkpoint_contender(spec, SHIPPED_BY_TASK.get(task.id, SHIPPED_BY_KIND[task.kind]), task)
+        return _checkpoint_contender(spec, SHIPPED_BY_KIND[task.kind], task)
     if is_heuristic_spec(spec):
         return heuristic_contender(spec, task)
     if spec in SHIPPED_CHECKPOINTS or is_checkpoint(spec) or looks_like_path(spec):

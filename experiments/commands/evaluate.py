@@ -5,8 +5,7 @@ protocol") for one policy against others on one task: ``cpgym evaluate --policy 
 leaderboard's (``--split test``).
 
 Without ``--task`` the task follows the policy's kind: ``routing/conversation-0.9-v1`` for a
-routing policy, ``reconfig/matched-phases-v1`` for a reconfiguration checkpoint, the task it was
-fit on for a day plan (``policies.reconfig.day_plan``). ``--split``
+routing policy, ``reconfig/matched-phases-v1`` for a reconfiguration checkpoint. ``--split``
 defaults to ``validation``; a ``--split test`` run is appended to the ledger as any benchmark
 test run.
 
@@ -34,7 +33,7 @@ from experiments.flags.evaluate import (  # noqa: F401  (re-exported)
     REMOVED_FLAGS,
     add_arguments,
 )
-from policies.common.checkpoint import DAY_PLAN_FILE, resolve_checkpoint
+from policies.common.checkpoint import resolve_checkpoint
 from policies.common.policy_args import is_checkpoint
 
 
@@ -49,18 +48,14 @@ def ignored_flag_warnings(args: argparse.Namespace) -> list[str]:
 
 def default_task(policy: str) -> str:
     """The task of ``policy`` without ``--task``: by its kind (:data:`DEFAULT_TASKS`; a checkpoint's
-    ``train_config.json`` ``kind``, a heuristic: routing); a day plan's own task.
+    ``train_config.json`` ``kind``, a heuristic: routing).
 
     Raises:
         ValueError / FileNotFoundError: one line naming the checkpoint's file, when it cannot be read.
     """
     if not is_checkpoint(policy):
         return DEFAULT_TASKS["routing"]
-    model_file, meta = resolve_checkpoint(policy)
-    if model_file.name == DAY_PLAN_FILE:
-        from policies.reconfig.day_plan import load_day_plan
-
-        return load_day_plan(model_file).task
+    _, meta = resolve_checkpoint(policy)
     return DEFAULT_TASKS["reconfig" if meta.get("kind") == "reconfig" else "routing"]
 
 

@@ -20,7 +20,6 @@ from envs.sim.options import check_out_dir, config_from_args
 from experiments.common import sim_config_from_args, workload_source_from_args
 from experiments.flags.train import DEFAULT_RUNS_DIR, DEFAULT_SOURCES, OUT_HELP, add_arguments  # noqa: F401  (re-exported)
 from policies.common.run_end import TrainingInterrupted
-from policies.reconfig.day_plan import DAY_PLAN_FILE, DayPlanConfig, fit_day_plan
 from policies.reconfig.train_config import ReconfigTrainConfig
 from policies.routing.episodes import EpisodeSource
 from policies.routing.train_arms import ArmTrainConfig, train_arms
@@ -43,15 +42,13 @@ def default_out_dir(kind: str, cfg, when: float | None = None) -> Path:
     workload is the episode source's label (routing: with ``@<rate>rps`` for ``--target-rps``;
     arms: the workloads joined by ``+``) and the seed the training seed; ``-2``, ``-3``, ... if
     that folder exists (:func:`baselines.runner.unique_run_dir`)."""
-    if kind == "day-plan":
-        workload = cfg.task.split("/", 1)[-1]
-    elif kind == "routing":
+    if kind == "routing":
         workload = cfg.source.label
     elif kind == "reconfig":
         workload = cfg.workload_source(cfg.seeds[0]).label
     else:
         workload = "+".join(Path(s).name.split(".")[0] for s in cfg.source_list())
-    return unique_run_dir(Path(DEFAULT_RUNS_DIR) / run_name(workload, kind, getattr(cfg, "seed", 0), when))
+    return unique_run_dir(Path(DEFAULT_RUNS_DIR) / run_name(workload, kind, cfg.seed, when))
 
 
 def _resolve_out(args: argparse.Namespace, cfg) -> None:
@@ -62,7 +59,7 @@ def _resolve_out(args: argparse.Namespace, cfg) -> None:
 
 
 #: Files that make a folder a checkpoint (a model, the arm-selection model, the training config).
-CHECKPOINT_FILES = ("model.zip", "arm_model.json", DAY_PLAN_FILE, "train_config.json", "vecnormalize.pkl")
+CHECKPOINT_FILES = ("model.zip", "arm_model.json", "train_config.json", "vecnormalize.pkl")
 
 
 def check_checkpoint_out(out: str | Path, overwrite: bool) -> None:
@@ -82,8 +79,6 @@ def check_checkpoint_out(out: str | Path, overwrite: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.kind == "arms":
         return _run_arms(args)
-    if args.kind == "day-plan":
-        return _run_day_plan(args)
     cfg = configs_from_args(args)
     sim_config = sim_config_from_args(args)
     _resolve_out(args, cfg)
@@ -131,19 +126,4 @@ def _run_arms(args: argparse.Namespace) -> int:
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     train_arms(cfg, args.out, sim_config, argv=getattr(args, "argv", None), log=log)
     write_provenance(args.out, argv=getattr(args, "argv", None))
-    return 0
-
-
-def _run_day_plan(args: argparse.Namespace) -> int:
-    import sys
-
-    cfg = config_from_args(DayPlanConfig, args)
-    _resolve_out(args, cfg)
-    check_out_dir(args.out)
-    check_checkpoint_out(args.out, args.overwrite)
-    if args.overwrite:
-        (Path(args.out) / DAY_PLAN_FILE).unlink(missing_ok=True)
-    write_provenance(args.out, argv=getattr(args, "argv", None))
-    log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    fit_day_plan(cfg, args.out, argv=getattr(args, "argv", None), log=log)
     return 0

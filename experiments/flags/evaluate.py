@@ -23,7 +23,7 @@ REMOVED_FLAGS = {"--kind": True, "--trace": True, "--workload": True, "--target-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", required=True, metavar="SPEC",
                    help="a registered policy, NAME:param=value[,...], tuned:NAME, shipped (the shipped learned policy "
-                        "for the task), shipped-residual, shipped-reconfig, shipped-day-plan or a checkpoint path")
+                        "for the task's kind), shipped-residual, shipped-reconfig or a checkpoint path")
     p.add_argument("--against", metavar="P1,P2,...",
                    help=f"comma-separated SPECs to compare with (default: routing {DEFAULT_ROUTING_AGAINST}; reconfig "
                         f"{DEFAULT_RECONFIG_AGAINST}); the task's reference is always added")

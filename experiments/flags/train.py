@@ -2,8 +2,8 @@
 
 The training flags are generated from the config dataclasses (:class:`policies.routing.train_config.TrainConfig`,
 :class:`policies.routing.episodes.EpisodeSource`, :class:`policies.reconfig.train_config.ReconfigTrainConfig`,
-:class:`policies.routing.train_arms.ArmTrainConfig`, :class:`policies.reconfig.day_plan.DayPlanConfig`), which
-live apart from the training code: reading them loads neither gymnasium, torch nor Stable-Baselines3.
+:class:`policies.routing.train_arms.ArmTrainConfig`), which live apart from the training code: reading
+them loads neither gymnasium, torch nor Stable-Baselines3.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import argparse
 from envs.sim.options import add_config_arguments
 from envs.workloads import default_trace_path
 from experiments.flags.common import add_sim_arguments, add_workload_arguments
-from policies.reconfig.day_plan import DayPlanConfig
 from policies.reconfig.defaults import DEFAULT_RECONFIG_WORKLOAD
 from policies.reconfig.train_config import ReconfigTrainConfig
 from policies.routing.episodes import EpisodeSource
@@ -49,7 +48,6 @@ OVERWRITE_HELP = "replace a checkpoint already in --out (default: a --out holdin
 def add_arguments(p: argparse.ArgumentParser) -> None:
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     _add_arms_parser(kinds)
-    _add_day_plan_parser(kinds)
     for kind, help_text in (("routing", "learn which worker serves each request (one step per request)"),
                             ("reconfig", "learn split/merge operations (one step per decision window)")):
         k = kinds.add_parser(kind, help=help_text, description=help_text)
@@ -80,20 +78,5 @@ def _add_arms_parser(kinds) -> None:
     k.add_argument("--out", metavar="DIR",
                    help="checkpoint folder (arm_model.json, train_config.json, validation.csv, costs.csv.gz, headroom.csv); "
                         f"default {DEFAULT_RUNS_DIR}/{{workloads}}__arms__{{seed}}__{{unix time}}")
-    k.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
-    k.add_argument("--quiet", action="store_true", help="no progress lines")
-
-
-def _add_day_plan_parser(kinds) -> None:
-    """``cpgym train day-plan``: a composition per hour of a daily reconfiguration task
-    (``policies.reconfig.day_plan``; no RL)."""
-    help_text = ("fit a day plan (the pool's composition per phase of a daily reconfiguration task) on the task's "
-                 "training days, the switching cost chosen on its validation days")
-    k = kinds.add_parser("day-plan", help=help_text, description=help_text)
-    add_config_arguments(k, DayPlanConfig, title="task, days and candidates")
-    k.add_argument("--out", metavar="DIR",
-                   help="checkpoint folder (day_plan.json, train_tables.json, validation.csv, train_config.json, "
-                        "provenance.json; a run stopped midway keeps train_tables.json and resumes from it); default "
-                        f"{DEFAULT_RUNS_DIR}/{{task}}__day-plan__0__{{unix time}}")
     k.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     k.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -22,18 +22,11 @@ SHIPPED_RESIDUAL = CHECKPOINTS_DIR / "routing_conversation_residual"
 #: The shipped reconfiguration checkpoint (``--policy shipped-reconfig``; its README has the
 #: training command and evaluation).
 SHIPPED_RECONFIG = CHECKPOINTS_DIR / "reconfig_target"
-#: The shipped day plan of ``reconfig/production-day-v1`` (``--policy shipped-day-plan``;
-#: ``policies.reconfig.day_plan``; its README has the command that fits it).
-SHIPPED_DAY_PLAN = CHECKPOINTS_DIR / "reconfig_day_plan"
-#: Plan file of a day-plan checkpoint (``policies.reconfig.day_plan.DAY_PLAN_FILE``; kept here so
-#: that resolving a checkpoint does not import the planner).
-DAY_PLAN_FILE = "day_plan.json"
 #: Model file of an arm-selection checkpoint (``policies.routing.arm_selection.MODEL_FILE``; kept here
 #: so that resolving a checkpoint does not import the router).
 ARM_MODEL_FILE = "arm_model.json"
 #: ``--policy`` aliases of the shipped checkpoints.
-SHIPPED_CHECKPOINTS = {"shipped": SHIPPED_ROUTING, "shipped-residual": SHIPPED_RESIDUAL, "shipped-reconfig": SHIPPED_RECONFIG,
-                       "shipped-day-plan": SHIPPED_DAY_PLAN}
+SHIPPED_CHECKPOINTS = {"shipped": SHIPPED_ROUTING, "shipped-residual": SHIPPED_RESIDUAL, "shipped-reconfig": SHIPPED_RECONFIG}
 
 
 def checkpoint_path(name: str | Path) -> Path:
@@ -51,8 +44,7 @@ def looks_like_path(name: str) -> bool:
 def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
     """``(zip path, metadata)`` of a checkpoint folder or zip; ``"shipped"`` = the shipped one.
     For an arm-selection folder (``policies.routing.arm_selection``: ``arm_model.json``, no
-    ``model.zip``) the path is that of ``arm_model.json``, for a day plan
-    (``policies.reconfig.day_plan``) that of ``day_plan.json``.
+    ``model.zip``) the path is that of ``arm_model.json``.
 
     Raises:
         FileNotFoundError: naming the path, if it does not exist or is a folder without
@@ -69,8 +61,6 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, dict]:
         meta_path = p / "train_config.json"
         if not z.is_file() and (p / ARM_MODEL_FILE).is_file():  # policies.routing.arm_selection checkpoint (no SB3 model)
             z = p / ARM_MODEL_FILE
-        elif not z.is_file() and (p / DAY_PLAN_FILE).is_file():  # policies.reconfig.day_plan checkpoint
-            z = p / DAY_PLAN_FILE
         elif not z.is_file():
             raise missing_model_error(p)
     else:

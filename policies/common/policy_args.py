@@ -60,8 +60,7 @@ def check_policy_argument(name: str) -> None:
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     raise ValueError(f"unknown policy {name!r}; {hint}expected 'shipped' (the shipped routing checkpoint), 'shipped-residual' "
                      f"(the residual PPO routing checkpoint), 'shipped-reconfig' "
-                     f"(the shipped reconfiguration checkpoint), 'shipped-day-plan' (the shipped day plan of "
-                     f"reconfig/production-day-v1), a checkpoint folder or .zip path "
+                     f"(the shipped reconfiguration checkpoint), a checkpoint folder or .zip path "
                      f"(e.g. policies/checkpoints/routing_conversation_residual), "
                      f"or a registered policy: {', '.join(POLICIES)}")
 

@@ -197,31 +197,6 @@ def test_an_arm_checkpoint_spec_runs_its_router(tmp_path):
         resolve_spec(str(tmp_path / "missing"), TASK)
 
 
-def test_a_day_plan_spec_runs_its_plan_on_its_own_task_only(tmp_path):
-    """A day plan holding one composition all day gives the rows of that fixed composition; it is
-    refused on another task; ``shipped`` on the production day is the shipped day plan."""
-    from policies.common.checkpoint import SHIPPED_DAY_PLAN
-    from policies.common.checkpoint_hash import file_sha256
-    from policies.reconfig.day_plan import DayPlan
-
-    mp = get_task("reconfig/matched-phases-v1")
-    (tmp_path / "ck").mkdir()
-    DayPlan(mp.id, [0.0, 10_000.0], ["cp4x9,cp2x2"], mp.decision_window_s).save(tmp_path / "ck" / "day_plan.json")
-    (tmp_path / "ck" / "train_config.json").write_text(json.dumps({"kind": "reconfig", "policy_type": "day-plan"}))
-    ck = resolve_spec(str(tmp_path / "ck"), mp)
-    assert ck.checkpoint_sha256 == file_sha256(tmp_path / "ck" / "day_plan.json")
-    a, b = run_benchmark([ck, resolve_spec("fixed:cp4x9+cp2x2", mp)], [mp], "validation", max_episodes=1)
-    assert [r["mean_ttft_s"] for r in a["episodes"]] == [r["mean_ttft_s"] for r in b["episodes"]]
-    with pytest.raises(ValueError, match="a day plan fit on reconfig/matched-phases-v1, not on reconfig/production-day"):
-        resolve_spec(str(tmp_path / "ck"), get_task("reconfig/production-day-v1"))
-    shipped = resolve_spec("shipped", get_task("reconfig/production-day-v1"))
-    assert shipped.label == "shipped"
-    assert shipped.checkpoint_sha256 == file_sha256(SHIPPED_DAY_PLAN / "day_plan.json")
-    from experiments.commands.evaluate import default_task
-
-    assert default_task(str(tmp_path / "ck")) == mp.id and default_task("shipped-day-plan") == "reconfig/production-day-v1"
-
-
 def test_fixed_composition_specs():
     mp = get_task("reconfig/matched-phases-v1")
     c = resolve_spec("fixed:cp8x2+cp4x6", mp)
