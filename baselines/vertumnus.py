@@ -95,7 +95,7 @@ class VertumnusParams:
         if not isinstance(self.beta, (int, float)) or not math.isfinite(self.beta) or self.beta < 1.0:
             raise ValueError(f"vertumnus beta must be a finite number >= 1 (paper §5), got {self.beta!r}")
         if not isinstance(self.lambda_, (int, float)) or not math.isfinite(self.lambda_) or self.lambda_ < 0.0:
-            raise ValueError(f"vertumnus lambda_ must be a finite number >= 0 (paper §5), got {self.lambda_!r}")
+            raise ValueError(f"vertumnus lambda must be a finite number >= 0 (paper §5), got {self.lambda_!r}")
 
 
 def extra_gpu_time_s(cost_model: CostModel, degree: int, min_degree: int, num_new_tokens: int,

@@ -359,13 +359,13 @@ def parse_task_ids(text: str) -> list[Task]:
     """``"ID[,ID...]"`` (``all``: every task) -> tasks, in the order given.
 
     Raises:
-        ValueError: naming an unknown or repeated id.
+        ValueError: naming an unknown or repeated id, or on an empty item (``"a,,b"``, ``"a,"``).
     """
-    ids = [s.strip() for s in str(text).split(",") if s.strip()]
+    ids = [s.strip() for s in str(text).split(",")]
     if ids == ["all"]:
         return list(TASKS.values())
-    if not ids:
-        raise ValueError("--tasks: expected ID[,ID...] or 'all'")
+    if not any(ids) or not all(ids):
+        raise ValueError(f"--tasks: expected ID[,ID...] or 'all' without empty items, got {text!r}")
     seen = [i for i in ids if ids.count(i) > 1]
     if seen:
         raise ValueError(f"--tasks lists {seen[0]!r} twice")

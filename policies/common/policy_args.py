@@ -41,15 +41,17 @@ def check_policy_argument(name: str) -> None:
     Raises:
         FileNotFoundError: naming the path, for a checkpoint path that does not exist (a value
             holding a path separator or ending in ``.zip``) or a folder without ``model.zip``.
-        ValueError: naming the path, for an existing file that is not a ``.zip``; for an unknown
+        ValueError: naming the path, for an existing file that is not a ``.zip`` (with or without a
+            path separator); for an unknown
             name: suggests the closest names (``difflib``) and names the
             accepted forms (``shipped``, checkpoint paths, the registered policies).
     """
     import difflib
+    from pathlib import Path
 
     if name in POLICIES:
         return
-    if is_checkpoint(name) or looks_like_path(name):
+    if is_checkpoint(name) or looks_like_path(name) or Path(name).expanduser().exists():  # README.md: a file, not a name
         resolve_checkpoint(name)
         if not is_checkpoint(name):  # an existing file that is neither a folder nor a .zip
             raise ValueError(f"{name}: not a checkpoint; expected a checkpoint folder holding model.zip, "

@@ -253,7 +253,10 @@ def read_initial_model(path: str):
 
     zp = Path(path)
     stats = vecnormalize_path(zp)
-    if not zp.is_file() or not zp.name.endswith("model.zip") or not stats.is_file():
+    if not zp.is_file():
+        raise FileNotFoundError(f"--init-from {path}: no such file; expected a *model.zip of an earlier "
+                                "`cpgym train reconfig` run (its *vecnormalize.pkl next to it)")
+    if not zp.name.endswith("model.zip") or not stats.is_file():
         raise FileNotFoundError(f"--init-from {path}: expected a *model.zip with its *vecnormalize.pkl next to it")
     return load_model_zip(MaskablePPO, zp), load_vecnormalize(stats)
 
@@ -305,7 +308,7 @@ def check_oracle_phase_ttft(cfg: ReconfigTrainConfig, sim_config) -> None:
     path = Path(cfg.oracle_phase_ttft)
     if not path.is_file():
         raise ValueError(f"--oracle-phase-ttft {path}: no such file; expected an oracle_phase_ttft.json of an earlier "
-                         "run (or of reconfig_oracle_schedule.py --cache)")
+                         "`cpgym train reconfig --warm-start oracle` run")
     menu = target_menu(sim_config.pool, cfg.target_degrees)
     try:
         load_phase_ttft(path, menu)

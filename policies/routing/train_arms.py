@@ -79,7 +79,8 @@ class ArmTrainConfig:
 
     Raises:
         ValueError: naming the field on an empty list, a load outside (0, 2], a grid value
-            outside the paper's bounds (beta >= 1, lambda >= 0), a bad count or an unknown option.
+            outside the paper's bounds (beta >= 1, lambda >= 0), a bad count, a decision window
+            longer than the episode window or an unknown option.
     """
 
     sources: str = _opt(f"{DEFAULT_TRACE_FILE},leval-like,tool-agent",
@@ -117,6 +118,9 @@ class ArmTrainConfig:
         for name in ("episode_window_s", "decision_window_s", "history_s", "prefix_memory_s"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {getattr(self, name)}")
+        if self.decision_window_s > self.episode_window_s:
+            raise ValueError(f"decision_window_s ({self.decision_window_s:g} s) must not exceed episode_window_s "
+                             f"({self.episode_window_s:g} s): the router would never re-choose inside a window")
         if not (math.isfinite(self.warmup_s) and self.warmup_s >= 0):
             raise ValueError(f"warmup_s must be finite and >= 0, got {self.warmup_s}")
         if not self.alphas or any(not (math.isfinite(a) and a > 0) for a in self.alphas):

@@ -69,3 +69,11 @@ def test_learned_policy_names_an_arm_selection_checkpoint():
     # with "arm_model.json wasn't a zip-file"
     with pytest.raises(ValueError, match=r"routing_vertumnus_arms: an arm-selection checkpoint .*ArmSelectionPolicy"):
         LearnedPolicy("shipped")
+
+
+def test_an_existing_file_named_without_a_separator_is_no_checkpoint(tmp_path, monkeypatch):
+    """`--policy README.md` (a file in the working folder) said 'unknown policy' and listed the registry."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.md").write_text("hello")
+    with pytest.raises(ValueError, match=r"^notes.md: not a checkpoint"):
+        check_policy_argument("notes.md")
