@@ -24,6 +24,7 @@ def test_a_routing_task_has_no_fixed_composition_reference():
         references.choose_fixed(get_task("routing/conversation-0.9-v1"))
 
 
+@pytest.mark.slow  # ~9 s: 36 compositions x 3 training episodes
 def test_choose_fixed_picks_the_lowest_training_score_and_stores_it(tmp_path, monkeypatch):
     task = get_task("reconfig/matched-phases-v1")
     seen = []

@@ -28,6 +28,7 @@ def _train(out):
     return out / "model.zip"
 
 
+@pytest.mark.slow  # ~5 s: two PPO trainings
 def test_two_identical_trainings_give_one_policy_hash(tmp_path):
     a, b = _train(tmp_path / "a"), _train(tmp_path / "b")
     assert policy_sha256(a) == policy_sha256(b)
