@@ -116,7 +116,7 @@ def test_same_seed_same_result_and_defaults_tried_first():
     assert all(isinstance(t["params"]["n"], int) for t in a["records"][0]["trials"])
 
 
-@pytest.mark.slow  # ~10 s: starts a local Ray instance
+@pytest.mark.expensive
 def test_local_and_ray_backends_give_the_same_result():
     pytest.importorskip("ray")
     score = functools.partial(split_score, TASK, "dynamo-kv", 2)
